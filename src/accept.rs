@@ -1,0 +1,102 @@
+//! The accept loop of one listening socket.
+//!
+//! Before each `accept` the loop takes a permit from the process-wide
+//! connection semaphore (`global.max_connections`): at the cap it simply
+//! stops accepting, so new clients wait in the kernel backlog instead of
+//! being accepted and dropped, and it resumes as connections end (the permit
+//! is released when the connection's task finishes).
+//!
+//! When `accept` fails for lack of a resource (EMFILE, ENFILE, ENOBUFS,
+//! ENOMEM) the loop backs off exponentially (10 ms doubling to 1 s) instead
+//! of spinning on a socket that stays readable, and logs once per burst.
+//!
+//! Each connection reads the listener's current snapshot at accept time and
+//! keeps it for life. Not here: what happens on a connection (see `conn`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::addr::PeerAddr;
+use crate::config::Listener;
+use crate::conn::{self, Accepted};
+use crate::sockopt;
+
+const BACKOFF_FIRST: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Everything an accept loop needs, passed in rather than global.
+pub struct AcceptLoop {
+    pub socket: TcpListener,
+    /// The listener's current configuration; replaced on reload.
+    pub config: watch::Receiver<Arc<Listener>>,
+    /// Process-wide connection permits.
+    pub permits: Arc<Semaphore>,
+    /// Tracks connection tasks so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Fires to stop accepting on this socket.
+    pub stop_accepting: CancellationToken,
+    /// Fires to close the connections this loop started.
+    pub close_connections: CancellationToken,
+}
+
+impl AcceptLoop {
+    pub async fn run(self) {
+        let mut backoff = BACKOFF_FIRST;
+        let mut failures_in_burst = 0u64;
+        loop {
+            let permit = tokio::select! {
+                permit = self.permits.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_closed) => return,
+                },
+                () = self.stop_accepting.cancelled() => return,
+            };
+            let accepted = tokio::select! {
+                accepted = self.socket.accept() => accepted,
+                () = self.stop_accepting.cancelled() => return,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    if failures_in_burst > 0 {
+                        tracing::info!(failures = failures_in_burst, "accepting again");
+                        failures_in_burst = 0;
+                        backoff = BACKOFF_FIRST;
+                    }
+                    let accepted = Accepted {
+                        stream,
+                        peer: PeerAddr(peer),
+                        at: Instant::now(),
+                    };
+                    let listener = self.config.borrow().clone();
+                    let cancel = self.close_connections.child_token();
+                    self.tracker.spawn(async move {
+                        conn::handle(accepted, listener, cancel).await;
+                        drop(permit);
+                    });
+                }
+                Err(error) if sockopt::is_resource_exhaustion(&error) => {
+                    drop(permit);
+                    if failures_in_burst == 0 {
+                        tracing::warn!(error = %error, "accept failed for lack of resources; backing off");
+                    }
+                    failures_in_burst += 1;
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = self.stop_accepting.cancelled() => return,
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+                Err(error) => {
+                    // Per-connection failures (ECONNABORTED and the like).
+                    tracing::debug!(error = %error, "accept failed");
+                }
+            }
+        }
+    }
+}

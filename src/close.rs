@@ -1,0 +1,73 @@
+//! Why a connection ended: one [`CloseReason`] per connection.
+//!
+//! Every stage's error folds into exactly one reason, which the connection's
+//! single log line carries in its `close` field. The names are a contract
+//! with log queries and dashboards: add new ones, never rename.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// Both directions ended normally (FIN from each side).
+    Done,
+    /// The client closed before sending a byte: a health check or port scan.
+    /// Such connections are counted but never logged.
+    Silent,
+    /// The client closed, or reset, before its ClientHello was complete.
+    ClientClosed,
+    /// No complete ClientHello within `client_hello_timeout` of accept.
+    HelloTimeout,
+    /// The first bytes are not a TLS handshake record.
+    NotTls,
+    /// A TLS handshake record, but not a well-formed ClientHello.
+    Malformed,
+    /// The ClientHello needs more than `max_client_hello_bytes`.
+    TooLarge,
+    /// No SNI and the listener's `no_sni` policy is `reject`.
+    NoSni,
+    /// The SNI matches no route on this listener (or is not a host name).
+    Unmatched,
+    /// No backend address accepted a connection within its budget.
+    ConnectFailed,
+    /// No byte moved in either direction for `idle_timeout`.
+    IdleTimeout,
+    /// The client side failed mid-relay (reset, or a write to it failed).
+    ClientReset,
+    /// The backend side failed mid-relay.
+    BackendReset,
+    /// The relay closed the connection because it is shutting down.
+    Shutdown,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Done => "done",
+            CloseReason::Silent => "silent",
+            CloseReason::ClientClosed => "client_closed",
+            CloseReason::HelloTimeout => "hello_timeout",
+            CloseReason::NotTls => "not_tls",
+            CloseReason::Malformed => "malformed",
+            CloseReason::TooLarge => "too_large",
+            CloseReason::NoSni => "no_sni",
+            CloseReason::Unmatched => "unmatched",
+            CloseReason::ConnectFailed => "connect_failed",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::ClientReset => "client_reset",
+            CloseReason::BackendReset => "backend_reset",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+
+    /// Whether the relay or its backends are at fault (logged at warn),
+    /// rather than the client or normal life (logged at info).
+    pub fn is_our_fault(self) -> bool {
+        matches!(self, CloseReason::ConnectFailed | CloseReason::BackendReset)
+    }
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

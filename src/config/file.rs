@@ -1,0 +1,76 @@
+//! The configuration file as written: a serde model of the TOML, nothing more.
+//!
+//! Every key is optional here unless the file is meaningless without it, and
+//! values that need checking (durations, addresses, patterns) stay strings so
+//! that validation can report every bad value at once, each with its key.
+//! Unknown keys are refused by serde (`deny_unknown_fields`), so a typo never
+//! silently becomes a default. The validated form is [`super::Config`].
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub global: GlobalSection,
+    #[serde(default, rename = "listener")]
+    pub listeners: Vec<ListenerSection>,
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RouteSection>,
+    #[serde(default, rename = "backend")]
+    pub backends: BTreeMap<String, BackendSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalSection {
+    pub max_connections: Option<i64>,
+    pub drain_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSection {
+    pub name: String,
+    pub listen: OneOrMany,
+    pub backlog: Option<i64>,
+    pub client_hello_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub max_client_hello_bytes: Option<i64>,
+    pub no_sni: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    pub name: Option<String>,
+    pub listener: Option<String>,
+    pub sni: Vec<String>,
+    pub backend: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSection {
+    pub addresses: Vec<String>,
+    pub connect_timeout: Option<String>,
+}
+
+/// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn as_slice(&self) -> &[String] {
+        match self {
+            OneOrMany::One(one) => std::slice::from_ref(one),
+            OneOrMany::Many(many) => many,
+        }
+    }
+}

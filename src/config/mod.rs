@@ -1,0 +1,485 @@
+//! Configuration: the TOML file turned once into an immutable, validated
+//! snapshot.
+//!
+//! Two types, as in sozu: [`file::FileConfig`] is the file as written (serde,
+//! unknown keys refused, `Option` for "not set"); [`Config`] is what the relay
+//! runs on, with no `Option` left: durations, socket addresses, compiled SNI
+//! matchers and resolved backend references. [`Config::from_toml`] is the only
+//! way from one to the other and reports *every* problem it finds, each naming
+//! its key and the bad value, so `snirelay check` can list them all at once.
+//!
+//! Precedence: a value set in a section wins; otherwise the `DEFAULT_*`
+//! constant below applies. (Later settings that exist both globally and per
+//! listener resolve as section beats global beats default.)
+//!
+//! Not here: binding sockets or any other I/O beyond reading the file.
+
+pub mod file;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::matcher::SniMatcher;
+use crate::sni::Pattern;
+use file::{BackendSection, FileConfig, ListenerSection};
+
+/// Open client connections the whole process accepts before it pauses accepting.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// How long draining connections (on stop, or on reload for changed routes) may live on.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Kernel accept queue length per listening socket.
+pub const DEFAULT_BACKLOG: u32 = 1024;
+/// Time from accept until the ClientHello must be complete.
+pub const DEFAULT_CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A relayed connection on which no byte moved either way for this long is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Bytes the relay buffers while waiting for a complete ClientHello.
+pub const DEFAULT_MAX_CLIENT_HELLO_BYTES: usize = 16 * 1024;
+/// Per backend address connect attempt.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bounds that keep a setting meaningful.
+const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
+const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+const BACKLOG_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
+
+/// The validated configuration one set of connections runs on.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub global: Global,
+    pub listeners: Vec<Arc<Listener>>,
+    pub backends: BTreeMap<String, Arc<Backend>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Global {
+    pub max_connections: usize,
+    pub drain_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub name: String,
+    pub listen: Vec<SocketAddr>,
+    pub backlog: u32,
+    pub client_hello_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_client_hello_bytes: usize,
+    pub no_sni: NoSni,
+    pub routes: Vec<Route>,
+    /// Pattern → index into `routes`.
+    pub matcher: SniMatcher<usize>,
+}
+
+/// What a listener does with a ClientHello that carries no SNI.
+#[derive(Debug, Clone)]
+pub enum NoSni {
+    /// Send an `unrecognized_name` alert and close.
+    Reject,
+    /// Relay to this backend.
+    Backend(Arc<Backend>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub patterns: Vec<Pattern>,
+    pub backend: Arc<Backend>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub name: String,
+    pub addresses: Vec<SocketAddr>,
+    pub connect_timeout: Duration,
+}
+
+/// One problem in a configuration file: the key, in TOML path form, and
+/// what is wrong with its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path}: {} problem(s):\n{}", problems.len(), list(problems))]
+    Invalid {
+        path: PathBuf,
+        problems: Vec<Problem>,
+    },
+}
+
+fn list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("  {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// Validates configuration text; `path` only names it in errors.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let mut check = Checker::default();
+        let config = check.config(&file);
+        match config {
+            Some(config) if check.problems.is_empty() => Ok(config),
+            _ => Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                problems: check.problems,
+            }),
+        }
+    }
+
+    /// The listener with this name.
+    pub fn listener(&self, name: &str) -> Option<&Arc<Listener>> {
+        self.listeners.iter().find(|l| l.name == name)
+    }
+}
+
+/// Collects problems while building the snapshot; each helper returns `None`
+/// (after recording why) when its value is unusable.
+#[derive(Default)]
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn problem(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    fn config(&mut self, file: &FileConfig) -> Option<Config> {
+        let global = Global {
+            max_connections: self
+                .ranged(
+                    "global.max_connections",
+                    file.global.max_connections,
+                    MAX_CONNECTIONS_RANGE,
+                    DEFAULT_MAX_CONNECTIONS as i64,
+                )
+                .unwrap_or(0) as usize,
+            drain_timeout: self
+                .duration(
+                    "global.drain_timeout",
+                    &file.global.drain_timeout,
+                    DEFAULT_DRAIN_TIMEOUT,
+                )
+                .unwrap_or_default(),
+        };
+
+        let backends: BTreeMap<String, Arc<Backend>> = file
+            .backends
+            .iter()
+            .filter_map(|(name, section)| {
+                let backend = self.backend(name, section)?;
+                Some((name.clone(), Arc::new(backend)))
+            })
+            .collect();
+
+        if file.listeners.is_empty() {
+            self.problem("listener", "at least one [[listener]] is required");
+        }
+        let mut names = HashSet::new();
+        let mut binds = HashSet::new();
+        let mut listeners = Vec::new();
+        for (index, section) in file.listeners.iter().enumerate() {
+            let key = format!("listener[{index}]");
+            if !names.insert(section.name.as_str()) {
+                self.problem(
+                    format!("{key}.name"),
+                    format!("listener name {:?} is used twice", section.name),
+                );
+            }
+            if let Some(listener) = self.listener(&key, section, &backends, &mut binds) {
+                listeners.push(listener);
+            }
+        }
+        self.routes(file, &mut listeners, &backends);
+        for listener in &listeners {
+            if listener.routes.is_empty() && matches!(listener.no_sni, NoSni::Reject) {
+                self.problem(
+                    format!("listener {:?}", listener.name),
+                    "no [[route]] names this listener, so it would refuse every connection",
+                );
+            }
+        }
+        Some(Config {
+            global,
+            listeners: listeners.into_iter().map(Arc::new).collect(),
+            backends,
+        })
+    }
+
+    fn backend(&mut self, name: &str, section: &BackendSection) -> Option<Backend> {
+        let key = format!("backend.{name}");
+        if section.addresses.is_empty() {
+            self.problem(
+                format!("{key}.addresses"),
+                "at least one address is required",
+            );
+        }
+        let addresses: Vec<SocketAddr> = section
+            .addresses
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| self.socket_addr(&format!("{key}.addresses[{i}]"), text))
+            .collect();
+        let connect_timeout = self.duration(
+            &format!("{key}.connect_timeout"),
+            &section.connect_timeout,
+            DEFAULT_CONNECT_TIMEOUT,
+        )?;
+        (addresses.len() == section.addresses.len()).then(|| Backend {
+            name: name.to_owned(),
+            addresses,
+            connect_timeout,
+        })
+    }
+
+    fn listener(
+        &mut self,
+        key: &str,
+        section: &ListenerSection,
+        backends: &BTreeMap<String, Arc<Backend>>,
+        binds: &mut HashSet<SocketAddr>,
+    ) -> Option<Listener> {
+        if section.name.is_empty() {
+            self.problem(format!("{key}.name"), "must not be empty");
+        }
+        let raw_listen = section.listen.as_slice();
+        if raw_listen.is_empty() {
+            self.problem(format!("{key}.listen"), "at least one address is required");
+        }
+        let mut listen = Vec::new();
+        for (i, text) in raw_listen.iter().enumerate() {
+            let addr_key = format!("{key}.listen[{i}]");
+            let Some(addr) = self.socket_addr(&addr_key, text) else {
+                continue;
+            };
+            // Port 0 asks the kernel for a free port, so it never collides.
+            if addr.port() != 0 && !binds.insert(addr) {
+                self.problem(addr_key, format!("{text:?} is listed more than once"));
+                continue;
+            }
+            listen.push(addr);
+        }
+        let backlog = self.ranged(
+            &format!("{key}.backlog"),
+            section.backlog,
+            BACKLOG_RANGE,
+            i64::from(DEFAULT_BACKLOG),
+        );
+        let max_client_hello_bytes = self.ranged(
+            &format!("{key}.max_client_hello_bytes"),
+            section.max_client_hello_bytes,
+            MAX_CLIENT_HELLO_BYTES_RANGE,
+            DEFAULT_MAX_CLIENT_HELLO_BYTES as i64,
+        );
+        let client_hello_timeout = self.duration(
+            &format!("{key}.client_hello_timeout"),
+            &section.client_hello_timeout,
+            DEFAULT_CLIENT_HELLO_TIMEOUT,
+        );
+        let idle_timeout = self.duration(
+            &format!("{key}.idle_timeout"),
+            &section.idle_timeout,
+            DEFAULT_IDLE_TIMEOUT,
+        );
+        let no_sni = match section.no_sni.as_deref() {
+            None | Some("reject") => Some(NoSni::Reject),
+            Some(name) => match backends.get(name) {
+                Some(backend) => Some(NoSni::Backend(backend.clone())),
+                None => {
+                    self.problem(
+                        format!("{key}.no_sni"),
+                        format!("{name:?} is neither \"reject\" nor the name of a [backend.*]"),
+                    );
+                    None
+                }
+            },
+        };
+        Some(Listener {
+            name: section.name.clone(),
+            listen: (listen.len() == raw_listen.len()).then_some(listen)?,
+            backlog: backlog? as u32,
+            client_hello_timeout: client_hello_timeout?,
+            idle_timeout: idle_timeout?,
+            max_client_hello_bytes: max_client_hello_bytes? as usize,
+            no_sni: no_sni?,
+            routes: Vec::new(),
+            matcher: SniMatcher::new(),
+        })
+    }
+
+    /// Attaches every `[[route]]` to its listener and compiles the matchers.
+    fn routes(
+        &mut self,
+        file: &FileConfig,
+        listeners: &mut [Listener],
+        backends: &BTreeMap<String, Arc<Backend>>,
+    ) {
+        for (index, section) in file.routes.iter().enumerate() {
+            let key = format!("route[{index}]");
+            let backend = backends.get(&section.backend).cloned();
+            if backend.is_none() && !file.backends.contains_key(&section.backend) {
+                self.problem(
+                    format!("{key}.backend"),
+                    format!("{:?} names no [backend.*] section", section.backend),
+                );
+            }
+            let listener = match (&section.listener, file.listeners.len()) {
+                (Some(name), _) => {
+                    if !file.listeners.iter().any(|l| &l.name == name) {
+                        self.problem(
+                            format!("{key}.listener"),
+                            format!("{name:?} names no [[listener]]"),
+                        );
+                    }
+                    listeners.iter_mut().find(|l| &l.name == name)
+                }
+                (None, 1) => listeners.first_mut(),
+                (None, _) => {
+                    self.problem(
+                        format!("{key}.listener"),
+                        "required when there is more than one [[listener]]",
+                    );
+                    None
+                }
+            };
+            if section.sni.is_empty() {
+                self.problem(
+                    format!("{key}.sni"),
+                    "at least one name or pattern is required",
+                );
+            }
+            let mut patterns = Vec::new();
+            for (i, text) in section.sni.iter().enumerate() {
+                match Pattern::parse(text) {
+                    Ok(pattern) => patterns.push(pattern),
+                    Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
+                }
+            }
+            let (Some(listener), Some(backend)) = (listener, backend) else {
+                continue;
+            };
+            let route_id = listener.routes.len();
+            for (i, pattern) in patterns.iter().enumerate() {
+                if let Err(e) = listener.matcher.insert(pattern, route_id) {
+                    self.problem(
+                        format!("{key}.sni[{i}]"),
+                        format!("{e} on listener {:?}", listener.name),
+                    );
+                }
+            }
+            let name = section
+                .name
+                .clone()
+                .or_else(|| patterns.first().map(|p| p.to_string()))
+                .unwrap_or_else(|| key.clone());
+            listener.routes.push(Route {
+                name,
+                patterns,
+                backend,
+            });
+        }
+    }
+
+    fn duration(
+        &mut self,
+        key: &str,
+        value: &Option<String>,
+        default: Duration,
+    ) -> Option<Duration> {
+        let Some(text) = value else {
+            return Some(default);
+        };
+        match humantime::parse_duration(text) {
+            Ok(d) if d.is_zero() => {
+                self.problem(key, format!("{text:?} must be longer than zero"));
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.problem(
+                    key,
+                    format!(
+                        "{text:?} is not a duration ({e}); write e.g. \"250ms\", \"5s\", \"10m\""
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn ranged(
+        &mut self,
+        key: &str,
+        value: Option<i64>,
+        range: std::ops::RangeInclusive<i64>,
+        default: i64,
+    ) -> Option<i64> {
+        match value {
+            None => Some(default),
+            Some(v) if range.contains(&v) => Some(v),
+            Some(v) => {
+                self.problem(
+                    key,
+                    format!("{v} is out of range ({}..={})", range.start(), range.end()),
+                );
+                None
+            }
+        }
+    }
+
+    fn socket_addr(&mut self, key: &str, text: &str) -> Option<SocketAddr> {
+        match text.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                self.problem(
+                    key,
+                    format!(
+                        "{text:?} is not an IP:port address (IPv6 goes in brackets: \"[::1]:443\")"
+                    ),
+                );
+                None
+            }
+        }
+    }
+}

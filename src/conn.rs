@@ -1,0 +1,166 @@
+//! One client connection, from accept to its single log line.
+//!
+//! [`handle`] reads top to bottom as the stages of DESIGN.md: inspect →
+//! route → connect → splice → close. Each stage returns its own error type,
+//! folded here into one [`CloseReason`]; the [`ConnRecord`] collects the log
+//! fields as stages learn them and is written exactly once, at close.
+//! Admission (limits) happens before this, in the accept loop, and PROXY
+//! protocol stages slot in between accept and inspect / connect and splice.
+//!
+//! Not here: socket options, parsing, or policy; only the order of stages.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::addr::PeerAddr;
+use crate::close::CloseReason;
+use crate::config::Listener;
+use crate::relay::Transferred;
+use crate::{connect, inspect, relay, route, sockopt};
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A freshly accepted client connection.
+#[derive(Debug)]
+pub struct Accepted {
+    pub stream: TcpStream,
+    pub peer: PeerAddr,
+    pub at: Instant,
+}
+
+/// What the connection's log line says; filled in stage by stage.
+#[derive(Debug)]
+pub struct ConnRecord {
+    pub id: u64,
+    pub listener: Arc<Listener>,
+    pub peer: PeerAddr,
+    pub started: Instant,
+    pub sni: Option<String>,
+    pub alpn: Option<String>,
+    pub ech: bool,
+    pub route: Option<String>,
+    pub backend: Option<String>,
+    pub backend_addr: Option<std::net::SocketAddr>,
+    pub moved: Transferred,
+}
+
+impl ConnRecord {
+    fn new(listener: Arc<Listener>, accepted: &Accepted) -> Self {
+        ConnRecord {
+            id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+            listener,
+            peer: accepted.peer,
+            started: accepted.at,
+            sni: None,
+            alpn: None,
+            ech: false,
+            route: None,
+            backend: None,
+            backend_addr: None,
+            moved: Transferred::default(),
+        }
+    }
+
+    /// Writes the connection's one log line (none for a silent connection).
+    fn close(&self, reason: CloseReason) {
+        if reason == CloseReason::Silent {
+            return;
+        }
+        macro_rules! line {
+            ($level:expr) => {
+                tracing::event!(
+                    target: "snirelay::access",
+                    $level,
+                    conn_id = self.id,
+                    listener = %self.listener.name,
+                    client.peer = %self.peer,
+                    sni = self.sni.as_deref(),
+                    alpn = self.alpn.as_deref(),
+                    ech = self.ech,
+                    route = self.route.as_deref(),
+                    backend = self.backend.as_deref(),
+                    backend.addr = self.backend_addr.map(tracing::field::display),
+                    bytes.up = self.moved.up,
+                    bytes.down = self.moved.down,
+                    duration_ms = self.started.elapsed().as_millis() as u64,
+                    close = reason.as_str(),
+                    "connection closed"
+                )
+            };
+        }
+        if reason.is_our_fault() {
+            line!(tracing::Level::WARN);
+        } else {
+            line!(tracing::Level::INFO);
+        }
+    }
+}
+
+/// Serves one accepted connection to its end and logs it.
+pub async fn handle(mut accepted: Accepted, listener: Arc<Listener>, cancel: CancellationToken) {
+    let mut record = ConnRecord::new(listener, &accepted);
+    let reason = match serve(&mut accepted, &mut record, &cancel).await {
+        Ok(reason) | Err(reason) => reason,
+    };
+    record.close(reason);
+}
+
+async fn serve(
+    accepted: &mut Accepted,
+    record: &mut ConnRecord,
+    cancel: &CancellationToken,
+) -> Result<CloseReason, CloseReason> {
+    let listener = record.listener.clone();
+    let client = &mut accepted.stream;
+    let _ = sockopt::set_nodelay(client);
+
+    // inspect
+    let deadline = accepted.at + listener.client_hello_timeout;
+    let hello = tokio::select! {
+        hello = inspect::read_hello(client, listener.max_client_hello_bytes, deadline) => hello?,
+        () = cancel.cancelled() => return Err(CloseReason::Shutdown),
+    };
+    record.sni = route::loggable_name(&hello.info);
+    record.ech = hello.info.ech;
+    if !hello.info.alpn.is_empty() {
+        let names: Vec<_> = hello
+            .info
+            .alpn
+            .iter()
+            .map(|p| String::from_utf8_lossy(p))
+            .collect();
+        record.alpn = Some(names.join(",").escape_debug().to_string());
+    }
+
+    // route
+    let target = match route::choose(&listener, &hello.info) {
+        Ok(target) => target,
+        Err(refusal) => {
+            route::refuse(client).await;
+            return Err(refusal.into());
+        }
+    };
+    record.route = Some(target.route.to_owned());
+    record.backend = Some(target.backend.name.clone());
+
+    // connect
+    let mut backend = connect::connect(&target.backend).await?;
+    record.backend_addr = Some(backend.addr);
+
+    // splice
+    let idle = listener.idle_timeout;
+    let reason = relay::relay(
+        client,
+        &mut backend.stream,
+        hello.bytes,
+        idle,
+        cancel,
+        &mut record.moved,
+    )
+    .await;
+    Ok(reason)
+}

@@ -1,0 +1,99 @@
+//! Reading the ClientHello off the socket: the I/O side of `client_hello`.
+//!
+//! Reads into one buffer, re-parses after every read, and stops at the first
+//! verdict. Two bounds hold throughout: the buffer never grows past
+//! `max_client_hello_bytes`, and the whole inspection ends at the deadline
+//! (accept time + `client_hello_timeout`), however the client trickles bytes.
+//! Every byte read is kept in [`Hello::bytes`] to be replayed to the backend,
+//! including any bytes the client sent after the hello.
+//!
+//! Cost: one buffer per connection, starting at [`INITIAL_BUFFER`] bytes and
+//! doubling up to the cap; it is dropped once replayed. Re-parsing is linear
+//! in the bytes held, and a hello takes few reads, so it stays cheap.
+//!
+//! Not here: deciding where the name may go (see `route`).
+
+use std::io;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout_at};
+
+use crate::client_hello::{self, ClientHello, Inspect};
+use crate::close::CloseReason;
+
+/// Most hellos fit, post-quantum ones (about 1.2–1.9 KB) included.
+pub const INITIAL_BUFFER: usize = 4096;
+
+/// A complete ClientHello and every byte that came with it.
+#[derive(Debug)]
+pub struct Hello {
+    pub info: ClientHello,
+    /// All bytes read from the client so far, to be replayed first.
+    pub bytes: Vec<u8>,
+}
+
+/// Why no usable ClientHello was read.
+#[derive(Debug, thiserror::Error)]
+pub enum HelloError {
+    #[error("closed without sending a byte")]
+    Silent,
+    #[error("closed before the ClientHello was complete")]
+    Closed,
+    #[error("no complete ClientHello before the deadline")]
+    Timeout,
+    #[error(transparent)]
+    Invalid(Inspect),
+}
+
+impl From<HelloError> for CloseReason {
+    fn from(e: HelloError) -> Self {
+        match e {
+            HelloError::Silent => CloseReason::Silent,
+            HelloError::Closed => CloseReason::ClientClosed,
+            HelloError::Timeout => CloseReason::HelloTimeout,
+            HelloError::Invalid(Inspect::NotTls) => CloseReason::NotTls,
+            HelloError::Invalid(Inspect::TooLarge) => CloseReason::TooLarge,
+            HelloError::Invalid(Inspect::Malformed | Inspect::Incomplete) => CloseReason::Malformed,
+        }
+    }
+}
+
+/// Reads from `client` until a ClientHello is complete or a bound is hit.
+pub async fn read_hello(
+    client: &mut TcpStream,
+    limit: usize,
+    deadline: Instant,
+) -> Result<Hello, HelloError> {
+    let mut bytes = vec![0; INITIAL_BUFFER.min(limit)];
+    let mut filled = 0;
+    loop {
+        if filled == bytes.len() {
+            let grown = (bytes.len() * 2).min(limit);
+            bytes.resize(grown, 0);
+        }
+        let read = timeout_at(deadline, client.read(&mut bytes[filled..])).await;
+        let n = match read {
+            Err(_elapsed) => return Err(HelloError::Timeout),
+            Ok(Ok(0)) | Ok(Err(_)) if filled == 0 => return Err(HelloError::Silent),
+            Ok(Ok(0)) => return Err(HelloError::Closed),
+            Ok(Err(e)) => return Err(closed_or(e)),
+            Ok(Ok(n)) => n,
+        };
+        filled += n;
+        match client_hello::parse(&bytes[..filled], limit) {
+            Ok(info) => {
+                bytes.truncate(filled);
+                return Ok(Hello { info, bytes });
+            }
+            Err(Inspect::Incomplete) => continue,
+            Err(verdict) => return Err(HelloError::Invalid(verdict)),
+        }
+    }
+}
+
+fn closed_or(_error: io::Error) -> HelloError {
+    // A reset mid-hello is the client going away; the kind adds nothing an
+    // operator can act on.
+    HelloError::Closed
+}

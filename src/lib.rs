@@ -1,0 +1,29 @@
+//! snirelay: a layer-4 relay that routes TLS connections by their SNI
+//! without terminating TLS.
+//!
+//! A connection's life, one module per stage (see DESIGN.md):
+//! [`accept`] → [`inspect`] (over the pure [`client_hello`] parser) →
+//! [`route`] (over [`sni`] and [`matcher`]) → [`connect`] → [`relay`] →
+//! [`close`], strung together in [`conn`]. [`config`] turns the TOML file
+//! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
+//! turns signals into intents. Socket options live in [`sockopt`] only.
+
+#![deny(unsafe_code)]
+
+pub mod accept;
+pub mod addr;
+pub mod cli;
+pub mod client_hello;
+pub mod close;
+pub mod config;
+pub mod conn;
+pub mod connect;
+pub mod inspect;
+pub mod logging;
+pub mod matcher;
+pub mod relay;
+pub mod route;
+pub mod server;
+pub mod signals;
+pub mod sni;
+pub mod sockopt;

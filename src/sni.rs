@@ -1,0 +1,222 @@
+//! Server names: the [`Sni`] a client asked for, and the [`Pattern`]s an
+//! allowlist is written in.
+//!
+//! Both go through one normaliser so that what the config says and what a
+//! client sends are compared in the same form: ASCII-lowercased, one trailing
+//! dot removed, and validated as a DNS host name (labels of 1–63 bytes of
+//! letters, digits, `-` or `_`; at most 253 bytes; not an IP literal, which
+//! RFC 6066 forbids in SNI). Internationalised names must arrive as punycode
+//! (`xn--…`), as every TLS client sends them; raw UTF-8 is refused.
+//!
+//! This module does not match names against routes (see `matcher`) and does
+//! no I/O. Normalising allocates one `String` per client name, because the
+//! name is logged with the connection anyway.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+
+/// Longest DNS name, in bytes, without the trailing dot (RFC 1035 §2.3.4).
+pub const MAX_NAME_BYTES: usize = 253;
+/// Longest DNS label, in bytes.
+pub const MAX_LABEL_BYTES: usize = 63;
+
+/// Why a server name or pattern is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("empty name")]
+    Empty,
+    #[error("name is {0} bytes long; at most {MAX_NAME_BYTES} are allowed")]
+    TooLong(usize),
+    #[error("empty label (two dots in a row, or a leading dot)")]
+    EmptyLabel,
+    #[error("label `{0}` is longer than {MAX_LABEL_BYTES} bytes")]
+    LabelTooLong(String),
+    #[error("character {0:?} is not allowed in a host name (use punycode for non-ASCII names)")]
+    BadChar(char),
+    #[error("an IP address is not a server name")]
+    IpLiteral,
+    #[error("a bare `*` matches everything; list the names or `*.domain` patterns to allow")]
+    BareWildcard,
+    #[error("`*` may only stand alone as the leftmost label, as in `*.example.com`")]
+    MisplacedWildcard,
+}
+
+/// A server name as a client sent it in SNI, normalised and validated.
+///
+/// Invariant: lowercase ASCII, no trailing dot, a valid host name. Built only
+/// by [`Sni::parse`], so holding one proves the checks ran.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sni(String);
+
+impl Sni {
+    /// Normalises and validates the raw bytes of an SNI `host_name` entry.
+    pub fn parse(raw: &[u8]) -> Result<Sni, NameError> {
+        let text = std::str::from_utf8(raw).map_err(|_| {
+            let bad = raw.iter().find(|b| !b.is_ascii()).copied().unwrap_or(0);
+            NameError::BadChar(char::from(bad))
+        })?;
+        normalise_host(text).map(Sni)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Sni {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One allowlist entry: an exact name, or every name below a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Pattern {
+    /// `example.com`: that name only.
+    Exact(String),
+    /// `*.example.com`, stored as the suffix `example.com`: every name below
+    /// it at any depth, never the suffix itself.
+    Below(String),
+}
+
+impl Pattern {
+    /// Parses a config pattern: `example.com` or `*.example.com`.
+    pub fn parse(text: &str) -> Result<Pattern, NameError> {
+        if text == "*" || text == "*." {
+            return Err(NameError::BareWildcard);
+        }
+        if let Some(suffix) = text.strip_prefix("*.") {
+            if suffix.contains('*') {
+                return Err(NameError::MisplacedWildcard);
+            }
+            return normalise_host(suffix).map(Pattern::Below);
+        }
+        if text.contains('*') {
+            return Err(NameError::MisplacedWildcard);
+        }
+        normalise_host(text).map(Pattern::Exact)
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Exact(name) => f.write_str(name),
+            Pattern::Below(suffix) => write!(f, "*.{suffix}"),
+        }
+    }
+}
+
+/// Lowercases, strips one trailing dot and validates a host name.
+fn normalise_host(text: &str) -> Result<String, NameError> {
+    let name = text.strip_suffix('.').unwrap_or(text);
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(NameError::TooLong(name.len()));
+    }
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err(NameError::EmptyLabel);
+        }
+        if label.len() > MAX_LABEL_BYTES {
+            return Err(NameError::LabelTooLong(label.to_owned()));
+        }
+        if let Some(bad) = label
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+        {
+            return Err(NameError::BadChar(bad));
+        }
+    }
+    // No top-level domain is all digits, so `10.0.0.1` or `1.2.3` is an
+    // address, not a name.
+    let last = name.rsplit('.').next().unwrap_or(name);
+    if name.parse::<Ipv4Addr>().is_ok() || last.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(NameError::IpLiteral);
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sni_is_lowercased_and_loses_one_trailing_dot() {
+        assert_eq!(
+            Sni::parse(b"WWW.Example.COM.").unwrap().as_str(),
+            "www.example.com"
+        );
+        assert_eq!(
+            Sni::parse(b"a.example.com..").unwrap_err(),
+            NameError::EmptyLabel
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused_with_their_reason() {
+        assert_eq!(Sni::parse(b"").unwrap_err(), NameError::Empty);
+        assert_eq!(Sni::parse(b".").unwrap_err(), NameError::Empty);
+        assert_eq!(Sni::parse(b"10.0.0.1").unwrap_err(), NameError::IpLiteral);
+        assert_eq!(Sni::parse(b"a b.com").unwrap_err(), NameError::BadChar(' '));
+        assert_eq!(
+            Sni::parse("bücher.de".as_bytes()).unwrap_err(),
+            NameError::BadChar('ü')
+        );
+        assert!(matches!(
+            Sni::parse(&[b'a'; 64]).unwrap_err(),
+            NameError::LabelTooLong(_)
+        ));
+        let long = [
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(63),
+        ]
+        .join(".");
+        assert_eq!(
+            Sni::parse(long.as_bytes()).unwrap_err(),
+            NameError::TooLong(255)
+        );
+        assert_eq!(
+            Sni::parse(&[0xff, b'a']).unwrap_err(),
+            NameError::BadChar('\u{ff}')
+        );
+    }
+
+    #[test]
+    fn patterns_parse_exact_and_below() {
+        assert_eq!(
+            Pattern::parse("Example.com").unwrap(),
+            Pattern::Exact("example.com".into())
+        );
+        assert_eq!(
+            Pattern::parse("*.example.com").unwrap(),
+            Pattern::Below("example.com".into())
+        );
+        assert_eq!(Pattern::parse("*").unwrap_err(), NameError::BareWildcard);
+        assert_eq!(
+            Pattern::parse("a.*.com").unwrap_err(),
+            NameError::MisplacedWildcard
+        );
+        assert_eq!(
+            Pattern::parse("*a.com").unwrap_err(),
+            NameError::MisplacedWildcard
+        );
+        assert_eq!(
+            Pattern::parse("*.*.com").unwrap_err(),
+            NameError::MisplacedWildcard
+        );
+        assert_eq!(Pattern::parse("a..com").unwrap_err(), NameError::EmptyLabel);
+        assert_eq!(
+            Pattern::parse("192.0.2.1").unwrap_err(),
+            NameError::IpLiteral
+        );
+        assert_eq!(
+            Pattern::parse("*.xn--bcher-kva.de").unwrap().to_string(),
+            "*.xn--bcher-kva.de"
+        );
+    }
+}

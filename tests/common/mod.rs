@@ -1,0 +1,424 @@
+//! Test harness shared by the integration tests: the relay as a real child
+//! process on port 0, certificates made at test time, TLS and raw backends
+//! on loopback, and clients.
+//!
+//! Readiness is never slept for: the relay's JSON log is read line by line,
+//! and tests wait (with a deadline) for the `ready` line or for a
+//! connection's `connection closed` line.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// How long any wait in a test may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------- the relay
+
+/// A running `snirelay` child process.
+pub struct Relay {
+    child: Child,
+    dir: PathBuf,
+    pub config_path: PathBuf,
+    /// Bound addresses by listener name, in the order they were logged.
+    pub listening: HashMap<String, Vec<SocketAddr>>,
+    log: Arc<LogBook>,
+}
+
+/// Every JSON line the relay has written to stderr so far.
+#[derive(Default)]
+pub struct LogBook {
+    lines: Mutex<Vec<Value>>,
+    changed: Notify,
+}
+
+impl Relay {
+    /// Starts the relay on `config` (TOML text) and waits for `ready`.
+    pub async fn start(config: &str) -> Relay {
+        Relay::start_with_args(config, &[]).await
+    }
+
+    pub async fn start_with_args(config: &str, args: &[&str]) -> Relay {
+        let dir = scratch_dir("relay");
+        let config_path = dir.join("snirelay.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_snirelay"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .args(["--log-format", "json", "--log-level", "debug"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start snirelay");
+        let log = Arc::new(LogBook::default());
+        let stderr = child.stderr.take().unwrap();
+        let book = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "raw": line }));
+                book.lines.lock().unwrap().push(value);
+                book.changed.notify_waiters();
+            }
+            book.lines
+                .lock()
+                .unwrap()
+                .push(serde_json::json!({ "message": "<stderr closed>" }));
+            book.changed.notify_waiters();
+        });
+        let mut relay = Relay {
+            child,
+            dir,
+            config_path,
+            listening: HashMap::new(),
+            log,
+        };
+        relay
+            .wait_log(|l| l["message"] == "ready" || l["message"] == "<stderr closed>")
+            .await;
+        for line in relay.log_lines() {
+            if line["message"] == "listening" {
+                let name = line["listener"].as_str().unwrap().to_owned();
+                let addr = line["addr"].as_str().unwrap().parse().unwrap();
+                relay.listening.entry(name).or_default().push(addr);
+            }
+        }
+        assert!(
+            !relay.listening.is_empty(),
+            "relay did not start: {:#?}",
+            relay.log_lines()
+        );
+        relay
+    }
+
+    /// The first address of the first listener.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr_of("tls")
+    }
+
+    pub fn addr_of(&self, listener: &str) -> SocketAddr {
+        self.listening[listener][0]
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_lines(&self) -> Vec<Value> {
+        self.log.lines.lock().unwrap().clone()
+    }
+
+    /// Waits until a log line satisfies `pred`, and returns it.
+    pub async fn wait_log(&self, pred: impl Fn(&Value) -> bool) -> Value {
+        let book = self.log.clone();
+        let found = tokio::time::timeout(WAIT, async {
+            loop {
+                let changed = book.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if let Some(line) = book.lines.lock().unwrap().iter().find(|l| pred(l)) {
+                    return line.clone();
+                }
+                changed.await;
+            }
+        })
+        .await;
+        match found {
+            Ok(line) => line,
+            Err(_) => panic!(
+                "no matching log line within {WAIT:?}; log: {:#?}",
+                self.log_lines()
+            ),
+        }
+    }
+
+    /// Waits for the `connection closed` line of the connection from `peer`.
+    pub async fn closed_line(&self, peer: SocketAddr) -> Value {
+        let peer = peer.to_string();
+        self.wait_log(|l| l["message"] == "connection closed" && l["client.peer"] == peer.as_str())
+            .await
+    }
+
+    /// Lines about closed connections.
+    pub fn closed_lines(&self) -> Vec<Value> {
+        self.log_lines()
+            .into_iter()
+            .filter(|l| l["message"] == "connection closed")
+            .collect()
+    }
+
+    /// Open descriptors of the relay process.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// Sends a signal to the relay.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    pub async fn wait_exit(&mut self) -> Option<i32> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "relay did not exit");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A fresh directory for one test's files.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "snirelay-test-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A one-listener config routing `patterns` to `backend`.
+pub fn simple_config(patterns: &[&str], backend: SocketAddr, listener_extra: &str) -> String {
+    let sni = patterns
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+{listener_extra}
+
+[[route]]
+sni = [{sni}]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend}"]
+connect_timeout = "2s"
+"#
+    )
+}
+
+// ------------------------------------------------------------ certificates
+
+/// A CA, a server certificate for some names, and a client certificate.
+pub struct Pki {
+    pub ca: CertificateDer<'static>,
+    pub server_chain: Vec<CertificateDer<'static>>,
+    server_key: Vec<u8>,
+    pub client_chain: Vec<CertificateDer<'static>>,
+    client_key: Vec<u8>,
+}
+
+impl Pki {
+    pub fn new(server_names: &[&str]) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "snirelay test CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let names: Vec<String> = server_names.iter().map(|s| s.to_string()).collect();
+        let server_key = KeyPair::generate().unwrap();
+        let server = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&server_key, &issuer)
+            .unwrap();
+
+        let client_key = KeyPair::generate().unwrap();
+        let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        client_params
+            .distinguished_name
+            .push(DnType::CommonName, "agent-42");
+        let client = client_params.signed_by(&client_key, &issuer).unwrap();
+
+        Pki {
+            ca: ca.der().clone(),
+            server_chain: vec![server.der().clone()],
+            server_key: server_key.serialize_der(),
+            client_chain: vec![client.der().clone()],
+            client_key: client_key.serialize_der(),
+        }
+    }
+
+    fn roots(&self) -> rustls::RootCertStore {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.clone()).unwrap();
+        roots
+    }
+
+    /// A server that requires a client certificate signed by the CA.
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(self.roots()))
+            .build()
+            .unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.server_key.clone()));
+        let config = rustls::ServerConfig::builder()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.server_chain.clone(), key)
+            .unwrap();
+        Arc::new(config)
+    }
+
+    /// A client that trusts the CA and presents the client certificate.
+    pub fn client_config(&self) -> rustls::ClientConfig {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.client_key.clone()));
+        rustls::ClientConfig::builder()
+            .with_root_certificates(self.roots())
+            .with_client_auth_cert(self.client_chain.clone(), key)
+            .unwrap()
+    }
+}
+
+// --------------------------------------------------------------- backends
+
+type Handler<S> = Arc<dyn Fn(S) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A TLS backend (requires client certificates) on 127.0.0.1:0 that runs
+/// `handler` on every accepted, handshaken connection.
+pub async fn tls_backend<F, Fut>(pki: &Pki, handler: F) -> SocketAddr
+where
+    F: Fn(tokio_rustls::server::TlsStream<TcpStream>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config());
+    let handler: Handler<_> = Arc::new(move |s| Box::pin(handler(s)));
+    raw_backend(move |tcp| {
+        let acceptor = acceptor.clone();
+        let handler = handler.clone();
+        async move {
+            if let Ok(tls) = acceptor.accept(tcp).await {
+                handler(tls).await;
+            }
+        }
+    })
+    .await
+}
+
+/// A plain TCP backend on 127.0.0.1:0 that runs `handler` per connection.
+pub async fn raw_backend<F, Fut>(handler: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handler = Arc::new(handler);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let handler = handler.clone();
+            tokio::spawn(async move { handler(stream).await });
+        }
+    });
+    addr
+}
+
+/// An address on which nothing listens (connects are refused).
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+// ----------------------------------------------------------------- clients
+
+/// Connects a rustls client through `relay_addr` with SNI `name`.
+pub async fn tls_connect<S: AsyncRead + AsyncWrite + Unpin>(
+    config: rustls::ClientConfig,
+    name: &str,
+    stream: S,
+) -> std::io::Result<tokio_rustls::client::TlsStream<S>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    connector
+        .connect(ServerName::try_from(name.to_owned()).unwrap(), stream)
+        .await
+}
+
+/// A real ClientHello captured from a client, by file name in tests/data.
+pub fn capture(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A stream wrapper that writes at most `max` bytes per write call and
+/// flushes each, so every TLS byte leaves in its own small segment.
+pub struct Trickle<S> {
+    pub inner: S,
+    pub max: usize,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Trickle<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Trickle<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let max = self.max.min(buf.len());
+        Pin::new(&mut self.inner).poll_write(cx, &buf[..max])
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
