@@ -179,6 +179,24 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
         Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) => hello,
         _ => return Err(Inspect::Malformed),
     };
+    // tls-parser reads an extensions block whose length overruns the message
+    // as "no extensions"; the message must end exactly where its fields do.
+    let fixed = HANDSHAKE_HEADER_LEN
+        + 2 // legacy_version
+        + 32 // random
+        + 1
+        + hello.session_id.map_or(0, <[u8]>::len)
+        + 2
+        + 2 * hello.ciphers.len()
+        + 1
+        + hello.comp.len();
+    let expected = match hello.ext {
+        None => fixed,
+        Some(ext) => fixed + 2 + ext.len(),
+    };
+    if message.len() != expected {
+        return Err(Inspect::Malformed);
+    }
     let mut found = ClientHello {
         server_name: None,
         alpn: Vec::new(),

@@ -106,6 +106,9 @@ pub async fn handle(mut accepted: Accepted, listener: Arc<Listener>, cancel: Can
     let reason = match serve(&mut accepted, &mut record, &cancel).await {
         Ok(reason) | Err(reason) => reason,
     };
+    // Both sockets are closed before the line is written, so a log line
+    // means the connection's descriptors are gone.
+    drop(accepted);
     record.close(reason);
 }
 

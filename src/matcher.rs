@@ -5,7 +5,7 @@
 //! itself; among wildcards the longest suffix wins; comparisons are on label
 //! boundaries, so `badexample.com` never matches `example.com` or
 //! `*.example.com`. Case and the trailing dot are already normalised away by
-//! [`Sni`](crate::sni::Sni) and [`Pattern`].
+//! [`Sni`] and [`Pattern`].
 //!
 //! Cost: one hash lookup for the exact table, then one per label of the name
 //! for the wildcard table, starting at the longest suffix; no allocation and

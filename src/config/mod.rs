@@ -175,6 +175,7 @@ impl Config {
 #[derive(Default)]
 struct Checker {
     problems: Vec<Problem>,
+    declared_backends: HashSet<String>,
 }
 
 impl Checker {
@@ -186,6 +187,7 @@ impl Checker {
     }
 
     fn config(&mut self, file: &FileConfig) -> Option<Config> {
+        self.declared_backends = file.backends.keys().cloned().collect();
         let global = Global {
             max_connections: self
                 .ranged(
@@ -326,6 +328,8 @@ impl Checker {
             None | Some("reject") => Some(NoSni::Reject),
             Some(name) => match backends.get(name) {
                 Some(backend) => Some(NoSni::Backend(backend.clone())),
+                // Declared but invalid: its own problems are reported already.
+                None if self.declared_backends.contains(name) => None,
                 None => {
                     self.problem(
                         format!("{key}.no_sni"),

@@ -129,23 +129,36 @@ impl Relay {
 
     /// Waits until a log line satisfies `pred`, and returns it.
     pub async fn wait_log(&self, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_lines(|lines| lines.iter().find(|l| pred(l)).cloned())
+            .await
+    }
+
+    /// Waits until at least `count` log lines satisfy `pred`.
+    pub async fn wait_count(&self, count: usize, pred: impl Fn(&Value) -> bool) {
+        self.wait_lines(|lines| (lines.iter().filter(|l| pred(l)).count() >= count).then_some(()))
+            .await
+    }
+
+    /// Waits until `look` finds something in the log so far. `look` runs
+    /// with the log locked, so it must not call back into the relay.
+    pub async fn wait_lines<T>(&self, look: impl Fn(&[Value]) -> Option<T>) -> T {
         let book = self.log.clone();
         let found = tokio::time::timeout(WAIT, async {
             loop {
                 let changed = book.changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                if let Some(line) = book.lines.lock().unwrap().iter().find(|l| pred(l)) {
-                    return line.clone();
+                if let Some(found) = look(&book.lines.lock().unwrap()) {
+                    return found;
                 }
                 changed.await;
             }
         })
         .await;
         match found {
-            Ok(line) => line,
+            Ok(found) => found,
             Err(_) => panic!(
-                "no matching log line within {WAIT:?}; log: {:#?}",
+                "log condition not met within {WAIT:?}; log: {:#?}",
                 self.log_lines()
             ),
         }

@@ -1,0 +1,50 @@
+//! Prints what snirelay reads from a captured ClientHello: SNI, ALPN, ECH,
+//! and the verdict the relay would reach.
+//!
+//! `cargo run --example inspect_hello -- tests/data/chromium_pq.bin`
+//!
+//! A capture is the raw bytes a client sent first on a TCP connection, e.g.
+//! from `tshark -w` or a listener that writes what it receives.
+
+use snirelay::client_hello::parse;
+use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES;
+use snirelay::sni::Sni;
+
+fn main() {
+    let mut status = 0;
+    for path in std::env::args().skip(1) {
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                eprintln!("{path}: {e}");
+                status = 1;
+                continue;
+            }
+        };
+        match parse(&bytes, DEFAULT_MAX_CLIENT_HELLO_BYTES) {
+            Ok(hello) => {
+                let sni = match hello.server_name.as_deref().map(Sni::parse) {
+                    None => "(none)".to_owned(),
+                    Some(Ok(sni)) => sni.to_string(),
+                    Some(Err(e)) => format!("(invalid: {e})"),
+                };
+                let alpn: Vec<_> = hello
+                    .alpn
+                    .iter()
+                    .map(|p| String::from_utf8_lossy(p))
+                    .collect();
+                println!(
+                    "{path}: {} bytes, sni={sni}, alpn=[{}], ech={}",
+                    hello.len,
+                    alpn.join(","),
+                    hello.ech
+                );
+            }
+            Err(verdict) => {
+                println!("{path}: {verdict}");
+                status = 1;
+            }
+        }
+    }
+    std::process::exit(status);
+}

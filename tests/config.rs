@@ -1,0 +1,162 @@
+//! Config fixtures and the `check` command.
+//!
+//! Every file in tests/config/valid (and the shipped config/*.toml) must
+//! load; every file in tests/config/invalid must fail, and its message must
+//! contain each `# error: …` line the fixture declares (key and bad value).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use snirelay::config::Config;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn toml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no fixtures in {}", dir.display());
+    files
+}
+
+#[test]
+fn valid_fixtures_and_shipped_configs_load() {
+    let mut files = toml_files(&root().join("tests/config/valid"));
+    files.extend(toml_files(&root().join("config")));
+    for file in files {
+        if let Err(e) = Config::load(&file) {
+            panic!("{} should load:\n{e}", file.display());
+        }
+    }
+}
+
+#[test]
+fn invalid_fixtures_fail_naming_the_key_and_value() {
+    for file in toml_files(&root().join("tests/config/invalid")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expected: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# error: "))
+            .collect();
+        assert!(
+            !expected.is_empty(),
+            "{} declares no `# error:` line",
+            file.display()
+        );
+        let error = match Config::load(&file) {
+            Ok(_) => panic!("{} should fail", file.display()),
+            Err(e) => e.to_string(),
+        };
+        for want in expected {
+            assert!(
+                error.contains(want),
+                "{}: error does not contain {want:?}:\n{error}",
+                file.display()
+            );
+        }
+        // Errors name the file they came from.
+        assert!(error.contains(&*file.to_string_lossy()), "{error}");
+    }
+}
+
+#[test]
+fn the_shipped_example_is_what_the_readme_promises() {
+    let config = Config::load(&root().join("config/snirelay.toml")).unwrap();
+    let tls = config.listener("tls").unwrap();
+    assert_eq!(tls.listen, ["127.0.0.1:8443".parse().unwrap()]);
+    let backend = &tls.routes[0].backend;
+    assert_eq!(backend.addresses, ["127.0.0.1:9443".parse().unwrap()]);
+    let sni = |s: &str| snirelay::sni::Sni::parse(s.as_bytes()).unwrap();
+    assert!(tls.matcher.find(&sni("localhost")).is_some());
+    assert!(tls.matcher.find(&sni("app.localhost")).is_some());
+    assert!(tls.matcher.find(&sni("example.com")).is_none());
+}
+
+fn snirelay(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn check_prints_ok_for_a_valid_file() {
+    let shipped = root().join("config/snirelay.toml");
+    let (code, stdout, _) = snirelay(&["check", "--config", shipped.to_str().unwrap()]);
+    assert_eq!((code, stdout.as_str()), (0, "ok\n"));
+}
+
+#[test]
+fn check_lists_every_problem_and_exits_1() {
+    let file = root().join("tests/config/invalid/several_problems.toml");
+    let (code, stdout, stderr) = snirelay(&["check", "--config", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("5 problem(s)"), "{stderr}");
+    assert!(stderr.contains("route[0].backend"), "{stderr}");
+}
+
+#[test]
+fn run_refuses_an_invalid_file_and_a_missing_one() {
+    let file = root().join("tests/config/invalid/bad_duration.toml");
+    let (code, _, stderr) = snirelay(&["--config", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("listener[0].client_hello_timeout"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = snirelay(&["run", "--config", "/nonexistent/snirelay.toml"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("/nonexistent/snirelay.toml: cannot read"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn version_and_help() {
+    let (code, stdout, _) = snirelay(&["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stdout.trim(),
+        format!("snirelay {}", env!("CARGO_PKG_VERSION"))
+    );
+    let (code, stdout, _) = snirelay(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("check"), "{stdout}");
+    let (code, _, _) = snirelay(&["--no-such-flag"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn a_bind_failure_names_the_listener_and_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = std::env::temp_dir().join(format!("snirelay-bind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[listener]]\nname = \"tls\"\nlisten = [\"{addr}\"]\n[[route]]\nsni = [\"a.example\"]\nbackend = \"b\"\n[backend.b]\naddresses = [\"127.0.0.1:9\"]\n"
+        ),
+    )
+    .unwrap();
+    let (code, _, stderr) = snirelay(&["run", "--config", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&format!("listener \"tls\": cannot listen on {addr}")),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
