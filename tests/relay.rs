@@ -529,3 +529,30 @@ async fn connections_that_send_nothing_are_not_logged() {
     let lines = relay.closed_lines();
     assert_eq!(lines.len(), 1, "{lines:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_listener_serves_ipv4_and_ipv6_addresses() {
+    let pki = Pki::new(&["dual.example.com"]);
+    let backend = echo_backend(&pki).await;
+    let config = simple_config(&["dual.example.com"], backend, "").replace(
+        r#"listen = ["127.0.0.1:0"]"#,
+        r#"listen = ["127.0.0.1:0", "[::1]:0"]"#,
+    );
+    let relay = Relay::start(&config).await;
+    let addrs = &relay.listening["tls"];
+    assert_eq!(addrs.len(), 2);
+    assert!(addrs[0].is_ipv4() && addrs[1].is_ipv6(), "{addrs:?}");
+    for &addr in addrs {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let local = tcp.local_addr().unwrap();
+        let mut tls = tls_connect(pki.client_config(), "dual.example.com", tcp)
+            .await
+            .unwrap();
+        echo_roundtrip(&mut tls, addr.to_string().as_bytes()).await;
+        drop(tls);
+        assert_eq!(
+            relay.closed_line(local).await["client.peer"],
+            local.to_string()
+        );
+    }
+}
