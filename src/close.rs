@@ -37,6 +37,15 @@ pub enum CloseReason {
     BackendReset,
     /// The relay closed the connection because it is shutting down.
     Shutdown,
+    /// A trusted source on a `require` listener sent no complete PROXY
+    /// header before `client_hello_timeout`.
+    ProxyMissing,
+    /// A trusted source sent a PROXY header that breaks the spec.
+    ProxyInvalid,
+    /// A PROXY signature from a source outside `trusted`.
+    ProxyUntrusted,
+    /// The PROXY hop count exceeds `max_hops`: a routing loop between relays.
+    HopLimit,
 }
 
 impl CloseReason {
@@ -56,13 +65,21 @@ impl CloseReason {
             CloseReason::ClientReset => "client_reset",
             CloseReason::BackendReset => "backend_reset",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::ProxyMissing => "proxy_missing",
+            CloseReason::ProxyInvalid => "proxy_invalid",
+            CloseReason::ProxyUntrusted => "proxy_untrusted",
+            CloseReason::HopLimit => "hop_limit",
         }
     }
 
     /// Whether the relay or its backends are at fault (logged at warn),
     /// rather than the client or normal life (logged at info).
     pub fn is_our_fault(self) -> bool {
-        matches!(self, CloseReason::ConnectFailed | CloseReason::BackendReset)
+        // A hop-limit refusal is a routing loop in our own fleet.
+        matches!(
+            self,
+            CloseReason::ConnectFailed | CloseReason::BackendReset | CloseReason::HopLimit
+        )
     }
 }
 

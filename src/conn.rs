@@ -1,11 +1,12 @@
 //! One client connection, from accept to its single log line.
 //!
-//! [`handle`] reads top to bottom as the stages of DESIGN.md: inspect →
-//! route → connect → splice → close. Each stage returns its own error type,
+//! [`handle`] reads top to bottom as the stages of DESIGN.md: preface →
+//! inspect → route → connect → announce → splice → close. Each stage returns its own error type,
 //! folded here into one [`CloseReason`]; the [`ConnRecord`] collects the log
 //! fields as stages learn them and is written exactly once, at close.
-//! Admission (limits) happens before this, in the accept loop, and PROXY
-//! protocol stages slot in between accept and inspect / connect and splice.
+//! Admission (limits) happens before this, in the accept loop; for a
+//! trusted peer it keys on the claimed address, known after the preface
+//! (see `preface` for the budget decision and [`ConnRecord::source`]).
 //!
 //! Not here: socket options, parsing, or policy; only the order of stages.
 
@@ -16,11 +17,12 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::addr::PeerAddr;
+use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::close::CloseReason;
 use crate::config::Listener;
+use crate::preface::{self, Source};
 use crate::relay::Transferred;
-use crate::{connect, inspect, relay, route, sockopt};
+use crate::{announce, connect, inspect, relay, route, sockopt};
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -46,6 +48,11 @@ pub struct ConnRecord {
     pub backend: Option<String>,
     pub backend_addr: Option<std::net::SocketAddr>,
     pub moved: Transferred,
+    /// The client address a trusted peer's PROXY header claims (`client.claimed`).
+    pub claimed: Option<ClaimedAddr>,
+    /// Who the connection is from for per-source limits: the peer, a
+    /// claimed client behind a trusted peer, or the trusted peer itself.
+    pub source: Source,
 }
 
 impl ConnRecord {
@@ -62,6 +69,8 @@ impl ConnRecord {
             backend: None,
             backend_addr: None,
             moved: Transferred::default(),
+            claimed: None,
+            source: Source::Direct(accepted.peer),
         }
     }
 
@@ -78,6 +87,7 @@ impl ConnRecord {
                     conn_id = self.id,
                     listener = %self.listener.name,
                     client.peer = %self.peer,
+                    client.claimed = self.claimed.map(tracing::field::display),
                     sni = self.sni.as_deref(),
                     alpn = self.alpn.as_deref(),
                     ech = self.ech,
@@ -121,10 +131,25 @@ async fn serve(
     let client = &mut accepted.stream;
     let _ = sockopt::set_nodelay(client);
 
-    // inspect
+    // preface (only on listeners with [listener.proxy_protocol])
     let deadline = accepted.at + listener.client_hello_timeout;
+    let (inbound, buffered) = match &listener.proxy_protocol {
+        None => (None, Vec::new()),
+        Some(config) => {
+            let preface = tokio::select! {
+                preface = preface::read(client, accepted.peer, config, deadline) => preface?,
+                () = cancel.cancelled() => return Err(CloseReason::Shutdown),
+            };
+            record.source = preface.source;
+            record.claimed = preface.source.claimed();
+            (preface.header, preface.buffered)
+        }
+    };
+
+    // inspect
+    let limit = listener.max_client_hello_bytes;
     let hello = tokio::select! {
-        hello = inspect::read_hello(client, listener.max_client_hello_bytes, deadline) => hello?,
+        hello = inspect::read_hello_after(client, buffered, limit, deadline) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     record.sni = route::loggable_name(&hello.info);
@@ -154,16 +179,35 @@ async fn serve(
     let mut backend = connect::connect(&target.backend).await?;
     record.backend_addr = Some(backend.addr);
 
+    // announce: the PROXY header goes out in the same write as the hello
+    let header = match target.backend.proxy_protocol {
+        announce::Outbound::None => None,
+        version => {
+            let local = client.local_addr().map_err(|_| CloseReason::ClientReset)?;
+            let announcement = announce::Announcement::new(
+                accepted.peer.0,
+                local,
+                inbound.as_ref(),
+                record.sni.as_deref(),
+                record.id,
+            );
+            announce::header(version, target.backend.proxy_protocol_crc32c, &announcement)
+        }
+    };
+    let (replay, header_len) = announce::prepend(header, hello.bytes);
+
     // splice
     let idle = listener.idle_timeout;
     let reason = relay::relay(
         client,
         &mut backend.stream,
-        hello.bytes,
+        replay,
         idle,
         cancel,
         &mut record.moved,
     )
     .await;
+    // `bytes.up` counts the client's bytes, not our header.
+    record.moved.up = record.moved.up.saturating_sub(header_len as u64);
     Ok(reason)
 }

@@ -65,8 +65,30 @@ pub async fn read_hello(
     limit: usize,
     deadline: Instant,
 ) -> Result<Hello, HelloError> {
-    let mut bytes = vec![0; INITIAL_BUFFER.min(limit)];
-    let mut filled = 0;
+    read_hello_after(client, Vec::new(), limit, deadline).await
+}
+
+/// Like [`read_hello`], starting from bytes an earlier stage already read
+/// (the `preface` sniffer): they are parsed first and kept for the replay.
+pub async fn read_hello_after(
+    client: &mut TcpStream,
+    already: Vec<u8>,
+    limit: usize,
+    deadline: Instant,
+) -> Result<Hello, HelloError> {
+    let mut filled = already.len();
+    let mut bytes = already;
+    bytes.resize(filled.max(INITIAL_BUFFER.min(limit)), 0);
+    if filled > 0 {
+        match client_hello::parse(&bytes[..filled], limit) {
+            Ok(info) => {
+                bytes.truncate(filled);
+                return Ok(Hello { info, bytes });
+            }
+            Err(Inspect::Incomplete) => {}
+            Err(verdict) => return Err(HelloError::Invalid(verdict)),
+        }
+    }
     loop {
         if filled == bytes.len() {
             let grown = (bytes.len() * 2).min(limit);

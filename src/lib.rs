@@ -2,9 +2,9 @@
 //! without terminating TLS.
 //!
 //! A connection's life, one module per stage (see DESIGN.md):
-//! [`accept`] → [`inspect`] (over the pure [`client_hello`] parser) →
-//! [`route`] (over [`sni`] and [`matcher`]) → [`connect`] → [`relay`] →
-//! [`close`], strung together in [`conn`]. [`config`] turns the TOML file
+//! [`accept`] → [`preface`] (PROXY protocol in) → [`inspect`] (over the pure
+//! [`client_hello`] parser) → [`route`] (over [`sni`] and [`matcher`]) →
+//! [`connect`] → [`announce`] (PROXY protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
 //! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
 //! turns signals into intents. Socket options live in [`sockopt`] only.
 
@@ -12,6 +12,8 @@
 
 pub mod accept;
 pub mod addr;
+pub mod announce;
+pub mod cidr;
 pub mod cli;
 pub mod client_hello;
 pub mod close;
@@ -21,6 +23,7 @@ pub mod connect;
 pub mod inspect;
 pub mod logging;
 pub mod matcher;
+pub mod preface;
 pub mod relay;
 pub mod route;
 pub mod server;

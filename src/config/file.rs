@@ -40,6 +40,16 @@ pub struct ListenerSection {
     pub idle_timeout: Option<String>,
     pub max_client_hello_bytes: Option<i64>,
     pub no_sni: Option<String>,
+    pub proxy_protocol: Option<ProxyProtocolSection>,
+}
+
+/// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyProtocolSection {
+    pub trusted: Vec<String>,
+    pub mode: Option<String>,
+    pub max_hops: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,6 +66,8 @@ pub struct RouteSection {
 pub struct BackendSection {
     pub addresses: Vec<String>,
     pub connect_timeout: Option<String>,
+    pub proxy_protocol: Option<String>,
+    pub proxy_protocol_crc32c: Option<bool>,
 }
 
 /// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`.

@@ -23,9 +23,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::announce::Outbound;
+use crate::cidr::Cidr;
 use crate::matcher::SniMatcher;
+use crate::preface::{Inbound, Mode};
 use crate::sni::Pattern;
-use file::{BackendSection, FileConfig, ListenerSection};
+use file::{BackendSection, FileConfig, ListenerSection, ProxyProtocolSection};
 
 /// Open client connections the whole process accepts before it pauses accepting.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -41,11 +44,21 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub const DEFAULT_MAX_CLIENT_HELLO_BYTES: usize = 16 * 1024;
 /// Per backend address connect attempt.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// `[listener.proxy_protocol] mode`: a trusted source must send a header.
+pub const DEFAULT_PROXY_PROTOCOL_MODE: Mode = Mode::Require;
+/// `[listener.proxy_protocol] max_hops`: relay-to-relay hops a connection may
+/// have crossed before this listener refuses it (`hop_limit`).
+pub const DEFAULT_MAX_HOPS: u8 = 3;
+/// `[backend.*] proxy_protocol`: no header is sent.
+pub const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
+/// `[backend.*] proxy_protocol_crc32c`: no checksum TLV.
+pub const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
 
 /// Bounds that keep a setting meaningful.
 const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
 const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
 const BACKLOG_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
+const MAX_HOPS_RANGE: std::ops::RangeInclusive<i64> = 1..=16;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
@@ -73,6 +86,9 @@ pub struct Listener {
     pub routes: Vec<Route>,
     /// Pattern → index into `routes`.
     pub matcher: SniMatcher<usize>,
+    /// Inbound PROXY protocol; `None` when the listener has no
+    /// `[listener.proxy_protocol]` section (no preface stage at all).
+    pub proxy_protocol: Option<Inbound>,
 }
 
 /// What a listener does with a ClientHello that carries no SNI.
@@ -96,6 +112,10 @@ pub struct Backend {
     pub name: String,
     pub addresses: Vec<SocketAddr>,
     pub connect_timeout: Duration,
+    /// The PROXY header sent to this backend before the client's bytes.
+    pub proxy_protocol: Outbound,
+    /// Whether that (v2) header carries a CRC32C TLV.
+    pub proxy_protocol_crc32c: bool,
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and
@@ -268,10 +288,35 @@ impl Checker {
             &section.connect_timeout,
             DEFAULT_CONNECT_TIMEOUT,
         )?;
+        let proxy_protocol = match section.proxy_protocol.as_deref() {
+            None => DEFAULT_PROXY_PROTOCOL,
+            Some("none") => Outbound::None,
+            Some("v1") => Outbound::V1,
+            Some("v2") => Outbound::V2,
+            Some(other) => {
+                self.problem(
+                    format!("{key}.proxy_protocol"),
+                    format!("{other:?} is not one of \"v2\", \"v1\", \"none\""),
+                );
+                return None;
+            }
+        };
+        let proxy_protocol_crc32c = section
+            .proxy_protocol_crc32c
+            .unwrap_or(DEFAULT_PROXY_PROTOCOL_CRC32C);
+        if proxy_protocol_crc32c && proxy_protocol != Outbound::V2 {
+            self.problem(
+                format!("{key}.proxy_protocol_crc32c"),
+                "true needs proxy_protocol = \"v2\" (only v2 headers carry a checksum)",
+            );
+            return None;
+        }
         (addresses.len() == section.addresses.len()).then(|| Backend {
             name: name.to_owned(),
             addresses,
             connect_timeout,
+            proxy_protocol,
+            proxy_protocol_crc32c,
         })
     }
 
@@ -339,6 +384,10 @@ impl Checker {
                 }
             },
         };
+        let proxy_protocol = match &section.proxy_protocol {
+            None => Some(None),
+            Some(pp) => self.inbound(&format!("{key}.proxy_protocol"), pp).map(Some),
+        };
         Some(Listener {
             name: section.name.clone(),
             listen: (listen.len() == raw_listen.len()).then_some(listen)?,
@@ -349,6 +398,47 @@ impl Checker {
             no_sni: no_sni?,
             routes: Vec::new(),
             matcher: SniMatcher::new(),
+            proxy_protocol: proxy_protocol?,
+        })
+    }
+
+    fn inbound(&mut self, key: &str, section: &ProxyProtocolSection) -> Option<Inbound> {
+        if section.trusted.is_empty() {
+            self.problem(
+                format!("{key}.trusted"),
+                "at least one network is required (only trusted peers may send a header)",
+            );
+        }
+        let mut trusted = Vec::new();
+        for (i, text) in section.trusted.iter().enumerate() {
+            match text.parse::<Cidr>() {
+                Ok(net) => trusted.push(net),
+                Err(e) => self.problem(format!("{key}.trusted[{i}]"), format!("{text:?}: {e}")),
+            }
+        }
+        let mode = match section.mode.as_deref() {
+            None => Some(DEFAULT_PROXY_PROTOCOL_MODE),
+            Some("require") => Some(Mode::Require),
+            Some("optional") => Some(Mode::Optional),
+            Some(other) => {
+                self.problem(
+                    format!("{key}.mode"),
+                    format!("{other:?} is neither \"require\" nor \"optional\""),
+                );
+                None
+            }
+        };
+        let max_hops = self.ranged(
+            &format!("{key}.max_hops"),
+            section.max_hops,
+            MAX_HOPS_RANGE,
+            i64::from(DEFAULT_MAX_HOPS),
+        );
+        (trusted.len() == section.trusted.len() && !trusted.is_empty()).then_some(())?;
+        Some(Inbound {
+            trusted,
+            mode: mode?,
+            max_hops: max_hops? as u8,
         })
     }
 

@@ -1,0 +1,330 @@
+//! The announce stage: the PROXY protocol header a backend receives before
+//! the client's first byte, so the origin learns who the client is without
+//! the edge terminating TLS.
+//!
+//! Per backend, `proxy_protocol = "v2" | "v1" | "none"`. The header is put in
+//! front of the replayed ClientHello bytes, so both leave in one write (one
+//! segment, normally): a backend never sees a header without its hello.
+//! - Command PROXY over TCP. Source: the claimed client when one arrived
+//!   from a trusted peer, otherwise the measured peer. Destination: what the
+//!   client connected to (the claimed destination, otherwise the local
+//!   address of the accepted socket). When the two differ in family, both
+//!   are sent as IPv6 with IPv4-mapped addresses; an IPv4-mapped pair is
+//!   sent as IPv4. No address is ever invented.
+//! - v2 TLVs: AUTHORITY = the SNI (or the AUTHORITY that arrived from a
+//!   peer relay, carried through); UNIQUE_ID = the decimal `conn_id` of the
+//!   connection's log line; CRC32C when `proxy_protocol_crc32c = true`; the
+//!   hop count [`TLV_HOPS`] when the connection itself arrived with a header
+//!   (incremented). No SSL TLV: the relay negotiated no TLS.
+//! - v1 carries addresses only (`PROXY TCP4|TCP6 …\r\n`).
+//! - [`local_header`] encodes the LOCAL command (v1: `PROXY UNKNOWN`) for
+//!   anything the relay sends on its own behalf, such as health checks.
+//!
+//! Encoding is the `ppp` crate's; the CRC32C (the `crc32c` crate) is filled
+//! in here. Not here: reading headers (see `preface`). Cost: one header of
+//! well under 512 bytes per connection, copied once with the hello.
+
+use std::net::{IpAddr, SocketAddr};
+
+use ppp::v2;
+
+use crate::cidr::canonical;
+use crate::preface::{self, Announced, TLV_AUTHORITY, TLV_CRC32C, TLV_HOPS, TLV_UNIQUE_ID};
+
+/// A backend's `proxy_protocol` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Outbound {
+    #[default]
+    None,
+    V1,
+    V2,
+}
+
+/// What the header for one client connection says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announcement {
+    pub source: SocketAddr,
+    pub destination: SocketAddr,
+    pub authority: Option<Vec<u8>>,
+    pub unique_id: u64,
+    /// Set when the connection arrived with a PROXY header.
+    pub hops: Option<u8>,
+}
+
+impl Announcement {
+    /// The announcement for a connection from `peer` to `local`, which may
+    /// have arrived with `inbound` (from a trusted peer) and carries `sni`.
+    pub fn new(
+        peer: SocketAddr,
+        local: SocketAddr,
+        inbound: Option<&preface::Header>,
+        sni: Option<&str>,
+        conn_id: u64,
+    ) -> Announcement {
+        let (source, destination) = match inbound.map(|h| h.addresses) {
+            Some(Announced::Proxy {
+                source,
+                destination,
+            }) => (source, destination),
+            _ => (peer, local),
+        };
+        let authority = inbound
+            .and_then(|h| h.authority.clone())
+            .or_else(|| sni.map(|s| s.as_bytes().to_vec()));
+        Announcement {
+            source,
+            destination,
+            authority,
+            unique_id: conn_id,
+            hops: inbound.map(|h| h.hops.saturating_add(1)),
+        }
+    }
+}
+
+/// Both addresses in one family: IPv4 when both are (or map to) IPv4,
+/// otherwise IPv6 with IPv4-mapped addresses.
+pub fn same_family(source: SocketAddr, destination: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let (s, d) = (canonical(source.ip()), canonical(destination.ip()));
+    let (s, d) = match (s, d) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => (s, d),
+        _ => (v6(s), v6(d)),
+    };
+    (
+        SocketAddr::new(s, source.port()),
+        SocketAddr::new(d, destination.port()),
+    )
+}
+
+fn v6(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+        IpAddr::V6(_) => ip,
+    }
+}
+
+/// The header for `announcement`, or nothing when the backend takes none.
+pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> Option<Vec<u8>> {
+    let (source, destination) = same_family(announcement.source, announcement.destination);
+    match version {
+        Outbound::None => None,
+        Outbound::V1 => Some(
+            ppp::v1::Addresses::from((source, destination))
+                .to_string()
+                .into_bytes(),
+        ),
+        Outbound::V2 => {
+            let unique_id = announcement.unique_id.to_string();
+            let mut tlvs: Vec<(u8, &[u8])> = Vec::with_capacity(4);
+            if let Some(authority) = &announcement.authority {
+                tlvs.push((TLV_AUTHORITY, authority));
+            }
+            tlvs.push((TLV_UNIQUE_ID, unique_id.as_bytes()));
+            let hops = announcement.hops.map(|h| [h]);
+            if let Some(hops) = &hops {
+                tlvs.push((TLV_HOPS, hops));
+            }
+            let builder = v2::Builder::with_addresses(
+                v2::Version::Two | v2::Command::Proxy,
+                v2::Protocol::Stream,
+                (source, destination),
+            );
+            Some(finish(builder, &tlvs, crc32c))
+        }
+    }
+}
+
+/// A LOCAL-command header: the relay speaking for itself (health checks).
+pub fn local_header(version: Outbound, crc32c: bool) -> Option<Vec<u8>> {
+    match version {
+        Outbound::None => None,
+        Outbound::V1 => Some(b"PROXY UNKNOWN\r\n".to_vec()),
+        Outbound::V2 => {
+            let builder = v2::Builder::new(
+                v2::Version::Two | v2::Command::Local,
+                v2::AddressFamily::Unspecified | v2::Protocol::Unspecified,
+            );
+            Some(finish(builder, &[], crc32c))
+        }
+    }
+}
+
+/// Puts `header` in front of `replay`, for one write; returns the header's
+/// length so byte counts can leave it out.
+pub fn prepend(header: Option<Vec<u8>>, replay: Vec<u8>) -> (Vec<u8>, usize) {
+    match header {
+        None => (replay, 0),
+        Some(mut header) => {
+            let len = header.len();
+            header.extend_from_slice(&replay);
+            (header, len)
+        }
+    }
+}
+
+fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -> Vec<u8> {
+    let mut builder = builder;
+    for &(kind, value) in tlvs {
+        builder = builder.write_tlv(kind, value).expect(BOUNDED);
+    }
+    if crc32c {
+        builder = builder.write_tlv(TLV_CRC32C, &[0; 4]).expect(BOUNDED);
+    }
+    let mut bytes = builder.build().expect(BOUNDED);
+    if crc32c {
+        // The checksum covers the whole header with its own value zeroed,
+        // which is how it was written; it goes last, in network order.
+        let sum = crc32c::crc32c(&bytes);
+        let at = bytes.len() - 4;
+        bytes[at..].copy_from_slice(&sum.to_be_bytes());
+    }
+    bytes
+}
+
+/// ppp's writer fails only past 65,535 payload bytes; ours holds two
+/// addresses, an AUTHORITY of at most `preface::V2_MAX_BYTES`, a u64 in
+/// decimal, one hop byte and a checksum.
+const BOUNDED: &str = "a PROXY v2 header of bounded size always encodes";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::preface::{Parse, Version, parse};
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    fn parsed(bytes: &[u8]) -> preface::Header {
+        match parse(bytes) {
+            Parse::Header(h) => h,
+            other => panic!("{other:?} for {bytes:?}"),
+        }
+    }
+
+    #[test]
+    fn v2_header_round_trips_with_tlvs_and_checksum() {
+        let a = Announcement::new(
+            addr("198.51.100.7:50000"),
+            addr("192.0.2.1:443"),
+            None,
+            Some("app.example.com"),
+            42,
+        );
+        for crc in [false, true] {
+            let bytes = header(Outbound::V2, crc, &a).unwrap();
+            let h = parsed(&bytes);
+            assert_eq!(h.len, bytes.len());
+            assert_eq!(h.version, Version::V2);
+            assert_eq!(
+                h.addresses,
+                Announced::Proxy {
+                    source: a.source,
+                    destination: a.destination
+                }
+            );
+            assert_eq!(h.authority.as_deref(), Some(&b"app.example.com"[..]));
+            assert_eq!(h.hops, 1);
+            assert_eq!(h.checksummed, crc);
+            let header = v2::Header::try_from(&bytes[..]).unwrap();
+            let ids: Vec<_> = header
+                .tlvs()
+                .map(|t| t.unwrap())
+                .filter(|t| t.kind == TLV_UNIQUE_ID)
+                .map(|t| t.value.to_vec())
+                .collect();
+            assert_eq!(ids, vec![b"42".to_vec()]);
+            assert!(header.tlvs().all(|t| t.unwrap().kind != TLV_HOPS));
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_fails_the_checksum() {
+        let a = Announcement::new(
+            addr("198.51.100.7:50000"),
+            addr("192.0.2.1:443"),
+            None,
+            Some("a.example"),
+            7,
+        );
+        let mut bytes = header(Outbound::V2, true, &a).unwrap();
+        bytes[17] ^= 1;
+        assert_eq!(parse(&bytes), Parse::Invalid(preface::Invalid::Checksum));
+    }
+
+    #[test]
+    fn mixed_families_map_to_ipv6_and_mapped_pairs_to_ipv4() {
+        let (s, d) = same_family(addr("198.51.100.7:1"), addr("[2001:db8::1]:443"));
+        assert_eq!(s, addr("[::ffff:198.51.100.7]:1"));
+        assert_eq!(d, addr("[2001:db8::1]:443"));
+        let (s, d) = same_family(
+            addr("[::ffff:198.51.100.7]:1"),
+            addr("[::ffff:192.0.2.1]:443"),
+        );
+        assert_eq!((s, d), (addr("198.51.100.7:1"), addr("192.0.2.1:443")));
+        let a = Announcement::new(
+            addr("198.51.100.7:1"),
+            addr("[2001:db8::1]:443"),
+            None,
+            None,
+            1,
+        );
+        let v1 = header(Outbound::V1, false, &a).unwrap();
+        assert_eq!(
+            v1,
+            b"PROXY TCP6 ::ffff:198.51.100.7 2001:db8::1 1 443\r\n".to_vec()
+        );
+        assert_eq!(
+            parsed(&header(Outbound::V2, false, &a).unwrap()).addresses,
+            Announced::Proxy {
+                source: addr("[::ffff:198.51.100.7]:1"),
+                destination: addr("[2001:db8::1]:443")
+            }
+        );
+    }
+
+    #[test]
+    fn a_relayed_connection_carries_client_authority_and_one_more_hop() {
+        let inbound = preface::Header {
+            len: 0,
+            version: Version::V2,
+            addresses: Announced::Proxy {
+                source: addr("203.0.113.9:4000"),
+                destination: addr("192.0.2.80:443"),
+            },
+            authority: Some(b"orig.example".to_vec()),
+            hops: 2,
+            checksummed: false,
+        };
+        let a = Announcement::new(
+            addr("10.0.0.2:999"),
+            addr("10.0.0.3:8443"),
+            Some(&inbound),
+            Some("other.example"),
+            5,
+        );
+        assert_eq!(a.source, addr("203.0.113.9:4000"));
+        assert_eq!(a.destination, addr("192.0.2.80:443"));
+        let h = parsed(&header(Outbound::V2, true, &a).unwrap());
+        assert_eq!(h.hops, 3);
+        assert_eq!(h.authority.as_deref(), Some(&b"orig.example"[..]));
+    }
+
+    #[test]
+    fn local_headers_parse_as_local_or_unknown() {
+        for crc in [false, true] {
+            let bytes = local_header(Outbound::V2, crc).unwrap();
+            assert_eq!(parsed(&bytes).addresses, Announced::Local);
+        }
+        let v1 = local_header(Outbound::V1, false).unwrap();
+        assert_eq!(parsed(&v1).addresses, Announced::Unknown);
+        assert_eq!(local_header(Outbound::None, true), None);
+    }
+
+    #[test]
+    fn prepend_puts_the_header_first_in_one_buffer() {
+        let (bytes, n) = prepend(Some(b"HDR".to_vec()), b"hello".to_vec());
+        assert_eq!((bytes.as_slice(), n), (&b"HDRhello"[..], 3));
+        let (bytes, n) = prepend(None, b"hello".to_vec());
+        assert_eq!((bytes.as_slice(), n), (&b"hello"[..], 0));
+    }
+}
