@@ -137,9 +137,10 @@ async fn serve(
         None => (None, Vec::new()),
         Some(config) => {
             let preface = tokio::select! {
-                preface = preface::read(client, accepted.peer, config, deadline) => preface?,
+                preface = preface::read(client, accepted.peer, config, deadline) => preface,
                 () = cancel.cancelled() => return Err(CloseReason::Shutdown),
             };
+            let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
             record.source = preface.source;
             record.claimed = preface.source.claimed();
             (preface.header, preface.buffered)

@@ -433,7 +433,22 @@ pub enum PrefaceError {
     #[error("PROXY header from an untrusted source")]
     Untrusted,
     #[error("{hops} relay hops exceed max_hops = {max}")]
-    HopLimit { hops: u8, max: u8 },
+    HopLimit {
+        hops: u8,
+        max: u8,
+        /// The client the looping connection carries, for the log line.
+        claimed: Option<ClaimedAddr>,
+    },
+}
+
+impl PrefaceError {
+    /// The claimed client of a refused but well-formed header.
+    pub fn claimed(&self) -> Option<ClaimedAddr> {
+        match self {
+            PrefaceError::HopLimit { claimed, .. } => *claimed,
+            _ => None,
+        }
+    }
 }
 
 impl From<PrefaceError> for CloseReason {
@@ -496,13 +511,6 @@ pub async fn read(
             Parse::Header(header) => break header,
         }
     };
-    if header.hops > config.max_hops {
-        return Err(PrefaceError::HopLimit {
-            hops: header.hops,
-            max: config.max_hops,
-        });
-    }
-    buffered.drain(..header.len);
     let source = match header.addresses {
         Announced::Proxy { source, .. } => Source::Relayed {
             peer,
@@ -510,6 +518,14 @@ pub async fn read(
         },
         Announced::Local | Announced::Unknown => Source::TrustedPeer(peer),
     };
+    if header.hops > config.max_hops {
+        return Err(PrefaceError::HopLimit {
+            hops: header.hops,
+            max: config.max_hops,
+            claimed: source.claimed(),
+        });
+    }
+    buffered.drain(..header.len);
     Ok(Preface {
         source,
         header: Some(header),

@@ -1,0 +1,467 @@
+//! PROXY protocol through the real relay binary: headers out to a recording
+//! backend, headers in from trusted and untrusted sources, relay-to-relay
+//! chains and the hop guard that cuts a routing loop.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use snirelay::announce::{self, Announcement, Outbound};
+use snirelay::preface::{self, Announced, Parse};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+const SNI: &str = "www.example.com";
+
+/// What a recording backend saw on one connection.
+#[derive(Debug)]
+struct Recorded {
+    /// The bytes of the first read: header and hello arrive together.
+    first_read: Vec<u8>,
+    /// Everything until the relay's FIN.
+    all: Vec<u8>,
+}
+
+/// A plain TCP backend that records each connection until EOF.
+async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Recorded>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let addr = raw_backend(move |mut stream| {
+        let tx = tx.clone();
+        async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = stream.read(&mut buf).await.unwrap_or(0);
+            let first_read = buf[..n].to_vec();
+            let mut all = first_read.clone();
+            let _ = stream.read_to_end(&mut all).await;
+            let _ = tx.send(Recorded { first_read, all });
+        }
+    })
+    .await;
+    (addr, rx)
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<Recorded>) -> Recorded {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("backend saw no connection in time")
+        .unwrap()
+}
+
+fn header_of(bytes: &[u8]) -> preface::Header {
+    match preface::parse(bytes) {
+        Parse::Header(h) => h,
+        other => panic!("backend did not get a PROXY header: {other:?}"),
+    }
+}
+
+/// The UNIQUE_ID TLV of a v2 header, as text.
+fn unique_id(bytes: &[u8]) -> String {
+    let header = ppp::v2::Header::try_from(bytes).unwrap();
+    let id = header
+        .tlvs()
+        .map(|t| t.unwrap())
+        .find(|t| t.kind == preface::TLV_UNIQUE_ID)
+        .expect("no UNIQUE_ID TLV");
+    String::from_utf8(id.value.to_vec()).unwrap()
+}
+
+fn config(listener_extra: &str, backend: SocketAddr, backend_extra: &str) -> String {
+    format!(
+        r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+{listener_extra}
+
+[[route]]
+sni = ["*.example.com"]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend}"]
+connect_timeout = "2s"
+{backend_extra}
+"#
+    )
+}
+
+fn trusting(mode: &str, trusted: &str) -> String {
+    format!("[listener.proxy_protocol]\ntrusted = [{trusted:?}]\nmode = {mode:?}\n")
+}
+
+/// A v2 header claiming `source` → `destination`, as a peer relay sends it.
+fn v2_header(source: &str, destination: &str, hops: Option<u8>, crc: bool) -> Vec<u8> {
+    let mut a = Announcement::new(
+        source.parse().unwrap(),
+        destination.parse().unwrap(),
+        None,
+        Some(SNI),
+        77,
+    );
+    a.hops = hops;
+    announce::header(Outbound::V2, crc, &a).unwrap()
+}
+
+/// Sends `bytes`, half-closes, and reads until the relay closes.
+async fn send_and_finish(addr: SocketAddr, bytes: &[u8]) -> (SocketAddr, Vec<u8>) {
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let local = client.local_addr().unwrap();
+    client.write_all(bytes).await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    let _ = tokio::time::timeout(WAIT, client.read_to_end(&mut back))
+        .await
+        .expect("relay did not close");
+    (local, back)
+}
+
+// ------------------------------------------------------------------ outbound
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_header_goes_out_in_the_same_write_as_the_hello() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(
+        "",
+        backend,
+        "proxy_protocol = \"v2\"\nproxy_protocol_crc32c = true",
+    ))
+    .await;
+    let hello = capture("openssl_sni.bin");
+    let (client, _) = send_and_finish(relay.addr(), &hello).await;
+
+    let got = next(&mut seen).await;
+    let h = header_of(&got.all);
+    assert_eq!(
+        h.addresses,
+        Announced::Proxy {
+            source: client,
+            destination: relay.addr()
+        }
+    );
+    assert_eq!(h.authority.as_deref(), Some(SNI.as_bytes()));
+    assert!(h.checksummed, "CRC32C TLV requested but absent");
+    assert_eq!(h.hops, 1, "a direct client carries no hop TLV");
+    assert_eq!(&got.all[h.len..], &hello[..], "the hello follows unchanged");
+    assert!(
+        got.first_read.len() > h.len,
+        "the header arrived without the hello ({} bytes first)",
+        got.first_read.len()
+    );
+
+    let line = relay.closed_line(client).await;
+    assert_eq!(line["close"], "done");
+    assert_eq!(
+        unique_id(&got.all),
+        line["conn_id"].as_u64().unwrap().to_string()
+    );
+    assert_eq!(line["bytes.up"], hello.len() as u64, "header not counted");
+    assert!(line["client.claimed"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_header_for_older_backends() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config("", backend, "proxy_protocol = \"v1\"")).await;
+    let hello = capture("curl.bin");
+    let (client, _) = send_and_finish(relay.addr(), &hello).await;
+    let got = next(&mut seen).await;
+    let expected = format!(
+        "PROXY TCP4 127.0.0.1 127.0.0.1 {} {}\r\n",
+        client.port(),
+        relay.addr().port()
+    );
+    assert_eq!(&got.all[..expected.len()], expected.as_bytes());
+    assert_eq!(&got.all[expected.len()..], &hello[..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_header_by_default() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config("", backend, "")).await;
+    let hello = capture("openssl_sni.bin");
+    send_and_finish(relay.addr(), &hello).await;
+    assert_eq!(next(&mut seen).await.all, hello);
+}
+
+// ------------------------------------------------------------------- inbound
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_v2_and_v1_headers_become_client_claimed_and_are_stripped() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(&trusting("require", "127.0.0.0/8"), backend, "")).await;
+    let hello = capture("openssl_sni.bin");
+    let headers = [
+        (
+            v2_header("203.0.113.9:4242", "192.0.2.1:443", None, true),
+            "203.0.113.9:4242",
+        ),
+        (
+            b"PROXY TCP6 2001:db8::9 2001:db8::1 5555 443\r\n".to_vec(),
+            "[2001:db8::9]:5555",
+        ),
+    ];
+    for (header, claimed) in headers {
+        // Header and hello trickled in small pieces, split mid-header.
+        let mut client = Trickle {
+            inner: TcpStream::connect(relay.addr()).await.unwrap(),
+            max: 7,
+        };
+        let local = client.inner.local_addr().unwrap();
+        client.write_all(&header).await.unwrap();
+        client.write_all(&hello).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        let _ = client.read_to_end(&mut rest).await;
+
+        assert_eq!(
+            next(&mut seen).await.all,
+            hello,
+            "header stripped, hello intact"
+        );
+        let line = relay.closed_line(local).await;
+        assert_eq!(line["close"], "done");
+        assert_eq!(line["client.claimed"], claimed);
+        assert_eq!(line["client.peer"], local.to_string());
+        assert_eq!(line["sni"], SNI);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_mode_refuses_missing_and_invalid_headers() {
+    let (backend, _seen) = recording_backend().await;
+    let relay = Relay::start(&config(
+        &format!(
+            "client_hello_timeout = \"300ms\"\n{}",
+            trusting("require", "127.0.0.1/32")
+        ),
+        backend,
+        "",
+    ))
+    .await;
+    let hello = capture("openssl_sni.bin");
+    let mut bad_crc = v2_header("203.0.113.9:1", "192.0.2.1:443", None, true);
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0x55;
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (hello.clone(), "proxy_missing"),
+        ([bad_crc, hello.clone()].concat(), "proxy_invalid"),
+        (
+            b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n".to_vec(),
+            "proxy_invalid",
+        ),
+    ];
+    for (bytes, reason) in cases {
+        let (client, back) = send_and_finish(relay.addr(), &bytes).await;
+        assert!(back.is_empty());
+        assert_eq!(relay.closed_line(client).await["close"], reason);
+    }
+
+    // A trusted source that sends nothing owes a header: missing at the deadline.
+    let started = Instant::now();
+    let mut idle = TcpStream::connect(relay.addr()).await.unwrap();
+    let local = idle.local_addr().unwrap();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(WAIT, idle.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(matches!(n, Ok(0) | Err(_)));
+    assert!(started.elapsed() < Duration::from_millis(300) + Duration::from_secs(2));
+    assert_eq!(relay.closed_line(local).await["close"], "proxy_missing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_sources_may_not_send_a_header_but_tls_passes_untouched() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(&trusting("require", "10.0.0.0/8"), backend, "")).await;
+    for bytes in [
+        v2_header("203.0.113.9:1", "192.0.2.1:443", None, false),
+        b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n".to_vec(),
+        b"PROXY garbage".to_vec(),
+    ] {
+        let (client, _) = send_and_finish(relay.addr(), &bytes).await;
+        let line = relay.closed_line(client).await;
+        assert_eq!(line["close"], "proxy_untrusted");
+        assert!(line["client.claimed"].is_null());
+    }
+    // The sniffed first bytes are kept: a hello sent one byte per segment
+    // reaches the backend whole.
+    let hello = capture("openssl_two_records.bin");
+    let mut client = Trickle {
+        inner: TcpStream::connect(relay.addr()).await.unwrap(),
+        max: 1,
+    };
+    let local = client.inner.local_addr().unwrap();
+    client.write_all(&hello).await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let _ = client.read_to_end(&mut rest).await;
+    assert_eq!(next(&mut seen).await.all, hello);
+    let line = relay.closed_line(local).await;
+    assert_eq!(line["close"], "done");
+    assert!(line["client.claimed"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_mode_takes_headers_and_plain_tls_from_trusted_sources() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(&trusting("optional", "127.0.0.0/8"), backend, "")).await;
+    let hello = capture("chromium_pq.bin");
+
+    let (plain, _) = send_and_finish(relay.addr(), &hello).await;
+    assert_eq!(next(&mut seen).await.all, hello);
+    let line = relay.closed_line(plain).await;
+    assert_eq!(line["close"], "done");
+    assert!(line["client.claimed"].is_null());
+
+    let header = v2_header("[2001:db8::5]:6000", "[2001:db8::1]:443", None, false);
+    let (proxied, _) = send_and_finish(relay.addr(), &[header, hello.clone()].concat()).await;
+    assert_eq!(next(&mut seen).await.all, hello);
+    let line = relay.closed_line(proxied).await;
+    assert_eq!(line["client.claimed"], "[2001:db8::5]:6000");
+
+    // LOCAL: the peer's own connection; socket addresses, no claim.
+    let local = announce::local_header(Outbound::V2, true).unwrap();
+    let (peer, _) = send_and_finish(relay.addr(), &[local, hello.clone()].concat()).await;
+    assert_eq!(next(&mut seen).await.all, hello);
+    let line = relay.closed_line(peer).await;
+    assert_eq!(line["close"], "done");
+    assert!(line["client.claimed"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hop_count_above_max_hops_is_refused() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(
+        &format!("{}max_hops = 2\n", trusting("require", "127.0.0.0/8")),
+        backend,
+        "proxy_protocol = \"v2\"",
+    ))
+    .await;
+    let hello = capture("openssl_sni.bin");
+
+    let at_limit = v2_header("203.0.113.9:1", "192.0.2.1:443", Some(2), false);
+    let (client, _) = send_and_finish(relay.addr(), &[at_limit, hello.clone()].concat()).await;
+    let got = next(&mut seen).await;
+    let h = header_of(&got.all);
+    assert_eq!(h.hops, 3, "forwarded with one more hop");
+    assert_eq!(
+        h.addresses,
+        Announced::Proxy {
+            source: "203.0.113.9:1".parse().unwrap(),
+            destination: "192.0.2.1:443".parse().unwrap()
+        },
+        "the original client and destination are carried through"
+    );
+    assert_eq!(relay.closed_line(client).await["close"], "done");
+
+    let over = v2_header("203.0.113.9:1", "192.0.2.1:443", Some(3), false);
+    let (client, _) = send_and_finish(relay.addr(), &[over, hello].concat()).await;
+    let line = relay.closed_line(client).await;
+    assert_eq!(line["close"], "hop_limit");
+    assert_eq!(line["level"], "WARN");
+}
+
+// ------------------------------------------------------------ relay chains
+
+/// A TCP forwarder on 127.0.0.1:0 to an address set later: lets two relays
+/// on port 0 point at each other.
+async fn forwarder() -> (SocketAddr, Arc<Mutex<Option<SocketAddr>>>) {
+    let target: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let to = target.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let dest = to.lock().unwrap().expect("forwarder target not set");
+            tokio::spawn(async move {
+                if let Ok(mut out) = TcpStream::connect(dest).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                }
+            });
+        }
+    });
+    (addr, target)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_two_relays_delivers_the_original_client_and_sni() {
+    let (backend, mut seen) = recording_backend().await;
+    let b = Relay::start(&config(
+        &trusting("require", "127.0.0.0/8"),
+        backend,
+        "proxy_protocol = \"v2\"",
+    ))
+    .await;
+    let a = Relay::start(&config("", b.addr(), "proxy_protocol = \"v2\"")).await;
+
+    let hello = capture("openssl_sni.bin");
+    let (client, _) = send_and_finish(a.addr(), &hello).await;
+    let got = next(&mut seen).await;
+    let h = header_of(&got.all);
+    assert_eq!(
+        h.addresses,
+        Announced::Proxy {
+            source: client,
+            destination: a.addr()
+        },
+        "the recording backend sees the client and the address it dialled"
+    );
+    assert_eq!(h.authority.as_deref(), Some(SNI.as_bytes()));
+    assert_eq!(h.hops, 2);
+    assert_eq!(&got.all[h.len..], &hello[..]);
+
+    assert_eq!(a.closed_line(client).await["close"], "done");
+    let line = b
+        .wait_log(|l| {
+            l["message"] == "connection closed"
+                && l["client.claimed"] == client.to_string().as_str()
+        })
+        .await;
+    assert_eq!(line["close"], "done");
+    assert_eq!(line["sni"], SNI);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_loop_between_two_relays_is_cut_by_the_hop_guard() {
+    let (to_a, set_a) = forwarder().await;
+    // A takes clients and (trusted, optional) B's connections; B requires a header.
+    let b = Relay::start(&config(
+        &trusting("require", "127.0.0.0/8"),
+        to_a,
+        "proxy_protocol = \"v2\"",
+    ))
+    .await;
+    let a = Relay::start(&config(
+        &trusting("optional", "127.0.0.0/8"),
+        b.addr(),
+        "proxy_protocol = \"v2\"",
+    ))
+    .await;
+    *set_a.lock().unwrap() = Some(a.addr());
+
+    let hello = capture("openssl_sni.bin");
+    let (client, back) = send_and_finish(a.addr(), &hello).await;
+    assert!(back.is_empty());
+
+    // client → A (0 hops) → B (1) → A (2) → B (3) → A (4 > 3): refused.
+    let cut = a.wait_log(|l| l["close"] == "hop_limit").await;
+    assert_eq!(cut["client.claimed"], client.to_string());
+    let first = a
+        .wait_log(|l| {
+            l["message"] == "connection closed" && l["client.peer"] == client.to_string().as_str()
+        })
+        .await;
+    assert_eq!(first["close"], "done");
+    assert!(first["client.claimed"].is_null());
+    let a_lines = a.closed_lines();
+    assert!(a_lines.len() <= 3, "A relayed too many hops: {a_lines:#?}");
+    assert_eq!(
+        a_lines.iter().filter(|l| l["close"] == "hop_limit").count(),
+        1
+    );
+    assert!(b.closed_lines().iter().all(|l| l["close"] != "hop_limit"));
+}
