@@ -435,3 +435,134 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Trickle<S> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+// ------------------------------------------------- third-party peer processes
+
+/// A third-party program (HAProxy, nginx) run as a child for interop tests,
+/// its stdout and stderr collected line by line.
+pub struct Tool {
+    child: Child,
+    pub dir: PathBuf,
+    log: Arc<LogBook>,
+}
+
+impl Tool {
+    /// Finds `program` on PATH or in /usr/sbin and starts it in `dir`.
+    /// Panics (never skips) when the program is not installed.
+    pub fn spawn(program: &str, args: &[&str], dir: PathBuf, package: &str) -> Tool {
+        let path = ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+            .iter()
+            .map(|d| PathBuf::from(d).join(program))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| {
+                panic!("{program} is not installed: this test needs it (apt-get install {package})")
+            });
+        let mut child = Command::new(&path)
+            .args(args)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", path.display()));
+        let log = Arc::new(LogBook::default());
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let book = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    book.lines.lock().unwrap().push(Value::String(line));
+                    book.changed.notify_waiters();
+                }
+            });
+        }
+        Tool { child, dir, log }
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.log
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Waits until an output line satisfies `pred`, and returns it; fails
+    /// the test (with the output so far) if the program exits first or
+    /// after [`WAIT`].
+    pub async fn wait_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let changed = self.log.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(line) = self.lines().into_iter().find(|l| pred(l)) {
+                return line;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "exited ({status}) before the expected line; output: {:#?}",
+                    self.lines()
+                );
+            }
+            // Bounded so a process exit (which notifies nothing) is noticed.
+            let slice = tokio::time::Instant::now() + Duration::from_millis(200);
+            if tokio::time::timeout_at(slice.min(deadline), changed.as_mut())
+                .await
+                .is_err()
+                && tokio::time::Instant::now() >= deadline
+            {
+                panic!(
+                    "no matching line within {WAIT:?}; output: {:#?}",
+                    self.lines()
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Tool {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A loopback port the kernel just chose (bound on port 0, then released),
+/// for programs that must be told their port in a config file.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (bounded) until something accepts connections on `addr`, for
+/// programs that log no readiness line.
+pub async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if TcpStream::connect(addr).await.is_ok() {
+            return;
+        }
+        if let Some(status) = tool.child.try_wait().unwrap() {
+            panic!(
+                "exited ({status}) before accepting on {addr}; output: {:#?}",
+                tool.lines()
+            );
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing accepts on {addr} within {WAIT:?}; output: {:#?}",
+            tool.lines()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
