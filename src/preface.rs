@@ -548,9 +548,10 @@ async fn read_more(
         Ok(Err(e)) => return Err(closed(e, before)),
         Err(_elapsed) => {
             buffered.truncate(before);
-            // A trusted source owes a header in `require` mode; a started
-            // header that never completes is missing in either mode.
-            return Err(if before > 0 || (trusted && mode == Mode::Require) {
+            // A trusted source owes a header in `require` mode, and a
+            // header it started but never finished is missing in either
+            // mode; anyone else simply sent no hello in time.
+            return Err(if trusted && (before > 0 || mode == Mode::Require) {
                 PrefaceError::Missing
             } else {
                 PrefaceError::Timeout

@@ -276,7 +276,15 @@ async fn require_mode_refuses_missing_and_invalid_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_sources_may_not_send_a_header_but_tls_passes_untouched() {
     let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(&trusting("require", "10.0.0.0/8"), backend, "")).await;
+    let relay = Relay::start(&config(
+        &format!(
+            "client_hello_timeout = \"300ms\"\n{}",
+            trusting("require", "10.0.0.0/8")
+        ),
+        backend,
+        "",
+    ))
+    .await;
     for bytes in [
         v2_header("203.0.113.9:1", "192.0.2.1:443", None, false),
         b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n".to_vec(),
@@ -287,6 +295,16 @@ async fn untrusted_sources_may_not_send_a_header_but_tls_passes_untouched() {
         assert_eq!(line["close"], "proxy_untrusted");
         assert!(line["client.claimed"].is_null());
     }
+    // Half a signature, then nothing: an untrusted client that sent no hello.
+    let mut stalled = TcpStream::connect(relay.addr()).await.unwrap();
+    let local = stalled.local_addr().unwrap();
+    stalled.write_all(b"\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 1];
+    let _ = tokio::time::timeout(WAIT, stalled.read(&mut buf))
+        .await
+        .unwrap();
+    assert_eq!(relay.closed_line(local).await["close"], "hello_timeout");
+
     // The sniffed first bytes are kept: a hello sent one byte per segment
     // reaches the backend whole.
     let hello = capture("openssl_two_records.bin");
