@@ -329,3 +329,22 @@ fn hostile_v1_headers_get_exact_verdicts() {
         );
     }
 }
+
+#[test]
+fn per_source_limits_key_on_the_claim_and_exempt_a_trusted_peer_itself() {
+    use snirelay::addr::{ClaimedAddr, PeerAddr};
+    use snirelay::preface::{LimitKey, Source};
+    let peer = PeerAddr(addr("10.0.0.2:40000"));
+    let claimed = ClaimedAddr(addr("203.0.113.9:5555"));
+    assert_eq!(
+        Source::Direct(peer).limit_key(),
+        LimitKey::Source("10.0.0.2".parse().unwrap())
+    );
+    assert_eq!(
+        Source::Relayed { peer, claimed }.limit_key(),
+        LimitKey::Source("203.0.113.9".parse().unwrap())
+    );
+    assert_eq!(Source::TrustedPeer(peer).limit_key(), LimitKey::Exempt);
+    assert_eq!(Source::Relayed { peer, claimed }.claimed(), Some(claimed));
+    assert_eq!(Source::TrustedPeer(peer).claimed(), None);
+}
