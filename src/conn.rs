@@ -1,12 +1,13 @@
 //! One client connection, from accept to its single log line.
 //!
 //! [`handle`] reads top to bottom as the stages of DESIGN.md: preface →
-//! inspect → route → connect → announce → splice → close. Each stage returns its own error type,
-//! folded here into one [`CloseReason`]; the [`ConnRecord`] collects the log
-//! fields as stages learn them and is written exactly once, at close.
-//! Admission (limits) happens before this, in the accept loop; for a
-//! trusted peer it keys on the claimed address, known after the preface
-//! (see `preface` for the budget decision and [`ConnRecord::source`]).
+//! inspect → route → connect → announce → splice → close. Each stage returns
+//! its own error type, folded here into one [`CloseReason`]; the
+//! [`ConnRecord`] collects the log fields as stages learn them and is written
+//! exactly once, at close. Admission (limits) happens before this, in the
+//! accept loop; for a trusted peer relay it must key on the claimed address,
+//! known only after the preface ([`ConnRecord::source`]; the budget decision
+//! is in `preface`).
 //!
 //! Not here: socket options, parsing, or policy; only the order of stages.
 
