@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
         (Sniff::Incomplete, Parse::Incomplete) | (Sniff::NotProxy, Parse::NotProxy) => {}
         (Sniff::Signature(_), Parse::Incomplete | Parse::Invalid(_)) => {}
         (Sniff::Signature(version), Parse::Header(h)) => {
-            assert_eq!(*version, h.version);
+            assert_eq!(version, h.version);
             assert!(h.len <= data.len());
             let cap = match h.version {
                 Version::V1 => V1_MAX_BYTES,
