@@ -32,6 +32,12 @@ pub struct Cli {
     /// Log filter: a level (`info`, `debug`) or RUST_LOG-style directives.
     #[arg(long, global = true, default_value = "info")]
     pub log_level: String,
+
+    /// Binary upgrade: take the listening sockets of the relay serving this
+    /// Unix socket (if one does), tell it to drain once this one accepts,
+    /// then serve the socket for the next upgrade.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub takeover: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]

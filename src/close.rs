@@ -46,6 +46,9 @@ pub enum CloseReason {
     ProxyUntrusted,
     /// The PROXY hop count exceeds `max_hops`: a routing loop between relays.
     HopLimit,
+    /// A reload changed or removed this connection's route or backend, and
+    /// its jittered moment within `drain_timeout` came.
+    Drained,
 }
 
 impl CloseReason {
@@ -69,6 +72,7 @@ impl CloseReason {
             CloseReason::ProxyInvalid => "proxy_invalid",
             CloseReason::ProxyUntrusted => "proxy_untrusted",
             CloseReason::HopLimit => "hop_limit",
+            CloseReason::Drained => "drained",
         }
     }
 

@@ -176,9 +176,17 @@ async fn serve(
     };
     record.route = Some(target.route.to_owned());
     record.backend = Some(target.backend.name.clone());
+    // Registered until the connection ends; a reload that changes this
+    // route or backend makes `closing` resolve at a jittered moment.
+    let drain = target.drain.enter();
+    let drained = drain.closing(record.id);
+    tokio::pin!(drained);
 
     // connect
-    let mut backend = connect::connect(&target.backend).await?;
+    let mut backend = tokio::select! {
+        backend = connect::connect(&target.backend) => backend?,
+        () = &mut drained => return Err(CloseReason::Drained),
+    };
     record.backend_addr = Some(backend.addr);
 
     // announce: the PROXY header goes out in the same write as the hello
@@ -200,15 +208,17 @@ async fn serve(
 
     // splice
     let idle = listener.idle_timeout;
-    let reason = relay::relay(
-        client,
-        &mut backend.stream,
-        replay,
-        idle,
-        cancel,
-        &mut record.moved,
-    )
-    .await;
+    let reason = tokio::select! {
+        reason = relay::relay(
+            client,
+            &mut backend.stream,
+            replay,
+            idle,
+            cancel,
+            &mut record.moved,
+        ) => reason,
+        () = &mut drained => CloseReason::Drained,
+    };
     // `bytes.up` counts the client's bytes, not our header.
     record.moved.up = record.moved.up.saturating_sub(header_len as u64);
     Ok(reason)

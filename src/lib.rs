@@ -7,6 +7,9 @@
 //! [`connect`] → [`announce`] (PROXY protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
 //! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
 //! turns signals into intents. Socket options live in [`sockopt`] only.
+//! A reload diffs snapshots in [`reload`] and drains what changed through
+//! [`drain`] signals; [`notify`] speaks sd_notify and [`takeover`] hands
+//! listening sockets to a new binary.
 
 #![deny(unsafe_code)]
 
@@ -20,13 +23,17 @@ pub mod close;
 pub mod config;
 pub mod conn;
 pub mod connect;
+pub mod drain;
 pub mod inspect;
 pub mod logging;
 pub mod matcher;
 pub mod preface;
+pub mod notify;
 pub mod relay;
+pub mod reload;
 pub mod route;
 pub mod server;
 pub mod signals;
 pub mod sni;
 pub mod sockopt;
+pub mod takeover;

@@ -1,8 +1,16 @@
 //! The `snirelay` binary: parses the command line and hands over to the library.
 //!
-//! Exit codes: 0 after a clean stop or a valid `check`; 1 when the
-//! configuration is invalid or the relay cannot start (a bind fails);
-//! 2 for command-line usage errors.
+//! Exit codes:
+//! - 0: a clean stop: after a drain (SIGTERM, or handing the sockets to a
+//!   new binary), including one whose `drain_timeout` ran out and closed
+//!   the remaining connections; after an immediate stop (SIGINT, or a second
+//!   SIGTERM while draining); after a valid `check`.
+//! - 1: the configuration is invalid, or the relay cannot start (a bind
+//!   fails, an inherited socket is unusable, the takeover handshake fails).
+//! - 2: command-line usage errors.
+//!
+//! Signals: SIGHUP reloads the configuration (a failed reload keeps the
+//! running one and never exits), SIGTERM drains, SIGINT stops at once.
 
 use std::process::ExitCode;
 
@@ -10,7 +18,9 @@ use anyhow::Context;
 use clap::Parser;
 use snirelay::cli::{Cli, Command};
 use snirelay::config::Config;
-use snirelay::{logging, server, signals};
+use snirelay::notify::Notifier;
+use snirelay::server::ServeOptions;
+use snirelay::{logging, server, signals, sockopt, takeover};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -40,15 +50,24 @@ fn check(cli: &Cli) -> ExitCode {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
+    // Before any thread exists: this edits the environment.
+    let activated = sockopt::take_activated_fds().context("socket activation")?;
     logging::init(cli.log_format, &cli.log_level)?;
     let config = Config::load(&cli.config)?;
+    let mut options = ServeOptions::new(cli.config.clone());
+    options.activated = activated;
+    options.notifier = Notifier::from_env();
+    if let Some(path) = &cli.takeover {
+        options.takeover_from = takeover::receive(path)?;
+        options.takeover_path = Some(path.clone());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
         let intents = signals::intents().context("cannot install signal handlers")?;
-        server::serve(config, intents).await?;
+        server::serve(config, options, intents).await?;
         anyhow::Ok(())
     })?;
     Ok(())

@@ -77,6 +77,14 @@ impl<T> SniMatcher<T> {
         None
     }
 
+    /// The value stored for exactly this pattern (not a match: a lookup).
+    pub fn get(&self, pattern: &Pattern) -> Option<&T> {
+        match pattern {
+            Pattern::Exact(name) => self.exact.get(name.as_str()),
+            Pattern::Below(suffix) => self.below.get(suffix.as_str()),
+        }
+    }
+
     /// How many patterns the matcher holds.
     pub fn len(&self) -> usize {
         self.exact.len() + self.below.len()

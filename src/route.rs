@@ -19,6 +19,7 @@ use tokio::time::timeout;
 use crate::client_hello::ClientHello;
 use crate::close::CloseReason;
 use crate::config::{Backend, Listener, NoSni};
+use crate::drain::DrainSignal;
 use crate::sni::Sni;
 
 /// A TLS 1.2-framed fatal alert record: level 2 (fatal), description 112
@@ -36,6 +37,8 @@ pub struct Target<'a> {
     /// The route's name, or `no_sni` for the listener's fallback.
     pub route: &'a str,
     pub backend: Arc<Backend>,
+    /// The drain signal of (listener, pattern or no SNI → backend).
+    pub drain: Arc<DrainSignal>,
 }
 
 /// Why a connection may not go anywhere.
@@ -74,6 +77,7 @@ pub fn choose<'a>(listener: &'a Listener, hello: &ClientHello) -> Result<Target<
             NoSni::Backend(backend) => Ok(Target {
                 route: "no_sni",
                 backend: backend.clone(),
+                drain: listener.no_sni_drain.clone(),
             }),
         };
     };
@@ -83,9 +87,12 @@ pub fn choose<'a>(listener: &'a Listener, hello: &ClientHello) -> Result<Target<
         .find(&sni)
         .map(|&id| &listener.routes[id])
         .ok_or(Refusal::Unmatched)?;
+    // Same patterns, same precedence: this finds the pattern that matched.
+    let drain = listener.drains.find(&sni).ok_or(Refusal::Unmatched)?;
     Ok(Target {
         route: &route.name,
         backend: route.backend.clone(),
+        drain: drain.clone(),
     })
 }
 

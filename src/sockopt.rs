@@ -6,7 +6,14 @@
 //! forwards TLS records whose latency matters more than segment count.
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //!
-//! Not here: anything that reads or writes data.
+//! Listening sockets may also be inherited (systemd socket activation, or a
+//! takeover from the process being replaced): the few functions that turn
+//! raw descriptor numbers into owned ones are the only `unsafe` in the
+//! crate, each allowed on that function alone, with its SAFETY argument.
+//!
+//! Not here: anything that reads or writes data (the takeover's small
+//! message exchange is framed in `takeover`; only the sendmsg/recvmsg calls
+//! are here).
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -46,4 +53,181 @@ pub fn is_resource_exhaustion(error: &io::Error) -> bool {
         error.raw_os_error(),
         Some(EMFILE | ENFILE | ENOBUFS | ENOMEM)
     )
+}
+
+// ------------------------------------------------- inherited listening sockets
+//
+// Listening sockets can also come from outside: from systemd (socket
+// activation, fds 3.. described by LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES) or
+// from the process being replaced (`run --takeover`, fds passed with
+// SCM_RIGHTS). Turning a raw descriptor number into an owned one is the only
+// `unsafe` the relay needs, so it lives here, each block with its SAFETY
+// argument. Every inherited descriptor is checked to be a listening TCP
+// socket and made close-on-exec and non-blocking before use.
+
+/// Like [`bind_listener`], optionally with SO_REUSEPORT (the listener's
+/// `reuse_port` setting).
+pub fn bind_listener_with(
+    addr: SocketAddr,
+    backlog: u32,
+    reuse_port: bool,
+) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
+}
+
+/// Checks that `fd` is a listening TCP socket and prepares it for the
+/// accept loop (non-blocking, close-on-exec).
+pub fn adopt_listener(fd: std::os::fd::OwnedFd) -> io::Result<TcpListener> {
+    let socket = Socket::from(fd);
+    let domain = socket.domain()?;
+    if socket.r#type()? != Type::STREAM || !(domain == Domain::IPV4 || domain == Domain::IPV6) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a TCP stream socket",
+        ));
+    }
+    if !socket.is_listener()? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the socket is not listening",
+        ));
+    }
+    socket.set_cloexec(true)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// A descriptor passed in by systemd, with its LISTEN_FDNAMES name.
+#[derive(Debug)]
+pub struct ActivatedFd {
+    pub name: String,
+    pub fd: std::os::fd::OwnedFd,
+}
+
+/// The first descriptor systemd passes (SD_LISTEN_FDS_START).
+const LISTEN_FDS_START: i32 = 3;
+
+/// Takes the sockets systemd passed with socket activation, if any were
+/// passed to this process, and removes LISTEN_* from the environment so
+/// they are taken once only. An fd without a name in LISTEN_FDNAMES gets
+/// systemd's default name, `unknown`.
+///
+/// Must be called before any thread is started (the environment is changed).
+#[allow(unsafe_code)]
+pub fn take_activated_fds() -> io::Result<Vec<ActivatedFd>> {
+    let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
+    let Ok(pid) = std::env::var("LISTEN_PID") else {
+        return Ok(Vec::new());
+    };
+    let count = std::env::var("LISTEN_FDS").unwrap_or_default();
+    let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
+    // SAFETY: called from `main` before the async runtime or any other
+    // thread exists, so nothing reads the environment concurrently.
+    unsafe {
+        std::env::remove_var("LISTEN_PID");
+        std::env::remove_var("LISTEN_FDS");
+        std::env::remove_var("LISTEN_FDNAMES");
+    }
+    if pid.parse::<u32>().ok() != Some(std::process::id()) {
+        // Meant for another process (e.g. our parent); not ours to take.
+        return Ok(Vec::new());
+    }
+    let count: i32 = count
+        .parse()
+        .map_err(|_| invalid(format!("LISTEN_FDS={count:?} is not a number")))?;
+    if !(0..=1024).contains(&count) {
+        return Err(invalid(format!("LISTEN_FDS={count} is out of range")));
+    }
+    let mut names = names.split(':');
+    let mut fds = Vec::new();
+    for raw in LISTEN_FDS_START..LISTEN_FDS_START + count {
+        // SAFETY: LISTEN_PID names this process, so by the sd_listen_fds
+        // protocol descriptors 3..3+LISTEN_FDS are open and were handed to
+        // us; we remove LISTEN_* above, so each is wrapped exactly once and
+        // nothing else in the process owns it.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        let name = names
+            .next()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("unknown")
+            .to_owned();
+        fds.push(ActivatedFd { name, fd });
+    }
+    Ok(fds)
+}
+
+/// Sends `fds` and `payload` over a Unix stream socket in one message.
+pub fn send_fds(
+    stream: &std::os::unix::net::UnixStream,
+    payload: &[u8],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    use std::os::fd::AsRawFd;
+    let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    let cmsgs = if raw.is_empty() {
+        Vec::new()
+    } else {
+        vec![ControlMessage::ScmRights(&raw)]
+    };
+    let iov = [io::IoSlice::new(payload)];
+    let sent = sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None)
+        .map_err(io::Error::from)?;
+    // The rest carries no descriptors; plain writes are fine.
+    io::Write::write_all(&mut &*stream, &payload[sent..])
+}
+
+/// Most descriptors one message may carry (Linux SCM_MAX_FD).
+pub const MAX_PASSED_FDS: usize = 253;
+
+/// Receives one message from a Unix stream socket: some payload bytes and
+/// the descriptors that came with them (close-on-exec).
+#[allow(unsafe_code)]
+pub fn recv_fds(
+    stream: &std::os::unix::net::UnixStream,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut cmsg = nix::cmsg_space!([i32; MAX_PASSED_FDS]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    let mut fds = Vec::new();
+    let cmsgs = msg.cmsgs().map_err(io::Error::from)?;
+    for message in cmsgs {
+        if let ControlMessageOwned::ScmRights(raw) = message {
+            for fd in raw {
+                // SAFETY: the kernel just installed this descriptor in our
+                // table for this message (SCM_RIGHTS); nothing else refers
+                // to it, so it is wrapped exactly once.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// CLOCK_MONOTONIC in microseconds, as systemd's MONOTONIC_USEC wants it.
+pub fn monotonic_usec() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(ts) => ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1_000,
+        Err(_) => 0,
+    }
 }

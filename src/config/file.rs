@@ -41,6 +41,7 @@ pub struct ListenerSection {
     pub max_client_hello_bytes: Option<i64>,
     pub no_sni: Option<String>,
     pub proxy_protocol: Option<ProxyProtocolSection>,
+    pub reuse_port: Option<bool>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.

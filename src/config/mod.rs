@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use crate::announce::Outbound;
 use crate::cidr::Cidr;
+use crate::drain::DrainSignal;
 use crate::matcher::SniMatcher;
 use crate::preface::{Inbound, Mode};
 use crate::sni::Pattern;
@@ -53,6 +54,13 @@ pub const DEFAULT_MAX_HOPS: u8 = 3;
 pub const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
 /// `[backend.*] proxy_protocol_crc32c`: no checksum TLV.
 pub const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
+
+/// Whether listening sockets set SO_REUSEPORT. Off: the binary upgrade
+/// hands the listening sockets over (`run --takeover`), which needs no
+/// second bind, and with the option off a second snirelay started by
+/// mistake on the same address fails to bind instead of silently taking
+/// half of the connections.
+pub const DEFAULT_REUSE_PORT: bool = false;
 
 /// Bounds that keep a setting meaningful.
 const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
@@ -89,6 +97,13 @@ pub struct Listener {
     /// Inbound PROXY protocol; `None` when the listener has no
     /// `[listener.proxy_protocol]` section (no preface stage at all).
     pub proxy_protocol: Option<Inbound>,
+    /// Set SO_REUSEPORT on this listener's sockets.
+    pub reuse_port: bool,
+    /// Pattern → the drain signal of (this listener, pattern → backend);
+    /// carried over by a reload that keeps the identity (see `reload`).
+    pub drains: SniMatcher<Arc<DrainSignal>>,
+    /// The drain signal of (this listener, no SNI → backend).
+    pub no_sni_drain: Arc<DrainSignal>,
 }
 
 /// What a listener does with a ClientHello that carries no SNI.
@@ -399,6 +414,9 @@ impl Checker {
             routes: Vec::new(),
             matcher: SniMatcher::new(),
             proxy_protocol: proxy_protocol?,
+            reuse_port: section.reuse_port.unwrap_or(DEFAULT_REUSE_PORT),
+            drains: SniMatcher::new(),
+            no_sni_drain: DrainSignal::new(),
         })
     }
 
@@ -500,6 +518,8 @@ impl Checker {
                         format!("{key}.sni[{i}]"),
                         format!("{e} on listener {:?}", listener.name),
                     );
+                } else {
+                    let _ = listener.drains.insert(pattern, DrainSignal::new());
                 }
             }
             let name = section

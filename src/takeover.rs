@@ -1,0 +1,235 @@
+//! Binary upgrade by listening-socket handoff: `snirelay run --takeover PATH`.
+//!
+//! The running relay listens on the Unix socket PATH. A new relay started
+//! with the same `--takeover PATH` connects there before binding anything;
+//! the old one sends every listening socket it has, each with its listener
+//! name and bind key, as SCM_RIGHTS descriptors in one message. The new
+//! relay adopts the sockets whose listener and address its own config still
+//! has (binding the others fresh, closing the leftovers), starts accepting,
+//! and writes `ready`. Only then does the old relay stop accepting and drain
+//! as on SIGTERM; the new one takes over PATH for the next upgrade.
+//!
+//! Why a handoff rather than two sockets with SO_REUSEPORT: both processes
+//! accept from the *same* kernel socket, so no connection waits in a queue
+//! that is about to be closed. With SO_REUSEPORT each process has its own
+//! accept queue and Linux resets the connections still queued on the old
+//! one when it closes (unless `net.ipv4.tcp_migrate_req` is set).
+//!
+//! When nobody listens on PATH (first start, or the old relay is gone) the
+//! new relay simply binds its sockets. If the new relay fails before
+//! `ready`, the old one notices the closed connection and keeps serving.
+//!
+//! Wire format (version line, one line per descriptor in descriptor order,
+//! `end`; names are `escape_default`-escaped so tabs and newlines cannot
+//! break the framing):
+//!
+//! ```text
+//! snirelay-takeover 1
+//! <listener>\t<bind key>
+//! end
+//! ```
+//!
+//! Not here: the descriptor passing syscalls (`sockopt`), serving.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::sockopt;
+
+const VERSION_LINE: &str = "snirelay-takeover 1";
+const END_LINE: &str = "end";
+const READY: &[u8] = b"ready\n";
+/// Bound on the handoff message; far above any real listener list.
+const MAX_MESSAGE: usize = 256 * 1024;
+/// How long the new relay waits for the old one to send its sockets.
+const RECEIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the old relay waits for `ready` before it gives up and keeps serving.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A listening socket received from the previous process.
+#[derive(Debug)]
+pub struct Received {
+    /// The listener name, escaped as on the wire.
+    pub listener: String,
+    /// The bind key (see `server::BindKey`'s text form).
+    pub key: String,
+    pub fd: OwnedFd,
+}
+
+/// The new process's side of a handoff in progress.
+#[derive(Debug)]
+pub struct Incoming {
+    pub sockets: Vec<Received>,
+    stream: UnixStream,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TakeoverError {
+    #[error("takeover socket {path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("takeover socket {path}: malformed handoff message: {why}")]
+    Protocol { path: String, why: String },
+}
+
+/// Escapes a listener name for the wire.
+pub fn escape(name: &str) -> String {
+    name.escape_default().to_string()
+}
+
+/// Connects to the relay serving PATH and receives its listening sockets.
+/// `Ok(None)` when no relay listens there.
+pub fn receive(path: &Path) -> Result<Option<Incoming>, TakeoverError> {
+    let io_err = |source| TakeoverError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let stream = match UnixStream::connect(path) {
+        Ok(stream) => stream,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(io_err(e)),
+    };
+    stream
+        .set_read_timeout(Some(RECEIVE_TIMEOUT))
+        .map_err(io_err)?;
+    let mut text = Vec::new();
+    let mut fds = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    while !text.ends_with(format!("\n{END_LINE}\n").as_bytes()) {
+        let (n, more) = sockopt::recv_fds(&stream, &mut buf).map_err(io_err)?;
+        if n == 0 {
+            return Err(TakeoverError::Protocol {
+                path: path.display().to_string(),
+                why: "connection closed before the end line".into(),
+            });
+        }
+        text.extend_from_slice(&buf[..n]);
+        fds.extend(more);
+        if text.len() > MAX_MESSAGE {
+            return Err(TakeoverError::Protocol {
+                path: path.display().to_string(),
+                why: format!("longer than {MAX_MESSAGE} bytes"),
+            });
+        }
+    }
+    let sockets = parse(&text, fds).map_err(|why| TakeoverError::Protocol {
+        path: path.display().to_string(),
+        why,
+    })?;
+    Ok(Some(Incoming { sockets, stream }))
+}
+
+fn parse(text: &[u8], fds: Vec<OwnedFd>) -> Result<Vec<Received>, String> {
+    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
+    let mut lines = text.lines();
+    if lines.next() != Some(VERSION_LINE) {
+        return Err(format!("the first line is not {VERSION_LINE:?}"));
+    }
+    let entries: Vec<&str> = lines.take_while(|l| *l != END_LINE).collect();
+    if entries.len() != fds.len() {
+        return Err(format!(
+            "{} sockets described but {} received",
+            entries.len(),
+            fds.len()
+        ));
+    }
+    entries
+        .into_iter()
+        .zip(fds)
+        .map(|(line, fd)| {
+            let (listener, key) = line
+                .split_once('\t')
+                .ok_or_else(|| format!("line {line:?} has no tab"))?;
+            Ok(Received {
+                listener: listener.to_owned(),
+                key: key.to_owned(),
+                fd,
+            })
+        })
+        .collect()
+}
+
+impl Incoming {
+    /// Tells the old process that this one accepts now, so it may drain.
+    pub fn ready(mut self) -> io::Result<()> {
+        self.stream.write_all(READY)
+    }
+}
+
+/// The old process's side: sends `sockets` (escaped listener name, bind
+/// key, descriptor) over a connection from a new process.
+pub fn send(stream: &UnixStream, sockets: &[(String, String, BorrowedFd<'_>)]) -> io::Result<()> {
+    if sockets.len() > sockopt::MAX_PASSED_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} listening sockets; at most {} can be handed over",
+                sockets.len(),
+                sockopt::MAX_PASSED_FDS
+            ),
+        ));
+    }
+    let mut text = format!("{VERSION_LINE}\n");
+    for (listener, key, _) in sockets {
+        text.push_str(&format!("{listener}\t{key}\n"));
+    }
+    text.push_str(END_LINE);
+    text.push('\n');
+    let fds: Vec<BorrowedFd<'_>> = sockets.iter().map(|(_, _, fd)| *fd).collect();
+    sockopt::send_fds(stream, text.as_bytes(), &fds)
+}
+
+/// Waits (blocking, bounded by [`READY_TIMEOUT`]) for the new process to
+/// say `ready`. False when it closed or timed out instead.
+pub fn wait_ready(mut stream: UnixStream) -> bool {
+    if stream.set_read_timeout(Some(READY_TIMEOUT)).is_err() {
+        return false;
+    }
+    let mut got = [0u8; READY.len()];
+    stream.read_exact(&mut got).is_ok() && got == READY
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn sockets_survive_the_round_trip_with_their_names() {
+        let (old, new) = UnixStream::pair().unwrap();
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let sockets = [
+            (escape("tls"), "config 127.0.0.1:0".to_owned(), a.as_fd()),
+            (
+                escape("we\tird"),
+                "config 127.0.0.1:0".to_owned(),
+                b.as_fd(),
+            ),
+        ];
+        send(&old, &sockets).unwrap();
+        let mut buf = vec![0u8; 4096];
+        let (n, fds) = sockopt::recv_fds(&new, &mut buf).unwrap();
+        let received = parse(&buf[..n], fds).unwrap();
+        assert_eq!(received.len(), 2);
+        assert_eq!(received[1].listener, "we\\tird");
+        let adopted = sockopt::adopt_listener(received[0].fd.try_clone().unwrap()).unwrap();
+        assert_eq!(adopted.local_addr().unwrap(), a.local_addr().unwrap());
+    }
+
+    #[test]
+    fn a_count_mismatch_is_refused() {
+        let text = format!("{VERSION_LINE}\ntls\tconfig 127.0.0.1:1\n{END_LINE}\n");
+        assert!(parse(text.as_bytes(), Vec::new()).is_err());
+        assert!(parse(b"hello\nend\n", Vec::new()).is_err());
+    }
+}
