@@ -566,3 +566,243 @@ pub async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+// ------------------------------------------ reload, stop, upgrade (issue 5)
+
+impl Relay {
+    /// Starts the relay with full control over its command: `build` gets the
+    /// config path and returns the command to spawn (it must run snirelay
+    /// itself, or `exec` it, so that [`Relay::pid`] is the relay's). Waits
+    /// for `ready` like [`Relay::start`].
+    pub async fn launch(config: &str, build: impl FnOnce(&std::path::Path) -> Command) -> Relay {
+        let dir = scratch_dir("relay");
+        let config_path = dir.join("snirelay.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut command = build(&config_path);
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start snirelay");
+        let log = Arc::new(LogBook::default());
+        let stderr = child.stderr.take().unwrap();
+        let book = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "raw": line }));
+                book.lines.lock().unwrap().push(value);
+                book.changed.notify_waiters();
+            }
+            book.lines
+                .lock()
+                .unwrap()
+                .push(serde_json::json!({ "message": "<stderr closed>" }));
+            book.changed.notify_waiters();
+        });
+        let mut relay = Relay {
+            child,
+            dir,
+            config_path,
+            listening: HashMap::new(),
+            log,
+        };
+        relay
+            .wait_log(|l| l["message"] == "ready" || l["message"] == "<stderr closed>")
+            .await;
+        for line in relay.log_lines() {
+            if line["message"] == "listening" {
+                let name = line["listener"].as_str().unwrap().to_owned();
+                let addr = line["addr"].as_str().unwrap().parse().unwrap();
+                relay.listening.entry(name).or_default().push(addr);
+            }
+        }
+        assert!(
+            !relay.listening.is_empty(),
+            "relay did not start: {:#?}",
+            relay.log_lines()
+        );
+        relay
+    }
+
+    /// The relay binary with `run --config PATH` and JSON debug logs.
+    pub fn command(config_path: &std::path::Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_snirelay"));
+        command.arg("run").arg("--config").arg(config_path).args([
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+        ]);
+        command
+    }
+
+    /// Waits until at least `n` log lines satisfy `pred`; returns the n-th.
+    pub async fn wait_count(&self, n: usize, pred: impl Fn(&Value) -> bool) -> Value {
+        let book = self.log.clone();
+        let found = tokio::time::timeout(WAIT, async {
+            loop {
+                let changed = book.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if let Some(line) = book
+                    .lines
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|l| pred(l))
+                    .nth(n - 1)
+                {
+                    return line.clone();
+                }
+                changed.await;
+            }
+        })
+        .await;
+        match found {
+            Ok(line) => line,
+            Err(_) => panic!(
+                "fewer than {n} matching log lines within {WAIT:?}; log: {:#?}",
+                self.log_lines()
+            ),
+        }
+    }
+
+    /// Replaces the config file, sends SIGHUP and waits for the reload's
+    /// outcome line (the `n`-th reload of this relay); returns it.
+    pub async fn reload(&self, config: &str, n: usize) -> Value {
+        std::fs::write(&self.config_path, config).unwrap();
+        self.signal("HUP");
+        self.wait_count(n, |l| {
+            l["message"] == "reload applied"
+                || l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("reload rejected"))
+        })
+        .await
+    }
+
+    /// Whether the process has exited (without waiting).
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+}
+
+/// A TLS backend that echoes everything it reads (mutual TLS).
+pub async fn tls_echo_backend(pki: &Pki) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tls_backend(pki, |mut tls| async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tls.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tls.shutdown().await;
+    })
+    .await
+}
+
+/// A relayed TLS session through `addr` with SNI `name`, proven by one echo.
+pub async fn echo_session(
+    pki: &Pki,
+    addr: SocketAddr,
+    name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let mut tls = tls_connect(pki.client_config(), name, tcp).await?;
+    echo_once(&mut tls, b"hello").await?;
+    Ok(tls)
+}
+
+/// One echo round trip.
+pub async fn echo_once<S>(tls: &mut S, message: &[u8]) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tls.write_all(message).await?;
+    tls.flush().await?;
+    let mut back = vec![0u8; message.len()];
+    tls.read_exact(&mut back).await?;
+    if back != message {
+        return Err(std::io::Error::other("echo differs"));
+    }
+    Ok(())
+}
+
+/// What a [`load`] run did.
+#[derive(Debug, Default, Clone)]
+pub struct LoadReport {
+    pub attempted: u64,
+    pub succeeded: u64,
+    pub failures: Vec<String>,
+    pub elapsed: Duration,
+}
+
+/// Starts a client load: every 1/`rate` s a new connection to the address
+/// `target` currently holds does a full mutual-TLS handshake through the
+/// relay and one echo, then closes. Stops when `stop` fires, waits for the
+/// connections in flight, and reports. Bounded: at most `rate * 60`
+/// connections and 512 in flight.
+pub fn load(
+    pki: &Pki,
+    target: Arc<Mutex<SocketAddr>>,
+    name: &'static str,
+    rate: u32,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<LoadReport> {
+    let config = Arc::new(pki.client_config());
+    tokio::spawn(async move {
+        let start = std::time::Instant::now();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(512));
+        let report = Arc::new(Mutex::new(LoadReport::default()));
+        let mut tick = tokio::time::interval(Duration::from_secs(1) / rate);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..u64::from(rate) * 60 {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => break,
+            }
+            let permit = in_flight.clone().acquire_owned().await.unwrap();
+            let addr = *target.lock().unwrap();
+            let config = config.clone();
+            let report = report.clone();
+            report.lock().unwrap().attempted += 1;
+            tasks.spawn(async move {
+                let result = tokio::time::timeout(WAIT, async {
+                    let tcp = TcpStream::connect(addr).await?;
+                    let connector = tokio_rustls::TlsConnector::from(config);
+                    let mut tls = connector
+                        .connect(ServerName::try_from(name).unwrap(), tcp)
+                        .await?;
+                    echo_once(&mut tls, b"x").await?;
+                    use tokio::io::AsyncWriteExt;
+                    let _ = tls.shutdown().await;
+                    std::io::Result::Ok(())
+                })
+                .await;
+                let mut report = report.lock().unwrap();
+                match result {
+                    Ok(Ok(())) => report.succeeded += 1,
+                    Ok(Err(e)) => report.failures.push(format!("{addr}: {e}")),
+                    Err(_) => report.failures.push(format!("{addr}: timed out")),
+                }
+                drop(permit);
+            });
+            while tasks.try_join_next().is_some() {}
+        }
+        while tasks.join_next().await.is_some() {}
+        let mut report = report.lock().unwrap().clone();
+        report.elapsed = start.elapsed();
+        report
+    })
+}

@@ -1,0 +1,213 @@
+//! Live reload (SIGHUP) through a real relay process: what changes is
+//! drained over `drain_timeout`, what does not is never touched, and no
+//! connection is refused while reloading.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::AsyncReadExt;
+
+const NAMES: &[&str] = &["app.example.com", "r.example.com", "s.example.com"];
+
+/// Listener `tls` with route `r` (r.example.com, app.example.com) → `r` and
+/// route `s` (s.example.com) → `s`; `extra` is appended verbatim.
+fn two_routes(r: SocketAddr, s: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"
+[global]
+drain_timeout = "2s"
+
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+name = "r"
+listener = "tls"
+sni = ["r.example.com", "app.example.com"]
+backend = "r"
+
+[[route]]
+name = "s"
+listener = "tls"
+sni = ["s.example.com"]
+backend = "s"
+
+[backend.r]
+addresses = ["{r}"]
+
+[backend.s]
+addresses = ["{s}"]
+{extra}
+"#
+    )
+}
+
+/// Reads until the relay closes the session; returns when it did.
+async fn closed_at<S: tokio::io::AsyncRead + Unpin>(mut stream: S) -> Instant {
+    let mut sink = [0u8; 1024];
+    loop {
+        match stream.read(&mut sink).await {
+            Ok(0) | Err(_) => return Instant::now(),
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_file_is_rejected_by_name_and_routing_goes_on() {
+    let pki = Pki::new(NAMES);
+    let r = tls_echo_backend(&pki).await;
+    let s = tls_echo_backend(&pki).await;
+    let good = two_routes(r, s, "");
+    let relay = Relay::start(&good).await;
+    let mut session = echo_session(&pki, relay.addr(), "r.example.com")
+        .await
+        .unwrap();
+
+    let bad = good.replace("drain_timeout = \"2s\"", "drain_timeout = \"soon\"");
+    let line = relay.reload(&bad, 1).await;
+    assert_eq!(
+        line["message"],
+        "reload rejected; still serving the previous configuration"
+    );
+    let error = line["error"].as_str().unwrap();
+    assert!(error.contains("global.drain_timeout"), "{error}");
+    assert!(error.contains("\"soon\""), "{error}");
+    assert_eq!(line["reloads.failed"], 1);
+
+    // A bind that fails rejects the whole reload, including its other changes.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap();
+    let binds_taken = two_routes(r, s, "")
+        .replace("drain_timeout = \"2s\"", "drain_timeout = \"3s\"")
+        + &format!(
+            "[[listener]]\nname = \"extra\"\nlisten = [\"{taken_addr}\"]\n\n[[route]]\nlistener = \"extra\"\nsni = [\"r.example.com\"]\nbackend = \"r\"\n"
+        );
+    let line = relay.reload(&binds_taken, 2).await;
+    let error = line["error"].as_str().unwrap();
+    assert!(
+        error.contains("\"extra\"") && error.contains(&taken_addr.to_string()),
+        "{error}"
+    );
+    assert_eq!(line["reloads.failed"], 2);
+
+    // Still routing, old sessions and new ones alike.
+    echo_once(&mut session, b"after two rejected reloads")
+        .await
+        .unwrap();
+    echo_session(&pki, relay.addr(), "s.example.com")
+        .await
+        .unwrap();
+    // And a valid file after that applies.
+    let line = relay.reload(&good, 3).await;
+    assert_eq!(line["message"], "reload applied");
+    assert_eq!(line["reloads.failed"], 2);
+    assert_eq!(line["connections.drained"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_changed_route_drains_and_its_closes_are_spread_over_drain_timeout() {
+    let pki = Pki::new(NAMES);
+    let r = tls_echo_backend(&pki).await;
+    let s1 = tls_echo_backend(&pki).await;
+    let s2 = tls_echo_backend(&pki).await;
+    let relay = Relay::start(&two_routes(r, s1, "")).await;
+
+    let mut on_r = echo_session(&pki, relay.addr(), "r.example.com")
+        .await
+        .unwrap();
+    let on_r_peer = on_r.get_ref().0.local_addr().unwrap();
+    let on_s = echo_session(&pki, relay.addr(), "s.example.com")
+        .await
+        .unwrap();
+    let on_s_peer = on_s.get_ref().0.local_addr().unwrap();
+
+    // Change only route s (its backend's address).
+    let started = Instant::now();
+    let line = relay.reload(&two_routes(r, s2, ""), 1).await;
+    assert_eq!(line["message"], "reload applied");
+    assert_eq!(line["routes.changed"], 1);
+    assert_eq!(line["backends.changed"], "s");
+    assert_eq!(line["connections.drained"], 1);
+    let s_closed = closed_at(on_s).await;
+    assert!(s_closed - started < Duration::from_millis(2500));
+    assert_eq!(relay.closed_line(on_s_peer).await["close"], "drained");
+    // New connections to s reach the new backend.
+    echo_session(&pki, relay.addr(), "s.example.com")
+        .await
+        .unwrap();
+    // R is untouched: still relaying, never closed.
+    echo_once(&mut on_r, b"r lives on").await.unwrap();
+    assert!(
+        !relay
+            .closed_lines()
+            .iter()
+            .any(|l| l["client.peer"] == on_r_peer.to_string().as_str())
+    );
+
+    // Now remove route r: all of its 51 sessions drain within 2 s, spread out.
+    let mut sessions = vec![on_r];
+    for _ in 0..50 {
+        sessions.push(
+            echo_session(&pki, relay.addr(), "r.example.com")
+                .await
+                .unwrap(),
+        );
+    }
+    let peers: Vec<String> = sessions
+        .iter()
+        .map(|s| s.get_ref().0.local_addr().unwrap().to_string())
+        .collect();
+    let watchers: Vec<_> = sessions
+        .into_iter()
+        .map(|s| tokio::spawn(closed_at(s)))
+        .collect();
+    let without_r = two_routes(r, s2, "").replace(
+        "[[route]]\nname = \"r\"\nlistener = \"tls\"\nsni = [\"r.example.com\", \"app.example.com\"]\nbackend = \"r\"\n",
+        "",
+    );
+    assert!(!without_r.contains("name = \"r\""));
+    let started = Instant::now();
+    let line = relay.reload(&without_r, 2).await;
+    assert_eq!(line["message"], "reload applied");
+    assert_eq!(line["routes.removed"], 2, "{line}");
+    let list = line["routes.list"].as_str().unwrap();
+    assert!(
+        list.contains("-tls:r.example.com") && list.contains("-tls:app.example.com"),
+        "{list}"
+    );
+    assert_eq!(line["connections.drained"], 51);
+    let mut times = Vec::new();
+    for watcher in watchers {
+        times.push(watcher.await.unwrap() - started);
+    }
+    let first = *times.iter().min().unwrap();
+    let last = *times.iter().max().unwrap();
+    eprintln!("drain closes from {first:?} to {last:?} after SIGHUP");
+    // drain_timeout is 2 s; the margin covers signal delivery and scheduling.
+    assert!(
+        last < Duration::from_millis(2300),
+        "last close after {last:?}"
+    );
+    assert!(
+        last - first > Duration::from_millis(100),
+        "all 51 closed within {:?}",
+        last - first
+    );
+    for peer in &peers {
+        let line = relay.closed_line(peer.parse().unwrap()).await;
+        assert_eq!(line["close"], "drained");
+        assert_eq!(line["route"], "r");
+    }
+    // The name is now unrouted.
+    let tcp = tokio::net::TcpStream::connect(relay.addr()).await.unwrap();
+    assert!(
+        tls_connect(pki.client_config(), "r.example.com", tcp)
+            .await
+            .is_err()
+    );
+}

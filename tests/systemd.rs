@@ -1,0 +1,121 @@
+//! systemd integration with a real relay process: sd_notify datagrams over
+//! NOTIFY_SOCKET, and socket activation from LISTEN_FDS/LISTEN_FDNAMES.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::process::Command;
+
+use common::*;
+use tokio::net::UnixDatagram;
+
+async fn next_notification(socket: &UnixDatagram) -> String {
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(WAIT, socket.recv(&mut buf))
+        .await
+        .expect("no sd_notify datagram")
+        .unwrap();
+    String::from_utf8(buf[..n].to_vec()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_reloading_and_stopping_are_notified() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    let dir = scratch_dir("notify");
+    let path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&path).unwrap();
+
+    let config = simple_config(&["app.example.com"], backend, "");
+    let relay = Relay::launch(&config, |config_path| {
+        let mut command = Relay::command(config_path);
+        command.env("NOTIFY_SOCKET", &path);
+        command
+    })
+    .await;
+
+    let ready = next_notification(&socket).await;
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    assert!(
+        ready.contains(&format!("MAINPID={}", relay.pid())),
+        "{ready:?}"
+    );
+
+    relay.signal("HUP");
+    let reloading = next_notification(&socket).await;
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reloading:?}"
+    );
+    let usec: u64 = reloading.lines().nth(1).unwrap()["MONOTONIC_USEC=".len()..]
+        .parse()
+        .unwrap();
+    assert!(usec > 0);
+    let ready = next_notification(&socket).await;
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    assert!(ready.contains("reload applied"), "{ready:?}");
+
+    // A rejected reload also ends with READY=1, saying why.
+    std::fs::write(&relay.config_path, "[global]\nbogus = 1\n").unwrap();
+    relay.signal("HUP");
+    assert!(next_notification(&socket).await.starts_with("RELOADING=1"));
+    let ready = next_notification(&socket).await;
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    assert!(ready.contains("reload rejected"), "{ready:?}");
+    assert!(ready.contains("bogus"), "{ready:?}");
+
+    relay.signal("TERM");
+    let stopping = next_notification(&socket).await;
+    assert!(stopping.starts_with("STOPPING=1\n"), "{stopping:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activated_sockets_serve_the_listener_of_the_same_name() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    // The "socket unit": a listening socket made by the parent, passed as
+    // fd 3 with the name of the listener it is for.
+    let activated = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let activated_addr = activated.local_addr().unwrap();
+    socket2::SockRef::from(&activated)
+        .set_cloexec(false)
+        .unwrap();
+    let fd = activated.as_raw_fd();
+
+    // The file's own address differs: the activated socket replaces it.
+    let config = simple_config(&["app.example.com"], backend, "");
+    let mut relay = Relay::launch(&config, |config_path| {
+        let relay = Relay::command(config_path);
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(format!(
+                "exec 3<&{fd}; LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=tls exec \"$@\""
+            ))
+            .arg("bash")
+            .arg(relay.get_program())
+            .args(relay.get_args());
+        command
+    })
+    .await;
+    assert_eq!(relay.listening["tls"], [activated_addr]);
+    let line = relay.wait_log(|l| l["message"] == "listening").await;
+    assert_eq!(line["socket"], format!("activated {activated_addr}"));
+
+    let mut session = echo_session(&pki, activated_addr, "app.example.com")
+        .await
+        .unwrap();
+    // A reload keeps the activated socket as it is.
+    let line = relay.reload(&config, 1).await;
+    assert_eq!(line["message"], "reload applied");
+    assert_eq!(line["binds.added"], 0);
+    assert_eq!(line["binds.removed"], 0);
+    echo_session(&pki, activated_addr, "app.example.com")
+        .await
+        .unwrap();
+    echo_once(&mut session, b"after reload").await.unwrap();
+    relay.signal("INT");
+    assert_eq!(relay.wait_exit().await, Some(0));
+    drop(activated);
+}
