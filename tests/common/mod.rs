@@ -640,34 +640,9 @@ impl Relay {
     }
 
     /// Waits until at least `n` log lines satisfy `pred`; returns the n-th.
-    pub async fn wait_count(&self, n: usize, pred: impl Fn(&Value) -> bool) -> Value {
-        let book = self.log.clone();
-        let found = tokio::time::timeout(WAIT, async {
-            loop {
-                let changed = book.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if let Some(line) = book
-                    .lines
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .filter(|l| pred(l))
-                    .nth(n - 1)
-                {
-                    return line.clone();
-                }
-                changed.await;
-            }
-        })
-        .await;
-        match found {
-            Ok(line) => line,
-            Err(_) => panic!(
-                "fewer than {n} matching log lines within {WAIT:?}; log: {:#?}",
-                self.log_lines()
-            ),
-        }
+    pub async fn wait_nth(&self, n: usize, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_lines(|lines| lines.iter().filter(|l| pred(l)).nth(n - 1).cloned())
+            .await
     }
 
     /// Replaces the config file, sends SIGHUP and waits for the reload's
@@ -675,7 +650,7 @@ impl Relay {
     pub async fn reload(&self, config: &str, n: usize) -> Value {
         std::fs::write(&self.config_path, config).unwrap();
         self.signal("HUP");
-        self.wait_count(n, |l| {
+        self.wait_nth(n, |l| {
             l["message"] == "reload applied"
                 || l["message"]
                     .as_str()
