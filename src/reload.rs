@@ -3,7 +3,7 @@
 //!
 //! A route's identity is (listener, pattern) and its meaning is the backend
 //! definition it leads to (name, addresses, timeouts: the whole
-//! [`Backend`](crate::config::Backend)). A listener's no-SNI fallback is the
+//! [`Backend`]). A listener's no-SNI fallback is the
 //! identity (listener, no SNI). [`carry_over`] gives every identity that
 //! survives the reload with an equal backend the *same* drain signal it had,
 //! so connections started under any earlier snapshot stay reachable, and
