@@ -13,8 +13,9 @@
 //! Not here: deciding what changed (see `reload`), or closing sockets (the
 //! connection does that when [`DrainGuard::closing`] resolves).
 //!
-//! Cost: per connection, one `Arc` clone and two relaxed atomic adds; no
-//! lock, no registry, no task. The jitter comes from std's randomly keyed
+//! Cost: per connection, one more SNI-matcher lookup at route time (to find
+//! the pattern that matched), one `Arc` clone and two relaxed atomic adds;
+//! no lock, no registry, no task. The jitter comes from std's randomly keyed
 //! SipHash over the connection id, so no RNG crate is needed.
 
 use std::hash::{BuildHasher, RandomState};

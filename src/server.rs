@@ -482,6 +482,7 @@ impl Server {
         for listener in &new.listeners {
             let running = self.listeners.get(&listener.name);
             if running.is_some_and(|r| r.activated) {
+                tracing::debug!(listener = %listener.name, "sockets from systemd: `listen` is not applied");
                 continue;
             }
             for &addr in &listener.listen {
@@ -673,4 +674,23 @@ fn summary(diff: &reload::Diff) -> String {
         text.push_str(&format!(" (+{} more)", all.len() - MAX));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_keys_round_trip_through_their_text_form() {
+        for key in [
+            BindKey::Config("127.0.0.1:0".parse().unwrap()),
+            BindKey::Config("[::1]:443".parse().unwrap()),
+            BindKey::Activated("0.0.0.0:443".parse().unwrap()),
+        ] {
+            assert_eq!(key.to_string().parse::<BindKey>(), Ok(key));
+        }
+        assert!("config".parse::<BindKey>().is_err());
+        assert!("bound 127.0.0.1:1".parse::<BindKey>().is_err());
+        assert!("config 127.0.0.1".parse::<BindKey>().is_err());
+    }
 }
