@@ -13,8 +13,12 @@ use std::time::Duration;
 use common::*;
 use tokio_util::sync::CancellationToken;
 
+/// drain_timeout is long on purpose: on a starved CI machine a handshake
+/// accepted by the old process just before the handoff can take seconds,
+/// and a drain budget that ran out would close it (correctly, but that is
+/// not what this test is about).
 fn config(backend: SocketAddr) -> String {
-    "[global]\ndrain_timeout = \"5s\"\n".to_owned()
+    "[global]\ndrain_timeout = \"60s\"\n".to_owned()
         + &simple_config(&["app.example.com"], backend, "")
 }
 
@@ -77,6 +81,15 @@ async fn upgrades_under_load_refuse_nothing() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     stop.cancel();
     let report = load.await.unwrap();
+    for (i, relay) in retired.iter().chain([&old]).enumerate() {
+        let mut reasons = std::collections::BTreeMap::new();
+        for line in relay.closed_lines() {
+            *reasons
+                .entry(line["close"].as_str().unwrap_or("?").to_owned())
+                .or_insert(0u32) += 1;
+        }
+        eprintln!("relay {i}: close reasons {reasons:?}");
+    }
     eprintln!(
         "load: {} attempted, {} ok in {:?} ({:.0}/s)",
         report.attempted,
@@ -87,12 +100,19 @@ async fn upgrades_under_load_refuse_nothing() {
     assert!(report.failures.is_empty(), "failed: {:?}", report.failures);
     assert_eq!(report.succeeded, report.attempted);
     assert!(report.attempted >= 200 * 20, "{report:?}");
+    // The session opened on the first process is still served by it, four
+    // upgrades later, while it drains; once it ends, that process exits.
+    echo_once(&mut long_lived, b"still on the first process")
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    long_lived.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let _ = long_lived.read_to_end(&mut rest).await;
+    drop(long_lived);
     for mut relay in retired {
         assert_eq!(relay.wait_exit().await, Some(0));
     }
-    // The session opened on the first process was served until its drain
-    // budget ran out there (5 s), then closed: it does not move.
-    assert!(echo_once(&mut long_lived, b"x").await.is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
