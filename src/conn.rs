@@ -216,6 +216,7 @@ async fn serve(
             idle,
             cancel,
             &mut record.moved,
+            listener.splice,
         ) => reason,
         () = &mut drained => CloseReason::Drained,
     };

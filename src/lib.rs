@@ -10,6 +10,7 @@
 //! A reload diffs snapshots in [`reload`] and drains what changed through
 //! [`drain`] signals; [`notify`] speaks sd_notify and [`takeover`] hands
 //! listening sockets to a new binary.
+//! splice(2) and its pipe pool live in [`splice`].
 
 #![deny(unsafe_code)]
 
@@ -36,4 +37,5 @@ pub mod server;
 pub mod signals;
 pub mod sni;
 pub mod sockopt;
+pub mod splice;
 pub mod takeover;

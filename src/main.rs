@@ -20,7 +20,7 @@ use snirelay::cli::{Cli, Command};
 use snirelay::config::Config;
 use snirelay::notify::Notifier;
 use snirelay::server::ServeOptions;
-use snirelay::{logging, server, signals, sockopt, takeover};
+use snirelay::{logging, server, signals, sockopt, splice, takeover};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -54,6 +54,16 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let activated = sockopt::take_activated_fds().context("socket activation")?;
     logging::init(cli.log_format, &cli.log_level)?;
     let config = Config::load(&cli.config)?;
+    match sockopt::raise_nofile_limit() {
+        Ok(limit) => tracing::info!(
+            soft_before = limit.soft_before,
+            soft = limit.soft,
+            hard = limit.hard,
+            "descriptor limit (RLIMIT_NOFILE)"
+        ),
+        Err(error) => tracing::warn!(%error, "cannot raise the descriptor limit"),
+    }
+    splice::configure(config.global.pipe_size, config.global.max_pipes);
     let mut options = ServeOptions::new(cli.config.clone());
     options.activated = activated;
     options.notifier = Notifier::from_env();
@@ -62,6 +72,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         options.takeover_path = Some(path.clone());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.global.threads)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

@@ -12,19 +12,32 @@
 //! watchdog sleeps until the earliest moment the connection could be idle and
 //! re-arms itself, so no timer is reset per read.
 //!
-//! Cost: this userspace path holds one 16 KiB buffer per direction while the
-//! relay runs. It is the portable path; a zero-copy path can replace
-//! [`relay`] without changing its contract.
+//! Each direction moves data in bursts: it waits for its source to be
+//! readable while holding nothing, then takes a buffer (a kernel pipe for
+//! splice(2), see `splice`, or a 16 KiB userspace buffer as the fallback),
+//! moves everything the source has, and lets the buffer go. An idle
+//! connection therefore pins its two sockets and its task, nothing more.
+//! `splice = false` on a listener (or globally) selects the userspace copy;
+//! splice is the default. Both paths share this loop, so byte counts,
+//! half-close, idle timeout and cancellation behave the same.
+//!
+//! Cost: splice moves bytes without copying them through userspace; the
+//! fallback allocates its buffer once per burst (a burst lasts until the
+//! source would block), which is the price of not holding 16 KiB per idle
+//! direction.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::io;
+
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseReason;
+use crate::{sockopt, splice};
 
 /// Bytes copied per read.
 const COPY_BUFFER: usize = 16 * 1024;
@@ -55,7 +68,7 @@ impl From<Failure> for CloseReason {
 }
 
 /// When a byte last moved, in milliseconds since the relay started.
-struct Activity {
+pub(crate) struct Activity {
     start: Instant,
     last_ms: AtomicU64,
 }
@@ -68,7 +81,7 @@ impl Activity {
         }
     }
 
-    fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let now = self.start.elapsed().as_millis() as u64;
         self.last_ms.store(now, Ordering::Relaxed);
     }
@@ -89,7 +102,26 @@ impl Activity {
     }
 }
 
-/// Writes `replay` (the buffered hello) to the backend, then relays both ways.
+/// How one burst of a direction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Burst {
+    /// The source has nothing more to read for now.
+    Idle,
+    /// The source sent FIN; everything before it was delivered.
+    Eof,
+}
+
+/// Which side of a burst failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BurstError {
+    #[error("reading the source failed: {0}")]
+    Read(io::Error),
+    #[error("writing the destination failed: {0}")]
+    Write(io::Error),
+}
+
+/// Writes `replay` (the buffered hello) to the backend, then relays both
+/// ways, with splice(2) when `use_splice` is set.
 pub async fn relay(
     client: &mut TcpStream,
     backend: &mut TcpStream,
@@ -97,6 +129,7 @@ pub async fn relay(
     idle: Duration,
     cancel: &CancellationToken,
     moved: &mut Transferred,
+    use_splice: bool,
 ) -> CloseReason {
     if backend.write_all(&replay).await.is_err() {
         return CloseReason::BackendReset;
@@ -107,19 +140,21 @@ pub async fn relay(
     drop(replay);
 
     let activity = Activity::new();
-    let (mut client_read, mut client_write) = client.split();
-    let (mut backend_read, mut backend_write) = backend.split();
+    let pipes = use_splice.then(splice::pool);
+    let (client, backend): (&TcpStream, &TcpStream) = (client, backend);
     let up = pump(
-        &mut client_read,
-        &mut backend_write,
+        client,
+        backend,
         (Failure::Client, Failure::Backend),
+        pipes,
         &activity,
         &mut moved.up,
     );
     let down = pump(
-        &mut backend_read,
-        &mut client_write,
+        backend,
+        client,
         (Failure::Backend, Failure::Client),
+        pipes,
         &activity,
         &mut moved.down,
     );
@@ -143,27 +178,68 @@ pub async fn relay(
     CloseReason::Done
 }
 
-/// Copies one direction until EOF, then passes the FIN on.
-async fn pump<R, W>(
-    from: &mut R,
-    to: &mut W,
+/// Moves one direction until EOF, then passes the FIN on.
+async fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
     (reader, writer): (Failure, Failure),
+    pipes: Option<&splice::PipePool>,
     activity: &Activity,
     count: &mut u64,
-) -> Result<(), Failure>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buffer = vec![0u8; COPY_BUFFER];
+) -> Result<(), Failure> {
     loop {
-        let n = from.read(&mut buffer).await.map_err(|_| reader)?;
-        if n == 0 {
+        // Holding nothing while the source is quiet.
+        from.readable().await.map_err(|_| reader)?;
+        let burst = match pipes.and_then(splice::PipePool::lease) {
+            Some(mut lease) => {
+                splice::burst(from, to, &mut lease, &|| activity.touch(), count).await
+            }
+            None => copy_burst(from, to, activity, count).await,
+        };
+        match burst {
+            Ok(Burst::Idle) => {}
             // Half-close: the other direction keeps flowing.
-            return to.shutdown().await.map_err(|_| writer);
+            Ok(Burst::Eof) => return sockopt::shutdown_write(to).map_err(|_| writer),
+            Err(BurstError::Read(_)) => return Err(reader),
+            Err(BurstError::Write(_)) => return Err(writer),
         }
+    }
+}
+
+/// The userspace fallback of `splice::burst`: the buffer exists only while
+/// the source has data.
+async fn copy_burst(
+    from: &TcpStream,
+    to: &TcpStream,
+    activity: &Activity,
+    count: &mut u64,
+) -> Result<Burst, BurstError> {
+    let mut buffer = vec![0u8; COPY_BUFFER];
+    let mut first = true;
+    loop {
+        if !first {
+            // Returns at once while readiness holds; yields when the task's
+            // cooperative budget is spent.
+            from.readable().await.map_err(BurstError::Read)?;
+        }
+        first = false;
+        let n = match from.try_read(&mut buffer) {
+            Ok(0) => return Ok(Burst::Eof),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Burst::Idle),
+            Err(e) => return Err(BurstError::Read(e)),
+        };
         activity.touch();
-        to.write_all(&buffer[..n]).await.map_err(|_| writer)?;
+        let mut rest = &buffer[..n];
+        while !rest.is_empty() {
+            match to.try_write(rest) {
+                Ok(written) => rest = &rest[written..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    to.writable().await.map_err(BurstError::Write)?;
+                }
+                Err(e) => return Err(BurstError::Write(e)),
+            }
+        }
         *count += n as u64;
         activity.touch();
     }

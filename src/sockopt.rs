@@ -5,6 +5,8 @@
 //! explicit; accepted and connected sockets get TCP_NODELAY, since the relay
 //! forwards TLS records whose latency matters more than segment count.
 //! Sockets are created close-on-exec (socket2's default on Linux).
+//! The descriptor limit is raised here too, at startup (through nix's safe
+//! wrapper).
 //!
 //! Listening sockets may also be inherited (systemd socket activation, or a
 //! takeover from the process being replaced): the few functions that turn
@@ -230,4 +232,33 @@ pub fn monotonic_usec() -> u64 {
         Ok(ts) => ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1_000,
         Err(_) => 0,
     }
+
+/// Sends FIN on `stream` (shutdown for writing) through a shared reference,
+/// so the opposite direction of a relay can keep reading the same socket.
+pub fn shutdown_write(stream: &tokio::net::TcpStream) -> io::Result<()> {
+    socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write)
+}
+
+/// The descriptor limit before and after [`raise_nofile_limit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NofileLimit {
+    pub soft_before: u64,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit: every relayed connection
+/// needs two descriptors (and a pipe in flight two more), and the usual soft
+/// default of 1024 would cap the relay at a few hundred connections.
+pub fn raise_nofile_limit() -> io::Result<NofileLimit> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
+    }
+    Ok(NofileLimit {
+        soft_before: soft,
+        soft: hard,
+        hard,
+    })
 }

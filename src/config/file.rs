@@ -28,6 +28,10 @@ pub struct FileConfig {
 pub struct GlobalSection {
     pub max_connections: Option<i64>,
     pub drain_timeout: Option<String>,
+    pub threads: Option<i64>,
+    pub splice: Option<bool>,
+    pub pipe_size: Option<i64>,
+    pub max_pipes: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +46,7 @@ pub struct ListenerSection {
     pub no_sni: Option<String>,
     pub proxy_protocol: Option<ProxyProtocolSection>,
     pub reuse_port: Option<bool>,
+    pub splice: Option<bool>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.

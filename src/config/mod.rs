@@ -61,12 +61,31 @@ pub const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
 /// mistake on the same address fails to bind instead of silently taking
 /// half of the connections.
 pub const DEFAULT_REUSE_PORT: bool = false;
+/// Relay through splice(2) and a kernel pipe per direction (Linux) rather
+/// than a userspace copy. A listener's `splice` beats `[global] splice`.
+pub const DEFAULT_SPLICE: bool = true;
+/// Bytes a pooled pipe holds (F_SETPIPE_SZ); the kernel rounds up to a power
+/// of two pages. 64 KiB is the kernel's own default and HAProxy's.
+pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
+/// Pipes the whole process may have open at once, in use or pooled; each is
+/// two descriptors. A direction that finds the pool empty copies through
+/// userspace for that burst instead of waiting.
+pub const DEFAULT_MAX_PIPES: usize = 512;
+/// Runtime worker threads (and accept sockets per listen address) when
+/// `[global] threads` is not set: the cores this process may run on.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// Bounds that keep a setting meaningful.
 const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
 const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
 const BACKLOG_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
 const MAX_HOPS_RANGE: std::ops::RangeInclusive<i64> = 1..=16;
+const THREADS_RANGE: std::ops::RangeInclusive<i64> = 1..=1024;
+/// One page up to Linux's default `fs.pipe-max-size` (1 MiB).
+const PIPE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 4096..=1_048_576;
+const MAX_PIPES_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
@@ -80,6 +99,14 @@ pub struct Config {
 pub struct Global {
     pub max_connections: usize,
     pub drain_timeout: Duration,
+    /// Runtime worker threads; also the number of SO_REUSEPORT accept
+    /// sockets (and accept loops) per listen address.
+    pub threads: usize,
+    /// Bytes per pooled pipe. Global only: pipes are pooled process-wide, so
+    /// they all have one size.
+    pub pipe_size: usize,
+    /// Pipes open at once, process-wide (each is two descriptors).
+    pub max_pipes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +131,8 @@ pub struct Listener {
     pub drains: SniMatcher<Arc<DrainSignal>>,
     /// The drain signal of (this listener, no SNI → backend).
     pub no_sni_drain: Arc<DrainSignal>,
+    /// Relay with splice(2) (listener beats global beats [`DEFAULT_SPLICE`]).
+    pub splice: bool,
 }
 
 /// What a listener does with a ClientHello that carries no SNI.
@@ -239,7 +268,32 @@ impl Checker {
                     DEFAULT_DRAIN_TIMEOUT,
                 )
                 .unwrap_or_default(),
+            threads: self
+                .ranged(
+                    "global.threads",
+                    file.global.threads,
+                    THREADS_RANGE,
+                    default_threads() as i64,
+                )
+                .unwrap_or(1) as usize,
+            pipe_size: self
+                .ranged(
+                    "global.pipe_size",
+                    file.global.pipe_size,
+                    PIPE_SIZE_RANGE,
+                    DEFAULT_PIPE_SIZE as i64,
+                )
+                .unwrap_or(0) as usize,
+            max_pipes: self
+                .ranged(
+                    "global.max_pipes",
+                    file.global.max_pipes,
+                    MAX_PIPES_RANGE,
+                    DEFAULT_MAX_PIPES as i64,
+                )
+                .unwrap_or(0) as usize,
         };
+        let global_splice = file.global.splice.unwrap_or(DEFAULT_SPLICE);
 
         let backends: BTreeMap<String, Arc<Backend>> = file
             .backends
@@ -264,7 +318,8 @@ impl Checker {
                     format!("listener name {:?} is used twice", section.name),
                 );
             }
-            if let Some(listener) = self.listener(&key, section, &backends, &mut binds) {
+            if let Some(mut listener) = self.listener(&key, section, &backends, &mut binds) {
+                listener.splice = section.splice.unwrap_or(global_splice);
                 listeners.push(listener);
             }
         }
@@ -417,6 +472,7 @@ impl Checker {
             reuse_port: section.reuse_port.unwrap_or(DEFAULT_REUSE_PORT),
             drains: SniMatcher::new(),
             no_sni_drain: DrainSignal::new(),
+            splice: DEFAULT_SPLICE,
         })
     }
 
