@@ -156,7 +156,11 @@ async fn serve(
     };
     record.sni = route::loggable_name(&hello.info);
     record.ech = hello.info.ech;
-    if !hello.info.alpn.is_empty() {
+    // Formatting ALPN costs allocations; skip it when no access line can be
+    // written (WARN is the most verbose level `close` logs at).
+    if !hello.info.alpn.is_empty()
+        && tracing::enabled!(target: "snirelay::access", tracing::Level::WARN)
+    {
         let names: Vec<_> = hello
             .info
             .alpn

@@ -1,0 +1,714 @@
+//! Load benchmark: snirelay against HAProxy (and no proxy at all), side by
+//! side, on loopback.
+//!
+//! Starts one in-process backend, writes equivalent configurations for
+//! snirelay and HAProxy (tcp mode, SNI routing after `inspect-delay` and
+//! `accept if { req.ssl_hello_type 1 }`, same timeouts, same thread count),
+//! starts both as child processes, and drives each in turn with the same
+//! client, alternating the order run by run:
+//!
+//! - `rate`: 64 concurrent clients, each sends a real ClientHello
+//!   (tests/data/openssl_sni.bin), reads a 1 KiB reply, closes; repeated
+//!   for `--seconds`.
+//! - `up` / `down`: 8 connections streaming for `--seconds`, client →
+//!   backend, then backend → client (also measured with no proxy).
+//! - `ping`: p50/p99 round trip of a 1-byte ping-pong on one established
+//!   connection.
+//! - `idle`: 8,000 (`--idle`) connections opened and left quiet; the proxy's
+//!   RSS and descriptor deltas, and /proc/meminfo Slab and MemAvailable.
+//!
+//! Every connection starts with the same captured hello followed by one
+//! mode byte (R, U, D, E, I) that tells the backend what to do; both
+//! proxies pass it through untouched. Prints one table of medians with
+//! snirelay/HAProxy ratios. Everything stays on 127.0.0.1 and every phase
+//! is bounded in time.
+//!
+//! Usage (see scripts/loadbench.sh, which builds and runs it):
+//! `loadbench --relay target/release/snirelay [--haproxy /usr/sbin/haproxy]
+//!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]`
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const REPLY: usize = 1024;
+const RATE_CLIENTS: usize = 64;
+const STREAMS: usize = 8;
+const CHUNK: usize = 64 * 1024;
+
+struct Args {
+    relay: PathBuf,
+    haproxy: Option<PathBuf>,
+    runs: usize,
+    seconds: u64,
+    threads: usize,
+    idle: usize,
+    only: Vec<String>,
+    splice: bool,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        relay: PathBuf::from("target/release/snirelay"),
+        haproxy: Some(PathBuf::from("/usr/sbin/haproxy")),
+        runs: 3,
+        seconds: 10,
+        threads: 1,
+        idle: 8000,
+        only: ["rate", "up", "down", "ping", "idle"]
+            .map(String::from)
+            .to_vec(),
+        splice: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--relay" => args.relay = value().into(),
+            "--haproxy" => {
+                let v = value();
+                args.haproxy = (v != "none").then(|| v.into());
+            }
+            "--runs" => args.runs = value().parse().unwrap(),
+            "--seconds" => args.seconds = value().parse().unwrap(),
+            "--threads" => args.threads = value().parse().unwrap(),
+            "--idle" => args.idle = value().parse().unwrap(),
+            "--only" => args.only = value().split(',').map(String::from).collect(),
+            "--no-splice" => args.splice = false,
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    args
+}
+
+// ------------------------------------------------------------------ backend
+
+#[derive(Default)]
+struct BackendStats {
+    upload_bytes: AtomicU64,
+    idle_open: AtomicUsize,
+}
+
+/// Reads the TLS record of the hello and the mode byte, then serves the mode.
+async fn backend(stats: Arc<BackendStats>, stop: Arc<AtomicBool>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let stats = stats.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let mut header = [0u8; 5];
+                if stream.read_exact(&mut header).await.is_err() {
+                    return;
+                }
+                let len = u16::from_be_bytes([header[3], header[4]]) as usize;
+                let mut rest = vec![0u8; len + 1];
+                if stream.read_exact(&mut rest).await.is_err() {
+                    return;
+                }
+                match rest[len] {
+                    b'R' => {
+                        let _ = stream.write_all(&[0x42; REPLY]).await;
+                        let mut sink = [0u8; 64];
+                        let _ = stream.read(&mut sink).await;
+                    }
+                    b'U' => {
+                        let mut buf = vec![0u8; CHUNK];
+                        while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                            stats.upload_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                    }
+                    b'D' => {
+                        let buf = vec![0x44u8; CHUNK];
+                        while !stop.load(Ordering::Relaxed) {
+                            if stream.write_all(&buf).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    b'E' => {
+                        let mut byte = [0u8; 1];
+                        while let Ok(1) = stream.read(&mut byte).await {
+                            if stream.write_all(&byte).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    b'I' => {
+                        stats.idle_open.fetch_add(1, Ordering::Relaxed);
+                        let mut byte = [0u8; 1];
+                        let _ = stream.read(&mut byte).await;
+                        stats.idle_open.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+    addr
+}
+
+// ------------------------------------------------------------------ proxies
+
+struct Proxy {
+    name: &'static str,
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (bounded) until something accepts on `addr`.
+async fn wait_listening(addr: SocketAddr, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "{name} did not start listening");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn start_snirelay(args: &Args, dir: &Path, backend: SocketAddr) -> Proxy {
+    let port = free_port();
+    let config = format!(
+        r#"[global]
+max_connections = 9000
+threads = {threads}
+splice = {splice}
+
+[[listener]]
+name = "bench"
+listen = ["127.0.0.1:{port}"]
+backlog = 4096
+client_hello_timeout = "5s"
+idle_timeout = "5m"
+
+[[route]]
+sni = ["www.example.com"]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend}"]
+connect_timeout = "5s"
+"#,
+        threads = args.threads,
+        splice = args.splice,
+    );
+    let path = dir.join("snirelay.toml");
+    std::fs::write(&path, config).unwrap();
+    let log = std::fs::File::create(dir.join("snirelay.log")).unwrap();
+    let child = Command::new(&args.relay)
+        .args(["run", "--config"])
+        .arg(&path)
+        .args(["--log-level", "info,snirelay::access=off"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("cannot start snirelay");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    wait_listening(addr, "snirelay").await;
+    Proxy {
+        name: "snirelay",
+        child,
+        addr,
+    }
+}
+
+async fn start_haproxy(bin: &Path, args: &Args, dir: &Path, backend: SocketAddr) -> Proxy {
+    let port = free_port();
+    let config = format!(
+        r#"global
+    nbthread {threads}
+    maxconn 9000
+    maxpipes 512
+    tune.pipesize 65536
+
+defaults
+    mode tcp
+    maxconn 9000
+    timeout connect 5s
+    timeout client 5m
+    timeout server 5m
+    {splice}
+
+frontend bench
+    bind 127.0.0.1:{port} backlog 4096
+    tcp-request inspect-delay 5s
+    tcp-request content accept if {{ req.ssl_hello_type 1 }}
+    use_backend b if {{ req.ssl_sni -i www.example.com }}
+
+backend b
+    server s1 {backend}
+"#,
+        threads = args.threads,
+        splice = if args.splice {
+            "option splice-auto"
+        } else {
+            ""
+        },
+    );
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, config).unwrap();
+    let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
+    let child = Command::new(bin)
+        .arg("-db")
+        .arg("-f")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("cannot start haproxy");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    wait_listening(addr, "haproxy").await;
+    Proxy {
+        name: "haproxy",
+        child,
+        addr,
+    }
+}
+
+// ---------------------------------------------------------------- scenarios
+
+async fn open(addr: SocketAddr, hello: &[u8], mode: u8) -> std::io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut first = Vec::with_capacity(hello.len() + 1);
+    first.extend_from_slice(hello);
+    first.push(mode);
+    stream.write_all(&first).await?;
+    Ok(stream)
+}
+
+/// Connections per second completed by 64 looping clients.
+async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let end = start + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..RATE_CLIENTS {
+        let (hello, done, errors) = (hello.clone(), done.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut reply = vec![0u8; REPLY];
+            while Instant::now() < end {
+                let result = async {
+                    let mut stream = open(addr, &hello, b'R').await?;
+                    stream.read_exact(&mut reply).await?;
+                    std::io::Result::Ok(())
+                };
+                match tokio::time::timeout(Duration::from_secs(5), result).await {
+                    Ok(Ok(())) => done.fetch_add(1, Ordering::Relaxed),
+                    _ => errors.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let errors = errors.load(Ordering::Relaxed);
+    if errors > 0 {
+        eprintln!("  rate: {errors} failed connections");
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// MB/s (10^6 bytes) client → backend over 8 streams.
+async fn upload(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64, stats: &BackendStats) -> f64 {
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        streams.push(open(addr, &hello, b'U').await.unwrap());
+    }
+    let before = stats.upload_bytes.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for mut stream in streams {
+        tasks.push(tokio::spawn(async move {
+            let buf = vec![0x55u8; CHUNK];
+            while Instant::now() < end {
+                if stream.write_all(&buf).await.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let moved = stats.upload_bytes.load(Ordering::Relaxed) - before;
+    moved as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// MB/s backend → client over 8 streams.
+async fn download(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> f64 {
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let moved = Arc::new(AtomicU64::new(0));
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        streams.push(open(addr, &hello, b'D').await.unwrap());
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for mut stream in streams {
+        let moved = moved.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; CHUNK];
+            while Instant::now() < end {
+                match stream.read(&mut buf).await {
+                    Ok(n @ 1..) => moved.fetch_add(n as u64, Ordering::Relaxed),
+                    _ => break,
+                };
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    moved.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// (p50, p99) of a 1-byte round trip, in microseconds.
+async fn ping(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, f64) {
+    let mut stream = open(addr, &hello, b'E').await.unwrap();
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut samples = Vec::with_capacity(200_000);
+    let mut byte = [7u8; 1];
+    // Warm-up: the first round trips include the backend connect.
+    for _ in 0..100 {
+        stream.write_all(&byte).await.unwrap();
+        stream.read_exact(&mut byte).await.unwrap();
+    }
+    while Instant::now() < end {
+        let t = Instant::now();
+        stream.write_all(&byte).await.unwrap();
+        stream.read_exact(&mut byte).await.unwrap();
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    let pick = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
+    (pick(0.50), pick(0.99))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    field_kib(&status, "VmRSS:")
+}
+
+fn meminfo_kib(key: &str) -> u64 {
+    field_kib(&std::fs::read_to_string("/proc/meminfo").unwrap(), key)
+}
+
+fn field_kib(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+struct IdleFigures {
+    rss_per_conn: f64,
+    slab_per_conn: f64,
+    avail_per_conn: f64,
+    fds_per_conn: f64,
+}
+
+/// Opens `count` quiet connections through the proxy and measures deltas.
+async fn idle(
+    proxy: &Proxy,
+    hello: Arc<Vec<u8>>,
+    count: usize,
+    stats: &BackendStats,
+) -> IdleFigures {
+    let pid = proxy.child.id();
+    // One connection first so lazy one-time setup is in the baseline.
+    let warm = open(proxy.addr, &hello, b'I').await.unwrap();
+    wait_for(|| stats.idle_open.load(Ordering::Relaxed) == 1, "warm-up").await;
+    drop(warm);
+    wait_for(
+        || stats.idle_open.load(Ordering::Relaxed) == 0,
+        "warm-up close",
+    )
+    .await;
+    let (rss0, fds0) = (rss_kib(pid), fd_count(pid));
+    let (slab0, avail0) = (meminfo_kib("Slab:"), meminfo_kib("MemAvailable:"));
+    let mut conns = Vec::with_capacity(count);
+    for _ in 0..count {
+        conns.push(open(proxy.addr, &hello, b'I').await.unwrap());
+    }
+    wait_for(
+        || stats.idle_open.load(Ordering::Relaxed) == count,
+        "idle connections to reach the backend",
+    )
+    .await;
+    // Let the proxy finish whatever it does after relaying the hello.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss1, fds1) = (rss_kib(pid), fd_count(pid));
+    let (slab1, avail1) = (meminfo_kib("Slab:"), meminfo_kib("MemAvailable:"));
+    drop(conns);
+    wait_for(
+        || stats.idle_open.load(Ordering::Relaxed) == 0,
+        "idle connections to close",
+    )
+    .await;
+    let n = count as f64;
+    IdleFigures {
+        rss_per_conn: (rss1 as f64 - rss0 as f64) * 1024.0 / n,
+        slab_per_conn: (slab1 as f64 - slab0 as f64) * 1024.0 / n,
+        avail_per_conn: (avail0 as f64 - avail1 as f64) * 1024.0 / n,
+        fds_per_conn: (fds1 as f64 - fds0 as f64) / n,
+    }
+}
+
+async fn wait_for(done: impl Fn() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// -------------------------------------------------------------------- table
+
+type Samples = BTreeMap<(&'static str, &'static str), Vec<f64>>;
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() {
+        f64::NAN
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    }
+}
+
+fn main() {
+    let args = args();
+    let hello_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/openssl_sni.bin");
+    let hello = Arc::new(std::fs::read(&hello_path).unwrap());
+    // The client and the backend share this process: two threads.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(bench(args, hello));
+}
+
+async fn bench(args: Args, hello: Arc<Vec<u8>>) {
+    let stats = Arc::new(BackendStats::default());
+    let stop_download = Arc::new(AtomicBool::new(false));
+    let backend_addr = backend(stats.clone(), stop_download.clone()).await;
+    let dir = std::env::temp_dir().join(format!("snirelay-loadbench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let only = |s: &str| args.only.iter().any(|o| o == s);
+    let mut samples: Samples = BTreeMap::new();
+    let secs = args.seconds;
+    eprintln!(
+        "loadbench: {} run(s), {secs} s phases, threads = {}, splice = {}, idle = {}; logs in {}",
+        args.runs,
+        args.threads,
+        args.splice,
+        args.idle,
+        dir.display()
+    );
+
+    for run in 0..args.runs {
+        let relay = start_snirelay(&args, &dir, backend_addr).await;
+        let haproxy = match &args.haproxy {
+            Some(bin) => Some(start_haproxy(bin, &args, &dir, backend_addr).await),
+            None => None,
+        };
+        // Alternate who goes first.
+        let mut order: Vec<&Proxy> = std::iter::once(&relay).chain(haproxy.as_ref()).collect();
+        if run % 2 == 1 {
+            order.reverse();
+        }
+        for proxy in &order {
+            let name = proxy.name;
+            if only("rate") {
+                let v = rate(proxy.addr, hello.clone(), secs).await;
+                eprintln!("run {run} {name:8} rate  {v:10.0} conn/s");
+                samples.entry(("rate", name)).or_default().push(v);
+            }
+            if only("up") {
+                let v = upload(proxy.addr, hello.clone(), secs, &stats).await;
+                eprintln!("run {run} {name:8} up    {v:10.0} MB/s");
+                samples.entry(("up", name)).or_default().push(v);
+            }
+            if only("down") {
+                stop_download.store(false, Ordering::Relaxed);
+                let v = download(proxy.addr, hello.clone(), secs).await;
+                stop_download.store(true, Ordering::Relaxed);
+                eprintln!("run {run} {name:8} down  {v:10.0} MB/s");
+                samples.entry(("down", name)).or_default().push(v);
+            }
+            if only("ping") {
+                let (p50, p99) = ping(proxy.addr, hello.clone(), secs.min(5)).await;
+                eprintln!("run {run} {name:8} ping  p50 {p50:.1} us  p99 {p99:.1} us");
+                samples.entry(("p50", name)).or_default().push(p50);
+                samples.entry(("p99", name)).or_default().push(p99);
+            }
+        }
+        if only("up") || only("down") {
+            if only("up") {
+                let v = upload(backend_addr, hello.clone(), secs, &stats).await;
+                eprintln!("run {run} direct   up    {v:10.0} MB/s");
+                samples.entry(("up", "direct")).or_default().push(v);
+            }
+            if only("down") {
+                stop_download.store(false, Ordering::Relaxed);
+                let v = download(backend_addr, hello.clone(), secs).await;
+                stop_download.store(true, Ordering::Relaxed);
+                eprintln!("run {run} direct   down  {v:10.0} MB/s");
+                samples.entry(("down", "direct")).or_default().push(v);
+            }
+        }
+        drop(order);
+        drop(relay);
+        drop(haproxy);
+        if only("idle") {
+            // Fresh processes, one at a time, so neither holds the other's
+            // connections in the meminfo deltas.
+            let names: Vec<&str> = if run % 2 == 0 {
+                vec!["snirelay", "haproxy"]
+            } else {
+                vec!["haproxy", "snirelay"]
+            };
+            for name in names {
+                let proxy = match (name, &args.haproxy) {
+                    ("snirelay", _) => start_snirelay(&args, &dir, backend_addr).await,
+                    (_, Some(bin)) => start_haproxy(bin, &args, &dir, backend_addr).await,
+                    (_, None) => continue,
+                };
+                let f = idle(&proxy, hello.clone(), args.idle, &stats).await;
+                eprintln!(
+                    "run {run} {name:8} idle  rss {:.0} B/conn  slab {:.0} B/conn  memavail -{:.0} B/conn  fds {:.2}/conn",
+                    f.rss_per_conn, f.slab_per_conn, f.avail_per_conn, f.fds_per_conn
+                );
+                let name: &'static str = proxy.name;
+                samples
+                    .entry(("idle_rss", name))
+                    .or_default()
+                    .push(f.rss_per_conn);
+                samples
+                    .entry(("idle_slab", name))
+                    .or_default()
+                    .push(f.slab_per_conn);
+                samples
+                    .entry(("idle_avail", name))
+                    .or_default()
+                    .push(f.avail_per_conn);
+                samples
+                    .entry(("idle_fds", name))
+                    .or_default()
+                    .push(f.fds_per_conn);
+            }
+        }
+    }
+    print_table(&samples, &args);
+}
+
+fn print_table(samples: &Samples, args: &Args) {
+    let get = |metric: &str, who: &str| {
+        samples
+            .iter()
+            .find(|((m, w), _)| *m == metric && *w == who)
+            .map(|(_, v)| median(v))
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "\nmedians of {} alternating run(s); threads = {}; splice = {}",
+        args.runs, args.threads, args.splice
+    );
+    let _ = writeln!(
+        out,
+        "| metric | snirelay | HAProxy | snirelay/HAProxy | direct | snirelay/direct | target |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let rows: [(&str, &str, &str); 10] = [
+        ("rate", "connections/s (64 clients)", ">= 1.2x HAProxy"),
+        (
+            "up",
+            "upload MB/s (8 streams)",
+            ">= 1.0x HAProxy, >= 0.7x direct",
+        ),
+        (
+            "down",
+            "download MB/s (8 streams)",
+            ">= 1.0x HAProxy, >= 0.7x direct",
+        ),
+        ("p50", "ping-pong p50 us", ""),
+        ("p99", "ping-pong p99 us", "<= HAProxy"),
+        (
+            "idle_rss",
+            "idle RSS bytes/conn",
+            "<= 4096, <= 0.5x HAProxy",
+        ),
+        ("idle_slab", "idle Slab bytes/conn (system)", ""),
+        (
+            "idle_avail",
+            "idle MemAvailable drop bytes/conn (system)",
+            "",
+        ),
+        ("idle_fds", "idle fds/conn in proxy", "2"),
+        ("", "", ""),
+    ];
+    for (metric, label, target) in rows {
+        if metric.is_empty() {
+            continue;
+        }
+        let (Some(s), h, d) = (
+            get(metric, "snirelay"),
+            get(metric, "haproxy"),
+            get(metric, "direct"),
+        ) else {
+            continue;
+        };
+        let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        let ratio = |a: f64, b: Option<f64>| b.map_or("-".to_owned(), |b| format!("{:.2}", a / b));
+        let _ = writeln!(
+            out,
+            "| {label} | {} | {} | {} | {} | {} | {target} |",
+            fmt(Some(s)),
+            fmt(h),
+            ratio(s, h),
+            fmt(d),
+            ratio(s, d),
+        );
+    }
+}
