@@ -13,18 +13,20 @@
 //! re-arms itself, so no timer is reset per read.
 //!
 //! Each direction moves data in bursts: it waits for its source to be
-//! readable while holding nothing, then takes a buffer (a kernel pipe for
-//! splice(2), see `splice`, or a 16 KiB userspace buffer as the fallback),
-//! moves everything the source has, and lets the buffer go. An idle
-//! connection therefore pins its two sockets and its task, nothing more.
-//! `splice = false` on a listener (or globally) selects the userspace copy;
-//! splice is the default. Both paths share this loop, so byte counts,
-//! half-close, idle timeout and cancellation behave the same.
+//! readable while holding nothing, then reads once into the worker thread's
+//! 16 KiB scratch buffer and writes that straight on. Small messages (TLS
+//! handshakes, interactive traffic) cost just that read and write, as with
+//! HAProxy's `splice-auto`. A read that fills the scratch buffer means bulk
+//! data: the rest of the burst then goes through a kernel pipe with
+//! splice(2) (see `splice`), or, with `splice = false` or no pipe free,
+//! through more scratch reads. When the source would block the burst ends
+//! and the pipe goes back to the pool. An idle connection therefore pins its
+//! two sockets and its task, nothing more. Byte counts, half-close, idle
+//! timeout and cancellation are handled here, the same for every path.
 //!
-//! Cost: splice moves bytes without copying them through userspace; the
-//! fallback allocates its buffer once per burst (a burst lasts until the
-//! source would block), which is the price of not holding 16 KiB per idle
-//! direction.
+//! Cost: no allocation per burst; the scratch buffer is per thread and is
+//! never held across an await. Only bytes the destination could not take at
+//! once are copied into a heap buffer until written.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -38,6 +40,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseReason;
 use crate::{sockopt, splice};
+
+thread_local! {
+    /// Per worker thread; borrowed only inside synchronous sections.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; COPY_BUFFER]);
+}
 
 /// Bytes copied per read.
 const COPY_BUFFER: usize = 16 * 1024;
@@ -100,6 +107,19 @@ impl Activity {
             }
         }
     }
+}
+
+/// Waits until `stream` is readable. Unlike `TcpStream::readable`, whose
+/// future carries a 152-byte waiter node, this keeps the waker in tokio's
+/// per-socket slot, so the idle state of a relay stays small. Only the relay
+/// task polls its sockets, so one waker slot per direction is enough.
+pub(crate) async fn readable(stream: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await
+}
+
+/// Waits until `stream` is writable; see [`readable`].
+pub(crate) async fn writable(stream: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| stream.poll_write_ready(cx)).await
 }
 
 /// How one burst of a direction ended.
@@ -189,12 +209,19 @@ async fn pump(
 ) -> Result<(), Failure> {
     loop {
         // Holding nothing while the source is quiet.
-        from.readable().await.map_err(|_| reader)?;
-        let burst = match pipes.and_then(splice::PipePool::lease) {
-            Some(mut lease) => {
-                splice::burst(from, to, &mut lease, &|| activity.touch(), count).await
-            }
-            None => copy_burst(from, to, activity, count).await,
+        readable(from).await.map_err(|_| reader)?;
+        let burst = match copy_once(from, to, activity, count).await {
+            // Bulk data: splice the rest of the burst when a pipe is free.
+            Ok(Copied::Full) => match pipes.and_then(splice::PipePool::lease) {
+                Some(mut lease) => {
+                    splice::burst(from, to, &mut lease, &|| activity.touch(), count).await
+                }
+                None => copy_burst(from, to, activity, count).await,
+            },
+            // The next readable returns at once unless EAGAIN was seen.
+            Ok(Copied::Partial | Copied::Idle) => continue,
+            Ok(Copied::Eof) => Ok(Burst::Eof),
+            Err(e) => Err(e),
         };
         match burst {
             Ok(Burst::Idle) => {}
@@ -206,41 +233,88 @@ async fn pump(
     }
 }
 
-/// The userspace fallback of `splice::burst`: the buffer exists only while
-/// the source has data.
+/// What one scratch read found.
+enum Copied {
+    /// It filled the scratch buffer: more is probably waiting.
+    Full,
+    /// Less than a buffer.
+    Partial,
+    /// Nothing to read (readiness is now cleared).
+    Idle,
+    Eof,
+}
+
+/// One read into the thread's scratch buffer, written on at once; whatever
+/// the destination can't take now is copied out and written when it can.
+async fn copy_once(
+    from: &TcpStream,
+    to: &TcpStream,
+    activity: &Activity,
+    count: &mut u64,
+) -> Result<Copied, BurstError> {
+    let mut leftover = None;
+    let copied = SCRATCH.with_borrow_mut(|buffer| {
+        let n = match from.try_read(buffer) {
+            Ok(0) => return Ok(Copied::Eof),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Copied::Idle),
+            Err(e) => return Err(BurstError::Read(e)),
+        };
+        activity.touch();
+        let mut written = 0;
+        while written < n {
+            match to.try_write(&buffer[written..n]) {
+                Ok(w) => written += w,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    leftover = Some(buffer[written..n].to_vec());
+                    break;
+                }
+                Err(e) => return Err(BurstError::Write(e)),
+            }
+        }
+        *count += written as u64;
+        Ok(if n == buffer.len() {
+            Copied::Full
+        } else {
+            Copied::Partial
+        })
+    })?;
+    if let Some(rest) = leftover {
+        let mut unsent: &[u8] = &rest;
+        while !unsent.is_empty() {
+            writable(to).await.map_err(BurstError::Write)?;
+            match to.try_write(unsent) {
+                Ok(w) => {
+                    unsent = &unsent[w..];
+                    *count += w as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(BurstError::Write(e)),
+            }
+        }
+    }
+    if matches!(copied, Copied::Full | Copied::Partial) {
+        activity.touch();
+    }
+    Ok(copied)
+}
+
+/// The userspace fallback of `splice::burst`: scratch reads until the
+/// source would block.
 async fn copy_burst(
     from: &TcpStream,
     to: &TcpStream,
     activity: &Activity,
     count: &mut u64,
 ) -> Result<Burst, BurstError> {
-    let mut buffer = vec![0u8; COPY_BUFFER];
-    let mut first = true;
     loop {
-        if !first {
-            // Returns at once while readiness holds; yields when the task's
-            // cooperative budget is spent.
-            from.readable().await.map_err(BurstError::Read)?;
+        // Returns at once while readiness holds; yields when the task's
+        // cooperative budget is spent.
+        readable(from).await.map_err(BurstError::Read)?;
+        match copy_once(from, to, activity, count).await? {
+            Copied::Eof => return Ok(Burst::Eof),
+            Copied::Idle => return Ok(Burst::Idle),
+            Copied::Full | Copied::Partial => {}
         }
-        first = false;
-        let n = match from.try_read(&mut buffer) {
-            Ok(0) => return Ok(Burst::Eof),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Burst::Idle),
-            Err(e) => return Err(BurstError::Read(e)),
-        };
-        activity.touch();
-        let mut rest = &buffer[..n];
-        while !rest.is_empty() {
-            match to.try_write(rest) {
-                Ok(written) => rest = &rest[written..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    to.writable().await.map_err(BurstError::Write)?;
-                }
-                Err(e) => return Err(BurstError::Write(e)),
-            }
-        }
-        *count += n as u64;
-        activity.touch();
     }
 }

@@ -47,7 +47,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::config::{DEFAULT_MAX_PIPES, DEFAULT_PIPE_SIZE};
-use crate::relay::{Burst, BurstError};
+use crate::relay::{Burst, BurstError, readable, writable};
 
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_MOVE.union(SpliceFFlags::SPLICE_F_NONBLOCK);
 
@@ -249,7 +249,7 @@ pub async fn burst(
         if !first {
             // Readiness is still set (we have not seen EAGAIN), so this only
             // yields when the task's cooperative budget is spent.
-            from.readable().await.map_err(BurstError::Read)?;
+            readable(from).await.map_err(BurstError::Read)?;
         }
         first = false;
         let filled = from.try_io(Interest::READABLE, || {
@@ -288,7 +288,7 @@ pub async fn burst(
                     *count += n as u64;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    to.writable().await.map_err(BurstError::Write)?;
+                    writable(to).await.map_err(BurstError::Write)?;
                 }
                 Err(e) => return Err(BurstError::Write(e)),
             }
