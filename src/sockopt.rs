@@ -232,6 +232,7 @@ pub fn monotonic_usec() -> u64 {
         Ok(ts) => ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1_000,
         Err(_) => 0,
     }
+}
 
 /// Sends FIN on `stream` (shutdown for writing) through a shared reference,
 /// so the opposite direction of a relay can keep reading the same socket.

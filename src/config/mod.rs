@@ -71,7 +71,7 @@ pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 /// two descriptors. A direction that finds the pool empty copies through
 /// userspace for that burst instead of waiting.
 pub const DEFAULT_MAX_PIPES: usize = 512;
-/// Runtime worker threads (and accept sockets per listen address) when
+/// Runtime worker threads when
 /// `[global] threads` is not set: the cores this process may run on.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -99,8 +99,7 @@ pub struct Config {
 pub struct Global {
     pub max_connections: usize,
     pub drain_timeout: Duration,
-    /// Runtime worker threads; also the number of SO_REUSEPORT accept
-    /// sockets (and accept loops) per listen address.
+    /// Runtime worker threads.
     pub threads: usize,
     /// Bytes per pooled pipe. Global only: pipes are pooled process-wide, so
     /// they all have one size.
