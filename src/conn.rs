@@ -103,7 +103,9 @@ impl ConnRecord {
                 )
             };
         }
-        if reason.is_our_fault() {
+        if reason.is_admission_refusal() {
+            line!(tracing::Level::DEBUG);
+        } else if reason.is_our_fault() {
             line!(tracing::Level::WARN);
         } else {
             line!(tracing::Level::INFO);
@@ -222,4 +224,10 @@ async fn serve(
     // `bytes.up` counts the client's bytes, not our header.
     record.moved.up = record.moved.up.saturating_sub(header_len as u64);
     Ok(reason)
+}
+
+/// Logs a connection refused at admission; the caller closes the socket
+/// without reading from it (so there is no TLS alert to send).
+pub fn refused(accepted: &Accepted, listener: Arc<Listener>, reason: CloseReason) {
+    ConnRecord::new(listener, accepted).close(reason);
 }

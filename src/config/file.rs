@@ -28,6 +28,8 @@ pub struct FileConfig {
 pub struct GlobalSection {
     pub max_connections: Option<i64>,
     pub drain_timeout: Option<String>,
+    /// New connections per second for the whole process (unset: unlimited).
+    pub max_connection_rate: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +44,8 @@ pub struct ListenerSection {
     pub no_sni: Option<String>,
     pub proxy_protocol: Option<ProxyProtocolSection>,
     pub reuse_port: Option<bool>,
+    /// `[listener.limits]`: admission limits and source lists.
+    pub limits: Option<LimitsSection>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
@@ -51,6 +55,22 @@ pub struct ProxyProtocolSection {
     pub trusted: Vec<String>,
     pub mode: Option<String>,
     pub max_hops: Option<i64>,
+}
+
+/// `[listener.limits]`; every limit unset means unlimited.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub connections_per_source: Option<i64>,
+    pub connection_rate_per_source: Option<i64>,
+    pub connection_burst_per_source: Option<i64>,
+    pub source_prefix_v4: Option<i64>,
+    pub source_prefix_v6: Option<i64>,
+    pub dry_run: Option<bool>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
