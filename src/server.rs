@@ -717,25 +717,6 @@ fn summary(diff: &reload::Diff) -> String {
     text
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bind_keys_round_trip_through_their_text_form() {
-        for key in [
-            BindKey::Config("127.0.0.1:0".parse().unwrap()),
-            BindKey::Config("[::1]:443".parse().unwrap()),
-            BindKey::Activated("0.0.0.0:443".parse().unwrap()),
-        ] {
-            assert_eq!(key.to_string().parse::<BindKey>(), Ok(key));
-        }
-        assert!("config".parse::<BindKey>().is_err());
-        assert!("bound 127.0.0.1:1".parse::<BindKey>().is_err());
-        assert!("config 127.0.0.1".parse::<BindKey>().is_err());
-    }
-}
-
 /// Sweeps a listener's per-source tables every [`admit::SWEEP_INTERVAL`]
 /// and logs, at warn, how many connections admission refused (or, in dry
 /// run, would have refused) since the last sweep: refusals are logged one by
@@ -784,4 +765,23 @@ fn spawn_sweeper(
             last = now;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_keys_round_trip_through_their_text_form() {
+        for key in [
+            BindKey::Config("127.0.0.1:0".parse().unwrap()),
+            BindKey::Config("[::1]:443".parse().unwrap()),
+            BindKey::Activated("0.0.0.0:443".parse().unwrap()),
+        ] {
+            assert_eq!(key.to_string().parse::<BindKey>(), Ok(key));
+        }
+        assert!("config".parse::<BindKey>().is_err());
+        assert!("bound 127.0.0.1:1".parse::<BindKey>().is_err());
+        assert!("config 127.0.0.1".parse::<BindKey>().is_err());
+    }
 }
