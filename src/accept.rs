@@ -10,6 +10,15 @@
 //! ENOMEM) the loop backs off exponentially (10 ms doubling to 1 s) instead
 //! of spinning on a socket that stays readable, and logs once per burst.
 //!
+//! With `global.max_connection_rate` set, the loop also waits for a token of
+//! a process-wide GCRA limiter before each `accept`, so above the rate new
+//! clients wait in the backlog rather than being refused. Cost: one CAS per
+//! accept; memory: one `u64` for the whole process.
+//!
+//! Each accepted connection is then put to admission (`admit`: allow/deny
+//! lists and per-source limits) before its task starts and before any byte
+//! is read; a refused one is logged, counted and closed at once.
+//!
 //! Each connection reads the listener's current snapshot at accept time and
 //! keeps it for life. Not here: what happens on a connection (see `conn`).
 
@@ -23,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
+use crate::admit::{Admission, Source};
 use crate::config::Listener;
 use crate::conn::{self, Accepted};
 use crate::sockopt;
@@ -43,6 +53,11 @@ pub struct AcceptLoop {
     pub stop_accepting: CancellationToken,
     /// Fires to close the connections this loop started.
     pub close_connections: CancellationToken,
+    /// The listener's admission state, shared by all its sockets; replaced
+    /// when a reload changes the listener's limits.
+    pub admission: watch::Receiver<Arc<Admission>>,
+    /// Process-wide accept pacing (`global.max_connection_rate`).
+    pub pace: watch::Receiver<Option<Arc<governor::DefaultDirectRateLimiter>>>,
 }
 
 impl AcceptLoop {
@@ -57,6 +72,13 @@ impl AcceptLoop {
                 },
                 () = self.stop_accepting.cancelled() => return,
             };
+            let pace = self.pace.borrow().clone();
+            if let Some(pace) = pace {
+                tokio::select! {
+                    _ = pace.until_ready() => {}
+                    () = self.stop_accepting.cancelled() => return,
+                }
+            }
             let accepted = tokio::select! {
                 accepted = self.socket.accept() => accepted,
                 () = self.stop_accepting.cancelled() => return,
@@ -74,9 +96,33 @@ impl AcceptLoop {
                         at: Instant::now(),
                     };
                     let listener = self.config.borrow().clone();
+                    let admission = self.admission.borrow().clone();
+                    // A trusted peer relay is admitted later, on the client
+                    // address its PROXY header claims (see `preface`); its
+                    // own connections are exempt from per-source limits.
+                    let trusted_peer = listener
+                        .proxy_protocol
+                        .as_ref()
+                        .is_some_and(|inbound| inbound.trusts(peer.ip()));
+                    let admitted = if trusted_peer {
+                        None
+                    } else {
+                        match admission.admit(Source::from(accepted.peer)) {
+                            Ok(admitted) => Some(admitted),
+                            Err(refusal) => {
+                                conn::refused(&accepted, listener, refusal.into());
+                                // Closed unread: dropping the socket and the permit.
+                                continue;
+                            }
+                        }
+                    };
+                    if let Some(admitted) = &admitted {
+                        conn::log_dry_run(&listener, accepted.peer, admitted);
+                    }
                     let cancel = self.close_connections.child_token();
                     self.tracker.spawn(async move {
-                        conn::handle(accepted, listener, cancel).await;
+                        conn::handle(accepted, listener, admission, cancel).await;
+                        drop(admitted);
                         drop(permit);
                     });
                 }

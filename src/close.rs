@@ -49,6 +49,15 @@ pub enum CloseReason {
     /// A reload changed or removed this connection's route or backend, and
     /// its jittered moment within `drain_timeout` came.
     Drained,
+    /// Refused at admission: the source already has
+    /// `connections_per_source` connections open. Nothing was read.
+    LimitConcurrent,
+    /// Refused at admission: the source exceeded
+    /// `connection_rate_per_source` / `connection_burst_per_source`.
+    LimitRate,
+    /// Refused at admission: the source is on the listener's `deny` list or
+    /// off its `allow` list.
+    Denied,
 }
 
 impl CloseReason {
@@ -73,6 +82,9 @@ impl CloseReason {
             CloseReason::ProxyUntrusted => "proxy_untrusted",
             CloseReason::HopLimit => "hop_limit",
             CloseReason::Drained => "drained",
+            CloseReason::LimitConcurrent => "limit_concurrent",
+            CloseReason::LimitRate => "limit_rate",
+            CloseReason::Denied => "denied",
         }
     }
 
@@ -83,6 +95,18 @@ impl CloseReason {
         matches!(
             self,
             CloseReason::ConnectFailed | CloseReason::BackendReset | CloseReason::HopLimit
+        )
+    }
+}
+
+impl CloseReason {
+    /// Whether the connection was refused at admission, before any read.
+    /// Such closes are logged at debug, one line each, since a flood makes
+    /// many; the server logs a per-interval summary of them at warn.
+    pub fn is_admission_refusal(self) -> bool {
+        matches!(
+            self,
+            CloseReason::LimitConcurrent | CloseReason::LimitRate | CloseReason::Denied
         )
     }
 }

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::admit::{self, Admission, Admitted};
 use crate::close::CloseReason;
 use crate::config::Listener;
 use crate::preface::{self, Source};
@@ -103,7 +104,9 @@ impl ConnRecord {
                 )
             };
         }
-        if reason.is_our_fault() {
+        if reason.is_admission_refusal() {
+            line!(tracing::Level::DEBUG);
+        } else if reason.is_our_fault() {
             line!(tracing::Level::WARN);
         } else {
             line!(tracing::Level::INFO);
@@ -112,9 +115,14 @@ impl ConnRecord {
 }
 
 /// Serves one accepted connection to its end and logs it.
-pub async fn handle(mut accepted: Accepted, listener: Arc<Listener>, cancel: CancellationToken) {
+pub async fn handle(
+    mut accepted: Accepted,
+    listener: Arc<Listener>,
+    admission: Arc<Admission>,
+    cancel: CancellationToken,
+) {
     let mut record = ConnRecord::new(listener, &accepted);
-    let reason = match serve(&mut accepted, &mut record, &cancel).await {
+    let reason = match serve(&mut accepted, &mut record, &admission, &cancel).await {
         Ok(reason) | Err(reason) => reason,
     };
     // Both sockets are closed before the line is written, so a log line
@@ -126,9 +134,12 @@ pub async fn handle(mut accepted: Accepted, listener: Arc<Listener>, cancel: Can
 async fn serve(
     accepted: &mut Accepted,
     record: &mut ConnRecord,
+    admission: &Admission,
     cancel: &CancellationToken,
 ) -> Result<CloseReason, CloseReason> {
     let listener = record.listener.clone();
+    // Held for the connection's life: its slot in the per-source tables.
+    let mut _claim_slot: Option<Admitted> = None;
     let client = &mut accepted.stream;
     let _ = sockopt::set_nodelay(client);
 
@@ -144,6 +155,14 @@ async fn serve(
             let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
             record.source = preface.source;
             record.claimed = preface.source.claimed();
+            // admit, for a client behind a trusted peer: on its claim
+            if let Some(claimed) = record.claimed {
+                let admitted = admission
+                    .admit(admit::Source::Claimed(claimed))
+                    .map_err(CloseReason::from)?;
+                log_dry_run(&listener, accepted.peer, &admitted);
+                _claim_slot = Some(admitted);
+            }
             (preface.header, preface.buffered)
         }
     };
@@ -227,4 +246,23 @@ async fn serve(
     // `bytes.up` counts the client's bytes, not our header.
     record.moved.up = record.moved.up.saturating_sub(header_len as u64);
     Ok(reason)
+}
+
+/// Under `dry_run`, logs the refusal admission would have made.
+pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
+    if let Some(would) = admitted.would_refuse {
+        tracing::debug!(
+            listener = %listener.name,
+            client.peer = %peer,
+            source = %admitted.key,
+            would_refuse = CloseReason::from(would).as_str(),
+            "dry run: admission would refuse this connection"
+        );
+    }
+}
+
+/// Logs a connection refused at admission; the caller closes the socket
+/// without reading from it (so there is no TLS alert to send).
+pub fn refused(accepted: &Accepted, listener: Arc<Listener>, reason: CloseReason) {
+    ConnRecord::new(listener, accepted).close(reason);
 }

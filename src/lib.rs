@@ -2,9 +2,10 @@
 //! without terminating TLS.
 //!
 //! A connection's life, one module per stage (see DESIGN.md):
-//! [`accept`] → [`preface`] (PROXY protocol in) → [`inspect`] (over the pure
-//! [`client_hello`] parser) → [`route`] (over [`sni`] and [`matcher`]) →
-//! [`connect`] → [`announce`] (PROXY protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
+//! [`accept`] → [`admit`] (per-source limits) → [`preface`] (PROXY protocol
+//! in) → [`inspect`] (over the pure [`client_hello`] parser) → [`route`]
+//! (over [`sni`] and [`matcher`]) → [`connect`] → [`announce`] (PROXY
+//! protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
 //! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
 //! turns signals into intents. Socket options live in [`sockopt`] only.
 //! A reload diffs snapshots in [`reload`] and drains what changed through
@@ -16,6 +17,7 @@
 
 pub mod accept;
 pub mod addr;
+pub mod admit;
 pub mod announce;
 pub mod cidr;
 pub mod cli;

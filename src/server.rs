@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::accept::AcceptLoop;
+use crate::admit::{self, Admission};
 use crate::config::{Config, ConfigError, Listener};
 use crate::notify::Notifier;
 use crate::signals::Intent;
@@ -135,6 +136,9 @@ struct Bound {
 
 struct RunningListener {
     snapshot: watch::Sender<Arc<Listener>>,
+    /// The listener's admission state; replaced (tables reset) only when a
+    /// reload changes its `[listener.limits]`.
+    admission: watch::Sender<Arc<Admission>>,
     binds: BTreeMap<BindKey, Bound>,
     /// Its sockets came from systemd: they are kept as they are on reload.
     activated: bool,
@@ -186,6 +190,15 @@ struct Server {
     notifier: Notifier,
     reloads_applied: u64,
     reloads_failed: u64,
+    /// Accept pacing (`global.max_connection_rate`), shared by every loop.
+    pace: watch::Sender<Option<Arc<governor::DefaultDirectRateLimiter>>>,
+}
+
+fn pace_for(config: &Config) -> Option<Arc<governor::DefaultDirectRateLimiter>> {
+    let rate = config.global.max_connection_rate?;
+    Some(Arc::new(governor::RateLimiter::direct(
+        governor::Quota::per_second(rate),
+    )))
 }
 
 /// What the diff said, and what the reload did about it.
@@ -215,6 +228,7 @@ pub async fn serve(
         notifier: options.notifier,
         reloads_applied: 0,
         reloads_failed: 0,
+        pace: watch::channel(pace_for(&config)).0,
         config: config.clone(),
     };
 
@@ -386,13 +400,27 @@ impl Server {
         activated: bool,
     ) -> Result<(), ServeError> {
         let (snapshot, _) = watch::channel(listener.clone());
+        let admission = Arc::new(Admission::new(&listener.limits));
+        let (admission, _) = watch::channel(admission);
+        spawn_sweeper(
+            listener.name.clone(),
+            admission.subscribe(),
+            self.stop_accepting.clone(),
+        );
         let mut running = RunningListener {
             snapshot,
+            admission,
             binds: BTreeMap::new(),
             activated,
         };
         for (key, socket) in sockets {
-            let bound = self.spawn_loop(&listener, &running.snapshot, key, socket)?;
+            let bound = self.spawn_loop(
+                &listener,
+                &running.snapshot,
+                &running.admission,
+                key,
+                socket,
+            )?;
             running.binds.insert(key, bound);
         }
         self.listeners.insert(listener.name.clone(), running);
@@ -403,6 +431,7 @@ impl Server {
         &self,
         listener: &Listener,
         snapshot: &watch::Sender<Arc<Listener>>,
+        admission: &watch::Sender<Arc<Admission>>,
         key: BindKey,
         socket: std::net::TcpListener,
     ) -> Result<Bound, ServeError> {
@@ -427,6 +456,8 @@ impl Server {
                 tracker: self.tracker.clone(),
                 stop_accepting: stop.clone(),
                 close_connections: self.close_connections.clone(),
+                admission: admission.subscribe(),
+                pace: self.pace.subscribe(),
             }
             .run(),
         );
@@ -512,6 +543,12 @@ impl Server {
                 continue;
             };
             running.snapshot.send_replace(listener.clone());
+            if running.admission.borrow().limits() != &listener.limits {
+                tracing::info!(listener = %listener.name, "admission limits changed; per-source counts start afresh");
+                running
+                    .admission
+                    .send_replace(Arc::new(Admission::new(&listener.limits)));
+            }
             if !running.activated {
                 let keep: Vec<BindKey> = listener
                     .listen
@@ -530,7 +567,8 @@ impl Server {
             }
             for (key, socket) in sockets {
                 let snapshot = self.listeners[&listener.name].snapshot.clone();
-                match self.spawn_loop(listener, &snapshot, key, socket) {
+                let admission = self.listeners[&listener.name].admission.clone();
+                match self.spawn_loop(listener, &snapshot, &admission, key, socket) {
                     Ok(bound) => {
                         if let Some(running) = self.listeners.get_mut(&listener.name) {
                             running.binds.insert(key, bound);
@@ -555,6 +593,9 @@ impl Server {
         let window = new.global.drain_timeout;
         let marked = diff.to_drain.iter().map(|s| s.fire(window)).sum();
         self.resize_permits(new.global.max_connections);
+        if new.global.max_connection_rate != self.config.global.max_connection_rate {
+            self.pace.send_replace(pace_for(&new));
+        }
         self.config = new;
         Ok(Applied {
             diff,
@@ -674,6 +715,56 @@ fn summary(diff: &reload::Diff) -> String {
         text.push_str(&format!(" (+{} more)", all.len() - MAX));
     }
     text
+}
+
+/// Sweeps a listener's per-source tables every [`admit::SWEEP_INTERVAL`]
+/// and logs, at warn, how many connections admission refused (or, in dry
+/// run, would have refused) since the last sweep: refusals are logged one by
+/// one only at debug, since a flood makes many. Ends when the listener is
+/// gone (its admission sender dropped) or the server stops accepting.
+fn spawn_sweeper(
+    listener: String,
+    mut admission: watch::Receiver<Arc<Admission>>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(admit::SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut current = admission.borrow_and_update().clone();
+        let mut last = current.counters.snapshot();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = admission.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    current = admission.borrow_and_update().clone();
+                    last = current.counters.snapshot();
+                    continue;
+                }
+                () = stop.cancelled() => return,
+            }
+            current.sweep();
+            let now = current.counters.snapshot();
+            let delta = now.refused_since(&last);
+            if delta.any_refused() {
+                let tracked = current.tracked();
+                tracing::warn!(
+                    listener = %listener,
+                    admitted = delta.admitted,
+                    denied = delta.denied,
+                    limit_concurrent = delta.limit_concurrent,
+                    limit_rate = delta.limit_rate,
+                    dry_run_concurrent = delta.dry_run_concurrent,
+                    dry_run_rate = delta.dry_run_rate,
+                    tracked_sources = tracked.concurrent_keys.max(tracked.rate_keys),
+                    "admission refused connections"
+                );
+            }
+            last = now;
+        }
+    });
 }
 
 #[cfg(test)]

@@ -483,3 +483,66 @@ async fn a_routing_loop_between_two_relays_is_cut_by_the_hop_guard() {
     );
     assert!(b.closed_lines().iter().all(|l| l["close"] != "hop_limit"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_source_limits_apply_to_the_claimed_client_and_exempt_the_trusted_peer() {
+    // A backend that holds every connection open and reports each one.
+    let (tx, mut opened) = mpsc::unbounded_channel();
+    let backend = raw_backend(move |mut stream| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(());
+            let mut sink = Vec::new();
+            let _ = stream.read_to_end(&mut sink).await;
+        }
+    })
+    .await;
+    let listener = format!(
+        "{}\n[listener.limits]\nconnections_per_source = 2\n",
+        trusting("optional", "127.0.0.0/8")
+    );
+    let relay = Relay::start(&config(&listener, backend, "")).await;
+    let hello = capture("chromium_pq.bin");
+    let claiming = |client: &str| {
+        [
+            v2_header(client, "192.0.2.1:443", None, false),
+            hello.clone(),
+        ]
+        .concat()
+    };
+    let mut held = Vec::new();
+    async fn open(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(bytes).await.unwrap();
+        stream
+    }
+    async fn relayed(rx: &mut mpsc::UnboundedReceiver<()>) {
+        tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    // Two connections for one claimed client fill its budget ...
+    for port in [5001, 5002] {
+        held.push(open(relay.addr(), &claiming(&format!("198.51.100.7:{port}"))).await);
+        relayed(&mut opened).await;
+    }
+    // ... so its third is refused, although the peer relay is the same.
+    let (third, back) = send_and_finish(relay.addr(), &claiming("198.51.100.7:5003")).await;
+    assert!(back.is_empty());
+    let line = relay.closed_line(third).await;
+    assert_eq!(line["close"], "limit_concurrent");
+    assert_eq!(line["client.claimed"], "198.51.100.7:5003");
+
+    // Another client behind the same peer has its own budget.
+    held.push(open(relay.addr(), &claiming("198.51.100.8:5001")).await);
+    relayed(&mut opened).await;
+
+    // The trusted peer's own connections (no claim) are not counted.
+    for _ in 0..3 {
+        held.push(open(relay.addr(), &hello).await);
+        relayed(&mut opened).await;
+    }
+    assert_eq!(held.len(), 6);
+}

@@ -32,6 +32,8 @@ pub struct GlobalSection {
     pub splice: Option<bool>,
     pub pipe_size: Option<i64>,
     pub max_pipes: Option<i64>,
+    /// New connections per second for the whole process (unset: unlimited).
+    pub max_connection_rate: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,6 +49,8 @@ pub struct ListenerSection {
     pub proxy_protocol: Option<ProxyProtocolSection>,
     pub reuse_port: Option<bool>,
     pub splice: Option<bool>,
+    /// `[listener.limits]`: admission limits and source lists.
+    pub limits: Option<LimitsSection>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
@@ -56,6 +60,22 @@ pub struct ProxyProtocolSection {
     pub trusted: Vec<String>,
     pub mode: Option<String>,
     pub max_hops: Option<i64>,
+}
+
+/// `[listener.limits]`; every limit unset means unlimited.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub connections_per_source: Option<i64>,
+    pub connection_rate_per_source: Option<i64>,
+    pub connection_burst_per_source: Option<i64>,
+    pub source_prefix_v4: Option<i64>,
+    pub source_prefix_v6: Option<i64>,
+    pub dry_run: Option<bool>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

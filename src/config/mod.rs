@@ -19,17 +19,19 @@ pub mod file;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::admit::{self, CidrSet, Limits, Rate};
 use crate::announce::Outbound;
 use crate::cidr::Cidr;
 use crate::drain::DrainSignal;
 use crate::matcher::SniMatcher;
 use crate::preface::{Inbound, Mode};
 use crate::sni::Pattern;
-use file::{BackendSection, FileConfig, ListenerSection, ProxyProtocolSection};
+use file::{BackendSection, FileConfig, LimitsSection, ListenerSection, ProxyProtocolSection};
 
 /// Open client connections the whole process accepts before it pauses accepting.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -77,6 +79,15 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Bits of an IPv4 source address that make one source for per-source limits.
+pub const DEFAULT_SOURCE_PREFIX_V4: u8 = 32;
+/// Bits of an IPv6 source address that make one source (one /64 is what a
+/// single subscriber is usually given).
+pub const DEFAULT_SOURCE_PREFIX_V6: u8 = 64;
+// `max_connection_rate`, `connections_per_source` and
+// `connection_rate_per_source` default to unlimited; a burst defaults to one
+// second's worth of its rate.
+
 /// Bounds that keep a setting meaningful.
 const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
 const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
@@ -86,6 +97,9 @@ const THREADS_RANGE: std::ops::RangeInclusive<i64> = 1..=1024;
 /// One page up to Linux's default `fs.pipe-max-size` (1 MiB).
 const PIPE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 4096..=1_048_576;
 const MAX_PIPES_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
+const RATE_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+const PREFIX_V4_RANGE: std::ops::RangeInclusive<i64> = 1..=32;
+const PREFIX_V6_RANGE: std::ops::RangeInclusive<i64> = 1..=128;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
@@ -106,6 +120,11 @@ pub struct Global {
     pub pipe_size: usize,
     /// Pipes open at once, process-wide (each is two descriptors).
     pub max_pipes: usize,
+    /// New connections per second the process accepts; `None` is unlimited.
+    /// Above it, connections wait in the kernel backlog (accepting is paced),
+    /// like HAProxy's `maxconnrate`. Memory: one GCRA cell for the process;
+    /// hot path: one compare-and-swap before each `accept`.
+    pub max_connection_rate: Option<NonZeroU32>,
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +151,8 @@ pub struct Listener {
     pub no_sni_drain: Arc<DrainSignal>,
     /// Relay with splice(2) (listener beats global beats [`DEFAULT_SPLICE`]).
     pub splice: bool,
+    /// `[listener.limits]`: admission (see `admit`).
+    pub limits: Limits,
 }
 
 /// What a listener does with a ClientHello that carries no SNI.
@@ -291,6 +312,11 @@ impl Checker {
                     DEFAULT_MAX_PIPES as i64,
                 )
                 .unwrap_or(0) as usize,
+            max_connection_rate: self.optional_nonzero(
+                "global.max_connection_rate",
+                file.global.max_connection_rate,
+                RATE_RANGE,
+            ),
         };
         let global_splice = file.global.splice.unwrap_or(DEFAULT_SPLICE);
 
@@ -457,6 +483,11 @@ impl Checker {
             None => Some(None),
             Some(pp) => self.inbound(&format!("{key}.proxy_protocol"), pp).map(Some),
         };
+        let default_limits = LimitsSection::default();
+        let limits = self.limits(
+            &format!("{key}.limits"),
+            section.limits.as_ref().unwrap_or(&default_limits),
+        );
         Some(Listener {
             name: section.name.clone(),
             listen: (listen.len() == raw_listen.len()).then_some(listen)?,
@@ -472,6 +503,7 @@ impl Checker {
             drains: SniMatcher::new(),
             no_sni_drain: DrainSignal::new(),
             splice: DEFAULT_SPLICE,
+            limits: limits?,
         })
     }
 
@@ -513,6 +545,84 @@ impl Checker {
             mode: mode?,
             max_hops: max_hops? as u8,
         })
+    }
+
+    /// `[listener.limits]`; unset limits are unlimited.
+    fn limits(&mut self, key: &str, section: &LimitsSection) -> Option<Limits> {
+        let problems = self.problems.len();
+        let connections_per_source = self.optional_nonzero(
+            &format!("{key}.connections_per_source"),
+            section.connections_per_source,
+            MAX_CONNECTIONS_RANGE,
+        );
+        let rate = self.optional_nonzero(
+            &format!("{key}.connection_rate_per_source"),
+            section.connection_rate_per_source,
+            RATE_RANGE,
+        );
+        let burst = self.optional_nonzero(
+            &format!("{key}.connection_burst_per_source"),
+            section.connection_burst_per_source,
+            RATE_RANGE,
+        );
+        if let (None, Some(b)) = (section.connection_rate_per_source, burst) {
+            self.problem(
+                format!("{key}.connection_burst_per_source"),
+                format!("{b} is set without connection_rate_per_source"),
+            );
+        }
+        let prefix_v4 = self.ranged(
+            &format!("{key}.source_prefix_v4"),
+            section.source_prefix_v4,
+            PREFIX_V4_RANGE,
+            i64::from(DEFAULT_SOURCE_PREFIX_V4),
+        );
+        let prefix_v6 = self.ranged(
+            &format!("{key}.source_prefix_v6"),
+            section.source_prefix_v6,
+            PREFIX_V6_RANGE,
+            i64::from(DEFAULT_SOURCE_PREFIX_V6),
+        );
+        let allow = self.cidrs(&format!("{key}.allow"), &section.allow);
+        let deny = self.cidrs(&format!("{key}.deny"), &section.deny);
+        if self.problems.len() > problems {
+            return None;
+        }
+        Some(Limits {
+            connections_per_source,
+            rate_per_source: rate.map(|per_second| Rate {
+                per_second,
+                burst: burst.unwrap_or(per_second),
+            }),
+            source_prefix_v4: prefix_v4? as u8,
+            source_prefix_v6: prefix_v6? as u8,
+            dry_run: section.dry_run.unwrap_or(false),
+            allow,
+            deny,
+        })
+    }
+
+    fn cidrs(&mut self, key: &str, texts: &[String]) -> CidrSet {
+        let mut set = CidrSet::default();
+        for (i, text) in texts.iter().enumerate() {
+            match text.parse::<admit::Cidr>() {
+                Ok(cidr) => set.insert(cidr),
+                Err(e) => self.problem(format!("{key}[{i}]"), format!("{text:?}: {e}")),
+            }
+        }
+        set
+    }
+
+    /// An optional positive count: unset is `None` (unlimited).
+    fn optional_nonzero(
+        &mut self,
+        key: &str,
+        value: Option<i64>,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Option<NonZeroU32> {
+        let v = value?;
+        let v = self.ranged(key, Some(v), range, 0)?;
+        u32::try_from(v).ok().and_then(NonZeroU32::new)
     }
 
     /// Attaches every `[[route]]` to its listener and compiles the matchers.

@@ -781,3 +781,65 @@ pub fn load(
         report
     })
 }
+
+// ------------------------------------------------- admission and hostile input
+
+/// Connects to `to` from the loopback address `from` (127.0.0.2, …), so
+/// tests can play several clients with distinct sources.
+pub async fn connect_from(from: std::net::IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = match from {
+        std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(from, 0))?;
+    socket.connect(to).await
+}
+
+/// CPU time (user + system, in clock ticks) a process has used so far,
+/// from /proc/PID/stat.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// How many connections wait in the kernel accept queue of the IPv4
+/// listening socket on `addr` (rx_queue of a LISTEN row in /proc/net/tcp).
+pub fn accept_queue_len(addr: SocketAddr) -> u32 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = format!(":{:04X}", addr.port());
+    for row in table.lines().skip(1) {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        if cols[1].ends_with(&port) && cols[3] == "0A" {
+            let (_tx, rx) = cols[4].split_once(':').unwrap();
+            return u32::from_str_radix(rx, 16).unwrap();
+        }
+    }
+    panic!("no listening socket on {addr} in /proc/net/tcp");
+}
+
+/// Waits (polling, with the usual deadline) until `cond` holds.
+pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+impl Relay {
+    /// Waits until at least `n` log lines satisfy `pred`; returns them all.
+    pub async fn wait_matching(&self, n: usize, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        self.wait_lines(|lines| {
+            let found: Vec<Value> = lines.iter().filter(|l| pred(l)).cloned().collect();
+            (found.len() >= n).then_some(found)
+        })
+        .await
+    }
+}

@@ -1,0 +1,64 @@
+//! Fuzzes SNI normalisation and route matching against a naive reference.
+//!
+//! The input is split on `\n`: every line but the last is a config pattern,
+//! the last is a client's raw SNI bytes. The compiled matcher must agree with
+//! a plain string-compare model of DESIGN.md's rules (exact beats wildcard,
+//! `*.d` matches strictly below `d` on label boundaries, longest suffix wins),
+//! and normalising must be idempotent and produce lowercase, dot-free ends.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use snirelay::matcher::SniMatcher;
+use snirelay::sni::{Pattern, Sni};
+
+fuzz_target!(|data: &[u8]| {
+    let mut parts: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+    let Some(raw_sni) = parts.pop() else { return };
+
+    let mut matcher = SniMatcher::new();
+    let mut accepted: Vec<(Pattern, usize)> = Vec::new();
+    for (id, raw) in parts.iter().enumerate().take(64) {
+        let Ok(text) = std::str::from_utf8(raw) else {
+            continue;
+        };
+        let Ok(pattern) = Pattern::parse(text) else {
+            continue;
+        };
+        let duplicate = accepted.iter().any(|(p, _)| *p == pattern);
+        assert_eq!(matcher.insert(&pattern, id).is_err(), duplicate);
+        if !duplicate {
+            accepted.push((pattern, id));
+        }
+    }
+
+    let Ok(sni) = Sni::parse(raw_sni) else { return };
+    let name = sni.as_str();
+    assert!(!name.is_empty() && !name.ends_with('.'));
+    assert!(!name.bytes().any(|b| b.is_ascii_uppercase()));
+    assert_eq!(
+        Sni::parse(name.as_bytes()).as_ref(),
+        Ok(&sni),
+        "not idempotent"
+    );
+
+    let exact = accepted.iter().find_map(|(p, id)| match p {
+        Pattern::Exact(n) if n == name => Some(*id),
+        _ => None,
+    });
+    let below = accepted
+        .iter()
+        .filter_map(|(p, id)| match p {
+            Pattern::Below(suffix)
+                if name.len() > suffix.len() + 1
+                    && name.ends_with(suffix.as_str())
+                    && name.as_bytes()[name.len() - suffix.len() - 1] == b'.' =>
+            {
+                Some((suffix.len(), *id))
+            }
+            _ => None,
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, id)| id);
+    assert_eq!(matcher.find(&sni).copied(), exact.or(below));
+});

@@ -1,0 +1,865 @@
+//! Admission: whether a freshly accepted connection may go on, decided
+//! before a single byte is read from it.
+//!
+//! Checks run cheapest first, each on the connection's [`SourceKey`] (the
+//! source address cut to `source_prefix_v4` / `source_prefix_v6` bits, with
+//! IPv4-mapped IPv6 counted as IPv4):
+//! 1. the listener's `deny` list, then its `allow` list (deny wins) →
+//!    [`Refusal::Denied`];
+//! 2. `connections_per_source`, open connections per key → [`Refusal::Concurrent`];
+//! 3. `connection_rate_per_source` / `connection_burst_per_source`, a keyed
+//!    GCRA (governor) → [`Refusal::Rate`]. A connection refused at step 2
+//!    spends no rate token, so a client parked at its concurrency cap does not
+//!    also burn its rate.
+//!
+//! With `dry_run` the counting limits (2 and 3) still count and report what
+//! they would refuse, but refuse nothing; `deny`/`allow` are policy, not
+//! sizing, and always apply. Unset limits cost nothing: no table exists.
+//!
+//! The key is a typed value built from a [`Source`], which today is always
+//! the measured [`PeerAddr`]. When inbound PROXY lands, a trusted peer's
+//! connection can be admitted again on its [`ClaimedAddr`] after the preface
+//! (`Source::Claimed`); nothing else here changes.
+//!
+//! Memory (both tables are bounded and swept by [`Admission::sweep`], which
+//! the server runs every [`SWEEP_INTERVAL`]):
+//! - the concurrency table holds one entry (17-byte key + `u32`, ~40 bytes
+//!   with hash-table overhead) per key with an open connection; an entry is
+//!   removed when its last connection closes (RAII [`SourceGuard`]), so it
+//!   never holds more than `max_connections` entries; the sweep gives back
+//!   spare capacity after a burst;
+//! - the rate table holds one entry (~50 bytes in governor's sharded
+//!   `DashMap`) per key seen within the last `burst / rate` seconds plus up
+//!   to one sweep interval; `retain_recent` drops keys whose bucket is full
+//!   again, and `shrink_to_fit` returns the space.
+//!
+//! Hot path: one hash of a 17-byte key per table, one short mutex hold for
+//! the concurrency table and one sharded lock + CAS for the rate table; no
+//! allocation except when a new key enters a table. Measured in
+//! `benches/admission.rs`.
+//!
+//! Not here: accepting, the global connection cap and rate (see `accept`),
+//! or anything read from the connection.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::num::NonZeroU32;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+
+use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::close::CloseReason;
+
+/// How often the per-source tables are swept.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+
+// ------------------------------------------------------------------ config
+
+/// A listener's admission settings (`[listener.limits]`), validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections per source key; `None` is unlimited.
+    ///
+    /// Memory: ~40 bytes per key with an open connection, removed when its
+    /// last connection closes (so at most `max_connections` entries). Hot
+    /// path: one mutex hold and one SipHash of the key on admit, again on
+    /// close.
+    pub connections_per_source: Option<NonZeroU32>,
+    /// New connections per source key; `None` is unlimited.
+    ///
+    /// Memory: ~50 bytes per key seen within `burst / per_second` seconds
+    /// plus one [`SWEEP_INTERVAL`]; quiet keys are dropped by the sweep.
+    /// Hot path: one sharded-lock lookup and one compare-and-swap (GCRA).
+    pub rate_per_source: Option<Rate>,
+    /// Bits of an IPv4 source that form its key (1..=32).
+    pub source_prefix_v4: u8,
+    /// Bits of an IPv6 source that form its key (1..=128).
+    pub source_prefix_v6: u8,
+    /// Count and report, but do not refuse, on the counting limits.
+    pub dry_run: bool,
+    /// When not empty, only these sources are admitted.
+    ///
+    /// Memory: one hash-set entry per block, fixed per snapshot. Hot path:
+    /// one hash lookup per distinct prefix length in the list.
+    pub allow: CidrSet,
+    /// These sources are never admitted; beats `allow`. Costs as `allow`.
+    pub deny: CidrSet,
+}
+
+/// A GCRA rate: `per_second` new connections, up to `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub per_second: NonZeroU32,
+    pub burst: NonZeroU32,
+}
+
+impl Limits {
+    /// No limits at all: what a listener without `[listener.limits]` gets.
+    pub fn unlimited() -> Limits {
+        Limits {
+            connections_per_source: None,
+            rate_per_source: None,
+            source_prefix_v4: 32,
+            source_prefix_v6: 64,
+            dry_run: false,
+            allow: CidrSet::default(),
+            deny: CidrSet::default(),
+        }
+    }
+}
+
+// --------------------------------------------------------------- the key
+
+/// Whose address a connection is admitted on: the measured peer, or (for a
+/// trusted peer relay, once the PROXY preface is read) the claimed client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Peer(PeerAddr),
+    Claimed(ClaimedAddr),
+}
+
+impl From<PeerAddr> for Source {
+    fn from(peer: PeerAddr) -> Self {
+        Source::Peer(peer)
+    }
+}
+
+impl From<ClaimedAddr> for Source {
+    fn from(claimed: ClaimedAddr) -> Self {
+        Source::Claimed(claimed)
+    }
+}
+
+impl Source {
+    /// The address limits apply to, with IPv4-mapped IPv6 turned into IPv4
+    /// so that a dual-stack socket cannot give one client two keys.
+    pub fn ip(self) -> IpAddr {
+        let ip = match self {
+            Source::Peer(PeerAddr(addr)) | Source::Claimed(ClaimedAddr(addr)) => addr.ip(),
+        };
+        canonical(ip)
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// The per-source table key: a source address cut to its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKey {
+    V4([u8; 4]),
+    V6([u8; 16]),
+}
+
+impl SourceKey {
+    pub fn new(source: Source, prefix_v4: u8, prefix_v6: u8) -> SourceKey {
+        match source.ip() {
+            IpAddr::V4(v4) => SourceKey::V4(mask_v4(v4, prefix_v4).to_be_bytes()),
+            IpAddr::V6(v6) => SourceKey::V6(mask_v6(v6, prefix_v6).to_be_bytes()),
+        }
+    }
+}
+
+impl fmt::Display for SourceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceKey::V4(b) => Ipv4Addr::from(*b).fmt(f),
+            SourceKey::V6(b) => Ipv6Addr::from(*b).fmt(f),
+        }
+    }
+}
+
+fn mask_v4(ip: Ipv4Addr, prefix: u8) -> u32 {
+    let bits = u32::from(ip);
+    match prefix {
+        0 => 0,
+        p if p >= 32 => bits,
+        p => bits & (u32::MAX << (32 - p)),
+    }
+}
+
+fn mask_v6(ip: Ipv6Addr, prefix: u8) -> u128 {
+    let bits = u128::from(ip);
+    match prefix {
+        0 => 0,
+        p if p >= 128 => bits,
+        p => bits & (u128::MAX << (128 - p)),
+    }
+}
+
+// ------------------------------------------------------------------ CIDRs
+
+/// An address block such as `192.0.2.0/24` or `2001:db8::/32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    #[error("not an IP address or address/prefix block")]
+    Syntax,
+    #[error("prefix /{0} is longer than the address")]
+    Prefix(u8),
+    #[error("host bits are set; the block is {0}")]
+    HostBits(String),
+}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    /// `a.b.c.d/n`, `x:y::/n`, or a bare address (a single host). IPv4-mapped
+    /// IPv6 blocks are refused implicitly by never matching: peers are
+    /// compared in their canonical (IPv4) form, so write IPv4 blocks as IPv4.
+    fn from_str(text: &str) -> Result<Cidr, CidrError> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| CidrError::Syntax)?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => {
+                let p: u8 = p.parse().map_err(|_| CidrError::Syntax)?;
+                if p > max {
+                    return Err(CidrError::Prefix(p));
+                }
+                p
+            }
+        };
+        let network = match addr {
+            IpAddr::V4(v4) => IpAddr::V4(Ipv4Addr::from(mask_v4(v4, prefix))),
+            IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(mask_v6(v6, prefix))),
+        };
+        if network != addr {
+            return Err(CidrError::HostBits(format!("{network}/{prefix}")));
+        }
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// A set of CIDR blocks, matched in O(distinct prefix lengths): one hash
+/// lookup per prefix length present (at most 33 for IPv4, 129 for IPv6, in
+/// practice a handful), however many blocks the list holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CidrSet {
+    v4: Vec<(u8, std::collections::HashSet<u32>)>,
+    v6: Vec<(u8, std::collections::HashSet<u128>)>,
+    blocks: usize,
+}
+
+impl CidrSet {
+    pub fn insert(&mut self, cidr: Cidr) {
+        self.blocks += 1;
+        match cidr.addr {
+            IpAddr::V4(v4) => insert_at(&mut self.v4, cidr.prefix, u32::from(v4)),
+            IpAddr::V6(v6) => insert_at(&mut self.v6, cidr.prefix, u128::from(v6)),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks == 0
+    }
+
+    /// Whether `ip` (taken in canonical form) lies in any block.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match canonical(ip) {
+            IpAddr::V4(v4) => self
+                .v4
+                .iter()
+                .any(|(p, set)| set.contains(&mask_v4(v4, *p))),
+            IpAddr::V6(v6) => self
+                .v6
+                .iter()
+                .any(|(p, set)| set.contains(&mask_v6(v6, *p))),
+        }
+    }
+}
+
+fn insert_at<T: std::hash::Hash + Eq>(
+    levels: &mut Vec<(u8, std::collections::HashSet<T>)>,
+    prefix: u8,
+    network: T,
+) {
+    match levels.iter_mut().find(|(p, _)| *p == prefix) {
+        Some((_, set)) => {
+            set.insert(network);
+        }
+        None => {
+            levels.push((prefix, std::collections::HashSet::from([network])));
+            // Shorter prefixes first: wide blocks tend to be the hot ones.
+            levels.sort_by_key(|(p, _)| *p);
+        }
+    }
+}
+
+// -------------------------------------------------------------- decisions
+
+/// Why a connection was refused at admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("source is denied on this listener")]
+    Denied,
+    #[error("source has too many open connections")]
+    Concurrent,
+    #[error("source opens connections too fast")]
+    Rate,
+}
+
+impl From<Refusal> for CloseReason {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Denied => CloseReason::Denied,
+            Refusal::Concurrent => CloseReason::LimitConcurrent,
+            Refusal::Rate => CloseReason::LimitRate,
+        }
+    }
+}
+
+/// An admitted connection: hold it for the connection's life.
+#[derive(Debug)]
+pub struct Admitted {
+    /// Releases the connection's slot in the concurrency table on drop.
+    pub guard: Option<SourceGuard>,
+    /// Under `dry_run`: the refusal the limits would have made.
+    pub would_refuse: Option<Refusal>,
+    pub key: SourceKey,
+}
+
+/// Counts of admission outcomes since start.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub admitted: AtomicU64,
+    pub denied: AtomicU64,
+    pub limit_concurrent: AtomicU64,
+    pub limit_rate: AtomicU64,
+    pub dry_run_concurrent: AtomicU64,
+    pub dry_run_rate: AtomicU64,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub admitted: u64,
+    pub denied: u64,
+    pub limit_concurrent: u64,
+    pub limit_rate: u64,
+    pub dry_run_concurrent: u64,
+    pub dry_run_rate: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> Counts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Counts {
+            admitted: get(&self.admitted),
+            denied: get(&self.denied),
+            limit_concurrent: get(&self.limit_concurrent),
+            limit_rate: get(&self.limit_rate),
+            dry_run_concurrent: get(&self.dry_run_concurrent),
+            dry_run_rate: get(&self.dry_run_rate),
+        }
+    }
+}
+
+impl Counts {
+    /// Refusals (real and dry-run) between `earlier` and `self`.
+    pub fn refused_since(&self, earlier: &Counts) -> Counts {
+        Counts {
+            admitted: self.admitted - earlier.admitted,
+            denied: self.denied - earlier.denied,
+            limit_concurrent: self.limit_concurrent - earlier.limit_concurrent,
+            limit_rate: self.limit_rate - earlier.limit_rate,
+            dry_run_concurrent: self.dry_run_concurrent - earlier.dry_run_concurrent,
+            dry_run_rate: self.dry_run_rate - earlier.dry_run_rate,
+        }
+    }
+
+    pub fn any_refused(&self) -> bool {
+        self.denied
+            + self.limit_concurrent
+            + self.limit_rate
+            + self.dry_run_concurrent
+            + self.dry_run_rate
+            > 0
+    }
+}
+
+type KeyedLimiter<C> =
+    RateLimiter<SourceKey, DashMapStateStore<SourceKey>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// One listener's admission state: its limits and per-source tables.
+///
+/// Shared by every accept loop of the listener (its IPv4 and IPv6 sockets
+/// count against the same keys).
+pub struct Admission<C: Clock = DefaultClock> {
+    limits: Limits,
+    concurrent: Option<Arc<ConcurrencyTable>>,
+    rate: Option<KeyedLimiter<C>>,
+    pub counters: Counters,
+}
+
+impl<C: Clock> fmt::Debug for Admission<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("limits", &self.limits)
+            .field("tracked", &self.tracked())
+            .finish()
+    }
+}
+
+/// Sizes of the per-source tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tracked {
+    /// Keys with open connections.
+    pub concurrent_keys: usize,
+    /// Slots allocated in the concurrency table.
+    pub concurrent_capacity: usize,
+    /// Keys with a rate-limiter cell.
+    pub rate_keys: usize,
+}
+
+impl Admission<DefaultClock> {
+    pub fn new(limits: &Limits) -> Admission {
+        Admission::with_clock(limits, DefaultClock::default())
+    }
+}
+
+impl<C: Clock> Admission<C> {
+    /// Builds the state for `limits`, reading time from `clock` (tests pass
+    /// a fake one to step through rate windows).
+    pub fn with_clock(limits: &Limits, clock: C) -> Admission<C> {
+        let concurrent = limits
+            .connections_per_source
+            .map(|cap| Arc::new(ConcurrencyTable::new(cap.get())));
+        let rate = limits.rate_per_source.map(|rate| {
+            let quota = Quota::per_second(rate.per_second).allow_burst(rate.burst);
+            RateLimiter::dashmap_with_clock(quota, clock)
+        });
+        Admission {
+            limits: limits.clone(),
+            concurrent,
+            rate,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The table key for `source` under this listener's prefixes.
+    pub fn key(&self, source: Source) -> SourceKey {
+        SourceKey::new(
+            source,
+            self.limits.source_prefix_v4,
+            self.limits.source_prefix_v6,
+        )
+    }
+
+    /// Decides one new connection. Counts the outcome.
+    pub fn admit(&self, source: Source) -> Result<Admitted, Refusal> {
+        let ip = source.ip();
+        let key = self.key(source);
+        if self.limits.deny.contains(ip)
+            || (!self.limits.allow.is_empty() && !self.limits.allow.contains(ip))
+        {
+            self.counters.denied.fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal::Denied);
+        }
+        let dry_run = self.limits.dry_run;
+        let mut would_refuse = None;
+
+        let guard = match &self.concurrent {
+            None => None,
+            Some(table) => match table.acquire(key, dry_run) {
+                (guard, true) => Some(guard),
+                (guard, false) => {
+                    if !dry_run {
+                        drop(guard);
+                        self.counters
+                            .limit_concurrent
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Err(Refusal::Concurrent);
+                    }
+                    self.counters
+                        .dry_run_concurrent
+                        .fetch_add(1, Ordering::Relaxed);
+                    would_refuse = Some(Refusal::Concurrent);
+                    Some(guard)
+                }
+            },
+        };
+
+        if let Some(rate) = &self.rate {
+            if rate.check_key(&key).is_err() {
+                if !dry_run {
+                    // `guard` drops here, giving back the concurrency slot.
+                    self.counters.limit_rate.fetch_add(1, Ordering::Relaxed);
+                    return Err(Refusal::Rate);
+                }
+                self.counters.dry_run_rate.fetch_add(1, Ordering::Relaxed);
+                would_refuse.get_or_insert(Refusal::Rate);
+            }
+        }
+        self.counters.admitted.fetch_add(1, Ordering::Relaxed);
+        Ok(Admitted {
+            guard,
+            would_refuse,
+            key,
+        })
+    }
+
+    /// Drops rate cells of sources that are quiet again and returns spare
+    /// table capacity. Cost: linear in the tracked keys, run off the hot
+    /// path every [`SWEEP_INTERVAL`].
+    pub fn sweep(&self) {
+        if let Some(rate) = &self.rate {
+            rate.retain_recent();
+            rate.shrink_to_fit();
+        }
+        if let Some(table) = &self.concurrent {
+            table.shrink();
+        }
+    }
+
+    pub fn tracked(&self) -> Tracked {
+        let (concurrent_keys, concurrent_capacity) = self
+            .concurrent
+            .as_ref()
+            .map(|t| t.size())
+            .unwrap_or_default();
+        Tracked {
+            concurrent_keys,
+            concurrent_capacity,
+            rate_keys: self.rate.as_ref().map_or(0, |r| r.len()),
+        }
+    }
+}
+
+// ------------------------------------------------------ concurrency table
+
+/// Open connections per key. An entry exists only while its count is above
+/// zero, so the table never outgrows the connections that are open.
+#[derive(Debug)]
+struct ConcurrencyTable {
+    cap: u32,
+    open: Mutex<HashMap<SourceKey, u32>>,
+}
+
+impl ConcurrencyTable {
+    fn new(cap: u32) -> Self {
+        ConcurrencyTable {
+            cap,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes a slot for `key`. Returns the guard and whether the key was
+    /// under its cap. Over the cap the count is raised only when `force`
+    /// (dry run), so that the reported numbers stay true.
+    fn acquire(self: &Arc<Self>, key: SourceKey, force: bool) -> (SourceGuard, bool) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(key).or_insert(0);
+        let under = *count < self.cap;
+        if under || force {
+            *count += 1;
+        }
+        drop(open);
+        let guard = SourceGuard {
+            table: Arc::clone(self),
+            key,
+            counted: under || force,
+        };
+        (guard, under)
+    }
+
+    fn release(&self, key: &SourceKey) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(key);
+            }
+        }
+    }
+
+    fn shrink(&self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        // Keep headroom so a steady load does not reallocate every sweep.
+        if open.capacity() > 64 && open.capacity() > 4 * open.len() {
+            let keep = 2 * open.len();
+            open.shrink_to(keep);
+        }
+    }
+
+    fn size(&self) -> (usize, usize) {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        (open.len(), open.capacity())
+    }
+}
+
+/// One connection's slot in the concurrency table; released on drop.
+pub struct SourceGuard {
+    table: Arc<ConcurrencyTable>,
+    key: SourceKey,
+    counted: bool,
+}
+
+impl fmt::Debug for SourceGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceGuard")
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl Drop for SourceGuard {
+    fn drop(&mut self) {
+        if self.counted {
+            self.table.release(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+    use std::net::SocketAddr;
+
+    fn peer(text: &str) -> Source {
+        Source::Peer(PeerAddr(text.parse::<SocketAddr>().unwrap()))
+    }
+
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).unwrap()
+    }
+
+    fn set(blocks: &[&str]) -> CidrSet {
+        let mut set = CidrSet::default();
+        for b in blocks {
+            set.insert(b.parse().unwrap());
+        }
+        set
+    }
+
+    #[test]
+    fn keys_cut_sources_to_their_prefix_and_fold_mapped_ipv4() {
+        let key = |s, v4, v6| SourceKey::new(peer(s), v4, v6);
+        assert_eq!(key("192.0.2.77:1", 32, 64), SourceKey::V4([192, 0, 2, 77]));
+        assert_eq!(key("192.0.2.77:1", 24, 64), SourceKey::V4([192, 0, 2, 0]));
+        assert_eq!(
+            key("[::ffff:192.0.2.77]:1", 32, 64),
+            key("192.0.2.77:9", 32, 64),
+            "IPv4-mapped IPv6 is the same source as IPv4"
+        );
+        assert_eq!(
+            key("[2001:db8:1:2:aaaa::1]:1", 32, 64),
+            key("[2001:db8:1:2:bbbb::9]:1", 32, 64),
+            "one /64 is one source"
+        );
+        assert_ne!(
+            key("[2001:db8:1:2::1]:1", 32, 64),
+            key("[2001:db8:1:3::1]:1", 32, 64)
+        );
+        let claimed = Source::Claimed(ClaimedAddr("198.51.100.1:5".parse().unwrap()));
+        assert_eq!(
+            SourceKey::new(claimed, 32, 64),
+            SourceKey::V4([198, 51, 100, 1])
+        );
+    }
+
+    #[test]
+    fn cidrs_parse_strictly_and_match_by_prefix() {
+        assert_eq!("10.0.0.0/33".parse::<Cidr>(), Err(CidrError::Prefix(33)));
+        assert_eq!(
+            "10.0.0.1/8".parse::<Cidr>(),
+            Err(CidrError::HostBits("10.0.0.0/8".into()))
+        );
+        assert_eq!("10.0.0.0/x".parse::<Cidr>(), Err(CidrError::Syntax));
+        assert_eq!("example.com".parse::<Cidr>(), Err(CidrError::Syntax));
+        let s = set(&["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"]);
+        assert!(s.contains("10.200.1.1".parse().unwrap()));
+        assert!(s.contains("::ffff:10.1.1.1".parse().unwrap()));
+        assert!(s.contains("192.0.2.7".parse().unwrap()));
+        assert!(!s.contains("192.0.2.8".parse().unwrap()));
+        assert!(s.contains("2001:db8:ffff::1".parse().unwrap()));
+        assert!(!s.contains("2001:db9::1".parse().unwrap()));
+        assert!(set(&["0.0.0.0/0"]).contains("203.0.113.9".parse().unwrap()));
+    }
+
+    #[test]
+    fn deny_beats_allow_and_allow_excludes_the_rest() {
+        let mut limits = Limits::unlimited();
+        limits.allow = set(&["127.0.0.0/8"]);
+        limits.deny = set(&["127.0.0.3"]);
+        let a = Admission::new(&limits);
+        assert!(a.admit(peer("127.0.0.2:1")).is_ok());
+        assert_eq!(a.admit(peer("127.0.0.3:1")).unwrap_err(), Refusal::Denied);
+        assert_eq!(a.admit(peer("10.0.0.1:1")).unwrap_err(), Refusal::Denied);
+        assert_eq!(a.counters.snapshot().denied, 2);
+    }
+
+    #[test]
+    fn concurrency_is_per_key_and_released_on_drop() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(2));
+        let a = Admission::new(&limits);
+        let one = a.admit(peer("127.0.0.2:1")).unwrap();
+        let _two = a.admit(peer("127.0.0.2:2")).unwrap();
+        assert_eq!(
+            a.admit(peer("127.0.0.2:3")).unwrap_err(),
+            Refusal::Concurrent
+        );
+        let _other = a.admit(peer("127.0.0.3:1")).unwrap();
+        drop(one);
+        let _three = a.admit(peer("127.0.0.2:4")).unwrap();
+        assert_eq!(a.counters.snapshot().limit_concurrent, 1);
+        assert_eq!(a.tracked().concurrent_keys, 2);
+    }
+
+    #[test]
+    fn rate_refusal_gives_back_the_concurrency_slot() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(5));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(1),
+        });
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        let first = a.admit(peer("127.0.0.2:1")).unwrap();
+        assert_eq!(a.admit(peer("127.0.0.2:2")).unwrap_err(), Refusal::Rate);
+        drop(first);
+        assert_eq!(a.tracked().concurrent_keys, 0);
+        clock.advance(Duration::from_secs(1));
+        assert!(a.admit(peer("127.0.0.2:3")).is_ok());
+    }
+
+    #[test]
+    fn rate_admits_the_burst_then_refills() {
+        let mut limits = Limits::unlimited();
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(20),
+            burst: nz(20),
+        });
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        let admitted = (0..100)
+            .filter(|i| a.admit(peer(&format!("127.0.0.2:{}", 1000 + i))).is_ok())
+            .count();
+        assert_eq!(admitted, 20);
+        assert!(
+            a.admit(peer("127.0.0.3:1")).is_ok(),
+            "other sources unaffected"
+        );
+        clock.advance(Duration::from_secs(1));
+        let again = (0..100)
+            .filter(|i| a.admit(peer(&format!("127.0.0.2:{}", 2000 + i))).is_ok())
+            .count();
+        assert_eq!(again, 20);
+    }
+
+    #[test]
+    fn dry_run_counts_but_refuses_nothing_except_deny() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(2),
+        });
+        limits.deny = set(&["127.0.0.9"]);
+        limits.dry_run = true;
+        let a = Admission::with_clock(&limits, FakeRelativeClock::default());
+        let first = a.admit(peer("127.0.0.2:1")).unwrap();
+        assert_eq!(first.would_refuse, None);
+        let second = a.admit(peer("127.0.0.2:2")).unwrap();
+        assert_eq!(second.would_refuse, Some(Refusal::Concurrent));
+        let third = a.admit(peer("127.0.0.2:3")).unwrap();
+        assert_eq!(third.would_refuse, Some(Refusal::Concurrent));
+        assert_eq!(a.tracked().concurrent_keys, 1);
+        assert_eq!(a.admit(peer("127.0.0.9:1")).unwrap_err(), Refusal::Denied);
+        let counts = a.counters.snapshot();
+        assert_eq!(counts.dry_run_concurrent, 2);
+        assert_eq!(counts.dry_run_rate, 1);
+        assert_eq!((counts.limit_concurrent, counts.limit_rate), (0, 0));
+        drop((first, second, third));
+        assert_eq!(
+            a.tracked().concurrent_keys,
+            0,
+            "dry-run slots are released too"
+        );
+    }
+
+    /// A flood from many distinct sources (IPv4 and IPv6 /64s): while it
+    /// lasts the tables grow with it; once the sources are gone and one
+    /// sweep has run, both tables are empty and give their space back.
+    /// (`benches/admission.rs` runs the same flood with 1,000,000 sources in
+    /// a release build and reports the memory.)
+    #[test]
+    fn a_flood_of_distinct_sources_leaves_the_tables_empty_after_a_sweep() {
+        flood(100_000);
+    }
+
+    fn flood(sources: u32) {
+        let n = sources;
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(10));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(10),
+            burst: nz(20),
+        });
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        let mut held = Vec::new();
+        for i in 0..n {
+            let ip = if i % 2 == 0 {
+                IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + i))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i) << 64))
+            };
+            let admitted = a.admit(Source::Peer(PeerAddr(SocketAddr::new(ip, 443))));
+            let admitted = admitted.expect("every new source is admitted");
+            // Keep a slice of them open at any time, like real connections.
+            held.push(admitted);
+            if held.len() > 1000 {
+                held.drain(..500);
+            }
+        }
+        let during = a.tracked();
+        assert_eq!(during.rate_keys, n as usize);
+        assert!(during.concurrent_keys <= 1001);
+        drop(held);
+        clock.advance(Duration::from_secs(3)); // burst / rate = 2 s
+        a.sweep();
+        let after = a.tracked();
+        assert_eq!(after.rate_keys, 0);
+        assert_eq!(after.concurrent_keys, 0);
+        assert!(after.concurrent_capacity <= 64, "{after:?}");
+        eprintln!("during the flood: {during:?}; after one sweep: {after:?}");
+    }
+}
