@@ -7,6 +7,7 @@
 //! [`connect`] → [`announce`] (PROXY protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
 //! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
 //! turns signals into intents. Socket options live in [`sockopt`] only.
+//! [`probe`] is the operator's client-side monitor.
 //! A reload diffs snapshots in [`reload`] and drains what changed through
 //! [`drain`] signals; [`notify`] speaks sd_notify and [`takeover`] hands
 //! listening sockets to a new binary.
@@ -30,6 +31,7 @@ pub mod logging;
 pub mod matcher;
 pub mod notify;
 pub mod preface;
+pub mod probe;
 pub mod relay;
 pub mod reload;
 pub mod route;
