@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use crate::addr::PeerAddr;
 use crate::config::Listener;
 use crate::conn::{self, Accepted};
-use crate::sockopt;
+use crate::{metrics, sockopt};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -74,6 +74,7 @@ impl AcceptLoop {
                         at: Instant::now(),
                     };
                     let listener = self.config.borrow().clone();
+                    metrics::metrics().accepted(&listener.name);
                     let cancel = self.close_connections.child_token();
                     self.tracker.spawn(async move {
                         conn::handle(accepted, listener, cancel).await;

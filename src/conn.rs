@@ -23,7 +23,7 @@ use crate::close::CloseReason;
 use crate::config::Listener;
 use crate::preface::{self, Source};
 use crate::relay::Transferred;
-use crate::{announce, connect, inspect, relay, route, sockopt};
+use crate::{announce, connect, inspect, metrics, relay, route, sockopt};
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -77,6 +77,16 @@ impl ConnRecord {
 
     /// Writes the connection's one log line (none for a silent connection).
     fn close(&self, reason: CloseReason) {
+        metrics::metrics().closed(&metrics::Closed {
+            listener: &self.listener.name,
+            route: self.route.as_deref(),
+            backend: self.backend.as_deref(),
+            reason,
+            sni: self.sni.is_some(),
+            ech: self.ech,
+            bytes_up: self.moved.up,
+            bytes_down: self.moved.down,
+        });
         if reason == CloseReason::Silent {
             return;
         }
