@@ -48,10 +48,13 @@ pub enum Command {
     Run,
     /// Validate the configuration: prints `ok`, or every problem found; exits 1 on error.
     Check,
-    /// Probe a relay (or any TLS server) from the client's side: for each
-    /// address NAME resolves to, time the TCP connect and the full TLS
-    /// handshake on the same socket. Exits 0 when every address is healthy,
-    /// 1 when some are, 2 when none is (or NAME does not resolve).
+    /// Time TCP connect and TLS handshake per address of NAME, as a client sees them.
+    ///
+    /// For each address NAME resolves to (system resolver), in parallel and
+    /// each within --timeout: connect, then a full TLS handshake on the same
+    /// socket. A relay whose backend is down still accepts TCP, so only a
+    /// completed handshake counts as healthy. Exits 0 when every address is
+    /// healthy, 1 when some are, 2 when none is (or NAME does not resolve).
     Probe(ProbeArgs),
 }
 
