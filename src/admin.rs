@@ -33,8 +33,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::announce::Outbound;
 use crate::config::{Config, NoSni};
 use crate::metrics;
+use crate::preface::Mode;
 
 /// Admin connections served at once; more wait in the kernel backlog.
 pub const MAX_ADMIN_CONNECTIONS: usize = 16;
@@ -227,6 +229,14 @@ pub fn config_view(config: &Config) -> Value {
                     NoSni::Backend(b) => b.name.clone(),
                 },
                 "routes": routes,
+                "proxy_protocol": l.proxy_protocol.as_ref().map(|p| json!({
+                    "trusted": p.trusted.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+                    "mode": match p.mode {
+                        Mode::Require => "require",
+                        Mode::Optional => "optional",
+                    },
+                    "max_hops": p.max_hops,
+                })),
             })
         })
         .collect();
@@ -239,6 +249,12 @@ pub fn config_view(config: &Config) -> Value {
                 json!({
                     "addresses": b.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
                     "connect_timeout": duration(b.connect_timeout),
+                    "proxy_protocol": match b.proxy_protocol {
+                        Outbound::None => "none",
+                        Outbound::V1 => "v1",
+                        Outbound::V2 => "v2",
+                    },
+                    "proxy_protocol_crc32c": b.proxy_protocol_crc32c,
                 }),
             )
         })

@@ -156,6 +156,11 @@ impl Closed<'_> {
             CloseReason::NotTls => "not_tls",
             CloseReason::Malformed => "malformed",
             CloseReason::TooLarge => "too_large",
+            // Refused at the PROXY protocol preface, before any hello.
+            CloseReason::ProxyMissing
+            | CloseReason::ProxyInvalid
+            | CloseReason::ProxyUntrusted
+            | CloseReason::HopLimit => "preface_refused",
             // The client went away, or the relay shut down, mid-hello.
             _ => "incomplete",
         }
@@ -214,7 +219,7 @@ impl Metrics {
         );
         r.register(
             "snirelay_client_hellos",
-            "ClientHello outcomes: sni, no_sni, empty, timeout, not_tls, malformed, too_large, incomplete",
+            "ClientHello outcomes: sni, no_sni, empty, timeout, not_tls, malformed, too_large, incomplete, preface_refused",
             m.hello.clone(),
         );
         r.register(
@@ -473,5 +478,9 @@ mod tests {
         assert_eq!(outcome(CloseReason::NotTls, None, false), "not_tls");
         assert_eq!(outcome(CloseReason::Shutdown, None, false), "incomplete");
         assert_eq!(outcome(CloseReason::Shutdown, Some("r"), true), "sni");
+        assert_eq!(
+            outcome(CloseReason::ProxyUntrusted, None, false),
+            "preface_refused"
+        );
     }
 }
