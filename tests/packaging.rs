@@ -148,3 +148,51 @@ fn dashboard_queries_only_exported_metrics() {
     }
     assert!(checked >= 20, "only {checked} metric references found");
 }
+
+/// The nftables ruleset in packaging/cloud-init.yaml parses (`nft -c`, a dry
+/// run that changes nothing), drops by default, and opens only port 443 to
+/// everyone. Needs nft (Debian package `nftables`); fails loudly without it.
+#[test]
+fn cloud_init_firewall_parses_and_opens_only_the_relay_port() {
+    let yaml = std::fs::read_to_string(root().join("packaging/cloud-init.yaml")).unwrap();
+    // The file's content block: the lines after `path: /etc/nftables.conf`'s
+    // `content: |`, indented six spaces, up to the next `- path:` entry.
+    let start = yaml
+        .find("path: /etc/nftables.conf")
+        .expect("no nftables file");
+    let block = &yaml[start..];
+    let block = &block[block.find("content: |\n").unwrap() + "content: |\n".len()..];
+    let ruleset: String = block
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with("      "))
+        .map(|l| format!("{}\n", l.get(6..).unwrap_or("")))
+        .collect();
+    assert!(ruleset.contains("policy drop;"), "{ruleset}");
+    let accepts: Vec<&str> = ruleset
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains("dport") && l.ends_with("accept"))
+        .collect();
+    assert_eq!(
+        accepts,
+        [
+            "tcp dport 443 accept",
+            "ip saddr 198.51.100.0/24 tcp dport 22 accept"
+        ]
+    );
+
+    let path = std::env::temp_dir().join(format!("snirelay-nft-{}.conf", std::process::id()));
+    std::fs::write(&path, &ruleset).unwrap();
+    let out = Command::new("nft")
+        .arg("-c")
+        .arg("-f")
+        .arg(&path)
+        .output()
+        .expect("nft is missing: apt-get install nftables");
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        out.status.success(),
+        "nft -c rejects the ruleset:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
