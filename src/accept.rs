@@ -35,7 +35,7 @@ use crate::addr::PeerAddr;
 use crate::admit::{Admission, Source};
 use crate::config::Listener;
 use crate::conn::{self, Accepted};
-use crate::sockopt;
+use crate::{metrics, sockopt};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -96,6 +96,9 @@ impl AcceptLoop {
                         at: Instant::now(),
                     };
                     let listener = self.config.borrow().clone();
+                    // Counted (and `active`) before admission: a refused
+                    // connection is closed through the same record.
+                    metrics::metrics().accepted(&listener.name);
                     let admission = self.admission.borrow().clone();
                     // A trusted peer relay is admitted later, on the client
                     // address its PROXY header claims (see `preface`); its

@@ -1,9 +1,11 @@
-//! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`.
+//! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`,
+//! `snirelay probe NAME --sni HOST`.
 //!
 //! Kept in the library so that documentation (a man page) can be generated
 //! from the same definition the binary parses.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -40,10 +42,63 @@ pub struct Cli {
     pub takeover: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Serve the configuration (the default).
     Run,
     /// Validate the configuration: prints `ok`, or every problem found; exits 1 on error.
     Check,
+    /// Time TCP connect and TLS handshake per address of NAME, as a client sees them.
+    ///
+    /// For each address NAME resolves to (system resolver), in parallel and
+    /// each within --timeout: connect, then a full TLS handshake on the same
+    /// socket. A relay whose backend is down still accepts TCP, so only a
+    /// completed handshake counts as healthy. Exits 0 when every address is
+    /// healthy, 1 when some are, 2 when none is (or NAME does not resolve).
+    Probe(ProbeArgs),
+}
+
+/// `snirelay probe NAME --sni HOST [--port 443] [--json] ...`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ProbeArgs {
+    /// Host name (resolved through the system resolver, as real clients do) or IP address.
+    pub name: String,
+
+    /// Server name sent in the ClientHello and verified in the certificate; NAME when left out.
+    #[arg(long)]
+    pub sni: Option<String>,
+
+    /// TCP port.
+    #[arg(long, default_value_t = 443)]
+    pub port: u16,
+
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Trust only the CA certificates in this PEM file (default: the system store).
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub ca: Option<PathBuf>,
+
+    /// Do not verify the server certificate (the handshake still completes).
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// Client certificate chain (PEM) for origins that require mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --client-cert.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+
+    /// Budget per address for TCP connect plus TLS handshake.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+
+    /// Also write the result in Prometheus text format to this file
+    /// (atomically: a temporary file renamed over it), for node_exporter's
+    /// textfile collector.
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
 }

@@ -24,7 +24,7 @@ use crate::close::CloseReason;
 use crate::config::Listener;
 use crate::preface::{self, Source};
 use crate::relay::Transferred;
-use crate::{announce, connect, inspect, relay, route, sockopt};
+use crate::{announce, connect, inspect, metrics, relay, route, sockopt};
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -78,6 +78,16 @@ impl ConnRecord {
 
     /// Writes the connection's one log line (none for a silent connection).
     fn close(&self, reason: CloseReason) {
+        metrics::metrics().closed(&metrics::Closed {
+            listener: &self.listener.name,
+            route: self.route.as_deref(),
+            backend: self.backend.as_deref(),
+            reason,
+            sni: self.sni.is_some(),
+            ech: self.ech,
+            bytes_up: self.moved.up,
+            bytes_down: self.moved.down,
+        });
         if reason == CloseReason::Silent {
             return;
         }
@@ -157,9 +167,14 @@ async fn serve(
             record.claimed = preface.source.claimed();
             // admit, for a client behind a trusted peer: on its claim
             if let Some(claimed) = record.claimed {
-                let admitted = admission
-                    .admit(admit::Source::Claimed(claimed))
-                    .map_err(CloseReason::from)?;
+                let admitted =
+                    admission
+                        .admit(admit::Source::Claimed(claimed))
+                        .map_err(|refusal| {
+                            let reason = CloseReason::from(refusal);
+                            metrics::metrics().limit_refused(&listener.name, reason.as_str());
+                            reason
+                        })?;
                 log_dry_run(&listener, accepted.peer, &admitted);
                 _claim_slot = Some(admitted);
             }
@@ -264,5 +279,6 @@ pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
 /// Logs a connection refused at admission; the caller closes the socket
 /// without reading from it (so there is no TLS alert to send).
 pub fn refused(accepted: &Accepted, listener: Arc<Listener>, reason: CloseReason) {
+    metrics::metrics().limit_refused(&listener.name, reason.as_str());
     ConnRecord::new(listener, accepted).close(reason);
 }

@@ -13,11 +13,11 @@ use std::io;
 use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 
 use crate::close::CloseReason;
 use crate::config::Backend;
-use crate::sockopt;
+use crate::{metrics, sockopt};
 
 /// An open connection to one of a backend's addresses.
 #[derive(Debug)]
@@ -43,7 +43,13 @@ impl From<ConnectError> for CloseReason {
 pub async fn connect(backend: &Backend) -> Result<Connected, ConnectError> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
     for &addr in &backend.addresses {
+        let started = Instant::now();
         let attempt = timeout(backend.connect_timeout, TcpStream::connect(addr)).await;
+        let outcome = match &attempt {
+            Ok(Ok(_)) => Ok(started.elapsed()),
+            _ => Err(()),
+        };
+        metrics::metrics().connect_attempt(&backend.name, outcome);
         let error = match attempt {
             Ok(Ok(stream)) => {
                 let _ = sockopt::set_nodelay(&stream);

@@ -8,6 +8,8 @@
 //! protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
 //! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
 //! turns signals into intents. Socket options live in [`sockopt`] only.
+//! [`probe`] is the operator's client-side monitor; [`metrics`] and
+//! [`admin`] are the relay's own observability.
 //! A reload diffs snapshots in [`reload`] and drains what changed through
 //! [`drain`] signals; [`notify`] speaks sd_notify and [`takeover`] hands
 //! listening sockets to a new binary.
@@ -17,6 +19,7 @@
 
 pub mod accept;
 pub mod addr;
+pub mod admin;
 pub mod admit;
 pub mod announce;
 pub mod cidr;
@@ -30,8 +33,10 @@ pub mod drain;
 pub mod inspect;
 pub mod logging;
 pub mod matcher;
+pub mod metrics;
 pub mod notify;
 pub mod preface;
+pub mod probe;
 pub mod relay;
 pub mod reload;
 pub mod route;

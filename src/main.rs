@@ -11,21 +11,25 @@
 //!
 //! Signals: SIGHUP reloads the configuration (a failed reload keeps the
 //! running one and never exits), SIGTERM drains, SIGINT stops at once.
+//!
+//! `probe` has its own exit codes: 0 every address healthy, 1 some, 2 none
+//! (or the probe could not run).
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use snirelay::cli::{Cli, Command};
+use snirelay::cli::{Cli, Command, ProbeArgs};
 use snirelay::config::Config;
 use snirelay::notify::Notifier;
 use snirelay::server::ServeOptions;
-use snirelay::{logging, server, signals, sockopt, splice, takeover};
+use snirelay::{logging, probe, server, signals, sockopt, splice, takeover};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Run) {
+    match cli.command.clone().unwrap_or(Command::Run) {
         Command::Check => check(&cli),
+        Command::Probe(args) => run_probe(&args),
         Command::Run => match run(&cli) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -82,4 +86,37 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     Ok(())
+}
+
+fn run_probe(args: &ProbeArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("snirelay probe: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match runtime.block_on(probe::run(args)) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("snirelay probe: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
+    }
+    if let Some(path) = &args.textfile {
+        let text = report.to_prometheus(std::time::SystemTime::now());
+        if let Err(e) = probe::write_textfile(path, &text) {
+            eprintln!("snirelay probe: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::from(report.exit_code)
 }

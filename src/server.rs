@@ -36,11 +36,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::accept::AcceptLoop;
+use crate::admin::{self, AdminState, Readiness};
 use crate::admit::{self, Admission};
 use crate::config::{Config, ConfigError, Listener};
 use crate::notify::Notifier;
 use crate::signals::Intent;
-use crate::{reload, sockopt, takeover};
+use crate::{metrics, reload, sockopt, takeover};
 
 /// How long to wait for connection tasks to finish after they were told to close.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -59,6 +60,8 @@ pub enum ServeError {
         key: String,
         source: io::Error,
     },
+    #[error("admin.listen: cannot listen on {addr}: {source}")]
+    AdminBind { addr: SocketAddr, source: io::Error },
 }
 
 /// Why a reload was rejected (the running snapshot stays).
@@ -190,6 +193,10 @@ struct Server {
     notifier: Notifier,
     reloads_applied: u64,
     reloads_failed: u64,
+    /// What `/readyz` says: true once serving, false from the drain on.
+    readiness: Arc<Readiness>,
+    /// The admin listener's state, to show a reloaded configuration.
+    admin: Option<Arc<AdminState>>,
     /// Accept pacing (`global.max_connection_rate`), shared by every loop.
     pace: watch::Sender<Option<Arc<governor::DefaultDirectRateLimiter>>>,
 }
@@ -230,7 +237,31 @@ pub async fn serve(
         reloads_failed: 0,
         pace: watch::channel(pace_for(&config)).0,
         config: config.clone(),
+        readiness: Arc::new(Readiness::default()),
+        admin: None,
     };
+
+    // The admin listener comes up first, so /readyz answers 503 until the
+    // relay listeners are bound. (A changed [admin] section takes a restart.)
+    let stop_admin = CancellationToken::new();
+    let _stop_admin_on_return = stop_admin.clone().drop_guard();
+    if let Some(settings) = &config.admin {
+        let socket =
+            TcpListener::bind(settings.listen)
+                .await
+                .map_err(|source| ServeError::AdminBind {
+                    addr: settings.listen,
+                    source,
+                })?;
+        let local = socket.local_addr().unwrap_or(settings.listen);
+        tracing::info!(addr = %local, "admin listening");
+        let state = Arc::new(AdminState::new(
+            Arc::new(config.clone()),
+            server.readiness.clone(),
+        ));
+        tokio::spawn(admin::serve(socket, state.clone(), stop_admin.clone()));
+        server.admin = Some(state);
+    }
 
     // Open everything before accepting anywhere: a failure leaves nothing half-started.
     let mut opened = Vec::new();
@@ -248,6 +279,7 @@ pub async fn serve(
         max_connections = config.global.max_connections,
         "ready"
     );
+    server.readiness.set(true);
     server.notifier.ready("serving");
     if let Some(incoming) = options.takeover_from.take() {
         match incoming.ready() {
@@ -447,6 +479,7 @@ impl Server {
         let socket = TcpListener::from_std(socket).map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);
         tracing::info!(listener = %listener.name, addr = %local, socket = %key, "listening");
+        metrics::metrics().listener_started(&listener.name);
         let stop = self.stop_accepting.child_token();
         self.accepting.spawn(
             AcceptLoop {
@@ -488,10 +521,15 @@ impl Server {
                     reloads.failed = self.reloads_failed,
                     "reload applied"
                 );
+                metrics::metrics().reload("ok");
+                if let Some(admin) = &self.admin {
+                    admin.set_config(Arc::new(self.config.clone()));
+                }
                 self.notifier.ready("serving; reload applied");
             }
             Err(error) => {
                 self.reloads_failed += 1;
+                metrics::metrics().reload("failed");
                 tracing::error!(
                     error = %error,
                     reloads.applied = self.reloads_applied,
@@ -664,6 +702,7 @@ impl Server {
     /// then closes the rest. A second Drain or a Stop cuts the wait short.
     async fn drain(mut self, why: &str, mut intents: mpsc::Receiver<Intent>) {
         let drain = self.config.global.drain_timeout;
+        self.readiness.set(false);
         self.notifier.stopping(why);
         self.stop_accepting.cancel();
         // Our duplicates too, or the sockets would stay open (and queue
@@ -673,6 +712,7 @@ impl Server {
         self.accepting.wait().await;
         self.tracker.close();
         tracing::info!(connections = self.tracker.len(), timeout = ?drain, reason = why, "draining");
+        metrics::metrics().set_draining(self.tracker.len() as i64);
         let deadline = tokio::time::sleep(drain);
         tokio::pin!(deadline);
         let finished = loop {

@@ -21,6 +21,8 @@ pub struct FileConfig {
     pub routes: Vec<RouteSection>,
     #[serde(default, rename = "backend")]
     pub backends: BTreeMap<String, BackendSection>,
+    /// `[admin]`: the optional metrics/health listener.
+    pub admin: Option<AdminSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,4 +113,12 @@ impl OneOrMany {
             OneOrMany::Many(many) => many,
         }
     }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    pub listen: Option<String>,
+    /// Must be `true` for a `listen` address that is not loopback.
+    pub allow_public: Option<bool>,
 }

@@ -31,7 +31,9 @@ use crate::drain::DrainSignal;
 use crate::matcher::SniMatcher;
 use crate::preface::{Inbound, Mode};
 use crate::sni::Pattern;
-use file::{BackendSection, FileConfig, LimitsSection, ListenerSection, ProxyProtocolSection};
+use file::{
+    AdminSection, BackendSection, FileConfig, LimitsSection, ListenerSection, ProxyProtocolSection,
+};
 
 /// Open client connections the whole process accepts before it pauses accepting.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -56,6 +58,9 @@ pub const DEFAULT_MAX_HOPS: u8 = 3;
 pub const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
 /// `[backend.*] proxy_protocol_crc32c`: no checksum TLV.
 pub const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
+/// Where `[admin]` listens when the section leaves `listen` out: loopback
+/// only. A non-loopback address needs `allow_public = true`.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
 
 /// Whether listening sockets set SO_REUSEPORT. Off: the binary upgrade
 /// hands the listening sockets over (`run --takeover`), which needs no
@@ -107,6 +112,13 @@ pub struct Config {
     pub global: Global,
     pub listeners: Vec<Arc<Listener>>,
     pub backends: BTreeMap<String, Arc<Backend>>,
+    /// The admin listener (`/metrics`, `/healthz`, `/readyz`, `/config`); none without `[admin]`.
+    pub admin: Option<Admin>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    pub listen: SocketAddr,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,11 +369,32 @@ impl Checker {
                 );
             }
         }
+        let admin = match &file.admin {
+            None => None,
+            Some(section) => Some(self.admin(section)?),
+        };
         Some(Config {
             global,
             listeners: listeners.into_iter().map(Arc::new).collect(),
             backends,
+            admin,
         })
+    }
+
+    fn admin(&mut self, section: &AdminSection) -> Option<Admin> {
+        let text = section.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN);
+        let listen = self.socket_addr("admin.listen", text)?;
+        if !listen.ip().is_loopback() && section.allow_public != Some(true) {
+            self.problem(
+                "admin.listen",
+                format!(
+                    "{text:?} is not a loopback address; the admin listener exposes the \
+                     configuration, so set admin.allow_public = true to mean it"
+                ),
+            );
+            return None;
+        }
+        Some(Admin { listen })
     }
 
     fn backend(&mut self, name: &str, section: &BackendSection) -> Option<Backend> {

@@ -843,3 +843,114 @@ impl Relay {
         .await
     }
 }
+
+// ------------------------------------------------------------- PEM files
+
+/// The PEM files a command-line TLS client needs: the CA to trust and the
+/// client certificate and key to present.
+pub struct PemFiles {
+    pub ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl Pki {
+    /// Writes the CA and the client certificate and key as PEM into `dir`.
+    pub fn write_pem(&self, dir: &std::path::Path) -> PemFiles {
+        let files = PemFiles {
+            ca: dir.join("ca.pem"),
+            client_cert: dir.join("client.pem"),
+            client_key: dir.join("client.key"),
+        };
+        std::fs::write(&files.ca, pem("CERTIFICATE", &self.ca)).unwrap();
+        let chain: String = self
+            .client_chain
+            .iter()
+            .map(|c| pem("CERTIFICATE", c))
+            .collect();
+        std::fs::write(&files.client_cert, chain).unwrap();
+        std::fs::write(&files.client_key, pem("PRIVATE KEY", &self.client_key)).unwrap();
+        files
+    }
+}
+
+/// PEM armour (RFC 7468) around DER bytes.
+pub fn pem(label: &str, der: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::new();
+    for chunk in der.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// Runs the snirelay binary with `args` off the async runtime and returns
+/// its exit code, stdout and stderr.
+pub async fn run_snirelay(args: Vec<String>) -> (Option<i32>, String, String) {
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_snirelay"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("cannot run snirelay")
+    })
+    .await
+    .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+// ------------------------------------------------------------ HTTP client
+
+/// A plain HTTP/1.1 GET (`Connection: close`) to the admin listener:
+/// returns the status code and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        raw
+    };
+    let raw = tokio::time::timeout(WAIT, exchange)
+        .await
+        .expect("admin request timed out");
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("no end of headers");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line: {head}"));
+    // Bodies from a fixed-length `Full` are never chunked.
+    (status, body.to_owned())
+}
+
+/// The value of one sample in a Prometheus text exposition, by its full
+/// series text (`name{labels}`); 0 when the series is absent.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}

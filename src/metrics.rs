@@ -1,0 +1,485 @@
+//! Prometheus metrics: one process-wide registry and cheap recording calls.
+//!
+//! The registry is process-wide (like a log subscriber): a process serves one
+//! set of listeners, and a global avoids threading a handle through every
+//! stage signature. Recording happens in few places: [`Metrics::accepted`]
+//! from the accept loop, [`Metrics::closed`] once per connection from
+//! `ConnRecord::close`, and [`Metrics::connect_attempt`] from `connect`.
+//! Hooks for stages built elsewhere (limits, reload, drain, DNS/cluster
+//! lookups, backend address health) are the documented methods at the end.
+//!
+//! Labels are bounded by the configuration, never by the traffic: listener,
+//! route and backend names, close reasons and fixed outcome words. Never the
+//! SNI, never a client address.
+//!
+//! Cost: every metric family is created at start-up. Recording is one
+//! hash-map lookup under a read lock plus atomic adds per *event*
+//! (connection accepted, closed, connect attempt); nothing is recorded per
+//! byte: byte counts are added once, at close. Process gauges (open fds,
+//! RSS) are read from /proc/self only when /metrics is scraped.
+//!
+//! Not here: the HTTP side (see `admin`).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::close::CloseReason;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseLabels {
+    listener: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrafficLabels {
+    listener: String,
+    route: String,
+    backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HelloLabels {
+    listener: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendAddressLabels {
+    backend: String,
+    address: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    listener: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LookupLabels {
+    kind: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn connect_histogram() -> Histogram {
+    // 0.5 ms .. ~8 s: loopback and LAN backends up to a black-holed address.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 15))
+}
+
+/// Every metric snirelay exports. Get it with [`metrics()`].
+pub struct Metrics {
+    registry: Registry,
+    accepted: Family<ListenerLabels, Counter>,
+    active: Family<ListenerLabels, Gauge>,
+    closed: Family<CloseLabels, Counter>,
+    bytes_up: Family<TrafficLabels, Counter>,
+    bytes_down: Family<TrafficLabels, Counter>,
+    hello: Family<HelloLabels, Counter>,
+    hello_ech: Family<ListenerLabels, Counter>,
+    connect_attempts: Family<BackendLabels, Counter>,
+    connect_failures: Family<BackendLabels, Counter>,
+    connect_duration: HistogramFamily<BackendLabels>,
+    backend_address_up: Family<BackendAddressLabels, Gauge>,
+    limit_refusals: Family<LimitLabels, Counter>,
+    reloads: Family<OutcomeLabels, Counter>,
+    draining: Gauge,
+    lookups: Family<LookupLabels, Counter>,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    resident_memory: Gauge,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+/// What a closed connection contributes to the metrics; built by
+/// `ConnRecord::close` from what the stages learned.
+#[derive(Debug, Clone, Copy)]
+pub struct Closed<'a> {
+    pub listener: &'a str,
+    pub route: Option<&'a str>,
+    pub backend: Option<&'a str>,
+    pub reason: CloseReason,
+    /// The ClientHello carried an SNI (valid or not).
+    pub sni: bool,
+    pub ech: bool,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+impl Closed<'_> {
+    /// The ClientHello's outcome, a fixed word: `sni` and `no_sni` for a
+    /// complete hello, otherwise why none was read.
+    pub fn hello_outcome(&self) -> &'static str {
+        let parsed = self.route.is_some()
+            || matches!(self.reason, CloseReason::NoSni | CloseReason::Unmatched);
+        if parsed {
+            return if self.sni { "sni" } else { "no_sni" };
+        }
+        match self.reason {
+            CloseReason::Silent => "empty",
+            CloseReason::HelloTimeout => "timeout",
+            CloseReason::NotTls => "not_tls",
+            CloseReason::Malformed => "malformed",
+            CloseReason::TooLarge => "too_large",
+            // Refused at the PROXY protocol preface, before any hello.
+            CloseReason::ProxyMissing
+            | CloseReason::ProxyInvalid
+            | CloseReason::ProxyUntrusted
+            | CloseReason::HopLimit => "preface_refused",
+            // The client went away, or the relay shut down, mid-hello.
+            _ => "incomplete",
+        }
+    }
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let m = Metrics {
+            registry: Registry::default(),
+            accepted: Family::default(),
+            active: Family::default(),
+            closed: Family::default(),
+            bytes_up: Family::default(),
+            bytes_down: Family::default(),
+            hello: Family::default(),
+            hello_ech: Family::default(),
+            connect_attempts: Family::default(),
+            connect_failures: Family::default(),
+            connect_duration: Family::new_with_constructor(connect_histogram),
+            backend_address_up: Family::default(),
+            limit_refusals: Family::default(),
+            reloads: Family::default(),
+            draining: Gauge::default(),
+            lookups: Family::default(),
+            open_fds: Gauge::default(),
+            max_fds: Gauge::default(),
+            resident_memory: Gauge::default(),
+        };
+        let mut registry = Registry::default();
+        let r = &mut registry;
+        r.register(
+            "snirelay_connections_accepted",
+            "Client connections accepted",
+            m.accepted.clone(),
+        );
+        r.register(
+            "snirelay_connections_active",
+            "Client connections open now",
+            m.active.clone(),
+        );
+        r.register(
+            "snirelay_connections_closed",
+            "Client connections closed, by close reason (the `close` log field)",
+            m.closed.clone(),
+        );
+        r.register(
+            "snirelay_bytes_up",
+            "Bytes relayed from clients to backends (ClientHello included), added at close",
+            m.bytes_up.clone(),
+        );
+        r.register(
+            "snirelay_bytes_down",
+            "Bytes relayed from backends to clients, added at close",
+            m.bytes_down.clone(),
+        );
+        r.register(
+            "snirelay_client_hellos",
+            "ClientHello outcomes: sni, no_sni, empty, timeout, not_tls, malformed, too_large, incomplete, preface_refused",
+            m.hello.clone(),
+        );
+        r.register(
+            "snirelay_client_hellos_ech",
+            "Complete ClientHellos that carried an encrypted_client_hello extension",
+            m.hello_ech.clone(),
+        );
+        r.register(
+            "snirelay_backend_connect_attempts",
+            "Connect attempts to backend addresses",
+            m.connect_attempts.clone(),
+        );
+        r.register(
+            "snirelay_backend_connect_failures",
+            "Connect attempts to backend addresses that failed or timed out",
+            m.connect_failures.clone(),
+        );
+        r.register(
+            "snirelay_backend_connect_duration_seconds",
+            "Time to a successful backend connect",
+            m.connect_duration.clone(),
+        );
+        r.register(
+            "snirelay_backend_address_up",
+            "Whether a backend address is considered healthy (1) or not (0)",
+            m.backend_address_up.clone(),
+        );
+        r.register(
+            "snirelay_limit_refusals",
+            "Connections refused by a limit, by kind",
+            m.limit_refusals.clone(),
+        );
+        r.register(
+            "snirelay_reloads",
+            "Configuration reloads, by outcome",
+            m.reloads.clone(),
+        );
+        r.register(
+            "snirelay_connections_draining",
+            "Connections being drained (stop or reload)",
+            m.draining.clone(),
+        );
+        r.register(
+            "snirelay_lookups",
+            "DNS and cluster lookups for backend addresses, by kind and outcome (cache_hit included)",
+            m.lookups.clone(),
+        );
+        r.register(
+            "snirelay_process_open_fds",
+            "Open file descriptors of the process, read at scrape time",
+            m.open_fds.clone(),
+        );
+        r.register(
+            "snirelay_process_max_fds",
+            "Soft limit on open file descriptors (RLIMIT_NOFILE), read at scrape time",
+            m.max_fds.clone(),
+        );
+        r.register(
+            "snirelay_process_resident_memory_bytes",
+            "Resident set size of the process, read at scrape time",
+            m.resident_memory.clone(),
+        );
+        let build_info = Family::<VersionLabels, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        r.register("snirelay_build_info", "Version of snirelay", build_info);
+        Metrics { registry, ..m }
+    }
+
+    /// A listener's series exist (at zero) from start-up, so dashboards and
+    /// `rate()` see them before the first connection.
+    pub fn listener_started(&self, listener: &str) {
+        let labels = ListenerLabels {
+            listener: listener.to_owned(),
+        };
+        let _ = self.accepted.get_or_create(&labels);
+        let _ = self.active.get_or_create(&labels);
+    }
+
+    /// A connection was accepted on `listener` (it is now active).
+    pub fn accepted(&self, listener: &str) {
+        let labels = ListenerLabels {
+            listener: listener.to_owned(),
+        };
+        self.accepted.get_or_create(&labels).inc();
+        self.active.get_or_create(&labels).inc();
+    }
+
+    /// A connection ended: its close reason, hello outcome, bytes; it is no
+    /// longer active. Called exactly once per accepted connection.
+    pub fn closed(&self, c: &Closed<'_>) {
+        let listener = ListenerLabels {
+            listener: c.listener.to_owned(),
+        };
+        self.active.get_or_create(&listener).dec();
+        self.closed
+            .get_or_create(&CloseLabels {
+                listener: c.listener.to_owned(),
+                reason: c.reason.as_str(),
+            })
+            .inc();
+        self.hello
+            .get_or_create(&HelloLabels {
+                listener: c.listener.to_owned(),
+                outcome: c.hello_outcome(),
+            })
+            .inc();
+        if c.ech {
+            self.hello_ech.get_or_create(&listener).inc();
+        }
+        if c.bytes_up > 0 || c.bytes_down > 0 {
+            let traffic = TrafficLabels {
+                listener: c.listener.to_owned(),
+                route: c.route.unwrap_or("").to_owned(),
+                backend: c.backend.unwrap_or("").to_owned(),
+            };
+            self.bytes_up.get_or_create(&traffic).inc_by(c.bytes_up);
+            self.bytes_down.get_or_create(&traffic).inc_by(c.bytes_down);
+        }
+    }
+
+    /// One connect attempt to an address of `backend`: `Ok(time to
+    /// connect)` or `Err(())` for a failure or timeout.
+    pub fn connect_attempt(&self, backend: &str, outcome: Result<Duration, ()>) {
+        let labels = BackendLabels {
+            backend: backend.to_owned(),
+        };
+        self.connect_attempts.get_or_create(&labels).inc();
+        match outcome {
+            Ok(took) => self
+                .connect_duration
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64()),
+            Err(()) => {
+                self.connect_failures.get_or_create(&labels).inc();
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Hooks for stages built elsewhere. Label values must stay bounded:
+    // `kind` and `outcome` are fixed words (hence `&'static str`).
+
+    /// A connection refused at admission on `listener`; `kind` is its close
+    /// reason (`limit_concurrent`, `limit_rate` or `denied`).
+    pub fn limit_refused(&self, listener: &str, kind: &'static str) {
+        self.limit_refusals
+            .get_or_create(&LimitLabels {
+                listener: listener.to_owned(),
+                kind,
+            })
+            .inc();
+    }
+
+    /// A configuration reload finished; `outcome` is `ok` or `failed`.
+    pub fn reload(&self, outcome: &'static str) {
+        self.reloads.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// The number of connections being drained now (stop or reload).
+    pub fn set_draining(&self, connections: i64) {
+        self.draining.set(connections);
+    }
+
+    /// One backend address lookup: `kind` is `dns` or `cluster`, `outcome`
+    /// is `ok`, `error`, `empty` or `cache_hit`.
+    pub fn lookup(&self, kind: &'static str, outcome: &'static str) {
+        self.lookups
+            .get_or_create(&LookupLabels { kind, outcome })
+            .inc();
+    }
+
+    /// The health of one address of `backend` (the address set is bounded
+    /// by the configuration or the backend's DNS answer).
+    pub fn backend_address_health(&self, backend: &str, address: std::net::SocketAddr, up: bool) {
+        self.backend_address_up
+            .get_or_create(&BackendAddressLabels {
+                backend: backend.to_owned(),
+                address: address.to_string(),
+            })
+            .set(i64::from(up));
+    }
+
+    // ---------------------------------------------------------------
+
+    /// The Prometheus text exposition, with process gauges read now.
+    pub fn render(&self) -> String {
+        self.sample_process();
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    fn sample_process(&self) {
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            // Less the descriptor read_dir itself holds open.
+            self.open_fds.set(dir.count().saturating_sub(1) as i64);
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        if let Some(kb) = proc_field(&status, "VmRSS:") {
+            self.resident_memory.set(kb * 1024);
+        }
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        if let Some(soft) = proc_field(&limits, "Max open files") {
+            self.max_fds.set(soft);
+        }
+    }
+}
+
+/// The first number after `prefix` on the line starting with it.
+fn proc_field(text: &str, prefix: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_fields_parse() {
+        assert_eq!(
+            proc_field("Name:\tx\nVmRSS:\t   5120 kB\n", "VmRSS:"),
+            Some(5120)
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 20000                files     \n";
+        assert_eq!(proc_field(limits, "Max open files"), Some(1024));
+    }
+
+    #[test]
+    fn hello_outcome_words() {
+        let closed = |reason, route: Option<&'static str>, sni| Closed {
+            listener: "tls",
+            route,
+            backend: None,
+            reason,
+            sni,
+            ech: false,
+            bytes_up: 0,
+            bytes_down: 0,
+        };
+        let outcome = |reason, route, sni| closed(reason, route, sni).hello_outcome();
+        assert_eq!(outcome(CloseReason::Done, Some("r"), true), "sni");
+        assert_eq!(outcome(CloseReason::Unmatched, None, true), "sni");
+        assert_eq!(outcome(CloseReason::NoSni, None, false), "no_sni");
+        assert_eq!(outcome(CloseReason::Silent, None, false), "empty");
+        assert_eq!(outcome(CloseReason::NotTls, None, false), "not_tls");
+        assert_eq!(outcome(CloseReason::Shutdown, None, false), "incomplete");
+        assert_eq!(outcome(CloseReason::Shutdown, Some("r"), true), "sni");
+        assert_eq!(
+            outcome(CloseReason::ProxyUntrusted, None, false),
+            "preface_refused"
+        );
+    }
+}
