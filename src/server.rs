@@ -274,12 +274,14 @@ pub async fn serve(
     for (listener, key, _) in pool.sockets.drain(..) {
         tracing::warn!(listener = %listener, socket = %key, "inherited socket matches no listener; closing it");
     }
+    // Ready for /readyz before the `ready` line, so whoever waits for the
+    // line finds the endpoint agreeing.
+    server.readiness.set(true);
     tracing::info!(
         listeners = config.listeners.len(),
         max_connections = config.global.max_connections,
         "ready"
     );
-    server.readiness.set(true);
     server.notifier.ready("serving");
     if let Some(incoming) = options.takeover_from.take() {
         match incoming.ready() {
