@@ -12,24 +12,6 @@ use tokio::net::TcpStream;
 
 const NAME: &str = "app.localhost";
 
-async fn echo_backend(pki: &Pki) -> SocketAddr {
-    tls_backend(pki, |mut tls| async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match tls.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if tls.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = tls.shutdown().await;
-    })
-    .await
-}
-
 /// A relay with an admin listener on a free loopback port; returns it and
 /// the admin address it logged.
 async fn relay_with_admin(backend: SocketAddr) -> (Relay, SocketAddr) {
@@ -62,7 +44,7 @@ async fn roundtrip(pki: &Pki, relay: SocketAddr, message: &[u8]) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_with_traffic() {
     let pki = Pki::new(&[NAME]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let (relay, admin) = relay_with_admin(backend).await;
 
     let (status, before) = http_get(admin, "/metrics").await;
@@ -190,7 +172,7 @@ async fn healthz_config_and_unknown_paths() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_turns_503_while_draining() {
     let pki = Pki::new(&[NAME]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let (relay, admin) = relay_with_admin(backend).await;
     assert_eq!(http_get(admin, "/readyz").await.0, 200);
 

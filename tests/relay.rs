@@ -9,27 +9,6 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A TLS backend that echoes everything it reads.
-async fn echo_backend(pki: &Pki) -> std::net::SocketAddr {
-    tls_backend(pki, |mut tls| async move {
-        let (_, conn) = tls.get_ref();
-        assert!(conn.peer_certificates().is_some(), "no client certificate");
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match tls.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if tls.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = tls.shutdown().await;
-    })
-    .await
-}
-
 async fn echo_roundtrip<S>(tls: &mut S, message: &[u8])
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -44,7 +23,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_handshake_and_data_pass_through_unchanged() {
     let pki = Pki::new(&["app.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&simple_config(&["*.example.com"], backend, "")).await;
 
     let tcp = TcpStream::connect(relay.addr()).await.unwrap();
@@ -79,7 +58,7 @@ async fn mutual_tls_handshake_and_data_pass_through_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hello_sent_one_byte_per_segment_is_routed() {
     let pki = Pki::new(&["slow.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&simple_config(&["slow.example.com"], backend, "")).await;
 
     let tcp = TcpStream::connect(relay.addr()).await.unwrap();
@@ -102,7 +81,7 @@ async fn hello_sent_one_byte_per_segment_is_routed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hello_split_across_tls_records_is_routed() {
     let pki = Pki::new(&["split.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&simple_config(&["split.example.com"], backend, "")).await;
 
     // rustls fragments handshake messages to its max fragment size, so this
@@ -533,7 +512,7 @@ async fn connections_that_send_nothing_are_not_logged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_listener_serves_ipv4_and_ipv6_addresses() {
     let pki = Pki::new(&["dual.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let config = simple_config(&["dual.example.com"], backend, "").replace(
         r#"listen = ["127.0.0.1:0"]"#,
         r#"listen = ["127.0.0.1:0", "[::1]:0"]"#,

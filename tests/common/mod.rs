@@ -54,60 +54,12 @@ impl Relay {
     }
 
     pub async fn start_with_args(config: &str, args: &[&str]) -> Relay {
-        let dir = scratch_dir("relay");
-        let config_path = dir.join("snirelay.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_snirelay"))
-            .arg("run")
-            .arg("--config")
-            .arg(&config_path)
-            .args(["--log-format", "json", "--log-level", "debug"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot start snirelay");
-        let log = Arc::new(LogBook::default());
-        let stderr = child.stderr.take().unwrap();
-        let book = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let value = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "raw": line }));
-                book.lines.lock().unwrap().push(value);
-                book.changed.notify_waiters();
-            }
-            book.lines
-                .lock()
-                .unwrap()
-                .push(serde_json::json!({ "message": "<stderr closed>" }));
-            book.changed.notify_waiters();
-        });
-        let mut relay = Relay {
-            child,
-            dir,
-            config_path,
-            listening: HashMap::new(),
-            log,
-        };
-        relay
-            .wait_log(|l| l["message"] == "ready" || l["message"] == "<stderr closed>")
-            .await;
-        for line in relay.log_lines() {
-            if line["message"] == "listening" {
-                let name = line["listener"].as_str().unwrap().to_owned();
-                let addr = line["addr"].as_str().unwrap().parse().unwrap();
-                relay.listening.entry(name).or_default().push(addr);
-            }
-        }
-        assert!(
-            !relay.listening.is_empty(),
-            "relay did not start: {:#?}",
-            relay.log_lines()
-        );
-        relay
+        Relay::launch(config, |path| {
+            let mut command = Relay::command(path);
+            command.args(args);
+            command
+        })
+        .await
     }
 
     /// The first address of the first listener.
