@@ -62,6 +62,10 @@ pub struct AcceptLoop {
 
 impl AcceptLoop {
     pub async fn run(self) {
+        // Connection tokens hang off one token per loop, so creating and
+        // dropping them locks this loop's node rather than a node shared by
+        // every connection of the process.
+        let close_mine = self.close_connections.child_token();
         let mut backoff = BACKOFF_FIRST;
         let mut failures_in_burst = 0u64;
         loop {
@@ -122,7 +126,7 @@ impl AcceptLoop {
                     if let Some(admitted) = &admitted {
                         conn::log_dry_run(&listener, accepted.peer, admitted);
                     }
-                    let cancel = self.close_connections.child_token();
+                    let cancel = close_mine.child_token();
                     self.tracker.spawn(async move {
                         conn::handle(accepted, listener, admission, cancel).await;
                         drop(admitted);
