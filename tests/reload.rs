@@ -4,47 +4,10 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
 use tokio::io::AsyncReadExt;
-
-const NAMES: &[&str] = &["app.example.com", "r.example.com", "s.example.com"];
-
-/// Listener `tls` with route `r` (r.example.com, app.example.com) → `r` and
-/// route `s` (s.example.com) → `s`; `extra` is appended verbatim.
-fn two_routes(r: SocketAddr, s: SocketAddr, extra: &str) -> String {
-    format!(
-        r#"
-[global]
-drain_timeout = "2s"
-
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-name = "r"
-listener = "tls"
-sni = ["r.example.com", "app.example.com"]
-backend = "r"
-
-[[route]]
-name = "s"
-listener = "tls"
-sni = ["s.example.com"]
-backend = "s"
-
-[backend.r]
-addresses = ["{r}"]
-
-[backend.s]
-addresses = ["{s}"]
-{extra}
-"#
-    )
-}
 
 /// When the relay wrote a log line, by its own clock.
 fn log_time(line: &serde_json::Value) -> std::time::SystemTime {

@@ -4,48 +4,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use tokio_util::sync::CancellationToken;
-
-const NAMES: &[&str] = &["app.example.com", "r.example.com", "s.example.com"];
-
-/// Listener `tls` with route `r` (r.example.com, app.example.com) → `r` and
-/// route `s` (s.example.com) → `s`; `extra` is appended verbatim.
-fn two_routes(r: SocketAddr, s: SocketAddr, extra: &str) -> String {
-    format!(
-        r#"
-[global]
-drain_timeout = "2s"
-
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-name = "r"
-listener = "tls"
-sni = ["r.example.com", "app.example.com"]
-backend = "r"
-
-[[route]]
-name = "s"
-listener = "tls"
-sni = ["s.example.com"]
-backend = "s"
-
-[backend.r]
-addresses = ["{r}"]
-
-[backend.s]
-addresses = ["{s}"]
-{extra}
-"#
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_reloads_under_load_refuse_nothing_and_keep_long_lived_sessions() {

@@ -6,7 +6,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,19 +19,6 @@ use tokio_util::sync::CancellationToken;
 fn config(backend: SocketAddr) -> String {
     "[global]\ndrain_timeout = \"60s\"\n".to_owned()
         + &simple_config(&["app.example.com"], backend, "")
-}
-
-async fn start_with_takeover(config: &str, path: &Path) -> Relay {
-    let relay = Relay::launch(config, |config_path| {
-        let mut command = Relay::command(config_path);
-        command.arg("--takeover").arg(path);
-        command
-    })
-    .await;
-    relay
-        .wait_log(|l| l["message"] == "offering binary takeover")
-        .await;
-    relay
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -906,3 +906,57 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
+
+// ------------------------------------------------------ reload fixtures
+
+/// The names the two routes of [`two_routes`] serve.
+pub const NAMES: &[&str] = &["app.example.com", "r.example.com", "s.example.com"];
+
+/// Listener `tls` with route `r` (r.example.com, app.example.com) → `r` and
+/// route `s` (s.example.com) → `s`; `extra` is appended verbatim.
+pub fn two_routes(r: SocketAddr, s: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"
+[global]
+drain_timeout = "2s"
+
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+name = "r"
+listener = "tls"
+sni = ["r.example.com", "app.example.com"]
+backend = "r"
+
+[[route]]
+name = "s"
+listener = "tls"
+sni = ["s.example.com"]
+backend = "s"
+
+[backend.r]
+addresses = ["{r}"]
+
+[backend.s]
+addresses = ["{s}"]
+{extra}
+"#
+    )
+}
+
+/// Starts a relay that offers its listening sockets at `path` for a binary
+/// upgrade, and waits until it does.
+pub async fn start_with_takeover(config: &str, path: &std::path::Path) -> Relay {
+    let relay = Relay::launch(config, |config_path| {
+        let mut command = Relay::command(config_path);
+        command.arg("--takeover").arg(path);
+        command
+    })
+    .await;
+    relay
+        .wait_log(|l| l["message"] == "offering binary takeover")
+        .await;
+    relay
+}
