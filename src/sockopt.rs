@@ -22,22 +22,6 @@ use std::net::{SocketAddr, TcpListener};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-/// Binds a non-blocking listening socket.
-///
-/// IPv6 sockets are v6-only, so `0.0.0.0:443` and `[::]:443` can be listed
-/// side by side, each explicit, as the config contract intends.
-pub fn bind_listener(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
-    Ok(socket.into())
-}
-
 /// Disables Nagle's algorithm on a relayed socket.
 pub fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)
@@ -67,8 +51,11 @@ pub fn is_resource_exhaustion(error: &io::Error) -> bool {
 // argument. Every inherited descriptor is checked to be a listening TCP
 // socket and made close-on-exec and non-blocking before use.
 
-/// Like [`bind_listener`], optionally with SO_REUSEPORT (the listener's
-/// `reuse_port` setting).
+/// Binds a non-blocking listening socket, with SO_REUSEPORT when the
+/// listener's `reuse_port` asks for it.
+///
+/// IPv6 sockets are v6-only, so `0.0.0.0:443` and `[::]:443` can be listed
+/// side by side, each explicit, as the config contract intends.
 pub fn bind_listener_with(
     addr: SocketAddr,
     backlog: u32,

@@ -19,19 +19,6 @@ fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
 }
 
-/// A TLS backend that echoes everything it reads.
-async fn echo_backend(pki: &Pki) -> SocketAddr {
-    tls_backend(pki, |mut tls| async move {
-        let mut buf = vec![0u8; 4096];
-        while let Ok(n) = tls.read(&mut buf).await {
-            if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-    })
-    .await
-}
-
 /// A full mutual-TLS handshake through the relay from `from`, on `stream`
 /// if given, and one echoed message.
 async fn served(pki: &Pki, stream: TcpStream) {
@@ -57,7 +44,7 @@ fn from_source(line: &Value, source: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_per_source_admits_exactly_ten_and_other_sources_are_served() {
     let pki = Pki::new(&["app.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&simple_config(
         &["app.example.com"],
         backend,
@@ -239,7 +226,7 @@ async fn denied_sources_are_closed_before_any_byte_is_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_reports_what_it_would_refuse_and_refuses_nothing() {
     let pki = Pki::new(&["app.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&simple_config(
         &["app.example.com"],
         backend,
@@ -268,7 +255,7 @@ async fn dry_run_reports_what_it_would_refuse_and_refuses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_max_connections_the_next_one_waits_in_the_backlog_and_is_then_served() {
     let pki = Pki::new(&["app.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&format!(
         "[global]\nmax_connections = 50\n{}",
         simple_config(

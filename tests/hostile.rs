@@ -10,18 +10,6 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn echo_backend(pki: &Pki) -> SocketAddr {
-    tls_backend(pki, |mut tls| async move {
-        let mut buf = vec![0u8; 4096];
-        while let Ok(n) = tls.read(&mut buf).await {
-            if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-    })
-    .await
-}
-
 async fn served(pki: &Pki, relay: SocketAddr) {
     let stream = TcpStream::connect(relay).await.unwrap();
     let mut tls = tls_connect(pki.client_config(), "app.example.com", stream)
@@ -37,7 +25,7 @@ async fn served(pki: &Pki, relay: SocketAddr) {
 async fn five_hundred_slow_loris_connections_do_not_stop_a_real_client() {
     const LORISES: usize = 500;
     let pki = Pki::new(&["app.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&simple_config(
         &["app.example.com"],
         backend,
@@ -149,7 +137,7 @@ async fn oversized_hellos_close_as_too_large_at_the_cap() {
 async fn out_of_descriptors_the_relay_backs_off_without_spinning_and_recovers() {
     const CLIENTS: usize = 400;
     let pki = Pki::new(&["app.example.com"]);
-    let backend = echo_backend(&pki).await;
+    let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&simple_config(
         &["app.example.com"],
         backend,
