@@ -33,6 +33,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
 use crate::admit::{Admission, Source};
+use crate::backend::Backends;
 use crate::config::Listener;
 use crate::conn::{self, Accepted};
 use crate::{metrics, sockopt};
@@ -58,6 +59,9 @@ pub struct AcceptLoop {
     pub admission: watch::Receiver<Arc<Admission>>,
     /// Process-wide accept pacing (`global.max_connection_rate`).
     pub pace: watch::Receiver<Option<Arc<governor::DefaultDirectRateLimiter>>>,
+    /// Every backend's run-time state (address sets, health); replaced on
+    /// reload. A connection keeps the registry it was accepted under.
+    pub backends: watch::Receiver<Arc<Backends>>,
 }
 
 impl AcceptLoop {
@@ -127,8 +131,9 @@ impl AcceptLoop {
                         conn::log_dry_run(&listener, accepted.peer, admitted);
                     }
                     let cancel = close_mine.child_token();
+                    let backends = self.backends.borrow().clone();
                     self.tracker.spawn(async move {
-                        conn::handle(accepted, listener, admission, cancel).await;
+                        conn::handle(accepted, listener, admission, backends, cancel).await;
                         drop(admitted);
                         drop(permit);
                     });

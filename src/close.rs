@@ -58,6 +58,11 @@ pub enum CloseReason {
     /// Refused at admission: the source is on the listener's `deny` list or
     /// off its `allow` list.
     Denied,
+    /// The backend has no address: its name never resolved, or a cluster
+    /// lookup found no node (and this node has no `local_backend`).
+    NoAddress,
+    /// A cluster answer pointed outside the backend's `allowed_targets`.
+    TargetNotAllowed,
 }
 
 impl CloseReason {
@@ -85,6 +90,8 @@ impl CloseReason {
             CloseReason::LimitConcurrent => "limit_concurrent",
             CloseReason::LimitRate => "limit_rate",
             CloseReason::Denied => "denied",
+            CloseReason::NoAddress => "no_address",
+            CloseReason::TargetNotAllowed => "target_not_allowed",
         }
     }
 
@@ -94,7 +101,11 @@ impl CloseReason {
         // A hop-limit refusal is a routing loop in our own fleet.
         matches!(
             self,
-            CloseReason::ConnectFailed | CloseReason::BackendReset | CloseReason::HopLimit
+            CloseReason::ConnectFailed
+                | CloseReason::BackendReset
+                | CloseReason::HopLimit
+                | CloseReason::NoAddress
+                | CloseReason::TargetNotAllowed
         )
     }
 }

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::admit::{self, Admission, Admitted};
+use crate::backend::Backends;
 use crate::close::CloseReason;
 use crate::config::Listener;
 use crate::preface::{self, Source};
@@ -129,10 +130,11 @@ pub async fn handle(
     mut accepted: Accepted,
     listener: Arc<Listener>,
     admission: Arc<Admission>,
+    backends: Arc<Backends>,
     cancel: CancellationToken,
 ) {
     let mut record = ConnRecord::new(listener, &accepted);
-    let reason = match serve(&mut accepted, &mut record, &admission, &cancel).await {
+    let reason = match serve(&mut accepted, &mut record, &admission, &backends, &cancel).await {
         Ok(reason) | Err(reason) => reason,
     };
     // Both sockets are closed before the line is written, so a log line
@@ -145,6 +147,7 @@ async fn serve(
     accepted: &mut Accepted,
     record: &mut ConnRecord,
     admission: &Admission,
+    backends: &Backends,
     cancel: &CancellationToken,
 ) -> Result<CloseReason, CloseReason> {
     let listener = record.listener.clone();
@@ -221,17 +224,25 @@ async fn serve(
     tokio::pin!(drained);
 
     // connect
+    let runtime = backends
+        .get(&target.backend.name)
+        .ok_or(CloseReason::NoAddress)?;
+    let local = client.local_addr().map_err(|_| CloseReason::ClientReset)?;
+    let pick = connect::Pick {
+        client: record.claimed.map_or(accepted.peer.0.ip(), |c| c.0.ip()),
+        sni: record.sni.as_deref(),
+        local: local.ip(),
+    };
     let mut backend = tokio::select! {
-        backend = connect::connect(&target.backend) => backend?,
+        backend = connect::connect(backends, runtime, &pick) => backend?,
         () = &mut drained => return Err(CloseReason::Drained),
     };
     record.backend_addr = Some(backend.addr);
 
     // announce: the PROXY header goes out in the same write as the hello
-    let header = match target.backend.proxy_protocol {
+    let header = match backend.proxy_protocol {
         announce::Outbound::None => None,
         version => {
-            let local = client.local_addr().map_err(|_| CloseReason::ClientReset)?;
             let announcement = announce::Announcement::new(
                 accepted.peer.0,
                 local,
@@ -239,7 +250,7 @@ async fn serve(
                 record.sni.as_deref(),
                 record.id,
             );
-            announce::header(version, target.backend.proxy_protocol_crc32c, &announcement)
+            announce::header(version, backend.proxy_protocol_crc32c, &announcement)
         }
     };
     let (replay, header_len) = announce::prepend(header, hello.bytes);

@@ -1,22 +1,29 @@
-//! Connecting to a backend: its addresses in order, each attempt bounded by
-//! the backend's `connect_timeout`.
+//! Connecting to a backend: find its addresses (fixed, resolved, or looked
+//! up for this SNI), let the policy plan the attempts, and try them in
+//! order, each bounded by the backend's `connect_timeout`.
 //!
 //! A refused or unreachable address costs almost nothing and the next is
-//! tried at once; a black-holed one costs one `connect_timeout`. Each failed
-//! attempt is logged at debug; the connection's outcome is logged once, by
-//! the caller.
+//! tried at once; a black-holed one costs one `connect_timeout`; at most
+//! `connect_attempts` are tried (default min(addresses, 3)), so a
+//! connection waits at most attempts × connect_timeout here. Each failed
+//! attempt is logged at debug and counted for passive health; the
+//! connection's outcome is logged once, by the caller.
 //!
-//! Not here: choosing among addresses by health or policy (a later stage
-//! will order them), or anything sent on the connection.
+//! A cluster backend whose answer is this node connects through its
+//! `local_backend` instead, with that backend's policy and PROXY setting.
+//!
+//! Not here: anything sent on the connection (`announce`).
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 
+use crate::announce::Outbound;
+use crate::backend::cluster::{Answer, LookupError};
+use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
 use crate::close::CloseReason;
-use crate::config::Backend;
 use crate::{metrics, sockopt};
 
 /// An open connection to one of a backend's addresses.
@@ -24,25 +31,110 @@ use crate::{metrics, sockopt};
 pub struct Connected {
     pub stream: TcpStream,
     pub addr: SocketAddr,
+    /// The PROXY header the chosen backend expects, and whether it carries
+    /// a CRC32C (a cluster's local backend may differ from the cluster's).
+    pub proxy_protocol: Outbound,
+    pub proxy_protocol_crc32c: bool,
+    /// Counts this connection on its address until dropped.
+    pub in_flight: InFlight,
+}
+
+/// What the connect stage needs to know about the connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Pick<'a> {
+    /// The client's address for `source_hash`: the claimed one behind a
+    /// trusted relay, else the peer.
+    pub client: IpAddr,
+    /// The normalised SNI, for cluster lookups.
+    pub sni: Option<&'a str>,
+    /// The address the client dialled (a cluster answer naming it means
+    /// this node).
+    pub local: IpAddr,
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("none of {attempts} backend address(es) accepted a connection; last: {last}")]
-pub struct ConnectError {
-    pub attempts: usize,
-    pub last: io::Error,
+pub enum ConnectError {
+    #[error("none of {attempts} backend address(es) accepted a connection; last: {last}")]
+    Failed { attempts: usize, last: io::Error },
+    #[error("the backend has no address (never resolved, or the lookup found none)")]
+    NoAddress,
+    #[error("the cluster answer points outside allowed_targets")]
+    TargetNotAllowed,
 }
 
 impl From<ConnectError> for CloseReason {
-    fn from(_: ConnectError) -> Self {
-        CloseReason::ConnectFailed
+    fn from(e: ConnectError) -> Self {
+        match e {
+            ConnectError::Failed { .. } => CloseReason::ConnectFailed,
+            ConnectError::NoAddress => CloseReason::NoAddress,
+            ConnectError::TargetNotAllowed => CloseReason::TargetNotAllowed,
+        }
     }
 }
 
-/// Connects to the first address of `backend` that accepts.
-pub async fn connect(backend: &Backend) -> Result<Connected, ConnectError> {
+impl From<LookupError> for ConnectError {
+    fn from(e: LookupError) -> Self {
+        match e {
+            LookupError::NoAddress => ConnectError::NoAddress,
+            LookupError::TargetNotAllowed => ConnectError::TargetNotAllowed,
+        }
+    }
+}
+
+/// Connects to `runtime`'s backend for a connection described by `pick`.
+pub async fn connect(
+    backends: &Backends,
+    runtime: &BackendRuntime,
+    pick: &Pick<'_>,
+) -> Result<Connected, ConnectError> {
+    let wait = runtime.config.connect_timeout;
+    match &runtime.cluster {
+        None => {
+            let set = runtime
+                .addresses(wait)
+                .await
+                .ok_or(ConnectError::NoAddress)?;
+            try_in_order(runtime, &set, pick).await
+        }
+        Some(cache) => {
+            let sni = pick.sni.ok_or(ConnectError::NoAddress)?;
+            match cache.lookup(sni, pick.local).await? {
+                Answer::Remote(set) => try_in_order(runtime, &set, pick).await,
+                Answer::Local => {
+                    let local = runtime
+                        .config
+                        .cluster()
+                        .and_then(|c| c.local_backend.as_deref())
+                        .and_then(|name| backends.get(name))
+                        .ok_or(ConnectError::NoAddress)?;
+                    let set = local
+                        .addresses(local.config.connect_timeout)
+                        .await
+                        .ok_or(ConnectError::NoAddress)?;
+                    try_in_order(local, &set, pick).await
+                }
+            }
+        }
+    }
+}
+
+/// Tries the planned addresses of `set` one after another.
+async fn try_in_order(
+    runtime: &BackendRuntime,
+    set: &AddressSet,
+    pick: &Pick<'_>,
+) -> Result<Connected, ConnectError> {
+    let backend = &runtime.config;
+    let cx = select::Context {
+        client: pick.client,
+        rotation: &runtime.rotation,
+        preferred: runtime.ranking.preferred(),
+    };
+    let plan = select::plan(backend.policy, set, backend.attempts(set.len()), &cx);
     let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
-    for &addr in &backend.addresses {
+    for &i in plan.as_slice() {
+        let endpoint = &set[usize::from(i)];
+        let addr = endpoint.addr;
         let started = Instant::now();
         let attempt = timeout(backend.connect_timeout, TcpStream::connect(addr)).await;
         let outcome = match &attempt {
@@ -53,16 +145,26 @@ pub async fn connect(backend: &Backend) -> Result<Connected, ConnectError> {
         let error = match attempt {
             Ok(Ok(stream)) => {
                 let _ = sockopt::set_nodelay(&stream);
-                return Ok(Connected { stream, addr });
+                endpoint.state.connect_succeeded(&backend.name, addr);
+                return Ok(Connected {
+                    stream,
+                    addr,
+                    proxy_protocol: backend.proxy_protocol,
+                    proxy_protocol_crc32c: backend.proxy_protocol_crc32c,
+                    in_flight: endpoint.state.enter(),
+                });
             }
             Ok(Err(e)) => e,
             Err(_) => io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
         };
+        endpoint
+            .state
+            .connect_failed(&backend.name, addr, backend.max_fails, backend.fail_backoff);
         tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed");
         last = error;
     }
-    Err(ConnectError {
-        attempts: backend.addresses.len(),
+    Err(ConnectError::Failed {
+        attempts: plan.len(),
         last,
     })
 }

@@ -4,7 +4,8 @@
 //! A connection's life, one module per stage (see DESIGN.md):
 //! [`accept`] → [`admit`] (per-source limits) → [`preface`] (PROXY protocol
 //! in) → [`inspect`] (over the pure [`client_hello`] parser) → [`route`]
-//! (over [`sni`] and [`matcher`]) → [`connect`] → [`announce`] (PROXY
+//! (over [`sni`] and [`matcher`]) → [`connect`] (over the run-time state of
+//! [`backend`]: address sets, health, selection) → [`announce`] (PROXY
 //! protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
 //! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
 //! turns signals into intents. Socket options live in [`sockopt`] only.
@@ -22,6 +23,7 @@ pub mod addr;
 pub mod admin;
 pub mod admit;
 pub mod announce;
+pub mod backend;
 pub mod cidr;
 pub mod cli;
 pub mod client_hello;

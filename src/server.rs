@@ -38,6 +38,7 @@ use tokio_util::task::TaskTracker;
 use crate::accept::AcceptLoop;
 use crate::admin::{self, AdminState, Readiness};
 use crate::admit::{self, Admission};
+use crate::backend::Backends;
 use crate::config::{Config, ConfigError, Listener};
 use crate::notify::Notifier;
 use crate::signals::Intent;
@@ -199,6 +200,9 @@ struct Server {
     admin: Option<Arc<AdminState>>,
     /// Accept pacing (`global.max_connection_rate`), shared by every loop.
     pace: watch::Sender<Option<Arc<governor::DefaultDirectRateLimiter>>>,
+    /// Every backend's run-time state, rebuilt (carrying unchanged
+    /// backends over) on reload.
+    backends: watch::Sender<Arc<Backends>>,
 }
 
 fn pace_for(config: &Config) -> Option<Arc<governor::DefaultDirectRateLimiter>> {
@@ -236,6 +240,7 @@ pub async fn serve(
         reloads_applied: 0,
         reloads_failed: 0,
         pace: watch::channel(pace_for(&config)).0,
+        backends: watch::channel(Arc::new(Backends::start(&config, None))).0,
         config: config.clone(),
         readiness: Arc::new(Readiness::default()),
         admin: None,
@@ -493,6 +498,7 @@ impl Server {
                 close_connections: self.close_connections.clone(),
                 admission: admission.subscribe(),
                 pace: self.pace.subscribe(),
+                backends: self.backends.subscribe(),
             }
             .run(),
         );
@@ -570,6 +576,10 @@ impl Server {
         }
 
         // Commit: nothing below can fail the reload.
+        let backends = Arc::new(Backends::start(&new, Some(&self.backends.borrow())));
+        self.backends
+            .send_replace(backends.clone())
+            .retire(&backends);
         let mut binds_added = 0;
         let mut binds_removed = 0;
         for listener in &new.listeners {

@@ -92,10 +92,54 @@ pub struct RouteSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSection {
-    pub addresses: Vec<String>,
+    /// A fixed address list; one of `addresses`, `resolve` and `[cluster]`.
+    pub addresses: Option<Vec<String>>,
     pub connect_timeout: Option<String>,
     pub proxy_protocol: Option<String>,
     pub proxy_protocol_crc32c: Option<bool>,
+    pub policy: Option<String>,
+    pub connect_attempts: Option<i64>,
+    /// Passive health: consecutive failed connects that mark an address down.
+    pub max_fails: Option<i64>,
+    /// Passive health: how long such an address stays down.
+    pub fail_backoff: Option<String>,
+    /// `host:port` whose A/AAAA set is the address list.
+    pub resolve: Option<String>,
+    /// `IP:53`: ask this DNS server (and follow TTLs) instead of the system resolver.
+    pub resolver: Option<String>,
+    pub resolve_interval: Option<String>,
+    pub min_ttl: Option<String>,
+    pub max_ttl: Option<String>,
+    /// `policy = "fastest"`: how often connect times are measured again.
+    pub fastest_interval: Option<String>,
+    /// `[backend.NAME.health]`: active TCP checks.
+    pub health: Option<HealthSection>,
+    /// `[backend.NAME.cluster]`: the address is looked up per SNI.
+    pub cluster: Option<ClusterSection>,
+}
+
+/// `[backend.NAME.health]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSection {
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub rise: Option<i64>,
+    pub fall: Option<i64>,
+}
+
+/// `[backend.NAME.cluster]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    pub dns_server: Option<String>,
+    pub port: Option<i64>,
+    pub lookup_url: Option<String>,
+    pub local_backend: Option<String>,
+    pub positive_ttl: Option<String>,
+    pub negative_ttl: Option<String>,
+    pub lookup_timeout: Option<String>,
+    pub allowed_targets: Option<Vec<String>>,
 }
 
 /// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`.

@@ -32,7 +32,8 @@ use crate::matcher::SniMatcher;
 use crate::preface::{Inbound, Mode};
 use crate::sni::Pattern;
 use file::{
-    AdminSection, BackendSection, FileConfig, LimitsSection, ListenerSection, ProxyProtocolSection,
+    AdminSection, BackendSection, ClusterSection, FileConfig, HealthSection, LimitsSection,
+    ListenerSection, ProxyProtocolSection,
 };
 
 /// Open client connections the whole process accepts before it pauses accepting.
@@ -58,6 +59,37 @@ pub const DEFAULT_MAX_HOPS: u8 = 3;
 pub const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
 /// `[backend.*] proxy_protocol_crc32c`: no checksum TLV.
 pub const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
+/// `[backend.*] policy`: the first healthy address, failing over down the list.
+pub const DEFAULT_POLICY: Policy = Policy::Ordered;
+/// `[backend.*] connect_attempts` when unset: every address, but at most
+/// this many (the effective default is min(addresses, 3)).
+pub const DEFAULT_CONNECT_ATTEMPTS_CAP: usize = 3;
+/// `[backend.*] max_fails`: consecutive failed connects that mark an
+/// address down (passive health). 0 turns passive health off.
+pub const DEFAULT_MAX_FAILS: u32 = 3;
+/// `[backend.*] fail_backoff`: how long passive health keeps an address down.
+pub const DEFAULT_FAIL_BACKOFF: Duration = Duration::from_secs(10);
+/// `[backend.*] resolve_interval`: how often the system resolver is asked again.
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
+/// `[backend.*] min_ttl` / `max_ttl`: the bounds on a record's TTL when
+/// `resolver` is set (a TTL of 0 must not become a query storm; a TTL of a
+/// day must not pin a dead address).
+pub const DEFAULT_MIN_TTL: Duration = Duration::from_secs(5);
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(300);
+/// `[backend.*] fastest_interval`: connect times are measured again after a
+/// random moment within this interval (full jitter).
+pub const DEFAULT_FASTEST_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// `[backend.*.health]` defaults.
+pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_HEALTH_RISE: u32 = 2;
+pub const DEFAULT_HEALTH_FALL: u32 = 3;
+/// `[backend.*.cluster]` defaults.
+pub const DEFAULT_CLUSTER_PORT: u16 = 443;
+pub const DEFAULT_POSITIVE_TTL: Duration = Duration::from_secs(30);
+pub const DEFAULT_NEGATIVE_TTL: Duration = Duration::from_secs(2);
+pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Where `[admin]` listens when the section leaves `listen` out: loopback
 /// only. A non-loopback address needs `allow_public = true`.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
@@ -105,6 +137,10 @@ const MAX_PIPES_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 const RATE_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
 const PREFIX_V4_RANGE: std::ops::RangeInclusive<i64> = 1..=32;
 const PREFIX_V6_RANGE: std::ops::RangeInclusive<i64> = 1..=128;
+const CONNECT_ATTEMPTS_RANGE: std::ops::RangeInclusive<i64> = 1..=64;
+const MAX_FAILS_RANGE: std::ops::RangeInclusive<i64> = 0..=1000;
+const RISE_FALL_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
+const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
@@ -186,12 +222,129 @@ pub struct Route {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
     pub name: String,
+    /// The fixed address list; empty when the addresses are found at run
+    /// time (`source` says how).
     pub addresses: Vec<SocketAddr>,
     pub connect_timeout: Duration,
     /// The PROXY header sent to this backend before the client's bytes.
     pub proxy_protocol: Outbound,
     /// Whether that (v2) header carries a CRC32C TLV.
     pub proxy_protocol_crc32c: bool,
+    /// Where the addresses come from.
+    pub source: AddressSource,
+    pub policy: Policy,
+    /// Addresses tried per connection; `None` means min(addresses, 3),
+    /// counted against the address set in force at connect time.
+    pub connect_attempts: Option<usize>,
+    /// Passive health: consecutive failed connects that mark an address
+    /// down (0: never), and for how long.
+    pub max_fails: u32,
+    pub fail_backoff: Duration,
+    /// Active health checks; `None` without `[backend.*.health]`.
+    pub health: Option<HealthCheck>,
+    /// `policy = "fastest"`: the re-measurement interval (full jitter).
+    pub fastest_interval: Duration,
+}
+
+impl Backend {
+    /// Attempts for a connection when `n` addresses are known.
+    pub fn attempts(&self, n: usize) -> usize {
+        self.connect_attempts
+            .unwrap_or(n.min(DEFAULT_CONNECT_ATTEMPTS_CAP))
+            .max(1)
+    }
+
+    /// The cluster settings of a cluster-resolved backend.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match &self.source {
+            AddressSource::Cluster(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
+}
+
+/// `[backend.*] policy`: how a connection's address is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// The first healthy address in list order.
+    Ordered,
+    RoundRobin,
+    LeastConnections,
+    /// Sticky on the client's IP address (never its port).
+    SourceHash,
+    /// The address with the lowest measured connect time.
+    Fastest,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Ordered => "ordered",
+            Policy::RoundRobin => "round_robin",
+            Policy::LeastConnections => "least_connections",
+            Policy::SourceHash => "source_hash",
+            Policy::Fastest => "fastest",
+        }
+    }
+}
+
+/// Where a backend's addresses come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressSource {
+    /// `addresses = [...]`.
+    Fixed,
+    /// `resolve = "host:port"`: the A/AAAA set.
+    Dns(DnsSource),
+    /// `[backend.*.cluster]`: looked up per SNI.
+    Cluster(Cluster),
+}
+
+/// `resolve` and its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSource {
+    pub host: String,
+    pub port: u16,
+    /// `resolver = "IP:53"`: ask this server and follow record TTLs
+    /// (clamped to `min_ttl..=max_ttl`); `None`: the system resolver every
+    /// `interval`.
+    pub resolver: Option<SocketAddr>,
+    pub interval: Duration,
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+}
+
+/// `[backend.*.health]`: active TCP connect checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that mark a down address up.
+    pub rise: u32,
+    /// Consecutive failures that mark an up address down.
+    pub fall: u32,
+}
+
+/// `[backend.*.cluster]`: the node that holds a site, looked up per SNI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    pub lookup: ClusterLookup,
+    /// The backend that serves sites this node holds itself.
+    pub local_backend: Option<String>,
+    pub positive_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub lookup_timeout: Duration,
+    /// Where an answer may send traffic; any other address is refused.
+    pub allowed_targets: Vec<Cidr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterLookup {
+    /// Ask the cluster's authoritative DNS for the SNI's A/AAAA records and
+    /// connect to `port` on them.
+    Dns { server: SocketAddr, port: u16 },
+    /// POST `{"hostname": SNI}` to this `http://` URL; the answer is
+    /// `{"endpoints": ["ip:port", ...]}`, an empty list meaning this node.
+    Http { url: String },
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and
@@ -340,6 +493,17 @@ impl Checker {
                 Some((name.clone(), Arc::new(backend)))
             })
             .collect();
+        for backend in backends.values() {
+            let local = backend.cluster().and_then(|c| c.local_backend.as_ref());
+            if let Some(local) = local
+                && backends.get(local).is_some_and(|b| b.cluster().is_some())
+            {
+                self.problem(
+                    format!("backend.{}.cluster.local_backend", backend.name),
+                    format!("{local:?} is itself a [cluster] backend; name one with fixed or resolved addresses"),
+                );
+            }
+        }
 
         if file.listeners.is_empty() {
             self.problem("listener", "at least one [[listener]] is required");
@@ -399,14 +563,36 @@ impl Checker {
 
     fn backend(&mut self, name: &str, section: &BackendSection) -> Option<Backend> {
         let key = format!("backend.{name}");
-        if section.addresses.is_empty() {
+        let sources = [
+            section.addresses.is_some(),
+            section.resolve.is_some(),
+            section.cluster.is_some(),
+        ];
+        match sources.iter().filter(|&&set| set).count() {
+            1 => {}
+            0 => {
+                self.problem(
+                    &key,
+                    "needs one of `addresses`, `resolve` or a [cluster] section",
+                );
+                return None;
+            }
+            _ => {
+                self.problem(
+                    &key,
+                    "`addresses`, `resolve` and [cluster] are alternatives; set only one",
+                );
+                return None;
+            }
+        }
+        let texts = section.addresses.as_deref().unwrap_or_default();
+        if section.addresses.is_some() && texts.is_empty() {
             self.problem(
                 format!("{key}.addresses"),
                 "at least one address is required",
             );
         }
-        let addresses: Vec<SocketAddr> = section
-            .addresses
+        let addresses: Vec<SocketAddr> = texts
             .iter()
             .enumerate()
             .filter_map(|(i, text)| self.socket_addr(&format!("{key}.addresses[{i}]"), text))
@@ -415,36 +601,344 @@ impl Checker {
             &format!("{key}.connect_timeout"),
             &section.connect_timeout,
             DEFAULT_CONNECT_TIMEOUT,
-        )?;
+        );
+        let proxy_default = if section.cluster.is_some() {
+            Outbound::V2
+        } else {
+            DEFAULT_PROXY_PROTOCOL
+        };
         let proxy_protocol = match section.proxy_protocol.as_deref() {
-            None => DEFAULT_PROXY_PROTOCOL,
-            Some("none") => Outbound::None,
-            Some("v1") => Outbound::V1,
-            Some("v2") => Outbound::V2,
+            None => Some(proxy_default),
+            Some("none") => Some(Outbound::None),
+            Some("v1") => Some(Outbound::V1),
+            Some("v2") => Some(Outbound::V2),
             Some(other) => {
                 self.problem(
                     format!("{key}.proxy_protocol"),
                     format!("{other:?} is not one of \"v2\", \"v1\", \"none\""),
                 );
-                return None;
+                None
             }
         };
         let proxy_protocol_crc32c = section
             .proxy_protocol_crc32c
             .unwrap_or(DEFAULT_PROXY_PROTOCOL_CRC32C);
-        if proxy_protocol_crc32c && proxy_protocol != Outbound::V2 {
+        if proxy_protocol_crc32c && proxy_protocol.is_some_and(|p| p != Outbound::V2) {
             self.problem(
                 format!("{key}.proxy_protocol_crc32c"),
                 "true needs proxy_protocol = \"v2\" (only v2 headers carry a checksum)",
             );
+        }
+        if section.cluster.is_some() && proxy_protocol.is_some_and(|p| p != Outbound::V2) {
+            self.problem(
+                format!("{key}.proxy_protocol"),
+                "a [cluster] backend forwards to other nodes with PROXY v2 (it carries the \
+                 client and the hop count); leave it unset or set \"v2\"",
+            );
+        }
+        let policy = self.policy(&key, section);
+        let connect_attempts = match section.connect_attempts {
+            None => Some(None),
+            Some(v) => self
+                .ranged(
+                    &format!("{key}.connect_attempts"),
+                    Some(v),
+                    CONNECT_ATTEMPTS_RANGE,
+                    0,
+                )
+                .map(|n| Some(n as usize)),
+        };
+        let max_fails = self.ranged(
+            &format!("{key}.max_fails"),
+            section.max_fails,
+            MAX_FAILS_RANGE,
+            i64::from(DEFAULT_MAX_FAILS),
+        );
+        let fail_backoff = self.duration(
+            &format!("{key}.fail_backoff"),
+            &section.fail_backoff,
+            DEFAULT_FAIL_BACKOFF,
+        );
+        let fastest_interval = self.duration(
+            &format!("{key}.fastest_interval"),
+            &section.fastest_interval,
+            DEFAULT_FASTEST_INTERVAL,
+        );
+        if section.fastest_interval.is_some() && policy != Some(Policy::Fastest) {
+            self.problem(
+                format!("{key}.fastest_interval"),
+                "only applies with policy = \"fastest\"",
+            );
+        }
+        let health = match &section.health {
+            None => Some(None),
+            Some(health) => self.health(&format!("{key}.health"), health).map(Some),
+        };
+        let source = self.address_source(&key, section);
+        if let Some(AddressSource::Cluster(_)) = &source {
+            if section.health.is_some() {
+                self.problem(
+                    format!("{key}.health"),
+                    "a [cluster] backend's nodes change per SNI; check the local backend instead",
+                );
+            }
+            if policy.is_some_and(|p| p != Policy::SourceHash) {
+                self.problem(
+                    format!("{key}.policy"),
+                    "a [cluster] backend chooses among a site's nodes by \"source_hash\"",
+                );
+            }
+        }
+        if addresses.len() != texts.len() {
             return None;
         }
-        (addresses.len() == section.addresses.len()).then(|| Backend {
+        let policy = match (&source, policy) {
+            (Some(AddressSource::Cluster(_)), _) => Policy::SourceHash,
+            (_, policy) => policy?,
+        };
+        Some(Backend {
             name: name.to_owned(),
             addresses,
-            connect_timeout,
-            proxy_protocol,
+            connect_timeout: connect_timeout?,
+            proxy_protocol: proxy_protocol?,
             proxy_protocol_crc32c,
+            source: source?,
+            policy,
+            connect_attempts: connect_attempts?,
+            max_fails: max_fails? as u32,
+            fail_backoff: fail_backoff?,
+            health: health?,
+            fastest_interval: fastest_interval?,
+        })
+    }
+
+    fn policy(&mut self, key: &str, section: &BackendSection) -> Option<Policy> {
+        Some(match section.policy.as_deref() {
+            None => DEFAULT_POLICY,
+            Some("ordered") => Policy::Ordered,
+            Some("round_robin") => Policy::RoundRobin,
+            Some("least_connections") => Policy::LeastConnections,
+            Some("source_hash") => Policy::SourceHash,
+            Some("fastest") => Policy::Fastest,
+            Some(other) => {
+                self.problem(
+                    format!("{key}.policy"),
+                    format!(
+                        "{other:?} is not one of \"ordered\", \"round_robin\", \
+                         \"least_connections\", \"source_hash\", \"fastest\""
+                    ),
+                );
+                return None;
+            }
+        })
+    }
+
+    fn health(&mut self, key: &str, section: &HealthSection) -> Option<HealthCheck> {
+        let interval = self.duration(
+            &format!("{key}.interval"),
+            &section.interval,
+            DEFAULT_HEALTH_INTERVAL,
+        );
+        let timeout = self.duration(
+            &format!("{key}.timeout"),
+            &section.timeout,
+            DEFAULT_HEALTH_TIMEOUT,
+        );
+        let rise = self.ranged(
+            &format!("{key}.rise"),
+            section.rise,
+            RISE_FALL_RANGE,
+            i64::from(DEFAULT_HEALTH_RISE),
+        );
+        let fall = self.ranged(
+            &format!("{key}.fall"),
+            section.fall,
+            RISE_FALL_RANGE,
+            i64::from(DEFAULT_HEALTH_FALL),
+        );
+        Some(HealthCheck {
+            interval: interval?,
+            timeout: timeout?,
+            rise: rise? as u32,
+            fall: fall? as u32,
+        })
+    }
+
+    fn address_source(&mut self, key: &str, section: &BackendSection) -> Option<AddressSource> {
+        let dns_only = [
+            ("resolver", section.resolver.is_some()),
+            ("resolve_interval", section.resolve_interval.is_some()),
+            ("min_ttl", section.min_ttl.is_some()),
+            ("max_ttl", section.max_ttl.is_some()),
+        ];
+        if section.resolve.is_none() {
+            for (name, set) in dns_only {
+                if set {
+                    self.problem(format!("{key}.{name}"), "only applies with `resolve`");
+                }
+            }
+        }
+        if let Some(cluster) = &section.cluster {
+            return self
+                .cluster(&format!("{key}.cluster"), cluster)
+                .map(AddressSource::Cluster);
+        }
+        let Some(target) = &section.resolve else {
+            return Some(AddressSource::Fixed);
+        };
+        let host_port = match target.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() => port
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p != 0)
+                .map(|p| (host.trim_start_matches('[').trim_end_matches(']'), p)),
+            _ => None,
+        };
+        let Some((host, port)) = host_port else {
+            self.problem(
+                format!("{key}.resolve"),
+                format!("{target:?} is not host:port (e.g. \"origin.example.net:443\")"),
+            );
+            return None;
+        };
+        let resolver = match &section.resolver {
+            None => Some(None),
+            Some(text) => self.socket_addr(&format!("{key}.resolver"), text).map(Some),
+        };
+        let interval = self.duration(
+            &format!("{key}.resolve_interval"),
+            &section.resolve_interval,
+            DEFAULT_RESOLVE_INTERVAL,
+        );
+        if section.resolver.is_some() && section.resolve_interval.is_some() {
+            self.problem(
+                format!("{key}.resolve_interval"),
+                "with `resolver` the record TTL decides (bounded by min_ttl and max_ttl)",
+            );
+        }
+        if section.resolver.is_none() {
+            for (name, set) in &dns_only[2..] {
+                if *set {
+                    self.problem(
+                        format!("{key}.{name}"),
+                        "only applies with `resolver` (the system resolver reports no TTL)",
+                    );
+                }
+            }
+        }
+        let min_ttl = self.duration(&format!("{key}.min_ttl"), &section.min_ttl, DEFAULT_MIN_TTL);
+        let max_ttl = self.duration(&format!("{key}.max_ttl"), &section.max_ttl, DEFAULT_MAX_TTL);
+        if let (Some(min), Some(max)) = (min_ttl, max_ttl)
+            && min > max
+        {
+            self.problem(
+                format!("{key}.min_ttl"),
+                format!("{min:?} is longer than max_ttl ({max:?})"),
+            );
+            return None;
+        }
+        Some(AddressSource::Dns(DnsSource {
+            host: host.to_ascii_lowercase(),
+            port,
+            resolver: resolver?,
+            interval: interval?,
+            min_ttl: min_ttl?,
+            max_ttl: max_ttl?,
+        }))
+    }
+
+    fn cluster(&mut self, key: &str, section: &ClusterSection) -> Option<Cluster> {
+        let lookup = match (&section.dns_server, &section.lookup_url) {
+            (Some(server), None) => {
+                let server = self.socket_addr(&format!("{key}.dns_server"), server);
+                let port = self.ranged(
+                    &format!("{key}.port"),
+                    section.port,
+                    PORT_RANGE,
+                    i64::from(DEFAULT_CLUSTER_PORT),
+                );
+                server.zip(port).map(|(server, port)| ClusterLookup::Dns {
+                    server,
+                    port: port as u16,
+                })
+            }
+            (None, Some(url)) => {
+                if section.port.is_some() {
+                    self.problem(
+                        format!("{key}.port"),
+                        "only applies with `dns_server` (lookup answers carry ip:port)",
+                    );
+                }
+                let valid = url
+                    .parse::<hyper::Uri>()
+                    .ok()
+                    .filter(|uri| uri.scheme_str() == Some("http") && uri.host().is_some());
+                match valid {
+                    Some(_) => Some(ClusterLookup::Http { url: url.clone() }),
+                    None => {
+                        self.problem(
+                            format!("{key}.lookup_url"),
+                            format!("{url:?} is not an http:// URL"),
+                        );
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.problem(key, "needs exactly one of `dns_server` and `lookup_url`");
+                None
+            }
+        };
+        if let Some(local) = &section.local_backend
+            && !self.declared_backends.contains(local)
+        {
+            self.problem(
+                format!("{key}.local_backend"),
+                format!("{local:?} names no [backend.*] section"),
+            );
+        }
+        let positive_ttl = self.duration(
+            &format!("{key}.positive_ttl"),
+            &section.positive_ttl,
+            DEFAULT_POSITIVE_TTL,
+        );
+        let negative_ttl = self.duration(
+            &format!("{key}.negative_ttl"),
+            &section.negative_ttl,
+            DEFAULT_NEGATIVE_TTL,
+        );
+        let lookup_timeout = self.duration(
+            &format!("{key}.lookup_timeout"),
+            &section.lookup_timeout,
+            DEFAULT_LOOKUP_TIMEOUT,
+        );
+        let texts = section.allowed_targets.as_deref().unwrap_or_default();
+        if texts.is_empty() {
+            self.problem(
+                format!("{key}.allowed_targets"),
+                "at least one network is required: answers steer traffic, so say where it may go",
+            );
+        }
+        let mut allowed_targets = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            match text.parse::<Cidr>() {
+                Ok(cidr) => allowed_targets.push(cidr),
+                Err(e) => self.problem(
+                    format!("{key}.allowed_targets[{i}]"),
+                    format!("{text:?}: {e}"),
+                ),
+            }
+        }
+        if allowed_targets.len() != texts.len() || texts.is_empty() {
+            return None;
+        }
+        Some(Cluster {
+            lookup: lookup?,
+            local_backend: section.local_backend.clone(),
+            positive_ttl: positive_ttl?,
+            negative_ttl: negative_ttl?,
+            lookup_timeout: lookup_timeout?,
+            allowed_targets,
         })
     }
 

@@ -1,0 +1,227 @@
+//! One backend address and what the relay has learnt about it: open
+//! connections (for `least_connections`), passive health (consecutive failed
+//! connects), the active checker's verdict, and when it last failed.
+//!
+//! The state is shared by every connection and checker through an
+//! `Arc<EndpointState>` and is only atomics: reading it on the connect path
+//! costs a few loads, no lock. An [`AddressSet`] carries the state of the
+//! addresses it keeps when it is replaced (a new DNS answer), so a re-resolve
+//! does not forget that an address is down.
+//!
+//! Not here: choosing among addresses (`select`) or connecting (`connect`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::metrics;
+
+/// Milliseconds since a process-wide origin, so instants fit in an atomic.
+/// 0 is reserved for "never".
+fn now_ms() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(|| Instant::now() - Duration::from_millis(1));
+    origin.elapsed().as_millis() as u64
+}
+
+/// An address of a backend with its shared state.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub state: Arc<EndpointState>,
+}
+
+impl Endpoint {
+    pub fn new(addr: SocketAddr) -> Endpoint {
+        Endpoint {
+            addr,
+            state: Arc::default(),
+        }
+    }
+}
+
+/// The addresses a connection may choose from, in configured (or answered)
+/// order. Cloning is one reference count.
+pub type AddressSet = Arc<[Endpoint]>;
+
+/// A new set for `addrs` (duplicates dropped, order kept) that keeps the
+/// state of every address `previous` already had.
+pub fn carry(previous: &[Endpoint], addrs: &[SocketAddr]) -> AddressSet {
+    let mut set: Vec<Endpoint> = Vec::with_capacity(addrs.len());
+    for &addr in addrs {
+        if set.iter().any(|e| e.addr == addr) {
+            continue;
+        }
+        let kept = previous.iter().find(|e| e.addr == addr).cloned();
+        set.push(kept.unwrap_or_else(|| Endpoint::new(addr)));
+    }
+    set.into()
+}
+
+/// Whether two sets hold the same addresses, in any order.
+pub fn same_addresses(a: &[Endpoint], b: &[Endpoint]) -> bool {
+    a.len() == b.len() && a.iter().all(|x| b.iter().any(|y| y.addr == x.addr))
+}
+
+#[derive(Debug, Default)]
+pub struct EndpointState {
+    /// Relayed connections open through this address now.
+    active: AtomicUsize,
+    /// Consecutive failed connects (passive health).
+    fails: AtomicU32,
+    /// Passive health: down until this moment (`now_ms`), 0 when up.
+    down_until: AtomicU64,
+    /// The active checker's verdict: true while it says down.
+    checked_down: AtomicBool,
+    /// The last failed connect or check (`now_ms`), 0 for never.
+    last_failure: AtomicU64,
+}
+
+impl EndpointState {
+    /// Whether neither passive nor active health has this address down.
+    pub fn is_up(&self) -> bool {
+        !self.checked_down.load(Ordering::Relaxed)
+            && self.down_until.load(Ordering::Relaxed) <= now_ms()
+    }
+
+    /// Open connections through this address.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Whether a connect or check to this address failed within `window`.
+    pub fn failed_within(&self, window: Duration) -> bool {
+        let last = self.last_failure.load(Ordering::Relaxed);
+        last != 0 && now_ms().saturating_sub(last) < window.as_millis() as u64
+    }
+
+    /// Counts one open connection until the guard is dropped.
+    pub fn enter(self: &Arc<Self>) -> InFlight {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+
+    /// A connect to `addr` of `backend` succeeded.
+    pub fn connect_succeeded(&self, backend: &str, addr: SocketAddr) {
+        let had = self.fails.swap(0, Ordering::Relaxed);
+        if self.down_until.swap(0, Ordering::Relaxed) != 0 {
+            tracing::info!(%backend, %addr, after_failures = had, "backend address up again (a connect succeeded)");
+            metrics::metrics().backend_address_health(backend, addr, !self.checked_down());
+        }
+    }
+
+    /// A connect to `addr` failed; after `max_fails` in a row (0: never)
+    /// the address is down for `backoff`. Returns whether this marked it down.
+    pub fn connect_failed(
+        &self,
+        backend: &str,
+        addr: SocketAddr,
+        max_fails: u32,
+        backoff: Duration,
+    ) -> bool {
+        let now = now_ms();
+        self.last_failure.store(now, Ordering::Relaxed);
+        let fails = self.fails.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        if max_fails == 0 || fails < max_fails {
+            return false;
+        }
+        let until = now + backoff.as_millis() as u64;
+        let before = self.down_until.swap(until, Ordering::Relaxed);
+        let newly = before <= now;
+        if newly && before == 0 {
+            tracing::warn!(%backend, %addr, failures = fails, backoff = ?backoff, "backend address marked down (consecutive connect failures)");
+            metrics::metrics().backend_address_health(backend, addr, false);
+        }
+        newly
+    }
+
+    /// The active checker's verdict; returns whether it changed.
+    pub fn set_checked_down(&self, down: bool) -> bool {
+        if down {
+            self.last_failure.store(now_ms(), Ordering::Relaxed);
+        }
+        self.checked_down.swap(down, Ordering::Relaxed) != down
+    }
+
+    /// Whether the active checker has this address down.
+    pub fn checked_down(&self) -> bool {
+        self.checked_down.load(Ordering::Relaxed)
+    }
+
+    /// Records a failure seen by a prober (active check, latency round)
+    /// without touching the passive counters.
+    pub fn note_failure(&self) {
+        self.last_failure.store(now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// One open connection through an address (`least_connections` reads the
+/// count); dropping it ends the count.
+#[derive(Debug)]
+pub struct InFlight(Arc<EndpointState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn passive_health_marks_down_after_max_fails_and_up_on_success() {
+        let state = EndpointState::default();
+        let backoff = Duration::from_secs(60);
+        assert!(!state.connect_failed("b", addr(1), 3, backoff));
+        assert!(!state.connect_failed("b", addr(1), 3, backoff));
+        assert!(state.is_up());
+        assert!(state.connect_failed("b", addr(1), 3, backoff));
+        assert!(!state.is_up());
+        assert!(state.failed_within(Duration::from_secs(1)));
+        state.connect_succeeded("b", addr(1));
+        assert!(state.is_up());
+    }
+
+    #[test]
+    fn max_fails_zero_never_marks_down() {
+        let state = EndpointState::default();
+        for _ in 0..10 {
+            assert!(!state.connect_failed("b", addr(1), 0, Duration::from_secs(60)));
+        }
+        assert!(state.is_up());
+    }
+
+    #[test]
+    fn carry_keeps_state_of_kept_addresses_and_drops_duplicates() {
+        let old = carry(&[], &[addr(1), addr(2)]);
+        old[0].state.set_checked_down(true);
+        let new = carry(&old, &[addr(3), addr(1), addr(1)]);
+        assert_eq!(new.len(), 2);
+        assert_eq!(new[1].addr, addr(1));
+        assert!(new[1].state.checked_down());
+        assert!(Arc::ptr_eq(&new[1].state, &old[0].state));
+        assert!(!same_addresses(&old, &new));
+        assert!(same_addresses(&new, &carry(&[], &[addr(1), addr(3)])));
+    }
+
+    #[test]
+    fn in_flight_counts_open_connections() {
+        let state = Arc::new(EndpointState::default());
+        let a = state.enter();
+        let b = state.enter();
+        assert_eq!(state.active(), 2);
+        drop(a);
+        assert_eq!(state.active(), 1);
+        drop(b);
+        assert_eq!(state.active(), 0);
+    }
+}
