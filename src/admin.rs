@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::announce::Outbound;
-use crate::config::{Config, NoSni};
+use crate::config::{AddressSource, ClusterLookup, Config, NoSni};
 use crate::metrics;
 use crate::preface::Mode;
 
@@ -255,6 +255,17 @@ pub fn config_view(config: &Config) -> Value {
                         Outbound::V2 => "v2",
                     },
                     "proxy_protocol_crc32c": b.proxy_protocol_crc32c,
+                    "policy": b.policy.as_str(),
+                    "connect_attempts": b.connect_attempts,
+                    "max_fails": b.max_fails,
+                    "fail_backoff": duration(b.fail_backoff),
+                    "source": address_source(&b.source),
+                    "health": b.health.map(|h| json!({
+                        "interval": duration(h.interval),
+                        "timeout": duration(h.timeout),
+                        "rise": h.rise,
+                        "fall": h.fall,
+                    })),
                 }),
             )
         })
@@ -268,4 +279,29 @@ pub fn config_view(config: &Config) -> Value {
         "listener": listeners,
         "backend": backends,
     })
+}
+
+/// A backend's address source as `/config` shows it.
+fn address_source(source: &AddressSource) -> Value {
+    match source {
+        AddressSource::Fixed => json!("addresses"),
+        AddressSource::Dns(dns) => json!({
+            "resolve": format!("{}:{}", dns.host, dns.port),
+            "resolver": dns.resolver.map(|r| r.to_string()),
+            "resolve_interval": duration(dns.interval),
+            "min_ttl": duration(dns.min_ttl),
+            "max_ttl": duration(dns.max_ttl),
+        }),
+        AddressSource::Cluster(cluster) => json!({
+            "lookup": match &cluster.lookup {
+                ClusterLookup::Dns { server, port } => json!({ "dns_server": server.to_string(), "port": port }),
+                ClusterLookup::Http { url } => json!({ "lookup_url": url }),
+            },
+            "local_backend": cluster.local_backend,
+            "positive_ttl": duration(cluster.positive_ttl),
+            "negative_ttl": duration(cluster.negative_ttl),
+            "lookup_timeout": duration(cluster.lookup_timeout),
+            "allowed_targets": cluster.allowed_targets.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        }),
+    }
 }

@@ -310,25 +310,9 @@ async fn backend_down_closes_the_client_promptly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn black_holed_backend_closes_the_client_at_connect_timeout() {
-    // A listener that never accepts, with its tiny backlog filled: further
-    // SYNs are dropped, so connects hang until the relay gives up.
-    let hole = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    hole.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .unwrap()
-            .into(),
-    )
-    .unwrap();
-    hole.listen(0).unwrap();
-    let hole_addr = hole.local_addr().unwrap().as_socket().unwrap();
-    let mut fillers = Vec::new();
-    for _ in 0..8 {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        s.set_nonblocking(true).unwrap();
-        let _ = s.connect(&hole_addr.into());
-        fillers.push(s);
-    }
+    // Connects to it hang until the relay gives up.
+    let hole = BlackHole::new();
+    let hole_addr = hole.addr;
     let config = simple_config(&["www.example.com"], hole_addr, "")
         .replace(r#"connect_timeout = "2s""#, r#"connect_timeout = "700ms""#);
     let relay = Relay::start(&config).await;

@@ -493,13 +493,19 @@ impl Checker {
                 Some((name.clone(), Arc::new(backend)))
             })
             .collect();
-        for backend in backends.values() {
-            let local = backend.cluster().and_then(|c| c.local_backend.as_ref());
+        for (name, section) in &file.backends {
+            let local = section
+                .cluster
+                .as_ref()
+                .and_then(|c| c.local_backend.as_ref());
             if let Some(local) = local
-                && backends.get(local).is_some_and(|b| b.cluster().is_some())
+                && file
+                    .backends
+                    .get(local)
+                    .is_some_and(|b| b.cluster.is_some())
             {
                 self.problem(
-                    format!("backend.{}.cluster.local_backend", backend.name),
+                    format!("backend.{name}.cluster.local_backend"),
                     format!("{local:?} is itself a [cluster] backend; name one with fixed or resolved addresses"),
                 );
             }
@@ -526,7 +532,12 @@ impl Checker {
         }
         self.routes(file, &mut listeners, &backends);
         for listener in &listeners {
-            if listener.routes.is_empty() && matches!(listener.no_sni, NoSni::Reject) {
+            // A route dropped for its own problem (reported already) still names it.
+            let named = file.routes.iter().any(|r| match &r.listener {
+                Some(name) => name == &listener.name,
+                None => file.listeners.len() == 1,
+            });
+            if !named && listener.routes.is_empty() && matches!(listener.no_sni, NoSni::Reject) {
                 self.problem(
                     format!("listener {:?}", listener.name),
                     "no [[route]] names this listener, so it would refuse every connection",
@@ -675,14 +686,14 @@ impl Checker {
             Some(health) => self.health(&format!("{key}.health"), health).map(Some),
         };
         let source = self.address_source(&key, section);
-        if let Some(AddressSource::Cluster(_)) = &source {
+        if section.cluster.is_some() {
             if section.health.is_some() {
                 self.problem(
                     format!("{key}.health"),
                     "a [cluster] backend's nodes change per SNI; check the local backend instead",
                 );
             }
-            if policy.is_some_and(|p| p != Policy::SourceHash) {
+            if section.policy.is_some() && policy.is_some_and(|p| p != Policy::SourceHash) {
                 self.problem(
                     format!("{key}.policy"),
                     "a [cluster] backend chooses among a site's nodes by \"source_hash\"",
@@ -833,7 +844,11 @@ impl Checker {
         {
             self.problem(
                 format!("{key}.min_ttl"),
-                format!("{min:?} is longer than max_ttl ({max:?})"),
+                format!(
+                    "{:?} is longer than max_ttl ({:?})",
+                    humantime::format_duration(min).to_string(),
+                    humantime::format_duration(max).to_string()
+                ),
             );
             return None;
         }

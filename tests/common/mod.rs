@@ -960,3 +960,68 @@ pub async fn start_with_takeover(config: &str, path: &std::path::Path) -> Relay 
         .await;
     relay
 }
+
+// ------------------------------------------------------------ backends
+
+/// A listener that never accepts, its tiny backlog filled: further SYNs are
+/// dropped, so connects to it hang until the connector gives up (a
+/// black-holed address, as seen from the relay).
+pub struct BlackHole {
+    pub addr: SocketAddr,
+    _listener: socket2::Socket,
+    _fillers: Vec<socket2::Socket>,
+}
+
+impl BlackHole {
+    pub fn new() -> BlackHole {
+        use socket2::{Domain, Socket, Type};
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        listener.bind(&any.into()).unwrap();
+        listener.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap().as_socket().unwrap();
+        let mut fillers = Vec::new();
+        for _ in 0..8 {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr.into());
+            fillers.push(s);
+        }
+        BlackHole {
+            addr,
+            _listener: listener,
+            _fillers: fillers,
+        }
+    }
+}
+
+impl Default for BlackHole {
+    fn default() -> Self {
+        BlackHole::new()
+    }
+}
+
+/// A plain TCP backend that writes `tag` to every connection, then reads
+/// until the client closes. Returns its address and a count of accepted
+/// connections.
+pub async fn tagged_backend(
+    tag: &'static str,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    let addr = raw_backend(move |mut stream| {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = stream.write_all(tag.as_bytes()).await;
+            let mut sink = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
+    (addr, accepted)
+}
