@@ -23,7 +23,8 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group};
 use governor::clock::FakeRelativeClock;
 use snirelay::addr::PeerAddr;
-use snirelay::admit::{Admission, CidrSet, Limits, Rate, Source};
+use snirelay::admit::{Admission, Limits, Rate, Source};
+use snirelay::cidr::CidrSet;
 
 /// The system allocator, counting live bytes.
 struct Counting;

@@ -6,10 +6,15 @@
 //! listener reports for IPv4 clients) is matched as the IPv4 address it
 //! carries, so one IPv4 entry covers both kinds of socket.
 //!
-//! Not here: anything keyed by prefix for limits (see `admit`). Cost: a
-//! lookup is a linear scan of the list with one mask per entry; trusted lists
-//! are a handful of fleet networks.
+//! Two shapes: a [`Cidr`] matches by itself (a linear scan of a short list,
+//! one mask per entry: trusted peers, cluster `allowed_targets`); a
+//! [`CidrSet`] matches in O(distinct prefix lengths), one hash lookup per
+//! prefix length present, however many blocks it holds (admission's allow
+//! and deny lists, which may be long).
+//!
+//! Not here: source keys for per-source limits (see `admit`).
 
+use std::collections::HashSet;
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -59,11 +64,11 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn mask32(prefix: u8) -> u32 {
+pub(crate) fn mask32(prefix: u8) -> u32 {
     u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
 }
 
-fn mask128(prefix: u8) -> u128 {
+pub(crate) fn mask128(prefix: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
@@ -102,6 +107,57 @@ impl FromStr for Cidr {
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+/// A set of CIDR blocks, matched in O(distinct prefix lengths): one hash
+/// lookup per prefix length present (at most 33 for IPv4, 129 for IPv6, in
+/// practice a handful), however many blocks the list holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CidrSet {
+    v4: Vec<(u8, HashSet<u32>)>,
+    v6: Vec<(u8, HashSet<u128>)>,
+    blocks: usize,
+}
+
+impl CidrSet {
+    pub fn insert(&mut self, cidr: Cidr) {
+        self.blocks += 1;
+        match cidr.network {
+            IpAddr::V4(v4) => insert_at(&mut self.v4, cidr.prefix, u32::from(v4)),
+            IpAddr::V6(v6) => insert_at(&mut self.v6, cidr.prefix, u128::from(v6)),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks == 0
+    }
+
+    /// Whether `ip` (taken in canonical form) lies in any block.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match canonical(ip) {
+            IpAddr::V4(v4) => self
+                .v4
+                .iter()
+                .any(|(p, set)| set.contains(&(u32::from(v4) & mask32(*p)))),
+            IpAddr::V6(v6) => self
+                .v6
+                .iter()
+                .any(|(p, set)| set.contains(&(u128::from(v6) & mask128(*p)))),
+        }
+    }
+}
+
+fn insert_at<T: std::hash::Hash + Eq>(levels: &mut Vec<(u8, HashSet<T>)>, prefix: u8, network: T) {
+    match levels.iter_mut().find(|(p, _)| *p == prefix) {
+        Some((_, set)) => {
+            set.insert(network);
+        }
+        None => {
+            levels.push((prefix, HashSet::from([network])));
+            // Shorter prefixes first: wide blocks tend to be the hot ones.
+            levels.sort_by_key(|(p, _)| *p);
+        }
     }
 }
 
@@ -155,5 +211,23 @@ mod tests {
         ] {
             assert_eq!(bad.parse::<Cidr>(), Err(CidrError::Syntax), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn sets_match_by_prefix_and_fold_mapped_ipv4() {
+        let mut s = CidrSet::default();
+        assert!(s.is_empty());
+        for b in ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"] {
+            s.insert(b.parse().unwrap());
+        }
+        assert!(s.contains(ip("10.200.1.1")));
+        assert!(s.contains(ip("::ffff:10.1.1.1")));
+        assert!(s.contains(ip("192.0.2.7")));
+        assert!(!s.contains(ip("192.0.2.8")));
+        assert!(s.contains(ip("2001:db8:ffff::1")));
+        assert!(!s.contains(ip("2001:db9::1")));
+        let mut all = CidrSet::default();
+        all.insert("0.0.0.0/0".parse().unwrap());
+        assert!(all.contains(ip("203.0.113.9")));
     }
 }

@@ -136,7 +136,7 @@ fn bad_values_are_named_with_their_key() {
         (
             "",
             r#"allow = ["10.0.0.1/8"]"#,
-            r#"listener[0].limits.allow[0]: "10.0.0.1/8": host bits are set; the block is 10.0.0.0/8"#,
+            r#"listener[0].limits.allow[0]: "10.0.0.1/8": has host bits set; the network is 10.0.0.0/8"#,
         ),
         (
             "",
@@ -146,7 +146,7 @@ fn bad_values_are_named_with_their_key() {
         (
             "",
             r#"deny = ["::/129"]"#,
-            r#"listener[0].limits.deny[0]: "::/129": prefix /129 is longer than the address"#,
+            r#"listener[0].limits.deny[0]: "::/129": prefix length 129 is too long for this address family"#,
         ),
     ];
     for (global, limits, expected) in cases {

@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admit::{self, CidrSet, Limits, Rate};
+use crate::admit::{Limits, Rate};
 use crate::announce::Outbound;
-use crate::cidr::Cidr;
+use crate::cidr::{Cidr, CidrSet};
 use crate::drain::DrainSignal;
 use crate::matcher::SniMatcher;
 use crate::preface::{Inbound, Mode};
@@ -1147,7 +1147,7 @@ impl Checker {
     fn cidrs(&mut self, key: &str, texts: &[String]) -> CidrSet {
         let mut set = CidrSet::default();
         for (i, text) in texts.iter().enumerate() {
-            match text.parse::<admit::Cidr>() {
+            match text.parse::<Cidr>() {
                 Ok(cidr) => set.insert(cidr),
                 Err(e) => self.problem(format!("{key}[{i}]"), format!("{text:?}: {e}")),
             }
