@@ -21,6 +21,7 @@
 //! (`crate::connect`).
 
 pub mod cluster;
+pub mod dns;
 mod endpoint;
 pub mod fastest;
 pub mod health;

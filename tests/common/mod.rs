@@ -1025,3 +1025,6 @@ pub async fn tagged_backend(
     .await;
     (addr, accepted)
 }
+
+/// The test DNS server (`dns::DnsServer`).
+pub mod dns;
