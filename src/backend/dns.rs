@@ -137,15 +137,17 @@ async fn ask(
     let mut answer = answer?;
     if answer.metadata.truncation {
         let left = deadline.saturating_duration_since(Instant::now());
-        let tcp =
-            TcpClientStream::exchange(server, None, left, Some(1), TokioRuntimeProvider::default())
-                .await
-                .map_err(transport)?;
-        let mut client = tcp;
+        // The provider owns the exchange's background task: it lives
+        // until this question is answered and is aborted with it.
+        let provider = TokioRuntimeProvider::default();
+        let mut client = TcpClientStream::exchange(server, None, left, Some(1), provider.clone())
+            .await
+            .map_err(transport)?;
         answer = client
             .query(name.clone(), DNSClass::IN, record_type)
             .await
             .map_err(transport)?;
+        drop(provider);
     }
     match answer.metadata.response_code {
         ResponseCode::NoError | ResponseCode::NXDomain => Ok(answer),

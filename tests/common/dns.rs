@@ -1,5 +1,5 @@
-//! A test DNS server on 127.0.0.1 UDP, authoritative for whatever names the
-//! test sets, changed while the relay runs.
+//! A test DNS server on 127.0.0.1 (UDP and TCP on one port), authoritative
+//! for whatever names the test sets, changed while the relay runs.
 //!
 //! The socket is bound before [`DnsServer::start`] returns, so its address
 //! can go straight into a relay config: nothing to wait for. Names are
@@ -9,11 +9,11 @@
 //! Negative answers carry an SOA whose minimum is [`NEGATIVE_TTL`].
 //!
 //! [`Mode`] makes the server stop answering (queries are read and counted,
-//! then dropped) or answer SERVFAIL, and back. Every question is counted
-//! per name and record type, whatever the mode.
+//! then dropped), answer SERVFAIL, or truncate every UDP answer (TC bit, no
+//! record: the client must ask again over TCP), and back. Every question
+//! is counted per name and record type, whatever the mode and transport.
 //!
-//! Not here: TCP (no answer here is large enough to be truncated), EDNS
-//! options, DNSSEC, zones with delegations.
+//! Not here: EDNS options, DNSSEC, zones with delegations.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, SOA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-use tokio::net::UdpSocket;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -38,6 +39,8 @@ pub enum Mode {
     /// Read, count, and drop: the client times out.
     Silent,
     ServFail,
+    /// UDP answers are truncated; TCP answers in full.
+    Truncate,
 }
 
 #[derive(Default)]
@@ -65,16 +68,26 @@ fn key(name: &str) -> String {
 }
 
 impl DnsServer {
-    /// Binds 127.0.0.1:0 and serves.
+    /// Binds 127.0.0.1:0 (UDP, then TCP on the same port) and serves.
     pub async fn start() -> DnsServer {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind dns");
-        let addr = socket.local_addr().unwrap();
-        let shared = Arc::new(Shared {
-            zone: Mutex::new(Zone::default()),
-            asked: Notify::new(),
-        });
-        let task = tokio::spawn(serve(socket, shared.clone()));
-        DnsServer { addr, shared, task }
+        for _ in 0..50 {
+            let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind dns");
+            let addr = socket.local_addr().unwrap();
+            let Ok(listener) = TcpListener::bind(addr).await else {
+                continue;
+            };
+            let shared = Arc::new(Shared {
+                zone: Mutex::new(Zone::default()),
+                asked: Notify::new(),
+            });
+            let udp = serve_udp(socket, shared.clone());
+            let tcp = serve_tcp(listener, shared.clone());
+            let task = tokio::spawn(async move {
+                tokio::join!(udp, tcp);
+            });
+            return DnsServer { addr, shared, task };
+        }
+        panic!("no port free for both UDP and TCP");
     }
 
     /// Sets `name`'s address records (A for IPv4, AAAA for IPv6), with `ttl`
@@ -148,7 +161,7 @@ impl Drop for DnsServer {
     }
 }
 
-async fn serve(socket: UdpSocket, shared: Arc<Shared>) {
+async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>) {
     let mut buf = vec![0u8; 4096];
     loop {
         let Ok((len, from)) = socket.recv_from(&mut buf).await else {
@@ -157,7 +170,7 @@ async fn serve(socket: UdpSocket, shared: Arc<Shared>) {
         let Ok(request) = Message::from_vec(&buf[..len]) else {
             continue;
         };
-        let Some(reply) = answer(&request, &shared) else {
+        let Some(reply) = answer(&request, &shared, true) else {
             continue;
         };
         if let Ok(bytes) = reply.to_vec() {
@@ -166,8 +179,39 @@ async fn serve(socket: UdpSocket, shared: Arc<Shared>) {
     }
 }
 
+/// DNS over TCP: each message behind a two-byte length.
+async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok(len) = stream.read_u16().await else {
+                    return;
+                };
+                let mut buf = vec![0u8; len.into()];
+                if stream.read_exact(&mut buf).await.is_err() {
+                    return;
+                }
+                let Ok(request) = Message::from_vec(&buf) else {
+                    return;
+                };
+                let Some(reply) = answer(&request, &shared, false) else {
+                    continue;
+                };
+                let Ok(bytes) = reply.to_vec() else {
+                    return;
+                };
+                let len = u16::try_from(bytes.len()).unwrap();
+                if stream.write_u16(len).await.is_err() || stream.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 /// The reply to `request`, or `None` to stay silent.
-fn answer(request: &Message, shared: &Shared) -> Option<Message> {
+fn answer(request: &Message, shared: &Shared, udp: bool) -> Option<Message> {
     if request.metadata.message_type != MessageType::Query {
         return None;
     }
@@ -194,7 +238,11 @@ fn answer(request: &Message, shared: &Shared) -> Option<Message> {
             reply.metadata.response_code = ResponseCode::ServFail;
             return Some(reply);
         }
-        Mode::Answer => {}
+        Mode::Truncate if udp => {
+            reply.metadata.truncation = true;
+            return Some(reply);
+        }
+        Mode::Answer | Mode::Truncate => {}
     }
     reply.metadata.authoritative = true;
     let owner = query.name().clone();
