@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use common::dns::{DnsServer, Mode, NEGATIVE_TTL};
-use common::{Pki, Relay, echo_session, tls_connect, tls_echo_backend};
+use common::{Pki, Relay, echo_session, http_get, metric, tls_connect, tls_echo_backend};
 use hickory_proto::op::ResponseCode;
 use serde_json::Value;
 use snirelay::backend::dns::{self, Answer, DnsError};
@@ -283,14 +283,19 @@ async fn a_failing_server_leaves_the_last_set_serving() {
     let (two, _) = echo_pair(&pki).await;
     let dns = DnsServer::start().await;
     dns.set("origin.test", vec![two.ip()], 0);
-    let relay = Relay::start(&dns_config(
+    let config = dns_config(
         "origin.test",
         two.port(),
         &dns,
         r#"min_ttl = "200ms"
 max_ttl = "200ms""#,
-    ))
-    .await;
+    );
+    let relay = Relay::start(&format!("[admin]\nlisten = \"127.0.0.1:0\"\n{config}")).await;
+    let admin: SocketAddr = relay.wait_log(|l| l["message"] == "admin listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     relay
         .wait_log(|l| message(l, "backend addresses resolved"))
         .await;
@@ -334,6 +339,13 @@ max_ttl = "200ms""#,
         session(&relay, &pki, "app.example.com").await,
         two.to_string()
     );
+
+    // Every outcome was counted.
+    let (_, text) = http_get(admin, "/metrics").await;
+    for outcome in ["ok", "empty", "error"] {
+        let series = format!("snirelay_lookups_total{{kind=\"dns\",outcome=\"{outcome}\"}}");
+        assert!(metric(&text, &series) >= 1.0, "{series} in\n{text}");
+    }
 }
 
 #[tokio::test]
