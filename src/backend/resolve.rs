@@ -35,9 +35,15 @@ use super::{BackendRuntime, dns};
 use crate::config::DnsSource;
 use crate::metrics;
 
-/// How long one resolution may take (both A and AAAA with `resolver`;
-/// getaddrinfo without). A resolution that takes longer counts as failed.
+/// How long one resolution through `resolver` may take (A and AAAA side
+/// by side, UDP retransmissions included). Longer counts as failed.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one getaddrinfo call may take: glibc's own worst case with the
+/// default resolv.conf (3 nameservers × 2 attempts × 5 s), so a dead first
+/// nameserver is waited out rather than counted as a failure. The call
+/// runs on a blocking thread, which a timeout cannot stop; the retry
+/// back-off bounds how many can be left behind.
+pub const SYSTEM_TIMEOUT: Duration = Duration::from_secs(30);
 /// The first retry after a failure with the system resolver (or sooner
 /// when `resolve_interval` is shorter).
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -115,7 +121,7 @@ impl Tracker {
             RETRY_CAP.clamp(first, source.interval),
         );
         let lookup = tokio::net::lookup_host((source.host.as_str(), source.port));
-        match tokio::time::timeout(QUERY_TIMEOUT, lookup).await {
+        match tokio::time::timeout(SYSTEM_TIMEOUT, lookup).await {
             Ok(Ok(addrs)) => {
                 let mut unique: Vec<SocketAddr> = Vec::new();
                 for addr in addrs {
@@ -135,7 +141,7 @@ impl Tracker {
                 retry
             }
             Err(_) => {
-                self.failed(source, &format!("no answer within {QUERY_TIMEOUT:?}"));
+                self.failed(source, &format!("no answer within {SYSTEM_TIMEOUT:?}"));
                 retry
             }
         }
