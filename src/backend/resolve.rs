@@ -173,7 +173,7 @@ impl Tracker {
 
     fn failed(&mut self, source: &DnsSource, error: &dyn Display) {
         metrics::metrics().lookup("dns", "error");
-        self.trouble(source, &format!("DNS resolution failed: {error}"));
+        self.trouble(source, &error.to_string());
     }
 
     /// Logs a failed or empty resolution: at warn when the trouble starts,
