@@ -157,10 +157,10 @@ async fn try_in_order(
             Ok(Err(e)) => e,
             Err(_) => io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
         };
+        tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed");
         endpoint
             .state
             .connect_failed(&backend.name, addr, backend.max_fails, backend.fail_backoff);
-        tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed");
         last = error;
     }
     Err(ConnectError::Failed {

@@ -10,6 +10,9 @@
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
+/// Dependencies whose debug output is noise to an operator.
+const QUIET_DEPENDENCIES: &str = "hickory_net=warn,hickory_proto=warn";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -26,7 +29,10 @@ pub struct LogSetupError {
 /// Installs the global subscriber. `directives` uses `RUST_LOG` syntax
 /// (`info`, `debug`, `info,snirelay::access=warn`).
 pub fn init(format: LogFormat, directives: &str) -> Result<(), LogSetupError> {
-    let filter = EnvFilter::try_new(directives).map_err(|e| LogSetupError {
+    // The DNS client's own debug lines (every query) would drown ours at
+    // `--log-level debug`; it speaks at warn unless the directives name it.
+    let filter = EnvFilter::try_new(format!("{QUIET_DEPENDENCIES},{directives}"));
+    let filter = filter.map_err(|e| LogSetupError {
         directives: directives.to_owned(),
         message: e.to_string(),
     })?;

@@ -812,6 +812,13 @@ impl Checker {
             );
             return None;
         };
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            self.problem(
+                format!("{key}.resolve"),
+                format!("{target:?} is an address, not a name; list it in `addresses`"),
+            );
+            return None;
+        }
         let resolver = match &section.resolver {
             None => Some(None),
             Some(text) => self.socket_addr(&format!("{key}.resolver"), text).map(Some),
