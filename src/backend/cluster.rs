@@ -1,12 +1,81 @@
 //! Cluster-resolved backends (`[backend.*.cluster]`): the node that holds a
-//! site, looked up per SNI.
+//! site, looked up per SNI and cached.
 //!
-//! Not here yet: the lookups and the cache (see the backend issue).
+//! Two ways to ask:
+//! - `lookup_url`: POST `{"hostname": SNI}` (JSON) and read
+//!   `{"endpoints": ["ip:port", ...]}`. An empty list means this node holds
+//!   the site ([`Answer::Local`]; without a `local_backend` that is a
+//!   negative answer). HTTP 404 means the cluster knows no node for the
+//!   name (negative). Any other status, a body over [`MAX_REPLY_BYTES`],
+//!   bad JSON or an endpoint that is not `ip:port` is a failed lookup.
+//!   Endpoints are taken literally: a node may serve on another port of
+//!   this node's own address.
+//! - `dns_server`: the SNI's A/AAAA records at the cluster's authoritative
+//!   DNS, connected on `port`. An answer naming the address the client
+//!   dialled is this node ([`Answer::Local`]); no records is negative.
+//!
+//! Each lookup is bounded by `lookup_timeout` as a whole (connect, request,
+//! reply). Answers outside `allowed_targets` are dropped and logged at
+//! warn; an answer left with none is refused (`target_not_allowed`).
+//!
+//! The cache, per SNI:
+//! - positive answers live for `positive_ttl` (DNS: the smaller of the
+//!   record TTL and `positive_ttl`); negative ones (no node, refused
+//!   targets) for `negative_ttl`;
+//! - single flight: one lookup per SNI at a time; connections that arrive
+//!   while it runs wait for it and share its outcome, whatever it is;
+//! - serve stale: when a lookup fails, the last answer (up to [`MAX_STALE`]
+//!   past its expiry) keeps being served, and the lookup is retried after
+//!   `negative_ttl` (so a control plane that hangs costs one connection a
+//!   `lookup_timeout` per `negative_ttl`, not every connection). With no
+//!   answer to serve, the failure itself is kept for `negative_ttl` and
+//!   connections close `no_address`. A warning is logged once per SNI per
+//!   failure streak, and recovery at info;
+//! - endpoints keep their [`super::Endpoint`] state (passive health,
+//!   in-flight counts) across refreshes, and a refresh that only reorders
+//!   the endpoints keeps the set as it was;
+//! - bounded: at most [`MAX_ENTRIES`] names per cluster backend. When full,
+//!   entries that can no longer serve are dropped; if that is not enough,
+//!   the [`EVICT_BATCH`] entries that expire soonest go (an O(n) sweep,
+//!   paid once per batch of new names). Names with a lookup in flight are
+//!   never evicted; they are bounded by the connections waiting on them.
+//!   Memory: a few hundred bytes per name, ~3 MB when full.
+//!
+//! Cost on the hot path: a cached answer is two short mutex sections (the
+//! name table, then the entry) and one `Arc` clone; no await.
+//!
+//! Not here: connecting to the answer (`crate::connect`, which uses
+//! `source_hash` among a site's nodes and PROXY v2 towards them) or the DNS
+//! wire protocol (`super::dns`).
 
-use std::net::IpAddr;
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use super::AddressSet;
-use crate::config::Cluster;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::{AddressSet, carry, same_addresses};
+use crate::cidr::canonical;
+use crate::config::{Cluster, ClusterLookup};
+use crate::{metrics, sockopt};
+
+/// Names cached per cluster backend.
+pub const MAX_ENTRIES: usize = 10_000;
+/// Entries dropped at once when the cache is full of live answers.
+pub const EVICT_BATCH: usize = MAX_ENTRIES / 8;
+/// How long past its expiry an answer may still be served while lookups
+/// fail (RFC 8767 suggests one to three days for DNS).
+pub const MAX_STALE: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest lookup reply read (an answer is a short list of endpoints).
+pub const MAX_REPLY_BYTES: usize = 64 * 1024;
 
 /// Where a cluster lookup sends a connection.
 #[derive(Debug, Clone)]
@@ -25,22 +94,553 @@ pub enum LookupError {
     TargetNotAllowed,
 }
 
+/// Why one lookup failed (logged; the connection sees [`LookupError`]).
+#[derive(Debug, thiserror::Error)]
+enum QueryError {
+    #[error("no answer within lookup_timeout ({0:?})")]
+    Timeout(Duration),
+    #[error("cannot connect to the lookup service: {0}")]
+    Connect(io::Error),
+    #[error("HTTP exchange failed: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("the lookup service answered HTTP {0}")]
+    Status(StatusCode),
+    #[error("the reply body is unreadable or over {MAX_REPLY_BYTES} bytes")]
+    Body,
+    #[error("the reply is not {{\"endpoints\": [\"ip:port\", ...]}}: {0}")]
+    Json(serde_json::Error),
+    #[error("the reply endpoint {0:?} is not ip:port")]
+    Endpoint(String),
+    #[error("DNS lookup at {0}:{1} is not implemented yet")]
+    DnsUnavailable(SocketAddr, u16),
+}
+
+/// What one successful lookup said, before `allowed_targets`.
+#[derive(Debug)]
+enum Found {
+    /// Node addresses, and how long the answer may be cached.
+    Nodes(Vec<SocketAddr>, Duration),
+    /// An empty endpoint list: this node.
+    Here,
+    /// The cluster knows no node for the name.
+    Nowhere,
+}
+
+/// An answer as cached.
+#[derive(Debug, Clone)]
+enum Stored {
+    /// The allowed endpoints (possibly none: refused), and every address
+    /// answered (a DNS answer naming this node means `Local`).
+    Nodes {
+        set: AddressSet,
+        answered: Arc<[SocketAddr]>,
+    },
+    Here,
+    /// No node, or a failed lookup with nothing older to serve.
+    NoNode,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// The answer to serve; `None` until the first lookup finished.
+    stored: Option<Stored>,
+    /// Until then `stored` is served without a lookup.
+    fresh_until: Instant,
+    /// Until then `stored` is served when a lookup fails.
+    stale_until: Instant,
+    /// Bumped by every finished lookup: a connection that waited for the
+    /// lookup in flight sees it changed and takes the outcome as it is.
+    generation: u64,
+    /// In a streak of failed lookups (warned once).
+    failing: bool,
+}
+
+#[derive(Debug)]
+struct Slot {
+    entry: Mutex<Entry>,
+    /// Held by the connection doing this name's lookup.
+    flight: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    fn new(now: Instant) -> Slot {
+        Slot {
+            entry: Mutex::new(Entry {
+                stored: None,
+                fresh_until: now,
+                stale_until: now,
+                generation: 0,
+                failing: false,
+            }),
+            flight: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn entry(&self) -> std::sync::MutexGuard<'_, Entry> {
+        self.entry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn in_flight(&self) -> bool {
+        self.flight.try_lock().is_err()
+    }
+}
+
+/// Where `lookup_url` points, taken apart once.
+#[derive(Debug)]
+struct HttpTarget {
+    host: String,
+    port: u16,
+    /// The `Host` header.
+    authority: HeaderValue,
+    /// The request target (origin form).
+    path: String,
+}
+
+#[derive(Debug)]
+enum Source {
+    Http(HttpTarget),
+    Dns { server: SocketAddr, port: u16 },
+}
+
 /// Per-SNI answers of one cluster backend.
 #[derive(Debug)]
 pub struct Cache {
     config: Cluster,
+    backend: String,
+    source: Source,
+    slots: Mutex<HashMap<Box<str>, Arc<Slot>>>,
 }
 
 impl Cache {
-    pub fn new(config: &Cluster) -> Cache {
+    /// A cache for the cluster settings of backend `backend`.
+    pub fn new(backend: &str, config: &Cluster) -> Cache {
+        let source = match &config.lookup {
+            ClusterLookup::Dns { server, port } => Source::Dns {
+                server: *server,
+                port: *port,
+            },
+            ClusterLookup::Http { url } => Source::Http(HttpTarget::new(url)),
+        };
         Cache {
             config: config.clone(),
+            backend: backend.to_owned(),
+            source,
+            slots: Mutex::new(HashMap::new()),
         }
     }
 
     /// The answer for `sni`; `local` is the address the client dialled.
     pub async fn lookup(&self, sni: &str, local: IpAddr) -> Result<Answer, LookupError> {
-        let _ = (sni, local, &self.config);
-        Err(LookupError::NoAddress)
+        let slot = self.slot(sni);
+        let seen = {
+            let entry = slot.entry();
+            if let Some(stored) = entry.stored.as_ref()
+                && Instant::now() < entry.fresh_until
+            {
+                metrics::metrics().lookup("cluster", "cache_hit");
+                return self.serve(stored, local);
+            }
+            entry.generation
+        };
+        // Single flight: one connection looks up, the others wait here.
+        let _flight = match slot.flight.try_lock() {
+            Ok(flight) => flight,
+            Err(_) => {
+                tracing::debug!(backend = %self.backend, %sni, "waiting for the cluster lookup in flight");
+                slot.flight.lock().await
+            }
+        };
+        {
+            let entry = slot.entry();
+            if entry.generation != seen
+                && let Some(stored) = entry.stored.as_ref()
+            {
+                metrics::metrics().lookup("cluster", "cache_hit");
+                return self.serve(stored, local);
+            }
+        }
+        let timeout = self.config.lookup_timeout;
+        let found = match tokio::time::timeout(timeout, self.query(sni)).await {
+            Ok(found) => found,
+            Err(_) => Err(QueryError::Timeout(timeout)),
+        };
+        let mut entry = slot.entry();
+        self.learn(sni, &mut entry, found);
+        let stored = entry.stored.clone().unwrap_or(Stored::NoNode);
+        drop(entry);
+        self.serve(&stored, local)
+    }
+
+    /// What a cached answer means for a connection that dialled `local`.
+    fn serve(&self, stored: &Stored, local: IpAddr) -> Result<Answer, LookupError> {
+        match stored {
+            Stored::Nodes { set, answered } => {
+                let dns = matches!(self.source, Source::Dns { .. });
+                let local = canonical(local);
+                if dns && answered.iter().any(|a| canonical(a.ip()) == local) {
+                    Ok(Answer::Local)
+                } else if set.is_empty() {
+                    Err(LookupError::TargetNotAllowed)
+                } else {
+                    Ok(Answer::Remote(set.clone()))
+                }
+            }
+            Stored::Here => Ok(Answer::Local),
+            Stored::NoNode => Err(LookupError::NoAddress),
+        }
+    }
+
+    /// Records the outcome of a lookup in `entry`.
+    fn learn(&self, sni: &str, entry: &mut Entry, found: Result<Found, QueryError>) {
+        let now = Instant::now();
+        let config = &self.config;
+        let backend = self.backend.as_str();
+        entry.generation = entry.generation.wrapping_add(1);
+        let found = match found {
+            Ok(found) => found,
+            Err(error) => {
+                metrics::metrics().lookup("cluster", "error");
+                let stale = entry.stored.is_some() && now < entry.stale_until;
+                if !stale {
+                    entry.stored = Some(Stored::NoNode);
+                    entry.stale_until = now;
+                }
+                entry.fresh_until = now + config.negative_ttl;
+                if std::mem::replace(&mut entry.failing, true) {
+                    tracing::debug!(%backend, %sni, %error, serving_stale = stale, "cluster lookup failed again");
+                } else if stale {
+                    tracing::warn!(%backend, %sni, %error, "cluster lookup failed; serving the last answer");
+                } else {
+                    tracing::warn!(%backend, %sni, %error, "cluster lookup failed and there is no earlier answer; closing as no_address");
+                }
+                return;
+            }
+        };
+        if std::mem::replace(&mut entry.failing, false) {
+            tracing::info!(%backend, %sni, "cluster lookup answers again");
+        }
+        let (stored, ttl) = match found {
+            Found::Nodes(addrs, ttl) => {
+                metrics::metrics().lookup("cluster", "ok");
+                let allowed: Vec<SocketAddr> = addrs
+                    .iter()
+                    .copied()
+                    .filter(|addr| {
+                        let ok = config.allowed_targets.iter().any(|c| c.contains(addr.ip()));
+                        if !ok {
+                            tracing::warn!(%backend, %sni, %addr, "cluster answer outside allowed_targets; dropped");
+                        }
+                        ok
+                    })
+                    .collect();
+                let previous = match &entry.stored {
+                    Some(Stored::Nodes { set, .. }) => set.clone(),
+                    _ => AddressSet::from([]),
+                };
+                let next = carry(&previous, &allowed);
+                let set = if same_addresses(&previous, &next) && !previous.is_empty() {
+                    previous
+                } else {
+                    tracing::debug!(%backend, %sni, endpoints = ?allowed, "cluster answer");
+                    next
+                };
+                // A refused answer is retried as soon as a negative one.
+                let ttl = if set.is_empty() {
+                    ttl.min(config.negative_ttl)
+                } else {
+                    ttl
+                };
+                let answered = addrs.into();
+                (Stored::Nodes { set, answered }, ttl)
+            }
+            Found::Here if config.local_backend.is_some() => {
+                metrics::metrics().lookup("cluster", "empty");
+                (Stored::Here, config.positive_ttl)
+            }
+            Found::Here | Found::Nowhere => {
+                metrics::metrics().lookup("cluster", "empty");
+                (Stored::NoNode, config.negative_ttl)
+            }
+        };
+        let positive = !matches!(stored, Stored::NoNode);
+        entry.stored = Some(stored);
+        entry.fresh_until = now + ttl;
+        entry.stale_until = if positive {
+            entry.fresh_until + MAX_STALE
+        } else {
+            entry.fresh_until
+        };
+    }
+
+    /// Asks the cluster once, unbounded (the caller bounds it).
+    async fn query(&self, sni: &str) -> Result<Found, QueryError> {
+        match &self.source {
+            Source::Http(target) => target.lookup(sni, self.config.positive_ttl).await,
+            Source::Dns { server, port } => Err(QueryError::DnsUnavailable(*server, *port)),
+        }
+    }
+
+    /// The slot of `sni`, made (and room made for it) if new.
+    fn slot(&self, sni: &str) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = slots.get(sni) {
+            return slot.clone();
+        }
+        let now = Instant::now();
+        if slots.len() >= MAX_ENTRIES {
+            evict(&mut slots, now);
+        }
+        let slot = Arc::new(Slot::new(now));
+        slots.insert(sni.into(), slot.clone());
+        slot
+    }
+
+    /// Names cached now (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Makes room in a full table: drops entries that can no longer serve,
+/// then, if the table is still full, the [`EVICT_BATCH`] that expire
+/// soonest. Entries with a lookup in flight stay.
+fn evict(slots: &mut HashMap<Box<str>, Arc<Slot>>, now: Instant) {
+    slots.retain(|_, slot| {
+        if slot.in_flight() {
+            return true;
+        }
+        let entry = slot.entry();
+        entry.stored.is_some() && (now < entry.fresh_until || now < entry.stale_until)
+    });
+    if slots.len() < MAX_ENTRIES {
+        return;
+    }
+    let mut by_expiry: Vec<(Instant, Box<str>)> = slots
+        .iter()
+        .filter(|(_, slot)| !slot.in_flight())
+        .map(|(name, slot)| (slot.entry().fresh_until, name.clone()))
+        .collect();
+    let batch = EVICT_BATCH.min(by_expiry.len());
+    if batch == 0 {
+        return;
+    }
+    by_expiry.select_nth_unstable_by_key(batch - 1, |(at, _)| *at);
+    for (_, name) in &by_expiry[..batch] {
+        slots.remove(name);
+    }
+}
+
+impl HttpTarget {
+    /// `url` was validated as an `http://` URL with a host by the config.
+    fn new(url: &str) -> HttpTarget {
+        let uri: hyper::Uri = url.parse().unwrap_or_default();
+        let host = uri.host().unwrap_or("localhost");
+        let authority = uri.authority().map_or(host, |a| a.as_str());
+        HttpTarget {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: uri.port_u16().unwrap_or(80),
+            authority: HeaderValue::from_str(authority)
+                .unwrap_or(HeaderValue::from_static("localhost")),
+            path: uri
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+        }
+    }
+
+    /// POSTs the name and reads the endpoints, cacheable for `ttl` (one
+    /// connection per lookup: lookups are rare, one per name per TTL).
+    async fn lookup(&self, sni: &str, ttl: Duration) -> Result<Found, QueryError> {
+        let stream = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(QueryError::Connect)?;
+        let _ = sockopt::set_nodelay(&stream);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream)).await?;
+        let body = serde_json::json!({ "hostname": sni }).to_string();
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(self.path.as_str())
+            .header(HOST, self.authority.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(Full::new(Bytes::from(body)))
+            .expect("a request from validated parts");
+        let exchange = async move {
+            let response = sender.send_request(request).await?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_REPLY_BYTES)
+                .collect()
+                .await
+                .map_err(|_| QueryError::Body)?
+                .to_bytes();
+            Ok::<_, QueryError>((status, body))
+        };
+        // The connection is driven here, not spawned, so a timeout drops
+        // the socket with the lookup.
+        let mut conn = std::pin::pin!(conn);
+        let mut exchange = std::pin::pin!(exchange);
+        let mut conn_done = false;
+        let (status, body) = loop {
+            tokio::select! {
+                biased;
+                result = &mut exchange => break result?,
+                result = &mut conn, if !conn_done => {
+                    conn_done = true;
+                    result?;
+                }
+            }
+        };
+        match status {
+            StatusCode::OK => {
+                let endpoints = parse_reply(&body)?;
+                Ok(if endpoints.is_empty() {
+                    Found::Here
+                } else {
+                    Found::Nodes(endpoints, ttl)
+                })
+            }
+            StatusCode::NOT_FOUND => Ok(Found::Nowhere),
+            _ => Err(QueryError::Status(status)),
+        }
+    }
+}
+
+/// The endpoints of a `{"endpoints": ["ip:port", ...]}` reply.
+fn parse_reply(body: &[u8]) -> Result<Vec<SocketAddr>, QueryError> {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        endpoints: Vec<String>,
+    }
+    let reply: Reply = serde_json::from_slice(body).map_err(QueryError::Json)?;
+    reply
+        .endpoints
+        .into_iter()
+        .map(|text| text.parse().map_err(|_| QueryError::Endpoint(text)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(url: &str) -> Cache {
+        Cache::new(
+            "c",
+            &Cluster {
+                lookup: ClusterLookup::Http { url: url.into() },
+                local_backend: None,
+                positive_ttl: Duration::from_secs(30),
+                negative_ttl: Duration::from_secs(2),
+                lookup_timeout: Duration::from_secs(2),
+                allowed_targets: vec!["127.0.0.0/8".parse().unwrap()],
+            },
+        )
+    }
+
+    #[test]
+    fn replies_parse_to_endpoints_or_fail() {
+        let ok = parse_reply(br#"{"endpoints": ["10.0.0.1:443", "[2001:db8::1]:8443"], "v": 1}"#);
+        assert_eq!(
+            ok.unwrap(),
+            vec![
+                "10.0.0.1:443".parse::<SocketAddr>().unwrap(),
+                "[2001:db8::1]:8443".parse().unwrap()
+            ]
+        );
+        assert!(parse_reply(br#"{"endpoints": []}"#).unwrap().is_empty());
+        assert!(matches!(
+            parse_reply(br#"{"endpoints": ["10.0.0.1"]}"#),
+            Err(QueryError::Endpoint(e)) if e == "10.0.0.1"
+        ));
+        assert!(matches!(parse_reply(b"{}"), Err(QueryError::Json(_))));
+        assert!(matches!(parse_reply(b"<html>"), Err(QueryError::Json(_))));
+    }
+
+    #[test]
+    fn lookup_urls_are_taken_apart_once() {
+        let t = HttpTarget::new("http://cp.internal/resolve?zone=eu");
+        assert_eq!((t.host.as_str(), t.port), ("cp.internal", 80));
+        assert_eq!(t.authority, "cp.internal");
+        assert_eq!(t.path, "/resolve?zone=eu");
+        let t = HttpTarget::new("http://[::1]:8080");
+        assert_eq!((t.host.as_str(), t.port), ("::1", 8080));
+        assert_eq!(t.authority, "[::1]:8080");
+        assert_eq!(t.path, "/");
+    }
+
+    fn set(cache: &Cache, name: &str, fresh_for: Option<Duration>, stale: bool) -> Arc<Slot> {
+        let slot = cache.slot(name);
+        let now = Instant::now();
+        let mut entry = slot.entry();
+        entry.stored = Some(Stored::Here);
+        entry.fresh_until = match fresh_for {
+            Some(d) => now + d,
+            None => now - Duration::from_millis(1),
+        };
+        entry.stale_until = if stale {
+            entry.fresh_until + MAX_STALE
+        } else {
+            entry.fresh_until
+        };
+        drop(entry);
+        slot
+    }
+
+    #[test]
+    fn a_full_cache_drops_dead_entries_then_the_soonest_to_expire() {
+        let cache = cache("http://127.0.0.1:1/resolve");
+        // Half dead (expired, nothing to serve stale), a quarter stale,
+        // a quarter fresh; one dead name has a lookup in flight.
+        for i in 0..MAX_ENTRIES {
+            let (fresh, stale) = match i % 4 {
+                0 | 1 => (None, false),
+                2 => (None, true),
+                _ => (Some(Duration::from_secs(60 + i as u64)), true),
+            };
+            set(&cache, &format!("n{i}.example.com"), fresh, stale);
+        }
+        let busy = cache.slot("n0.example.com");
+        let flight = busy.flight.try_lock().unwrap();
+        assert_eq!(cache.len(), MAX_ENTRIES);
+        cache.slot("new.example.com");
+        assert_eq!(cache.len(), MAX_ENTRIES / 2 + 2, "dead entries dropped");
+        drop(flight);
+        let slots = cache.slots.lock().unwrap();
+        assert!(slots.contains_key("n0.example.com"), "in flight: kept");
+        assert!(slots.contains_key("n2.example.com"), "stale: kept");
+        assert!(!slots.contains_key("n1.example.com"));
+        drop(slots);
+
+        // Full of live entries: batches go, the soonest to expire first
+        // (stale ones before fresh ones), and the table stays bounded.
+        for i in 0..MAX_ENTRIES {
+            let name = format!("m{i}.example.com");
+            set(&cache, &name, Some(Duration::from_secs(3600)), true);
+            assert!(cache.len() <= MAX_ENTRIES);
+        }
+        let slots = cache.slots.lock().unwrap();
+        let left = |rest: usize| {
+            (0..MAX_ENTRIES)
+                .filter(|i| {
+                    i % 4 == rest && slots.contains_key(format!("n{i}.example.com").as_str())
+                })
+                .count()
+        };
+        let (stale, fresh) = (left(2), left(3));
+        assert!(
+            stale == 0 || fresh == MAX_ENTRIES / 4,
+            "stale {stale}, fresh {fresh}"
+        );
+        assert!(stale < MAX_ENTRIES / 4, "nothing was evicted");
+        assert!(slots.contains_key(format!("m{}.example.com", MAX_ENTRIES - 1).as_str()));
     }
 }

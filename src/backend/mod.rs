@@ -73,7 +73,9 @@ impl BackendRuntime {
             known: fixed,
         };
         BackendRuntime {
-            cluster: config.cluster().map(cluster::Cache::new),
+            cluster: config
+                .cluster()
+                .map(|c| cluster::Cache::new(&config.name, c)),
             config,
             addresses: watch::channel(resolved).0,
             rotation: AtomicUsize::new(0),

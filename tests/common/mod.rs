@@ -1028,3 +1028,7 @@ pub async fn tagged_backend(
 
 /// The test DNS server (`dns::DnsServer`).
 pub mod dns;
+
+// ------------------------------------------- cluster lookups (issue 6)
+
+pub mod control_plane;

@@ -1,0 +1,211 @@
+//! A test control plane for cluster-resolved backends: answers
+//! `POST /resolve {"hostname": NAME}` on 127.0.0.1:0 with what the test set
+//! for NAME (`{"endpoints": [...]}`, HTTP 404 when nothing is set), counts
+//! requests per hostname, can fail every request (a status, a bad body, or
+//! a hang), and can hold its answers until the test releases them.
+//!
+//! Requests that are not a JSON POST to `/resolve` are counted as
+//! malformed and answered 400, so a test sees a broken client.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+
+use super::WAIT;
+
+/// What the control plane answers.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with `{"endpoints": [...]}`; an empty list means "your node".
+    Endpoints(Vec<String>),
+    /// This status with an empty body.
+    Status(u16),
+    /// 200 with this body as it is.
+    Body(String),
+    /// Never answers (the connection stays open).
+    Hang,
+}
+
+impl Reply {
+    pub fn endpoints<T: ToString>(addrs: &[T]) -> Reply {
+        Reply::Endpoints(addrs.iter().map(ToString::to_string).collect())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    answers: HashMap<String, Reply>,
+    /// When set, every request gets this instead.
+    failure: Option<Reply>,
+    requests: HashMap<String, usize>,
+    malformed: usize,
+}
+
+/// A running control plane; stops when dropped.
+pub struct ControlPlane {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    changed: Arc<Notify>,
+    hold: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ControlPlane {
+    pub async fn start() -> ControlPlane {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(State::default()));
+        let changed = Arc::new(Notify::new());
+        let (hold, held) = watch::channel(false);
+        let shared = (state.clone(), changed.clone(), held);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (state, changed, held) = shared.clone();
+                let service = hyper::service::service_fn(move |req| {
+                    answer(req, state.clone(), changed.clone(), held.clone())
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+        ControlPlane {
+            addr,
+            state,
+            changed,
+            hold,
+            task,
+        }
+    }
+
+    /// The `lookup_url` to configure.
+    pub fn url(&self) -> String {
+        format!("http://{}/resolve", self.addr)
+    }
+
+    /// Answers `hostname` with `reply` from now on.
+    pub fn set(&self, hostname: &str, reply: Reply) {
+        let mut state = self.state.lock().unwrap();
+        state.answers.insert(hostname.to_owned(), reply);
+    }
+
+    /// Answers every request with `reply` (`None`: back to normal).
+    pub fn fail(&self, reply: Option<Reply>) {
+        self.state.lock().unwrap().failure = reply;
+    }
+
+    /// Holds (true) or releases (false) every answer; requests are still
+    /// counted as they arrive.
+    pub fn hold(&self, held: bool) {
+        self.hold.send_replace(held);
+    }
+
+    /// Requests received for `hostname` so far.
+    pub fn requests(&self, hostname: &str) -> usize {
+        let state = self.state.lock().unwrap();
+        state.requests.get(hostname).copied().unwrap_or(0)
+    }
+
+    /// Requests that were not a JSON POST to /resolve.
+    pub fn malformed(&self) -> usize {
+        self.state.lock().unwrap().malformed
+    }
+
+    /// Waits (bounded by [`WAIT`]) until `hostname` got at least `n` requests.
+    pub async fn wait_requests(&self, hostname: &str, n: usize) {
+        let waited = tokio::time::timeout(WAIT, async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if self.requests(hostname) >= n {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await;
+        assert!(
+            waited.is_ok(),
+            "{hostname}: {} request(s), expected {n} within {WAIT:?}",
+            self.requests(hostname)
+        );
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    state: Arc<Mutex<State>>,
+    changed: Arc<Notify>,
+    mut held: watch::Receiver<bool>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let well_formed = req.method() == hyper::Method::POST
+        && req.uri().path() == "/resolve"
+        && req
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .is_some_and(|v| v == "application/json");
+    let body = match req.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let hostname = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["hostname"].as_str().map(str::to_owned));
+    let Some(hostname) = hostname.filter(|_| well_formed) else {
+        state.lock().unwrap().malformed += 1;
+        changed.notify_waiters();
+        return Ok(status(StatusCode::BAD_REQUEST, Bytes::new()));
+    };
+    *state
+        .lock()
+        .unwrap()
+        .requests
+        .entry(hostname.clone())
+        .or_default() += 1;
+    changed.notify_waiters();
+    let _ = held.wait_for(|held| !held).await;
+    let reply = {
+        let state = state.lock().unwrap();
+        state
+            .failure
+            .clone()
+            .or_else(|| state.answers.get(&hostname).cloned())
+    };
+    Ok(match reply {
+        None => status(StatusCode::NOT_FOUND, Bytes::new()),
+        Some(Reply::Endpoints(endpoints)) => {
+            let body = serde_json::json!({ "endpoints": endpoints }).to_string();
+            status(StatusCode::OK, Bytes::from(body))
+        }
+        Some(Reply::Status(code)) => status(StatusCode::from_u16(code).unwrap(), Bytes::new()),
+        Some(Reply::Body(body)) => status(StatusCode::OK, Bytes::from(body)),
+        Some(Reply::Hang) => std::future::pending().await,
+    })
+}
+
+fn status(code: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        "application/json".parse().unwrap(),
+    );
+    response
+}
