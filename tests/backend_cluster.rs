@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::control_plane::{ControlPlane, Reply};
+use common::dns::{DnsServer, Mode};
 use common::*;
 use snirelay::preface::{self, Announced, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -506,4 +507,156 @@ async fn several_endpoints_keep_a_client_on_one_node() {
     }
     assert!(used.len() >= 2, "16 clients all on {used:?}: not hashed");
     assert_eq!(cp.requests("www.example.com"), 1);
+}
+
+// ----------------------------------------------------------- DNS lookups
+
+/// Nodes on 127.0.0.2, 127.0.0.3, ... all on one port (a DNS answer
+/// names hosts; the port comes from the config).
+async fn nodes_on_one_port(names: &[&'static str]) -> (u16, Vec<Node>) {
+    'retry: for _ in 0..20 {
+        let first = Node::at("127.0.0.2:0".parse().unwrap(), names[0]).await;
+        let port = first.addr.port();
+        let mut nodes = vec![first];
+        for (i, &name) in names.iter().enumerate().skip(1) {
+            let bind = SocketAddr::from(([127, 0, 0, 2 + i as u8], port));
+            if std::net::TcpListener::bind(bind).is_err() {
+                continue 'retry;
+            }
+            nodes.push(Node::at(bind, name).await);
+        }
+        return (port, nodes);
+    }
+    panic!("no port free on every node address");
+}
+
+/// Like [`config`], but asking the test DNS server.
+fn dns_config(dns: &DnsServer, port: u16, extra: &str, local: Option<SocketAddr>) -> String {
+    let cluster = format!(
+        "dns_server = \"{}\"\nport = {port}\nallowed_targets = [\"127.0.0.0/8\"]\n{extra}",
+        dns.addr
+    );
+    let local_key = if local.is_some() {
+        "local_backend = \"local\""
+    } else {
+        ""
+    };
+    let local_section = local
+        .map(|a| format!("[backend.local]\naddresses = [\"{a}\"]\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+sni = ["*.example.com"]
+backend = "cluster"
+
+[backend.cluster.cluster]
+{cluster}
+{local_key}
+
+{local_section}
+"#
+    )
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_answers_follow_the_record_on_the_configured_port_within_its_ttl() {
+    let dns = DnsServer::start().await;
+    let (port, nodes) = nodes_on_one_port(&["node-a", "node-b"]).await;
+    dns.set("www.example.com", vec![ip("127.0.0.2")], 1);
+    // The record's TTL is longer than positive_ttl here: positive_ttl wins.
+    dns.set("short.example.com", vec![ip("127.0.0.2")], 3600);
+    let relay = Relay::start(&dns_config(&dns, port, "positive_ttl = \"300ms\"", None)).await;
+    let relay_30s = Relay::start(&dns_config(&dns, port, "", None)).await;
+
+    // www: record TTL 1 s < positive_ttl 30 s.
+    let (client, answer) = ask(&relay_30s, "www.example.com").await;
+    assert_eq!(answer, "node-a");
+    let line = relay_30s.closed_line(client).await;
+    assert_eq!(line["backend.addr"], nodes[0].addr.to_string());
+    assert_eq!(dns.lookups("www.example.com"), 1);
+    dns.set("www.example.com", vec![ip("127.0.0.3")], 1);
+    assert_eq!(
+        ask(&relay_30s, "www.example.com").await.1,
+        "node-a",
+        "cached"
+    );
+    assert_eq!(dns.lookups("www.example.com"), 1);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(ask(&relay_30s, "www.example.com").await.1, "node-b");
+    assert_eq!(dns.lookups("www.example.com"), 2);
+
+    // short: record TTL 1 h > positive_ttl 300 ms.
+    assert_eq!(ask(&relay, "short.example.com").await.1, "node-a");
+    dns.set("short.example.com", vec![ip("127.0.0.3")], 3600);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(ask(&relay, "short.example.com").await.1, "node-b");
+    assert_eq!(dns.lookups("short.example.com"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_answer_naming_this_node_relays_to_the_local_backend() {
+    let dns = DnsServer::start().await;
+    let (port, _nodes) = nodes_on_one_port(&["node-a"]).await;
+    let mut here = Node::start("here").await;
+    // The relay listens on 127.0.0.1: an answer of 127.0.0.1 is this node.
+    dns.set("mine.example.com", vec![ip("127.0.0.1")], 60);
+    let relay = Relay::start(&dns_config(&dns, port, "", Some(here.addr))).await;
+
+    let (client, answer) = ask(&relay, "mine.example.com").await;
+    assert_eq!(answer, "here");
+    assert_eq!(
+        relay.closed_line(client).await["backend.addr"],
+        here.addr.to_string()
+    );
+    assert!(
+        here.next().await.header.is_none(),
+        "the local backend speaks no PROXY"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_negative_answers_are_cached_and_a_silent_server_is_served_stale() {
+    let dns = DnsServer::start().await;
+    let (port, _nodes) = nodes_on_one_port(&["node-a"]).await;
+    dns.set("www.example.com", vec![ip("127.0.0.2")], 3600);
+    let relay = Relay::start(&dns_config(
+        &dns,
+        port,
+        "positive_ttl = \"300ms\"\nnegative_ttl = \"30s\"\nlookup_timeout = \"300ms\"",
+        None,
+    ))
+    .await;
+
+    // NXDOMAIN: no_address, and asked once within negative_ttl.
+    assert_eq!(close_reason(&relay, "gone.example.com").await, "no_address");
+    assert_eq!(close_reason(&relay, "gone.example.com").await, "no_address");
+    assert_eq!(dns.lookups("gone.example.com"), 1);
+
+    // The server goes silent after a good answer expired: still relayed.
+    assert_eq!(ask(&relay, "www.example.com").await.1, "node-a");
+    dns.set_mode(Mode::Silent);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (client, answer) = ask(&relay, "www.example.com").await;
+    assert_eq!(answer, "node-a");
+    assert_eq!(relay.closed_line(client).await["close"], "done");
+    assert_eq!(dns.lookups("www.example.com"), 2);
+    let warn = relay
+        .wait_log(|l| {
+            message(l, "cluster lookup failed; serving the last answer")
+                && l["sni"] == "www.example.com"
+        })
+        .await;
+    assert!(
+        warn["error"].as_str().unwrap().contains("no answer"),
+        "{warn}"
+    );
 }

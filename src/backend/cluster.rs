@@ -111,8 +111,8 @@ enum QueryError {
     Json(serde_json::Error),
     #[error("the reply endpoint {0:?} is not ip:port")]
     Endpoint(String),
-    #[error("DNS lookup at {0}:{1} is not implemented yet")]
-    DnsUnavailable(SocketAddr, u16),
+    #[error("DNS lookup failed: {0}")]
+    Dns(#[from] super::dns::DnsError),
 }
 
 /// What one successful lookup said, before `allowed_targets`.
@@ -376,7 +376,22 @@ impl Cache {
     async fn query(&self, sni: &str) -> Result<Found, QueryError> {
         match &self.source {
             Source::Http(target) => target.lookup(sni, self.config.positive_ttl).await,
-            Source::Dns { server, port } => Err(QueryError::DnsUnavailable(*server, *port)),
+            Source::Dns { server, port } => {
+                // `query` bounds itself too; the caller's bound is the same.
+                let answer = super::dns::query(*server, sni, self.config.lookup_timeout).await?;
+                if answer.addrs.is_empty() {
+                    return Ok(Found::Nowhere);
+                }
+                let addrs = answer
+                    .addrs
+                    .iter()
+                    .map(|&ip| SocketAddr::new(ip, *port))
+                    .collect();
+                Ok(Found::Nodes(
+                    addrs,
+                    answer.ttl.min(self.config.positive_ttl),
+                ))
+            }
         }
     }
 
