@@ -592,6 +592,106 @@ mod tests {
         assert_eq!(t.path, "/");
     }
 
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    fn nodes(entry: &Entry) -> AddressSet {
+        match &entry.stored {
+            Some(Stored::Nodes { set, .. }) => set.clone(),
+            other => panic!("not nodes: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refreshes_keep_endpoint_state_and_a_reordered_set() {
+        let cache = cache("http://127.0.0.1:1/resolve");
+        let slot = cache.slot("www.example.com");
+        let mut entry = slot.entry();
+        let ttl = Duration::from_secs(30);
+        let (a, b, c) = (
+            addr("127.0.0.2:443"),
+            addr("127.0.0.3:443"),
+            addr("127.0.0.4:443"),
+        );
+        cache.learn(
+            "www.example.com",
+            &mut entry,
+            Ok(Found::Nodes(vec![a, b], ttl)),
+        );
+        let first = nodes(&entry);
+        cache.learn(
+            "www.example.com",
+            &mut entry,
+            Ok(Found::Nodes(vec![b, a], ttl)),
+        );
+        assert!(
+            Arc::ptr_eq(&first, &nodes(&entry)),
+            "reordered: kept as it was"
+        );
+        cache.learn(
+            "www.example.com",
+            &mut entry,
+            Ok(Found::Nodes(vec![c, b], ttl)),
+        );
+        let next = nodes(&entry);
+        assert_eq!(next.len(), 2);
+        assert!(
+            Arc::ptr_eq(&next[1].state, &first[1].state),
+            "b keeps its state"
+        );
+        // A failure keeps the set (stale) and retries after negative_ttl.
+        let before = Instant::now();
+        cache.learn("www.example.com", &mut entry, Err(QueryError::Body));
+        assert!(Arc::ptr_eq(&next, &nodes(&entry)));
+        assert!(entry.failing);
+        assert!(entry.fresh_until >= before + cache.config.negative_ttl);
+    }
+
+    #[test]
+    fn answers_outside_allowed_targets_are_dropped_and_this_node_is_local_over_dns() {
+        let mut config = cache("http://127.0.0.1:1/").config;
+        config.lookup = ClusterLookup::Dns {
+            server: addr("127.0.0.1:53"),
+            port: 443,
+        };
+        let cache = Cache::new("c", &config);
+        let slot = cache.slot("www.example.com");
+        let mut entry = slot.entry();
+        let ttl = Duration::from_secs(30);
+        let far = addr("10.9.9.9:443");
+        let here = addr("127.0.0.1:443");
+        cache.learn(
+            "www.example.com",
+            &mut entry,
+            Ok(Found::Nodes(vec![far], ttl)),
+        );
+        let stored = entry.stored.clone().unwrap();
+        let local = IpAddr::from([127, 0, 0, 1]);
+        assert_eq!(
+            cache.serve(&stored, local).unwrap_err(),
+            LookupError::TargetNotAllowed
+        );
+        assert!(
+            entry.fresh_until <= Instant::now() + config.negative_ttl,
+            "refusals are short-lived"
+        );
+        cache.learn(
+            "www.example.com",
+            &mut entry,
+            Ok(Found::Nodes(vec![far, here], ttl)),
+        );
+        let stored = entry.stored.clone().unwrap();
+        assert!(matches!(cache.serve(&stored, local), Ok(Answer::Local)));
+        // Dialled on another address (an IPv4-mapped one counts as IPv4).
+        let mapped = "::ffff:127.0.0.1".parse().unwrap();
+        assert!(matches!(cache.serve(&stored, mapped), Ok(Answer::Local)));
+        match cache.serve(&stored, IpAddr::from([127, 0, 0, 9])) {
+            Ok(Answer::Remote(set)) => assert_eq!(set.len(), 1),
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn set(cache: &Cache, name: &str, fresh_for: Option<Duration>, stale: bool) -> Arc<Slot> {
         let slot = cache.slot(name);
         let now = Instant::now();
