@@ -236,6 +236,7 @@ async fn serve(
     let mut backend = tokio::select! {
         backend = connect::connect(backends, runtime, &pick) => backend?,
         () = &mut drained => return Err(CloseReason::Drained),
+        () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     record.backend_addr = Some(backend.addr);
 
