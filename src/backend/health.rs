@@ -200,15 +200,17 @@ pub async fn run(runtime: Arc<BackendRuntime>, check: HealthCheck, cancel: Cance
             match streak.record(result.is_ok(), state.checked_down(), &check) {
                 None => {}
                 Some(Change::Down { failures }) => {
+                    // The gauge first: whoever reads the log line then
+                    // finds the gauge already moved.
                     state.set_checked_down(true);
+                    metrics::metrics().backend_address_health(backend, addr, false);
                     let error = result.err().map(|e| e.to_string()).unwrap_or_default();
                     tracing::warn!(%backend, %addr, failures, %error, "backend address marked down (health check)");
-                    metrics::metrics().backend_address_health(backend, addr, false);
                 }
                 Some(Change::Up { successes }) => {
                     state.set_checked_down(false);
-                    tracing::info!(%backend, %addr, successes, "backend address marked up (health check)");
                     metrics::metrics().backend_address_health(backend, addr, state.is_up());
+                    tracing::info!(%backend, %addr, successes, "backend address marked up (health check)");
                 }
             }
         }
