@@ -507,6 +507,25 @@ mod tests {
         assert_eq!(c.current(), None);
     }
 
+    #[tokio::test]
+    async fn fewer_than_two_addresses_are_not_probed_and_get_no_preference() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let only = listener.local_addr().unwrap();
+        let backend = crate::backend::health::tests::backend(
+            only,
+            "policy = \"fastest\"\nfastest_interval = \"10ms\"",
+        );
+        let runtime = Arc::new(BackendRuntime::new(Arc::new(backend)));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run(runtime.clone(), cancel.clone()));
+        // Some 60 rounds' worth of time, and no probe.
+        let probed = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+        assert!(probed.is_err(), "a lone address was probed");
+        assert_eq!(runtime.ranking.preferred(), None);
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
     #[test]
     fn full_jitter_stays_below_the_interval_and_varies() {
         let max = Duration::from_millis(200);

@@ -218,7 +218,7 @@ pub async fn run(runtime: Arc<BackendRuntime>, check: HealthCheck, cancel: Cance
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
