@@ -3,11 +3,12 @@
 //! Backends here can be stopped and started again on the same port (health),
 //! or made slow to connect (fastest). On loopback the kernel completes a
 //! handshake before accept(), so "slow" is made with the accept queue: the
-//! listener stops accepting, its backlog shrinks to 1 and filler connections
-//! fill it, so a further SYN is dropped and retransmitted after the initial
-//! RTO (1 s). A helper frees exactly one queue slot whenever it sees the
-//! relay's probe waiting in SYN_SENT, so the retransmitted SYN is answered:
-//! the probe connects, about one second late (rarely three).
+//! listener stops accepting and its backlog shrinks to 1, the relay's own
+//! probes fill the queue, and a further SYN is dropped and retransmitted
+//! after the initial RTO (1 s). A helper frees one queue slot whenever it
+//! sees the relay's probe waiting in SYN_SENT, so the retransmitted SYN is
+//! answered: the probe connects, about one second late. These backends
+//! listen on ::1, whose socket table stays small enough to watch.
 
 mod common;
 
@@ -285,39 +286,38 @@ struct Gate {
     addr: SocketAddr,
     listener: Arc<TcpListener>,
     serving: Option<JoinHandle<()>>,
-    fillers: Vec<TcpStream>,
     opener: Option<JoinHandle<()>>,
 }
 
 impl Gate {
     async fn new(pki: &Pki) -> Gate {
-        let listener = Arc::new(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        let listener = TcpListener::bind("[::1]:0")
+            .await
+            .expect("these tests need IPv6 loopback (::1)");
+        let listener = Arc::new(listener);
         Gate {
             addr: listener.local_addr().unwrap(),
             serving: Some(serve_echo(pki, listener.clone())),
             listener,
-            fillers: Vec::new(),
             opener: None,
         }
     }
 
-    /// Stops accepting and fills the accept queue, then answers each
+    /// Stops accepting and lets the accept queue fill, then answers each
     /// connect after one SYN retransmission (about 1 s).
     async fn make_slow(&mut self) {
         stop(self.serving.take().unwrap()).await;
         // A listening socket may listen again: only its backlog changes.
         // With a backlog of 1 the queue is full at 2.
         socket2::SockRef::from(&*self.listener).listen(1).unwrap();
-        // A relay probe may take the last slot first, so a filler whose SYN
-        // goes unanswered is given up (closing it) and the queue re-checked.
-        while accept_queue_len(self.addr) < 2 {
-            assert!(self.fillers.len() < 8, "the accept queue does not fill");
-            let connect = TcpStream::connect(self.addr);
-            if let Ok(Ok(filler)) = tokio::time::timeout(Duration::from_millis(300), connect).await
-            {
-                self.fillers.push(filler);
-            }
-        }
+        // The relay's own probes fill it: connections nobody accepts.
+        // Nothing else connects here, so no half-open connection (a SYN
+        // answered just before the queue filled) is left to take the slots
+        // freed below.
+        wait_until("the relay's probes to fill the accept queue", || {
+            queue_len6(self.addr) >= 2
+        })
+        .await;
         let listener = self.listener.clone();
         let addr = self.addr;
         self.opener = Some(tokio::spawn(async move {
@@ -325,17 +325,15 @@ impl Gate {
             let mut served = std::collections::HashMap::new();
             loop {
                 for socket in syn_sent_to(addr) {
-                    // One slot for this socket's next retransmitted SYN. A
-                    // half-open connection whose final ACK met the full
-                    // queue may take the slot first; then the socket is
-                    // still waiting after 1.5 s and gets another one for
-                    // its second retransmission (3 s).
+                    // One slot for this socket's next retransmitted SYN;
+                    // should that one be lost, another for the second
+                    // retransmission (at 3 s).
                     let now = tokio::time::Instant::now();
                     let due = served
                         .get(&socket)
                         .is_none_or(|&at| now - at > Duration::from_millis(1500));
                     if due {
-                        served.insert(socket, now);
+                        served.insert(socket.clone(), now);
                         let free = listener.accept();
                         let _ = tokio::time::timeout(Duration::from_millis(100), free).await;
                     }
@@ -357,25 +355,42 @@ impl Drop for Gate {
     }
 }
 
-/// The sockets on this host waiting in SYN_SENT for `addr` (IPv4), by
-/// local address and inode.
-fn syn_sent_to(addr: SocketAddr) -> Vec<(String, String)> {
-    let std::net::IpAddr::V4(ip) = addr.ip() else {
-        panic!("IPv4 only")
-    };
-    let remote = format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(ip.octets()),
-        addr.port()
-    );
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+/// The rows of /proc/net/tcp6 as (local, remote, state, queues, inode).
+///
+/// The gates listen on ::1 because this table stays small: on a busy host
+/// /proc/net/tcp holds thousands of IPv4 sockets and takes too long to read
+/// to react within a SYN retransmission.
+fn tcp6_rows() -> Vec<[String; 5]> {
+    let table = std::fs::read_to_string("/proc/net/tcp6").unwrap();
     table
         .lines()
         .skip(1)
-        .filter_map(|row| {
-            let cols: Vec<&str> = row.split_whitespace().collect();
-            (cols[2] == remote && cols[3] == "02").then(|| (cols[1].to_owned(), cols[9].to_owned()))
+        .map(|row| {
+            let c: Vec<&str> = row.split_whitespace().collect();
+            [c[1], c[2], c[3], c[4], c[9]].map(str::to_owned)
         })
+        .collect()
+}
+
+/// How many connections wait in the accept queue of the listener on `addr`.
+fn queue_len6(addr: SocketAddr) -> u32 {
+    let port = format!(":{:04X}", addr.port());
+    let row = tcp6_rows()
+        .into_iter()
+        .find(|[local, _, state, _, _]| local.ends_with(&port) && state == "0A")
+        .unwrap_or_else(|| panic!("no listener on {addr} in /proc/net/tcp6"));
+    let (_tx, rx) = row[3].split_once(':').unwrap();
+    u32::from_str_radix(rx, 16).unwrap()
+}
+
+/// The sockets waiting in SYN_SENT for `addr` (on ::1), by local address
+/// and inode.
+fn syn_sent_to(addr: SocketAddr) -> Vec<(String, String)> {
+    let port = format!(":{:04X}", addr.port());
+    tcp6_rows()
+        .into_iter()
+        .filter(|[_, remote, state, _, _]| remote.ends_with(&port) && state == "02")
+        .map(|[local, _, _, _, inode]| (local, inode))
         .collect()
 }
 
