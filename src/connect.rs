@@ -24,6 +24,7 @@ use crate::announce::Outbound;
 use crate::backend::cluster::{Answer, LookupError};
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
 use crate::close::CloseReason;
+use crate::config::Policy;
 use crate::{metrics, sockopt};
 
 /// An open connection to one of a backend's addresses.
@@ -128,7 +129,11 @@ async fn try_in_order(
     let cx = select::Context {
         client: pick.client,
         rotation: &runtime.rotation,
-        preferred: runtime.ranking.preferred(),
+        // The ranking takes a lock; only `fastest` needs it.
+        preferred: match backend.policy {
+            Policy::Fastest => runtime.ranking.preferred(),
+            _ => None,
+        },
     };
     let plan = select::plan(backend.policy, set, backend.attempts(set.len()), &cx);
     let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
