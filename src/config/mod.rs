@@ -767,18 +767,6 @@ impl Checker {
             RISE_FALL_RANGE,
             i64::from(DEFAULT_HEALTH_FALL),
         );
-        if let (Some(interval), Some(timeout)) = (interval, timeout)
-            && timeout > interval
-        {
-            self.problem(
-                format!("{key}.timeout"),
-                format!(
-                    "{:?} is longer than interval ({:?}); a check must end before the next",
-                    humantime::format_duration(timeout).to_string(),
-                    humantime::format_duration(interval).to_string()
-                ),
-            );
-        }
         Some(HealthCheck {
             interval: interval?,
             timeout: timeout?,
