@@ -303,8 +303,37 @@ async fn open(addr: SocketAddr, hello: &[u8], mode: u8) -> std::io::Result<TcpSt
     Ok(stream)
 }
 
-/// Connections per second completed by 64 looping clients.
-async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> f64 {
+/// CPU time (user + system) `pid` has used so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is field 3, utime 14, stime 15 (in clock ticks).
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let mut fields = rest.split_whitespace().skip(11);
+    let mut tick = || {
+        fields
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (utime, stime) = (tick(), tick());
+    // CLK_TCK is 100 on every Linux this runs on.
+    (utime + stime) / 100.0
+}
+
+/// Connections per second completed by 64 looping clients, and the
+/// proxy's CPU microseconds per connection (a figure that the other load on
+/// a shared machine disturbs far less than the rate itself).
+async fn rate_and_cost(proxy: &Proxy, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, f64, u64) {
+    let pid = proxy.child.id();
+    let cpu0 = cpu_seconds(pid);
+    let (per_second, done) = rate(proxy.addr, hello, seconds).await;
+    let cpu = cpu_seconds(pid) - cpu0;
+    (per_second, cpu * 1e6 / done.max(1) as f64, done)
+}
+
+/// Connections per second completed by 64 looping clients, and how many.
+async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, u64) {
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -334,7 +363,8 @@ async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> f64 {
     if errors > 0 {
         eprintln!("  rate: {errors} failed connections");
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let done = done.load(Ordering::Relaxed);
+    (done as f64 / start.elapsed().as_secs_f64(), done)
 }
 
 /// MB/s (10^6 bytes) client → backend over 8 streams.
@@ -560,9 +590,10 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
         for proxy in &order {
             let name = proxy.name;
             if only("rate") {
-                let v = rate(proxy.addr, hello.clone(), secs).await;
-                eprintln!("run {run} {name:8} rate  {v:10.0} conn/s");
+                let (v, cost, _) = rate_and_cost(proxy, hello.clone(), secs).await;
+                eprintln!("run {run} {name:8} rate  {v:10.0} conn/s  {cost:6.1} us CPU/conn");
                 samples.entry(("rate", name)).or_default().push(v);
+                samples.entry(("rate_cpu", name)).or_default().push(cost);
             }
             if only("up") {
                 let v = upload(proxy.addr, hello.clone(), secs, &stats).await;
@@ -660,8 +691,13 @@ fn print_table(samples: &Samples, args: &Args) {
         "| metric | snirelay | HAProxy | snirelay/HAProxy | direct | snirelay/direct | target |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-    let rows: [(&str, &str, &str); 10] = [
+    let rows: [(&str, &str, &str); 11] = [
         ("rate", "connections/s (64 clients)", ">= 1.2x HAProxy"),
+        (
+            "rate_cpu",
+            "proxy CPU us per connection (rate phase)",
+            "lower is better",
+        ),
         (
             "up",
             "upload MB/s (8 streams)",

@@ -7,9 +7,11 @@
 //! Every byte read is kept in [`Hello::bytes`] to be replayed to the backend,
 //! including any bytes the client sent after the hello.
 //!
-//! Cost: one buffer per connection, starting at [`INITIAL_BUFFER`] bytes and
-//! doubling up to the cap; it is dropped once replayed. Re-parsing is linear
-//! in the bytes held, and a hello takes few reads, so it stays cheap.
+//! Cost: one buffer per connection, starting at [`INITIAL_BUFFER`] bytes of
+//! capacity and doubling up to the cap; reads go into its spare capacity, so
+//! it is never zeroed (a malloc of 4 KiB touches no page the read does not
+//! fill). It is dropped once replayed. Re-parsing is linear in the bytes
+//! held, and a hello takes few reads, so it stays cheap.
 //!
 //! Not here: deciding where the name may go (see `route`).
 
@@ -76,38 +78,35 @@ pub async fn read_hello_after(
     limit: usize,
     deadline: Instant,
 ) -> Result<Hello, HelloError> {
-    let mut filled = already.len();
+    // `bytes.len()` is what was read; reads land in the spare capacity,
+    // which never grows past `limit` (nor past what was already read).
     let mut bytes = already;
-    bytes.resize(filled.max(INITIAL_BUFFER.min(limit)), 0);
-    if filled > 0 {
-        match client_hello::parse(&bytes[..filled], limit) {
-            Ok(info) => {
-                bytes.truncate(filled);
-                return Ok(Hello { info, bytes });
-            }
+    if !bytes.is_empty() {
+        match client_hello::parse(&bytes, limit) {
+            Ok(info) => return Ok(Hello { info, bytes }),
             Err(Inspect::Incomplete) => {}
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
         }
     }
+    bytes.reserve_exact(INITIAL_BUFFER.min(limit).saturating_sub(bytes.len()));
     loop {
-        if filled == bytes.len() {
-            let grown = (bytes.len() * 2).min(limit);
-            bytes.resize(grown, 0);
+        if bytes.len() == bytes.capacity() {
+            let grown = (bytes.capacity() * 2).min(limit).max(bytes.len() + 1);
+            bytes.reserve_exact(grown - bytes.len());
         }
-        let read = timeout_at(deadline, client.read(&mut bytes[filled..])).await;
+        // `read_buf` fills at most the spare capacity (it only reserves when
+        // there is none, which the line above rules out).
+        let read = timeout_at(deadline, client.read_buf(&mut bytes)).await;
         let n = match read {
             Err(_elapsed) => return Err(HelloError::Timeout),
-            Ok(Ok(0)) | Ok(Err(_)) if filled == 0 => return Err(HelloError::Silent),
+            Ok(Ok(0)) | Ok(Err(_)) if bytes.is_empty() => return Err(HelloError::Silent),
             Ok(Ok(0)) => return Err(HelloError::Closed),
             Ok(Err(e)) => return Err(closed_or(e)),
             Ok(Ok(n)) => n,
         };
-        filled += n;
-        match client_hello::parse(&bytes[..filled], limit) {
-            Ok(info) => {
-                bytes.truncate(filled);
-                return Ok(Hello { info, bytes });
-            }
+        debug_assert!(n > 0);
+        match client_hello::parse(&bytes, limit) {
+            Ok(info) => return Ok(Hello { info, bytes }),
             Err(Inspect::Incomplete) => continue,
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
         }
