@@ -1,4 +1,8 @@
-//! The accept loop of one listening socket.
+//! An accept loop on one listening socket. The server runs one such loop
+//! per runtime worker thread on each socket (the socket is shared through
+//! an `Arc`; see `server` for the measurement behind that), so all workers
+//! accept. Everything below holds per loop; the permits, the admission
+//! state and the metric series are shared by all loops of a listener.
 //!
 //! Before each `accept` the loop takes a permit from the process-wide
 //! connection semaphore (`global.max_connections`): at the cap it simply
@@ -43,7 +47,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Everything an accept loop needs, passed in rather than global.
 pub struct AcceptLoop {
-    pub socket: TcpListener,
+    pub socket: Arc<TcpListener>,
     /// The listener's current configuration; replaced on reload.
     pub config: watch::Receiver<Arc<Listener>>,
     /// Process-wide connection permits.
