@@ -53,6 +53,8 @@ struct Args {
     idle: usize,
     only: Vec<String>,
     splice: bool,
+    /// Pipe size for both proxies (`pipe_size`, `tune.pipesize`).
+    pipe_size: usize,
 }
 
 fn args() -> Args {
@@ -67,6 +69,7 @@ fn args() -> Args {
             .map(String::from)
             .to_vec(),
         splice: true,
+        pipe_size: 64 * 1024,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -83,6 +86,7 @@ fn args() -> Args {
             "--idle" => args.idle = value().parse().unwrap(),
             "--only" => args.only = value().split(',').map(String::from).collect(),
             "--no-splice" => args.splice = false,
+            "--pipe-size" => args.pipe_size = value().parse().unwrap(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -197,6 +201,7 @@ async fn start_snirelay(args: &Args, dir: &Path, backend: SocketAddr) -> Proxy {
 max_connections = 9000
 threads = {threads}
 splice = {splice}
+pipe_size = {pipe_size}
 
 [[listener]]
 name = "bench"
@@ -215,6 +220,7 @@ connect_timeout = "5s"
 "#,
         threads = args.threads,
         splice = args.splice,
+        pipe_size = args.pipe_size,
     );
     let path = dir.join("snirelay.toml");
     std::fs::write(&path, config).unwrap();
@@ -244,7 +250,7 @@ async fn start_haproxy(bin: &Path, args: &Args, dir: &Path, backend: SocketAddr)
     nbthread {threads}
     maxconn 9000
     maxpipes 512
-    tune.pipesize 65536
+    tune.pipesize {pipe_size}
 
 defaults
     mode tcp
@@ -264,6 +270,7 @@ backend b
     server s1 {backend}
 "#,
         threads = args.threads,
+        pipe_size = args.pipe_size,
         splice = if args.splice {
             "option splice-auto"
         } else {
@@ -568,10 +575,11 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
     let mut samples: Samples = BTreeMap::new();
     let secs = args.seconds;
     eprintln!(
-        "loadbench: {} run(s), {secs} s phases, threads = {}, splice = {}, idle = {}; logs in {}",
+        "loadbench: {} run(s), {secs} s phases, threads = {}, splice = {}, pipe_size = {}, idle = {}; logs in {}",
         args.runs,
         args.threads,
         args.splice,
+        args.pipe_size,
         args.idle,
         dir.display()
     );
@@ -595,17 +603,28 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
                 samples.entry(("rate", name)).or_default().push(v);
                 samples.entry(("rate_cpu", name)).or_default().push(cost);
             }
+            // Proxy CPU milliseconds per 100 MB moved (the phases move
+            // `MB/s * seconds` MB).
+            let cost = |cpu0: f64, mb_per_s: f64| {
+                (cpu_seconds(proxy.child.id()) - cpu0) * 1e3 / (mb_per_s * secs as f64 / 100.0)
+            };
             if only("up") {
+                let cpu0 = cpu_seconds(proxy.child.id());
                 let v = upload(proxy.addr, hello.clone(), secs, &stats).await;
-                eprintln!("run {run} {name:8} up    {v:10.0} MB/s");
+                let c = cost(cpu0, v);
+                eprintln!("run {run} {name:8} up    {v:10.0} MB/s  {c:6.1} ms CPU/100 MB");
                 samples.entry(("up", name)).or_default().push(v);
+                samples.entry(("up_cpu", name)).or_default().push(c);
             }
             if only("down") {
                 stop_download.store(false, Ordering::Relaxed);
+                let cpu0 = cpu_seconds(proxy.child.id());
                 let v = download(proxy.addr, hello.clone(), secs).await;
+                let c = cost(cpu0, v);
                 stop_download.store(true, Ordering::Relaxed);
-                eprintln!("run {run} {name:8} down  {v:10.0} MB/s");
+                eprintln!("run {run} {name:8} down  {v:10.0} MB/s  {c:6.1} ms CPU/100 MB");
                 samples.entry(("down", name)).or_default().push(v);
+                samples.entry(("down_cpu", name)).or_default().push(c);
             }
             if only("ping") {
                 let (p50, p99) = ping(proxy.addr, hello.clone(), secs.min(5)).await;
@@ -683,15 +702,15 @@ fn print_table(samples: &Samples, args: &Args) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "\nmedians of {} alternating run(s); threads = {}; splice = {}",
-        args.runs, args.threads, args.splice
+        "\nmedians of {} alternating run(s); threads = {}; splice = {}; pipe_size = {}",
+        args.runs, args.threads, args.splice, args.pipe_size
     );
     let _ = writeln!(
         out,
         "| metric | snirelay | HAProxy | snirelay/HAProxy | direct | snirelay/direct | target |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-    let rows: [(&str, &str, &str); 11] = [
+    let rows: [(&str, &str, &str); 13] = [
         ("rate", "connections/s (64 clients)", ">= 1.2x HAProxy"),
         (
             "rate_cpu",
@@ -707,6 +726,12 @@ fn print_table(samples: &Samples, args: &Args) {
             "down",
             "download MB/s (8 streams)",
             ">= 1.0x HAProxy, >= 0.7x direct",
+        ),
+        ("up_cpu", "proxy CPU ms per 100 MB up", "lower is better"),
+        (
+            "down_cpu",
+            "proxy CPU ms per 100 MB down",
+            "lower is better",
         ),
         ("p50", "ping-pong p50 us", ""),
         ("p99", "ping-pong p99 us", "<= HAProxy"),
