@@ -229,6 +229,9 @@ async fn serve(
     };
     record.route = Some(target.route);
     record.backend = Some(target.backend.clone());
+    // What the hello said is in the record now; its allocations must not
+    // stay pinned for the connection's life (the bytes go out below).
+    drop(hello.info);
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
     let drain = target.drain.enter();
