@@ -53,6 +53,8 @@ struct Args {
     idle: usize,
     only: Vec<String>,
     splice: bool,
+    /// Pipe size for both proxies (`pipe_size`, `tune.pipesize`).
+    pipe_size: usize,
 }
 
 fn args() -> Args {
@@ -67,6 +69,7 @@ fn args() -> Args {
             .map(String::from)
             .to_vec(),
         splice: true,
+        pipe_size: 64 * 1024,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -83,6 +86,7 @@ fn args() -> Args {
             "--idle" => args.idle = value().parse().unwrap(),
             "--only" => args.only = value().split(',').map(String::from).collect(),
             "--no-splice" => args.splice = false,
+            "--pipe-size" => args.pipe_size = value().parse().unwrap(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -197,6 +201,7 @@ async fn start_snirelay(args: &Args, dir: &Path, backend: SocketAddr) -> Proxy {
 max_connections = 9000
 threads = {threads}
 splice = {splice}
+pipe_size = {pipe_size}
 
 [[listener]]
 name = "bench"
@@ -215,6 +220,7 @@ connect_timeout = "5s"
 "#,
         threads = args.threads,
         splice = args.splice,
+        pipe_size = args.pipe_size,
     );
     let path = dir.join("snirelay.toml");
     std::fs::write(&path, config).unwrap();
@@ -244,7 +250,7 @@ async fn start_haproxy(bin: &Path, args: &Args, dir: &Path, backend: SocketAddr)
     nbthread {threads}
     maxconn 9000
     maxpipes 512
-    tune.pipesize 65536
+    tune.pipesize {pipe_size}
 
 defaults
     mode tcp
@@ -264,6 +270,7 @@ backend b
     server s1 {backend}
 "#,
         threads = args.threads,
+        pipe_size = args.pipe_size,
         splice = if args.splice {
             "option splice-auto"
         } else {
@@ -303,8 +310,37 @@ async fn open(addr: SocketAddr, hello: &[u8], mode: u8) -> std::io::Result<TcpSt
     Ok(stream)
 }
 
-/// Connections per second completed by 64 looping clients.
-async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> f64 {
+/// CPU time (user + system) `pid` has used so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is field 3, utime 14, stime 15 (in clock ticks).
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let mut fields = rest.split_whitespace().skip(11);
+    let mut tick = || {
+        fields
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (utime, stime) = (tick(), tick());
+    // CLK_TCK is 100 on every Linux this runs on.
+    (utime + stime) / 100.0
+}
+
+/// Connections per second completed by 64 looping clients, and the
+/// proxy's CPU microseconds per connection (a figure that the other load on
+/// a shared machine disturbs far less than the rate itself).
+async fn rate_and_cost(proxy: &Proxy, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, f64, u64) {
+    let pid = proxy.child.id();
+    let cpu0 = cpu_seconds(pid);
+    let (per_second, done) = rate(proxy.addr, hello, seconds).await;
+    let cpu = cpu_seconds(pid) - cpu0;
+    (per_second, cpu * 1e6 / done.max(1) as f64, done)
+}
+
+/// Connections per second completed by 64 looping clients, and how many.
+async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, u64) {
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -334,7 +370,8 @@ async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> f64 {
     if errors > 0 {
         eprintln!("  rate: {errors} failed connections");
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let done = done.load(Ordering::Relaxed);
+    (done as f64 / start.elapsed().as_secs_f64(), done)
 }
 
 /// MB/s (10^6 bytes) client → backend over 8 streams.
@@ -538,10 +575,11 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
     let mut samples: Samples = BTreeMap::new();
     let secs = args.seconds;
     eprintln!(
-        "loadbench: {} run(s), {secs} s phases, threads = {}, splice = {}, idle = {}; logs in {}",
+        "loadbench: {} run(s), {secs} s phases, threads = {}, splice = {}, pipe_size = {}, idle = {}; logs in {}",
         args.runs,
         args.threads,
         args.splice,
+        args.pipe_size,
         args.idle,
         dir.display()
     );
@@ -560,21 +598,33 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
         for proxy in &order {
             let name = proxy.name;
             if only("rate") {
-                let v = rate(proxy.addr, hello.clone(), secs).await;
-                eprintln!("run {run} {name:8} rate  {v:10.0} conn/s");
+                let (v, cost, _) = rate_and_cost(proxy, hello.clone(), secs).await;
+                eprintln!("run {run} {name:8} rate  {v:10.0} conn/s  {cost:6.1} us CPU/conn");
                 samples.entry(("rate", name)).or_default().push(v);
+                samples.entry(("rate_cpu", name)).or_default().push(cost);
             }
+            // Proxy CPU milliseconds per 100 MB moved (the phases move
+            // `MB/s * seconds` MB).
+            let cost = |cpu0: f64, mb_per_s: f64| {
+                (cpu_seconds(proxy.child.id()) - cpu0) * 1e3 / (mb_per_s * secs as f64 / 100.0)
+            };
             if only("up") {
+                let cpu0 = cpu_seconds(proxy.child.id());
                 let v = upload(proxy.addr, hello.clone(), secs, &stats).await;
-                eprintln!("run {run} {name:8} up    {v:10.0} MB/s");
+                let c = cost(cpu0, v);
+                eprintln!("run {run} {name:8} up    {v:10.0} MB/s  {c:6.1} ms CPU/100 MB");
                 samples.entry(("up", name)).or_default().push(v);
+                samples.entry(("up_cpu", name)).or_default().push(c);
             }
             if only("down") {
                 stop_download.store(false, Ordering::Relaxed);
+                let cpu0 = cpu_seconds(proxy.child.id());
                 let v = download(proxy.addr, hello.clone(), secs).await;
+                let c = cost(cpu0, v);
                 stop_download.store(true, Ordering::Relaxed);
-                eprintln!("run {run} {name:8} down  {v:10.0} MB/s");
+                eprintln!("run {run} {name:8} down  {v:10.0} MB/s  {c:6.1} ms CPU/100 MB");
                 samples.entry(("down", name)).or_default().push(v);
+                samples.entry(("down_cpu", name)).or_default().push(c);
             }
             if only("ping") {
                 let (p50, p99) = ping(proxy.addr, hello.clone(), secs.min(5)).await;
@@ -652,16 +702,21 @@ fn print_table(samples: &Samples, args: &Args) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "\nmedians of {} alternating run(s); threads = {}; splice = {}",
-        args.runs, args.threads, args.splice
+        "\nmedians of {} alternating run(s); threads = {}; splice = {}; pipe_size = {}",
+        args.runs, args.threads, args.splice, args.pipe_size
     );
     let _ = writeln!(
         out,
         "| metric | snirelay | HAProxy | snirelay/HAProxy | direct | snirelay/direct | target |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-    let rows: [(&str, &str, &str); 10] = [
+    let rows: [(&str, &str, &str); 13] = [
         ("rate", "connections/s (64 clients)", ">= 1.2x HAProxy"),
+        (
+            "rate_cpu",
+            "proxy CPU us per connection (rate phase)",
+            "lower is better",
+        ),
         (
             "up",
             "upload MB/s (8 streams)",
@@ -671,6 +726,12 @@ fn print_table(samples: &Samples, args: &Args) {
             "down",
             "download MB/s (8 streams)",
             ">= 1.0x HAProxy, >= 0.7x direct",
+        ),
+        ("up_cpu", "proxy CPU ms per 100 MB up", "lower is better"),
+        (
+            "down_cpu",
+            "proxy CPU ms per 100 MB down",
+            "lower is better",
         ),
         ("p50", "ping-pong p50 us", ""),
         ("p99", "ping-pong p99 us", "<= HAProxy"),

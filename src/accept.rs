@@ -1,4 +1,8 @@
-//! The accept loop of one listening socket.
+//! An accept loop on one listening socket. The server runs one such loop
+//! per runtime worker thread on each socket (the socket is shared through
+//! an `Arc`; see `server` for the measurement behind that), so all workers
+//! accept. Everything below holds per loop; the permits, the admission
+//! state and the metric series are shared by all loops of a listener.
 //!
 //! Before each `accept` the loop takes a permit from the process-wide
 //! connection semaphore (`global.max_connections`): at the cap it simply
@@ -43,7 +47,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Everything an accept loop needs, passed in rather than global.
 pub struct AcceptLoop {
-    pub socket: TcpListener,
+    pub socket: Arc<TcpListener>,
     /// The listener's current configuration; replaced on reload.
     pub config: watch::Receiver<Arc<Listener>>,
     /// Process-wide connection permits.
@@ -65,11 +69,19 @@ pub struct AcceptLoop {
 }
 
 impl AcceptLoop {
-    pub async fn run(self) {
+    pub async fn run(mut self) {
         // Connection tokens hang off one token per loop, so creating and
         // dropping them locks this loop's node rather than a node shared by
         // every connection of the process.
         let close_mine = self.close_connections.child_token();
+        // The snapshots in force, re-read only when a reload publishes new
+        // ones (an atomic version check per accept instead of a lock).
+        let mut listener = self.config.borrow_and_update().clone();
+        let mut admission = self.admission.borrow_and_update().clone();
+        let mut pace = self.pace.borrow_and_update().clone();
+        let mut backends = self.backends.borrow_and_update().clone();
+        // A listener keeps its name across reloads, so its series do too.
+        let series = metrics::metrics().listener(&listener.name);
         let mut backoff = BACKOFF_FIRST;
         let mut failures_in_burst = 0u64;
         loop {
@@ -80,8 +92,10 @@ impl AcceptLoop {
                 },
                 () = self.stop_accepting.cancelled() => return,
             };
-            let pace = self.pace.borrow().clone();
-            if let Some(pace) = pace {
+            if self.pace.has_changed().unwrap_or(false) {
+                pace = self.pace.borrow_and_update().clone();
+            }
+            if let Some(pace) = &pace {
                 tokio::select! {
                     _ = pace.until_ready() => {}
                     () = self.stop_accepting.cancelled() => return,
@@ -102,12 +116,17 @@ impl AcceptLoop {
                         stream,
                         peer: PeerAddr(peer),
                         at: Instant::now(),
+                        metrics: series.clone(),
                     };
-                    let listener = self.config.borrow().clone();
+                    if self.config.has_changed().unwrap_or(false) {
+                        listener = self.config.borrow_and_update().clone();
+                    }
+                    if self.admission.has_changed().unwrap_or(false) {
+                        admission = self.admission.borrow_and_update().clone();
+                    }
                     // Counted (and `active`) before admission: a refused
                     // connection is closed through the same record.
-                    metrics::metrics().accepted(&listener.name);
-                    let admission = self.admission.borrow().clone();
+                    series.accepted();
                     // A trusted peer relay is admitted later, on the client
                     // address its PROXY header claims (see `preface`); its
                     // own connections are exempt from per-source limits.
@@ -121,7 +140,7 @@ impl AcceptLoop {
                         match admission.admit(Source::from(accepted.peer)) {
                             Ok(admitted) => Some(admitted),
                             Err(refusal) => {
-                                conn::refused(&accepted, listener, refusal.into());
+                                conn::refused(&accepted, &listener, refusal.into());
                                 // Closed unread: dropping the socket and the permit.
                                 continue;
                             }
@@ -131,7 +150,11 @@ impl AcceptLoop {
                         conn::log_dry_run(&listener, accepted.peer, admitted);
                     }
                     let cancel = close_mine.child_token();
-                    let backends = self.backends.borrow().clone();
+                    if self.backends.has_changed().unwrap_or(false) {
+                        backends = self.backends.borrow_and_update().clone();
+                    }
+                    let (listener, admission, backends) =
+                        (listener.clone(), admission.clone(), backends.clone());
                     self.tracker.spawn(async move {
                         conn::handle(accepted, listener, admission, backends, cancel).await;
                         drop(admitted);

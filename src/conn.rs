@@ -22,7 +22,8 @@ use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::admit::{self, Admission, Admitted};
 use crate::backend::Backends;
 use crate::close::CloseReason;
-use crate::config::Listener;
+use crate::config::{Backend, Listener};
+use crate::metrics::ListenerMetrics;
 use crate::preface::{self, Source};
 use crate::relay::Transferred;
 use crate::{announce, connect, inspect, metrics, relay, route, sockopt};
@@ -35,20 +36,24 @@ pub struct Accepted {
     pub stream: TcpStream,
     pub peer: PeerAddr,
     pub at: Instant,
+    /// The listener's pre-resolved metric series.
+    pub metrics: Arc<ListenerMetrics>,
 }
 
-/// What the connection's log line says; filled in stage by stage.
+/// What the connection's log line says; filled in stage by stage. Names
+/// are borrowed from the connection's snapshot (`'l`) or shared with it
+/// (`Arc`), never copied per connection.
 #[derive(Debug)]
-pub struct ConnRecord {
+pub struct ConnRecord<'l> {
     pub id: u64,
-    pub listener: Arc<Listener>,
+    pub listener: &'l Listener,
     pub peer: PeerAddr,
     pub started: Instant,
     pub sni: Option<String>,
     pub alpn: Option<String>,
     pub ech: bool,
-    pub route: Option<String>,
-    pub backend: Option<String>,
+    pub route: Option<&'l str>,
+    pub backend: Option<Arc<Backend>>,
     pub backend_addr: Option<std::net::SocketAddr>,
     pub moved: Transferred,
     /// The client address a trusted peer's PROXY header claims (`client.claimed`).
@@ -56,10 +61,12 @@ pub struct ConnRecord {
     /// Who the connection is from for per-source limits: the peer, a
     /// claimed client behind a trusted peer, or the trusted peer itself.
     pub source: Source,
+    /// The listener's metric series (see `metrics::ListenerMetrics`).
+    pub metrics: Arc<ListenerMetrics>,
 }
 
-impl ConnRecord {
-    fn new(listener: Arc<Listener>, accepted: &Accepted) -> Self {
+impl<'l> ConnRecord<'l> {
+    fn new(listener: &'l Listener, accepted: &Accepted) -> Self {
         ConnRecord {
             id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
             listener,
@@ -74,15 +81,20 @@ impl ConnRecord {
             moved: Transferred::default(),
             claimed: None,
             source: Source::Direct(accepted.peer),
+            metrics: accepted.metrics.clone(),
         }
+    }
+
+    fn backend_name(&self) -> Option<&str> {
+        self.backend.as_ref().map(|b| b.name.as_str())
     }
 
     /// Writes the connection's one log line (none for a silent connection).
     fn close(&self, reason: CloseReason) {
-        metrics::metrics().closed(&metrics::Closed {
+        self.metrics.closed(&metrics::Closed {
             listener: &self.listener.name,
-            route: self.route.as_deref(),
-            backend: self.backend.as_deref(),
+            route: self.route,
+            backend: self.backend_name(),
             reason,
             sni: self.sni.is_some(),
             ech: self.ech,
@@ -104,8 +116,8 @@ impl ConnRecord {
                     sni = self.sni.as_deref(),
                     alpn = self.alpn.as_deref(),
                     ech = self.ech,
-                    route = self.route.as_deref(),
-                    backend = self.backend.as_deref(),
+                    route = self.route,
+                    backend = self.backend_name(),
                     backend.addr = self.backend_addr.map(tracing::field::display),
                     bytes.up = self.moved.up,
                     bytes.down = self.moved.down,
@@ -133,7 +145,7 @@ pub async fn handle(
     backends: Arc<Backends>,
     cancel: CancellationToken,
 ) {
-    let mut record = ConnRecord::new(listener, &accepted);
+    let mut record = ConnRecord::new(&listener, &accepted);
     let reason = match serve(&mut accepted, &mut record, &admission, &backends, &cancel).await {
         Ok(reason) | Err(reason) => reason,
     };
@@ -145,12 +157,12 @@ pub async fn handle(
 
 async fn serve(
     accepted: &mut Accepted,
-    record: &mut ConnRecord,
+    record: &mut ConnRecord<'_>,
     admission: &Admission,
     backends: &Backends,
     cancel: &CancellationToken,
 ) -> Result<CloseReason, CloseReason> {
-    let listener = record.listener.clone();
+    let listener = record.listener;
     // Held for the connection's life: its slot in the per-source tables.
     let mut _claim_slot: Option<Admitted> = None;
     let client = &mut accepted.stream;
@@ -175,10 +187,10 @@ async fn serve(
                         .admit(admit::Source::Claimed(claimed))
                         .map_err(|refusal| {
                             let reason = CloseReason::from(refusal);
-                            metrics::metrics().limit_refused(&listener.name, reason.as_str());
+                            record.metrics.limit_refused(reason);
                             reason
                         })?;
-                log_dry_run(&listener, accepted.peer, &admitted);
+                log_dry_run(listener, accepted.peer, &admitted);
                 _claim_slot = Some(admitted);
             }
             (preface.header, preface.buffered)
@@ -208,15 +220,18 @@ async fn serve(
     }
 
     // route
-    let target = match route::choose(&listener, &hello.info) {
+    let target = match route::choose(listener, &hello.info) {
         Ok(target) => target,
         Err(refusal) => {
             route::refuse(client).await;
             return Err(refusal.into());
         }
     };
-    record.route = Some(target.route.to_owned());
-    record.backend = Some(target.backend.name.clone());
+    record.route = Some(target.route);
+    record.backend = Some(target.backend.clone());
+    // What the hello said is in the record now; its allocations must not
+    // stay pinned for the connection's life (the bytes go out below).
+    drop(hello.info);
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
     let drain = target.drain.enter();
@@ -290,7 +305,7 @@ pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
 
 /// Logs a connection refused at admission; the caller closes the socket
 /// without reading from it (so there is no TLS alert to send).
-pub fn refused(accepted: &Accepted, listener: Arc<Listener>, reason: CloseReason) {
-    metrics::metrics().limit_refused(&listener.name, reason.as_str());
+pub fn refused(accepted: &Accepted, listener: &Listener, reason: CloseReason) {
+    accepted.metrics.limit_refused(reason);
     ConnRecord::new(listener, accepted).close(reason);
 }

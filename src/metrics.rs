@@ -2,9 +2,10 @@
 //!
 //! The registry is process-wide (like a log subscriber): a process serves one
 //! set of listeners, and a global avoids threading a handle through every
-//! stage signature. Recording happens in few places: [`Metrics::accepted`]
-//! from the accept loop, [`Metrics::closed`] once per connection from
-//! `ConnRecord::close`, and [`Metrics::connect_attempt`] from `connect`.
+//! stage signature. Recording happens in few places:
+//! [`ListenerMetrics::accepted`] from the accept loop,
+//! [`ListenerMetrics::closed`] once per connection from `ConnRecord::close`,
+//! and [`Metrics::connect_attempt`] from `connect`.
 //! Hooks for stages built elsewhere (limits, reload, drain, DNS/cluster
 //! lookups, backend address health) are the documented methods at the end.
 //!
@@ -12,15 +13,24 @@
 //! route and backend names, close reasons and fixed outcome words. Never the
 //! SNI, never a client address.
 //!
-//! Cost: every metric family is created at start-up. Recording is one
-//! hash-map lookup under a read lock plus atomic adds per *event*
-//! (connection accepted, closed, connect attempt); nothing is recorded per
-//! byte: byte counts are added once, at close. Process gauges (open fds,
-//! RSS) are read from /proc/self only when /metrics is scraped.
+//! Cost: every metric family is created at start-up. The per-connection
+//! events go through handles resolved ahead of the connection, so they cost
+//! atomic adds and no allocation: a listener's [`ListenerMetrics`] is made
+//! once when its accept loop starts (its series never change with a reload,
+//! since they are keyed on the listener's name), and holds the `accepted`,
+//! `active` and `ech` counters directly; its close-reason, hello-outcome and
+//! limit series are resolved on their first use (a `OnceLock` per fixed
+//! word, so the exported series are exactly those that happened); its
+//! (route, backend) byte counters sit in a small map under a read lock,
+//! looked up by `&str`. [`Metrics::connect_attempt`] does the same per
+//! backend name. Nothing is recorded per byte: byte counts are added once,
+//! at close. Process gauges (open fds, RSS) are read from /proc/self only
+//! when /metrics is scraped.
 //!
 //! Not here: the HTTP side (see `admin`).
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -117,6 +127,16 @@ pub struct Metrics {
     open_fds: Gauge,
     max_fds: Gauge,
     resident_memory: Gauge,
+    /// Backend name → its connect series, resolved on first use.
+    backends: RwLock<HashMap<Box<str>, BackendSeries>>,
+}
+
+/// One backend's connect series (clones share the family's atomics).
+#[derive(Clone)]
+struct BackendSeries {
+    attempts: Counter,
+    failures: Counter,
+    duration: Histogram,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -167,6 +187,151 @@ impl Closed<'_> {
     }
 }
 
+/// Slots for per-close-reason series: more than [`CloseReason`] has
+/// variants (a reason past the last slot still counts, through the family).
+const REASON_SLOTS: usize = 32;
+
+/// Every word [`Closed::hello_outcome`] can return.
+const HELLO_OUTCOMES: [&str; 9] = [
+    "sni",
+    "no_sni",
+    "empty",
+    "timeout",
+    "not_tls",
+    "malformed",
+    "too_large",
+    "preface_refused",
+    "incomplete",
+];
+
+/// Route → backend → (bytes up, bytes down) counters.
+type TrafficSeries = HashMap<Box<str>, HashMap<Box<str>, (Counter, Counter)>>;
+
+/// One listener's series, resolved ahead of its connections (see the
+/// module header): recording a connection is atomic adds, no allocation
+/// and no lock on the metric families once each word has been seen.
+pub struct ListenerMetrics {
+    name: Box<str>,
+    accepted: Counter,
+    active: Gauge,
+    /// Made on the first ECH hello, like the family's other series.
+    hello_ech: OnceLock<Counter>,
+    /// By `CloseReason as usize`.
+    closed: [OnceLock<Counter>; REASON_SLOTS],
+    /// Admission refusals, by `CloseReason as usize`.
+    refused: [OnceLock<Counter>; REASON_SLOTS],
+    /// By position in [`HELLO_OUTCOMES`].
+    hello: [OnceLock<Counter>; HELLO_OUTCOMES.len()],
+    /// Route → backend → (bytes up, bytes down).
+    traffic: RwLock<TrafficSeries>,
+}
+
+impl std::fmt::Debug for ListenerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListenerMetrics")
+            .field("listener", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ListenerMetrics {
+    /// A connection was accepted (it is now active).
+    pub fn accepted(&self) {
+        self.accepted.inc();
+        self.active.inc();
+    }
+
+    /// A connection ended: its close reason, hello outcome, bytes; it is no
+    /// longer active. Called exactly once per accepted connection.
+    pub fn closed(&self, c: &Closed<'_>) {
+        let m = metrics();
+        self.active.dec();
+        let reason = c.reason;
+        self.count(&self.closed, reason, |listener| {
+            m.closed.get_or_create_owned(&CloseLabels {
+                listener,
+                reason: reason.as_str(),
+            })
+        });
+        let outcome = c.hello_outcome();
+        let at = HELLO_OUTCOMES
+            .iter()
+            .position(|w| *w == outcome)
+            .expect("hello_outcome returns a word of HELLO_OUTCOMES");
+        self.hello[at]
+            .get_or_init(|| {
+                m.hello.get_or_create_owned(&HelloLabels {
+                    listener: self.name.to_string(),
+                    outcome,
+                })
+            })
+            .inc();
+        if c.ech {
+            self.hello_ech
+                .get_or_init(|| {
+                    m.hello_ech.get_or_create_owned(&ListenerLabels {
+                        listener: self.name.to_string(),
+                    })
+                })
+                .inc();
+        }
+        if c.bytes_up > 0 || c.bytes_down > 0 {
+            let (route, backend) = (c.route.unwrap_or(""), c.backend.unwrap_or(""));
+            let add = |(up, down): &(Counter, Counter)| {
+                up.inc_by(c.bytes_up);
+                down.inc_by(c.bytes_down);
+            };
+            let known = self.traffic.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(series) = known.get(route).and_then(|b| b.get(backend)) {
+                return add(series);
+            }
+            drop(known);
+            let labels = TrafficLabels {
+                listener: self.name.to_string(),
+                route: route.to_owned(),
+                backend: backend.to_owned(),
+            };
+            let mut known = self.traffic.write().unwrap_or_else(|e| e.into_inner());
+            let series = known
+                .entry(route.into())
+                .or_default()
+                .entry(backend.into())
+                .or_insert_with(|| {
+                    (
+                        m.bytes_up.get_or_create_owned(&labels),
+                        m.bytes_down.get_or_create_owned(&labels),
+                    )
+                });
+            add(series);
+        }
+    }
+
+    /// A connection refused at admission; `reason` is `limit_concurrent`,
+    /// `limit_rate` or `denied` (the `kind` label).
+    pub fn limit_refused(&self, reason: CloseReason) {
+        self.count(&self.refused, reason, |listener| {
+            metrics().limit_refusals.get_or_create_owned(&LimitLabels {
+                listener,
+                kind: reason.as_str(),
+            })
+        });
+    }
+
+    /// Counts one `reason` in `slots`; its counter is made by
+    /// `make(listener name)` on first use.
+    fn count(
+        &self,
+        slots: &[OnceLock<Counter>; REASON_SLOTS],
+        reason: CloseReason,
+        make: impl FnOnce(String) -> Counter,
+    ) {
+        match slots.get(reason as usize) {
+            Some(slot) => slot.get_or_init(|| make(self.name.to_string())).inc(),
+            None => make(self.name.to_string()).inc(),
+        };
+    }
+}
+
 impl Metrics {
     fn new() -> Metrics {
         let m = Metrics {
@@ -189,6 +354,7 @@ impl Metrics {
             open_fds: Gauge::default(),
             max_fds: Gauge::default(),
             resident_memory: Gauge::default(),
+            backends: RwLock::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -302,64 +468,53 @@ impl Metrics {
         let _ = self.active.get_or_create(&labels);
     }
 
-    /// A connection was accepted on `listener` (it is now active).
-    pub fn accepted(&self, listener: &str) {
+    /// The series of `listener`, for its accept loop and connections. Call
+    /// once per accept loop, not per connection (it allocates).
+    pub fn listener(&self, listener: &str) -> Arc<ListenerMetrics> {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
         };
-        self.accepted.get_or_create(&labels).inc();
-        self.active.get_or_create(&labels).inc();
-    }
-
-    /// A connection ended: its close reason, hello outcome, bytes; it is no
-    /// longer active. Called exactly once per accepted connection.
-    pub fn closed(&self, c: &Closed<'_>) {
-        let listener = ListenerLabels {
-            listener: c.listener.to_owned(),
-        };
-        self.active.get_or_create(&listener).dec();
-        self.closed
-            .get_or_create(&CloseLabels {
-                listener: c.listener.to_owned(),
-                reason: c.reason.as_str(),
-            })
-            .inc();
-        self.hello
-            .get_or_create(&HelloLabels {
-                listener: c.listener.to_owned(),
-                outcome: c.hello_outcome(),
-            })
-            .inc();
-        if c.ech {
-            self.hello_ech.get_or_create(&listener).inc();
-        }
-        if c.bytes_up > 0 || c.bytes_down > 0 {
-            let traffic = TrafficLabels {
-                listener: c.listener.to_owned(),
-                route: c.route.unwrap_or("").to_owned(),
-                backend: c.backend.unwrap_or("").to_owned(),
-            };
-            self.bytes_up.get_or_create(&traffic).inc_by(c.bytes_up);
-            self.bytes_down.get_or_create(&traffic).inc_by(c.bytes_down);
-        }
+        Arc::new(ListenerMetrics {
+            name: listener.into(),
+            accepted: self.accepted.get_or_create_owned(&labels),
+            active: self.active.get_or_create_owned(&labels),
+            hello_ech: OnceLock::new(),
+            closed: [const { OnceLock::new() }; REASON_SLOTS],
+            refused: [const { OnceLock::new() }; REASON_SLOTS],
+            hello: [const { OnceLock::new() }; HELLO_OUTCOMES.len()],
+            traffic: RwLock::default(),
+        })
     }
 
     /// One connect attempt to an address of `backend`: `Ok(time to
     /// connect)` or `Err(())` for a failure or timeout.
     pub fn connect_attempt(&self, backend: &str, outcome: Result<Duration, ()>) {
+        let record = |series: &BackendSeries| {
+            series.attempts.inc();
+            match outcome {
+                Ok(took) => series.duration.observe(took.as_secs_f64()),
+                Err(()) => {
+                    series.failures.inc();
+                }
+            }
+        };
+        let known = self.backends.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(series) = known.get(backend) {
+            return record(series);
+        }
+        drop(known);
         let labels = BackendLabels {
             backend: backend.to_owned(),
         };
-        self.connect_attempts.get_or_create(&labels).inc();
-        match outcome {
-            Ok(took) => self
-                .connect_duration
-                .get_or_create(&labels)
-                .observe(took.as_secs_f64()),
-            Err(()) => {
-                self.connect_failures.get_or_create(&labels).inc();
-            }
-        }
+        let mut known = self.backends.write().unwrap_or_else(|e| e.into_inner());
+        let series = known
+            .entry(backend.into())
+            .or_insert_with(|| BackendSeries {
+                attempts: self.connect_attempts.get_or_create_owned(&labels),
+                failures: self.connect_failures.get_or_create_owned(&labels),
+                duration: self.connect_duration.get_or_create_owned(&labels),
+            });
+        record(series);
     }
 
     // ---------------------------------------------------------------
@@ -455,6 +610,55 @@ mod tests {
         );
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 20000                files     \n";
         assert_eq!(proc_field(limits, "Max open files"), Some(1024));
+    }
+
+    #[test]
+    fn listener_handles_record_the_same_series_as_the_families() {
+        let series = metrics().listener("unit_handles");
+        series.accepted();
+        series.accepted();
+        let closed = Closed {
+            listener: "unit_handles",
+            route: Some("r"),
+            backend: Some("b"),
+            reason: CloseReason::Done,
+            sni: true,
+            ech: true,
+            bytes_up: 10,
+            bytes_down: 20,
+        };
+        series.closed(&closed);
+        series.closed(&Closed {
+            bytes_up: 5,
+            ..closed
+        });
+        series.limit_refused(CloseReason::LimitRate);
+        metrics().connect_attempt("unit_handles_b", Ok(Duration::from_millis(1)));
+        metrics().connect_attempt("unit_handles_b", Err(()));
+        let text = metrics().render();
+        for line in [
+            "snirelay_connections_accepted_total{listener=\"unit_handles\"} 2",
+            "snirelay_connections_active{listener=\"unit_handles\"} 0",
+            "snirelay_connections_closed_total{listener=\"unit_handles\",reason=\"done\"} 2",
+            "snirelay_client_hellos_total{listener=\"unit_handles\",outcome=\"sni\"} 2",
+            "snirelay_client_hellos_ech_total{listener=\"unit_handles\"} 2",
+            "snirelay_bytes_up_total{listener=\"unit_handles\",route=\"r\",backend=\"b\"} 15",
+            "snirelay_bytes_down_total{listener=\"unit_handles\",route=\"r\",backend=\"b\"} 40",
+            "snirelay_limit_refusals_total{listener=\"unit_handles\",kind=\"limit_rate\"} 1",
+            "snirelay_backend_connect_attempts_total{backend=\"unit_handles_b\"} 2",
+            "snirelay_backend_connect_failures_total{backend=\"unit_handles_b\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}");
+        }
+        // Series appear on first use only, as with the families.
+        assert!(!text.contains("listener=\"unit_handles\",reason=\"malformed\""));
+    }
+
+    #[test]
+    fn every_close_reason_has_a_slot() {
+        // The last variant; a new one past the slots still counts (through
+        // the family) but loses the fast path.
+        assert!((CloseReason::Denied as usize) < REASON_SLOTS);
     }
 
     #[test]

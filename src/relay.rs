@@ -181,14 +181,28 @@ pub async fn relay(
     let idle_expired = activity.expired(idle);
     tokio::pin!(up, down, idle_expired);
     let (mut up_done, mut down_done) = (false, false);
+    // A direction that ends passes its FIN on with shutdown(2) only while
+    // the other direction still flows; once both have ended, the close that
+    // follows sends the FIN (no unread data is left, so it is a FIN, not a
+    // reset), one syscall fewer per connection.
     while !(up_done && down_done) {
         tokio::select! {
             result = &mut up, if !up_done => match result {
-                Ok(()) => up_done = true,
+                Ok(()) => {
+                    up_done = true;
+                    if !down_done && sockopt::shutdown_write(backend).is_err() {
+                        return CloseReason::BackendReset;
+                    }
+                }
                 Err(failure) => return failure.into(),
             },
             result = &mut down, if !down_done => match result {
-                Ok(()) => down_done = true,
+                Ok(()) => {
+                    down_done = true;
+                    if !up_done && sockopt::shutdown_write(client).is_err() {
+                        return CloseReason::ClientReset;
+                    }
+                }
                 Err(failure) => return failure.into(),
             },
             () = &mut idle_expired => return CloseReason::IdleTimeout,
@@ -198,7 +212,7 @@ pub async fn relay(
     CloseReason::Done
 }
 
-/// Moves one direction until EOF, then passes the FIN on.
+/// Moves one direction until EOF (the caller passes the FIN on).
 async fn pump(
     from: &TcpStream,
     to: &TcpStream,
@@ -226,7 +240,7 @@ async fn pump(
         match burst {
             Ok(Burst::Idle) => {}
             // Half-close: the other direction keeps flowing.
-            Ok(Burst::Eof) => return sockopt::shutdown_write(to).map_err(|_| writer),
+            Ok(Burst::Eof) => return Ok(()),
             Err(BurstError::Read(_)) => return Err(reader),
             Err(BurstError::Write(_)) => return Err(writer),
         }
