@@ -99,7 +99,10 @@ pub async fn connect(
         }
         Some(cache) => {
             let sni = pick.sni.ok_or(ConnectError::NoAddress)?;
-            match cache.lookup(sni, pick.local).await? {
+            // Boxed: the lookup (an HTTP exchange) is a large future, and
+            // inline it would enlarge every connection's task for its whole
+            // life, idle or not; this allocation is paid by cluster backends only.
+            match Box::pin(cache.lookup(sni, pick.local)).await? {
                 Answer::Remote(set) => try_in_order(runtime, &set, pick).await,
                 Answer::Local => {
                     let local = runtime

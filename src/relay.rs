@@ -226,11 +226,15 @@ async fn pump(
         readable(from).await.map_err(|_| reader)?;
         let burst = match copy_once(from, to, activity, count).await {
             // Bulk data: splice the rest of the burst when a pipe is free.
+            // The burst futures are boxed: inline, their state would sit in
+            // every connection's task for its whole life, idle or not; boxed,
+            // only a connection moving bulk data holds it, for the burst.
             Ok(Copied::Full) => match pipes.and_then(splice::PipePool::lease) {
                 Some(mut lease) => {
-                    splice::burst(from, to, &mut lease, &|| activity.touch(), count).await
+                    let touch = || activity.touch();
+                    Box::pin(splice::burst(from, to, &mut lease, &touch, count)).await
                 }
-                None => copy_burst(from, to, activity, count).await,
+                None => Box::pin(copy_burst(from, to, activity, count)).await,
             },
             // The next readable returns at once unless EAGAIN was seen.
             Ok(Copied::Partial | Copied::Idle) => continue,
