@@ -137,6 +137,13 @@ impl BackendRuntime {
     /// The set to connect to: at once when known, otherwise after waiting
     /// up to `wait` for the first answer; `None` when there is none.
     pub async fn addresses(&self, wait: Duration) -> Option<AddressSet> {
+        // The usual case, a known set: one read lock, no subscription or timer.
+        {
+            let resolved = self.addresses.borrow();
+            if resolved.known {
+                return (!resolved.set.is_empty()).then(|| resolved.set.clone());
+            }
+        }
         let mut rx = self.addresses.subscribe();
         let ready = tokio::time::timeout(wait, rx.wait_for(|r| r.known)).await;
         match ready {
