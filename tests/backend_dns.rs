@@ -6,14 +6,17 @@
 mod common;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::dns::{DnsServer, Mode, NEGATIVE_TTL};
-use common::{Pki, Relay, echo_session, http_get, metric, tls_connect, tls_echo_backend};
+use common::{
+    Pki, Relay, http_get, metric, relayed_backend_addr, serve_tls_echo, tls_connect,
+    tls_echo_backend,
+};
 use hickory_proto::op::ResponseCode;
 use serde_json::Value;
 use snirelay::backend::dns::{self, Answer, DnsError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 fn ip(text: &str) -> IpAddr {
@@ -152,28 +155,6 @@ async fn query_to_a_closed_port_fails_within_the_timeout() {
 
 // ------------------------------------------------------------- the relay
 
-/// A mutual-TLS echo backend on `listener`.
-fn serve_tls_echo(pki: &Pki, listener: TcpListener) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config());
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = tls.read(&mut buf).await {
-                    if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-                let _ = tls.shutdown().await;
-            });
-        }
-    });
-}
-
 /// Two echo backends on 127.0.0.2 and 127.0.0.3 sharing one port (a
 /// resolved set shares the port of `resolve = "name:PORT"`).
 async fn echo_pair(pki: &Pki) -> (SocketAddr, SocketAddr) {
@@ -185,23 +166,11 @@ async fn echo_pair(pki: &Pki) -> (SocketAddr, SocketAddr) {
             continue;
         };
         let pair = (first.local_addr().unwrap(), second.local_addr().unwrap());
-        serve_tls_echo(pki, first);
-        serve_tls_echo(pki, second);
+        serve_tls_echo(pki, Arc::new(first));
+        serve_tls_echo(pki, Arc::new(second));
         return pair;
     }
     panic!("no port free on both 127.0.0.2 and 127.0.0.3");
-}
-
-/// One relayed echo session for `name`; returns the backend address the
-/// relay logged for it.
-async fn session(relay: &Relay, pki: &Pki, name: &str) -> String {
-    let tls = echo_session(pki, relay.addr(), name)
-        .await
-        .expect("relayed echo session");
-    let peer = tls.get_ref().0.local_addr().unwrap();
-    drop(tls);
-    let line = relay.closed_line(peer).await;
-    line["backend.addr"].as_str().unwrap().to_owned()
 }
 
 /// A relay routing `app.example.com` to backend `b` resolved from `name`
@@ -249,7 +218,7 @@ async fn the_relay_follows_the_a_set() {
         .await;
     assert_eq!(resolved["addresses"], two.to_string());
     assert_eq!(
-        session(&relay, &pki, "app.example.com").await,
+        relayed_backend_addr(&relay, &pki, "app.example.com").await,
         two.to_string()
     );
 
@@ -260,7 +229,7 @@ async fn the_relay_follows_the_a_set() {
     assert_eq!(changed["addresses"], three.to_string());
     for _ in 0..3 {
         assert_eq!(
-            session(&relay, &pki, "app.example.com").await,
+            relayed_backend_addr(&relay, &pki, "app.example.com").await,
             three.to_string()
         );
     }
@@ -272,7 +241,7 @@ async fn the_relay_follows_the_a_set() {
         .wait_log(|l| message(l, "backend addresses changed") && l["addresses"] == both)
         .await;
     assert_eq!(
-        session(&relay, &pki, "app.example.com").await,
+        relayed_backend_addr(&relay, &pki, "app.example.com").await,
         two.to_string()
     );
 }
@@ -308,7 +277,7 @@ max_ttl = "200ms""#,
     assert_eq!(stale["addresses"], two.to_string());
     assert!(stale["level"] == "WARN", "{stale}");
     assert_eq!(
-        session(&relay, &pki, "app.example.com").await,
+        relayed_backend_addr(&relay, &pki, "app.example.com").await,
         two.to_string()
     );
     dns.set("origin.test", vec![two.ip()], 0);
@@ -327,7 +296,7 @@ max_ttl = "200ms""#,
     );
     for _ in 0..3 {
         assert_eq!(
-            session(&relay, &pki, "app.example.com").await,
+            relayed_backend_addr(&relay, &pki, "app.example.com").await,
             two.to_string()
         );
     }
@@ -336,7 +305,7 @@ max_ttl = "200ms""#,
         .wait_nth(2, |l| message(l, "DNS resolution recovered"))
         .await;
     assert_eq!(
-        session(&relay, &pki, "app.example.com").await,
+        relayed_backend_addr(&relay, &pki, "app.example.com").await,
         two.to_string()
     );
 
@@ -410,7 +379,7 @@ min_ttl = "200ms"
     );
     // The other route is not held up.
     assert_eq!(
-        session(&relay, &pki, "app.example.com").await,
+        relayed_backend_addr(&relay, &pki, "app.example.com").await,
         echo.to_string()
     );
 }
@@ -446,7 +415,7 @@ max_ttl = "300ms""#,
     let now = dns.lookups("origin.test");
     dns.wait_lookups("origin.test", now + 3).await;
     assert_eq!(
-        session(&relay, &pki, "app.example.com").await,
+        relayed_backend_addr(&relay, &pki, "app.example.com").await,
         two.to_string()
     );
 }
@@ -482,7 +451,7 @@ connect_timeout = "2s"
         "{addresses}"
     );
     assert_eq!(
-        session(&relay, &pki, "app.example.com").await,
+        relayed_backend_addr(&relay, &pki, "app.example.com").await,
         echo.to_string()
     );
     // It is asked again every resolve_interval; the same set is no change.

@@ -57,51 +57,18 @@ backend = "b"
     (relay, admin)
 }
 
-/// Serves mutual-TLS echo on `listener` until the task is aborted (which
-/// closes the listener).
-fn serve_echo(pki: &Pki, listener: Arc<TcpListener>) -> JoinHandle<()> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config());
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n @ 1..) = tls.read(&mut buf).await {
-                    if tls.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-                let _ = tls.shutdown().await;
-            });
-        }
-    })
-}
-
 /// A TLS echo backend on `addr` (port 0 for a new one); returns the task
 /// serving it and the bound address.
 async fn echo_on(pki: &Pki, addr: SocketAddr) -> (JoinHandle<()>, SocketAddr) {
     let listener = TcpListener::bind(addr).await.unwrap();
     let bound = listener.local_addr().unwrap();
-    (serve_echo(pki, Arc::new(listener)), bound)
+    (serve_tls_echo(pki, Arc::new(listener)), bound)
 }
 
 /// Stops a backend served by `task`: once this returns, its port refuses.
 async fn stop(task: JoinHandle<()>) {
     task.abort();
     let _ = task.await;
-}
-
-/// One relayed echo session; returns the backend address the relay used.
-async fn session_backend(relay: &Relay, pki: &Pki) -> String {
-    let tls = echo_session(pki, relay.addr(), NAME).await.unwrap();
-    let local = tls.get_ref().0.local_addr().unwrap();
-    drop(tls);
-    let line = relay.closed_line(local).await;
-    line["backend.addr"].as_str().unwrap().to_owned()
 }
 
 fn is(line: &Value, message: &str, addr: SocketAddr) -> bool {
@@ -132,7 +99,10 @@ fall = 3
 "#
     ))
     .await;
-    assert_eq!(session_backend(&relay, &pki).await, a.to_string());
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        a.to_string()
+    );
 
     // A stops listening: three failed checks in a row mark it down, once.
     stop(a_task).await;
@@ -146,7 +116,10 @@ fall = 3
 
     // While A is down, clients go to B first: A is not even tried (a tried
     // and refused address would leave a debug line).
-    assert_eq!(session_backend(&relay, &pki).await, b.to_string());
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        b.to_string()
+    );
     let tried_a = relay.log_lines().into_iter().any(|l| {
         l["message"] == "backend connect attempt failed" && l["addr"] == a.to_string().as_str()
     });
@@ -164,7 +137,10 @@ fall = 3
     assert!(!lines.iter().any(|l| is(l, DOWN, b) || is(l, UP, b)));
     let (_, metrics) = http_get(admin, "/metrics").await;
     assert_eq!(metric(&metrics, &up_series(a)), 1.0, "{metrics}");
-    assert_eq!(session_backend(&relay, &pki).await, a.to_string());
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        a.to_string()
+    );
     stop(a_task).await;
 }
 
@@ -297,7 +273,7 @@ impl Gate {
         let listener = Arc::new(listener);
         Gate {
             addr: listener.local_addr().unwrap(),
-            serving: Some(serve_echo(pki, listener.clone())),
+            serving: Some(serve_tls_echo(pki, listener.clone())),
             listener,
             opener: None,
         }
@@ -429,7 +405,10 @@ connect_timeout = "5s"
         !relay.log_lines().iter().any(|l| l["message"] == CHANGED),
         "flapped between equally fast addresses"
     );
-    assert_eq!(session_backend(&relay, &pki).await, first.to_string());
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        first.to_string()
+    );
 
     // The chosen one becomes about 1 s slow to connect: after two slow
     // rounds in a row the choice moves to the other.
@@ -463,7 +442,10 @@ connect_timeout = "5s"
         .filter(|l| latency_in(l, slow_addr).is_some_and(|ms| ms >= 500.0))
         .count();
     assert_eq!(slow_rounds, 2, "moved after exactly two slow rounds");
-    assert_eq!(session_backend(&relay, &pki).await, fast_addr.to_string());
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        fast_addr.to_string()
+    );
 
     // It stays there while the other is slower.
     let rounds = lines.iter().filter(|l| l["message"] == ROUND).count();
@@ -518,5 +500,8 @@ connect_timeout = "1s"
         .filter(|l| l["message"] == ROUND && latency_in(l, failing_addr).is_none())
         .count();
     assert_eq!(failed_rounds, 1);
-    assert_eq!(session_backend(&relay, &pki).await, other.addr.to_string());
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        other.addr.to_string()
+    );
 }

@@ -619,22 +619,46 @@ impl Relay {
 
 /// A TLS backend that echoes everything it reads (mutual TLS).
 pub async fn tls_echo_backend(pki: &Pki) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    serve_tls_echo(pki, Arc::new(listener));
+    addr
+}
+
+/// Serves mutual-TLS echo on `listener` (bound by the caller, e.g. on a
+/// chosen address or port) until the returned task is aborted.
+pub fn serve_tls_echo(pki: &Pki, listener: Arc<TcpListener>) -> tokio::task::JoinHandle<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    tls_backend(pki, |mut tls| async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match tls.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n @ 1..) = tls.read(&mut buf).await {
                     if tls.write_all(&buf[..n]).await.is_err() {
                         break;
                     }
                 }
-            }
+                let _ = tls.shutdown().await;
+            });
         }
-        let _ = tls.shutdown().await;
     })
-    .await
+}
+
+/// One relayed echo session for `name`; returns the backend address the
+/// relay logged for it (`backend.addr`).
+pub async fn relayed_backend_addr(relay: &Relay, pki: &Pki, name: &str) -> String {
+    let tls = echo_session(pki, relay.addr(), name)
+        .await
+        .expect("relayed echo session");
+    let local = tls.get_ref().0.local_addr().unwrap();
+    drop(tls);
+    let line = relay.closed_line(local).await;
+    line["backend.addr"].as_str().unwrap().to_owned()
 }
 
 /// A relayed TLS session through `addr` with SNI `name`, proven by one echo.
