@@ -25,7 +25,7 @@ use crate::backend::cluster::{Answer, LookupError};
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
 use crate::close::CloseReason;
 use crate::config::Policy;
-use crate::{metrics, sockopt};
+use crate::sockopt;
 
 /// An open connection to one of a backend's addresses.
 #[derive(Debug)]
@@ -149,7 +149,7 @@ async fn try_in_order(
             Ok(Ok(_)) => Ok(started.elapsed()),
             _ => Err(()),
         };
-        metrics::metrics().connect_attempt(&backend.name, outcome);
+        runtime.metrics.connect_attempt(outcome);
         let error = match attempt {
             Ok(Ok(stream)) => {
                 let _ = sockopt::set_nodelay(&stream);

@@ -5,7 +5,7 @@
 //! stage signature. Recording happens in few places:
 //! [`ListenerMetrics::accepted`] from the accept loop,
 //! [`ListenerMetrics::closed`] once per connection from `ConnRecord::close`,
-//! and [`Metrics::connect_attempt`] from `connect`.
+//! and [`BackendSeries::connect_attempt`] from `connect`.
 //! Hooks for stages built elsewhere (limits, reload, drain, DNS/cluster
 //! lookups, backend address health) are the documented methods at the end.
 //!
@@ -22,8 +22,9 @@
 //! limit series are resolved on their first use (a `OnceLock` per fixed
 //! word, so the exported series are exactly those that happened); its
 //! (route, backend) byte counters sit in a small map under a read lock,
-//! looked up by `&str`. [`Metrics::connect_attempt`] does the same per
-//! backend name. Nothing is recorded per byte: byte counts are added once,
+//! looked up by `&str`. A backend's connect series ([`BackendSeries`]) are
+//! resolved once per backend runtime (see `backend`), so a connect attempt
+//! is atomic adds with no lookup. Nothing is recorded per byte: byte counts are added once,
 //! at close. Process gauges (open fds, RSS) are read from /proc/self only
 //! when /metrics is scraped.
 //!
@@ -127,16 +128,30 @@ pub struct Metrics {
     open_fds: Gauge,
     max_fds: Gauge,
     resident_memory: Gauge,
-    /// Backend name → its connect series, resolved on first use.
-    backends: RwLock<HashMap<Box<str>, BackendSeries>>,
 }
 
-/// One backend's connect series (clones share the family's atomics).
-#[derive(Clone)]
-struct BackendSeries {
+/// One backend's connect series (clones share the family's atomics),
+/// resolved once per backend runtime so a connect attempt costs atomic adds
+/// only: no label, no lock.
+#[derive(Clone, Debug)]
+pub struct BackendSeries {
     attempts: Counter,
     failures: Counter,
     duration: Histogram,
+}
+
+impl BackendSeries {
+    /// One connect attempt: `Ok(time to connect)` or `Err(())` for a
+    /// failure or timeout.
+    pub fn connect_attempt(&self, outcome: Result<Duration, ()>) {
+        self.attempts.inc();
+        match outcome {
+            Ok(took) => self.duration.observe(took.as_secs_f64()),
+            Err(()) => {
+                self.failures.inc();
+            }
+        }
+    }
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -354,7 +369,6 @@ impl Metrics {
             open_fds: Gauge::default(),
             max_fds: Gauge::default(),
             resident_memory: Gauge::default(),
-            backends: RwLock::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -486,35 +500,16 @@ impl Metrics {
         })
     }
 
-    /// One connect attempt to an address of `backend`: `Ok(time to
-    /// connect)` or `Err(())` for a failure or timeout.
-    pub fn connect_attempt(&self, backend: &str, outcome: Result<Duration, ()>) {
-        let record = |series: &BackendSeries| {
-            series.attempts.inc();
-            match outcome {
-                Ok(took) => series.duration.observe(took.as_secs_f64()),
-                Err(()) => {
-                    series.failures.inc();
-                }
-            }
-        };
-        let known = self.backends.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(series) = known.get(backend) {
-            return record(series);
-        }
-        drop(known);
+    /// The connect series of `backend` (created at zero if new).
+    pub fn backend_series(&self, backend: &str) -> BackendSeries {
         let labels = BackendLabels {
             backend: backend.to_owned(),
         };
-        let mut known = self.backends.write().unwrap_or_else(|e| e.into_inner());
-        let series = known
-            .entry(backend.into())
-            .or_insert_with(|| BackendSeries {
-                attempts: self.connect_attempts.get_or_create_owned(&labels),
-                failures: self.connect_failures.get_or_create_owned(&labels),
-                duration: self.connect_duration.get_or_create_owned(&labels),
-            });
-        record(series);
+        BackendSeries {
+            attempts: self.connect_attempts.get_or_create_owned(&labels),
+            failures: self.connect_failures.get_or_create_owned(&labels),
+            duration: self.connect_duration.get_or_create_owned(&labels),
+        }
     }
 
     // ---------------------------------------------------------------
@@ -633,8 +628,9 @@ mod tests {
             ..closed
         });
         series.limit_refused(CloseReason::LimitRate);
-        metrics().connect_attempt("unit_handles_b", Ok(Duration::from_millis(1)));
-        metrics().connect_attempt("unit_handles_b", Err(()));
+        let backend = metrics().backend_series("unit_handles_b");
+        backend.connect_attempt(Ok(Duration::from_millis(1)));
+        backend.connect_attempt(Err(()));
         let text = metrics().render();
         for line in [
             "snirelay_connections_accepted_total{listener=\"unit_handles\"} 2",

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 pub use endpoint::{AddressSet, Endpoint, EndpointState, InFlight, carry, same_addresses};
 
 use crate::config::{AddressSource, Backend, Config, Policy};
+use crate::metrics;
 
 /// What a backend's address source has said so far.
 #[derive(Debug, Clone)]
@@ -62,11 +63,14 @@ pub struct BackendRuntime {
     pub cluster: Option<cluster::Cache>,
     /// Stops this runtime's background tasks.
     tasks: CancellationToken,
+    /// This backend's connect metrics, resolved once.
+    pub metrics: metrics::BackendSeries,
 }
 
 impl BackendRuntime {
     /// A runtime for `config`; its tasks start with [`BackendRuntime::start`].
     pub fn new(config: Arc<Backend>) -> BackendRuntime {
+        let metrics = metrics::metrics().backend_series(&config.name);
         let fixed = matches!(config.source, AddressSource::Fixed);
         let resolved = Resolved {
             set: carry(&[], &config.addresses),
@@ -81,6 +85,7 @@ impl BackendRuntime {
             rotation: AtomicUsize::new(0),
             ranking: fastest::Ranking::default(),
             tasks: CancellationToken::new(),
+            metrics,
         }
     }
 
