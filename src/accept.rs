@@ -149,17 +149,20 @@ impl AcceptLoop {
                     if let Some(admitted) = &admitted {
                         conn::log_dry_run(&listener, accepted.peer, admitted);
                     }
-                    let cancel = close_mine.child_token();
                     if self.backends.has_changed().unwrap_or(false) {
                         backends = self.backends.borrow_and_update().clone();
                     }
-                    let (listener, admission, backends) =
-                        (listener.clone(), admission.clone(), backends.clone());
-                    self.tracker.spawn(async move {
-                        conn::handle(accepted, listener, admission, backends, cancel).await;
-                        drop(admitted);
-                        drop(permit);
-                    });
+                    // The loop's own token, shared: a connection is only ever
+                    // cancelled with all of its loop's, so it needs no node
+                    // (an allocation) of its own.
+                    self.tracker.spawn(conn::handle(
+                        accepted,
+                        listener.clone(),
+                        admission.clone(),
+                        backends.clone(),
+                        close_mine.clone(),
+                        conn::Slots { permit, admitted },
+                    ));
                 }
                 Err(error) if sockopt::is_resource_exhaustion(&error) => {
                     drop(permit);

@@ -14,17 +14,20 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::admit::{self, Admission, Admitted};
-use crate::backend::Backends;
+use crate::backend::{Backends, InFlight};
 use crate::close::CloseReason;
 use crate::config::{Backend, Listener};
+use crate::drain::DrainGuard;
 use crate::metrics::ListenerMetrics;
-use crate::preface::{self, Source};
+use crate::preface;
 use crate::relay::Transferred;
 use crate::{announce, connect, inspect, metrics, relay, route, sockopt};
 
@@ -58,9 +61,6 @@ pub struct ConnRecord<'l> {
     pub moved: Transferred,
     /// The client address a trusted peer's PROXY header claims (`client.claimed`).
     pub claimed: Option<ClaimedAddr>,
-    /// Who the connection is from for per-source limits: the peer, a
-    /// claimed client behind a trusted peer, or the trusted peer itself.
-    pub source: Source,
     /// The listener's metric series (see `metrics::ListenerMetrics`).
     pub metrics: Arc<ListenerMetrics>,
 }
@@ -80,7 +80,6 @@ impl<'l> ConnRecord<'l> {
             backend_addr: None,
             moved: Transferred::default(),
             claimed: None,
-            source: Source::Direct(accepted.peer),
             metrics: accepted.metrics.clone(),
         }
     }
@@ -137,34 +136,93 @@ impl<'l> ConnRecord<'l> {
     }
 }
 
+/// What a connection holds from admission to its end: its place under
+/// `max_connections` and, for a direct client, its per-source slot.
+#[derive(Debug)]
+pub struct Slots {
+    pub permit: OwnedSemaphorePermit,
+    pub admitted: Option<Admitted>,
+}
+
 /// Serves one accepted connection to its end and logs it.
-pub async fn handle(
+///
+/// The returned future is the connection's task, and its size is what every
+/// open connection costs in memory for its whole life, so it holds little
+/// more than the two sockets, the log record and the relay's state:
+/// - the stages before the relay (preface, inspect, route, connect,
+///   announce) run in one boxed future that is freed before relaying
+///   begins, so their timers and buffers are not carried by an idle
+///   connection;
+/// - it is an `async` block, not an `async fn`, which would store its
+///   arguments twice (rust-lang/rust#62958).
+#[allow(clippy::manual_async_fn)]
+pub fn handle(
     mut accepted: Accepted,
     listener: Arc<Listener>,
     admission: Arc<Admission>,
     backends: Arc<Backends>,
     cancel: CancellationToken,
-) {
-    let mut record = ConnRecord::new(&listener, &accepted);
-    let reason = match serve(&mut accepted, &mut record, &admission, &backends, &cancel).await {
-        Ok(reason) | Err(reason) => reason,
-    };
-    // Both sockets are closed before the line is written, so a log line
-    // means the connection's descriptors are gone.
-    drop(accepted);
-    record.close(reason);
+    slots: Slots,
+) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let mut record = ConnRecord::new(&listener, &accepted);
+        let established = Box::pin(setup(
+            &mut accepted,
+            &mut record,
+            &admission,
+            &backends,
+            &cancel,
+        ))
+        .await;
+        let reason = match &established {
+            Ok(established) => {
+                relay::relay(
+                    &accepted.stream,
+                    &established.backend,
+                    listener.idle_timeout,
+                    &cancel,
+                    &established.drain,
+                    record.id,
+                    &mut record.moved,
+                    listener.splice,
+                )
+                .await
+            }
+            Err(reason) => *reason,
+        };
+        drop(established);
+        // Both sockets are closed before the line is written, so a log line
+        // means the connection's descriptors are gone.
+        drop(accepted);
+        record.close(reason);
+        drop(slots);
+    }
 }
 
-async fn serve(
+/// A connection through its setup stages, ready to relay: the hello (and
+/// any PROXY header) is already written to the backend.
+struct Established {
+    backend: TcpStream,
+    /// Counts this connection on its backend address until dropped.
+    _in_flight: InFlight,
+    /// Registered with the route's drain signal until the connection ends.
+    drain: DrainGuard,
+    /// The claimed client's per-source slot, behind a trusted peer.
+    _claim_slot: Option<Admitted>,
+}
+
+/// The stages before the relay: preface → inspect → route → connect →
+/// announce, ending with the hello replayed to the backend.
+async fn setup(
     accepted: &mut Accepted,
     record: &mut ConnRecord<'_>,
     admission: &Admission,
     backends: &Backends,
     cancel: &CancellationToken,
-) -> Result<CloseReason, CloseReason> {
+) -> Result<Established, CloseReason> {
     let listener = record.listener;
     // Held for the connection's life: its slot in the per-source tables.
-    let mut _claim_slot: Option<Admitted> = None;
+    let mut claim_slot: Option<Admitted> = None;
     let client = &mut accepted.stream;
     let _ = sockopt::set_nodelay(client);
 
@@ -178,7 +236,6 @@ async fn serve(
                 () = cancel.cancelled() => return Err(CloseReason::Shutdown),
             };
             let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
-            record.source = preface.source;
             record.claimed = preface.source.claimed();
             // admit, for a client behind a trusted peer: on its claim
             if let Some(claimed) = record.claimed {
@@ -191,7 +248,7 @@ async fn serve(
                             reason
                         })?;
                 log_dry_run(listener, accepted.peer, &admitted);
-                _claim_slot = Some(admitted);
+                claim_slot = Some(admitted);
             }
             (preface.header, preface.buffered)
         }
@@ -223,20 +280,17 @@ async fn serve(
     let target = match route::choose(listener, &hello.info) {
         Ok(target) => target,
         Err(refusal) => {
-            route::refuse(client).await;
+            // Boxed: the alert-and-linger future is large and only refusals
+            // need it.
+            Box::pin(route::refuse(client)).await;
             return Err(refusal.into());
         }
     };
     record.route = Some(target.route);
     record.backend = Some(target.backend.clone());
-    // What the hello said is in the record now; its allocations must not
-    // stay pinned for the connection's life (the bytes go out below).
-    drop(hello.info);
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
     let drain = target.drain.enter();
-    let drained = drain.closing(record.id);
-    tokio::pin!(drained);
 
     // connect
     let runtime = backends
@@ -250,7 +304,7 @@ async fn serve(
     };
     let mut backend = tokio::select! {
         backend = connect::connect(backends, runtime, &pick) => backend?,
-        () = &mut drained => return Err(CloseReason::Drained),
+        () = drain.closing(record.id) => return Err(CloseReason::Drained),
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     record.backend_addr = Some(backend.addr);
@@ -270,24 +324,17 @@ async fn serve(
         }
     };
     let (replay, header_len) = announce::prepend(header, hello.bytes);
-
-    // splice
-    let idle = listener.idle_timeout;
-    let reason = tokio::select! {
-        reason = relay::relay(
-            client,
-            &mut backend.stream,
-            replay,
-            idle,
-            cancel,
-            &mut record.moved,
-            listener.splice,
-        ) => reason,
-        () = &mut drained => CloseReason::Drained,
-    };
+    if backend.stream.write_all(&replay).await.is_err() {
+        return Err(CloseReason::BackendReset);
+    }
     // `bytes.up` counts the client's bytes, not our header.
-    record.moved.up = record.moved.up.saturating_sub(header_len as u64);
-    Ok(reason)
+    record.moved.up += (replay.len() - header_len) as u64;
+    Ok(Established {
+        backend: backend.stream,
+        _in_flight: backend.in_flight,
+        drain,
+        _claim_slot: claim_slot,
+    })
 }
 
 /// Under `dry_run`, logs the refusal admission would have made.

@@ -79,11 +79,24 @@ impl DrainGuard {
     /// random (per `seed`, the connection id). A connection routed after the
     /// window began may find its moment already past and close at once.
     pub async fn closing(&self, seed: u64) {
-        self.signal.fired.cancelled().await;
-        let Some(&(fired, window)) = self.signal.window.get() else {
-            return;
-        };
-        tokio::time::sleep_until(fired + window.mul_f64(unit_fraction(seed))).await;
+        self.fired().await;
+        tokio::time::sleep_until(self.moment(seed)).await;
+    }
+
+    /// Resolves when the identity is drained (its moment may still be
+    /// ahead; see [`moment`](Self::moment)).
+    pub fn fired(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.signal.fired.cancelled()
+    }
+
+    /// This connection's moment to close once [`fired`](Self::fired) has
+    /// resolved: `seed` picks a point of the drain window. Before the
+    /// signal fires there is no window, and the moment is now.
+    pub fn moment(&self, seed: u64) -> Instant {
+        match self.signal.window.get() {
+            Some(&(fired, window)) => fired + window.mul_f64(unit_fraction(seed)),
+            None => Instant::now(),
+        }
     }
 }
 

@@ -20,6 +20,7 @@
 
 use std::io;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
@@ -108,12 +109,24 @@ pub async fn read_hello_after(
         // Never more than `limit` in all: `parse` has already answered
         // `TooLarge` for an incomplete hello of `limit` bytes.
         let room = limit.saturating_sub(bytes.len()).max(1);
-        let read = SCRATCH.with_borrow_mut(|scratch| {
-            let take = room.min(scratch.len());
-            let n = client.try_read(&mut scratch[..take])?;
-            bytes.extend_from_slice(&scratch[..n]);
-            Ok::<_, io::Error>(n)
+        // A read shorter than asked for drained the socket: it is reported
+        // to `try_io` as WouldBlock, which clears the readiness seen before
+        // the read, so neither this loop nor the relay after it pays a read
+        // that would only return EAGAIN (see `relay::copy_once`).
+        let mut drained = None;
+        let read = client.try_io(Interest::READABLE, || {
+            SCRATCH.with_borrow_mut(|scratch| {
+                let take = room.min(scratch.len());
+                let n = client.try_read(&mut scratch[..take])?;
+                bytes.extend_from_slice(&scratch[..n]);
+                if n > 0 && n < take {
+                    drained = Some(n);
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(n)
+            })
         });
+        let read = drained.map_or(read, Ok);
         match read {
             Ok(0) if bytes.is_empty() => return Err(HelloError::Silent),
             Ok(0) => return Err(HelloError::Closed),

@@ -33,12 +33,13 @@ use std::time::Duration;
 
 use std::io;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseReason;
+use crate::drain::DrainGuard;
 use crate::{sockopt, splice};
 
 thread_local! {
@@ -96,17 +97,6 @@ impl Activity {
     fn last(&self) -> Instant {
         self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
-
-    /// Resolves once nothing has moved for `idle`.
-    async fn expired(&self, idle: Duration) {
-        loop {
-            let last = self.last();
-            sleep_until(last + idle).await;
-            if self.last() == last {
-                return;
-            }
-        }
-    }
 }
 
 /// Waits until `stream` is readable. Unlike `TcpStream::readable`, whose
@@ -140,28 +130,28 @@ pub enum BurstError {
     Write(io::Error),
 }
 
-/// Writes `replay` (the buffered hello) to the backend, then relays both
-/// ways, with splice(2) when `use_splice` is set.
+/// Relays both ways, with splice(2) when `use_splice` is set, until both
+/// directions have ended, a side fails, nothing moved for `idle`, `cancel`
+/// fires (shutdown) or `drain` reaches this connection's moment (`seed`
+/// picks it in the drain window). The caller has already written the
+/// replayed hello.
+///
+/// This future is what an open connection's task holds for its whole life,
+/// so it is kept small: one timer serves both the idle timeout and the drain
+/// moment, and the directions hold no buffer or pipe between bursts.
+#[allow(clippy::too_many_arguments)]
 pub async fn relay(
-    client: &mut TcpStream,
-    backend: &mut TcpStream,
-    replay: Vec<u8>,
+    client: &TcpStream,
+    backend: &TcpStream,
     idle: Duration,
     cancel: &CancellationToken,
+    drain: &DrainGuard,
+    seed: u64,
     moved: &mut Transferred,
     use_splice: bool,
 ) -> CloseReason {
-    if backend.write_all(&replay).await.is_err() {
-        return CloseReason::BackendReset;
-    }
-    moved.up += replay.len() as u64;
-    // The hello buffer is not needed past this point; a long-lived
-    // connection must not keep it.
-    drop(replay);
-
     let activity = Activity::new();
     let pipes = use_splice.then(splice::pool);
-    let (client, backend): (&TcpStream, &TcpStream) = (client, backend);
     let up = pump(
         client,
         backend,
@@ -178,8 +168,11 @@ pub async fn relay(
         &activity,
         &mut moved.down,
     );
-    let idle_expired = activity.expired(idle);
-    tokio::pin!(up, down, idle_expired);
+    // Wakes at the earliest moment the connection could be idle, or at its
+    // drain moment, whichever comes first; re-armed, not reset per read.
+    let timer = sleep_until(activity.start + idle);
+    tokio::pin!(up, down, timer);
+    let mut drain_at: Option<Instant> = None;
     let (mut up_done, mut down_done) = (false, false);
     // A direction that ends passes its FIN on with shutdown(2) only while
     // the other direction still flows; once both have ended, the close that
@@ -205,7 +198,24 @@ pub async fn relay(
                 }
                 Err(failure) => return failure.into(),
             },
-            () = &mut idle_expired => return CloseReason::IdleTimeout,
+            () = &mut timer => {
+                let now = Instant::now();
+                if drain_at.is_some_and(|at| at <= now) {
+                    return CloseReason::Drained;
+                }
+                let idle_at = activity.last() + idle;
+                if idle_at <= now {
+                    return CloseReason::IdleTimeout;
+                }
+                timer.as_mut().reset(drain_at.map_or(idle_at, |at| at.min(idle_at)));
+            }
+            () = drain.fired(), if drain_at.is_none() => {
+                let at = drain.moment(seed);
+                drain_at = Some(at);
+                if at < timer.deadline() {
+                    timer.as_mut().reset(at);
+                }
+            }
             () = cancel.cancelled() => return CloseReason::Shutdown,
         }
     }
@@ -224,19 +234,18 @@ async fn pump(
     loop {
         // Holding nothing while the source is quiet.
         readable(from).await.map_err(|_| reader)?;
-        let burst = match copy_once(from, to, activity, count).await {
-            // Bulk data: splice the rest of the burst when a pipe is free.
-            // The burst futures are boxed: inline, their state would sit in
-            // every connection's task for its whole life, idle or not; boxed,
-            // only a connection moving bulk data holds it, for the burst.
-            Ok(Copied::Full) => match pipes.and_then(splice::PipePool::lease) {
-                Some(mut lease) => {
-                    let touch = || activity.touch();
-                    Box::pin(splice::burst(from, to, &mut lease, &touch, count)).await
-                }
-                None => Box::pin(copy_burst(from, to, activity, count)).await,
-            },
-            // The next readable returns at once unless EAGAIN was seen.
+        // The slow paths run as boxed futures: inline, their state would sit
+        // in every connection's task for its whole life, idle or not; boxed,
+        // only a connection moving bulk data (or stuck on a full send
+        // buffer) holds it, for that burst.
+        let burst = match copy_once(from, to, activity, count) {
+            // Bulk data: move the rest of the burst through a pipe.
+            Ok(Copied::Full) => Box::pin(bulk(from, to, pipes, activity, count)).await,
+            Ok(Copied::Stuck(rest)) => Box::pin(write_rest(to, rest, activity, count))
+                .await
+                .map(|()| Burst::Idle),
+            // A short read drained the source (readiness is cleared), so
+            // the next `readable` waits; after a stale wake-up it also does.
             Ok(Copied::Partial | Copied::Idle) => continue,
             Ok(Copied::Eof) => Ok(Burst::Eof),
             Err(e) => Err(e),
@@ -251,74 +260,120 @@ async fn pump(
     }
 }
 
+/// The rest of a bulk burst: spliced when a pipe is free, else copied.
+async fn bulk(
+    from: &TcpStream,
+    to: &TcpStream,
+    pipes: Option<&splice::PipePool>,
+    activity: &Activity,
+    count: &mut u64,
+) -> Result<Burst, BurstError> {
+    match pipes.and_then(splice::PipePool::lease) {
+        Some(mut lease) => {
+            let touch = || activity.touch();
+            splice::burst(from, to, &mut lease, &touch, count).await
+        }
+        None => copy_burst(from, to, activity, count).await,
+    }
+}
+
 /// What one scratch read found.
 enum Copied {
     /// It filled the scratch buffer: more is probably waiting.
     Full,
-    /// Less than a buffer.
+    /// Less than a buffer: the source is drained for now, and its readiness
+    /// is cleared without another read (see [`copy_once`]).
     Partial,
+    /// The destination took only part of what was read; the rest must be
+    /// written before anything else is read.
+    Stuck(Vec<u8>),
     /// Nothing to read (readiness is now cleared).
     Idle,
     Eof,
 }
 
-/// One read into the thread's scratch buffer, written on at once; whatever
-/// the destination can't take now is copied out and written when it can.
-async fn copy_once(
+/// One read into the thread's scratch buffer, written on at once. Whatever
+/// the destination can't take now comes back as [`Copied::Stuck`].
+///
+/// A read shorter than the buffer means the socket's receive queue is
+/// empty, so readiness is cleared with it, as HAProxy does, instead of
+/// paying a read that would only return EAGAIN. This is race-free: tokio
+/// clears only the readiness it had seen before the read, so data arriving
+/// after it raises a new event, and a FIN or an error stays set.
+fn copy_once(
     from: &TcpStream,
     to: &TcpStream,
     activity: &Activity,
     count: &mut u64,
 ) -> Result<Copied, BurstError> {
-    let mut leftover = None;
-    let copied = SCRATCH.with_borrow_mut(|buffer| {
-        let n = match from.try_read(buffer) {
-            Ok(0) => return Ok(Copied::Eof),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Copied::Idle),
-            Err(e) => return Err(BurstError::Read(e)),
-        };
-        activity.touch();
-        let mut written = 0;
-        while written < n {
-            match to.try_write(&buffer[written..n]) {
-                Ok(w) => written += w,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    leftover = Some(buffer[written..n].to_vec());
-                    break;
+    let mut outcome = None;
+    let read = from.try_io(Interest::READABLE, || {
+        SCRATCH.with_borrow_mut(|buffer| {
+            let n = match from.try_read(buffer) {
+                Ok(0) => return Ok(Copied::Eof),
+                Ok(n) => n,
+                Err(e) => return Err(e),
+            };
+            activity.touch();
+            let mut written = 0;
+            while written < n {
+                match to.try_write(&buffer[written..n]) {
+                    Ok(w) => written += w,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        *count += written as u64;
+                        return Ok(Copied::Stuck(buffer[written..n].to_vec()));
+                    }
+                    Err(e) => {
+                        outcome = Some(Err(BurstError::Write(e)));
+                        return Err(io::ErrorKind::Other.into());
+                    }
                 }
-                Err(e) => return Err(BurstError::Write(e)),
             }
-        }
-        *count += written as u64;
-        Ok(if n == buffer.len() {
-            Copied::Full
-        } else {
-            Copied::Partial
+            *count += written as u64;
+            activity.touch();
+            if n == buffer.len() {
+                Ok(Copied::Full)
+            } else {
+                // Reported as WouldBlock so that `try_io` clears readiness.
+                outcome = Some(Ok(Copied::Partial));
+                Err(io::ErrorKind::WouldBlock.into())
+            }
         })
-    })?;
-    if let Some(rest) = leftover {
-        let mut unsent: &[u8] = &rest;
-        while !unsent.is_empty() {
-            writable(to).await.map_err(BurstError::Write)?;
-            match to.try_write(unsent) {
-                Ok(w) => {
-                    unsent = &unsent[w..];
-                    *count += w as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(BurstError::Write(e)),
+    });
+    match (read, outcome) {
+        (_, Some(decided)) => decided,
+        (Ok(copied), None) => Ok(copied),
+        (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => Ok(Copied::Idle),
+        (Err(e), None) => Err(BurstError::Read(e)),
+    }
+}
+
+/// Writes what the destination could not take at once (rare: its send
+/// buffer was full), waiting for it to drain.
+async fn write_rest(
+    to: &TcpStream,
+    rest: Vec<u8>,
+    activity: &Activity,
+    count: &mut u64,
+) -> Result<(), BurstError> {
+    let mut unsent: &[u8] = &rest;
+    while !unsent.is_empty() {
+        writable(to).await.map_err(BurstError::Write)?;
+        match to.try_write(unsent) {
+            Ok(w) => {
+                unsent = &unsent[w..];
+                *count += w as u64;
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(BurstError::Write(e)),
         }
     }
-    if matches!(copied, Copied::Full | Copied::Partial) {
-        activity.touch();
-    }
-    Ok(copied)
+    activity.touch();
+    Ok(())
 }
 
 /// The userspace fallback of `splice::burst`: scratch reads until the
-/// source would block.
+/// source is drained.
 async fn copy_burst(
     from: &TcpStream,
     to: &TcpStream,
@@ -329,10 +384,11 @@ async fn copy_burst(
         // Returns at once while readiness holds; yields when the task's
         // cooperative budget is spent.
         readable(from).await.map_err(BurstError::Read)?;
-        match copy_once(from, to, activity, count).await? {
+        match copy_once(from, to, activity, count)? {
             Copied::Eof => return Ok(Burst::Eof),
-            Copied::Idle => return Ok(Burst::Idle),
-            Copied::Full | Copied::Partial => {}
+            Copied::Idle | Copied::Partial => return Ok(Burst::Idle),
+            Copied::Stuck(rest) => write_rest(to, rest, activity, count).await?,
+            Copied::Full => {}
         }
     }
 }
