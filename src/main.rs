@@ -75,8 +75,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         options.takeover_from = takeover::receive(path)?;
         options.takeover_path = Some(path.clone());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.global.threads)
+    let mut builder = if config.global.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(config.global.threads);
+        b
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
@@ -120,3 +126,6 @@ fn run_probe(args: &ProbeArgs) -> ExitCode {
     }
     ExitCode::from(report.exit_code)
 }
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
