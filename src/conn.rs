@@ -28,7 +28,7 @@ use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
 use crate::metrics::ListenerMetrics;
 use crate::preface;
-use crate::relay::Transferred;
+use crate::relay::{Activity, Transferred};
 use crate::{announce, connect, inspect, metrics, relay, route, sockopt};
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
@@ -176,17 +176,22 @@ pub fn handle(
         .await;
         let reason = match &established {
             Ok(established) => {
-                relay::relay(
+                let activity = Activity::new();
+                let reason = relay::relay(
                     &accepted.stream,
                     &established.backend,
+                    &activity,
                     listener.idle_timeout,
                     &cancel,
                     &established.drain,
                     record.id,
-                    &mut record.moved,
                     listener.splice,
                 )
-                .await
+                .await;
+                let moved = activity.moved();
+                record.moved.up += moved.up;
+                record.moved.down += moved.down;
+                reason
             }
             Err(reason) => *reason,
         };

@@ -5,12 +5,18 @@
 //! FIN, the relay shuts down writing toward the other side and keeps the
 //! opposite direction flowing until it ends too. The connection is closed
 //! early only when a side fails (reset, write error), when no byte moved in
-//! either direction for `idle_timeout`, or when the passed-in cancellation
-//! token fires (drain or shutdown).
+//! either direction for `idle_timeout`, when the route's drain reaches this
+//! connection's moment, or when the shutdown token fires.
 //!
-//! Idle accounting is one atomic timestamp touched per transfer; the idle
-//! watchdog sleeps until the earliest moment the connection could be idle and
-//! re-arms itself, so no timer is reset per read.
+//! [`Relay`] is a hand-written future, not an `async fn`: it is what every
+//! open connection's task holds for its whole life, so its state is laid
+//! out by hand (about 400 bytes: two direction slots, one timer and two
+//! cancellation waiters) instead of by the compiler's coroutine layout,
+//! which kept almost twice that. One timer serves both the idle timeout and
+//! the drain moment; it sleeps until the earliest moment the connection
+//! could be idle and re-arms itself, so no timer is reset per read. Idle
+//! accounting and byte counts live in [`Activity`], atomics touched per
+//! transfer.
 //!
 //! Each direction moves data in bursts: it waits for its source to be
 //! readable while holding nothing, then reads once into the worker thread's
@@ -19,24 +25,28 @@
 //! HAProxy's `splice-auto`. A read that fills the scratch buffer means bulk
 //! data: the rest of the burst then goes through a kernel pipe with
 //! splice(2) (see `splice`), or, with `splice = false` or no pipe free,
-//! through more scratch reads. When the source would block the burst ends
-//! and the pipe goes back to the pool. An idle connection therefore pins its
-//! two sockets and its task, nothing more. Byte counts, half-close, idle
-//! timeout and cancellation are handled here, the same for every path.
+//! through more scratch reads, in a boxed future that lives only for the
+//! burst. When the source is drained the burst ends and the pipe goes back
+//! to the pool. An idle connection therefore pins its two sockets and its
+//! task, nothing more.
 //!
-//! Cost: no allocation per burst; the scratch buffer is per thread and is
-//! never held across an await. Only bytes the destination could not take at
-//! once are copied into a heap buffer until written.
+//! Cost: no allocation for a small message; one boxed future per bulk
+//! burst. The scratch buffer is per thread and never held across an await.
+//! Only bytes the destination could not take at once are copied into a heap
+//! buffer until written.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::time::{Instant, sleep_until};
-use tokio_util::sync::CancellationToken;
+use tokio::time::{Instant, Sleep, sleep_until};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::close::CloseReason;
 use crate::drain::DrainGuard;
@@ -75,17 +85,30 @@ impl From<Failure> for CloseReason {
     }
 }
 
-/// When a byte last moved, in milliseconds since the relay started.
-pub(crate) struct Activity {
+/// What moved and when: bytes per direction, and when a byte last moved
+/// (in milliseconds since the relay started). Atomics, so the relay and its
+/// boxed bursts can share it without locking.
+#[derive(Debug)]
+pub struct Activity {
     start: Instant,
     last_ms: AtomicU64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity::new()
+    }
 }
 
 impl Activity {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Activity {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
         }
     }
 
@@ -94,9 +117,35 @@ impl Activity {
         self.last_ms.store(now, Ordering::Relaxed);
     }
 
+    /// Counts `n` bytes written toward `side`'s destination.
+    pub(crate) fn add(&self, side: Side, n: usize) {
+        let counter = match side {
+            Side::Up => &self.up,
+            Side::Down => &self.down,
+        };
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes moved so far.
+    pub fn moved(&self) -> Transferred {
+        Transferred {
+            up: self.up.load(Ordering::Relaxed),
+            down: self.down.load(Ordering::Relaxed),
+        }
+    }
+
     fn last(&self) -> Instant {
         self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
+}
+
+/// A direction of the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Client → backend.
+    Up,
+    /// Backend → client.
+    Down,
 }
 
 /// Waits until `stream` is readable. Unlike `TcpStream::readable`, whose
@@ -130,133 +179,195 @@ pub enum BurstError {
     Write(io::Error),
 }
 
-/// Relays both ways, with splice(2) when `use_splice` is set, until both
-/// directions have ended, a side fails, nothing moved for `idle`, `cancel`
-/// fires (shutdown) or `drain` reaches this connection's moment (`seed`
-/// picks it in the drain window). The caller has already written the
-/// replayed hello.
-///
-/// This future is what an open connection's task holds for its whole life,
-/// so it is kept small: one timer serves both the idle timeout and the drain
-/// moment, and the directions hold no buffer or pipe between bursts.
-#[allow(clippy::too_many_arguments)]
-pub async fn relay(
-    client: &TcpStream,
-    backend: &TcpStream,
-    idle: Duration,
-    cancel: &CancellationToken,
-    drain: &DrainGuard,
-    seed: u64,
-    moved: &mut Transferred,
-    use_splice: bool,
-) -> CloseReason {
-    let activity = Activity::new();
-    let pipes = use_splice.then(splice::pool);
-    let up = pump(
-        client,
-        backend,
-        (Failure::Client, Failure::Backend),
-        pipes,
-        &activity,
-        &mut moved.up,
-    );
-    let down = pump(
-        backend,
-        client,
-        (Failure::Backend, Failure::Client),
-        pipes,
-        &activity,
-        &mut moved.down,
-    );
-    // Wakes at the earliest moment the connection could be idle, or at its
-    // drain moment, whichever comes first; re-armed, not reset per read.
-    let timer = sleep_until(activity.start + idle);
-    tokio::pin!(up, down, timer);
-    let mut drain_at: Option<Instant> = None;
-    let (mut up_done, mut down_done) = (false, false);
-    // A direction that ends passes its FIN on with shutdown(2) only while
-    // the other direction still flows; once both have ended, the close that
-    // follows sends the FIN (no unread data is left, so it is a FIN, not a
-    // reset), one syscall fewer per connection.
-    while !(up_done && down_done) {
-        tokio::select! {
-            result = &mut up, if !up_done => match result {
-                Ok(()) => {
-                    up_done = true;
-                    if !down_done && sockopt::shutdown_write(backend).is_err() {
-                        return CloseReason::BackendReset;
-                    }
-                }
-                Err(failure) => return failure.into(),
-            },
-            result = &mut down, if !down_done => match result {
-                Ok(()) => {
-                    down_done = true;
-                    if !up_done && sockopt::shutdown_write(client).is_err() {
-                        return CloseReason::ClientReset;
-                    }
-                }
-                Err(failure) => return failure.into(),
-            },
-            () = &mut timer => {
-                let now = Instant::now();
-                if drain_at.is_some_and(|at| at <= now) {
-                    return CloseReason::Drained;
-                }
-                let idle_at = activity.last() + idle;
-                if idle_at <= now {
-                    return CloseReason::IdleTimeout;
-                }
-                timer.as_mut().reset(drain_at.map_or(idle_at, |at| at.min(idle_at)));
-            }
-            () = drain.fired(), if drain_at.is_none() => {
-                let at = drain.moment(seed);
-                drain_at = Some(at);
-                if at < timer.deadline() {
-                    timer.as_mut().reset(at);
-                }
-            }
-            () = cancel.cancelled() => return CloseReason::Shutdown,
-        }
-    }
-    CloseReason::Done
+/// A boxed burst: what a direction holds while it moves bulk data.
+type BurstFuture<'a> = Pin<Box<dyn Future<Output = Result<Burst, BurstError>> + Send + 'a>>;
+
+/// One direction's slot in [`Relay`].
+struct Direction<'a> {
+    side: Side,
+    from: &'a TcpStream,
+    to: &'a TcpStream,
+    /// The bulk burst in progress, if any.
+    burst: Option<BurstFuture<'a>>,
+    done: bool,
 }
 
-/// Moves one direction until EOF (the caller passes the FIN on).
-async fn pump(
-    from: &TcpStream,
-    to: &TcpStream,
-    (reader, writer): (Failure, Failure),
-    pipes: Option<&splice::PipePool>,
-    activity: &Activity,
-    count: &mut u64,
-) -> Result<(), Failure> {
-    loop {
-        // Holding nothing while the source is quiet.
-        readable(from).await.map_err(|_| reader)?;
-        // The slow paths run as boxed futures: inline, their state would sit
-        // in every connection's task for its whole life, idle or not; boxed,
-        // only a connection moving bulk data (or stuck on a full send
-        // buffer) holds it, for that burst.
-        let burst = match copy_once(from, to, activity, count) {
-            // Bulk data: move the rest of the burst through a pipe.
-            Ok(Copied::Full) => Box::pin(bulk(from, to, pipes, activity, count)).await,
-            Ok(Copied::Stuck(rest)) => Box::pin(write_rest(to, rest, activity, count))
-                .await
-                .map(|()| Burst::Idle),
-            // A short read drained the source (readiness is cleared), so
-            // the next `readable` waits; after a stale wake-up it also does.
-            Ok(Copied::Partial | Copied::Idle) => continue,
-            Ok(Copied::Eof) => Ok(Burst::Eof),
-            Err(e) => Err(e),
-        };
-        match burst {
-            Ok(Burst::Idle) => {}
-            // Half-close: the other direction keeps flowing.
-            Ok(Burst::Eof) => return Ok(()),
-            Err(BurstError::Read(_)) => return Err(reader),
-            Err(BurstError::Write(_)) => return Err(writer),
+impl<'a> Direction<'a> {
+    fn new(side: Side, from: &'a TcpStream, to: &'a TcpStream) -> Self {
+        Direction {
+            side,
+            from,
+            to,
+            burst: None,
+            done: false,
         }
+    }
+
+    /// The failures of this direction's reader and writer.
+    fn failures(&self) -> (Failure, Failure) {
+        match self.side {
+            Side::Up => (Failure::Client, Failure::Backend),
+            Side::Down => (Failure::Backend, Failure::Client),
+        }
+    }
+
+    /// Moves data until the source is drained (Pending) or sent FIN (Ready).
+    fn poll_move(
+        &mut self,
+        cx: &mut Context<'_>,
+        activity: &'a Activity,
+        pipes: Option<&'static splice::PipePool>,
+    ) -> Poll<Result<(), Failure>> {
+        let (reader, writer) = self.failures();
+        loop {
+            if let Some(burst) = &mut self.burst {
+                let outcome = ready!(burst.as_mut().poll(cx));
+                self.burst = None;
+                match outcome {
+                    Ok(Burst::Idle) => {}
+                    // Half-close: the other direction keeps flowing.
+                    Ok(Burst::Eof) => return Poll::Ready(Ok(())),
+                    Err(BurstError::Read(_)) => return Poll::Ready(Err(reader)),
+                    Err(BurstError::Write(_)) => return Poll::Ready(Err(writer)),
+                }
+            }
+            // Holding nothing while the source is quiet. This also spends
+            // the task's cooperative budget, so a busy direction yields.
+            if ready!(self.from.poll_read_ready(cx)).is_err() {
+                return Poll::Ready(Err(reader));
+            }
+            let (side, from, to) = (self.side, self.from, self.to);
+            match copy_once(from, to, side, activity) {
+                // Bulk data: move the rest of the burst through a pipe.
+                Ok(Copied::Full) => {
+                    self.burst = Some(Box::pin(bulk(from, to, side, pipes, activity)));
+                }
+                Ok(Copied::Stuck(rest)) => {
+                    self.burst = Some(Box::pin(async move {
+                        write_rest(to, rest, side, activity).await?;
+                        Ok(Burst::Idle)
+                    }));
+                }
+                // A short read drained the source (readiness is cleared), so
+                // the next `poll_read_ready` waits; after a stale wake-up it
+                // also does.
+                Ok(Copied::Partial | Copied::Idle) => {}
+                Ok(Copied::Eof) => return Poll::Ready(Ok(())),
+                Err(BurstError::Read(_)) => return Poll::Ready(Err(reader)),
+                Err(BurstError::Write(_)) => return Poll::Ready(Err(writer)),
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// Relays both ways until both directions have ended, a side fails,
+    /// nothing moved for `idle`, `cancel` fires (shutdown) or the drain
+    /// reaches this connection's moment. See [`relay`].
+    pub struct Relay<'a> {
+        up: Direction<'a>,
+        down: Direction<'a>,
+        activity: &'a Activity,
+        pipes: Option<&'static splice::PipePool>,
+        idle: Duration,
+        drain: &'a DrainGuard,
+        seed: u64,
+        drain_at: Option<Instant>,
+        // Wakes at the earliest moment the connection could be idle, or at
+        // its drain moment, whichever comes first.
+        #[pin]
+        timer: Sleep,
+        #[pin]
+        drain_fired: WaitForCancellationFuture<'a>,
+        #[pin]
+        cancelled: WaitForCancellationFuture<'a>,
+    }
+}
+
+/// Relays between `client` and `backend` (the caller has already written
+/// the replayed hello), with splice(2) when `use_splice` is set. `activity`
+/// collects the byte counts; `seed` picks this connection's moment in a
+/// drain window.
+#[allow(clippy::too_many_arguments)]
+pub fn relay<'a>(
+    client: &'a TcpStream,
+    backend: &'a TcpStream,
+    activity: &'a Activity,
+    idle: Duration,
+    cancel: &'a CancellationToken,
+    drain: &'a DrainGuard,
+    seed: u64,
+    use_splice: bool,
+) -> Relay<'a> {
+    Relay {
+        up: Direction::new(Side::Up, client, backend),
+        down: Direction::new(Side::Down, backend, client),
+        activity,
+        pipes: use_splice.then(splice::pool),
+        idle,
+        drain,
+        seed,
+        drain_at: None,
+        timer: sleep_until(activity.last() + idle),
+        drain_fired: drain.fired(),
+        cancelled: cancel.cancelled(),
+    }
+}
+
+impl Future for Relay<'_> {
+    type Output = CloseReason;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CloseReason> {
+        let mut this = self.project();
+        let (activity, pipes) = (*this.activity, *this.pipes);
+        // A direction that ends passes its FIN on with shutdown(2) only
+        // while the other direction still flows; once both have ended, the
+        // close that follows sends the FIN (no unread data is left, so it is
+        // a FIN, not a reset), one syscall fewer per connection.
+        for side in [Side::Up, Side::Down] {
+            let (direction, other) = match side {
+                Side::Up => (&mut *this.up, &*this.down),
+                Side::Down => (&mut *this.down, &*this.up),
+            };
+            if direction.done {
+                continue;
+            }
+            if let Poll::Ready(outcome) = direction.poll_move(cx, activity, pipes) {
+                if let Err(failure) = outcome {
+                    return Poll::Ready(failure.into());
+                }
+                direction.done = true;
+                if !other.done && sockopt::shutdown_write(direction.to).is_err() {
+                    return Poll::Ready(direction.failures().1.into());
+                }
+            }
+        }
+        if this.up.done && this.down.done {
+            return Poll::Ready(CloseReason::Done);
+        }
+        if this.drain_at.is_none() && this.drain_fired.as_mut().poll(cx).is_ready() {
+            let at = this.drain.moment(*this.seed);
+            *this.drain_at = Some(at);
+            if at < this.timer.deadline() {
+                this.timer.as_mut().reset(at);
+            }
+        }
+        while this.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            if this.drain_at.is_some_and(|at| at <= now) {
+                return Poll::Ready(CloseReason::Drained);
+            }
+            let idle_at = activity.last() + *this.idle;
+            if idle_at <= now {
+                return Poll::Ready(CloseReason::IdleTimeout);
+            }
+            let next = this.drain_at.map_or(idle_at, |at| at.min(idle_at));
+            this.timer.as_mut().reset(next);
+        }
+        if this.cancelled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(CloseReason::Shutdown);
+        }
+        Poll::Pending
     }
 }
 
@@ -264,16 +375,13 @@ async fn pump(
 async fn bulk(
     from: &TcpStream,
     to: &TcpStream,
+    side: Side,
     pipes: Option<&splice::PipePool>,
     activity: &Activity,
-    count: &mut u64,
 ) -> Result<Burst, BurstError> {
     match pipes.and_then(splice::PipePool::lease) {
-        Some(mut lease) => {
-            let touch = || activity.touch();
-            splice::burst(from, to, &mut lease, &touch, count).await
-        }
-        None => copy_burst(from, to, activity, count).await,
+        Some(mut lease) => splice::burst(from, to, &mut lease, side, activity).await,
+        None => copy_burst(from, to, side, activity).await,
     }
 }
 
@@ -303,8 +411,8 @@ enum Copied {
 fn copy_once(
     from: &TcpStream,
     to: &TcpStream,
+    side: Side,
     activity: &Activity,
-    count: &mut u64,
 ) -> Result<Copied, BurstError> {
     let mut outcome = None;
     let read = from.try_io(Interest::READABLE, || {
@@ -320,7 +428,7 @@ fn copy_once(
                 match to.try_write(&buffer[written..n]) {
                     Ok(w) => written += w,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        *count += written as u64;
+                        activity.add(side, written);
                         return Ok(Copied::Stuck(buffer[written..n].to_vec()));
                     }
                     Err(e) => {
@@ -329,7 +437,7 @@ fn copy_once(
                     }
                 }
             }
-            *count += written as u64;
+            activity.add(side, written);
             activity.touch();
             if n == buffer.len() {
                 Ok(Copied::Full)
@@ -353,8 +461,8 @@ fn copy_once(
 async fn write_rest(
     to: &TcpStream,
     rest: Vec<u8>,
+    side: Side,
     activity: &Activity,
-    count: &mut u64,
 ) -> Result<(), BurstError> {
     let mut unsent: &[u8] = &rest;
     while !unsent.is_empty() {
@@ -362,7 +470,7 @@ async fn write_rest(
         match to.try_write(unsent) {
             Ok(w) => {
                 unsent = &unsent[w..];
-                *count += w as u64;
+                activity.add(side, w);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(BurstError::Write(e)),
@@ -377,17 +485,17 @@ async fn write_rest(
 async fn copy_burst(
     from: &TcpStream,
     to: &TcpStream,
+    side: Side,
     activity: &Activity,
-    count: &mut u64,
 ) -> Result<Burst, BurstError> {
     loop {
         // Returns at once while readiness holds; yields when the task's
         // cooperative budget is spent.
         readable(from).await.map_err(BurstError::Read)?;
-        match copy_once(from, to, activity, count)? {
+        match copy_once(from, to, side, activity)? {
             Copied::Eof => return Ok(Burst::Eof),
             Copied::Idle | Copied::Partial => return Ok(Burst::Idle),
-            Copied::Stuck(rest) => write_rest(to, rest, activity, count).await?,
+            Copied::Stuck(rest) => write_rest(to, rest, side, activity).await?,
             Copied::Full => {}
         }
     }

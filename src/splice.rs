@@ -47,7 +47,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::config::{DEFAULT_MAX_PIPES, DEFAULT_PIPE_SIZE};
-use crate::relay::{Burst, BurstError, readable, writable};
+use crate::relay::{Activity, Burst, BurstError, Side, readable, writable};
 
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_MOVE.union(SpliceFFlags::SPLICE_F_NONBLOCK);
 
@@ -233,14 +233,15 @@ pub fn pool() -> &'static PipePool {
 }
 
 /// Moves data `from` → `to` through the leased pipe until `from` has nothing
-/// more to read now (`Burst::Idle`) or has sent FIN (`Burst::Eof`). Calls
-/// `touch` whenever bytes move; adds bytes written to `to` to `count`.
+/// more to read now (`Burst::Idle`) or has sent FIN (`Burst::Eof`).
+/// Touches `activity` whenever bytes move and counts bytes written to `to`
+/// on `side`.
 pub async fn burst(
     from: &TcpStream,
     to: &TcpStream,
     lease: &mut Lease<'_>,
-    touch: &(dyn Fn() + Sync),
-    count: &mut u64,
+    side: Side,
+    activity: &Activity,
 ) -> Result<Burst, BurstError> {
     let pipe = lease.pipe_mut();
     debug_assert_eq!(pipe.pending, 0, "pooled pipes are empty");
@@ -269,7 +270,7 @@ pub async fn burst(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Burst::Idle),
             Err(e) => return Err(BurstError::Read(e)),
         }
-        touch();
+        activity.touch();
         while pipe.pending > 0 {
             let drained = to.try_io(Interest::WRITABLE, || {
                 splice(
@@ -285,7 +286,7 @@ pub async fn burst(
             match drained {
                 Ok(n) => {
                     pipe.pending -= n;
-                    *count += n as u64;
+                    activity.add(side, n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     writable(to).await.map_err(BurstError::Write)?;
@@ -293,7 +294,7 @@ pub async fn burst(
                 Err(e) => return Err(BurstError::Write(e)),
             }
         }
-        touch();
+        activity.touch();
     }
 }
 
@@ -333,12 +334,12 @@ mod tests {
         let pool = PipePool::new(64 * 1024, 4);
         let (mut a, a_relay) = socket_pair().await;
         let (b_relay, mut b) = socket_pair().await;
-        let mut count = 0;
+        let activity = Activity::new();
         for round in 0..3u8 {
             a.write_all(&[round; 1000]).await.unwrap();
             a_relay.readable().await.unwrap();
             let mut lease = pool.lease().unwrap();
-            let outcome = burst(&a_relay, &b_relay, &mut lease, &|| {}, &mut count).await;
+            let outcome = burst(&a_relay, &b_relay, &mut lease, Side::Up, &activity).await;
             assert!(matches!(outcome, Ok(Burst::Idle)), "{outcome:?}");
             assert_eq!(lease.pipe().pending(), 0);
             drop(lease);
@@ -347,12 +348,12 @@ mod tests {
             b.read_exact(&mut got).await.unwrap();
             assert_eq!(got, [round; 1000]);
         }
-        assert_eq!(count, 3000);
+        assert_eq!(activity.moved().up, 3000);
         // FIN comes through as Eof, and the pipe still goes back.
         a.shutdown().await.unwrap();
         a_relay.readable().await.unwrap();
         let mut lease = pool.lease().unwrap();
-        let outcome = burst(&a_relay, &b_relay, &mut lease, &|| {}, &mut count).await;
+        let outcome = burst(&a_relay, &b_relay, &mut lease, Side::Up, &activity).await;
         assert!(matches!(outcome, Ok(Burst::Eof)), "{outcome:?}");
         drop(lease);
         assert_eq!(pool.stats(), PoolStats { open: 1, idle: 1 });
