@@ -52,8 +52,8 @@ pub struct ConnRecord<'l> {
     pub listener: &'l Listener,
     pub peer: PeerAddr,
     pub started: Instant,
-    pub sni: Option<String>,
-    pub alpn: Option<String>,
+    pub sni: Option<Box<str>>,
+    pub alpn: Option<Box<str>>,
     pub ech: bool,
     pub route: Option<&'l str>,
     pub backend: Option<Arc<Backend>>,
@@ -137,7 +137,8 @@ impl<'l> ConnRecord<'l> {
 }
 
 /// What a connection holds from admission to its end: its place under
-/// `max_connections` and, for a direct client, its per-source slot.
+/// `max_connections` and its per-source slot (a direct client's from the
+/// accept loop; a claimed client's, behind a trusted peer, from `setup`).
 #[derive(Debug)]
 pub struct Slots {
     pub permit: OwnedSemaphorePermit,
@@ -162,7 +163,7 @@ pub fn handle(
     admission: Arc<Admission>,
     backends: Arc<Backends>,
     cancel: CancellationToken,
-    slots: Slots,
+    mut slots: Slots,
 ) -> impl Future<Output = ()> + Send + 'static {
     async move {
         let mut record = ConnRecord::new(&listener, &accepted);
@@ -170,6 +171,7 @@ pub fn handle(
             &mut accepted,
             &mut record,
             &admission,
+            &mut slots.admitted,
             &backends,
             &cancel,
         ))
@@ -212,8 +214,6 @@ struct Established {
     _in_flight: InFlight,
     /// Registered with the route's drain signal until the connection ends.
     drain: DrainGuard,
-    /// The claimed client's per-source slot, behind a trusted peer.
-    _claim_slot: Option<Admitted>,
 }
 
 /// The stages before the relay: preface → inspect → route → connect →
@@ -222,12 +222,11 @@ async fn setup(
     accepted: &mut Accepted,
     record: &mut ConnRecord<'_>,
     admission: &Admission,
+    per_source: &mut Option<Admitted>,
     backends: &Backends,
     cancel: &CancellationToken,
 ) -> Result<Established, CloseReason> {
     let listener = record.listener;
-    // Held for the connection's life: its slot in the per-source tables.
-    let mut claim_slot: Option<Admitted> = None;
     let client = &mut accepted.stream;
     let _ = sockopt::set_nodelay(client);
 
@@ -253,7 +252,8 @@ async fn setup(
                             reason
                         })?;
                 log_dry_run(listener, accepted.peer, &admitted);
-                claim_slot = Some(admitted);
+                // Held for the connection's life, like a direct client's.
+                *per_source = Some(admitted);
             }
             (preface.header, preface.buffered)
         }
@@ -265,7 +265,7 @@ async fn setup(
         hello = inspect::read_hello_after(client, buffered, limit, deadline) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
-    record.sni = route::loggable_name(&hello.info);
+    record.sni = route::loggable_name(&hello.info).map(String::into_boxed_str);
     record.ech = hello.info.ech;
     // Formatting ALPN costs allocations; skip it when no access line can be
     // written (WARN is the most verbose level `close` logs at).
@@ -278,7 +278,7 @@ async fn setup(
             .iter()
             .map(|p| String::from_utf8_lossy(p))
             .collect();
-        record.alpn = Some(names.join(",").escape_debug().to_string());
+        record.alpn = Some(names.join(",").escape_debug().to_string().into_boxed_str());
     }
 
     // route
@@ -338,7 +338,6 @@ async fn setup(
         backend: backend.stream,
         _in_flight: backend.in_flight,
         drain,
-        _claim_slot: claim_slot,
     })
 }
 

@@ -85,15 +85,21 @@ impl From<Failure> for CloseReason {
     }
 }
 
-/// What moved and when: bytes per direction, and when a byte last moved
-/// (in milliseconds since the relay started). Atomics, so the relay and its
-/// boxed bursts can share it without locking.
+/// What moved and when: bytes per direction, and when a byte last moved.
+/// Atomics, so the relay and its boxed bursts can share it without locking.
 #[derive(Debug)]
 pub struct Activity {
-    start: Instant,
+    /// Milliseconds since [`epoch`].
     last_ms: AtomicU64,
     up: AtomicU64,
     down: AtomicU64,
+}
+
+/// The process-wide origin of [`Activity`] timestamps, so an activity
+/// record need not carry its own start `Instant`.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 impl Default for Activity {
@@ -103,17 +109,19 @@ impl Default for Activity {
 }
 
 impl Activity {
+    /// Starts counting now, as if a byte had just moved.
     pub fn new() -> Self {
-        Activity {
-            start: Instant::now(),
+        let activity = Activity {
             last_ms: AtomicU64::new(0),
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
-        }
+        };
+        activity.touch();
+        activity
     }
 
     pub(crate) fn touch(&self) {
-        let now = self.start.elapsed().as_millis() as u64;
+        let now = epoch().elapsed().as_millis() as u64;
         self.last_ms.store(now, Ordering::Relaxed);
     }
 
@@ -135,7 +143,7 @@ impl Activity {
     }
 
     fn last(&self) -> Instant {
-        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+        epoch() + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }
 
@@ -185,19 +193,15 @@ type BurstFuture<'a> = Pin<Box<dyn Future<Output = Result<Burst, BurstError>> + 
 /// One direction's slot in [`Relay`].
 struct Direction<'a> {
     side: Side,
-    from: &'a TcpStream,
-    to: &'a TcpStream,
     /// The bulk burst in progress, if any.
     burst: Option<BurstFuture<'a>>,
     done: bool,
 }
 
 impl<'a> Direction<'a> {
-    fn new(side: Side, from: &'a TcpStream, to: &'a TcpStream) -> Self {
+    fn new(side: Side) -> Self {
         Direction {
             side,
-            from,
-            to,
             burst: None,
             done: false,
         }
@@ -215,10 +219,12 @@ impl<'a> Direction<'a> {
     fn poll_move(
         &mut self,
         cx: &mut Context<'_>,
+        (from, to): (&'a TcpStream, &'a TcpStream),
         activity: &'a Activity,
         pipes: Option<&'static splice::PipePool>,
     ) -> Poll<Result<(), Failure>> {
         let (reader, writer) = self.failures();
+        let side = self.side;
         loop {
             if let Some(burst) = &mut self.burst {
                 let outcome = ready!(burst.as_mut().poll(cx));
@@ -233,10 +239,9 @@ impl<'a> Direction<'a> {
             }
             // Holding nothing while the source is quiet. This also spends
             // the task's cooperative budget, so a busy direction yields.
-            if ready!(self.from.poll_read_ready(cx)).is_err() {
+            if ready!(from.poll_read_ready(cx)).is_err() {
                 return Poll::Ready(Err(reader));
             }
-            let (side, from, to) = (self.side, self.from, self.to);
             match copy_once(from, to, side, activity) {
                 // Bulk data: move the rest of the burst through a pipe.
                 Ok(Copied::Full) => {
@@ -265,6 +270,8 @@ pin_project_lite::pin_project! {
     /// nothing moved for `idle`, `cancel` fires (shutdown) or the drain
     /// reaches this connection's moment. See [`relay`].
     pub struct Relay<'a> {
+        client: &'a TcpStream,
+        backend: &'a TcpStream,
         up: Direction<'a>,
         down: Direction<'a>,
         activity: &'a Activity,
@@ -300,8 +307,10 @@ pub fn relay<'a>(
     use_splice: bool,
 ) -> Relay<'a> {
     Relay {
-        up: Direction::new(Side::Up, client, backend),
-        down: Direction::new(Side::Down, backend, client),
+        client,
+        backend,
+        up: Direction::new(Side::Up),
+        down: Direction::new(Side::Down),
         activity,
         pipes: use_splice.then(splice::pool),
         idle,
@@ -320,24 +329,25 @@ impl Future for Relay<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CloseReason> {
         let mut this = self.project();
         let (activity, pipes) = (*this.activity, *this.pipes);
+        let (client, backend) = (*this.client, *this.backend);
         // A direction that ends passes its FIN on with shutdown(2) only
         // while the other direction still flows; once both have ended, the
         // close that follows sends the FIN (no unread data is left, so it is
         // a FIN, not a reset), one syscall fewer per connection.
         for side in [Side::Up, Side::Down] {
-            let (direction, other) = match side {
-                Side::Up => (&mut *this.up, &*this.down),
-                Side::Down => (&mut *this.down, &*this.up),
+            let (direction, other, ends) = match side {
+                Side::Up => (&mut *this.up, &*this.down, (client, backend)),
+                Side::Down => (&mut *this.down, &*this.up, (backend, client)),
             };
             if direction.done {
                 continue;
             }
-            if let Poll::Ready(outcome) = direction.poll_move(cx, activity, pipes) {
+            if let Poll::Ready(outcome) = direction.poll_move(cx, ends, activity, pipes) {
                 if let Err(failure) = outcome {
                     return Poll::Ready(failure.into());
                 }
                 direction.done = true;
-                if !other.done && sockopt::shutdown_write(direction.to).is_err() {
+                if !other.done && sockopt::shutdown_write(ends.1).is_err() {
                     return Poll::Ready(direction.failures().1.into());
                 }
             }
