@@ -301,11 +301,17 @@ async fn setup(
     let runtime = backends
         .get(&target.backend.name)
         .ok_or(CloseReason::NoAddress)?;
-    let local = client.local_addr().map_err(|_| CloseReason::ClientReset)?;
+    // The address the client dialled costs a getsockname(2); only a
+    // cluster lookup (to recognise this node) and a PROXY header need it.
+    let local_addr = || client.local_addr().map_err(|_| CloseReason::ClientReset);
+    let local = match runtime.cluster {
+        Some(_) => Some(local_addr()?),
+        None => None,
+    };
     let pick = connect::Pick {
         client: record.claimed.map_or(accepted.peer.0.ip(), |c| c.0.ip()),
         sni: record.sni.as_deref(),
-        local: local.ip(),
+        local: local.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip()),
     };
     let mut backend = tokio::select! {
         backend = connect::connect(backends, runtime, &pick) => backend?,
@@ -318,6 +324,10 @@ async fn setup(
     let header = match backend.proxy_protocol {
         announce::Outbound::None => None,
         version => {
+            let local = match local {
+                Some(local) => local,
+                None => local_addr()?,
+            };
             let announcement = announce::Announcement::new(
                 accepted.peer.0,
                 local,

@@ -49,7 +49,8 @@ pub struct Pick<'a> {
     /// The normalised SNI, for cluster lookups.
     pub sni: Option<&'a str>,
     /// The address the client dialled (a cluster answer naming it means
-    /// this node).
+    /// this node); only looked up, and only meaningful, for a cluster
+    /// backend.
     pub local: IpAddr,
 }
 
