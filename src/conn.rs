@@ -1,13 +1,21 @@
 //! One client connection, from accept to its single log line.
 //!
 //! [`handle`] reads top to bottom as the stages of DESIGN.md: preface →
-//! inspect → route → connect → announce → splice → close. Each stage returns
-//! its own error type, folded here into one [`CloseReason`]; the
-//! [`ConnRecord`] collects the log fields as stages learn them and is written
-//! exactly once, at close. Admission (limits) happens before this, in the
-//! accept loop; for a trusted peer relay it must key on the claimed address,
-//! known only after the preface ([`ConnRecord::source`]; the budget decision
-//! is in `preface`).
+//! inspect → route → connect → announce (in `setup`, one boxed future that
+//! is freed once the hello is replayed) → splice (`relay::Relay`) → close.
+//! Each stage returns its own error type, folded here into one
+//! [`CloseReason`]; the [`ConnRecord`] collects the log fields as stages
+//! learn them and is written exactly once, at close. Admission (limits)
+//! happens before this, in the accept loop; for a trusted peer relay it must
+//! key on the claimed address, known only after the preface
+//! ([`ConnRecord::claimed`]; its slot is kept in [`Slots`]).
+//!
+//! Memory: an open connection holds its task (1,024 bytes with tokio's
+//! header: this module's state, the log record and the relay's state),
+//! tokio's two per-socket readiness slots and its two sockets, nothing else.
+//! Allocations per connection: the task, the setup future, the hello's
+//! bytes and the SNI kept for the log line; all but the task and the SNI
+//! are freed before relaying begins.
 //!
 //! Not here: socket options, parsing, or policy; only the order of stages.
 
