@@ -25,6 +25,14 @@ use snirelay::notify::Notifier;
 use snirelay::server::ServeOptions;
 use snirelay::{logging, probe, server, signals, sockopt, splice, takeover};
 
+/// mimalloc: tokio's task cells and per-socket readiness slots are
+/// 128-byte aligned, and glibc's memalign leaves slack around each, which
+/// every open connection pays (275 bytes per idle connection, measured with
+/// `scripts/loadbench.sh --only idle`); mimalloc serves them from size
+/// classes with none.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.clone().unwrap_or(Command::Run) {
@@ -75,6 +83,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         options.takeover_from = takeover::receive(path)?;
         options.takeover_path = Some(path.clone());
     }
+    // One thread: a single-threaded runtime, so no second thread shares the
+    // descriptor table (each fd syscall then skips a refcount) or the run
+    // queue. A reload cannot change the thread count; a restart can.
     let mut builder = if config.global.threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -126,6 +137,3 @@ fn run_probe(args: &ProbeArgs) -> ExitCode {
     }
     ExitCode::from(report.exit_code)
 }
-
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
