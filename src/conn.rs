@@ -293,8 +293,8 @@ async fn setup(
     let target = match route::choose(listener, &hello.info) {
         Ok(target) => target,
         Err(refusal) => {
-            // Boxed: the alert-and-linger future is large and only refusals
-            // need it.
+            // Boxed: the alert-and-linger future is larger than the rest
+            // of setup, and only refusals need it.
             Box::pin(route::refuse(client)).await;
             return Err(refusal.into());
         }
@@ -319,7 +319,7 @@ async fn setup(
     let pick = connect::Pick {
         client: record.claimed.map_or(accepted.peer.0.ip(), |c| c.0.ip()),
         sni: record.sni.as_deref(),
-        local: local.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip()),
+        local: local.map(|a| a.ip()),
     };
     let mut backend = tokio::select! {
         backend = connect::connect(backends, runtime, &pick) => backend?,

@@ -48,10 +48,10 @@ pub struct Pick<'a> {
     pub client: IpAddr,
     /// The normalised SNI, for cluster lookups.
     pub sni: Option<&'a str>,
-    /// The address the client dialled (a cluster answer naming it means
-    /// this node); only looked up, and only meaningful, for a cluster
-    /// backend.
-    pub local: IpAddr,
+    /// The address the client dialled, for a cluster backend (an answer
+    /// naming it means this node). `None` for any other backend, which has
+    /// no use for it and so is spared the getsockname(2).
+    pub local: Option<IpAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,10 +100,13 @@ pub async fn connect(
         }
         Some(cache) => {
             let sni = pick.sni.ok_or(ConnectError::NoAddress)?;
+            let local = pick
+                .local
+                .expect("setup looks up the dialled address for a cluster backend");
             // Boxed: the lookup (an HTTP exchange) is a large future, and
-            // inline it would enlarge every connection's task for its whole
-            // life, idle or not; this allocation is paid by cluster backends only.
-            match Box::pin(cache.lookup(sni, pick.local)).await? {
+            // inline it would enlarge every connection's setup future; this
+            // allocation is paid by cluster backends only.
+            match Box::pin(cache.lookup(sni, local)).await? {
                 Answer::Remote(set) => try_in_order(runtime, &set, pick).await,
                 Answer::Local => {
                     let local = runtime
