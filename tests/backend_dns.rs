@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::dns::{DnsServer, Mode, NEGATIVE_TTL};
 use common::{
-    Pki, Relay, http_get, metric, relayed_backend_addr, serve_tls_echo, tls_connect,
-    tls_echo_backend,
+    Pki, Relay, http_get, metric, one_route_config, relayed_backend_addr, serve_tls_echo,
+    tls_connect, tls_echo_backend,
 };
 use hickory_proto::op::ResponseCode;
 use serde_json::Value;
@@ -176,23 +176,13 @@ async fn echo_pair(pki: &Pki) -> (SocketAddr, SocketAddr) {
 /// A relay routing `app.example.com` to backend `b` resolved from `name`
 /// on `port` through `dns`; `extra` goes into `[backend.b]`.
 fn dns_config(name: &str, port: u16, dns: &DnsServer, extra: &str) -> String {
-    format!(
-        r#"
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-sni = ["app.example.com"]
-backend = "b"
-
-[backend.b]
-resolve = "{name}:{port}"
-resolver = "{}"
-connect_timeout = "2s"
-{extra}
-"#,
-        dns.addr
+    one_route_config(
+        &["app.example.com"],
+        "",
+        &format!(
+            "resolve = \"{name}:{port}\"\nresolver = \"{}\"\nconnect_timeout = \"2s\"\n{extra}",
+            dns.addr
+        ),
     )
 }
 
@@ -424,22 +414,13 @@ max_ttl = "300ms""#,
 async fn the_system_resolver_reads_localhost() {
     let pki = Pki::new(&["app.example.com"]);
     let echo = tls_echo_backend(&pki).await;
-    let config = format!(
-        r#"
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-sni = ["app.example.com"]
-backend = "b"
-
-[backend.b]
-resolve = "localhost:{}"
-resolve_interval = "200ms"
-connect_timeout = "2s"
-"#,
-        echo.port()
+    let config = one_route_config(
+        &["app.example.com"],
+        "",
+        &format!(
+            "resolve = \"localhost:{}\"\nresolve_interval = \"200ms\"\nconnect_timeout = \"2s\"",
+            echo.port()
+        ),
     );
     let relay = Relay::start(&config).await;
     let resolved = relay

@@ -20,20 +20,10 @@ fn config(addresses: &[SocketAddr], backend_extra: &str) -> String {
         .map(|a| format!("\"{a}\""))
         .collect::<Vec<_>>()
         .join(", ");
-    format!(
-        r#"
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-sni = ["www.example.com"]
-backend = "b"
-
-[backend.b]
-addresses = [{list}]
-{backend_extra}
-"#
+    one_route_config(
+        &["www.example.com"],
+        "",
+        &format!("addresses = [{list}]\n{backend_extra}"),
     )
 }
 

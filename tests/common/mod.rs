@@ -183,6 +183,17 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 
 /// A one-listener config routing `patterns` to `backend`.
 pub fn simple_config(patterns: &[&str], backend: SocketAddr, listener_extra: &str) -> String {
+    one_route_config(
+        patterns,
+        listener_extra,
+        &format!("addresses = [\"{backend}\"]\nconnect_timeout = \"2s\""),
+    )
+}
+
+/// A one-listener config (named `tls`, on a free loopback port, with
+/// `listener_extra` in its table) routing `patterns` to backend `b`, whose
+/// table is `backend_body`.
+pub fn one_route_config(patterns: &[&str], listener_extra: &str, backend_body: &str) -> String {
     let sni = patterns
         .iter()
         .map(|p| format!("{p:?}"))
@@ -200,8 +211,7 @@ sni = [{sni}]
 backend = "b"
 
 [backend.b]
-addresses = ["{backend}"]
-connect_timeout = "2s"
+{backend_body}
 "#
     )
 }
