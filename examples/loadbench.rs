@@ -210,6 +210,10 @@ backlog = 4096
 client_hello_timeout = "5s"
 idle_timeout = "5m"
 
+# Every bench client comes from 127.0.0.1, and HAProxy has no such limit.
+[listener.limits]
+connections_per_source = false
+
 [[route]]
 sni = ["www.example.com"]
 backend = "b"

@@ -23,8 +23,10 @@
 //! lists and per-source limits) before its task starts and before any byte
 //! is read; a refused one is logged, counted and closed at once.
 //!
-//! Each connection reads the listener's current snapshot at accept time and
-//! keeps it for life. Not here: what happens on a connection (see `conn`).
+//! Each connection reads the listener's current [`Generation`] (settings,
+//! routes, admission, backends, pacing: one value, published by a reload in
+//! one swap) at accept time and keeps it for life. Not here: what happens on
+//! a connection (see `conn`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,10 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
-use crate::admit::{Admission, Source};
-use crate::backend::Backends;
-use crate::config::Listener;
+use crate::admit::Source;
 use crate::conn::{self, Accepted};
+use crate::generation::Generation;
 use crate::{metrics, sockopt};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(10);
@@ -48,8 +49,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Everything an accept loop needs, passed in rather than global.
 pub struct AcceptLoop {
     pub socket: Arc<TcpListener>,
-    /// The listener's current configuration; replaced on reload.
-    pub config: watch::Receiver<Arc<Listener>>,
+    /// The listener's current generation; replaced on reload.
+    pub generation: watch::Receiver<Arc<Generation>>,
     /// Process-wide connection permits.
     pub permits: Arc<Semaphore>,
     /// Tracks connection tasks so shutdown can wait for them.
@@ -58,14 +59,6 @@ pub struct AcceptLoop {
     pub stop_accepting: CancellationToken,
     /// Fires to close the connections this loop started.
     pub close_connections: CancellationToken,
-    /// The listener's admission state, shared by all its sockets; replaced
-    /// when a reload changes the listener's limits.
-    pub admission: watch::Receiver<Arc<Admission>>,
-    /// Process-wide accept pacing (`global.max_connection_rate`).
-    pub pace: watch::Receiver<Option<Arc<governor::DefaultDirectRateLimiter>>>,
-    /// Every backend's run-time state (address sets, health); replaced on
-    /// reload. A connection keeps the registry it was accepted under.
-    pub backends: watch::Receiver<Arc<Backends>>,
 }
 
 impl AcceptLoop {
@@ -74,14 +67,11 @@ impl AcceptLoop {
         // dropping them locks this loop's node rather than a node shared by
         // every connection of the process.
         let close_mine = self.close_connections.child_token();
-        // The snapshots in force, re-read only when a reload publishes new
-        // ones (an atomic version check per accept instead of a lock).
-        let mut listener = self.config.borrow_and_update().clone();
-        let mut admission = self.admission.borrow_and_update().clone();
-        let mut pace = self.pace.borrow_and_update().clone();
-        let mut backends = self.backends.borrow_and_update().clone();
+        // The generation in force, re-read only when a reload publishes a
+        // new one (an atomic version check per accept instead of a lock).
+        let mut generation = self.generation.borrow_and_update().clone();
         // A listener keeps its name across reloads, so its series do too.
-        let series = metrics::metrics().listener(&listener.name);
+        let series = metrics::metrics().listener(&generation.listener.name);
         let mut backoff = BACKOFF_FIRST;
         let mut failures_in_burst = 0u64;
         loop {
@@ -92,10 +82,10 @@ impl AcceptLoop {
                 },
                 () = self.stop_accepting.cancelled() => return,
             };
-            if self.pace.has_changed().unwrap_or(false) {
-                pace = self.pace.borrow_and_update().clone();
+            if self.generation.has_changed().unwrap_or(false) {
+                generation = self.generation.borrow_and_update().clone();
             }
-            if let Some(pace) = &pace {
+            if let Some(pace) = &generation.pace {
                 tokio::select! {
                     _ = pace.until_ready() => {}
                     () = self.stop_accepting.cancelled() => return,
@@ -118,12 +108,18 @@ impl AcceptLoop {
                         at: Instant::now(),
                         metrics: series.clone(),
                     };
-                    if self.config.has_changed().unwrap_or(false) {
-                        listener = self.config.borrow_and_update().clone();
+                    // A reload may have landed while this loop waited in
+                    // accept; the connection gets the newest generation,
+                    // read once, whole.
+                    if self.generation.has_changed().unwrap_or(false) {
+                        generation = self.generation.borrow_and_update().clone();
                     }
-                    if self.admission.has_changed().unwrap_or(false) {
-                        admission = self.admission.borrow_and_update().clone();
-                    }
+                    let Generation {
+                        listener,
+                        admission,
+                        backends,
+                        ..
+                    } = &*generation;
                     // Counted (and `active`) before admission: a refused
                     // connection is closed through the same record.
                     series.accepted();
@@ -140,17 +136,14 @@ impl AcceptLoop {
                         match admission.admit(Source::from(accepted.peer)) {
                             Ok(admitted) => Some(admitted),
                             Err(refusal) => {
-                                conn::refused(&accepted, &listener, refusal.into());
+                                conn::refused(&accepted, listener, refusal.into());
                                 // Closed unread: dropping the socket and the permit.
                                 continue;
                             }
                         }
                     };
                     if let Some(admitted) = &admitted {
-                        conn::log_dry_run(&listener, accepted.peer, admitted);
-                    }
-                    if self.backends.has_changed().unwrap_or(false) {
-                        backends = self.backends.borrow_and_update().clone();
+                        conn::log_dry_run(listener, accepted.peer, admitted);
                     }
                     // The loop's own token, shared: a connection is only ever
                     // cancelled with all of its loop's, so it needs no node

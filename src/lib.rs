@@ -7,7 +7,8 @@
 //! (over [`sni`] and [`matcher`]) → [`connect`] (over the run-time state of
 //! [`backend`]: address sets, health, selection) → [`announce`] (PROXY
 //! protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
-//! into an immutable snapshot, [`server`] binds and serves it, [`signals`]
+//! into an immutable snapshot, [`server`] binds and serves it (each
+//! listener as one [`generation`] per reload), [`signals`]
 //! turns signals into intents. Socket options live in [`sockopt`] only.
 //! [`probe`] is the operator's client-side monitor; [`metrics`] and
 //! [`admin`] are the relay's own observability.
@@ -32,6 +33,7 @@ pub mod config;
 pub mod conn;
 pub mod connect;
 pub mod drain;
+pub mod generation;
 pub mod inspect;
 pub mod logging;
 pub mod matcher;

@@ -13,9 +13,12 @@
 //! and count the failure. Otherwise bind the sockets the new file adds (any
 //! failure rejects the whole reload, and the new sockets are closed again),
 //! hand unchanged route identities their drain signals (`reload`), publish
-//! the new listener snapshots to the accept loops, close the sockets the
-//! file removed, and fire the drain signals of what changed. Sockets of
-//! listeners that stay are never closed, so no connection is refused.
+//! each listener's new [`Generation`] (settings and routes, admission,
+//! backends, pacing: one value, one swap, so no accept sees a mix of old
+//! and new), close the sockets the file removed, stop the backend runtimes
+//! no generation uses any more, and fire the drain signals of what changed.
+//! Sockets of listeners that stay are never closed, so no connection is
+//! refused.
 //!
 //! Accept scaling: each bound socket gets one accept loop per runtime
 //! worker thread (`global.threads`), all accepting on that one socket, so
@@ -56,7 +59,8 @@ use crate::accept::AcceptLoop;
 use crate::admin::{self, AdminState, Readiness};
 use crate::admit::{self, Admission};
 use crate::backend::Backends;
-use crate::config::{Config, ConfigError, Listener};
+use crate::config::{self, Config, ConfigError, Listener, ReadTicket};
+use crate::generation::{Generation, Pace};
 use crate::notify::Notifier;
 use crate::signals::Intent;
 use crate::{metrics, reload, sockopt, takeover};
@@ -156,10 +160,9 @@ struct Bound {
 }
 
 struct RunningListener {
-    snapshot: watch::Sender<Arc<Listener>>,
-    /// The listener's admission state; replaced (tables reset) only when a
-    /// reload changes its `[listener.limits]`.
-    admission: watch::Sender<Arc<Admission>>,
+    /// The listener's current generation. Its admission state is replaced
+    /// (tables reset) only when a reload changes `[listener.limits]`.
+    generation: watch::Sender<Arc<Generation>>,
     binds: BTreeMap<BindKey, Bound>,
     /// Its sockets came from systemd: they are kept as they are on reload.
     activated: bool,
@@ -215,14 +218,15 @@ struct Server {
     readiness: Arc<Readiness>,
     /// The admin listener's state, to show a reloaded configuration.
     admin: Option<Arc<AdminState>>,
-    /// Accept pacing (`global.max_connection_rate`), shared by every loop.
-    pace: watch::Sender<Option<Arc<governor::DefaultDirectRateLimiter>>>,
+    /// Accept pacing (`global.max_connection_rate`), shared by every loop;
+    /// published in each listener's generation.
+    pace: Option<Pace>,
     /// Every backend's run-time state, rebuilt (carrying unchanged
-    /// backends over) on reload.
-    backends: watch::Sender<Arc<Backends>>,
+    /// backends over) on reload; published in each listener's generation.
+    backends: Arc<Backends>,
 }
 
-fn pace_for(config: &Config) -> Option<Arc<governor::DefaultDirectRateLimiter>> {
+fn pace_for(config: &Config) -> Option<Pace> {
     let rate = config.global.max_connection_rate?;
     Some(Arc::new(governor::RateLimiter::direct(
         governor::Quota::per_second(rate),
@@ -256,8 +260,8 @@ pub async fn serve(
         notifier: options.notifier,
         reloads_applied: 0,
         reloads_failed: 0,
-        pace: watch::channel(pace_for(&config)).0,
-        backends: watch::channel(Arc::new(Backends::start(&config, None))).0,
+        pace: pace_for(&config),
+        backends: Arc::new(Backends::start(&config, None)),
         config: config.clone(),
         readiness: Arc::new(Readiness::default()),
         admin: None,
@@ -322,10 +326,15 @@ pub async fn serve(
     // Serve until told otherwise.
     let (handoff_tx, mut handoff_rx) = mpsc::channel::<bool>(1);
     let mut handoff_in_progress = false;
+    // A reload reads the file off this loop (see `config::read_file`): the
+    // read in flight, and whether another SIGHUP came in while it ran.
+    let mut reading: Option<PendingRead> = None;
+    let mut read_again = false;
     let why = loop {
         tokio::select! {
             intent = intents.recv() => match intent {
-                Some(Intent::Reload) => server.reload(),
+                Some(Intent::Reload) if reading.is_some() => read_again = true,
+                Some(Intent::Reload) => reading = server.start_reload(),
                 Some(Intent::Drain) | None => break "asked to stop",
                 Some(Intent::Stop) => {
                     tracing::info!("stopping now");
@@ -341,6 +350,14 @@ pub async fn serve(
                     continue;
                 }
                 handoff_in_progress = server.hand_over(stream, handoff_tx.clone());
+            }
+            read = async { reading.as_mut().expect("guarded").finish().await }, if reading.is_some() => {
+                reading = None;
+                server.reload(read);
+                // The file may have changed after that read began.
+                if std::mem::take(&mut read_again) {
+                    reading = server.start_reload();
+                }
             }
             Some(ok) = handoff_rx.recv() => {
                 handoff_in_progress = false;
@@ -455,28 +472,24 @@ impl Server {
         sockets: Vec<(BindKey, std::net::TcpListener)>,
         activated: bool,
     ) -> Result<(), ServeError> {
-        let (snapshot, _) = watch::channel(listener.clone());
-        let admission = Arc::new(Admission::new(&listener.limits));
-        let (admission, _) = watch::channel(admission);
+        let (generation, _) = watch::channel(Arc::new(Generation {
+            admission: Arc::new(Admission::new(&listener.limits)),
+            listener: listener.clone(),
+            backends: self.backends.clone(),
+            pace: self.pace.clone(),
+        }));
         spawn_sweeper(
             listener.name.clone(),
-            admission.subscribe(),
+            generation.subscribe(),
             self.stop_accepting.clone(),
         );
         let mut running = RunningListener {
-            snapshot,
-            admission,
+            generation,
             binds: BTreeMap::new(),
             activated,
         };
         for (key, socket) in sockets {
-            let bound = self.spawn_loop(
-                &listener,
-                &running.snapshot,
-                &running.admission,
-                key,
-                socket,
-            )?;
+            let bound = self.spawn_loop(&listener, &running.generation, key, socket)?;
             running.binds.insert(key, bound);
         }
         self.listeners.insert(listener.name.clone(), running);
@@ -486,8 +499,7 @@ impl Server {
     fn spawn_loop(
         &self,
         listener: &Listener,
-        snapshot: &watch::Sender<Arc<Listener>>,
-        admission: &watch::Sender<Arc<Admission>>,
+        generation: &watch::Sender<Arc<Generation>>,
         key: BindKey,
         socket: std::net::TcpListener,
     ) -> Result<Bound, ServeError> {
@@ -513,14 +525,11 @@ impl Server {
             self.accepting.spawn(
                 AcceptLoop {
                     socket: socket.clone(),
-                    config: snapshot.subscribe(),
+                    generation: generation.subscribe(),
                     permits: self.permits.clone(),
                     tracker: self.tracker.clone(),
                     stop_accepting: stop.clone(),
                     close_connections: self.close_connections.clone(),
-                    admission: admission.subscribe(),
-                    pace: self.pace.subscribe(),
-                    backends: self.backends.subscribe(),
                 }
                 .run(),
             );
@@ -528,9 +537,35 @@ impl Server {
         Ok(Bound { stop, dup })
     }
 
-    fn reload(&mut self) {
+    /// Starts reading the file for a reload; the outcome arrives through
+    /// the returned read (or at once, when it cannot even start).
+    fn start_reload(&mut self) -> Option<PendingRead> {
         self.notifier.reloading();
-        match self.try_reload() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        match config::read_file(&self.config_path, move |read| {
+            let _ = tx.send(read);
+        }) {
+            Ok(ticket) => Some(PendingRead {
+                ticket: Some(ticket),
+                result: rx,
+                deadline: tokio::time::Instant::now() + config::CONFIG_READ_TIMEOUT,
+                path: self.config_path.clone(),
+            }),
+            Err(error) => {
+                self.reload(Err(error));
+                None
+            }
+        }
+    }
+
+    /// Applies the outcome of a reload's read: a new configuration, or a
+    /// logged and counted refusal that leaves everything as it was.
+    fn reload(&mut self, read: Result<String, ConfigError>) {
+        let loaded = read.and_then(|text| Config::from_toml(&text, &self.config_path));
+        match loaded
+            .map_err(ReloadError::from)
+            .and_then(|new| self.try_reload(new))
+        {
             Ok(applied) => {
                 self.reloads_applied += 1;
                 let d = &applied.diff;
@@ -573,8 +608,7 @@ impl Server {
         }
     }
 
-    fn try_reload(&mut self) -> Result<Applied, ReloadError> {
-        let mut new = Config::load(&self.config_path)?;
+    fn try_reload(&mut self, mut new: Config) -> Result<Applied, ReloadError> {
         let diff = reload::carry_over(&self.config, &mut new);
 
         // Bind everything new first; dropping `opened` on error closes it all.
@@ -598,11 +632,14 @@ impl Server {
             }
         }
 
-        // Commit: nothing below can fail the reload.
-        let backends = Arc::new(Backends::start(&new, Some(&self.backends.borrow())));
-        self.backends
-            .send_replace(backends.clone())
-            .retire(&backends);
+        // Commit: nothing below can fail the reload. Every listener gets one
+        // new generation holding the new backends and pacing; the old
+        // backends' runtimes stop only once no listener publishes them.
+        let backends = Arc::new(Backends::start(&new, Some(&self.backends)));
+        let retired = std::mem::replace(&mut self.backends, backends);
+        if new.global.max_connection_rate != self.config.global.max_connection_rate {
+            self.pace = pace_for(&new);
+        }
         let mut binds_added = 0;
         let mut binds_removed = 0;
         for listener in &new.listeners {
@@ -615,13 +652,17 @@ impl Server {
                 }
                 continue;
             };
-            running.snapshot.send_replace(listener.clone());
-            if running.admission.borrow().limits() != &listener.limits {
+            let mut admission = running.generation.borrow().admission.clone();
+            if admission.limits() != &listener.limits {
                 tracing::info!(listener = %listener.name, "admission limits changed; per-source counts start afresh");
-                running
-                    .admission
-                    .send_replace(Arc::new(Admission::new(&listener.limits)));
+                admission = Arc::new(Admission::new(&listener.limits));
             }
+            running.generation.send_replace(Arc::new(Generation {
+                listener: listener.clone(),
+                admission,
+                backends: self.backends.clone(),
+                pace: self.pace.clone(),
+            }));
             if !running.activated {
                 let keep: Vec<BindKey> = listener
                     .listen
@@ -639,9 +680,8 @@ impl Server {
                 });
             }
             for (key, socket) in sockets {
-                let snapshot = self.listeners[&listener.name].snapshot.clone();
-                let admission = self.listeners[&listener.name].admission.clone();
-                match self.spawn_loop(listener, &snapshot, &admission, key, socket) {
+                let generation = self.listeners[&listener.name].generation.clone();
+                match self.spawn_loop(listener, &generation, key, socket) {
                     Ok(bound) => {
                         if let Some(running) = self.listeners.get_mut(&listener.name) {
                             running.binds.insert(key, bound);
@@ -663,12 +703,11 @@ impl Server {
             }
         }
 
+        retired.retire(&self.backends);
+
         let window = new.global.drain_timeout;
         let marked = diff.to_drain.iter().map(|s| s.fire(window)).sum();
         self.resize_permits(new.global.max_connections);
-        if new.global.max_connection_rate != self.config.global.max_connection_rate {
-            self.pace.send_replace(pace_for(&new));
-        }
         self.config = new;
         Ok(Applied {
             diff,
@@ -775,6 +814,38 @@ impl Server {
     }
 }
 
+/// A reload's read of the configuration file, running on its own thread.
+struct PendingRead {
+    /// Taken when the read finishes or is given up on.
+    ticket: Option<ReadTicket>,
+    result: tokio::sync::oneshot::Receiver<Result<String, ConfigError>>,
+    /// Set when the read starts, so polling again keeps the same bound.
+    deadline: tokio::time::Instant,
+    path: PathBuf,
+}
+
+impl PendingRead {
+    /// The file's text, or why there is none: the read failed, or did not
+    /// finish within [`config::CONFIG_READ_TIMEOUT`]. Cancel-safe: the
+    /// server's loop polls it among other events.
+    async fn finish(&mut self) -> Result<String, ConfigError> {
+        let outcome = tokio::time::timeout_at(self.deadline, &mut self.result).await;
+        let ticket = self.ticket.take();
+        match outcome {
+            Ok(Ok(read)) => read,
+            // The reading thread cannot drop its sender without sending.
+            Ok(Err(_)) | Err(_) => {
+                if let Some(ticket) = ticket {
+                    ticket.abandon();
+                }
+                Err(ConfigError::ReadTimeout {
+                    path: self.path.clone(),
+                })
+            }
+        }
+    }
+}
+
 /// The route identities that changed, for the reload log line (bounded).
 fn summary(diff: &reload::Diff) -> String {
     const MAX: usize = 20;
@@ -799,23 +870,28 @@ fn summary(diff: &reload::Diff) -> String {
 /// gone (its admission sender dropped) or the server stops accepting.
 fn spawn_sweeper(
     listener: String,
-    mut admission: watch::Receiver<Arc<Admission>>,
+    mut generation: watch::Receiver<Arc<Generation>>,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(admit::SWEEP_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut current = admission.borrow_and_update().clone();
+        let mut current = generation.borrow_and_update().admission.clone();
         let mut last = current.counters.snapshot();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                changed = admission.changed() => {
+                changed = generation.changed() => {
                     if changed.is_err() {
                         return;
                     }
-                    current = admission.borrow_and_update().clone();
-                    last = current.counters.snapshot();
+                    // Most reloads carry the admission state over; only a
+                    // new one starts the counters afresh.
+                    let admission = generation.borrow_and_update().admission.clone();
+                    if !Arc::ptr_eq(&admission, &current) {
+                        current = admission;
+                        last = current.counters.snapshot();
+                    }
                     continue;
                 }
                 () = stop.cancelled() => return,

@@ -327,3 +327,58 @@ async fn max_connection_rate_paces_accepting_without_refusing() {
         started.elapsed()
     );
 }
+
+/// The shipped defaults protect a small edge from one source: with no
+/// `[listener.limits]` at all, a source that opens as many connections as
+/// the whole process may hold is stopped at 256, and another source is
+/// still relayed at once. Without the default the first source would hold
+/// every permit and the second would wait in the backlog until the first
+/// let go (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_one_source_cannot_take_the_whole_connection_budget() {
+    const BUDGET: usize = 300;
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    let relay = Relay::start(&format!(
+        "[global]\nmax_connections = {BUDGET}\n{}",
+        simple_config(
+            &["app.example.com"],
+            backend,
+            "client_hello_timeout = \"30s\""
+        )
+    ))
+    .await;
+
+    let mut hogs = Vec::new();
+    for _ in 0..BUDGET {
+        hogs.push(connect_from(ip("127.0.0.2"), relay.addr()).await.unwrap());
+    }
+    let refused = relay
+        .wait_matching(BUDGET - 256, |l| closed_with(l, "limit_concurrent"))
+        .await;
+    assert!(refused.iter().all(|l| from_source(l, "127.0.0.2")));
+
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        served(
+            &pki,
+            connect_from(ip("127.0.0.3"), relay.addr()).await.unwrap(),
+        )
+        .await;
+        took.push(started.elapsed());
+    }
+    took.sort();
+    println!("second source: handshake and echo, median {:?}", took[2]);
+    let refusals = relay
+        .closed_lines()
+        .into_iter()
+        .filter(|l| closed_with(l, "limit_concurrent"))
+        .count();
+    assert_eq!(
+        refusals,
+        BUDGET - 256,
+        "exactly 256 admitted from the first source"
+    );
+    drop(hogs);
+}

@@ -6,7 +6,10 @@ use std::num::NonZeroU32;
 use std::path::Path;
 
 use snirelay::admit::{Limits, Rate};
-use snirelay::config::{Config, ConfigError, DEFAULT_SOURCE_PREFIX_V4, DEFAULT_SOURCE_PREFIX_V6};
+use snirelay::config::{
+    Config, ConfigError, DEFAULT_CONNECTIONS_PER_SOURCE, DEFAULT_SOURCE_PREFIX_V4,
+    DEFAULT_SOURCE_PREFIX_V6,
+};
 
 fn config(global: &str, limits: &str) -> Result<Config, ConfigError> {
     let text = format!(
@@ -44,13 +47,31 @@ fn nz(n: u32) -> NonZeroU32 {
 }
 
 #[test]
-fn limits_default_to_unlimited_with_32_and_64_bit_sources() {
+fn limits_default_to_256_open_per_source_no_rate_and_32_and_64_bit_sources() {
     let c = config("", "").unwrap();
     assert_eq!(c.global.max_connection_rate, None);
     let limits = &c.listeners[0].limits;
-    assert_eq!(limits, &Limits::unlimited());
+    assert_eq!(DEFAULT_CONNECTIONS_PER_SOURCE, nz(256));
+    assert_eq!(
+        limits,
+        &Limits {
+            connections_per_source: Some(DEFAULT_CONNECTIONS_PER_SOURCE),
+            ..Limits::unlimited()
+        }
+    );
     assert_eq!(limits.source_prefix_v4, DEFAULT_SOURCE_PREFIX_V4);
     assert_eq!(limits.source_prefix_v6, DEFAULT_SOURCE_PREFIX_V6);
+}
+
+#[test]
+fn false_turns_the_per_source_connection_limit_off_and_true_is_refused() {
+    let c = config("", "connections_per_source = false").unwrap();
+    assert_eq!(c.listeners[0].limits, Limits::unlimited());
+    let text = problems("", "connections_per_source = true");
+    assert!(
+        text.contains("listener[0].limits.connections_per_source: true names no count"),
+        "{text}"
+    );
 }
 
 #[test]

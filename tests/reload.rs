@@ -184,3 +184,78 @@ async fn only_the_changed_route_drains_and_its_closes_are_spread_over_drain_time
             .is_err()
     );
 }
+
+/// Replaces the relay's config file with a FIFO that nobody writes to:
+/// opening it blocks until a writer comes, which here is never.
+fn config_becomes_a_fifo(relay: &Relay) {
+    std::fs::remove_file(&relay.config_path).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&relay.config_path)
+        .status()
+        .expect("mkfifo (coreutils) is required for this test");
+    assert!(status.success());
+}
+
+fn rejected(line: &serde_json::Value) -> bool {
+    line["message"] == "reload rejected; still serving the previous configuration"
+}
+
+/// A reload whose file never answers is refused after the read timeout,
+/// with a message that says why; the relay relays throughout (on one
+/// thread, where a blocking read would stop everything), refuses a second
+/// reload while the first read is stuck instead of stranding another
+/// thread, and still stops at once on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_that_never_answers_cannot_stall_the_relay() {
+    let pki = Pki::new(NAMES);
+    let r = tls_echo_backend(&pki).await;
+    let s = tls_echo_backend(&pki).await;
+    let one_thread = two_routes(r, s, "").replacen("[global]\n", "[global]\nthreads = 1\n", 1);
+    let relay = Relay::start(&one_thread).await;
+    config_becomes_a_fifo(&relay);
+
+    relay.signal("HUP");
+    // The read is blocked in the kernel; the event loop is not.
+    echo_session(&pki, relay.addr(), "r.example.com")
+        .await
+        .expect("relayed while the reload's read is blocked");
+    let line = relay.wait_nth(1, rejected).await;
+    let error = line["error"].as_str().unwrap();
+    assert!(
+        error.contains("reading did not finish within 5s") && error.contains("FIFO"),
+        "{error}"
+    );
+
+    // The first read is still stuck: a second reload does not start another.
+    relay.signal("HUP");
+    let line = relay.wait_nth(2, rejected).await;
+    let error = line["error"].as_str().unwrap();
+    assert!(
+        error.contains("an earlier read of the file has not finished"),
+        "{error}"
+    );
+    echo_session(&pki, relay.addr(), "s.example.com")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_blocked_reload_read_stops_the_relay() {
+    let pki = Pki::new(NAMES);
+    let r = tls_echo_backend(&pki).await;
+    let s = tls_echo_backend(&pki).await;
+    let mut relay = Relay::start(&two_routes(r, s, "")).await;
+    config_becomes_a_fifo(&relay);
+    relay.signal("HUP");
+    relay.signal("TERM");
+    assert_eq!(relay.wait_exit().await, Some(0));
+    let lines = relay.log_lines();
+    assert!(
+        lines.iter().any(|l| l["message"] == "stopped"),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(rejected),
+        "the read had not timed out yet"
+    );
+}

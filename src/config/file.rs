@@ -64,11 +64,12 @@ pub struct ProxyProtocolSection {
     pub max_hops: Option<i64>,
 }
 
-/// `[listener.limits]`; every limit unset means unlimited.
+/// `[listener.limits]`; an unset limit takes its default (see
+/// `config::DEFAULT_CONNECTIONS_PER_SOURCE`; the rate limits default to off).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {
-    pub connections_per_source: Option<i64>,
+    pub connections_per_source: Option<CountOrOff>,
     pub connection_rate_per_source: Option<i64>,
     pub connection_burst_per_source: Option<i64>,
     pub source_prefix_v4: Option<i64>,
@@ -78,6 +79,15 @@ pub struct LimitsSection {
     pub allow: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
+}
+
+/// A limit given as a count, or `false` to turn it off (`true` is an error:
+/// it names no count).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+pub enum CountOrOff {
+    Count(i64),
+    Switch(bool),
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,6 +12,11 @@
 //! constant below applies. (Later settings that exist both globally and per
 //! listener resolve as section beats global beats default.)
 //!
+//! Reading the file happens on a thread of its own with a timeout
+//! ([`read_file`], [`CONFIG_READ_TIMEOUT`]): the path may name a FIFO with
+//! no writer or sit on a hung mount, and neither may stop the event loop
+//! from handling SIGTERM.
+//!
 //! Not here: binding sockets or any other I/O beyond reading the file.
 
 pub mod file;
@@ -22,6 +27,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::admit::{Limits, Rate};
@@ -32,8 +38,8 @@ use crate::matcher::SniMatcher;
 use crate::preface::{Inbound, Mode};
 use crate::sni::Pattern;
 use file::{
-    AdminSection, BackendSection, ClusterSection, FileConfig, HealthSection, LimitsSection,
-    ListenerSection, ProxyProtocolSection,
+    AdminSection, BackendSection, ClusterSection, CountOrOff, FileConfig, HealthSection,
+    LimitsSection, ListenerSection, ProxyProtocolSection,
 };
 
 /// Open client connections the whole process accepts before it pauses accepting.
@@ -121,9 +127,15 @@ pub const DEFAULT_SOURCE_PREFIX_V4: u8 = 32;
 /// Bits of an IPv6 source address that make one source (one /64 is what a
 /// single subscriber is usually given).
 pub const DEFAULT_SOURCE_PREFIX_V6: u8 = 64;
-// `max_connection_rate`, `connections_per_source` and
-// `connection_rate_per_source` default to unlimited; a burst defaults to one
-// second's worth of its rate.
+/// Open connections one source may hold (`[listener.limits]
+/// connections_per_source`) when the key is not set; `false` turns the limit
+/// off. Without it one source could take the whole `max_connections` budget
+/// and every other client would wait in the backlog behind it; 256 is far
+/// above what one browser or agent opens, and in line with Gerbil's
+/// per-source default.
+pub const DEFAULT_CONNECTIONS_PER_SOURCE: NonZeroU32 = NonZeroU32::new(256).unwrap();
+// `max_connection_rate` and `connection_rate_per_source` default to
+// unlimited; a burst defaults to one second's worth of its rate.
 
 /// Bounds that keep a setting meaningful.
 const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
@@ -369,6 +381,15 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{path}: reading did not finish within {}s (a FIFO with no writer, or a hung mount?)",
+        CONFIG_READ_TIMEOUT.as_secs()
+    )]
+    ReadTimeout { path: PathBuf },
+    #[error("{path}: an earlier read of the file has not finished yet; not reading it again")]
+    ReadStuck { path: PathBuf },
+    #[error("{path}: larger than {} bytes", MAX_CONFIG_BYTES)]
+    TooLarge { path: PathBuf },
     #[error("{path}: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("{path}: {} problem(s):\n{}", problems.len(), list(problems))]
@@ -386,14 +407,106 @@ fn list(problems: &[Problem]) -> String {
         .join("\n")
 }
 
-impl Config {
-    /// Reads and validates a configuration file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+/// How long reading the configuration file may take before the load (or
+/// reload) is refused. The file is read on a thread of its own, so a file
+/// that never answers holds that thread, never the event loop.
+pub const CONFIG_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest configuration file read; a real one is a few kilobytes.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads of the configuration file that timed out and are still blocked;
+/// while one is, no new read starts (each would strand another thread).
+static STUCK_READS: AtomicUsize = AtomicUsize::new(0);
+
+/// Reads the configuration file on a thread of its own and hands the
+/// outcome to `deliver`. Opening a FIFO with no writer, or reading from a
+/// hung network mount, blocks in the kernel where no timeout reaches, so the
+/// read runs where blocking costs one parked thread: the caller waits for
+/// [`CONFIG_READ_TIMEOUT`] at most, and gives up with
+/// [`ConfigError::ReadTimeout`]. A read that outlives its timeout is counted
+/// in [`STUCK_READS`] until it ends; while one is stuck, later reads are
+/// refused with [`ConfigError::ReadStuck`] instead of stranding a thread each.
+pub fn read_file(
+    path: &Path,
+    deliver: impl FnOnce(Result<String, ConfigError>) + Send + 'static,
+) -> Result<ReadTicket, ConfigError> {
+    if STUCK_READS.load(Ordering::Acquire) > 0 {
+        return Err(ConfigError::ReadStuck {
+            path: path.to_owned(),
+        });
+    }
+    let ticket = ReadTicket(Arc::new(AtomicBool::new(false)));
+    let abandoned = ticket.0.clone();
+    let owned = path.to_owned();
+    std::thread::Builder::new()
+        .name("config-read".into())
+        .spawn(move || {
+            let read = read_capped(&owned);
+            // Swap under the flag: the waiter either sees the result or
+            // has already counted this read as stuck, never both.
+            if abandoned.swap(true, Ordering::AcqRel) {
+                STUCK_READS.fetch_sub(1, Ordering::AcqRel);
+            }
+            deliver(read);
+        })
+        .map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Config::from_toml(&text, path)
+    Ok(ticket)
+}
+
+/// Held by whoever waits for a [`read_file`]; [`ReadTicket::abandon`] when
+/// the wait times out.
+pub struct ReadTicket(Arc<AtomicBool>);
+
+impl ReadTicket {
+    /// Marks the read as given up on: it counts as stuck until it returns.
+    pub fn abandon(self) {
+        if !self.0.swap(true, Ordering::AcqRel) {
+            STUCK_READS.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn read_capped(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let failed = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(failed)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(failed)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_owned(),
+        });
+    }
+    Ok(text)
+}
+
+impl Config {
+    /// Reads and validates a configuration file, waiting for the read at
+    /// most [`CONFIG_READ_TIMEOUT`] (see [`read_file`]). Blocks the calling
+    /// thread: for use before the event loop runs (`check`, start-up).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let ticket = read_file(path, move |read| {
+            let _ = tx.send(read);
+        })?;
+        match rx.recv_timeout(CONFIG_READ_TIMEOUT) {
+            Ok(read) => Config::from_toml(&read?, path),
+            Err(_) => {
+                ticket.abandon();
+                Err(ConfigError::ReadTimeout {
+                    path: path.to_owned(),
+                })
+            }
+        }
     }
 
     /// Validates configuration text; `path` only names it in errors.
@@ -1096,14 +1209,25 @@ impl Checker {
         })
     }
 
-    /// `[listener.limits]`; unset limits are unlimited.
+    /// `[listener.limits]`; an unset concurrency limit takes its default,
+    /// unset rate limits are off.
     fn limits(&mut self, key: &str, section: &LimitsSection) -> Option<Limits> {
         let problems = self.problems.len();
-        let connections_per_source = self.optional_nonzero(
-            &format!("{key}.connections_per_source"),
-            section.connections_per_source,
-            MAX_CONNECTIONS_RANGE,
-        );
+        let connections_key = format!("{key}.connections_per_source");
+        let connections_per_source = match section.connections_per_source {
+            None => Some(DEFAULT_CONNECTIONS_PER_SOURCE),
+            Some(CountOrOff::Switch(false)) => None,
+            Some(CountOrOff::Switch(true)) => {
+                self.problem(
+                    connections_key,
+                    "true names no count: give a number, or false to turn the limit off",
+                );
+                None
+            }
+            Some(CountOrOff::Count(n)) => {
+                self.optional_nonzero(&connections_key, Some(n), MAX_CONNECTIONS_RANGE)
+            }
+        };
         let rate = self.optional_nonzero(
             &format!("{key}.connection_rate_per_source"),
             section.connection_rate_per_source,
