@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -72,8 +72,7 @@ impl AcceptLoop {
         let mut generation = self.generation.borrow_and_update().clone();
         // A listener keeps its name across reloads, so its series do too.
         let series = metrics::metrics().listener(&generation.listener.name);
-        let mut backoff = BACKOFF_FIRST;
-        let mut failures_in_burst = 0u64;
+        let mut backoff = Backoff::default();
         loop {
             let permit = tokio::select! {
                 permit = self.permits.clone().acquire_owned() => match permit {
@@ -82,9 +81,7 @@ impl AcceptLoop {
                 },
                 () = self.stop_accepting.cancelled() => return,
             };
-            if self.generation.has_changed().unwrap_or(false) {
-                generation = self.generation.borrow_and_update().clone();
-            }
+            self.refresh(&mut generation);
             if let Some(pace) = &generation.pace {
                 tokio::select! {
                     _ = pace.until_ready() => {}
@@ -97,11 +94,7 @@ impl AcceptLoop {
             };
             match accepted {
                 Ok((stream, peer)) => {
-                    if failures_in_burst > 0 {
-                        tracing::info!(failures = failures_in_burst, "accepting again");
-                        failures_in_burst = 0;
-                        backoff = BACKOFF_FIRST;
-                    }
+                    backoff.recovered();
                     let accepted = Accepted {
                         stream,
                         peer: PeerAddr(peer),
@@ -111,63 +104,14 @@ impl AcceptLoop {
                     // A reload may have landed while this loop waited in
                     // accept; the connection gets the newest generation,
                     // read once, whole.
-                    if self.generation.has_changed().unwrap_or(false) {
-                        generation = self.generation.borrow_and_update().clone();
-                    }
-                    let Generation {
-                        listener,
-                        admission,
-                        backends,
-                        ..
-                    } = &*generation;
-                    // Counted (and `active`) before admission: a refused
-                    // connection is closed through the same record.
-                    series.accepted();
-                    // A trusted peer relay is admitted later, on the client
-                    // address its PROXY header claims (see `preface`); its
-                    // own connections are exempt from per-source limits.
-                    let trusted_peer = listener
-                        .proxy_protocol
-                        .as_ref()
-                        .is_some_and(|inbound| inbound.trusts(peer.ip()));
-                    let admitted = if trusted_peer {
-                        None
-                    } else {
-                        match admission.admit(Source::from(accepted.peer)) {
-                            Ok(admitted) => Some(admitted),
-                            Err(refusal) => {
-                                conn::refused(&accepted, listener, refusal.into());
-                                // Closed unread: dropping the socket and the permit.
-                                continue;
-                            }
-                        }
-                    };
-                    if let Some(admitted) = &admitted {
-                        conn::log_dry_run(listener, accepted.peer, admitted);
-                    }
-                    // The loop's own token, shared: a connection is only ever
-                    // cancelled with all of its loop's, so it needs no node
-                    // (an allocation) of its own.
-                    self.tracker.spawn(conn::handle(
-                        accepted,
-                        listener.clone(),
-                        admission.clone(),
-                        backends.clone(),
-                        close_mine.clone(),
-                        conn::Slots { permit, admitted },
-                    ));
+                    self.refresh(&mut generation);
+                    self.start(accepted, &generation, permit, &close_mine);
                 }
                 Err(error) if sockopt::is_resource_exhaustion(&error) => {
                     drop(permit);
-                    if failures_in_burst == 0 {
-                        tracing::warn!(error = %error, "accept failed for lack of resources; backing off");
+                    if !backoff.wait(&error, &self.stop_accepting).await {
+                        return;
                     }
-                    failures_in_burst += 1;
-                    tokio::select! {
-                        () = tokio::time::sleep(backoff) => {}
-                        () = self.stop_accepting.cancelled() => return,
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
                 Err(error) => {
                     // Per-connection failures (ECONNABORTED and the like).
@@ -175,5 +119,104 @@ impl AcceptLoop {
                 }
             }
         }
+    }
+
+    /// Takes the newest generation if a reload has published one.
+    fn refresh(&mut self, generation: &mut Arc<Generation>) {
+        if self.generation.has_changed().unwrap_or(false) {
+            *generation = self.generation.borrow_and_update().clone();
+        }
+    }
+
+    /// Admits `accepted` and starts its task, or closes it unread.
+    fn start(
+        &self,
+        accepted: Accepted,
+        generation: &Generation,
+        permit: OwnedSemaphorePermit,
+        close_mine: &CancellationToken,
+    ) {
+        let Generation {
+            listener,
+            admission,
+            backends,
+            ..
+        } = generation;
+        // Counted (and `active`) before admission: a refused connection is
+        // closed through the same record.
+        accepted.metrics.accepted();
+        // A trusted peer relay is admitted later, on the client address its
+        // PROXY header claims (see `preface`); its own connections are
+        // exempt from per-source limits.
+        let trusted_peer = listener
+            .proxy_protocol
+            .as_ref()
+            .is_some_and(|inbound| inbound.trusts(accepted.peer.0.ip()));
+        let admitted = if trusted_peer {
+            None
+        } else {
+            match admission.admit(Source::from(accepted.peer)) {
+                Ok(admitted) => Some(admitted),
+                Err(refusal) => {
+                    // Closed unread: dropping the socket and the permit.
+                    conn::refused(&accepted, listener, refusal.into());
+                    return;
+                }
+            }
+        };
+        if let Some(admitted) = &admitted {
+            conn::log_dry_run(listener, accepted.peer, admitted);
+        }
+        // The loop's own token, shared: a connection is only ever cancelled
+        // with all of its loop's, so it needs no node (an allocation) of
+        // its own.
+        self.tracker.spawn(conn::handle(
+            accepted,
+            listener.clone(),
+            admission.clone(),
+            backends.clone(),
+            close_mine.clone(),
+            conn::Slots { permit, admitted },
+        ));
+    }
+}
+
+/// Exponential back-off while `accept` fails for lack of resources, logged
+/// once per burst of failures.
+struct Backoff {
+    next: Duration,
+    failures_in_burst: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            next: BACKOFF_FIRST,
+            failures_in_burst: 0,
+        }
+    }
+}
+
+impl Backoff {
+    /// An accept succeeded: the burst, if any, is over.
+    fn recovered(&mut self) {
+        if self.failures_in_burst > 0 {
+            tracing::info!(failures = self.failures_in_burst, "accepting again");
+            *self = Backoff::default();
+        }
+    }
+
+    /// Waits before the next accept; false when `stop` fired meanwhile.
+    async fn wait(&mut self, error: &std::io::Error, stop: &CancellationToken) -> bool {
+        if self.failures_in_burst == 0 {
+            tracing::warn!(error = %error, "accept failed for lack of resources; backing off");
+        }
+        self.failures_in_burst += 1;
+        tokio::select! {
+            () = tokio::time::sleep(self.next) => {}
+            () = stop.cancelled() => return false,
+        }
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        true
     }
 }

@@ -38,6 +38,9 @@
 //! allocation except when a new key enters a table. Measured in
 //! `benches/admission.rs`.
 //!
+//! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
+//! what was refused since the last one.
+//!
 //! Not here: accepting, the global connection cap and rate (see `accept`),
 //! or anything read from the connection.
 
@@ -53,6 +56,9 @@ use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::cidr::{self, CidrSet};
@@ -515,6 +521,63 @@ impl Drop for SourceGuard {
             self.table.release(&self.key);
         }
     }
+}
+
+/// Sweeps a listener's per-source tables every [`SWEEP_INTERVAL`] and logs,
+/// at warn, how many connections admission refused (or, in dry run, would
+/// have refused) since the last sweep: refusals are logged one by one only
+/// at debug, since a flood makes many. Follows `published` (the listener's
+/// generation, whose admission state `admission_of` picks out): most
+/// reloads carry the state over, and only a new one starts the counts
+/// afresh. Ends when the listener is gone (the sender dropped) or `stop`
+/// fires.
+pub fn spawn_sweeper<T: Send + Sync + 'static>(
+    listener: String,
+    mut published: watch::Receiver<T>,
+    admission_of: fn(&T) -> Arc<Admission>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut current = admission_of(&published.borrow_and_update());
+        let mut last = current.counters.snapshot();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = published.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let admission = admission_of(&published.borrow_and_update());
+                    if !Arc::ptr_eq(&admission, &current) {
+                        current = admission;
+                        last = current.counters.snapshot();
+                    }
+                    continue;
+                }
+                () = stop.cancelled() => return,
+            }
+            current.sweep();
+            let now = current.counters.snapshot();
+            let delta = now.refused_since(&last);
+            if delta.any_refused() {
+                let tracked = current.tracked();
+                tracing::warn!(
+                    listener = %listener,
+                    admitted = delta.admitted,
+                    denied = delta.denied,
+                    limit_concurrent = delta.limit_concurrent,
+                    limit_rate = delta.limit_rate,
+                    dry_run_concurrent = delta.dry_run_concurrent,
+                    dry_run_rate = delta.dry_run_rate,
+                    tracked_sources = tracked.concurrent_keys.max(tracked.rate_keys),
+                    "admission refused connections"
+                );
+            }
+            last = now;
+        }
+    });
 }
 
 #[cfg(test)]

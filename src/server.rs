@@ -1,6 +1,6 @@
-//! The server: binds (or inherits) every listener of a snapshot, runs their
-//! accept loops, and carries out the operator's intents: reload, drain,
-//! stop, and the hand-over of its sockets to a new binary.
+//! The server: starts every listener of the first snapshot, then carries
+//! out the operator's intents: reload, drain, stop, and the hand-over of
+//! its sockets to a new binary.
 //!
 //! Shutdown is passed in as a channel of [`Intent`]s and propagated through a
 //! tree of cancellation tokens: `stop_accepting` (with one child per bound
@@ -20,47 +20,30 @@
 //! Sockets of listeners that stay are never closed, so no connection is
 //! refused.
 //!
-//! Accept scaling: each bound socket gets one accept loop per runtime
-//! worker thread (`global.threads`), all accepting on that one socket, so
-//! every worker takes new connections instead of one loop feeding the
-//! others through work stealing. Measured with `scripts/loadbench.sh
-//! --threads 2 --only rate` on the shared 2-core machine: the median
-//! snirelay/HAProxy rate ratio went from 0.67 (one loop, 5 runs) to 0.87
-//! (two loops, 5 runs), proxy CPU per connection about the same (187 vs
-//! 197 µs; the losing loop's wake-up costs one EAGAIN accept) — noisy
-//! (load average 6–10 from other builds), so a modest gain, not a proof.
-//! The kernel alternative, an SO_REUSEPORT group of one socket per worker,
-//! is not used by default: this module owns binding, a reload keeps
-//! sockets by address, and a binary upgrade hands over one descriptor per
-//! address (`takeover`); a group would multiply all three, and connections
-//! queued in a group member's backlog are lost when that member closes.
-//! `reuse_port = true` still sets the option for an operator who runs
-//! several processes on one address.
-//!
-//! Not here: what a connection does (see `conn`), the diff (`reload`), the
-//! handoff protocol (`takeover`), sd_notify (`notify`).
+//! Not here: binding and inherited sockets (`bind`), the listeners' accept
+//! loops and generations (`listeners`), what a connection does (`conn`),
+//! the diff (`reload`), the handoff protocol (`takeover`), the admission
+//! sweep (`admit`), sd_notify (`notify`).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::accept::AcceptLoop;
 use crate::admin::{self, AdminState, Readiness};
-use crate::admit::{self, Admission};
+use crate::admit::Admission;
 use crate::backend::Backends;
+use crate::bind::{self, BindError, BindKey, Pool, Sockets};
 use crate::config::{self, Config, ConfigError, Listener, ReadTicket};
 use crate::generation::{Generation, Pace};
+use crate::listeners::{Listeners, Shared};
 use crate::notify::Notifier;
 use crate::signals::Intent;
 use crate::{metrics, reload, sockopt, takeover};
@@ -70,18 +53,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("listener {listener:?}: cannot listen on {addr}: {source}")]
-    Bind {
-        listener: String,
-        addr: SocketAddr,
-        source: io::Error,
-    },
-    #[error("listener {listener:?}: inherited socket {key} is unusable: {source}")]
-    Inherited {
-        listener: String,
-        key: String,
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] BindError),
     #[error("admin.listen: cannot listen on {addr}: {source}")]
     AdminBind { addr: SocketAddr, source: io::Error },
 }
@@ -92,7 +65,7 @@ pub enum ReloadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Bind(#[from] ServeError),
+    Bind(#[from] BindError),
 }
 
 /// Everything `serve` needs besides the first snapshot.
@@ -121,95 +94,11 @@ impl ServeOptions {
     }
 }
 
-/// Identifies one listening socket of a listener across reloads and
-/// handoffs: the configured address (port 0 included, so a test's
-/// ephemeral port survives), or the address of a socket systemd passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum BindKey {
-    Config(SocketAddr),
-    Activated(SocketAddr),
-}
-
-impl fmt::Display for BindKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BindKey::Config(a) => write!(f, "config {a}"),
-            BindKey::Activated(a) => write!(f, "activated {a}"),
-        }
-    }
-}
-
-impl FromStr for BindKey {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s.split_once(' ') {
-            Some(("config", a)) => a.parse().map(BindKey::Config).map_err(drop),
-            Some(("activated", a)) => a.parse().map(BindKey::Activated).map_err(drop),
-            _ => Err(()),
-        }
-    }
-}
-
-/// One socket being accepted on.
-struct Bound {
-    /// Fires to stop this socket's accept loop (which then closes it).
-    stop: CancellationToken,
-    /// A duplicate, kept so the socket can be handed to a new binary.
-    /// Dropped together with `stop` firing, so the socket really closes.
-    dup: OwnedFd,
-}
-
-struct RunningListener {
-    /// The listener's current generation. Its admission state is replaced
-    /// (tables reset) only when a reload changes `[listener.limits]`.
-    generation: watch::Sender<Arc<Generation>>,
-    binds: BTreeMap<BindKey, Bound>,
-    /// Its sockets came from systemd: they are kept as they are on reload.
-    activated: bool,
-}
-
-/// Sockets inherited at start, not yet claimed by a listener.
-#[derive(Default)]
-struct Pool {
-    sockets: Vec<(String, BindKey, std::net::TcpListener)>,
-}
-
-impl Pool {
-    fn take(&mut self, listener: &str, key: BindKey) -> Option<std::net::TcpListener> {
-        let name = takeover::escape(listener);
-        let at = self
-            .sockets
-            .iter()
-            .position(|(l, k, _)| *l == name && *k == key)?;
-        Some(self.sockets.swap_remove(at).2)
-    }
-
-    fn take_activated(&mut self, listener: &str) -> Vec<(BindKey, std::net::TcpListener)> {
-        let name = takeover::escape(listener);
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < self.sockets.len() {
-            let (l, k, _) = &self.sockets[i];
-            if *l == name && matches!(k, BindKey::Activated(_)) {
-                let (_, k, s) = self.sockets.swap_remove(i);
-                out.push((k, s));
-            } else {
-                i += 1;
-            }
-        }
-        out.sort_by_key(|(k, _)| *k);
-        out
-    }
-}
-
 struct Server {
     config: Config,
-    listeners: BTreeMap<String, RunningListener>,
-    permits: Arc<Semaphore>,
-    tracker: TaskTracker,
-    accepting: TaskTracker,
-    stop_accepting: CancellationToken,
-    close_connections: CancellationToken,
+    listeners: Listeners,
+    /// What every accept loop shares: permits, trackers, stop tokens.
+    shared: Shared,
     config_path: PathBuf,
     notifier: Notifier,
     reloads_applied: u64,
@@ -248,14 +137,20 @@ pub async fn serve(
     mut options: ServeOptions,
     mut intents: mpsc::Receiver<Intent>,
 ) -> Result<(), ServeError> {
-    let mut pool = inherit(&mut options)?;
-    let mut server = Server {
+    let mut pool = Pool::inherit(
+        std::mem::take(&mut options.activated),
+        options.takeover_from.as_mut(),
+    )?;
+    let shared = Shared {
         permits: Arc::new(Semaphore::new(config.global.max_connections)),
-        listeners: BTreeMap::new(),
-        tracker: TaskTracker::new(),
+        connections: TaskTracker::new(),
         accepting: TaskTracker::new(),
         stop_accepting: CancellationToken::new(),
         close_connections: CancellationToken::new(),
+    };
+    let mut server = Server {
+        listeners: Listeners::new(shared.clone()),
+        shared,
         config_path: options.config_path.clone(),
         notifier: options.notifier,
         reloads_applied: 0,
@@ -292,14 +187,13 @@ pub async fn serve(
     // Open everything before accepting anywhere: a failure leaves nothing half-started.
     let mut opened = Vec::new();
     for listener in &config.listeners {
-        opened.push((listener.clone(), open_at_start(&mut pool, listener)?));
+        opened.push((listener.clone(), bind::open_at_start(&mut pool, listener)?));
     }
     for (listener, (sockets, activated)) in opened {
-        server.start_listener(listener, sockets, activated)?;
+        let generation = server.first_generation(listener);
+        server.listeners.start(generation, sockets, activated)?;
     }
-    for (listener, key, _) in pool.sockets.drain(..) {
-        tracing::warn!(listener = %listener, socket = %key, "inherited socket matches no listener; closing it");
-    }
+    pool.close_unclaimed();
     // Ready for /readyz before the `ready` line, so whoever waits for the
     // line finds the endpoint agreeing.
     server.readiness.set(true);
@@ -316,7 +210,7 @@ pub async fn serve(
         }
     }
     let takeover_listener = options.takeover_path.as_ref().and_then(|path| {
-        offer_takeover(path)
+        takeover::offer(path)
             .inspect_err(|error| {
                 tracing::warn!(path = %path.display(), %error, "cannot offer binary takeover");
             })
@@ -338,18 +232,19 @@ pub async fn serve(
                 Some(Intent::Drain) | None => break "asked to stop",
                 Some(Intent::Stop) => {
                     tracing::info!("stopping now");
-                    server.stop_accepting.cancel();
-                    server.close_connections.cancel();
+                    server.shared.stop_accepting.cancel();
+                    server.shared.close_connections.cancel();
                     return Ok(());
                 }
             },
-            accepted = accept_takeover(takeover_listener.as_ref()) => {
+            accepted = takeover::next_request(takeover_listener.as_ref()) => {
                 let Ok(stream) = accepted else { continue };
                 if handoff_in_progress {
                     tracing::warn!("another binary takeover is already in progress; refusing this one");
                     continue;
                 }
-                handoff_in_progress = server.hand_over(stream, handoff_tx.clone());
+                let sockets = server.listeners.for_handover();
+                handoff_in_progress = takeover::hand_over(stream, &sockets, handoff_tx.clone());
             }
             read = async { reading.as_mut().expect("guarded").finish().await }, if reading.is_some() => {
                 reading = None;
@@ -374,167 +269,15 @@ pub async fn serve(
     Ok(())
 }
 
-/// Turns systemd's and the previous process's descriptors into a pool of
-/// checked listening sockets.
-fn inherit(options: &mut ServeOptions) -> Result<Pool, ServeError> {
-    let mut pool = Pool::default();
-    for activated in options.activated.drain(..) {
-        let unusable = |source| ServeError::Inherited {
-            listener: activated.name.clone(),
-            key: "from systemd".into(),
-            source,
-        };
-        let socket = sockopt::adopt_listener(activated.fd).map_err(unusable)?;
-        let local = socket.local_addr().map_err(unusable)?;
-        pool.sockets.push((
-            takeover::escape(&activated.name),
-            BindKey::Activated(local),
-            socket,
-        ));
-    }
-    if let Some(incoming) = &mut options.takeover_from {
-        for received in incoming.sockets.drain(..) {
-            let unusable = |source| ServeError::Inherited {
-                listener: received.listener.clone(),
-                key: received.key.clone(),
-                source,
-            };
-            let key = received.key.parse::<BindKey>().map_err(|()| {
-                unusable(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "unknown bind key",
-                ))
-            })?;
-            let socket = sockopt::adopt_listener(received.fd).map_err(unusable)?;
-            pool.sockets.push((received.listener, key, socket));
-        }
-    }
-    Ok(pool)
-}
-
-type Opened = (Vec<(BindKey, std::net::TcpListener)>, bool);
-
-/// The sockets of one listener at start: systemd's for this name if any
-/// (they replace `listen`), else per address the previous process's, else
-/// freshly bound.
-fn open_at_start(pool: &mut Pool, listener: &Listener) -> Result<Opened, ServeError> {
-    let activated = pool.take_activated(&listener.name);
-    if !activated.is_empty() {
-        return Ok((activated, true));
-    }
-    let mut sockets = Vec::new();
-    for &addr in &listener.listen {
-        let key = BindKey::Config(addr);
-        let socket = match pool.take(&listener.name, key) {
-            Some(socket) => socket,
-            None => bind(listener, addr)?,
-        };
-        sockets.push((key, socket));
-    }
-    Ok((sockets, false))
-}
-
-fn bind(listener: &Listener, addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
-    sockopt::bind_listener_with(addr, listener.backlog, listener.reuse_port).map_err(|source| {
-        ServeError::Bind {
-            listener: listener.name.clone(),
-            addr,
-            source,
-        }
-    })
-}
-
-fn offer_takeover(path: &std::path::Path) -> io::Result<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let listener = UnixListener::bind(path)?;
-    // Whoever can connect can take the sockets: owner only.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    tracing::info!(path = %path.display(), "offering binary takeover");
-    Ok(listener)
-}
-
-async fn accept_takeover(listener: Option<&UnixListener>) -> io::Result<tokio::net::UnixStream> {
-    match listener {
-        Some(listener) => listener.accept().await.map(|(stream, _)| stream),
-        None => std::future::pending().await,
-    }
-}
-
 impl Server {
-    /// Publishes `listener` and starts an accept loop per socket.
-    fn start_listener(
-        &mut self,
-        listener: Arc<Listener>,
-        sockets: Vec<(BindKey, std::net::TcpListener)>,
-        activated: bool,
-    ) -> Result<(), ServeError> {
-        let (generation, _) = watch::channel(Arc::new(Generation {
+    /// A listener's generation at start.
+    fn first_generation(&self, listener: Arc<Listener>) -> Generation {
+        Generation {
             admission: Arc::new(Admission::new(&listener.limits)),
-            listener: listener.clone(),
+            listener,
             backends: self.backends.clone(),
             pace: self.pace.clone(),
-        }));
-        spawn_sweeper(
-            listener.name.clone(),
-            generation.subscribe(),
-            self.stop_accepting.clone(),
-        );
-        let mut running = RunningListener {
-            generation,
-            binds: BTreeMap::new(),
-            activated,
-        };
-        for (key, socket) in sockets {
-            let bound = self.spawn_loop(&listener, &running.generation, key, socket)?;
-            running.binds.insert(key, bound);
         }
-        self.listeners.insert(listener.name.clone(), running);
-        Ok(())
-    }
-
-    fn spawn_loop(
-        &self,
-        listener: &Listener,
-        generation: &watch::Sender<Arc<Generation>>,
-        key: BindKey,
-        socket: std::net::TcpListener,
-    ) -> Result<Bound, ServeError> {
-        let addr = match key {
-            BindKey::Config(a) | BindKey::Activated(a) => a,
-        };
-        let failed = |source| ServeError::Bind {
-            listener: listener.name.clone(),
-            addr,
-            source,
-        };
-        let dup = socket.as_fd().try_clone_to_owned().map_err(failed)?;
-        let socket = TcpListener::from_std(socket).map_err(failed)?;
-        let local = socket.local_addr().unwrap_or(addr);
-        tracing::info!(listener = %listener.name, addr = %local, socket = %key, "listening");
-        metrics::metrics().listener_started(&listener.name);
-        let stop = self.stop_accepting.child_token();
-        // One accept loop per worker thread, all on this one socket (see
-        // the module header for why not an SO_REUSEPORT group).
-        let socket = Arc::new(socket);
-        let loops = tokio::runtime::Handle::current().metrics().num_workers();
-        for _ in 0..loops.max(1) {
-            self.accepting.spawn(
-                AcceptLoop {
-                    socket: socket.clone(),
-                    generation: generation.subscribe(),
-                    permits: self.permits.clone(),
-                    tracker: self.tracker.clone(),
-                    stop_accepting: stop.clone(),
-                    close_connections: self.close_connections.clone(),
-                }
-                .run(),
-            );
-        }
-        Ok(Bound { stop, dup })
     }
 
     /// Starts reading the file for a reload; the outcome arrives through
@@ -612,23 +355,14 @@ impl Server {
         let diff = reload::carry_over(&self.config, &mut new);
 
         // Bind everything new first; dropping `opened` on error closes it all.
-        let mut opened: BTreeMap<String, Vec<(BindKey, std::net::TcpListener)>> = BTreeMap::new();
+        let mut opened: BTreeMap<String, Sockets> = BTreeMap::new();
         for listener in &new.listeners {
-            let running = self.listeners.get(&listener.name);
-            if running.is_some_and(|r| r.activated) {
-                tracing::debug!(listener = %listener.name, "sockets from systemd: `listen` is not applied");
-                continue;
-            }
-            for &addr in &listener.listen {
-                let key = BindKey::Config(addr);
-                if running.is_some_and(|r| r.binds.contains_key(&key)) {
-                    continue;
-                }
-                let socket = bind(listener, addr)?;
+            for addr in self.listeners.unbound(listener) {
+                let socket = bind::bind(listener, addr)?;
                 opened
                     .entry(listener.name.clone())
                     .or_default()
-                    .push((key, socket));
+                    .push((BindKey::Config(addr), socket));
             }
         }
 
@@ -644,65 +378,15 @@ impl Server {
         let mut binds_removed = 0;
         for listener in &new.listeners {
             let sockets = opened.remove(&listener.name).unwrap_or_default();
-            binds_added += sockets.len();
-            let Some(running) = self.listeners.get_mut(&listener.name) else {
-                let activated = false;
-                if let Err(error) = self.start_listener(listener.clone(), sockets, activated) {
-                    tracing::error!(%error, "cannot start a listener the reload added");
-                }
-                continue;
-            };
-            let mut admission = running.generation.borrow().admission.clone();
-            if admission.limits() != &listener.limits {
-                tracing::info!(listener = %listener.name, "admission limits changed; per-source counts start afresh");
-                admission = Arc::new(Admission::new(&listener.limits));
-            }
-            running.generation.send_replace(Arc::new(Generation {
-                listener: listener.clone(),
-                admission,
-                backends: self.backends.clone(),
-                pace: self.pace.clone(),
-            }));
-            if !running.activated {
-                let keep: Vec<BindKey> = listener
-                    .listen
-                    .iter()
-                    .map(|&a| BindKey::Config(a))
-                    .collect();
-                running.binds.retain(|key, bound| {
-                    let kept = keep.contains(key);
-                    if !kept {
-                        bound.stop.cancel();
-                        binds_removed += 1;
-                        tracing::info!(listener = %listener.name, socket = %key, "no longer listening");
-                    }
-                    kept
-                });
-            }
-            for (key, socket) in sockets {
-                let generation = self.listeners[&listener.name].generation.clone();
-                match self.spawn_loop(listener, &generation, key, socket) {
-                    Ok(bound) => {
-                        if let Some(running) = self.listeners.get_mut(&listener.name) {
-                            running.binds.insert(key, bound);
-                        }
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, "cannot accept on a socket the reload added")
-                    }
-                }
-            }
+            let rebound = self
+                .listeners
+                .apply(listener, sockets, &self.backends, &self.pace);
+            binds_added += rebound.added;
+            binds_removed += rebound.removed;
         }
         for name in &diff.listeners_removed {
-            if let Some(running) = self.listeners.remove(name) {
-                for (key, bound) in running.binds {
-                    bound.stop.cancel();
-                    binds_removed += 1;
-                    tracing::info!(listener = %name, socket = %key, "no longer listening");
-                }
-            }
+            binds_removed += self.listeners.remove(name);
         }
-
         retired.retire(&self.backends);
 
         let window = new.global.drain_timeout;
@@ -720,54 +404,17 @@ impl Server {
     fn resize_permits(&self, wanted: usize) {
         let had = self.config.global.max_connections;
         if wanted > had {
-            self.permits.add_permits(wanted - had);
+            self.shared.permits.add_permits(wanted - had);
         } else if wanted < had {
-            let missing = (had - wanted) - self.permits.forget_permits(had - wanted);
+            let missing = (had - wanted) - self.shared.permits.forget_permits(had - wanted);
             if missing > 0 {
                 // Take the rest back as connections end.
-                let permits = self.permits.clone();
+                let permits = self.shared.permits.clone();
                 tokio::spawn(async move {
                     if let Ok(p) = permits.acquire_many_owned(missing as u32).await {
                         p.forget();
                     }
                 });
-            }
-        }
-    }
-
-    /// Sends every listening socket to a new process; true when sent.
-    fn hand_over(&self, stream: tokio::net::UnixStream, done: mpsc::Sender<bool>) -> bool {
-        let sent = (|| {
-            let stream = stream.into_std()?;
-            stream.set_nonblocking(false)?;
-            stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-            let sockets: Vec<_> = self
-                .listeners
-                .iter()
-                .flat_map(|(name, running)| {
-                    running.binds.iter().map(|(key, bound)| {
-                        (takeover::escape(name), key.to_string(), bound.dup.as_fd())
-                    })
-                })
-                .collect();
-            takeover::send(&stream, &sockets)?;
-            tracing::info!(
-                sockets = sockets.len(),
-                "handed the listening sockets to a new process; waiting for it to be ready"
-            );
-            io::Result::Ok(stream)
-        })();
-        match sent {
-            Ok(stream) => {
-                tokio::task::spawn_blocking(move || {
-                    let ok = takeover::wait_ready(stream);
-                    let _ = done.blocking_send(ok);
-                });
-                true
-            }
-            Err(error) => {
-                tracing::warn!(%error, "binary takeover failed while sending the sockets");
-                false
             }
         }
     }
@@ -778,20 +425,24 @@ impl Server {
         let drain = self.config.global.drain_timeout;
         self.readiness.set(false);
         self.notifier.stopping(why);
-        self.stop_accepting.cancel();
-        // Our duplicates too, or the sockets would stay open (and queue
-        // connections nobody accepts) until exit.
+        self.shared.stop_accepting.cancel();
         self.listeners.clear();
-        self.accepting.close();
-        self.accepting.wait().await;
-        self.tracker.close();
-        tracing::info!(connections = self.tracker.len(), timeout = ?drain, reason = why, "draining");
-        metrics::metrics().set_draining(self.tracker.len() as i64);
+        let Shared {
+            accepting,
+            connections,
+            close_connections,
+            ..
+        } = &self.shared;
+        accepting.close();
+        accepting.wait().await;
+        connections.close();
+        tracing::info!(connections = connections.len(), timeout = ?drain, reason = why, "draining");
+        metrics::metrics().set_draining(connections.len() as i64);
         let deadline = tokio::time::sleep(drain);
         tokio::pin!(deadline);
         let finished = loop {
             tokio::select! {
-                () = self.tracker.wait() => break true,
+                () = connections.wait() => break true,
                 () = &mut deadline => break false,
                 intent = intents.recv() => match intent {
                     Some(Intent::Reload) => tracing::info!("reload ignored while draining"),
@@ -804,11 +455,11 @@ impl Server {
         };
         if !finished {
             tracing::info!(
-                connections = self.tracker.len(),
+                connections = connections.len(),
                 "closing the connections still open"
             );
-            self.close_connections.cancel();
-            let _ = tokio::time::timeout(CLOSE_GRACE, self.tracker.wait()).await;
+            close_connections.cancel();
+            let _ = tokio::time::timeout(CLOSE_GRACE, connections.wait()).await;
         }
         tracing::info!("stopped");
     }
@@ -861,78 +512,4 @@ fn summary(diff: &reload::Diff) -> String {
         text.push_str(&format!(" (+{} more)", all.len() - MAX));
     }
     text
-}
-
-/// Sweeps a listener's per-source tables every [`admit::SWEEP_INTERVAL`]
-/// and logs, at warn, how many connections admission refused (or, in dry
-/// run, would have refused) since the last sweep: refusals are logged one by
-/// one only at debug, since a flood makes many. Ends when the listener is
-/// gone (its admission sender dropped) or the server stops accepting.
-fn spawn_sweeper(
-    listener: String,
-    mut generation: watch::Receiver<Arc<Generation>>,
-    stop: CancellationToken,
-) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(admit::SWEEP_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut current = generation.borrow_and_update().admission.clone();
-        let mut last = current.counters.snapshot();
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                changed = generation.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    // Most reloads carry the admission state over; only a
-                    // new one starts the counters afresh.
-                    let admission = generation.borrow_and_update().admission.clone();
-                    if !Arc::ptr_eq(&admission, &current) {
-                        current = admission;
-                        last = current.counters.snapshot();
-                    }
-                    continue;
-                }
-                () = stop.cancelled() => return,
-            }
-            current.sweep();
-            let now = current.counters.snapshot();
-            let delta = now.refused_since(&last);
-            if delta.any_refused() {
-                let tracked = current.tracked();
-                tracing::warn!(
-                    listener = %listener,
-                    admitted = delta.admitted,
-                    denied = delta.denied,
-                    limit_concurrent = delta.limit_concurrent,
-                    limit_rate = delta.limit_rate,
-                    dry_run_concurrent = delta.dry_run_concurrent,
-                    dry_run_rate = delta.dry_run_rate,
-                    tracked_sources = tracked.concurrent_keys.max(tracked.rate_keys),
-                    "admission refused connections"
-                );
-            }
-            last = now;
-        }
-    });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bind_keys_round_trip_through_their_text_form() {
-        for key in [
-            BindKey::Config("127.0.0.1:0".parse().unwrap()),
-            BindKey::Config("[::1]:443".parse().unwrap()),
-            BindKey::Activated("0.0.0.0:443".parse().unwrap()),
-        ] {
-            assert_eq!(key.to_string().parse::<BindKey>(), Ok(key));
-        }
-        assert!("config".parse::<BindKey>().is_err());
-        assert!("bound 127.0.0.1:1".parse::<BindKey>().is_err());
-        assert!("config 127.0.0.1".parse::<BindKey>().is_err());
-    }
 }

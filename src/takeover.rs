@@ -29,7 +29,11 @@
 //! end
 //! ```
 //!
-//! Not here: the descriptor passing syscalls (`sockopt`), serving.
+//! The old process's side is [`offer`], [`next_request`] and [`hand_over`];
+//! the new one's is [`receive`] and [`Incoming::ready`].
+//!
+//! Not here: the descriptor passing syscalls (`sockopt`), serving, or
+//! which sockets there are (`listeners`).
 
 use std::io::{self, Read, Write};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -196,6 +200,65 @@ pub fn wait_ready(mut stream: UnixStream) -> bool {
     }
     let mut got = [0u8; READY.len()];
     stream.read_exact(&mut got).is_ok() && got == READY
+}
+
+/// The old process's listening side: offers this process's sockets at
+/// `path` (owner only: whoever can connect can take the sockets).
+pub fn offer(path: &Path) -> io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    tracing::info!(path = %path.display(), "offering binary takeover");
+    Ok(listener)
+}
+
+/// The next new process to ask for the sockets; pending forever when no
+/// takeover is offered.
+pub async fn next_request(
+    offered: Option<&tokio::net::UnixListener>,
+) -> io::Result<tokio::net::UnixStream> {
+    match offered {
+        Some(listener) => listener.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends `sockets` to the new process on `stream`, then waits (on a
+/// blocking thread, bounded by [`READY_TIMEOUT`]) for it to say `ready`
+/// and reports the outcome on `done`. False when nothing was sent.
+pub fn hand_over(
+    stream: tokio::net::UnixStream,
+    sockets: &[(String, String, BorrowedFd<'_>)],
+    done: tokio::sync::mpsc::Sender<bool>,
+) -> bool {
+    let sent = (|| {
+        let stream = stream.into_std()?;
+        stream.set_nonblocking(false)?;
+        stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+        send(&stream, sockets)?;
+        tracing::info!(
+            sockets = sockets.len(),
+            "handed the listening sockets to a new process; waiting for it to be ready"
+        );
+        io::Result::Ok(stream)
+    })();
+    match sent {
+        Ok(stream) => {
+            tokio::task::spawn_blocking(move || {
+                let ok = wait_ready(stream);
+                let _ = done.blocking_send(ok);
+            });
+            true
+        }
+        Err(error) => {
+            tracing::warn!(%error, "binary takeover failed while sending the sockets");
+            false
+        }
+    }
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ async fn five_hundred_slow_loris_connections_do_not_stop_a_real_client() {
         backend,
         // One source plays every loris and the real client: per-source
         // limits (on by default) would refuse them before the hello stage.
-        "client_hello_timeout = \"3s\"\n[listener.limits]\nconnections_per_source = false",
+        &format!("client_hello_timeout = \"3s\"\n{NO_SOURCE_LIMIT}"),
     ))
     .await;
 
@@ -143,7 +143,7 @@ async fn out_of_descriptors_the_relay_backs_off_without_spinning_and_recovers() 
     let relay = Relay::start(&simple_config(
         &["app.example.com"],
         backend,
-        "client_hello_timeout = \"30s\"\n[listener.limits]\nconnections_per_source = false",
+        &format!("client_hello_timeout = \"30s\"\n{NO_SOURCE_LIMIT}"),
     ))
     .await;
     let status = std::process::Command::new("prlimit")

@@ -15,12 +15,12 @@ fn routed_to(name: &str, addr: std::net::SocketAddr) -> String {
     format!(
         r#"
 [global]
-drain_timeout = "10s"
+drain_timeout = "30s"
 
 [[listener]]
 name = "tls"
 listen = ["127.0.0.1:0"]
-
+{NO_SOURCE_LIMIT}
 [[route]]
 name = "app"
 sni = ["app.example.com"]
@@ -65,12 +65,27 @@ async fn reloads_in_a_tight_loop_under_load_never_pair_routes_with_missing_backe
         "load: {} attempted, {} ok in {:?} over {RELOADS} reloads",
         report.attempted, report.succeeded, report.elapsed
     );
-    let no_address: Vec<_> = relay
-        .closed_lines()
-        .into_iter()
-        .filter(|l| l["close"] == "no_address")
+    // Each reload changes the route, so connections in flight are drained
+    // (closed at a random moment within drain_timeout): a load failure is
+    // allowed only as a `drained` close. Any other reason, `no_address`
+    // above all, is a connection that met a half-published reload.
+    relay
+        .wait_count(report.attempted as usize, |l| {
+            l["message"] == "connection closed"
+        })
+        .await;
+    let closes = relay.closed_lines();
+    let unexpected: Vec<_> = closes
+        .iter()
+        .filter(|l| l["close"] != "done" && l["close"] != "drained")
         .collect();
-    assert!(no_address.is_empty(), "{no_address:#?}");
-    assert!(report.failures.is_empty(), "failed: {:?}", report.failures);
-    assert!(report.attempted > 0);
+    assert!(unexpected.is_empty(), "{unexpected:#?}");
+    let drained = closes.iter().filter(|l| l["close"] == "drained").count();
+    assert!(
+        report.failures.len() <= drained,
+        "{} failed, {drained} drained: {:?}",
+        report.failures.len(),
+        report.failures
+    );
+    assert!(report.succeeded > 0);
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 /// not what this test is about).
 fn config(backend: SocketAddr) -> String {
     "[global]\ndrain_timeout = \"60s\"\n".to_owned()
-        + &simple_config(&["app.example.com"], backend, "")
+        + &simple_config(&["app.example.com"], backend, NO_SOURCE_LIMIT)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

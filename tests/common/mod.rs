@@ -627,6 +627,10 @@ impl Relay {
     }
 }
 
+/// A listener's `[listener.limits]` with the per-source connection cap off,
+/// for tests that play a load or many clients from one loopback address.
+pub const NO_SOURCE_LIMIT: &str = "[listener.limits]\nconnections_per_source = false\n";
+
 /// A TLS backend that echoes everything it reads (mutual TLS).
 pub async fn tls_echo_backend(pki: &Pki) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -947,7 +951,9 @@ pub fn metric(text: &str, series: &str) -> f64 {
 pub const NAMES: &[&str] = &["app.example.com", "r.example.com", "s.example.com"];
 
 /// Listener `tls` with route `r` (r.example.com, app.example.com) → `r` and
-/// route `s` (s.example.com) → `s`; `extra` is appended verbatim.
+/// route `s` (s.example.com) → `s`; `extra` is appended verbatim. Every
+/// client of these tests comes from 127.0.0.1, and a load can hold more
+/// than the default per-source cap in flight, so that limit is off.
 pub fn two_routes(r: SocketAddr, s: SocketAddr, extra: &str) -> String {
     format!(
         r#"
@@ -957,6 +963,7 @@ drain_timeout = "2s"
 [[listener]]
 name = "tls"
 listen = ["127.0.0.1:0"]
+{NO_SOURCE_LIMIT}
 
 [[route]]
 name = "r"

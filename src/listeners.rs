@@ -1,0 +1,284 @@
+//! The listener lifecycle: for each running listener, its published
+//! [`Generation`], its sockets and their accept loops.
+//!
+//! A listener starts with the sockets `bind` opened for it and one
+//! generation; a reload publishes the next generation (carrying the
+//! admission tables over unless `[listener.limits]` changed), adds accept
+//! loops for new sockets and stops those of addresses the file removed.
+//! Sockets of addresses that stay are never closed, so a reload refuses no
+//! connection. Each listener's admission tables are swept by a task of its
+//! own (`admit::spawn_sweeper`) that follows the published generation.
+//!
+//! Accept scaling: each bound socket gets one accept loop per runtime
+//! worker thread (`global.threads`), all accepting on that one socket, so
+//! every worker takes new connections instead of one loop feeding the
+//! others through work stealing. Measured with `scripts/loadbench.sh
+//! --threads 2 --only rate` on the shared 2-core machine: the median
+//! snirelay/HAProxy rate ratio went from 0.67 (one loop, 5 runs) to 0.87
+//! (two loops, 5 runs), proxy CPU per connection about the same (187 vs
+//! 197 µs; the losing loop's wake-up costs one EAGAIN accept) — noisy
+//! (load average 6–10 from other builds), so a modest gain, not a proof.
+//! The kernel alternative, an SO_REUSEPORT group of one socket per worker,
+//! is not used by default: `bind` owns binding, a reload keeps sockets by
+//! address, and a binary upgrade hands over one descriptor per address
+//! (`takeover`); a group would multiply all three, and connections queued
+//! in a group member's backlog are lost when that member closes.
+//! `reuse_port = true` still sets the option for an operator who runs
+//! several processes on one address.
+//!
+//! Not here: deciding what a reload changes (`server`, `reload`), binding
+//! (`bind`), or accepting (`accept`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::accept::AcceptLoop;
+use crate::admit::{self, Admission};
+use crate::backend::Backends;
+use crate::bind::{BindError, BindKey, Sockets};
+use crate::config::Listener;
+use crate::generation::{Generation, Pace};
+use crate::{metrics, takeover};
+
+/// What every accept loop of the process shares.
+#[derive(Clone)]
+pub struct Shared {
+    /// Process-wide connection permits (`global.max_connections`).
+    pub permits: Arc<Semaphore>,
+    /// Connection tasks, so a drain can wait for them.
+    pub connections: TaskTracker,
+    /// Accept loops, so a drain can wait for them to let go of sockets.
+    pub accepting: TaskTracker,
+    /// Fires to stop every accept loop (each socket has a child token).
+    pub stop_accepting: CancellationToken,
+    /// Fires to close every connection.
+    pub close_connections: CancellationToken,
+}
+
+/// One socket being accepted on.
+struct Bound {
+    /// Fires to stop this socket's accept loops (which then close it).
+    stop: CancellationToken,
+    /// A duplicate, kept so the socket can be handed to a new binary.
+    /// Dropped together with `stop` firing, so the socket really closes.
+    dup: OwnedFd,
+}
+
+struct Running {
+    /// The current generation. Its admission state is replaced (tables
+    /// reset) only when a reload changes `[listener.limits]`.
+    generation: watch::Sender<Arc<Generation>>,
+    binds: BTreeMap<BindKey, Bound>,
+    /// Its sockets came from systemd: they are kept as they are on reload.
+    activated: bool,
+}
+
+/// Every running listener, by name.
+pub struct Listeners {
+    running: BTreeMap<String, Running>,
+    shared: Shared,
+}
+
+/// What a reload did to one listener's sockets.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Rebound {
+    pub added: usize,
+    pub removed: usize,
+}
+
+impl Listeners {
+    pub fn new(shared: Shared) -> Listeners {
+        Listeners {
+            running: BTreeMap::new(),
+            shared,
+        }
+    }
+
+    /// Publishes `generation` for a new listener and starts accepting on
+    /// `sockets`.
+    pub fn start(
+        &mut self,
+        generation: Generation,
+        sockets: Sockets,
+        activated: bool,
+    ) -> Result<(), BindError> {
+        let listener = generation.listener.clone();
+        let (generation, _) = watch::channel(Arc::new(generation));
+        admit::spawn_sweeper(
+            listener.name.clone(),
+            generation.subscribe(),
+            |g: &Arc<Generation>| g.admission.clone(),
+            self.shared.stop_accepting.clone(),
+        );
+        let mut running = Running {
+            generation,
+            binds: BTreeMap::new(),
+            activated,
+        };
+        for (key, socket) in sockets {
+            let bound = self.spawn_loops(&listener, &running.generation, key, socket)?;
+            running.binds.insert(key, bound);
+        }
+        self.running.insert(listener.name.clone(), running);
+        Ok(())
+    }
+
+    /// The addresses of `listener` a reload must bind: those not bound
+    /// yet, none for a listener whose sockets came from systemd.
+    pub fn unbound(&self, listener: &Listener) -> Vec<SocketAddr> {
+        let running = self.running.get(&listener.name);
+        if running.is_some_and(|r| r.activated) {
+            tracing::debug!(listener = %listener.name, "sockets from systemd: `listen` is not applied");
+            return Vec::new();
+        }
+        listener
+            .listen
+            .iter()
+            .copied()
+            .filter(|&addr| !running.is_some_and(|r| r.binds.contains_key(&BindKey::Config(addr))))
+            .collect()
+    }
+
+    /// Applies a reloaded `listener`: publishes its next generation (over
+    /// `backends` and `pace`), accepts on the new `sockets`, and stops
+    /// accepting on addresses the file no longer names. A listener the
+    /// reload added is started.
+    pub fn apply(
+        &mut self,
+        listener: &Arc<Listener>,
+        sockets: Sockets,
+        backends: &Arc<Backends>,
+        pace: &Option<Pace>,
+    ) -> Rebound {
+        let mut rebound = Rebound {
+            added: sockets.len(),
+            removed: 0,
+        };
+        let Some(running) = self.running.get_mut(&listener.name) else {
+            let generation = Generation {
+                admission: Arc::new(Admission::new(&listener.limits)),
+                listener: listener.clone(),
+                backends: backends.clone(),
+                pace: pace.clone(),
+            };
+            if let Err(error) = self.start(generation, sockets, false) {
+                tracing::error!(%error, "cannot start a listener the reload added");
+            }
+            return rebound;
+        };
+        let mut admission = running.generation.borrow().admission.clone();
+        if admission.limits() != &listener.limits {
+            tracing::info!(listener = %listener.name, "admission limits changed; per-source counts start afresh");
+            admission = Arc::new(Admission::new(&listener.limits));
+        }
+        running.generation.send_replace(Arc::new(Generation {
+            listener: listener.clone(),
+            admission,
+            backends: backends.clone(),
+            pace: pace.clone(),
+        }));
+        if !running.activated {
+            running.binds.retain(|key, bound| {
+                let kept = listener.listen.iter().any(|&a| BindKey::Config(a) == *key);
+                if !kept {
+                    bound.stop.cancel();
+                    rebound.removed += 1;
+                    tracing::info!(listener = %listener.name, socket = %key, "no longer listening");
+                }
+                kept
+            });
+        }
+        let generation = running.generation.clone();
+        for (key, socket) in sockets {
+            match self.spawn_loops(listener, &generation, key, socket) {
+                Ok(bound) => {
+                    if let Some(running) = self.running.get_mut(&listener.name) {
+                        running.binds.insert(key, bound);
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, "cannot accept on a socket the reload added")
+                }
+            }
+        }
+        rebound
+    }
+
+    /// Stops a listener the reload removed; returns how many sockets closed.
+    pub fn remove(&mut self, name: &str) -> usize {
+        let Some(running) = self.running.remove(name) else {
+            return 0;
+        };
+        for (key, bound) in &running.binds {
+            bound.stop.cancel();
+            tracing::info!(listener = %name, socket = %key, "no longer listening");
+        }
+        running.binds.len()
+    }
+
+    /// Every listening socket, named for a new binary (`takeover`).
+    pub fn for_handover(&self) -> Vec<(String, String, BorrowedFd<'_>)> {
+        self.running
+            .iter()
+            .flat_map(|(name, running)| {
+                running.binds.iter().map(|(key, bound)| {
+                    (takeover::escape(name), key.to_string(), bound.dup.as_fd())
+                })
+            })
+            .collect()
+    }
+
+    /// Drops every listener and its socket duplicates (on drain: the
+    /// accept loops have been told to stop; without this the sockets would
+    /// stay open, queueing connections nobody accepts, until exit).
+    pub fn clear(&mut self) {
+        self.running.clear();
+    }
+
+    /// Starts one accept loop per runtime worker on `socket`.
+    fn spawn_loops(
+        &self,
+        listener: &Listener,
+        generation: &watch::Sender<Arc<Generation>>,
+        key: BindKey,
+        socket: std::net::TcpListener,
+    ) -> Result<Bound, BindError> {
+        let addr = key.addr();
+        let failed = |source| BindError::Bind {
+            listener: listener.name.clone(),
+            addr,
+            source,
+        };
+        let dup = socket.as_fd().try_clone_to_owned().map_err(failed)?;
+        let socket = TcpListener::from_std(socket).map_err(failed)?;
+        let local = socket.local_addr().unwrap_or(addr);
+        tracing::info!(listener = %listener.name, addr = %local, socket = %key, "listening");
+        metrics::metrics().listener_started(&listener.name);
+        let stop = self.shared.stop_accepting.child_token();
+        // One accept loop per worker thread, all on this one socket (see
+        // the module header for why not an SO_REUSEPORT group).
+        let socket = Arc::new(socket);
+        let loops = tokio::runtime::Handle::current().metrics().num_workers();
+        for _ in 0..loops.max(1) {
+            self.shared.accepting.spawn(
+                AcceptLoop {
+                    socket: socket.clone(),
+                    generation: generation.subscribe(),
+                    permits: self.shared.permits.clone(),
+                    tracker: self.shared.connections.clone(),
+                    stop_accepting: stop.clone(),
+                    close_connections: self.shared.close_connections.clone(),
+                }
+                .run(),
+            );
+        }
+        Ok(Bound { stop, dup })
+    }
+}
