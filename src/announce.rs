@@ -14,8 +14,10 @@
 //! - v2 TLVs: AUTHORITY = the SNI (or the AUTHORITY that arrived from a
 //!   peer relay, carried through); UNIQUE_ID = the decimal `conn_id` of the
 //!   connection's log line; CRC32C when `proxy_protocol_crc32c = true`; the
-//!   hop count [`TLV_HOPS`] when the connection itself arrived with a header
-//!   (incremented). No SSL TLV: the relay negotiated no TLS.
+//!   hop count when the connection itself arrived with a header
+//!   (incremented), as [`TLV_HOPS`] with the [`preface::HOPS_MAGIC`]
+//!   sub-type (the one wire format, defined in `preface`). No SSL TLV: the
+//!   relay negotiated no TLS.
 //! - v1 carries addresses only (`PROXY TCP4|TCP6 …\r\n`).
 //! - [`local_header`] encodes the LOCAL command (v1: `PROXY UNKNOWN`) for
 //!   anything the relay sends on its own behalf, such as health checks.
@@ -119,7 +121,7 @@ pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> O
                 tlvs.push((TLV_AUTHORITY, authority));
             }
             tlvs.push((TLV_UNIQUE_ID, unique_id.as_bytes()));
-            let hops = announcement.hops.map(|h| [h]);
+            let hops = announcement.hops.map(preface::hops_value);
             if let Some(hops) = &hops {
                 tlvs.push((TLV_HOPS, hops));
             }
@@ -182,7 +184,7 @@ fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -> Vec<u8> {
 
 /// ppp's writer fails only past 65,535 payload bytes; ours holds two
 /// addresses, an AUTHORITY of at most `preface::V2_MAX_BYTES`, a u64 in
-/// decimal, one hop byte and a checksum.
+/// decimal, a 14-byte hop value and a checksum.
 const BOUNDED: &str = "a PROXY v2 header of bounded size always encodes";
 
 #[cfg(test)]
@@ -304,9 +306,19 @@ mod tests {
         );
         assert_eq!(a.source, addr("203.0.113.9:4000"));
         assert_eq!(a.destination, addr("192.0.2.80:443"));
-        let h = parsed(&header(Outbound::V2, true, &a).unwrap());
+        let bytes = header(Outbound::V2, true, &a).unwrap();
+        let h = parsed(&bytes);
         assert_eq!(h.hops, 3);
         assert_eq!(h.authority.as_deref(), Some(&b"orig.example"[..]));
+        // The hop count goes out behind our sub-type, never as a bare byte.
+        let hops: Vec<_> = v2::Header::try_from(&bytes[..])
+            .unwrap()
+            .tlvs()
+            .map(|t| t.unwrap())
+            .filter(|t| t.kind == TLV_HOPS)
+            .map(|t| t.value.to_vec())
+            .collect();
+        assert_eq!(hops, vec![b"snirelay-hops\x03".to_vec()]);
     }
 
     #[test]

@@ -84,7 +84,30 @@ fn valid_headers() -> Vec<(Vec<u8>, Announced)> {
         ),
         // The longest v1 header the spec allows: 107 bytes.
         (v1_unknown(107), Announced::Unknown),
+        // PROXY over UDP: a valid combination the relay does not carry,
+        // so it falls back to UNSPEC (the connection's own addresses).
+        (v2_family(0x21, 0x12, &[0; 12]), Announced::Unknown),
+        // LOCAL with an IPv6 family byte over a 12-byte block: the family
+        // is ignored and the declared length skipped.
+        (v2_family(0x20, 0x21, &[0; 12]), Announced::Local),
+        (
+            b"PROXY TCP4 198.51.100.7 192.0.2.1 0 443\r\n".to_vec(),
+            Announced::Proxy {
+                source: addr("198.51.100.7:0"),
+                destination: addr("192.0.2.1:443"),
+            },
+        ),
     ]
+}
+
+/// A v2 header with this version/command and family/protocol byte and
+/// `block` after the fixed part.
+fn v2_family(version_command: u8, family_protocol: u8, block: &[u8]) -> Vec<u8> {
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    h.extend([version_command, family_protocol]);
+    h.extend((block.len() as u16).to_be_bytes());
+    h.extend(block);
+    h
 }
 
 #[test]
@@ -192,7 +215,6 @@ fn hostile_v2_headers_get_exact_verdicts() {
         (with(good.clone(), 12, 0x22), Parse::Invalid(Invalid::Command(2))),
         (with(good.clone(), 13, 0x41), Parse::Invalid(Invalid::FamilyProtocol(0x41))),
         (with(good.clone(), 13, 0x13), Parse::Invalid(Invalid::FamilyProtocol(0x13))),
-        (with(good.clone(), 13, 0x12), Parse::Invalid(Invalid::Datagram)),
         // A length too short for the family's addresses.
         (
             set_length(good[..16 + 4].to_vec(), 4),
@@ -231,48 +253,90 @@ fn v2_with_tlvs(tlvs: &[u8]) -> Vec<u8> {
     h
 }
 
+/// Our hop-count TLV as the relay writes it: `E0 00 0E "snirelay-hops" NN`.
+fn hops_tlv(hops: u8) -> Vec<u8> {
+    [&[0xE0, 0, 14][..], b"snirelay-hops", &[hops]].concat()
+}
+
 #[test]
 fn tlvs_must_tile_the_header_and_known_ones_must_be_well_formed() {
-    let cases: Vec<(&[u8], Parse)> = vec![
+    let cases: Vec<(Vec<u8>, Parse)> = vec![
         // A TLV running past the end of the header.
         (
-            &[0x02, 0, 10, b'a'],
+            vec![0x02, 0, 10, b'a'],
             Parse::Invalid(Invalid::Layout(
                 "Header is not long enough to contain TLV 2 with length 10.".into(),
             )),
         ),
         // Leftover bytes too short to be a TLV.
         (
-            &[0x04, 0],
+            vec![0x04, 0],
             Parse::Invalid(Invalid::Layout(
                 "Header contains leftover 2 bytes not accounted for by the address family or TLVs."
                     .into(),
             )),
         ),
         // CRC32C must be 4 bytes.
-        (&[0x03, 0, 2, 0, 0], Parse::Invalid(Invalid::Tlv(0x03))),
-        // Hop count: one byte, at least 1, once.
-        (&[0xE0, 0, 1, 0], Parse::Invalid(Invalid::Tlv(0xE0))),
-        (&[0xE0, 0, 2, 1, 1], Parse::Invalid(Invalid::Tlv(0xE0))),
+        (vec![0x03, 0, 2, 0, 0], Parse::Invalid(Invalid::Tlv(0x03))),
+        // Our hop count: the magic, then one byte of at least 1, once.
+        (hops_tlv(0), Parse::Invalid(Invalid::Tlv(0xE0))),
         (
-            &[0xE0, 0, 1, 1, 0xE0, 0, 1, 2],
+            [&[0xE0, 0, 15][..], b"snirelay-hops", &[1, 1]].concat(),
+            Parse::Invalid(Invalid::Tlv(0xE0)),
+        ),
+        (
+            [hops_tlv(1), hops_tlv(2)].concat(),
             Parse::Invalid(Invalid::Tlv(0xE0)),
         ),
         // AUTHORITY twice.
         (
-            &[0x02, 0, 1, b'a', 0x02, 0, 1, b'b'],
+            vec![0x02, 0, 1, b'a', 0x02, 0, 1, b'b'],
             Parse::Invalid(Invalid::Tlv(0x02)),
+        ),
+        // CRC32C twice (refused before either is checked).
+        (
+            vec![0x03, 0, 4, 0, 0, 0, 0, 0x03, 0, 4, 0, 0, 0, 0],
+            Parse::Invalid(Invalid::Tlv(0x03)),
         ),
     ];
     for (tlvs, verdict) in cases {
-        assert_eq!(parse(&v2_with_tlvs(tlvs)), verdict, "{tlvs:?}");
+        assert_eq!(parse(&v2_with_tlvs(&tlvs)), verdict, "{tlvs:?}");
     }
-    // Unknown TLVs (and NOOP padding) are skipped.
-    match parse(&v2_with_tlvs(&[
-        0x04, 0, 3, 0, 0, 0, 0xEE, 0, 0, 0xE0, 0, 1, 3,
-    ])) {
+    // Unknown TLVs (and NOOP padding, and UNIQUE_ID, which the relay does
+    // not read, even twice) are skipped.
+    let skipped = [
+        &[
+            0x04, 0, 3, 0, 0, 0, 0xEE, 0, 0, 0x05, 0, 1, b'1', 0x05, 0, 1, b'2',
+        ][..],
+        &hops_tlv(3),
+    ]
+    .concat();
+    match parse(&v2_with_tlvs(&skipped)) {
         Parse::Header(h) => assert_eq!(h.hops, 3),
         other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn another_products_0xe0_tlv_and_the_old_one_byte_hop_format_are_ignored() {
+    // Before the magic, snirelay wrote the count as a bare one-byte 0xE0
+    // value. It is now indistinguishable from anyone else's 0xE0 TLV, so
+    // it counts as no hop TLV at all: one hop.
+    for foreign in [
+        vec![0xE0, 0, 1, 3],
+        vec![0xE0, 0, 1, 0],
+        vec![0xE0, 0, 2, 1, 1],
+        vec![0xE0, 0, 1, 1, 0xE0, 0, 1, 2],
+        [&[0xE0, 0, 5][..], b"hello"].concat(),
+    ] {
+        match parse(&v2_with_tlvs(&foreign)) {
+            Parse::Header(h) => assert_eq!(h.hops, 1, "{foreign:?}"),
+            other => panic!("{other:?} for {foreign:?}"),
+        }
+        match parse(&v2_with_tlvs(&[foreign.clone(), hops_tlv(2)].concat())) {
+            Parse::Header(h) => assert_eq!(h.hops, 2, "{foreign:?} before ours"),
+            other => panic!("{other:?} for {foreign:?}"),
+        }
     }
 }
 
@@ -309,9 +373,24 @@ fn hostile_v1_headers_get_exact_verdicts() {
         ),
         (
             b"PROXY TCP4 1.2.3.4 5.6.7.8 1 65536\r\n".to_vec(),
-            Parse::Invalid(Invalid::V1Syntax(
-                "Header contains invalid TCP port for the destination.".into(),
-            )),
+            Parse::Invalid(Invalid::V1Port("65536".into())),
+        ),
+        // §2.1 ports: decimal digits only, one space before each field.
+        (
+            b"PROXY TCP4 1.2.3.4 5.6.7.8 +80 443\r\n".to_vec(),
+            Parse::Invalid(Invalid::V1Port("+80".into())),
+        ),
+        (
+            b"PROXY TCP4 1.2.3.4 5.6.7.8  80 443\r\n".to_vec(),
+            Parse::Invalid(Invalid::V1Fields),
+        ),
+        (
+            b"PROXY TCP4 1.2.3.4 5.6.7.8 080 443\r\n".to_vec(),
+            Parse::Invalid(Invalid::V1Port("080".into())),
+        ),
+        (
+            b"PROXY TCP6 ::1 ::2 1 \r\n".to_vec(),
+            Parse::Invalid(Invalid::V1Fields),
         ),
         (
             b"PROXY TCP4 ::1 ::1 1 2\r\n".to_vec(),

@@ -8,7 +8,10 @@
 //! - snirelay → nginx `listen … proxy_protocol`: nginx logs
 //!   `$proxy_protocol_addr` (and the SNI it pre-reads from the hello);
 //! - HAProxy `send-proxy-v2` → snirelay (trusted): `client.claimed` is the
-//!   original client.
+//!   original client;
+//! - snirelay → snirelay → HAProxy `accept-proxy`: HAProxy takes a header
+//!   carrying our hop-count TLV (type 0xE0 with the `snirelay-hops`
+//!   sub-type) and sees the original client.
 
 mod common;
 
@@ -256,4 +259,66 @@ backend be
     assert_eq!(line["close"], "done");
     assert_eq!(line["sni"], "app.example.com");
     assert_ne!(line["client.peer"], client.to_string(), "peer is HAProxy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_accept_proxy_takes_a_header_with_our_hop_count_tlv() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = echo_backend(&pki).await;
+    let port = free_port();
+    let mut hap = haproxy(&format!(
+        r#"{HAPROXY_DEFAULTS}
+frontend fe
+    bind 127.0.0.1:{port} accept-proxy
+    log-format "snirelay-test client=%ci:%cp authority=%[fc_pp_authority] bytes=%B"
+    default_backend be
+backend be
+    server origin {backend}
+"#
+    ));
+    let hap_addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_accepting(hap_addr, &mut hap).await;
+
+    let relay = |trust: &str, to: SocketAddr| {
+        format!(
+            r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+{trust}
+
+[[route]]
+sni = ["*.example.com"]
+backend = "next"
+
+[backend.next]
+addresses = ["{to}"]
+proxy_protocol = "v2"
+proxy_protocol_crc32c = true
+"#
+        )
+    };
+    // B relays A's connections on to HAProxy with a hop count of 2.
+    let b = Relay::start(&relay(
+        "[listener.proxy_protocol]\ntrusted = [\"127.0.0.0/8\"]\nmode = \"require\"",
+        hap_addr,
+    ))
+    .await;
+    let a = Relay::start(&relay("", b.addr())).await;
+
+    let client = session(&pki, a.addr(), "app.example.com").await;
+    assert_eq!(a.closed_line(client).await["close"], "done");
+    let line = b
+        .wait_log(|l| {
+            l["message"] == "connection closed"
+                && l["client.claimed"] == client.to_string().as_str()
+        })
+        .await;
+    assert_eq!(line["close"], "done");
+    let expected = format!("snirelay-test client={client} authority=app.example.com ");
+    let logged = hap
+        .wait_line(|l| l.contains(&format!("snirelay-test client={client} ")))
+        .await;
+    eprintln!("HAProxy logged: {logged}");
+    assert!(logged.starts_with(&expected), "{logged:?}");
 }

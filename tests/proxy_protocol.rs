@@ -383,6 +383,308 @@ async fn hop_count_above_max_hops_is_refused() {
     assert_eq!(line["level"], "WARN");
 }
 
+// ------------------------------------------------------- strict inbound rules
+
+/// A v2 PROXY-command header built byte by byte: `family_protocol`, an
+/// address `block` and raw `tlvs` (for what `announce` never writes).
+fn v2_raw(version_command: u8, family_protocol: u8, block: &[u8], tlvs: &[u8]) -> Vec<u8> {
+    let mut h = preface::V2_SIGNATURE.to_vec();
+    h.extend([version_command, family_protocol]);
+    h.extend(((block.len() + tlvs.len()) as u16).to_be_bytes());
+    h.extend(block);
+    h.extend(tlvs);
+    h
+}
+
+/// TCP over IPv4 from `source` to 192.0.2.1:443, as a v2 address block.
+fn tcp4_block(source: [u8; 4], port: u16) -> Vec<u8> {
+    [
+        &source[..],
+        &[192, 0, 2, 1],
+        &port.to_be_bytes(),
+        &443u16.to_be_bytes(),
+    ]
+    .concat()
+}
+
+fn tlv(kind: u8, value: &[u8]) -> Vec<u8> {
+    [&[kind][..], &(value.len() as u16).to_be_bytes(), value].concat()
+}
+
+/// Asserts that every connection in `refused` (bytes to send, reason) is
+/// closed with that reason, claims nothing and reaches no backend; then
+/// that `sentinel` is relayed and is the first thing the backend sees.
+async fn refused_then_sentinel(
+    relay: &Relay,
+    seen: &mut mpsc::UnboundedReceiver<Recorded>,
+    refused: Vec<(Vec<u8>, &str)>,
+    sentinel: &[u8],
+    hello: &[u8],
+) -> serde_json::Value {
+    for (bytes, reason) in refused {
+        let (client, back) = send_and_finish(relay.addr(), &bytes).await;
+        assert!(back.is_empty());
+        let line = relay.closed_line(client).await;
+        let start = String::from_utf8_lossy(&bytes[..bytes.len().min(60)]).into_owned();
+        assert_eq!(line["close"], reason, "{start:?}");
+        assert!(line["client.claimed"].is_null(), "{line}");
+        assert!(line["backend.addr"].is_null(), "{line}");
+    }
+    let (client, _) = send_and_finish(relay.addr(), &[sentinel, hello].concat()).await;
+    let line = relay.closed_line(client).await;
+    assert_eq!(line["close"], "done");
+    let got = next(seen).await;
+    assert!(
+        got.all.ends_with(hello),
+        "the first connection the backend saw is the sentinel"
+    );
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_ports_and_spacing_outside_the_grammar_are_refused() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(&trusting("require", "127.0.0.0/8"), backend, "")).await;
+    let hello = capture("openssl_sni.bin");
+    let line = |ports: &str| {
+        [
+            format!("PROXY TCP4 203.0.113.9 192.0.2.1 {ports}\r\n").as_bytes(),
+            &hello,
+        ]
+        .concat()
+    };
+    let refused = [
+        "+80 443",
+        "80 +443",
+        " 80 443",
+        "80  443",
+        "080 443",
+        "65536 443",
+        "80 ",
+    ]
+    .into_iter()
+    .map(|ports| (line(ports), "proxy_invalid"))
+    .collect();
+    let last = refused_then_sentinel(
+        &relay,
+        &mut seen,
+        refused,
+        b"PROXY TCP4 203.0.113.9 192.0.2.1 0 65535\r\n",
+        &hello,
+    )
+    .await;
+    assert_eq!(last["client.claimed"], "203.0.113.9:0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_that_cannot_be_a_client_are_refused_as_invalid() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(&trusting("require", "127.0.0.0/8"), backend, "")).await;
+    let hello = capture("openssl_sni.bin");
+    let own = relay.addr();
+    let claim = |source: &str| {
+        [
+            v2_header(source, "192.0.2.1:443", None, false),
+            hello.clone(),
+        ]
+        .concat()
+    };
+    let mut refused: Vec<(Vec<u8>, &str)> = [
+        "0.0.0.0:1234".to_string(),
+        "[::]:1234".into(),
+        "224.0.0.1:1234".into(),
+        "[ff02::1]:1234".into(),
+        "255.255.255.255:1234".into(),
+        "[::ffff:255.255.255.255]:1234".into(),
+        "[::ffff:239.1.2.3]:1234".into(),
+        // The relay's own listening socket, plain and IPv4-mapped.
+        own.to_string(),
+        format!("[::ffff:{}]:{}", own.ip(), own.port()),
+    ]
+    .iter()
+    .map(|source| (claim(source), "proxy_invalid"))
+    .collect();
+    refused.push((
+        [&b"PROXY TCP4 0.0.0.0 192.0.2.1 1 443\r\n"[..], &hello].concat(),
+        "proxy_invalid",
+    ));
+    // The relay's IP from another port is a client on the same host.
+    let same_host = format!("{}:{}", own.ip(), own.port().wrapping_add(1).max(1));
+    let last = refused_then_sentinel(
+        &relay,
+        &mut seen,
+        refused,
+        &v2_header(&same_host, "192.0.2.1:443", None, false),
+        &hello,
+    )
+    .await;
+    assert_eq!(last["client.claimed"], same_host);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_and_protocols_the_relay_does_not_carry_use_the_connection_addresses() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(
+        &trusting("require", "127.0.0.0/8"),
+        backend,
+        "proxy_protocol = \"v2\"",
+    ))
+    .await;
+    let hello = capture("openssl_sni.bin");
+    let udp = tcp4_block([203, 0, 113, 9], 5353);
+    let headers = [
+        // LOCAL whatever its family and length say: IPv6 over 12 bytes,
+        // an unassigned family, junk where TLVs would be.
+        v2_raw(0x20, 0x21, &udp, &[]),
+        v2_raw(0x20, 0xFF, &[1, 2, 3], &[]),
+        // PROXY over UDP, AF_UNIX stream, and UNSPEC: fall back to UNSPEC.
+        v2_raw(0x21, 0x12, &udp, &tlv(preface::TLV_UNIQUE_ID, b"x")),
+        v2_raw(0x21, 0x31, &[0; 216], &[]),
+        v2_raw(0x21, 0x00, &[], &[]),
+    ];
+    for header in headers {
+        let (client, _) =
+            send_and_finish(relay.addr(), &[header.clone(), hello.clone()].concat()).await;
+        let line = relay.closed_line(client).await;
+        assert_eq!(line["close"], "done", "{header:?}");
+        assert!(line["client.claimed"].is_null(), "{line}");
+        let got = next(&mut seen).await;
+        let h = header_of(&got.all);
+        assert_eq!(
+            h.addresses,
+            Announced::Proxy {
+                source: client,
+                destination: relay.addr()
+            },
+            "the backend learns the connection's own endpoints"
+        );
+        assert_eq!(h.hops, 2, "one hop in (no hop TLV), one more out");
+        assert_eq!(&got.all[h.len..], &hello[..]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_our_0xe0_sub_type_is_a_hop_count_and_it_goes_out_in_that_format() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(
+        &format!("{}max_hops = 2\n", trusting("require", "127.0.0.0/8")),
+        backend,
+        "proxy_protocol = \"v2\"",
+    ))
+    .await;
+    let hello = capture("openssl_sni.bin");
+    let block = tcp4_block([203, 0, 113, 9], 4000);
+    let ours = |n: u8| tlv(0xE0, &[&preface::HOPS_MAGIC[..], &[n]].concat());
+    let cases = [
+        // Another product's 0xE0 (or an old relay's bare count, 9 > max):
+        // ignored, one hop.
+        (tlv(0xE0, &[9]), 2),
+        (tlv(0xE0, b"someone else's data"), 2),
+        ([tlv(0xE0, &[9]), ours(2)].concat(), 3),
+    ];
+    for (tlvs, out) in cases {
+        let header = v2_raw(0x21, 0x11, &block, &tlvs);
+        let (client, _) = send_and_finish(relay.addr(), &[header, hello.clone()].concat()).await;
+        assert_eq!(relay.closed_line(client).await["close"], "done");
+        let got = next(&mut seen).await;
+        let h = header_of(&got.all);
+        assert_eq!(h.hops, out);
+        // On the wire: type 0xE0, length 14, "snirelay-hops", the count.
+        let wire = [&[0xE0, 0, 14][..], b"snirelay-hops", &[out]].concat();
+        assert!(
+            got.all[..h.len].windows(wire.len()).any(|w| w == wire),
+            "{:?}",
+            &got.all[..h.len]
+        );
+    }
+    // Ours above max_hops, or ours twice: refused, nothing forwarded.
+    let refused = vec![
+        (
+            [v2_raw(0x21, 0x11, &block, &ours(3)), hello.clone()].concat(),
+            "hop_limit",
+        ),
+        (
+            [
+                v2_raw(0x21, 0x11, &block, &[ours(1), ours(1)].concat()),
+                hello.clone(),
+            ]
+            .concat(),
+            "proxy_invalid",
+        ),
+    ];
+    for (bytes, reason) in refused {
+        let (client, back) = send_and_finish(relay.addr(), &bytes).await;
+        assert!(back.is_empty());
+        let line = relay.closed_line(client).await;
+        assert_eq!(line["close"], reason);
+        assert!(line["backend.addr"].is_null());
+    }
+    let sentinel = v2_raw(0x21, 0x11, &block, &[]);
+    let (client, _) = send_and_finish(relay.addr(), &[sentinel, hello.clone()].concat()).await;
+    assert_eq!(relay.closed_line(client).await["close"], "done");
+    assert!(
+        next(&mut seen).await.all.ends_with(&hello),
+        "refused ones reached no backend"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peers_authority_is_carried_only_when_it_is_a_host_name() {
+    let (backend, mut seen) = recording_backend().await;
+    let relay = Relay::start(&config(
+        &trusting("require", "127.0.0.0/8"),
+        backend,
+        "proxy_protocol = \"v2\"",
+    ))
+    .await;
+    let hello = capture("openssl_sni.bin");
+    let block = tcp4_block([203, 0, 113, 9], 4000);
+    let long = [
+        &[b'a'; 63][..],
+        b".",
+        &[b'b'; 63],
+        b".",
+        &[b'c'; 63],
+        b".",
+        &[b'd'; 63],
+    ]
+    .concat();
+    let cases: [(&[u8], &str); 5] = [
+        (b"Orig.Example.", "orig.example"),
+        // Not host names, or too long: ignored, the relay's own SNI goes on.
+        (b"bad name.example", SNI),
+        (b"192.0.2.7", SNI),
+        (b"", SNI),
+        (&long[..], SNI),
+    ];
+    for (authority, expected) in cases {
+        let header = v2_raw(0x21, 0x11, &block, &tlv(preface::TLV_AUTHORITY, authority));
+        let (client, _) = send_and_finish(relay.addr(), &[header, hello.clone()].concat()).await;
+        let line = relay.closed_line(client).await;
+        assert_eq!(line["close"], "done");
+        assert_eq!(line["client.claimed"], "203.0.113.9:4000");
+        let h = header_of(&next(&mut seen).await.all);
+        assert_eq!(
+            h.authority.as_deref(),
+            Some(expected.as_bytes()),
+            "{:?}",
+            String::from_utf8_lossy(authority)
+        );
+    }
+    // Two AUTHORITY TLVs: which name? Refused.
+    let twice = [
+        tlv(preface::TLV_AUTHORITY, b"a.example"),
+        tlv(preface::TLV_AUTHORITY, b"a.example"),
+    ]
+    .concat();
+    let refused = vec![(
+        [v2_raw(0x21, 0x11, &block, &twice), hello.clone()].concat(),
+        "proxy_invalid",
+    )];
+    let sentinel = v2_raw(0x21, 0x11, &block, &[]);
+    refused_then_sentinel(&relay, &mut seen, refused, &sentinel, &hello).await;
+}
+
 // ------------------------------------------------------------ relay chains
 
 /// A TCP forwarder on 127.0.0.1:0 to an address set later: lets two relays

@@ -1,11 +1,18 @@
 //! Fuzzes the inbound PROXY header sniffer and parser (`preface::sniff`,
-//! `preface::parse`): no input may panic, and the verdicts must agree with
-//! each other and with the stream they came from.
+//! `preface::parse`) and the claim check (`preface::check_claim`): no input
+//! may panic, and the verdicts must agree with each other, with the stream
+//! they came from, and with the rules of `preface` (LOCAL reads nothing,
+//! an AUTHORITY kept is a normalised host name of at most 255 bytes, a hop
+//! count is at least 1).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snirelay::preface::{Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, Version, parse, sniff};
+use snirelay::preface::{
+    Announced, MAX_AUTHORITY_BYTES, Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, Version, check_claim,
+    parse, sniff,
+};
+use snirelay::sni::Sni;
 
 fuzz_target!(|data: &[u8]| {
     let verdict = parse(data);
@@ -21,6 +28,24 @@ fuzz_target!(|data: &[u8]| {
             };
             assert!(h.len <= cap);
             assert!(h.hops >= 1);
+            match h.addresses {
+                Announced::Local => {
+                    assert_eq!((h.hops, &h.authority, h.checksummed), (1, &None, false));
+                }
+                Announced::Proxy {
+                    source,
+                    destination,
+                } => {
+                    // Whatever the claim, checking it never panics.
+                    let _ = check_claim(source, destination);
+                }
+                Announced::Unknown => {}
+            }
+            if let Some(authority) = &h.authority {
+                assert!(authority.len() <= MAX_AUTHORITY_BYTES);
+                let sni = Sni::parse(authority).expect("a kept AUTHORITY is a host name");
+                assert_eq!(sni.as_str().as_bytes(), &authority[..], "kept normalised");
+            }
             // The header alone parses the same; bytes after it change nothing.
             assert_eq!(parse(&data[..h.len]), verdict);
             // Every strict prefix of a valid header is Incomplete.
