@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
-use crate::admit::Source;
+use crate::admit::AtAccept;
 use crate::conn::{self, Accepted};
 use crate::generation::Generation;
 use crate::{metrics, sockopt};
@@ -145,23 +145,17 @@ impl AcceptLoop {
         // Counted (and `active`) before admission: a refused connection is
         // closed through the same record.
         accepted.metrics.accepted();
-        // A trusted peer relay is admitted later, on the client address its
-        // PROXY header claims (see `preface`); its own connections are
-        // exempt from per-source limits.
         let trusted_peer = listener
             .proxy_protocol
             .as_ref()
             .is_some_and(|inbound| inbound.trusts(accepted.peer.0.ip()));
-        let admitted = if trusted_peer {
-            None
-        } else {
-            match admission.admit(Source::from(accepted.peer)) {
-                Ok(admitted) => Some(admitted),
-                Err(refusal) => {
-                    // Closed unread: dropping the socket and the permit.
-                    conn::refused(&accepted, listener, refusal.into());
-                    return;
-                }
+        let admitted = match admission.at_accept(accepted.peer, trusted_peer) {
+            Ok(AtAccept::Admitted(admitted)) => Some(admitted),
+            Ok(AtAccept::AfterPreface) => None,
+            Err(refusal) => {
+                // Closed unread: dropping the socket and the permit.
+                conn::refused(&accepted, listener, refusal.into());
+                return;
             }
         };
         if let Some(admitted) = &admitted {

@@ -16,10 +16,15 @@
 //! they would refuse, but refuse nothing; `deny`/`allow` are policy, not
 //! sizing, and always apply. Unset limits cost nothing: no table exists.
 //!
-//! The key is a typed value built from a [`Source`], which today is always
-//! the measured [`PeerAddr`]. When inbound PROXY lands, a trusted peer's
-//! connection can be admitted again on its [`ClaimedAddr`] after the preface
-//! (`Source::Claimed`); nothing else here changes.
+//! This is the one admission gate, with two doors. [`Admission::at_accept`]
+//! decides a direct client on its measured [`PeerAddr`] before a byte is
+//! read, and defers a trusted peer relay (the budget rule: a peer's own
+//! address is exempt, since one peer carries many clients).
+//! [`Admission::after_preface`] decides the client such a peer claims, on
+//! its [`ClaimedAddr`], as if it had connected directly, and counts nothing
+//! for a connection that claims nobody (LOCAL, UNKNOWN, a v2 fallback, no
+//! header in `optional` mode). Either way the key is a typed value built
+//! from a [`Source`].
 //!
 //! Memory (both tables are bounded and swept by [`Admission::sweep`], which
 //! the server runs every [`SWEEP_INTERVAL`]):
@@ -123,6 +128,15 @@ impl Limits {
 }
 
 // --------------------------------------------------------------- the key
+
+/// What the gate at accept decided for an admitted connection.
+#[derive(Debug)]
+pub enum AtAccept {
+    /// Admitted on its measured address; the slot is held for its life.
+    Admitted(Admitted),
+    /// A trusted peer relay: decided after its preface.
+    AfterPreface,
+}
 
 /// Whose address a connection is admitted on: the measured peer, or (for a
 /// trusted peer relay, once the PROXY preface is read) the claimed client.
@@ -409,6 +423,29 @@ impl<C: Clock> Admission<C> {
             would_refuse,
             key,
         })
+    }
+
+    /// The gate at accept, before a byte is read. A direct client is
+    /// decided now, on its measured address. A trusted peer relay is not
+    /// counted on its own address (one peer carries many clients): it is
+    /// decided after its preface, on the client it claims
+    /// ([`Admission::after_preface`]).
+    pub fn at_accept(&self, peer: PeerAddr, trusted_peer: bool) -> Result<AtAccept, Refusal> {
+        if trusted_peer {
+            return Ok(AtAccept::AfterPreface);
+        }
+        self.admit(Source::Peer(peer)).map(AtAccept::Admitted)
+    }
+
+    /// The gate after a trusted peer's preface. A claimed client is
+    /// decided as if it had connected directly, on the claimed address; a
+    /// connection that claims nobody (LOCAL, UNKNOWN, a v2 fallback, or no
+    /// header in `optional` mode) is the peer's own and is not counted as a
+    /// client (`global.max_connections` still bounds it).
+    pub fn after_preface(&self, claimed: Option<ClaimedAddr>) -> Result<Option<Admitted>, Refusal> {
+        claimed
+            .map(|claimed| self.admit(Source::Claimed(claimed)))
+            .transpose()
     }
 
     /// Drops rate cells of sources that are quiet again and returns spare
@@ -777,5 +814,106 @@ mod tests {
         assert_eq!(after.concurrent_keys, 0);
         assert!(after.concurrent_capacity <= 64, "{after:?}");
         eprintln!("during the flood: {during:?}; after one sweep: {after:?}");
+    }
+
+    // ------------------------------------------- the gate's budget rule
+
+    fn sock(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    /// One connection and one new connection per second per source.
+    fn tight_gate(clock: FakeRelativeClock) -> Admission<FakeRelativeClock> {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(1),
+        });
+        Admission::with_clock(&limits, clock)
+    }
+
+    #[test]
+    fn a_direct_client_is_decided_at_accept_on_its_measured_address() {
+        let gate = tight_gate(FakeRelativeClock::default());
+        let client = PeerAddr(sock("198.51.100.7:40000"));
+        let held = match gate.at_accept(client, false) {
+            Ok(AtAccept::Admitted(admitted)) => admitted,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(held.key.to_string(), "198.51.100.7");
+        assert_eq!(
+            gate.at_accept(PeerAddr(sock("198.51.100.7:40001")), false)
+                .unwrap_err(),
+            Refusal::Concurrent
+        );
+    }
+
+    #[test]
+    fn a_trusted_peer_is_never_counted_on_its_own_address() {
+        let gate = tight_gate(FakeRelativeClock::default());
+        let relay = PeerAddr(sock("10.0.0.2:40000"));
+        // Far past both limits on the peer's own address: all deferred.
+        for _ in 0..100 {
+            assert!(matches!(
+                gate.at_accept(relay, true),
+                Ok(AtAccept::AfterPreface)
+            ));
+            // And its own connections (LOCAL, UNKNOWN, no header) are not
+            // counted after the preface either.
+            assert!(gate.after_preface(None).unwrap().is_none());
+        }
+        assert_eq!(gate.tracked().concurrent_keys, 0);
+        assert_eq!(gate.tracked().rate_keys, 0);
+    }
+
+    #[test]
+    fn a_claimed_client_is_limited_as_if_it_had_connected_directly() {
+        let clock = FakeRelativeClock::default();
+        let gate = tight_gate(clock.clone());
+        let claimed = ClaimedAddr(sock("203.0.113.9:5555"));
+        let first = gate.after_preface(Some(claimed)).unwrap().unwrap();
+        assert_eq!(first.key.to_string(), "203.0.113.9");
+        // Its concurrency slot is taken...
+        assert_eq!(
+            gate.after_preface(Some(claimed)).unwrap_err(),
+            Refusal::Concurrent
+        );
+        // ...and shared with the same client connecting directly.
+        assert_eq!(
+            gate.at_accept(PeerAddr(sock("203.0.113.9:6000")), false)
+                .unwrap_err(),
+            Refusal::Concurrent
+        );
+        drop(first);
+        // Slot free, but the rate (1/s, burst 1) is spent until a second passes.
+        assert_eq!(
+            gate.after_preface(Some(claimed)).unwrap_err(),
+            Refusal::Rate
+        );
+        clock.advance(Duration::from_secs(1));
+        assert!(gate.after_preface(Some(claimed)).unwrap().is_some());
+        // Another client behind the same peer has a budget of its own.
+        assert!(
+            gate.after_preface(Some(ClaimedAddr(sock("203.0.113.10:5555"))))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn deny_lists_apply_to_claims_too() {
+        let mut limits = Limits::unlimited();
+        limits.deny = set(&["203.0.113.0/24"]);
+        let gate = Admission::new(&limits);
+        assert_eq!(
+            gate.after_preface(Some(ClaimedAddr(sock("203.0.113.9:1"))))
+                .unwrap_err(),
+            Refusal::Denied
+        );
+        assert!(matches!(
+            gate.at_accept(PeerAddr(sock("203.0.113.9:1")), true),
+            Ok(AtAccept::AfterPreface)
+        ));
     }
 }

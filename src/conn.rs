@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admit::{self, Admission, Admitted};
+use crate::admit::{Admission, Admitted};
 use crate::backend::{Backends, InFlight};
 use crate::close::CloseReason;
 use crate::config::{Backend, Listener};
@@ -248,17 +248,14 @@ async fn setup(
                 () = cancel.cancelled() => return Err(CloseReason::Shutdown),
             };
             let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
-            record.claimed = preface.source.claimed();
-            // admit, for a client behind a trusted peer: on its claim
-            if let Some(claimed) = record.claimed {
-                let admitted =
-                    admission
-                        .admit(admit::Source::Claimed(claimed))
-                        .map_err(|refusal| {
-                            let reason = CloseReason::from(refusal);
-                            record.metrics.limit_refused(reason);
-                            reason
-                        })?;
+            record.claimed = preface.sender.claimed();
+            // admit, for a connection from a trusted peer: on its claim
+            let admitted = admission.after_preface(record.claimed).map_err(|refusal| {
+                let reason = CloseReason::from(refusal);
+                record.metrics.limit_refused(reason);
+                reason
+            })?;
+            if let Some(admitted) = admitted {
                 log_dry_run(listener, accepted.peer, &admitted);
                 // Held for the connection's life, like a direct client's.
                 *per_source = Some(admitted);

@@ -52,7 +52,7 @@
 //! `max_hops` is refused (`hop_limit`), so a routing loop between cluster
 //! nodes dies within a few hops.
 //!
-//! Budget decision (see [`Source::limit_key`]): a trusted peer's own
+//! Budget decision (applied by `admit::Admission`): a trusted peer's own
 //! connections are **exempt** from per-source limits keyed on the peer's
 //! address — one peer relay carries many clients, and capping it as one
 //! source would cut a whole edge's traffic at 100 connections. Instead,
@@ -566,9 +566,10 @@ fn check_v1_fields(line: &[u8]) -> Result<(), Invalid> {
 
 // ------------------------------------------------------------------- I/O
 
-/// Who a connection is from, for per-source limits (see the module header).
+/// Who sent a connection: a client itself, or a trusted peer relay with or
+/// without a claim (admission decides on it: `admit::Admission::after_preface`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub enum Sender {
     /// An untrusted source, or a listener without PROXY protocol.
     Direct(PeerAddr),
     /// A trusted peer relaying a client whose address it claims.
@@ -581,29 +582,10 @@ pub enum Source {
     TrustedPeer(PeerAddr),
 }
 
-/// The address per-source limits key on, if any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitKey {
-    /// Count this connection against this address's prefix.
-    Source(IpAddr),
-    /// Not counted per source (bounded by `global.max_connections` only).
-    Exempt,
-}
-
-impl Source {
-    /// Claimed address for trusted relays, measured address otherwise; a
-    /// trusted peer's own connections are exempt.
-    pub fn limit_key(&self) -> LimitKey {
-        match self {
-            Source::Direct(peer) => LimitKey::Source(peer.0.ip()),
-            Source::Relayed { claimed, .. } => LimitKey::Source(claimed.0.ip()),
-            Source::TrustedPeer(_) => LimitKey::Exempt,
-        }
-    }
-
+impl Sender {
     pub fn claimed(&self) -> Option<ClaimedAddr> {
         match self {
-            Source::Relayed { claimed, .. } => Some(*claimed),
+            Sender::Relayed { claimed, .. } => Some(*claimed),
             _ => None,
         }
     }
@@ -612,7 +594,7 @@ impl Source {
 /// The outcome of the preface stage.
 #[derive(Debug)]
 pub struct Preface {
-    pub source: Source,
+    pub sender: Sender,
     /// The header, when a trusted source sent one.
     pub header: Option<Header>,
     /// Bytes read past the header: the start of the ClientHello.
@@ -685,7 +667,7 @@ pub async fn read(
                 }
                 Sniff::NotProxy => {
                     return Ok(Preface {
-                        source: Source::Direct(peer),
+                        sender: Sender::Direct(peer),
                         header: None,
                         buffered,
                     });
@@ -704,7 +686,7 @@ pub async fn read(
             }
             Parse::NotProxy => {
                 return Ok(Preface {
-                    source: Source::TrustedPeer(peer),
+                    sender: Sender::TrustedPeer(peer),
                     header: None,
                     buffered,
                 });
@@ -713,28 +695,28 @@ pub async fn read(
             Parse::Header(header) => break header,
         }
     };
-    let source = match header.addresses {
+    let sender = match header.addresses {
         Announced::Proxy { source, .. } => {
             // getsockname(2) only for a header that carries a claim.
             let local = client.local_addr().map_err(|_| PrefaceError::Closed)?;
             check_claim(source, local).map_err(PrefaceError::Invalid)?;
-            Source::Relayed {
+            Sender::Relayed {
                 peer,
                 claimed: ClaimedAddr(source),
             }
         }
-        Announced::Local | Announced::Unknown => Source::TrustedPeer(peer),
+        Announced::Local | Announced::Unknown => Sender::TrustedPeer(peer),
     };
     if header.hops > config.max_hops {
         return Err(PrefaceError::HopLimit {
             hops: header.hops,
             max: config.max_hops,
-            claimed: source.claimed(),
+            claimed: sender.claimed(),
         });
     }
     buffered.drain(..header.len);
     Ok(Preface {
-        source,
+        sender,
         header: Some(header),
         buffered,
     })

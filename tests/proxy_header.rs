@@ -412,18 +412,24 @@ fn hostile_v1_headers_get_exact_verdicts() {
 #[test]
 fn per_source_limits_key_on_the_claim_and_exempt_a_trusted_peer_itself() {
     use snirelay::addr::{ClaimedAddr, PeerAddr};
-    use snirelay::preface::{LimitKey, Source};
+    use snirelay::admit::{Admission, AtAccept, Limits};
+    use snirelay::preface::Sender;
     let peer = PeerAddr(addr("10.0.0.2:40000"));
     let claimed = ClaimedAddr(addr("203.0.113.9:5555"));
-    assert_eq!(
-        Source::Direct(peer).limit_key(),
-        LimitKey::Source("10.0.0.2".parse().unwrap())
-    );
-    assert_eq!(
-        Source::Relayed { peer, claimed }.limit_key(),
-        LimitKey::Source("203.0.113.9".parse().unwrap())
-    );
-    assert_eq!(Source::TrustedPeer(peer).limit_key(), LimitKey::Exempt);
-    assert_eq!(Source::Relayed { peer, claimed }.claimed(), Some(claimed));
-    assert_eq!(Source::TrustedPeer(peer).claimed(), None);
+    let gate = Admission::new(&Limits::unlimited());
+    match gate.at_accept(peer, false) {
+        Ok(AtAccept::Admitted(admitted)) => {
+            assert_eq!(admitted.key.to_string(), "10.0.0.2")
+        }
+        other => panic!("a direct client is decided at accept: {other:?}"),
+    }
+    assert!(matches!(
+        gate.at_accept(peer, true),
+        Ok(AtAccept::AfterPreface)
+    ));
+    let admitted = gate.after_preface(Some(claimed)).unwrap().unwrap();
+    assert_eq!(admitted.key.to_string(), "203.0.113.9");
+    assert!(gate.after_preface(None).unwrap().is_none());
+    assert_eq!(Sender::Relayed { peer, claimed }.claimed(), Some(claimed));
+    assert_eq!(Sender::TrustedPeer(peer).claimed(), None);
 }
