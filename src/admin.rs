@@ -40,6 +40,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -73,6 +74,12 @@ use crate::preface::Mode;
 /// table at worst. Cost: picking whom to evict scans the table (at most
 /// this many entries, under one lock), only when it is full.
 pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
+/// The admin socket's kernel queue of connections not yet accepted. The
+/// accept loop empties it at once; it fills only while the process is not
+/// scheduled, and then a probe's SYN dropped from a short queue (std's
+/// 128) costs the probe a one-second retransmit. Cost: kernel memory for
+/// pending connections only.
+pub const ADMIN_BACKLOG: u32 = 1024;
 /// A connection must send its first byte within this long, or it is closed
 /// (`silent`). It holds no HTTP state meanwhile, and is the first evicted.
 pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -282,18 +289,21 @@ impl Table {
     }
 }
 
-/// A connection's place in the table, given back (and its close counted)
-/// when its task ends, however it ends.
+/// A connection's place in the table, given back (and its close counted,
+/// then logged) when its task ends, however it ends.
 struct Entry {
     table: Arc<Table>,
     id: u64,
+    peer: SocketAddr,
     close: AdminClose,
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
         self.table.leave(self.id);
-        metrics::metrics().admin_closed(self.close.as_str());
+        let close = self.close.as_str();
+        metrics::metrics().admin_closed(close);
+        tracing::debug!(admin.peer = %self.peer, close, "admin connection closed");
     }
 }
 
@@ -325,13 +335,13 @@ pub async fn serve(socket: TcpListener, state: Arc<AdminState>, shutdown: Cancel
         let entry = Entry {
             table: table.clone(),
             id,
+            peer,
             close: AdminClose::Error,
         };
         let (state, shutdown, http) = (state.clone(), shutdown.clone(), http.clone());
         connections.spawn(async move {
             let mut entry = entry;
             entry.close = connection(stream, &slot, state, &shutdown, &http).await;
-            tracing::debug!(admin.peer = %peer, close = entry.close.as_str(), "admin connection closed");
         });
     }
     connections.close();
