@@ -23,11 +23,17 @@ async fn relay_with_admin(backend: SocketAddr) -> (Relay, SocketAddr) {
 
 /// [`relay_with_admin`] with more `[admin]` keys (`key = value` lines).
 async fn relay_with_admin_keys(backend: SocketAddr, keys: &str) -> (Relay, SocketAddr) {
-    let config = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n{keys}\n{}",
-        simple_config(&[NAME], backend, "")
-    );
-    let relay = Relay::start(&config).await;
+    start_with_admin(&admin_config(keys, &simple_config(&[NAME], backend, ""))).await
+}
+
+/// `[admin]` on a free loopback port with `keys`, then `rest`.
+fn admin_config(keys: &str, rest: &str) -> String {
+    format!("[admin]\nlisten = \"127.0.0.1:0\"\n{keys}\n{rest}")
+}
+
+/// Starts the relay on `config`; returns it and the admin address it logged.
+async fn start_with_admin(config: &str) -> (Relay, SocketAddr) {
+    let relay = Relay::start(config).await;
     let line = relay.wait_log(|l| l["message"] == "admin listening").await;
     let admin = line["addr"].as_str().unwrap().parse().unwrap();
     (relay, admin)
@@ -253,22 +259,8 @@ async fn address_labels_can_be_turned_off() {
     let up = tls_echo_backend(&pki).await;
     let down = closed_port();
     let config = |labels: bool| {
-        format!(
-            r#"
-[admin]
-listen = "127.0.0.1:0"
-address_labels = {labels}
-
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-sni = ["{NAME}"]
-backend = "b"
-
-[backend.b]
-addresses = ["{down}", "{up}"]
+        let backend = format!(
+            r#"addresses = ["{down}", "{up}"]
 max_fails = 0
 
 [backend.b.health]
@@ -277,14 +269,13 @@ timeout = "500ms"
 rise = 1
 fall = 1
 "#
+        );
+        admin_config(
+            &format!("address_labels = {labels}"),
+            &one_route_config(&[NAME], "", &backend),
         )
     };
-    let relay = Relay::start(&config(false)).await;
-    let admin: SocketAddr = relay.wait_log(|l| l["message"] == "admin listening").await["addr"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (relay, admin) = start_with_admin(&config(false)).await;
     relay
         .wait_log(|l| {
             l["message"] == "backend address marked down (health check)"
