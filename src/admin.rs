@@ -16,7 +16,7 @@
 //!
 //! **Admission: a health probe cannot be starved.** Connections are
 //! accepted at once, always: no permit is taken before accept. A connection
-//! that has sent nothing costs a socket, a task and a [`Slot`], and no HTTP
+//! that has sent nothing costs a socket, a task and a table slot, and no HTTP
 //! state: hyper (and its read buffer) only takes over once a first byte
 //! has arrived, and a connection silent for [`FIRST_BYTE_TIMEOUT`] is
 //! closed. Each request, from its first byte until its response is

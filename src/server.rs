@@ -264,7 +264,8 @@ pub async fn serve(
     };
 
     // The admin listener comes up first, so /readyz answers 503 until the
-    // relay listeners are bound. (A changed [admin] section takes a restart.)
+    // relay listeners are bound. (A changed [admin] listen takes a restart;
+    // its other keys follow each reload through AdminState::set_config.)
     let stop_admin = CancellationToken::new();
     let _stop_admin_on_return = stop_admin.clone().drop_guard();
     if let Some(settings) = &config.admin {
