@@ -1,24 +1,50 @@
 //! The admin listener (`[admin] listen`): `GET /metrics`, `/healthz`,
-//! `/readyz` and `/config`, served with hyper (HTTP/1.1).
+//! `/readyz` and, when `[admin] expose_config = true`, `/config`, served
+//! with hyper (HTTP/1.1).
 //!
 //! - `/metrics`: the Prometheus/OpenMetrics text of [`crate::metrics`].
 //! - `/healthz`: 200 while the process runs its event loop.
 //! - `/readyz`: 200 once the listeners are bound and the configuration is
 //!   loaded, 503 before that and while draining. The flag is a
 //!   [`Readiness`] that the server (or anything else) flips.
-//! - `/config`: the effective configuration (defaults filled in) as JSON.
+//! - `/config`: the effective configuration (defaults filled in) as JSON;
+//!   404 unless `expose_config` is set, so whoever may scrape `/metrics`
+//!   does not also read every route and backend.
 //!
-//! Loopback only unless `admin.allow_public = true` (enforced in config),
-//! because `/config` shows every backend. At most [`MAX_ADMIN_CONNECTIONS`]
-//! connections at once, each request's headers within
-//! [`HEADER_READ_TIMEOUT`]; only GET and HEAD.
+//! Loopback only unless `admin.allow_public = true` (enforced in config).
+//! Only GET and HEAD.
+//!
+//! **Admission: a health probe cannot be starved.** Connections are
+//! accepted at once, always: no permit is taken before accept. A connection
+//! that has sent nothing costs a socket, a task and a table slot, and no HTTP
+//! state: hyper (and its read buffer) only takes over once a first byte
+//! has arrived, and a connection silent for [`FIRST_BYTE_TIMEOUT`] is
+//! closed. Each request, from its first byte until its response is
+//! flushed, must finish within [`REQUEST_TIMEOUT`]; a keep-alive
+//! connection idle between requests for [`KEEP_ALIVE_TIMEOUT`] is closed.
+//! At most [`MAX_ADMIN_CONNECTIONS`] sockets are open at once; a new one
+//! past that closes an older one (`evicted`), chosen in this order: the
+//! oldest that has sent nothing, else the oldest idle keep-alive, else the
+//! oldest mid-request. The newest connection is never the one dropped, so a
+//! probe gets its answer however many connections an attacker holds; the
+//! attacker only churns its own. Request heads are bounded
+//! ([`MAX_REQUEST_HEAD_BYTES`], [`MAX_REQUEST_HEADERS`]). Every connection
+//! runs on its own task, and nothing here is shared with the relay path but
+//! the runtime. Each close is counted in
+//! `snirelay_admin_connections_closed_total{reason}` and logged at debug.
 //!
 //! Not here: the metrics themselves, or changing anything: the admin
 //! listener is read-only.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,10 +52,11 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -38,10 +65,38 @@ use crate::config::{AddressSource, ClusterLookup, Config, NoSni};
 use crate::metrics;
 use crate::preface::Mode;
 
-/// Admin connections served at once; more wait in the kernel backlog.
-pub const MAX_ADMIN_CONNECTIONS: usize = 16;
-/// A client must send a request's headers within this long.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Admin sockets open at once. Past it, a new connection closes an older
+/// one (see the module header) rather than waiting: accept never blocks.
+/// Memory at the cap: a silent connection is a descriptor, its task (about
+/// 1 KiB, hyper's connection state included) and a slot of a few hundred
+/// bytes; one that has sent a byte adds hyper's read buffer (at most
+/// [`MAX_REQUEST_HEAD_BYTES`]) and its response, so about 10 MiB for a full
+/// table at worst. Cost: picking whom to evict scans the table (at most
+/// this many entries, under one lock), only when it is full.
+pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
+/// The admin socket's kernel queue of connections not yet accepted. The
+/// accept loop empties it at once; it fills only while the process is not
+/// scheduled, and then a probe's SYN dropped from a short queue (std's
+/// 128) costs the probe a one-second retransmit. Cost: kernel memory for
+/// pending connections only.
+pub const ADMIN_BACKLOG: u32 = 1024;
+/// A connection must send its first byte within this long, or it is closed
+/// (`silent`). It holds no HTTP state meanwhile, and is the first evicted.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(1);
+/// From a request's first byte until its response is flushed: a request
+/// trickled in (or a response read) more slowly than this is closed
+/// (`request_timeout`). Loopback scrapers and probes need milliseconds.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// A keep-alive connection that sends no new request for this long is
+/// closed (`idle_timeout`). Scrapers that keep connections open between
+/// scrapes (Prometheus, every 15 s by default) simply reconnect.
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest request line plus headers (hyper's `max_buf_size`, and its
+/// minimum): the read buffer a connection may hold. Larger heads get 431.
+pub const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
+/// Headers per request; more get 431. Parsed into a heap array of this
+/// many entries per request.
+pub const MAX_REQUEST_HEADERS: usize = 32;
 
 /// Whether the relay should receive new connections: what `/readyz` says.
 /// Starts not ready.
@@ -65,15 +120,20 @@ pub struct AdminState {
 }
 
 impl AdminState {
+    /// Also applies the configuration's `[admin] address_labels` to the
+    /// metrics.
     pub fn new(config: Arc<Config>, readiness: Arc<Readiness>) -> AdminState {
+        apply_metrics_settings(&config);
         AdminState {
             readiness,
             config: Mutex::new(config),
         }
     }
 
-    /// Replaces the configuration `/config` shows (after a reload).
+    /// Replaces the configuration `/config` shows (after a reload), and
+    /// applies its `expose_config` and `address_labels` from now on.
     pub fn set_config(&self, config: Arc<Config>) {
+        apply_metrics_settings(&config);
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
@@ -83,23 +143,184 @@ impl AdminState {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    fn expose_config(&self) -> bool {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admin
+            .as_ref()
+            .is_some_and(|a| a.expose_config)
+    }
+}
+
+fn apply_metrics_settings(config: &Config) {
+    if let Some(admin) = &config.admin {
+        metrics::metrics().set_address_labels(admin.address_labels);
+    }
+}
+
+/// Why an admin connection ended: the `reason` of
+/// `snirelay_admin_connections_closed_total` and the `close` log field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AdminClose {
+    /// The client closed, or asked to (`Connection: close`).
+    Done,
+    /// Nothing within [`FIRST_BYTE_TIMEOUT`].
+    Silent,
+    /// A request not finished within [`REQUEST_TIMEOUT`].
+    RequestTimeout,
+    /// No new request within [`KEEP_ALIVE_TIMEOUT`].
+    IdleTimeout,
+    /// Closed to make room for a newer connection.
+    Evicted,
+    /// Malformed or oversized request, or a socket error.
+    Error,
+    /// The relay is stopping.
+    Shutdown,
+}
+
+impl AdminClose {
+    fn as_str(self) -> &'static str {
+        match self {
+            AdminClose::Done => "done",
+            AdminClose::Silent => "silent",
+            AdminClose::RequestTimeout => "request_timeout",
+            AdminClose::IdleTimeout => "idle_timeout",
+            AdminClose::Evicted => "evicted",
+            AdminClose::Error => "error",
+            AdminClose::Shutdown => "shutdown",
+        }
+    }
+}
+
+// Where a connection is, as the eviction order sees it.
+const SILENT: u8 = 0;
+const IDLE: u8 = 1;
+const READING: u8 = 2;
+const RESPONDING: u8 = 3;
+
+/// One open admin connection, as the table and its task share it.
+#[derive(Debug, Default)]
+struct Slot {
+    /// [`SILENT`], [`READING`], [`RESPONDING`] or [`IDLE`].
+    state: AtomicU8,
+    /// Fired when the table evicts this connection.
+    evicted: CancellationToken,
+    /// A phase deadline closed the connection (its state says which).
+    timed_out: AtomicBool,
+}
+
+impl Slot {
+    fn state(&self) -> u8 {
+        self.state.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, state: u8) {
+        self.state.store(state, Ordering::Relaxed);
+    }
+
+    /// Eviction order: lower goes first.
+    fn rank(&self) -> usize {
+        match self.state() {
+            SILENT => 0,
+            IDLE => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// The open admin connections by age (ids only grow), at most `cap`.
+struct Table {
+    cap: usize,
+    inner: Mutex<TableInner>,
+}
+
+#[derive(Default)]
+struct TableInner {
+    next: u64,
+    open: BTreeMap<u64, Arc<Slot>>,
+}
+
+impl Table {
+    fn new(cap: usize) -> Table {
+        Table {
+            cap,
+            inner: Mutex::default(),
+        }
+    }
+
+    /// Enters a new connection, evicting an older one first if the table
+    /// is full. Never refuses.
+    fn enter(&self) -> (u64, Arc<Slot>) {
+        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        while t.open.len() >= self.cap {
+            // The oldest of the lowest rank: BTreeMap iterates by age.
+            let mut first = [None; 3];
+            for (id, slot) in &t.open {
+                let rank = slot.rank();
+                if first[rank].is_none() {
+                    first[rank] = Some(*id);
+                    if rank == 0 {
+                        break;
+                    }
+                }
+            }
+            let Some(victim) = first.into_iter().flatten().next() else {
+                break;
+            };
+            if let Some(slot) = t.open.remove(&victim) {
+                slot.evicted.cancel();
+            }
+        }
+        let id = t.next;
+        t.next += 1;
+        let slot = Arc::new(Slot::default());
+        t.open.insert(id, slot.clone());
+        (id, slot)
+    }
+
+    fn leave(&self, id: u64) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .open
+            .remove(&id);
+    }
+}
+
+/// A connection's place in the table, given back (and its close counted,
+/// then logged) when its task ends, however it ends.
+struct Entry {
+    table: Arc<Table>,
+    id: u64,
+    peer: SocketAddr,
+    close: AdminClose,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.table.leave(self.id);
+        let close = self.close.as_str();
+        metrics::metrics().admin_closed(close);
+        tracing::debug!(admin.peer = %self.peer, close, "admin connection closed");
+    }
 }
 
 /// Serves admin requests on `socket` until `shutdown` fires.
 pub async fn serve(socket: TcpListener, state: Arc<AdminState>, shutdown: CancellationToken) {
-    let permits = Arc::new(Semaphore::new(MAX_ADMIN_CONNECTIONS));
+    let table = Arc::new(Table::new(MAX_ADMIN_CONNECTIONS));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.max_buf_size(MAX_REQUEST_HEAD_BYTES)
+        .max_headers(MAX_REQUEST_HEADERS)
+        // Our own deadlines (`Guarded`) bound every phase, idle included.
+        .header_read_timeout(None);
+    let http = Arc::new(http);
     let connections = TaskTracker::new();
     loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            () = shutdown.cancelled() => break,
-        };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = socket.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     tracing::debug!(%error, "admin accept failed");
                     // Resource exhaustion must not spin this loop.
@@ -109,31 +330,167 @@ pub async fn serve(socket: TcpListener, state: Arc<AdminState>, shutdown: Cancel
             },
             () = shutdown.cancelled() => break,
         };
-        let state = state.clone();
-        let shutdown = shutdown.clone();
+        let (id, slot) = table.enter();
+        metrics::metrics().admin_opened();
+        let entry = Entry {
+            table: table.clone(),
+            id,
+            peer,
+            close: AdminClose::Error,
+        };
+        let (state, shutdown, http) = (state.clone(), shutdown.clone(), http.clone());
         connections.spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &state)) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(error) = result {
-                        tracing::debug!(%error, "admin connection failed");
-                    }
-                }
-                () = shutdown.cancelled() => {}
-            }
-            drop(permit);
+            let mut entry = entry;
+            entry.close = connection(stream, &slot, state, &shutdown, &http).await;
         });
     }
     connections.close();
     let _ = tokio::time::timeout(Duration::from_secs(1), connections.wait()).await;
+}
+
+/// One admin connection, from accept to close.
+async fn connection(
+    stream: TcpStream,
+    slot: &Arc<Slot>,
+    state: Arc<AdminState>,
+    shutdown: &CancellationToken,
+    http: &hyper::server::conn::http1::Builder,
+) -> AdminClose {
+    // No HTTP state (no buffer) until the client has sent something. A
+    // peek, not `readable()`: readiness may be reported before any byte.
+    let mut first = [0u8; 1];
+    tokio::select! {
+        () = shutdown.cancelled() => return AdminClose::Shutdown,
+        () = slot.evicted.cancelled() => return AdminClose::Evicted,
+        () = tokio::time::sleep(FIRST_BYTE_TIMEOUT) => return AdminClose::Silent,
+        peeked = stream.peek(&mut first) => match peeked {
+            Ok(0) => return AdminClose::Done,
+            Ok(_) => {}
+            Err(_) => return AdminClose::Error,
+        },
+    }
+    slot.set(READING);
+    let io = Guarded {
+        stream,
+        slot: slot.clone(),
+        deadline: Box::pin(tokio::time::sleep(REQUEST_TIMEOUT)),
+        wrote: false,
+    };
+    let service_slot = slot.clone();
+    let service = hyper::service::service_fn(move |req| {
+        service_slot.set(RESPONDING);
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(respond(&req, &state)) }
+    });
+    let conn = http.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            // Checked first: hyper ends an idle connection whose read failed
+            // without an error.
+            match (slot.timed_out.load(Ordering::Relaxed), slot.state()) {
+                (true, IDLE) => AdminClose::IdleTimeout,
+                (true, _) => AdminClose::RequestTimeout,
+                (false, _) => match result {
+                    Ok(()) => AdminClose::Done,
+                    Err(error) => {
+                        tracing::trace!(%error, "admin connection failed");
+                        AdminClose::Error
+                    }
+                },
+            }
+        }
+        () = shutdown.cancelled() => AdminClose::Shutdown,
+        () = slot.evicted.cancelled() => AdminClose::Evicted,
+    }
+}
+
+/// The socket as hyper sees it, with the deadline of the connection's
+/// current phase: a read or write that would wait past it fails with
+/// `TimedOut`. The phase moves with the traffic: bytes read on an idle
+/// connection start a request ([`REQUEST_TIMEOUT`]); a flush after the
+/// response was written makes it idle ([`KEEP_ALIVE_TIMEOUT`]).
+struct Guarded {
+    stream: TcpStream,
+    slot: Arc<Slot>,
+    deadline: Pin<Box<Sleep>>,
+    /// Response bytes written since the service answered.
+    wrote: bool,
+}
+
+impl Guarded {
+    /// Polls the deadline (registering the waker while waiting on the
+    /// socket); past it, the error that ends the connection.
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        self.deadline.as_mut().poll(cx).is_ready().then(|| {
+            self.slot.timed_out.store(true, Ordering::Relaxed);
+            io::Error::new(io::ErrorKind::TimedOut, "admin connection deadline")
+        })
+    }
+
+    fn restart(&mut self, state: u8, within: Duration) {
+        self.slot.set(state);
+        self.deadline.as_mut().reset(Instant::now() + within);
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before && this.slot.state() == IDLE {
+                    this.restart(READING, REQUEST_TIMEOUT);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match this.check_deadline(cx) {
+                Some(error) => Poll::Ready(Err(error)),
+                None => Poll::Pending,
+            },
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.stream).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                this.wrote |= n > 0;
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => match this.check_deadline(cx) {
+                Some(error) => Poll::Ready(Err(error)),
+                None => Poll::Pending,
+            },
+            other => other,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let flushed = Pin::new(&mut this.stream).poll_flush(cx);
+        if matches!(flushed, Poll::Ready(Ok(()))) && this.wrote && this.slot.state() == RESPONDING {
+            this.wrote = false;
+            this.restart(IDLE, KEEP_ALIVE_TIMEOUT);
+        }
+        flushed
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
 }
 
 fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
@@ -163,7 +520,9 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
                 text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
             }
         }
-        "/config" => {
+        // Not served unless configured: the routes and backends are not for
+        // whoever may scrape /metrics. Answered like any unknown path.
+        "/config" if state.expose_config() => {
             let body = serde_json::to_string_pretty(&config_view(&state.config()))
                 .expect("a JSON value always serializes");
             let mut response = text(StatusCode::OK, body + "\n");
@@ -174,7 +533,7 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /metrics, /healthz, /readyz, /config\n",
+            "not found; try /metrics, /healthz, /readyz\n",
         ),
     };
     if req.method() == Method::HEAD {
@@ -275,7 +634,11 @@ pub fn config_view(config: &Config) -> Value {
             "max_connections": config.global.max_connections,
             "drain_timeout": duration(config.global.drain_timeout),
         },
-        "admin": config.admin.as_ref().map(|a| json!({ "listen": a.listen.to_string() })),
+        "admin": config.admin.as_ref().map(|a| json!({
+            "listen": a.listen.to_string(),
+            "expose_config": a.expose_config,
+            "address_labels": a.address_labels,
+        })),
         "listener": listeners,
         "backend": backends,
     })
@@ -303,5 +666,39 @@ fn address_source(source: &AddressSource) -> Value {
             "lookup_timeout": duration(cluster.lookup_timeout),
             "allowed_targets": cluster.allowed_targets.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_table_evicts_silent_then_idle_then_active_oldest_first() {
+        let table = Table::new(4);
+        let mut slots: Vec<Arc<Slot>> = (0..4).map(|_| table.enter().1).collect();
+        slots[0].set(RESPONDING);
+        slots[1].set(IDLE);
+        slots[2].set(READING);
+        // slots[3] is silent.
+        let mut enter = |state: u8| {
+            let (_, slot) = table.enter();
+            slot.set(state);
+            slots.push(slot);
+            (0..slots.len())
+                .filter(|&i| slots[i].evicted.is_cancelled())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(enter(READING), [3], "the silent one goes first");
+        assert_eq!(enter(IDLE), [1, 3], "then the oldest idle one");
+        assert_eq!(
+            enter(READING),
+            [1, 3, 5],
+            "a young idle one before any active"
+        );
+        assert_eq!(enter(SILENT), [0, 1, 3, 5], "then the oldest active one");
+        // A connection that ended makes room without evicting.
+        table.leave(2);
+        assert_eq!(enter(SILENT), [0, 1, 3, 5]);
     }
 }

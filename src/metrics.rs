@@ -11,7 +11,14 @@
 //!
 //! Labels are bounded by the configuration, never by the traffic: listener,
 //! route and backend names, close reasons and fixed outcome words. Never the
-//! SNI, never a client address.
+//! SNI, never a client address. The one label that names a backend
+//! *address* (`snirelay_backend_address_up`) is bounded per backend: at
+//! most [`MAX_ADDRESS_SERIES_PER_BACKEND`] addresses, a new one past that
+//! replacing the series of the address reported least recently (with DNS
+//! or cluster churn, one that has left the set). `[admin] address_labels =
+//! false` ([`Metrics::set_address_labels`]) drops the label altogether;
+//! `snirelay_backend_addresses{backend,state}` counts up and down addresses
+//! either way.
 //!
 //! Cost: every metric family is created at start-up. The per-connection
 //! events go through handles resolved ahead of the connection, so they cost
@@ -28,10 +35,12 @@
 //! at close. Process gauges (open fds, RSS) are read from /proc/self only
 //! when /metrics is scraped.
 //!
-//! Not here: the HTTP side (see `admin`).
+//! Not here: the HTTP side (see `admin`), though its own connection counts
+//! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, OnceLock, RwLock};
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -79,6 +88,17 @@ struct BackendAddressLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendStateLabels {
+    backend: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabels {
     listener: String,
     kind: &'static str,
@@ -121,6 +141,12 @@ pub struct Metrics {
     connect_failures: Family<BackendLabels, Counter>,
     connect_duration: HistogramFamily<BackendLabels>,
     backend_address_up: Family<BackendAddressLabels, Gauge>,
+    backend_addresses: Family<BackendStateLabels, Gauge>,
+    address_series_replaced: Family<BackendLabels, Counter>,
+    /// What the address health series say, and whether they carry the address.
+    addresses: Mutex<AddressBook>,
+    admin_open: Gauge,
+    admin_closed: Family<ReasonLabels, Counter>,
     limit_refusals: Family<LimitLabels, Counter>,
     reloads: Family<OutcomeLabels, Counter>,
     draining: Gauge,
@@ -152,6 +178,24 @@ impl BackendSeries {
             }
         }
     }
+}
+
+/// Addresses per backend whose health is exported with an `address`
+/// label. Fixed address lists are far shorter; DNS and cluster answers can
+/// churn through many over weeks, and the series of an address that left
+/// must not stay forever. Memory: one map entry (about 50 bytes) and one
+/// series per address, so at most this many per backend; cost: a report
+/// for a new address when the backend is at the cap scans its entries.
+pub const MAX_ADDRESS_SERIES_PER_BACKEND: usize = 64;
+
+/// Backend → address → (up, when last reported): the state behind the
+/// address health series, kept so that they can be dropped, counted and
+/// re-created when `address_labels` changes.
+#[derive(Debug)]
+struct AddressBook {
+    labels: bool,
+    reports: u64,
+    backends: HashMap<String, HashMap<SocketAddr, (bool, u64)>>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -362,6 +406,15 @@ impl Metrics {
             connect_failures: Family::default(),
             connect_duration: Family::new_with_constructor(connect_histogram),
             backend_address_up: Family::default(),
+            backend_addresses: Family::default(),
+            address_series_replaced: Family::default(),
+            addresses: Mutex::new(AddressBook {
+                labels: true,
+                reports: 0,
+                backends: HashMap::new(),
+            }),
+            admin_open: Gauge::default(),
+            admin_closed: Family::default(),
             limit_refusals: Family::default(),
             reloads: Family::default(),
             draining: Gauge::default(),
@@ -426,6 +479,26 @@ impl Metrics {
             "snirelay_backend_address_up",
             "Whether a backend address is considered healthy (1) or not (0)",
             m.backend_address_up.clone(),
+        );
+        r.register(
+            "snirelay_backend_addresses",
+            "Backend addresses whose health was reported, by state (up or down)",
+            m.backend_addresses.clone(),
+        );
+        r.register(
+            "snirelay_backend_address_series_replaced",
+            "Address health series dropped to keep a backend within its address cap",
+            m.address_series_replaced.clone(),
+        );
+        r.register(
+            "snirelay_admin_connections_open",
+            "Connections to the admin listener open now",
+            m.admin_open.clone(),
+        );
+        r.register(
+            "snirelay_admin_connections_closed",
+            "Connections to the admin listener closed, by reason",
+            m.admin_closed.clone(),
         );
         r.register(
             "snirelay_limit_refusals",
@@ -545,15 +618,91 @@ impl Metrics {
             .inc();
     }
 
-    /// The health of one address of `backend` (the address set is bounded
-    /// by the configuration or the backend's DNS answer).
-    pub fn backend_address_health(&self, backend: &str, address: std::net::SocketAddr, up: bool) {
-        self.backend_address_up
-            .get_or_create(&BackendAddressLabels {
-                backend: backend.to_owned(),
-                address: address.to_string(),
-            })
-            .set(i64::from(up));
+    /// The health of one address of `backend`. At most
+    /// [`MAX_ADDRESS_SERIES_PER_BACKEND`] addresses per backend are kept:
+    /// a new one past that replaces the address reported least recently.
+    pub fn backend_address_health(&self, backend: &str, address: SocketAddr, up: bool) {
+        let mut book = self.addresses.lock().unwrap_or_else(|e| e.into_inner());
+        let book = &mut *book;
+        book.reports += 1;
+        let now = book.reports;
+        if !book.backends.contains_key(backend) {
+            book.backends.insert(backend.to_owned(), HashMap::new());
+        }
+        let known = book.backends.get_mut(backend).expect("inserted above");
+        if !known.contains_key(&address) && known.len() >= MAX_ADDRESS_SERIES_PER_BACKEND {
+            let oldest = known.iter().min_by_key(|(_, (_, at))| *at).map(|(a, _)| *a);
+            if let Some(oldest) = oldest {
+                known.remove(&oldest);
+                if book.labels {
+                    self.backend_address_up.remove(&BackendAddressLabels {
+                        backend: backend.to_owned(),
+                        address: oldest.to_string(),
+                    });
+                }
+                self.address_series_replaced
+                    .get_or_create(&BackendLabels {
+                        backend: backend.to_owned(),
+                    })
+                    .inc();
+            }
+        }
+        known.insert(address, (up, now));
+        if book.labels {
+            self.backend_address_up
+                .get_or_create(&BackendAddressLabels {
+                    backend: backend.to_owned(),
+                    address: address.to_string(),
+                })
+                .set(i64::from(up));
+        }
+        let ups = known.values().filter(|(up, _)| *up).count();
+        for (state, count) in [("up", ups), ("down", known.len() - ups)] {
+            self.backend_addresses
+                .get_or_create(&BackendStateLabels {
+                    backend: backend.to_owned(),
+                    state,
+                })
+                .set(count as i64);
+        }
+    }
+
+    /// `[admin] address_labels`: whether `snirelay_backend_address_up` is
+    /// exported (by address). Turned off, its series go at once; turned on,
+    /// they come back with the last reported states.
+    pub fn set_address_labels(&self, on: bool) {
+        let mut book = self.addresses.lock().unwrap_or_else(|e| e.into_inner());
+        if book.labels == on {
+            return;
+        }
+        book.labels = on;
+        self.backend_address_up.clear();
+        if on {
+            for (backend, known) in &book.backends {
+                for (address, (up, _)) in known {
+                    self.backend_address_up
+                        .get_or_create(&BackendAddressLabels {
+                            backend: backend.clone(),
+                            address: address.to_string(),
+                        })
+                        .set(i64::from(*up));
+                }
+            }
+        }
+    }
+
+    /// A connection to the admin listener was accepted.
+    pub fn admin_opened(&self) {
+        self.admin_open.inc();
+    }
+
+    /// A connection to the admin listener closed; `reason` is a fixed word
+    /// of `admin`.
+    pub fn admin_closed(&self, reason: &'static str) {
+        self.admin_open.dec();
+        self.admin_closed
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     // ---------------------------------------------------------------
@@ -648,6 +797,74 @@ mod tests {
         }
         // Series appear on first use only, as with the families.
         assert!(!text.contains("listener=\"unit_handles\",reason=\"malformed\""));
+    }
+
+    #[test]
+    fn address_series_are_capped_and_can_be_turned_off() {
+        // The only test that touches the address book (it is process-wide).
+        let m = metrics();
+        let addr = |i: usize| SocketAddr::from(([192, 0, 2, 1], 1000 + i as u16));
+        let series = |text: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("snirelay_backend_address_up{backend=\"unit_cap\""))
+                .count()
+        };
+        for i in 0..MAX_ADDRESS_SERIES_PER_BACKEND + 10 {
+            m.backend_address_health("unit_cap", addr(i), i % 2 == 0);
+        }
+        // 0..=9 went. Address 10, reported again, is now the most recent,
+        // so a new address replaces 11 instead.
+        m.backend_address_health("unit_cap", addr(10), true);
+        m.backend_address_health("unit_cap", addr(500), true);
+        let text = m.render();
+        assert_eq!(series(&text), MAX_ADDRESS_SERIES_PER_BACKEND, "{text}");
+        let up = |i: usize| {
+            format!(
+                "snirelay_backend_address_up{{backend=\"unit_cap\",address=\"{}\"}} ",
+                addr(i)
+            )
+        };
+        assert!(!text.contains(&up(0)) && !text.contains(&up(11)));
+        assert!(text.contains(&format!("{}1", up(10))));
+        assert!(text.contains(&format!("{}1", up(MAX_ADDRESS_SERIES_PER_BACKEND + 8))));
+        assert!(
+            text.contains(
+                "snirelay_backend_address_series_replaced_total{backend=\"unit_cap\"} 11"
+            ),
+            "{text}"
+        );
+        let half = MAX_ADDRESS_SERIES_PER_BACKEND / 2;
+        assert!(
+            text.contains(&format!(
+                "snirelay_backend_addresses{{backend=\"unit_cap\",state=\"up\"}} {}",
+                half + 1
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "snirelay_backend_addresses{{backend=\"unit_cap\",state=\"down\"}} {}",
+                half - 1
+            )),
+            "{text}"
+        );
+
+        m.set_address_labels(false);
+        m.backend_address_health("unit_cap", addr(200), false);
+        let text = m.render();
+        assert!(!text.contains("address="), "{text}");
+        assert!(!text.contains("192.0.2.1"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "snirelay_backend_addresses{{backend=\"unit_cap\",state=\"down\"}} {half}"
+            )),
+            "{text}"
+        );
+
+        m.set_address_labels(true);
+        let text = m.render();
+        assert_eq!(series(&text), MAX_ADDRESS_SERIES_PER_BACKEND);
+        assert!(text.contains(&format!("{}0", up(200))), "{text}");
     }
 
     #[test]

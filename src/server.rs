@@ -163,17 +163,17 @@ pub async fn serve(
     };
 
     // The admin listener comes up first, so /readyz answers 503 until the
-    // relay listeners are bound. (A changed [admin] section takes a restart.)
+    // relay listeners are bound. (A changed [admin] listen takes a restart;
+    // its other keys follow each reload through AdminState::set_config.)
     let stop_admin = CancellationToken::new();
     let _stop_admin_on_return = stop_admin.clone().drop_guard();
     if let Some(settings) = &config.admin {
-        let socket =
-            TcpListener::bind(settings.listen)
-                .await
-                .map_err(|source| ServeError::AdminBind {
-                    addr: settings.listen,
-                    source,
-                })?;
+        let socket = sockopt::bind_listener_with(settings.listen, admin::ADMIN_BACKLOG, false)
+            .and_then(TcpListener::from_std)
+            .map_err(|source| ServeError::AdminBind {
+                addr: settings.listen,
+                source,
+            })?;
         let local = socket.local_addr().unwrap_or(settings.listen);
         tracing::info!(addr = %local, "admin listening");
         let state = Arc::new(AdminState::new(

@@ -1,9 +1,12 @@
 //! The admin listener against a real relay process: /metrics moves with
-//! traffic, /healthz, /config, and /readyz turning 503 during a drain.
+//! traffic, /healthz, /config (only when exposed), /readyz turning 503
+//! during a drain, and health probes answered while a thousand connections
+//! sit silent, trickle their headers or idle on keep-alive.
 
 mod common;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -15,14 +18,42 @@ const NAME: &str = "app.localhost";
 /// A relay with an admin listener on a free loopback port; returns it and
 /// the admin address it logged.
 async fn relay_with_admin(backend: SocketAddr) -> (Relay, SocketAddr) {
-    let config = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n{}",
-        simple_config(&[NAME], backend, "")
-    );
-    let relay = Relay::start(&config).await;
+    relay_with_admin_keys(backend, "").await
+}
+
+/// [`relay_with_admin`] with more `[admin]` keys (`key = value` lines).
+async fn relay_with_admin_keys(backend: SocketAddr, keys: &str) -> (Relay, SocketAddr) {
+    start_with_admin(&admin_config(keys, &simple_config(&[NAME], backend, ""))).await
+}
+
+/// `[admin]` on a free loopback port with `keys`, then `rest`.
+fn admin_config(keys: &str, rest: &str) -> String {
+    format!("[admin]\nlisten = \"127.0.0.1:0\"\n{keys}\n{rest}")
+}
+
+/// Starts the relay on `config`; returns it and the admin address it logged.
+async fn start_with_admin(config: &str) -> (Relay, SocketAddr) {
+    let relay = Relay::start(config).await;
     let line = relay.wait_log(|l| l["message"] == "admin listening").await;
     let admin = line["addr"].as_str().unwrap().parse().unwrap();
     (relay, admin)
+}
+
+/// GETs `path` until `done(body)` holds (a reload's effect on the admin
+/// listener follows its `reload applied` line by a moment); returns the body.
+async fn get_until(admin: SocketAddr, path: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, body) = http_get(admin, path).await;
+        if done(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} never satisfied the condition: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// One TLS session through the relay that echoes `message`; returns the
@@ -147,7 +178,7 @@ async fn failed_backend_connects_are_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_config_and_unknown_paths() {
     let backend = closed_port();
-    let (relay, admin) = relay_with_admin(backend).await;
+    let (relay, admin) = relay_with_admin_keys(backend, "expose_config = true").await;
     assert_eq!(http_get(admin, "/healthz").await, (200, "ok\n".into()));
     assert_eq!(http_get(admin, "/readyz").await, (200, "ready\n".into()));
     assert_eq!(http_get(admin, "/nope").await.0, 404);
@@ -166,7 +197,28 @@ async fn healthz_config_and_unknown_paths() {
     assert_eq!(config["backend"]["b"]["addresses"][0], backend.to_string());
     assert_eq!(config["backend"]["b"]["connect_timeout"], "2s");
     assert_eq!(config["admin"]["listen"], "127.0.0.1:0");
+    assert_eq!(config["admin"]["expose_config"], true);
+    assert_eq!(config["admin"]["address_labels"], true);
     drop(relay);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_is_not_served_unless_exposed() {
+    let (relay, admin) = relay_with_admin(closed_port()).await;
+    let (status, body) = http_get(admin, "/config").await;
+    assert_eq!(status, 404);
+    // Answered like any unknown path: nothing hints at it.
+    assert_eq!(body, http_get(admin, "/nope").await.1);
+    assert!(!body.contains("config"), "{body}");
+    assert_eq!(http_get(admin, "/metrics").await.0, 200);
+
+    // A reload that sets it serves it from then on.
+    let config = std::fs::read_to_string(&relay.config_path).unwrap();
+    let exposed = config.replacen("[admin]\n", "[admin]\nexpose_config = true\n", 1);
+    assert_eq!(relay.reload(&exposed, 1).await["message"], "reload applied");
+    let body = get_until(admin, "/config", |b| b.starts_with('{')).await;
+    let config: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(config["admin"]["expose_config"], true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,4 +251,359 @@ async fn readyz_turns_503_while_draining() {
         metric(&text, "snirelay_connections_active{listener=\"tls\"}"),
         1.0
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn address_labels_can_be_turned_off() {
+    let pki = Pki::new(&[NAME]);
+    let up = tls_echo_backend(&pki).await;
+    let down = closed_port();
+    let config = |labels: bool| {
+        let backend = format!(
+            r#"addresses = ["{down}", "{up}"]
+max_fails = 0
+
+[backend.b.health]
+interval = "100ms"
+timeout = "500ms"
+rise = 1
+fall = 1
+"#
+        );
+        admin_config(
+            &format!("address_labels = {labels}"),
+            &one_route_config(&[NAME], "", &backend),
+        )
+    };
+    let (relay, admin) = start_with_admin(&config(false)).await;
+    relay
+        .wait_log(|l| {
+            l["message"] == "backend address marked down (health check)"
+                && l["addr"] == down.to_string().as_str()
+        })
+        .await;
+    let (_, text) = http_get(admin, "/metrics").await;
+    // No origin address anywhere, but the health is still there, by state.
+    assert!(!text.contains("address="), "{text}");
+    assert!(!text.contains(&down.port().to_string()), "{text}");
+    assert!(!text.contains(&up.port().to_string()), "{text}");
+    let state = |text: &str, state: &str| {
+        metric(
+            text,
+            &format!("snirelay_backend_addresses{{backend=\"b\",state=\"{state}\"}}"),
+        )
+    };
+    assert_eq!(state(&text, "down"), 1.0, "{text}");
+    assert_eq!(state(&text, "up"), 1.0, "{text}");
+
+    // Turned on by a reload: the series come back with the states known.
+    assert_eq!(
+        relay.reload(&config(true), 1).await["message"],
+        "reload applied"
+    );
+    let series = |addr: SocketAddr| {
+        format!("snirelay_backend_address_up{{backend=\"b\",address=\"{addr}\"}}")
+    };
+    let text = get_until(admin, "/metrics", |t| t.contains(&series(up))).await;
+    assert!(text.contains(&format!("{} 0\n", series(down))), "{text}");
+    assert!(text.contains(&format!("{} 1\n", series(up))), "{text}");
+    assert_eq!(state(&text, "down"), 1.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_are_refused() {
+    let (relay, admin) = relay_with_admin(closed_port()).await;
+    let long = format!(
+        "GET /healthz HTTP/1.1\r\nHost: a\r\nX-Long: {}\r\n\r\n",
+        "a".repeat(9000)
+    );
+    let many: String = (0..40).map(|i| format!("X-{i}: a\r\n")).collect();
+    let many = format!("GET /healthz HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+    for request in [long, many] {
+        let mut stream = TcpStream::connect(admin).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut answer))
+            .await
+            .expect("the connection is closed");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
+    }
+    relay
+        .wait_count(2, |l| {
+            l["message"] == "admin connection closed" && l["close"] == "error"
+        })
+        .await;
+    // Health probes are not affected.
+    assert_eq!(http_get(admin, "/healthz").await.0, 200);
+}
+
+// ------------------------------------------------ starving the admin listener
+
+/// What an attacker's connection to the admin listener does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Hostile {
+    /// Connects and sends nothing.
+    Silent,
+    /// Sends a header byte every 100 ms and never finishes it.
+    Trickle,
+    /// Makes one request, reads the answer, and keeps the connection open.
+    Idle,
+}
+
+impl Hostile {
+    /// The `close` the relay logs for it when nothing else intervenes.
+    fn close(self) -> &'static str {
+        match self {
+            Hostile::Silent => "silent",
+            Hostile::Trickle => "request_timeout",
+            Hostile::Idle => "idle_timeout",
+        }
+    }
+
+    /// How long the relay lets it live.
+    fn lifetime(self) -> Duration {
+        use snirelay::admin::{FIRST_BYTE_TIMEOUT, KEEP_ALIVE_TIMEOUT, REQUEST_TIMEOUT};
+        match self {
+            Hostile::Silent => FIRST_BYTE_TIMEOUT,
+            Hostile::Trickle => REQUEST_TIMEOUT,
+            Hostile::Idle => KEEP_ALIVE_TIMEOUT,
+        }
+    }
+}
+
+/// Opens `n` connections of `kind` to `admin`, one after another (so the
+/// relay accepts them in this order); returns once each is in place (idle
+/// ones have read their answer). Each task ends when the relay closes its
+/// connection, at the latest after [`WAIT`].
+async fn hold(admin: SocketAddr, kind: Hostile, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut stream = TcpStream::connect(admin).await.unwrap();
+        match kind {
+            Hostile::Silent => {}
+            Hostile::Trickle => stream.write_all(b"G").await.unwrap(),
+            Hostile::Idle => {
+                stream
+                    .write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut answer = Vec::new();
+                while !answer.ends_with(b"\r\n\r\nok\n") {
+                    let mut chunk = [0u8; 512];
+                    let read = stream.read(&mut chunk).await.unwrap();
+                    assert!(read > 0, "closed before the answer");
+                    answer.extend_from_slice(&chunk[..read]);
+                }
+            }
+        }
+        held.push(tokio::spawn(async move {
+            let (mut reader, mut writer) = stream.into_split();
+            let closed = async {
+                let mut sink = [0u8; 512];
+                // Any read ends it: nothing more is ever sent to these.
+                let _ = reader.read(&mut sink).await;
+            };
+            let trickle = async {
+                if kind != Hostile::Trickle {
+                    return std::future::pending().await;
+                }
+                let head = b"ET / HTTP/1.1\r\nX-Slow: ";
+                for i in 0..(WAIT.as_millis() / 100) as usize {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let byte = head.get(i).copied().unwrap_or(b'a');
+                    if writer.write_all(&[byte]).await.is_err() {
+                        break;
+                    }
+                }
+                std::future::pending().await
+            };
+            tokio::select! {
+                () = closed => {}
+                () = trickle => {}
+                () = tokio::time::sleep(WAIT) => panic!("a {kind:?} connection was never closed"),
+            }
+        }));
+    }
+    held
+}
+
+/// Times `rounds` fresh-connection requests each to /healthz and /readyz;
+/// every one must answer 200. Returns the latencies, sorted.
+async fn probe(admin: SocketAddr, rounds: usize) -> Vec<Duration> {
+    let mut took = Vec::with_capacity(2 * rounds);
+    for _ in 0..rounds {
+        for path in ["/healthz", "/readyz"] {
+            let started = std::time::Instant::now();
+            let (status, _) = http_get(admin, path).await;
+            took.push(started.elapsed());
+            assert_eq!(status, 200, "{path}");
+        }
+    }
+    took.sort();
+    took
+}
+
+/// Far below every admin timeout (first byte 1 s, request 2 s, keep-alive
+/// 5 s): a probe that waited for any of them, or for a connection to be
+/// closed to make room, fails. Loopback answers take milliseconds.
+const PROBE_BOUND: Duration = Duration::from_millis(500);
+
+/// One heavy test at a time: each holds a thousand connections, and the
+/// latency it measures should be the relay's, not its neighbours'.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A thousand `kind` connections open; probes answer within
+/// [`PROBE_BOUND`], a TLS session is relayed, and every hostile
+/// connection is closed later with the close its kind earns.
+async fn probes_answer_while_held(kind: Hostile) {
+    const N: usize = 1000;
+    let _heavy = HEAVY.lock().await;
+    let pki = Pki::new(&[NAME]);
+    let backend = tls_echo_backend(&pki).await;
+    let (relay, admin) = relay_with_admin(backend).await;
+
+    let started = std::time::Instant::now();
+    let held = hold(admin, kind, N).await;
+    let opened = started.elapsed();
+    let took = probe(admin, 10).await;
+    let probed = started.elapsed();
+    let (_, text) = http_get(admin, "/metrics").await;
+    let open = metric(&text, "snirelay_admin_connections_open");
+    roundtrip(&pki, relay.addr(), b"still relaying").await;
+    eprintln!(
+        "{kind:?} x{N}: opened in {opened:?}, probed by {probed:?}, relayed by {:?}; \
+         probe median {:?}, max {:?}; admin connections open {open}",
+        started.elapsed(),
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+    assert!(took[took.len() - 1] < PROBE_BOUND, "{kind:?}: {took:?}");
+    // They were all still open (the scrape itself is one more; a probe's
+    // task may still be ending), unless opening them took longer than the
+    // relay lets the oldest live (a dropped SYN costs a one-second
+    // retransmit on a busy machine).
+    if started.elapsed() + Duration::from_millis(100) < kind.lifetime() {
+        assert!(open >= (N + 1) as f64, "{text}");
+        for reason in [kind.close(), "evicted", "error"] {
+            assert_eq!(closed(&text, reason), 0.0, "{reason}: {text}");
+        }
+    }
+
+    for task in held {
+        task.await.unwrap();
+    }
+    let close = kind.close();
+    relay
+        .wait_count(N, |l| {
+            l["message"] == "admin connection closed" && l["close"] == close
+        })
+        .await;
+    let (_, text) = http_get(admin, "/metrics").await;
+    assert_eq!(closed(&text, close), N as f64, "{text}");
+    assert_eq!(closed(&text, "evicted"), 0.0, "{text}");
+}
+
+/// `snirelay_admin_connections_closed_total` for `reason` in `text`.
+fn closed(text: &str, reason: &str) -> f64 {
+    metric(
+        text,
+        &format!("snirelay_admin_connections_closed_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_answer_while_a_thousand_connections_send_nothing() {
+    probes_answer_while_held(Hostile::Silent).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_answer_while_a_thousand_connections_trickle_headers() {
+    probes_answer_while_held(Hostile::Trickle).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_answer_while_a_thousand_connections_idle_on_keep_alive() {
+    probes_answer_while_held(Hostile::Idle).await;
+}
+
+/// Admin sockets the relay keeps open at once (`admin::MAX_ADMIN_CONNECTIONS`).
+const CAP: usize = snirelay::admin::MAX_ADMIN_CONNECTIONS;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_table_drops_silent_connections_first() {
+    let _heavy = HEAVY.lock().await;
+    let (relay, admin) = relay_with_admin(closed_port()).await;
+    let idle = hold(admin, Hostile::Idle, 1000).await;
+    // 100 silent ones: 1,100 is past the cap, so the oldest silent ones
+    // make room for the newer, never an idle one.
+    let silent = hold(admin, Hostile::Silent, 100).await;
+    let took = probe(admin, 1).await;
+    assert!(took[took.len() - 1] < PROBE_BOUND, "{took:?}");
+    for task in silent {
+        task.await.unwrap();
+    }
+    for task in idle {
+        task.await.unwrap();
+    }
+    // Every silent one ended evicted (76 on the way to 1,100, one for the
+    // first probe, unless the oldest timed out first) or timed out; no idle
+    // one was evicted.
+    relay
+        .wait_count(1000, |l| {
+            l["message"] == "admin connection closed" && l["close"] == "idle_timeout"
+        })
+        .await;
+    let (_, text) = http_get(admin, "/metrics").await;
+    let closed = |reason: &str| closed(&text, reason);
+    assert_eq!(closed("evicted") + closed("silent"), 100.0, "{text}");
+    assert!(closed("evicted") >= (1100 - CAP) as f64, "{text}");
+    assert_eq!(closed("idle_timeout"), 1000.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_table_drops_the_oldest_idle_connections() {
+    let _heavy = HEAVY.lock().await;
+    let (relay, admin) = relay_with_admin(closed_port()).await;
+    const N: usize = 1030;
+    let started = std::time::Instant::now();
+    let mut idle = hold(admin, Hostile::Idle, N).await;
+    let opened = started.elapsed();
+    // One probe: a second one could find the first's place not yet given
+    // back (its client sees the answer before the relay's task ends).
+    let probed = std::time::Instant::now();
+    assert_eq!(http_get(admin, "/healthz").await.0, 200);
+    let took = probed.elapsed();
+    assert!(took < PROBE_BOUND, "{took:?}");
+    // Past the cap, each new connection (the last idle ones, then the
+    // probe) closed the oldest idle one: those end first, long before
+    // their keep-alive timeout, while every younger one is still open.
+    let evicted = N - CAP + 1;
+    let rest = idle.split_off(evicted);
+    for task in idle {
+        task.await.unwrap();
+    }
+    let first_closed = started.elapsed();
+    let closed_early: Vec<usize> = (0..rest.len())
+        .filter(|&i| rest[i].is_finished())
+        .map(|i| i + evicted)
+        .collect();
+    assert!(
+        closed_early.is_empty(),
+        "younger idle connections {closed_early:?} were closed first \
+         (opened in {opened:?}, probed in {took:?}, the oldest closed by {first_closed:?})"
+    );
+    for task in rest {
+        task.await.unwrap();
+    }
+    eprintln!("{N} idle opened in {opened:?}; the evicted ones closed by {first_closed:?}");
+    relay
+        .wait_count(N - evicted, |l| {
+            l["message"] == "admin connection closed" && l["close"] == "idle_timeout"
+        })
+        .await;
+    let (_, text) = http_get(admin, "/metrics").await;
+    let closed = |reason: &str| closed(&text, reason);
+    assert_eq!(closed("evicted"), evicted as f64, "{text}");
+    assert_eq!(closed("idle_timeout"), (N - evicted) as f64, "{text}");
 }

@@ -175,4 +175,8 @@ pub struct AdminSection {
     pub listen: Option<String>,
     /// Must be `true` for a `listen` address that is not loopback.
     pub allow_public: Option<bool>,
+    /// Serve `/config` (off unless set).
+    pub expose_config: Option<bool>,
+    /// Label backend address metrics with the address.
+    pub address_labels: Option<bool>,
 }

@@ -99,6 +99,13 @@ pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Where `[admin]` listens when the section leaves `listen` out: loopback
 /// only. A non-loopback address needs `allow_public = true`.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
+/// `[admin] expose_config`: `/config` (every route and backend) is not
+/// served to whoever may scrape `/metrics` unless the operator says so.
+pub const DEFAULT_ADMIN_EXPOSE_CONFIG: bool = false;
+/// `[admin] address_labels`: `snirelay_backend_address_up` carries an
+/// `address` label (bounded per backend, see `metrics`). Off, no metric
+/// names an origin address.
+pub const DEFAULT_ADMIN_ADDRESS_LABELS: bool = true;
 
 /// Whether listening sockets set SO_REUSEPORT. Off: the binary upgrade
 /// hands the listening sockets over (`run --takeover`), which needs no
@@ -160,13 +167,18 @@ pub struct Config {
     pub global: Global,
     pub listeners: Vec<Arc<Listener>>,
     pub backends: BTreeMap<String, Arc<Backend>>,
-    /// The admin listener (`/metrics`, `/healthz`, `/readyz`, `/config`); none without `[admin]`.
+    /// The admin listener (`/metrics`, `/healthz`, `/readyz`, and `/config`
+    /// with `expose_config`); none without `[admin]`.
     pub admin: Option<Admin>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     pub listen: SocketAddr,
+    /// Serve `/config` ([`DEFAULT_ADMIN_EXPOSE_CONFIG`]).
+    pub expose_config: bool,
+    /// Backend address metrics by address ([`DEFAULT_ADMIN_ADDRESS_LABELS`]).
+    pub address_labels: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -676,13 +688,20 @@ impl Checker {
             self.problem(
                 "admin.listen",
                 format!(
-                    "{text:?} is not a loopback address; the admin listener exposes the \
-                     configuration, so set admin.allow_public = true to mean it"
+                    "{text:?} is not a loopback address; the admin listener exposes \
+                     metrics (and the configuration with expose_config), so set \
+                     admin.allow_public = true to mean it"
                 ),
             );
             return None;
         }
-        Some(Admin { listen })
+        Some(Admin {
+            listen,
+            expose_config: section.expose_config.unwrap_or(DEFAULT_ADMIN_EXPOSE_CONFIG),
+            address_labels: section
+                .address_labels
+                .unwrap_or(DEFAULT_ADMIN_ADDRESS_LABELS),
+        })
     }
 
     fn backend(&mut self, name: &str, section: &BackendSection) -> Option<Backend> {
