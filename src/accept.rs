@@ -132,16 +132,15 @@ impl AcceptLoop {
     fn start(
         &self,
         accepted: Accepted,
-        generation: &Generation,
+        generation: &Arc<Generation>,
         permit: OwnedSemaphorePermit,
         close_mine: &CancellationToken,
     ) {
         let Generation {
             listener,
             admission,
-            backends,
             ..
-        } = generation;
+        } = &**generation;
         // Counted (and `active`) before admission: a refused connection is
         // closed through the same record.
         accepted.metrics.accepted();
@@ -166,9 +165,7 @@ impl AcceptLoop {
         // its own.
         self.tracker.spawn(conn::handle(
             accepted,
-            listener.clone(),
-            admission.clone(),
-            backends.clone(),
+            generation.clone(),
             close_mine.clone(),
             conn::Slots { permit, admitted },
         ));

@@ -29,11 +29,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admit::{Admission, Admitted};
-use crate::backend::{Backends, InFlight};
+use crate::admit::Admitted;
+use crate::backend::InFlight;
 use crate::close::CloseReason;
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
+use crate::generation::Generation;
 use crate::metrics::ListenerMetrics;
 use crate::preface;
 use crate::relay::{Activity, Transferred};
@@ -167,20 +168,18 @@ pub struct Slots {
 #[allow(clippy::manual_async_fn)]
 pub fn handle(
     mut accepted: Accepted,
-    listener: Arc<Listener>,
-    admission: Arc<Admission>,
-    backends: Arc<Backends>,
+    generation: Arc<Generation>,
     cancel: CancellationToken,
     mut slots: Slots,
 ) -> impl Future<Output = ()> + Send + 'static {
     async move {
-        let mut record = ConnRecord::new(&listener, &accepted);
+        let listener = &generation.listener;
+        let mut record = ConnRecord::new(listener, &accepted);
         let established = Box::pin(setup(
             &mut accepted,
             &mut record,
-            &admission,
+            &generation,
             &mut slots.admitted,
-            &backends,
             &cancel,
         ))
         .await;
@@ -226,15 +225,20 @@ struct Established {
 
 /// The stages before the relay: preface → inspect → route → connect →
 /// announce, ending with the hello replayed to the backend.
-async fn setup(
+async fn setup<'g>(
     accepted: &mut Accepted,
-    record: &mut ConnRecord<'_>,
-    admission: &Admission,
+    record: &mut ConnRecord<'g>,
+    generation: &'g Generation,
     per_source: &mut Option<Admitted>,
-    backends: &Backends,
     cancel: &CancellationToken,
 ) -> Result<Established, CloseReason> {
-    let listener = record.listener;
+    let Generation {
+        listener,
+        routes,
+        admission,
+        backends,
+        ..
+    } = generation;
     let client = &mut accepted.stream;
     let _ = sockopt::set_nodelay(client);
 
@@ -270,7 +274,10 @@ async fn setup(
         hello = inspect::read_hello_after(client, buffered, limit, deadline) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
-    record.sni = route::loggable_name(&hello.info).map(String::into_boxed_str);
+    // route: the name is parsed and matched once; the same parse names it
+    // in the log line, whatever the outcome.
+    let decision = routes.decide(&hello.info);
+    record.sni = decision.sni;
     record.ech = hello.info.ech;
     // Formatting ALPN costs allocations; skip it when no access line can be
     // written (WARN is the most verbose level `close` logs at).
@@ -286,8 +293,7 @@ async fn setup(
         record.alpn = Some(names.join(",").escape_debug().to_string().into_boxed_str());
     }
 
-    // route
-    let target = match route::choose(listener, &hello.info) {
+    let target = match decision.target {
         Ok(target) => target,
         Err(refusal) => {
             // Boxed: the alert-and-linger future is larger than the rest
@@ -296,7 +302,7 @@ async fn setup(
             return Err(refusal.into());
         }
     };
-    record.route = Some(target.route);
+    record.route = Some(&target.route);
     record.backend = Some(target.backend.clone());
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
@@ -416,17 +422,15 @@ mod tests {
             at: Instant::now(),
             metrics: metrics::metrics().listener(&listener.name),
         };
-        let admission = Arc::new(Admission::new(&listener.limits));
-        let backends = Arc::new(Backends::start(&config, None));
+        let backends = Arc::new(crate::backend::Backends::start(&config, None));
+        let generation = Arc::new(Generation::first(listener, &backends, &None));
         let permit = Arc::new(tokio::sync::Semaphore::new(1))
             .acquire_owned()
             .await
             .unwrap();
         let task = handle(
             accepted,
-            listener,
-            admission,
-            backends,
+            generation,
             CancellationToken::new(),
             Slots {
                 permit,

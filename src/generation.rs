@@ -11,8 +11,14 @@
 //! an accept loop reads exactly one generation per accepted connection,
 //! which the connection keeps for life.
 //!
-//! Not here: building the parts (`config`, `admit`, `backend`), deciding
-//! what a reload changes (`reload`), or publishing (`server`).
+//! [`Generation::first`] and [`Generation::next`] build one from the
+//! validated listener and the previous generation, the way
+//! `Backends::start` carries backend state over: the route table keeps the
+//! drain signals of unchanged identities, the admission tables stay unless
+//! the limits changed.
+//!
+//! Not here: building the parts (`config`, `route`, `admit`, `backend`),
+//! the reload's diff for the log (`reload`), or publishing (`listeners`).
 //!
 //! Cost: one `Arc` clone per accept (the loop re-reads the generation only
 //! when a reload has published a new one: an atomic version check).
@@ -22,14 +28,19 @@ use std::sync::Arc;
 use crate::admit::Admission;
 use crate::backend::Backends;
 use crate::config::Listener;
+use crate::route::RouteTable;
 
 /// Process-wide accept pacing (`global.max_connection_rate`).
 pub type Pace = Arc<governor::DefaultDirectRateLimiter>;
 
 /// One listener's state as of one reload (or the start).
 pub struct Generation {
-    /// The listener's validated settings and compiled routes.
+    /// The listener's validated settings.
     pub listener: Arc<Listener>,
+    /// Its routes: each pattern (and the no-SNI fallback) with its backend
+    /// and drain signal, carried over from the previous generation where
+    /// the identity is unchanged.
+    pub routes: RouteTable,
     /// Its admission state: carried over from the previous generation
     /// unless the reload changed `[listener.limits]`.
     pub admission: Arc<Admission>,
@@ -37,4 +48,47 @@ pub struct Generation {
     pub backends: Arc<Backends>,
     /// Accept pacing, shared by every listener; `None` when unpaced.
     pub pace: Option<Pace>,
+}
+
+impl Generation {
+    /// A listener's first generation: fresh admission tables and drain
+    /// signals.
+    pub fn first(
+        listener: Arc<Listener>,
+        backends: &Arc<Backends>,
+        pace: &Option<Pace>,
+    ) -> Generation {
+        Generation {
+            routes: RouteTable::build(&listener, None),
+            admission: Arc::new(Admission::new(&listener.limits)),
+            listener,
+            backends: backends.clone(),
+            pace: pace.clone(),
+        }
+    }
+
+    /// The generation after `self` for a reloaded `listener` of the same
+    /// name: route identities that are unchanged keep their drain signals,
+    /// and the admission tables carry over unless `[listener.limits]`
+    /// changed.
+    pub fn next(
+        &self,
+        listener: Arc<Listener>,
+        backends: &Arc<Backends>,
+        pace: &Option<Pace>,
+    ) -> Generation {
+        let admission = if self.admission.limits() == &listener.limits {
+            self.admission.clone()
+        } else {
+            tracing::info!(listener = %listener.name, "admission limits changed; per-source counts start afresh");
+            Arc::new(Admission::new(&listener.limits))
+        };
+        Generation {
+            routes: RouteTable::build(&listener, Some(&self.routes)),
+            admission,
+            listener,
+            backends: backends.clone(),
+            pace: pace.clone(),
+        }
+    }
 }

@@ -40,10 +40,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::accept::AcceptLoop;
-use crate::admit::{self, Admission};
+use crate::admit;
 use crate::backend::Backends;
 use crate::bind::{BindError, BindKey, Sockets};
 use crate::config::Listener;
+use crate::drain::DrainSignal;
 use crate::generation::{Generation, Pace};
 use crate::{metrics, takeover};
 
@@ -86,11 +87,15 @@ pub struct Listeners {
     shared: Shared,
 }
 
-/// What a reload did to one listener's sockets.
-#[derive(Debug, Default, Clone, Copy)]
+/// What a reload did to one listener.
+#[derive(Debug, Default)]
 pub struct Rebound {
+    /// Sockets accepted on anew, and closed.
     pub added: usize,
     pub removed: usize,
+    /// The drain signals of route identities the new generation does not
+    /// carry on: their connections must drain.
+    pub to_drain: Vec<Arc<DrainSignal>>,
 }
 
 impl Listeners {
@@ -159,31 +164,19 @@ impl Listeners {
     ) -> Rebound {
         let mut rebound = Rebound {
             added: sockets.len(),
-            removed: 0,
+            ..Rebound::default()
         };
         let Some(running) = self.running.get_mut(&listener.name) else {
-            let generation = Generation {
-                admission: Arc::new(Admission::new(&listener.limits)),
-                listener: listener.clone(),
-                backends: backends.clone(),
-                pace: pace.clone(),
-            };
+            let generation = Generation::first(listener.clone(), backends, pace);
             if let Err(error) = self.start(generation, sockets, false) {
                 tracing::error!(%error, "cannot start a listener the reload added");
             }
             return rebound;
         };
-        let mut admission = running.generation.borrow().admission.clone();
-        if admission.limits() != &listener.limits {
-            tracing::info!(listener = %listener.name, "admission limits changed; per-source counts start afresh");
-            admission = Arc::new(Admission::new(&listener.limits));
-        }
-        running.generation.send_replace(Arc::new(Generation {
-            listener: listener.clone(),
-            admission,
-            backends: backends.clone(),
-            pace: pace.clone(),
-        }));
+        let previous = running.generation.borrow().clone();
+        let next = previous.next(listener.clone(), backends, pace);
+        rebound.to_drain = previous.routes.retired_by(Some(&next.routes));
+        running.generation.send_replace(Arc::new(next));
         if !running.activated {
             running.binds.retain(|key, bound| {
                 let kept = listener.listen.iter().any(|&a| BindKey::Config(a) == *key);
@@ -211,16 +204,21 @@ impl Listeners {
         rebound
     }
 
-    /// Stops a listener the reload removed; returns how many sockets closed.
-    pub fn remove(&mut self, name: &str) -> usize {
+    /// Stops a listener the reload removed: every socket closes and every
+    /// route identity drains.
+    pub fn remove(&mut self, name: &str) -> Rebound {
         let Some(running) = self.running.remove(name) else {
-            return 0;
+            return Rebound::default();
         };
         for (key, bound) in &running.binds {
             bound.stop.cancel();
             tracing::info!(listener = %name, socket = %key, "no longer listening");
         }
-        running.binds.len()
+        Rebound {
+            added: 0,
+            removed: running.binds.len(),
+            to_drain: running.generation.borrow().routes.retired_by(None),
+        }
     }
 
     /// Every listening socket, named for a new binary (`takeover`).

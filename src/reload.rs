@@ -1,31 +1,30 @@
 //! What a reload changes: the diff between the running snapshot and a newly
-//! validated one, and the hand-over of drain signals between them.
+//! validated one, for the `reload applied` log line.
 //!
 //! A route's identity is (listener, pattern) and its meaning is the backend
 //! definition it leads to (name, addresses, timeouts: the whole
-//! [`Backend`]). A listener's no-SNI fallback is the
-//! identity (listener, no SNI). [`carry_over`] gives every identity that
-//! survives the reload with an equal backend the *same* drain signal it had,
-//! so connections started under any earlier snapshot stay reachable, and
-//! returns the signals of identities that changed or disappeared: firing
-//! them drains exactly the affected connections and nothing else.
+//! [`Backend`]). A listener's no-SNI fallback is the identity (listener, no
+//! SNI). An identity is added, removed, or changed (same identity, another
+//! backend definition); the same rule decides which identities keep their
+//! drain signal when the listener's next route table is built
+//! (`route::RouteTable::build`), so what this diff calls changed or removed
+//! is exactly what drains.
 //!
 //! Deliberately not part of a route's meaning: listener settings such as
-//! timeouts (connections keep the snapshot they started with; new ones get
-//! the new values), and precedence shifts between patterns (a new exact
+//! timeouts (connections keep the generation they started with; new ones
+//! get the new values), and precedence shifts between patterns (a new exact
 //! route for `a.example.com` does not drain connections that reached
 //! `a.example.com` through an unchanged `*.example.com` route).
 //!
-//! Not here: binding or closing listeners (see `server`), or I/O of any kind.
-//! Cost: proportional to the number of patterns, once per reload.
+//! Not here: binding or closing listeners (see `listeners`), drain signals
+//! (`route`, `drain`), or I/O of any kind. Cost: proportional to the number
+//! of patterns, once per reload.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::config::{Backend, Config, Listener, NoSni};
-use crate::drain::DrainSignal;
-use crate::matcher::SniMatcher;
+use crate::config::{Backend, Config, NoSni};
 
 /// (listener name, pattern), or (listener name, no SNI) when `pattern` is `None`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -57,21 +56,21 @@ pub struct Diff {
     pub backends_added: Vec<String>,
     pub backends_removed: Vec<String>,
     pub backends_changed: Vec<String>,
-    /// The signals to fire: their connections must drain.
-    pub to_drain: Vec<Arc<DrainSignal>>,
 }
 
-/// Moves the drain signals of unchanged identities from `old` into `new`
-/// (which must be freshly built, so its listeners are not shared yet) and
-/// says what changed.
-pub fn carry_over(old: &Config, new: &mut Config) -> Diff {
+/// What changed from `old` to `new`.
+pub fn diff(old: &Config, new: &Config) -> Diff {
     let mut diff = Diff::default();
-    let old_routes = identities(old);
-
-    let old_names: BTreeSet<String> = old.listeners.iter().map(|l| l.name.clone()).collect();
-    let new_names: BTreeSet<String> = new.listeners.iter().map(|l| l.name.clone()).collect();
-    diff.listeners_added = new_names.difference(&old_names).cloned().collect();
-    diff.listeners_removed = old_names.difference(&new_names).cloned().collect();
+    let old_names: BTreeSet<&String> = old.listeners.iter().map(|l| &l.name).collect();
+    let new_names: BTreeSet<&String> = new.listeners.iter().map(|l| &l.name).collect();
+    diff.listeners_added = new_names
+        .difference(&old_names)
+        .map(|n| (*n).clone())
+        .collect();
+    diff.listeners_removed = old_names
+        .difference(&new_names)
+        .map(|n| (*n).clone())
+        .collect();
 
     for (name, backend) in &new.backends {
         match old.backends.get(name) {
@@ -86,115 +85,53 @@ pub fn carry_over(old: &Config, new: &mut Config) -> Diff {
         }
     }
 
+    // Added and changed in the new file's order; removed in identity order.
+    let old_routes: BTreeMap<RouteKey, &Arc<Backend>> = identities(old).into_iter().collect();
+    let new_routes = identities(new);
     let mut kept = BTreeSet::new();
-    for listener in &mut new.listeners {
-        let listener = Arc::get_mut(listener)
-            .expect("carry_over runs on a fresh snapshot whose listeners are not shared");
-        let mut drains = SniMatcher::new();
-        for route in &listener.routes {
-            for pattern in &route.patterns {
-                let key = RouteKey {
-                    listener: listener.name.clone(),
-                    pattern: Some(pattern.to_string()),
-                };
-                let signal = inherit(&old_routes, &key, &route.backend, &mut diff, &mut kept);
-                // Patterns were checked unique per listener by validation.
-                let _ = drains.insert(pattern, signal);
-            }
+    for (key, backend) in new_routes {
+        match old_routes.get(&key) {
+            None => diff.routes_added.push(key.to_string()),
+            Some(was) if ***was != **backend => diff.routes_changed.push(key.to_string()),
+            Some(_) => {}
         }
-        listener.drains = drains;
-        if let NoSni::Backend(backend) = &listener.no_sni {
-            let key = RouteKey {
-                listener: listener.name.clone(),
-                pattern: None,
-            };
-            listener.no_sni_drain = inherit(&old_routes, &key, backend, &mut diff, &mut kept);
-        }
+        kept.insert(key);
     }
-    for (key, (_, signal)) in old_routes {
-        if !kept.contains(&key) {
-            if !new_names.contains(&key.listener)
-                || !new_has(new, &key.listener, key.pattern.as_deref())
-            {
-                diff.routes_removed.push(key.to_string());
-            }
-            diff.to_drain.push(signal);
+    for key in old_routes.keys() {
+        if !kept.contains(key) {
+            diff.routes_removed.push(key.to_string());
         }
     }
     diff
 }
 
-/// The old signal when `key` leads to an equal backend; a fresh one otherwise.
-fn inherit(
-    old: &BTreeMap<RouteKey, (Arc<Backend>, Arc<DrainSignal>)>,
-    key: &RouteKey,
-    backend: &Backend,
-    diff: &mut Diff,
-    kept: &mut BTreeSet<RouteKey>,
-) -> Arc<DrainSignal> {
-    match old.get(key) {
-        Some((was, signal)) if **was == *backend && !signal.is_fired() => {
-            kept.insert(key.clone());
-            signal.clone()
-        }
-        Some(_) => {
-            diff.routes_changed.push(key.to_string());
-            DrainSignal::new()
-        }
-        None => {
-            diff.routes_added.push(key.to_string());
-            DrainSignal::new()
-        }
-    }
-}
-
-fn new_has(new: &Config, listener: &str, pattern: Option<&str>) -> bool {
-    let Some(l) = new.listener(listener) else {
-        return false;
-    };
-    match pattern {
-        None => matches!(l.no_sni, NoSni::Backend(_)),
-        Some(p) => l
-            .routes
-            .iter()
-            .any(|r| r.patterns.iter().any(|q| q.to_string() == p)),
-    }
-}
-
-fn identities(config: &Config) -> BTreeMap<RouteKey, (Arc<Backend>, Arc<DrainSignal>)> {
-    let mut out = BTreeMap::new();
+/// Every identity of `config` and the backend it leads to, in the file's
+/// order.
+fn identities(config: &Config) -> Vec<(RouteKey, &Arc<Backend>)> {
+    let mut out = Vec::new();
     for listener in &config.listeners {
-        add_listener(&mut out, listener);
-    }
-    out
-}
-
-fn add_listener(
-    out: &mut BTreeMap<RouteKey, (Arc<Backend>, Arc<DrainSignal>)>,
-    listener: &Listener,
-) {
-    for route in &listener.routes {
-        for pattern in &route.patterns {
-            if let Some(signal) = listener.drains.get(pattern) {
-                out.insert(
+        for route in &listener.routes {
+            for pattern in &route.patterns {
+                out.push((
                     RouteKey {
                         listener: listener.name.clone(),
                         pattern: Some(pattern.to_string()),
                     },
-                    (route.backend.clone(), signal.clone()),
-                );
+                    &route.backend,
+                ));
             }
         }
+        if let NoSni::Backend(backend) = &listener.no_sni {
+            out.push((
+                RouteKey {
+                    listener: listener.name.clone(),
+                    pattern: None,
+                },
+                backend,
+            ));
+        }
     }
-    if let NoSni::Backend(backend) = &listener.no_sni {
-        out.insert(
-            RouteKey {
-                listener: listener.name.clone(),
-                pattern: None,
-            },
-            (backend.clone(), listener.no_sni_drain.clone()),
-        );
-    }
+    out
 }
 
 #[cfg(test)]
@@ -202,7 +139,8 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::sni::Sni;
+    use crate::drain::DrainSignal;
+    use crate::route::RouteTable;
 
     fn config(text: &str) -> Config {
         Config::from_toml(text, Path::new("test.toml")).unwrap()
@@ -232,73 +170,133 @@ addresses = ["127.0.0.1:1002"]
 addresses = ["127.0.0.1:1003"]
 "#;
 
-    fn signal(config: &Config, name: &str) -> Arc<DrainSignal> {
-        let sni = Sni::parse(name.as_bytes()).unwrap();
-        config.listeners[0].drains.find(&sni).unwrap().clone()
+    /// A reload from `old` to `new` as the listeners apply it: each
+    /// listener's next table built from its previous one (by name).
+    struct Applied {
+        diff: Diff,
+        old: Vec<RouteTable>,
+        new: Vec<RouteTable>,
+        to_drain: Vec<Arc<DrainSignal>>,
+    }
+
+    fn apply(old: &Config, new: &Config) -> Applied {
+        let old_tables: Vec<RouteTable> = old
+            .listeners
+            .iter()
+            .map(|l| RouteTable::build(l, None))
+            .collect();
+        let previous = |name: &str| {
+            old.listeners
+                .iter()
+                .position(|l| l.name == name)
+                .map(|i| &old_tables[i])
+        };
+        let new_tables: Vec<RouteTable> = new
+            .listeners
+            .iter()
+            .map(|l| RouteTable::build(l, previous(&l.name)))
+            .collect();
+        let next = |name: &str| {
+            new.listeners
+                .iter()
+                .position(|l| l.name == name)
+                .map(|i| &new_tables[i])
+        };
+        let to_drain = old
+            .listeners
+            .iter()
+            .zip(&old_tables)
+            .flat_map(|(l, t)| t.retired_by(next(&l.name)))
+            .collect();
+        Applied {
+            diff: diff(old, new),
+            old: old_tables,
+            new: new_tables,
+            to_drain,
+        }
+    }
+
+    fn signal(table: &RouteTable, name: &str) -> Arc<DrainSignal> {
+        let hello = crate::client_hello::ClientHello {
+            server_name: Some(name.as_bytes().to_vec()),
+            alpn: Vec::new(),
+            ech: false,
+            len: 0,
+        };
+        table.decide(&hello).target.unwrap().drain.clone()
+    }
+
+    fn no_sni_signal(table: &RouteTable) -> Arc<DrainSignal> {
+        let hello = crate::client_hello::ClientHello {
+            server_name: None,
+            alpn: Vec::new(),
+            ech: false,
+            len: 0,
+        };
+        table.decide(&hello).target.unwrap().drain.clone()
     }
 
     #[test]
     fn an_identical_file_changes_nothing() {
-        let old = config(BASE);
-        let mut new = config(BASE);
-        let diff = carry_over(&old, &mut new);
-        assert!(diff.to_drain.is_empty(), "{diff:?}");
-        assert!(diff.routes_added.is_empty() && diff.routes_changed.is_empty());
+        let (old, new) = (config(BASE), config(BASE));
+        let a = apply(&old, &new);
+        assert!(a.to_drain.is_empty(), "{:?}", a.diff);
+        assert!(a.diff.routes_added.is_empty() && a.diff.routes_changed.is_empty());
         assert!(Arc::ptr_eq(
-            &signal(&old, "r.example.com"),
-            &signal(&new, "r.example.com")
+            &signal(&a.old[0], "r.example.com"),
+            &signal(&a.new[0], "r.example.com")
         ));
         assert!(Arc::ptr_eq(
-            &old.listeners[0].no_sni_drain,
-            &new.listeners[0].no_sni_drain
+            &no_sni_signal(&a.old[0]),
+            &no_sni_signal(&a.new[0])
         ));
     }
 
     #[test]
     fn changing_route_s_drains_only_s() {
         let old = config(BASE);
-        let mut new = config(&BASE.replace("127.0.0.1:1002", "127.0.0.1:2002"));
-        let diff = carry_over(&old, &mut new);
-        assert_eq!(diff.backends_changed, ["s"]);
+        let new = config(&BASE.replace("127.0.0.1:1002", "127.0.0.1:2002"));
+        let a = apply(&old, &new);
+        assert_eq!(a.diff.backends_changed, ["s"]);
         assert_eq!(
-            diff.routes_changed,
+            a.diff.routes_changed,
             ["tls:s.example.com", "tls:*.s.example.com"]
         );
-        assert_eq!(diff.to_drain.len(), 2);
+        assert_eq!(a.to_drain.len(), 2);
         assert!(
-            diff.to_drain
+            a.to_drain
                 .iter()
-                .all(|d| !Arc::ptr_eq(d, &signal(&old, "r.example.com")))
+                .all(|d| !Arc::ptr_eq(d, &signal(&a.old[0], "r.example.com")))
         );
         assert!(Arc::ptr_eq(
-            &signal(&old, "r.example.com"),
-            &signal(&new, "r.example.com")
+            &signal(&a.old[0], "r.example.com"),
+            &signal(&a.new[0], "r.example.com")
         ));
     }
 
     #[test]
     fn removing_a_pattern_drains_that_pattern_only() {
         let old = config(BASE);
-        let mut new = config(&BASE.replace(
+        let new = config(&BASE.replace(
             r#""s.example.com", "*.s.example.com""#,
             r#""s.example.com""#,
         ));
-        let diff = carry_over(&old, &mut new);
-        assert_eq!(diff.routes_removed, ["tls:*.s.example.com"]);
-        assert_eq!(diff.to_drain.len(), 1);
+        let a = apply(&old, &new);
+        assert_eq!(a.diff.routes_removed, ["tls:*.s.example.com"]);
+        assert_eq!(a.to_drain.len(), 1);
         assert!(Arc::ptr_eq(
-            &diff.to_drain[0],
-            &signal(&old, "x.s.example.com")
+            &a.to_drain[0],
+            &signal(&a.old[0], "x.s.example.com")
         ));
     }
 
     #[test]
     fn renaming_the_listener_drains_everything_on_it() {
         let old = config(BASE);
-        let mut new = config(&BASE.replace(r#"name = "tls""#, r#"name = "edge""#));
-        let diff = carry_over(&old, &mut new);
-        assert_eq!(diff.listeners_added, ["edge"]);
-        assert_eq!(diff.listeners_removed, ["tls"]);
-        assert_eq!(diff.to_drain.len(), 4);
+        let new = config(&BASE.replace(r#"name = "tls""#, r#"name = "edge""#));
+        let a = apply(&old, &new);
+        assert_eq!(a.diff.listeners_added, ["edge"]);
+        assert_eq!(a.diff.listeners_removed, ["tls"]);
+        assert_eq!(a.to_drain.len(), 4);
     }
 }

@@ -1,14 +1,27 @@
 //! Routing: from the ClientHello's server name to a route and its backend,
 //! or to a refusal the client can understand.
 //!
-//! The name is normalised into an [`Sni`] and looked up in the listener's
-//! compiled matcher. A name that matches nothing, or is not a valid host
-//! name, is refused with a fatal TLS `unrecognized_name` alert (RFC 6066
-//! §3), which TLS clients report as such instead of a bare reset. A hello
-//! without SNI follows the listener's `no_sni` policy.
+//! A listener generation holds one compiled [`RouteTable`]: every pattern
+//! (and the no-SNI fallback) leads to one [`RouteEntry`] that owns the
+//! route's name, its backend and the drain signal of that identity
+//! (listener, pattern → backend). [`RouteTable::build`] compiles it from the
+//! validated listener and the previous generation's table: an identity
+//! that leads to an equal backend keeps its drain signal (so connections
+//! started under any earlier generation stay reachable), the others get
+//! fresh ones, and [`RouteTable::retired_by`] names the signals a reload
+//! must fire. The validated configuration holds no run-time state.
 //!
-//! Not here: connecting, or any per-source policy.
+//! Per connection the name is normalised into an [`Sni`] once and looked up
+//! once ([`RouteTable::decide`]); the same parse gives the name for the log
+//! line. A name that matches nothing, or is not a valid host name, is
+//! refused with a fatal TLS `unrecognized_name` alert (RFC 6066 §3), which
+//! TLS clients report as such instead of a bare reset. A hello without SNI
+//! follows the listener's `no_sni` policy.
+//!
+//! Not here: connecting, or any per-source policy; what else a reload
+//! changed (`reload`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +33,8 @@ use crate::client_hello::ClientHello;
 use crate::close::CloseReason;
 use crate::config::{Backend, Listener, NoSni};
 use crate::drain::DrainSignal;
-use crate::sni::Sni;
+use crate::matcher::SniMatcher;
+use crate::sni::{Pattern, Sni};
 
 /// A TLS 1.2-framed fatal alert record: level 2 (fatal), description 112
 /// (unrecognized_name).
@@ -31,14 +45,127 @@ pub const UNRECOGNIZED_NAME_ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 const REFUSAL_LINGER_BYTES: usize = 64 * 1024;
 
-/// Where a routed connection goes.
-#[derive(Debug, Clone)]
-pub struct Target<'a> {
+/// Where a routed connection goes: one identity (listener, pattern or no
+/// SNI → backend) of a generation's route table.
+#[derive(Debug)]
+pub struct RouteEntry {
     /// The route's name, or `no_sni` for the listener's fallback.
-    pub route: &'a str,
+    pub route: Box<str>,
     pub backend: Arc<Backend>,
-    /// The drain signal of (listener, pattern or no SNI → backend).
+    /// The drain signal of this identity.
     pub drain: Arc<DrainSignal>,
+}
+
+/// A listener's routes as one generation runs them.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    /// Pattern → index into `entries` (one entry per pattern).
+    matcher: SniMatcher<usize>,
+    entries: Vec<RouteEntry>,
+    no_sni: Option<RouteEntry>,
+}
+
+/// What routing decided for one hello.
+#[derive(Debug)]
+pub struct Decision<'a> {
+    /// The server name as it should be logged: normalised when valid,
+    /// otherwise the raw bytes escaped so that a hostile name cannot forge
+    /// log lines; `None` without SNI.
+    pub sni: Option<Box<str>>,
+    pub target: Result<&'a RouteEntry, Refusal>,
+}
+
+impl RouteTable {
+    /// Compiles `listener`'s routes. An identity `previous` also has,
+    /// leading to an equal backend and not yet drained, keeps its drain
+    /// signal; every other one gets a fresh signal.
+    pub fn build(listener: &Listener, previous: Option<&RouteTable>) -> RouteTable {
+        let mut table = RouteTable::default();
+        for route in &listener.routes {
+            for pattern in &route.patterns {
+                let kept = previous.and_then(|p| p.entry_for(pattern));
+                let entry = RouteEntry {
+                    route: route.name.as_str().into(),
+                    backend: route.backend.clone(),
+                    drain: carried(kept, &route.backend),
+                };
+                // Patterns were checked unique per listener by validation.
+                if table.matcher.insert(pattern, table.entries.len()).is_ok() {
+                    table.entries.push(entry);
+                }
+            }
+        }
+        if let NoSni::Backend(backend) = &listener.no_sni {
+            let kept = previous.and_then(|p| p.no_sni.as_ref());
+            table.no_sni = Some(RouteEntry {
+                route: "no_sni".into(),
+                backend: backend.clone(),
+                drain: carried(kept, backend),
+            });
+        }
+        table
+    }
+
+    /// The drain signals of `self` that `next` (the same listener's next
+    /// table, or `None` when the listener is gone) does not carry on: the
+    /// connections on them must drain.
+    pub fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
+        let carried: HashSet<*const DrainSignal> = next
+            .map(|next| next.signals().map(Arc::as_ptr).collect())
+            .unwrap_or_default();
+        self.signals()
+            .filter(|signal| !carried.contains(&Arc::as_ptr(signal)))
+            .cloned()
+            .collect()
+    }
+
+    /// Routes one hello: parses its name once, looks it up once.
+    pub fn decide(&self, hello: &ClientHello) -> Decision<'_> {
+        let Some(raw) = hello.server_name.as_deref() else {
+            let target = self.no_sni.as_ref().ok_or(Refusal::NoSni);
+            return Decision { sni: None, target };
+        };
+        match Sni::parse(raw) {
+            Ok(sni) => Decision {
+                target: self
+                    .matcher
+                    .find(&sni)
+                    .map(|&i| &self.entries[i])
+                    .ok_or(Refusal::Unmatched),
+                sni: Some(sni.as_str().into()),
+            },
+            Err(_) => Decision {
+                sni: Some(
+                    String::from_utf8_lossy(raw)
+                        .escape_debug()
+                        .to_string()
+                        .into_boxed_str(),
+                ),
+                target: Err(Refusal::Unmatched),
+            },
+        }
+    }
+
+    /// The entry stored for exactly this pattern.
+    fn entry_for(&self, pattern: &Pattern) -> Option<&RouteEntry> {
+        self.matcher.get(pattern).map(|&i| &self.entries[i])
+    }
+
+    fn signals(&self) -> impl Iterator<Item = &Arc<DrainSignal>> {
+        self.entries
+            .iter()
+            .map(|e| &e.drain)
+            .chain(self.no_sni.as_ref().map(|e| &e.drain))
+    }
+}
+
+/// The previous identity's signal when it led to an equal backend and has
+/// not been fired; a fresh one otherwise.
+fn carried(previous: Option<&RouteEntry>, backend: &Arc<Backend>) -> Arc<DrainSignal> {
+    match previous {
+        Some(was) if *was.backend == **backend && !was.drain.is_fired() => was.drain.clone(),
+        _ => DrainSignal::new(),
+    }
 }
 
 /// Why a connection may not go anywhere.
@@ -57,43 +184,6 @@ impl From<Refusal> for CloseReason {
             Refusal::Unmatched => CloseReason::Unmatched,
         }
     }
-}
-
-/// The server name as it should be logged: normalised when valid, otherwise
-/// the raw bytes escaped so that a hostile name cannot forge log lines.
-pub fn loggable_name(hello: &ClientHello) -> Option<String> {
-    let raw = hello.server_name.as_deref()?;
-    Some(match Sni::parse(raw) {
-        Ok(sni) => sni.as_str().to_owned(),
-        Err(_) => String::from_utf8_lossy(raw).escape_debug().to_string(),
-    })
-}
-
-/// Chooses the route for a hello on `listener`.
-pub fn choose<'a>(listener: &'a Listener, hello: &ClientHello) -> Result<Target<'a>, Refusal> {
-    let Some(raw) = hello.server_name.as_deref() else {
-        return match &listener.no_sni {
-            NoSni::Reject => Err(Refusal::NoSni),
-            NoSni::Backend(backend) => Ok(Target {
-                route: "no_sni",
-                backend: backend.clone(),
-                drain: listener.no_sni_drain.clone(),
-            }),
-        };
-    };
-    let sni = Sni::parse(raw).map_err(|_| Refusal::Unmatched)?;
-    let route = listener
-        .matcher
-        .find(&sni)
-        .map(|&id| &listener.routes[id])
-        .ok_or(Refusal::Unmatched)?;
-    // Same patterns, same precedence: this finds the pattern that matched.
-    let drain = listener.drains.find(&sni).ok_or(Refusal::Unmatched)?;
-    Ok(Target {
-        route: &route.name,
-        backend: route.backend.clone(),
-        drain: drain.clone(),
-    })
 }
 
 /// Sends the `unrecognized_name` alert, half-closes, and lingers briefly so

@@ -38,10 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::{self, AdminState, Readiness};
-use crate::admit::Admission;
 use crate::backend::Backends;
 use crate::bind::{self, BindError, BindKey, Pool, Sockets};
-use crate::config::{self, Config, ConfigError, Listener, ReadTicket};
+use crate::config::{self, Config, ConfigError, ReadTicket};
 use crate::generation::{Generation, Pace};
 use crate::listeners::{Listeners, Shared};
 use crate::notify::Notifier;
@@ -190,7 +189,7 @@ pub async fn serve(
         opened.push((listener.clone(), bind::open_at_start(&mut pool, listener)?));
     }
     for (listener, (sockets, activated)) in opened {
-        let generation = server.first_generation(listener);
+        let generation = Generation::first(listener, &server.backends, &server.pace);
         server.listeners.start(generation, sockets, activated)?;
     }
     pool.close_unclaimed();
@@ -270,16 +269,6 @@ pub async fn serve(
 }
 
 impl Server {
-    /// A listener's generation at start.
-    fn first_generation(&self, listener: Arc<Listener>) -> Generation {
-        Generation {
-            admission: Arc::new(Admission::new(&listener.limits)),
-            listener,
-            backends: self.backends.clone(),
-            pace: self.pace.clone(),
-        }
-    }
-
     /// Starts reading the file for a reload; the outcome arrives through
     /// the returned read (or at once, when it cannot even start).
     fn start_reload(&mut self) -> Option<PendingRead> {
@@ -351,8 +340,8 @@ impl Server {
         }
     }
 
-    fn try_reload(&mut self, mut new: Config) -> Result<Applied, ReloadError> {
-        let diff = reload::carry_over(&self.config, &mut new);
+    fn try_reload(&mut self, new: Config) -> Result<Applied, ReloadError> {
+        let diff = reload::diff(&self.config, &new);
 
         // Bind everything new first; dropping `opened` on error closes it all.
         let mut opened: BTreeMap<String, Sockets> = BTreeMap::new();
@@ -374,23 +363,29 @@ impl Server {
         if new.global.max_connection_rate != self.config.global.max_connection_rate {
             self.pace = pace_for(&new);
         }
-        let mut binds_added = 0;
-        let mut binds_removed = 0;
+        let mut rebound = Vec::new();
         for listener in &new.listeners {
             let sockets = opened.remove(&listener.name).unwrap_or_default();
-            let rebound = self
-                .listeners
-                .apply(listener, sockets, &self.backends, &self.pace);
-            binds_added += rebound.added;
-            binds_removed += rebound.removed;
+            rebound.push(
+                self.listeners
+                    .apply(listener, sockets, &self.backends, &self.pace),
+            );
         }
         for name in &diff.listeners_removed {
-            binds_removed += self.listeners.remove(name);
+            rebound.push(self.listeners.remove(name));
         }
         retired.retire(&self.backends);
 
+        // Drain what the new generations do not carry on, once all of them
+        // are published.
         let window = new.global.drain_timeout;
-        let marked = diff.to_drain.iter().map(|s| s.fire(window)).sum();
+        let binds_added = rebound.iter().map(|r| r.added).sum();
+        let binds_removed = rebound.iter().map(|r| r.removed).sum();
+        let marked = rebound
+            .iter()
+            .flat_map(|r| &r.to_drain)
+            .map(|signal| signal.fire(window))
+            .sum();
         self.resize_permits(new.global.max_connections);
         self.config = new;
         Ok(Applied {

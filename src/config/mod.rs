@@ -33,7 +33,6 @@ use std::time::Duration;
 use crate::admit::{Limits, Rate};
 use crate::announce::Outbound;
 use crate::cidr::{Cidr, CidrSet};
-use crate::drain::DrainSignal;
 use crate::matcher::SniMatcher;
 use crate::preface::{Inbound, Mode};
 use crate::sni::Pattern;
@@ -216,11 +215,6 @@ pub struct Listener {
     pub proxy_protocol: Option<Inbound>,
     /// Set SO_REUSEPORT on this listener's sockets.
     pub reuse_port: bool,
-    /// Pattern → the drain signal of (this listener, pattern → backend);
-    /// carried over by a reload that keeps the identity (see `reload`).
-    pub drains: SniMatcher<Arc<DrainSignal>>,
-    /// The drain signal of (this listener, no SNI → backend).
-    pub no_sni_drain: Arc<DrainSignal>,
     /// Relay with splice(2) (listener beats global beats [`DEFAULT_SPLICE`]).
     pub splice: bool,
     /// `[listener.limits]`: admission (see `admit`).
@@ -436,7 +430,7 @@ static STUCK_READS: AtomicUsize = AtomicUsize::new(0);
 /// read runs where blocking costs one parked thread: the caller waits for
 /// [`CONFIG_READ_TIMEOUT`] at most, and gives up with
 /// [`ConfigError::ReadTimeout`]. A read that outlives its timeout is counted
-/// in [`STUCK_READS`] until it ends; while one is stuck, later reads are
+/// in `STUCK_READS` until it ends; while one is stuck, later reads are
 /// refused with [`ConfigError::ReadStuck`] instead of stranding a thread each.
 pub fn read_file(
     path: &Path,
@@ -1181,8 +1175,6 @@ impl Checker {
             matcher: SniMatcher::new(),
             proxy_protocol: proxy_protocol?,
             reuse_port: section.reuse_port.unwrap_or(DEFAULT_REUSE_PORT),
-            drains: SniMatcher::new(),
-            no_sni_drain: DrainSignal::new(),
             splice: DEFAULT_SPLICE,
             limits: limits?,
         })
@@ -1375,8 +1367,6 @@ impl Checker {
                         format!("{key}.sni[{i}]"),
                         format!("{e} on listener {:?}", listener.name),
                     );
-                } else {
-                    let _ = listener.drains.insert(pattern, DrainSignal::new());
                 }
             }
             let name = section
