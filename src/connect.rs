@@ -24,7 +24,6 @@ use crate::announce::Outbound;
 use crate::backend::cluster::{Answer, LookupError};
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
 use crate::close::CloseReason;
-use crate::config::Policy;
 use crate::sockopt;
 
 /// An open connection to one of a backend's addresses.
@@ -133,16 +132,13 @@ async fn try_in_order(
     pick: &Pick<'_>,
 ) -> Result<Connected, ConnectError> {
     let backend = &runtime.config;
-    let cx = select::Context {
-        client: pick.client,
-        rotation: &runtime.rotation,
-        // The ranking takes a lock; only `fastest` needs it.
-        preferred: match backend.policy {
-            Policy::Fastest => runtime.ranking.preferred(),
-            _ => None,
-        },
-    };
-    let plan = select::plan(backend.policy, set, backend.attempts(set.len()), &cx);
+    let plan = select::plan(
+        backend.policy,
+        &runtime.selection,
+        set,
+        backend.attempts(set.len()),
+        pick.client,
+    );
     let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
     for &i in plan.as_slice() {
         let endpoint = &set[usize::from(i)];

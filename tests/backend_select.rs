@@ -1,8 +1,9 @@
 //! Backend selection through the real relay: connect failover past refused
 //! and black-holed addresses within attempts × connect_timeout, passive
-//! health, and the `round_robin`, `least_connections` and `source_hash`
-//! policies. Backends are plain TCP listeners that announce which one they
-//! are; clients send a captured ClientHello.
+//! health, failover under every policy, and the `round_robin`,
+//! `least_connections` and `source_hash` policies. Backends are plain TCP
+//! listeners that announce which one they are; clients send a captured
+//! ClientHello.
 
 mod common;
 
@@ -167,6 +168,26 @@ async fn passive_health_marks_a_failing_address_down_and_stops_trying_it_first()
         })
         .count();
     assert_eq!(marked, 1, "the state change is logged once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_policy_is_accepted_and_fails_over_to_the_address_that_answers() {
+    // Taken from the policy table, so a policy added there is covered here.
+    for &policy in snirelay::config::Policy::ALL {
+        let refused = closed_port();
+        let (good, _) = tagged_backend("G").await;
+        let relay = Relay::start(&config(
+            &[refused, good],
+            &format!("policy = {:?}", policy.as_str()),
+        ))
+        .await;
+        for _ in 0..3 {
+            let (tag, _, local) = tag_from(&relay, None).await;
+            assert_eq!(tag, "G", "{policy:?}");
+            let line = relay.closed_line(local).await;
+            assert_eq!(line["backend.addr"], good.to_string(), "{policy:?}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Latency ranking (`policy = "fastest"`): rounds that measure the connect
 //! time to every address of the backend at once, each probe with its own
 //! budget (`connect_timeout`), and a [`Chooser`] that turns them into the
-//! address connections try first ([`Ranking::preferred`], read by `select`).
+//! address connections try first ([`Ranking::preferred`], read by `policy`).
 //!
 //! The rules (all in [`Chooser::round`], a pure function of the samples):
 //! - the first round chooses the fastest address that answered;
@@ -22,8 +22,9 @@
 //! Probes are health checks' ([`super::health::Probe`]): a connect, the PROXY
 //! LOCAL header for a backend that speaks PROXY, a clean close.
 //!
-//! Not here: ordering a connection's attempts (`select`), which also puts
-//! healthy addresses first. Cost: one round is one connect per address every
+//! Not here: ordering a connection's attempts (`policy`, and `select`,
+//! which also puts healthy addresses first); starting this task (the
+//! policy's start hook). Cost: one round is one connect per address every
 //! `fastest_interval / 2` on average; connections pay one uncontended lock to
 //! read the choice.
 
@@ -58,7 +59,7 @@ impl Ranking {
         *self.preferred.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set(&self, addr: Option<SocketAddr>) {
+    pub(super) fn set(&self, addr: Option<SocketAddr>) {
         *self.preferred.lock().unwrap_or_else(|e| e.into_inner()) = addr;
     }
 }
@@ -262,7 +263,7 @@ pub async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
                 let decision = chooser.round(&samples);
                 tracing::debug!(%backend, latencies = %report.join(", "), preferred = ?chooser.current(), "fastest round measured");
                 announce(backend, &decision);
-                runtime.ranking.set(chooser.current());
+                runtime.selection.ranking.set(chooser.current());
                 let pause = full_jitter(config.fastest_interval);
                 tokio::select! {
                     () = cancel.cancelled() => return,
@@ -279,7 +280,7 @@ pub async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
             tracing::info!(%backend, "fastest ranking dropped (the address set changed)");
         }
         chooser = Chooser::default();
-        runtime.ranking.set(None);
+        runtime.selection.ranking.set(None);
     }
 }
 
@@ -521,7 +522,7 @@ mod tests {
         // Some 60 rounds' worth of time, and no probe.
         let probed = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
         assert!(probed.is_err(), "a lone address was probed");
-        assert_eq!(runtime.ranking.preferred(), None);
+        assert_eq!(runtime.selection.ranking.preferred(), None);
         cancel.cancel();
         task.await.unwrap();
     }

@@ -1,7 +1,8 @@
 //! Backends at run time: the address set each backend chooses from now,
-//! what is known about each address, and the background tasks that keep
-//! that knowledge fresh (DNS re-resolution, active health checks, latency
-//! ranking). Connections only read it.
+//! what is known about each address, what its policy keeps between
+//! connections, and the background tasks that keep that knowledge fresh
+//! (DNS re-resolution, active health checks, and whatever task the policy
+//! asks for, such as latency ranking). Connections only read it.
 //!
 //! [`Backends`] holds one [`BackendRuntime`] per `[backend.*]`. A reload
 //! builds a new registry from the new snapshot and carries over every
@@ -17,21 +18,23 @@
 //! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`],
 //!   whose answer is either another node or this one (`local_backend`).
 //!
-//! Not here: choosing among addresses ([`select`]) or connecting
-//! (`crate::connect`).
+//! Not here: choosing among addresses ([`select`], [`policy`]) or
+//! connecting (`crate::connect`). This module names no policy: what one
+//! needs at run time is [`policy::State`] and [`policy::Policy`]'s start
+//! hook.
 
 pub mod cluster;
 pub mod dns;
 mod endpoint;
 pub mod fastest;
 pub mod health;
+pub mod policy;
 pub mod resolve;
 pub mod select;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -39,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use endpoint::{AddressSet, Endpoint, EndpointState, InFlight, carry, same_addresses};
 
-use crate::config::{AddressSource, Backend, Config, Policy};
+use crate::config::{AddressSource, Backend, Config};
 use crate::metrics;
 
 /// What a backend's address source has said so far.
@@ -55,10 +58,9 @@ pub struct Resolved {
 pub struct BackendRuntime {
     pub config: Arc<Backend>,
     addresses: watch::Sender<Resolved>,
-    /// `round_robin` and `least_connections` rotation.
-    pub rotation: AtomicUsize,
-    /// `policy = "fastest"`: the current choice.
-    pub ranking: fastest::Ranking,
+    /// What the backend's policy keeps between connections (a rotation,
+    /// a latency ranking).
+    pub selection: policy::State,
     /// Per-SNI answers of a cluster-resolved backend.
     pub cluster: Option<cluster::Cache>,
     /// Stops this runtime's background tasks.
@@ -82,15 +84,14 @@ impl BackendRuntime {
                 .map(|c| cluster::Cache::new(&config.name, c)),
             config,
             addresses: watch::channel(resolved).0,
-            rotation: AtomicUsize::new(0),
-            ranking: fastest::Ranking::default(),
+            selection: policy::State::default(),
             tasks: CancellationToken::new(),
             metrics,
         }
     }
 
     /// Starts the tasks this backend needs: re-resolution, active health
-    /// checks, latency ranking.
+    /// checks, and the policy's own (latency ranking).
     pub fn start(self: &Arc<Self>) {
         if let AddressSource::Dns(source) = &self.config.source {
             tokio::spawn(resolve::run(
@@ -102,9 +103,7 @@ impl BackendRuntime {
         if let Some(check) = self.config.health {
             tokio::spawn(health::run(self.clone(), check, self.tasks.clone()));
         }
-        if self.config.policy == Policy::Fastest {
-            tokio::spawn(fastest::run(self.clone(), self.tasks.clone()));
-        }
+        self.config.policy.start(self, &self.tasks);
     }
 
     /// Stops the background tasks (the backend was removed or changed).

@@ -21,6 +21,10 @@
 
 pub mod file;
 
+/// `[backend.*] policy`: its names, own keys and ordering live with the
+/// rest of what a policy is, in `backend::policy`.
+pub use crate::backend::policy::Policy;
+
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
@@ -277,31 +281,6 @@ impl Backend {
         match &self.source {
             AddressSource::Cluster(cluster) => Some(cluster),
             _ => None,
-        }
-    }
-}
-
-/// `[backend.*] policy`: how a connection's address is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// The first healthy address in list order.
-    Ordered,
-    RoundRobin,
-    LeastConnections,
-    /// Sticky on the client's IP address (never its port).
-    SourceHash,
-    /// The address with the lowest measured connect time.
-    Fastest,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Ordered => "ordered",
-            Policy::RoundRobin => "round_robin",
-            Policy::LeastConnections => "least_connections",
-            Policy::SourceHash => "source_hash",
-            Policy::Fastest => "fastest",
         }
     }
 }
@@ -801,11 +780,8 @@ impl Checker {
             &section.fastest_interval,
             DEFAULT_FASTEST_INTERVAL,
         );
-        if section.fastest_interval.is_some() && policy != Some(Policy::Fastest) {
-            self.problem(
-                format!("{key}.fastest_interval"),
-                "only applies with policy = \"fastest\"",
-            );
+        for (own, problem) in Policy::misplaced_keys(policy, section) {
+            self.problem(format!("{key}.{own}"), problem);
         }
         let health = match &section.health {
             None => Some(None),
@@ -819,10 +795,13 @@ impl Checker {
                     "a [cluster] backend's nodes change per SNI; check the local backend instead",
                 );
             }
-            if section.policy.is_some() && policy.is_some_and(|p| p != Policy::SourceHash) {
+            if section.policy.is_some() && policy.is_some_and(|p| p != Policy::CLUSTER) {
                 self.problem(
                     format!("{key}.policy"),
-                    "a [cluster] backend chooses among a site's nodes by \"source_hash\"",
+                    format!(
+                        "a [cluster] backend chooses among a site's nodes by {:?}",
+                        Policy::CLUSTER.as_str()
+                    ),
                 );
             }
         }
@@ -830,7 +809,7 @@ impl Checker {
             return None;
         }
         let policy = match (&source, policy) {
-            (Some(AddressSource::Cluster(_)), _) => Policy::SourceHash,
+            (Some(AddressSource::Cluster(_)), _) => Policy::CLUSTER,
             (_, policy) => policy?,
         };
         Some(Backend {
@@ -850,24 +829,12 @@ impl Checker {
     }
 
     fn policy(&mut self, key: &str, section: &BackendSection) -> Option<Policy> {
-        Some(match section.policy.as_deref() {
-            None => DEFAULT_POLICY,
-            Some("ordered") => Policy::Ordered,
-            Some("round_robin") => Policy::RoundRobin,
-            Some("least_connections") => Policy::LeastConnections,
-            Some("source_hash") => Policy::SourceHash,
-            Some("fastest") => Policy::Fastest,
-            Some(other) => {
-                self.problem(
-                    format!("{key}.policy"),
-                    format!(
-                        "{other:?} is not one of \"ordered\", \"round_robin\", \
-                         \"least_connections\", \"source_hash\", \"fastest\""
-                    ),
-                );
-                return None;
-            }
-        })
+        match section.policy.as_deref() {
+            None => Some(DEFAULT_POLICY),
+            Some(name) => Policy::parse(name)
+                .map_err(|problem| self.problem(format!("{key}.policy"), problem))
+                .ok(),
+        }
     }
 
     fn health(&mut self, key: &str, section: &HealthSection) -> Option<HealthCheck> {
