@@ -308,7 +308,8 @@ impl CloseReason {
             Stage::Route => complete,
             Stage::Inspect(outcome) => outcome,
             Stage::Preface => HelloOutcome::PrefaceRefused,
-            // Nothing was read, yet it has always been counted here.
+            // Refused before a byte was read; counted `incomplete`, as it
+            // always was (no label of its own).
             Stage::Admit => HelloOutcome::Incomplete,
             // Unrouted, so the client went away or the relay stopped
             // mid-hello.
