@@ -41,7 +41,7 @@ use crate::addr::PeerAddr;
 use crate::admit::AtAccept;
 use crate::conn::{self, Accepted};
 use crate::generation::Generation;
-use crate::{metrics, sockopt};
+use crate::{close, metrics, sockopt};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -153,12 +153,12 @@ impl AcceptLoop {
             Ok(AtAccept::AfterPreface) => None,
             Err(refusal) => {
                 // Closed unread: dropping the socket and the permit.
-                conn::refused(&accepted, listener, refusal.into());
+                close::refused(&accepted, listener, refusal);
                 return;
             }
         };
         if let Some(admitted) = &admitted {
-            conn::log_dry_run(listener, accepted.peer, admitted);
+            close::log_dry_run(listener, accepted.peer, admitted);
         }
         // The loop's own token, shared: a connection is only ever cancelled
         // with all of its loop's, so it needs no node (an allocation) of

@@ -4,10 +4,11 @@
 //! inspect → route → connect → announce (in `setup`, one boxed future that
 //! is freed once the hello is replayed) → splice (`relay::Relay`) → close.
 //! Each stage returns its own error type, folded here into one
-//! [`CloseReason`]; the [`ConnRecord`] collects the log fields as stages
-//! learn them and is written exactly once, at close. Admission (limits)
-//! happens before this, in the accept loop; for a trusted peer relay it must
-//! key on the claimed address, known only after the preface
+//! [`CloseReason`]; the [`ConnRecord`] (in `close`, with the log line and
+//! the metrics it feeds) collects the log fields as stages learn them and
+//! is written exactly once, at close. Admission (limits) happens before
+//! this, in the accept loop; for a trusted peer relay it must key on the
+//! claimed address, known only after the preface
 //! ([`ConnRecord::claimed`]; its slot is kept in [`Slots`]).
 //!
 //! Memory: an open connection holds its task (1,024 bytes with tokio's
@@ -17,10 +18,10 @@
 //! bytes and the SNI kept for the log line; all but the task and the SNI
 //! are freed before relaying begins.
 //!
-//! Not here: socket options, parsing, or policy; only the order of stages.
+//! Not here: socket options, parsing, policy, or what a close records
+//! (`close`); only the order of stages.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -28,19 +29,16 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::addr::PeerAddr;
 use crate::admit::Admitted;
 use crate::backend::InFlight;
-use crate::close::CloseReason;
-use crate::config::{Backend, Listener};
+use crate::close::{self, CloseReason, ConnRecord};
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::metrics::ListenerMetrics;
 use crate::preface;
-use crate::relay::{Activity, Transferred};
-use crate::{announce, connect, inspect, metrics, relay, route, sockopt};
-
-static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+use crate::relay::Activity;
+use crate::{announce, connect, inspect, relay, route, sockopt};
 
 /// A freshly accepted client connection.
 #[derive(Debug)]
@@ -50,99 +48,6 @@ pub struct Accepted {
     pub at: Instant,
     /// The listener's pre-resolved metric series.
     pub metrics: Arc<ListenerMetrics>,
-}
-
-/// What the connection's log line says; filled in stage by stage. Names
-/// are borrowed from the connection's snapshot (`'l`) or shared with it
-/// (`Arc`), never copied per connection.
-#[derive(Debug)]
-pub struct ConnRecord<'l> {
-    pub id: u64,
-    pub listener: &'l Listener,
-    pub peer: PeerAddr,
-    pub started: Instant,
-    pub sni: Option<Box<str>>,
-    pub alpn: Option<Box<str>>,
-    pub ech: bool,
-    pub route: Option<&'l str>,
-    pub backend: Option<Arc<Backend>>,
-    pub backend_addr: Option<std::net::SocketAddr>,
-    pub moved: Transferred,
-    /// The client address a trusted peer's PROXY header claims (`client.claimed`).
-    pub claimed: Option<ClaimedAddr>,
-    /// The listener's metric series (see `metrics::ListenerMetrics`).
-    pub metrics: Arc<ListenerMetrics>,
-}
-
-impl<'l> ConnRecord<'l> {
-    fn new(listener: &'l Listener, accepted: &Accepted) -> Self {
-        ConnRecord {
-            id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
-            listener,
-            peer: accepted.peer,
-            started: accepted.at,
-            sni: None,
-            alpn: None,
-            ech: false,
-            route: None,
-            backend: None,
-            backend_addr: None,
-            moved: Transferred::default(),
-            claimed: None,
-            metrics: accepted.metrics.clone(),
-        }
-    }
-
-    fn backend_name(&self) -> Option<&str> {
-        self.backend.as_ref().map(|b| b.name.as_str())
-    }
-
-    /// Writes the connection's one log line (none for a silent connection).
-    fn close(&self, reason: CloseReason) {
-        self.metrics.closed(&metrics::Closed {
-            listener: &self.listener.name,
-            route: self.route,
-            backend: self.backend_name(),
-            reason,
-            sni: self.sni.is_some(),
-            ech: self.ech,
-            bytes_up: self.moved.up,
-            bytes_down: self.moved.down,
-        });
-        if reason == CloseReason::Silent {
-            return;
-        }
-        macro_rules! line {
-            ($level:expr) => {
-                tracing::event!(
-                    target: "snirelay::access",
-                    $level,
-                    conn_id = self.id,
-                    listener = %self.listener.name,
-                    client.peer = %self.peer,
-                    client.claimed = self.claimed.map(tracing::field::display),
-                    sni = self.sni.as_deref(),
-                    alpn = self.alpn.as_deref(),
-                    ech = self.ech,
-                    route = self.route,
-                    backend = self.backend_name(),
-                    backend.addr = self.backend_addr.map(tracing::field::display),
-                    bytes.up = self.moved.up,
-                    bytes.down = self.moved.down,
-                    duration_ms = self.started.elapsed().as_millis() as u64,
-                    close = reason.as_str(),
-                    "connection closed"
-                )
-            };
-        }
-        if reason.is_admission_refusal() {
-            line!(tracing::Level::DEBUG);
-        } else if reason.is_our_fault() {
-            line!(tracing::Level::WARN);
-        } else {
-            line!(tracing::Level::INFO);
-        }
-    }
 }
 
 /// What a connection holds from admission to its end: its place under
@@ -254,13 +159,11 @@ async fn setup<'g>(
             let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
             record.claimed = preface.sender.claimed();
             // admit, for a connection from a trusted peer: on its claim
-            let admitted = admission.after_preface(record.claimed).map_err(|refusal| {
-                let reason = CloseReason::from(refusal);
-                record.metrics.limit_refused(reason);
-                reason
-            })?;
+            let admitted = admission
+                .after_preface(record.claimed)
+                .map_err(|refusal| record.refuse(refusal))?;
             if let Some(admitted) = admitted {
-                log_dry_run(listener, accepted.peer, &admitted);
+                close::log_dry_run(listener, accepted.peer, &admitted);
                 // Held for the connection's life, like a direct client's.
                 *per_source = Some(admitted);
             }
@@ -362,32 +265,13 @@ async fn setup<'g>(
     })
 }
 
-/// Under `dry_run`, logs the refusal admission would have made.
-pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
-    if let Some(would) = admitted.would_refuse {
-        tracing::debug!(
-            listener = %listener.name,
-            client.peer = %peer,
-            source = %admitted.key,
-            would_refuse = CloseReason::from(would).as_str(),
-            "dry run: admission would refuse this connection"
-        );
-    }
-}
-
-/// Logs a connection refused at admission; the caller closes the socket
-/// without reading from it (so there is no TLS alert to send).
-pub fn refused(accepted: &Accepted, listener: &Listener, reason: CloseReason) {
-    accepted.metrics.limit_refused(reason);
-    ConnRecord::new(listener, accepted).close(reason);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::path::Path;
 
     use crate::config::Config;
+    use crate::metrics;
 
     /// An open connection's memory is mostly its task. Around this state
     /// tokio 1.54 puts a 32-byte header, 16 bytes of core, an 8-byte stage

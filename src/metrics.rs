@@ -4,7 +4,7 @@
 //! set of listeners, and a global avoids threading a handle through every
 //! stage signature. Recording happens in few places:
 //! [`ListenerMetrics::accepted`] from the accept loop,
-//! [`ListenerMetrics::closed`] once per connection from `ConnRecord::close`,
+//! [`ListenerMetrics::closed`] once per connection from `close::ConnRecord::close`,
 //! and [`BackendSeries::connect_attempt`] from `connect`.
 //! Hooks for stages built elsewhere (limits, reload, drain, DNS/cluster
 //! lookups, backend address health) are the documented methods at the end.
@@ -50,7 +50,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::close::CloseReason;
+use crate::close::{CloseReason, HelloOutcome};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
@@ -221,47 +221,22 @@ pub struct Closed<'a> {
 }
 
 impl Closed<'_> {
+    /// The ClientHello's outcome (see `CloseReason::hello_outcome`).
+    pub fn hello(&self) -> HelloOutcome {
+        self.reason.hello_outcome(self.route.is_some(), self.sni)
+    }
+
     /// The ClientHello's outcome, a fixed word: `sni` and `no_sni` for a
     /// complete hello, otherwise why none was read.
     pub fn hello_outcome(&self) -> &'static str {
-        let parsed = self.route.is_some()
-            || matches!(self.reason, CloseReason::NoSni | CloseReason::Unmatched);
-        if parsed {
-            return if self.sni { "sni" } else { "no_sni" };
-        }
-        match self.reason {
-            CloseReason::Silent => "empty",
-            CloseReason::HelloTimeout => "timeout",
-            CloseReason::NotTls => "not_tls",
-            CloseReason::Malformed => "malformed",
-            CloseReason::TooLarge => "too_large",
-            // Refused at the PROXY protocol preface, before any hello.
-            CloseReason::ProxyMissing
-            | CloseReason::ProxyInvalid
-            | CloseReason::ProxyUntrusted
-            | CloseReason::HopLimit => "preface_refused",
-            // The client went away, or the relay shut down, mid-hello.
-            _ => "incomplete",
-        }
+        self.hello().as_str()
     }
 }
 
 /// Slots for per-close-reason series: more than [`CloseReason`] has
 /// variants (a reason past the last slot still counts, through the family).
 const REASON_SLOTS: usize = 32;
-
-/// Every word [`Closed::hello_outcome`] can return.
-const HELLO_OUTCOMES: [&str; 9] = [
-    "sni",
-    "no_sni",
-    "empty",
-    "timeout",
-    "not_tls",
-    "malformed",
-    "too_large",
-    "preface_refused",
-    "incomplete",
-];
+const _: () = assert!(CloseReason::ALL.len() <= REASON_SLOTS);
 
 /// Route → backend → (bytes up, bytes down) counters.
 type TrafficSeries = HashMap<Box<str>, HashMap<Box<str>, (Counter, Counter)>>;
@@ -279,8 +254,8 @@ pub struct ListenerMetrics {
     closed: [OnceLock<Counter>; REASON_SLOTS],
     /// Admission refusals, by `CloseReason as usize`.
     refused: [OnceLock<Counter>; REASON_SLOTS],
-    /// By position in [`HELLO_OUTCOMES`].
-    hello: [OnceLock<Counter>; HELLO_OUTCOMES.len()],
+    /// By `HelloOutcome as usize`.
+    hello: [OnceLock<Counter>; HelloOutcome::ALL.len()],
     /// Route → backend → (bytes up, bytes down).
     traffic: RwLock<TrafficSeries>,
 }
@@ -312,16 +287,12 @@ impl ListenerMetrics {
                 reason: reason.as_str(),
             })
         });
-        let outcome = c.hello_outcome();
-        let at = HELLO_OUTCOMES
-            .iter()
-            .position(|w| *w == outcome)
-            .expect("hello_outcome returns a word of HELLO_OUTCOMES");
-        self.hello[at]
+        let outcome = c.hello();
+        self.hello[outcome as usize]
             .get_or_init(|| {
                 m.hello.get_or_create_owned(&HelloLabels {
                     listener: self.name.to_string(),
-                    outcome,
+                    outcome: outcome.as_str(),
                 })
             })
             .inc();
@@ -568,7 +539,7 @@ impl Metrics {
             hello_ech: OnceLock::new(),
             closed: [const { OnceLock::new() }; REASON_SLOTS],
             refused: [const { OnceLock::new() }; REASON_SLOTS],
-            hello: [const { OnceLock::new() }; HELLO_OUTCOMES.len()],
+            hello: [const { OnceLock::new() }; HelloOutcome::ALL.len()],
             traffic: RwLock::default(),
         })
     }
