@@ -99,6 +99,8 @@ pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Where `[admin]` listens when the section leaves `listen` out: loopback
 /// only. A non-loopback address needs `allow_public = true`.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
+/// `[admin] allow_public`: a non-loopback `listen` is refused unless set.
+pub const DEFAULT_ADMIN_ALLOW_PUBLIC: bool = false;
 /// `[admin] expose_config`: `/config` (every route and backend) is not
 /// served to whoever may scrape `/metrics` unless the operator says so.
 pub const DEFAULT_ADMIN_EXPOSE_CONFIG: bool = false;
@@ -175,6 +177,9 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     pub listen: SocketAddr,
+    /// `allow_public`: a non-loopback `listen` was meant (checked here;
+    /// kept so the effective configuration shows it).
+    pub allow_public: bool,
     /// Serve `/config` ([`DEFAULT_ADMIN_EXPOSE_CONFIG`]).
     pub expose_config: bool,
     /// Backend address metrics by address ([`DEFAULT_ADMIN_ADDRESS_LABELS`]).
@@ -187,6 +192,9 @@ pub struct Global {
     pub drain_timeout: Duration,
     /// Runtime worker threads.
     pub threads: usize,
+    /// `[global] splice`: the value of a listener's `splice` when it sets
+    /// none (each listener's own is [`Listener::splice`]).
+    pub splice: bool,
     /// Bytes per pooled pipe. Global only: pipes are pooled process-wide, so
     /// they all have one size.
     pub pipe_size: usize,
@@ -586,6 +594,7 @@ impl Checker {
                     default_threads() as i64,
                 )
                 .unwrap_or(1) as usize,
+            splice: file.global.splice.unwrap_or(DEFAULT_SPLICE),
             pipe_size: self
                 .ranged(
                     "global.pipe_size",
@@ -608,7 +617,6 @@ impl Checker {
                 RATE_RANGE,
             ),
         };
-        let global_splice = file.global.splice.unwrap_or(DEFAULT_SPLICE);
 
         let backends: BTreeMap<String, Arc<Backend>> = file
             .backends
@@ -651,7 +659,7 @@ impl Checker {
                 );
             }
             if let Some(mut listener) = self.listener(&key, section, &backends, &mut binds) {
-                listener.splice = section.splice.unwrap_or(global_splice);
+                listener.splice = section.splice.unwrap_or(global.splice);
                 listeners.push(listener);
             }
         }
@@ -684,7 +692,8 @@ impl Checker {
     fn admin(&mut self, section: &AdminSection) -> Option<Admin> {
         let text = section.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN);
         let listen = self.socket_addr("admin.listen", text)?;
-        if !listen.ip().is_loopback() && section.allow_public != Some(true) {
+        let allow_public = section.allow_public.unwrap_or(DEFAULT_ADMIN_ALLOW_PUBLIC);
+        if !listen.ip().is_loopback() && !allow_public {
             self.problem(
                 "admin.listen",
                 format!(
@@ -697,6 +706,7 @@ impl Checker {
         }
         Some(Admin {
             listen,
+            allow_public,
             expose_config: section.expose_config.unwrap_or(DEFAULT_ADMIN_EXPOSE_CONFIG),
             address_labels: section
                 .address_labels
