@@ -7,6 +7,8 @@
 //! matchers and resolved backend references. [`Config::from_toml`] is the only
 //! way from one to the other and reports *every* problem it finds, each naming
 //! its key and the bad value, so `snirelay check` can list them all at once.
+//! [`effective`] is the way back: `Config::to_file` writes every key with its
+//! value in force (what `/config` shows, and what a round trip re-reads).
 //!
 //! Precedence: a value set in a section wins; otherwise the `DEFAULT_*`
 //! constant below applies. (Later settings that exist both globally and per
@@ -19,6 +21,7 @@
 //!
 //! Not here: binding sockets or any other I/O beyond reading the file.
 
+pub mod effective;
 pub mod file;
 
 use std::collections::{BTreeMap, HashSet};
