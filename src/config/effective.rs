@@ -364,13 +364,14 @@ fn json(value: impl Serialize) -> Value {
 }
 
 /// The [`RESTART_KEYS`] whose value in `file` differs from the one the
-/// process started with (`running`), in that order.
-pub fn pending_restart(running: &Config, file: &Config) -> Vec<PendingRestart> {
-    let (running, file) = (running.to_file(), file.to_file());
+/// process started with (`running`, kept as the file model: data only, so
+/// holding it keeps no compiled state of the first snapshot alive), in
+/// that order.
+pub fn pending_restart(running: &FileConfig, file: &FileConfig) -> Vec<PendingRestart> {
     RESTART_KEYS
         .into_iter()
         .filter_map(|(key, read)| {
-            let (running, file) = (read(&running), read(&file));
+            let (running, file) = (read(running), read(file));
             (running != file).then_some(PendingRestart { key, running, file })
         })
         .collect()
@@ -384,13 +385,15 @@ mod tests {
 
     use super::*;
 
-    fn config(head: &str) -> Config {
+    fn config(head: &str) -> FileConfig {
         let text = format!(
             "{head}\n[[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\
              [[route]]\nsni = [\"a.example\"]\nbackend = \"b\"\n\
              [backend.b]\naddresses = [\"127.0.0.1:9\"]\n"
         );
-        Config::from_toml(&text, Path::new("t.toml")).unwrap()
+        Config::from_toml(&text, Path::new("t.toml"))
+            .unwrap()
+            .to_file()
     }
 
     #[test]
