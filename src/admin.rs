@@ -7,9 +7,12 @@
 //! - `/readyz`: 200 once the listeners are bound and the configuration is
 //!   loaded, 503 before that and while draining. The flag is a
 //!   [`Readiness`] that the server (or anything else) flips.
-//! - `/config`: the effective configuration (defaults filled in) as JSON;
-//!   404 unless `expose_config` is set, so whoever may scrape `/metrics`
-//!   does not also read every route and backend.
+//! - `/config`: the effective configuration as JSON, in the shape of the
+//!   TOML file with every key filled in ([`Config::to_file`], the one
+//!   source: it cannot leave a key out), plus `pending_restart`: the keys
+//!   a reload changed that only a restart applies. 404 unless
+//!   `expose_config` is set, so whoever may scrape `/metrics` does not also
+//!   read every route and backend.
 //!
 //! Loopback only unless `admin.allow_public = true` (enforced in config).
 //! Only GET and HEAD.
@@ -60,10 +63,9 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::announce::Outbound;
-use crate::config::{AddressSource, ClusterLookup, Config, NoSni};
+use crate::config::Config;
+use crate::config::effective::PendingRestart;
 use crate::metrics;
-use crate::preface::Mode;
 
 /// Admin sockets open at once. Past it, a new connection closes an older
 /// one (see the module header) rather than waiting: accept never blocks.
@@ -116,7 +118,8 @@ impl Readiness {
 /// What the admin endpoints read.
 pub struct AdminState {
     pub readiness: Arc<Readiness>,
-    config: Mutex<Arc<Config>>,
+    /// The configuration in force, and the keys of it that wait for a restart.
+    config: Mutex<(Arc<Config>, Arc<[PendingRestart]>)>,
 }
 
 impl AdminState {
@@ -126,18 +129,19 @@ impl AdminState {
         apply_metrics_settings(&config);
         AdminState {
             readiness,
-            config: Mutex::new(config),
+            config: Mutex::new((config, Arc::new([]))),
         }
     }
 
-    /// Replaces the configuration `/config` shows (after a reload), and
-    /// applies its `expose_config` and `address_labels` from now on.
-    pub fn set_config(&self, config: Arc<Config>) {
+    /// Replaces the configuration `/config` shows (after a reload) and the
+    /// keys of it that wait for a restart, and applies its `expose_config`
+    /// and `address_labels` from now on.
+    pub fn set_config(&self, config: Arc<Config>, pending: Vec<PendingRestart>) {
         apply_metrics_settings(&config);
-        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = (config, pending.into());
     }
 
-    fn config(&self) -> Arc<Config> {
+    fn config(&self) -> (Arc<Config>, Arc<[PendingRestart]>) {
         self.config
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -148,6 +152,7 @@ impl AdminState {
         self.config
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .0
             .admin
             .as_ref()
             .is_some_and(|a| a.expose_config)
@@ -523,7 +528,8 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         // Not served unless configured: the routes and backends are not for
         // whoever may scrape /metrics. Answered like any unknown path.
         "/config" if state.expose_config() => {
-            let body = serde_json::to_string_pretty(&config_view(&state.config()))
+            let (config, pending) = state.config();
+            let body = serde_json::to_string_pretty(&config_view(&config, &pending))
                 .expect("a JSON value always serializes");
             let mut response = text(StatusCode::OK, body + "\n");
             response
@@ -552,121 +558,16 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
-fn duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
-}
-
-/// The effective configuration as JSON: every value as the relay runs it,
-/// defaults filled in, durations in the file's notation. A dedicated view
-/// rather than `Serialize` on the snapshot, so compiled matchers and other
-/// runtime state stay out of it and its shape is stable.
-pub fn config_view(config: &Config) -> Value {
-    let listeners: Vec<Value> = config
-        .listeners
-        .iter()
-        .map(|l| {
-            let routes: Vec<Value> = l
-                .routes
-                .iter()
-                .map(|r| {
-                    json!({
-                        "name": r.name,
-                        "sni": r.patterns.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
-                        "backend": r.backend.name,
-                    })
-                })
-                .collect();
-            json!({
-                "name": l.name,
-                "listen": l.listen.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-                "backlog": l.backlog,
-                "client_hello_timeout": duration(l.client_hello_timeout),
-                "idle_timeout": duration(l.idle_timeout),
-                "max_client_hello_bytes": l.max_client_hello_bytes,
-                "no_sni": match &l.no_sni {
-                    NoSni::Reject => "reject".to_owned(),
-                    NoSni::Backend(b) => b.name.clone(),
-                },
-                "routes": routes,
-                "proxy_protocol": l.proxy_protocol.as_ref().map(|p| json!({
-                    "trusted": p.trusted.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
-                    "mode": match p.mode {
-                        Mode::Require => "require",
-                        Mode::Optional => "optional",
-                    },
-                    "max_hops": p.max_hops,
-                })),
-            })
-        })
-        .collect();
-    let backends: serde_json::Map<String, Value> = config
-        .backends
-        .iter()
-        .map(|(name, b)| {
-            (
-                name.clone(),
-                json!({
-                    "addresses": b.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-                    "connect_timeout": duration(b.connect_timeout),
-                    "proxy_protocol": match b.proxy_protocol {
-                        Outbound::None => "none",
-                        Outbound::V1 => "v1",
-                        Outbound::V2 => "v2",
-                    },
-                    "proxy_protocol_crc32c": b.proxy_protocol_crc32c,
-                    "policy": b.policy.as_str(),
-                    "connect_attempts": b.connect_attempts,
-                    "max_fails": b.max_fails,
-                    "fail_backoff": duration(b.fail_backoff),
-                    "source": address_source(&b.source),
-                    "health": b.health.map(|h| json!({
-                        "interval": duration(h.interval),
-                        "timeout": duration(h.timeout),
-                        "rise": h.rise,
-                        "fall": h.fall,
-                    })),
-                }),
-            )
-        })
-        .collect();
-    json!({
-        "global": {
-            "max_connections": config.global.max_connections,
-            "drain_timeout": duration(config.global.drain_timeout),
-        },
-        "admin": config.admin.as_ref().map(|a| json!({
-            "listen": a.listen.to_string(),
-            "expose_config": a.expose_config,
-            "address_labels": a.address_labels,
-        })),
-        "listener": listeners,
-        "backend": backends,
-    })
-}
-
-/// A backend's address source as `/config` shows it.
-fn address_source(source: &AddressSource) -> Value {
-    match source {
-        AddressSource::Fixed => json!("addresses"),
-        AddressSource::Dns(dns) => json!({
-            "resolve": format!("{}:{}", dns.host, dns.port),
-            "resolver": dns.resolver.map(|r| r.to_string()),
-            "resolve_interval": duration(dns.interval),
-            "min_ttl": duration(dns.min_ttl),
-            "max_ttl": duration(dns.max_ttl),
-        }),
-        AddressSource::Cluster(cluster) => json!({
-            "lookup": match &cluster.lookup {
-                ClusterLookup::Dns { server, port } => json!({ "dns_server": server.to_string(), "port": port }),
-                ClusterLookup::Http { url } => json!({ "lookup_url": url }),
-            },
-            "local_backend": cluster.local_backend,
-            "positive_ttl": duration(cluster.positive_ttl),
-            "negative_ttl": duration(cluster.negative_ttl),
-            "lookup_timeout": duration(cluster.lookup_timeout),
-            "allowed_targets": cluster.allowed_targets.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
-        }),
+/// The body of `/config`: the effective configuration
+/// ([`Config::to_file`]: every key with its value in force, in the shape of
+/// the TOML file), plus `pending_restart`, the keys whose new value waits
+/// for a restart (see [`crate::config::effective::pending_restart`]).
+pub fn config_view(config: &Config, pending: &[PendingRestart]) -> Value {
+    let mut view = serde_json::to_value(config.to_file()).unwrap_or_else(|_| json!({}));
+    if let Value::Object(map) = &mut view {
+        map.insert("pending_restart".to_owned(), json!(pending));
     }
+    view
 }
 
 #[cfg(test)]

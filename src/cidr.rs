@@ -133,6 +133,30 @@ impl CidrSet {
         self.blocks == 0
     }
 
+    /// The distinct blocks, IPv4 first, each family by prefix length then
+    /// network (a list given twice is shown once). For showing the set
+    /// (`/config`), not for matching.
+    pub fn blocks(&self) -> Vec<Cidr> {
+        fn sorted<T: Copy + Ord>(set: &HashSet<T>) -> Vec<T> {
+            let mut v: Vec<T> = set.iter().copied().collect();
+            v.sort_unstable();
+            v
+        }
+        let v4 = self.v4.iter().flat_map(|(prefix, set)| {
+            sorted(set).into_iter().map(|n| Cidr {
+                network: IpAddr::V4(n.into()),
+                prefix: *prefix,
+            })
+        });
+        let v6 = self.v6.iter().flat_map(|(prefix, set)| {
+            sorted(set).into_iter().map(|n| Cidr {
+                network: IpAddr::V6(n.into()),
+                prefix: *prefix,
+            })
+        });
+        v4.chain(v6).collect()
+    }
+
     /// Whether `ip` (taken in canonical form) lies in any block.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match canonical(ip) {

@@ -18,7 +18,10 @@
 //! and new), close the sockets the file removed, stop the backend runtimes
 //! no generation uses any more, and fire the drain signals of what changed.
 //! Sockets of listeners that stay are never closed, so no connection is
-//! refused.
+//! refused. Keys read only at start (`config::effective::RESTART_KEYS`:
+//! threads, the pipe pool, the admin listener) keep their running value; a
+//! reload whose file changes one logs a warning per key and `/config`
+//! lists it under `pending_restart`.
 //!
 //! Not here: binding and inherited sockets (`bind`), the listeners' accept
 //! loops and generations (`listeners`), what a connection does (`conn`),
@@ -40,7 +43,8 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{self, AdminState, Readiness};
 use crate::backend::Backends;
 use crate::bind::{self, BindError, BindKey, Pool, Sockets};
-use crate::config::{self, Config, ConfigError, ReadTicket};
+use crate::config::file::FileConfig;
+use crate::config::{self, Config, ConfigError, ReadTicket, effective};
 use crate::generation::{Generation, Pace};
 use crate::listeners::{Listeners, Shared};
 use crate::notify::Notifier;
@@ -95,6 +99,10 @@ impl ServeOptions {
 
 struct Server {
     config: Config,
+    /// The configuration the process started with, as the file model: the
+    /// values of the keys only a restart applies
+    /// (`config::effective::RESTART_KEYS`).
+    started: FileConfig,
     listeners: Listeners,
     /// What every accept loop shares: permits, trackers, stop tokens.
     shared: Shared,
@@ -157,6 +165,7 @@ pub async fn serve(
         pace: pace_for(&config),
         backends: Arc::new(Backends::start(&config, None)),
         config: config.clone(),
+        started: config.to_file(),
         readiness: Arc::new(Readiness::default()),
         admin: None,
     };
@@ -320,8 +329,19 @@ impl Server {
                     "reload applied"
                 );
                 metrics::metrics().reload("ok");
+                // Applied, except what was fixed at start: said on every
+                // reload while the file and the process disagree.
+                let pending = effective::pending_restart(&self.started, &self.config.to_file());
+                for p in &pending {
+                    tracing::warn!(
+                        key = p.key,
+                        running = %p.running,
+                        file = %p.file,
+                        "needs a restart; the running value stays"
+                    );
+                }
                 if let Some(admin) = &self.admin {
-                    admin.set_config(Arc::new(self.config.clone()));
+                    admin.set_config(Arc::new(self.config.clone()), pending);
                 }
                 self.notifier.ready("serving; reload applied");
             }

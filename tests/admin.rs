@@ -1,5 +1,6 @@
 //! The admin listener against a real relay process: /metrics moves with
-//! traffic, /healthz, /config (only when exposed), /readyz turning 503
+//! traffic, /healthz, /config (only when exposed: every key, and the keys
+//! a reload cannot apply until a restart), /readyz turning 503
 //! during a drain, and health probes answered while a thousand connections
 //! sit silent, trickle their headers or idle on keep-alive.
 
@@ -192,8 +193,9 @@ async fn healthz_config_and_unknown_paths() {
     // Defaults are filled in.
     assert_eq!(listener["client_hello_timeout"], "5s");
     assert_eq!(listener["no_sni"], "reject");
-    assert_eq!(listener["routes"][0]["sni"][0], NAME);
-    assert_eq!(listener["routes"][0]["backend"], "b");
+    // Routes are `[[route]]` tables, as in the file.
+    assert_eq!(config["route"][0]["sni"][0], NAME);
+    assert_eq!(config["route"][0]["backend"], "b");
     assert_eq!(config["backend"]["b"]["addresses"][0], backend.to_string());
     assert_eq!(config["backend"]["b"]["connect_timeout"], "2s");
     assert_eq!(config["admin"]["listen"], "127.0.0.1:0");
@@ -219,6 +221,121 @@ async fn config_is_not_served_unless_exposed() {
     let body = get_until(admin, "/config", |b| b.starts_with('{')).await;
     let config: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(config["admin"]["expose_config"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_shows_every_key_with_its_effective_value() {
+    let text = admin_config(
+        "expose_config = true",
+        &format!(
+            "[global]\nmax_connection_rate = 500\n{}",
+            one_route_config(
+                &[NAME],
+                "",
+                "addresses = [\"127.0.0.1:9\"]\npolicy = \"fastest\"\nfastest_interval = \"2m\"",
+            )
+        ),
+    );
+    let (relay, admin) = start_with_admin(&text).await;
+    let (status, body) = http_get(admin, "/config").await;
+    assert_eq!(status, 200);
+    let config: Value = serde_json::from_str(&body).unwrap();
+
+    // Exactly the file model filled from the validated file: one source.
+    let validated = snirelay::config::Config::from_toml(&text, &relay.config_path).unwrap();
+    let mut want = serde_json::to_value(validated.to_file()).unwrap();
+    want["pending_restart"] = serde_json::json!([]);
+    assert_eq!(config, want);
+
+    // Among them the keys the hand-written view used to leave out.
+    let global = &config["global"];
+    let threads = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(global["threads"], threads);
+    assert_eq!(global["splice"], true);
+    assert_eq!(global["pipe_size"], 65536);
+    assert_eq!(global["max_pipes"], 512);
+    assert_eq!(global["max_connection_rate"], 500);
+    let listener = &config["listener"][0];
+    assert_eq!(listener["reuse_port"], false);
+    assert_eq!(listener["splice"], true);
+    assert_eq!(listener["limits"]["connections_per_source"], 256);
+    assert_eq!(listener["limits"]["source_prefix_v6"], 64);
+    assert_eq!(listener["limits"]["dry_run"], false);
+    // Unset and off: shown as null, not left out.
+    assert!(listener["limits"]["connection_rate_per_source"].is_null());
+    assert!(listener["proxy_protocol"].is_null());
+    assert_eq!(config["backend"]["b"]["fastest_interval"], "2m");
+    assert_eq!(config["admin"]["allow_public"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_a_restart_only_key_warns_and_config_shows_it_pending() {
+    let config = |global: &str, admin_listen: &str| {
+        format!(
+            "[admin]\nlisten = \"{admin_listen}\"\nexpose_config = true\n[global]\n{global}\n{}",
+            simple_config(&[NAME], closed_port(), "")
+        )
+    };
+    let started = config(
+        "threads = 2\npipe_size = 65536\nmax_pipes = 512",
+        "127.0.0.1:0",
+    );
+    let (relay, admin) = start_with_admin(&started).await;
+    let is_warning = |l: &Value| l["message"] == "needs a restart; the running value stays";
+
+    // Every restart-only key changed, and one key that a reload applies.
+    let changed = config(
+        "threads = 1\npipe_size = 131072\nmax_pipes = 64\ndrain_timeout = \"7s\"",
+        "127.0.0.1:9",
+    );
+    assert_eq!(relay.reload(&changed, 1).await["message"], "reload applied");
+    relay.wait_count(4, is_warning).await;
+    let warnings: Vec<Value> = relay.log_lines().into_iter().filter(is_warning).collect();
+    let keys: Vec<&str> = warnings
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "global.threads",
+            "global.pipe_size",
+            "global.max_pipes",
+            "admin.listen"
+        ]
+    );
+    assert!(
+        warnings.iter().all(|l| l["level"] == "WARN"),
+        "{warnings:?}"
+    );
+    assert_eq!(
+        (&warnings[0]["running"], &warnings[0]["file"]),
+        (&"2".into(), &"1".into())
+    );
+    assert_eq!(warnings[3]["running"], "\"127.0.0.1:0\"");
+    assert_eq!(warnings[3]["file"], "\"127.0.0.1:9\"");
+
+    // The admin listener stays where it was and /config says what waits.
+    let body = get_until(admin, "/config", |b| b.contains("\"7s\"")).await;
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["global"]["drain_timeout"], "7s", "applied");
+    assert_eq!(view["global"]["threads"], 1, "the file's value");
+    assert_eq!(
+        view["pending_restart"],
+        serde_json::json!([
+            { "key": "global.threads", "running": 2, "file": 1 },
+            { "key": "global.pipe_size", "running": 65536, "file": 131072 },
+            { "key": "global.max_pipes", "running": 512, "file": 64 },
+            { "key": "admin.listen", "running": "127.0.0.1:0", "file": "127.0.0.1:9" },
+        ])
+    );
+
+    // Back to the running values: nothing pending, no new warning.
+    assert_eq!(relay.reload(&started, 2).await["message"], "reload applied");
+    let body = get_until(admin, "/config", |b| !b.contains("\"7s\"")).await;
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["pending_restart"], serde_json::json!([]));
+    assert_eq!(relay.log_lines().into_iter().filter(is_warning).count(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,10 +4,12 @@
 //! load; every file in tests/config/invalid must fail, and its message must
 //! contain each `# error: …` line the fixture declares (key and bad value).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use snirelay::config::Config;
+use snirelay::config::file::FileConfig;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -159,4 +161,84 @@ fn a_bind_failure_names_the_listener_and_address() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ------------------------------------------------- the effective configuration
+
+/// The files a round trip must hold for: every valid fixture and both
+/// shipped configurations.
+fn valid_and_shipped() -> Vec<PathBuf> {
+    let mut files = toml_files(&root().join("tests/config/valid"));
+    files.extend(toml_files(&root().join("config")));
+    files.push(root().join("packaging/snirelay.toml"));
+    files
+}
+
+#[test]
+fn the_effective_config_round_trips() {
+    for file in valid_and_shipped() {
+        let first = Config::load(&file).unwrap().to_file();
+        let text = toml::to_string(&first)
+            .unwrap_or_else(|e| panic!("{}: cannot write back: {e}", file.display()));
+        // What is written parses as the same model...
+        let parsed: FileConfig = toml::from_str(&text).unwrap();
+        assert_eq!(parsed, first, "{}:\n{text}", file.display());
+        // ...and validates into the same configuration.
+        let again = Config::from_toml(&text, &file)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: written back, does not load:\n{e}\n{text}",
+                    file.display()
+                )
+            })
+            .to_file();
+        assert_eq!(again, first, "{}:\n{text}", file.display());
+    }
+}
+
+/// Every key path in `value`: tables are walked, arrays of tables too (as
+/// `key[]`), the names of `[backend.NAME]` become `*`.
+fn key_paths(value: &serde_json::Value, prefix: &str, into: &mut BTreeSet<String>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                let key = if prefix == "backend" { "*" } else { key };
+                let path = if prefix.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                into.insert(path.clone());
+                key_paths(value, &path, into);
+            }
+        }
+        Value::Array(items) if items.iter().any(|i| i.is_object()) => {
+            for item in items {
+                key_paths(item, &format!("{prefix}[]"), into);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_every_key_fixture_sets_every_key_of_the_file_model() {
+    // The model's keys: the effective configuration shows every key of
+    // every section present, `null` when unset.
+    let file = root().join("tests/config/valid/every_key.toml");
+    let effective = serde_json::to_value(Config::load(&file).unwrap().to_file()).unwrap();
+    let mut model = BTreeSet::new();
+    key_paths(&effective, "", &mut model);
+    // The keys the fixture sets, read as plain TOML.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let raw: toml::Table = toml::from_str(&text).unwrap();
+    let mut set = BTreeSet::new();
+    key_paths(&serde_json::to_value(raw).unwrap(), "", &mut set);
+    let missing: Vec<_> = model.difference(&set).collect();
+    assert!(
+        missing.is_empty(),
+        "every_key.toml does not set {missing:?}"
+    );
+    assert_eq!(set, model, "every key the fixture sets is in the model");
 }

@@ -5,12 +5,17 @@
 //! that validation can report every bad value at once, each with its key.
 //! Unknown keys are refused by serde (`deny_unknown_fields`), so a typo never
 //! silently becomes a default. The validated form is [`super::Config`].
+//!
+//! The model also serialises: [`super::effective`] fills it from a validated
+//! config with every key set to the value in force, and that is what
+//! `/config` shows (as JSON) and what a round trip writes back (as TOML).
+//! An unset `Option` is written as nothing in TOML and as `null` in JSON.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     #[serde(default)]
@@ -25,7 +30,7 @@ pub struct FileConfig {
     pub admin: Option<AdminSection>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GlobalSection {
     pub max_connections: Option<i64>,
@@ -38,7 +43,7 @@ pub struct GlobalSection {
     pub max_connection_rate: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerSection {
     pub name: String,
@@ -56,7 +61,7 @@ pub struct ListenerSection {
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyProtocolSection {
     pub trusted: Vec<String>,
@@ -66,7 +71,7 @@ pub struct ProxyProtocolSection {
 
 /// `[listener.limits]`; an unset limit takes its default (see
 /// `config::DEFAULT_CONNECTIONS_PER_SOURCE`; the rate limits default to off).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {
     pub connections_per_source: Option<CountOrOff>,
@@ -83,14 +88,14 @@ pub struct LimitsSection {
 
 /// A limit given as a count, or `false` to turn it off (`true` is an error:
 /// it names no count).
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum CountOrOff {
     Count(i64),
     Switch(bool),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSection {
     pub name: Option<String>,
@@ -99,7 +104,7 @@ pub struct RouteSection {
     pub backend: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSection {
     /// A fixed address list; one of `addresses`, `resolve` and `[cluster]`.
@@ -129,7 +134,7 @@ pub struct BackendSection {
 }
 
 /// `[backend.NAME.health]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthSection {
     pub interval: Option<String>,
@@ -139,7 +144,7 @@ pub struct HealthSection {
 }
 
 /// `[backend.NAME.cluster]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     pub dns_server: Option<String>,
@@ -153,7 +158,7 @@ pub struct ClusterSection {
 }
 
 /// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum OneOrMany {
     One(String),
@@ -169,7 +174,7 @@ impl OneOrMany {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
     pub listen: Option<String>,

@@ -7,6 +7,8 @@
 //! matchers and resolved backend references. [`Config::from_toml`] is the only
 //! way from one to the other and reports *every* problem it finds, each naming
 //! its key and the bad value, so `snirelay check` can list them all at once.
+//! [`effective`] is the way back: `Config::to_file` writes every key with its
+//! value in force (what `/config` shows, and what a round trip re-reads).
 //!
 //! Precedence: a value set in a section wins; otherwise the `DEFAULT_*`
 //! constant below applies. (Later settings that exist both globally and per
@@ -19,6 +21,7 @@
 //!
 //! Not here: binding sockets or any other I/O beyond reading the file.
 
+pub mod effective;
 pub mod file;
 
 /// `[backend.*] policy`: its names, own keys and ordering live with the
@@ -102,6 +105,8 @@ pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Where `[admin]` listens when the section leaves `listen` out: loopback
 /// only. A non-loopback address needs `allow_public = true`.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
+/// `[admin] allow_public`: a non-loopback `listen` is refused unless set.
+pub const DEFAULT_ADMIN_ALLOW_PUBLIC: bool = false;
 /// `[admin] expose_config`: `/config` (every route and backend) is not
 /// served to whoever may scrape `/metrics` unless the operator says so.
 pub const DEFAULT_ADMIN_EXPOSE_CONFIG: bool = false;
@@ -178,6 +183,9 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     pub listen: SocketAddr,
+    /// `allow_public`: a non-loopback `listen` was meant (checked here;
+    /// kept so the effective configuration shows it).
+    pub allow_public: bool,
     /// Serve `/config` ([`DEFAULT_ADMIN_EXPOSE_CONFIG`]).
     pub expose_config: bool,
     /// Backend address metrics by address ([`DEFAULT_ADMIN_ADDRESS_LABELS`]).
@@ -190,6 +198,9 @@ pub struct Global {
     pub drain_timeout: Duration,
     /// Runtime worker threads.
     pub threads: usize,
+    /// `[global] splice`: the value of a listener's `splice` when it sets
+    /// none (each listener's own is [`Listener::splice`]).
+    pub splice: bool,
     /// Bytes per pooled pipe. Global only: pipes are pooled process-wide, so
     /// they all have one size.
     pub pipe_size: usize,
@@ -559,6 +570,7 @@ impl Checker {
                     default_threads() as i64,
                 )
                 .unwrap_or(1) as usize,
+            splice: file.global.splice.unwrap_or(DEFAULT_SPLICE),
             pipe_size: self
                 .ranged(
                     "global.pipe_size",
@@ -581,7 +593,6 @@ impl Checker {
                 RATE_RANGE,
             ),
         };
-        let global_splice = file.global.splice.unwrap_or(DEFAULT_SPLICE);
 
         let backends: BTreeMap<String, Arc<Backend>> = file
             .backends
@@ -624,7 +635,7 @@ impl Checker {
                 );
             }
             if let Some(mut listener) = self.listener(&key, section, &backends, &mut binds) {
-                listener.splice = section.splice.unwrap_or(global_splice);
+                listener.splice = section.splice.unwrap_or(global.splice);
                 listeners.push(listener);
             }
         }
@@ -657,7 +668,8 @@ impl Checker {
     fn admin(&mut self, section: &AdminSection) -> Option<Admin> {
         let text = section.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN);
         let listen = self.socket_addr("admin.listen", text)?;
-        if !listen.ip().is_loopback() && section.allow_public != Some(true) {
+        let allow_public = section.allow_public.unwrap_or(DEFAULT_ADMIN_ALLOW_PUBLIC);
+        if !listen.ip().is_loopback() && !allow_public {
             self.problem(
                 "admin.listen",
                 format!(
@@ -670,6 +682,7 @@ impl Checker {
         }
         Some(Admin {
             listen,
+            allow_public,
             expose_config: section.expose_config.unwrap_or(DEFAULT_ADMIN_EXPOSE_CONFIG),
             address_labels: section
                 .address_labels

@@ -1,0 +1,429 @@
+//! The effective configuration: a validated [`Config`] turned back into the
+//! file model ([`FileConfig`]) with every key set to the value in force,
+//! defaults filled in. `/config` serves it as JSON, and a round trip
+//! (parse → validate → write back → parse) gives the same configuration
+//! (`tests/config.rs`).
+//!
+//! **It cannot forget a key.** Every validated struct is destructured
+//! without `..`, so a field added to [`Config`] that is not written here
+//! is a compile error, and the file model is the one serde model of the
+//! TOML, so a key added to the file is a field here too. A key is `None`
+//! (absent in TOML, `null` in JSON) only where setting it would mean
+//! something else or be refused: a `connect_attempts` left to its
+//! automatic min(addresses, 3), a rate limit that is off, and the keys of
+//! an alternative not taken (`resolve_interval` with `resolver`,
+//! `fastest_interval` without `policy = "fastest"`, `addresses` of a
+//! resolved backend, ...). Durations are written in the file's notation
+//! (`"5m"`, `"1s 500ms"`); CIDR lists as their distinct blocks.
+//!
+//! It also names the keys a reload cannot apply ([`pending_restart`]): the
+//! values fixed when the process started.
+//!
+//! Secrets: the file model holds no secret. A key that names one must name
+//! a file (its path is shown, never its contents).
+//!
+//! Not here: validation (`config`), serving `/config` (`admin`), or
+//! deciding what a reload drains (`reload`). Cost: a few allocations per
+//! key, only when `/config` is requested or a reload is applied.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::file::{
+    AdminSection, BackendSection, ClusterSection, CountOrOff, FileConfig, GlobalSection,
+    HealthSection, LimitsSection, ListenerSection, OneOrMany, ProxyProtocolSection, RouteSection,
+};
+use super::{
+    AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
+    Listener, NoSni, Policy, Route,
+};
+use crate::admit::{Limits, Rate};
+use crate::announce::Outbound;
+use crate::preface::{Inbound, Mode};
+
+impl Config {
+    /// This configuration as the file model, every key set to its value in
+    /// force (see the module header for the few left unset).
+    pub fn to_file(&self) -> FileConfig {
+        let Config {
+            global,
+            listeners,
+            backends,
+            admin,
+        } = self;
+        FileConfig {
+            global: global_section(global),
+            listeners: listeners.iter().map(|l| listener_section(l)).collect(),
+            routes: listeners
+                .iter()
+                .flat_map(|l| l.routes.iter().map(|r| route_section(&l.name, r)))
+                .collect(),
+            backends: backends
+                .iter()
+                .map(|(name, b)| (name.clone(), backend_section(b)))
+                .collect(),
+            admin: admin.as_ref().map(admin_section),
+        }
+    }
+}
+
+fn duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn count(n: impl TryInto<i64>) -> Option<i64> {
+    // Every count was validated within an i64 range.
+    Some(n.try_into().unwrap_or(i64::MAX))
+}
+
+fn global_section(global: &Global) -> GlobalSection {
+    let Global {
+        max_connections,
+        drain_timeout,
+        threads,
+        splice,
+        pipe_size,
+        max_pipes,
+        max_connection_rate,
+    } = global;
+    GlobalSection {
+        max_connections: count(*max_connections),
+        drain_timeout: Some(duration(*drain_timeout)),
+        threads: count(*threads),
+        splice: Some(*splice),
+        pipe_size: count(*pipe_size),
+        max_pipes: count(*max_pipes),
+        max_connection_rate: max_connection_rate.map(|r| i64::from(r.get())),
+    }
+}
+
+fn admin_section(admin: &Admin) -> AdminSection {
+    let Admin {
+        listen,
+        allow_public,
+        expose_config,
+        address_labels,
+    } = admin;
+    AdminSection {
+        listen: Some(listen.to_string()),
+        allow_public: Some(*allow_public),
+        expose_config: Some(*expose_config),
+        address_labels: Some(*address_labels),
+    }
+}
+
+fn listener_section(listener: &Listener) -> ListenerSection {
+    let Listener {
+        name,
+        listen,
+        backlog,
+        client_hello_timeout,
+        idle_timeout,
+        max_client_hello_bytes,
+        no_sni,
+        // Written as `[[route]]` tables (see `route_section`).
+        routes: _,
+        // Compiled from the routes, not a setting of its own.
+        matcher: _,
+        proxy_protocol,
+        reuse_port,
+        splice,
+        limits,
+    } = listener;
+    ListenerSection {
+        name: name.clone(),
+        listen: OneOrMany::Many(listen.iter().map(|a| a.to_string()).collect()),
+        backlog: count(*backlog),
+        client_hello_timeout: Some(duration(*client_hello_timeout)),
+        idle_timeout: Some(duration(*idle_timeout)),
+        max_client_hello_bytes: count(*max_client_hello_bytes),
+        no_sni: Some(match no_sni {
+            NoSni::Reject => "reject".to_owned(),
+            NoSni::Backend(backend) => backend.name.clone(),
+        }),
+        proxy_protocol: proxy_protocol.as_ref().map(proxy_protocol_section),
+        reuse_port: Some(*reuse_port),
+        splice: Some(*splice),
+        limits: Some(limits_section(limits)),
+    }
+}
+
+fn proxy_protocol_section(inbound: &Inbound) -> ProxyProtocolSection {
+    let Inbound {
+        trusted,
+        mode,
+        max_hops,
+    } = inbound;
+    ProxyProtocolSection {
+        trusted: trusted.iter().map(|c| c.to_string()).collect(),
+        mode: Some(
+            match mode {
+                Mode::Require => "require",
+                Mode::Optional => "optional",
+            }
+            .to_owned(),
+        ),
+        max_hops: count(*max_hops),
+    }
+}
+
+fn limits_section(limits: &Limits) -> LimitsSection {
+    let Limits {
+        connections_per_source,
+        rate_per_source,
+        source_prefix_v4,
+        source_prefix_v6,
+        dry_run,
+        allow,
+        deny,
+    } = limits;
+    let (rate, burst) = match rate_per_source {
+        Some(Rate { per_second, burst }) => (
+            Some(i64::from(per_second.get())),
+            Some(i64::from(burst.get())),
+        ),
+        None => (None, None),
+    };
+    LimitsSection {
+        connections_per_source: Some(match connections_per_source {
+            Some(n) => CountOrOff::Count(i64::from(n.get())),
+            None => CountOrOff::Switch(false),
+        }),
+        connection_rate_per_source: rate,
+        connection_burst_per_source: burst,
+        source_prefix_v4: count(*source_prefix_v4),
+        source_prefix_v6: count(*source_prefix_v6),
+        dry_run: Some(*dry_run),
+        allow: allow.blocks().iter().map(|c| c.to_string()).collect(),
+        deny: deny.blocks().iter().map(|c| c.to_string()).collect(),
+    }
+}
+
+fn route_section(listener: &str, route: &Route) -> RouteSection {
+    let Route {
+        name,
+        patterns,
+        backend,
+    } = route;
+    RouteSection {
+        name: Some(name.clone()),
+        listener: Some(listener.to_owned()),
+        sni: patterns.iter().map(|p| p.to_string()).collect(),
+        backend: backend.name.clone(),
+    }
+}
+
+fn backend_section(backend: &Backend) -> BackendSection {
+    let Backend {
+        // The table's name (`[backend.NAME]`).
+        name: _,
+        addresses,
+        connect_timeout,
+        proxy_protocol,
+        proxy_protocol_crc32c,
+        source,
+        policy,
+        connect_attempts,
+        max_fails,
+        fail_backoff,
+        health,
+        fastest_interval,
+    } = backend;
+    let mut section = BackendSection {
+        addresses: None,
+        connect_timeout: Some(duration(*connect_timeout)),
+        proxy_protocol: Some(
+            match proxy_protocol {
+                Outbound::None => "none",
+                Outbound::V1 => "v1",
+                Outbound::V2 => "v2",
+            }
+            .to_owned(),
+        ),
+        proxy_protocol_crc32c: Some(*proxy_protocol_crc32c),
+        policy: Some(policy.as_str().to_owned()),
+        // None: min(addresses, 3), counted when connecting.
+        connect_attempts: connect_attempts.and_then(count),
+        max_fails: count(*max_fails),
+        fail_backoff: Some(duration(*fail_backoff)),
+        resolve: None,
+        resolver: None,
+        resolve_interval: None,
+        min_ttl: None,
+        max_ttl: None,
+        // Refused unless the policy is fastest.
+        fastest_interval: (*policy == Policy::Fastest).then(|| duration(*fastest_interval)),
+        health: health.as_ref().map(health_section),
+        cluster: None,
+    };
+    match source {
+        AddressSource::Fixed => {
+            section.addresses = Some(addresses.iter().map(|a| a.to_string()).collect());
+        }
+        AddressSource::Dns(dns) => {
+            let DnsSource {
+                host,
+                port,
+                resolver,
+                interval,
+                min_ttl,
+                max_ttl,
+            } = dns;
+            section.resolve = Some(format!("{host}:{port}"));
+            section.resolver = resolver.map(|r| r.to_string());
+            // With a resolver the record TTL decides, bounded by the TTL
+            // keys; without one the interval does.
+            if resolver.is_some() {
+                section.min_ttl = Some(duration(*min_ttl));
+                section.max_ttl = Some(duration(*max_ttl));
+            } else {
+                section.resolve_interval = Some(duration(*interval));
+            }
+        }
+        AddressSource::Cluster(cluster) => section.cluster = Some(cluster_section(cluster)),
+    }
+    section
+}
+
+fn health_section(health: &HealthCheck) -> HealthSection {
+    let HealthCheck {
+        interval,
+        timeout,
+        rise,
+        fall,
+    } = health;
+    HealthSection {
+        interval: Some(duration(*interval)),
+        timeout: Some(duration(*timeout)),
+        rise: count(*rise),
+        fall: count(*fall),
+    }
+}
+
+fn cluster_section(cluster: &Cluster) -> ClusterSection {
+    let Cluster {
+        lookup,
+        local_backend,
+        positive_ttl,
+        negative_ttl,
+        lookup_timeout,
+        allowed_targets,
+    } = cluster;
+    let (dns_server, port, lookup_url) = match lookup {
+        ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None),
+        ClusterLookup::Http { url } => (None, None, Some(url.clone())),
+    };
+    ClusterSection {
+        dns_server,
+        port,
+        lookup_url,
+        local_backend: local_backend.clone(),
+        positive_ttl: Some(duration(*positive_ttl)),
+        negative_ttl: Some(duration(*negative_ttl)),
+        lookup_timeout: Some(duration(*lookup_timeout)),
+        allowed_targets: Some(allowed_targets.iter().map(|c| c.to_string()).collect()),
+    }
+}
+
+/// A key whose value in the file differs from the value the process runs
+/// with, and that only a restart applies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingRestart {
+    /// The key in TOML path form (`global.threads`).
+    pub key: &'static str,
+    /// The value in force, as `/config` would show it (`null`: not set).
+    pub running: Value,
+    /// The value the file now gives it.
+    pub file: Value,
+}
+
+/// The keys read once, at start: what a reload leaves as it was, each with
+/// how to read it from the file model. `admin.listen` also stands for the
+/// `[admin]` section itself (`null` without it): the admin listener is
+/// started, moved or removed only by a restart. (A kept listener socket's
+/// `backlog` and `reuse_port` are set when it is bound; see the README's
+/// reload section.)
+pub const RESTART_KEYS: [(&str, ReadKey); 4] = [
+    ("global.threads", |f| json(f.global.threads)),
+    ("global.pipe_size", |f| json(f.global.pipe_size)),
+    ("global.max_pipes", |f| json(f.global.max_pipes)),
+    ("admin.listen", |f| {
+        json(f.admin.as_ref().and_then(|a| a.listen.as_deref()))
+    }),
+];
+
+/// Reads one key's value from the file model, as `/config` shows it.
+pub type ReadKey = fn(&FileConfig) -> Value;
+
+fn json(value: impl Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// The [`RESTART_KEYS`] whose value in `file` differs from the one the
+/// process started with (`running`, kept as the file model: data only, so
+/// holding it keeps no compiled state of the first snapshot alive), in
+/// that order.
+pub fn pending_restart(running: &FileConfig, file: &FileConfig) -> Vec<PendingRestart> {
+    RESTART_KEYS
+        .into_iter()
+        .filter_map(|(key, read)| {
+            let (running, file) = (read(running), read(file));
+            (running != file).then_some(PendingRestart { key, running, file })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn config(head: &str) -> FileConfig {
+        let text = format!(
+            "{head}\n[[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\
+             [[route]]\nsni = [\"a.example\"]\nbackend = \"b\"\n\
+             [backend.b]\naddresses = [\"127.0.0.1:9\"]\n"
+        );
+        Config::from_toml(&text, Path::new("t.toml"))
+            .unwrap()
+            .to_file()
+    }
+
+    #[test]
+    fn only_restart_keys_that_differ_are_pending() {
+        let running = config("[global]\nthreads = 2\n[admin]\n");
+        assert_eq!(pending_restart(&running, &running), []);
+        // drain_timeout is applied by a reload: never pending.
+        let file = config("[global]\nthreads = 3\ndrain_timeout = \"1s\"\n[admin]\n");
+        assert_eq!(
+            pending_restart(&running, &file),
+            [PendingRestart {
+                key: "global.threads",
+                running: json!(2),
+                file: json!(3),
+            }]
+        );
+    }
+
+    #[test]
+    fn an_admin_section_added_or_removed_is_pending_as_admin_listen() {
+        let with = config("[global]\nthreads = 2\n[admin]\n");
+        let without = config("[global]\nthreads = 2\n");
+        let listen = json!(crate::config::DEFAULT_ADMIN_LISTEN);
+        assert_eq!(
+            pending_restart(&with, &without),
+            [PendingRestart {
+                key: "admin.listen",
+                running: listen.clone(),
+                file: Value::Null,
+            }]
+        );
+        assert_eq!(pending_restart(&without, &with)[0].running, Value::Null);
+        assert_eq!(pending_restart(&without, &with)[0].file, listen);
+    }
+}
