@@ -1,7 +1,7 @@
 //! Reading the ClientHello off the socket: the I/O side of `client_hello`.
 //!
-//! Reads into one buffer, re-parses after every read, and stops at the first
-//! verdict. Two bounds hold throughout: the buffer never grows past
+//! Reads into one buffer, feeds what each read added to the
+//! [`client_hello::Reassembler`], and stops at the first verdict. Two bounds hold throughout: the buffer never grows past
 //! `max_client_hello_bytes`, and the whole inspection ends at the deadline
 //! (accept time + `client_hello_timeout`), however the client trickles bytes.
 //! Every byte read is kept in [`Hello::bytes`] to be replayed to the backend,
@@ -13,8 +13,13 @@
 //! 0.3–2 KB, in the common one-read case; a copy of those bytes is far
 //! cheaper than the zeroed 4 KiB buffer this replaced, whose freed holes
 //! stayed resident between long-lived connections' allocations). It is
-//! dropped once replayed. Re-parsing is linear in the bytes held, and a
-//! hello takes few reads, so it stays cheap.
+//! dropped once replayed. The reassembler walks only the bytes each read
+//! added, so the whole inspection costs time linear in the bytes received
+//! however the client cuts them (one-byte records, one per segment, used to
+//! make every read re-parse all that was buffered: quadratic). Its own
+//! state is a few words, plus a buffer of the message only when the hello
+//! spans records; it lives in the connection's boxed setup future and is
+//! freed with it.
 //!
 //! Not here: deciding where the name may go (see `route`).
 
@@ -91,8 +96,9 @@ pub async fn read_hello_after(
     // `bytes` holds exactly what was read: each read goes into the worker
     // thread's scratch buffer and only the bytes that came are appended.
     let mut bytes = already;
+    let mut reader = client_hello::Reassembler::new(limit);
     if !bytes.is_empty() {
-        match client_hello::parse(&bytes, limit) {
+        match reader.feed(&bytes) {
             Ok(info) => return Ok(Hello { info, bytes }),
             Err(Inspect::Incomplete) => {}
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
@@ -106,7 +112,7 @@ pub async fn read_hello_after(
             Ok(Err(e)) => return Err(closed_or(e)),
             Ok(Ok(())) => {}
         }
-        // Never more than `limit` in all: `parse` has already answered
+        // Never more than `limit` in all: `feed` has already answered
         // `TooLarge` for an incomplete hello of `limit` bytes.
         let room = limit.saturating_sub(bytes.len()).max(1);
         // A read shorter than asked for drained the socket: it is reported
@@ -136,7 +142,7 @@ pub async fn read_hello_after(
             Err(_) if bytes.is_empty() => return Err(HelloError::Silent),
             Err(e) => return Err(closed_or(e)),
         }
-        match client_hello::parse(&bytes, limit) {
+        match reader.feed(&bytes) {
             Ok(info) => return Ok(Hello { info, bytes }),
             Err(Inspect::Incomplete) => continue,
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
