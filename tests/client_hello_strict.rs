@@ -265,7 +265,7 @@ fn bytes_left_over_in_the_server_name_extension_are_malformed() {
     malformed(&Hello::typical("x").set(0, server_name(&[entry.clone(), vec![7]])));
     malformed(&Hello::typical("x").set(0, server_name(&[entry.clone(), vec![7, 0, 9, 1]])));
     // Inside the extension, after the list.
-    let mut after = server_name(&[entry.clone()]);
+    let mut after = server_name(std::slice::from_ref(&entry));
     after.push(0);
     malformed(&Hello::typical("x").set(0, after));
     // A name whose length overruns the list.
