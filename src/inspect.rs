@@ -19,15 +19,20 @@
 //! make every read re-parse all that was buffered: quadratic). Its own
 //! state is a few words, plus a buffer of the message only when the hello
 //! spans records; it lives in the connection's boxed setup future and is
-//! freed with it.
+//! freed with it. Past [`UNPACED_READS`] reads that left the hello
+//! incomplete, each further read waits [`TRICKLE_PAUSE`] first, so that a
+//! trickling client's segments are taken many at a time: the per-read
+//! system calls and wake-ups, not the parsing, are what one-byte records
+//! cost once parsing is linear (see benches/README.md).
 //!
 //! Not here: deciding where the name may go (see `route`).
 
 use std::io;
+use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::client_hello::{self, ClientHello, Inspect};
 use crate::close::CloseReason;
@@ -36,6 +41,18 @@ use crate::relay;
 /// Bytes read at most per read; `max_client_hello_bytes` is at most this
 /// by default, and a larger limit just takes more reads.
 pub const READ_CHUNK: usize = 16 * 1024;
+
+/// Reads that may leave the hello incomplete before the next ones are
+/// paced. A real client's hello takes one to a few segments (a 16 KiB hello
+/// at a 536-byte MSS: 31), so only a trickling client reaches this.
+pub const UNPACED_READS: u32 = 32;
+
+/// The pause before each read past [`UNPACED_READS`]: whatever the client
+/// sent meanwhile is then taken in one read, so a client cutting its hello
+/// into one-byte records, one per segment, costs at most one read per
+/// pause instead of one per segment (a read and its wake-up cost far more
+/// than the bytes they carry).
+pub const TRICKLE_PAUSE: Duration = Duration::from_millis(2);
 
 thread_local! {
     /// Per worker thread; borrowed only inside synchronous sections.
@@ -104,7 +121,13 @@ pub async fn read_hello_after(
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
         }
     }
+    let mut reads = 0u32;
     loop {
+        if reads >= UNPACED_READS {
+            // Never past the deadline: the readiness wait below then
+            // answers `Timeout` as it would have.
+            sleep_until((Instant::now() + TRICKLE_PAUSE).min(deadline)).await;
+        }
         let ready = timeout_at(deadline, relay::readable(client)).await;
         match ready {
             Err(_elapsed) => return Err(HelloError::Timeout),
@@ -144,7 +167,7 @@ pub async fn read_hello_after(
         }
         match reader.feed(&bytes) {
             Ok(info) => return Ok(Hello { info, bytes }),
-            Err(Inspect::Incomplete) => continue,
+            Err(Inspect::Incomplete) => reads += 1,
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
         }
     }
