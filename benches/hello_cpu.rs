@@ -4,7 +4,11 @@
 //! - `whole`: full-size records, written at once;
 //! - `segments`: full-size records, written 1 to 64 bytes per write;
 //! - `one_byte_records`: one handshake byte per record, each record its
-//!   own write (and so its own segment: TCP_NODELAY);
+//!   own write (and so its own segment: TCP_NODELAY), as fast as the
+//!   client can;
+//! - `one_byte_paced`: the same, with a 100 µs pause after each write, so
+//!   that a relay which keeps up reads every segment on its own (the worst
+//!   case for a relay that re-parses what it holds at every read);
 //!
 //! at the default cap (`max_client_hello_bytes` = 16 KiB) and the largest
 //! (256 KiB). Each connection sends its hello to a relay (one worker
@@ -77,6 +81,8 @@ struct Case {
     writes: Vec<usize>,
     /// Connections per measured batch.
     batch: usize,
+    /// A pause after each write.
+    pace: Option<Duration>,
 }
 
 fn cases(cap: usize, scale: usize) -> Vec<Case> {
@@ -89,18 +95,28 @@ fn cases(cap: usize, scale: usize) -> Vec<Case> {
             writes: vec![whole.len()],
             stream: whole.clone(),
             batch: scale * if small { 200 } else { 50 },
+            pace: None,
         },
         Case {
             name: "segments",
             writes: segment_sizes(whole.len()),
             stream: whole,
             batch: scale * if small { 50 } else { 8 },
+            pace: None,
         },
         Case {
             name: "one_byte_records",
             writes: vec![6; trickle.len().div_ceil(6)],
-            stream: trickle,
+            stream: trickle.clone(),
             batch: scale * if small { 20 } else { 3 },
+            pace: None,
+        },
+        Case {
+            name: "one_byte_paced",
+            writes: vec![6; trickle.len().div_ceil(6)],
+            stream: trickle,
+            batch: scale * if small { 3 } else { 1 },
+            pace: Some(Duration::from_micros(100)),
         },
     ]
 }
@@ -114,6 +130,11 @@ async fn one(relay: std::net::SocketAddr, case: &Case) {
     for &n in &case.writes {
         client.write_all(&case.stream[at..at + n]).await.unwrap();
         at += n;
+        if let Some(pace) = case.pace {
+            // A blocking sleep: tokio's timer is 1 ms coarse, and nothing
+            // else in this process has work until the hello is through.
+            std::thread::sleep(pace);
+        }
     }
     let mut answer = [0u8; 1];
     client.read_exact(&mut answer).await.unwrap();
