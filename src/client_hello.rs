@@ -179,6 +179,23 @@ impl Reassembler {
         answer
     }
 
+    /// The shortest stream that could hold the whole hello, as far as the
+    /// bytes walked tell (one byte more than those, while its length is not
+    /// known). A hint for how many bytes the I/O side may let accumulate
+    /// before reading again: no answer but a refusal can come sooner.
+    pub fn needs(&self) -> usize {
+        let Some(total) = self.total else {
+            return self.walked + 1;
+        };
+        let rest = total - self.message_len;
+        if rest <= self.record_left {
+            self.walked + rest.max(1)
+        } else {
+            // At least one more record, so one more header.
+            self.walked + rest + RECORD_HEADER_LEN
+        }
+    }
+
     fn walk(&mut self, stream: &[u8]) -> Result<ClientHello, Inspect> {
         debug_assert!(stream.len() >= self.walked, "the stream shrank");
         // Verdicts on the first bytes come before anything else, so that a

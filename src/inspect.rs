@@ -19,11 +19,19 @@
 //! make every read re-parse all that was buffered: quadratic). Its own
 //! state is a few words, plus a buffer of the message only when the hello
 //! spans records; it lives in the connection's boxed setup future and is
-//! freed with it. Past [`UNPACED_READS`] reads that left the hello
-//! incomplete, each further read waits [`TRICKLE_PAUSE`] first, so that a
-//! trickling client's segments are taken many at a time: the per-read
-//! system calls and wake-ups, not the parsing, are what one-byte records
-//! cost once parsing is linear (see benches/README.md).
+//! freed with it.
+//!
+//! Once parsing is linear, what a trickling client (one-byte records, one
+//! per segment) still costs is a wake-up and a read per segment. So past
+//! [`UNPACED_READS`] reads that left the hello incomplete, each further
+//! read waits [`TRICKLE_PAUSE`] first, and SO_RCVLOWAT is set to the bytes
+//! the hello still needs at least ([`client_hello::Reassembler::needs`],
+//! never more than the room left under the limit, so an oversized hello is
+//! still read up to the limit and refused): the kernel then wakes the relay
+//! only when that much has come. It is set back to 1 before the hello is
+//! handed on, so relaying is never held back. The price: such a client's
+//! malformed bytes may be noticed only at the hello deadline
+//! (`hello_timeout` rather than `malformed`). Figures in benches/README.md.
 //!
 //! Not here: deciding where the name may go (see `route`).
 
@@ -36,7 +44,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::client_hello::{self, ClientHello, Inspect};
 use crate::close::CloseReason;
-use crate::relay;
+use crate::{relay, sockopt};
 
 /// Bytes read at most per read; `max_client_hello_bytes` is at most this
 /// by default, and a larger limit just takes more reads.
@@ -51,7 +59,7 @@ pub const UNPACED_READS: u32 = 32;
 /// sent meanwhile is then taken in one read, so a client cutting its hello
 /// into one-byte records, one per segment, costs at most one read per
 /// pause instead of one per segment (a read and its wake-up cost far more
-/// than the bytes they carry).
+/// than the bytes they carry). SO_RCVLOWAT spares the wake-ups too.
 pub const TRICKLE_PAUSE: Duration = Duration::from_millis(2);
 
 thread_local! {
@@ -122,8 +130,17 @@ pub async fn read_hello_after(
         }
     }
     let mut reads = 0u32;
+    // SO_RCVLOWAT as last set: 1 (the default) until the client trickles.
+    let mut lowat = 1;
     loop {
         if reads >= UNPACED_READS {
+            // Let the kernel hold back wake-ups until the hello could be
+            // complete, but never past the limit's room: a hello that
+            // cannot fit must still be read up to it and refused.
+            let wanted = reader.needs().min(limit).saturating_sub(bytes.len()).max(1);
+            if wanted != lowat && sockopt::set_recv_lowat(client, wanted).is_ok() {
+                lowat = wanted;
+            }
             // Never past the deadline: the readiness wait below then
             // answers `Timeout` as it would have.
             sleep_until((Instant::now() + TRICKLE_PAUSE).min(deadline)).await;
@@ -166,7 +183,13 @@ pub async fn read_hello_after(
             Err(e) => return Err(closed_or(e)),
         }
         match reader.feed(&bytes) {
-            Ok(info) => return Ok(Hello { info, bytes }),
+            Ok(info) => {
+                // The relay after this must see every byte at once.
+                if lowat != 1 {
+                    sockopt::set_recv_lowat(client, 1).map_err(closed_or)?;
+                }
+                return Ok(Hello { info, bytes });
+            }
             Err(Inspect::Incomplete) => reads += 1,
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
         }

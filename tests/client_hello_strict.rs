@@ -419,6 +419,28 @@ fn the_reassembler_agrees_with_parse_however_the_stream_is_cut() {
     );
 }
 
+/// `needs` is what `inspect` lets accumulate before it wakes: it must never
+/// ask for more than a valid hello still has to send.
+#[test]
+fn needs_never_asks_for_more_than_a_valid_hello_sends() {
+    let message = Hello::typical("a.example.com").message();
+    let mut streams = vec![record(&message), records(&message, 1), records(&message, 7)];
+    streams.push(common::capture("openssl_two_records.bin"));
+    for stream in &streams {
+        let mut reader = Reassembler::new(LIMIT);
+        for cut in 0..stream.len() {
+            assert_eq!(reader.feed(&stream[..cut]), Err(Inspect::Incomplete));
+            assert!(reader.needs() <= stream.len(), "cut {cut}");
+            assert!(reader.needs() > 0);
+        }
+    }
+    // In one record, once the handshake header is in, exactly the rest.
+    let whole = record(&message);
+    let mut reader = Reassembler::new(LIMIT);
+    assert_eq!(reader.feed(&whole[..9]), Err(Inspect::Incomplete));
+    assert_eq!(reader.needs(), whole.len());
+}
+
 #[test]
 fn a_reassembler_keeps_its_answer() {
     let bytes = records(&Hello::typical("a.example.com").message(), 50);
@@ -529,4 +551,83 @@ async fn through_the_relay_an_empty_host_name_is_malformed_not_unmatched() {
         relay_verdict(&empty.bytes()).await,
         ("malformed".to_owned(), 0)
     );
+}
+
+/// Writes `bytes` to the relay one 6-byte record per segment, pausing after
+/// each so that the relay reads them one or a few at a time (and so paces
+/// its reads after the first 32 and raises SO_RCVLOWAT).
+async fn trickle(relay: &common::Relay, bytes: &[u8]) -> (TcpStream, std::net::SocketAddr) {
+    let mut client = TcpStream::connect(relay.addr()).await.unwrap();
+    client.set_nodelay(true).unwrap();
+    let peer = client.local_addr().unwrap();
+    for record in bytes.chunks(6) {
+        if client.write_all(record).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_micros(500)).await;
+    }
+    (client, peer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_trickled_in_one_byte_records_is_routed_and_relaying_is_not_held_back() {
+    let hello = records(&Hello::typical("a.example.com").message(), 1);
+    let expected = hello.len();
+    // The backend reads the replayed hello, then echoes one message: the
+    // relay must pass small writes both ways once the hello is through
+    // (its SO_RCVLOWAT is back to 1).
+    let backend = common::raw_backend(move |mut stream| async move {
+        let mut got = vec![0u8; expected];
+        stream.read_exact(&mut got).await.unwrap();
+        let mut ping = [0u8; 1];
+        stream.read_exact(&mut ping).await.unwrap();
+        stream.write_all(&ping).await.unwrap();
+    })
+    .await;
+    let relay = common::Relay::start(&common::simple_config(&["a.example.com"], backend, "")).await;
+    let (mut client, peer) = trickle(&relay, &hello).await;
+    client.write_all(b"!").await.unwrap();
+    let mut pong = [0u8; 1];
+    tokio::time::timeout(common::WAIT, client.read_exact(&mut pong))
+        .await
+        .expect("the one-byte echo came back")
+        .unwrap();
+    assert_eq!(&pong, b"!");
+    drop(client);
+    let line = relay.closed_line(peer).await;
+    assert_eq!(line["sni"], "a.example.com");
+    assert_eq!(line["close"], "done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_hello_past_the_cap_is_too_large_and_one_cut_short_times_out() {
+    let relay = common::Relay::start(&common::simple_config(
+        &["a.example.com"],
+        common::closed_port(),
+        "max_client_hello_bytes = 512\nclient_hello_timeout = \"3s\"",
+    ))
+    .await;
+    // A hello whose one-byte records cannot fit 512 bytes: refused once
+    // 512 bytes are in, however slowly they came.
+    let big = records(
+        &Hello::typical("a.example.com")
+            .with(21, vec![0; 200])
+            .message(),
+        1,
+    );
+    let (_client, peer) = trickle(&relay, &big[..600]).await;
+    assert_eq!(relay.closed_line(peer).await["close"], "too_large");
+    // One that would fit, cut short: the relay waits for the rest until
+    // the hello deadline.
+    let minimal = Hello {
+        session_id: Vec::new(),
+        ciphers: vec![0x13, 0x01],
+        compression: vec![0],
+        extensions: Some(vec![(0, host("a.example.com"))]),
+        block_trailer: Vec::new(),
+    };
+    let small = records(&minimal.message(), 1);
+    assert!((300..512).contains(&small.len()), "{}", small.len());
+    let (_client, peer) = trickle(&relay, &small[..300]).await;
+    assert_eq!(relay.closed_line(peer).await["close"], "hello_timeout");
 }
