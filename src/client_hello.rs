@@ -1,29 +1,53 @@
-//! The TLS ClientHello parser: a pure function over the bytes read so far.
+//! The TLS ClientHello parser: a pure, I/O-free state machine over the bytes
+//! a client has sent since accept.
 //!
-//! [`parse`] takes everything a client has sent since accept and answers
-//! either with the [`ClientHello`] (SNI, ALPN, ECH presence, and how many
-//! bytes carried it) or with an [`Inspect`] verdict. The handshake message may
-//! be split over several TLS records and each record over any number of TCP
-//! segments; the record layer is walked here, and the reassembled handshake
-//! message is decoded with `tls-parser`.
+//! A [`Reassembler`] is fed the stream as it grows (each call passes every
+//! byte read so far) and answers either with the [`ClientHello`] (SNI, ALPN,
+//! ECH presence, and how many bytes carried it) or with an [`Inspect`]
+//! verdict. The handshake message may be split over several TLS records and
+//! each record over any number of TCP segments. [`parse`] is the one-shot
+//! form, for tests, benches and fuzzing.
 //!
 //! Guarantees the I/O side relies on:
 //! - every strict prefix of a valid hello is [`Inspect::Incomplete`], never a
-//!   wrong verdict, so re-parsing after each read is always safe;
+//!   wrong verdict, so feeding after each read is always safe;
 //! - a stream whose first byte is not a TLS handshake record is
 //!   [`Inspect::NotTls`] after one byte (HTTP, SSLv2, SSH, noise);
 //! - nothing past `limit` bytes is ever needed: a hello that announces more,
-//!   or that has not completed within `limit` bytes, is [`Inspect::TooLarge`].
+//!   or that has not completed within `limit` bytes, is [`Inspect::TooLarge`];
+//! - once a verdict other than `Incomplete` is given, it never changes.
+//!
+//! Strictness (RFC 8446 §4.1.2 and §4.2, RFC 6066 §3), all [`Inspect::Malformed`]:
+//! the name the relay routes on must be the only one a backend could honour,
+//! so a hello with two `server_name` extensions, or two names of one type in
+//! its list (two `host_name`s), or an empty `host_name`, is refused; so is
+//! any duplicated extension type, an empty `cipher_suites` or
+//! `compression_methods`, and bytes left over inside any length-delimited
+//! field the parser decodes: the handshake message, the record that ends it,
+//! the extensions block, each extension, and inside `server_name`, ALPN,
+//! `supported_versions`, `supported_groups`, `signature_algorithms(_cert)`,
+//! `ec_point_formats`, `psk_key_exchange_modes` and `key_share` (those are
+//! read here, not with tls-parser's list combinators, which drop a partial
+//! trailing entry silently). A `server_name` list holding only name types
+//! other than `host_name` means no SNI; a `host_name` next to another type
+//! is routed on. Other extensions are checked for framing alone, so a client
+//! using one this parser does not know is still routed.
 //!
 //! Not here: reading sockets, deadlines, or deciding what a name may reach.
-//! Cost: no copy when the hello sits in one record (the common case); one
-//! reassembly buffer of the hello's size otherwise.
-
-use std::borrow::Cow;
+//!
+//! Cost: linear in the bytes received, however they are cut. Each feed walks
+//! only the bytes added since the last one (record headers are read once,
+//! payload bytes looked at once), and the message is decoded exactly once,
+//! when its announced length is complete. No copy when the hello sits in one
+//! record (the common case); otherwise each payload byte is copied once into
+//! one buffer that grows with the bytes received (never with the length a
+//! client merely announces). A trickling client (one-byte records,
+//! one per segment) thus costs the relay per read a constant, not a re-parse
+//! of everything buffered.
 
 use tls_parser::{
-    TlsExtension, TlsMessage, TlsMessageHandshake, parse_tls_extension_alpn_content,
-    parse_tls_extension_sni_content, parse_tls_extension_unknown, parse_tls_message_handshake,
+    TlsExtension, TlsMessage, TlsMessageHandshake, parse_tls_extension_unknown,
+    parse_tls_message_handshake,
 };
 
 /// TLS record header: type (1), legacy version (2), length (2).
@@ -35,7 +59,14 @@ const HANDSHAKE_HEADER_LEN: usize = 4;
 const CONTENT_TYPE_HANDSHAKE: u8 = 22;
 const HANDSHAKE_CLIENT_HELLO: u8 = 1;
 const EXTENSION_SERVER_NAME: u16 = 0;
+const EXTENSION_SUPPORTED_GROUPS: u16 = 10;
+const EXTENSION_EC_POINT_FORMATS: u16 = 11;
+const EXTENSION_SIGNATURE_ALGORITHMS: u16 = 13;
 const EXTENSION_ALPN: u16 = 16;
+const EXTENSION_SUPPORTED_VERSIONS: u16 = 43;
+const EXTENSION_PSK_KEY_EXCHANGE_MODES: u16 = 45;
+const EXTENSION_SIGNATURE_ALGORITHMS_CERT: u16 = 50;
+const EXTENSION_KEY_SHARE: u16 = 51;
 const EXTENSION_ENCRYPTED_CLIENT_HELLO: u16 = 0xfe0d;
 const SNI_TYPE_HOST_NAME: u8 = 0;
 
@@ -74,101 +105,230 @@ pub enum Inspect {
 
 /// Parses the ClientHello at the start of `buf`, needing at most `limit` bytes.
 pub fn parse(buf: &[u8], limit: usize) -> Result<ClientHello, Inspect> {
-    let (message, len) = reassemble(buf, limit)?;
-    let mut hello = decode(&message)?;
-    hello.len = len;
-    Ok(hello)
+    Reassembler::new(limit).feed(buf)
 }
 
-/// Walks TLS records from the start of `buf` until one handshake message is
-/// complete; returns that message and the stream length that carried it.
-fn reassemble(buf: &[u8], limit: usize) -> Result<(Cow<'_, [u8]>, usize), Inspect> {
-    // Verdicts on the first bytes come before anything else, so that a
-    // non-TLS stream is refused after its first byte.
-    match buf {
-        [] => return Err(Inspect::Incomplete),
-        [kind, ..] if *kind != CONTENT_TYPE_HANDSHAKE => return Err(Inspect::NotTls),
-        [_, major, ..] if *major != 3 => return Err(Inspect::NotTls),
-        _ => {}
+/// The incremental ClientHello reader: walks TLS records as bytes arrive and
+/// reassembles the handshake message they carry.
+///
+/// Each [`feed`](Self::feed) passes the whole stream so far (the caller keeps
+/// it anyway, to replay it); only the bytes past the previous call are
+/// walked. Size: a few words and the reassembly buffer, which stays empty
+/// unless the hello spans records.
+#[derive(Debug)]
+pub struct Reassembler {
+    limit: usize,
+    /// Stream bytes walked so far: whole record headers and payload bytes.
+    walked: usize,
+    /// Payload bytes of the current record not yet walked; 0 between records.
+    record_left: usize,
+    /// Records whose header has been read.
+    records: usize,
+    /// Message bytes seen so far, across records.
+    message_len: usize,
+    /// The handshake header, gathered byte by byte (it may span records).
+    header: [u8; HANDSHAKE_HEADER_LEN],
+    /// The whole message's length, header included, once the header is in.
+    total: Option<usize>,
+    /// The message so far, once it spans records; empty while it sits in
+    /// the first record, where it is read in place.
+    message: Vec<u8>,
+    /// The refusal, once given.
+    failed: Option<Inspect>,
+    /// Whether the whole message is in (and `total` bytes of it held).
+    complete: bool,
+}
+
+impl Reassembler {
+    /// A reader that needs at most `limit` bytes of stream.
+    pub fn new(limit: usize) -> Self {
+        Reassembler {
+            limit,
+            walked: 0,
+            record_left: 0,
+            records: 0,
+            message_len: 0,
+            header: [0; HANDSHAKE_HEADER_LEN],
+            total: None,
+            message: Vec::new(),
+            failed: None,
+            complete: false,
+        }
     }
-    let mut message: Cow<'_, [u8]> = Cow::Borrowed(&[]);
-    let mut pos = 0;
-    loop {
-        let Some(header) = buf.get(pos..pos + RECORD_HEADER_LEN) else {
-            return Err(incomplete_within(buf.len(), limit));
+
+    /// Walks what `stream` adds to the stream fed before (`stream` must
+    /// start with every byte fed so far) and answers as [`parse`] would on
+    /// all of `stream`.
+    pub fn feed(&mut self, stream: &[u8]) -> Result<ClientHello, Inspect> {
+        if let Some(refusal) = self.failed {
+            return Err(refusal);
+        }
+        if self.complete {
+            // Answered already: the same bytes decode the same way.
+            return self.decode(stream);
+        }
+        let answer = self.walk(stream);
+        if let Err(refusal) = answer {
+            if refusal != Inspect::Incomplete {
+                // The buffer is not needed past a refusal; free it now
+                // rather than when the connection's setup ends.
+                self.message = Vec::new();
+                self.failed = Some(refusal);
+            }
+        }
+        answer
+    }
+
+    /// The shortest stream that could hold the whole hello, as far as the
+    /// bytes walked tell (one byte more than those, while its length is not
+    /// known). A hint for how many bytes the I/O side may let accumulate
+    /// before reading again: no answer but a refusal can come sooner.
+    pub fn needs(&self) -> usize {
+        let Some(total) = self.total else {
+            return self.walked + 1;
+        };
+        let rest = total - self.message_len;
+        if rest <= self.record_left {
+            self.walked + rest.max(1)
+        } else {
+            // At least one more record, so one more header.
+            self.walked + rest + RECORD_HEADER_LEN
+        }
+    }
+
+    fn walk(&mut self, stream: &[u8]) -> Result<ClientHello, Inspect> {
+        debug_assert!(stream.len() >= self.walked, "the stream shrank");
+        // Verdicts on the first bytes come before anything else, so that a
+        // non-TLS stream is refused after its first byte.
+        if self.records == 0 {
+            match stream {
+                [] => return Err(Inspect::Incomplete),
+                [kind, ..] if *kind != CONTENT_TYPE_HANDSHAKE => return Err(Inspect::NotTls),
+                [_, major, ..] if *major != 3 => return Err(Inspect::NotTls),
+                _ => {}
+            }
+        }
+        loop {
+            if self.record_left == 0 {
+                self.record_header(stream)?;
+            }
+            let start = self.walked;
+            let available = stream.len() - start;
+            let take = available.min(self.record_left);
+            if take == 0 {
+                return Err(self.incomplete_within(stream.len()));
+            }
+            let chunk = &stream[start..start + take];
+            self.walked += take;
+            self.record_left -= take;
+            let used = self.message_bytes(chunk)?;
+            if self.total == Some(self.message_len) {
+                // A record must end where the hello does: anything after it
+                // in the same record would be a second handshake message
+                // in the client's first flight, which TLS does not have.
+                if used < take || self.record_left != 0 {
+                    return Err(Inspect::Malformed);
+                }
+                self.complete = true;
+                return self.decode(stream);
+            }
+        }
+    }
+
+    /// Decodes the complete message: in place when it sits in the first
+    /// record, else from the reassembly buffer.
+    fn decode(&self, stream: &[u8]) -> Result<ClientHello, Inspect> {
+        let message = if self.records == 1 {
+            &stream[RECORD_HEADER_LEN..RECORD_HEADER_LEN + self.message_len]
+        } else {
+            &self.message[..]
+        };
+        let mut hello = decode(message)?;
+        hello.len = self.walked;
+        Ok(hello)
+    }
+
+    /// Reads the record header at `walked`, or answers why it cannot yet.
+    fn record_header(&mut self, stream: &[u8]) -> Result<(), Inspect> {
+        let Some(header) = stream.get(self.walked..self.walked + RECORD_HEADER_LEN) else {
+            return Err(self.incomplete_within(stream.len()));
         };
         if header[0] != CONTENT_TYPE_HANDSHAKE || header[1] != 3 {
-            // The first record was checked above; a later one that is not a
-            // handshake record interrupts the hello.
+            // The first record was checked in `walk`; a later one that is
+            // not a handshake record interrupts the hello.
             return Err(Inspect::Malformed);
         }
         let payload_len = usize::from(u16::from_be_bytes([header[3], header[4]]));
         if payload_len == 0 || payload_len > MAX_RECORD_PAYLOAD {
             return Err(Inspect::Malformed);
         }
-        let end = pos + RECORD_HEADER_LEN + payload_len;
-        if end > limit {
+        if self.walked + RECORD_HEADER_LEN + payload_len > self.limit {
             return Err(Inspect::TooLarge);
         }
-        let Some(payload) = buf.get(pos + RECORD_HEADER_LEN..end) else {
-            // Judge the handshake header early if it is already here, so an
-            // oversized or wrong message is refused without waiting for it.
-            let partial = &buf[pos + RECORD_HEADER_LEN..];
-            if message.is_empty() {
-                check_handshake_header(partial, limit)?;
-            } else {
-                check_handshake_header(&[&message[..], partial].concat(), limit)?;
+        if self.records == 1 {
+            // The hello spans records: from here on it is reassembled in
+            // its own buffer, starting with the first record's payload. The
+            // buffer grows with the bytes that came, not with the length
+            // the client announced, which costs it nothing to claim.
+            let first = &stream[RECORD_HEADER_LEN..RECORD_HEADER_LEN + self.message_len];
+            self.message.extend_from_slice(first);
+        }
+        self.walked += RECORD_HEADER_LEN;
+        self.record_left = payload_len;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Takes the next message bytes from `chunk` (from one record), up to
+    /// the message's end once its length is known; answers how many it took.
+    fn message_bytes(&mut self, chunk: &[u8]) -> Result<usize, Inspect> {
+        let mut rest = chunk;
+        // The handshake header is judged byte by byte as it arrives, so an
+        // oversized or wrong message is refused without waiting for it.
+        while self.message_len < HANDSHAKE_HEADER_LEN {
+            let Some((&byte, after)) = rest.split_first() else {
+                return Ok(chunk.len());
+            };
+            if self.message_len == 0 && byte != HANDSHAKE_CLIENT_HELLO {
+                return Err(Inspect::Malformed);
             }
-            return Err(Inspect::Incomplete);
+            self.header[self.message_len] = byte;
+            self.message_len += 1;
+            if self.records > 1 {
+                self.message.push(byte);
+            }
+            rest = after;
+        }
+        let total = match self.total {
+            Some(total) => total,
+            None => {
+                let [_, a, b, c] = self.header;
+                let body = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
+                let total = HANDSHAKE_HEADER_LEN + body;
+                // Each record adds a header, so a message that alone
+                // exceeds the limit can never fit.
+                if total + RECORD_HEADER_LEN > self.limit {
+                    return Err(Inspect::TooLarge);
+                }
+                self.total = Some(total);
+                total
+            }
         };
-        if message.is_empty() {
-            message = Cow::Borrowed(payload);
+        // Bytes past the message's end are left for `walk` to refuse.
+        let wanted = (total - self.message_len).min(rest.len());
+        if self.records > 1 {
+            self.message.extend_from_slice(&rest[..wanted]);
+        }
+        self.message_len += wanted;
+        Ok(chunk.len() - rest.len() + wanted)
+    }
+
+    /// `Incomplete`, unless the bytes already buffered leave no room to finish.
+    fn incomplete_within(&self, buffered: usize) -> Inspect {
+        if buffered >= self.limit {
+            Inspect::TooLarge
         } else {
-            message.to_mut().extend_from_slice(payload);
-        }
-        pos = end;
-        if let Some(total) = check_handshake_header(&message, limit)? {
-            if message.len() >= total {
-                return Ok((truncate(message, total), pos));
-            }
-        }
-    }
-}
-
-/// `Incomplete`, unless the bytes already buffered leave no room to finish.
-fn incomplete_within(buffered: usize, limit: usize) -> Inspect {
-    if buffered >= limit {
-        Inspect::TooLarge
-    } else {
-        Inspect::Incomplete
-    }
-}
-
-/// Checks the handshake header once its 4 bytes are in; returns the full
-/// message length (header included) when known.
-fn check_handshake_header(message: &[u8], limit: usize) -> Result<Option<usize>, Inspect> {
-    match message {
-        [kind, ..] if *kind != HANDSHAKE_CLIENT_HELLO => Err(Inspect::Malformed),
-        [_, a, b, c, ..] => {
-            let body = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
-            let total = HANDSHAKE_HEADER_LEN + body;
-            // Each record adds a header, so a message that alone exceeds the
-            // limit can never fit.
-            if total + RECORD_HEADER_LEN > limit {
-                return Err(Inspect::TooLarge);
-            }
-            Ok(Some(total))
-        }
-        _ => Ok(None),
-    }
-}
-
-fn truncate(message: Cow<'_, [u8]>, len: usize) -> Cow<'_, [u8]> {
-    match message {
-        Cow::Borrowed(bytes) => Cow::Borrowed(&bytes[..len]),
-        Cow::Owned(mut bytes) => {
-            bytes.truncate(len);
-            Cow::Owned(bytes)
+            Inspect::Incomplete
         }
     }
 }
@@ -179,6 +339,10 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
         Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) => hello,
         _ => return Err(Inspect::Malformed),
     };
+    // RFC 8446 §4.1.2: cipher_suites<2..2^16-2>, compression_methods<1..2^8-1>.
+    if hello.ciphers.is_empty() || hello.comp.is_empty() {
+        return Err(Inspect::Malformed);
+    }
     // tls-parser reads an extensions block whose length overruns the message
     // as "no extensions"; the message must end exactly where its fields do.
     let fixed = HANDSHAKE_HEADER_LEN
@@ -203,9 +367,10 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
         ech: false,
         len: 0,
     };
-    // Only the extensions the relay needs are decoded; the rest are checked
-    // for framing alone, so a client using an extension this parser does not
-    // know (or encodes a known one unusually) is still routed.
+    // Every type is kept to find duplicates: sorting a few dozen numbers
+    // once is cheaper than a 64 Ki-bit set, and stays linearithmic for a
+    // hostile hello of thousands of empty extensions.
+    let mut kinds = Vec::new();
     let mut rest = hello.ext.unwrap_or_default();
     while !rest.is_empty() {
         let Ok((next, TlsExtension::Unknown(kind, data))) = parse_tls_extension_unknown(rest)
@@ -213,30 +378,161 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
             return Err(Inspect::Malformed);
         };
         rest = next;
+        kinds.push(kind.0);
         match kind.0 {
-            EXTENSION_SERVER_NAME => found.server_name = Some(host_name(data)?),
+            EXTENSION_SERVER_NAME => found.server_name = host_name(data)?.map(<[u8]>::to_vec),
             EXTENSION_ALPN => found.alpn = alpn(data)?,
             EXTENSION_ENCRYPTED_CLIENT_HELLO => found.ech = true,
+            EXTENSION_SUPPORTED_VERSIONS => list8(data, 2, 2)?,
+            EXTENSION_SUPPORTED_GROUPS
+            | EXTENSION_SIGNATURE_ALGORITHMS
+            | EXTENSION_SIGNATURE_ALGORITHMS_CERT => list16(data, 2, 2)?,
+            EXTENSION_EC_POINT_FORMATS | EXTENSION_PSK_KEY_EXCHANGE_MODES => list8(data, 1, 1)?,
+            EXTENSION_KEY_SHARE => key_share(data)?,
             _ => {}
         }
+    }
+    kinds.sort_unstable();
+    if kinds.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(Inspect::Malformed);
     }
     Ok(found)
 }
 
-fn host_name(data: &[u8]) -> Result<Vec<u8>, Inspect> {
-    match parse_tls_extension_sni_content(data) {
-        Ok(([], TlsExtension::SNI(names))) => names
-            .into_iter()
-            .find(|(kind, _)| kind.0 == SNI_TYPE_HOST_NAME)
-            .map(|(_, name)| name.to_vec())
-            .ok_or(Inspect::Malformed),
-        _ => Err(Inspect::Malformed),
+/// A cursor over one length-delimited field: every read is bounds-checked,
+/// and [`Field::end`] fails unless the field was consumed exactly.
+struct Field<'a>(&'a [u8]);
+
+impl<'a> Field<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Inspect> {
+        if n > self.0.len() {
+            return Err(Inspect::Malformed);
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, Inspect> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, Inspect> {
+        let bytes = self.take(2)?;
+        Ok(u16::from_be_bytes([bytes[0], bytes[1]]))
+    }
+
+    /// A vector with a one-byte length prefix.
+    fn vec8(&mut self) -> Result<Field<'a>, Inspect> {
+        let len = usize::from(self.u8()?);
+        Ok(Field(self.take(len)?))
+    }
+
+    /// A vector with a two-byte length prefix.
+    fn vec16(&mut self) -> Result<Field<'a>, Inspect> {
+        let len = usize::from(self.u16()?);
+        Ok(Field(self.take(len)?))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn end(self) -> Result<(), Inspect> {
+        if self.is_empty() {
+            Ok(())
+        } else {
+            Err(Inspect::Malformed)
+        }
     }
 }
 
-fn alpn(data: &[u8]) -> Result<Vec<Vec<u8>>, Inspect> {
-    match parse_tls_extension_alpn_content(data) {
-        Ok(([], TlsExtension::ALPN(names))) => Ok(names.into_iter().map(<[u8]>::to_vec).collect()),
-        _ => Err(Inspect::Malformed),
+/// The `host_name` of a server_name extension (RFC 6066 §3), if it has one.
+fn host_name(data: &[u8]) -> Result<Option<&[u8]>, Inspect> {
+    let mut data = Field(data);
+    let mut list = data.vec16()?;
+    data.end()?;
+    // ServerName server_name_list<1..2^16-1>
+    if list.is_empty() {
+        return Err(Inspect::Malformed);
     }
+    let mut seen = [false; 256];
+    let mut host = None;
+    while !list.is_empty() {
+        let kind = list.u8()?;
+        // Every name type defined so far is an opaque<1..2^16-1>; a type
+        // this parser does not know is read the same way.
+        let name = list.vec16()?.0;
+        // "The ServerNameList MUST NOT contain more than one name of the
+        // same name_type": a second host_name is a second candidate route.
+        if std::mem::replace(&mut seen[usize::from(kind)], true) {
+            return Err(Inspect::Malformed);
+        }
+        if kind == SNI_TYPE_HOST_NAME {
+            if name.is_empty() {
+                return Err(Inspect::Malformed);
+            }
+            host = Some(name);
+        }
+    }
+    Ok(host)
+}
+
+/// The protocol names of an ALPN extension (RFC 7301 §3.1).
+fn alpn(data: &[u8]) -> Result<Vec<Vec<u8>>, Inspect> {
+    let mut data = Field(data);
+    let mut list = data.vec16()?;
+    data.end()?;
+    // ProtocolName protocol_name_list<2..2^16-1>, ProtocolName opaque<1..2^8-1>
+    if list.is_empty() {
+        return Err(Inspect::Malformed);
+    }
+    let mut names = Vec::new();
+    while !list.is_empty() {
+        let name = list.vec8()?.0;
+        if name.is_empty() {
+            return Err(Inspect::Malformed);
+        }
+        names.push(name.to_vec());
+    }
+    Ok(names)
+}
+
+/// An extension that is exactly one vector with a one-byte length prefix,
+/// of at least `min` bytes, made of `item`-byte entries.
+fn list8(data: &[u8], min: usize, item: usize) -> Result<(), Inspect> {
+    let mut data = Field(data);
+    let list = data.vec8()?;
+    data.end()?;
+    framed_items(&list, min, item)
+}
+
+/// As [`list8`], with a two-byte length prefix.
+fn list16(data: &[u8], min: usize, item: usize) -> Result<(), Inspect> {
+    let mut data = Field(data);
+    let list = data.vec16()?;
+    data.end()?;
+    framed_items(&list, min, item)
+}
+
+fn framed_items(list: &Field<'_>, min: usize, item: usize) -> Result<(), Inspect> {
+    if list.0.len() < min || list.0.len() % item != 0 {
+        return Err(Inspect::Malformed);
+    }
+    Ok(())
+}
+
+/// A ClientHello key_share (RFC 8446 §4.2.8): KeyShareEntry
+/// client_shares<0..2^16-1>, each a group and an opaque<1..2^16-1>.
+fn key_share(data: &[u8]) -> Result<(), Inspect> {
+    let mut data = Field(data);
+    let mut shares = data.vec16()?;
+    data.end()?;
+    while !shares.is_empty() {
+        let _group = shares.u16()?;
+        if shares.vec16()?.is_empty() {
+            return Err(Inspect::Malformed);
+        }
+    }
+    Ok(())
 }

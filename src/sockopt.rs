@@ -4,6 +4,8 @@
 //! set before `bind`/`listen` (SO_REUSEADDR, IPV6_V6ONLY, the backlog) are
 //! explicit; accepted and connected sockets get TCP_NODELAY, since the relay
 //! forwards TLS records whose latency matters more than segment count.
+//! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
+//! so that the kernel wakes the relay only once enough bytes are queued.
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! The descriptor limit is raised here too, at startup (through nix's safe
 //! wrapper).
@@ -25,6 +27,26 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// Disables Nagle's algorithm on a relayed socket.
 pub fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)
+}
+
+// The macro names `libc` and itself unqualified.
+use nix::{libc, setsockopt_impl, sockopt_impl};
+
+sockopt_impl!(
+    /// SO_RCVLOWAT: bytes queued before the socket reads as readable.
+    RecvLowat,
+    SetOnly,
+    libc::SOL_SOCKET,
+    libc::SO_RCVLOWAT,
+    usize
+);
+
+/// Sets SO_RCVLOWAT: the kernel neither wakes the relay nor reports the
+/// socket readable until `bytes` are queued (or the peer closes, or the
+/// receive buffer is under pressure). `inspect` uses it while a client
+/// trickles its hello, and sets it back to 1 before relaying.
+pub fn set_recv_lowat(stream: &tokio::net::TcpStream, bytes: usize) -> io::Result<()> {
+    nix::sys::socket::setsockopt(stream, RecvLowat, &bytes.max(1)).map_err(io::Error::from)
 }
 
 /// Whether an `accept` error means the process or system ran out of a

@@ -1,10 +1,11 @@
 //! Properties of the ClientHello parser over generated input (proptest):
 //! it never panics, on noise or on mutated hellos; a generated valid hello,
-//! split into any records, parses to what was put in; and every strict
-//! prefix of it is `Incomplete`.
+//! split into any records, parses to what was put in; every strict prefix
+//! of it is `Incomplete`; and the incremental `Reassembler`, fed any cut of
+//! any stream, answers what the one-shot `parse` answers on the same bytes.
 
 use proptest::prelude::*;
-use snirelay::client_hello::{ClientHello, Inspect, parse};
+use snirelay::client_hello::{ClientHello, Inspect, Reassembler, parse};
 
 const LIMIT: usize = 64 * 1024;
 
@@ -133,8 +134,55 @@ fn spec() -> impl Strategy<Value = Spec> {
         )
 }
 
+/// Feeds `stream` to a reassembler in reads of the given sizes (cycled),
+/// never more than `limit` bytes in all, as `inspect` reads; returns the
+/// first answer other than `Incomplete` (or the last) and the bytes fed.
+fn feed(stream: &[u8], reads: &[usize], limit: usize) -> (Result<ClientHello, Inspect>, usize) {
+    let mut reader = Reassembler::new(limit);
+    let mut fed = 0;
+    let mut reads = reads.iter().cycle();
+    loop {
+        let room = limit.saturating_sub(fed).max(1);
+        fed += (*reads.next().unwrap()).min(room).min(stream.len() - fed);
+        let answer = reader.feed(&stream[..fed]);
+        if answer != Err(Inspect::Incomplete) || fed == stream.len() {
+            return (answer, fed);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_reassembler_fed_any_cut_of_a_valid_hello_answers_like_parse(
+        spec in spec(),
+        reads in proptest::collection::vec(1usize..300, 1..8),
+    ) {
+        let bytes = records(&spec, &handshake(&spec));
+        let (answer, fed) = feed(&bytes, &reads, LIMIT);
+        prop_assert_eq!(fed, bytes.len());
+        prop_assert_eq!(answer, parse(&bytes, LIMIT));
+    }
+
+    #[test]
+    fn the_reassembler_fed_any_cut_of_noise_answers_like_parse(
+        spec in spec(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+        reads in proptest::collection::vec(1usize..100, 1..8),
+        limit in 0usize..4096,
+    ) {
+        let mut bytes = records(&spec, &handshake(&spec));
+        for (at, value) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        let (answer, fed) = feed(&bytes, &reads, limit);
+        prop_assert_eq!(&answer, &parse(&bytes[..fed], limit));
+        if answer == Err(Inspect::Incomplete) {
+            prop_assert!(fed < limit, "wants more than the limit");
+        }
+    }
 
     #[test]
     fn valid_hellos_parse_and_every_strict_prefix_is_incomplete(spec in spec()) {
