@@ -167,7 +167,10 @@ impl AcceptLoop {
             accepted,
             generation.clone(),
             close_mine.clone(),
-            conn::Slots { permit, admitted },
+            conn::Slots {
+                _permit: permit,
+                admitted,
+            },
         ));
     }
 }

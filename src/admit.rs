@@ -66,7 +66,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::cidr::{self, CidrSet};
+use crate::cidr::{self, CidrSet, canonical};
 use crate::close::CloseReason;
 
 /// How often the per-source tables are swept.
@@ -166,16 +166,6 @@ impl Source {
             Source::Peer(PeerAddr(addr)) | Source::Claimed(ClaimedAddr(addr)) => addr.ip(),
         };
         canonical(ip)
-    }
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        },
-        v4 => v4,
     }
 }
 

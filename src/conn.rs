@@ -55,7 +55,8 @@ pub struct Accepted {
 /// accept loop; a claimed client's, behind a trusted peer, from `setup`).
 #[derive(Debug)]
 pub struct Slots {
-    pub permit: OwnedSemaphorePermit,
+    /// Held, never read: dropping it frees the place.
+    pub _permit: OwnedSemaphorePermit,
     pub admitted: Option<Admitted>,
 }
 
@@ -317,7 +318,7 @@ mod tests {
             generation,
             CancellationToken::new(),
             Slots {
-                permit,
+                _permit: permit,
                 admitted: None,
             },
         );

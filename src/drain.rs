@@ -62,7 +62,8 @@ impl DrainSignal {
     }
 
     /// Connections currently registered.
-    pub fn live(&self) -> usize {
+    #[cfg(test)]
+    fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 }

@@ -19,33 +19,33 @@
 
 #![deny(unsafe_code)]
 
-pub mod accept;
+pub(crate) mod accept;
 pub mod addr;
 pub mod admin;
 pub mod admit;
 pub mod announce;
 pub mod backend;
-pub mod bind;
+pub(crate) mod bind;
 pub mod cidr;
 pub mod cli;
 pub mod client_hello;
 pub mod close;
 pub mod config;
-pub mod conn;
-pub mod connect;
-pub mod drain;
-pub mod generation;
+pub(crate) mod conn;
+pub(crate) mod connect;
+pub(crate) mod drain;
+pub(crate) mod generation;
 pub mod inspect;
-pub mod listeners;
+pub(crate) mod listeners;
 pub mod logging;
 pub mod matcher;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod notify;
 pub mod preface;
 pub mod probe;
 pub mod relay;
-pub mod reload;
-pub mod route;
+pub(crate) mod reload;
+pub(crate) mod route;
 pub mod server;
 pub mod signals;
 pub mod sni;

@@ -560,17 +560,6 @@ impl Metrics {
     // Hooks for stages built elsewhere. Label values must stay bounded:
     // `kind` and `outcome` are fixed words (hence `&'static str`).
 
-    /// A connection refused at admission on `listener`; `kind` is its close
-    /// reason (`limit_concurrent`, `limit_rate` or `denied`).
-    pub fn limit_refused(&self, listener: &str, kind: &'static str) {
-        self.limit_refusals
-            .get_or_create(&LimitLabels {
-                listener: listener.to_owned(),
-                kind,
-            })
-            .inc();
-    }
-
     /// A configuration reload finished; `outcome` is `ok` or `failed`.
     pub fn reload(&self, outcome: &'static str) {
         self.reloads.get_or_create(&OutcomeLabels { outcome }).inc();

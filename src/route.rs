@@ -72,7 +72,7 @@ pub struct Decision<'a> {
     /// otherwise the raw bytes escaped so that a hostile name cannot forge
     /// log lines; `None` without SNI.
     pub sni: Option<Box<str>>,
-    pub target: Result<&'a RouteEntry, Refusal>,
+    pub target: Result<&'a RouteEntry, NoRoute>,
 }
 
 impl RouteTable {
@@ -122,7 +122,7 @@ impl RouteTable {
     /// Routes one hello: parses its name once, looks it up once.
     pub fn decide(&self, hello: &ClientHello) -> Decision<'_> {
         let Some(raw) = hello.server_name.as_deref() else {
-            let target = self.no_sni.as_ref().ok_or(Refusal::NoSni);
+            let target = self.no_sni.as_ref().ok_or(NoRoute::NoSni);
             return Decision { sni: None, target };
         };
         match Sni::parse(raw) {
@@ -131,7 +131,7 @@ impl RouteTable {
                     .matcher
                     .find(&sni)
                     .map(|&i| &self.entries[i])
-                    .ok_or(Refusal::Unmatched),
+                    .ok_or(NoRoute::Unmatched),
                 sni: Some(sni.as_str().into()),
             },
             Err(_) => Decision {
@@ -141,7 +141,7 @@ impl RouteTable {
                         .to_string()
                         .into_boxed_str(),
                 ),
-                target: Err(Refusal::Unmatched),
+                target: Err(NoRoute::Unmatched),
             },
         }
     }
@@ -170,18 +170,18 @@ fn carried(previous: Option<&RouteEntry>, backend: &Arc<Backend>) -> Arc<DrainSi
 
 /// Why a connection may not go anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum NoRoute {
     #[error("no SNI, and the listener rejects hellos without one")]
     NoSni,
     #[error("the SNI matches no route")]
     Unmatched,
 }
 
-impl From<Refusal> for CloseReason {
-    fn from(r: Refusal) -> Self {
+impl From<NoRoute> for CloseReason {
+    fn from(r: NoRoute) -> Self {
         match r {
-            Refusal::NoSni => CloseReason::NoSni,
-            Refusal::Unmatched => CloseReason::Unmatched,
+            NoRoute::NoSni => CloseReason::NoSni,
+            NoRoute::Unmatched => CloseReason::Unmatched,
         }
     }
 }
