@@ -60,10 +60,10 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::announce::Outbound;
 use crate::config::{AddressSource, ClusterLookup, Config, NoSni};
 use crate::metrics;
-use crate::preface::Mode;
+use crate::proxy::inbound::Mode;
+use crate::proxy::outbound::Outbound;
 
 /// Admin sockets open at once. Past it, a new connection closes an older
 /// one (see the module header) rather than waiting: accept never blocks.

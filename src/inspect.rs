@@ -26,7 +26,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::client_hello::{self, ClientHello, Inspect};
 use crate::close::CloseReason;
-use crate::relay;
+use crate::pump::ready as relay;
 
 /// Bytes read at most per read; `max_client_hello_bytes` is at most this
 /// by default, and a larger limit just takes more reads.
