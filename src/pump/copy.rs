@@ -1,11 +1,11 @@
 //! The userspace copy path: one read into the worker thread's 16 KiB
 //! scratch buffer, written straight on.
 //!
-//! Every burst starts here ([`copy_once`]): small messages (TLS handshakes,
+//! Every burst starts here (`copy_once`): small messages (TLS handshakes,
 //! interactive traffic) cost just that read and write, as with HAProxy's
 //! `splice-auto`. A read that fills the buffer means bulk data, which
 //! `relay` hands to `splice`; with `splice = false` or no pipe free, the
-//! rest of the burst comes back here ([`copy_burst`]), so this is also the
+//! rest of the burst comes back here (`copy_burst`), so this is also the
 //! fallback of the splice path.
 //!
 //! Not here: pipes (see `splice`), or when a direction or the connection
@@ -13,7 +13,7 @@
 //!
 //! Cost: the scratch buffer is per thread and never held across an await.
 //! Only bytes the destination could not take at once are copied into a heap
-//! buffer ([`Copied::Stuck`]) until written.
+//! buffer (`Copied::Stuck`) until written.
 
 use std::io;
 

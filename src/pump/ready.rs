@@ -1,18 +1,18 @@
 //! What every part of the byte pump shares: the [`Side`] a burst moves,
 //! how a burst ended ([`Burst`], [`BurstError`]), the [`Activity`] record
 //! (bytes per direction, when a byte last moved) and the readiness helpers
-//! [`readable`] and [`writable`].
+//! `readable` and `writable`.
 //!
 //! It sits below the rest of the pump: `relay`, `copy` and `splice` import
 //! it and it imports none of them (nor anything else in the crate), so the
 //! pump's dependencies run one way. `inspect` waits on a socket with
-//! [`readable`] too, which keeps the wait as small there as it is here.
+//! `readable` too, which keeps the wait as small there as it is here.
 //!
 //! Not here: moving bytes (see `copy` and `splice`) or deciding when a
 //! connection ends (see `relay`).
 //!
 //! Cost: [`Activity`] is three atomics touched per transfer; the readiness
-//! helpers hold no waiter node (see [`readable`]).
+//! helpers hold no waiter node (see `readable`).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
