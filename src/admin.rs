@@ -2,7 +2,7 @@
 //! `/readyz` and, when `[admin] expose_config = true`, `/config`, served
 //! with hyper (HTTP/1.1).
 //!
-//! - `/metrics`: the Prometheus/OpenMetrics text of [`crate::metrics`].
+//! - `/metrics`: the Prometheus/OpenMetrics text of `crate::metrics`.
 //! - `/healthz`: 200 while the process runs its event loop.
 //! - `/readyz`: 200 once the listeners are bound and the configuration is
 //!   loaded, 503 before that and while draining. The flag is a

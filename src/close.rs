@@ -36,7 +36,7 @@ use crate::admit::{Admitted, Refusal};
 use crate::config::{Backend, Listener};
 use crate::conn::Accepted;
 use crate::metrics::{self, ListenerMetrics};
-use crate::relay::Transferred;
+use crate::pump::ready::Transferred;
 
 /// Whose fault a close is; it sets the level of the connection's log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

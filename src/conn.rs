@@ -2,7 +2,8 @@
 //!
 //! [`handle`] reads top to bottom as the stages of DESIGN.md: preface →
 //! inspect → route → connect → announce (in `setup`, one boxed future that
-//! is freed once the hello is replayed) → splice (`relay::Relay`) → close.
+//! is freed once the hello is replayed) → the byte pump
+//! (`pump::relay::Relay`) → close.
 //! Each stage returns its own error type, folded here into one
 //! [`CloseReason`]; the [`ConnRecord`] (in `close`, with the log line and
 //! the metrics it feeds) collects the log fields as stages learn them and
@@ -36,9 +37,10 @@ use crate::close::{self, CloseReason, ConnRecord};
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::metrics::ListenerMetrics;
-use crate::preface;
-use crate::relay::Activity;
-use crate::{announce, connect, inspect, relay, route, sockopt};
+use crate::proxy::{inbound, outbound};
+use crate::pump::ready::Activity;
+use crate::pump::relay;
+use crate::{connect, inspect, route, sockopt};
 
 /// A freshly accepted client connection.
 #[derive(Debug)]
@@ -154,7 +156,7 @@ async fn setup<'g>(
         None => (None, Vec::new()),
         Some(config) => {
             let preface = tokio::select! {
-                preface = preface::read(client, accepted.peer, config, deadline) => preface,
+                preface = inbound::read(client, accepted.peer, config, deadline) => preface,
                 () = cancel.cancelled() => return Err(CloseReason::Shutdown),
             };
             let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
@@ -237,23 +239,23 @@ async fn setup<'g>(
 
     // announce: the PROXY header goes out in the same write as the hello
     let header = match backend.proxy_protocol {
-        announce::Outbound::None => None,
+        outbound::Outbound::None => None,
         version => {
             let local = match local {
                 Some(local) => local,
                 None => local_addr()?,
             };
-            let announcement = announce::Announcement::new(
+            let announcement = outbound::Announcement::new(
                 accepted.peer.0,
                 local,
                 inbound.as_ref(),
                 record.sni.as_deref(),
                 record.id,
             );
-            announce::header(version, backend.proxy_protocol_crc32c, &announcement)
+            outbound::header(version, backend.proxy_protocol_crc32c, &announcement)
         }
     };
-    let (replay, header_len) = announce::prepend(header, hello.bytes);
+    let (replay, header_len) = outbound::prepend(header, hello.bytes);
     if backend.stream.write_all(&replay).await.is_err() {
         return Err(CloseReason::BackendReset);
     }

@@ -20,10 +20,10 @@ use std::net::{IpAddr, SocketAddr};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 
-use crate::announce::Outbound;
 use crate::backend::cluster::{Answer, LookupError};
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
 use crate::close::CloseReason;
+use crate::proxy::outbound::Outbound;
 use crate::sockopt;
 
 /// An open connection to one of a backend's addresses.

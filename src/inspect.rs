@@ -44,7 +44,8 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::client_hello::{self, ClientHello, Inspect};
 use crate::close::CloseReason;
-use crate::{relay, sockopt};
+use crate::pump::ready;
+use crate::sockopt;
 
 /// Bytes read at most per read; `max_client_hello_bytes` is at most this
 /// by default, and a larger limit just takes more reads.
@@ -145,7 +146,7 @@ pub async fn read_hello_after(
             // answers `Timeout` as it would have.
             sleep_until((Instant::now() + TRICKLE_PAUSE).min(deadline)).await;
         }
-        let ready = timeout_at(deadline, relay::readable(client)).await;
+        let ready = timeout_at(deadline, ready::readable(client)).await;
         match ready {
             Err(_elapsed) => return Err(HelloError::Timeout),
             Ok(Err(_)) if bytes.is_empty() => return Err(HelloError::Silent),
@@ -158,7 +159,7 @@ pub async fn read_hello_after(
         // A read shorter than asked for drained the socket: it is reported
         // to `try_io` as WouldBlock, which clears the readiness seen before
         // the read, so neither this loop nor the relay after it pays a read
-        // that would only return EAGAIN (see `relay::copy_once`).
+        // that would only return EAGAIN (see `pump::copy::copy_once`).
         let mut drained = None;
         let read = client.try_io(Interest::READABLE, || {
             SCRATCH.with_borrow_mut(|scratch| {

@@ -1,21 +1,42 @@
 //! snirelay: a layer-4 relay that routes TLS connections by their SNI
 //! without terminating TLS.
 //!
-//! A connection's life, one module per stage (see DESIGN.md):
-//! [`accept`] → [`admit`] (per-source limits) → [`preface`] (PROXY protocol
-//! in) → [`inspect`] (over the pure [`client_hello`] parser) → [`route`]
-//! (over [`sni`] and [`matcher`]) → [`connect`] (over the run-time state of
-//! [`backend`]: address sets, health, selection) → [`announce`] (PROXY
-//! protocol out) → [`relay`] → [`close`], strung together in [`conn`]. [`config`] turns the TOML file
-//! into an immutable snapshot, [`server`] binds and serves it (each
-//! listener as one [`generation`] per reload), [`signals`]
-//! turns signals into intents. Socket options live in [`sockopt`] only.
-//! [`probe`] is the operator's client-side monitor; [`metrics`] and
-//! [`admin`] are the relay's own observability.
-//! A reload diffs snapshots in [`reload`] and drains what changed through
-//! [`drain`] signals; [`notify`] speaks sd_notify and [`takeover`] hands
-//! listening sockets to a new binary.
-//! splice(2) and its pipe pool live in [`splice`].
+//! A connection's life, one module per stage (see DESIGN.md): `accept` →
+//! [`admit`] (the one admission gate: per-source limits, at accept and on a
+//! trusted peer's claim) → preface ([`proxy::inbound`], PROXY protocol in)
+//! → [`inspect`] (over the pure [`client_hello`] parser and its incremental
+//! reassembler) → `route` (the generation's route table, over [`sni`] and
+//! [`matcher`]) → `connect` (over the run-time state of [`backend`]:
+//! address sets, health, the selection [`backend::policy`]) → announce
+//! ([`proxy::outbound`], PROXY protocol out) → the byte pump ([`pump`]: the
+//! [`pump::relay`] future over the [`pump::copy`] and [`pump::splice`]
+//! paths) → [`close`] (the record, its one log line and metrics), strung
+//! together in `conn`. [`proxy::wire`] is the PROXY protocol's format,
+//! shared by both directions.
+//!
+//! [`config`] turns the TOML file into an immutable, validated snapshot
+//! (and back: [`config::effective`]). [`server`] runs the operator's
+//! intents; `bind` opens and inherits listening sockets; `listeners` runs
+//! each listener as one `generation` per reload (settings, route table,
+//! admission, backends: one value, one swap) with its accept loops;
+//! `reload` diffs snapshots for the log line and `drain` signals wind down
+//! what changed. [`signals`] turns signals into intents, [`notify`] speaks
+//! sd_notify and [`takeover`] hands listening sockets to a new binary.
+//! [`probe`] is the operator's client-side monitor; `metrics` and [`admin`]
+//! are the relay's own observability. Modules no test, bench, example or
+//! fuzz target needs are `pub(crate)`.
+//!
+//! Syscalls live in two places: socket options and descriptor handling in
+//! [`sockopt`], splice(2) and its pipe pool in [`pump::splice`]. `unsafe`
+//! is denied crate-wide; [`sockopt`] alone allows it, per block, each with
+//! its `SAFETY` comment ([`pump::splice`] needs none: it uses nix's safe
+//! wrappers).
+//!
+//! Imports between modules run one way: `tests/module_graph.rs` reads the
+//! source and fails, naming the loop, when two top-level modules (or two
+//! submodules of a folder) depend on each other, directly or through
+//! others. The loops that predate it (through [`close`]'s log record and
+//! between [`config`] and [`backend`]) are listed there and may only shrink.
 
 #![deny(unsafe_code)]
 
@@ -23,7 +44,6 @@ pub(crate) mod accept;
 pub mod addr;
 pub mod admin;
 pub mod admit;
-pub mod announce;
 pub mod backend;
 pub(crate) mod bind;
 pub mod cidr;
@@ -41,14 +61,13 @@ pub mod logging;
 pub mod matcher;
 pub(crate) mod metrics;
 pub mod notify;
-pub mod preface;
 pub mod probe;
-pub mod relay;
+pub mod proxy;
+pub mod pump;
 pub(crate) mod reload;
 pub(crate) mod route;
 pub mod server;
 pub mod signals;
 pub mod sni;
 pub mod sockopt;
-pub mod splice;
 pub mod takeover;

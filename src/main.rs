@@ -22,8 +22,9 @@ use clap::Parser;
 use snirelay::cli::{Cli, Command, ProbeArgs};
 use snirelay::config::Config;
 use snirelay::notify::Notifier;
+use snirelay::pump::splice;
 use snirelay::server::ServeOptions;
-use snirelay::{logging, probe, server, signals, sockopt, splice, takeover};
+use snirelay::{logging, probe, server, signals, sockopt, takeover};
 
 /// mimalloc: tokio's task cells and per-socket readiness slots are
 /// 128-byte aligned, and glibc's memalign leaves slack around each, which

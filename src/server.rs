@@ -13,7 +13,7 @@
 //! and count the failure. Otherwise bind the sockets the new file adds (any
 //! failure rejects the whole reload, and the new sockets are closed again),
 //! hand unchanged route identities their drain signals (`reload`), publish
-//! each listener's new [`Generation`] (settings and routes, admission,
+//! each listener's new `Generation` (settings and routes, admission,
 //! backends, pacing: one value, one swap, so no accept sees a mix of old
 //! and new), close the sockets the file removed, stop the backend runtimes
 //! no generation uses any more, and fire the drain signals of what changed.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::control_plane::{ControlPlane, Reply};
 use common::dns::{DnsServer, Mode};
 use common::*;
-use snirelay::preface::{self, Announced, Parse};
+use snirelay::proxy::wire::{self, Announced, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -40,7 +40,7 @@ fn hello(name: &str) -> Vec<u8> {
 /// What a node saw on one connection.
 #[derive(Debug)]
 struct Seen {
-    header: Option<preface::Header>,
+    header: Option<wire::Header>,
     hello: Vec<u8>,
 }
 
@@ -94,7 +94,7 @@ async fn serve_node(mut stream: TcpStream, name: &str, tx: mpsc::UnboundedSender
             return;
         }
         buf.extend_from_slice(&chunk[..n]);
-        let header = match preface::parse(&buf) {
+        let header = match wire::parse(&buf) {
             Parse::Header(h) => Some(h),
             Parse::Incomplete => continue,
             _ => None,
@@ -468,7 +468,7 @@ async fn forwarding_to_another_node_sends_proxy_v2_with_client_and_sni() {
     drop(tcp);
     let seen = a.next().await;
     let header = seen.header.expect("no PROXY header towards the node");
-    assert_eq!(header.version, preface::Version::V2);
+    assert_eq!(header.version, wire::Version::V2);
     assert_eq!(
         header.addresses,
         Announced::Proxy {

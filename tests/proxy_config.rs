@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use snirelay::announce::Outbound;
 use snirelay::config::{Config, ConfigError, DEFAULT_MAX_HOPS};
-use snirelay::preface::Mode;
+use snirelay::proxy::inbound::Mode;
+use snirelay::proxy::outbound::Outbound;
 
 fn load(listener_extra: &str, backend_extra: &str) -> Result<Config, ConfigError> {
     let text = format!(

@@ -1,10 +1,10 @@
-//! The inbound PROXY header parser (`preface::parse`) as a pure function:
+//! The inbound PROXY header parser (`proxy::wire::parse`) as a pure function:
 //! prefix tests for every header shape, and exact verdicts for hostile input.
 
 use std::net::SocketAddr;
 
-use snirelay::announce::{self, Announcement, Outbound};
-use snirelay::preface::{Announced, Invalid, Parse, Sniff, Version, parse, sniff};
+use snirelay::proxy::outbound::{self, Announcement, Outbound};
+use snirelay::proxy::wire::{Announced, Invalid, Parse, Sniff, Version, parse, sniff};
 
 fn addr(text: &str) -> SocketAddr {
     text.parse().unwrap()
@@ -19,7 +19,7 @@ fn v2(crc: bool, hops: Option<u8>, source: &str, destination: &str) -> Vec<u8> {
         123456789,
     );
     a.hops = hops;
-    announce::header(Outbound::V2, crc, &a).unwrap()
+    outbound::header(Outbound::V2, crc, &a).unwrap()
 }
 
 /// A v2 header as HAProxy 2.6 sends it with `send-proxy-v2 proxy-v2-options
@@ -58,8 +58,8 @@ fn valid_headers() -> Vec<(Vec<u8>, Announced)> {
         (v2(false, None, "198.51.100.7:50000", "192.0.2.1:443"), proxy4),
         (v2(true, Some(2), "198.51.100.7:50000", "192.0.2.1:443"), proxy4),
         (v2(true, None, "[2001:db8::7]:50000", "[2001:db8::1]:443"), proxy6),
-        (announce::local_header(Outbound::V2, false).unwrap(), Announced::Local),
-        (announce::local_header(Outbound::V2, true).unwrap(), Announced::Local),
+        (outbound::local_header(Outbound::V2, false).unwrap(), Announced::Local),
+        (outbound::local_header(Outbound::V2, true).unwrap(), Announced::Local),
         (
             v2_by_hand(),
             Announced::Proxy {
@@ -413,7 +413,7 @@ fn hostile_v1_headers_get_exact_verdicts() {
 fn per_source_limits_key_on_the_claim_and_exempt_a_trusted_peer_itself() {
     use snirelay::addr::{ClaimedAddr, PeerAddr};
     use snirelay::admit::{Admission, AtAccept, Limits};
-    use snirelay::preface::Sender;
+    use snirelay::proxy::inbound::Sender;
     let peer = PeerAddr(addr("10.0.0.2:40000"));
     let claimed = ClaimedAddr(addr("203.0.113.9:5555"));
     let gate = Admission::new(&Limits::unlimited());

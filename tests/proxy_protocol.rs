@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use snirelay::announce::{self, Announcement, Outbound};
-use snirelay::preface::{self, Announced, Parse};
+use snirelay::proxy::outbound::{self, Announcement, Outbound};
+use snirelay::proxy::wire::{self, Announced, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -51,8 +51,8 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Recorded>) -> Recorded {
         .unwrap()
 }
 
-fn header_of(bytes: &[u8]) -> preface::Header {
-    match preface::parse(bytes) {
+fn header_of(bytes: &[u8]) -> wire::Header {
+    match wire::parse(bytes) {
         Parse::Header(h) => h,
         other => panic!("backend did not get a PROXY header: {other:?}"),
     }
@@ -64,7 +64,7 @@ fn unique_id(bytes: &[u8]) -> String {
     let id = header
         .tlvs()
         .map(|t| t.unwrap())
-        .find(|t| t.kind == preface::TLV_UNIQUE_ID)
+        .find(|t| t.kind == wire::TLV_UNIQUE_ID)
         .expect("no UNIQUE_ID TLV");
     String::from_utf8(id.value.to_vec()).unwrap()
 }
@@ -103,7 +103,7 @@ fn v2_header(source: &str, destination: &str, hops: Option<u8>, crc: bool) -> Ve
         77,
     );
     a.hops = hops;
-    announce::header(Outbound::V2, crc, &a).unwrap()
+    outbound::header(Outbound::V2, crc, &a).unwrap()
 }
 
 /// Sends `bytes`, half-closes, and reads until the relay closes.
@@ -342,7 +342,7 @@ async fn optional_mode_takes_headers_and_plain_tls_from_trusted_sources() {
     assert_eq!(line["client.claimed"], "[2001:db8::5]:6000");
 
     // LOCAL: the peer's own connection; socket addresses, no claim.
-    let local = announce::local_header(Outbound::V2, true).unwrap();
+    let local = outbound::local_header(Outbound::V2, true).unwrap();
     let (peer, _) = send_and_finish(relay.addr(), &[local, hello.clone()].concat()).await;
     assert_eq!(next(&mut seen).await.all, hello);
     let line = relay.closed_line(peer).await;
@@ -388,7 +388,7 @@ async fn hop_count_above_max_hops_is_refused() {
 /// A v2 PROXY-command header built byte by byte: `family_protocol`, an
 /// address `block` and raw `tlvs` (for what `announce` never writes).
 fn v2_raw(version_command: u8, family_protocol: u8, block: &[u8], tlvs: &[u8]) -> Vec<u8> {
-    let mut h = preface::V2_SIGNATURE.to_vec();
+    let mut h = wire::V2_SIGNATURE.to_vec();
     h.extend([version_command, family_protocol]);
     h.extend(((block.len() + tlvs.len()) as u16).to_be_bytes());
     h.extend(block);
@@ -538,7 +538,7 @@ async fn local_and_protocols_the_relay_does_not_carry_use_the_connection_address
         v2_raw(0x20, 0x21, &udp, &[]),
         v2_raw(0x20, 0xFF, &[1, 2, 3], &[]),
         // PROXY over UDP, AF_UNIX stream, and UNSPEC: fall back to UNSPEC.
-        v2_raw(0x21, 0x12, &udp, &tlv(preface::TLV_UNIQUE_ID, b"x")),
+        v2_raw(0x21, 0x12, &udp, &tlv(wire::TLV_UNIQUE_ID, b"x")),
         v2_raw(0x21, 0x31, &[0; 216], &[]),
         v2_raw(0x21, 0x00, &[], &[]),
     ];
@@ -574,7 +574,7 @@ async fn only_our_0xe0_sub_type_is_a_hop_count_and_it_goes_out_in_that_format() 
     .await;
     let hello = capture("openssl_sni.bin");
     let block = tcp4_block([203, 0, 113, 9], 4000);
-    let ours = |n: u8| tlv(0xE0, &[&preface::HOPS_MAGIC[..], &[n]].concat());
+    let ours = |n: u8| tlv(0xE0, &[&wire::HOPS_MAGIC[..], &[n]].concat());
     let cases = [
         // Another product's 0xE0 (or an old relay's bare count, 9 > max):
         // ignored, one hop.
@@ -658,7 +658,7 @@ async fn a_peers_authority_is_carried_only_when_it_is_a_host_name() {
         (&long[..], SNI),
     ];
     for (authority, expected) in cases {
-        let header = v2_raw(0x21, 0x11, &block, &tlv(preface::TLV_AUTHORITY, authority));
+        let header = v2_raw(0x21, 0x11, &block, &tlv(wire::TLV_AUTHORITY, authority));
         let (client, _) = send_and_finish(relay.addr(), &[header, hello.clone()].concat()).await;
         let line = relay.closed_line(client).await;
         assert_eq!(line["close"], "done");
@@ -673,8 +673,8 @@ async fn a_peers_authority_is_carried_only_when_it_is_a_host_name() {
     }
     // Two AUTHORITY TLVs: which name? Refused.
     let twice = [
-        tlv(preface::TLV_AUTHORITY, b"a.example"),
-        tlv(preface::TLV_AUTHORITY, b"a.example"),
+        tlv(wire::TLV_AUTHORITY, b"a.example"),
+        tlv(wire::TLV_AUTHORITY, b"a.example"),
     ]
     .concat();
     let refused = vec![(

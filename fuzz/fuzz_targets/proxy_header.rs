@@ -1,14 +1,14 @@
-//! Fuzzes the inbound PROXY header sniffer and parser (`preface::sniff`,
-//! `preface::parse`) and the claim check (`preface::check_claim`): no input
-//! may panic, and the verdicts must agree with each other, with the stream
-//! they came from, and with the rules of `preface` (LOCAL reads nothing,
-//! an AUTHORITY kept is a normalised host name of at most 255 bytes, a hop
-//! count is at least 1).
+//! Fuzzes the inbound PROXY header sniffer and parser (`proxy::wire::sniff`,
+//! `proxy::wire::parse`) and the claim check (`proxy::wire::check_claim`):
+//! no input may panic, and the verdicts must agree with each other, with
+//! the stream they came from, and with the rules of `proxy::wire` (LOCAL
+//! reads nothing, an AUTHORITY kept is a normalised host name of at most
+//! 255 bytes, a hop count is at least 1).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snirelay::preface::{
+use snirelay::proxy::wire::{
     Announced, MAX_AUTHORITY_BYTES, Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, Version, check_claim,
     parse, sniff,
 };

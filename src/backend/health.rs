@@ -6,7 +6,7 @@
 //! `backend_address_up` gauge.
 //!
 //! A check is a connect, then — when the backend speaks PROXY — the LOCAL
-//! header (`announce::local_header`: v2 LOCAL, v1 `PROXY UNKNOWN`), then a
+//! header (`proxy::outbound::local_header`: v2 LOCAL, v1 `PROXY UNKNOWN`), then a
 //! clean close (FIN). The same [`Probe`] and [`round`] measure connect times
 //! for `policy = "fastest"` (`super::fastest`), so a backend sees one kind of
 //! probe whoever sends it.
@@ -35,9 +35,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendRuntime;
-use crate::announce::local_header;
 use crate::config::{Backend, HealthCheck};
 use crate::metrics;
+use crate::proxy::outbound::local_header;
 
 /// Why a probe of one address failed.
 #[derive(Debug, thiserror::Error)]
@@ -307,7 +307,7 @@ pub(crate) mod tests {
         stream.read_to_end(&mut got).await.unwrap();
         assert_eq!(
             Some(got),
-            local_header(crate::announce::Outbound::V2, false)
+            local_header(crate::proxy::outbound::Outbound::V2, false)
         );
     }
 

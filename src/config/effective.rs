@@ -40,8 +40,8 @@ use super::{
     Listener, NoSni, Policy, Route,
 };
 use crate::admit::{Limits, Rate};
-use crate::announce::Outbound;
-use crate::preface::{Inbound, Mode};
+use crate::proxy::inbound::{Inbound, Mode};
+use crate::proxy::outbound::Outbound;
 
 impl Config {
     /// This configuration as the file model, every key set to its value in

@@ -38,10 +38,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::admit::{Limits, Rate};
-use crate::announce::Outbound;
 use crate::cidr::{Cidr, CidrSet};
 use crate::matcher::SniMatcher;
-use crate::preface::{Inbound, Mode};
+use crate::proxy::inbound::{Inbound, Mode};
+use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
 use file::{
     AdminSection, BackendSection, ClusterSection, CountOrOff, FileConfig, HealthSection,

@@ -1,21 +1,9 @@
-//! The preface stage: an inbound PROXY protocol header (v2 or v1) from a
-//! trusted peer relay, read before the ClientHello.
+//! The PROXY protocol's wire format (v2 and v1): recognising a signature
+//! ([`sniff`]), parsing a header ([`parse`]), and the value of our hop-count
+//! TLV ([`hops_value`]), shared by the inbound stage that reads headers
+//! (`inbound`) and the outbound announcement that writes them (`outbound`).
 //!
-//! Runs only on listeners with a `[listener.proxy_protocol]` section; others
-//! go straight to `inspect`. Per connection:
-//! - the source is trusted when its socket address lies in `trusted`;
-//! - every source is sniffed: a PROXY signature (v2's 12-byte signature, or
-//!   v1's `"PROXY "`) from an untrusted source is closed (`proxy_untrusted`);
-//!   anything else from it goes on untouched;
-//! - a trusted source in mode `require` must send a valid header before
-//!   `client_hello_timeout` (`proxy_missing`, `proxy_invalid`); in mode
-//!   `optional` a first byte that cannot start a signature (a TLS record
-//!   starts with 0x16) means "no header" and the connection goes on as is,
-//!   so a fleet can migrate without a flag day.
-//!
-//! Every byte read past the header is kept in [`Preface::buffered`] and
-//! handed to `inspect`, which starts from it: sniffing never loses or
-//! re-reads a byte.
+//! Pure functions over `&[u8]`: no I/O, no deadlines, no configuration.
 //!
 //! Validation follows the spec (haproxy's proxy-protocol.txt, quoted where
 //! it decides behaviour):
@@ -36,47 +24,29 @@
 //!   the others are skipped. AUTHORITY is kept only when it is a valid host
 //!   name of at most [`MAX_AUTHORITY_BYTES`]; otherwise it is ignored.
 //!
-//! Encoding and field parsing are the `ppp` crate's; framing, the v1
+//! Field parsing is the `ppp` crate's (so is encoding, in `outbound`);
+//! framing, the v1
 //! field grammar `ppp` is lenient about, the CRC32C check (the `crc32c`
 //! crate) and the hop guard are ours.
 //!
-//! # Claims, hops, and per-source limits
-//! A PROXY command with TCP over IPv4/IPv6 yields a [`ClaimedAddr`] (logged as
-//! `client.claimed`, never mixed with `client.peer`), unless its source
-//! cannot be a client ([`check_claim`]: unspecified, multicast, broadcast,
-//! or the relay's own listening socket), which is refused as invalid.
-//! LOCAL (v2), UNKNOWN (v1), and the v2 fallbacks above claim nothing: the
-//! socket addresses are used. Our hop count travels in the custom TLV
-//! [`TLV_HOPS`] behind the [`HOPS_MAGIC`] sub-type; a header without it
-//! (or with another product's 0xE0 TLV only) counts as one hop. More than
-//! `max_hops` is refused (`hop_limit`), so a routing loop between cluster
-//! nodes dies within a few hops.
+//! # Claims and hops
+//! A PROXY command with TCP over IPv4/IPv6 yields the addresses a peer
+//! claims ([`Announced::Proxy`]), unless its source cannot be a client
+//! ([`check_claim`]: unspecified, multicast, broadcast, or the relay's own
+//! listening socket), which is refused as invalid. LOCAL (v2), UNKNOWN
+//! (v1), and the v2 fallbacks above claim nothing. Our hop count travels in
+//! the custom TLV [`TLV_HOPS`] behind the [`HOPS_MAGIC`] sub-type; a header
+//! without it (or with another product's 0xE0 TLV only) counts as one hop.
 //!
-//! Budget decision (applied by `admit::Admission`): a trusted peer's own
-//! connections are **exempt** from per-source limits keyed on the peer's
-//! address — one peer relay carries many clients, and capping it as one
-//! source would cut a whole edge's traffic at 100 connections. Instead,
-//! connections that carry a claim are limited by the claimed address (the
-//! real client), as if it had connected directly; those with no claim
-//! (LOCAL health checks, UNKNOWN, or no header in `optional` mode) are not
-//! counted as a client. A trusted peer is bounded by `global.max_connections`
-//! only. Because the claim is known only after the preface, admission for a
-//! trusted source happens after this stage, not before the first read.
+//! Not here: reading from a socket, trust, modes and `max_hops` (see
+//! `inbound`), or building the headers the relay sends (see `outbound`).
 //!
-//! Cost: at most one small buffer ([`READ_CHUNK`]) per connection, moved on to
-//! `inspect`; a header is parsed once when complete (framing is re-checked
-//! per read, which is a few comparisons).
+//! Cost: a header is parsed once when complete (framing is re-checked per
+//! read, which is a few comparisons).
 
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
-use tokio::time::{Instant, timeout_at};
-
-use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::cidr::{Cidr, canonical};
-use crate::close::CloseReason;
+use crate::cidr::canonical;
 use crate::sni::Sni;
 
 /// The v2 signature (12 bytes).
@@ -89,8 +59,6 @@ pub const V1_MAX_BYTES: usize = 107;
 /// 16 + 65535; no peer sends more than a few hundred bytes, and buffering
 /// 64 KiB per connection for a header would be a gift to an attacker.
 pub const V2_MAX_BYTES: usize = 4096;
-/// Bytes asked for per read while sniffing or reading a header.
-pub const READ_CHUNK: usize = 4096;
 
 /// TLV types (spec §2.2.1–2.2.7) and our custom hop count.
 pub const TLV_AUTHORITY: u8 = 0x02;
@@ -111,27 +79,6 @@ pub const HOPS_VALUE_LEN: usize = HOPS_MAGIC.len() + 1;
 /// Longest AUTHORITY used: a DNS name is at most 253 bytes (255 on the
 /// wire); anything longer is not a host name.
 pub const MAX_AUTHORITY_BYTES: usize = 255;
-
-/// What the listener expects from trusted sources.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Require,
-    Optional,
-}
-
-/// A listener's validated `[listener.proxy_protocol]` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inbound {
-    pub trusted: Vec<Cidr>,
-    pub mode: Mode,
-    pub max_hops: u8,
-}
-
-impl Inbound {
-    pub fn trusts(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|net| net.contains(ip))
-    }
-}
 
 /// What a complete, valid header says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -562,206 +509,6 @@ fn check_v1_fields(line: &[u8]) -> Result<(), Invalid> {
         }
     }
     Ok(())
-}
-
-// ------------------------------------------------------------------- I/O
-
-/// Who sent a connection: a client itself, or a trusted peer relay with or
-/// without a claim (admission decides on it: `admit::Admission::after_preface`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sender {
-    /// An untrusted source, or a listener without PROXY protocol.
-    Direct(PeerAddr),
-    /// A trusted peer relaying a client whose address it claims.
-    Relayed {
-        peer: PeerAddr,
-        claimed: ClaimedAddr,
-    },
-    /// A trusted peer's connection without a claim: LOCAL, UNKNOWN, or no
-    /// header in `optional` mode.
-    TrustedPeer(PeerAddr),
-}
-
-impl Sender {
-    pub fn claimed(&self) -> Option<ClaimedAddr> {
-        match self {
-            Sender::Relayed { claimed, .. } => Some(*claimed),
-            _ => None,
-        }
-    }
-}
-
-/// The outcome of the preface stage.
-#[derive(Debug)]
-pub struct Preface {
-    pub sender: Sender,
-    /// The header, when a trusted source sent one.
-    pub header: Option<Header>,
-    /// Bytes read past the header: the start of the ClientHello.
-    pub buffered: Vec<u8>,
-}
-
-/// Why the preface closed the connection.
-#[derive(Debug, thiserror::Error)]
-pub enum PrefaceError {
-    #[error("closed without sending a byte")]
-    Silent,
-    #[error("closed in the middle of a PROXY header")]
-    Closed,
-    #[error("no byte before the deadline")]
-    Timeout,
-    #[error("a trusted source sent no complete PROXY header in time")]
-    Missing,
-    #[error("invalid PROXY header: {0}")]
-    Invalid(Invalid),
-    #[error("PROXY header from an untrusted source")]
-    Untrusted,
-    #[error("{hops} relay hops exceed max_hops = {max}")]
-    HopLimit {
-        hops: u8,
-        max: u8,
-        /// The client the looping connection carries, for the log line.
-        claimed: Option<ClaimedAddr>,
-    },
-}
-
-impl PrefaceError {
-    /// The claimed client of a refused but well-formed header.
-    pub fn claimed(&self) -> Option<ClaimedAddr> {
-        match self {
-            PrefaceError::HopLimit { claimed, .. } => *claimed,
-            _ => None,
-        }
-    }
-}
-
-impl From<PrefaceError> for CloseReason {
-    fn from(e: PrefaceError) -> Self {
-        match e {
-            PrefaceError::Silent => CloseReason::Silent,
-            PrefaceError::Closed => CloseReason::ClientClosed,
-            PrefaceError::Timeout => CloseReason::HelloTimeout,
-            PrefaceError::Missing => CloseReason::ProxyMissing,
-            PrefaceError::Invalid(_) => CloseReason::ProxyInvalid,
-            PrefaceError::Untrusted => CloseReason::ProxyUntrusted,
-            PrefaceError::HopLimit { .. } => CloseReason::HopLimit,
-        }
-    }
-}
-
-/// Reads the preface of a connection from `peer` on a listener with
-/// `config`, all before `deadline` (the ClientHello deadline).
-pub async fn read(
-    client: &mut TcpStream,
-    peer: PeerAddr,
-    config: &Inbound,
-    deadline: Instant,
-) -> Result<Preface, PrefaceError> {
-    let trusted = config.trusts(peer.0.ip());
-    let mut buffered = Vec::with_capacity(READ_CHUNK);
-    if !trusted {
-        loop {
-            match sniff(&buffered) {
-                Sniff::Incomplete => {
-                    read_more(client, &mut buffered, deadline, false, config.mode).await?
-                }
-                Sniff::NotProxy => {
-                    return Ok(Preface {
-                        sender: Sender::Direct(peer),
-                        header: None,
-                        buffered,
-                    });
-                }
-                Sniff::Signature(_) => return Err(PrefaceError::Untrusted),
-            }
-        }
-    }
-    let header = loop {
-        match parse(&buffered) {
-            Parse::Incomplete => {
-                read_more(client, &mut buffered, deadline, true, config.mode).await?
-            }
-            Parse::NotProxy if config.mode == Mode::Require => {
-                return Err(PrefaceError::Missing);
-            }
-            Parse::NotProxy => {
-                return Ok(Preface {
-                    sender: Sender::TrustedPeer(peer),
-                    header: None,
-                    buffered,
-                });
-            }
-            Parse::Invalid(invalid) => return Err(PrefaceError::Invalid(invalid)),
-            Parse::Header(header) => break header,
-        }
-    };
-    let sender = match header.addresses {
-        Announced::Proxy { source, .. } => {
-            // getsockname(2) only for a header that carries a claim.
-            let local = client.local_addr().map_err(|_| PrefaceError::Closed)?;
-            check_claim(source, local).map_err(PrefaceError::Invalid)?;
-            Sender::Relayed {
-                peer,
-                claimed: ClaimedAddr(source),
-            }
-        }
-        Announced::Local | Announced::Unknown => Sender::TrustedPeer(peer),
-    };
-    if header.hops > config.max_hops {
-        return Err(PrefaceError::HopLimit {
-            hops: header.hops,
-            max: config.max_hops,
-            claimed: sender.claimed(),
-        });
-    }
-    buffered.drain(..header.len);
-    Ok(Preface {
-        sender,
-        header: Some(header),
-        buffered,
-    })
-}
-
-async fn read_more(
-    client: &mut TcpStream,
-    buffered: &mut Vec<u8>,
-    deadline: Instant,
-    trusted: bool,
-    mode: Mode,
-) -> Result<(), PrefaceError> {
-    let before = buffered.len();
-    buffered.resize(before + READ_CHUNK, 0);
-    let read = timeout_at(deadline, client.read(&mut buffered[before..])).await;
-    let n = match read {
-        Ok(Ok(n)) => n,
-        Ok(Err(e)) => return Err(closed(e, before)),
-        Err(_elapsed) => {
-            buffered.truncate(before);
-            // A trusted source owes a header in `require` mode, and a
-            // header it started but never finished is missing in either
-            // mode; anyone else simply sent no hello in time.
-            return Err(if trusted && (before > 0 || mode == Mode::Require) {
-                PrefaceError::Missing
-            } else {
-                PrefaceError::Timeout
-            });
-        }
-    };
-    buffered.truncate(before + n);
-    match (n, before) {
-        (0, 0) => Err(PrefaceError::Silent),
-        (0, _) => Err(PrefaceError::Closed),
-        _ => Ok(()),
-    }
-}
-
-fn closed(_error: io::Error, before: usize) -> PrefaceError {
-    // As in `inspect`: a reset is the client going away.
-    if before == 0 {
-        PrefaceError::Silent
-    } else {
-        PrefaceError::Closed
-    }
 }
 
 #[cfg(test)]

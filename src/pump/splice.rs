@@ -24,18 +24,23 @@
 //!   connection. Such a pipe is closed instead of being returned.
 //!
 //! The pool is bounded (`global.max_pipes`): when every pipe is in use, a
-//! burst copies through userspace instead (the caller's fallback), so a
+//! burst copies through userspace instead (`copy`, the fallback), so a
 //! full pool costs throughput, never correctness. Pipes are sized with
 //! F_SETPIPE_SZ (`global.pipe_size`); if the kernel refuses the size (over
 //! `fs.pipe-max-size`, or the user's pipe page budget), the pipe keeps the
-//! size it got.
+//! size it got. Both values are passed in by [`configure`] (the binary
+//! does so at startup, from the validated configuration); this module reads
+//! no configuration, and until [`configure`] is called there is no pool and
+//! every burst is copied.
 //!
 //! Cost: a lease is one uncontended mutex on a per-thread shard (no global
 //! lock); a burst is two syscalls per pipe-full. Nothing is allocated per
 //! connection or per burst once the pool is warm.
 //!
-//! Not here: the relay's loop, half-close or idle accounting (see `relay`).
-//! Everything goes through nix's safe wrappers; this module has no `unsafe`.
+//! Not here: the relay's loop, half-close or idle accounting (see `relay`),
+//! or the types it shares with them (see `ready`). Everything goes through
+//! nix's safe wrappers; this module has no `unsafe`, and the crate's
+//! `#![deny(unsafe_code)]` holds here.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -46,8 +51,7 @@ use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::config::{DEFAULT_MAX_PIPES, DEFAULT_PIPE_SIZE};
-use crate::relay::{Activity, Burst, BurstError, Side, readable, writable};
+use crate::pump::ready::{Activity, Burst, BurstError, Side, readable, writable};
 
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_MOVE.union(SpliceFFlags::SPLICE_F_NONBLOCK);
 
@@ -221,15 +225,17 @@ impl Drop for Lease<'_> {
 
 static POOL: OnceLock<PipePool> = OnceLock::new();
 
-/// Sets the process-wide pool's pipe size and bound; call once at startup,
-/// before the first connection. Returns false if the pool already exists.
+/// Makes the process-wide pool, with pipes of `size` bytes and at most
+/// `max` of them; call once at startup, before the first connection.
+/// Returns false if the pool already exists.
 pub fn configure(size: usize, max: usize) -> bool {
     POOL.set(PipePool::new(size, max)).is_ok()
 }
 
-/// The process-wide pool (pipes are a process resource, like descriptors).
-pub fn pool() -> &'static PipePool {
-    POOL.get_or_init(|| PipePool::new(DEFAULT_PIPE_SIZE, DEFAULT_MAX_PIPES))
+/// The process-wide pool (pipes are a process resource, like descriptors),
+/// or `None` before [`configure`]: the relay then copies every burst.
+pub fn pool() -> Option<&'static PipePool> {
+    POOL.get()
 }
 
 /// Moves data `from` → `to` through the leased pipe until `from` has nothing

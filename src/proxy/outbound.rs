@@ -1,4 +1,4 @@
-//! The announce stage: the PROXY protocol header a backend receives before
+//! The announce stage (outbound PROXY protocol): the PROXY protocol header a backend receives before
 //! the client's first byte, so the origin learns who the client is without
 //! the edge terminating TLS.
 //!
@@ -15,15 +15,15 @@
 //!   peer relay, carried through); UNIQUE_ID = the decimal `conn_id` of the
 //!   connection's log line; CRC32C when `proxy_protocol_crc32c = true`; the
 //!   hop count when the connection itself arrived with a header
-//!   (incremented), as [`TLV_HOPS`] with the [`preface::HOPS_MAGIC`]
-//!   sub-type (the one wire format, defined in `preface`). No SSL TLV: the
+//!   (incremented), as [`TLV_HOPS`] with the [`wire::HOPS_MAGIC`]
+//!   sub-type (the one wire format, defined in `wire`). No SSL TLV: the
 //!   relay negotiated no TLS.
 //! - v1 carries addresses only (`PROXY TCP4|TCP6 …\r\n`).
 //! - [`local_header`] encodes the LOCAL command (v1: `PROXY UNKNOWN`) for
 //!   anything the relay sends on its own behalf, such as health checks.
 //!
 //! Encoding is the `ppp` crate's; the CRC32C (the `crc32c` crate) is filled
-//! in here. Not here: reading headers (see `preface`). Cost: one header of
+//! in here. Not here: reading headers (see `inbound`, over `wire`'s parser). Cost: one header of
 //! well under 512 bytes per connection, copied once with the hello.
 
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +31,7 @@ use std::net::{IpAddr, SocketAddr};
 use ppp::v2;
 
 use crate::cidr::canonical;
-use crate::preface::{self, Announced, TLV_AUTHORITY, TLV_CRC32C, TLV_HOPS, TLV_UNIQUE_ID};
+use crate::proxy::wire::{self, Announced, TLV_AUTHORITY, TLV_CRC32C, TLV_HOPS, TLV_UNIQUE_ID};
 
 /// A backend's `proxy_protocol` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,7 +59,7 @@ impl Announcement {
     pub fn new(
         peer: SocketAddr,
         local: SocketAddr,
-        inbound: Option<&preface::Header>,
+        inbound: Option<&wire::Header>,
         sni: Option<&str>,
         conn_id: u64,
     ) -> Announcement {
@@ -121,7 +121,7 @@ pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> O
                 tlvs.push((TLV_AUTHORITY, authority));
             }
             tlvs.push((TLV_UNIQUE_ID, unique_id.as_bytes()));
-            let hops = announcement.hops.map(preface::hops_value);
+            let hops = announcement.hops.map(wire::hops_value);
             if let Some(hops) = &hops {
                 tlvs.push((TLV_HOPS, hops));
             }
@@ -183,20 +183,20 @@ fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -> Vec<u8> {
 }
 
 /// ppp's writer fails only past 65,535 payload bytes; ours holds two
-/// addresses, an AUTHORITY of at most `preface::V2_MAX_BYTES`, a u64 in
+/// addresses, an AUTHORITY of at most `wire::V2_MAX_BYTES`, a u64 in
 /// decimal, a 14-byte hop value and a checksum.
 const BOUNDED: &str = "a PROXY v2 header of bounded size always encodes";
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::preface::{Parse, Version, parse};
+    use crate::proxy::wire::{Parse, Version, parse};
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().unwrap()
     }
 
-    fn parsed(bytes: &[u8]) -> preface::Header {
+    fn parsed(bytes: &[u8]) -> wire::Header {
         match parse(bytes) {
             Parse::Header(h) => h,
             other => panic!("{other:?} for {bytes:?}"),
@@ -250,7 +250,7 @@ mod tests {
         );
         let mut bytes = header(Outbound::V2, true, &a).unwrap();
         bytes[17] ^= 1;
-        assert_eq!(parse(&bytes), Parse::Invalid(preface::Invalid::Checksum));
+        assert_eq!(parse(&bytes), Parse::Invalid(wire::Invalid::Checksum));
     }
 
     #[test]
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_relayed_connection_carries_client_authority_and_one_more_hop() {
-        let inbound = preface::Header {
+        let inbound = wire::Header {
             len: 0,
             version: Version::V2,
             addresses: Announced::Proxy {

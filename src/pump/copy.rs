@@ -1,0 +1,150 @@
+//! The userspace copy path: one read into the worker thread's 16 KiB
+//! scratch buffer, written straight on.
+//!
+//! Every burst starts here (`copy_once`): small messages (TLS handshakes,
+//! interactive traffic) cost just that read and write, as with HAProxy's
+//! `splice-auto`. A read that fills the buffer means bulk data, which
+//! `relay` hands to `splice`; with `splice = false` or no pipe free, the
+//! rest of the burst comes back here (`copy_burst`), so this is also the
+//! fallback of the splice path.
+//!
+//! Not here: pipes (see `splice`), or when a direction or the connection
+//! ends (see `relay`).
+//!
+//! Cost: the scratch buffer is per thread and never held across an await.
+//! Only bytes the destination could not take at once are copied into a heap
+//! buffer (`Copied::Stuck`) until written.
+
+use std::io;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use crate::pump::ready::{Activity, Burst, BurstError, Side, readable, writable};
+
+thread_local! {
+    /// Per worker thread; borrowed only inside synchronous sections.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; COPY_BUFFER]);
+}
+
+/// Bytes copied per read.
+const COPY_BUFFER: usize = 16 * 1024;
+
+/// What one scratch read found.
+pub(super) enum Copied {
+    /// It filled the scratch buffer: more is probably waiting.
+    Full,
+    /// Less than a buffer: the source is drained for now, and its readiness
+    /// is cleared without another read (see [`copy_once`]).
+    Partial,
+    /// The destination took only part of what was read; the rest must be
+    /// written before anything else is read.
+    Stuck(Vec<u8>),
+    /// Nothing to read (readiness is now cleared).
+    Idle,
+    Eof,
+}
+
+/// One read into the thread's scratch buffer, written on at once. Whatever
+/// the destination can't take now comes back as [`Copied::Stuck`].
+///
+/// A read shorter than the buffer means the socket's receive queue is
+/// empty, so readiness is cleared with it, as HAProxy does, instead of
+/// paying a read that would only return EAGAIN. This is race-free: tokio
+/// clears only the readiness it had seen before the read, so data arriving
+/// after it raises a new event, and a FIN or an error stays set.
+// Called per read from the relay's poll in another module: `#[inline]`
+// keeps it in that codegen unit, as when both lived in one file.
+#[inline]
+pub(super) fn copy_once(
+    from: &TcpStream,
+    to: &TcpStream,
+    side: Side,
+    activity: &Activity,
+) -> Result<Copied, BurstError> {
+    let mut outcome = None;
+    let read = from.try_io(Interest::READABLE, || {
+        SCRATCH.with_borrow_mut(|buffer| {
+            let n = match from.try_read(buffer) {
+                Ok(0) => return Ok(Copied::Eof),
+                Ok(n) => n,
+                Err(e) => return Err(e),
+            };
+            activity.touch();
+            let mut written = 0;
+            while written < n {
+                match to.try_write(&buffer[written..n]) {
+                    Ok(w) => written += w,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        activity.add(side, written);
+                        return Ok(Copied::Stuck(buffer[written..n].to_vec()));
+                    }
+                    Err(e) => {
+                        outcome = Some(Err(BurstError::Write(e)));
+                        return Err(io::ErrorKind::Other.into());
+                    }
+                }
+            }
+            activity.add(side, written);
+            activity.touch();
+            if n == buffer.len() {
+                Ok(Copied::Full)
+            } else {
+                // Reported as WouldBlock so that `try_io` clears readiness.
+                outcome = Some(Ok(Copied::Partial));
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+        })
+    });
+    match (read, outcome) {
+        (_, Some(decided)) => decided,
+        (Ok(copied), None) => Ok(copied),
+        (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => Ok(Copied::Idle),
+        (Err(e), None) => Err(BurstError::Read(e)),
+    }
+}
+
+/// Writes what the destination could not take at once (rare: its send
+/// buffer was full), waiting for it to drain.
+pub(super) async fn write_rest(
+    to: &TcpStream,
+    rest: Vec<u8>,
+    side: Side,
+    activity: &Activity,
+) -> Result<(), BurstError> {
+    let mut unsent: &[u8] = &rest;
+    while !unsent.is_empty() {
+        writable(to).await.map_err(BurstError::Write)?;
+        match to.try_write(unsent) {
+            Ok(w) => {
+                unsent = &unsent[w..];
+                activity.add(side, w);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(BurstError::Write(e)),
+        }
+    }
+    activity.touch();
+    Ok(())
+}
+
+/// The userspace fallback of `splice::burst`: scratch reads until the
+/// source is drained.
+pub(super) async fn copy_burst(
+    from: &TcpStream,
+    to: &TcpStream,
+    side: Side,
+    activity: &Activity,
+) -> Result<Burst, BurstError> {
+    loop {
+        // Returns at once while readiness holds; yields when the task's
+        // cooperative budget is spent.
+        readable(from).await.map_err(BurstError::Read)?;
+        match copy_once(from, to, side, activity)? {
+            Copied::Eof => return Ok(Burst::Eof),
+            Copied::Idle | Copied::Partial => return Ok(Burst::Idle),
+            Copied::Stuck(rest) => write_rest(to, rest, side, activity).await?,
+            Copied::Full => {}
+        }
+    }
+}

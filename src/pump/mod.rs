@@ -1,0 +1,25 @@
+//! The byte pump: everything that moves a connection's bytes once it is
+//! routed and connected, in four modules whose dependencies run one way:
+//!
+//! - [`ready`]: what the others share: the direction ([`ready::Side`]), how
+//!   a burst ends, the [`ready::Activity`] record, and the readiness helpers
+//!   (also used by `inspect`). It imports nothing from the crate.
+//! - [`copy`]: one scratch read written straight on, the start of every
+//!   burst, and the userspace fallback for the rest of a bulk burst.
+//! - [`splice`]: splice(2) through pipes from a bounded, process-wide pool.
+//! - [`relay`]: the hand-written future a connection's task holds: both
+//!   directions, half-close, the idle timeout, drain and shutdown. It
+//!   drives `copy` and `splice`, which never call back into it.
+//!
+//! `relay → {copy, splice} → ready`; no module here reads the
+//! configuration (the pipe pool's size and bound are passed to
+//! [`splice::configure`]). No module here uses `unsafe`: splice(2), pipe2(2)
+//! and fcntl(2) go through nix's safe wrappers.
+//!
+//! Not here: reading the ClientHello (see `inspect`) or anything a PROXY
+//! header says (see `proxy`); the caller writes the replayed hello first.
+
+pub mod copy;
+pub mod ready;
+pub mod relay;
+pub mod splice;

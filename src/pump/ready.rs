@@ -1,0 +1,139 @@
+//! What every part of the byte pump shares: the [`Side`] a burst moves,
+//! how a burst ended ([`Burst`], [`BurstError`]), the [`Activity`] record
+//! (bytes per direction, when a byte last moved) and the readiness helpers
+//! `readable` and `writable`.
+//!
+//! It sits below the rest of the pump: `relay`, `copy` and `splice` import
+//! it and it imports none of them (nor anything else in the crate), so the
+//! pump's dependencies run one way. `inspect` waits on a socket with
+//! `readable` too, which keeps the wait as small there as it is here.
+//!
+//! Not here: moving bytes (see `copy` and `splice`) or deciding when a
+//! connection ends (see `relay`).
+//!
+//! Cost: [`Activity`] is three atomics touched per transfer; the readiness
+//! helpers hold no waiter node (see `readable`).
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Bytes moved so far, by direction.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Transferred {
+    /// Client → backend, including the replayed hello.
+    pub up: u64,
+    /// Backend → client.
+    pub down: u64,
+}
+
+/// What moved and when: bytes per direction, and when a byte last moved.
+/// Atomics, so the relay and its boxed bursts can share it without locking.
+#[derive(Debug)]
+pub struct Activity {
+    /// Milliseconds since [`epoch`].
+    last_ms: AtomicU64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+/// The process-wide origin of [`Activity`] timestamps, so an activity
+/// record need not carry its own start `Instant`.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity::new()
+    }
+}
+
+impl Activity {
+    /// Starts counting now, as if a byte had just moved.
+    pub fn new() -> Self {
+        let activity = Activity {
+            last_ms: AtomicU64::new(0),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        };
+        activity.touch();
+        activity
+    }
+
+    // Called per transfer from the other pump modules: `#[inline]` keeps
+    // these in their callers' codegen units, as when they shared one file.
+    #[inline]
+    pub(crate) fn touch(&self) {
+        let now = epoch().elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// Counts `n` bytes written toward `side`'s destination.
+    #[inline]
+    pub(crate) fn add(&self, side: Side, n: usize) {
+        let counter = match side {
+            Side::Up => &self.up,
+            Side::Down => &self.down,
+        };
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes moved so far.
+    pub fn moved(&self) -> Transferred {
+        Transferred {
+            up: self.up.load(Ordering::Relaxed),
+            down: self.down.load(Ordering::Relaxed),
+        }
+    }
+
+    /// When a byte last moved.
+    #[inline]
+    pub(super) fn last(&self) -> Instant {
+        epoch() + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// A direction of the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Client → backend.
+    Up,
+    /// Backend → client.
+    Down,
+}
+
+/// Waits until `stream` is readable. Unlike `TcpStream::readable`, whose
+/// future carries a 152-byte waiter node, this keeps the waker in tokio's
+/// per-socket slot, so the idle state of a relay stays small. Only the relay
+/// task polls its sockets, so one waker slot per direction is enough.
+pub(crate) async fn readable(stream: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await
+}
+
+/// Waits until `stream` is writable; see [`readable`].
+pub(crate) async fn writable(stream: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| stream.poll_write_ready(cx)).await
+}
+
+/// How one burst of a direction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Burst {
+    /// The source has nothing more to read for now.
+    Idle,
+    /// The source sent FIN; everything before it was delivered.
+    Eof,
+}
+
+/// Which side of a burst failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BurstError {
+    #[error("reading the source failed: {0}")]
+    Read(io::Error),
+    #[error("writing the destination failed: {0}")]
+    Write(io::Error),
+}
