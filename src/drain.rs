@@ -95,7 +95,10 @@ impl DrainGuard {
     /// signal fires there is no window, and the moment is now.
     pub fn moment(&self, seed: u64) -> Instant {
         match self.signal.window.get() {
-            Some(&(fired, window)) => fired + window.mul_f64(unit_fraction(seed)),
+            // The first 99 % of the window: the timer fires on a
+            // millisecond tick and the close takes a moment more, and the
+            // last connection must still be gone when the window ends.
+            Some(&(fired, window)) => fired + window.mul_f64(DRAIN_SPREAD * unit_fraction(seed)),
             None => Instant::now(),
         }
     }
@@ -106,6 +109,9 @@ impl Drop for DrainGuard {
         self.signal.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// The share of `drain_timeout` over which a drain spreads its closes.
+const DRAIN_SPREAD: f64 = 0.99;
 
 /// A random number in `[0, 1)`, different per process and per seed.
 fn unit_fraction(seed: u64) -> f64 {

@@ -77,7 +77,12 @@ async fn reloads_in_a_tight_loop_under_load_never_pair_routes_with_missing_backe
     let closes = relay.closed_lines();
     let unexpected: Vec<_> = closes
         .iter()
-        .filter(|l| l["close"] != "done" && l["close"] != "drained")
+        // The load client closes right after its echo, so a late close_notify
+        // from the backend can meet a socket it already dropped (a reset).
+        .filter(|l| {
+            !["done", "drained", "client_closed", "client_reset"]
+                .contains(&l["close"].as_str().unwrap())
+        })
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:#?}");
     let drained = closes.iter().filter(|l| l["close"] == "drained").count();
