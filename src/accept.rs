@@ -39,7 +39,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
 use crate::admit::AtAccept;
-use crate::conn::{self, Accepted};
+use crate::close::Accepted;
+use crate::conn;
 use crate::generation::Generation;
 use crate::{close, metrics, sockopt};
 

@@ -67,7 +67,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::cidr::{self, CidrSet, canonical};
-use crate::close::CloseReason;
+use crate::reason::CloseReason;
 
 /// How often the per-source tables are swept.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);

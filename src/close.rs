@@ -1,16 +1,9 @@
 //! The close stage: why a connection ended, and the one log line and the
 //! metrics that say so.
 //!
-//! Every stage's error folds into exactly one [`CloseReason`]. Each reason
-//! has one row in [the table](CloseReason::row): its name (the `close` log
-//! field and the `reason` metric label, a contract with log queries and
-//! dashboards: add new ones, never rename), whose [`Fault`] it is and the
-//! [`Stage`] it belongs to. The log level follows from the fault
-//! ([`Fault::level`]) and the `snirelay_client_hellos_total` outcome from
-//! the stage ([`CloseReason::hello_outcome`]); no match on reasons has a
-//! wildcard arm, so a new reason does not compile until its row is written.
-//! README.md's list of close reasons is checked against [`CloseReason::ALL`]
-//! by `tests/close_reasons.rs`.
+//! Every stage's error folds into exactly one [`CloseReason`], whose table
+//! (name, whose fault, which stage; the log level and the hello-outcome
+//! metric derived from it) is the leaf module `reason`, re-exported here.
 //!
 //! The [`ConnRecord`] collects a connection's log fields as the stages learn
 //! them and writes them once, at close ([`ConnRecord::close`]); a
@@ -24,304 +17,28 @@
 //! Not here: deciding that a connection ends (each stage does), nor the
 //! order of stages (`conn`).
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::Level;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::admit::{Admitted, Refusal};
 use crate::config::{Backend, Listener};
-use crate::conn::Accepted;
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
+pub use crate::reason::{CloseReason, Fault, HelloOutcome, Row, Stage};
 
-/// Whose fault a close is; it sets the level of the connection's log line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Normal life: both sides finished, the connection idled out, or the
-    /// relay stopped or drained it.
-    Normal,
-    /// The connecting side: a client, or a peer relay in front of us, broke
-    /// a rule or went away.
-    Client,
-    /// Refused at admission by a per-source limit or the deny list.
-    Admission,
-    /// The relay, its backends or its fleet.
-    Ours,
-    /// Nobody's: the client sent nothing (a health check, a port scan).
-    Nobody,
-}
-
-impl Fault {
-    /// The level of the log line; `None` writes none (the close is still
-    /// counted). Admission refusals are at debug, one line each, since a
-    /// flood makes many; the server logs a per-interval summary of them at
-    /// warn.
-    pub const fn level(self) -> Option<Level> {
-        match self {
-            Fault::Normal | Fault::Client => Some(Level::INFO),
-            Fault::Admission => Some(Level::DEBUG),
-            Fault::Ours => Some(Level::WARN),
-            Fault::Nobody => None,
-        }
-    }
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Fault::Normal => "normal",
-            Fault::Client => "client",
-            Fault::Admission => "admission",
-            Fault::Ours => "ours",
-            Fault::Nobody => "nobody",
-        }
-    }
-}
-
-/// The stage of a connection's life (DESIGN.md) a close reason belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Refused by the per-source limits before a byte is read.
-    Admit,
-    /// The PROXY protocol header from a peer relay.
-    Preface,
-    /// Reading the ClientHello (the preface shares its deadline), which
-    /// ended with this outcome.
-    Inspect(HelloOutcome),
-    /// Matching the SNI against the routes.
-    Route,
-    /// Finding and connecting to a backend address.
-    Connect,
-    /// Relaying (the hello's replay included) until the end.
-    Relay,
-    /// Whichever stage the connection was in: the relay is stopping.
-    Any,
-}
-
-impl Stage {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Stage::Admit => "admit",
-            Stage::Preface => "preface",
-            Stage::Inspect(_) => "inspect",
-            Stage::Route => "route",
-            Stage::Connect => "connect",
-            Stage::Relay => "relay",
-            Stage::Any => "any",
-        }
-    }
-}
-
-/// The outcome of a connection's ClientHello: the `outcome` label of
-/// `snirelay_client_hellos_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HelloOutcome {
-    /// A complete hello with an SNI (valid or not).
-    Sni,
-    /// A complete hello without an SNI.
-    NoSni,
-    /// Not a byte before the client closed.
-    Empty,
-    Timeout,
-    NotTls,
-    Malformed,
-    TooLarge,
-    /// Refused at the PROXY protocol preface, before any hello.
-    PrefaceRefused,
-    /// The client went away, the relay shut down, or admission refused the
-    /// connection before a complete hello.
-    Incomplete,
-}
-
-impl HelloOutcome {
-    /// Every outcome, in declaration order (`outcome as usize` indexes it).
-    pub const ALL: [HelloOutcome; 9] = [
-        HelloOutcome::Sni,
-        HelloOutcome::NoSni,
-        HelloOutcome::Empty,
-        HelloOutcome::Timeout,
-        HelloOutcome::NotTls,
-        HelloOutcome::Malformed,
-        HelloOutcome::TooLarge,
-        HelloOutcome::PrefaceRefused,
-        HelloOutcome::Incomplete,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            HelloOutcome::Sni => "sni",
-            HelloOutcome::NoSni => "no_sni",
-            HelloOutcome::Empty => "empty",
-            HelloOutcome::Timeout => "timeout",
-            HelloOutcome::NotTls => "not_tls",
-            HelloOutcome::Malformed => "malformed",
-            HelloOutcome::TooLarge => "too_large",
-            HelloOutcome::PrefaceRefused => "preface_refused",
-            HelloOutcome::Incomplete => "incomplete",
-        }
-    }
-}
-
-// `ALL` is in declaration order, so an outcome is its own index.
-const _: () = {
-    let mut i = 0;
-    while i < HelloOutcome::ALL.len() {
-        assert!(HelloOutcome::ALL[i] as usize == i);
-        i += 1;
-    }
-};
-
-/// A close reason's row in the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Row {
-    pub name: &'static str,
-    pub fault: Fault,
-    pub stage: Stage,
-}
-
-/// Declares [`CloseReason`], [`CloseReason::ALL`] and the table
-/// ([`CloseReason::row`]) from one list, so that a reason cannot exist
-/// without its row nor be missing from `ALL`.
-macro_rules! close_reasons {
-    ($(
-        $(#[doc = $doc:literal])*
-        $reason:ident => $name:literal, $fault:expr, $stage:expr;
-    )*) => {
-        /// Why a connection ended; see the module header.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum CloseReason {
-            $( $(#[doc = $doc])* $reason, )*
-        }
-
-        impl CloseReason {
-            /// Every reason, in declaration order.
-            pub const ALL: &'static [CloseReason] = &[$(CloseReason::$reason),*];
-
-            /// The reason's row: its name, whose fault and which stage.
-            pub const fn row(self) -> Row {
-                match self {
-                    $( CloseReason::$reason => Row {
-                        name: $name,
-                        fault: $fault,
-                        stage: $stage,
-                    }, )*
-                }
-            }
-        }
-    };
-}
-
-close_reasons! {
-    /// Both directions ended normally (FIN from each side).
-    Done => "done", Fault::Normal, Stage::Relay;
-    /// The client closed before sending a byte: a health check or port scan.
-    /// Such connections are counted but never logged.
-    Silent => "silent", Fault::Nobody, Stage::Inspect(HelloOutcome::Empty);
-    /// The client closed, or reset, before its ClientHello was complete.
-    ClientClosed => "client_closed", Fault::Client, Stage::Inspect(HelloOutcome::Incomplete);
-    /// No complete ClientHello within `client_hello_timeout` of accept.
-    HelloTimeout => "hello_timeout", Fault::Client, Stage::Inspect(HelloOutcome::Timeout);
-    /// The first bytes are not a TLS handshake record.
-    NotTls => "not_tls", Fault::Client, Stage::Inspect(HelloOutcome::NotTls);
-    /// A TLS handshake record, but not a well-formed ClientHello.
-    Malformed => "malformed", Fault::Client, Stage::Inspect(HelloOutcome::Malformed);
-    /// The ClientHello needs more than `max_client_hello_bytes`.
-    TooLarge => "too_large", Fault::Client, Stage::Inspect(HelloOutcome::TooLarge);
-    /// No SNI and the listener's `no_sni` policy is `reject`.
-    NoSni => "no_sni", Fault::Client, Stage::Route;
-    /// The SNI matches no route on this listener (or is not a host name).
-    Unmatched => "unmatched", Fault::Client, Stage::Route;
-    /// No backend address accepted a connection within its budget.
-    ConnectFailed => "connect_failed", Fault::Ours, Stage::Connect;
-    /// No byte moved in either direction for `idle_timeout`.
-    IdleTimeout => "idle_timeout", Fault::Normal, Stage::Relay;
-    /// The client side failed mid-relay (reset, or a write to it failed).
-    ClientReset => "client_reset", Fault::Client, Stage::Relay;
-    /// The backend side failed mid-relay (or refused the hello's replay).
-    BackendReset => "backend_reset", Fault::Ours, Stage::Relay;
-    /// The relay closed the connection because it is shutting down.
-    Shutdown => "shutdown", Fault::Normal, Stage::Any;
-    /// A trusted source on a `require` listener sent no complete PROXY
-    /// header before `client_hello_timeout`.
-    ProxyMissing => "proxy_missing", Fault::Client, Stage::Preface;
-    /// A trusted source sent a PROXY header that breaks the spec.
-    ProxyInvalid => "proxy_invalid", Fault::Client, Stage::Preface;
-    /// A PROXY signature from a source outside `trusted`.
-    ProxyUntrusted => "proxy_untrusted", Fault::Client, Stage::Preface;
-    /// The PROXY hop count exceeds `max_hops`: a routing loop between
-    /// relays, so in our own fleet.
-    HopLimit => "hop_limit", Fault::Ours, Stage::Preface;
-    /// A reload changed or removed this connection's route or backend, and
-    /// its jittered moment within `drain_timeout` came (while relaying, or
-    /// still connecting).
-    Drained => "drained", Fault::Normal, Stage::Relay;
-    /// Refused at admission: the source already has
-    /// `connections_per_source` connections open. Nothing was read.
-    LimitConcurrent => "limit_concurrent", Fault::Admission, Stage::Admit;
-    /// Refused at admission: the source exceeded
-    /// `connection_rate_per_source` / `connection_burst_per_source`.
-    LimitRate => "limit_rate", Fault::Admission, Stage::Admit;
-    /// Refused at admission: the source is on the listener's `deny` list or
-    /// off its `allow` list.
-    Denied => "denied", Fault::Admission, Stage::Admit;
-    /// The backend has no address: its name never resolved, or a cluster
-    /// lookup found no node (and this node has no `local_backend`).
-    NoAddress => "no_address", Fault::Ours, Stage::Connect;
-    /// A cluster answer pointed outside the backend's `allowed_targets`.
-    TargetNotAllowed => "target_not_allowed", Fault::Ours, Stage::Connect;
-}
-
-impl CloseReason {
-    pub const fn as_str(self) -> &'static str {
-        self.row().name
-    }
-
-    pub const fn fault(self) -> Fault {
-        self.row().fault
-    }
-
-    pub const fn stage(self) -> Stage {
-        self.row().stage
-    }
-
-    /// The level of the connection's log line; `None`: no line.
-    pub const fn level(self) -> Option<Level> {
-        self.fault().level()
-    }
-
-    /// The hello's outcome for a connection closed for this reason:
-    /// `routed` when a route was chosen, `sni` when the hello carried one.
-    /// A routed hello, or one refused by the routes, was complete; before
-    /// that, the stage says how far the hello got.
-    pub const fn hello_outcome(self, routed: bool, sni: bool) -> HelloOutcome {
-        let complete = if sni {
-            HelloOutcome::Sni
-        } else {
-            HelloOutcome::NoSni
-        };
-        if routed {
-            return complete;
-        }
-        match self.stage() {
-            Stage::Route => complete,
-            Stage::Inspect(outcome) => outcome,
-            Stage::Preface => HelloOutcome::PrefaceRefused,
-            // Refused before a byte was read; counted `incomplete`, as it
-            // always was (no label of its own).
-            Stage::Admit => HelloOutcome::Incomplete,
-            // Unrouted, so the client went away or the relay stopped
-            // mid-hello.
-            Stage::Connect | Stage::Relay | Stage::Any => HelloOutcome::Incomplete,
-        }
-    }
-}
-
-impl fmt::Display for CloseReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// A freshly accepted client connection.
+#[derive(Debug)]
+pub struct Accepted {
+    pub stream: TcpStream,
+    pub peer: PeerAddr,
+    pub at: Instant,
+    /// The listener's pre-resolved metric series.
+    pub metrics: Arc<ListenerMetrics>,
 }
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
@@ -449,22 +166,5 @@ pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
             would_refuse = CloseReason::from(would).as_str(),
             "dry run: admission would refuse this connection"
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_unique_and_all_is_in_declaration_order() {
-        for (i, reason) in CloseReason::ALL.iter().enumerate() {
-            assert_eq!(*reason as usize, i);
-            let twins: Vec<_> = CloseReason::ALL
-                .iter()
-                .filter(|r| r.as_str() == reason.as_str())
-                .collect();
-            assert_eq!(twins, [reason]);
-        }
     }
 }

@@ -27,30 +27,17 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::addr::PeerAddr;
 use crate::admit::Admitted;
 use crate::backend::InFlight;
-use crate::close::{self, CloseReason, ConnRecord};
+use crate::close::{self, Accepted, CloseReason, ConnRecord};
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
-use crate::metrics::ListenerMetrics;
 use crate::proxy::{inbound, outbound};
 use crate::pump::ready::Activity;
 use crate::pump::relay;
 use crate::{connect, inspect, route, sockopt};
-
-/// A freshly accepted client connection.
-#[derive(Debug)]
-pub struct Accepted {
-    pub stream: TcpStream,
-    pub peer: PeerAddr,
-    pub at: Instant,
-    /// The listener's pre-resolved metric series.
-    pub metrics: Arc<ListenerMetrics>,
-}
 
 /// What a connection holds from admission to its end: its place under
 /// `max_connections` and its per-source slot (a direct client's from the
@@ -273,6 +260,9 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    use tokio::time::Instant;
+
+    use crate::addr::PeerAddr;
     use crate::config::Config;
     use crate::metrics;
 

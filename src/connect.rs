@@ -22,8 +22,8 @@ use tokio::time::{Instant, timeout};
 
 use crate::backend::cluster::{Answer, LookupError};
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
-use crate::close::CloseReason;
 use crate::proxy::outbound::Outbound;
+use crate::reason::CloseReason;
 use crate::sockopt;
 
 /// An open connection to one of a backend's addresses.

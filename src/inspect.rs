@@ -43,8 +43,8 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::client_hello::{self, ClientHello, Inspect};
-use crate::close::CloseReason;
 use crate::pump::ready;
+use crate::reason::CloseReason;
 use crate::sockopt;
 
 /// Bytes read at most per read; `max_client_hello_bytes` is at most this

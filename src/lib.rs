@@ -10,7 +10,8 @@
 //! address sets, health, the selection [`backend::policy`]) → announce
 //! ([`proxy::outbound`], PROXY protocol out) → the byte pump ([`pump`]: the
 //! [`pump::relay`] future over the [`pump::copy`] and [`pump::splice`]
-//! paths) → [`close`] (the record, its one log line and metrics), strung
+//! paths) → [`close`] (the record, its one log line and metrics; the
+//! reasons' table is the leaf [`reason`]), strung
 //! together in `conn`. [`proxy::wire`] is the PROXY protocol's format,
 //! shared by both directions.
 //!
@@ -35,8 +36,9 @@
 //! Imports between modules run one way: `tests/module_graph.rs` reads the
 //! source and fails, naming the loop, when two top-level modules (or two
 //! submodules of a folder) depend on each other, directly or through
-//! others. The loops that predate it (through [`close`]'s log record and
-//! between [`config`] and [`backend`]) are listed there and may only shrink.
+//! others. The one loop left, between [`config`] and [`backend`] (the
+//! validated config names `backend::policy::Policy`), is listed there and
+//! may only go.
 
 #![deny(unsafe_code)]
 
@@ -64,6 +66,7 @@ pub mod notify;
 pub mod probe;
 pub mod proxy;
 pub mod pump;
+pub mod reason;
 pub(crate) mod reload;
 pub(crate) mod route;
 pub mod server;

@@ -30,10 +30,10 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use crate::client_hello::ClientHello;
-use crate::close::CloseReason;
 use crate::config::{Backend, Listener, NoSni};
 use crate::drain::DrainSignal;
 use crate::matcher::SniMatcher;
+use crate::reason::CloseReason;
 use crate::sni::{Pattern, Sni};
 
 /// A TLS 1.2-framed fatal alert record: level 2 (fatal), description 112

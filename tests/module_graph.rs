@@ -25,16 +25,6 @@ use std::path::{Path, PathBuf};
 /// Edges that close cycles still present in `src/`, each with what it is
 /// waiting for. Do not add to this list: break the cycle instead.
 const KNOWN: &[(&str, &str)] = &[
-    // `close` holds both the reasons every stage returns (`CloseReason`,
-    // imported by admit, connect, conn, inspect, metrics, proxy, pump and
-    // route) and the connection's log record (`ConnRecord`, `refused`),
-    // which needs what those stages produce. The record half moving out
-    // (with `conn::Accepted`, which it takes) breaks these five.
-    ("close", "admit"),
-    ("close", "config"),
-    ("close", "conn"),
-    ("close", "metrics"),
-    ("close", "pump"),
     // `config` re-exports `backend::policy::Policy` while `backend` is
     // built from `config`: the policy names belong in `config` (or a leaf
     // module both use).

@@ -51,8 +51,8 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::cidr::Cidr;
-use crate::close::CloseReason;
 use crate::proxy::wire::{Announced, Header, Invalid, Parse, Sniff, check_claim, parse, sniff};
+use crate::reason::CloseReason;
 
 /// Bytes asked for per read while sniffing or reading a header.
 pub const PREFACE_READ_CHUNK: usize = 4096;

@@ -43,11 +43,11 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::close::CloseReason;
 use crate::drain::DrainGuard;
 use crate::pump::copy::{Copied, copy_burst, copy_once, write_rest};
 use crate::pump::ready::{Activity, Burst, BurstError, Side};
 use crate::pump::splice;
+use crate::reason::CloseReason;
 use crate::sockopt;
 
 /// Which side of a direction failed.
