@@ -107,18 +107,26 @@ fn spec() -> impl Strategy<Value = Spec> {
         1..80,
     );
     let proto = proptest::collection::vec(any::<u8>(), 1..20);
-    // Types the parser decodes itself (SNI, ALPN, ECH) are excluded here.
-    let other_kind = any::<u16>().prop_filter("decoded types", |k| ![0, 16, 0xfe0d].contains(k));
+    // Types the parser decodes or checks itself (SNI, ALPN, ECH, and the
+    // lists whose framing it verifies: supported_groups, ec_point_formats,
+    // signature_algorithms(_cert), supported_versions, psk_key_exchange_modes,
+    // key_share) are excluded here: arbitrary bytes are not a valid one.
+    let other_kind = any::<u16>().prop_filter("decoded types", |k| {
+        ![0, 10, 11, 13, 16, 43, 45, 50, 51, 0xfe0d].contains(k)
+    });
     (
         proptest::option::of(name),
         proptest::collection::vec(proto, 0..5),
         any::<bool>(),
         proptest::collection::vec(any::<u8>(), 0..=32),
         proptest::collection::vec(any::<u16>(), 1..20),
-        proptest::collection::vec(
-            (other_kind, proptest::collection::vec(any::<u8>(), 0..64)),
+        // Keyed by type: a type twice is a duplicated extension (malformed).
+        proptest::collection::btree_map(
+            other_kind,
+            proptest::collection::vec(any::<u8>(), 0..64),
             0..6,
-        ),
+        )
+        .prop_map(|m| m.into_iter().collect::<Vec<_>>()),
         proptest::collection::vec(1usize..400, 1..4),
     )
         .prop_map(
