@@ -299,7 +299,7 @@ mod tests {
             at: Instant::now(),
             metrics: metrics::metrics().listener(&listener.name),
         };
-        let backends = Arc::new(crate::backend::Backends::start(&config, None));
+        let backends = Arc::new(crate::backend::Backends::start(&config.backends, None));
         let generation = Arc::new(Generation::first(listener, &backends, &None));
         let permit = Arc::new(tokio::sync::Semaphore::new(1))
             .acquire_owned()

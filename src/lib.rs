@@ -36,9 +36,9 @@
 //! Imports between modules run one way: `tests/module_graph.rs` reads the
 //! source and fails, naming the loop, when two top-level modules (or two
 //! submodules of a folder) depend on each other, directly or through
-//! others. The one loop left, between [`config`] and [`backend`] (the
-//! validated config names `backend::policy::Policy`), is listed there and
-//! may only go.
+//! others. There is none: [`config`] depends on [`backend`] (it builds the
+//! backends' validated settings, which [`backend`] defines), never the
+//! reverse.
 
 #![deny(unsafe_code)]
 

@@ -163,7 +163,7 @@ pub async fn serve(
         reloads_applied: 0,
         reloads_failed: 0,
         pace: pace_for(&config),
-        backends: Arc::new(Backends::start(&config, None)),
+        backends: Arc::new(Backends::start(&config.backends, None)),
         config: config.clone(),
         started: config.to_file(),
         readiness: Arc::new(Readiness::default()),
@@ -378,7 +378,7 @@ impl Server {
         // Commit: nothing below can fail the reload. Every listener gets one
         // new generation holding the new backends and pacing; the old
         // backends' runtimes stop only once no listener publishes them.
-        let backends = Arc::new(Backends::start(&new, Some(&self.backends)));
+        let backends = Arc::new(Backends::start(&new.backends, Some(&self.backends)));
         let retired = std::mem::replace(&mut self.backends, backends);
         if new.global.max_connection_rate != self.config.global.max_connection_rate {
             self.pace = pace_for(&new);

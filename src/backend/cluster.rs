@@ -63,8 +63,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::{AddressSet, carry, same_addresses};
+use super::{Cluster, ClusterLookup};
 use crate::cidr::canonical;
-use crate::config::{Cluster, ClusterLookup};
 use crate::{metrics, sockopt};
 
 /// Names cached per cluster backend.

@@ -35,7 +35,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendRuntime;
-use crate::config::{Backend, HealthCheck};
+use super::{Backend, HealthCheck};
 use crate::metrics;
 use crate::proxy::outbound::local_header;
 

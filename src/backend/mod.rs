@@ -10,7 +10,11 @@
 //! ranking; runtimes of removed or changed backends have their tasks
 //! stopped. A connection reads the registry it was accepted under.
 //!
-//! Where the addresses come from (`config::AddressSource`):
+//! The validated settings a runtime is built from ([`Backend`],
+//! [`AddressSource`], [`HealthCheck`], [`Cluster`]) are defined here and
+//! built by `config`, so nothing in `backend` imports `config`.
+//!
+//! Where the addresses come from ([`AddressSource`]):
 //! - fixed: the configured list, known from the start;
 //! - DNS (`resolve`): [`resolve`] publishes each answer; until the first
 //!   one a connection waits up to its `connect_timeout`, then closes
@@ -32,7 +36,7 @@ pub mod policy;
 pub mod resolve;
 pub mod select;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,8 +46,127 @@ use tokio_util::sync::CancellationToken;
 
 pub use endpoint::{AddressSet, Endpoint, EndpointState, InFlight, carry, same_addresses};
 
-use crate::config::{AddressSource, Backend, Config};
+use crate::cidr::Cidr;
 use crate::metrics;
+use crate::proxy::outbound::Outbound;
+use policy::Policy;
+
+// ------------------------------------------------------------ settings
+// A backend's validated settings: what `[backend.NAME]` (and its `health`
+// and `cluster` tables) says once `config` has checked it. They are the
+// folder's shared vocabulary, defined here rather than in `config` so that
+// the dependency runs one way: `config` builds these values (and re-exports
+// the types under its own paths), the runtime reads them, and nothing in
+// `backend` imports `config`.
+
+/// `[backend.*] connect_attempts` when unset: every address, but at most
+/// this many (the effective default is min(addresses, 3)).
+pub const DEFAULT_CONNECT_ATTEMPTS_CAP: usize = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub name: String,
+    /// The fixed address list; empty when the addresses are found at run
+    /// time (`source` says how).
+    pub addresses: Vec<SocketAddr>,
+    pub connect_timeout: Duration,
+    /// The PROXY header sent to this backend before the client's bytes.
+    pub proxy_protocol: Outbound,
+    /// Whether that (v2) header carries a CRC32C TLV.
+    pub proxy_protocol_crc32c: bool,
+    /// Where the addresses come from.
+    pub source: AddressSource,
+    pub policy: Policy,
+    /// Addresses tried per connection; `None` means min(addresses, 3),
+    /// counted against the address set in force at connect time.
+    pub connect_attempts: Option<usize>,
+    /// Passive health: consecutive failed connects that mark an address
+    /// down (0: never), and for how long.
+    pub max_fails: u32,
+    pub fail_backoff: Duration,
+    /// Active health checks; `None` without `[backend.*.health]`.
+    pub health: Option<HealthCheck>,
+    /// `policy = "fastest"`: the re-measurement interval (full jitter).
+    pub fastest_interval: Duration,
+}
+
+impl Backend {
+    /// Attempts for a connection when `n` addresses are known.
+    pub fn attempts(&self, n: usize) -> usize {
+        self.connect_attempts
+            .unwrap_or(n.min(DEFAULT_CONNECT_ATTEMPTS_CAP))
+            .max(1)
+    }
+
+    /// The cluster settings of a cluster-resolved backend.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match &self.source {
+            AddressSource::Cluster(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
+}
+
+/// Where a backend's addresses come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressSource {
+    /// `addresses = [...]`.
+    Fixed,
+    /// `resolve = "host:port"`: the A/AAAA set.
+    Dns(DnsSource),
+    /// `[backend.*.cluster]`: looked up per SNI.
+    Cluster(Cluster),
+}
+
+/// `resolve` and its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSource {
+    pub host: String,
+    pub port: u16,
+    /// `resolver = "IP:53"`: ask this server and follow record TTLs
+    /// (clamped to `min_ttl..=max_ttl`); `None`: the system resolver every
+    /// `interval`.
+    pub resolver: Option<SocketAddr>,
+    pub interval: Duration,
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+}
+
+/// `[backend.*.health]`: active TCP connect checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that mark a down address up.
+    pub rise: u32,
+    /// Consecutive failures that mark an up address down.
+    pub fall: u32,
+}
+
+/// `[backend.*.cluster]`: the node that holds a site, looked up per SNI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    pub lookup: ClusterLookup,
+    /// The backend that serves sites this node holds itself.
+    pub local_backend: Option<String>,
+    pub positive_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub lookup_timeout: Duration,
+    /// Where an answer may send traffic; any other address is refused.
+    pub allowed_targets: Vec<Cidr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterLookup {
+    /// Ask the cluster's authoritative DNS for the SNI's A/AAAA records and
+    /// connect to `port` on them.
+    Dns { server: SocketAddr, port: u16 },
+    /// POST `{"hostname": SNI}` to this `http://` URL; the answer is
+    /// `{"endpoints": ["ip:port", ...]}`, an empty list meaning this node.
+    Http { url: String },
+}
+
+// ------------------------------------------------------------- run time
 
 /// What a backend's address source has said so far.
 #[derive(Debug, Clone)]
@@ -164,12 +287,16 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// Runtimes for `config`, reusing those of `previous` whose backend is
-    /// unchanged and starting the others. Stopping the runtimes `previous`
-    /// no longer needs is [`Backends::retire`]'s job.
-    pub fn start(config: &Config, previous: Option<&Backends>) -> Backends {
+    /// Runtimes for the validated `backends` (a configuration's
+    /// `[backend.*]` tables by name), reusing those of `previous` whose
+    /// backend is unchanged and starting the others. Stopping the runtimes
+    /// `previous` no longer needs is [`Backends::retire`]'s job.
+    pub fn start(
+        backends: &BTreeMap<String, Arc<Backend>>,
+        previous: Option<&Backends>,
+    ) -> Backends {
         let mut by_name = HashMap::new();
-        for (name, backend) in &config.backends {
+        for (name, backend) in backends {
             let kept = previous
                 .and_then(|p| p.by_name.get(name))
                 .filter(|runtime| *runtime.config == **backend)

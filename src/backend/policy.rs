@@ -18,8 +18,10 @@
 //! compiler points at every match that needs an arm (`Policy::start` for a
 //! task that keeps state fresh; the state itself is a field of [`State`]).
 //! A policy with keys of its own also adds them to [`OWN_KEYS`], and needs
-//! the raw key in `config::file` and its checked value in `config::Backend`
-//! (the file model and the snapshot have one home each). `select`,
+//! the raw key in `config::file` and its checked value in
+//! [`super::Backend`] (the file model and the settings have one home each;
+//! `config` finds a set key by its name, so nothing here names the file
+//! model). `select`,
 //! `connect` and the backend runtime name no policy.
 //!
 //! Not here: putting healthy addresses first and bounding the attempts
@@ -41,7 +43,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{BackendRuntime, Endpoint, fastest};
 use crate::cidr::canonical;
-use crate::config::file::BackendSection;
 
 /// Declares [`Policy`] from one table of variants and names, so that a
 /// name cannot be parsed without being displayed, or the reverse.
@@ -86,16 +87,14 @@ policies! {
 pub const OWN_KEYS: &[OwnKey] = &[OwnKey {
     key: "fastest_interval",
     policy: Policy::Fastest,
-    is_set: |s| s.fastest_interval.is_some(),
 }];
 
 /// A key only one policy accepts.
 #[derive(Debug, Clone, Copy)]
 pub struct OwnKey {
+    /// Its name in a `[backend.*]` table.
     pub key: &'static str,
     pub policy: Policy,
-    /// Whether the section sets it.
-    pub is_set: fn(&BackendSection) -> bool,
 }
 
 impl Policy {
@@ -119,16 +118,16 @@ impl Policy {
             })
     }
 
-    /// The keys `section` sets that `policy` does not accept (`None`: the
-    /// policy named was not valid, so no policy's own key applies), each
-    /// with the reason.
+    /// The keys a `[backend.*]` table sets (`is_set`, by key name) that
+    /// `policy` does not accept (`None`: the policy named was not valid, so
+    /// no policy's own key applies), each with the reason.
     pub fn misplaced_keys(
         policy: Option<Policy>,
-        section: &BackendSection,
-    ) -> impl Iterator<Item = (&'static str, String)> + '_ {
+        is_set: impl Fn(&str) -> bool,
+    ) -> impl Iterator<Item = (&'static str, String)> {
         OWN_KEYS
             .iter()
-            .filter(move |own| (own.is_set)(section) && policy != Some(own.policy))
+            .filter(move |own| is_set(own.key) && policy != Some(own.policy))
             .map(|own| {
                 (
                     own.key,
@@ -276,8 +275,8 @@ mod tests {
 
     #[test]
     fn a_policy_own_key_is_refused_under_any_other_policy() {
-        let section: BackendSection = toml::from_str("fastest_interval = \"1m\"").unwrap();
-        let misplaced = |p| Policy::misplaced_keys(p, &section).collect::<Vec<_>>();
+        let set = |key: &str| key == "fastest_interval";
+        let misplaced = |p| Policy::misplaced_keys(p, set).collect::<Vec<_>>();
         assert!(misplaced(Some(Policy::Fastest)).is_empty());
         let refused = vec![(
             "fastest_interval",
@@ -286,8 +285,7 @@ mod tests {
         assert_eq!(misplaced(Some(Policy::Ordered)), refused);
         // A policy name that did not parse accepts no policy's own key.
         assert_eq!(misplaced(None), refused);
-        let unset: BackendSection = toml::from_str("").unwrap();
-        assert_eq!(Policy::misplaced_keys(None, &unset).count(), 0);
+        assert_eq!(Policy::misplaced_keys(None, |_| false).count(), 0);
     }
 
     #[test]

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::DnsSource;
 use super::{BackendRuntime, dns};
-use crate::config::DnsSource;
 use crate::metrics;
 
 /// How long one resolution through `resolver` may take (A and AAAA side

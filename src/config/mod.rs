@@ -27,6 +27,12 @@ pub mod file;
 /// `[backend.*] policy`: its names, own keys and ordering live with the
 /// rest of what a policy is, in `backend::policy`.
 pub use crate::backend::policy::Policy;
+// The validated backend settings are the backend runtime's own types (so
+// that `backend` depends on nothing here); validation builds them.
+pub use crate::backend::{
+    AddressSource, Backend, Cluster, ClusterLookup, DEFAULT_CONNECT_ATTEMPTS_CAP, DnsSource,
+    HealthCheck,
+};
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -73,9 +79,6 @@ pub const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
 pub const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
 /// `[backend.*] policy`: the first healthy address, failing over down the list.
 pub const DEFAULT_POLICY: Policy = Policy::Ordered;
-/// `[backend.*] connect_attempts` when unset: every address, but at most
-/// this many (the effective default is min(addresses, 3)).
-pub const DEFAULT_CONNECT_ATTEMPTS_CAP: usize = 3;
 /// `[backend.*] max_fails`: consecutive failed connects that mark an
 /// address down (passive health). 0 turns passive health off.
 pub const DEFAULT_MAX_FAILS: u32 = 3;
@@ -250,109 +253,6 @@ pub struct Route {
     pub name: String,
     pub patterns: Vec<Pattern>,
     pub backend: Arc<Backend>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backend {
-    pub name: String,
-    /// The fixed address list; empty when the addresses are found at run
-    /// time (`source` says how).
-    pub addresses: Vec<SocketAddr>,
-    pub connect_timeout: Duration,
-    /// The PROXY header sent to this backend before the client's bytes.
-    pub proxy_protocol: Outbound,
-    /// Whether that (v2) header carries a CRC32C TLV.
-    pub proxy_protocol_crc32c: bool,
-    /// Where the addresses come from.
-    pub source: AddressSource,
-    pub policy: Policy,
-    /// Addresses tried per connection; `None` means min(addresses, 3),
-    /// counted against the address set in force at connect time.
-    pub connect_attempts: Option<usize>,
-    /// Passive health: consecutive failed connects that mark an address
-    /// down (0: never), and for how long.
-    pub max_fails: u32,
-    pub fail_backoff: Duration,
-    /// Active health checks; `None` without `[backend.*.health]`.
-    pub health: Option<HealthCheck>,
-    /// `policy = "fastest"`: the re-measurement interval (full jitter).
-    pub fastest_interval: Duration,
-}
-
-impl Backend {
-    /// Attempts for a connection when `n` addresses are known.
-    pub fn attempts(&self, n: usize) -> usize {
-        self.connect_attempts
-            .unwrap_or(n.min(DEFAULT_CONNECT_ATTEMPTS_CAP))
-            .max(1)
-    }
-
-    /// The cluster settings of a cluster-resolved backend.
-    pub fn cluster(&self) -> Option<&Cluster> {
-        match &self.source {
-            AddressSource::Cluster(cluster) => Some(cluster),
-            _ => None,
-        }
-    }
-}
-
-/// Where a backend's addresses come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AddressSource {
-    /// `addresses = [...]`.
-    Fixed,
-    /// `resolve = "host:port"`: the A/AAAA set.
-    Dns(DnsSource),
-    /// `[backend.*.cluster]`: looked up per SNI.
-    Cluster(Cluster),
-}
-
-/// `resolve` and its settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DnsSource {
-    pub host: String,
-    pub port: u16,
-    /// `resolver = "IP:53"`: ask this server and follow record TTLs
-    /// (clamped to `min_ttl..=max_ttl`); `None`: the system resolver every
-    /// `interval`.
-    pub resolver: Option<SocketAddr>,
-    pub interval: Duration,
-    pub min_ttl: Duration,
-    pub max_ttl: Duration,
-}
-
-/// `[backend.*.health]`: active TCP connect checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthCheck {
-    pub interval: Duration,
-    pub timeout: Duration,
-    /// Consecutive successes that mark a down address up.
-    pub rise: u32,
-    /// Consecutive failures that mark an up address down.
-    pub fall: u32,
-}
-
-/// `[backend.*.cluster]`: the node that holds a site, looked up per SNI.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cluster {
-    pub lookup: ClusterLookup,
-    /// The backend that serves sites this node holds itself.
-    pub local_backend: Option<String>,
-    pub positive_ttl: Duration,
-    pub negative_ttl: Duration,
-    pub lookup_timeout: Duration,
-    /// Where an answer may send traffic; any other address is refused.
-    pub allowed_targets: Vec<Cidr>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClusterLookup {
-    /// Ask the cluster's authoritative DNS for the SNI's A/AAAA records and
-    /// connect to `port` on them.
-    Dns { server: SocketAddr, port: u16 },
-    /// POST `{"hostname": SNI}` to this `http://` URL; the answer is
-    /// `{"endpoints": ["ip:port", ...]}`, an empty list meaning this node.
-    Http { url: String },
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and
@@ -793,7 +693,10 @@ impl Checker {
             &section.fastest_interval,
             DEFAULT_FASTEST_INTERVAL,
         );
-        for (own, problem) in Policy::misplaced_keys(policy, section) {
+        // Which keys the table sets, by name, for the policies' own keys.
+        let written = toml::Value::try_from(section).ok();
+        let is_set = |name: &str| written.as_ref().and_then(|t| t.get(name)).is_some();
+        for (own, problem) in Policy::misplaced_keys(policy, is_set) {
             self.problem(format!("{key}.{own}"), problem);
         }
         let health = match &section.health {
