@@ -164,7 +164,7 @@ async fn setup<'g>(
     // inspect
     let limit = listener.max_client_hello_bytes;
     let hello = tokio::select! {
-        hello = inspect::read_hello_after(client, buffered, limit, deadline) => hello?,
+        hello = inspect::read_hello(client, buffered, limit, deadline) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     // route: the name is parsed and matched once; the same parse names it

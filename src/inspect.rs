@@ -102,18 +102,10 @@ impl From<HelloError> for CloseReason {
     }
 }
 
-/// Reads from `client` until a ClientHello is complete or a bound is hit.
+/// Reads from `client` until a ClientHello is complete or a bound is hit,
+/// starting from bytes an earlier stage already read (the preface sniffer;
+/// empty without one): they are parsed first and kept for the replay.
 pub async fn read_hello(
-    client: &mut TcpStream,
-    limit: usize,
-    deadline: Instant,
-) -> Result<Hello, HelloError> {
-    read_hello_after(client, Vec::new(), limit, deadline).await
-}
-
-/// Like [`read_hello`], starting from bytes an earlier stage already read
-/// (the `preface` sniffer): they are parsed first and kept for the replay.
-pub async fn read_hello_after(
     client: &mut TcpStream,
     already: Vec<u8>,
     limit: usize,
