@@ -59,22 +59,6 @@ fn cpu(pid: u32) -> Duration {
     Duration::from_nanos(total)
 }
 
-/// Write sizes of 1..=64 bytes, the same sequence every run.
-fn segment_sizes(total: usize) -> Vec<usize> {
-    let mut state = 0x2545_f491_u32;
-    let mut sizes = Vec::new();
-    let mut sum = 0;
-    while sum < total {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        let n = (1 + state as usize % 64).min(total - sum);
-        sizes.push(n);
-        sum += n;
-    }
-    sizes
-}
-
 struct Case {
     name: &'static str,
     stream: Vec<u8>,
@@ -99,7 +83,7 @@ fn cases(cap: usize, scale: usize) -> Vec<Case> {
         },
         Case {
             name: "segments",
-            writes: segment_sizes(whole.len()),
+            writes: hello::segment_sizes(whole.len()),
             stream: whole,
             batch: scale * if small { 50 } else { 8 },
             pace: None,

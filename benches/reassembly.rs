@@ -20,22 +20,6 @@ use std::hint::black_box;
 #[path = "support/hello.rs"]
 mod hello;
 
-/// Read sizes of 1..=64 bytes, the same sequence every run.
-fn segment_sizes(total: usize) -> Vec<usize> {
-    let mut state = 0x2545_f491_u32;
-    let mut sizes = Vec::new();
-    let mut sum = 0;
-    while sum < total {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        let n = 1 + state as usize % 64;
-        sizes.push(n);
-        sum += n;
-    }
-    sizes
-}
-
 /// Feeds `stream` read by read (sizes cycled) into a fresh reassembler,
 /// appending each read to a buffer first; returns the answer.
 fn inspect(stream: &[u8], reads: &[usize], limit: usize) -> usize {
@@ -63,7 +47,7 @@ fn reassembly(c: &mut Criterion) {
         let trickle = hello::stream("bench.example.com", cap, 1);
         let cases: [(&str, &[u8], Vec<usize>); 3] = [
             ("whole", &whole, vec![READ_CHUNK]),
-            ("segments", &whole, segment_sizes(whole.len())),
+            ("segments", &whole, hello::segment_sizes(whole.len())),
             ("one_byte_records", &trickle, vec![6]),
         ];
         for (name, stream, reads) in cases {

@@ -108,3 +108,20 @@ fn max_message(name: &str) -> usize {
     let block = base.len() - (4 + 2 + 32 + 33 + 2 + 4 + 2 + 2);
     base.len() + (MAX_BLOCK - block) + (MAX_CIPHERS - 4)
 }
+
+/// Read or write sizes of 1..=64 bytes adding up to `total`, the same
+/// sequence every run (a fixed xorshift).
+pub fn segment_sizes(total: usize) -> Vec<usize> {
+    let mut state = 0x2545_f491_u32;
+    let mut sizes = Vec::new();
+    let mut sum = 0;
+    while sum < total {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let n = (1 + state as usize % 64).min(total - sum);
+        sizes.push(n);
+        sum += n;
+    }
+    sizes
+}
