@@ -72,16 +72,15 @@ defaults
     timeout server 10s
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn haproxy_accept_proxy_sees_the_original_client_and_sni() {
-    let pki = Pki::new(&["app.example.com"]);
-    let backend = echo_backend(&pki).await;
+/// HAProxy with one `accept-proxy` frontend that forwards to `backend` and
+/// logs each connection with `log_format`, once it accepts; and its address.
+async fn haproxy_accepting_proxy(backend: SocketAddr, log_format: &str) -> (Tool, SocketAddr) {
     let port = free_port();
     let mut hap = haproxy(&format!(
         r#"{HAPROXY_DEFAULTS}
 frontend fe
     bind 127.0.0.1:{port} accept-proxy
-    log-format "snirelay-test client=%ci:%cp authority=%[fc_pp_authority] unique_id=%[fc_pp_unique_id] bytes=%B"
+    log-format "{log_format}"
     default_backend be
 backend be
     server origin {backend}
@@ -89,6 +88,14 @@ backend be
     ));
     let hap_addr: SocketAddr = ([127, 0, 0, 1], port).into();
     wait_accepting(hap_addr, &mut hap).await;
+    (hap, hap_addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_accept_proxy_sees_the_original_client_and_sni() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = echo_backend(&pki).await;
+    let (mut hap, hap_addr) = haproxy_accepting_proxy(backend, "snirelay-test client=%ci:%cp authority=%[fc_pp_authority] unique_id=%[fc_pp_unique_id] bytes=%B").await;
 
     let relay = Relay::start(&format!(
         r#"
@@ -265,19 +272,11 @@ backend be
 async fn haproxy_accept_proxy_takes_a_header_with_our_hop_count_tlv() {
     let pki = Pki::new(&["app.example.com"]);
     let backend = echo_backend(&pki).await;
-    let port = free_port();
-    let mut hap = haproxy(&format!(
-        r#"{HAPROXY_DEFAULTS}
-frontend fe
-    bind 127.0.0.1:{port} accept-proxy
-    log-format "snirelay-test client=%ci:%cp authority=%[fc_pp_authority] bytes=%B"
-    default_backend be
-backend be
-    server origin {backend}
-"#
-    ));
-    let hap_addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    wait_accepting(hap_addr, &mut hap).await;
+    let (mut hap, hap_addr) = haproxy_accepting_proxy(
+        backend,
+        "snirelay-test client=%ci:%cp authority=%[fc_pp_authority] bytes=%B",
+    )
+    .await;
 
     let relay = |trust: &str, to: SocketAddr| {
         format!(

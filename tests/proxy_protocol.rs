@@ -44,6 +44,17 @@ async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Recorded>) 
     (addr, rx)
 }
 
+/// The relay (listener extras, backend extras as in [`config`]) in front
+/// of a recording backend, and that backend's receiver.
+async fn relay_to_recorder(
+    listener_extra: &str,
+    backend_extra: &str,
+) -> (Relay, mpsc::UnboundedReceiver<Recorded>) {
+    let (backend, seen) = recording_backend().await;
+    let relay = Relay::start(&config(listener_extra, backend, backend_extra)).await;
+    (relay, seen)
+}
+
 async fn next(rx: &mut mpsc::UnboundedReceiver<Recorded>) -> Recorded {
     tokio::time::timeout(WAIT, rx.recv())
         .await
@@ -123,13 +134,8 @@ async fn send_and_finish(addr: SocketAddr, bytes: &[u8]) -> (SocketAddr, Vec<u8>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_header_goes_out_in_the_same_write_as_the_hello() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(
-        "",
-        backend,
-        "proxy_protocol = \"v2\"\nproxy_protocol_crc32c = true",
-    ))
-    .await;
+    let (relay, mut seen) =
+        relay_to_recorder("", "proxy_protocol = \"v2\"\nproxy_protocol_crc32c = true").await;
     let hello = capture("openssl_sni.bin");
     let (client, _) = send_and_finish(relay.addr(), &hello).await;
 
@@ -164,8 +170,7 @@ async fn v2_header_goes_out_in_the_same_write_as_the_hello() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_header_for_older_backends() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config("", backend, "proxy_protocol = \"v1\"")).await;
+    let (relay, mut seen) = relay_to_recorder("", "proxy_protocol = \"v1\"").await;
     let hello = capture("curl.bin");
     let (client, _) = send_and_finish(relay.addr(), &hello).await;
     let got = next(&mut seen).await;
@@ -180,8 +185,7 @@ async fn v1_header_for_older_backends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_header_by_default() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config("", backend, "")).await;
+    let (relay, mut seen) = relay_to_recorder("", "").await;
     let hello = capture("openssl_sni.bin");
     send_and_finish(relay.addr(), &hello).await;
     assert_eq!(next(&mut seen).await.all, hello);
@@ -191,8 +195,7 @@ async fn no_header_by_default() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trusted_v2_and_v1_headers_become_client_claimed_and_are_stripped() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(&trusting("require", "127.0.0.0/8"), backend, "")).await;
+    let (relay, mut seen) = relay_to_recorder(&trusting("require", "127.0.0.0/8"), "").await;
     let hello = capture("openssl_sni.bin");
     let headers = [
         (
@@ -275,15 +278,13 @@ async fn require_mode_refuses_missing_and_invalid_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_sources_may_not_send_a_header_but_tls_passes_untouched() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(
+    let (relay, mut seen) = relay_to_recorder(
         &format!(
             "client_hello_timeout = \"300ms\"\n{}",
             trusting("require", "10.0.0.0/8")
         ),
-        backend,
         "",
-    ))
+    )
     .await;
     for bytes in [
         v2_header("203.0.113.9:1", "192.0.2.1:443", None, false),
@@ -325,8 +326,7 @@ async fn untrusted_sources_may_not_send_a_header_but_tls_passes_untouched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn optional_mode_takes_headers_and_plain_tls_from_trusted_sources() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(&trusting("optional", "127.0.0.0/8"), backend, "")).await;
+    let (relay, mut seen) = relay_to_recorder(&trusting("optional", "127.0.0.0/8"), "").await;
     let hello = capture("chromium_pq.bin");
 
     let (plain, _) = send_and_finish(relay.addr(), &hello).await;
@@ -352,12 +352,10 @@ async fn optional_mode_takes_headers_and_plain_tls_from_trusted_sources() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_count_above_max_hops_is_refused() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(
+    let (relay, mut seen) = relay_to_recorder(
         &format!("{}max_hops = 2\n", trusting("require", "127.0.0.0/8")),
-        backend,
         "proxy_protocol = \"v2\"",
-    ))
+    )
     .await;
     let hello = capture("openssl_sni.bin");
 
@@ -443,8 +441,7 @@ async fn refused_then_sentinel(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_ports_and_spacing_outside_the_grammar_are_refused() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(&trusting("require", "127.0.0.0/8"), backend, "")).await;
+    let (relay, mut seen) = relay_to_recorder(&trusting("require", "127.0.0.0/8"), "").await;
     let hello = capture("openssl_sni.bin");
     let line = |ports: &str| {
         [
@@ -478,8 +475,7 @@ async fn v1_ports_and_spacing_outside_the_grammar_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_that_cannot_be_a_client_are_refused_as_invalid() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(&trusting("require", "127.0.0.0/8"), backend, "")).await;
+    let (relay, mut seen) = relay_to_recorder(&trusting("require", "127.0.0.0/8"), "").await;
     let hello = capture("openssl_sni.bin");
     let own = relay.addr();
     let claim = |source: &str| {
@@ -523,12 +519,10 @@ async fn claims_that_cannot_be_a_client_are_refused_as_invalid() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_and_protocols_the_relay_does_not_carry_use_the_connection_addresses() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(
+    let (relay, mut seen) = relay_to_recorder(
         &trusting("require", "127.0.0.0/8"),
-        backend,
         "proxy_protocol = \"v2\"",
-    ))
+    )
     .await;
     let hello = capture("openssl_sni.bin");
     let udp = tcp4_block([203, 0, 113, 9], 5353);
@@ -565,12 +559,10 @@ async fn local_and_protocols_the_relay_does_not_carry_use_the_connection_address
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_our_0xe0_sub_type_is_a_hop_count_and_it_goes_out_in_that_format() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(
+    let (relay, mut seen) = relay_to_recorder(
         &format!("{}max_hops = 2\n", trusting("require", "127.0.0.0/8")),
-        backend,
         "proxy_protocol = \"v2\"",
-    ))
+    )
     .await;
     let hello = capture("openssl_sni.bin");
     let block = tcp4_block([203, 0, 113, 9], 4000);
@@ -630,12 +622,10 @@ async fn only_our_0xe0_sub_type_is_a_hop_count_and_it_goes_out_in_that_format() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peers_authority_is_carried_only_when_it_is_a_host_name() {
-    let (backend, mut seen) = recording_backend().await;
-    let relay = Relay::start(&config(
+    let (relay, mut seen) = relay_to_recorder(
         &trusting("require", "127.0.0.0/8"),
-        backend,
         "proxy_protocol = \"v2\"",
-    ))
+    )
     .await;
     let hello = capture("openssl_sni.bin");
     let block = tcp4_block([203, 0, 113, 9], 4000);
