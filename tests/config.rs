@@ -79,6 +79,39 @@ fn the_shipped_example_is_what_the_readme_promises() {
     assert!(tls.matcher.find(&sni("example.com")).is_none());
 }
 
+/// README's "Migrating from HAProxy" section: its TOML block loads, and
+/// says what the HAProxy lines it replaces say.
+#[test]
+fn the_readme_migration_example_loads() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = readme
+        .split_once("\n## Migrating from HAProxy\n")
+        .expect("README.md has a `## Migrating from HAProxy` section")
+        .1;
+    let block = section
+        .split_once("```toml\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .expect("the migration section has a ```toml block")
+        .0;
+    let config = Config::from_toml(block, Path::new("README.md#migrating-from-haproxy"))
+        .unwrap_or_else(|e| panic!("the README's migration example does not load:\n{e}"));
+    assert_eq!(config.global.max_connections, 10_000);
+    assert_eq!(
+        config.global.drain_timeout,
+        std::time::Duration::from_secs(600)
+    );
+    let tls = config.listener("tls").unwrap();
+    assert_eq!(tls.listen.len(), 2);
+    assert_eq!(
+        tls.limits.connections_per_source,
+        std::num::NonZeroU32::new(20)
+    );
+    let sni = |s: &str| snirelay::sni::Sni::parse(s.as_bytes()).unwrap();
+    assert!(tls.matcher.find(&sni("example.com")).is_some());
+    assert!(tls.matcher.find(&sni("a.b.example.com")).is_some());
+    assert!(tls.matcher.find(&sni("badexample.com")).is_none());
+}
+
 fn snirelay(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
         .args(args)
