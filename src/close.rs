@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tracing::Level;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admit::{Admitted, Refusal};
+use crate::admit::{Admitted, Refusal, RouteRefusal};
 use crate::config::{Backend, Listener};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
@@ -91,6 +91,14 @@ impl<'l> ConnRecord<'l> {
     /// Counts an admission refusal; the connection ends with the reason
     /// returned.
     pub fn refuse(&self, refusal: Refusal) -> CloseReason {
+        let reason = CloseReason::from(refusal);
+        self.metrics.limit_refused(reason);
+        reason
+    }
+
+    /// Counts a refusal by the route's admission; the connection ends with
+    /// the reason returned.
+    pub fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
         let reason = CloseReason::from(refusal);
         self.metrics.limit_refused(reason);
         reason
