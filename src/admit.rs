@@ -1184,4 +1184,140 @@ mod tests {
             Ok(AtAccept::AfterPreface)
         ));
     }
+
+    // ------------------------------------ reloads, refused attempts, routes
+
+    #[test]
+    fn a_reload_that_lowers_the_cap_keeps_the_open_connections_counted() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(5));
+        let before = Admission::new(&limits);
+        let mut held: Vec<_> = (0..5)
+            .map(|i| before.admit(peer(&format!("127.0.0.2:{i}"))).unwrap())
+            .collect();
+        limits.connections_per_source = Some(nz(3));
+        let after = before.next(&limits, DefaultClock::default());
+        assert_eq!(
+            after.admit(peer("127.0.0.2:9")).unwrap_err(),
+            Refusal::Concurrent
+        );
+        assert!(
+            after.admit(peer("127.0.0.3:1")).is_ok(),
+            "others unaffected"
+        );
+        held.truncate(2);
+        // 2 still open under a cap of 3: one more fits.
+        let _third = after.admit(peer("127.0.0.2:10")).unwrap();
+        assert_eq!(
+            after.admit(peer("127.0.0.2:11")).unwrap_err(),
+            Refusal::Concurrent
+        );
+    }
+
+    #[test]
+    fn new_source_prefixes_start_the_counts_afresh() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        let before = Admission::new(&limits);
+        let _held = before.admit(peer("127.0.0.2:1")).unwrap();
+        limits.source_prefix_v4 = 24;
+        let after = before.next(&limits, DefaultClock::default());
+        assert!(after.admit(peer("127.0.0.2:2")).is_ok());
+    }
+
+    /// A flooder at ten times its rate: plain GCRA lets the rate through,
+    /// `rate_counts_refused` lets nothing through until it slows down, and
+    /// then at most one burst window later.
+    #[test]
+    fn refused_attempts_spend_rate_only_with_rate_counts_refused() {
+        let admitted_by = |counts_refused: bool| {
+            let mut limits = Limits::unlimited();
+            limits.rate_per_source = Some(Rate {
+                per_second: nz(10),
+                burst: nz(10),
+            });
+            limits.rate_counts_refused = counts_refused;
+            let clock = FakeRelativeClock::default();
+            let a = Admission::with_clock(&limits, clock.clone());
+            // 100 attempts a second for 5 seconds.
+            let mut admitted = 0;
+            for i in 0..500 {
+                if a.admit(peer(&format!("127.0.0.2:{i}"))).is_ok() {
+                    admitted += 1;
+                }
+                clock.advance(Duration::from_millis(10));
+            }
+            // The flood stops; one burst window (1 s) and one interval later
+            // the source is admitted again either way.
+            clock.advance(Duration::from_millis(1100));
+            assert!(a.admit(peer("127.0.0.2:9999")).is_ok());
+            admitted
+        };
+        let plain = admitted_by(false);
+        assert!(
+            (55..=62).contains(&plain),
+            "GCRA lets the rate through: {plain}"
+        );
+        // The burst of 10, and the one token refilled during it (the 11th
+        // attempt comes 100 ms in); every attempt after that is refused.
+        assert_eq!(admitted_by(true), 11, "only the first burst");
+    }
+
+    #[test]
+    fn a_concurrency_refusal_spends_rate_with_rate_counts_refused() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(3),
+        });
+        limits.rate_counts_refused = true;
+        let a = Admission::with_clock(&limits, FakeRelativeClock::default());
+        let first = a.admit(peer("127.0.0.2:1")).unwrap();
+        for i in 0..2 {
+            assert_eq!(
+                a.admit(peer(&format!("127.0.0.2:{}", 10 + i))).unwrap_err(),
+                Refusal::Concurrent
+            );
+        }
+        drop(first);
+        // The burst of 3 went on one admitted and two refused attempts.
+        assert_eq!(a.admit(peer("127.0.0.2:20")).unwrap_err(), Refusal::Rate);
+    }
+
+    #[test]
+    fn a_route_gate_counts_its_total_and_its_sources() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(2));
+        limits.deny = set(&["127.0.0.9"]);
+        let gate = RouteGate::new(Some(&limits), Some(nz(3))).unwrap();
+        let a = gate.admit(Some(peer("127.0.0.2:1"))).unwrap();
+        let _b = gate.admit(Some(peer("127.0.0.2:2"))).unwrap();
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.2:3"))).unwrap_err(),
+            RouteRefusal::Source(Refusal::Concurrent)
+        );
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.9:3"))).unwrap_err(),
+            RouteRefusal::Source(Refusal::Denied)
+        );
+        let _c = gate.admit(Some(peer("127.0.0.3:1"))).unwrap();
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.4:1"))).unwrap_err(),
+            RouteRefusal::Full
+        );
+        // A trusted peer's own connection: no source slot, still counted.
+        drop(a);
+        let own = gate.admit(None).unwrap();
+        assert!(own.source.is_none());
+        assert_eq!(gate.open(), 3);
+        // A reload that lowers max_connections keeps the three counted.
+        let lower = RouteGate::next(Some(&gate), Some(&limits), Some(nz(2))).unwrap();
+        assert_eq!(lower.open(), 3);
+        assert_eq!(
+            lower.admit(Some(peer("127.0.0.5:1"))).unwrap_err(),
+            RouteRefusal::Full
+        );
+        assert!(RouteGate::new(None, None).is_none(), "no settings, no gate");
+    }
 }

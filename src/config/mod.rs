@@ -1283,6 +1283,23 @@ impl Checker {
                 .clone()
                 .or_else(|| patterns.first().map(|p| p.to_string()))
                 .unwrap_or_else(|| key.clone());
+            // Per-route admission state is kept across reloads by route
+            // name, so a route with limits needs a name of its own.
+            let gated = |limits: &Option<Limits>, max: &Option<NonZeroU32>| {
+                limits.is_some() || max.is_some()
+            };
+            if listener.routes.iter().any(|r| {
+                r.name == name
+                    && (gated(&r.limits, &r.max_connections) || gated(&limits, &max_connections))
+            }) {
+                self.problem(
+                    format!("{key}.name"),
+                    format!(
+                        "{name:?} is also the name of another route on listener {:?}; a route with limits or max_connections needs a name of its own",
+                        listener.name
+                    ),
+                );
+            }
             listener.routes.push(Route {
                 name,
                 patterns,
