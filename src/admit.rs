@@ -1320,4 +1320,19 @@ mod tests {
         );
         assert!(RouteGate::new(None, None).is_none(), "no settings, no gate");
     }
+
+    #[test]
+    fn a_route_counts_the_claimed_client_and_not_a_peers_own_connection() {
+        let peer_addr = PeerAddr(sock("10.0.0.2:40000"));
+        let claimed = ClaimedAddr(sock("203.0.113.9:5555"));
+        assert_eq!(
+            route_source(peer_addr, true, Some(claimed)),
+            Some(Source::Claimed(claimed))
+        );
+        assert_eq!(route_source(peer_addr, true, None), None);
+        assert_eq!(
+            route_source(peer_addr, false, None),
+            Some(Source::Peer(peer_addr))
+        );
+    }
 }
