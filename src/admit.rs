@@ -8,9 +8,12 @@
 //!    [`Refusal::Denied`];
 //! 2. `connections_per_source`, open connections per key → [`Refusal::Concurrent`];
 //! 3. `connection_rate_per_source` / `connection_burst_per_source`, a keyed
-//!    GCRA (governor) → [`Refusal::Rate`]. A connection refused at step 2
-//!    spends no rate token, so a client parked at its concurrency cap does not
-//!    also burn its rate.
+//!    GCRA → [`Refusal::Rate`]. A connection refused at step 2 spends no
+//!    rate token, so a client parked at its concurrency cap does not also
+//!    burn its rate; with `rate_counts_refused` every refused attempt (at
+//!    step 2 or 3) spends one, as HAProxy's `conn_rate` counts them (see
+//!    [`KeyedGcra`] for the bound that keeps this from locking a source out
+//!    for long).
 //!
 //! With `dry_run` the counting limits (2 and 3) still count and report what
 //! they would refuse, but refuse nothing; `deny`/`allow` are policy, not
@@ -34,9 +37,9 @@
 //!   never holds more than `max_connections` entries; the sweep gives back
 //!   spare capacity after a burst;
 //! - the rate table holds one entry (~50 bytes in governor's sharded
-//!   `DashMap`) per key seen within the last `burst / rate` seconds plus up
-//!   to one sweep interval; `retain_recent` drops keys whose bucket is full
-//!   again, and `shrink_to_fit` returns the space.
+//!   `DashMap` store) per key seen within the last `burst / rate` seconds
+//!   plus up to one sweep interval; `retain_recent` drops keys whose bucket
+//!   is full again, and `shrink_to_fit` returns the space.
 //!
 //! Hot path: one hash of a 17-byte key per table, one short mutex hold for
 //! the concurrency table and one sharded lock + CAS for the rate table; no
@@ -46,8 +49,21 @@
 //! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
 //! what was refused since the last one.
 //!
+//! Per route: a [`RouteGate`] applies a route's `[route.limits]` (the same
+//! steps, on the same kind of [`Admission`]) and its `max_connections` once
+//! the ClientHello has named the route, refusing with a [`RouteRefusal`].
+//!
+//! Across reloads: [`Admission::next`] builds the state for changed limits
+//! on the tables of the previous one where they mean the same thing (same
+//! source prefixes; for the rate table, the same rate), so the per-source
+//! counts of connections still open carry over and a lowered cap holds at
+//! once; [`RouteGate::next`] does the same for a route, its open count
+//! included. The concurrency table therefore keeps no cap of its own.
+//!
 //! Not here: accepting, the global connection cap and rate (see `accept`),
-//! or anything read from the connection.
+//! reading the connection, or routing (`route`; `conn` calls the route's
+//! gate once the route is known, and `generation` keeps the gates by route
+//! name).
 
 use std::collections::HashMap;
 use std::fmt;

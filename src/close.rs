@@ -176,3 +176,18 @@ pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
         );
     }
 }
+
+/// Under a route's `dry_run`, logs the refusal the route's limits would
+/// have made.
+pub fn log_route_dry_run(listener: &Listener, peer: PeerAddr, route: &str, admitted: &Admitted) {
+    if let Some(would) = admitted.would_refuse {
+        tracing::debug!(
+            listener = %listener.name,
+            route,
+            client.peer = %peer,
+            source = %admitted.key,
+            would_refuse = CloseReason::from(RouteRefusal::Source(would)).as_str(),
+            "dry run: admission would refuse this connection"
+        );
+    }
+}

@@ -217,8 +217,8 @@ async fn setup<'g>(
             let admitted = gate
                 .admit(source)
                 .map_err(|refusal| record.refuse_on_route(refusal))?;
-            if let Some(would) = &admitted.source {
-                close::log_dry_run(listener, accepted.peer, would);
+            if let Some(held) = &admitted.source {
+                close::log_route_dry_run(listener, accepted.peer, &target.route, held);
             }
             Some(Box::new(admitted))
         }

@@ -319,3 +319,22 @@ async fn a_reload_that_lowers_route_limits_keeps_open_connections_counted() {
     assert_eq!(reached_a.load(Ordering::SeqCst), 4);
     assert!(relay.closed_lines().iter().all(|l| l["close"] != "drained"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_dry_run_logs_what_it_would_refuse_and_relays_it() {
+    let s = setup(
+        "",
+        "[route.limits]\nconnections_per_source = 1\ndry_run = true",
+        "",
+    )
+    .await;
+    let relay = &s.relay;
+    let _one = relayed(relay, "127.0.0.2", CURL, b"A").await;
+    let _two = relayed(relay, "127.0.0.2", CURL, b"A").await;
+    let line = relay
+        .wait_log(|l| l["message"] == "dry run: admission would refuse this connection")
+        .await;
+    assert_eq!(line["would_refuse"], "route_limit_concurrent", "{line}");
+    assert_eq!(line["route"], "curl", "{line}");
+    assert_eq!(s.reached_a.load(Ordering::SeqCst), 2);
+}
