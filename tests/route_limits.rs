@@ -338,3 +338,46 @@ async fn a_route_dry_run_logs_what_it_would_refuse_and_relays_it() {
     assert_eq!(line["route"], "curl", "{line}");
     assert_eq!(s.reached_a.load(Ordering::SeqCst), 2);
 }
+
+/// Behind a trusted peer relay, a route's per-source limits count the
+/// client each PROXY header claims, not the peer (as the listener's do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_peer_route_limits_count_the_claimed_client() {
+    use snirelay::proxy::outbound::{self, Announcement, Outbound};
+    let s = setup(
+        "[listener.proxy_protocol]\ntrusted = [\"127.0.0.0/8\"]\nmode = \"require\"",
+        "[route.limits]\nconnections_per_source = 1",
+        "",
+    )
+    .await;
+    let relay = &s.relay;
+    let from_peer = |client: &'static str| async move {
+        let announcement = Announcement::new(
+            client.parse().unwrap(),
+            "192.0.2.1:443".parse().unwrap(),
+            None,
+            None,
+            1,
+        );
+        let mut bytes = outbound::header(Outbound::V2, false, &announcement).unwrap();
+        bytes.extend(capture(CURL));
+        let mut stream = connect_from(ip("127.0.0.2"), relay.addr()).await.unwrap();
+        stream.write_all(&bytes).await.unwrap();
+        let back = relay_outcome(&mut stream).await;
+        (stream, back)
+    };
+    let (_one, back) = from_peer("203.0.113.9:5000").await;
+    assert_eq!(back.as_deref(), Some(&b"A"[..]));
+    let (_two, back) = from_peer("203.0.113.10:5000").await;
+    assert_eq!(
+        back.as_deref(),
+        Some(&b"A"[..]),
+        "another client, same peer"
+    );
+    let (three, back) = from_peer("203.0.113.9:5001").await;
+    assert_eq!(back, None);
+    let line = relay.closed_line(three.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "route_limit_concurrent", "{line}");
+    assert_eq!(line["client.claimed"], "203.0.113.9:5001", "{line}");
+    assert_eq!(s.reached_a.load(Ordering::SeqCst), 2);
+}
