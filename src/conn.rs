@@ -19,7 +19,8 @@
 //! tokio's two per-socket readiness slots and its two sockets, nothing else.
 //! Allocations per connection: the task, the setup future, the hello's
 //! bytes and the SNI kept for the log line; all but the task and the SNI
-//! are freed before relaying begins.
+//! are freed before relaying begins. On a route with limits, one more: the
+//! route's slot, held for the connection's life.
 //!
 //! Not here: socket options, parsing, policy, or what a close records
 //! (`close`); only the order of stages.

@@ -48,7 +48,8 @@ pub struct Generation {
     /// the identity is unchanged.
     pub routes: RouteTable,
     /// Its admission state: carried over from the previous generation
-    /// unless the reload changed `[listener.limits]`.
+    /// unless the reload changed `[listener.limits]`, and even then built
+    /// on the same per-source counts (`Admission::next`).
     pub admission: Arc<Admission>,
     /// Per-route admission, by route name; only routes with
     /// `[route.limits]` or `max_connections` have a gate.
