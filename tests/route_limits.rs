@@ -381,3 +381,67 @@ async fn behind_a_trusted_peer_route_limits_count_the_claimed_client() {
     assert_eq!(line["client.claimed"], "203.0.113.9:5001", "{line}");
     assert_eq!(s.reached_a.load(Ordering::SeqCst), 2);
 }
+
+/// `rate_counts_refused` on `[listener.limits]`: the same client retrying
+/// too fast (about 0 s, 0.6 s, 1.2 s) at two listeners allowing 1 new
+/// connection per second per source, burst 1; only `counting` counts
+/// refused attempts, so only it refuses the third (closed unread, as
+/// `limit_rate`). Replayed from another source when this machine
+/// stretched the timing out of its windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_rate_counts_refused_keeps_a_source_that_retries_too_fast_refused() {
+    let (a, reached) = tagged_backend("A").await;
+    let listener = |name: &str, counts: bool| {
+        format!(
+            "[[listener]]\nname = {name:?}\nlisten = [\"127.0.0.1:0\"]\n\
+             [listener.limits]\nconnection_rate_per_source = 1\n\
+             connection_burst_per_source = 1\nrate_counts_refused = {counts}\n\
+             [[route]]\nlistener = {name:?}\nsni = [\"curl.example.com\"]\nbackend = \"a\"\n"
+        )
+    };
+    let text = format!(
+        "{}{}[backend.a]\naddresses = [\"{a}\"]\n",
+        listener("tls", false),
+        listener("counting", true)
+    );
+    let relay = Relay::start(&text).await;
+    let (plain, counting) = (relay.addr_of("tls"), relay.addr_of("counting"));
+    let attempt = |source: &'static str, to: SocketAddr| async move {
+        replay_hello_from(ip(source), to, CURL).await
+    };
+    for source in ["127.0.0.11", "127.0.0.12", "127.0.0.13"] {
+        let before = reached.load(Ordering::SeqCst);
+        let first = Instant::now();
+        assert!(attempt(source, plain).await.1.is_some());
+        assert!(attempt(source, counting).await.1.is_some());
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let second = Instant::now();
+        assert!(attempt(source, plain).await.1.is_none());
+        assert!(attempt(source, counting).await.1.is_none());
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let third = Instant::now();
+        let (_plain, plain_back) = attempt(source, plain).await;
+        let (counted, counted_back) = attempt(source, counting).await;
+        let done = Instant::now();
+        if second - first >= Duration::from_millis(900)
+            || third - first <= Duration::from_millis(1100)
+            || done - second >= Duration::from_millis(900)
+        {
+            eprintln!("timing out of its windows from {source}; again");
+            continue;
+        }
+        assert_eq!(plain_back.as_deref(), Some(&b"A"[..]), "plain GCRA admits");
+        assert_eq!(counted_back, None, "refused attempts counted");
+        let line = relay.closed_line(counted.local_addr().unwrap()).await;
+        assert_eq!(line["close"], "limit_rate", "{line}");
+        assert_eq!(line["listener"], "counting", "{line}");
+        assert!(line["sni"].is_null(), "closed unread: {line}");
+        assert_eq!(
+            reached.load(Ordering::SeqCst),
+            before + 3,
+            "the two first attempts and the plain third reached the backend"
+        );
+        return;
+    }
+    panic!("three runs out of their timing windows");
+}
