@@ -8,9 +8,12 @@
 //!    [`Refusal::Denied`];
 //! 2. `connections_per_source`, open connections per key → [`Refusal::Concurrent`];
 //! 3. `connection_rate_per_source` / `connection_burst_per_source`, a keyed
-//!    GCRA (governor) → [`Refusal::Rate`]. A connection refused at step 2
-//!    spends no rate token, so a client parked at its concurrency cap does not
-//!    also burn its rate.
+//!    GCRA → [`Refusal::Rate`]. A connection refused at step 2 spends no
+//!    rate token, so a client parked at its concurrency cap does not also
+//!    burn its rate; with `rate_counts_refused` every refused attempt (at
+//!    step 2 or 3) spends one, as HAProxy's `conn_rate` counts them (see
+//!    [`KeyedGcra`] for the bound that keeps this from locking a source out
+//!    for long).
 //!
 //! With `dry_run` the counting limits (2 and 3) still count and report what
 //! they would refuse, but refuse nothing; `deny`/`allow` are policy, not
@@ -34,9 +37,9 @@
 //!   never holds more than `max_connections` entries; the sweep gives back
 //!   spare capacity after a burst;
 //! - the rate table holds one entry (~50 bytes in governor's sharded
-//!   `DashMap`) per key seen within the last `burst / rate` seconds plus up
-//!   to one sweep interval; `retain_recent` drops keys whose bucket is full
-//!   again, and `shrink_to_fit` returns the space.
+//!   `DashMap` store) per key seen within the last `burst / rate` seconds
+//!   plus up to one sweep interval; `retain_recent` drops keys whose bucket
+//!   is full again, and `shrink_to_fit` returns the space.
 //!
 //! Hot path: one hash of a 17-byte key per table, one short mutex hold for
 //! the concurrency table and one sharded lock + CAS for the rate table; no
@@ -46,21 +49,34 @@
 //! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
 //! what was refused since the last one.
 //!
+//! Per route: a [`RouteGate`] applies a route's `[route.limits]` (the same
+//! steps, on the same kind of [`Admission`]) and its `max_connections` once
+//! the ClientHello has named the route, refusing with a [`RouteRefusal`].
+//!
+//! Across reloads: [`Admission::next`] builds the state for changed limits
+//! on the tables of the previous one where they mean the same thing (same
+//! source prefixes; for the rate table, the same rate), so the per-source
+//! counts of connections still open carry over and a lowered cap holds at
+//! once; [`RouteGate::next`] does the same for a route, its open count
+//! included. The concurrency table therefore keeps no cap of its own.
+//!
 //! Not here: accepting, the global connection cap and rate (see `accept`),
-//! or anything read from the connection.
+//! reading the connection, or routing (`route`; `conn` calls the route's
+//! gate once the route is known, and `generation` keeps the gates by route
+//! name).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
-use governor::middleware::NoOpMiddleware;
-use governor::state::keyed::DashMapStateStore;
-use governor::{Quota, RateLimiter};
+use governor::clock::{Clock, DefaultClock, Reference};
+use governor::nanos::Nanos;
+use governor::state::StateStore;
+use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -103,6 +119,10 @@ pub struct Limits {
     pub allow: CidrSet,
     /// These sources are never admitted; beats `allow`. Costs as `allow`.
     pub deny: CidrSet,
+    /// Refused attempts spend rate too (HAProxy `conn_rate` semantics): a
+    /// source that keeps trying faster than its rate stays refused instead
+    /// of getting exactly its rate through. Costs nothing extra.
+    pub rate_counts_refused: bool,
 }
 
 /// A GCRA rate: `per_second` new connections, up to `burst` at once.
@@ -123,6 +143,7 @@ impl Limits {
             dry_run: false,
             allow: CidrSet::default(),
             deny: CidrSet::default(),
+            rate_counts_refused: false,
         }
     }
 }
@@ -290,17 +311,17 @@ impl Counts {
     }
 }
 
-type KeyedLimiter<C> =
-    RateLimiter<SourceKey, DashMapStateStore<SourceKey>, C, NoOpMiddleware<<C as Clock>::Instant>>;
-
 /// One listener's admission state: its limits and per-source tables.
 ///
 /// Shared by every accept loop of the listener (its IPv4 and IPv6 sockets
 /// count against the same keys).
 pub struct Admission<C: Clock = DefaultClock> {
     limits: Limits,
+    /// Shared with the generations before and after this one whose source
+    /// keys are cut the same way, so open connections stay counted across
+    /// a reload ([`Admission::next`]).
     concurrent: Option<Arc<ConcurrencyTable>>,
-    rate: Option<KeyedLimiter<C>>,
+    rate: Option<Arc<KeyedGcra<C>>>,
     pub counters: Counters,
 }
 
@@ -336,10 +357,11 @@ impl<C: Clock> Admission<C> {
     pub fn with_clock(limits: &Limits, clock: C) -> Admission<C> {
         let concurrent = limits
             .connections_per_source
-            .map(|cap| Arc::new(ConcurrencyTable::new(cap.get())));
+            .map(|_| Arc::new(ConcurrencyTable::default()));
         let rate = limits.rate_per_source.map(|rate| {
-            let quota = Quota::per_second(rate.per_second).allow_burst(rate.burst);
-            RateLimiter::dashmap_with_clock(quota, clock)
+            let mut gcra = KeyedGcra::new(rate, clock);
+            gcra.counts_refused = limits.rate_counts_refused;
+            Arc::new(gcra)
         });
         Admission {
             limits: limits.clone(),
@@ -347,6 +369,34 @@ impl<C: Clock> Admission<C> {
             rate,
             counters: Counters::default(),
         }
+    }
+
+    /// The state for changed `limits` after `self` (a reload): the tables
+    /// that can mean the same thing carry over, so the per-source counts of
+    /// connections still open are kept and a lowered cap applies to them
+    /// at once. The concurrency table carries over when the source
+    /// prefixes are unchanged (its keys are cut by them) and both set a
+    /// cap; the rate table when the prefixes and the rate are unchanged.
+    /// A table that cannot carry over starts empty: a limit turned on by
+    /// the reload counts from then on, since an unset limit keeps no table.
+    pub fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
+        let same_keys = self.limits.source_prefix_v4 == limits.source_prefix_v4
+            && self.limits.source_prefix_v6 == limits.source_prefix_v6;
+        let mut next = Admission::with_clock(limits, clock);
+        if same_keys && next.concurrent.is_some() {
+            if let Some(table) = &self.concurrent {
+                next.concurrent = Some(table.clone());
+            }
+        }
+        if same_keys && next.rate.is_some() && self.limits.rate_per_source == limits.rate_per_source
+        {
+            if let Some(rate) = &self.rate {
+                next.rate = Some(Arc::new(
+                    rate.with_counts_refused(limits.rate_counts_refused),
+                ));
+            }
+        }
+        next
     }
 
     pub fn limits(&self) -> &Limits {
@@ -375,13 +425,25 @@ impl<C: Clock> Admission<C> {
         let dry_run = self.limits.dry_run;
         let mut would_refuse = None;
 
+        let cap = self
+            .limits
+            .connections_per_source
+            .map_or(u32::MAX, |c| c.get());
         let guard = match &self.concurrent {
             None => None,
-            Some(table) => match table.acquire(key, dry_run) {
+            Some(table) => match table.acquire(key, cap, dry_run) {
                 (guard, true) => Some(guard),
                 (guard, false) => {
                     if !dry_run {
                         drop(guard);
+                        if self.limits.rate_counts_refused {
+                            // The attempt counts against the rate, as in
+                            // HAProxy's conn_rate; the refusal stays
+                            // `Concurrent`.
+                            if let Some(rate) = &self.rate {
+                                rate.check(&key);
+                            }
+                        }
                         self.counters
                             .limit_concurrent
                             .fetch_add(1, Ordering::Relaxed);
@@ -397,7 +459,7 @@ impl<C: Clock> Admission<C> {
         };
 
         if let Some(rate) = &self.rate {
-            if rate.check_key(&key).is_err() {
+            if !rate.check(&key) {
                 if !dry_run {
                     // `guard` drops here, giving back the concurrency slot.
                     self.counters.limit_rate.fetch_add(1, Ordering::Relaxed);
@@ -443,8 +505,7 @@ impl<C: Clock> Admission<C> {
     /// path every [`SWEEP_INTERVAL`].
     pub fn sweep(&self) {
         if let Some(rate) = &self.rate {
-            rate.retain_recent();
-            rate.shrink_to_fit();
+            rate.sweep();
         }
         if let Some(table) = &self.concurrent {
             table.shrink();
@@ -465,31 +526,261 @@ impl<C: Clock> Admission<C> {
     }
 }
 
+// --------------------------------------------------------------- per route
+
+/// Why a connection was refused by its route's admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RouteRefusal {
+    #[error("route's limits: {0}")]
+    Source(Refusal),
+    #[error("route has max_connections open")]
+    Full,
+}
+
+impl From<RouteRefusal> for CloseReason {
+    fn from(refusal: RouteRefusal) -> Self {
+        match refusal {
+            RouteRefusal::Source(Refusal::Denied) => CloseReason::RouteDenied,
+            RouteRefusal::Source(Refusal::Concurrent) => CloseReason::RouteLimitConcurrent,
+            RouteRefusal::Source(Refusal::Rate) => CloseReason::RouteLimitRate,
+            RouteRefusal::Full => CloseReason::RouteFull,
+        }
+    }
+}
+
+/// The source a route's limits apply to: the claimed client behind a
+/// trusted peer relay, or the measured peer of a direct client; `None` for
+/// a trusted peer's own connection (it claims nobody), which per-source
+/// limits do not count, as at accept.
+pub fn route_source(
+    peer: PeerAddr,
+    trusted_peer: bool,
+    claimed: Option<ClaimedAddr>,
+) -> Option<Source> {
+    match claimed {
+        Some(claimed) => Some(Source::Claimed(claimed)),
+        None if trusted_peer => None,
+        None => Some(Source::Peer(peer)),
+    }
+}
+
+/// One route's admission: `[route.limits]` per source within the route
+/// and `max_connections` for the route as a whole, decided once the
+/// ClientHello has named the route.
+///
+/// Memory and hot path: those of an [`Admission`] for the limits, plus one
+/// shared `AtomicU32` and one compare-and-swap loop for `max_connections`;
+/// nothing when the route sets neither (no gate exists).
+#[derive(Debug)]
+pub struct RouteGate {
+    sources: Option<Admission>,
+    max_connections: Option<NonZeroU32>,
+    /// Open connections on the route, counted while `max_connections` is
+    /// set; shared with the route's gates before and after a reload.
+    open: Option<Arc<AtomicU32>>,
+}
+
+/// A connection's hold on its route's admission: released on drop.
+#[derive(Debug)]
+pub struct RouteAdmitted {
+    /// The per-source slot (and, under `dry_run`, what would be refused).
+    pub source: Option<Admitted>,
+    _open: Option<OpenGuard>,
+}
+
+/// One connection counted in a route's `max_connections`.
+#[derive(Debug)]
+struct OpenGuard(Arc<AtomicU32>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl RouteGate {
+    /// A route's gate; `None` when it sets neither limits nor
+    /// `max_connections`.
+    pub fn new(limits: Option<&Limits>, max_connections: Option<NonZeroU32>) -> Option<RouteGate> {
+        RouteGate::next(None, limits, max_connections)
+    }
+
+    /// The gate for a route's (possibly changed) settings after
+    /// `previous`, the same route's gate before a reload: the counts of
+    /// connections still open carry over (see [`Admission::next`]), and so
+    /// does the route's open count while `max_connections` stays set.
+    pub fn next(
+        previous: Option<&RouteGate>,
+        limits: Option<&Limits>,
+        max_connections: Option<NonZeroU32>,
+    ) -> Option<RouteGate> {
+        if limits.is_none() && max_connections.is_none() {
+            return None;
+        }
+        let sources = limits.map(|limits| match previous.and_then(|p| p.sources.as_ref()) {
+            Some(was) => was.next(limits, DefaultClock::default()),
+            None => Admission::new(limits),
+        });
+        let open =
+            max_connections.map(|_| previous.and_then(|p| p.open.clone()).unwrap_or_default());
+        Some(RouteGate {
+            sources,
+            max_connections,
+            open,
+        })
+    }
+
+    /// Decides one connection on the route, `source` as [`route_source`]
+    /// gives it. The per-source limits go first, so a denied source is
+    /// told so even on a full route.
+    pub fn admit(&self, source: Option<Source>) -> Result<RouteAdmitted, RouteRefusal> {
+        let admitted = match (&self.sources, source) {
+            (Some(sources), Some(source)) => {
+                Some(sources.admit(source).map_err(RouteRefusal::Source)?)
+            }
+            _ => None,
+        };
+        let open = match (&self.open, self.max_connections) {
+            (Some(open), Some(max)) => {
+                let taken = open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max.get()).then_some(n + 1)
+                });
+                if taken.is_err() {
+                    // `admitted` drops here, giving back its source slot.
+                    return Err(RouteRefusal::Full);
+                }
+                Some(OpenGuard(open.clone()))
+            }
+            _ => None,
+        };
+        Ok(RouteAdmitted {
+            source: admitted,
+            _open: open,
+        })
+    }
+
+    /// Sweeps the per-source tables (see [`Admission::sweep`]).
+    pub fn sweep(&self) {
+        if let Some(sources) = &self.sources {
+            sources.sweep();
+        }
+    }
+
+    /// Open connections counted on the route (0 without `max_connections`).
+    pub fn open(&self) -> u32 {
+        self.open.as_ref().map_or(0, |o| o.load(Ordering::Acquire))
+    }
+}
+
+// ------------------------------------------------------------- rate table
+
+/// The keyed GCRA behind `connection_rate_per_source`: governor's sharded
+/// per-key store, driven by the same arithmetic as governor's own keyed
+/// limiter (emission interval `t` = 1 s / rate, tolerance `tau` =
+/// (burst − 1) · `t`) plus one thing governor cannot do: with
+/// `rate_counts_refused` a refused attempt also moves the key's
+/// theoretical arrival time on by `t`, so attempts, refused ones included,
+/// must stay under the rate for any to be admitted (HAProxy's `conn_rate`).
+/// That push is bounded to `t` past the point where the key would be
+/// admitted again, so a source that stops is let in after at most one
+/// burst window (`burst / rate` seconds), never locked out for as long as
+/// it flooded.
+struct KeyedGcra<C: Clock> {
+    cells: Arc<Cells<C>>,
+    t: Nanos,
+    tau: Nanos,
+    counts_refused: bool,
+}
+
+/// The per-key times and the clock they are read from, shared by the
+/// generations a reload carries the table over to.
+struct Cells<C: Clock> {
+    store: DashMapStateStore<SourceKey>,
+    clock: C,
+    start: C::Instant,
+}
+
+impl<C: Clock> KeyedGcra<C> {
+    fn new(rate: Rate, clock: C) -> KeyedGcra<C> {
+        let t = Nanos::from(Duration::from_secs(1) / rate.per_second.get());
+        let start = clock.now();
+        KeyedGcra {
+            cells: Arc::new(Cells {
+                store: DashMapStateStore::default(),
+                clock,
+                start,
+            }),
+            t,
+            tau: t * u64::from(rate.burst.get() - 1),
+            counts_refused: false,
+        }
+    }
+
+    /// The same keys and times, read with another `rate_counts_refused`.
+    fn with_counts_refused(&self, counts_refused: bool) -> KeyedGcra<C> {
+        KeyedGcra {
+            cells: self.cells.clone(),
+            t: self.t,
+            tau: self.tau,
+            counts_refused,
+        }
+    }
+
+    fn now(&self) -> Nanos {
+        self.cells.clock.now().duration_since(self.cells.start)
+    }
+
+    /// One attempt by `key`: whether it is within the rate.
+    fn check(&self, key: &SourceKey) -> bool {
+        let now = self.now();
+        let (t, tau) = (self.t, self.tau);
+        let decided: Result<bool, ()> = self.cells.store.measure_and_replace(key, |tat| {
+            let tat = tat.unwrap_or(now);
+            if now >= tat.saturating_sub(tau) {
+                Ok((true, tat.max(now) + t))
+            } else if self.counts_refused {
+                Ok((false, (tat + t).min(now + tau + t)))
+            } else {
+                Err(())
+            }
+        });
+        decided.unwrap_or(false)
+    }
+
+    /// Drops keys whose state is that of a fresh key again (as governor's
+    /// `retain_recent`) and returns the space.
+    fn sweep(&self) {
+        let drop_below = self.now().saturating_sub(self.t);
+        self.cells.store.retain_recent(drop_below);
+        self.cells.store.shrink_to_fit();
+    }
+
+    fn len(&self) -> usize {
+        ShrinkableKeyedStateStore::len(&self.cells.store)
+    }
+}
+
 // ------------------------------------------------------ concurrency table
 
 /// Open connections per key. An entry exists only while its count is above
 /// zero, so the table never outgrows the connections that are open.
-#[derive(Debug)]
+///
+/// The cap is the caller's (the [`Limits`] of the generation admitting),
+/// not the table's: a reload that changes it shares the table, so the
+/// counts of connections still open carry over.
+#[derive(Debug, Default)]
 struct ConcurrencyTable {
-    cap: u32,
     open: Mutex<HashMap<SourceKey, u32>>,
 }
 
 impl ConcurrencyTable {
-    fn new(cap: u32) -> Self {
-        ConcurrencyTable {
-            cap,
-            open: Mutex::new(HashMap::new()),
-        }
-    }
-
     /// Takes a slot for `key`. Returns the guard and whether the key was
-    /// under its cap. Over the cap the count is raised only when `force`
+    /// under `cap`. Over the cap the count is raised only when `force`
     /// (dry run), so that the reported numbers stay true.
-    fn acquire(self: &Arc<Self>, key: SourceKey, force: bool) -> (SourceGuard, bool) {
+    fn acquire(self: &Arc<Self>, key: SourceKey, cap: u32, force: bool) -> (SourceGuard, bool) {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let count = open.entry(key).or_insert(0);
-        let under = *count < self.cap;
+        let under = *count < cap;
         if under || force {
             *count += 1;
         }
@@ -556,12 +847,14 @@ impl Drop for SourceGuard {
 /// at debug, since a flood makes many. Follows `published` (the listener's
 /// generation, whose admission state `admission_of` picks out): most
 /// reloads carry the state over, and only a new one starts the counts
-/// afresh. Ends when the listener is gone (the sender dropped) or `stop`
+/// afresh. `sweep_routes` sweeps the generation's route gates (their
+/// refusals are counted in metrics, not in this summary). Ends when the listener is gone (the sender dropped) or `stop`
 /// fires.
 pub fn spawn_sweeper<T: Send + Sync + 'static>(
     listener: String,
     mut published: watch::Receiver<T>,
     admission_of: fn(&T) -> Arc<Admission>,
+    sweep_routes: fn(&T),
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
@@ -586,6 +879,7 @@ pub fn spawn_sweeper<T: Send + Sync + 'static>(
                 () = stop.cancelled() => return,
             }
             current.sweep();
+            sweep_routes(&published.borrow());
             let now = current.counters.snapshot();
             let delta = now.refused_since(&last);
             if delta.any_refused() {
@@ -905,5 +1199,156 @@ mod tests {
             gate.at_accept(PeerAddr(sock("203.0.113.9:1")), true),
             Ok(AtAccept::AfterPreface)
         ));
+    }
+
+    // ------------------------------------ reloads, refused attempts, routes
+
+    #[test]
+    fn a_reload_that_lowers_the_cap_keeps_the_open_connections_counted() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(5));
+        let before = Admission::new(&limits);
+        let mut held: Vec<_> = (0..5)
+            .map(|i| before.admit(peer(&format!("127.0.0.2:{i}"))).unwrap())
+            .collect();
+        limits.connections_per_source = Some(nz(3));
+        let after = before.next(&limits, DefaultClock::default());
+        assert_eq!(
+            after.admit(peer("127.0.0.2:9")).unwrap_err(),
+            Refusal::Concurrent
+        );
+        assert!(
+            after.admit(peer("127.0.0.3:1")).is_ok(),
+            "others unaffected"
+        );
+        held.truncate(2);
+        // 2 still open under a cap of 3: one more fits.
+        let _third = after.admit(peer("127.0.0.2:10")).unwrap();
+        assert_eq!(
+            after.admit(peer("127.0.0.2:11")).unwrap_err(),
+            Refusal::Concurrent
+        );
+    }
+
+    #[test]
+    fn new_source_prefixes_start_the_counts_afresh() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        let before = Admission::new(&limits);
+        let _held = before.admit(peer("127.0.0.2:1")).unwrap();
+        limits.source_prefix_v4 = 24;
+        let after = before.next(&limits, DefaultClock::default());
+        assert!(after.admit(peer("127.0.0.2:2")).is_ok());
+    }
+
+    /// A flooder at ten times its rate: plain GCRA lets the rate through,
+    /// `rate_counts_refused` lets nothing through until it slows down, and
+    /// then at most one burst window later.
+    #[test]
+    fn refused_attempts_spend_rate_only_with_rate_counts_refused() {
+        let admitted_by = |counts_refused: bool| {
+            let mut limits = Limits::unlimited();
+            limits.rate_per_source = Some(Rate {
+                per_second: nz(10),
+                burst: nz(10),
+            });
+            limits.rate_counts_refused = counts_refused;
+            let clock = FakeRelativeClock::default();
+            let a = Admission::with_clock(&limits, clock.clone());
+            // 100 attempts a second for 5 seconds.
+            let mut admitted = 0;
+            for i in 0..500 {
+                if a.admit(peer(&format!("127.0.0.2:{i}"))).is_ok() {
+                    admitted += 1;
+                }
+                clock.advance(Duration::from_millis(10));
+            }
+            // The flood stops; one burst window (1 s) and one interval later
+            // the source is admitted again either way.
+            clock.advance(Duration::from_millis(1100));
+            assert!(a.admit(peer("127.0.0.2:9999")).is_ok());
+            admitted
+        };
+        let plain = admitted_by(false);
+        assert!(
+            (55..=62).contains(&plain),
+            "GCRA lets the rate through: {plain}"
+        );
+        // The burst of 10, and the one token refilled during it (the 11th
+        // attempt comes 100 ms in); every attempt after that is refused.
+        assert_eq!(admitted_by(true), 11, "only the first burst");
+    }
+
+    #[test]
+    fn a_concurrency_refusal_spends_rate_with_rate_counts_refused() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(3),
+        });
+        limits.rate_counts_refused = true;
+        let a = Admission::with_clock(&limits, FakeRelativeClock::default());
+        let first = a.admit(peer("127.0.0.2:1")).unwrap();
+        for i in 0..2 {
+            assert_eq!(
+                a.admit(peer(&format!("127.0.0.2:{}", 10 + i))).unwrap_err(),
+                Refusal::Concurrent
+            );
+        }
+        drop(first);
+        // The burst of 3 went on one admitted and two refused attempts.
+        assert_eq!(a.admit(peer("127.0.0.2:20")).unwrap_err(), Refusal::Rate);
+    }
+
+    #[test]
+    fn a_route_gate_counts_its_total_and_its_sources() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(2));
+        limits.deny = set(&["127.0.0.9"]);
+        let gate = RouteGate::new(Some(&limits), Some(nz(3))).unwrap();
+        let a = gate.admit(Some(peer("127.0.0.2:1"))).unwrap();
+        let _b = gate.admit(Some(peer("127.0.0.2:2"))).unwrap();
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.2:3"))).unwrap_err(),
+            RouteRefusal::Source(Refusal::Concurrent)
+        );
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.9:3"))).unwrap_err(),
+            RouteRefusal::Source(Refusal::Denied)
+        );
+        let _c = gate.admit(Some(peer("127.0.0.3:1"))).unwrap();
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.4:1"))).unwrap_err(),
+            RouteRefusal::Full
+        );
+        // A trusted peer's own connection: no source slot, still counted.
+        drop(a);
+        let own = gate.admit(None).unwrap();
+        assert!(own.source.is_none());
+        assert_eq!(gate.open(), 3);
+        // A reload that lowers max_connections keeps the three counted.
+        let lower = RouteGate::next(Some(&gate), Some(&limits), Some(nz(2))).unwrap();
+        assert_eq!(lower.open(), 3);
+        assert_eq!(
+            lower.admit(Some(peer("127.0.0.5:1"))).unwrap_err(),
+            RouteRefusal::Full
+        );
+        assert!(RouteGate::new(None, None).is_none(), "no settings, no gate");
+    }
+
+    #[test]
+    fn a_route_counts_the_claimed_client_and_not_a_peers_own_connection() {
+        let peer_addr = PeerAddr(sock("10.0.0.2:40000"));
+        let claimed = ClaimedAddr(sock("203.0.113.9:5555"));
+        assert_eq!(
+            route_source(peer_addr, true, Some(claimed)),
+            Some(Source::Claimed(claimed))
+        );
+        assert_eq!(route_source(peer_addr, true, None), None);
+        assert_eq!(
+            route_source(peer_addr, false, None),
+            Some(Source::Peer(peer_addr))
+        );
     }
 }

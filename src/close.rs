@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tracing::Level;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admit::{Admitted, Refusal};
+use crate::admit::{Admitted, Refusal, RouteRefusal};
 use crate::config::{Backend, Listener};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
@@ -91,6 +91,14 @@ impl<'l> ConnRecord<'l> {
     /// Counts an admission refusal; the connection ends with the reason
     /// returned.
     pub fn refuse(&self, refusal: Refusal) -> CloseReason {
+        let reason = CloseReason::from(refusal);
+        self.metrics.limit_refused(reason);
+        reason
+    }
+
+    /// Counts a refusal by the route's admission; the connection ends with
+    /// the reason returned.
+    pub fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
         let reason = CloseReason::from(refusal);
         self.metrics.limit_refused(reason);
         reason
@@ -164,6 +172,21 @@ pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
             client.peer = %peer,
             source = %admitted.key,
             would_refuse = CloseReason::from(would).as_str(),
+            "dry run: admission would refuse this connection"
+        );
+    }
+}
+
+/// Under a route's `dry_run`, logs the refusal the route's limits would
+/// have made.
+pub fn log_route_dry_run(listener: &Listener, peer: PeerAddr, route: &str, admitted: &Admitted) {
+    if let Some(would) = admitted.would_refuse {
+        tracing::debug!(
+            listener = %listener.name,
+            route,
+            client.peer = %peer,
+            source = %admitted.key,
+            would_refuse = CloseReason::from(RouteRefusal::Source(would)).as_str(),
             "dry run: admission would refuse this connection"
         );
     }

@@ -10,14 +10,17 @@
 //! is written exactly once, at close. Admission (limits) happens before
 //! this, in the accept loop; for a trusted peer relay it must key on the
 //! claimed address, known only after the preface
-//! ([`ConnRecord::claimed`]; its slot is kept in [`Slots`]).
+//! ([`ConnRecord::claimed`]; its slot is kept in [`Slots`]). A route's own
+//! admission (`[route.limits]`, `max_connections`) runs in `setup` right
+//! after routing, and its slot is held with the relay's sockets.
 //!
 //! Memory: an open connection holds its task (1,024 bytes with tokio's
 //! header: this module's state, the log record and the relay's state),
 //! tokio's two per-socket readiness slots and its two sockets, nothing else.
 //! Allocations per connection: the task, the setup future, the hello's
 //! bytes and the SNI kept for the log line; all but the task and the SNI
-//! are freed before relaying begins.
+//! are freed before relaying begins. On a route with limits, one more: the
+//! route's slot, held for the connection's life.
 //!
 //! Not here: socket options, parsing, policy, or what a close records
 //! (`close`); only the order of stages.
@@ -29,7 +32,7 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::admit::Admitted;
+use crate::admit::{self, Admitted, RouteAdmitted};
 use crate::backend::InFlight;
 use crate::close::{self, Accepted, CloseReason, ConnRecord};
 use crate::drain::DrainGuard;
@@ -116,6 +119,10 @@ struct Established {
     _in_flight: InFlight,
     /// Registered with the route's drain signal until the connection ends.
     drain: DrainGuard,
+    /// Its place under the route's limits, if the route has any. Boxed:
+    /// one pointer in every connection's task, the slot itself only on
+    /// routes with limits.
+    _route_slot: Option<Box<RouteAdmitted>>,
 }
 
 /// The stages before the relay: preface → inspect → route → connect →
@@ -131,6 +138,7 @@ async fn setup<'g>(
         listener,
         routes,
         admission,
+        route_gates,
         backends,
         ..
     } = generation;
@@ -197,6 +205,25 @@ async fn setup<'g>(
     };
     record.route = Some(&target.route);
     record.backend = Some(target.backend.clone());
+    // admit on the route ([route.limits], max_connections), now that the
+    // hello named it; refused: closed at once, no alert, nothing forwarded
+    let route_slot = match route_gates.get(&target.route) {
+        None => None,
+        Some(gate) => {
+            let trusted_peer = listener
+                .proxy_protocol
+                .as_ref()
+                .is_some_and(|inbound| inbound.trusts(accepted.peer.0.ip()));
+            let source = admit::route_source(accepted.peer, trusted_peer, record.claimed);
+            let admitted = gate
+                .admit(source)
+                .map_err(|refusal| record.refuse_on_route(refusal))?;
+            if let Some(held) = &admitted.source {
+                close::log_route_dry_run(listener, accepted.peer, &target.route, held);
+            }
+            Some(Box::new(admitted))
+        }
+    };
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
     let drain = target.drain.enter();
@@ -252,6 +279,7 @@ async fn setup<'g>(
         backend: backend.stream,
         _in_flight: backend.in_flight,
         drain,
+        _route_slot: route_slot,
     })
 }
 

@@ -3,7 +3,8 @@
 //!
 //! A listener starts with the sockets `bind` opened for it and one
 //! generation; a reload publishes the next generation (carrying the
-//! admission tables over unless `[listener.limits]` changed), adds accept
+//! admission state over, and the per-source counts of open connections
+//! even when `[listener.limits]` changed), adds accept
 //! loops for new sockets and stops those of addresses the file removed.
 //! Sockets of addresses that stay are never closed, so a reload refuses no
 //! connection. Each listener's admission tables are swept by a task of its
@@ -73,8 +74,9 @@ struct Bound {
 }
 
 struct Running {
-    /// The current generation. Its admission state is replaced (tables
-    /// reset) only when a reload changes `[listener.limits]`.
+    /// The current generation. Its admission state is replaced only when
+    /// a reload changes `[listener.limits]`, and even then the counts of
+    /// open connections carry over.
     generation: watch::Sender<Arc<Generation>>,
     binds: BTreeMap<BindKey, Bound>,
     /// Its sockets came from systemd: they are kept as they are on reload.
@@ -120,6 +122,7 @@ impl Listeners {
             listener.name.clone(),
             generation.subscribe(),
             |g: &Arc<Generation>| g.admission.clone(),
+            |g: &Arc<Generation>| g.route_gates.sweep(),
             self.shared.stop_accepting.clone(),
         );
         let mut running = Running {

@@ -254,6 +254,19 @@ close_reasons! {
     NoAddress => "no_address", Fault::Ours, Stage::Connect;
     /// A cluster answer pointed outside the backend's `allowed_targets`.
     TargetNotAllowed => "target_not_allowed", Fault::Ours, Stage::Connect;
+    // Per-route admission: decided after the ClientHello named the route;
+    // closed without an alert and nothing forwarded.
+    /// Refused by the route: the source is on its `[route.limits]` `deny`
+    /// list or off its `allow` list.
+    RouteDenied => "route_denied", Fault::Admission, Stage::Route;
+    /// Refused by the route: the source already has the route's
+    /// `connections_per_source` connections open on it.
+    RouteLimitConcurrent => "route_limit_concurrent", Fault::Admission, Stage::Route;
+    /// Refused by the route: the source exceeded the route's
+    /// `connection_rate_per_source` / `connection_burst_per_source`.
+    RouteLimitRate => "route_limit_rate", Fault::Admission, Stage::Route;
+    /// Refused by the route: it has `max_connections` connections open.
+    RouteFull => "route_full", Fault::Admission, Stage::Route;
 }
 
 impl CloseReason {

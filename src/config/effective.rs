@@ -178,6 +178,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         dry_run,
         allow,
         deny,
+        rate_counts_refused,
     } = limits;
     let (rate, burst) = match rate_per_source {
         Some(Rate { per_second, burst }) => (
@@ -198,6 +199,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         dry_run: Some(*dry_run),
         allow: allow.blocks().iter().map(|c| c.to_string()).collect(),
         deny: deny.blocks().iter().map(|c| c.to_string()).collect(),
+        rate_counts_refused: Some(*rate_counts_refused),
     }
 }
 
@@ -206,12 +208,16 @@ fn route_section(listener: &str, route: &Route) -> RouteSection {
         name,
         patterns,
         backend,
+        limits,
+        max_connections,
     } = route;
     RouteSection {
         name: Some(name.clone()),
         listener: Some(listener.to_owned()),
         sni: patterns.iter().map(|p| p.to_string()).collect(),
         backend: backend.name.clone(),
+        limits: limits.as_ref().map(limits_section),
+        max_connections: max_connections.map(|n| i64::from(n.get())),
     }
 }
 

@@ -84,6 +84,8 @@ pub struct LimitsSection {
     pub allow: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Refused attempts spend rate tokens too (HAProxy `conn_rate`).
+    pub rate_counts_refused: Option<bool>,
 }
 
 /// A limit given as a count, or `false` to turn it off (`true` is an error:
@@ -102,6 +104,12 @@ pub struct RouteSection {
     pub listener: Option<String>,
     pub sni: Vec<String>,
     pub backend: String,
+    // Per-route admission, decided once the route is known.
+    /// `[route.limits]`: the `[listener.limits]` keys, per source within
+    /// this route.
+    pub limits: Option<LimitsSection>,
+    /// Open connections on this route, all sources together.
+    pub max_connections: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

@@ -253,6 +253,13 @@ pub struct Route {
     pub name: String,
     pub patterns: Vec<Pattern>,
     pub backend: Arc<Backend>,
+    // Per-route admission (see `admit::RouteGate`).
+    /// `[route.limits]`; `None` without the table. Unlike a listener's,
+    /// `connections_per_source` has no default here: the listener's
+    /// already bounds every source.
+    pub limits: Option<Limits>,
+    /// `max_connections`: open connections on the route; `None` is unlimited.
+    pub max_connections: Option<NonZeroU32>,
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and
@@ -1045,6 +1052,7 @@ impl Checker {
         let limits = self.limits(
             &format!("{key}.limits"),
             section.limits.as_ref().unwrap_or(&default_limits),
+            Some(DEFAULT_CONNECTIONS_PER_SOURCE),
         );
         Some(Listener {
             name: section.name.clone(),
@@ -1103,13 +1111,18 @@ impl Checker {
         })
     }
 
-    /// `[listener.limits]`; an unset concurrency limit takes its default,
-    /// unset rate limits are off.
-    fn limits(&mut self, key: &str, section: &LimitsSection) -> Option<Limits> {
+    /// `[listener.limits]` or `[route.limits]`; an unset concurrency limit
+    /// takes `default_per_source`, unset rate limits are off.
+    fn limits(
+        &mut self,
+        key: &str,
+        section: &LimitsSection,
+        default_per_source: Option<NonZeroU32>,
+    ) -> Option<Limits> {
         let problems = self.problems.len();
         let connections_key = format!("{key}.connections_per_source");
         let connections_per_source = match section.connections_per_source {
-            None => Some(DEFAULT_CONNECTIONS_PER_SOURCE),
+            None => default_per_source,
             Some(CountOrOff::Switch(false)) => None,
             Some(CountOrOff::Switch(true)) => {
                 self.problem(
@@ -1166,6 +1179,7 @@ impl Checker {
             dry_run: section.dry_run.unwrap_or(false),
             allow,
             deny,
+            rate_counts_refused: section.rate_counts_refused.unwrap_or(false),
         })
     }
 
@@ -1240,7 +1254,19 @@ impl Checker {
                     Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
                 }
             }
-            let (Some(listener), Some(backend)) = (listener, backend) else {
+            // Per-route admission: the listener's limit keys, no default cap.
+            let limits = match &section.limits {
+                None => Some(None),
+                Some(limits) => self
+                    .limits(&format!("{key}.limits"), limits, None)
+                    .map(Some),
+            };
+            let max_connections = self.optional_nonzero(
+                &format!("{key}.max_connections"),
+                section.max_connections,
+                MAX_CONNECTIONS_RANGE,
+            );
+            let (Some(listener), Some(backend), Some(limits)) = (listener, backend, limits) else {
                 continue;
             };
             let route_id = listener.routes.len();
@@ -1257,10 +1283,29 @@ impl Checker {
                 .clone()
                 .or_else(|| patterns.first().map(|p| p.to_string()))
                 .unwrap_or_else(|| key.clone());
+            // Per-route admission state is kept across reloads by route
+            // name, so a route with limits needs a name of its own.
+            let gated = |limits: &Option<Limits>, max: &Option<NonZeroU32>| {
+                limits.is_some() || max.is_some()
+            };
+            if listener.routes.iter().any(|r| {
+                r.name == name
+                    && (gated(&r.limits, &r.max_connections) || gated(&limits, &max_connections))
+            }) {
+                self.problem(
+                    format!("{key}.name"),
+                    format!(
+                        "{name:?} is also the name of another route on listener {:?}; a route with limits or max_connections needs a name of its own",
+                        listener.name
+                    ),
+                );
+            }
             listener.routes.push(Route {
                 name,
                 patterns,
                 backend,
+                limits,
+                max_connections,
             });
         }
     }

@@ -1073,3 +1073,37 @@ pub mod dns;
 // ------------------------------------------- cluster lookups (issue 6)
 
 pub mod control_plane;
+
+// ------------------------------------------------ per-route limits (issue 15)
+
+/// Sends the captured ClientHello `name` (see `tests/data`) to `to` from the
+/// loopback source `from`, and waits for the outcome: `Some(bytes)`, the
+/// first bytes the backend wrote back (a [`tagged_backend`]'s tag), when
+/// the relay forwarded it; `None` when the relay closed it instead. The
+/// stream is returned open, so a relayed connection stays counted until the
+/// caller drops it.
+pub async fn replay_hello_from(
+    from: std::net::IpAddr,
+    to: SocketAddr,
+    name: &str,
+) -> (TcpStream, Option<Vec<u8>>) {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = connect_from(from, to).await.unwrap();
+    stream.write_all(&capture(name)).await.unwrap();
+    let back = relay_outcome(&mut stream).await;
+    (stream, back)
+}
+
+/// What came back on a client connection whose hello was sent: the first
+/// bytes from the backend, or `None` when the relay closed it.
+pub async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 256];
+    let read = tokio::time::timeout(WAIT, stream.read(&mut buf))
+        .await
+        .expect("the relay neither forwarded nor closed the connection");
+    match read {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(buf[..n].to_vec()),
+    }
+}
