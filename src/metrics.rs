@@ -235,7 +235,7 @@ impl Closed<'_> {
 
 /// Slots for per-close-reason series: more than [`CloseReason`] has
 /// variants (a reason past the last slot still counts, through the family).
-const REASON_SLOTS: usize = 32;
+const REASON_SLOTS: usize = 48;
 const _: () = assert!(CloseReason::ALL.len() <= REASON_SLOTS);
 
 /// Route → backend → (bytes up, bytes down) counters.
