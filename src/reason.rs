@@ -197,7 +197,8 @@ macro_rules! close_reasons {
 }
 
 close_reasons! {
-    /// Both directions ended normally (FIN from each side).
+    /// Both directions ended normally (FIN from each side), or a side reset
+    /// after its FIN once everything it sent was delivered.
     Done => "done", Fault::Normal, Stage::Relay;
     /// The client closed before sending a byte: a health check or port scan.
     /// Such connections are counted but never logged.
@@ -254,6 +255,12 @@ close_reasons! {
     NoAddress => "no_address", Fault::Ours, Stage::Connect;
     /// A cluster answer pointed outside the backend's `allowed_targets`.
     TargetNotAllowed => "target_not_allowed", Fault::Ours, Stage::Connect;
+    // Relay timeouts (issue 15, point 2): policy, not faults.
+    /// One side had sent FIN, and no byte moved for `half_close_timeout`.
+    HalfCloseTimeout => "half_close_timeout", Fault::Normal, Stage::Relay;
+    /// The connection reached its moment within the last tenth of
+    /// `max_connection_lifetime`.
+    MaxLifetime => "max_lifetime", Fault::Normal, Stage::Relay;
 }
 
 impl CloseReason {
