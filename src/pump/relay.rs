@@ -455,3 +455,129 @@ async fn bulk(
         None => copy_burst(from, to, side, activity).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use tokio::io::Interest;
+    use tokio::net::TcpListener;
+
+    /// A connected pair on loopback: (ours, the peer).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ours = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (peer, _) = listener.accept().await.unwrap();
+        (ours, peer)
+    }
+
+    /// The peer sends `tail`, then FIN if `fin`, then resets; returns once
+    /// our socket has the reset.
+    async fn peer_resets(ours: &TcpStream, peer: TcpStream, tail: &[u8], fin: bool) {
+        peer.try_write(tail).unwrap();
+        if fin {
+            sockopt::shutdown_write(&peer).unwrap();
+        }
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(peer);
+        ours.ready(Interest::ERROR).await.unwrap();
+    }
+
+    // What `fin_before_reset` relies on, pinned: Linux's errors after a
+    // peer's reset, with its FIN (and data) still unread.
+    #[tokio::test]
+    async fn a_write_after_a_reset_that_followed_fin_is_broken_pipe() {
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", true).await;
+        let error = ours.try_write(b"close_notify").unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
+        assert!(fin_before_reset(&ours, &error));
+        // And what the peer sent before its FIN can still be delivered.
+        let mut buf = [0u8; 16];
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
+        assert_eq!(&buf[..4], b"tail");
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_after_a_reset_that_followed_fin_leaves_broken_pipe_pending() {
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", true).await;
+        let error = sockopt::shutdown_write(&ours).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::NotConnected, "{error}");
+        assert!(fin_before_reset(&ours, &error));
+    }
+
+    #[tokio::test]
+    async fn a_reset_without_fin_is_connection_reset() {
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", false).await;
+        let error = ours.try_write(b"more").unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
+        assert!(!fin_before_reset(&ours, &error));
+
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"", false).await;
+        let error = sockopt::shutdown_write(&ours).unwrap_err();
+        assert!(!fin_before_reset(&ours, &error));
+    }
+
+    fn directions(up: End, down: End) -> (Direction<'static>, Direction<'static>) {
+        let mut pair = (Direction::new(Side::Up), Direction::new(Side::Down));
+        (pair.0.end, pair.1.end) = (up, down);
+        pair
+    }
+
+    fn failure(peer: Peer, after_fin: bool) -> Failure {
+        Failure { peer, after_fin }
+    }
+
+    #[test]
+    fn a_failure_after_the_peers_fin_drops_only_the_direction_toward_it() {
+        // The backend sent FIN and all of it was delivered: its reset (to
+        // the client's late close_notify) drops the direction toward it.
+        let (mut up, mut down) = directions(End::Open, End::Fin);
+        assert_eq!(
+            excuse(failure(Peer::Backend, false), &mut up, &mut down),
+            None
+        );
+        assert_eq!((up.end, down.end), (End::Dropped, End::Fin));
+        // The same for the client, the other way round.
+        let (mut up, mut down) = directions(End::Fin, End::Open);
+        assert_eq!(
+            excuse(failure(Peer::Client, false), &mut up, &mut down),
+            None
+        );
+        assert_eq!((up.end, down.end), (End::Fin, End::Dropped));
+        // A reset after a FIN not yet read: the peer's direction stays open
+        // to deliver the rest.
+        let (mut up, mut down) = directions(End::Open, End::Open);
+        assert_eq!(
+            excuse(failure(Peer::Backend, true), &mut up, &mut down),
+            None
+        );
+        assert_eq!((up.end, down.end), (End::Dropped, End::Open));
+    }
+
+    #[test]
+    fn a_failure_before_the_peers_fin_ends_the_connection() {
+        let (mut up, mut down) = directions(End::Open, End::Open);
+        let reason = excuse(failure(Peer::Backend, false), &mut up, &mut down);
+        assert_eq!(reason, Some(CloseReason::BackendReset));
+        let (mut up, mut down) = directions(End::Fin, End::Open);
+        let reason = excuse(failure(Peer::Backend, false), &mut up, &mut down);
+        assert_eq!(reason, Some(CloseReason::BackendReset));
+        let (mut up, mut down) = directions(End::Open, End::Fin);
+        let reason = excuse(failure(Peer::Client, false), &mut up, &mut down);
+        assert_eq!(reason, Some(CloseReason::ClientReset));
+        // The client fails while the backend's rest is still on its way
+        // after the backend's own reset: that cuts the backend's data.
+        let (mut up, mut down) = directions(End::Dropped, End::Open);
+        let reason = excuse(failure(Peer::Client, true), &mut up, &mut down);
+        assert_eq!(reason, Some(CloseReason::ClientReset));
+    }
+}
