@@ -197,8 +197,9 @@ macro_rules! close_reasons {
 }
 
 close_reasons! {
-    /// Both directions ended normally (FIN from each side), or a side reset
-    /// after its FIN once everything it sent was delivered.
+    /// Both directions ended normally (FIN from each side), or with a reset
+    /// that cut nothing (after the resetting side's FIN, or after the other
+    /// side had finished; see `pump::relay`).
     Done => "done", Fault::Normal, Stage::Relay;
     /// The client closed before sending a byte: a health check or port scan.
     /// Such connections are counted but never logged.

@@ -306,6 +306,59 @@ async fn a_reset_after_the_backends_fin_and_full_delivery_ends_as_done() {
     );
 }
 
+/// Point 9, as seen with nginx: the client's close_notify (and FIN) reach
+/// the backend before it closes its socket, so it closes with them unread
+/// and its kernel sends a reset instead of a FIN. The client had finished
+/// and everything the backend sent was delivered: `done` at INFO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_closing_with_the_clients_last_bytes_unread_ends_as_done() {
+    use tokio::io::Interest;
+    const ROUNDS: usize = 10;
+    let hello = capture("openssl_sni.bin");
+    let hello_len = hello.len();
+    let backend = raw_backend(move |mut stream| async move {
+        let mut got = vec![0u8; hello_len];
+        stream.read_exact(&mut got).await.unwrap();
+        stream.write_all(b"response").await.unwrap();
+        // Waits, reading nothing, until the client's FIN has arrived behind
+        // its last bytes; then closes with those bytes unread.
+        for _ in 0..100 {
+            let ready = stream.ready(Interest::READABLE).await.unwrap();
+            if ready.is_read_closed() {
+                break;
+            }
+            // Clears readiness without reading, to wait for the next event.
+            let _ = stream.try_io(Interest::READABLE, || {
+                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+            });
+        }
+        drop(stream);
+    })
+    .await;
+    let relay = Relay::start(&simple_config(&["www.example.com"], backend, "")).await;
+
+    for _ in 0..ROUNDS {
+        let mut client = TcpStream::connect(relay.addr()).await.unwrap();
+        let local = client.local_addr().unwrap();
+        client.write_all(&hello).await.unwrap();
+        let mut answer = [0u8; 8];
+        tokio::time::timeout(WAIT, client.read_exact(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&answer, b"response");
+        client.write_all(b"close_notify").await.unwrap();
+        client.shutdown().await.unwrap();
+        assert!(read_until_closed(&mut client).await.is_empty());
+
+        let line = relay.closed_line(local).await;
+        assert_eq!(line["close"], "done", "{line}");
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["bytes.down"], 8);
+        assert_eq!(line["bytes.up"], (hello_len + 12) as u64);
+    }
+}
+
 /// The control: a backend that resets in the middle of its response, before
 /// any FIN, cuts data, and that stays `backend_reset` at WARN.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

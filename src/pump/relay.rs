@@ -15,15 +15,18 @@
 //! moment, or when the shutdown token fires. The timeouts are the route's
 //! ([`Timeouts`], the listener's unless the route overrides them).
 //!
-//! A reset is a failure only when it cuts data. A peer that sent FIN and
-//! whose bytes were all delivered may then reset: a server that closed
-//! after its response (and TLS close_notify) answers the client's late
-//! close_notify with a reset from its kernel. That ends the connection as
-//! `done`; so does a reset that Linux reports as arriving after the peer's
-//! FIN (EPIPE rather than ECONNRESET, see [`fin_before_reset`]) once the
-//! rest of what the peer sent is delivered. A reset before the peer's FIN,
-//! or one that leaves its bytes undelivered, stays `client_reset` /
-//! `backend_reset`.
+//! A reset is a failure only when it cuts data (see [`excuse`]). A peer
+//! that sent FIN, and whose bytes were all delivered, may then reset: a
+//! server that closed after its response and TLS close_notify answers the
+//! client's late close_notify with a reset from its kernel. Or it resets
+//! instead of sending FIN: a server that closes its socket with the
+//! client's close_notify (and FIN) unread makes its kernel send a reset,
+//! not a FIN. Either way, once the other side had finished or the peer's
+//! FIN came first, and everything the peer sent that arrived is delivered,
+//! the connection ends as `done`. Linux tells a reset after the peer's FIN
+//! (EPIPE) from one before (ECONNRESET), see [`fin_before_reset`]; a read
+//! returns what arrived before a reset first. Any other reset stays
+//! `client_reset` / `backend_reset`.
 //!
 //! [`Relay`] is a hand-written future, not an `async fn`: it is what every
 //! open connection's task holds for its whole life, so its state is laid
@@ -105,11 +108,24 @@ impl From<Peer> for CloseReason {
     }
 }
 
+/// What failed on a peer's socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Reading what the peer sent. Every byte read before it was delivered
+    /// (a burst writes what it read before it reads again).
+    Read,
+    /// Writing to the peer.
+    Write,
+    /// Passing the other side's FIN on to the peer (shutdown(2)).
+    Shutdown,
+}
+
 /// A peer's failure, and whether the error says that the peer had sent
 /// FIN before it reset (see [`fin_before_reset`]).
 #[derive(Debug, Clone, Copy)]
 struct Failure {
     peer: Peer,
+    at: At,
     after_fin: bool,
 }
 
@@ -119,14 +135,17 @@ impl Failure {
     fn read(peer: Peer) -> Failure {
         Failure {
             peer,
+            at: At::Read,
             after_fin: false,
         }
     }
 
-    /// Writing (or shutting down writing) to `peer` on `stream` failed.
-    fn write(peer: Peer, stream: &TcpStream, error: &io::Error) -> Failure {
+    /// Writing (`At::Write`) or shutting down writing (`At::Shutdown`) to
+    /// `peer` on `stream` failed with `error`.
+    fn write(peer: Peer, at: At, stream: &TcpStream, error: &io::Error) -> Failure {
         Failure {
             peer,
+            at,
             after_fin: fin_before_reset(stream, error),
         }
     }
@@ -154,8 +173,9 @@ enum End {
     Open,
     /// Its source sent FIN and everything before it was delivered.
     Fin,
-    /// Its destination reset after sending its own FIN: nothing more can be
-    /// delivered, and nothing is lost that the destination wanted.
+    /// Ended by a reset that cut nothing (see [`excuse`]): its destination
+    /// reset after its own FIN, or its source reset after the other side
+    /// had finished.
     Dropped,
 }
 
@@ -207,7 +227,7 @@ impl<'a> Direction<'a> {
                     Ok(Burst::Eof) => return Poll::Ready(Ok(())),
                     Err(BurstError::Read(_)) => return Poll::Ready(Err(Failure::read(reader))),
                     Err(BurstError::Write(e)) => {
-                        return Poll::Ready(Err(Failure::write(writer, to, &e)));
+                        return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
                     }
                 }
             }
@@ -234,18 +254,29 @@ impl<'a> Direction<'a> {
                 Ok(Copied::Eof) => return Poll::Ready(Ok(())),
                 Err(BurstError::Read(_)) => return Poll::Ready(Err(Failure::read(reader))),
                 Err(BurstError::Write(e)) => {
-                    return Poll::Ready(Err(Failure::write(writer, to, &e)));
+                    return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
                 }
             }
         }
     }
 }
 
-/// Decides whether a peer's failure ends the connection. It does not when
-/// the peer had sent FIN and everything it sent is delivered (its direction
-/// is [`End::Fin`]), or when the error shows its FIN came first and its
-/// direction can still deliver the rest (it stays open and must end in
-/// FIN); then only the direction toward the peer is dropped.
+/// Decides whether a peer's failure ends the connection as that peer's
+/// reset. It does not when the reset cuts nothing, which is when either
+/// - the peer had sent FIN and everything it sent is delivered (its
+///   direction is [`End::Fin`]), or the error shows its FIN came first and
+///   its direction can still deliver the rest (it stays open and must end
+///   in FIN); or
+/// - the other side had finished (the direction toward the peer is
+///   [`End::Fin`]), and the reset came while reading the peer, so all it
+///   sent that arrived was delivered, or while passing that FIN on (its
+///   direction stays open to deliver the rest). This is the server that
+///   closes its socket with the client's last bytes (TLS close_notify)
+///   unread: its kernel then sends a reset instead of a FIN.
+///
+/// The direction toward the peer is then dropped (and the peer's own, when
+/// reading it failed), and the connection ends as `done` once both have
+/// ended.
 fn excuse<'a>(
     failure: Failure,
     up: &mut Direction<'a>,
@@ -260,8 +291,14 @@ fn excuse<'a>(
         End::Open => failure.after_fin,
         End::Dropped => false,
     };
-    if !fin_first {
+    let other_finished = to_peer.end == End::Fin
+        && from_peer.end == End::Open
+        && matches!(failure.at, At::Read | At::Shutdown);
+    if !fin_first && !other_finished {
         return Some(failure.peer.into());
+    }
+    if failure.at == At::Read {
+        from_peer.end = End::Dropped;
     }
     if to_peer.end == End::Open {
         to_peer.end = End::Dropped;
@@ -372,7 +409,7 @@ impl Future for Relay<'_> {
                     match other {
                         End::Open => sockopt::shutdown_write(ends.1)
                             .err()
-                            .map(|e| Failure::write(destination, ends.1, &e)),
+                            .map(|e| Failure::write(destination, At::Shutdown, ends.1, &e)),
                         End::Fin | End::Dropped => None,
                     }
                 }
@@ -520,10 +557,22 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
         assert!(!fin_before_reset(&ours, &error));
 
+        // Reading gives what arrived before the reset, then the reset.
         let (ours, peer) = pair().await;
-        peer_resets(&ours, peer, b"", false).await;
+        peer_resets(&ours, peer, b"tail", false).await;
+        let mut buf = [0u8; 16];
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
+        let error = ours.try_read(&mut buf).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
+
+        // Once shutdown(2) has met it (and `fin_before_reset` consumed it),
+        // what arrived is still read, then an end of stream.
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", false).await;
         let error = sockopt::shutdown_write(&ours).unwrap_err();
         assert!(!fin_before_reset(&ours, &error));
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
     }
 
     fn directions(up: End, down: End) -> (Direction<'static>, Direction<'static>) {
@@ -532,52 +581,74 @@ mod tests {
         pair
     }
 
-    fn failure(peer: Peer, after_fin: bool) -> Failure {
-        Failure { peer, after_fin }
+    fn failure(peer: Peer, at: At, after_fin: bool) -> Failure {
+        Failure {
+            peer,
+            at,
+            after_fin,
+        }
     }
 
+    /// `excuse` on directions in states (`up`, `down`): the reason it
+    /// returns and the states it leaves.
+    fn judge(f: Failure, up: End, down: End) -> (Option<CloseReason>, End, End) {
+        let (mut up, mut down) = directions(up, down);
+        let reason = excuse(f, &mut up, &mut down);
+        (reason, up.end, down.end)
+    }
+
+    use End::{Dropped, Fin, Open};
+    use Peer::{Backend, Client};
+
     #[test]
-    fn a_failure_after_the_peers_fin_drops_only_the_direction_toward_it() {
+    fn a_reset_after_the_peers_fin_drops_only_the_direction_toward_it() {
         // The backend sent FIN and all of it was delivered: its reset (to
         // the client's late close_notify) drops the direction toward it.
-        let (mut up, mut down) = directions(End::Open, End::Fin);
-        assert_eq!(
-            excuse(failure(Peer::Backend, false), &mut up, &mut down),
-            None
-        );
-        assert_eq!((up.end, down.end), (End::Dropped, End::Fin));
+        let f = failure(Backend, At::Write, false);
+        assert_eq!(judge(f, Open, Fin), (None, Dropped, Fin));
         // The same for the client, the other way round.
-        let (mut up, mut down) = directions(End::Fin, End::Open);
-        assert_eq!(
-            excuse(failure(Peer::Client, false), &mut up, &mut down),
-            None
-        );
-        assert_eq!((up.end, down.end), (End::Fin, End::Dropped));
+        let f = failure(Client, At::Write, false);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Dropped));
         // A reset after a FIN not yet read: the peer's direction stays open
         // to deliver the rest.
-        let (mut up, mut down) = directions(End::Open, End::Open);
-        assert_eq!(
-            excuse(failure(Peer::Backend, true), &mut up, &mut down),
-            None
-        );
-        assert_eq!((up.end, down.end), (End::Dropped, End::Open));
+        let f = failure(Backend, At::Write, true);
+        assert_eq!(judge(f, Open, Open), (None, Dropped, Open));
+        let f = failure(Backend, At::Shutdown, true);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Open));
     }
 
     #[test]
-    fn a_failure_before_the_peers_fin_ends_the_connection() {
-        let (mut up, mut down) = directions(End::Open, End::Open);
-        let reason = excuse(failure(Peer::Backend, false), &mut up, &mut down);
-        assert_eq!(reason, Some(CloseReason::BackendReset));
-        let (mut up, mut down) = directions(End::Fin, End::Open);
-        let reason = excuse(failure(Peer::Backend, false), &mut up, &mut down);
-        assert_eq!(reason, Some(CloseReason::BackendReset));
-        let (mut up, mut down) = directions(End::Open, End::Fin);
-        let reason = excuse(failure(Peer::Client, false), &mut up, &mut down);
-        assert_eq!(reason, Some(CloseReason::ClientReset));
+    fn a_reset_after_the_other_side_finished_cuts_nothing() {
+        // The client's close_notify and FIN reached the backend, which
+        // reset instead of sending FIN: everything it sent was delivered.
+        let f = failure(Backend, At::Read, false);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Dropped));
+        // Seen when passing the client's FIN on: the backend's rest is
+        // still to be read and delivered.
+        let f = failure(Backend, At::Shutdown, false);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Open));
+        // The other way round.
+        let f = failure(Client, At::Read, false);
+        assert_eq!(judge(f, Open, Fin), (None, Dropped, Fin));
+    }
+
+    #[test]
+    fn a_reset_that_cuts_data_ends_the_connection() {
+        let reset = Some(CloseReason::BackendReset);
+        // Mid-exchange, both ways open.
+        let f = failure(Backend, At::Read, false);
+        assert_eq!(judge(f, Open, Open).0, reset);
+        let f = failure(Backend, At::Write, false);
+        assert_eq!(judge(f, Open, Open).0, reset);
+        let f = failure(Client, At::Read, false);
+        assert_eq!(judge(f, Open, Open).0, Some(CloseReason::ClientReset));
         // The client fails while the backend's rest is still on its way
         // after the backend's own reset: that cuts the backend's data.
-        let (mut up, mut down) = directions(End::Dropped, End::Open);
-        let reason = excuse(failure(Peer::Client, true), &mut up, &mut down);
-        assert_eq!(reason, Some(CloseReason::ClientReset));
+        let f = failure(Client, At::Write, true);
+        assert_eq!(judge(f, Dropped, Open).0, Some(CloseReason::ClientReset));
+        // The client side was dropped, not finished: a backend reset then
+        // still cuts the backend's data.
+        let f = failure(Backend, At::Read, false);
+        assert_eq!(judge(f, Dropped, Open).0, reset);
     }
 }
