@@ -3,8 +3,8 @@
 //!
 //! A listener generation holds one compiled [`RouteTable`]: every pattern
 //! (and the no-SNI fallback) leads to one [`RouteEntry`] that owns the
-//! route's name, its backend and the drain signal of that identity
-//! (listener, pattern → backend). [`RouteTable::build`] compiles it from the
+//! route's name, its backend, its relay timeouts and the drain signal of
+//! that identity (listener, pattern → backend). [`RouteTable::build`] compiles it from the
 //! validated listener and the previous generation's table: an identity
 //! that leads to an equal backend keeps its drain signal (so connections
 //! started under any earlier generation stay reachable), the others get

@@ -12,7 +12,8 @@
 //!
 //! Precedence: a value set in a section wins; otherwise the `DEFAULT_*`
 //! constant below applies. (Later settings that exist both globally and per
-//! listener resolve as section beats global beats default.)
+//! listener resolve as section beats global beats default; a route's relay
+//! timeouts as route beats listener beats default.)
 //!
 //! Reading the file happens on a thread of its own with a timeout
 //! ([`read_file`], [`CONFIG_READ_TIMEOUT`]): the path may name a FIFO with
