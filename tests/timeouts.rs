@@ -389,3 +389,74 @@ async fn a_reset_before_the_backends_fin_stays_backend_reset() {
     assert_eq!(line["level"], "WARN");
     assert_eq!(next(&mut seen).await, hello);
 }
+
+/// A reload that changes only a route's timeouts drains nothing: open
+/// connections keep the timeouts they started with, new ones get the new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_route_timeouts_applies_to_new_connections_only() {
+    let hello = capture("openssl_sni.bin");
+    let hello_len = hello.len();
+    // Reports each connection's hello as it arrives, then all it read.
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let backend = raw_backend(move |mut stream| {
+        let tx = tx.clone();
+        async move {
+            let mut got = vec![0u8; hello_len];
+            stream.read_exact(&mut got).await.unwrap();
+            tx.send(got.clone()).unwrap();
+            let _ = stream.read_to_end(&mut got).await;
+            tx.send(got).unwrap();
+        }
+    })
+    .await;
+    let config = |route_idle: &str| {
+        format!(
+            r#"
+[global]
+drain_timeout = "1s"
+
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+name = "r"
+sni = ["www.example.com"]
+backend = "b"
+idle_timeout = "{route_idle}"
+
+[backend.b]
+addresses = ["{backend}"]
+"#
+        )
+    };
+    let relay = Relay::start(&config("1h")).await;
+    let mut before = TcpStream::connect(relay.addr()).await.unwrap();
+    let before_local = before.local_addr().unwrap();
+    before.write_all(&hello).await.unwrap();
+    // Its hello reached the backend: it runs on the first generation.
+    assert_eq!(next(&mut seen).await, hello);
+
+    let line = relay.reload(&config("1s"), 1).await;
+    assert_eq!(line["message"], "reload applied", "{line}");
+    let mut after = TcpStream::connect(relay.addr()).await.unwrap();
+    let after_local = after.local_addr().unwrap();
+    after.write_all(&hello).await.unwrap();
+    assert_eq!(next(&mut seen).await, hello);
+    assert!(read_until_closed(&mut after).await.is_empty());
+    assert_eq!(next(&mut seen).await, hello);
+    let line = relay.closed_line(after_local).await;
+    assert_eq!(line["close"], "idle_timeout");
+    assert!(line["duration_ms"].as_u64().unwrap() >= 1000, "{line}");
+
+    // Quiet as long and past the drain window, the older connection is
+    // still relayed: it was neither drained nor given the new timeout.
+    before.write_all(b"still here").await.unwrap();
+    before.shutdown().await.unwrap();
+    assert!(read_until_closed(&mut before).await.is_empty());
+    let line = relay.closed_line(before_local).await;
+    assert_eq!(line["close"], "done");
+    let mut expected = hello;
+    expected.extend_from_slice(b"still here");
+    assert_eq!(next(&mut seen).await, expected);
+}
