@@ -1280,9 +1280,13 @@ impl Checker {
                     Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
                 }
             }
+            // The route's relay timeouts, checked even when the route is
+            // unusable, so that every problem is reported.
             let overrides = self.route_timeouts(&key, section);
-            let (Some(listener), Some(backend), Some(overrides)) = (listener, backend, overrides)
-            else {
+            let (Some(listener), Some(backend)) = (listener, backend) else {
+                continue;
+            };
+            let Some(overrides) = overrides else {
                 continue;
             };
             let timeouts = overrides(listener.timeouts());
