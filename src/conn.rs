@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admit::{self, Admitted, RouteAdmitted};
 use crate::backend::InFlight;
 use crate::close::{self, Accepted, CloseReason, ConnRecord};
+use crate::config::Timeouts;
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::proxy::{inbound, outbound};
@@ -88,7 +89,8 @@ pub fn handle(
                     &accepted.stream,
                     &established.backend,
                     &activity,
-                    listener.idle_timeout,
+                    established.timeouts,
+                    accepted.at,
                     &cancel,
                     &established.drain,
                     record.id,
@@ -113,8 +115,10 @@ pub fn handle(
 
 /// A connection through its setup stages, ready to relay: the hello (and
 /// any PROXY header) is already written to the backend.
-struct Established {
+struct Established<'g> {
     backend: TcpStream,
+    /// Its route's relay timeouts, borrowed from the generation.
+    timeouts: &'g Timeouts,
     /// Counts this connection on its backend address until dropped.
     _in_flight: InFlight,
     /// Registered with the route's drain signal until the connection ends.
@@ -133,7 +137,7 @@ async fn setup<'g>(
     generation: &'g Generation,
     per_source: &mut Option<Admitted>,
     cancel: &CancellationToken,
-) -> Result<Established, CloseReason> {
+) -> Result<Established<'g>, CloseReason> {
     let Generation {
         listener,
         routes,
@@ -277,6 +281,7 @@ async fn setup<'g>(
     record.moved.up += (replay.len() - header_len) as u64;
     Ok(Established {
         backend: backend.stream,
+        timeouts: &target.timeouts,
         _in_flight: backend.in_flight,
         drain,
         _route_slot: route_slot,

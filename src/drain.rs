@@ -114,7 +114,7 @@ impl Drop for DrainGuard {
 const DRAIN_SPREAD: f64 = 0.99;
 
 /// A random number in `[0, 1)`, different per process and per seed.
-fn unit_fraction(seed: u64) -> f64 {
+pub(crate) fn unit_fraction(seed: u64) -> f64 {
     static KEYS: OnceLock<RandomState> = OnceLock::new();
     let hash = KEYS.get_or_init(RandomState::new).hash_one(seed);
     // 53 random bits fill an f64 mantissa exactly.

@@ -197,7 +197,9 @@ macro_rules! close_reasons {
 }
 
 close_reasons! {
-    /// Both directions ended normally (FIN from each side).
+    /// Both directions ended normally (FIN from each side), or with a reset
+    /// that cut nothing (after the resetting side's FIN, or after the other
+    /// side had finished; see `pump::relay`).
     Done => "done", Fault::Normal, Stage::Relay;
     /// The client closed before sending a byte: a health check or port scan.
     /// Such connections are counted but never logged.
@@ -267,6 +269,12 @@ close_reasons! {
     RouteLimitRate => "route_limit_rate", Fault::Admission, Stage::Route;
     /// Refused by the route: it has `max_connections` connections open.
     RouteFull => "route_full", Fault::Admission, Stage::Route;
+    // Relay timeouts (issue 15, point 2): policy, not faults.
+    /// One side had sent FIN, and no byte moved for `half_close_timeout`.
+    HalfCloseTimeout => "half_close_timeout", Fault::Normal, Stage::Relay;
+    /// The connection reached its moment within the last tenth of
+    /// `max_connection_lifetime`.
+    MaxLifetime => "max_lifetime", Fault::Normal, Stage::Relay;
 }
 
 impl CloseReason {

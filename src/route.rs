@@ -3,8 +3,8 @@
 //!
 //! A listener generation holds one compiled [`RouteTable`]: every pattern
 //! (and the no-SNI fallback) leads to one [`RouteEntry`] that owns the
-//! route's name, its backend and the drain signal of that identity
-//! (listener, pattern → backend). [`RouteTable::build`] compiles it from the
+//! route's name, its backend, its relay timeouts and the drain signal of
+//! that identity (listener, pattern → backend). [`RouteTable::build`] compiles it from the
 //! validated listener and the previous generation's table: an identity
 //! that leads to an equal backend keeps its drain signal (so connections
 //! started under any earlier generation stay reachable), the others get
@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use crate::client_hello::ClientHello;
-use crate::config::{Backend, Listener, NoSni};
+use crate::config::{Backend, Listener, NoSni, Timeouts};
 use crate::drain::DrainSignal;
 use crate::matcher::SniMatcher;
 use crate::reason::CloseReason;
@@ -54,6 +54,10 @@ pub struct RouteEntry {
     pub backend: Arc<Backend>,
     /// The drain signal of this identity.
     pub drain: Arc<DrainSignal>,
+    /// The relay timeouts of connections on this route (the listener's for
+    /// `no_sni`). Not part of the identity: a reload that changes only them
+    /// applies them to new connections and drains none.
+    pub timeouts: Timeouts,
 }
 
 /// A listener's routes as one generation runs them.
@@ -88,6 +92,7 @@ impl RouteTable {
                     route: route.name.as_str().into(),
                     backend: route.backend.clone(),
                     drain: carried(kept, &route.backend),
+                    timeouts: route.timeouts,
                 };
                 // Patterns were checked unique per listener by validation.
                 if table.matcher.insert(pattern, table.entries.len()).is_ok() {
@@ -101,6 +106,7 @@ impl RouteTable {
                 route: "no_sni".into(),
                 backend: backend.clone(),
                 drain: carried(kept, backend),
+                timeouts: listener.timeouts(),
             });
         }
         table

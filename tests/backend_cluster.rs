@@ -23,20 +23,6 @@ use tokio::sync::mpsc;
 
 // ---------------------------------------------------------------- fixtures
 
-/// The ClientHello rustls sends for `name`, made in memory.
-fn hello(name: &str) -> Vec<u8> {
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
-    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let mut out = Vec::new();
-    while conn.wants_write() {
-        conn.write_tls(&mut out).unwrap();
-    }
-    out
-}
-
 /// What a node saw on one connection.
 #[derive(Debug)]
 struct Seen {
@@ -118,7 +104,7 @@ async fn serve_node(mut stream: TcpStream, name: &str, tx: mpsc::UnboundedSender
 async fn ask_from(from: IpAddr, relay: &Relay, name: &str) -> (SocketAddr, String) {
     let mut client = connect_from(from, relay.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
-    client.write_all(&hello(name)).await.unwrap();
+    client.write_all(&hello_for(name)).await.unwrap();
     let mut back = Vec::new();
     tokio::time::timeout(WAIT, client.read_to_end(&mut back))
         .await
@@ -455,7 +441,7 @@ async fn forwarding_to_another_node_sends_proxy_v2_with_client_and_sni() {
     cp.set("www.example.com", Reply::endpoints(&[a.addr]));
     let relay = Relay::start(&config(&cp, "", None, "")).await;
 
-    let sent = hello("www.example.com");
+    let sent = hello_for("www.example.com");
     let mut tcp = TcpStream::connect(relay.addr()).await.unwrap();
     let client = tcp.local_addr().unwrap();
     tcp.write_all(&sent).await.unwrap();

@@ -32,12 +32,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::file::{
-    AdminSection, BackendSection, ClusterSection, CountOrOff, FileConfig, GlobalSection,
-    HealthSection, LimitsSection, ListenerSection, OneOrMany, ProxyProtocolSection, RouteSection,
+    AdminSection, BackendSection, ClusterSection, CountOrOff, DurationOrOff, FileConfig,
+    GlobalSection, HealthSection, LimitsSection, ListenerSection, OneOrMany, ProxyProtocolSection,
+    RouteSection,
 };
 use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
-    Listener, NoSni, Policy, Route,
+    Listener, NoSni, Policy, Route, Timeouts,
 };
 use crate::admit::{Limits, Rate};
 use crate::proxy::inbound::{Inbound, Mode};
@@ -71,6 +72,14 @@ impl Config {
 
 fn duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
+}
+
+/// A limit that may be off: its duration, or `false`.
+fn duration_or_off(d: Option<Duration>) -> Option<DurationOrOff> {
+    Some(match d {
+        Some(d) => DurationOrOff::Duration(duration(d)),
+        None => DurationOrOff::Switch(false),
+    })
 }
 
 fn count(n: impl TryInto<i64>) -> Option<i64> {
@@ -131,6 +140,8 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         reuse_port,
         splice,
         limits,
+        half_close_timeout,
+        max_connection_lifetime,
     } = listener;
     ListenerSection {
         name: name.clone(),
@@ -147,6 +158,8 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         reuse_port: Some(*reuse_port),
         splice: Some(*splice),
         limits: Some(limits_section(limits)),
+        half_close_timeout: Some(duration(*half_close_timeout)),
+        max_connection_lifetime: duration_or_off(*max_connection_lifetime),
     }
 }
 
@@ -210,7 +223,14 @@ fn route_section(listener: &str, route: &Route) -> RouteSection {
         backend,
         limits,
         max_connections,
+        timeouts,
     } = route;
+    // The route's timeouts in force, its listener's where it sets none.
+    let Timeouts {
+        idle,
+        half_close,
+        lifetime,
+    } = timeouts;
     RouteSection {
         name: Some(name.clone()),
         listener: Some(listener.to_owned()),
@@ -218,6 +238,9 @@ fn route_section(listener: &str, route: &Route) -> RouteSection {
         backend: backend.name.clone(),
         limits: limits.as_ref().map(limits_section),
         max_connections: max_connections.map(|n| i64::from(n.get())),
+        idle_timeout: Some(duration(*idle)),
+        half_close_timeout: Some(duration(*half_close)),
+        max_connection_lifetime: duration_or_off(*lifetime),
     }
 }
 

@@ -58,6 +58,11 @@ pub struct ListenerSection {
     pub splice: Option<bool>,
     /// `[listener.limits]`: admission limits and source lists.
     pub limits: Option<LimitsSection>,
+    // Relay timeouts beside `idle_timeout` (issue 15, point 2).
+    /// Once a side has sent FIN, how long the connection may stay quiet.
+    pub half_close_timeout: Option<String>,
+    /// How long a connection may live; unset or `false`: no limit.
+    pub max_connection_lifetime: Option<DurationOrOff>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
@@ -110,6 +115,10 @@ pub struct RouteSection {
     pub limits: Option<LimitsSection>,
     /// Open connections on this route, all sources together.
     pub max_connections: Option<i64>,
+    // Per-route relay timeouts (issue 15, point 2); unset: the listener's.
+    pub idle_timeout: Option<String>,
+    pub half_close_timeout: Option<String>,
+    pub max_connection_lifetime: Option<DurationOrOff>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -163,6 +172,15 @@ pub struct ClusterSection {
     pub negative_ttl: Option<String>,
     pub lookup_timeout: Option<String>,
     pub allowed_targets: Option<Vec<String>>,
+}
+
+/// A duration (`"24h"`), or `false` to turn the limit off (`true` is an
+/// error: it names no duration).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum DurationOrOff {
+    Duration(String),
+    Switch(bool),
 }
 
 /// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`.

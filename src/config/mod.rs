@@ -12,7 +12,8 @@
 //!
 //! Precedence: a value set in a section wins; otherwise the `DEFAULT_*`
 //! constant below applies. (Later settings that exist both globally and per
-//! listener resolve as section beats global beats default.)
+//! listener resolve as section beats global beats default; a route's relay
+//! timeouts as route beats listener beats default.)
 //!
 //! Reading the file happens on a thread of its own with a timeout
 //! ([`read_file`], [`CONFIG_READ_TIMEOUT`]): the path may name a FIFO with
@@ -33,6 +34,8 @@ pub use crate::backend::{
     AddressSource, Backend, Cluster, ClusterLookup, DEFAULT_CONNECT_ATTEMPTS_CAP, DnsSource,
     HealthCheck,
 };
+/// A connection's relay timeouts, the relay's own type (see `pump::relay`).
+pub use crate::pump::relay::Timeouts;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -50,8 +53,8 @@ use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
 use file::{
-    AdminSection, BackendSection, ClusterSection, CountOrOff, FileConfig, HealthSection,
-    LimitsSection, ListenerSection, ProxyProtocolSection,
+    AdminSection, BackendSection, ClusterSection, CountOrOff, DurationOrOff, FileConfig,
+    HealthSection, LimitsSection, ListenerSection, ProxyProtocolSection,
 };
 
 /// Open client connections the whole process accepts before it pauses accepting.
@@ -64,6 +67,11 @@ pub const DEFAULT_BACKLOG: u32 = 1024;
 pub const DEFAULT_CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A relayed connection on which no byte moved either way for this long is closed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// How long a connection one side has half-closed (sent FIN) may stay
+/// quiet; HAProxy's `timeout client-fin`/`server-fin`.
+pub const DEFAULT_HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection may live: no limit unless set.
+pub const DEFAULT_MAX_CONNECTION_LIFETIME: Option<Duration> = None;
 /// Bytes the relay buffers while waiting for a complete ClientHello.
 pub const DEFAULT_MAX_CLIENT_HELLO_BYTES: usize = 16 * 1024;
 /// Per backend address connect attempt.
@@ -237,6 +245,23 @@ pub struct Listener {
     pub splice: bool,
     /// `[listener.limits]`: admission (see `admit`).
     pub limits: Limits,
+    // Relay timeouts beside `idle_timeout`; a route may override all three
+    // (`Route::timeouts`).
+    pub half_close_timeout: Duration,
+    /// `None`: connections live as long as they like.
+    pub max_connection_lifetime: Option<Duration>,
+}
+
+impl Listener {
+    /// The listener's relay timeouts: those of its routes that set none,
+    /// and of its `no_sni` backend.
+    pub fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            idle: self.idle_timeout,
+            half_close: self.half_close_timeout,
+            lifetime: self.max_connection_lifetime,
+        }
+    }
 }
 
 /// What a listener does with a ClientHello that carries no SNI.
@@ -260,6 +285,9 @@ pub struct Route {
     pub limits: Option<Limits>,
     /// `max_connections`: open connections on the route; `None` is unlimited.
     pub max_connections: Option<NonZeroU32>,
+    /// The route's relay timeouts: each one its own where set, else the
+    /// listener's.
+    pub timeouts: Timeouts,
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and
@@ -1048,6 +1076,16 @@ impl Checker {
             None => Some(None),
             Some(pp) => self.inbound(&format!("{key}.proxy_protocol"), pp).map(Some),
         };
+        let half_close_timeout = self.duration(
+            &format!("{key}.half_close_timeout"),
+            &section.half_close_timeout,
+            DEFAULT_HALF_CLOSE_TIMEOUT,
+        );
+        let max_connection_lifetime = self.duration_or_off(
+            &format!("{key}.max_connection_lifetime"),
+            &section.max_connection_lifetime,
+            DEFAULT_MAX_CONNECTION_LIFETIME,
+        );
         let default_limits = LimitsSection::default();
         let limits = self.limits(
             &format!("{key}.limits"),
@@ -1068,6 +1106,8 @@ impl Checker {
             reuse_port: section.reuse_port.unwrap_or(DEFAULT_REUSE_PORT),
             splice: DEFAULT_SPLICE,
             limits: limits?,
+            half_close_timeout: half_close_timeout?,
+            max_connection_lifetime: max_connection_lifetime?,
         })
     }
 
@@ -1266,9 +1306,16 @@ impl Checker {
                 section.max_connections,
                 MAX_CONNECTIONS_RANGE,
             );
+            // The route's relay timeouts, checked even when the route is
+            // unusable, so that every problem is reported.
+            let overrides = self.route_timeouts(&key, section);
             let (Some(listener), Some(backend), Some(limits)) = (listener, backend, limits) else {
                 continue;
             };
+            let Some(overrides) = overrides else {
+                continue;
+            };
+            let timeouts = overrides(listener.timeouts());
             let route_id = listener.routes.len();
             for (i, pattern) in patterns.iter().enumerate() {
                 if let Err(e) = listener.matcher.insert(pattern, route_id) {
@@ -1306,7 +1353,65 @@ impl Checker {
                 backend,
                 limits,
                 max_connections,
+                timeouts,
             });
+        }
+    }
+
+    /// A route's own `idle_timeout`, `half_close_timeout` and
+    /// `max_connection_lifetime`, as a function that lays them over its
+    /// listener's timeouts.
+    fn route_timeouts(
+        &mut self,
+        key: &str,
+        section: &file::RouteSection,
+    ) -> Option<impl FnOnce(Timeouts) -> Timeouts + use<>> {
+        let mut duration = |name: &str, value: &Option<String>| match value {
+            None => Some(None),
+            Some(_) => self
+                .duration(&format!("{key}.{name}"), value, Duration::ZERO)
+                .map(Some),
+        };
+        let idle = duration("idle_timeout", &section.idle_timeout);
+        let half_close = duration("half_close_timeout", &section.half_close_timeout);
+        let lifetime = match &section.max_connection_lifetime {
+            None => Some(None),
+            Some(_) => self
+                .duration_or_off(
+                    &format!("{key}.max_connection_lifetime"),
+                    &section.max_connection_lifetime,
+                    None,
+                )
+                .map(Some),
+        };
+        let (idle, half_close, lifetime) = (idle?, half_close?, lifetime?);
+        Some(move |listener: Timeouts| Timeouts {
+            idle: idle.unwrap_or(listener.idle),
+            half_close: half_close.unwrap_or(listener.half_close),
+            lifetime: lifetime.unwrap_or(listener.lifetime),
+        })
+    }
+
+    /// A duration, or `false` for none; unset gives `default`.
+    fn duration_or_off(
+        &mut self,
+        key: &str,
+        value: &Option<DurationOrOff>,
+        default: Option<Duration>,
+    ) -> Option<Option<Duration>> {
+        match value {
+            None => Some(default),
+            Some(DurationOrOff::Switch(false)) => Some(None),
+            Some(DurationOrOff::Switch(true)) => {
+                self.problem(
+                    key,
+                    "true names no duration: give one (e.g. \"24h\"), or false for no limit",
+                );
+                None
+            }
+            Some(DurationOrOff::Duration(text)) => self
+                .duration(key, &Some(text.clone()), Duration::ZERO)
+                .map(Some),
         }
     }
 

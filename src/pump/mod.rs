@@ -8,13 +8,15 @@
 //!   burst, and the userspace fallback for the rest of a bulk burst.
 //! - [`splice`]: splice(2) through pipes from a bounded, process-wide pool.
 //! - [`relay`]: the hand-written future a connection's task holds: both
-//!   directions, half-close, the idle timeout, drain and shutdown. It
-//!   drives `copy` and `splice`, which never call back into it.
+//!   directions, half-close, the idle and half-close timeouts, the
+//!   lifetime, drain and shutdown, and which resets end a connection as a
+//!   failure. It drives `copy` and `splice`, which never call back into it.
 //!
 //! `relay → {copy, splice} → ready`; no module here reads the
 //! configuration (the pipe pool's size and bound are passed to
-//! [`splice::configure`]). No module here uses `unsafe`: splice(2), pipe2(2)
-//! and fcntl(2) go through nix's safe wrappers.
+//! [`splice::configure`]; the configuration builds `relay::Timeouts`).
+//! No module here uses `unsafe`: splice(2), pipe2(2) and fcntl(2) go
+//! through nix's safe wrappers.
 //!
 //! Not here: reading the ClientHello (see `inspect`) or anything a PROXY
 //! header says (see `proxy`); the caller writes the replayed hello first.

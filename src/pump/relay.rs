@@ -5,18 +5,38 @@
 //! FIN, the relay shuts down writing toward the other side and keeps the
 //! opposite direction flowing until it ends too. The connection is closed
 //! early only when a side fails (reset, write error), when no byte moved in
-//! either direction for `idle_timeout`, when the route's drain reaches this
-//! connection's moment, or when the shutdown token fires.
+//! either direction for `idle_timeout`, when one side has sent FIN and no
+//! byte moved for `half_close_timeout` since (the later of that FIN and the
+//! last byte, like HAProxy's `timeout client-fin`/`server-fin`: a reply
+//! still streaming after the client's FIN is not cut), when the connection
+//! reaches its `max_connection_lifetime` (at a moment drawn per connection
+//! in the last tenth of it, so long sessions opened together do not all
+//! reconnect together), when the route's drain reaches this connection's
+//! moment, or when the shutdown token fires. The timeouts are the route's
+//! ([`Timeouts`], the listener's unless the route overrides them).
+//!
+//! A reset is a failure only when it cuts data (see [`excuse`]). A peer
+//! that sent FIN, and whose bytes were all delivered, may then reset: a
+//! server that closed after its response and TLS close_notify answers the
+//! client's late close_notify with a reset from its kernel. Or it resets
+//! instead of sending FIN: a server that closes its socket with the
+//! client's close_notify (and FIN) unread makes its kernel send a reset,
+//! not a FIN. Either way, once the other side had finished or the peer's
+//! FIN came first, and everything the peer sent that arrived is delivered,
+//! the connection ends as `done`. Linux tells a reset after the peer's FIN
+//! (EPIPE) from one before (ECONNRESET), see [`fin_before_reset`]; a read
+//! returns what arrived before a reset first. Any other reset stays
+//! `client_reset` / `backend_reset`.
 //!
 //! [`Relay`] is a hand-written future, not an `async fn`: it is what every
 //! open connection's task holds for its whole life, so its state is laid
 //! out by hand (about 400 bytes: two direction slots, one timer and two
 //! cancellation waiters) instead of by the compiler's coroutine layout,
-//! which kept almost twice that. One timer serves both the idle timeout and
-//! the drain moment; it sleeps until the earliest moment the connection
-//! could be idle and re-arms itself, so no timer is reset per read. Idle
-//! accounting and byte counts live in [`Activity`], atomics touched per
-//! transfer (see `ready`).
+//! which kept almost twice that. One timer serves the idle and half-close
+//! timeouts, the lifetime and the drain moment; it sleeps until the
+//! earliest moment the connection could be idle or must end and re-arms
+//! itself, so no timer is reset per read. Idle accounting and byte counts
+//! live in [`Activity`], atomics touched per transfer (see `ready`).
 //!
 //! Each direction moves data in bursts: it waits for its source to be
 //! readable while holding nothing, then makes one scratch read and write
@@ -28,13 +48,15 @@
 //! the burst ends and the pipe goes back to the pool. An idle connection
 //! therefore pins its two sockets and its task, nothing more.
 //!
-//! Not here: how bytes are moved (see `copy` and `splice`), or the shared
-//! types and readiness helpers (see `ready`).
+//! Not here: how bytes are moved (see `copy` and `splice`), the shared
+//! types and readiness helpers (see `ready`), or where the timeouts come
+//! from (the configuration builds [`Timeouts`]).
 //!
 //! Cost: no allocation for a small message; one boxed future per bulk
 //! burst.
 
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -43,27 +65,118 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::drain::DrainGuard;
+use crate::drain::{DrainGuard, unit_fraction};
 use crate::pump::copy::{Copied, copy_burst, copy_once, write_rest};
 use crate::pump::ready::{Activity, Burst, BurstError, Side};
 use crate::pump::splice;
 use crate::reason::CloseReason;
 use crate::sockopt;
 
-/// Which side of a direction failed.
+/// A connection's relay timeouts: its listener's, or its route's where the
+/// route sets its own. Built by the configuration; the relay borrows them
+/// from the route table for the connection's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// `idle_timeout`: no byte moved either way for this long.
+    pub idle: Duration,
+    /// `half_close_timeout`: once a side has sent FIN, no byte moved for
+    /// this long. Only shortens `idle`: a longer value never bites.
+    pub half_close: Duration,
+    /// `max_connection_lifetime`, counted from accept; `None`: no limit.
+    pub lifetime: Option<Duration>,
+}
+
+/// A lifetime ends at a moment drawn per connection in
+/// [`LIFETIME_FLOOR`, 1] × `max_connection_lifetime`, so sessions opened
+/// together (after a deploy, a network blip) are not all closed, and do not
+/// all reconnect, at once.
+pub const LIFETIME_FLOOR: f64 = 0.9;
+
+/// Which peer failed.
 #[derive(Debug, Clone, Copy)]
-enum Failure {
+enum Peer {
     Client,
     Backend,
 }
 
-impl From<Failure> for CloseReason {
-    fn from(f: Failure) -> Self {
-        match f {
-            Failure::Client => CloseReason::ClientReset,
-            Failure::Backend => CloseReason::BackendReset,
+impl From<Peer> for CloseReason {
+    fn from(peer: Peer) -> Self {
+        match peer {
+            Peer::Client => CloseReason::ClientReset,
+            Peer::Backend => CloseReason::BackendReset,
         }
     }
+}
+
+/// What failed on a peer's socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Reading what the peer sent. Every byte read before it was delivered
+    /// (a burst writes what it read before it reads again).
+    Read,
+    /// Writing to the peer.
+    Write,
+    /// Passing the other side's FIN on to the peer (shutdown(2)).
+    Shutdown,
+}
+
+/// A peer's failure, and whether the error says that the peer had sent
+/// FIN before it reset (see [`fin_before_reset`]).
+#[derive(Debug, Clone, Copy)]
+struct Failure {
+    peer: Peer,
+    at: At,
+    after_fin: bool,
+}
+
+impl Failure {
+    /// Reading `peer` failed. A read returns what the peer sent and then
+    /// its FIN before any reset, so a failed read never follows a FIN.
+    fn read(peer: Peer) -> Failure {
+        Failure {
+            peer,
+            at: At::Read,
+            after_fin: false,
+        }
+    }
+
+    /// Writing (`At::Write`) or shutting down writing (`At::Shutdown`) to
+    /// `peer` on `stream` failed with `error`.
+    fn write(peer: Peer, at: At, stream: &TcpStream, error: &io::Error) -> Failure {
+        Failure {
+            peer,
+            at,
+            after_fin: fin_before_reset(stream, error),
+        }
+    }
+}
+
+/// Whether a failed write (or shutdown) toward a peer shows that the peer's
+/// FIN reached us before its reset. Linux records a reset as EPIPE on a
+/// socket that had received FIN (CLOSE_WAIT) and as ECONNRESET otherwise;
+/// the first call to meet it consumes it. A write returns it as its error;
+/// shutdown(2) fails with ENOTCONN and leaves it pending in SO_ERROR. Any
+/// other error, or none recorded, counts as a reset before FIN.
+fn fin_before_reset(stream: &TcpStream, error: &io::Error) -> bool {
+    match error.kind() {
+        io::ErrorKind::BrokenPipe => true,
+        io::ErrorKind::NotConnected => {
+            matches!(stream.take_error(), Ok(Some(e)) if e.kind() == io::ErrorKind::BrokenPipe)
+        }
+        _ => false,
+    }
+}
+
+/// How far a direction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Open,
+    /// Its source sent FIN and everything before it was delivered.
+    Fin,
+    /// Ended by a reset that cut nothing (see [`excuse`]): its destination
+    /// reset after its own FIN, or its source reset after the other side
+    /// had finished.
+    Dropped,
 }
 
 /// A boxed burst: what a direction holds while it moves bulk data.
@@ -74,7 +187,7 @@ struct Direction<'a> {
     side: Side,
     /// The bulk burst in progress, if any.
     burst: Option<BurstFuture<'a>>,
-    done: bool,
+    end: End,
 }
 
 impl<'a> Direction<'a> {
@@ -82,15 +195,15 @@ impl<'a> Direction<'a> {
         Direction {
             side,
             burst: None,
-            done: false,
+            end: End::Open,
         }
     }
 
-    /// The failures of this direction's reader and writer.
-    fn failures(&self) -> (Failure, Failure) {
+    /// This direction's source and destination peers.
+    fn peers(&self) -> (Peer, Peer) {
         match self.side {
-            Side::Up => (Failure::Client, Failure::Backend),
-            Side::Down => (Failure::Backend, Failure::Client),
+            Side::Up => (Peer::Client, Peer::Backend),
+            Side::Down => (Peer::Backend, Peer::Client),
         }
     }
 
@@ -102,7 +215,7 @@ impl<'a> Direction<'a> {
         activity: &'a Activity,
         pipes: Option<&'static splice::PipePool>,
     ) -> Poll<Result<(), Failure>> {
-        let (reader, writer) = self.failures();
+        let (reader, writer) = self.peers();
         let side = self.side;
         loop {
             if let Some(burst) = &mut self.burst {
@@ -112,14 +225,16 @@ impl<'a> Direction<'a> {
                     Ok(Burst::Idle) => {}
                     // Half-close: the other direction keeps flowing.
                     Ok(Burst::Eof) => return Poll::Ready(Ok(())),
-                    Err(BurstError::Read(_)) => return Poll::Ready(Err(reader)),
-                    Err(BurstError::Write(_)) => return Poll::Ready(Err(writer)),
+                    Err(BurstError::Read(_)) => return Poll::Ready(Err(Failure::read(reader))),
+                    Err(BurstError::Write(e)) => {
+                        return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
+                    }
                 }
             }
             // Holding nothing while the source is quiet. This also spends
             // the task's cooperative budget, so a busy direction yields.
             if ready!(from.poll_read_ready(cx)).is_err() {
-                return Poll::Ready(Err(reader));
+                return Poll::Ready(Err(Failure::read(reader)));
             }
             match copy_once(from, to, side, activity) {
                 // Bulk data: move the rest of the burst through a pipe.
@@ -137,17 +252,64 @@ impl<'a> Direction<'a> {
                 // also does.
                 Ok(Copied::Partial | Copied::Idle) => {}
                 Ok(Copied::Eof) => return Poll::Ready(Ok(())),
-                Err(BurstError::Read(_)) => return Poll::Ready(Err(reader)),
-                Err(BurstError::Write(_)) => return Poll::Ready(Err(writer)),
+                Err(BurstError::Read(_)) => return Poll::Ready(Err(Failure::read(reader))),
+                Err(BurstError::Write(e)) => {
+                    return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
+                }
             }
         }
     }
 }
 
+/// Decides whether a peer's failure ends the connection as that peer's
+/// reset. It does not when the reset cuts nothing, which is when either
+/// - the peer had sent FIN and everything it sent is delivered (its
+///   direction is [`End::Fin`]), or the error shows its FIN came first and
+///   its direction can still deliver the rest (it stays open and must end
+///   in FIN); or
+/// - the other side had finished (the direction toward the peer is
+///   [`End::Fin`]), and the reset came while reading the peer, so all it
+///   sent that arrived was delivered, or while passing that FIN on (its
+///   direction stays open to deliver the rest). This is the server that
+///   closes its socket with the client's last bytes (TLS close_notify)
+///   unread: its kernel then sends a reset instead of a FIN.
+///
+/// The direction toward the peer is then dropped (and the peer's own, when
+/// reading it failed), and the connection ends as `done` once both have
+/// ended.
+fn excuse<'a>(
+    failure: Failure,
+    up: &mut Direction<'a>,
+    down: &mut Direction<'a>,
+) -> Option<CloseReason> {
+    let (from_peer, to_peer) = match failure.peer {
+        Peer::Client => (up, down),
+        Peer::Backend => (down, up),
+    };
+    let fin_first = match from_peer.end {
+        End::Fin => true,
+        End::Open => failure.after_fin,
+        End::Dropped => false,
+    };
+    let other_finished = to_peer.end == End::Fin
+        && from_peer.end == End::Open
+        && matches!(failure.at, At::Read | At::Shutdown);
+    if !fin_first && !other_finished {
+        return Some(failure.peer.into());
+    }
+    if failure.at == At::Read {
+        from_peer.end = End::Dropped;
+    }
+    if to_peer.end == End::Open {
+        to_peer.end = End::Dropped;
+    }
+    None
+}
+
 pin_project_lite::pin_project! {
     /// Relays both ways until both directions have ended, a side fails,
-    /// nothing moved for `idle`, `cancel` fires (shutdown) or the drain
-    /// reaches this connection's moment. See [`relay`].
+    /// a timeout or the lifetime runs out, `cancel` fires (shutdown) or the
+    /// drain reaches this connection's moment. See [`relay`].
     pub struct Relay<'a> {
         client: &'a TcpStream,
         backend: &'a TcpStream,
@@ -155,12 +317,15 @@ pin_project_lite::pin_project! {
         down: Direction<'a>,
         activity: &'a Activity,
         pipes: Option<&'static splice::PipePool>,
-        idle: Duration,
+        timeouts: &'a Timeouts,
         drain: &'a DrainGuard,
         seed: u64,
-        drain_at: Option<Instant>,
+        // The earlier of the lifetime's end and, once the drain has fired,
+        // the drain moment. Which one it is, is found again when it comes
+        // (no flag kept: a byte more would cost the task eight).
+        deadline: Option<Instant>,
         // Wakes at the earliest moment the connection could be idle, or at
-        // its drain moment, whichever comes first.
+        // its deadline, whichever comes first.
         #[pin]
         timer: Sleep,
         #[pin]
@@ -172,19 +337,25 @@ pin_project_lite::pin_project! {
 
 /// Relays between `client` and `backend` (the caller has already written
 /// the replayed hello), with splice(2) when `use_splice` is set. `activity`
-/// collects the byte counts; `seed` picks this connection's moment in a
-/// drain window.
+/// collects the byte counts; `started` is when the connection was accepted
+/// (its lifetime counts from there); `seed` picks this connection's moment
+/// in a drain window and in the last tenth of its lifetime.
 #[allow(clippy::too_many_arguments)]
 pub fn relay<'a>(
     client: &'a TcpStream,
     backend: &'a TcpStream,
     activity: &'a Activity,
-    idle: Duration,
+    timeouts: &'a Timeouts,
+    started: Instant,
     cancel: &'a CancellationToken,
     drain: &'a DrainGuard,
     seed: u64,
     use_splice: bool,
 ) -> Relay<'a> {
+    // Another draw than the drain moment's for the same seed.
+    let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
+    let deadline = timeouts.lifetime.map(|life| started + life.mul_f64(share));
+    let idle_at = activity.last() + timeouts.idle;
     Relay {
         client,
         backend,
@@ -192,11 +363,11 @@ pub fn relay<'a>(
         down: Direction::new(Side::Down),
         activity,
         pipes: if use_splice { splice::pool() } else { None },
-        idle,
+        timeouts,
         drain,
         seed,
-        drain_at: None,
-        timer: sleep_until(activity.last() + idle),
+        deadline,
+        timer: sleep_until(deadline.map_or(idle_at, |at| at.min(idle_at))),
         drain_fired: drain.fired(),
         cancelled: cancel.cancelled(),
     }
@@ -209,48 +380,96 @@ impl Future for Relay<'_> {
         let mut this = self.project();
         let (activity, pipes) = (*this.activity, *this.pipes);
         let (client, backend) = (*this.client, *this.backend);
+        let timeouts = *this.timeouts;
+        let was_open = this.up.end == End::Open && this.down.end == End::Open;
         // A direction that ends passes its FIN on with shutdown(2) only
         // while the other direction still flows; once both have ended, the
         // close that follows sends the FIN (no unread data is left, so it is
         // a FIN, not a reset), one syscall fewer per connection.
         for side in [Side::Up, Side::Down] {
-            let (direction, other, ends) = match side {
-                Side::Up => (&mut *this.up, &*this.down, (client, backend)),
-                Side::Down => (&mut *this.down, &*this.up, (backend, client)),
+            let (direction, ends) = match side {
+                Side::Up => (&mut *this.up, (client, backend)),
+                Side::Down => (&mut *this.down, (backend, client)),
             };
-            if direction.done {
+            if direction.end != End::Open {
                 continue;
             }
-            if let Poll::Ready(outcome) = direction.poll_move(cx, ends, activity, pipes) {
-                if let Err(failure) = outcome {
-                    return Poll::Ready(failure.into());
+            let Poll::Ready(outcome) = direction.poll_move(cx, ends, activity, pipes) else {
+                continue;
+            };
+            let failure = match outcome {
+                Err(failure) => Some(failure),
+                Ok(()) => {
+                    direction.end = End::Fin;
+                    let destination = direction.peers().1;
+                    let other = match side {
+                        Side::Up => this.down.end,
+                        Side::Down => this.up.end,
+                    };
+                    match other {
+                        End::Open => sockopt::shutdown_write(ends.1)
+                            .err()
+                            .map(|e| Failure::write(destination, At::Shutdown, ends.1, &e)),
+                        End::Fin | End::Dropped => None,
+                    }
                 }
-                direction.done = true;
-                if !other.done && sockopt::shutdown_write(ends.1).is_err() {
-                    return Poll::Ready(direction.failures().1.into());
-                }
+            };
+            if let Some(failure) = failure
+                && let Some(reason) = excuse(failure, this.up, this.down)
+            {
+                return Poll::Ready(reason);
             }
         }
-        if this.up.done && this.down.done {
+        let (up, down) = (this.up.end, this.down.end);
+        if up != End::Open && down != End::Open {
             return Poll::Ready(CloseReason::Done);
         }
-        if this.drain_at.is_none() && this.drain_fired.as_mut().poll(cx).is_ready() {
-            let at = this.drain.moment(*this.seed);
-            *this.drain_at = Some(at);
+        let half_closed = up != End::Open || down != End::Open;
+        if was_open && half_closed {
+            // The half-close clock starts at the FIN (or the drop), and may
+            // be sooner than the idle moment the timer sleeps until.
+            activity.touch();
+            let at = activity.last() + timeouts.half_close;
+            if at < this.timer.deadline() {
+                this.timer.as_mut().reset(at);
+            }
+        }
+        // Once fired, the drain future stays ready; its moment is then
+        // looked up again per poll, a hash, only on a draining connection.
+        let draining = this.drain_fired.as_mut().poll(cx).is_ready();
+        let drain_at = draining.then(|| this.drain.moment(*this.seed));
+        if let Some(at) = drain_at
+            && this.deadline.is_none_or(|deadline| at < deadline)
+        {
+            *this.deadline = Some(at);
             if at < this.timer.deadline() {
                 this.timer.as_mut().reset(at);
             }
         }
         while this.timer.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
-            if this.drain_at.is_some_and(|at| at <= now) {
-                return Poll::Ready(CloseReason::Drained);
+            if this.deadline.is_some_and(|at| at <= now) {
+                return Poll::Ready(if drain_at.is_some_and(|at| at <= now) {
+                    CloseReason::Drained
+                } else {
+                    CloseReason::MaxLifetime
+                });
             }
-            let idle_at = activity.last() + *this.idle;
+            let half_close = half_closed && timeouts.half_close <= timeouts.idle;
+            let quiet = if half_close {
+                timeouts.half_close
+            } else {
+                timeouts.idle
+            };
+            let idle_at = activity.last() + quiet;
             if idle_at <= now {
-                return Poll::Ready(CloseReason::IdleTimeout);
+                return Poll::Ready(if half_close {
+                    CloseReason::HalfCloseTimeout
+                } else {
+                    CloseReason::IdleTimeout
+                });
             }
-            let next = this.drain_at.map_or(idle_at, |at| at.min(idle_at));
+            let next = this.deadline.map_or(idle_at, |at| at.min(idle_at));
             this.timer.as_mut().reset(next);
         }
         if this.cancelled.as_mut().poll(cx).is_ready() {
@@ -271,5 +490,165 @@ async fn bulk(
     match pipes.and_then(splice::PipePool::lease) {
         Some(mut lease) => splice::burst(from, to, &mut lease, side, activity).await,
         None => copy_burst(from, to, side, activity).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use tokio::io::Interest;
+    use tokio::net::TcpListener;
+
+    /// A connected pair on loopback: (ours, the peer).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ours = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (peer, _) = listener.accept().await.unwrap();
+        (ours, peer)
+    }
+
+    /// The peer sends `tail`, then FIN if `fin`, then resets; returns once
+    /// our socket has the reset.
+    async fn peer_resets(ours: &TcpStream, peer: TcpStream, tail: &[u8], fin: bool) {
+        peer.try_write(tail).unwrap();
+        if fin {
+            sockopt::shutdown_write(&peer).unwrap();
+        }
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(peer);
+        ours.ready(Interest::ERROR).await.unwrap();
+    }
+
+    // What `fin_before_reset` relies on, pinned: Linux's errors after a
+    // peer's reset, with its FIN (and data) still unread.
+    #[tokio::test]
+    async fn a_write_after_a_reset_that_followed_fin_is_broken_pipe() {
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", true).await;
+        let error = ours.try_write(b"close_notify").unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
+        assert!(fin_before_reset(&ours, &error));
+        // And what the peer sent before its FIN can still be delivered.
+        let mut buf = [0u8; 16];
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
+        assert_eq!(&buf[..4], b"tail");
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_after_a_reset_that_followed_fin_leaves_broken_pipe_pending() {
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", true).await;
+        let error = sockopt::shutdown_write(&ours).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::NotConnected, "{error}");
+        assert!(fin_before_reset(&ours, &error));
+    }
+
+    #[tokio::test]
+    async fn a_reset_without_fin_is_connection_reset() {
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", false).await;
+        let error = ours.try_write(b"more").unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
+        assert!(!fin_before_reset(&ours, &error));
+
+        // Reading gives what arrived before the reset, then the reset.
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", false).await;
+        let mut buf = [0u8; 16];
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
+        let error = ours.try_read(&mut buf).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
+
+        // Once shutdown(2) has met it (and `fin_before_reset` consumed it),
+        // what arrived is still read, then an end of stream.
+        let (ours, peer) = pair().await;
+        peer_resets(&ours, peer, b"tail", false).await;
+        let error = sockopt::shutdown_write(&ours).unwrap_err();
+        assert!(!fin_before_reset(&ours, &error));
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
+        assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
+    }
+
+    fn directions(up: End, down: End) -> (Direction<'static>, Direction<'static>) {
+        let mut pair = (Direction::new(Side::Up), Direction::new(Side::Down));
+        (pair.0.end, pair.1.end) = (up, down);
+        pair
+    }
+
+    fn failure(peer: Peer, at: At, after_fin: bool) -> Failure {
+        Failure {
+            peer,
+            at,
+            after_fin,
+        }
+    }
+
+    /// `excuse` on directions in states (`up`, `down`): the reason it
+    /// returns and the states it leaves.
+    fn judge(f: Failure, up: End, down: End) -> (Option<CloseReason>, End, End) {
+        let (mut up, mut down) = directions(up, down);
+        let reason = excuse(f, &mut up, &mut down);
+        (reason, up.end, down.end)
+    }
+
+    use End::{Dropped, Fin, Open};
+    use Peer::{Backend, Client};
+
+    #[test]
+    fn a_reset_after_the_peers_fin_drops_only_the_direction_toward_it() {
+        // The backend sent FIN and all of it was delivered: its reset (to
+        // the client's late close_notify) drops the direction toward it.
+        let f = failure(Backend, At::Write, false);
+        assert_eq!(judge(f, Open, Fin), (None, Dropped, Fin));
+        // The same for the client, the other way round.
+        let f = failure(Client, At::Write, false);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Dropped));
+        // A reset after a FIN not yet read: the peer's direction stays open
+        // to deliver the rest.
+        let f = failure(Backend, At::Write, true);
+        assert_eq!(judge(f, Open, Open), (None, Dropped, Open));
+        let f = failure(Backend, At::Shutdown, true);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Open));
+    }
+
+    #[test]
+    fn a_reset_after_the_other_side_finished_cuts_nothing() {
+        // The client's close_notify and FIN reached the backend, which
+        // reset instead of sending FIN: everything it sent was delivered.
+        let f = failure(Backend, At::Read, false);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Dropped));
+        // Seen when passing the client's FIN on: the backend's rest is
+        // still to be read and delivered.
+        let f = failure(Backend, At::Shutdown, false);
+        assert_eq!(judge(f, Fin, Open), (None, Fin, Open));
+        // The other way round.
+        let f = failure(Client, At::Read, false);
+        assert_eq!(judge(f, Open, Fin), (None, Dropped, Fin));
+    }
+
+    #[test]
+    fn a_reset_that_cuts_data_ends_the_connection() {
+        let reset = Some(CloseReason::BackendReset);
+        // Mid-exchange, both ways open.
+        let f = failure(Backend, At::Read, false);
+        assert_eq!(judge(f, Open, Open).0, reset);
+        let f = failure(Backend, At::Write, false);
+        assert_eq!(judge(f, Open, Open).0, reset);
+        let f = failure(Client, At::Read, false);
+        assert_eq!(judge(f, Open, Open).0, Some(CloseReason::ClientReset));
+        // The client fails while the backend's rest is still on its way
+        // after the backend's own reset: that cuts the backend's data.
+        let f = failure(Client, At::Write, true);
+        assert_eq!(judge(f, Dropped, Open).0, Some(CloseReason::ClientReset));
+        // The client side was dropped, not finished: a backend reset then
+        // still cuts the backend's data.
+        let f = failure(Backend, At::Read, false);
+        assert_eq!(judge(f, Dropped, Open).0, reset);
     }
 }

@@ -362,6 +362,28 @@ pub fn capture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The ClientHello rustls sends for `name`, made in memory.
+pub fn hello_for(name: &str) -> Vec<u8> {
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = ServerName::try_from(name.to_owned()).unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+/// Closes `stream` with a reset (SO_LINGER 0), as a peer that aborts does.
+pub fn reset(stream: TcpStream) {
+    socket2::SockRef::from(&stream)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(stream);
+}
+
 /// A stream wrapper that writes at most `max` bytes per write call and
 /// flushes each, so every TLS byte leaves in its own small segment.
 pub struct Trickle<S> {
