@@ -12,6 +12,10 @@
 //! A cluster backend whose answer is this node connects through its
 //! `local_backend` instead, with that backend's policy and PROXY setting.
 //!
+//! A connected socket gets TCP_NODELAY and the backend's `tcp_keepalive`
+//! (four setsockopt(2) calls; the client side inherits its keepalive from
+//! the listening socket at no cost per connection).
+//!
 //! Not here: anything sent on the connection (`announce`).
 
 use std::io;
@@ -153,6 +157,7 @@ async fn try_in_order(
         let error = match attempt {
             Ok(Ok(stream)) => {
                 let _ = sockopt::set_nodelay(&stream);
+                let _ = sockopt::set_keepalive(&stream, backend.tcp_keepalive);
                 endpoint.state.connect_succeeded(&backend.name, addr);
                 return Ok(Connected {
                     stream,

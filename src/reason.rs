@@ -254,6 +254,14 @@ close_reasons! {
     NoAddress => "no_address", Fault::Ours, Stage::Connect;
     /// A cluster answer pointed outside the backend's `allowed_targets`.
     TargetNotAllowed => "target_not_allowed", Fault::Ours, Stage::Connect;
+    // TCP keepalive (issue 15).
+    /// The client stopped answering mid-relay: keepalive probes, or
+    /// retransmissions of data sent to it, went unanswered (ETIMEDOUT, or
+    /// the ICMP unreachable error that came with them). Its network went
+    /// away without a FIN or a reset.
+    ClientKeepalive => "client_keepalive", Fault::Client, Stage::Relay;
+    /// The backend stopped answering mid-relay, as for `client_keepalive`.
+    BackendKeepalive => "backend_keepalive", Fault::Ours, Stage::Relay;
 }
 
 impl CloseReason {

@@ -35,6 +35,7 @@ use super::file::{
     AdminSection, BackendSection, ClusterSection, CountOrOff, FileConfig, GlobalSection,
     HealthSection, LimitsSection, ListenerSection, OneOrMany, ProxyProtocolSection, RouteSection,
 };
+use super::file::{KeepaliveSection, KeepaliveSetting};
 use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route,
@@ -42,6 +43,7 @@ use super::{
 use crate::admit::{Limits, Rate};
 use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
+use crate::sockopt::Keepalive;
 
 impl Config {
     /// This configuration as the file model, every key set to its value in
@@ -131,6 +133,7 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         reuse_port,
         splice,
         limits,
+        tcp_keepalive,
     } = listener;
     ListenerSection {
         name: name.clone(),
@@ -147,6 +150,23 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         reuse_port: Some(*reuse_port),
         splice: Some(*splice),
         limits: Some(limits_section(limits)),
+        tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
+    }
+}
+
+/// `tcp_keepalive`: its three timings, or `false`.
+fn keepalive_setting(keepalive: Option<Keepalive>) -> KeepaliveSetting {
+    match keepalive {
+        None => KeepaliveSetting::Switch(false),
+        Some(Keepalive {
+            idle,
+            interval,
+            count: probes,
+        }) => KeepaliveSetting::Probes(KeepaliveSection {
+            idle: Some(duration(idle)),
+            interval: Some(duration(interval)),
+            count: count(probes),
+        }),
     }
 }
 
@@ -230,6 +250,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fail_backoff,
         health,
         fastest_interval,
+        tcp_keepalive,
     } = backend;
     let mut section = BackendSection {
         addresses: None,
@@ -257,6 +278,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fastest_interval: (*policy == Policy::Fastest).then(|| duration(*fastest_interval)),
         health: health.as_ref().map(health_section),
         cluster: None,
+        tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
     };
     match source {
         AddressSource::Fixed => {

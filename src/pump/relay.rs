@@ -50,11 +50,25 @@ use crate::pump::splice;
 use crate::reason::CloseReason;
 use crate::sockopt;
 
-/// Which side of a direction failed.
+/// Which side of a direction failed, and whether it stopped answering
+/// (keepalive or retransmissions timed out) rather than reset.
 #[derive(Debug, Clone, Copy)]
 enum Failure {
     Client,
     Backend,
+    ClientTimeout,
+    BackendTimeout,
+}
+
+impl Failure {
+    /// This side failed with `error`.
+    fn because(self, error: &std::io::Error) -> Failure {
+        match self {
+            Failure::Client if sockopt::is_peer_timeout(error) => Failure::ClientTimeout,
+            Failure::Backend if sockopt::is_peer_timeout(error) => Failure::BackendTimeout,
+            other => other,
+        }
+    }
 }
 
 impl From<Failure> for CloseReason {
@@ -62,6 +76,8 @@ impl From<Failure> for CloseReason {
         match f {
             Failure::Client => CloseReason::ClientReset,
             Failure::Backend => CloseReason::BackendReset,
+            Failure::ClientTimeout => CloseReason::ClientKeepalive,
+            Failure::BackendTimeout => CloseReason::BackendKeepalive,
         }
     }
 }
@@ -112,8 +128,8 @@ impl<'a> Direction<'a> {
                     Ok(Burst::Idle) => {}
                     // Half-close: the other direction keeps flowing.
                     Ok(Burst::Eof) => return Poll::Ready(Ok(())),
-                    Err(BurstError::Read(_)) => return Poll::Ready(Err(reader)),
-                    Err(BurstError::Write(_)) => return Poll::Ready(Err(writer)),
+                    Err(BurstError::Read(e)) => return Poll::Ready(Err(reader.because(&e))),
+                    Err(BurstError::Write(e)) => return Poll::Ready(Err(writer.because(&e))),
                 }
             }
             // Holding nothing while the source is quiet. This also spends
@@ -137,8 +153,8 @@ impl<'a> Direction<'a> {
                 // also does.
                 Ok(Copied::Partial | Copied::Idle) => {}
                 Ok(Copied::Eof) => return Poll::Ready(Ok(())),
-                Err(BurstError::Read(_)) => return Poll::Ready(Err(reader)),
-                Err(BurstError::Write(_)) => return Poll::Ready(Err(writer)),
+                Err(BurstError::Read(e)) => return Poll::Ready(Err(reader.because(&e))),
+                Err(BurstError::Write(e)) => return Poll::Ready(Err(writer.because(&e))),
             }
         }
     }
