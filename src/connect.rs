@@ -13,7 +13,7 @@
 //! `local_backend` instead, with that backend's policy and PROXY setting.
 //!
 //! A connected socket gets TCP_NODELAY and the backend's `tcp_keepalive`
-//! (four setsockopt(2) calls; the client side inherits its keepalive from
+//! (five setsockopt(2) calls; the client side inherits its keepalive from
 //! the listening socket at no cost per connection).
 //!
 //! Not here: anything sent on the connection (`announce`).

@@ -9,8 +9,9 @@
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
 //! accepted sockets inherit it, and on each backend socket after connect;
-//! [`is_peer_timeout`] tells the relay that a failed socket's peer stopped
-//! answering (TCP_USER_TIMEOUT is not set: see [`set_keepalive`]).
+//! with TCP_USER_TIMEOUT at the same horizon (see [`set_keepalive`] for
+//! why); [`is_peer_timeout`] tells the relay that a failed socket's peer
+//! stopped answering.
 //! The descriptor limit is raised here too, at startup (through nix's safe
 //! wrapper).
 //!
@@ -37,7 +38,8 @@ pub fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
 
 /// TCP keepalive settings (`tcp_keepalive`): after `idle` with nothing
 /// sent or received, probe every `interval`; after `count` unanswered
-/// probes the kernel fails the socket with ETIMEDOUT. The kernel counts
+/// probes (or unacknowledged data for as long, see [`set_keepalive`]) the
+/// kernel fails the socket with ETIMEDOUT. The kernel counts
 /// in whole seconds (TCP_KEEPIDLE, TCP_KEEPINTVL: 1..=32767), so `config`
 /// accepts nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,54 +49,83 @@ pub struct Keepalive {
     pub count: u32,
 }
 
-/// Turns keepalive on with `keepalive`'s timing, or off (`None`): four
-/// setsockopt(2) calls on, one off.
+impl Keepalive {
+    /// How long the peer may leave data unacknowledged: the same horizon
+    /// as the probes', idle + interval × count (TCP_USER_TIMEOUT).
+    pub fn user_timeout(&self) -> std::time::Duration {
+        self.idle + self.interval * self.count
+    }
+}
+
+/// Turns keepalive on with `keepalive`'s timing, or off (`None`): five
+/// setsockopt(2) calls on, two off.
+///
+/// Keepalive alone misses a peer that vanishes while data sent to it is
+/// unacknowledged: Linux probes only a socket with nothing in flight, and
+/// retransmissions give up only after `tcp_retries2` (about 15 minutes).
+/// That is the common case, not a corner one (the peer's network goes
+/// while a response is on its way), so TCP_USER_TIMEOUT is set to the
+/// probes' own horizon ([`Keepalive::user_timeout`]): a peer that answers
+/// nothing for that long is gone, whether it was being probed or sent data.
+/// With both set, the kernel also ends probing at that horizon (tcp(7)),
+/// which is where `count` probes end anyway. A peer that keeps a zero
+/// window but acks the window probes is alive and is not timed out (since
+/// Linux 5.11).
 ///
 /// On a listening socket the settings are inherited by every socket
-/// accepted from it (Linux copies SO_KEEPALIVE and the TCP_KEEP* values
-/// into the new socket and arms its keepalive timer when the handshake
-/// completes; nginx's `so_keepalive` relies on the same), so client
-/// sockets get keepalive with no call per connection. A connection whose
+/// accepted from it (Linux copies SO_KEEPALIVE, the TCP_KEEP* values and
+/// the user timeout into the new socket and arms its keepalive timer when
+/// the handshake completes; nginx's `so_keepalive` relies on the same), so
+/// client sockets get them with no call per connection. A connection whose
 /// handshake completed before a reload changed the listener's setting
 /// keeps the old one.
-///
-/// TCP_USER_TIMEOUT is deliberately not set. Linux sends no keepalive
-/// probe while data is unacknowledged; a peer that vanishes then is found
-/// by the retransmission timeout (tcp_retries2, about 15 minutes), and
-/// sooner by `idle_timeout`, since the stuck direction moves no byte. A
-/// user timeout would also replace keepalive's probe count as the limit
-/// (tcp(7)), and would close slow but live paths that retransmit for long.
 pub fn set_keepalive(
     socket: &impl std::os::fd::AsFd,
     keepalive: Option<Keepalive>,
 ) -> io::Result<()> {
     let socket = socket2::SockRef::from(socket);
     match keepalive {
-        None => socket.set_keepalive(false),
-        Some(Keepalive {
-            idle,
-            interval,
-            count,
-        }) => socket.set_tcp_keepalive(
-            &socket2::TcpKeepalive::new()
-                .with_time(idle)
-                .with_interval(interval)
-                .with_retries(count),
-        ),
+        None => {
+            socket.set_keepalive(false)?;
+            socket.set_tcp_user_timeout(None)
+        }
+        Some(keepalive) => {
+            socket.set_tcp_keepalive(
+                &socket2::TcpKeepalive::new()
+                    .with_time(keepalive.idle)
+                    .with_interval(keepalive.interval)
+                    .with_retries(keepalive.count),
+            )?;
+            socket.set_tcp_user_timeout(Some(keepalive.user_timeout()))
+        }
     }
 }
 
-/// The keepalive settings in force on `socket` (`None`: off).
+/// The keepalive settings in force on `socket` (`None`: off), read back
+/// to check what [`set_keepalive`] did; an error if the user timeout does
+/// not go with them.
 pub fn keepalive(socket: &impl std::os::fd::AsFd) -> io::Result<Option<Keepalive>> {
     let socket = socket2::SockRef::from(socket);
+    let user_timeout = socket.tcp_user_timeout()?;
     if !socket.keepalive()? {
-        return Ok(None);
+        return match user_timeout {
+            None => Ok(None),
+            Some(t) => Err(io::Error::other(format!(
+                "keepalive off, user timeout {t:?}"
+            ))),
+        };
     }
-    Ok(Some(Keepalive {
+    let keepalive = Keepalive {
         idle: socket.tcp_keepalive_time()?,
         interval: socket.tcp_keepalive_interval()?,
         count: socket.tcp_keepalive_retries()?,
-    }))
+    };
+    if user_timeout != Some(keepalive.user_timeout()) {
+        return Err(io::Error::other(format!(
+            "user timeout {user_timeout:?} for {keepalive:?}"
+        )));
+    }
+    Ok(Some(keepalive))
 }
 
 /// Whether a failed read or write means the peer stopped answering rather
@@ -379,8 +410,10 @@ mod tests {
             set_keepalive(&listener, setting).unwrap();
             let _client = std::net::TcpStream::connect(addr).unwrap();
             let (accepted, _) = listener.accept().unwrap();
+            // `keepalive` also checks the user timeout that goes with it.
             assert_eq!(keepalive(&accepted).unwrap(), setting);
         }
+        assert_eq!(PROBES.user_timeout(), Duration::from_secs(7 + 3 * 4));
     }
 
     #[test]

@@ -156,8 +156,9 @@ pub const DEFAULT_SOURCE_PREFIX_V6: u8 = 64;
 pub const DEFAULT_CONNECTIONS_PER_SOURCE: NonZeroU32 = NonZeroU32::new(256).unwrap();
 /// `tcp_keepalive` (per listener and per backend) when unset or `true`:
 /// on, so a peer that vanishes without FIN or RST is closed after
-/// idle + interval × count = 2 minutes instead of holding two descriptors
-/// until `idle_timeout`. (HAProxy `clitcpka`/`srvtcpka`, nginx
+/// idle + interval × count = 2 minutes of silence (probed, or with data
+/// unacknowledged: see `sockopt::set_keepalive`) instead of holding two
+/// descriptors until `idle_timeout`. (HAProxy `clitcpka`/`srvtcpka`, nginx
 /// `so_keepalive` and Envoy `tcp_keepalive` take the system's timings
 /// unless told otherwise: a 2-hour idle, too late to matter at an edge.)
 pub const DEFAULT_TCP_KEEPALIVE: Keepalive = Keepalive {
