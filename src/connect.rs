@@ -12,6 +12,11 @@
 //! A cluster backend whose answer is this node connects through its
 //! `local_backend` instead, with that backend's policy and PROXY setting.
 //!
+//! A connected socket gets TCP_NODELAY and the backend's `tcp_keepalive`
+//! (five setsockopt(2) calls, about 2.7 µs against 0.6 µs for TCP_NODELAY:
+//! `cargo bench --bench sockopt`; none when off). The client side inherits
+//! its keepalive from the listening socket at no cost per connection.
+//!
 //! Not here: anything sent on the connection (`announce`).
 
 use std::io;
@@ -153,6 +158,10 @@ async fn try_in_order(
         let error = match attempt {
             Ok(Ok(stream)) => {
                 let _ = sockopt::set_nodelay(&stream);
+                // A new socket has keepalive off already: nothing to undo.
+                if let Some(keepalive) = backend.tcp_keepalive {
+                    let _ = sockopt::set_keepalive(&stream, Some(keepalive));
+                }
                 endpoint.state.connect_succeeded(&backend.name, addr);
                 return Ok(Connected {
                     stream,

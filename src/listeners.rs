@@ -27,6 +27,10 @@
 //! `reuse_port = true` still sets the option for an operator who runs
 //! several processes on one address.
 //!
+//! Each listening socket carries its listener's `tcp_keepalive` (set when
+//! its loops start and again on every reload), which the sockets accepted
+//! from it inherit.
+//!
 //! Not here: deciding what a reload changes (`server`, `reload`), binding
 //! (`bind`), or accepting (`accept`).
 
@@ -47,7 +51,7 @@ use crate::bind::{BindError, BindKey, Sockets};
 use crate::config::Listener;
 use crate::drain::DrainSignal;
 use crate::generation::{Generation, Pace};
-use crate::{metrics, takeover};
+use crate::{metrics, sockopt, takeover};
 
 /// What every accept loop of the process shares.
 #[derive(Clone)]
@@ -180,6 +184,13 @@ impl Listeners {
         let next = previous.next(listener.clone(), backends, pace);
         rebound.to_drain = previous.routes.retired_by(Some(&next.routes));
         running.generation.send_replace(Arc::new(next));
+        // Kept sockets take the reloaded keepalive for the connections
+        // they accept from now on.
+        for (key, bound) in &running.binds {
+            if let Err(error) = sockopt::set_keepalive(&bound.dup, listener.tcp_keepalive) {
+                tracing::warn!(listener = %listener.name, socket = %key, %error, "cannot apply tcp_keepalive");
+            }
+        }
         if !running.activated {
             running.binds.retain(|key, bound| {
                 let kept = listener.listen.iter().any(|&a| BindKey::Config(a) == *key);
@@ -257,6 +268,8 @@ impl Listeners {
             addr,
             source,
         };
+        // Accepted sockets inherit keepalive from the listening socket.
+        sockopt::set_keepalive(&socket, listener.tcp_keepalive).map_err(failed)?;
         let dup = socket.as_fd().try_clone_to_owned().map_err(failed)?;
         let socket = TcpListener::from_std(socket).map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);

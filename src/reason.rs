@@ -275,6 +275,14 @@ close_reasons! {
     /// The connection reached its moment within the last tenth of
     /// `max_connection_lifetime`.
     MaxLifetime => "max_lifetime", Fault::Normal, Stage::Relay;
+    // TCP keepalive (issue 15).
+    /// The client stopped answering mid-relay: keepalive probes, or
+    /// retransmissions of data sent to it, went unanswered (ETIMEDOUT, or
+    /// the ICMP unreachable error that came with them). Its network went
+    /// away without a FIN or a reset.
+    ClientKeepalive => "client_keepalive", Fault::Client, Stage::Relay;
+    /// The backend stopped answering mid-relay, as for `client_keepalive`.
+    BackendKeepalive => "backend_keepalive", Fault::Ours, Stage::Relay;
 }
 
 impl CloseReason {

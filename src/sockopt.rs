@@ -7,6 +7,11 @@
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! Sockets are created close-on-exec (socket2's default on Linux).
+//! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
+//! accepted sockets inherit it, and on each backend socket after connect;
+//! with TCP_USER_TIMEOUT at the same horizon (see [`set_keepalive`] for
+//! why); [`is_peer_timeout`] tells the relay that a failed socket's peer
+//! stopped answering.
 //! The descriptor limit is raised here too, at startup (through nix's safe
 //! wrapper).
 //!
@@ -27,6 +32,115 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// Disables Nagle's algorithm on a relayed socket.
 pub fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)
+}
+
+// ------------------------------------------------------------ TCP keepalive
+
+/// TCP keepalive settings (`tcp_keepalive`): after `idle` with nothing
+/// sent or received, probe every `interval`; after `count` unanswered
+/// probes (or unacknowledged data for as long, see [`set_keepalive`]) the
+/// kernel fails the socket with ETIMEDOUT. The kernel counts
+/// in whole seconds (TCP_KEEPIDLE, TCP_KEEPINTVL: 1..=32767), so `config`
+/// accepts nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub idle: std::time::Duration,
+    pub interval: std::time::Duration,
+    pub count: u32,
+}
+
+impl Keepalive {
+    /// How long the peer may leave data unacknowledged: the same horizon
+    /// as the probes', idle + interval × count (TCP_USER_TIMEOUT).
+    pub fn user_timeout(&self) -> std::time::Duration {
+        self.idle + self.interval * self.count
+    }
+}
+
+/// Turns keepalive on with `keepalive`'s timing, or off (`None`): five
+/// setsockopt(2) calls on, two off.
+///
+/// Keepalive alone misses a peer that vanishes while data sent to it is
+/// unacknowledged: Linux probes only a socket with nothing in flight, and
+/// retransmissions give up only after `tcp_retries2` (about 15 minutes).
+/// That is the common case, not a corner one (the peer's network goes
+/// while a response is on its way), so TCP_USER_TIMEOUT is set to the
+/// probes' own horizon ([`Keepalive::user_timeout`]): a peer that answers
+/// nothing for that long is gone, whether it was being probed or sent data.
+/// With both set, the kernel also ends probing at that horizon (tcp(7)),
+/// which is where `count` probes end anyway. A peer that keeps a zero
+/// window but acks the window probes is alive and is not timed out (since
+/// Linux 5.11).
+///
+/// On a listening socket the settings are inherited by every socket
+/// accepted from it (Linux copies SO_KEEPALIVE, the TCP_KEEP* values and
+/// the user timeout into the new socket and arms its keepalive timer when
+/// the handshake completes; nginx's `so_keepalive` relies on the same), so
+/// client sockets get them with no call per connection. A connection whose
+/// handshake completed before a reload changed the listener's setting
+/// keeps the old one.
+pub fn set_keepalive(
+    socket: &impl std::os::fd::AsFd,
+    keepalive: Option<Keepalive>,
+) -> io::Result<()> {
+    let socket = socket2::SockRef::from(socket);
+    match keepalive {
+        None => {
+            socket.set_keepalive(false)?;
+            socket.set_tcp_user_timeout(None)
+        }
+        Some(keepalive) => {
+            socket.set_tcp_keepalive(
+                &socket2::TcpKeepalive::new()
+                    .with_time(keepalive.idle)
+                    .with_interval(keepalive.interval)
+                    .with_retries(keepalive.count),
+            )?;
+            socket.set_tcp_user_timeout(Some(keepalive.user_timeout()))
+        }
+    }
+}
+
+/// The keepalive settings in force on `socket` (`None`: off), read back
+/// to check what [`set_keepalive`] did; an error if the user timeout does
+/// not go with them.
+pub fn keepalive(socket: &impl std::os::fd::AsFd) -> io::Result<Option<Keepalive>> {
+    let socket = socket2::SockRef::from(socket);
+    let user_timeout = socket.tcp_user_timeout()?;
+    if !socket.keepalive()? {
+        return match user_timeout {
+            None => Ok(None),
+            Some(t) => Err(io::Error::other(format!(
+                "keepalive off, user timeout {t:?}"
+            ))),
+        };
+    }
+    let keepalive = Keepalive {
+        idle: socket.tcp_keepalive_time()?,
+        interval: socket.tcp_keepalive_interval()?,
+        count: socket.tcp_keepalive_retries()?,
+    };
+    if user_timeout != Some(keepalive.user_timeout()) {
+        return Err(io::Error::other(format!(
+            "user timeout {user_timeout:?} for {keepalive:?}"
+        )));
+    }
+    Ok(Some(keepalive))
+}
+
+/// Whether a failed read or write means the peer stopped answering rather
+/// than closing or resetting: keepalive probes went unanswered, or
+/// retransmissions of unacknowledged data ran out (ETIMEDOUT). When ICMP
+/// errors arrived meanwhile, Linux reports the last of them instead
+/// (EHOSTUNREACH, ENETUNREACH); on an established socket it reports them
+/// only then, since without IP_RECVERR they are soft errors.
+pub fn is_peer_timeout(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::TimedOut
+            | io::ErrorKind::HostUnreachable
+            | io::ErrorKind::NetworkUnreachable
+    )
 }
 
 // The macro names `libc` and itself unqualified.
@@ -271,4 +385,56 @@ pub fn raise_nofile_limit() -> io::Result<NofileLimit> {
         soft: hard,
         hard,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const PROBES: Keepalive = Keepalive {
+        idle: Duration::from_secs(7),
+        interval: Duration::from_secs(3),
+        count: 4,
+    };
+
+    /// Client sockets get keepalive through the listening socket alone:
+    /// this pins the Linux behaviour that relies on.
+    #[test]
+    fn accepted_sockets_inherit_the_listening_sockets_keepalive() {
+        let listener = bind_listener_with("127.0.0.1:0".parse().unwrap(), 8, false).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        let addr = listener.local_addr().unwrap();
+        for setting in [Some(PROBES), None] {
+            set_keepalive(&listener, setting).unwrap();
+            let _client = std::net::TcpStream::connect(addr).unwrap();
+            let (accepted, _) = listener.accept().unwrap();
+            // `keepalive` also checks the user timeout that goes with it.
+            assert_eq!(keepalive(&accepted).unwrap(), setting);
+        }
+        assert_eq!(PROBES.user_timeout(), Duration::from_secs(7 + 3 * 4));
+    }
+
+    #[test]
+    fn keepalive_turns_on_and_off() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(keepalive(&stream).unwrap(), None);
+        set_keepalive(&stream, Some(PROBES)).unwrap();
+        assert_eq!(keepalive(&stream).unwrap(), Some(PROBES));
+        set_keepalive(&stream, None).unwrap();
+        assert_eq!(keepalive(&stream).unwrap(), None);
+    }
+
+    #[test]
+    fn timeouts_and_unreachable_peers_are_peer_timeouts_resets_are_not() {
+        let errno = io::Error::from_raw_os_error;
+        for peer_gone in [libc::ETIMEDOUT, libc::EHOSTUNREACH, libc::ENETUNREACH] {
+            assert!(is_peer_timeout(&errno(peer_gone)), "{peer_gone}");
+        }
+        for other in [libc::ECONNRESET, libc::EPIPE, libc::ECONNABORTED] {
+            assert!(!is_peer_timeout(&errno(other)), "{other}");
+        }
+    }
 }

@@ -49,6 +49,7 @@ pub use endpoint::{AddressSet, Endpoint, EndpointState, InFlight, carry, same_ad
 use crate::cidr::Cidr;
 use crate::metrics;
 use crate::proxy::outbound::Outbound;
+use crate::sockopt::Keepalive;
 use policy::Policy;
 
 // ------------------------------------------------------------ settings
@@ -88,6 +89,9 @@ pub struct Backend {
     pub health: Option<HealthCheck>,
     /// `policy = "fastest"`: the re-measurement interval (full jitter).
     pub fastest_interval: Duration,
+    // TCP keepalive on backend sockets (issue 15).
+    /// `tcp_keepalive`: set on each connected socket; `None`: off.
+    pub tcp_keepalive: Option<Keepalive>,
 }
 
 impl Backend {

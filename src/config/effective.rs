@@ -36,6 +36,7 @@ use super::file::{
     GlobalSection, HealthSection, LimitsSection, ListenerSection, OneOrMany, ProxyProtocolSection,
     RouteSection,
 };
+use super::file::{KeepaliveSection, KeepaliveSetting};
 use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route, Timeouts,
@@ -43,6 +44,7 @@ use super::{
 use crate::admit::{Limits, Rate};
 use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
+use crate::sockopt::Keepalive;
 
 impl Config {
     /// This configuration as the file model, every key set to its value in
@@ -142,6 +144,7 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         limits,
         half_close_timeout,
         max_connection_lifetime,
+        tcp_keepalive,
     } = listener;
     ListenerSection {
         name: name.clone(),
@@ -160,6 +163,23 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         limits: Some(limits_section(limits)),
         half_close_timeout: Some(duration(*half_close_timeout)),
         max_connection_lifetime: duration_or_off(*max_connection_lifetime),
+        tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
+    }
+}
+
+/// `tcp_keepalive`: its three timings, or `false`.
+fn keepalive_setting(keepalive: Option<Keepalive>) -> KeepaliveSetting {
+    match keepalive {
+        None => KeepaliveSetting::Switch(false),
+        Some(Keepalive {
+            idle,
+            interval,
+            count: probes,
+        }) => KeepaliveSetting::Probes(KeepaliveSection {
+            idle: Some(duration(idle)),
+            interval: Some(duration(interval)),
+            count: count(probes),
+        }),
     }
 }
 
@@ -259,6 +279,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fail_backoff,
         health,
         fastest_interval,
+        tcp_keepalive,
     } = backend;
     let mut section = BackendSection {
         addresses: None,
@@ -286,6 +307,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fastest_interval: (*policy == Policy::Fastest).then(|| duration(*fastest_interval)),
         health: health.as_ref().map(health_section),
         cluster: None,
+        tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
     };
     match source {
         AddressSource::Fixed => {

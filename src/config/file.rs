@@ -63,6 +63,9 @@ pub struct ListenerSection {
     pub half_close_timeout: Option<String>,
     /// How long a connection may live; unset or `false`: no limit.
     pub max_connection_lifetime: Option<DurationOrOff>,
+    // TCP keepalive on client sockets (issue 15).
+    /// `tcp_keepalive`: `{ idle, interval, count }`, `true` or `false`.
+    pub tcp_keepalive: Option<KeepaliveSetting>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
@@ -148,6 +151,9 @@ pub struct BackendSection {
     pub health: Option<HealthSection>,
     /// `[backend.NAME.cluster]`: the address is looked up per SNI.
     pub cluster: Option<ClusterSection>,
+    // TCP keepalive on backend sockets (issue 15).
+    /// `tcp_keepalive`: `{ idle, interval, count }`, `true` or `false`.
+    pub tcp_keepalive: Option<KeepaliveSetting>,
 }
 
 /// `[backend.NAME.health]`.
@@ -181,6 +187,55 @@ pub struct ClusterSection {
 pub enum DurationOrOff {
     Duration(String),
     Switch(bool),
+}
+
+/// `tcp_keepalive` (per listener and per backend): a table of probe
+/// timings, each optional, or `true` (the default timings) or `false`
+/// (keepalive off).
+///
+/// Deserialised by hand rather than `untagged`, so that a bad key or value
+/// inside the table keeps serde's own message (`unknown field `idel``)
+/// instead of "did not match any variant".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum KeepaliveSetting {
+    Switch(bool),
+    Probes(KeepaliveSection),
+}
+
+/// The table form of `tcp_keepalive`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeepaliveSection {
+    /// Quiet time before the first probe (whole seconds).
+    pub idle: Option<String>,
+    /// Time between probes (whole seconds).
+    pub interval: Option<String>,
+    /// Unanswered probes before the connection is closed.
+    pub count: Option<i64>,
+}
+
+impl<'de> Deserialize<'de> for KeepaliveSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = KeepaliveSetting;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table { idle, interval, count }, true or false")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(KeepaliveSetting::Switch(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                KeepaliveSection::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(KeepaliveSetting::Probes)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`.

@@ -52,10 +52,12 @@ use crate::matcher::SniMatcher;
 use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
+use crate::sockopt::Keepalive;
 use file::{
     AdminSection, BackendSection, ClusterSection, CountOrOff, DurationOrOff, FileConfig,
     HealthSection, LimitsSection, ListenerSection, ProxyProtocolSection,
 };
+use file::{KeepaliveSection, KeepaliveSetting};
 
 /// Open client connections the whole process accepts before it pauses accepting.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -160,6 +162,22 @@ pub const DEFAULT_SOURCE_PREFIX_V6: u8 = 64;
 /// above what one browser or agent opens, and in line with Gerbil's
 /// per-source default.
 pub const DEFAULT_CONNECTIONS_PER_SOURCE: NonZeroU32 = NonZeroU32::new(256).unwrap();
+/// `tcp_keepalive` (per listener and per backend) when unset or `true`:
+/// on, so a peer that vanishes without FIN or RST is closed after
+/// idle + interval × count = 2 minutes of silence (probed, or with data
+/// unacknowledged: see `sockopt::set_keepalive`) instead of holding two
+/// descriptors until `idle_timeout`. (HAProxy `clitcpka`/`srvtcpka`, nginx
+/// `so_keepalive` and Envoy `tcp_keepalive` take the system's timings
+/// unless told otherwise: a 2-hour idle, too late to matter at an edge.)
+pub const DEFAULT_TCP_KEEPALIVE: Keepalive = Keepalive {
+    idle: Duration::from_secs(60),
+    interval: Duration::from_secs(10),
+    count: 6,
+};
+/// Linux bounds: TCP_KEEPIDLE and TCP_KEEPINTVL (seconds), TCP_KEEPCNT.
+const KEEPALIVE_SECS_RANGE: std::ops::RangeInclusive<i64> = 1..=32_767;
+const KEEPALIVE_COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
+
 // `max_connection_rate` and `connection_rate_per_source` default to
 // unlimited; a burst defaults to one second's worth of its rate.
 
@@ -245,6 +263,10 @@ pub struct Listener {
     pub splice: bool,
     /// `[listener.limits]`: admission (see `admit`).
     pub limits: Limits,
+    // TCP keepalive on client sockets (issue 15).
+    /// `tcp_keepalive`: set on the listening sockets, whose accepted
+    /// sockets inherit it (see `sockopt::set_keepalive`); `None`: off.
+    pub tcp_keepalive: Option<Keepalive>,
     // Relay timeouts beside `idle_timeout`; a route may override all three
     // (`Route::timeouts`).
     pub half_close_timeout: Duration,
@@ -756,6 +778,10 @@ impl Checker {
                 );
             }
         }
+        let tcp_keepalive = self.keepalive(
+            &format!("{key}.tcp_keepalive"),
+            section.tcp_keepalive.as_ref(),
+        );
         if addresses.len() != texts.len() {
             return None;
         }
@@ -776,6 +802,7 @@ impl Checker {
             fail_backoff: fail_backoff?,
             health: health?,
             fastest_interval: fastest_interval?,
+            tcp_keepalive: tcp_keepalive?,
         })
     }
 
@@ -1092,6 +1119,10 @@ impl Checker {
             section.limits.as_ref().unwrap_or(&default_limits),
             Some(DEFAULT_CONNECTIONS_PER_SOURCE),
         );
+        let tcp_keepalive = self.keepalive(
+            &format!("{key}.tcp_keepalive"),
+            section.tcp_keepalive.as_ref(),
+        );
         Some(Listener {
             name: section.name.clone(),
             listen: (listen.len() == raw_listen.len()).then_some(listen)?,
@@ -1108,7 +1139,80 @@ impl Checker {
             limits: limits?,
             half_close_timeout: half_close_timeout?,
             max_connection_lifetime: max_connection_lifetime?,
+            tcp_keepalive: tcp_keepalive?,
         })
+    }
+
+    /// `tcp_keepalive`: unset or `true` is [`DEFAULT_TCP_KEEPALIVE`],
+    /// `false` is off (`Some(None)`), a table overrides the default's
+    /// timings one by one. Timings are whole seconds within the kernel's
+    /// bounds: a sub-second value would be rounded by the kernel, so it is
+    /// refused rather than silently changed.
+    fn keepalive(
+        &mut self,
+        key: &str,
+        setting: Option<&KeepaliveSetting>,
+    ) -> Option<Option<Keepalive>> {
+        let section = match setting {
+            None | Some(KeepaliveSetting::Switch(true)) => {
+                return Some(Some(DEFAULT_TCP_KEEPALIVE));
+            }
+            Some(KeepaliveSetting::Switch(false)) => return Some(None),
+            Some(KeepaliveSetting::Probes(section)) => section,
+        };
+        let KeepaliveSection {
+            idle,
+            interval,
+            count,
+        } = section;
+        let idle = self.keepalive_seconds(&format!("{key}.idle"), idle, DEFAULT_TCP_KEEPALIVE.idle);
+        let interval = self.keepalive_seconds(
+            &format!("{key}.interval"),
+            interval,
+            DEFAULT_TCP_KEEPALIVE.interval,
+        );
+        let count = self.ranged(
+            &format!("{key}.count"),
+            *count,
+            KEEPALIVE_COUNT_RANGE,
+            i64::from(DEFAULT_TCP_KEEPALIVE.count),
+        );
+        Some(Some(Keepalive {
+            idle: idle?,
+            interval: interval?,
+            count: count? as u32,
+        }))
+    }
+
+    /// A keepalive timing: a duration of whole seconds, 1s..=32767s.
+    fn keepalive_seconds(
+        &mut self,
+        key: &str,
+        value: &Option<String>,
+        default: Duration,
+    ) -> Option<Duration> {
+        let d = self.duration(key, value, default)?;
+        let text = value.as_deref().unwrap_or_default();
+        if d.subsec_nanos() != 0 {
+            self.problem(
+                key,
+                format!("{text:?} is not a whole number of seconds (the kernel counts keepalive time in seconds)"),
+            );
+            return None;
+        }
+        let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        if !KEEPALIVE_SECS_RANGE.contains(&secs) {
+            self.problem(
+                key,
+                format!(
+                    "{text:?} is out of range ({}s..={}s)",
+                    KEEPALIVE_SECS_RANGE.start(),
+                    KEEPALIVE_SECS_RANGE.end()
+                ),
+            );
+            return None;
+        }
+        Some(d)
     }
 
     fn inbound(&mut self, key: &str, section: &ProxyProtocolSection) -> Option<Inbound> {

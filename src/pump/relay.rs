@@ -4,7 +4,9 @@
 //! Half-close is propagated, not turned into a teardown: when one side sends
 //! FIN, the relay shuts down writing toward the other side and keeps the
 //! opposite direction flowing until it ends too. The connection is closed
-//! early only when a side fails (reset, write error), when no byte moved in
+//! early only when a side fails (reset, write error, or it stopped
+//! answering: keepalive probes or retransmissions timed out, which is never
+//! excused), when no byte moved in
 //! either direction for `idle_timeout`, when one side has sent FIN and no
 //! byte moved for `half_close_timeout` since (the later of that FIN and the
 //! last byte, like HAProxy's `timeout client-fin`/`server-fin`: a reply
@@ -99,15 +101,6 @@ enum Peer {
     Backend,
 }
 
-impl From<Peer> for CloseReason {
-    fn from(peer: Peer) -> Self {
-        match peer {
-            Peer::Client => CloseReason::ClientReset,
-            Peer::Backend => CloseReason::BackendReset,
-        }
-    }
-}
-
 /// What failed on a peer's socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum At {
@@ -120,23 +113,28 @@ enum At {
     Shutdown,
 }
 
-/// A peer's failure, and whether the error says that the peer had sent
-/// FIN before it reset (see [`fin_before_reset`]).
+/// A peer's failure: whether the error says that the peer had sent FIN
+/// before it reset (see [`fin_before_reset`]), and whether it stopped
+/// answering instead (keepalive probes or retransmissions timed out, see
+/// `sockopt::is_peer_timeout`).
 #[derive(Debug, Clone, Copy)]
 struct Failure {
     peer: Peer,
     at: At,
     after_fin: bool,
+    timed_out: bool,
 }
 
 impl Failure {
-    /// Reading `peer` failed. A read returns what the peer sent and then
-    /// its FIN before any reset, so a failed read never follows a FIN.
-    fn read(peer: Peer) -> Failure {
+    /// Reading `peer` failed with `error`. A read returns what the peer
+    /// sent and then its FIN before any reset, so a failed read never
+    /// follows a FIN.
+    fn read(peer: Peer, error: &io::Error) -> Failure {
         Failure {
             peer,
             at: At::Read,
             after_fin: false,
+            timed_out: sockopt::is_peer_timeout(error),
         }
     }
 
@@ -147,6 +145,17 @@ impl Failure {
             peer,
             at,
             after_fin: fin_before_reset(stream, error),
+            timed_out: sockopt::is_peer_timeout(error),
+        }
+    }
+
+    /// The close reason when this failure ends the connection.
+    fn reason(self) -> CloseReason {
+        match (self.peer, self.timed_out) {
+            (Peer::Client, false) => CloseReason::ClientReset,
+            (Peer::Backend, false) => CloseReason::BackendReset,
+            (Peer::Client, true) => CloseReason::ClientKeepalive,
+            (Peer::Backend, true) => CloseReason::BackendKeepalive,
         }
     }
 }
@@ -225,7 +234,7 @@ impl<'a> Direction<'a> {
                     Ok(Burst::Idle) => {}
                     // Half-close: the other direction keeps flowing.
                     Ok(Burst::Eof) => return Poll::Ready(Ok(())),
-                    Err(BurstError::Read(_)) => return Poll::Ready(Err(Failure::read(reader))),
+                    Err(BurstError::Read(e)) => return Poll::Ready(Err(Failure::read(reader, &e))),
                     Err(BurstError::Write(e)) => {
                         return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
                     }
@@ -233,8 +242,8 @@ impl<'a> Direction<'a> {
             }
             // Holding nothing while the source is quiet. This also spends
             // the task's cooperative budget, so a busy direction yields.
-            if ready!(from.poll_read_ready(cx)).is_err() {
-                return Poll::Ready(Err(Failure::read(reader)));
+            if let Err(e) = ready!(from.poll_read_ready(cx)) {
+                return Poll::Ready(Err(Failure::read(reader, &e)));
             }
             match copy_once(from, to, side, activity) {
                 // Bulk data: move the rest of the burst through a pipe.
@@ -252,7 +261,7 @@ impl<'a> Direction<'a> {
                 // also does.
                 Ok(Copied::Partial | Copied::Idle) => {}
                 Ok(Copied::Eof) => return Poll::Ready(Ok(())),
-                Err(BurstError::Read(_)) => return Poll::Ready(Err(Failure::read(reader))),
+                Err(BurstError::Read(e)) => return Poll::Ready(Err(Failure::read(reader, &e))),
                 Err(BurstError::Write(e)) => {
                     return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
                 }
@@ -282,6 +291,11 @@ fn excuse<'a>(
     up: &mut Direction<'a>,
     down: &mut Direction<'a>,
 ) -> Option<CloseReason> {
+    // A peer that stopped answering lost whatever was on its way to it:
+    // never excused.
+    if failure.timed_out {
+        return Some(failure.reason());
+    }
     let (from_peer, to_peer) = match failure.peer {
         Peer::Client => (up, down),
         Peer::Backend => (down, up),
@@ -295,7 +309,7 @@ fn excuse<'a>(
         && from_peer.end == End::Open
         && matches!(failure.at, At::Read | At::Shutdown);
     if !fin_first && !other_finished {
-        return Some(failure.peer.into());
+        return Some(failure.reason());
     }
     if failure.at == At::Read {
         from_peer.end = End::Dropped;
@@ -586,6 +600,7 @@ mod tests {
             peer,
             at,
             after_fin,
+            timed_out: false,
         }
     }
 
@@ -630,6 +645,23 @@ mod tests {
         // The other way round.
         let f = failure(Client, At::Read, false);
         assert_eq!(judge(f, Open, Fin), (None, Dropped, Fin));
+    }
+
+    #[test]
+    fn a_peer_that_stopped_answering_is_never_excused() {
+        let mut f = failure(Client, At::Write, true);
+        f.timed_out = true;
+        // Even after the client's own FIN: what was on its way to it is lost.
+        assert_eq!(
+            judge(f, Fin, Open),
+            (Some(CloseReason::ClientKeepalive), Fin, Open)
+        );
+        let mut f = failure(Backend, At::Read, false);
+        f.timed_out = true;
+        assert_eq!(
+            judge(f, Fin, Open),
+            (Some(CloseReason::BackendKeepalive), Fin, Open)
+        );
     }
 
     #[test]

@@ -302,9 +302,19 @@ where
     F: Fn(tokio_rustls::server::TlsStream<TcpStream>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    tls_backend_on(listener, pki, handler)
+}
+
+/// [`tls_backend`] on a listener the caller bound (another address).
+pub fn tls_backend_on<F, Fut>(listener: TcpListener, pki: &Pki, handler: F) -> SocketAddr
+where
+    F: Fn(tokio_rustls::server::TlsStream<TcpStream>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config());
     let handler: Handler<_> = Arc::new(move |s| Box::pin(handler(s)));
-    raw_backend(move |tcp| {
+    raw_backend_on(listener, move |tcp| {
         let acceptor = acceptor.clone();
         let handler = handler.clone();
         async move {
@@ -313,7 +323,6 @@ where
             }
         }
     })
-    .await
 }
 
 /// A plain TCP backend on 127.0.0.1:0 that runs `handler` per connection.
@@ -323,6 +332,15 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    raw_backend_on(listener, handler)
+}
+
+/// [`raw_backend`] on a listener the caller bound (another address).
+pub fn raw_backend_on<F, Fut>(listener: TcpListener, handler: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let addr = listener.local_addr().unwrap();
     let handler = Arc::new(handler);
     tokio::spawn(async move {
@@ -1129,3 +1147,6 @@ pub async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
         Ok(n) => Some(buf[..n].to_vec()),
     }
 }
+// ---------------------------------------- network namespaces (issue 15)
+
+pub mod netns;
