@@ -254,6 +254,9 @@ close_reasons! {
     NoAddress => "no_address", Fault::Ours, Stage::Connect;
     /// A cluster answer pointed outside the backend's `allowed_targets`.
     TargetNotAllowed => "target_not_allowed", Fault::Ours, Stage::Connect;
+    /// Every address of the backend has its `max_connections` open; no
+    /// connect was attempted.
+    BackendFull => "backend_full", Fault::Ours, Stage::Connect;
 }
 
 impl CloseReason {

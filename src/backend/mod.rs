@@ -44,7 +44,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use endpoint::{AddressSet, Endpoint, EndpointState, InFlight, carry, same_addresses};
+pub use endpoint::{
+    AddressSet, Endpoint, EndpointState, InFlight, Member, carry, carry_members, same_addresses,
+};
 
 use crate::cidr::Cidr;
 use crate::metrics;
@@ -88,6 +90,35 @@ pub struct Backend {
     pub health: Option<HealthCheck>,
     /// `policy = "fastest"`: the re-measurement interval (full jitter).
     pub fastest_interval: Duration,
+    // Weights, connection caps and the fastest measure (issue 15).
+    /// The fixed addresses with their weight and own cap: the same
+    /// addresses as `addresses`, in the same order (empty when the
+    /// addresses are found at run time).
+    pub members: Vec<Member>,
+    /// `max_connections_per_address`: the cap of every address without
+    /// one of its own (`None`: no cap).
+    pub max_connections_per_address: Option<u32>,
+    /// `policy = "fastest"`: what is timed.
+    pub fastest_measure: FastestMeasure,
+}
+
+/// `[backend.*] fastest_measure`: what `policy = "fastest"` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastestMeasure {
+    /// The TCP connect.
+    Connect,
+    /// From connect until the ServerHello of a TLS health probe (needs
+    /// `[backend.*.health] kind = "tls"`, whose `sni` it sends).
+    Tls,
+}
+
+impl FastestMeasure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FastestMeasure::Connect => "connect",
+            FastestMeasure::Tls => "tls",
+        }
+    }
 }
 
 impl Backend {
@@ -132,8 +163,8 @@ pub struct DnsSource {
     pub max_ttl: Duration,
 }
 
-/// `[backend.*.health]`: active TCP connect checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `[backend.*.health]`: active checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheck {
     pub interval: Duration,
     pub timeout: Duration,
@@ -141,6 +172,36 @@ pub struct HealthCheck {
     pub rise: u32,
     /// Consecutive failures that mark an up address down.
     pub fall: u32,
+    /// What a check is: a TCP connect, or a TLS ClientHello answered.
+    pub kind: HealthKind,
+}
+
+/// `[backend.*.health] kind` (and `sni`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthKind {
+    /// A TCP connect (and a clean close).
+    Tcp,
+    /// A ClientHello for `sni`, passed when a ServerHello (or a
+    /// HelloRetryRequest) comes back; the connection is then closed with
+    /// an alert. The handshake is never completed.
+    Tls { sni: String },
+}
+
+impl HealthKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HealthKind::Tcp => "tcp",
+            HealthKind::Tls { .. } => "tls",
+        }
+    }
+
+    /// The SNI of a TLS check.
+    pub fn sni(&self) -> Option<&str> {
+        match self {
+            HealthKind::Tcp => None,
+            HealthKind::Tls { sni } => Some(sni),
+        }
+    }
 }
 
 /// `[backend.*.cluster]`: the node that holds a site, looked up per SNI.
@@ -198,7 +259,7 @@ impl BackendRuntime {
         let metrics = metrics::metrics().backend_series(&config.name);
         let fixed = matches!(config.source, AddressSource::Fixed);
         let resolved = Resolved {
-            set: carry(&[], &config.addresses),
+            set: carry_members(&[], &config.members),
             known: fixed,
         };
         BackendRuntime {
@@ -223,8 +284,8 @@ impl BackendRuntime {
                 self.tasks.clone(),
             ));
         }
-        if let Some(check) = self.config.health {
-            tokio::spawn(health::run(self.clone(), check, self.tasks.clone()));
+        if let Some(check) = &self.config.health {
+            tokio::spawn(health::run(self.clone(), check.clone(), self.tasks.clone()));
         }
         self.config.policy.start(self, &self.tasks);
     }

@@ -10,10 +10,14 @@
 //! TOML, so a key added to the file is a field here too. A key is `None`
 //! (absent in TOML, `null` in JSON) only where setting it would mean
 //! something else or be refused: a `connect_attempts` left to its
-//! automatic min(addresses, 3), a rate limit that is off, and the keys of
-//! an alternative not taken (`resolve_interval` with `resolver`,
-//! `fastest_interval` without `policy = "fastest"`, `addresses` of a
-//! resolved backend, ...). Durations are written in the file's notation
+//! automatic min(addresses, 3), a rate limit that is off, a connection cap
+//! that is off (`max_connections_per_address`), a health check's `sni` of
+//! `kind = "tcp"`, and the keys of an alternative not taken
+//! (`resolve_interval` with `resolver`, `fastest_interval` and
+//! `fastest_measure` without `policy = "fastest"`, `addresses` of a
+//! resolved backend, ...). An address with weight 1 and no cap of its own
+//! is written as a plain `"IP:port"`, any other as a table with `weight`
+//! and `max_connections`. Durations are written in the file's notation
 //! (`"5m"`, `"1s 500ms"`); CIDR lists as their distinct blocks.
 //!
 //! It also names the keys a reload cannot apply ([`pending_restart`]): the
@@ -31,6 +35,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::file::{AddressEntry, AddressTable};
 use super::file::{
     AdminSection, BackendSection, ClusterSection, CountOrOff, FileConfig, GlobalSection,
     HealthSection, LimitsSection, ListenerSection, OneOrMany, ProxyProtocolSection, RouteSection,
@@ -39,6 +44,7 @@ use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route,
 };
+use super::{HealthKind, Member};
 use crate::admit::{Limits, Rate};
 use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
@@ -230,6 +236,9 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fail_backoff,
         health,
         fastest_interval,
+        members,
+        max_connections_per_address,
+        fastest_measure,
     } = backend;
     let mut section = BackendSection {
         addresses: None,
@@ -257,10 +266,16 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fastest_interval: (*policy == Policy::Fastest).then(|| duration(*fastest_interval)),
         health: health.as_ref().map(health_section),
         cluster: None,
+        max_connections_per_address: max_connections_per_address.map(i64::from),
+        // Refused unless the policy is fastest, like fastest_interval.
+        fastest_measure: (*policy == Policy::Fastest).then(|| fastest_measure.as_str().to_owned()),
     };
     match source {
         AddressSource::Fixed => {
-            section.addresses = Some(addresses.iter().map(|a| a.to_string()).collect());
+            // `members` holds the same addresses as `addresses`, with weight
+            // and cap: each is written as a plain string when it has neither.
+            let _ = addresses;
+            section.addresses = Some(members.iter().map(address_entry).collect());
         }
         AddressSource::Dns(dns) => {
             let DnsSource {
@@ -287,18 +302,43 @@ fn backend_section(backend: &Backend) -> BackendSection {
     section
 }
 
+/// An address as written: `"IP:port"` with the default weight and no cap
+/// of its own, otherwise a table with both keys.
+fn address_entry(member: &Member) -> AddressEntry {
+    let Member {
+        addr,
+        weight,
+        max_connections,
+    } = member;
+    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() {
+        AddressEntry::Plain(addr.to_string())
+    } else {
+        AddressEntry::Table(AddressTable {
+            address: addr.to_string(),
+            weight: Some(i64::from(*weight)),
+            max_connections: max_connections.map(i64::from),
+        })
+    }
+}
+
 fn health_section(health: &HealthCheck) -> HealthSection {
     let HealthCheck {
         interval,
         timeout,
         rise,
         fall,
+        kind,
     } = health;
     HealthSection {
         interval: Some(duration(*interval)),
         timeout: Some(duration(*timeout)),
         rise: count(*rise),
         fall: count(*fall),
+        kind: Some(kind.as_str().to_owned()),
+        sni: match kind {
+            HealthKind::Tcp => None,
+            HealthKind::Tls { sni } => Some(sni.clone()),
+        },
     }
 }
 
