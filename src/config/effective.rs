@@ -466,4 +466,25 @@ mod tests {
         assert_eq!(pending_restart(&without, &with)[0].running, Value::Null);
         assert_eq!(pending_restart(&without, &with)[0].file, listen);
     }
+
+    #[test]
+    fn an_address_is_plain_unless_it_has_a_weight_or_a_cap() {
+        let text = "[[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\
+             [[route]]\nsni = [\"a.example\"]\nbackend = \"b\"\n\
+             [backend.b]\naddresses = [{ address = \"127.0.0.1:9\" }, \
+             { address = \"127.0.0.1:10\", weight = 2 }, \
+             { address = \"127.0.0.1:11\", max_connections = 7 }]\n";
+        let file = Config::from_toml(text, Path::new("t.toml"))
+            .unwrap()
+            .to_file();
+        let shown = serde_json::to_value(&file.backends["b"].addresses).unwrap();
+        assert_eq!(
+            shown,
+            json!([
+                "127.0.0.1:9",
+                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null},
+                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7},
+            ])
+        );
+    }
 }
