@@ -225,7 +225,8 @@ fn backend_section(backend: &Backend) -> BackendSection {
     let Backend {
         // The table's name (`[backend.NAME]`).
         name: _,
-        addresses,
+        // Written from `members`: the same addresses, with weights and caps.
+        addresses: _,
         connect_timeout,
         proxy_protocol,
         proxy_protocol_crc32c,
@@ -272,9 +273,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
     };
     match source {
         AddressSource::Fixed => {
-            // `members` holds the same addresses as `addresses`, with weight
-            // and cap: each is written as a plain string when it has neither.
-            let _ = addresses;
+            // Each written as a plain string unless it has a weight or cap.
             section.addresses = Some(members.iter().map(address_entry).collect());
         }
         AddressSource::Dns(dns) => {

@@ -750,6 +750,14 @@ impl Checker {
         };
         let source = self.address_source(&key, section);
         if section.cluster.is_some() {
+            // Its endpoint state is kept per site, so a cap would count
+            // connections per (site, node), not per node.
+            if section.max_connections_per_address.is_some() {
+                self.problem(
+                    format!("{key}.max_connections_per_address"),
+                    "a [cluster] backend's nodes are tracked per SNI; cap its local_backend instead",
+                );
+            }
             if section.health.is_some() {
                 self.problem(
                     format!("{key}.health"),
