@@ -11,10 +11,11 @@
 //! connection `backend_full` without a connect (the cap is the operator's
 //! statement of what the backend can take).
 //!
-//! Cost: no allocation; O(n × attempts) comparisons for a set of n, with
-//! attempts ≤ 64, plus what the policy reads once per plan (see
-//! `super::policy`). Not here: what any one policy does, connecting, or
-//! health bookkeeping.
+//! Cost: no allocation; one rank per address (for the first 64; beyond,
+//! one per address and attempt) and O(n × attempts) comparisons for a set
+//! of n, with attempts ≤ 64, plus what the policy reads once per plan (see
+//! `super::policy`); `benches/select.rs` measures it. Not here: what any
+//! one policy does, connecting, or health bookkeeping.
 
 use std::net::IpAddr;
 
@@ -23,6 +24,8 @@ use super::policy::{Policy, State};
 
 /// Upper bound of `connect_attempts` (the configuration enforces it).
 pub const MAX_ATTEMPTS: usize = 64;
+/// Addresses whose rank a plan computes once and keeps (on the stack).
+const RANKED: usize = 64;
 
 /// The indices (into the set) of the addresses to try, best first.
 #[derive(Debug, Clone, Copy)]
@@ -78,13 +81,25 @@ pub fn plan(
         len: 0,
         full,
     };
+    // Each address's rank is computed once per plan for the first
+    // `RANKED` addresses (a `source_hash` rank is a SipHash and a
+    // fixed-point log, worth not repeating per attempt); beyond them, on
+    // the fly.
+    let mut ranks = [0u128; RANKED];
+    for (i, rank) in ranks.iter_mut().enumerate().take(n) {
+        *rank = ranker.rank(set, i);
+    }
+    let rank = |i: usize| match ranks.get(i) {
+        Some(&rank) => rank,
+        None => ranker.rank(set, i),
+    };
     for want_up in [true, false] {
         while plan.len < attempts {
             let best = (0..n)
                 .filter(|&i| {
                     set[i].state.is_up() == want_up && !set[i].is_full(cap) && !plan.contains(i)
                 })
-                .min_by_key(|&i| ranker.rank(set, i));
+                .min_by_key(|&i| rank(i));
             let Some(best) = best else { break };
             plan.order[plan.len] = best as u16;
             plan.len += 1;
