@@ -422,3 +422,36 @@ async fn max_connections_per_address_caps_a_single_address() {
     );
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_the_backend_still_counts_its_open_connections_against_the_cap() {
+    let (a, a_count) = tagged_backend("A").await;
+    // A day to drain: the held connection (drained by the reload at a
+    // random moment within it) stays open for the test.
+    let base = format!(
+        "[global]\ndrain_timeout = \"24h\"\n{}",
+        config(&[a], "max_connections_per_address = 1")
+    );
+    let relay = Relay::start(&base).await;
+    let mut held = TcpStream::connect(relay.addr()).await.unwrap();
+    held.write_all(&capture("openssl_sni.bin")).await.unwrap();
+    let mut tag = [0u8; 1];
+    held.read_exact(&mut tag).await.unwrap();
+
+    // The backend changes (a new runtime, health forgotten)...
+    let changed = base.replace(
+        "max_connections_per_address = 1",
+        "max_connections_per_address = 1\nconnect_timeout = \"3s\"",
+    );
+    assert_eq!(relay.reload(&changed, 1).await["message"], "reload applied");
+    // ...but the connection still open on A counts against its cap.
+    let (tag, _, local) = tag_from(&relay, None).await;
+    assert_eq!(tag, "");
+    assert_eq!(relay.closed_line(local).await["close"], "backend_full");
+    assert_eq!(a_count.load(Ordering::SeqCst), 1);
+    // Once it closes, A takes a connection again.
+    let local = held.local_addr().unwrap();
+    drop(held);
+    relay.closed_line(local).await;
+    assert_eq!(tag_from(&relay, None).await.0, "A");
+}

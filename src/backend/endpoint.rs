@@ -123,8 +123,11 @@ pub fn same_addresses(a: &[Endpoint], b: &[Endpoint]) -> bool {
 
 #[derive(Debug, Default)]
 pub struct EndpointState {
-    /// Relayed connections open through this address now.
-    active: AtomicUsize,
+    /// Relayed connections open through this address now. Shared with the
+    /// state of the same address under a changed backend's new runtime
+    /// ([`EndpointState::counting_with`]), so the connections still open
+    /// under the old definition count against the new caps.
+    active: Arc<AtomicUsize>,
     /// Consecutive failed connects (passive health).
     fails: AtomicU32,
     /// Passive health: down until this moment (`now_ms`), 0 when up.
@@ -136,6 +139,15 @@ pub struct EndpointState {
 }
 
 impl EndpointState {
+    /// A fresh state (nothing known about health) that shares `other`'s
+    /// count of open connections.
+    pub fn counting_with(other: &EndpointState) -> EndpointState {
+        EndpointState {
+            active: other.active.clone(),
+            ..EndpointState::default()
+        }
+    }
+
     /// Whether neither passive nor active health has this address down.
     pub fn is_up(&self) -> bool {
         !self.checked_down.load(Ordering::Relaxed)
@@ -312,6 +324,19 @@ mod tests {
         assert_eq!((new[0].weight, new[0].max_connections), (3, Some(5)));
         assert_eq!(new[0].cap(Some(9)), Some(5));
         assert_eq!(old[0].cap(Some(9)), Some(9));
+    }
+
+    #[test]
+    fn a_state_counting_with_another_shares_only_the_count() {
+        let old = Arc::new(EndpointState::default());
+        old.set_checked_down(true);
+        let held = old.enter();
+        let new = Arc::new(EndpointState::counting_with(&old));
+        assert_eq!(new.active(), 1);
+        assert!(!new.checked_down(), "health starts afresh");
+        assert!(new.try_enter(Some(1)).is_none());
+        drop(held);
+        assert_eq!(new.active(), 0);
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! builds a new registry from the new snapshot and carries over every
 //! runtime whose backend is unchanged, with its resolved set, health and
 //! ranking; runtimes of removed or changed backends have their tasks
-//! stopped. A connection reads the registry it was accepted under.
+//! stopped. A changed backend's new runtime learns nothing from the old one
+//! except, per fixed address, the count of connections still open (so they
+//! count against `max_connections`). A connection reads the registry it
+//! was accepted under.
 //!
 //! The validated settings a runtime is built from ([`Backend`],
 //! [`AddressSource`], [`HealthCheck`], [`Cluster`]) are defined here and
@@ -256,10 +259,28 @@ pub struct BackendRuntime {
 impl BackendRuntime {
     /// A runtime for `config`; its tasks start with [`BackendRuntime::start`].
     pub fn new(config: Arc<Backend>) -> BackendRuntime {
+        BackendRuntime::replacing(config, None)
+    }
+
+    /// A runtime for `config` that replaces `previous` (the same backend
+    /// under its old definition): nothing learnt is kept, but each fixed
+    /// address it shares with the old set shares its count of open
+    /// connections, so the connections still open under the old
+    /// definition count against `max_connections` until they close.
+    fn replacing(config: Arc<Backend>, previous: Option<&BackendRuntime>) -> BackendRuntime {
         let metrics = metrics::metrics().backend_series(&config.name);
         let fixed = matches!(config.source, AddressSource::Fixed);
+        let mut set: Vec<Endpoint> = carry_members(&[], &config.members).to_vec();
+        if let Some(previous) = previous {
+            let old = previous.current().set;
+            for endpoint in &mut set {
+                if let Some(was) = old.iter().find(|e| e.addr == endpoint.addr) {
+                    endpoint.state = Arc::new(EndpointState::counting_with(&was.state));
+                }
+            }
+        }
         let resolved = Resolved {
-            set: carry_members(&[], &config.members),
+            set: set.into(),
             known: fixed,
         };
         BackendRuntime {
@@ -358,12 +379,15 @@ impl Backends {
     ) -> Backends {
         let mut by_name = HashMap::new();
         for (name, backend) in backends {
-            let kept = previous
-                .and_then(|p| p.by_name.get(name))
+            let before = previous.and_then(|p| p.by_name.get(name));
+            let kept = before
                 .filter(|runtime| *runtime.config == **backend)
                 .cloned();
             let runtime = kept.unwrap_or_else(|| {
-                let runtime = Arc::new(BackendRuntime::new(backend.clone()));
+                let runtime = Arc::new(BackendRuntime::replacing(
+                    backend.clone(),
+                    before.map(|b| &**b),
+                ));
                 runtime.start();
                 runtime
             });
