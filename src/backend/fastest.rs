@@ -264,8 +264,10 @@ pub async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
                 }
                 let decision = chooser.round(&samples);
                 tracing::debug!(%backend, latencies = %report.join(", "), preferred = ?chooser.current(), "fastest round measured");
-                announce(backend, &decision);
+                // The choice first, then its log line: whoever reads the
+                // line finds connections already following it.
                 runtime.selection.ranking.set(chooser.current());
+                announce(backend, &decision);
                 let pause = full_jitter(config.fastest_interval);
                 tokio::select! {
                     () = cancel.cancelled() => return,
