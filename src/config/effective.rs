@@ -10,7 +10,9 @@
 //! TOML, so a key added to the file is a field here too. A key is `None`
 //! (absent in TOML, `null` in JSON) only where setting it would mean
 //! something else or be refused: a `connect_attempts` left to its
-//! automatic min(addresses, 3), a rate limit that is off, and the keys of
+//! automatic min(addresses, 3), a rate limit that is off, a
+//! `min_tls_version` that is off, an `alpn`, `ech_config_ids` or route
+//! `ech` that is not set, and the keys of
 //! an alternative not taken (`resolve_interval` with `resolver`,
 //! `fastest_interval` without `policy = "fastest"`, `addresses` of a
 //! resolved backend, ...). Durations are written in the file's notation
@@ -131,6 +133,9 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         reuse_port,
         splice,
         limits,
+        min_tls_version,
+        ech,
+        ech_config_ids,
     } = listener;
     ListenerSection {
         name: name.clone(),
@@ -147,6 +152,13 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         reuse_port: Some(*reuse_port),
         splice: Some(*splice),
         limits: Some(limits_section(limits)),
+        // Unset accepts every version, SSL 3.0 included, which no value
+        // says.
+        min_tls_version: min_tls_version.map(|v| v.as_str().to_owned()),
+        ech: Some(ech.as_str().to_owned()),
+        // Unset: no id is known (an empty list would be refused).
+        ech_config_ids: (!ech_config_ids.is_empty())
+            .then(|| ech_config_ids.iter().map(|&id| i64::from(id)).collect()),
     }
 }
 
@@ -206,12 +218,18 @@ fn route_section(listener: &str, route: &Route) -> RouteSection {
         name,
         patterns,
         backend,
+        alpn,
+        ech,
     } = route;
     RouteSection {
         name: Some(name.clone()),
         listener: Some(listener.to_owned()),
         sni: patterns.iter().map(|p| p.to_string()).collect(),
         backend: backend.name.clone(),
+        // Unset: any hello (an empty list would be refused).
+        alpn: (!alpn.is_empty()).then(|| alpn.clone()),
+        // Unset: the listener's, which may change without this route.
+        ech: ech.as_ref().map(|e| e.as_str().to_owned()),
     }
 }
 

@@ -58,6 +58,14 @@ pub struct ListenerSection {
     pub splice: Option<bool>,
     /// `[listener.limits]`: admission limits and source lists.
     pub limits: Option<LimitsSection>,
+    // Hello rules (TLS version, ECH).
+    /// Refuse hellos that offer nothing newer: `"1.0"` … `"1.3"`.
+    pub min_tls_version: Option<String>,
+    /// What a hello with ECH does: `"pass"`, `"reject"` or a backend name.
+    pub ech: Option<String>,
+    /// The config ids of the ECH configurations this edge's origins
+    /// publish: an outer ECH with one of them is real, any other GREASE.
+    pub ech_config_ids: Option<Vec<i64>>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
@@ -102,6 +110,11 @@ pub struct RouteSection {
     pub listener: Option<String>,
     pub sni: Vec<String>,
     pub backend: String,
+    // Hello rules (ALPN, ECH).
+    /// The route takes only hellos offering one of these ALPN protocols.
+    pub alpn: Option<Vec<String>>,
+    /// The listener's `ech`, for this route.
+    pub ech: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
