@@ -323,4 +323,45 @@ addresses = ["127.0.0.1:1003"]
         assert_eq!(a.diff.listeners_removed, ["tls"]);
         assert_eq!(a.to_drain.len(), 4);
     }
+
+    #[test]
+    fn alpn_routes_and_ech_backends_are_identities_of_their_own() {
+        let routes = r#"
+[[route]]
+sni = ["r.example.com"]
+alpn = ["acme-tls/1"]
+backend = "s"
+
+[[route]]
+sni = ["e.example.com"]
+ech = "s"
+backend = "r"
+"#;
+        let old = config(&format!("{BASE}{routes}"));
+        // The acme route moves to r, the ECH backend of e.example.com to
+        // fallback: exactly those two identities change, and drain.
+        let new = config(&format!(
+            "{BASE}{}",
+            routes
+                .replace(
+                    "alpn = [\"acme-tls/1\"]\nbackend = \"s\"",
+                    "alpn = [\"acme-tls/1\"]\nbackend = \"r\""
+                )
+                .replace("ech = \"s\"", "ech = \"fallback\"")
+        ));
+        let a = apply(&old, &new);
+        assert_eq!(
+            a.diff.routes_changed,
+            [
+                "tls:r.example.com[alpn=acme-tls/1]",
+                "tls:e.example.com[ech]"
+            ]
+        );
+        assert!(a.diff.routes_added.is_empty() && a.diff.routes_removed.is_empty());
+        assert_eq!(a.to_drain.len(), 2);
+        assert!(Arc::ptr_eq(
+            &signal(&a.old[0], "r.example.com"),
+            &signal(&a.new[0], "r.example.com")
+        ));
+    }
 }
