@@ -12,7 +12,7 @@
 //!    rate token, so a client parked at its concurrency cap does not also
 //!    burn its rate; with `rate_counts_refused` every refused attempt (at
 //!    step 2 or 3) spends one, as HAProxy's `conn_rate` counts them (see
-//!    [`KeyedGcra`] for the bound that keeps this from locking a source out
+//!    `KeyedGcra` for the bound that keeps this from locking a source out
 //!    for long).
 //!
 //! With `dry_run` the counting limits (2 and 3) still count and report what

@@ -17,7 +17,7 @@
 //! moment, or when the shutdown token fires. The timeouts are the route's
 //! ([`Timeouts`], the listener's unless the route overrides them).
 //!
-//! A reset is a failure only when it cuts data (see [`excuse`]). A peer
+//! A reset is a failure only when it cuts data (see `excuse`). A peer
 //! that sent FIN, and whose bytes were all delivered, may then reset: a
 //! server that closed after its response and TLS close_notify answers the
 //! client's late close_notify with a reset from its kernel. Or it resets
@@ -26,7 +26,7 @@
 //! not a FIN. Either way, once the other side had finished or the peer's
 //! FIN came first, and everything the peer sent that arrived is delivered,
 //! the connection ends as `done`. Linux tells a reset after the peer's FIN
-//! (EPIPE) from one before (ECONNRESET), see [`fin_before_reset`]; a read
+//! (EPIPE) from one before (ECONNRESET), see `fin_before_reset`; a read
 //! returns what arrived before a reset first. Any other reset stays
 //! `client_reset` / `backend_reset`.
 //!
