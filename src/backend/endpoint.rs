@@ -11,7 +11,7 @@
 //! Not here: choosing among addresses (`select`) or connecting (`connect`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -78,6 +78,49 @@ pub struct EndpointState {
     checked_down: AtomicBool,
     /// The last failed connect or check (`now_ms`), 0 for never.
     last_failure: AtomicU64,
+    // Run-time control (issue 16).
+    /// The operator's [`AddressState`] (its `u8`): health never changes it.
+    operator: AtomicU8,
+}
+
+/// What the operator said about an address (`POST
+/// /backends/{b}/addresses/{a}/state`). Lives next to health in the
+/// shared state, so it is kept wherever the state is (a re-resolve, a
+/// reload that keeps the backend), and lost on restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddressState {
+    /// Chosen as health and policy say.
+    Ready,
+    /// Not chosen for new connections; open ones continue.
+    Drain,
+    /// Not chosen for new connections; open ones are closed within
+    /// `drain_timeout`.
+    Maint,
+}
+
+impl AddressState {
+    pub const ALL: [AddressState; 3] = [
+        AddressState::Ready,
+        AddressState::Drain,
+        AddressState::Maint,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressState::Ready => "ready",
+            AddressState::Drain => "drain",
+            AddressState::Maint => "maint",
+        }
+    }
+
+    fn from_u8(v: u8) -> AddressState {
+        match v {
+            1 => AddressState::Drain,
+            2 => AddressState::Maint,
+            _ => AddressState::Ready,
+        }
+    }
 }
 
 impl EndpointState {
@@ -85,6 +128,28 @@ impl EndpointState {
     pub fn is_up(&self) -> bool {
         !self.checked_down.load(Ordering::Relaxed)
             && self.down_until.load(Ordering::Relaxed) <= now_ms()
+    }
+
+    /// The operator's state of this address.
+    pub fn operator(&self) -> AddressState {
+        AddressState::from_u8(self.operator.load(Ordering::Relaxed))
+    }
+
+    /// Sets the operator's state; returns the previous one.
+    pub fn set_operator(&self, state: AddressState) -> AddressState {
+        AddressState::from_u8(self.operator.swap(state as u8, Ordering::Relaxed))
+    }
+
+    /// Whether new connections may choose this address (the operator has
+    /// not drained it or put it in maintenance). One relaxed load.
+    pub fn selectable(&self) -> bool {
+        self.operator.load(Ordering::Relaxed) == AddressState::Ready as u8
+    }
+
+    /// When the last connect or check failed, as an age; `None` for never.
+    pub fn last_failure_age(&self) -> Option<Duration> {
+        let last = self.last_failure.load(Ordering::Relaxed);
+        (last != 0).then(|| Duration::from_millis(now_ms().saturating_sub(last)))
     }
 
     /// Open connections through this address.

@@ -44,7 +44,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use endpoint::{AddressSet, Endpoint, EndpointState, InFlight, carry, same_addresses};
+pub use endpoint::{
+    AddressSet, AddressState, Endpoint, EndpointState, InFlight, carry, same_addresses,
+};
 
 use crate::cidr::Cidr;
 use crate::metrics;
@@ -335,5 +337,12 @@ impl Backends {
 
     pub fn get(&self, name: &str) -> Option<&Arc<BackendRuntime>> {
         self.by_name.get(name)
+    }
+
+    /// Every runtime, by name in order (for the admin listener).
+    pub fn sorted(&self) -> Vec<(&str, &Arc<BackendRuntime>)> {
+        let mut all: Vec<_> = self.by_name.iter().map(|(n, r)| (n.as_str(), r)).collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all
     }
 }

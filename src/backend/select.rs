@@ -6,6 +6,10 @@
 //! still tried, in policy order (a checker that is wrong, or slower than a
 //! recovery, must not become the reason a client is turned away).
 //!
+//! An address the operator drained or put in maintenance
+//! ([`super::AddressState`]) is never planned: that is a refusal the
+//! operator asked for, unlike health.
+//!
 //! Cost: no allocation; O(n × attempts) comparisons for a set of n, with
 //! attempts ≤ 64, plus what the policy reads once per plan (see
 //! `super::policy`). Not here: what any one policy does, connecting, or
@@ -64,7 +68,11 @@ pub fn plan(
     for want_up in [true, false] {
         while plan.len < attempts {
             let best = (0..n)
-                .filter(|&i| set[i].state.is_up() == want_up && !plan.contains(i))
+                .filter(|&i| {
+                    set[i].state.is_up() == want_up
+                        && set[i].state.selectable()
+                        && !plan.contains(i)
+                })
                 .min_by_key(|&i| ranker.rank(set, i));
             let Some(best) = best else { break };
             plan.order[plan.len] = best as u16;
