@@ -1,0 +1,315 @@
+//! The control endpoints of the admin listener:
+//!
+//! - `GET /backends`: every backend with its addresses, each with the
+//!   operator's state, health, open connections and the age of its last
+//!   failure. A control endpoint (it names origin addresses).
+//! - `POST /backends/{backend}/addresses/{addr}/state` with `{"state":
+//!   "ready" | "drain" | "maint"}`: sets the operator's state of one
+//!   address (`addr` as `IP:port`, IPv6 in brackets, which may be
+//!   percent-encoded). The answer holds the previous and the new state.
+//!
+//! Every request is authorized first ([`super::auth`]), counted in
+//! `snirelay_admin_control_actions_total{kind,outcome}`, and every change
+//! is logged at info with `who` (the token's name or the Unix peer's
+//! credentials). Bad input is a 4xx naming what was wrong, and changes
+//! nothing. Bodies are JSON, at most [`MAX_BODY_BYTES`], unknown fields
+//! refused.
+//!
+//! Adding an endpoint: one arm in [`route`] (its kind, its method and a
+//! handler returning `Result<Response, Refused>`); authorization, counting
+//! and the body bound come with it.
+//!
+//! Not here: what a state does to connections (`backend::select` leaves
+//! drained and maintained addresses out of new plans).
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::{self, Refusal};
+use super::{AdminState, Peer, text};
+use crate::backend::{AddressSource, AddressState, BackendRuntime};
+use crate::metrics;
+
+/// Largest request body a control endpoint reads; past it, 413.
+pub const MAX_BODY_BYTES: usize = 4 * 1024;
+
+/// Whether `path` is served by this module (and so needs authorization).
+pub fn is_control(path: &str) -> bool {
+    path == "/backends" || path.starts_with("/backends/")
+}
+
+/// A request refused after authorization: its status, a message, and the
+/// `outcome` it is counted under.
+pub struct Refused {
+    status: StatusCode,
+    outcome: &'static str,
+    message: String,
+}
+
+impl Refused {
+    fn new(status: StatusCode, outcome: &'static str, message: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            outcome,
+            message: message.into(),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> Refused {
+        Refused::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    fn not_found(message: impl Into<String>) -> Refused {
+        Refused::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+}
+
+/// Answers a control request from `peer`.
+pub async fn respond(
+    req: Request<Incoming>,
+    state: &AdminState,
+    peer: &Peer,
+) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (kind, method): (&'static str, Method) = match segments.as_slice() {
+        ["backends"] => ("backends", Method::GET),
+        ["backends", _, "addresses", _, "state"] => ("address_state", Method::POST),
+        _ => {
+            metrics::metrics().control_action("unknown", "not_found");
+            return text(StatusCode::NOT_FOUND, "not found; try /backends\n");
+        }
+    };
+    let tokens = state
+        .config()
+        .0
+        .admin
+        .as_ref()
+        .and_then(|a| a.token_file.clone());
+    let who = match auth::authorize(req.headers(), peer, tokens.as_ref()) {
+        Ok(who) => who,
+        Err(refusal) => {
+            metrics::metrics().control_action(kind, refusal.outcome());
+            tracing::info!(admin.peer = %peer, kind, outcome = refusal.outcome(), "control request refused");
+            return refused(refusal);
+        }
+    };
+    if req.method() != method {
+        metrics::metrics().control_action(kind, "bad_method");
+        let mut response = text(StatusCode::METHOD_NOT_ALLOWED, format!("use {method}\n"));
+        response.headers_mut().insert(
+            hyper::header::ALLOW,
+            HeaderValue::from_str(method.as_str()).expect("a method is a header value"),
+        );
+        return response;
+    }
+    let answer = match kind {
+        "backends" => Ok(backends(state)),
+        _ => match body(req).await {
+            Ok(body) => set_address_state(state, &segments, &body, &who),
+            Err(refused) => Err(refused),
+        },
+    };
+    match answer {
+        Ok(value) => {
+            metrics::metrics().control_action(kind, "ok");
+            json_response(StatusCode::OK, &value)
+        }
+        Err(refused) => {
+            metrics::metrics().control_action(kind, refused.outcome);
+            json_response(refused.status, &json!({ "error": refused.message }))
+        }
+    }
+}
+
+fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
+    match refusal {
+        Refusal::NoTokenFile => text(
+            StatusCode::FORBIDDEN,
+            "control needs [admin] token_file or a unix socket\n",
+        ),
+        Refusal::BadToken => {
+            let mut response = text(
+                StatusCode::UNAUTHORIZED,
+                "a valid `Authorization: Bearer <token>` is required\n",
+            );
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
+    let body = serde_json::to_string_pretty(value).expect("a JSON value always serializes");
+    let mut response = text(status, body + "\n");
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The request body, at most [`MAX_BODY_BYTES`] (413 past it; a declared
+/// length past it is refused before a byte is read).
+async fn body(req: Request<Incoming>) -> Result<Bytes, Refused> {
+    let too_large = || {
+        Refused::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(error) => Err(Refused::bad(format!("reading the body failed: {error}"))),
+    }
+}
+
+/// The body of `GET /backends`.
+fn backends(state: &AdminState) -> Value {
+    let backends = state.backends();
+    let list: Vec<Value> = backends
+        .sorted()
+        .into_iter()
+        .map(|(name, runtime)| {
+            let source = match &runtime.config.source {
+                AddressSource::Fixed => "fixed",
+                AddressSource::Dns(_) => "dns",
+                AddressSource::Cluster(_) => "cluster",
+            };
+            let addresses: Vec<Value> = runtime
+                .current()
+                .set
+                .iter()
+                .map(|e| {
+                    json!({
+                        "address": e.addr.to_string(),
+                        "state": e.state.operator().as_str(),
+                        "health": if e.state.is_up() { "up" } else { "down" },
+                        "open_connections": e.state.active(),
+                        "last_failure_seconds_ago": e.state.last_failure_age().map(|d| d.as_secs_f64()),
+                    })
+                })
+                .collect();
+            json!({ "name": name, "source": source, "addresses": addresses })
+        })
+        .collect();
+    json!({ "backends": list })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateBody {
+    state: AddressState,
+}
+
+/// `POST /backends/{backend}/addresses/{addr}/state`.
+fn set_address_state(
+    state: &AdminState,
+    segments: &[&str],
+    body: &[u8],
+    who: &str,
+) -> Result<Value, Refused> {
+    let (name, addr_text) = (segments[1], percent_decode(segments[3]));
+    let addr: SocketAddr = addr_text.parse().map_err(|_| {
+        Refused::bad(format!(
+            "{addr_text:?} is not an IP:port address (IPv6 in brackets: [::1]:443)"
+        ))
+    })?;
+    let wanted: StateBody = serde_json::from_slice(body).map_err(|e| {
+        Refused::bad(format!(
+            "the body must be {{\"state\": \"ready\" | \"drain\" | \"maint\"}}: {e}"
+        ))
+    })?;
+    let backends = state.backends();
+    let runtime: &BackendRuntime = backends
+        .get(name)
+        .ok_or_else(|| Refused::not_found(format!("no backend {name:?}")))?;
+    if runtime.cluster.is_some() {
+        return Err(Refused::bad(format!(
+            "backend {name:?} is cluster-resolved: its addresses are per site and have no state"
+        )));
+    }
+    let set = runtime.current().set;
+    let endpoint = set
+        .iter()
+        .find(|e| e.addr == addr)
+        .ok_or_else(|| Refused::not_found(format!("backend {name:?} has no address {addr}")))?;
+    let previous = endpoint.state.set_operator(wanted.state);
+    metrics::metrics().backend_address_state(
+        name,
+        addr,
+        wanted.state.as_str(),
+        &AddressState::ALL.map(AddressState::as_str),
+    );
+    tracing::info!(
+        who,
+        backend = name,
+        address = %addr,
+        state = wanted.state.as_str(),
+        previous = previous.as_str(),
+        open = endpoint.state.active(),
+        "backend address state set"
+    );
+    Ok(json!({
+        "backend": name,
+        "address": addr.to_string(),
+        "state": wanted.state.as_str(),
+        "previous": previous.as_str(),
+        "open_connections": endpoint.state.active(),
+    }))
+}
+
+/// `%XX` escapes decoded (for `[`, `]` and `:` in an IPv6 address);
+/// anything malformed is kept as it is, and fails to parse as an address.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding_recovers_ipv6_addresses() {
+        assert_eq!(percent_decode("%5B%3A%3A1%5D%3A443"), "[::1]:443");
+        assert_eq!(percent_decode("127.0.0.1:443"), "127.0.0.1:443");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+}
