@@ -256,6 +256,13 @@ fn set_address_state(
         .find(|e| e.addr == addr)
         .ok_or_else(|| Refused::not_found(format!("backend {name:?} has no address {addr}")))?;
     let previous = endpoint.state.set_operator(wanted.state);
+    // Set first, so no new connection lands on the address after the
+    // parts are taken.
+    let closing = if wanted.state == AddressState::Maint {
+        endpoint.state.maint(state.config().0.global.drain_timeout)
+    } else {
+        0
+    };
     metrics::metrics().backend_address_state(
         name,
         addr,
@@ -269,6 +276,7 @@ fn set_address_state(
         state = wanted.state.as_str(),
         previous = previous.as_str(),
         open = endpoint.state.active(),
+        closing,
         "backend address state set"
     );
     Ok(json!({

@@ -12,11 +12,12 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::drain::DrainSignal;
 use crate::metrics;
 
 /// Milliseconds since a process-wide origin, so instants fit in an atomic.
@@ -81,6 +82,10 @@ pub struct EndpointState {
     // Run-time control (issue 16).
     /// The operator's [`AddressState`] (its `u8`): health never changes it.
     operator: AtomicU8,
+    /// The drain signals of the connections open on this address, one per
+    /// route identity (parts of the routes' signals): what `maint` fires.
+    /// Parts no connection holds any more are dropped as new ones come.
+    parts: Mutex<Vec<Arc<DrainSignal>>>,
 }
 
 /// What the operator said about an address (`POST
@@ -138,6 +143,28 @@ impl EndpointState {
     /// Sets the operator's state; returns the previous one.
     pub fn set_operator(&self, state: AddressState) -> AddressState {
         AddressState::from_u8(self.operator.swap(state as u8, Ordering::Relaxed))
+    }
+
+    /// The part of `route`'s drain signal for connections on this address
+    /// (made on first use; a fired one is replaced).
+    pub fn drain_part(&self, route: &Arc<DrainSignal>) -> Arc<DrainSignal> {
+        let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        // Only this list holds it: no connection is left on that part.
+        parts.retain(|p| Arc::strong_count(p) > 1);
+        if let Some(part) = parts.iter().find(|p| p.is_part_of(route) && !p.is_fired()) {
+            return part.clone();
+        }
+        let part = route.part();
+        parts.push(part.clone());
+        part
+    }
+
+    /// Maintenance: the connections open on this address close at moments
+    /// spread over `window`; new ones get new parts (and are not planned
+    /// while the state says so). Returns how many were open.
+    pub fn maint(&self, window: Duration) -> usize {
+        let parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
+        parts.iter().map(|p| p.fire(window)).sum()
     }
 
     /// Whether new connections may choose this address (the operator has
@@ -227,6 +254,13 @@ impl EndpointState {
 /// count); dropping it ends the count.
 #[derive(Debug)]
 pub struct InFlight(Arc<EndpointState>);
+
+impl InFlight {
+    /// The state of the address this connection is on.
+    pub fn state(&self) -> &Arc<EndpointState> {
+        &self.0
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
