@@ -26,8 +26,19 @@ fn toml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Token files must not be world-readable, and git checks files out
+/// 0644: the fixtures' token files are made private before use.
+fn private_token_files() {
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["admin.tokens"] {
+        let path = root().join("tests/config/valid").join(name);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
+
 #[test]
 fn valid_fixtures_and_shipped_configs_load() {
+    private_token_files();
     let mut files = toml_files(&root().join("tests/config/valid"));
     files.extend(toml_files(&root().join("config")));
     for file in files {
@@ -209,6 +220,7 @@ fn valid_and_shipped() -> Vec<PathBuf> {
 
 #[test]
 fn the_effective_config_round_trips() {
+    private_token_files();
     for file in valid_and_shipped() {
         let first = Config::load(&file).unwrap().to_file();
         let text = toml::to_string(&first)
@@ -259,6 +271,7 @@ fn key_paths(value: &serde_json::Value, prefix: &str, into: &mut BTreeSet<String
 fn the_every_key_fixture_sets_every_key_of_the_file_model() {
     // The model's keys: the effective configuration shows every key of
     // every section present, `null` when unset.
+    private_token_files();
     let file = root().join("tests/config/valid/every_key.toml");
     let effective = serde_json::to_value(Config::load(&file).unwrap().to_file()).unwrap();
     let mut model = BTreeSet::new();

@@ -586,7 +586,10 @@ impl Config {
             path: path.to_owned(),
             message: e.to_string().trim_end().to_owned(),
         })?;
-        let mut check = Checker::default();
+        let mut check = Checker {
+            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+            ..Checker::default()
+        };
         let config = check.config(&file);
         match config {
             Some(config) if check.problems.is_empty() => Ok(config),
@@ -609,6 +612,9 @@ impl Config {
 struct Checker {
     problems: Vec<Problem>,
     declared_backends: HashSet<String>,
+    /// The configuration file's directory: a relative `token_file` is
+    /// found from there.
+    dir: PathBuf,
 }
 
 impl Checker {
@@ -746,7 +752,7 @@ impl Checker {
         // Run-time control (issue 16): a Unix socket, and the token file.
         let token_file = match section.token_file.as_deref() {
             None => None,
-            Some(path) => match read_tokens(Path::new(path)) {
+            Some(path) => match read_tokens(&self.dir.join(path)) {
                 Ok(tokens) => Some(tokens),
                 Err(message) => {
                     self.problem("admin.token_file", message);
