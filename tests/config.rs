@@ -30,10 +30,8 @@ fn toml_files(dir: &Path) -> Vec<PathBuf> {
 /// 0644: the fixtures' token files are made private before use.
 fn private_token_files() {
     use std::os::unix::fs::PermissionsExt;
-    for name in ["admin.tokens"] {
-        let path = root().join("tests/config/valid").join(name);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    let path = root().join("tests/config/valid/admin.tokens");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 #[test]

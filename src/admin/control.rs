@@ -124,7 +124,14 @@ pub async fn respond(
         }
         Err(refused) => {
             metrics::metrics().control_action(kind, refused.outcome);
-            json_response(refused.status, &json!({ "error": refused.message }))
+            let mut response = json_response(refused.status, &json!({ "error": refused.message }));
+            if refused.status == StatusCode::REQUEST_TIMEOUT {
+                // The deadline has passed: nothing more is read from it.
+                response
+                    .headers_mut()
+                    .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
         }
     }
 }
@@ -181,8 +188,28 @@ async fn body(req: Request<Incoming>) -> Result<Bytes, Refused> {
     {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(error) if timed_out(&*error) => Err(Refused::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the body did not arrive in time",
+        )),
         Err(error) => Err(Refused::bad(format!("reading the body failed: {error}"))),
     }
+}
+
+/// Whether `error` comes from the connection's deadline (a body trickled
+/// past `REQUEST_TIMEOUT`).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// The body of `GET /backends`.

@@ -252,8 +252,9 @@ struct Slot {
     state: AtomicU8,
     /// Fired when the table evicts this connection.
     evicted: CancellationToken,
-    /// A phase deadline closed the connection (its state says which).
-    timed_out: AtomicBool,
+    /// 0, or 1 + the state the connection was in when a phase deadline
+    /// first passed (which deadline closed it: a request's or keep-alive's).
+    timed_out: AtomicU8,
 }
 
 impl Slot {
@@ -505,10 +506,10 @@ async fn connection(
         result = conn.as_mut() => {
             // Checked first: hyper ends an idle connection whose read failed
             // without an error.
-            match (slot.timed_out.load(Ordering::Relaxed), slot.state()) {
-                (true, IDLE) => AdminClose::IdleTimeout,
-                (true, _) => AdminClose::RequestTimeout,
-                (false, _) => match result {
+            match slot.timed_out.load(Ordering::Relaxed) {
+                t if t == IDLE + 1 => AdminClose::IdleTimeout,
+                1.. => AdminClose::RequestTimeout,
+                0 => match result {
                     Ok(()) => AdminClose::Done,
                     Err(error) => {
                         tracing::trace!(%error, "admin connection failed");
@@ -542,7 +543,12 @@ impl Guarded {
     /// socket); past it, the error that ends the connection.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
         self.deadline.as_mut().poll(cx).is_ready().then(|| {
-            self.slot.timed_out.store(true, Ordering::Relaxed);
+            let _ = self.slot.timed_out.compare_exchange(
+                0,
+                self.slot.state() + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             io::Error::new(io::ErrorKind::TimedOut, "admin connection deadline")
         })
     }
