@@ -7,7 +7,10 @@
 //! `connect_attempts` are tried (default min(addresses, 3)), so a
 //! connection waits at most attempts × connect_timeout here. Each failed
 //! attempt is logged at debug and counted for passive health; the
-//! connection's outcome is logged once, by the caller.
+//! connection's outcome is logged once, by the caller. An address at its
+//! `max_connections` is skipped (its slot is taken before the connect);
+//! when every address is, the connection closes `backend_full` without a
+//! connect.
 //!
 //! A cluster backend whose answer is this node connects through its
 //! `local_backend` instead, with that backend's policy and PROXY setting.
@@ -66,6 +69,8 @@ pub enum ConnectError {
     NoAddress,
     #[error("the cluster answer points outside allowed_targets")]
     TargetNotAllowed,
+    #[error("every backend address has max_connections open")]
+    Full,
 }
 
 impl From<ConnectError> for CloseReason {
@@ -74,6 +79,7 @@ impl From<ConnectError> for CloseReason {
             ConnectError::Failed { .. } => CloseReason::ConnectFailed,
             ConnectError::NoAddress => CloseReason::NoAddress,
             ConnectError::TargetNotAllowed => CloseReason::TargetNotAllowed,
+            ConnectError::Full => CloseReason::BackendFull,
         }
     }
 }
@@ -143,11 +149,21 @@ async fn try_in_order(
         set,
         backend.attempts(set.len()),
         pick.client,
+        backend.max_connections_per_address,
     );
     let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
+    let mut tried = 0;
     for &i in plan.as_slice() {
         let endpoint = &set[usize::from(i)];
         let addr = endpoint.addr;
+        // The slot first: an address that filled up since the plan is skipped.
+        let Some(in_flight) = endpoint
+            .state
+            .try_enter(endpoint.cap(backend.max_connections_per_address))
+        else {
+            continue;
+        };
+        tried += 1;
         let started = Instant::now();
         let attempt = timeout(backend.connect_timeout, TcpStream::connect(addr)).await;
         let outcome = match &attempt {
@@ -168,7 +184,7 @@ async fn try_in_order(
                     addr,
                     proxy_protocol: backend.proxy_protocol,
                     proxy_protocol_crc32c: backend.proxy_protocol_crc32c,
-                    in_flight: endpoint.state.enter(),
+                    in_flight,
                 });
             }
             Ok(Err(e)) => e,
@@ -180,8 +196,11 @@ async fn try_in_order(
             .connect_failed(&backend.name, addr, backend.max_fails, backend.fail_backoff);
         last = error;
     }
+    if tried == 0 && (plan.full() || !plan.is_empty()) {
+        return Err(ConnectError::Full);
+    }
     Err(ConnectError::Failed {
-        attempts: plan.len(),
+        attempts: tried,
         last,
     })
 }

@@ -286,6 +286,9 @@ close_reasons! {
     ClientKeepalive => "client_keepalive", Fault::Client, Stage::Relay;
     /// The backend stopped answering mid-relay, as for `client_keepalive`.
     BackendKeepalive => "backend_keepalive", Fault::Ours, Stage::Relay;
+    /// Every address of the backend has its `max_connections` open; no
+    /// connect was attempted.
+    BackendFull => "backend_full", Fault::Ours, Stage::Connect;
 }
 
 impl CloseReason {

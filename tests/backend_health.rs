@@ -1,4 +1,5 @@
-//! Active health checks and `policy = "fastest"` against the real binary.
+//! Active health checks (TCP and TLS) and `policy = "fastest"` (timing the
+//! connect or the TLS check's ServerHello) against the real binary.
 //!
 //! Backends here can be stopped and started again on the same port (health),
 //! or made slow to connect (fastest). On loopback the kernel completes a
@@ -253,6 +254,158 @@ fall = 1
     assert!(still_down, "A was marked up before the client was relayed");
     assert_eq!(closed["backend.addr"], a.to_string().as_str());
     stop(a_task).await;
+}
+
+// ------------------------------------------------------------- TLS checks
+
+/// A forwarder whose own downstream is dead: it accepts TCP, reads the
+/// first TLS record (for up to a second), and closes. A TCP
+/// check passes it; a TLS check does not. Returns its address and a count
+/// of accepted connections.
+async fn dead_forwarder() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    let addr = raw_backend(move |mut stream: TcpStream| {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            // The whole first record (a ClientHello), so that the close is
+            // a FIN, not a reset for unread bytes.
+            let read = async {
+                let mut header = [0u8; 5];
+                stream.read_exact(&mut header).await?;
+                let mut body = vec![0u8; usize::from(u16::from_be_bytes([header[3], header[4]]))];
+                stream.read_exact(&mut body).await
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
+        }
+    })
+    .await;
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_check_marks_down_a_forwarder_that_accepts_tcp_but_answers_no_hello() {
+    let pki = Pki::new(&[NAME]);
+    let (dead, _) = dead_forwarder().await;
+    let good = tls_echo_backend(&pki).await;
+    // Passive health off, so only the TLS checker can mark the first
+    // address down; with `ordered` the client would otherwise go there.
+    let (relay, admin) = relay(&format!(
+        r#"addresses = ["{dead}", "{good}"]
+policy = "ordered"
+max_fails = 0
+
+[backend.b.health]
+kind = "tls"
+sni = "{NAME}"
+interval = "100ms"
+timeout = "500ms"
+fall = 2
+"#
+    ))
+    .await;
+    let down = relay.wait_log(|l| is(l, DOWN, dead)).await;
+    assert_eq!(down["level"], "WARN");
+    assert_eq!(down["failures"], 2);
+    assert_eq!(
+        down["error"],
+        "no ServerHello: the backend closed the connection"
+    );
+    // The client goes to the address that answers a hello.
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        good.to_string()
+    );
+    // The TLS server passed the same rounds (fall = 2 failures would have
+    // marked it down with the forwarder).
+    let lines = relay.log_lines();
+    assert!(
+        !lines.iter().any(|l| is(l, DOWN, good)),
+        "the TLS server failed its check"
+    );
+    let (_, metrics) = http_get(admin, "/metrics").await;
+    assert_eq!(metric(&metrics, &up_series(dead)), 0.0, "{metrics}");
+    assert_eq!(metric(&metrics, &up_series(good)), 1.0, "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_check_passes_the_same_dead_forwarder() {
+    // The reason for `kind = "tls"`: with TCP checks the dead forwarder is
+    // up, and an `ordered` client goes to it and gets nothing.
+    let pki = Pki::new(&[NAME]);
+    let (dead, checked) = dead_forwarder().await;
+    let good = tls_echo_backend(&pki).await;
+    let (relay, _admin) = relay(&format!(
+        r#"addresses = ["{dead}", "{good}"]
+policy = "ordered"
+max_fails = 0
+
+[backend.b.health]
+interval = "100ms"
+fall = 1
+"#
+    ))
+    .await;
+    // Three checks have reached it (so two verdicts are in), none failing...
+    wait_until("three checks of the forwarder", || {
+        checked.load(std::sync::atomic::Ordering::SeqCst) >= 3
+    })
+    .await;
+    assert!(
+        !relay.log_lines().iter().any(|l| is(l, DOWN, dead)),
+        "a TCP check failed the forwarder"
+    );
+    // ...and the client is sent to the forwarder, which closes on it.
+    let tcp = TcpStream::connect(relay.addr()).await.unwrap();
+    let local = tcp.local_addr().unwrap();
+    assert!(tls_connect(pki.client_config(), NAME, tcp).await.is_err());
+    let line = relay.closed_line(local).await;
+    assert_eq!(line["backend.addr"], dead.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fastest_measure_tls_ranks_on_the_time_until_the_server_hello() {
+    let pki = Pki::new(&[NAME]);
+    // Both connect at once; the first answers the hello 300 ms late.
+    let inner = tls_echo_backend(&pki).await;
+    let slow = raw_backend(move |mut client: TcpStream| async move {
+        let Ok(mut server) = TcpStream::connect(inner).await else {
+            return;
+        };
+        let mut hello = vec![0u8; 16 * 1024];
+        let Ok(n) = client.read(&mut hello).await else {
+            return;
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        use tokio::io::AsyncWriteExt;
+        if server.write_all(&hello[..n]).await.is_ok() {
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        }
+    })
+    .await;
+    let fast = tls_echo_backend(&pki).await;
+    let (relay, _admin) = relay(&format!(
+        r#"addresses = ["{slow}", "{fast}"]
+policy = "fastest"
+fastest_measure = "tls"
+fastest_interval = "1h"
+
+[backend.b.health]
+kind = "tls"
+sni = "{NAME}"
+interval = "1h"
+"#
+    ))
+    .await;
+    let chosen = relay.wait_log(|l| l["message"] == CHOSEN).await;
+    assert_eq!(chosen["addr"], fast.to_string());
+    let round = relay.wait_log(|l| l["message"] == ROUND).await;
+    let slow_ms = latency_in(&round, slow).expect("the slow address answered");
+    assert!(slow_ms >= 300.0, "{round}");
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
+        fast.to_string()
+    );
 }
 
 // ------------------------------------------------------------------ fastest

@@ -1,7 +1,8 @@
 //! Backend selection through the real relay: connect failover past refused
 //! and black-holed addresses within attempts × connect_timeout, passive
 //! health, failover under every policy, and the `round_robin`,
-//! `least_connections` and `source_hash` policies. Backends are plain TCP
+//! `least_connections` and `source_hash` policies, with weights, and the
+//! per-address connection caps (`backend_full`). Backends are plain TCP
 //! listeners that announce which one they are; clients send a captured
 //! ClientHello.
 
@@ -292,4 +293,165 @@ async fn a_reload_keeps_what_is_known_about_unchanged_backends_and_forgets_chang
         .wait_count(2, |l| l["message"] == "backend connect attempt failed")
         .await;
     assert_eq!(failed(&relay), 2);
+}
+
+/// `[backend.b]` keys for `addresses` given as tables (`address` plus the
+/// table's other keys, e.g. `weight = 3`).
+fn table_config(addresses: &[(SocketAddr, &str)], backend_extra: &str) -> String {
+    let list = addresses
+        .iter()
+        .map(|(a, keys)| format!("{{ address = \"{a}\", {keys} }}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    one_route_config(
+        &["www.example.com"],
+        "",
+        &format!("addresses = [{list}]\n{backend_extra}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_round_robin_is_smooth_and_in_proportion_to_the_weights() {
+    let (a, a_count) = tagged_backend("A").await;
+    let (b, b_count) = tagged_backend("B").await;
+    let relay = Relay::start(&table_config(
+        &[(a, "weight = 3"), (b, "weight = 1")],
+        r#"policy = "round_robin""#,
+    ))
+    .await;
+    let mut tags = String::new();
+    for _ in 0..8 {
+        let (tag, _, local) = tag_from(&relay, None).await;
+        tags.push_str(&tag);
+        relay.closed_line(local).await;
+    }
+    // Smooth weighted round-robin for 3:1, twice: A A B A.
+    assert_eq!(tags, "AABAAABA");
+    assert_eq!(a_count.load(Ordering::SeqCst), 6);
+    assert_eq!(b_count.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_hash_is_the_specified_weighted_rendezvous_choice() {
+    use snirelay::backend::policy::{affinity_hash, affinity_rank};
+    let backends = [
+        (tagged_backend("A").await, 1u32),
+        (tagged_backend("B").await, 4u32),
+        (tagged_backend("C").await, 2u32),
+    ];
+    let tables: Vec<(SocketAddr, String)> = backends
+        .iter()
+        .map(|((addr, _), w)| (*addr, format!("weight = {w}")))
+        .collect();
+    let tables: Vec<(SocketAddr, &str)> = tables.iter().map(|(a, k)| (*a, k.as_str())).collect();
+    let relay = Relay::start(&table_config(&tables, r#"policy = "source_hash""#)).await;
+    for host in 2..=31u8 {
+        let ip = std::net::IpAddr::from([127, 0, 0, host]);
+        // What every relay computes from the specification (SipHash-2-4 of
+        // the addresses, weighted rendezvous in fixed point).
+        let expected = ["A", "B", "C"][backends
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, ((addr, _), w))| affinity_rank(affinity_hash(ip, *addr), *w))
+            .unwrap()
+            .0];
+        let (tag, _, _) = tag_from(&relay, Some(ip)).await;
+        assert_eq!(tag, expected, "client {ip}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_at_its_cap_passes_connections_to_the_next_and_all_full_is_backend_full() {
+    let (a, a_count) = tagged_backend("A").await;
+    let (b, b_count) = tagged_backend("B").await;
+    let relay = Relay::start(&table_config(
+        &[(a, "max_connections = 1"), (b, "max_connections = 1")],
+        r#"policy = "ordered""#,
+    ))
+    .await;
+    // Held open: A is at its cap...
+    let mut first = TcpStream::connect(relay.addr()).await.unwrap();
+    first.write_all(&capture("openssl_sni.bin")).await.unwrap();
+    let mut tag = [0u8; 1];
+    first.read_exact(&mut tag).await.unwrap();
+    assert_eq!(&tag, b"A");
+    // ...so the next goes to B, though `ordered` prefers A...
+    let mut second = TcpStream::connect(relay.addr()).await.unwrap();
+    second.write_all(&capture("openssl_sni.bin")).await.unwrap();
+    second.read_exact(&mut tag).await.unwrap();
+    assert_eq!(&tag, b"B");
+    // ...and with both full the third is refused without a connect.
+    let (tag, _, local) = tag_from(&relay, None).await;
+    assert_eq!(tag, "");
+    let line = relay.closed_line(local).await;
+    assert_eq!(line["close"], "backend_full");
+    assert_eq!(line["level"], "WARN");
+    assert_eq!(line["backend"], "b");
+    assert_eq!(a_count.load(Ordering::SeqCst), 1);
+    assert_eq!(b_count.load(Ordering::SeqCst), 1);
+    assert!(
+        !relay
+            .log_lines()
+            .iter()
+            .any(|l| l["message"] == "backend connect attempt failed"),
+        "a full address was tried"
+    );
+    // A closed connection frees its slot.
+    let local = first.local_addr().unwrap();
+    drop(first);
+    relay.closed_line(local).await;
+    assert_eq!(tag_from(&relay, None).await.0, "A");
+    drop(second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_per_address_caps_a_single_address() {
+    let (a, a_count) = tagged_backend("A").await;
+    let relay = Relay::start(&config(&[a], "max_connections_per_address = 1")).await;
+    let mut held = TcpStream::connect(relay.addr()).await.unwrap();
+    held.write_all(&capture("openssl_sni.bin")).await.unwrap();
+    let mut tag = [0u8; 1];
+    held.read_exact(&mut tag).await.unwrap();
+    let (tag, _, local) = tag_from(&relay, None).await;
+    assert_eq!(tag, "");
+    assert_eq!(relay.closed_line(local).await["close"], "backend_full");
+    assert_eq!(
+        a_count.load(Ordering::SeqCst),
+        1,
+        "nothing reached the backend"
+    );
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_the_backend_still_counts_its_open_connections_against_the_cap() {
+    let (a, a_count) = tagged_backend("A").await;
+    // A day to drain: the held connection (drained by the reload at a
+    // random moment within it) stays open for the test.
+    let base = format!(
+        "[global]\ndrain_timeout = \"24h\"\n{}",
+        config(&[a], "max_connections_per_address = 1")
+    );
+    let relay = Relay::start(&base).await;
+    let mut held = TcpStream::connect(relay.addr()).await.unwrap();
+    held.write_all(&capture("openssl_sni.bin")).await.unwrap();
+    let mut tag = [0u8; 1];
+    held.read_exact(&mut tag).await.unwrap();
+
+    // The backend changes (a new runtime, health forgotten)...
+    let changed = base.replace(
+        "max_connections_per_address = 1",
+        "max_connections_per_address = 1\nconnect_timeout = \"3s\"",
+    );
+    assert_eq!(relay.reload(&changed, 1).await["message"], "reload applied");
+    // ...but the connection still open on A counts against its cap.
+    let (tag, _, local) = tag_from(&relay, None).await;
+    assert_eq!(tag, "");
+    assert_eq!(relay.closed_line(local).await["close"], "backend_full");
+    assert_eq!(a_count.load(Ordering::SeqCst), 1);
+    // Once it closes, A takes a connection again.
+    let local = held.local_addr().unwrap();
+    drop(held);
+    relay.closed_line(local).await;
+    assert_eq!(tag_from(&relay, None).await.0, "A");
 }

@@ -1,6 +1,9 @@
 //! One backend address and what the relay has learnt about it: open
-//! connections (for `least_connections`), passive health (consecutive failed
-//! connects), the active checker's verdict, and when it last failed.
+//! connections (for `least_connections` and the per-address
+//! `max_connections` cap), passive health (consecutive failed connects), the
+//! active checker's verdict, and when it last failed. An [`Endpoint`] also
+//! carries what the configuration says about the address: its `weight` and
+//! its own connection cap.
 //!
 //! The state is shared by every connection and checker through an
 //! `Arc<EndpointState>` and is only atomics: reading it on the connect path
@@ -32,14 +35,56 @@ fn now_ms() -> u64 {
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub addr: SocketAddr,
+    /// Its share of new connections under `round_robin`, `least_connections`
+    /// and `source_hash` (1 for resolved and looked-up addresses).
+    pub weight: u32,
+    /// Its own `max_connections`; `None` leaves the backend's
+    /// `max_connections_per_address` (if any) in force.
+    pub max_connections: Option<u32>,
     pub state: Arc<EndpointState>,
 }
 
 impl Endpoint {
     pub fn new(addr: SocketAddr) -> Endpoint {
+        Endpoint::with(Member::plain(addr))
+    }
+
+    fn with(member: Member) -> Endpoint {
         Endpoint {
-            addr,
+            addr: member.addr,
+            weight: member.weight,
+            max_connections: member.max_connections,
             state: Arc::default(),
+        }
+    }
+
+    /// This address's cap, given the backend-wide one.
+    pub fn cap(&self, per_address: Option<u32>) -> Option<u32> {
+        self.max_connections.or(per_address)
+    }
+
+    /// Whether this address has `cap` connections open (or opening).
+    pub fn is_full(&self, per_address: Option<u32>) -> bool {
+        self.cap(per_address)
+            .is_some_and(|cap| self.state.active() >= cap as usize)
+    }
+}
+
+/// A configured address: where, its weight and its own cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub addr: SocketAddr,
+    pub weight: u32,
+    pub max_connections: Option<u32>,
+}
+
+impl Member {
+    /// An address with weight 1 and no cap of its own (a resolved one).
+    pub fn plain(addr: SocketAddr) -> Member {
+        Member {
+            addr,
+            weight: 1,
+            max_connections: None,
         }
     }
 }
@@ -48,16 +93,26 @@ impl Endpoint {
 /// order. Cloning is one reference count.
 pub type AddressSet = Arc<[Endpoint]>;
 
-/// A new set for `addrs` (duplicates dropped, order kept) that keeps the
-/// state of every address `previous` already had.
+/// A new set for `addrs` (duplicates dropped, order kept, weight 1, no
+/// cap of their own) that keeps the state of every address `previous`
+/// already had.
 pub fn carry(previous: &[Endpoint], addrs: &[SocketAddr]) -> AddressSet {
-    let mut set: Vec<Endpoint> = Vec::with_capacity(addrs.len());
-    for &addr in addrs {
-        if set.iter().any(|e| e.addr == addr) {
+    let members: Vec<Member> = addrs.iter().map(|&a| Member::plain(a)).collect();
+    carry_members(previous, &members)
+}
+
+/// [`carry`] for configured addresses: each keeps its weight and cap.
+pub fn carry_members(previous: &[Endpoint], members: &[Member]) -> AddressSet {
+    let mut set: Vec<Endpoint> = Vec::with_capacity(members.len());
+    for member in members {
+        if set.iter().any(|e| e.addr == member.addr) {
             continue;
         }
-        let kept = previous.iter().find(|e| e.addr == addr).cloned();
-        set.push(kept.unwrap_or_else(|| Endpoint::new(addr)));
+        let mut endpoint = Endpoint::with(*member);
+        if let Some(kept) = previous.iter().find(|e| e.addr == member.addr) {
+            endpoint.state = kept.state.clone();
+        }
+        set.push(endpoint);
     }
     set.into()
 }
@@ -69,8 +124,11 @@ pub fn same_addresses(a: &[Endpoint], b: &[Endpoint]) -> bool {
 
 #[derive(Debug, Default)]
 pub struct EndpointState {
-    /// Relayed connections open through this address now.
-    active: AtomicUsize,
+    /// Relayed connections open through this address now. Shared with the
+    /// state of the same address under a changed backend's new runtime
+    /// ([`EndpointState::counting_with`]), so the connections still open
+    /// under the old definition count against the new caps.
+    active: Arc<AtomicUsize>,
     /// Consecutive failed connects (passive health).
     fails: AtomicU32,
     /// Passive health: down until this moment (`now_ms`), 0 when up.
@@ -85,7 +143,9 @@ pub struct EndpointState {
     /// The drain signals of the connections open on this address, one per
     /// route identity (parts of the routes' signals): what `maint` fires.
     /// Parts no connection holds any more are dropped as new ones come.
-    parts: Mutex<Vec<Arc<DrainSignal>>>,
+    /// Shared like `active` with the same address's state under a changed
+    /// backend's new runtime.
+    parts: Arc<Mutex<Vec<Arc<DrainSignal>>>>,
 }
 
 /// What the operator said about an address (`POST
@@ -129,6 +189,19 @@ impl AddressState {
 }
 
 impl EndpointState {
+    /// A fresh state (nothing known about health) that shares `other`'s
+    /// count of open connections, and keeps the operator's state of the
+    /// address and the drain parts of its open connections (so a `maint`
+    /// set after the reload still reaches them).
+    pub fn counting_with(other: &EndpointState) -> EndpointState {
+        EndpointState {
+            active: other.active.clone(),
+            operator: AtomicU8::new(other.operator.load(Ordering::Relaxed)),
+            parts: other.parts.clone(),
+            ..EndpointState::default()
+        }
+    }
+
     /// Whether neither passive nor active health has this address down.
     pub fn is_up(&self) -> bool {
         !self.checked_down.load(Ordering::Relaxed)
@@ -194,6 +267,21 @@ impl EndpointState {
     pub fn enter(self: &Arc<Self>) -> InFlight {
         self.active.fetch_add(1, Ordering::Relaxed);
         InFlight(self.clone())
+    }
+
+    /// Like [`EndpointState::enter`], but only while fewer than `cap`
+    /// connections are open (`None`: no cap). The slot is taken before the
+    /// connect, so concurrent connections cannot overshoot the cap.
+    pub fn try_enter(self: &Arc<Self>, cap: Option<u32>) -> Option<InFlight> {
+        let Some(cap) = cap else {
+            return Some(self.enter());
+        };
+        self.active
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < cap as usize).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InFlight(self.clone()))
     }
 
     /// A connect to `addr` of `backend` succeeded.
@@ -310,6 +398,55 @@ mod tests {
         assert!(Arc::ptr_eq(&new[1].state, &old[0].state));
         assert!(!same_addresses(&old, &new));
         assert!(same_addresses(&new, &carry(&[], &[addr(1), addr(3)])));
+    }
+
+    #[test]
+    fn try_enter_stops_at_the_cap_and_a_dropped_guard_frees_a_slot() {
+        let state = Arc::new(EndpointState::default());
+        let a = state.try_enter(Some(2)).unwrap();
+        let _b = state.try_enter(Some(2)).unwrap();
+        assert!(state.try_enter(Some(2)).is_none());
+        assert_eq!(state.active(), 2);
+        drop(a);
+        assert!(state.try_enter(Some(2)).is_some());
+        // No cap: always.
+        assert!(state.try_enter(None).is_some());
+    }
+
+    #[test]
+    fn carry_members_keeps_state_but_takes_the_new_weight_and_cap() {
+        let old = carry(&[], &[addr(1)]);
+        old[0].state.set_checked_down(true);
+        let new = carry_members(
+            &old,
+            &[Member {
+                addr: addr(1),
+                weight: 3,
+                max_connections: Some(5),
+            }],
+        );
+        assert!(Arc::ptr_eq(&new[0].state, &old[0].state));
+        assert_eq!((new[0].weight, new[0].max_connections), (3, Some(5)));
+        assert_eq!(new[0].cap(Some(9)), Some(5));
+        assert_eq!(old[0].cap(Some(9)), Some(9));
+    }
+
+    #[test]
+    fn a_state_counting_with_another_shares_only_the_count_and_the_operator_state() {
+        let old = Arc::new(EndpointState::default());
+        old.set_checked_down(true);
+        old.set_operator(AddressState::Drain);
+        assert_eq!(
+            EndpointState::counting_with(&old).operator(),
+            AddressState::Drain
+        );
+        let held = old.enter();
+        let new = Arc::new(EndpointState::counting_with(&old));
+        assert_eq!(new.active(), 1);
+        assert!(!new.checked_down(), "health starts afresh");
+        assert!(new.try_enter(Some(1)).is_none());
+        drop(held);
+        assert_eq!(new.active(), 0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Latency ranking (`policy = "fastest"`): rounds that measure the connect
-//! time to every address of the backend at once, each probe with its own
+//! time (or, with `fastest_measure = "tls"`, the time until the TLS health
+//! check's ServerHello) to every address of the backend at once, each probe with its own
 //! budget (`connect_timeout`), and a [`Chooser`] that turns them into the
 //! address connections try first ([`Ranking::preferred`], read by `policy`).
 //!
@@ -20,7 +21,8 @@
 //! there is nothing to rank: no probes, no preference.
 //!
 //! Probes are health checks' ([`super::health::Probe`]): a connect, the PROXY
-//! LOCAL header for a backend that speaks PROXY, a clean close.
+//! LOCAL header for a backend that speaks PROXY, the ClientHello of a
+//! `kind = "tls"` check, a clean close.
 //!
 //! Not here: ordering a connection's attempts (`policy`, and `select`,
 //! which also puts healthy addresses first); starting this task (the
@@ -224,7 +226,7 @@ fn ms(d: Duration) -> f64 {
 pub async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
     let config = runtime.config.clone();
     let backend = config.name.as_str();
-    let probe = Probe::new(&config, config.connect_timeout);
+    let probe = Probe::new(&config, config.connect_timeout).timing(config.fastest_measure);
     let mut set_changes = runtime.subscribe();
     let mut chooser = Chooser::default();
     loop {
@@ -262,8 +264,10 @@ pub async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
                 }
                 let decision = chooser.round(&samples);
                 tracing::debug!(%backend, latencies = %report.join(", "), preferred = ?chooser.current(), "fastest round measured");
-                announce(backend, &decision);
+                // The choice first, then its log line: whoever reads the
+                // line finds connections already following it.
                 runtime.selection.ranking.set(chooser.current());
+                announce(backend, &decision);
                 let pause = full_jitter(config.fastest_interval);
                 tokio::select! {
                     () = cancel.cancelled() => return,

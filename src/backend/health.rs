@@ -1,5 +1,5 @@
-//! Active health checks (`[backend.*.health]`): every `interval`, a TCP
-//! connect to every address of the backend's current set, in parallel, each
+//! Active health checks (`[backend.*.health]`): every `interval`, a probe
+//! of every address of the backend's current set, in parallel, each
 //! bounded by `timeout`. `fall` consecutive failures mark an up address down,
 //! `rise` consecutive successes mark a down address up; each change is
 //! logged once (warn down, info up) and published as the
@@ -7,9 +7,18 @@
 //!
 //! A check is a connect, then — when the backend speaks PROXY — the LOCAL
 //! header (`proxy::outbound::local_header`: v2 LOCAL, v1 `PROXY UNKNOWN`), then a
-//! clean close (FIN). The same [`Probe`] and [`round`] measure connect times
-//! for `policy = "fastest"` (`super::fastest`), so a backend sees one kind of
-//! probe whoever sends it.
+//! clean close (FIN). With `kind = "tls"` the header is followed by a real
+//! ClientHello for the check's `sni` (built by rustls), and the check passes
+//! only when the first record back is a Handshake record whose first
+//! message is a ServerHello (type 2, which a HelloRetryRequest also is); an
+//! alert, other bytes, a close or the timeout fail it. The relay then sends
+//! a `user_canceled` and a `close_notify` alert and closes: it holds no
+//! keys, never completes the handshake and never looks at a certificate.
+//! This is what catches a forwarder whose own downstream is dead: it still
+//! accepts TCP, but nothing answers the hello. The same [`Probe`] and
+//! [`round`] measure latency for `policy = "fastest"` (`super::fastest`:
+//! the connect time, or with `fastest_measure = "tls"` the time until the
+//! ServerHello), so a backend sees one kind of probe whoever sends it.
 //!
 //! The checker follows the set (a new DNS answer): addresses it has not seen
 //! start up (unknown is up), removed ones are forgotten, and a changed set
@@ -19,8 +28,9 @@
 //!
 //! Not here: passive health (consecutive failed client connects, in
 //! `endpoint`), choosing among addresses (`select`). Cost: per round one
-//! short-lived task and one socket per address; a closed probe leaves one
-//! TIME_WAIT socket on the relay's side.
+//! short-lived task and one socket per address (and for `tls` one
+//! ClientHello, key shares included); a closed probe leaves one TIME_WAIT
+//! socket on the relay's side.
 
 use std::collections::HashMap;
 use std::io;
@@ -28,14 +38,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendRuntime;
-use super::{Backend, HealthCheck};
+use super::{Backend, FastestMeasure, HealthCheck, HealthKind};
 use crate::metrics;
 use crate::proxy::outbound::local_header;
 
@@ -50,6 +62,83 @@ pub enum ProbeError {
     Announce(io::Error),
     #[error("the probe task ended abnormally")]
     Aborted,
+    #[error("sending the ClientHello failed: {0}")]
+    Hello(io::Error),
+    #[error("no ServerHello: {0}")]
+    NoServerHello(String),
+}
+
+/// The alerts that end a TLS check: `user_canceled` then `close_notify`,
+/// both at warning level, in one plaintext record (the handshake never got
+/// to encryption).
+const FAREWELL_ALERTS: [u8; 9] = [21, 3, 3, 0, 4, 1, 90, 1, 0];
+/// TLS record content types and the ServerHello message type.
+const HANDSHAKE: u8 = 22;
+const ALERT: u8 = 21;
+const SERVER_HELLO: u8 = 2;
+
+/// What a `kind = "tls"` check sends: its client setup and server name.
+#[derive(Debug, Clone)]
+struct TlsHello {
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+}
+
+impl TlsHello {
+    fn new(sni: &str) -> Option<TlsHello> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        // No roots: the check stops at the ServerHello, before any
+        // certificate, so nothing is ever verified (or needs to be).
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(RootCertStore::empty())
+            .with_no_client_auth();
+        Some(TlsHello {
+            config: Arc::new(config),
+            name: ServerName::try_from(sni.to_owned()).ok()?,
+        })
+    }
+
+    /// Sends a ClientHello on `stream` and reads the first record back;
+    /// Ok when it is a ServerHello (or HelloRetryRequest).
+    async fn exchange(&self, stream: &mut TcpStream) -> Result<(), ProbeError> {
+        let mut conn = ClientConnection::new(self.config.clone(), self.name.clone())
+            .map_err(|e| ProbeError::NoServerHello(format!("cannot build a ClientHello: {e}")))?;
+        let mut hello = Vec::with_capacity(2048);
+        while conn.wants_write() {
+            conn.write_tls(&mut hello).map_err(ProbeError::Hello)?;
+        }
+        stream.write_all(&hello).await.map_err(ProbeError::Hello)?;
+        // The record header and the first byte of its body.
+        let mut head = [0u8; 6];
+        if let Err(e) = stream.read_exact(&mut head).await {
+            return Err(ProbeError::NoServerHello(match e.kind() {
+                io::ErrorKind::UnexpectedEof => "the backend closed the connection".to_owned(),
+                io::ErrorKind::ConnectionReset => "the backend reset the connection".to_owned(),
+                _ => e.to_string(),
+            }));
+        }
+        let length = u16::from_be_bytes([head[3], head[4]]);
+        match (head[0], head[5]) {
+            _ if length == 0 => Err(ProbeError::NoServerHello("an empty record".to_owned())),
+            (HANDSHAKE, SERVER_HELLO) => Ok(()),
+            (HANDSHAKE, other) => Err(ProbeError::NoServerHello(format!(
+                "a handshake message of type {other} instead"
+            ))),
+            (ALERT, _) => {
+                let mut description = [0u8; 1];
+                let _ = stream.read_exact(&mut description).await;
+                Err(ProbeError::NoServerHello(format!(
+                    "alert {} instead",
+                    description[0]
+                )))
+            }
+            (other, _) => Err(ProbeError::NoServerHello(format!(
+                "a record of content type {other} instead"
+            ))),
+        }
+    }
 }
 
 /// How one backend's addresses are probed: the budget of one probe and the
@@ -59,20 +148,45 @@ pub struct Probe {
     budget: Duration,
     /// The LOCAL header of a backend that speaks PROXY.
     header: Option<Arc<[u8]>>,
+    /// `kind = "tls"`: the ClientHello that must be answered.
+    tls: Option<TlsHello>,
+    /// What [`Probe::run`] returns: the connect time, or the time until
+    /// the ServerHello.
+    measure: FastestMeasure,
 }
 
 impl Probe {
-    /// Probes for `backend`, each bounded by `budget`.
+    /// Probes for `backend` (a TLS check when its health check is one),
+    /// each bounded by `budget`; they time the connect.
     pub fn new(backend: &Backend, budget: Duration) -> Probe {
+        let tls = backend
+            .health
+            .as_ref()
+            .and_then(|h| match &h.kind {
+                HealthKind::Tcp => None,
+                HealthKind::Tls { sni } => Some(sni.as_str()),
+            })
+            .and_then(TlsHello::new);
         Probe {
             budget,
             header: local_header(backend.proxy_protocol, backend.proxy_protocol_crc32c)
                 .map(Arc::from),
+            tls,
+            measure: FastestMeasure::Connect,
         }
     }
 
-    /// Connects to `addr`, sends the LOCAL header if any and closes; the
-    /// whole probe stays within the budget. Returns the connect time.
+    /// The same probes, timing what `measure` says (`tls`: until the
+    /// ServerHello; without a TLS check that is the connect time).
+    pub fn timing(mut self, measure: FastestMeasure) -> Probe {
+        self.measure = measure;
+        self
+    }
+
+    /// Connects to `addr`, sends the LOCAL header if any (and for a TLS
+    /// check the ClientHello, waiting for the ServerHello) and closes; the
+    /// whole probe stays within the budget. Returns the connect time, or
+    /// the time until the ServerHello when the probe times that.
     pub async fn run(&self, addr: SocketAddr) -> Result<Duration, ProbeError> {
         let started = Instant::now();
         let deadline = started + self.budget;
@@ -82,15 +196,27 @@ impl Probe {
             Err(_) => return Err(ProbeError::TimedOut(self.budget)),
         };
         let connected = started.elapsed();
-        let farewell = async {
+        let exchange = async {
             if let Some(header) = &self.header {
-                stream.write_all(header).await?;
+                stream
+                    .write_all(header)
+                    .await
+                    .map_err(ProbeError::Announce)?;
             }
-            stream.shutdown().await
+            let mut measured = connected;
+            if let Some(tls) = &self.tls {
+                tls.exchange(&mut stream).await?;
+                if self.measure == FastestMeasure::Tls {
+                    measured = started.elapsed();
+                }
+                // Best effort: the verdict is already in.
+                let _ = stream.write_all(&FAREWELL_ALERTS).await;
+            }
+            stream.shutdown().await.map_err(ProbeError::Announce)?;
+            Ok(measured)
         };
-        match tokio::time::timeout_at(deadline, farewell).await {
-            Ok(Ok(())) => Ok(connected),
-            Ok(Err(error)) => Err(ProbeError::Announce(error)),
+        match tokio::time::timeout_at(deadline, exchange).await {
+            Ok(result) => result,
             Err(_) => Err(ProbeError::TimedOut(self.budget)),
         }
     }
@@ -153,6 +279,11 @@ impl Streak {
 
 /// Checks `runtime`'s addresses until `cancel` fires.
 pub async fn run(runtime: Arc<BackendRuntime>, check: HealthCheck, cancel: CancellationToken) {
+    if let (HealthKind::Tls { sni }, None) = (&check.kind, check.kind.sni().and_then(TlsHello::new))
+    {
+        // Validation accepts only names rustls accepts; say so if not.
+        tracing::error!(backend = %runtime.config.name, %sni, "TLS health check cannot be built; checking with TCP connects");
+    }
     let backend = runtime.config.name.as_str();
     let probe = Probe::new(&runtime.config, check.timeout);
     let mut set_changes = runtime.subscribe();
@@ -228,6 +359,7 @@ pub(crate) mod tests {
         timeout: Duration::from_secs(2),
         rise: 2,
         fall: 3,
+        kind: HealthKind::Tcp,
     };
 
     /// Backend `b` at `addr` with `extra` keys, as the config file makes it.
@@ -325,5 +457,189 @@ pub(crate) mod tests {
         assert!(matches!(results[0], Err(ProbeError::Connect(_))));
         assert!(results[1].is_ok());
         assert!(matches!(results[2], Err(ProbeError::Connect(_))));
+    }
+
+    /// The `random` of a HelloRetryRequest (RFC 8446, 4.1.3).
+    const HRR_RANDOM: [u8; 32] = [
+        0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8,
+        0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8,
+        0x33, 0x9c,
+    ];
+
+    /// What a rustls server saw of one TLS check.
+    struct Seen {
+        sni: Option<String>,
+        /// Its first flight began with a HelloRetryRequest.
+        retry: bool,
+        /// What the check sent after the server's first flight.
+        after: Vec<u8>,
+    }
+
+    /// A rustls server (self-signed for `a.example`) that answers one
+    /// connection's ClientHello with its first flight, using only the key
+    /// exchange `groups` (None: the defaults), then reads to the end.
+    async fn rustls_server(
+        groups: Option<Vec<&'static dyn rustls::crypto::SupportedKxGroup>>,
+    ) -> (SocketAddr, tokio::task::JoinHandle<Seen>) {
+        let cert = rcgen::generate_simple_self_signed(vec!["a.example".to_owned()]).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            rustls::pki_types::PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()),
+        );
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+        if let Some(groups) = groups {
+            provider.kx_groups = groups;
+        }
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut buf = vec![0u8; 16 * 1024];
+            while !conn.wants_write() {
+                let n = tcp.read(&mut buf).await.unwrap();
+                assert!(
+                    n > 0,
+                    "the check closed before its ClientHello was complete"
+                );
+                conn.read_tls(&mut &buf[..n]).unwrap();
+                conn.process_new_packets().unwrap();
+            }
+            let mut flight = Vec::new();
+            while conn.wants_write() {
+                conn.write_tls(&mut flight).unwrap();
+            }
+            tcp.write_all(&flight).await.unwrap();
+            let mut after = Vec::new();
+            let _ = tcp.read_to_end(&mut after).await;
+            Seen {
+                sni: conn.server_name().map(str::to_owned),
+                retry: flight[5] == SERVER_HELLO && flight[11..43] == HRR_RANDOM,
+                after,
+            }
+        });
+        (addr, task)
+    }
+
+    fn tls_probe(addr: SocketAddr) -> Probe {
+        let backend = backend(
+            addr,
+            "[backend.b.health]\nkind = \"tls\"\nsni = \"A.example.\"",
+        );
+        Probe::new(&backend, Duration::from_secs(2))
+    }
+
+    #[tokio::test]
+    async fn a_tls_check_passes_on_a_server_hello_and_ends_with_alerts() {
+        let (addr, server) = rustls_server(None).await;
+        let measured = tls_probe(addr).run(addr).await;
+        assert!(measured.is_ok(), "{measured:?}");
+        let seen = server.await.unwrap();
+        // The normalised health SNI, a ServerHello, then the two alerts.
+        assert_eq!(seen.sni.as_deref(), Some("a.example"));
+        assert!(!seen.retry);
+        assert_eq!(seen.after, FAREWELL_ALERTS);
+    }
+
+    #[tokio::test]
+    async fn a_tls_check_passes_on_a_hello_retry_request() {
+        // The server only takes P-384, which the client offers but sends
+        // no key share for: it asks again.
+        let (addr, server) =
+            rustls_server(Some(vec![rustls::crypto::aws_lc_rs::kx_group::SECP384R1])).await;
+        let measured = tls_probe(addr).run(addr).await;
+        assert!(measured.is_ok(), "{measured:?}");
+        let seen = server.await.unwrap();
+        assert!(seen.retry, "the server sent no HelloRetryRequest");
+        assert_eq!(seen.after, FAREWELL_ALERTS);
+    }
+
+    /// A backend that reads the ClientHello record, answers `answer` and
+    /// closes (with nothing unread, so with a FIN).
+    async fn answering(answer: &'static [u8]) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut header = [0u8; 5];
+            tcp.read_exact(&mut header).await.unwrap();
+            let mut body = vec![0u8; usize::from(u16::from_be_bytes([header[3], header[4]]))];
+            tcp.read_exact(&mut body).await.unwrap();
+            let _ = tcp.write_all(answer).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_tls_check_fails_on_a_close_an_alert_or_other_bytes() {
+        let failure = |r: Result<Duration, ProbeError>| match r {
+            Err(ProbeError::NoServerHello(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        // Accepts TCP, closes: what a forwarder with a dead downstream does.
+        let addr = answering(b"").await;
+        assert_eq!(
+            failure(tls_probe(addr).run(addr).await),
+            "the backend closed the connection"
+        );
+        // A fatal handshake_failure alert.
+        let addr = answering(&[21, 3, 3, 0, 2, 2, 40]).await;
+        assert_eq!(failure(tls_probe(addr).run(addr).await), "alert 40 instead");
+        // Not TLS at all.
+        let addr = answering(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        assert_eq!(
+            failure(tls_probe(addr).run(addr).await),
+            "a record of content type 72 instead"
+        );
+        // A handshake record that is not a ServerHello.
+        let addr = answering(&[22, 3, 3, 0, 4, 11, 0, 0, 0]).await;
+        assert_eq!(
+            failure(tls_probe(addr).run(addr).await),
+            "a handshake message of type 11 instead"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tls_check_that_gets_no_answer_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let backend = backend(
+            addr,
+            "[backend.b.health]\nkind = \"tls\"\nsni = \"a.example\"",
+        );
+        let probe = Probe::new(&backend, Duration::from_millis(200));
+        // Accepted (by the kernel) and never answered.
+        let (result, _held) = tokio::join!(probe.run(addr), listener.accept());
+        assert!(matches!(result, Err(ProbeError::TimedOut(_))), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn fastest_tls_measures_until_the_server_hello() {
+        // A server that waits 150 ms before its ServerHello: the connect
+        // is quick, the hello is not.
+        let (inner, _server) = rustls_server(None).await;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut client, _) = listener.accept().await.unwrap();
+            let mut server = TcpStream::connect(inner).await.unwrap();
+            let mut hello = vec![0u8; 16 * 1024];
+            let n = client.read(&mut hello).await.unwrap();
+            server.write_all(&hello[..n]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        });
+        let backend = backend(
+            addr,
+            "[backend.b.health]\nkind = \"tls\"\nsni = \"a.example\"",
+        );
+        let probe = Probe::new(&backend, Duration::from_secs(2)).timing(FastestMeasure::Tls);
+        let measured = probe.run(addr).await.unwrap();
+        assert!(measured >= Duration::from_millis(150), "{measured:?}");
     }
 }

@@ -8,7 +8,11 @@
 //! builds a new registry from the new snapshot and carries over every
 //! runtime whose backend is unchanged, with its resolved set, health and
 //! ranking; runtimes of removed or changed backends have their tasks
-//! stopped. A connection reads the registry it was accepted under.
+//! stopped. A changed backend's new runtime learns nothing from the old one
+//! except, per fixed address, the count of connections still open (so they
+//! count against `max_connections`) and the operator's state of the address
+//! (`AddressState`, with what `maint` needs to reach those connections). A
+//! connection reads the registry it was accepted under.
 //!
 //! The validated settings a runtime is built from ([`Backend`],
 //! [`AddressSource`], [`HealthCheck`], [`Cluster`]) are defined here and
@@ -45,7 +49,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use endpoint::{
-    AddressSet, AddressState, Endpoint, EndpointState, InFlight, carry, same_addresses,
+    AddressSet, AddressState, Endpoint, EndpointState, InFlight, Member, carry, carry_members,
+    same_addresses,
 };
 
 use crate::cidr::Cidr;
@@ -94,6 +99,35 @@ pub struct Backend {
     // TCP keepalive on backend sockets (issue 15).
     /// `tcp_keepalive`: set on each connected socket; `None`: off.
     pub tcp_keepalive: Option<Keepalive>,
+    // Weights, connection caps and the fastest measure (issue 15).
+    /// The fixed addresses with their weight and own cap: the same
+    /// addresses as `addresses`, in the same order (empty when the
+    /// addresses are found at run time).
+    pub members: Vec<Member>,
+    /// `max_connections_per_address`: the cap of every address without
+    /// one of its own (`None`: no cap).
+    pub max_connections_per_address: Option<u32>,
+    /// `policy = "fastest"`: what is timed.
+    pub fastest_measure: FastestMeasure,
+}
+
+/// `[backend.*] fastest_measure`: what `policy = "fastest"` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastestMeasure {
+    /// The TCP connect.
+    Connect,
+    /// From connect until the ServerHello of a TLS health probe (needs
+    /// `[backend.*.health] kind = "tls"`, whose `sni` it sends).
+    Tls,
+}
+
+impl FastestMeasure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FastestMeasure::Connect => "connect",
+            FastestMeasure::Tls => "tls",
+        }
+    }
 }
 
 impl Backend {
@@ -138,8 +172,8 @@ pub struct DnsSource {
     pub max_ttl: Duration,
 }
 
-/// `[backend.*.health]`: active TCP connect checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `[backend.*.health]`: active checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheck {
     pub interval: Duration,
     pub timeout: Duration,
@@ -147,6 +181,36 @@ pub struct HealthCheck {
     pub rise: u32,
     /// Consecutive failures that mark an up address down.
     pub fall: u32,
+    /// What a check is: a TCP connect, or a TLS ClientHello answered.
+    pub kind: HealthKind,
+}
+
+/// `[backend.*.health] kind` (and `sni`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthKind {
+    /// A TCP connect (and a clean close).
+    Tcp,
+    /// A ClientHello for `sni`, passed when a ServerHello (or a
+    /// HelloRetryRequest) comes back; the connection is then closed with
+    /// an alert. The handshake is never completed.
+    Tls { sni: String },
+}
+
+impl HealthKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HealthKind::Tcp => "tcp",
+            HealthKind::Tls { .. } => "tls",
+        }
+    }
+
+    /// The SNI of a TLS check.
+    pub fn sni(&self) -> Option<&str> {
+        match self {
+            HealthKind::Tcp => None,
+            HealthKind::Tls { sni } => Some(sni),
+        }
+    }
 }
 
 /// `[backend.*.cluster]`: the node that holds a site, looked up per SNI.
@@ -201,10 +265,28 @@ pub struct BackendRuntime {
 impl BackendRuntime {
     /// A runtime for `config`; its tasks start with [`BackendRuntime::start`].
     pub fn new(config: Arc<Backend>) -> BackendRuntime {
+        BackendRuntime::replacing(config, None)
+    }
+
+    /// A runtime for `config` that replaces `previous` (the same backend
+    /// under its old definition): nothing learnt is kept, but each fixed
+    /// address it shares with the old set shares its count of open
+    /// connections, so the connections still open under the old
+    /// definition count against `max_connections` until they close.
+    fn replacing(config: Arc<Backend>, previous: Option<&BackendRuntime>) -> BackendRuntime {
         let metrics = metrics::metrics().backend_series(&config.name);
         let fixed = matches!(config.source, AddressSource::Fixed);
+        let mut set: Vec<Endpoint> = carry_members(&[], &config.members).to_vec();
+        if let Some(previous) = previous {
+            let old = previous.current().set;
+            for endpoint in &mut set {
+                if let Some(was) = old.iter().find(|e| e.addr == endpoint.addr) {
+                    endpoint.state = Arc::new(EndpointState::counting_with(&was.state));
+                }
+            }
+        }
         let resolved = Resolved {
-            set: carry(&[], &config.addresses),
+            set: set.into(),
             known: fixed,
         };
         BackendRuntime {
@@ -229,8 +311,8 @@ impl BackendRuntime {
                 self.tasks.clone(),
             ));
         }
-        if let Some(check) = self.config.health {
-            tokio::spawn(health::run(self.clone(), check, self.tasks.clone()));
+        if let Some(check) = &self.config.health {
+            tokio::spawn(health::run(self.clone(), check.clone(), self.tasks.clone()));
         }
         self.config.policy.start(self, &self.tasks);
     }
@@ -303,12 +385,15 @@ impl Backends {
     ) -> Backends {
         let mut by_name = HashMap::new();
         for (name, backend) in backends {
-            let kept = previous
-                .and_then(|p| p.by_name.get(name))
+            let before = previous.and_then(|p| p.by_name.get(name));
+            let kept = before
                 .filter(|runtime| *runtime.config == **backend)
                 .cloned();
             let runtime = kept.unwrap_or_else(|| {
-                let runtime = Arc::new(BackendRuntime::new(backend.clone()));
+                let runtime = Arc::new(BackendRuntime::replacing(
+                    backend.clone(),
+                    before.map(|b| &**b),
+                ));
                 runtime.start();
                 runtime
             });

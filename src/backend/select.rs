@@ -1,19 +1,25 @@
 //! Choosing the addresses a connection tries, in order: the backend's
 //! policy ranks the set (`super::policy`), healthy addresses come before
-//! down ones, and the plan stops at `connect_attempts`.
+//! down ones, addresses at their connection cap are left out, and the plan
+//! stops at `connect_attempts`.
 //!
 //! Health orders, it never refuses: when every address is down they are all
 //! still tried, in policy order (a checker that is wrong, or slower than a
-//! recovery, must not become the reason a client is turned away).
+//! recovery, must not become the reason a client is turned away). A cap
+//! does refuse: an address with `max_connections` open is not planned at
+//! all, and a plan with no address left ([`Plan::full`]) closes the
+//! connection `backend_full` without a connect (the cap is the operator's
+//! statement of what the backend can take).
 //!
 //! An address the operator drained or put in maintenance
-//! ([`super::AddressState`]) is never planned: that is a refusal the
-//! operator asked for, unlike health.
+//! ([`super::AddressState`]) is never planned either: that is a refusal
+//! the operator asked for, unlike health.
 //!
-//! Cost: no allocation; O(n × attempts) comparisons for a set of n, with
-//! attempts ≤ 64, plus what the policy reads once per plan (see
-//! `super::policy`). Not here: what any one policy does, connecting, or
-//! health bookkeeping.
+//! Cost: no allocation; one rank per address (for the first 64; beyond,
+//! one per address and attempt) and O(n × attempts) comparisons for a set
+//! of n, with attempts ≤ 64, plus what the policy reads once per plan (see
+//! `super::policy`); `benches/select.rs` measures it. Not here: what any
+//! one policy does, connecting, or health bookkeeping.
 
 use std::net::IpAddr;
 
@@ -22,12 +28,16 @@ use super::policy::{Policy, State};
 
 /// Upper bound of `connect_attempts` (the configuration enforces it).
 pub const MAX_ATTEMPTS: usize = 64;
+/// Addresses whose rank a plan computes once and keeps (on the stack).
+const RANKED: usize = 64;
 
 /// The indices (into the set) of the addresses to try, best first.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
     order: [u16; MAX_ATTEMPTS],
     len: usize,
+    /// Addresses left out because they were at their cap.
+    full: usize,
 }
 
 impl Plan {
@@ -43,6 +53,11 @@ impl Plan {
         self.len == 0
     }
 
+    /// Whether the plan is empty because every address is at its cap.
+    pub fn full(&self) -> bool {
+        self.len == 0 && self.full > 0
+    }
+
     fn contains(&self, i: usize) -> bool {
         self.as_slice().contains(&(i as u16))
     }
@@ -50,20 +65,39 @@ impl Plan {
 
 /// Plans up to `attempts` addresses of `set` under `policy`, whose
 /// run-time state is `state`, for a connection from `client` (the claimed
-/// address behind a trusted relay).
+/// address behind a trusted relay). `cap` is the backend's
+/// `max_connections_per_address` (an address's own cap wins).
 pub fn plan(
     policy: Policy,
     state: &State,
     set: &[Endpoint],
     attempts: usize,
     client: IpAddr,
+    cap: Option<u32>,
 ) -> Plan {
-    let n = set.len().min(usize::from(u16::MAX));
-    let attempts = attempts.min(MAX_ATTEMPTS).min(n);
-    let ranker = policy.ranker(state, n, client);
+    let set = &set[..set.len().min(usize::from(u16::MAX))];
+    let n = set.len();
+    let full = set.iter().filter(|e| e.is_full(cap)).count();
+    let attempts = attempts.min(MAX_ATTEMPTS).min(n - full);
+    let ranker = policy.ranker(state, set, client, |e| {
+        e.state.is_up() && e.state.selectable() && !e.is_full(cap)
+    });
     let mut plan = Plan {
         order: [0; MAX_ATTEMPTS],
         len: 0,
+        full,
+    };
+    // Each address's rank is computed once per plan for the first
+    // `RANKED` addresses (a `source_hash` rank is a SipHash and a
+    // fixed-point log, worth not repeating per attempt); beyond them, on
+    // the fly.
+    let mut ranks = [0u128; RANKED];
+    for (i, rank) in ranks.iter_mut().enumerate().take(n) {
+        *rank = ranker.rank(set, i);
+    }
+    let rank = |i: usize| match ranks.get(i) {
+        Some(&rank) => rank,
+        None => ranker.rank(set, i),
     };
     for want_up in [true, false] {
         while plan.len < attempts {
@@ -71,9 +105,10 @@ pub fn plan(
                 .filter(|&i| {
                     set[i].state.is_up() == want_up
                         && set[i].state.selectable()
+                        && !set[i].is_full(cap)
                         && !plan.contains(i)
                 })
-                .min_by_key(|&i| ranker.rank(set, i));
+                .min_by_key(|&i| rank(i));
             let Some(best) = best else { break };
             plan.order[plan.len] = best as u16;
             plan.len += 1;
@@ -115,16 +150,16 @@ mod tests {
         let s = set(4);
         let st = State::default();
         assert_eq!(
-            ports(&s, &plan(Policy::Ordered, &st, &s, 3, CLIENT)),
+            ports(&s, &plan(Policy::Ordered, &st, &s, 3, CLIENT, None)),
             [1, 2, 3]
         );
         mark_down(&s[0]);
         assert_eq!(
-            ports(&s, &plan(Policy::Ordered, &st, &s, 3, CLIENT)),
+            ports(&s, &plan(Policy::Ordered, &st, &s, 3, CLIENT, None)),
             [2, 3, 4]
         );
         assert_eq!(
-            ports(&s, &plan(Policy::Ordered, &st, &s, 4, CLIENT)),
+            ports(&s, &plan(Policy::Ordered, &st, &s, 4, CLIENT, None)),
             [2, 3, 4, 1]
         );
     }
@@ -135,7 +170,7 @@ mod tests {
         s.iter().for_each(mark_down);
         let st = State::default();
         assert_eq!(
-            ports(&s, &plan(Policy::Ordered, &st, &s, 3, CLIENT)),
+            ports(&s, &plan(Policy::Ordered, &st, &s, 3, CLIENT, None)),
             [1, 2, 3]
         );
     }
@@ -144,8 +179,26 @@ mod tests {
     fn attempts_are_capped_by_the_set_and_the_maximum() {
         let s = set(2);
         let st = State::default();
-        assert_eq!(plan(Policy::Ordered, &st, &s, 10, CLIENT).len(), 2);
-        assert!(plan(Policy::Ordered, &st, &[], 3, CLIENT).is_empty());
+        assert_eq!(plan(Policy::Ordered, &st, &s, 10, CLIENT, None).len(), 2);
+        assert!(plan(Policy::Ordered, &st, &[], 3, CLIENT, None).is_empty());
+    }
+
+    #[test]
+    fn addresses_at_their_cap_are_left_out_and_all_full_says_so() {
+        let s = set(3);
+        let _a = s[0].state.enter();
+        // Backend-wide cap 1: address 1 is full, the others are planned.
+        let st = State::default();
+        let p = plan(Policy::Ordered, &st, &s, 3, CLIENT, Some(1));
+        assert_eq!(ports(&s, &p), [2, 3]);
+        assert!(!p.full());
+        let _b = s[1].state.enter();
+        let _c = s[2].state.enter();
+        let p = plan(Policy::Ordered, &st, &s, 3, CLIENT, Some(1));
+        assert!(p.is_empty() && p.full());
+        // No cap: everything, and an empty set is not "full".
+        assert_eq!(plan(Policy::Ordered, &st, &s, 3, CLIENT, None).len(), 3);
+        assert!(!plan(Policy::Ordered, &st, &[], 3, CLIENT, Some(1)).full());
     }
 
     #[test]
@@ -153,7 +206,7 @@ mod tests {
         // The rotating policies must not divide by the size of an empty set.
         let st = State::default();
         for &p in Policy::ALL {
-            assert!(plan(p, &st, &[], 3, CLIENT).is_empty(), "{p:?}");
+            assert!(plan(p, &st, &[], 3, CLIENT, None).is_empty(), "{p:?}");
         }
     }
 }

@@ -10,10 +10,14 @@
 //! TOML, so a key added to the file is a field here too. A key is `None`
 //! (absent in TOML, `null` in JSON) only where setting it would mean
 //! something else or be refused: a `connect_attempts` left to its
-//! automatic min(addresses, 3), a rate limit that is off, and the keys of
-//! an alternative not taken (`resolve_interval` with `resolver`,
-//! `fastest_interval` without `policy = "fastest"`, `addresses` of a
-//! resolved backend, ...). Durations are written in the file's notation
+//! automatic min(addresses, 3), a rate limit that is off, a connection cap
+//! that is off (`max_connections_per_address`), a health check's `sni` of
+//! `kind = "tcp"`, and the keys of an alternative not taken
+//! (`resolve_interval` with `resolver`, `fastest_interval` and
+//! `fastest_measure` without `policy = "fastest"`, `addresses` of a
+//! resolved backend, ...). An address with weight 1 and no cap of its own
+//! is written as a plain `"IP:port"`, any other as a table with `weight`
+//! and `max_connections`. Durations are written in the file's notation
 //! (`"5m"`, `"1s 500ms"`); CIDR lists as their distinct blocks.
 //!
 //! It also names the keys a reload cannot apply ([`pending_restart`]): the
@@ -31,6 +35,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::file::{AddressEntry, AddressTable};
 use super::file::{
     AdminSection, BackendSection, ClusterSection, CountOrOff, DurationOrOff, FileConfig,
     GlobalSection, HealthSection, LimitsSection, ListenerSection, OneOrMany, ProxyProtocolSection,
@@ -41,6 +46,7 @@ use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route, Timeouts,
 };
+use super::{HealthKind, Member};
 use crate::admit::{Limits, Rate};
 use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
@@ -271,7 +277,8 @@ fn backend_section(backend: &Backend) -> BackendSection {
     let Backend {
         // The table's name (`[backend.NAME]`).
         name: _,
-        addresses,
+        // Written from `members`: the same addresses, with weights and caps.
+        addresses: _,
         connect_timeout,
         proxy_protocol,
         proxy_protocol_crc32c,
@@ -283,6 +290,9 @@ fn backend_section(backend: &Backend) -> BackendSection {
         health,
         fastest_interval,
         tcp_keepalive,
+        members,
+        max_connections_per_address,
+        fastest_measure,
     } = backend;
     let mut section = BackendSection {
         addresses: None,
@@ -311,10 +321,14 @@ fn backend_section(backend: &Backend) -> BackendSection {
         health: health.as_ref().map(health_section),
         cluster: None,
         tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
+        max_connections_per_address: max_connections_per_address.map(i64::from),
+        // Refused unless the policy is fastest, like fastest_interval.
+        fastest_measure: (*policy == Policy::Fastest).then(|| fastest_measure.as_str().to_owned()),
     };
     match source {
         AddressSource::Fixed => {
-            section.addresses = Some(addresses.iter().map(|a| a.to_string()).collect());
+            // Each written as a plain string unless it has a weight or cap.
+            section.addresses = Some(members.iter().map(address_entry).collect());
         }
         AddressSource::Dns(dns) => {
             let DnsSource {
@@ -341,18 +355,43 @@ fn backend_section(backend: &Backend) -> BackendSection {
     section
 }
 
+/// An address as written: `"IP:port"` with the default weight and no cap
+/// of its own, otherwise a table with both keys.
+fn address_entry(member: &Member) -> AddressEntry {
+    let Member {
+        addr,
+        weight,
+        max_connections,
+    } = member;
+    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() {
+        AddressEntry::Plain(addr.to_string())
+    } else {
+        AddressEntry::Table(AddressTable {
+            address: addr.to_string(),
+            weight: Some(i64::from(*weight)),
+            max_connections: max_connections.map(i64::from),
+        })
+    }
+}
+
 fn health_section(health: &HealthCheck) -> HealthSection {
     let HealthCheck {
         interval,
         timeout,
         rise,
         fall,
+        kind,
     } = health;
     HealthSection {
         interval: Some(duration(*interval)),
         timeout: Some(duration(*timeout)),
         rise: count(*rise),
         fall: count(*fall),
+        kind: Some(kind.as_str().to_owned()),
+        sni: match kind {
+            HealthKind::Tcp => None,
+            HealthKind::Tls { sni } => Some(sni.clone()),
+        },
     }
 }
 
@@ -479,5 +518,26 @@ mod tests {
         );
         assert_eq!(pending_restart(&without, &with)[0].running, Value::Null);
         assert_eq!(pending_restart(&without, &with)[0].file, listen);
+    }
+
+    #[test]
+    fn an_address_is_plain_unless_it_has_a_weight_or_a_cap() {
+        let text = "[[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\
+             [[route]]\nsni = [\"a.example\"]\nbackend = \"b\"\n\
+             [backend.b]\naddresses = [{ address = \"127.0.0.1:9\" }, \
+             { address = \"127.0.0.1:10\", weight = 2 }, \
+             { address = \"127.0.0.1:11\", max_connections = 7 }]\n";
+        let file = Config::from_toml(text, Path::new("t.toml"))
+            .unwrap()
+            .to_file();
+        let shown = serde_json::to_value(&file.backends["b"].addresses).unwrap();
+        assert_eq!(
+            shown,
+            json!([
+                "127.0.0.1:9",
+                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null},
+                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7},
+            ])
+        );
     }
 }

@@ -128,7 +128,8 @@ pub struct RouteSection {
 #[serde(deny_unknown_fields)]
 pub struct BackendSection {
     /// A fixed address list; one of `addresses`, `resolve` and `[cluster]`.
-    pub addresses: Option<Vec<String>>,
+    /// Each entry is `"IP:port"` or `{ address, weight, max_connections }`.
+    pub addresses: Option<Vec<AddressEntry>>,
     pub connect_timeout: Option<String>,
     pub proxy_protocol: Option<String>,
     pub proxy_protocol_crc32c: Option<bool>,
@@ -154,6 +155,67 @@ pub struct BackendSection {
     // TCP keepalive on backend sockets (issue 15).
     /// `tcp_keepalive`: `{ idle, interval, count }`, `true` or `false`.
     pub tcp_keepalive: Option<KeepaliveSetting>,
+    // Connection caps and the fastest measure (issue 15).
+    /// The cap of every address without a `max_connections` of its own.
+    pub max_connections_per_address: Option<i64>,
+    /// `policy = "fastest"`: `"connect"` or `"tls"` (the health ClientHello).
+    pub fastest_measure: Option<String>,
+}
+
+/// One entry of `addresses`: a plain `"IP:port"`, or a table with its
+/// weight and connection cap. Read by hand rather than `untagged`, so that
+/// a misspelt key in a table is reported by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum AddressEntry {
+    Plain(String),
+    Table(AddressTable),
+}
+
+impl<'de> Deserialize<'de> for AddressEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entry;
+        impl<'de> serde::de::Visitor<'de> for Entry {
+            type Value = AddressEntry;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "\"IP:port\" or { address = \"IP:port\", weight = N, max_connections = N }",
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<AddressEntry, E> {
+                Ok(AddressEntry::Plain(text.to_owned()))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<AddressEntry, A::Error> {
+                AddressTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(AddressEntry::Table)
+            }
+        }
+        deserializer.deserialize_any(Entry)
+    }
+}
+
+impl AddressEntry {
+    pub fn address(&self) -> &str {
+        match self {
+            AddressEntry::Plain(address) => address,
+            AddressEntry::Table(table) => &table.address,
+        }
+    }
+}
+
+/// `{ address = "IP:port", weight = 3, max_connections = 100 }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddressTable {
+    pub address: String,
+    pub weight: Option<i64>,
+    pub max_connections: Option<i64>,
 }
 
 /// `[backend.NAME.health]`.
@@ -164,6 +226,11 @@ pub struct HealthSection {
     pub timeout: Option<String>,
     pub rise: Option<i64>,
     pub fall: Option<i64>,
+    // TLS checks (issue 15).
+    /// `"tcp"` (a connect) or `"tls"` (a ClientHello answered).
+    pub kind: Option<String>,
+    /// The server name a `tls` check sends.
+    pub sni: Option<String>,
 }
 
 /// `[backend.NAME.cluster]`.

@@ -34,6 +34,7 @@ pub use crate::backend::{
     AddressSource, Backend, Cluster, ClusterLookup, DEFAULT_CONNECT_ATTEMPTS_CAP, DnsSource,
     HealthCheck,
 };
+pub use crate::backend::{FastestMeasure, HealthKind, Member};
 /// A connection's relay timeouts, the relay's own type (see `pump::relay`).
 pub use crate::pump::relay::Timeouts;
 
@@ -53,6 +54,7 @@ use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
 use crate::sockopt::Keepalive;
+use file::{AddressEntry, AddressTable};
 use file::{
     AdminSection, BackendSection, ClusterSection, CountOrOff, DurationOrOff, FileConfig,
     HealthSection, LimitsSection, ListenerSection, ProxyProtocolSection,
@@ -109,6 +111,14 @@ pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_HEALTH_RISE: u32 = 2;
 pub const DEFAULT_HEALTH_FALL: u32 = 3;
+/// `[backend.*.health] kind`: a TCP connect.
+pub const DEFAULT_HEALTH_KIND: &str = "tcp";
+/// `[backend.*] fastest_measure`: the TCP connect time.
+pub const DEFAULT_FASTEST_MEASURE: FastestMeasure = FastestMeasure::Connect;
+/// An address's `weight` when unset (`addresses` entries as plain strings).
+pub const DEFAULT_WEIGHT: u32 = 1;
+// `max_connections` (per address) and `max_connections_per_address`
+// default to no cap.
 /// `[backend.*.cluster]` defaults.
 pub const DEFAULT_CLUSTER_PORT: u16 = 443;
 pub const DEFAULT_POSITIVE_TTL: Duration = Duration::from_secs(30);
@@ -197,6 +207,11 @@ const CONNECT_ATTEMPTS_RANGE: std::ops::RangeInclusive<i64> = 1..=64;
 const MAX_FAILS_RANGE: std::ops::RangeInclusive<i64> = 0..=1000;
 const RISE_FALL_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
 const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
+/// An address's `weight`: 0 is refused (remove the address instead), and
+/// 256 is HAProxy's maximum.
+const WEIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=256;
+/// `max_connections` of an address and `max_connections_per_address`.
+const ADDRESS_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
@@ -832,11 +847,16 @@ impl Checker {
                 "at least one address is required",
             );
         }
-        let addresses: Vec<SocketAddr> = texts
+        let members: Vec<Member> = texts
             .iter()
             .enumerate()
-            .filter_map(|(i, text)| self.socket_addr(&format!("{key}.addresses[{i}]"), text))
+            .filter_map(|(i, entry)| self.member(&format!("{key}.addresses[{i}]"), entry))
             .collect();
+        let addresses: Vec<SocketAddr> = members.iter().map(|m| m.addr).collect();
+        let max_connections_per_address = self.address_cap(
+            &format!("{key}.max_connections_per_address"),
+            section.max_connections_per_address,
+        );
         let connect_timeout = self.duration(
             &format!("{key}.connect_timeout"),
             &section.connect_timeout,
@@ -914,8 +934,41 @@ impl Checker {
             None => Some(None),
             Some(health) => self.health(&format!("{key}.health"), health).map(Some),
         };
+        let fastest_measure = match section.fastest_measure.as_deref() {
+            None => Some(DEFAULT_FASTEST_MEASURE),
+            Some("connect") => Some(FastestMeasure::Connect),
+            Some("tls") => {
+                let tls_check = section
+                    .health
+                    .as_ref()
+                    .is_some_and(|h| h.kind.as_deref() == Some("tls"));
+                if !tls_check {
+                    self.problem(
+                        format!("{key}.fastest_measure"),
+                        "\"tls\" times the TLS health check's ClientHello; it needs \
+                         [backend.*.health] kind = \"tls\" (with its sni)",
+                    );
+                }
+                Some(FastestMeasure::Tls)
+            }
+            Some(other) => {
+                self.problem(
+                    format!("{key}.fastest_measure"),
+                    format!("{other:?} is not one of \"connect\", \"tls\""),
+                );
+                None
+            }
+        };
         let source = self.address_source(&key, section);
         if section.cluster.is_some() {
+            // Its endpoint state is kept per site, so a cap would count
+            // connections per (site, node), not per node.
+            if section.max_connections_per_address.is_some() {
+                self.problem(
+                    format!("{key}.max_connections_per_address"),
+                    "a [cluster] backend's nodes are tracked per SNI; cap its local_backend instead",
+                );
+            }
             if section.health.is_some() {
                 self.problem(
                     format!("{key}.health"),
@@ -957,7 +1010,49 @@ impl Checker {
             health: health?,
             fastest_interval: fastest_interval?,
             tcp_keepalive: tcp_keepalive?,
+            members,
+            max_connections_per_address: max_connections_per_address?,
+            fastest_measure: fastest_measure?,
         })
+    }
+
+    /// One `addresses` entry: a plain `"IP:port"` or a table.
+    fn member(&mut self, key: &str, entry: &AddressEntry) -> Option<Member> {
+        let (text, weight, max_connections) = match entry {
+            AddressEntry::Plain(text) => (text, None, None),
+            AddressEntry::Table(AddressTable {
+                address,
+                weight,
+                max_connections,
+            }) => (address, *weight, *max_connections),
+        };
+        let addr_key = match entry {
+            AddressEntry::Plain(_) => key.to_owned(),
+            AddressEntry::Table(_) => format!("{key}.address"),
+        };
+        let addr = self.socket_addr(&addr_key, text);
+        let weight = self.ranged(
+            &format!("{key}.weight"),
+            weight,
+            WEIGHT_RANGE,
+            i64::from(DEFAULT_WEIGHT),
+        );
+        let max_connections = self.address_cap(&format!("{key}.max_connections"), max_connections);
+        Some(Member {
+            addr: addr?,
+            weight: weight? as u32,
+            max_connections: max_connections?,
+        })
+    }
+
+    /// A per-address connection cap; unset is no cap.
+    fn address_cap(&mut self, key: &str, value: Option<i64>) -> Option<Option<u32>> {
+        match value {
+            None => Some(None),
+            Some(v) => self
+                .ranged(key, Some(v), ADDRESS_CONNECTIONS_RANGE, 0)
+                .map(|n| Some(n as u32)),
+        }
     }
 
     fn policy(&mut self, key: &str, section: &BackendSection) -> Option<Policy> {
@@ -992,11 +1087,48 @@ impl Checker {
             RISE_FALL_RANGE,
             i64::from(DEFAULT_HEALTH_FALL),
         );
+        let kind = match (
+            section.kind.as_deref().unwrap_or(DEFAULT_HEALTH_KIND),
+            &section.sni,
+        ) {
+            ("tcp", None) => Some(HealthKind::Tcp),
+            ("tcp", Some(_)) => {
+                self.problem(format!("{key}.sni"), "only applies with kind = \"tls\"");
+                None
+            }
+            ("tls", None) => {
+                self.problem(
+                    format!("{key}.sni"),
+                    "kind = \"tls\" needs the server name its ClientHello sends",
+                );
+                None
+            }
+            ("tls", Some(sni)) => match crate::sni::Sni::parse(sni.as_bytes()) {
+                Ok(name) => Some(HealthKind::Tls {
+                    sni: name.as_str().to_owned(),
+                }),
+                Err(e) => {
+                    self.problem(
+                        format!("{key}.sni"),
+                        format!("{sni:?} is not a host name ({e})"),
+                    );
+                    None
+                }
+            },
+            (other, _) => {
+                self.problem(
+                    format!("{key}.kind"),
+                    format!("{other:?} is not one of \"tcp\", \"tls\""),
+                );
+                None
+            }
+        };
         Some(HealthCheck {
             interval: interval?,
             timeout: timeout?,
             rise: rise? as u32,
             fall: fall? as u32,
+            kind: kind?,
         })
     }
 
