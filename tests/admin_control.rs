@@ -1,7 +1,8 @@
 //! Run-time control through the real binary: the control endpoints refused
 //! unless the caller can be named (a bearer token on TCP, or a Unix
 //! socket), bad input refused with a clear 4xx and nothing changed, drain
-//! and maint against live relayed connections, the state across SIGHUP,
+//! and maint against live relayed connections, the state across SIGHUP
+//! (kept or changed backend; lost on restart, as README says),
 //! `snirelay ctl`, and relaying undisturbed by a thousand slow admin
 //! clients.
 
@@ -348,10 +349,8 @@ async fn a_unix_socket_admin_is_mode_0660_and_names_its_caller() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An echo session through the relay; returns it and the backend address
-/// the relay chose (read from the session's own echo: each backend's
-/// address is in the log line written when the session closes, so the
-/// address is learnt from a second, closed probe session instead).
+/// An echo session through the relay, kept open; returns it and its
+/// client-side address (to find its `connection closed` line).
 async fn open_session(
     pki: &Pki,
     relay: &Relay,
@@ -475,6 +474,20 @@ async fn the_state_survives_a_reload_that_keeps_the_address() {
     assert_eq!(state_of(&backends, a), "drain");
     assert_eq!(
         relayed_backend_addr(&relay, &pki, "other.localhost").await,
+        b.to_string()
+    );
+    // A reload that changes the backend itself (a new runtime) keeps the
+    // state of the addresses it still has.
+    let changed = config(&admin_keys, &[a, b], "10s", "")
+        .replace("connect_timeout = \"2s\"", "connect_timeout = \"3s\"");
+    let line = relay.reload(&changed, 2).await;
+    assert_eq!(line["message"], "reload applied", "{line}");
+    assert_eq!(line["backends.changed"], "b", "{line}");
+    let backends = http_tcp(admin, &list(Some(TOKEN))).await.json();
+    assert_eq!(state_of(&backends, a), "drain");
+    assert_eq!(state_of(&backends, b), "ready");
+    assert_eq!(
+        relayed_backend_addr(&relay, &pki, NAME).await,
         b.to_string()
     );
 }

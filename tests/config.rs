@@ -286,3 +286,28 @@ fn the_every_key_fixture_sets_every_key_of_the_file_model() {
     );
     assert_eq!(set, model, "every key the fixture sets is in the model");
 }
+
+#[test]
+fn token_files_hold_named_tokens_or_one_bare_token() {
+    use snirelay::config::parse_tokens;
+    let named = parse_tokens("# ops\nops:abc\n\nci: def \n").unwrap();
+    assert_eq!(
+        named,
+        [("ops".into(), "abc".into()), ("ci".into(), "def".into())]
+    );
+    assert_eq!(
+        parse_tokens("just-one-token\n").unwrap(),
+        [("token".to_owned(), "just-one-token".to_owned())]
+    );
+    for (bad, says) in [
+        ("", "holds no token"),
+        ("# only a comment\n", "holds no token"),
+        ("a:x\nb\n", "line 2: expected `name:token`"),
+        ("a:x\na:y\n", "appears twice"),
+        ("a:\n", "empty or not printable"),
+        ("bad name:x\n", "is not [A-Za-z0-9-_.@]+"),
+    ] {
+        let error = parse_tokens(bad).unwrap_err();
+        assert!(error.contains(says), "{bad:?}: {error}");
+    }
+}
