@@ -146,6 +146,9 @@ pub struct EndpointState {
     /// Shared like `active` with the same address's state under a changed
     /// backend's new runtime.
     parts: Arc<Mutex<Vec<Arc<DrainSignal>>>>,
+    /// The window of the last `maint`, for a connection that lands on the
+    /// address after its parts were fired.
+    maint_window_ms: AtomicU64,
 }
 
 /// What the operator said about an address (`POST
@@ -198,6 +201,7 @@ impl EndpointState {
             active: other.active.clone(),
             operator: AtomicU8::new(other.operator.load(Ordering::Relaxed)),
             parts: other.parts.clone(),
+            maint_window_ms: AtomicU64::new(other.maint_window_ms.load(Ordering::Relaxed)),
             ..EndpointState::default()
         }
     }
@@ -228,6 +232,13 @@ impl EndpointState {
             return part.clone();
         }
         let part = route.part();
+        if self.operator() == AddressState::Maint {
+            // Planned before the address went to maintenance, connected
+            // after its parts were fired: this one closes too.
+            let window = Duration::from_millis(self.maint_window_ms.load(Ordering::Relaxed));
+            part.fire(window);
+            return part;
+        }
         parts.push(part.clone());
         part
     }
@@ -236,6 +247,8 @@ impl EndpointState {
     /// spread over `window`; new ones get new parts (and are not planned
     /// while the state says so). Returns how many were open.
     pub fn maint(&self, window: Duration) -> usize {
+        self.maint_window_ms
+            .store(window.as_millis() as u64, Ordering::Relaxed);
         let parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
         parts.iter().map(|p| p.fire(window)).sum()
     }
@@ -447,6 +460,29 @@ mod tests {
         assert!(new.try_enter(Some(1)).is_none());
         drop(held);
         assert_eq!(new.active(), 0);
+    }
+
+    #[tokio::test]
+    async fn maint_fires_the_parts_of_open_connections_and_of_late_arrivals() {
+        let state = EndpointState::default();
+        let route = DrainSignal::new();
+        let open = state.drain_part(&route).enter();
+        assert!(
+            Arc::ptr_eq(open.signal(), &state.drain_part(&route)),
+            "one part per route"
+        );
+        state.set_operator(AddressState::Maint);
+        assert_eq!(state.maint(Duration::from_millis(10)), 1);
+        open.closing(1).await;
+        assert_eq!(open.reason(), crate::reason::CloseReason::AddressMaint);
+        // Planned before the change, connected after: closed as well.
+        let late = state.drain_part(&route).enter();
+        late.closing(2).await;
+        assert_eq!(late.reason(), crate::reason::CloseReason::AddressMaint);
+        // Ready again: a fresh part, not fired.
+        state.set_operator(AddressState::Ready);
+        assert!(!state.drain_part(&route).is_fired());
+        assert!(!route.is_fired(), "the route is untouched");
     }
 
     #[test]
