@@ -56,7 +56,7 @@ pub mod close;
 pub mod config;
 pub(crate) mod conn;
 pub(crate) mod connect;
-pub(crate) mod drain;
+pub mod drain;
 pub(crate) mod generation;
 pub mod inspect;
 pub(crate) mod listeners;
