@@ -22,19 +22,20 @@ fn bench(c: &mut Criterion) {
         let state = EndpointState::default();
         // Other routes' parts, each held by an open connection.
         let others: Vec<Arc<DrainSignal>> = (1..parts).map(|_| DrainSignal::new()).collect();
-        let _held: Vec<_> = others
-            .iter()
-            .map(|r| state.drain_part(r).enter())
-            .collect();
+        let _held: Vec<_> = others.iter().map(|r| state.drain_part(r).enter()).collect();
         let _mine = state.drain_part(&route).enter();
-        group.bench_with_input(BenchmarkId::new("route_then_part", parts), &parts, |b, _| {
-            b.iter(|| {
-                let guard = route.enter();
-                let part = state.drain_part(guard.signal()).enter();
-                drop(guard);
-                part
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::new("route_then_part", parts),
+            &parts,
+            |b, _| {
+                b.iter(|| {
+                    let guard = route.enter();
+                    let part = state.drain_part(guard.signal()).enter();
+                    drop(guard);
+                    part
+                })
+            },
+        );
     }
     group.finish();
 }

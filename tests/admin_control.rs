@@ -679,3 +679,54 @@ async fn a_thousand_slow_admin_clients_do_not_disturb_relaying() {
         "{text}"
     );
 }
+
+/// Polls `GET /backends` until `done` holds for the entry of `addr`;
+/// returns that entry.
+async fn wait_address(admin: SocketAddr, addr: SocketAddr, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let backends = http_tcp(admin, &list(Some(TOKEN))).await.json();
+        let entry = backends["backends"][0]["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["address"] == addr.to_string().as_str())
+            .cloned()
+            .unwrap();
+        if done(&entry) {
+            return entry;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{entry}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_are_reported_but_never_undo_an_operators_state() {
+    let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = up.local_addr().unwrap();
+    let tokens = token_file(TOKENS);
+    let text = config(&tcp_admin(Some(&tokens)), &[c], "10s", "").replace(
+        "connect_timeout = \"2s\"\n",
+        "connect_timeout = \"2s\"\nmax_fails = 0\n\n[backend.b.health]\ninterval = \"100ms\"\ntimeout = \"500ms\"\nrise = 1\nfall = 1\n",
+    );
+    let relay = Relay::start(&text).await;
+    let admin = admin_addr(&relay).await;
+    let set = http_tcp(
+        admin,
+        &set_state("b", &c.to_string(), r#"{"state": "drain"}"#, Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(set.status, 200, "{set:?}");
+    // Down: reported, still drained.
+    drop(up);
+    let entry = wait_address(admin, c, |e| e["health"] == "down").await;
+    assert_eq!(entry["state"], "drain", "{entry}");
+    relay
+        .wait_log(|l| l["message"] == "backend address marked down (health check)")
+        .await;
+    // Up again: reported, still drained (only an operator puts it back).
+    let _again = std::net::TcpListener::bind(c).unwrap();
+    let entry = wait_address(admin, c, |e| e["health"] == "up").await;
+    assert_eq!(entry["state"], "drain", "{entry}");
+}
