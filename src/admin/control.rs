@@ -16,8 +16,9 @@
 //! refused.
 //!
 //! Adding an endpoint: one arm in [`route`] (its kind, its method and a
-//! handler returning `Result<Response, Refused>`); authorization, counting
-//! and the body bound come with it.
+//! [`Handler`] given a [`Call`], returning its JSON answer or a
+//! [`Refused`]); authorization, counting, the method check and the body
+//! bound come with it.
 //!
 //! Not here: what a state does to connections (`backend::select` leaves
 //! drained and maintained addresses out of new plans).
@@ -42,7 +43,41 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024;
 
 /// Whether `path` is served by this module (and so needs authorization).
 pub fn is_control(path: &str) -> bool {
-    path == "/backends" || path.starts_with("/backends/")
+    route(&segments(path)).is_some()
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    path.trim_matches('/').split('/').collect()
+}
+
+/// What a control handler is given: the request, its caller's name (for
+/// the log), and the run-time state to act on.
+pub struct Call<'a> {
+    pub state: &'a AdminState,
+    /// The path's segments (`["backends", NAME, ...]`).
+    pub segments: &'a [&'a str],
+    /// The query string, if any (undecoded).
+    pub query: Option<&'a str>,
+    /// The body (empty for GET), at most [`MAX_BODY_BYTES`].
+    pub body: Bytes,
+    /// The token's name or the Unix peer's credentials.
+    pub who: &'a str,
+}
+
+/// A control endpoint: its answer (200 with JSON), or why not.
+type Handler = fn(&Call<'_>) -> Result<Value, Refused>;
+
+/// The control endpoints: the `kind` they are counted under, the method
+/// they take, and the handler. Authorization, counting, the method check
+/// and the bounded body come with every entry.
+fn route(segments: &[&str]) -> Option<(&'static str, Method, Handler)> {
+    Some(match segments {
+        ["backends"] => ("backends", Method::GET, backends),
+        ["backends", _, "addresses", _, "state"] => {
+            ("address_state", Method::POST, set_address_state)
+        }
+        _ => return None,
+    })
 }
 
 /// A request refused after authorization: its status, a message, and the
@@ -54,7 +89,11 @@ pub struct Refused {
 }
 
 impl Refused {
-    fn new(status: StatusCode, outcome: &'static str, message: impl Into<String>) -> Refused {
+    pub(crate) fn new(
+        status: StatusCode,
+        outcome: &'static str,
+        message: impl Into<String>,
+    ) -> Refused {
         Refused {
             status,
             outcome,
@@ -62,11 +101,11 @@ impl Refused {
         }
     }
 
-    fn bad(message: impl Into<String>) -> Refused {
+    pub(crate) fn bad(message: impl Into<String>) -> Refused {
         Refused::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    fn not_found(message: impl Into<String>) -> Refused {
+    pub(crate) fn not_found(message: impl Into<String>) -> Refused {
         Refused::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 }
@@ -78,14 +117,10 @@ pub async fn respond(
     peer: &Peer,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (kind, method): (&'static str, Method) = match segments.as_slice() {
-        ["backends"] => ("backends", Method::GET),
-        ["backends", _, "addresses", _, "state"] => ("address_state", Method::POST),
-        _ => {
-            metrics::metrics().control_action("unknown", "not_found");
-            return text(StatusCode::NOT_FOUND, "not found; try /backends\n");
-        }
+    let query = req.uri().query().map(str::to_owned);
+    let segments = segments(&path);
+    let Some((kind, method, handler)) = route(&segments) else {
+        return text(StatusCode::NOT_FOUND, "not found\n");
     };
     let tokens = state
         .config()
@@ -110,13 +145,20 @@ pub async fn respond(
         );
         return response;
     }
-    let answer = match kind {
-        "backends" => Ok(backends(state)),
-        _ => match body(req).await {
-            Ok(body) => set_address_state(state, &segments, &body, &who),
-            Err(refused) => Err(refused),
-        },
+    let body = if method == Method::GET {
+        Ok(Bytes::new())
+    } else {
+        body(req).await
     };
+    let answer = body.and_then(|body| {
+        handler(&Call {
+            state,
+            segments: &segments,
+            query: query.as_deref(),
+            body,
+            who: &who,
+        })
+    });
     match answer {
         Ok(value) => {
             metrics::metrics().control_action(kind, "ok");
@@ -212,9 +254,9 @@ fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// The body of `GET /backends`.
-fn backends(state: &AdminState) -> Value {
-    let backends = state.backends();
+/// `GET /backends`.
+fn backends(call: &Call<'_>) -> Result<Value, Refused> {
+    let backends = call.state.backends();
     let list: Vec<Value> = backends
         .sorted()
         .into_iter()
@@ -241,7 +283,7 @@ fn backends(state: &AdminState) -> Value {
             json!({ "name": name, "source": source, "addresses": addresses })
         })
         .collect();
-    json!({ "backends": list })
+    Ok(json!({ "backends": list }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -251,13 +293,9 @@ struct StateBody {
 }
 
 /// `POST /backends/{backend}/addresses/{addr}/state`.
-fn set_address_state(
-    state: &AdminState,
-    segments: &[&str],
-    body: &[u8],
-    who: &str,
-) -> Result<Value, Refused> {
-    let (name, addr_text) = (segments[1], percent_decode(segments[3]));
+fn set_address_state(call: &Call<'_>) -> Result<Value, Refused> {
+    let (state, body, who) = (call.state, &call.body, call.who);
+    let (name, addr_text) = (call.segments[1], percent_decode(call.segments[3]));
     let addr: SocketAddr = addr_text.parse().map_err(|_| {
         Refused::bad(format!(
             "{addr_text:?} is not an IP:port address (IPv6 in brackets: [::1]:443)"
