@@ -57,8 +57,8 @@ pub enum Command {
     /// completed handshake counts as healthy. Exits 0 when every address is
     /// healthy, 1 when some are, 2 when none is (or NAME does not resolve).
     Probe(ProbeArgs),
-    /// Control a running relay through its admin listener ([admin] listen
-    /// and token_file of --config).
+    /// Control a running relay through its admin listener (`[admin]` listen
+    /// and `token_file` of `--config`).
     ///
     /// Exits 0 when the relay accepted the request, 1 when it refused it
     /// (the answer is printed), 2 when it could not be asked.
@@ -91,7 +91,7 @@ pub enum CtlAction {
 /// An address of a backend, named by IP:port.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct CtlAddress {
-    /// The address, as IP:port ([v6]:port).
+    /// The address, as `IP:port` (`[v6]:port`).
     pub addr: String,
     /// The backend; needed only when several backends have ADDR.
     #[arg(long)]

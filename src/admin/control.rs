@@ -15,8 +15,8 @@
 //! nothing. Bodies are JSON, at most [`MAX_BODY_BYTES`], unknown fields
 //! refused.
 //!
-//! Adding an endpoint: one arm in [`route`] (its kind, its method and a
-//! [`Handler`] given a [`Call`], returning its JSON answer or a
+//! Adding an endpoint: one arm in `route` (its kind, its method and a
+//! `Handler` given a [`Call`], returning its JSON answer or a
 //! [`Refused`]); authorization, counting, the method check and the body
 //! bound come with it.
 //!

@@ -1,6 +1,7 @@
 //! The admin listener (`[admin] listen`): `GET /metrics`, `/healthz`,
-//! `/readyz` and, when `[admin] expose_config = true`, `/config`, served
-//! with hyper (HTTP/1.1).
+//! `/readyz` and, when `[admin] expose_config = true`, `/config`, plus the
+//! control endpoints (below), served with hyper (HTTP/1.1), on TCP or a
+//! Unix socket.
 //!
 //! - `/metrics`: the Prometheus/OpenMetrics text of `crate::metrics`.
 //! - `/healthz`: 200 while the process runs its event loop.
@@ -33,7 +34,8 @@
 //! attacker only churns its own. Request heads are bounded
 //! ([`MAX_REQUEST_HEAD_BYTES`], [`MAX_REQUEST_HEADERS`]). Every connection
 //! runs on its own task, and nothing here is shared with the relay path but
-//! the runtime. Each close is counted in
+//! the runtime (and, for control, the atomics of the backends' address
+//! state it writes). Each close is counted in
 //! `snirelay_admin_connections_closed_total{reason}` and logged at debug.
 //!
 //! **Control** (issue 16; [`control`]): `GET /backends` and `POST
@@ -45,8 +47,8 @@
 //! 403 when no token file is configured). The read-only endpoints stay
 //! open on either. A control request's body is bounded
 //! ([`control::MAX_BODY_BYTES`], 413 past it) and read within the same
-//! [`REQUEST_TIMEOUT`]. Adding a control endpoint is one arm in
-//! [`control::route`].
+//! [`REQUEST_TIMEOUT`]. Adding a control endpoint is one entry in
+//! `control::route`.
 //!
 //! Both kinds of socket share the accept loop, the table and its bounds.
 //!
