@@ -1,6 +1,8 @@
 //! Routing one SNI against 10,000 routes: normalising the client's name
 //! (`Sni::parse`) plus the compiled matcher lookup, for an exact hit, a
-//! wildcard hit several labels deep, and a miss.
+//! wildcard hit several labels deep, and a miss; then, with a default
+//! route (`*`) added, the miss that lands on it and the walk over every
+//! matching pattern (`matches`) that an ALPN fall-through makes at worst.
 //!
 //! Run: `cargo bench --bench matching`.
 
@@ -44,5 +46,35 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+fn bench_default_route(c: &mut Criterion) {
+    let mut m = matcher();
+    m.insert(&Pattern::Any, usize::MAX).unwrap();
+    m.insert(
+        &Pattern::parse("*.b.c.svc4999.example.net").unwrap(),
+        10_000,
+    )
+    .unwrap();
+    let miss: &[u8] = b"www.not-routed.example.org";
+    assert_eq!(
+        m.find(&Sni::parse(miss).unwrap()).copied(),
+        Some(usize::MAX)
+    );
+    c.bench_function("match 10k routes: default route", |b| {
+        b.iter(|| {
+            let sni = Sni::parse(std::hint::black_box(miss)).unwrap();
+            std::hint::black_box(m.find(&sni).copied())
+        })
+    });
+    let deep: &[u8] = b"a.b.c.svc4999.example.net";
+    let walk: Vec<usize> = m.matches(&Sni::parse(deep).unwrap()).copied().collect();
+    assert_eq!(walk, [10_000, 9999, usize::MAX]);
+    c.bench_function("match 10k routes: walk every match", |b| {
+        b.iter(|| {
+            let sni = Sni::parse(std::hint::black_box(deep)).unwrap();
+            std::hint::black_box(m.matches(&sni).count())
+        })
+    });
+}
+
+criterion_group!(benches, bench, bench_default_route);
 criterion_main!(benches);

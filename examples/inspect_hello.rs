@@ -6,7 +6,7 @@
 //! A capture is the raw bytes a client sent first on a TCP connection, e.g.
 //! from `tshark -w` or a listener that writes what it receives.
 
-use snirelay::client_hello::parse;
+use snirelay::client_hello::{Ech, parse};
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES;
 use snirelay::sni::Sni;
 
@@ -33,11 +33,18 @@ fn main() {
                     .iter()
                     .map(|p| String::from_utf8_lossy(p))
                     .collect();
+                let ech = match hello.ech {
+                    None => "none".to_owned(),
+                    Some(Ech::Outer { config_id }) => format!("outer(config_id={config_id})"),
+                    Some(Ech::Inner) => "inner".to_owned(),
+                };
+                let version = hello
+                    .version
+                    .map_or("none".to_owned(), |v| format!("{v:#06x}"));
                 println!(
-                    "{path}: {} bytes, sni={sni}, alpn=[{}], ech={}",
+                    "{path}: {} bytes, sni={sni}, alpn=[{}], ech={ech}, version={version}",
                     hello.len,
                     alpn.join(","),
-                    hello.ech
                 );
             }
             Err(verdict) => {

@@ -3,14 +3,17 @@
 //! of the admin listener named in the configuration file).
 //!
 //! Kept in the library so that documentation (a man page) can be generated
-//! from the same definition the binary parses.
+//! from the same definition the binary parses; so is what `check` prints
+//! about a valid file ([`check_summary`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use crate::config::Config;
 use crate::logging::LogFormat;
+use crate::sni::Pattern;
 
 /// Where the packaged configuration lives.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/snirelay/snirelay.toml";
@@ -47,7 +50,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve the configuration (the default).
     Run,
-    /// Validate the configuration: prints `ok`, or every problem found; exits 1 on error.
+    /// Validate the configuration: prints `ok` (then a line per default route), or every problem found; exits 1 on error.
     Check,
     /// Time TCP connect and TLS handshake per address of NAME, as a client sees them.
     ///
@@ -141,4 +144,28 @@ pub struct ProbeArgs {
     /// textfile collector.
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
+}
+
+/// What `check` prints after `ok` for a valid file: one line per default
+/// route (`sni = ["*"]`), since such a listener relays names it does not
+/// list instead of refusing them. Nothing for a file without one.
+pub fn check_summary(config: &Config) -> Vec<String> {
+    let mut lines = Vec::new();
+    for listener in &config.listeners {
+        for route in &listener.routes {
+            if !route.patterns.contains(&Pattern::Any) {
+                continue;
+            }
+            let alpn = if route.alpn.is_empty() {
+                String::new()
+            } else {
+                format!(" for alpn {}", route.alpn.join(","))
+            };
+            lines.push(format!(
+                "listener {}: default route {}{alpn} -> backend {} (names matching no other route are relayed)",
+                listener.name, route.name, route.backend.name
+            ));
+        }
+    }
+    lines
 }

@@ -3,7 +3,8 @@
 //!
 //! A [`Reassembler`] is fed the stream as it grows (each call passes every
 //! byte read so far) and answers either with the [`ClientHello`] (SNI, ALPN,
-//! ECH presence, and how many bytes carried it) or with an [`Inspect`]
+//! the highest TLS version offered, the outer fields of an ECH extension,
+//! and how many bytes carried it) or with an [`Inspect`]
 //! verdict. The handshake message may be split over several TLS records and
 //! each record over any number of TCP segments. [`parse`] is the one-shot
 //! form, for tests, benches and fuzzing.
@@ -26,12 +27,27 @@
 //! field the parser decodes: the handshake message, the record that ends it,
 //! the extensions block, each extension, and inside `server_name`, ALPN,
 //! `supported_versions`, `supported_groups`, `signature_algorithms(_cert)`,
-//! `ec_point_formats`, `psk_key_exchange_modes` and `key_share` (those are
+//! `ec_point_formats`, `psk_key_exchange_modes`, `key_share` and
+//! `encrypted_client_hello` (those are
 //! read here, not with tls-parser's list combinators, which drop a partial
 //! trailing entry silently). A `server_name` list holding only name types
 //! other than `host_name` means no SNI; a `host_name` next to another type
 //! is routed on. Other extensions are checked for framing alone, so a client
 //! using one this parser does not know is still routed.
+//!
+//! ECH (draft-ietf-tls-esni, extension 0xfe0d): the `ECHClientHello` is read
+//! as the draft frames it, an `outer` (type 0: cipher suite, config id,
+//! `enc<0..2^16-1>`, `payload<1..2^16-1>`) or an `inner` (type 1, nothing
+//! after the type: a hello already decrypted by a client-facing server in
+//! front). Anything else is malformed: a real client and a GREASE one both
+//! send this exact framing. Only the config id is kept; the payload is
+//! ciphertext (or, for GREASE, random bytes of a plausible length), so no
+//! field but the config id can tell the two apart (see `route`).
+//!
+//! Versions (RFC 8446 §4.2.1): the highest version offered is the highest
+//! entry of `supported_versions` in the TLS family (0x03xx), GREASE values
+//! (0x?a?a) and unknown ones (pre-standard drafts) ignored; without the
+//! extension, the hello's `legacy_version`.
 //!
 //! Not here: reading sockets, deadlines, or deciding what a name may reach.
 //!
@@ -69,6 +85,8 @@ const EXTENSION_SIGNATURE_ALGORITHMS_CERT: u16 = 50;
 const EXTENSION_KEY_SHARE: u16 = 51;
 const EXTENSION_ENCRYPTED_CLIENT_HELLO: u16 = 0xfe0d;
 const SNI_TYPE_HOST_NAME: u8 = 0;
+const ECH_TYPE_OUTER: u8 = 0;
+const ECH_TYPE_INNER: u8 = 1;
 
 /// What the inspection learned from a complete ClientHello.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,12 +96,26 @@ pub struct ClientHello {
     pub server_name: Option<Vec<u8>>,
     /// The ALPN protocol names, in the client's order.
     pub alpn: Vec<Vec<u8>>,
-    /// Whether an `encrypted_client_hello` extension is present (real or
-    /// GREASE; the relay cannot tell them apart and does not need to).
-    pub ech: bool,
+    /// The `encrypted_client_hello` extension, if present (real or GREASE:
+    /// only a configured config id tells them apart, see `route`).
+    pub ech: Option<Ech>,
+    /// The highest TLS version offered (`0x0303` is TLS 1.2, `0x0304` 1.3):
+    /// from `supported_versions` when present, else `legacy_version`. `None`
+    /// when `supported_versions` lists no version of the TLS family.
+    pub version: Option<u16>,
     /// Bytes of the stream, from its start, up to the end of the record that
     /// completed the hello.
     pub len: usize,
+}
+
+/// The `ECHClientHello` of an `encrypted_client_hello` extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ech {
+    /// An outer hello: the inner one is encrypted to the key of the ECH
+    /// configuration with this id (or, for GREASE, the id is random).
+    Outer { config_id: u8 },
+    /// An inner hello in the clear: a client-facing server decrypted it.
+    Inner,
 }
 
 /// Why the bytes so far are not (yet) a ClientHello.
@@ -364,7 +396,8 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
     let mut found = ClientHello {
         server_name: None,
         alpn: Vec::new(),
-        ech: false,
+        ech: None,
+        version: tls_version(hello.version.0),
         len: 0,
     };
     // Every type is kept to find duplicates: sorting a few dozen numbers
@@ -382,8 +415,8 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
         match kind.0 {
             EXTENSION_SERVER_NAME => found.server_name = host_name(data)?.map(<[u8]>::to_vec),
             EXTENSION_ALPN => found.alpn = alpn(data)?,
-            EXTENSION_ENCRYPTED_CLIENT_HELLO => found.ech = true,
-            EXTENSION_SUPPORTED_VERSIONS => list8(data, 2, 2)?,
+            EXTENSION_ENCRYPTED_CLIENT_HELLO => found.ech = Some(ech(data)?),
+            EXTENSION_SUPPORTED_VERSIONS => found.version = supported_versions(data)?,
             EXTENSION_SUPPORTED_GROUPS
             | EXTENSION_SIGNATURE_ALGORITHMS
             | EXTENSION_SIGNATURE_ALGORITHMS_CERT => list16(data, 2, 2)?,
@@ -496,6 +529,52 @@ fn alpn(data: &[u8]) -> Result<Vec<Vec<u8>>, Inspect> {
         names.push(name.to_vec());
     }
     Ok(names)
+}
+
+/// The highest TLS-family version of a ClientHello `supported_versions`
+/// (RFC 8446 §4.2.1: ProtocolVersion versions<2..254>).
+fn supported_versions(data: &[u8]) -> Result<Option<u16>, Inspect> {
+    let mut data = Field(data);
+    let mut list = data.vec8()?;
+    data.end()?;
+    framed_items(&list, 2, 2)?;
+    let mut highest = None;
+    while !list.is_empty() {
+        highest = highest.max(tls_version(list.u16()?));
+    }
+    Ok(highest)
+}
+
+/// `version` if it is one of the TLS family (0x03xx) and not GREASE.
+fn tls_version(version: u16) -> Option<u16> {
+    // GREASE versions (RFC 8701) are 0x?a?a; none is 0x03xx, but say so.
+    let grease = version & 0x0f0f == 0x0a0a;
+    (version >> 8 == 3 && !grease).then_some(version)
+}
+
+/// An `ECHClientHello` (draft-ietf-tls-esni §5): `outer` with its cipher
+/// suite, config id, `enc<0..2^16-1>` and `payload<1..2^16-1>`, or `inner`
+/// with nothing after its type.
+fn ech(data: &[u8]) -> Result<Ech, Inspect> {
+    let mut data = Field(data);
+    match data.u8()? {
+        ECH_TYPE_OUTER => {
+            let _kdf = data.u16()?;
+            let _aead = data.u16()?;
+            let config_id = data.u8()?;
+            let _enc = data.vec16()?;
+            if data.vec16()?.is_empty() {
+                return Err(Inspect::Malformed);
+            }
+            data.end()?;
+            Ok(Ech::Outer { config_id })
+        }
+        ECH_TYPE_INNER => {
+            data.end()?;
+            Ok(Ech::Inner)
+        }
+        _ => Err(Inspect::Malformed),
+    }
 }
 
 /// An extension that is exactly one vector with a one-byte length prefix,

@@ -30,6 +30,7 @@ use crate::config::{Backend, Listener};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
 pub use crate::reason::{CloseReason, Fault, HelloOutcome, Row, Stage};
+use crate::route::EchKind;
 
 /// A freshly accepted client connection.
 #[derive(Debug)]
@@ -54,7 +55,8 @@ pub struct ConnRecord<'l> {
     pub started: Instant,
     pub sni: Option<Box<str>>,
     pub alpn: Option<Box<str>>,
-    pub ech: bool,
+    /// What the hello's ECH extension was (see `route::EchKind`).
+    pub ech: Option<EchKind>,
     pub route: Option<&'l str>,
     pub backend: Option<Arc<Backend>>,
     pub backend_addr: Option<std::net::SocketAddr>,
@@ -74,7 +76,7 @@ impl<'l> ConnRecord<'l> {
             started: accepted.at,
             sni: None,
             alpn: None,
-            ech: false,
+            ech: None,
             route: None,
             backend: None,
             backend_addr: None,
@@ -113,7 +115,7 @@ impl<'l> ConnRecord<'l> {
             backend: self.backend_name(),
             reason,
             sni: self.sni.is_some(),
-            ech: self.ech,
+            ech: self.ech.is_some(),
             bytes_up: self.moved.up,
             bytes_down: self.moved.down,
         });
@@ -134,7 +136,8 @@ impl<'l> ConnRecord<'l> {
                     client.claimed = self.claimed.map(tracing::field::display),
                     sni = self.sni.as_deref(),
                     alpn = self.alpn.as_deref(),
-                    ech = self.ech,
+                    ech = self.ech.is_some(),
+                    ech_kind = self.ech.map(EchKind::as_str),
                     route = self.route,
                     backend = self.backend_name(),
                     backend.addr = self.backend_addr.map(tracing::field::display),

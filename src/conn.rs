@@ -183,7 +183,7 @@ async fn setup<'g>(
     // in the log line, whatever the outcome.
     let decision = routes.decide(&hello.info);
     record.sni = decision.sni;
-    record.ech = hello.info.ech;
+    record.ech = decision.ech;
     // Formatting ALPN costs allocations; skip it when no access line can be
     // written (WARN is the most verbose level `close` logs at).
     if !hello.info.alpn.is_empty()
@@ -203,7 +203,7 @@ async fn setup<'g>(
         Err(refusal) => {
             // Boxed: the alert-and-linger future is larger than the rest
             // of setup, and only refusals need it.
-            Box::pin(route::refuse(client)).await;
+            Box::pin(route::refuse(client, refusal)).await;
             return Err(refusal.into());
         }
     };

@@ -1,8 +1,8 @@
 //! Drain signals: how a reload tells the connections of one route identity
 //! to wind down, without touching anyone else.
 //!
-//! Every (listener, pattern → backend) of a snapshot owns an
-//! `Arc<DrainSignal>`; a connection routed through it holds a
+//! Every route identity of a snapshot (listener, pattern and `alpn` set →
+//! backend; see `route`) owns an `Arc<DrainSignal>`; a connection routed through it holds a
 //! [`DrainGuard`]. A reload that keeps the identity unchanged hands the same
 //! signal on to the new snapshot, so connections started under any older
 //! snapshot stay reachable. A reload that changes or removes the identity

@@ -53,8 +53,11 @@ fn main() -> ExitCode {
 
 fn check(cli: &Cli) -> ExitCode {
     match Config::load(&cli.config) {
-        Ok(_) => {
+        Ok(config) => {
             println!("ok");
+            for line in snirelay::cli::check_summary(&config) {
+                println!("{line}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -218,6 +218,12 @@ close_reasons! {
     NoSni => "no_sni", Fault::Client, Stage::Route;
     /// The SNI matches no route on this listener (or is not a host name).
     Unmatched => "unmatched", Fault::Client, Stage::Route;
+    /// The hello offers no TLS version as new as the listener's
+    /// `min_tls_version` (a `protocol_version` alert was sent).
+    TlsVersion => "tls_version", Fault::Client, Stage::Route;
+    /// The hello carries ECH and its route's `ech` is `reject` (a
+    /// `handshake_failure` alert was sent).
+    EchRejected => "ech_rejected", Fault::Client, Stage::Route;
     /// No backend address accepted a connection within its budget.
     ConnectFailed => "connect_failed", Fault::Ours, Stage::Connect;
     /// No byte moved in either direction for `idle_timeout`.

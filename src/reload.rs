@@ -1,10 +1,12 @@
 //! What a reload changes: the diff between the running snapshot and a newly
 //! validated one, for the `reload applied` log line.
 //!
-//! A route's identity is (listener, pattern) and its meaning is the backend
+//! A route's identity is (listener, pattern, `alpn` set; see
+//! `route::identity`) and its meaning is the backend
 //! definition it leads to (name, addresses, timeouts: the whole
 //! [`Backend`]). A listener's no-SNI fallback is the identity (listener, no
-//! SNI). An identity is added, removed, or changed (same identity, another
+//! SNI). Where `ech` names a backend, the ECH hellos of an identity are an
+//! identity of their own (`…[ech]`). An identity is added, removed, or changed (same identity, another
 //! backend definition); the same rule decides which identities keep their
 //! drain signal when the listener's next route table is built
 //! (`route::RouteTable::build`), so what this diff calls changed or removed
@@ -25,6 +27,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::config::{Backend, Config, NoSni};
+use crate::route;
 
 /// (listener name, pattern), or (listener name, no SNI) when `pattern` is `None`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -112,16 +115,35 @@ fn identities(config: &Config) -> Vec<(RouteKey, &Arc<Backend>)> {
     for listener in &config.listeners {
         for route in &listener.routes {
             for pattern in &route.patterns {
+                let pattern = route::identity(pattern, route);
+                if let Some(diverted) = route::ech_backend(Some(route), listener) {
+                    out.push((
+                        RouteKey {
+                            listener: listener.name.clone(),
+                            pattern: Some(format!("{pattern}[ech]")),
+                        },
+                        diverted,
+                    ));
+                }
                 out.push((
                     RouteKey {
                         listener: listener.name.clone(),
-                        pattern: Some(pattern.to_string()),
+                        pattern: Some(pattern),
                     },
                     &route.backend,
                 ));
             }
         }
         if let NoSni::Backend(backend) = &listener.no_sni {
+            if let Some(diverted) = route::ech_backend(None, listener) {
+                out.push((
+                    RouteKey {
+                        listener: listener.name.clone(),
+                        pattern: Some("<no sni>[ech]".to_owned()),
+                    },
+                    diverted,
+                ));
+            }
             out.push((
                 RouteKey {
                     listener: listener.name.clone(),
@@ -220,7 +242,8 @@ addresses = ["127.0.0.1:1003"]
         let hello = crate::client_hello::ClientHello {
             server_name: Some(name.as_bytes().to_vec()),
             alpn: Vec::new(),
-            ech: false,
+            ech: None,
+            version: Some(0x0304),
             len: 0,
         };
         table.decide(&hello).target.unwrap().drain.clone()
@@ -230,7 +253,8 @@ addresses = ["127.0.0.1:1003"]
         let hello = crate::client_hello::ClientHello {
             server_name: None,
             alpn: Vec::new(),
-            ech: false,
+            ech: None,
+            version: Some(0x0304),
             len: 0,
         };
         table.decide(&hello).target.unwrap().drain.clone()
@@ -298,5 +322,46 @@ addresses = ["127.0.0.1:1003"]
         assert_eq!(a.diff.listeners_added, ["edge"]);
         assert_eq!(a.diff.listeners_removed, ["tls"]);
         assert_eq!(a.to_drain.len(), 4);
+    }
+
+    #[test]
+    fn alpn_routes_and_ech_backends_are_identities_of_their_own() {
+        let routes = r#"
+[[route]]
+sni = ["r.example.com"]
+alpn = ["acme-tls/1"]
+backend = "s"
+
+[[route]]
+sni = ["e.example.com"]
+ech = "s"
+backend = "r"
+"#;
+        let old = config(&format!("{BASE}{routes}"));
+        // The acme route moves to r, the ECH backend of e.example.com to
+        // fallback: exactly those two identities change, and drain.
+        let new = config(&format!(
+            "{BASE}{}",
+            routes
+                .replace(
+                    "alpn = [\"acme-tls/1\"]\nbackend = \"s\"",
+                    "alpn = [\"acme-tls/1\"]\nbackend = \"r\""
+                )
+                .replace("ech = \"s\"", "ech = \"fallback\"")
+        ));
+        let a = apply(&old, &new);
+        assert_eq!(
+            a.diff.routes_changed,
+            [
+                "tls:r.example.com[alpn=acme-tls/1]",
+                "tls:e.example.com[ech]"
+            ]
+        );
+        assert!(a.diff.routes_added.is_empty() && a.diff.routes_removed.is_empty());
+        assert_eq!(a.to_drain.len(), 2);
+        assert!(Arc::ptr_eq(
+            &signal(&a.old[0], "r.example.com"),
+            &signal(&a.new[0], "r.example.com")
+        ));
     }
 }

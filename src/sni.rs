@@ -8,6 +8,10 @@
 //! RFC 6066 forbids in SNI). Internationalised names must arrive as punycode
 //! (`xn--…`), as every TLS client sends them; raw UTF-8 is refused.
 //!
+//! A pattern is an exact name, `*.suffix` (every name below the suffix),
+//! or `*` alone: the default route, for a valid name no other pattern
+//! matches. Any other use of `*` (`*.`, `*x`, `a.*.b`) is refused.
+//!
 //! This module does not match names against routes (see `matcher`) and does
 //! no I/O. Normalising allocates one `String` per client name, because the
 //! name is logged with the connection anyway.
@@ -35,7 +39,7 @@ pub enum NameError {
     BadChar(char),
     #[error("an IP address is not a server name")]
     IpLiteral,
-    #[error("a bare `*` matches everything; list the names or `*.domain` patterns to allow")]
+    #[error("`*.` names no domain: write `*.domain`, or `*` alone for the default route")]
     BareWildcard,
     #[error("`*` may only stand alone as the leftmost label, as in `*.example.com`")]
     MisplacedWildcard,
@@ -77,12 +81,18 @@ pub enum Pattern {
     /// `*.example.com`, stored as the suffix `example.com`: every name below
     /// it at any depth, never the suffix itself.
     Below(String),
+    /// `*` alone: the default route, for any valid name no exact or
+    /// wildcard pattern of the listener matches.
+    Any,
 }
 
 impl Pattern {
-    /// Parses a config pattern: `example.com` or `*.example.com`.
+    /// Parses a config pattern: `example.com`, `*.example.com` or `*`.
     pub fn parse(text: &str) -> Result<Pattern, NameError> {
-        if text == "*" || text == "*." {
+        if text == "*" {
+            return Ok(Pattern::Any);
+        }
+        if text == "*." {
             return Err(NameError::BareWildcard);
         }
         if let Some(suffix) = text.strip_prefix("*.") {
@@ -103,6 +113,7 @@ impl fmt::Display for Pattern {
         match self {
             Pattern::Exact(name) => f.write_str(name),
             Pattern::Below(suffix) => write!(f, "*.{suffix}"),
+            Pattern::Any => f.write_str("*"),
         }
     }
 }
@@ -196,7 +207,17 @@ mod tests {
             Pattern::parse("*.example.com").unwrap(),
             Pattern::Below("example.com".into())
         );
-        assert_eq!(Pattern::parse("*").unwrap_err(), NameError::BareWildcard);
+        assert_eq!(Pattern::parse("*").unwrap(), Pattern::Any);
+        assert_eq!(Pattern::parse("*").unwrap().to_string(), "*");
+        assert_eq!(Pattern::parse("*.").unwrap_err(), NameError::BareWildcard);
+        assert_eq!(
+            Pattern::parse("**").unwrap_err(),
+            NameError::MisplacedWildcard
+        );
+        assert_eq!(
+            Pattern::parse("*x").unwrap_err(),
+            NameError::MisplacedWildcard
+        );
         assert_eq!(
             Pattern::parse("a.*.com").unwrap_err(),
             NameError::MisplacedWildcard

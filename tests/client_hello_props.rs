@@ -5,7 +5,7 @@
 //! any stream, answers what the one-shot `parse` answers on the same bytes.
 
 use proptest::prelude::*;
-use snirelay::client_hello::{ClientHello, Inspect, Reassembler, parse};
+use snirelay::client_hello::{ClientHello, Ech, Inspect, Reassembler, parse};
 
 const LIMIT: usize = 64 * 1024;
 
@@ -69,7 +69,12 @@ fn handshake(spec: &Spec) -> Vec<u8> {
         exts.extend(extension(16, &alpn));
     }
     if spec.ech {
-        exts.extend(extension(0xfe0d, &[0x01, 0x02, 0x03]));
+        // An outer ECHClientHello: HKDF-SHA256, AES-128-GCM, config id 7,
+        // a 32-byte enc and a 3-byte payload.
+        let mut ech = vec![0x00, 0x00, 0x01, 0x00, 0x01, 7, 0x00, 32];
+        ech.extend_from_slice(&[0xec; 32]);
+        ech.extend_from_slice(&[0x00, 0x03, 0x01, 0x02, 0x03]);
+        exts.extend(extension(0xfe0d, &ech));
     }
     body.extend_from_slice(&u16be(exts.len()));
     body.extend(exts);
@@ -198,7 +203,9 @@ proptest! {
         let expected = ClientHello {
             server_name: spec.server_name.clone(),
             alpn: spec.alpn.clone(),
-            ech: spec.ech,
+            ech: spec.ech.then_some(Ech::Outer { config_id: 7 }),
+            // No supported_versions: the legacy_version, TLS 1.2.
+            version: Some(0x0303),
             len: bytes.len(),
         };
         prop_assert_eq!(parse(&bytes, LIMIT), Ok(expected));

@@ -631,3 +631,82 @@ async fn a_trickled_hello_past_the_cap_is_too_large_and_one_cut_short_times_out(
     let (_client, peer) = trickle(&relay, &small[..300]).await;
     assert_eq!(relay.closed_line(peer).await["close"], "hello_timeout");
 }
+
+// ------------------------------------------------ ECH and offered versions
+
+/// An outer ECHClientHello (HKDF-SHA256, AES-128-GCM) with this config id,
+/// `enc` and `payload`.
+fn ech_outer(config_id: u8, enc: &[u8], payload: &[u8]) -> Vec<u8> {
+    [
+        &[0x00, 0x00, 0x01, 0x00, 0x01, config_id][..],
+        &vec16(enc),
+        &vec16(payload),
+    ]
+    .concat()
+}
+
+#[test]
+fn the_ech_extension_is_read_as_the_draft_frames_it() {
+    use snirelay::client_hello::Ech;
+    let with = |body: Vec<u8>| {
+        parse(
+            &Hello::typical("a.example.com").with(0xfe0d, body).bytes(),
+            LIMIT,
+        )
+    };
+    assert_eq!(
+        with(ech_outer(42, &[9; 32], &[1; 200])).unwrap().ech,
+        Some(Ech::Outer { config_id: 42 })
+    );
+    // An empty enc is how a second (post-HelloRetryRequest) hello says it.
+    assert_eq!(
+        with(ech_outer(3, &[], &[1; 16])).unwrap().ech,
+        Some(Ech::Outer { config_id: 3 })
+    );
+    assert_eq!(with(vec![1]).unwrap().ech, Some(Ech::Inner));
+    assert_eq!(
+        parse(&Hello::typical("a.example.com").bytes(), LIMIT)
+            .unwrap()
+            .ech,
+        None
+    );
+    // payload<1..2^16-1> is never empty; nothing follows the payload or an
+    // inner's type; only types 0 and 1 exist; every field is complete.
+    for broken in [
+        ech_outer(1, &[9; 32], &[]),
+        [ech_outer(1, &[9; 32], &[1]), vec![0]].concat(),
+        vec![1, 0],
+        vec![2],
+        vec![],
+        vec![0x00, 0x00, 0x01, 0x00],
+        ech_outer(1, &[9; 32], &[1; 4])[..40].to_vec(),
+    ] {
+        assert_eq!(
+            with(broken.clone()),
+            Err(Inspect::Malformed),
+            "{broken:02x?}"
+        );
+    }
+}
+
+#[test]
+fn the_version_offered_is_the_highest_known_one() {
+    let version = |hello: Hello| parse(&hello.bytes(), LIMIT).unwrap().version;
+    let typical = || Hello::typical("a.example.com");
+    // supported_versions 1.3, 1.2 (typical).
+    assert_eq!(version(typical()), Some(0x0304));
+    // GREASE and pre-standard drafts are not versions one can be refused on.
+    assert_eq!(
+        version(typical().set(43, vec8(&[0x7a, 0x7a, 0x03, 0x03, 0x7f, 0x1c]))),
+        Some(0x0303)
+    );
+    assert_eq!(version(typical().set(43, vec8(&[0x0a, 0x0a]))), None);
+    // Without the extension: legacy_version (0x0303 in these hellos).
+    let mut legacy = typical();
+    legacy
+        .extensions
+        .as_mut()
+        .unwrap()
+        .retain(|(k, _)| *k != 43);
+    assert_eq!(version(legacy), Some(0x0303));
+}

@@ -17,33 +17,6 @@ use tokio::sync::mpsc;
 
 const SNI: &str = "www.example.com";
 
-/// What a recording backend saw on one connection.
-#[derive(Debug)]
-struct Recorded {
-    /// The bytes of the first read: header and hello arrive together.
-    first_read: Vec<u8>,
-    /// Everything until the relay's FIN.
-    all: Vec<u8>,
-}
-
-/// A plain TCP backend that records each connection until EOF.
-async fn recording_backend() -> (SocketAddr, mpsc::UnboundedReceiver<Recorded>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let addr = raw_backend(move |mut stream| {
-        let tx = tx.clone();
-        async move {
-            let mut buf = vec![0u8; 64 * 1024];
-            let n = stream.read(&mut buf).await.unwrap_or(0);
-            let first_read = buf[..n].to_vec();
-            let mut all = first_read.clone();
-            let _ = stream.read_to_end(&mut all).await;
-            let _ = tx.send(Recorded { first_read, all });
-        }
-    })
-    .await;
-    (addr, rx)
-}
-
 /// The relay (listener extras, backend extras as in [`config`]) in front
 /// of a recording backend, and that backend's receiver.
 async fn relay_to_recorder(
@@ -115,19 +88,6 @@ fn v2_header(source: &str, destination: &str, hops: Option<u8>, crc: bool) -> Ve
     );
     a.hops = hops;
     outbound::header(Outbound::V2, crc, &a).unwrap()
-}
-
-/// Sends `bytes`, half-closes, and reads until the relay closes.
-async fn send_and_finish(addr: SocketAddr, bytes: &[u8]) -> (SocketAddr, Vec<u8>) {
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    let local = client.local_addr().unwrap();
-    client.write_all(bytes).await.unwrap();
-    client.shutdown().await.unwrap();
-    let mut back = Vec::new();
-    let _ = tokio::time::timeout(WAIT, client.read_to_end(&mut back))
-        .await
-        .expect("relay did not close");
-    (local, back)
 }
 
 // ------------------------------------------------------------------ outbound

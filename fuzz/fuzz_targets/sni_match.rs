@@ -3,8 +3,10 @@
 //! The input is split on `\n`: every line but the last is a config pattern,
 //! the last is a client's raw SNI bytes. The compiled matcher must agree with
 //! a plain string-compare model of DESIGN.md's rules (exact beats wildcard,
-//! `*.d` matches strictly below `d` on label boundaries, longest suffix wins),
-//! and normalising must be idempotent and produce lowercase, dot-free ends.
+//! `*.d` matches strictly below `d` on label boundaries, longest suffix wins,
+//! `*` alone matches any name and comes last), both for the best match and
+//! for the whole most-specific-first walk (`matches`), and normalising must
+//! be idempotent and produce lowercase, dot-free ends.
 
 #![no_main]
 
@@ -46,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         Pattern::Exact(n) if n == name => Some(*id),
         _ => None,
     });
-    let below = accepted
+    let mut below: Vec<(usize, usize)> = accepted
         .iter()
         .filter_map(|(p, id)| match p {
             Pattern::Below(suffix)
@@ -58,7 +60,18 @@ fuzz_target!(|data: &[u8]| {
             }
             _ => None,
         })
-        .max_by_key(|(len, _)| *len)
-        .map(|(_, id)| id);
-    assert_eq!(matcher.find(&sni).copied(), exact.or(below));
+        .collect();
+    // Longest suffix first (suffixes of one name differ in length).
+    below.sort_by(|a, b| b.0.cmp(&a.0));
+    let any = accepted.iter().find_map(|(p, id)| match p {
+        Pattern::Any => Some(*id),
+        _ => None,
+    });
+    let walk: Vec<usize> = exact
+        .into_iter()
+        .chain(below.iter().map(|(_, id)| *id))
+        .chain(any)
+        .collect();
+    assert_eq!(matcher.find(&sni).copied(), walk.first().copied());
+    assert_eq!(matcher.matches(&sni).copied().collect::<Vec<_>>(), walk);
 });

@@ -12,12 +12,13 @@
 //! something else or be refused: a `connect_attempts` left to its
 //! automatic min(addresses, 3), a rate limit that is off, a connection cap
 //! that is off (`max_connections_per_address`), a health check's `sni` of
-//! `kind = "tcp"`, and the keys of an alternative not taken
-//! (`resolve_interval` with `resolver`, `fastest_interval` and
-//! `fastest_measure` without `policy = "fastest"`, `addresses` of a
-//! resolved backend, ...). An address with weight 1 and no cap of its own
-//! is written as a plain `"IP:port"`, any other as a table with `weight`
-//! and `max_connections`. Durations are written in the file's notation
+//! `kind = "tcp"`, a `min_tls_version` that is off, an `alpn`,
+//! `ech_config_ids` or route `ech` that is not set, and the keys of an
+//! alternative not taken (`resolve_interval` with `resolver`,
+//! `fastest_interval` and `fastest_measure` without `policy = "fastest"`,
+//! `addresses` of a resolved backend, ...). An address with weight 1 and
+//! no cap of its own is written as a plain `"IP:port"`, any other as a
+//! table with `weight` and `max_connections`. Durations are written in the file's notation
 //! (`"5m"`, `"1s 500ms"`); CIDR lists as their distinct blocks.
 //!
 //! It also names the keys a reload cannot apply ([`pending_restart`]): the
@@ -154,6 +155,9 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         half_close_timeout,
         max_connection_lifetime,
         tcp_keepalive,
+        min_tls_version,
+        ech,
+        ech_config_ids,
     } = listener;
     ListenerSection {
         name: name.clone(),
@@ -170,6 +174,13 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         reuse_port: Some(*reuse_port),
         splice: Some(*splice),
         limits: Some(limits_section(limits)),
+        // Unset accepts every version, SSL 3.0 included, which no value
+        // says.
+        min_tls_version: min_tls_version.map(|v| v.as_str().to_owned()),
+        ech: Some(ech.as_str().to_owned()),
+        // Unset: no id is known (an empty list would be refused).
+        ech_config_ids: (!ech_config_ids.is_empty())
+            .then(|| ech_config_ids.iter().map(|&id| i64::from(id)).collect()),
         half_close_timeout: Some(duration(*half_close_timeout)),
         max_connection_lifetime: duration_or_off(*max_connection_lifetime),
         tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
@@ -253,6 +264,8 @@ fn route_section(listener: &str, route: &Route) -> RouteSection {
         limits,
         max_connections,
         timeouts,
+        alpn,
+        ech,
     } = route;
     // The route's timeouts in force, its listener's where it sets none.
     let Timeouts {
@@ -270,6 +283,10 @@ fn route_section(listener: &str, route: &Route) -> RouteSection {
         idle_timeout: Some(duration(*idle)),
         half_close_timeout: Some(duration(*half_close)),
         max_connection_lifetime: duration_or_off(*lifetime),
+        // Unset: any hello (an empty list would be refused).
+        alpn: (!alpn.is_empty()).then(|| alpn.clone()),
+        // Unset: the listener's, which may change without this route.
+        ech: ech.as_ref().map(|e| e.as_str().to_owned()),
     }
 }
 

@@ -66,6 +66,14 @@ pub struct ListenerSection {
     // TCP keepalive on client sockets (issue 15).
     /// `tcp_keepalive`: `{ idle, interval, count }`, `true` or `false`.
     pub tcp_keepalive: Option<KeepaliveSetting>,
+    // Hello rules (TLS version, ECH).
+    /// Refuse hellos that offer nothing newer: `"1.0"` … `"1.3"`.
+    pub min_tls_version: Option<String>,
+    /// What a hello with ECH does: `"pass"`, `"reject"` or a backend name.
+    pub ech: Option<String>,
+    /// The config ids of the ECH configurations this edge's origins
+    /// publish: an outer ECH with one of them is real, any other GREASE.
+    pub ech_config_ids: Option<Vec<i64>>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
@@ -122,6 +130,11 @@ pub struct RouteSection {
     pub idle_timeout: Option<String>,
     pub half_close_timeout: Option<String>,
     pub max_connection_lifetime: Option<DurationOrOff>,
+    // Hello rules (ALPN, ECH).
+    /// The route takes only hellos offering one of these ALPN protocols.
+    pub alpn: Option<Vec<String>>,
+    /// The listener's `ech`, for this route.
+    pub ech: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

@@ -191,6 +191,17 @@ const KEEPALIVE_COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
 // `max_connection_rate` and `connection_rate_per_source` default to
 // unlimited; a burst defaults to one second's worth of its rate.
 
+/// `[[listener]] min_tls_version`: unset, every version is accepted.
+pub const DEFAULT_MIN_TLS_VERSION: Option<TlsVersion> = None;
+/// `[[listener]] ech`: ECH hellos are routed like any other.
+pub const DEFAULT_ECH: EchPolicy = EchPolicy::Pass;
+
+/// Whether two routes' `alpn` lists would both take some hello: both empty
+/// (any hello), or a protocol in common.
+fn overlap(a: &[String], b: &[String]) -> bool {
+    (a.is_empty() && b.is_empty()) || a.iter().any(|p| b.contains(p))
+}
+
 /// Bounds that keep a setting meaningful.
 const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
 const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
@@ -385,8 +396,9 @@ pub struct Listener {
     pub max_client_hello_bytes: usize,
     pub no_sni: NoSni,
     pub routes: Vec<Route>,
-    /// Pattern → index into `routes`.
-    pub matcher: SniMatcher<usize>,
+    /// Pattern → indices into `routes`: one, or several routes of the same
+    /// pattern that differ in `alpn`.
+    pub matcher: SniMatcher<Vec<usize>>,
     /// Inbound PROXY protocol; `None` when the listener has no
     /// `[listener.proxy_protocol]` section (no preface stage at all).
     pub proxy_protocol: Option<Inbound>,
@@ -396,6 +408,15 @@ pub struct Listener {
     pub splice: bool,
     /// `[listener.limits]`: admission (see `admit`).
     pub limits: Limits,
+    // Hello rules (TLS version, ECH); see `route`.
+    /// Hellos offering nothing newer are refused (`tls_version`); `None`
+    /// accepts every version ([`DEFAULT_MIN_TLS_VERSION`]).
+    pub min_tls_version: Option<TlsVersion>,
+    /// What a hello with ECH does, on routes that do not say ([`DEFAULT_ECH`]).
+    pub ech: EchPolicy,
+    /// The config ids of the edge's real ECH configurations, ascending and
+    /// distinct; empty: real and GREASE ECH cannot be told apart.
+    pub ech_config_ids: Vec<u8>,
     // TCP keepalive on client sockets (issue 15).
     /// `tcp_keepalive`: set on the listening sockets, whose accepted
     /// sockets inherit it (see `sockopt::set_keepalive`); `None`: off.
@@ -415,6 +436,79 @@ impl Listener {
             idle: self.idle_timeout,
             half_close: self.half_close_timeout,
             lifetime: self.max_connection_lifetime,
+        }
+    }
+}
+
+/// `min_tls_version`: a TLS version a hello must offer (or a newer one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    V1_0,
+    V1_1,
+    V1_2,
+    V1_3,
+}
+
+impl TlsVersion {
+    pub const ALL: [TlsVersion; 4] = [
+        TlsVersion::V1_0,
+        TlsVersion::V1_1,
+        TlsVersion::V1_2,
+        TlsVersion::V1_3,
+    ];
+
+    /// As written in the file: `"1.2"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::V1_0 => "1.0",
+            TlsVersion::V1_1 => "1.1",
+            TlsVersion::V1_2 => "1.2",
+            TlsVersion::V1_3 => "1.3",
+        }
+    }
+
+    /// On the wire (`ProtocolVersion`): 0x0301 … 0x0304.
+    pub const fn wire(self) -> u16 {
+        match self {
+            TlsVersion::V1_0 => 0x0301,
+            TlsVersion::V1_1 => 0x0302,
+            TlsVersion::V1_2 => 0x0303,
+            TlsVersion::V1_3 => 0x0304,
+        }
+    }
+}
+
+/// `ech`: what a hello carrying an `encrypted_client_hello` extension does
+/// once its outer SNI has chosen a route. With `ech_config_ids`, only real
+/// ECH (a configured config id) is concerned and GREASE passes as if it
+/// had none; without them every ECH hello is (see `route`).
+#[derive(Debug, Clone)]
+pub enum EchPolicy {
+    /// Route it like any other hello.
+    Pass,
+    /// Refuse it with a `handshake_failure` alert (`ech_rejected`).
+    Reject,
+    /// Relay it to this backend instead of the route's.
+    Backend(Arc<Backend>),
+}
+
+impl PartialEq for EchPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (EchPolicy::Pass, EchPolicy::Pass) | (EchPolicy::Reject, EchPolicy::Reject) => true,
+            (EchPolicy::Backend(a), EchPolicy::Backend(b)) => **a == **b,
+            _ => false,
+        }
+    }
+}
+
+impl EchPolicy {
+    /// As written in the file: `"pass"`, `"reject"` or the backend's name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EchPolicy::Pass => "pass",
+            EchPolicy::Reject => "reject",
+            EchPolicy::Backend(backend) => &backend.name,
         }
     }
 }
@@ -443,6 +537,12 @@ pub struct Route {
     /// The route's relay timeouts: each one its own where set, else the
     /// listener's.
     pub timeouts: Timeouts,
+    // Hello rules (ALPN, ECH); see `route`.
+    /// The route takes only hellos offering one of these protocols (as
+    /// written, distinct); empty: any hello.
+    pub alpn: Vec<String>,
+    /// The route's own `ech`; `None` follows the listener's.
+    pub ech: Option<EchPolicy>,
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and
@@ -1409,6 +1509,18 @@ impl Checker {
             &format!("{key}.tcp_keepalive"),
             section.tcp_keepalive.as_ref(),
         );
+        let min_tls_version = self.min_tls_version(
+            &format!("{key}.min_tls_version"),
+            section.min_tls_version.as_deref(),
+        );
+        let ech = match section.ech.as_deref() {
+            None => Some(DEFAULT_ECH),
+            Some(text) => self.ech_policy(&format!("{key}.ech"), text, backends),
+        };
+        let ech_config_ids = self.ech_config_ids(
+            &format!("{key}.ech_config_ids"),
+            section.ech_config_ids.as_deref(),
+        );
         Some(Listener {
             name: section.name.clone(),
             listen: (listen.len() == raw_listen.len()).then_some(listen)?,
@@ -1426,7 +1538,84 @@ impl Checker {
             half_close_timeout: half_close_timeout?,
             max_connection_lifetime: max_connection_lifetime?,
             tcp_keepalive: tcp_keepalive?,
+            min_tls_version: min_tls_version?,
+            ech: ech?,
+            ech_config_ids: ech_config_ids?,
         })
+    }
+
+    /// `min_tls_version`: `"1.0"` … `"1.3"`.
+    fn min_tls_version(&mut self, key: &str, value: Option<&str>) -> Option<Option<TlsVersion>> {
+        let Some(text) = value else {
+            return Some(DEFAULT_MIN_TLS_VERSION);
+        };
+        match TlsVersion::ALL.iter().find(|v| v.as_str() == text) {
+            Some(version) => Some(Some(*version)),
+            None => {
+                self.problem(
+                    key,
+                    format!("{text:?} is not one of \"1.0\", \"1.1\", \"1.2\", \"1.3\""),
+                );
+                None
+            }
+        }
+    }
+
+    /// `ech` (listener or route): `"pass"`, `"reject"` or a backend name.
+    fn ech_policy(
+        &mut self,
+        key: &str,
+        text: &str,
+        backends: &BTreeMap<String, Arc<Backend>>,
+    ) -> Option<EchPolicy> {
+        match text {
+            "pass" => Some(EchPolicy::Pass),
+            "reject" => Some(EchPolicy::Reject),
+            name => match backends.get(name) {
+                Some(backend) => Some(EchPolicy::Backend(backend.clone())),
+                // Declared but invalid: its own problems are reported already.
+                None if self.declared_backends.contains(name) => None,
+                None => {
+                    self.problem(
+                        key,
+                        format!(
+                            "{name:?} is neither \"pass\", \"reject\" nor the name of a [backend.*]"
+                        ),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    /// `ech_config_ids`: distinct ids, each 0–255; unset or empty is none.
+    fn ech_config_ids(&mut self, key: &str, ids: Option<&[i64]>) -> Option<Vec<u8>> {
+        let Some(ids) = ids else {
+            return Some(Vec::new());
+        };
+        if ids.is_empty() {
+            self.problem(
+                key,
+                "[] lists no id; leave the key out when no ECH configuration is known",
+            );
+            return None;
+        }
+        let problems = self.problems.len();
+        let mut valid = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            match u8::try_from(id) {
+                Ok(id) if valid.contains(&id) => {
+                    self.problem(format!("{key}[{i}]"), format!("{id} is listed twice"))
+                }
+                Ok(id) => valid.push(id),
+                Err(_) => self.problem(
+                    format!("{key}[{i}]"),
+                    format!("{id} is out of range (0..=255: a config id is one byte)"),
+                ),
+            }
+        }
+        valid.sort_unstable();
+        (self.problems.len() == problems).then_some(valid)
     }
 
     /// `tcp_keepalive`: unset or `true` is [`DEFAULT_TCP_KEEPALIVE`],
@@ -1699,7 +1888,16 @@ impl Checker {
             // The route's relay timeouts, checked even when the route is
             // unusable, so that every problem is reported.
             let overrides = self.route_timeouts(&key, section);
-            let (Some(listener), Some(backend), Some(limits)) = (listener, backend, limits) else {
+            let alpn = self.alpn(&key, section.alpn.as_deref());
+            let ech = match section.ech.as_deref() {
+                None => Some(None),
+                Some(text) => self
+                    .ech_policy(&format!("{key}.ech"), text, backends)
+                    .map(Some),
+            };
+            let (Some(listener), Some(backend), Some(limits), Some(alpn), Some(ech)) =
+                (listener, backend, limits, alpn, ech)
+            else {
                 continue;
             };
             let Some(overrides) = overrides else {
@@ -1708,11 +1906,41 @@ impl Checker {
             let timeouts = overrides(listener.timeouts());
             let route_id = listener.routes.len();
             for (i, pattern) in patterns.iter().enumerate() {
-                if let Err(e) = listener.matcher.insert(pattern, route_id) {
-                    self.problem(
+                let taken = listener.matcher.get(pattern).and_then(|ids| {
+                    ids.iter()
+                        .find(|&&id| id == route_id || overlap(&listener.routes[id].alpn, &alpn))
+                });
+                match taken {
+                    None => match listener.matcher.get_mut(pattern) {
+                        Some(ids) => ids.push(route_id),
+                        None => {
+                            let _ = listener.matcher.insert(pattern, vec![route_id]);
+                        }
+                    },
+                    Some(&id) if id == route_id => self.problem(
                         format!("{key}.sni[{i}]"),
-                        format!("{e} on listener {:?}", listener.name),
-                    );
+                        format!("pattern `{pattern}` is listed twice in this route"),
+                    ),
+                    // Two routes of one pattern that would both take the
+                    // same hello: which one wins would be an accident.
+                    Some(&id) => {
+                        let other = &listener.routes[id];
+                        let why = if alpn.is_empty() {
+                            "; give one of them an `alpn` list".to_owned()
+                        } else {
+                            format!(
+                                " with an overlapping alpn ({:?} and {:?})",
+                                other.alpn, alpn
+                            )
+                        };
+                        self.problem(
+                            format!("{key}.sni[{i}]"),
+                            format!(
+                                "pattern `{pattern}` is already taken by another route on listener {:?} (route {:?}{why})",
+                                listener.name, other.name
+                            ),
+                        );
+                    }
                 }
             }
             let name = section
@@ -1744,6 +1972,8 @@ impl Checker {
                 limits,
                 max_connections,
                 timeouts,
+                alpn,
+                ech,
             });
         }
     }
@@ -1803,6 +2033,34 @@ impl Checker {
                 .duration(key, &Some(text.clone()), Duration::ZERO)
                 .map(Some),
         }
+    }
+
+    /// A route's `alpn`: distinct protocol names of 1–255 bytes; unset is
+    /// none (the route takes any hello).
+    fn alpn(&mut self, key: &str, names: Option<&[String]>) -> Option<Vec<String>> {
+        let key = format!("{key}.alpn");
+        let Some(names) = names else {
+            return Some(Vec::new());
+        };
+        if names.is_empty() {
+            self.problem(
+                key,
+                "[] matches no hello; leave the key out for a route that takes any ALPN",
+            );
+            return None;
+        }
+        let problems = self.problems.len();
+        for (i, name) in names.iter().enumerate() {
+            if name.is_empty() || name.len() > 255 {
+                self.problem(
+                    format!("{key}[{i}]"),
+                    format!("{name:?}: an ALPN protocol name is 1 to 255 bytes"),
+                );
+            } else if names[..i].contains(name) {
+                self.problem(format!("{key}[{i}]"), format!("{name:?} is listed twice"));
+            }
+        }
+        (self.problems.len() == problems).then(|| names.to_vec())
     }
 
     fn duration(

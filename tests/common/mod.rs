@@ -1238,3 +1238,108 @@ pub fn token_file(text: &str) -> PathBuf {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path
 }
+
+// ------------------------------------------- recording backend, raw clients
+
+/// What a recording backend saw on one connection.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The bytes of the first read: header and hello arrive together.
+    pub first_read: Vec<u8>,
+    /// Everything until the relay's FIN.
+    pub all: Vec<u8>,
+}
+
+/// A plain TCP backend that records each connection until EOF.
+pub async fn recording_backend() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Recorded>) {
+    use tokio::io::AsyncReadExt;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let addr = raw_backend(move |mut stream| {
+        let tx = tx.clone();
+        async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = stream.read(&mut buf).await.unwrap_or(0);
+            let first_read = buf[..n].to_vec();
+            let mut all = first_read.clone();
+            let _ = stream.read_to_end(&mut all).await;
+            let _ = tx.send(Recorded { first_read, all });
+        }
+    })
+    .await;
+    (addr, rx)
+}
+
+/// Sends `bytes`, half-closes, and reads until the relay closes.
+pub async fn send_and_finish(addr: SocketAddr, bytes: &[u8]) -> (SocketAddr, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let local = client.local_addr().unwrap();
+    client.write_all(bytes).await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    let _ = tokio::time::timeout(WAIT, client.read_to_end(&mut back))
+        .await
+        .expect("relay did not close");
+    (local, back)
+}
+
+/// The first flight (the ClientHello) a rustls client with `config` sends
+/// for `name`, made in memory.
+pub fn hello_bytes(config: rustls::ClientConfig, name: &str) -> Vec<u8> {
+    let name = ServerName::try_from(name.to_owned()).unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+/// A rustls ClientHello for `name` offering the ALPN protocols `alpn`.
+pub fn client_hello(name: &str, alpn: &[&str]) -> Vec<u8> {
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    hello_bytes(config, name)
+}
+
+/// An ECHConfigList (draft-ietf-tls-esni §4) holding one configuration:
+/// `config_id`, a fresh DHKEM(X25519) key, HKDF-SHA256 with AES-128-GCM,
+/// and `public_name` (the outer SNI clients send).
+pub fn ech_config_list(config_id: u8, public_name: &str) -> Vec<u8> {
+    use rustls::crypto::aws_lc_rs::hpke::DH_KEM_X25519_HKDF_SHA256_AES_128 as SUITE;
+    use rustls::crypto::hpke::Hpke;
+    let (public, _private) = SUITE.generate_key_pair().unwrap();
+    let mut contents = vec![config_id, 0x00, 0x20];
+    contents.extend_from_slice(&(public.0.len() as u16).to_be_bytes());
+    contents.extend_from_slice(&public.0);
+    contents.extend_from_slice(&[0x00, 0x04, 0x00, 0x01, 0x00, 0x01]);
+    contents.push(0); // maximum_name_length
+    contents.push(public_name.len() as u8);
+    contents.extend_from_slice(public_name.as_bytes());
+    contents.extend_from_slice(&[0x00, 0x00]); // no extensions
+    let mut config = vec![0xfe, 0x0d];
+    config.extend_from_slice(&(contents.len() as u16).to_be_bytes());
+    config.extend(contents);
+    let mut list = (config.len() as u16).to_be_bytes().to_vec();
+    list.extend(config);
+    list
+}
+
+/// The ClientHello of a rustls client doing real ECH with the configuration
+/// [`ech_config_list`] makes: the outer hello names `public_name`, the
+/// encrypted inner one `inner_name`.
+pub fn ech_hello(config_id: u8, public_name: &str, inner_name: &str) -> Vec<u8> {
+    use rustls::client::{EchConfig, EchMode};
+    use rustls::crypto::aws_lc_rs;
+    let list = ech_config_list(config_id, public_name);
+    let ech = EchConfig::new(list.into(), aws_lc_rs::hpke::ALL_SUPPORTED_SUITES).unwrap();
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+            .with_ech(EchMode::Enable(ech))
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+    hello_bytes(config, inner_name)
+}
