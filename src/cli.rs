@@ -1,5 +1,6 @@
 //! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`,
-//! `snirelay probe NAME --sni HOST`.
+//! `snirelay probe NAME --sni HOST`, `snirelay ctl ...` (the control API
+//! of the admin listener named in the configuration file).
 //!
 //! Kept in the library so that documentation (a man page) can be generated
 //! from the same definition the binary parses; so is what `check` prints
@@ -59,6 +60,45 @@ pub enum Command {
     /// completed handshake counts as healthy. Exits 0 when every address is
     /// healthy, 1 when some are, 2 when none is (or NAME does not resolve).
     Probe(ProbeArgs),
+    /// Control a running relay through its admin listener (`[admin]` listen
+    /// and `token_file` of `--config`).
+    ///
+    /// Exits 0 when the relay accepted the request, 1 when it refused it
+    /// (the answer is printed), 2 when it could not be asked.
+    Ctl(CtlArgs),
+}
+
+/// `snirelay ctl [--json] SUBCOMMAND`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlArgs {
+    /// Print the relay's JSON answer instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub action: CtlAction,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum CtlAction {
+    /// List every backend address with its state, health and open connections.
+    Addresses,
+    /// Take ADDR (IP:port) out of new connections; open ones continue.
+    Drain(CtlAddress),
+    /// Take ADDR out of new connections and close open ones within drain_timeout.
+    Maint(CtlAddress),
+    /// Put ADDR back into service.
+    Ready(CtlAddress),
+}
+
+/// An address of a backend, named by IP:port.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlAddress {
+    /// The address, as `IP:port` (`[v6]:port`).
+    pub addr: String,
+    /// The backend; needed only when several backends have ADDR.
+    #[arg(long)]
+    pub backend: Option<String>,
 }
 
 /// `snirelay probe NAME --sni HOST [--port 443] [--json] ...`

@@ -254,6 +254,9 @@ async fn setup<'g>(
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     record.backend_addr = Some(backend.addr);
+    // From now on the connection drains with its route or with its
+    // address (an operator's `maint`): the guard moves to their part.
+    let drain = backend.in_flight.state().drain_part(drain.signal()).enter();
 
     // announce: the PROXY header goes out in the same write as the hello
     let header = match backend.proxy_protocol {

@@ -24,7 +24,8 @@
 //! what changed. [`signals`] turns signals into intents, [`notify`] speaks
 //! sd_notify and [`takeover`] hands listening sockets to a new binary.
 //! [`probe`] is the operator's client-side monitor; `metrics` and [`admin`]
-//! are the relay's own observability. Modules no test, bench, example or
+//! are the relay's own observability, and [`admin`] also its run-time
+//! control (`snirelay ctl` is its client). Modules no test, bench, example or
 //! fuzz target needs are `pub(crate)`.
 //!
 //! Syscalls live in two places: socket options and descriptor handling in
@@ -55,7 +56,7 @@ pub mod close;
 pub mod config;
 pub(crate) mod conn;
 pub(crate) mod connect;
-pub(crate) mod drain;
+pub mod drain;
 pub(crate) mod generation;
 pub mod inspect;
 pub(crate) mod listeners;

@@ -13,13 +13,14 @@
 //! running one and never exits), SIGTERM drains, SIGINT stops at once.
 //!
 //! `probe` has its own exit codes: 0 every address healthy, 1 some, 2 none
-//! (or the probe could not run).
+//! (or the probe could not run). `ctl`: 0 done, 1 refused by the relay, 2
+//! the relay could not be asked.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use snirelay::cli::{Cli, Command, ProbeArgs};
+use snirelay::cli::{Cli, Command, CtlAction, CtlArgs, ProbeArgs};
 use snirelay::config::Config;
 use snirelay::notify::Notifier;
 use snirelay::pump::splice;
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
     match cli.command.clone().unwrap_or(Command::Run) {
         Command::Check => check(&cli),
         Command::Probe(args) => run_probe(&args),
+        Command::Ctl(args) => ctl(&cli, &args),
         Command::Run => match run(&cli) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -140,4 +142,114 @@ fn run_probe(args: &ProbeArgs) -> ExitCode {
         }
     }
     ExitCode::from(report.exit_code)
+}
+
+fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
+    match ctl_request(cli, args) {
+        Ok((status, body)) => {
+            let ok = (200..300).contains(&status);
+            let value: Option<serde_json::Value> = serde_json::from_str(&body).ok();
+            match (&value, args.json, ok) {
+                (Some(v), true, _) => println!("{v:#}"),
+                (Some(v), false, true) => print!("{}", ctl_text(&args.action, v)),
+                (Some(v), false, false) => eprintln!(
+                    "snirelay ctl: {status}: {}",
+                    v["error"].as_str().unwrap_or(&body)
+                ),
+                (None, _, _) => eprint!("snirelay ctl: {status}: {body}"),
+            }
+            ExitCode::from(if ok { 0 } else { 1 })
+        }
+        Err(e) => {
+            eprintln!("snirelay ctl: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
+    use snirelay::admin::client;
+    let config = Config::load(&cli.config)?;
+    let admin = config
+        .admin
+        .as_ref()
+        .with_context(|| format!("{} has no [admin] section", cli.config.display()))?;
+    let (target, state) = match &args.action {
+        CtlAction::Addresses => {
+            return client::request(admin, "GET", "/backends", None).context("admin request");
+        }
+        CtlAction::Drain(a) => (a, "drain"),
+        CtlAction::Maint(a) => (a, "maint"),
+        CtlAction::Ready(a) => (a, "ready"),
+    };
+    let backend = match &target.backend {
+        Some(b) => b.clone(),
+        None => {
+            // The backends whose addresses include ADDR, as the relay sees them now.
+            let (status, body) =
+                client::request(admin, "GET", "/backends", None).context("admin request")?;
+            if !(200..300).contains(&status) {
+                return Ok((status, body));
+            }
+            let value: serde_json::Value = serde_json::from_str(&body)?;
+            let owners: Vec<String> = value["backends"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| {
+                    b["addresses"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|a| a["address"] == target.addr.as_str())
+                })
+                .filter_map(|b| b["name"].as_str().map(str::to_owned))
+                .collect();
+            match owners.as_slice() {
+                [one] => one.clone(),
+                [] => anyhow::bail!("no backend has the address {}", target.addr),
+                many => anyhow::bail!(
+                    "several backends have {}: {}; say which with --backend",
+                    target.addr,
+                    many.join(", ")
+                ),
+            }
+        }
+    };
+    let path = format!("/backends/{backend}/addresses/{}/state", target.addr);
+    let body = serde_json::json!({ "state": state }).to_string();
+    client::request(admin, "POST", &path, Some(&body)).context("admin request")
+}
+
+/// The human form of an answer.
+fn ctl_text(action: &CtlAction, v: &serde_json::Value) -> String {
+    match action {
+        CtlAction::Addresses => {
+            let mut out = format!(
+                "{:<16} {:<40} {:<6} {:<6} {:>6}\n",
+                "BACKEND", "ADDRESS", "STATE", "HEALTH", "OPEN"
+            );
+            for b in v["backends"].as_array().into_iter().flatten() {
+                for a in b["addresses"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{:<16} {:<40} {:<6} {:<6} {:>6}\n",
+                        b["name"].as_str().unwrap_or(""),
+                        a["address"].as_str().unwrap_or(""),
+                        a["state"].as_str().unwrap_or(""),
+                        a["health"].as_str().unwrap_or(""),
+                        a["open_connections"]
+                    ));
+                }
+            }
+            out
+        }
+        _ => format!(
+            "{} {}: {} (was {}), {} open\n",
+            v["backend"].as_str().unwrap_or(""),
+            v["address"].as_str().unwrap_or(""),
+            v["state"].as_str().unwrap_or(""),
+            v["previous"].as_str().unwrap_or(""),
+            v["open_connections"]
+        ),
+    }
 }

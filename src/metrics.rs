@@ -35,6 +35,11 @@
 //! at close. Process gauges (open fds, RSS) are read from /proc/self only
 //! when /metrics is scraped.
 //!
+//! The operator's address states (`snirelay_backend_address_state`) are
+//! exported only for addresses an operator has set, bounded the same way
+//! and dropped with `address_labels = false`; control requests are counted
+//! by kind and outcome (`snirelay_admin_control_actions_total`).
+//!
 //! Not here: the HTTP side (see `admin`), though its own connection counts
 //! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).
 
@@ -93,6 +98,20 @@ struct BackendStateLabels {
     state: &'static str,
 }
 
+// Run-time control (issue 16).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControlLabels {
+    kind: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AddressStateLabels {
+    backend: String,
+    address: String,
+    state: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
@@ -147,6 +166,12 @@ pub struct Metrics {
     addresses: Mutex<AddressBook>,
     admin_open: Gauge,
     admin_closed: Family<ReasonLabels, Counter>,
+    // Run-time control (issue 16).
+    control_actions: Family<ControlLabels, Counter>,
+    address_state: Family<AddressStateLabels, Gauge>,
+    /// Backend → the addresses whose operator state is exported, oldest
+    /// first (at most [`MAX_ADDRESS_SERIES_PER_BACKEND`] each).
+    address_states: Mutex<HashMap<String, Vec<(SocketAddr, &'static str)>>>,
     limit_refusals: Family<LimitLabels, Counter>,
     reloads: Family<OutcomeLabels, Counter>,
     draining: Gauge,
@@ -386,6 +411,9 @@ impl Metrics {
             }),
             admin_open: Gauge::default(),
             admin_closed: Family::default(),
+            control_actions: Family::default(),
+            address_state: Family::default(),
+            address_states: Mutex::default(),
             limit_refusals: Family::default(),
             reloads: Family::default(),
             draining: Gauge::default(),
@@ -470,6 +498,16 @@ impl Metrics {
             "snirelay_admin_connections_closed",
             "Connections to the admin listener closed, by reason",
             m.admin_closed.clone(),
+        );
+        r.register(
+            "snirelay_admin_control_actions",
+            "Control requests to the admin listener, by kind and outcome",
+            m.control_actions.clone(),
+        );
+        r.register(
+            "snirelay_backend_address_state",
+            "The operator's state of a backend address (1 for the state in force), for addresses an operator has set",
+            m.address_state.clone(),
         );
         r.register(
             "snirelay_limit_refusals",
@@ -637,6 +675,10 @@ impl Metrics {
         }
         book.labels = on;
         self.backend_address_up.clear();
+        if !on {
+            // The operator-state series name addresses too.
+            self.address_state.clear();
+        }
         if on {
             for (backend, known) in &book.backends {
                 for (address, (up, _)) in known {
@@ -663,6 +705,64 @@ impl Metrics {
         self.admin_closed
             .get_or_create(&ReasonLabels { reason })
             .inc();
+    }
+
+    /// A control request: `kind` names the action (`address_state`, ...),
+    /// `outcome` how it ended (`ok`, `unauthorized`, `forbidden`,
+    /// `bad_request`, `not_found`, ...). Both are fixed words.
+    pub fn control_action(&self, kind: &'static str, outcome: &'static str) {
+        self.control_actions
+            .get_or_create(&ControlLabels { kind, outcome })
+            .inc();
+    }
+
+    /// The operator set `address` of `backend` to `state` (one of
+    /// `states`): the gauge of `state` goes to 1, the others to 0. Bounded
+    /// like the health series: an address is exported once an operator has
+    /// set it, at most [`MAX_ADDRESS_SERIES_PER_BACKEND`] per backend (a
+    /// new one past that drops the series of the one set longest ago);
+    /// nothing is exported with `address_labels = false`.
+    pub fn backend_address_state(
+        &self,
+        backend: &str,
+        address: SocketAddr,
+        state: &'static str,
+        states: &[&'static str],
+    ) {
+        let labels_on = self
+            .addresses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .labels;
+        let mut book = self
+            .address_states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let known = book.entry(backend.to_owned()).or_default();
+        known.retain(|(a, _)| *a != address);
+        if known.len() >= MAX_ADDRESS_SERIES_PER_BACKEND {
+            let (gone, _) = known.remove(0);
+            for &s in states {
+                self.address_state.remove(&AddressStateLabels {
+                    backend: backend.to_owned(),
+                    address: gone.to_string(),
+                    state: s,
+                });
+            }
+        }
+        known.push((address, state));
+        if !labels_on {
+            return;
+        }
+        for &s in states {
+            self.address_state
+                .get_or_create(&AddressStateLabels {
+                    backend: backend.to_owned(),
+                    address: address.to_string(),
+                    state: s,
+                })
+                .set(i64::from(s == state));
+        }
     }
 
     // ---------------------------------------------------------------

@@ -248,6 +248,9 @@ close_reasons! {
     /// its jittered moment within `drain_timeout` came (while relaying, or
     /// still connecting).
     Drained => "drained", Fault::Normal, Stage::Relay;
+    /// Closed at its jittered moment within `drain_timeout` after an
+    /// operator put its backend address in maintenance (`maint`).
+    AddressMaint => "address_maint", Fault::Normal, Stage::Relay;
     /// Refused at admission: the source already has
     /// `connections_per_source` connections open. Nothing was read.
     LimitConcurrent => "limit_concurrent", Fault::Admission, Stage::Admit;

@@ -30,7 +30,6 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,7 +58,40 @@ pub enum ServeError {
     #[error(transparent)]
     Bind(#[from] BindError),
     #[error("admin.listen: cannot listen on {addr}: {source}")]
-    AdminBind { addr: SocketAddr, source: io::Error },
+    AdminBind { addr: String, source: io::Error },
+}
+
+/// Binds the admin socket: TCP (logged as `admin listening` with its
+/// address), or a Unix socket created with mode 0660 (a stale socket file
+/// left by a previous run is removed first; any other file is not).
+fn admin_socket(listen: &config::AdminListen) -> Result<admin::AdminSocket, ServeError> {
+    let failed = |source| ServeError::AdminBind {
+        addr: listen.to_string(),
+        source,
+    };
+    match listen {
+        config::AdminListen::Tcp(addr) => {
+            let socket = sockopt::bind_listener_with(*addr, admin::ADMIN_BACKLOG, false)
+                .and_then(TcpListener::from_std)
+                .map_err(failed)?;
+            let local = socket.local_addr().unwrap_or(*addr);
+            tracing::info!(addr = %local, "admin listening");
+            Ok(admin::AdminSocket::Tcp(socket))
+        }
+        config::AdminListen::Unix(path) => {
+            use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+            if let Ok(meta) = std::fs::symlink_metadata(path)
+                && meta.file_type().is_socket()
+            {
+                std::fs::remove_file(path).map_err(failed)?;
+            }
+            let socket = tokio::net::UnixListener::bind(path).map_err(failed)?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+                .map_err(failed)?;
+            tracing::info!(addr = %listen, "admin listening");
+            Ok(admin::AdminSocket::Unix(socket))
+        }
+    }
 }
 
 /// Why a reload was rejected (the running snapshot stays).
@@ -176,17 +208,11 @@ pub async fn serve(
     let stop_admin = CancellationToken::new();
     let _stop_admin_on_return = stop_admin.clone().drop_guard();
     if let Some(settings) = &config.admin {
-        let socket = sockopt::bind_listener_with(settings.listen, admin::ADMIN_BACKLOG, false)
-            .and_then(TcpListener::from_std)
-            .map_err(|source| ServeError::AdminBind {
-                addr: settings.listen,
-                source,
-            })?;
-        let local = socket.local_addr().unwrap_or(settings.listen);
-        tracing::info!(addr = %local, "admin listening");
+        let socket = admin_socket(&settings.listen)?;
         let state = Arc::new(AdminState::new(
             Arc::new(config.clone()),
             server.readiness.clone(),
+            server.backends.clone(),
         ));
         tokio::spawn(admin::serve(socket, state.clone(), stop_admin.clone()));
         server.admin = Some(state);
@@ -342,6 +368,7 @@ impl Server {
                 }
                 if let Some(admin) = &self.admin {
                     admin.set_config(Arc::new(self.config.clone()), pending);
+                    admin.set_backends(self.backends.clone());
                 }
                 self.notifier.ready("serving; reload applied");
             }

@@ -26,8 +26,17 @@ fn toml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Token files must not be world-readable, and git checks files out
+/// 0644: the fixtures' token files are made private before use.
+fn private_token_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let path = root().join("tests/config/valid/admin.tokens");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 #[test]
 fn valid_fixtures_and_shipped_configs_load() {
+    private_token_files();
     let mut files = toml_files(&root().join("tests/config/valid"));
     files.extend(toml_files(&root().join("config")));
     for file in files {
@@ -209,6 +218,7 @@ fn valid_and_shipped() -> Vec<PathBuf> {
 
 #[test]
 fn the_effective_config_round_trips() {
+    private_token_files();
     for file in valid_and_shipped() {
         let first = Config::load(&file).unwrap().to_file();
         let text = toml::to_string(&first)
@@ -259,6 +269,7 @@ fn key_paths(value: &serde_json::Value, prefix: &str, into: &mut BTreeSet<String
 fn the_every_key_fixture_sets_every_key_of_the_file_model() {
     // The model's keys: the effective configuration shows every key of
     // every section present, `null` when unset.
+    private_token_files();
     let file = root().join("tests/config/valid/every_key.toml");
     let effective = serde_json::to_value(Config::load(&file).unwrap().to_file()).unwrap();
     let mut model = BTreeSet::new();
@@ -274,4 +285,29 @@ fn the_every_key_fixture_sets_every_key_of_the_file_model() {
         "every_key.toml does not set {missing:?}"
     );
     assert_eq!(set, model, "every key the fixture sets is in the model");
+}
+
+#[test]
+fn token_files_hold_named_tokens_or_one_bare_token() {
+    use snirelay::config::parse_tokens;
+    let named = parse_tokens("# ops\nops:abc\n\nci: def \n").unwrap();
+    assert_eq!(
+        named,
+        [("ops".into(), "abc".into()), ("ci".into(), "def".into())]
+    );
+    assert_eq!(
+        parse_tokens("just-one-token\n").unwrap(),
+        [("token".to_owned(), "just-one-token".to_owned())]
+    );
+    for (bad, says) in [
+        ("", "holds no token"),
+        ("# only a comment\n", "holds no token"),
+        ("a:x\nb\n", "line 2: expected `name:token`"),
+        ("a:x\na:y\n", "appears twice"),
+        ("a:\n", "empty or not printable"),
+        ("bad name:x\n", "is not [A-Za-z0-9-_.@]+"),
+    ] {
+        let error = parse_tokens(bad).unwrap_err();
+        assert!(error.contains(says), "{bad:?}: {error}");
+    }
 }

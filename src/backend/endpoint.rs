@@ -14,12 +14,13 @@
 //! Not here: choosing among addresses (`select`) or connecting (`connect`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::drain::DrainSignal;
 use crate::metrics;
 
 /// Milliseconds since a process-wide origin, so instants fit in an atomic.
@@ -136,14 +137,71 @@ pub struct EndpointState {
     checked_down: AtomicBool,
     /// The last failed connect or check (`now_ms`), 0 for never.
     last_failure: AtomicU64,
+    // Run-time control (issue 16).
+    /// The operator's [`AddressState`] (its `u8`): health never changes it.
+    operator: AtomicU8,
+    /// The drain signals of the connections open on this address, one per
+    /// route identity (parts of the routes' signals): what `maint` fires.
+    /// Parts no connection holds any more are dropped as new ones come.
+    /// Shared like `active` with the same address's state under a changed
+    /// backend's new runtime.
+    parts: Arc<Mutex<Vec<Arc<DrainSignal>>>>,
+    /// The window of the last `maint`, for a connection that lands on the
+    /// address after its parts were fired.
+    maint_window_ms: AtomicU64,
+}
+
+/// What the operator said about an address (`POST
+/// /backends/{b}/addresses/{a}/state`). Lives next to health in the
+/// shared state, so it is kept wherever the state is (a re-resolve, a
+/// reload that keeps the backend), and lost on restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddressState {
+    /// Chosen as health and policy say.
+    Ready,
+    /// Not chosen for new connections; open ones continue.
+    Drain,
+    /// Not chosen for new connections; open ones are closed within
+    /// `drain_timeout`.
+    Maint,
+}
+
+impl AddressState {
+    pub const ALL: [AddressState; 3] = [
+        AddressState::Ready,
+        AddressState::Drain,
+        AddressState::Maint,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressState::Ready => "ready",
+            AddressState::Drain => "drain",
+            AddressState::Maint => "maint",
+        }
+    }
+
+    fn from_u8(v: u8) -> AddressState {
+        match v {
+            1 => AddressState::Drain,
+            2 => AddressState::Maint,
+            _ => AddressState::Ready,
+        }
+    }
 }
 
 impl EndpointState {
     /// A fresh state (nothing known about health) that shares `other`'s
-    /// count of open connections.
+    /// count of open connections, and keeps the operator's state of the
+    /// address and the drain parts of its open connections (so a `maint`
+    /// set after the reload still reaches them).
     pub fn counting_with(other: &EndpointState) -> EndpointState {
         EndpointState {
             active: other.active.clone(),
+            operator: AtomicU8::new(other.operator.load(Ordering::Relaxed)),
+            parts: other.parts.clone(),
+            maint_window_ms: AtomicU64::new(other.maint_window_ms.load(Ordering::Relaxed)),
             ..EndpointState::default()
         }
     }
@@ -152,6 +210,59 @@ impl EndpointState {
     pub fn is_up(&self) -> bool {
         !self.checked_down.load(Ordering::Relaxed)
             && self.down_until.load(Ordering::Relaxed) <= now_ms()
+    }
+
+    /// The operator's state of this address.
+    pub fn operator(&self) -> AddressState {
+        AddressState::from_u8(self.operator.load(Ordering::Relaxed))
+    }
+
+    /// Sets the operator's state; returns the previous one.
+    pub fn set_operator(&self, state: AddressState) -> AddressState {
+        AddressState::from_u8(self.operator.swap(state as u8, Ordering::Relaxed))
+    }
+
+    /// The part of `route`'s drain signal for connections on this address
+    /// (made on first use; a fired one is replaced).
+    pub fn drain_part(&self, route: &Arc<DrainSignal>) -> Arc<DrainSignal> {
+        let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        // Only this list holds it: no connection is left on that part.
+        parts.retain(|p| Arc::strong_count(p) > 1);
+        if let Some(part) = parts.iter().find(|p| p.is_part_of(route) && !p.is_fired()) {
+            return part.clone();
+        }
+        let part = route.part();
+        if self.operator() == AddressState::Maint {
+            // Planned before the address went to maintenance, connected
+            // after its parts were fired: this one closes too.
+            let window = Duration::from_millis(self.maint_window_ms.load(Ordering::Relaxed));
+            part.fire(window);
+            return part;
+        }
+        parts.push(part.clone());
+        part
+    }
+
+    /// Maintenance: the connections open on this address close at moments
+    /// spread over `window`; new ones get new parts (and are not planned
+    /// while the state says so). Returns how many were open.
+    pub fn maint(&self, window: Duration) -> usize {
+        self.maint_window_ms
+            .store(window.as_millis() as u64, Ordering::Relaxed);
+        let parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
+        parts.iter().map(|p| p.fire(window)).sum()
+    }
+
+    /// Whether new connections may choose this address (the operator has
+    /// not drained it or put it in maintenance). One relaxed load.
+    pub fn selectable(&self) -> bool {
+        self.operator.load(Ordering::Relaxed) == AddressState::Ready as u8
+    }
+
+    /// When the last connect or check failed, as an age; `None` for never.
+    pub fn last_failure_age(&self) -> Option<Duration> {
+        let last = self.last_failure.load(Ordering::Relaxed);
+        (last != 0).then(|| Duration::from_millis(now_ms().saturating_sub(last)))
     }
 
     /// Open connections through this address.
@@ -245,6 +356,13 @@ impl EndpointState {
 #[derive(Debug)]
 pub struct InFlight(Arc<EndpointState>);
 
+impl InFlight {
+    /// The state of the address this connection is on.
+    pub fn state(&self) -> &Arc<EndpointState> {
+        &self.0
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::Relaxed);
@@ -327,9 +445,14 @@ mod tests {
     }
 
     #[test]
-    fn a_state_counting_with_another_shares_only_the_count() {
+    fn a_state_counting_with_another_shares_only_the_count_and_the_operator_state() {
         let old = Arc::new(EndpointState::default());
         old.set_checked_down(true);
+        old.set_operator(AddressState::Drain);
+        assert_eq!(
+            EndpointState::counting_with(&old).operator(),
+            AddressState::Drain
+        );
         let held = old.enter();
         let new = Arc::new(EndpointState::counting_with(&old));
         assert_eq!(new.active(), 1);
@@ -337,6 +460,29 @@ mod tests {
         assert!(new.try_enter(Some(1)).is_none());
         drop(held);
         assert_eq!(new.active(), 0);
+    }
+
+    #[tokio::test]
+    async fn maint_fires_the_parts_of_open_connections_and_of_late_arrivals() {
+        let state = EndpointState::default();
+        let route = DrainSignal::new();
+        let open = state.drain_part(&route).enter();
+        assert!(
+            Arc::ptr_eq(open.signal(), &state.drain_part(&route)),
+            "one part per route"
+        );
+        state.set_operator(AddressState::Maint);
+        assert_eq!(state.maint(Duration::from_millis(10)), 1);
+        open.closing(1).await;
+        assert_eq!(open.reason(), crate::reason::CloseReason::AddressMaint);
+        // Planned before the change, connected after: closed as well.
+        let late = state.drain_part(&route).enter();
+        late.closing(2).await;
+        assert_eq!(late.reason(), crate::reason::CloseReason::AddressMaint);
+        // Ready again: a fresh part, not fired.
+        state.set_operator(AddressState::Ready);
+        assert!(!state.drain_part(&route).is_fired());
+        assert!(!route.is_fired(), "the route is untouched");
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! ranking; runtimes of removed or changed backends have their tasks
 //! stopped. A changed backend's new runtime learns nothing from the old one
 //! except, per fixed address, the count of connections still open (so they
-//! count against `max_connections`). A connection reads the registry it
-//! was accepted under.
+//! count against `max_connections`) and the operator's state of the address
+//! (`AddressState`, with what `maint` needs to reach those connections). A
+//! connection reads the registry it was accepted under.
 //!
 //! The validated settings a runtime is built from ([`Backend`],
 //! [`AddressSource`], [`HealthCheck`], [`Cluster`]) are defined here and
@@ -48,7 +49,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use endpoint::{
-    AddressSet, Endpoint, EndpointState, InFlight, Member, carry, carry_members, same_addresses,
+    AddressSet, AddressState, Endpoint, EndpointState, InFlight, Member, carry, carry_members,
+    same_addresses,
 };
 
 use crate::cidr::Cidr;
@@ -420,5 +422,12 @@ impl Backends {
 
     pub fn get(&self, name: &str) -> Option<&Arc<BackendRuntime>> {
         self.by_name.get(name)
+    }
+
+    /// Every runtime, by name in order (for the admin listener).
+    pub fn sorted(&self) -> Vec<(&str, &Arc<BackendRuntime>)> {
+        let mut all: Vec<_> = self.by_name.iter().map(|(n, r)| (n.as_str(), r)).collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all
     }
 }

@@ -11,6 +11,10 @@
 //! connection `backend_full` without a connect (the cap is the operator's
 //! statement of what the backend can take).
 //!
+//! An address the operator drained or put in maintenance
+//! ([`super::AddressState`]) is never planned either: that is a refusal
+//! the operator asked for, unlike health.
+//!
 //! Cost: no allocation; one rank per address (for the first 64; beyond,
 //! one per address and attempt) and O(n × attempts) comparisons for a set
 //! of n, with attempts ≤ 64, plus what the policy reads once per plan (see
@@ -75,7 +79,9 @@ pub fn plan(
     let n = set.len();
     let full = set.iter().filter(|e| e.is_full(cap)).count();
     let attempts = attempts.min(MAX_ATTEMPTS).min(n - full);
-    let ranker = policy.ranker(state, set, client, |e| e.state.is_up() && !e.is_full(cap));
+    let ranker = policy.ranker(state, set, client, |e| {
+        e.state.is_up() && e.state.selectable() && !e.is_full(cap)
+    });
     let mut plan = Plan {
         order: [0; MAX_ATTEMPTS],
         len: 0,
@@ -97,7 +103,10 @@ pub fn plan(
         while plan.len < attempts {
             let best = (0..n)
                 .filter(|&i| {
-                    set[i].state.is_up() == want_up && !set[i].is_full(cap) && !plan.contains(i)
+                    set[i].state.is_up() == want_up
+                        && set[i].state.selectable()
+                        && !set[i].is_full(cap)
+                        && !plan.contains(i)
                 })
                 .min_by_key(|&i| rank(i));
             let Some(best) = best else { break };

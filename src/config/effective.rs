@@ -123,12 +123,15 @@ fn admin_section(admin: &Admin) -> AdminSection {
         allow_public,
         expose_config,
         address_labels,
+        token_file,
     } = admin;
     AdminSection {
         listen: Some(listen.to_string()),
         allow_public: Some(*allow_public),
         expose_config: Some(*expose_config),
         address_labels: Some(*address_labels),
+        // The path only: the tokens never leave the file.
+        token_file: token_file.as_ref().map(|t| t.path.display().to_string()),
     }
 }
 

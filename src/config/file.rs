@@ -345,4 +345,8 @@ pub struct AdminSection {
     pub expose_config: Option<bool>,
     /// Label backend address metrics with the address.
     pub address_labels: Option<bool>,
+    // Run-time control (issue 16).
+    /// A file of bearer tokens (`name:token` lines, or one bare token) that
+    /// open the control endpoints on a TCP admin listener.
+    pub token_file: Option<String>,
 }

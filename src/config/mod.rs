@@ -237,7 +237,9 @@ pub struct Config {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
-    pub listen: SocketAddr,
+    /// A loopback (or, with `allow_public`, any) TCP address, or
+    /// `unix:/path` (control endpoints open to whoever may connect).
+    pub listen: AdminListen,
     /// `allow_public`: a non-loopback `listen` was meant (checked here;
     /// kept so the effective configuration shows it).
     pub allow_public: bool,
@@ -245,6 +247,122 @@ pub struct Admin {
     pub expose_config: bool,
     /// Backend address metrics by address ([`DEFAULT_ADMIN_ADDRESS_LABELS`]).
     pub address_labels: bool,
+    // Run-time control (issue 16).
+    /// `token_file` and the tokens it held when the configuration was
+    /// loaded (read again on every reload).
+    pub token_file: Option<TokenFile>,
+}
+
+/// Where the admin listener listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminListen {
+    Tcp(SocketAddr),
+    /// `unix:/path`: a Unix stream socket, created with mode 0660.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for AdminListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdminListen::Tcp(addr) => write!(f, "{addr}"),
+            AdminListen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// `[admin] token_file`, read: the bearer tokens by name.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenFile {
+    pub path: PathBuf,
+    /// (name, token); names are unique. Never logged or shown.
+    pub tokens: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for TokenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.tokens.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("TokenFile")
+            .field("path", &self.path)
+            .field("names", &names)
+            .finish()
+    }
+}
+
+/// Parses a token file: one bare token (named `token`), or lines
+/// `name:token`; blank lines and `#` comments are skipped. Tokens are
+/// printable ASCII without spaces; names are unique.
+pub fn parse_tokens(text: &str) -> Result<Vec<(String, String)>, String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let valid = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
+    let mut tokens: Vec<(String, String)> = Vec::new();
+    if let [only] = lines.as_slice()
+        && !only.contains(':')
+    {
+        if !valid(only) {
+            return Err("the token holds a character that is not printable ASCII".into());
+        }
+        tokens.push(("token".to_owned(), (*only).to_owned()));
+        return Ok(tokens);
+    }
+    for (n, line) in lines.iter().enumerate() {
+        let Some((name, token)) = line.split_once(':') else {
+            return Err(format!(
+                "line {}: expected `name:token` (a file of several tokens names each)",
+                n + 1
+            ));
+        };
+        let name = name.trim();
+        let token = token.trim();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+        {
+            return Err(format!(
+                "line {}: the name {name:?} is not [A-Za-z0-9-_.@]+",
+                n + 1
+            ));
+        }
+        if !valid(token) {
+            return Err(format!(
+                "line {}: the token of {name:?} is empty or not printable ASCII",
+                n + 1
+            ));
+        }
+        if tokens.iter().any(|(other, _)| other == name) {
+            return Err(format!("line {}: the name {name:?} appears twice", n + 1));
+        }
+        tokens.push((name.to_owned(), token.to_owned()));
+    }
+    if tokens.is_empty() {
+        return Err("the file holds no token".into());
+    }
+    Ok(tokens)
+}
+
+/// Reads and checks `[admin] token_file`: it must exist, not be readable
+/// by others (mode & 0o004), and hold at least one token.
+pub fn read_tokens(path: &Path) -> Result<TokenFile, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o004 != 0 {
+        return Err(format!(
+            "{} is readable by every user (mode {:o}); chmod o-r it",
+            path.display(),
+            mode & 0o777
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let tokens = parse_tokens(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(TokenFile {
+        path: path.to_owned(),
+        tokens,
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -583,7 +701,10 @@ impl Config {
             path: path.to_owned(),
             message: e.to_string().trim_end().to_owned(),
         })?;
-        let mut check = Checker::default();
+        let mut check = Checker {
+            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+            ..Checker::default()
+        };
         let config = check.config(&file);
         match config {
             Some(config) if check.problems.is_empty() => Ok(config),
@@ -606,6 +727,9 @@ impl Config {
 struct Checker {
     problems: Vec<Problem>,
     declared_backends: HashSet<String>,
+    /// The configuration file's directory: a relative `token_file` is
+    /// found from there.
+    dir: PathBuf,
 }
 
 impl Checker {
@@ -739,8 +863,37 @@ impl Checker {
 
     fn admin(&mut self, section: &AdminSection) -> Option<Admin> {
         let text = section.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN);
-        let listen = self.socket_addr("admin.listen", text)?;
         let allow_public = section.allow_public.unwrap_or(DEFAULT_ADMIN_ALLOW_PUBLIC);
+        // Run-time control (issue 16): a Unix socket, and the token file.
+        let token_file = match section.token_file.as_deref() {
+            None => None,
+            Some(path) => match read_tokens(&self.dir.join(path)) {
+                Ok(tokens) => Some(tokens),
+                Err(message) => {
+                    self.problem("admin.token_file", message);
+                    return None;
+                }
+            },
+        };
+        if let Some(path) = text.strip_prefix("unix:") {
+            if !path.starts_with('/') {
+                self.problem(
+                    "admin.listen",
+                    format!("{text:?}: a Unix socket path must be absolute (\"unix:/run/snirelay/admin.sock\")"),
+                );
+                return None;
+            }
+            return Some(Admin {
+                listen: AdminListen::Unix(PathBuf::from(path)),
+                allow_public,
+                expose_config: section.expose_config.unwrap_or(DEFAULT_ADMIN_EXPOSE_CONFIG),
+                address_labels: section
+                    .address_labels
+                    .unwrap_or(DEFAULT_ADMIN_ADDRESS_LABELS),
+                token_file,
+            });
+        }
+        let listen = self.socket_addr("admin.listen", text)?;
         if !listen.ip().is_loopback() && !allow_public {
             self.problem(
                 "admin.listen",
@@ -753,12 +906,13 @@ impl Checker {
             return None;
         }
         Some(Admin {
-            listen,
+            listen: AdminListen::Tcp(listen),
             allow_public,
             expose_config: section.expose_config.unwrap_or(DEFAULT_ADMIN_EXPOSE_CONFIG),
             address_labels: section
                 .address_labels
                 .unwrap_or(DEFAULT_ADMIN_ADDRESS_LABELS),
+            token_file,
         })
     }
 

@@ -464,7 +464,7 @@ impl Future for Relay<'_> {
             let now = Instant::now();
             if this.deadline.is_some_and(|at| at <= now) {
                 return Poll::Ready(if drain_at.is_some_and(|at| at <= now) {
-                    CloseReason::Drained
+                    this.drain.reason()
                 } else {
                     CloseReason::MaxLifetime
                 });

@@ -1150,6 +1150,95 @@ pub async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
 // ---------------------------------------- network namespaces (issue 15)
 
 pub mod netns;
+
+// ------------------------------------------------ run-time control (issue 16)
+
+/// An HTTP/1.1 request (`Connection: close`) as text: `method path`, the
+/// `headers` (`Name: value`), and `body` with its Content-Length when not
+/// empty.
+pub fn http_request_text(method: &str, path: &str, headers: &[&str], body: &str) -> String {
+    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n");
+    for header in headers {
+        text.push_str(header);
+        text.push_str("\r\n");
+    }
+    if !body.is_empty() || method == "POST" {
+        text.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    text
+}
+
+/// An admin answer: status, head (status line and headers) and body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Answer {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.head, self.body))
+    }
+}
+
+/// Sends `request` on `stream` and reads the answer until the server closes.
+pub async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    request: &str,
+) -> Answer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        raw
+    };
+    let raw = tokio::time::timeout(WAIT, exchange)
+        .await
+        .expect("admin request timed out");
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("no end of headers");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line: {head}"));
+    Answer {
+        status,
+        head: head.to_owned(),
+        body: body.to_owned(),
+    }
+}
+
+/// [`http_exchange`] on a new TCP connection to `addr`.
+pub async fn http_tcp(addr: SocketAddr, request: &str) -> Answer {
+    http_exchange(TcpStream::connect(addr).await.unwrap(), request).await
+}
+
+/// [`http_exchange`] on a new connection to the Unix socket `path`.
+pub async fn http_unix(path: &std::path::Path, request: &str) -> Answer {
+    http_exchange(
+        tokio::net::UnixStream::connect(path).await.unwrap(),
+        request,
+    )
+    .await
+}
+
+/// Writes a token file (mode 0600, as `[admin] token_file` requires) in a
+/// fresh scratch directory; returns its path.
+pub fn token_file(text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = scratch_dir("tokens").join("admin.tokens");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
 // ------------------------------------------- recording backend, raw clients
 
 /// What a recording backend saw on one connection.

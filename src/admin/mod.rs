@@ -1,6 +1,7 @@
 //! The admin listener (`[admin] listen`): `GET /metrics`, `/healthz`,
-//! `/readyz` and, when `[admin] expose_config = true`, `/config`, served
-//! with hyper (HTTP/1.1).
+//! `/readyz` and, when `[admin] expose_config = true`, `/config`, plus the
+//! control endpoints (below), served with hyper (HTTP/1.1), on TCP or a
+//! Unix socket.
 //!
 //! - `/metrics`: the Prometheus/OpenMetrics text of `crate::metrics`.
 //! - `/healthz`: 200 while the process runs its event loop.
@@ -15,7 +16,7 @@
 //!   read every route and backend.
 //!
 //! Loopback only unless `admin.allow_public = true` (enforced in config).
-//! Only GET and HEAD.
+//! Only GET and HEAD, but for control endpoints.
 //!
 //! **Admission: a health probe cannot be starved.** Connections are
 //! accepted at once, always: no permit is taken before accept. A connection
@@ -33,11 +34,26 @@
 //! attacker only churns its own. Request heads are bounded
 //! ([`MAX_REQUEST_HEAD_BYTES`], [`MAX_REQUEST_HEADERS`]). Every connection
 //! runs on its own task, and nothing here is shared with the relay path but
-//! the runtime. Each close is counted in
+//! the runtime (and, for control, the atomics of the backends' address
+//! state it writes). Each close is counted in
 //! `snirelay_admin_connections_closed_total{reason}` and logged at debug.
 //!
-//! Not here: the metrics themselves, or changing anything: the admin
-//! listener is read-only.
+//! **Control** (issue 16; [`control`]): `GET /backends` and `POST
+//! /backends/{backend}/addresses/{addr}/state` change what the relay does
+//! at run time. They are refused unless the caller is known ([`auth`]): on
+//! a Unix socket (`listen = "unix:/path"`, mode 0660: whoever may open it
+//! may control) every caller is, named by its peer credentials; on TCP only
+//! with a bearer token from `[admin] token_file` (401 without a good one,
+//! 403 when no token file is configured). The read-only endpoints stay
+//! open on either. A control request's body is bounded
+//! ([`control::MAX_BODY_BYTES`], 413 past it) and read within the same
+//! [`REQUEST_TIMEOUT`]. Adding a control endpoint is one entry in
+//! `control::route`.
+//!
+//! Both kinds of socket share the accept loop, the table and its bounds.
+//!
+//! Not here: the metrics themselves; what a state means for the relay
+//! (`backend::select`, `backend::AddressState`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -57,15 +73,21 @@ use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backend::Backends;
 use crate::config::Config;
 use crate::config::effective::PendingRestart;
 use crate::metrics;
+
+pub mod auth;
+pub mod client;
+pub mod control;
 
 /// Admin sockets open at once. Past it, a new connection closes an older
 /// one (see the module header) rather than waiting: accept never blocks.
@@ -120,17 +142,37 @@ pub struct AdminState {
     pub readiness: Arc<Readiness>,
     /// The configuration in force, and the keys of it that wait for a restart.
     config: Mutex<(Arc<Config>, Arc<[PendingRestart]>)>,
+    // Run-time control (issue 16).
+    /// The backends' run-time state of the current generation.
+    backends: Mutex<Arc<Backends>>,
 }
 
 impl AdminState {
     /// Also applies the configuration's `[admin] address_labels` to the
     /// metrics.
-    pub fn new(config: Arc<Config>, readiness: Arc<Readiness>) -> AdminState {
+    pub fn new(
+        config: Arc<Config>,
+        readiness: Arc<Readiness>,
+        backends: Arc<Backends>,
+    ) -> AdminState {
         apply_metrics_settings(&config);
         AdminState {
             readiness,
             config: Mutex::new((config, Arc::new([]))),
+            backends: Mutex::new(backends),
         }
+    }
+
+    /// The backends a reload published: control acts on these from now.
+    pub fn set_backends(&self, backends: Arc<Backends>) {
+        *self.backends.lock().unwrap_or_else(|e| e.into_inner()) = backends;
+    }
+
+    fn backends(&self) -> Arc<Backends> {
+        self.backends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Replaces the configuration `/config` shows (after a reload) and the
@@ -141,7 +183,7 @@ impl AdminState {
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = (config, pending.into());
     }
 
-    fn config(&self) -> (Arc<Config>, Arc<[PendingRestart]>) {
+    pub(crate) fn config(&self) -> (Arc<Config>, Arc<[PendingRestart]>) {
         self.config
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -212,8 +254,9 @@ struct Slot {
     state: AtomicU8,
     /// Fired when the table evicts this connection.
     evicted: CancellationToken,
-    /// A phase deadline closed the connection (its state says which).
-    timed_out: AtomicBool,
+    /// 0, or 1 + the state the connection was in when a phase deadline
+    /// first passed (which deadline closed it: a request's or keep-alive's).
+    timed_out: AtomicU8,
 }
 
 impl Slot {
@@ -299,7 +342,7 @@ impl Table {
 struct Entry {
     table: Arc<Table>,
     id: u64,
-    peer: SocketAddr,
+    peer: Arc<Peer>,
     close: AdminClose,
 }
 
@@ -312,8 +355,68 @@ impl Drop for Entry {
     }
 }
 
+/// Who is on the other end of an admin connection.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    Tcp(SocketAddr),
+    /// SO_PEERCRED of a Unix socket peer (`None`s when unavailable).
+    Unix {
+        uid: Option<u32>,
+        pid: Option<i32>,
+    },
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(addr) => write!(f, "{addr}"),
+            Peer::Unix { uid, pid } => {
+                let show = |v: Option<String>| v.unwrap_or_else(|| "?".to_owned());
+                write!(
+                    f,
+                    "uid={},pid={}",
+                    show(uid.map(|u| u.to_string())),
+                    show(pid.map(|p| p.to_string()))
+                )
+            }
+        }
+    }
+}
+
+/// The admin listening socket: TCP or Unix.
+pub enum AdminSocket {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl AdminSocket {
+    async fn accept(&self) -> io::Result<(AdminStream, Peer)> {
+        match self {
+            AdminSocket::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                Ok((AdminStream::Tcp(s), Peer::Tcp(peer)))
+            }
+            AdminSocket::Unix(l) => {
+                let (s, _) = l.accept().await?;
+                let cred = s.peer_cred().ok();
+                let peer = Peer::Unix {
+                    uid: cred.map(|c| c.uid()),
+                    pid: cred.and_then(|c| c.pid()),
+                };
+                Ok((AdminStream::Unix(s), peer))
+            }
+        }
+    }
+}
+
+/// An accepted admin connection.
+enum AdminStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
 /// Serves admin requests on `socket` until `shutdown` fires.
-pub async fn serve(socket: TcpListener, state: Arc<AdminState>, shutdown: CancellationToken) {
+pub async fn serve(socket: AdminSocket, state: Arc<AdminState>, shutdown: CancellationToken) {
     let table = Arc::new(Table::new(MAX_ADMIN_CONNECTIONS));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.max_buf_size(MAX_REQUEST_HEAD_BYTES)
@@ -335,18 +438,19 @@ pub async fn serve(socket: TcpListener, state: Arc<AdminState>, shutdown: Cancel
             },
             () = shutdown.cancelled() => break,
         };
+        let peer = Arc::new(peer);
         let (id, slot) = table.enter();
         metrics::metrics().admin_opened();
         let entry = Entry {
             table: table.clone(),
             id,
-            peer,
+            peer: peer.clone(),
             close: AdminClose::Error,
         };
         let (state, shutdown, http) = (state.clone(), shutdown.clone(), http.clone());
         connections.spawn(async move {
             let mut entry = entry;
-            entry.close = connection(stream, &slot, state, &shutdown, &http).await;
+            entry.close = connection(stream, peer, &slot, state, &shutdown, &http).await;
         });
     }
     connections.close();
@@ -355,7 +459,8 @@ pub async fn serve(socket: TcpListener, state: Arc<AdminState>, shutdown: Cancel
 
 /// One admin connection, from accept to close.
 async fn connection(
-    stream: TcpStream,
+    stream: AdminStream,
+    peer: Arc<Peer>,
     slot: &Arc<Slot>,
     state: Arc<AdminState>,
     shutdown: &CancellationToken,
@@ -363,20 +468,29 @@ async fn connection(
 ) -> AdminClose {
     // No HTTP state (no buffer) until the client has sent something. A
     // peek, not `readable()`: readiness may be reported before any byte.
+    // (A Unix stream cannot peek: its first byte is read and replayed.)
     let mut first = [0u8; 1];
-    tokio::select! {
+    let mut stream = stream;
+    let waited = async {
+        match &mut stream {
+            AdminStream::Tcp(s) => s.peek(&mut first).await.map(|n| (n, false)),
+            AdminStream::Unix(s) => s.read(&mut first).await.map(|n| (n, true)),
+        }
+    };
+    let replay = tokio::select! {
         () = shutdown.cancelled() => return AdminClose::Shutdown,
         () = slot.evicted.cancelled() => return AdminClose::Evicted,
         () = tokio::time::sleep(FIRST_BYTE_TIMEOUT) => return AdminClose::Silent,
-        peeked = stream.peek(&mut first) => match peeked {
-            Ok(0) => return AdminClose::Done,
-            Ok(_) => {}
+        peeked = waited => match peeked {
+            Ok((0, _)) => return AdminClose::Done,
+            Ok((_, read)) => read.then_some(first[0]),
             Err(_) => return AdminClose::Error,
         },
-    }
+    };
     slot.set(READING);
     let io = Guarded {
         stream,
+        replay,
         slot: slot.clone(),
         deadline: Box::pin(tokio::time::sleep(REQUEST_TIMEOUT)),
         wrote: false,
@@ -385,7 +499,8 @@ async fn connection(
     let service = hyper::service::service_fn(move |req| {
         service_slot.set(RESPONDING);
         let state = state.clone();
-        async move { Ok::<_, Infallible>(respond(&req, &state)) }
+        let peer = peer.clone();
+        async move { Ok::<_, Infallible>(respond(req, &state, &peer).await) }
     });
     let conn = http.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
@@ -393,10 +508,10 @@ async fn connection(
         result = conn.as_mut() => {
             // Checked first: hyper ends an idle connection whose read failed
             // without an error.
-            match (slot.timed_out.load(Ordering::Relaxed), slot.state()) {
-                (true, IDLE) => AdminClose::IdleTimeout,
-                (true, _) => AdminClose::RequestTimeout,
-                (false, _) => match result {
+            match slot.timed_out.load(Ordering::Relaxed) {
+                t if t == IDLE + 1 => AdminClose::IdleTimeout,
+                1.. => AdminClose::RequestTimeout,
+                0 => match result {
                     Ok(()) => AdminClose::Done,
                     Err(error) => {
                         tracing::trace!(%error, "admin connection failed");
@@ -416,7 +531,9 @@ async fn connection(
 /// connection start a request ([`REQUEST_TIMEOUT`]); a flush after the
 /// response was written makes it idle ([`KEEP_ALIVE_TIMEOUT`]).
 struct Guarded {
-    stream: TcpStream,
+    stream: AdminStream,
+    /// The first byte of a Unix stream, read before hyper took over.
+    replay: Option<u8>,
     slot: Arc<Slot>,
     deadline: Pin<Box<Sleep>>,
     /// Response bytes written since the service answered.
@@ -428,7 +545,12 @@ impl Guarded {
     /// socket); past it, the error that ends the connection.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
         self.deadline.as_mut().poll(cx).is_ready().then(|| {
-            self.slot.timed_out.store(true, Ordering::Relaxed);
+            let _ = self.slot.timed_out.compare_exchange(
+                0,
+                self.slot.state() + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             io::Error::new(io::ErrorKind::TimedOut, "admin connection deadline")
         })
     }
@@ -446,8 +568,12 @@ impl AsyncRead for Guarded {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(byte) = this.replay.take() {
+            buf.put_slice(&[byte]);
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
-        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+        match this.stream.pin().poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before && this.slot.state() == IDLE {
                     this.restart(READING, REQUEST_TIMEOUT);
@@ -470,7 +596,7 @@ impl AsyncWrite for Guarded {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write(cx, buf) {
+        match this.stream.pin().poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
                 this.wrote |= n > 0;
                 Poll::Ready(Ok(n))
@@ -485,7 +611,7 @@ impl AsyncWrite for Guarded {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let flushed = Pin::new(&mut this.stream).poll_flush(cx);
+        let flushed = this.stream.pin().poll_flush(cx);
         if matches!(flushed, Poll::Ready(Ok(()))) && this.wrote && this.slot.state() == RESPONDING {
             this.wrote = false;
             this.restart(IDLE, KEEP_ALIVE_TIMEOUT);
@@ -494,11 +620,59 @@ impl AsyncWrite for Guarded {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        self.get_mut().stream.pin().poll_shutdown(cx)
     }
 }
 
-fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+/// Either stream, as one `AsyncRead + AsyncWrite`.
+enum Pinned<'a> {
+    Tcp(Pin<&'a mut TcpStream>),
+    Unix(Pin<&'a mut UnixStream>),
+}
+
+impl AdminStream {
+    fn pin(&mut self) -> Pinned<'_> {
+        match self {
+            AdminStream::Tcp(s) => Pinned::Tcp(Pin::new(s)),
+            AdminStream::Unix(s) => Pinned::Unix(Pin::new(s)),
+        }
+    }
+}
+
+impl Pinned<'_> {
+    fn poll_read(self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Pinned::Tcp(s) => s.poll_read(cx, buf),
+            Pinned::Unix(s) => s.poll_read(cx, buf),
+        }
+    }
+
+    fn poll_write(self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self {
+            Pinned::Tcp(s) => s.poll_write(cx, buf),
+            Pinned::Unix(s) => s.poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Pinned::Tcp(s) => s.poll_flush(cx),
+            Pinned::Unix(s) => s.poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Pinned::Tcp(s) => s.poll_shutdown(cx),
+            Pinned::Unix(s) => s.poll_shutdown(cx),
+        }
+    }
+}
+
+async fn respond(req: Request<Incoming>, state: &AdminState, peer: &Peer) -> Response<Full<Bytes>> {
+    if control::is_control(req.uri().path()) {
+        return control::respond(req, state, peer).await;
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         response
@@ -539,7 +713,7 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /metrics, /healthz, /readyz\n",
+            "not found; try /metrics, /healthz, /readyz, /backends\n",
         ),
     };
     if req.method() == Method::HEAD {
@@ -548,7 +722,7 @@ fn respond(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>>
     response
 }
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response.headers_mut().insert(

@@ -1,0 +1,388 @@
+//! The control endpoints of the admin listener:
+//!
+//! - `GET /backends`: every backend with its addresses, each with the
+//!   operator's state, health, open connections and the age of its last
+//!   failure. A control endpoint (it names origin addresses).
+//! - `POST /backends/{backend}/addresses/{addr}/state` with `{"state":
+//!   "ready" | "drain" | "maint"}`: sets the operator's state of one
+//!   address (`addr` as `IP:port`, IPv6 in brackets, which may be
+//!   percent-encoded). The answer holds the previous and the new state.
+//!
+//! Every request is authorized first ([`super::auth`]), counted in
+//! `snirelay_admin_control_actions_total{kind,outcome}`, and every change
+//! is logged at info with `who` (the token's name or the Unix peer's
+//! credentials). Bad input is a 4xx naming what was wrong, and changes
+//! nothing. Bodies are JSON, at most [`MAX_BODY_BYTES`], unknown fields
+//! refused.
+//!
+//! Adding an endpoint: one arm in `route` (its kind, its method and a
+//! `Handler` given a [`Call`], returning its JSON answer or a
+//! [`Refused`]); authorization, counting, the method check and the body
+//! bound come with it.
+//!
+//! Not here: what a state does to connections (`backend::select` leaves
+//! drained and maintained addresses out of new plans).
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::{self, Refusal};
+use super::{AdminState, Peer, text};
+use crate::backend::{AddressSource, AddressState, BackendRuntime};
+use crate::metrics;
+
+/// Largest request body a control endpoint reads; past it, 413.
+pub const MAX_BODY_BYTES: usize = 4 * 1024;
+
+/// Whether `path` is served by this module (and so needs authorization).
+pub fn is_control(path: &str) -> bool {
+    route(&segments(path)).is_some()
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    path.trim_matches('/').split('/').collect()
+}
+
+/// What a control handler is given: the request, its caller's name (for
+/// the log), and the run-time state to act on.
+pub struct Call<'a> {
+    pub state: &'a AdminState,
+    /// The path's segments (`["backends", NAME, ...]`).
+    pub segments: &'a [&'a str],
+    /// The query string, if any (undecoded).
+    pub query: Option<&'a str>,
+    /// The body (empty for GET), at most [`MAX_BODY_BYTES`].
+    pub body: Bytes,
+    /// The token's name or the Unix peer's credentials.
+    pub who: &'a str,
+}
+
+/// A control endpoint: its answer (200 with JSON), or why not.
+type Handler = fn(&Call<'_>) -> Result<Value, Refused>;
+
+/// The control endpoints: the `kind` they are counted under, the method
+/// they take, and the handler. Authorization, counting, the method check
+/// and the bounded body come with every entry.
+fn route(segments: &[&str]) -> Option<(&'static str, Method, Handler)> {
+    Some(match segments {
+        ["backends"] => ("backends", Method::GET, backends),
+        ["backends", _, "addresses", _, "state"] => {
+            ("address_state", Method::POST, set_address_state)
+        }
+        _ => return None,
+    })
+}
+
+/// A request refused after authorization: its status, a message, and the
+/// `outcome` it is counted under.
+pub struct Refused {
+    status: StatusCode,
+    outcome: &'static str,
+    message: String,
+}
+
+impl Refused {
+    pub(crate) fn new(
+        status: StatusCode,
+        outcome: &'static str,
+        message: impl Into<String>,
+    ) -> Refused {
+        Refused {
+            status,
+            outcome,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad(message: impl Into<String>) -> Refused {
+        Refused::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Refused {
+        Refused::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+}
+
+/// Answers a control request from `peer`.
+pub async fn respond(
+    req: Request<Incoming>,
+    state: &AdminState,
+    peer: &Peer,
+) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().map(str::to_owned);
+    let segments = segments(&path);
+    let Some((kind, method, handler)) = route(&segments) else {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    };
+    let tokens = state
+        .config()
+        .0
+        .admin
+        .as_ref()
+        .and_then(|a| a.token_file.clone());
+    let who = match auth::authorize(req.headers(), peer, tokens.as_ref()) {
+        Ok(who) => who,
+        Err(refusal) => {
+            metrics::metrics().control_action(kind, refusal.outcome());
+            tracing::info!(admin.peer = %peer, kind, outcome = refusal.outcome(), "control request refused");
+            return refused(refusal);
+        }
+    };
+    if req.method() != method {
+        metrics::metrics().control_action(kind, "bad_method");
+        let mut response = text(StatusCode::METHOD_NOT_ALLOWED, format!("use {method}\n"));
+        response.headers_mut().insert(
+            hyper::header::ALLOW,
+            HeaderValue::from_str(method.as_str()).expect("a method is a header value"),
+        );
+        return response;
+    }
+    let body = if method == Method::GET {
+        Ok(Bytes::new())
+    } else {
+        body(req).await
+    };
+    let answer = body.and_then(|body| {
+        handler(&Call {
+            state,
+            segments: &segments,
+            query: query.as_deref(),
+            body,
+            who: &who,
+        })
+    });
+    match answer {
+        Ok(value) => {
+            metrics::metrics().control_action(kind, "ok");
+            json_response(StatusCode::OK, &value)
+        }
+        Err(refused) => {
+            metrics::metrics().control_action(kind, refused.outcome);
+            let mut response = json_response(refused.status, &json!({ "error": refused.message }));
+            if refused.status == StatusCode::REQUEST_TIMEOUT {
+                // The deadline has passed: nothing more is read from it.
+                response
+                    .headers_mut()
+                    .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
+        }
+    }
+}
+
+fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
+    match refusal {
+        Refusal::NoTokenFile => text(
+            StatusCode::FORBIDDEN,
+            "control needs [admin] token_file or a unix socket\n",
+        ),
+        Refusal::BadToken => {
+            let mut response = text(
+                StatusCode::UNAUTHORIZED,
+                "a valid `Authorization: Bearer <token>` is required\n",
+            );
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
+    let body = serde_json::to_string_pretty(value).expect("a JSON value always serializes");
+    let mut response = text(status, body + "\n");
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The request body, at most [`MAX_BODY_BYTES`] (413 past it; a declared
+/// length past it is refused before a byte is read).
+async fn body(req: Request<Incoming>) -> Result<Bytes, Refused> {
+    let too_large = || {
+        Refused::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(error) if timed_out(&*error) => Err(Refused::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the body did not arrive in time",
+        )),
+        Err(error) => Err(Refused::bad(format!("reading the body failed: {error}"))),
+    }
+}
+
+/// Whether `error` comes from the connection's deadline (a body trickled
+/// past `REQUEST_TIMEOUT`).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// `GET /backends`.
+fn backends(call: &Call<'_>) -> Result<Value, Refused> {
+    let backends = call.state.backends();
+    let list: Vec<Value> = backends
+        .sorted()
+        .into_iter()
+        .map(|(name, runtime)| {
+            let source = match &runtime.config.source {
+                AddressSource::Fixed => "fixed",
+                AddressSource::Dns(_) => "dns",
+                AddressSource::Cluster(_) => "cluster",
+            };
+            let addresses: Vec<Value> = runtime
+                .current()
+                .set
+                .iter()
+                .map(|e| {
+                    json!({
+                        "address": e.addr.to_string(),
+                        "state": e.state.operator().as_str(),
+                        "health": if e.state.is_up() { "up" } else { "down" },
+                        "open_connections": e.state.active(),
+                        "last_failure_seconds_ago": e.state.last_failure_age().map(|d| d.as_secs_f64()),
+                    })
+                })
+                .collect();
+            json!({ "name": name, "source": source, "addresses": addresses })
+        })
+        .collect();
+    Ok(json!({ "backends": list }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateBody {
+    state: AddressState,
+}
+
+/// `POST /backends/{backend}/addresses/{addr}/state`.
+fn set_address_state(call: &Call<'_>) -> Result<Value, Refused> {
+    let (state, body, who) = (call.state, &call.body, call.who);
+    let (name, addr_text) = (call.segments[1], percent_decode(call.segments[3]));
+    let addr: SocketAddr = addr_text.parse().map_err(|_| {
+        Refused::bad(format!(
+            "{addr_text:?} is not an IP:port address (IPv6 in brackets: [::1]:443)"
+        ))
+    })?;
+    let wanted: StateBody = serde_json::from_slice(body).map_err(|e| {
+        Refused::bad(format!(
+            "the body must be {{\"state\": \"ready\" | \"drain\" | \"maint\"}}: {e}"
+        ))
+    })?;
+    let backends = state.backends();
+    let runtime: &BackendRuntime = backends
+        .get(name)
+        .ok_or_else(|| Refused::not_found(format!("no backend {name:?}")))?;
+    if runtime.cluster.is_some() {
+        return Err(Refused::bad(format!(
+            "backend {name:?} is cluster-resolved: its addresses are per site and have no state"
+        )));
+    }
+    let set = runtime.current().set;
+    let endpoint = set
+        .iter()
+        .find(|e| e.addr == addr)
+        .ok_or_else(|| Refused::not_found(format!("backend {name:?} has no address {addr}")))?;
+    let previous = endpoint.state.set_operator(wanted.state);
+    // Set first, so no new connection lands on the address after the
+    // parts are taken.
+    let closing = if wanted.state == AddressState::Maint {
+        endpoint.state.maint(state.config().0.global.drain_timeout)
+    } else {
+        0
+    };
+    metrics::metrics().backend_address_state(
+        name,
+        addr,
+        wanted.state.as_str(),
+        &AddressState::ALL.map(AddressState::as_str),
+    );
+    tracing::info!(
+        who,
+        backend = name,
+        address = %addr,
+        state = wanted.state.as_str(),
+        previous = previous.as_str(),
+        open = endpoint.state.active(),
+        closing,
+        "backend address state set"
+    );
+    Ok(json!({
+        "backend": name,
+        "address": addr.to_string(),
+        "state": wanted.state.as_str(),
+        "previous": previous.as_str(),
+        "open_connections": endpoint.state.active(),
+    }))
+}
+
+/// `%XX` escapes decoded (for `[`, `]` and `:` in an IPv6 address);
+/// anything malformed is kept as it is, and fails to parse as an address.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding_recovers_ipv6_addresses() {
+        assert_eq!(percent_decode("%5B%3A%3A1%5D%3A443"), "[::1]:443");
+        assert_eq!(percent_decode("127.0.0.1:443"), "127.0.0.1:443");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+}
