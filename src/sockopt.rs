@@ -7,7 +7,7 @@
 //! sockets, whose accepted sockets inherit it, and on each backend socket).
 //! The relay's only flagged write is here too: [`try_write_before_fin`]
 //! (MSG_MORE) corks a direction's last bytes so that its FIN goes out in
-//! the same segment; [`read_closed`] tells whether a peer's FIN is queued.
+//! the same segment; [`fin_queued`] tells whether a peer's FIN is queued.
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! Sockets are created close-on-exec (socket2's default on Linux).
@@ -387,20 +387,27 @@ pub fn try_write_before_fin(stream: &tokio::net::TcpStream, bytes: &[u8]) -> io:
     })
 }
 
-/// Whether `stream`'s peer has sent FIN, as far as the event loop has seen
-/// (EPOLLRDHUP, kept by tokio as the final `read_closed` readiness). No
-/// syscall: it reads the readiness tokio already holds. `true` means the
-/// FIN is queued behind whatever data is left to read, so a read that
-/// returns less than asked has drained the stream up to its end.
-pub fn read_closed(stream: &tokio::net::TcpStream) -> bool {
+/// Whether `stream`'s peer has sent FIN, and nothing worse, as far as the
+/// event loop has seen (EPOLLRDHUP, kept by tokio as the final
+/// `read_closed` readiness, without EPOLLHUP or EPOLLERR: a reset also
+/// raises EPOLLRDHUP, and must stay a reset). No syscall: it reads the
+/// readiness tokio already holds. `true` means the FIN is queued behind
+/// whatever data is left to read, so a read that returns less than asked
+/// has drained the stream up to its end.
+pub fn fin_queued(stream: &tokio::net::TcpStream) -> bool {
     use std::future::Future;
+    use tokio::io::Interest;
     // `ready()` answers at once from the readiness tokio holds when any
-    // readable bit is set; only when none is does it register a waiter,
-    // which the drop below removes again: either way it never waits.
-    let ready = stream.ready(tokio::io::Interest::READABLE);
+    // bit of interest is set (writable almost always is); only when none
+    // is does it register a waiter, which the drop below removes again:
+    // either way it never waits.
+    let ready = stream.ready(Interest::READABLE | Interest::WRITABLE | Interest::ERROR);
     let mut ready = std::pin::pin!(ready);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    matches!(ready.as_mut().poll(&mut cx), std::task::Poll::Ready(Ok(r)) if r.is_read_closed())
+    matches!(
+        ready.as_mut().poll(&mut cx),
+        std::task::Poll::Ready(Ok(r)) if r.is_read_closed() && !r.is_write_closed() && !r.is_error()
+    )
 }
 
 /// The descriptor limit before and after [`raise_nofile_limit`].

@@ -72,7 +72,7 @@ pub(super) fn copy_once(
     let mut outcome = None;
     // Looked at before the read: a FIN seen now is queued behind every byte
     // the read can return, so a short read then leaves nothing but the FIN.
-    let fin_queued = sockopt::read_closed(from);
+    let fin_queued = sockopt::fin_queued(from);
     let read = from.try_io(Interest::READABLE, || {
         SCRATCH.with_borrow_mut(|buffer| {
             let n = match from.try_read(buffer) {

@@ -652,6 +652,37 @@ mod tests {
         assert_eq!(activity.moved(), crate::pump::ready::Transferred { up: 12, down: 5 });
     }
 
+    // Bytes and then a reset without FIN (a server closing with input
+    // unread) also raise "read closed": the bytes are delivered, but the
+    // reset stays a reset, never a clean end.
+    #[tokio::test]
+    async fn bytes_then_a_reset_are_not_taken_for_bytes_then_fin() {
+        use tokio::io::AsyncReadExt;
+
+        let (client, mut client_peer) = pair().await;
+        let (backend, backend_peer) = pair().await;
+        peer_resets(&backend, backend_peer, b"tail", false).await;
+        let activity = Activity::new();
+        let timeouts = Timeouts {
+            idle: Duration::from_secs(60),
+            half_close: Duration::from_secs(60),
+            lifetime: None,
+        };
+        let cancel = CancellationToken::new();
+        let drain = crate::drain::DrainSignal::new().enter();
+        let relay = relay(
+            &client, &backend, &activity, &timeouts, Instant::now(), &cancel, &drain, 1, false,
+        );
+        let reason = tokio::time::timeout(Duration::from_secs(10), relay)
+            .await
+            .unwrap();
+        assert_eq!(reason, CloseReason::BackendReset);
+        drop((client, backend));
+        let mut got = Vec::new();
+        let _ = client_peer.read_to_end(&mut got).await;
+        assert_eq!(got, b"tail");
+    }
+
     fn directions(up: End, down: End) -> (Direction<'static>, Direction<'static>) {
         let mut pair = (Direction::new(Side::Up), Direction::new(Side::Down));
         (pair.0.end, pair.1.end) = (up, down);
