@@ -64,6 +64,9 @@ struct Args {
     rate_mode: u8,
     /// `--proxy-v2`: both proxies send a PROXY v2 header to the backend.
     proxy_v2: bool,
+    /// `--no-keepalive`: snirelay with `tcp_keepalive = false` on both
+    /// sides, as HAProxy runs here (no `clitcpka`/`srvtcpka`).
+    keepalive: bool,
 }
 
 fn args() -> Args {
@@ -82,6 +85,7 @@ fn args() -> Args {
         pin: None,
         rate_mode: b'R',
         proxy_v2: false,
+        keepalive: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -112,6 +116,7 @@ fn args() -> Args {
                 }
             }
             "--proxy-v2" => args.proxy_v2 = true,
+            "--no-keepalive" => args.keepalive = false,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -267,6 +272,7 @@ listen = ["127.0.0.1:{port}"]
 backlog = 4096
 client_hello_timeout = "5s"
 idle_timeout = "5m"
+{keepalive}
 
 # Every bench client comes from 127.0.0.1, and HAProxy has no such limit.
 [listener.limits]
@@ -280,7 +286,13 @@ backend = "b"
 addresses = ["{backend}"]
 connect_timeout = "5s"
 proxy_protocol = "{proxy_protocol}"
+{keepalive}
 "#,
+        keepalive = if args.keepalive {
+            ""
+        } else {
+            "tcp_keepalive = false"
+        },
         proxy_protocol = if args.proxy_v2 { "v2" } else { "none" },
         threads = args.threads,
         splice = args.splice,
@@ -526,17 +538,33 @@ fn net_counter(file: &str, group: &str, field: &str) -> u64 {
 }
 
 /// TIME_WAIT sockets on 127.0.0.1 whose local or remote port is `proxy` or
-/// `backend`: [client (remote = proxy), proxy front (local = proxy), proxy
-/// back (remote = backend), backend (local = backend)].
+/// `backend`, entered in the last [`TW_FRESH`] seconds (from the time each
+/// has left: TIME_WAIT lasts 60 s on Linux): [client (remote = proxy),
+/// proxy front (local = proxy), proxy back (remote = backend), backend
+/// (local = backend)]. Only fresh ones, because the rate phase just before
+/// left tens of thousands on the same ports, and counting a difference
+/// would not do: a new connection that reuses a port ends the old TIME_WAIT
+/// on it (`tcp_tw_reuse`, and a SYN to a TIME_WAIT socket).
 fn time_wait(proxy: u16, backend: u16) -> [u64; 4] {
     let out = Command::new("ss")
-        .args(["-Htan", "state", "time-wait"])
+        .args(["-Htano", "state", "time-wait"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+    // `timer:(timewait,58sec,0)`, or `1min` for the first second.
+    let left = |line: &str| {
+        let timer = line.split("timewait,").nth(1)?.split(',').next()?;
+        if timer.ends_with("min") {
+            return Some(60);
+        }
+        timer.strip_suffix("sec")?.parse::<u64>().ok()
+    };
     let mut counts = [0; 4];
     for line in out.lines() {
+        if left(line).is_none_or(|left| left < 60 - TW_FRESH) {
+            continue;
+        }
         let fields: Vec<&str> = line.split_whitespace().collect();
         let (Some(local), Some(remote)) = (
             fields.get(2).and_then(|a| port(a)),
@@ -554,6 +582,11 @@ fn time_wait(proxy: u16, backend: u16) -> [u64; 4] {
     }
     counts
 }
+
+/// TIME_WAIT sockets with at least `60 - TW_FRESH` seconds left are the
+/// census's: it waits longer than that after the rate phase before it
+/// starts, and lasts less (at 5,000 connections).
+const TW_FRESH: u64 = 3;
 
 /// Counts the system calls of `pid` (all its threads) until the returned
 /// child is interrupted.
@@ -588,7 +621,9 @@ fn syscalls_counted(child: Option<Child>) -> f64 {
 
 async fn census(proxy: &Proxy, hello: Arc<Vec<u8>>, mode: u8, backend: SocketAddr) -> Census {
     let (proxy_port, backend_port) = (proxy.addr.port(), backend.port());
-    let tw0 = time_wait(proxy_port, backend_port);
+    // The rate phase's TIME_WAIT sockets age past `TW_FRESH` meanwhile.
+    tokio::time::sleep(Duration::from_secs(TW_FRESH + 2)).await;
+    let census_start = Instant::now();
     let segs0 = net_counter("/proc/net/snmp", "Tcp:", "OutSegs");
     let over0 = net_counter("/proc/net/netstat", "TcpExt:", "TCPTimeWaitOverflow");
     let perf_proxy = count_syscalls(proxy.child.id());
@@ -600,13 +635,13 @@ async fn census(proxy: &Proxy, hello: Arc<Vec<u8>>, mode: u8, backend: SocketAdd
     let (proxy_calls, load_calls) = (syscalls_counted(perf_proxy), syscalls_counted(perf_load));
     // The last closes complete within a few round trips on loopback.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let tw1 = time_wait(proxy_port, backend_port);
+    let counted = time_wait(proxy_port, backend_port);
+    if census_start.elapsed() > Duration::from_secs(TW_FRESH - 1) {
+        eprintln!("  census: took over {} s, TIME_WAIT figures are short", TW_FRESH - 1);
+    }
     let over = net_counter("/proc/net/netstat", "TcpExt:", "TCPTimeWaitOverflow") - over0;
     let n = done.max(1) as f64;
-    let mut tw = [0.0; 4];
-    for i in 0..4 {
-        tw[i] = tw1[i].saturating_sub(tw0[i]) as f64 / n;
-    }
+    let tw = counted.map(|c| c as f64 / n);
     Census {
         segments: segs as f64 / n,
         proxy_syscalls: proxy_calls / n,
@@ -999,7 +1034,7 @@ fn print_table(samples: &Samples, args: &Args) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "\nmedians of {} alternating run(s); threads = {}; splice = {}; pipe_size = {}; pin = {}; closer = {}; proxy_v2 = {}",
+        "\nmedians of {} alternating run(s); threads = {}; splice = {}; pipe_size = {}; pin = {}; closer = {}; proxy_v2 = {}; snirelay tcp_keepalive = {}",
         args.runs,
         args.threads,
         args.splice,
@@ -1007,7 +1042,8 @@ fn print_table(samples: &Samples, args: &Args) {
         args.pin
             .map_or("off".to_owned(), |(p, l)| format!("proxy on CPU {p}, load on CPU {l}")),
         if args.rate_mode == b'C' { "backend" } else { "client" },
-        args.proxy_v2
+        args.proxy_v2,
+        args.keepalive
     );
     let _ = writeln!(
         out,

@@ -8,6 +8,12 @@
 //! rest of the burst comes back here (`copy_burst`), so this is also the
 //! fallback of the splice path.
 //!
+//! When the source's FIN is already queued as the read starts (tokio's
+//! read-closed readiness, `sockopt::fin_queued`: no syscall), a short read
+//! holds the source's last bytes: they are written corked (MSG_MORE) and
+//! reported as `Copied::Last`, so that the FIN the relay sends next rides
+//! in the same segment, and the read that would only return 0 is skipped.
+//!
 //! Not here: pipes (see `splice`), or when a direction or the connection
 //! ends (see `relay`).
 //!

@@ -3,7 +3,11 @@
 //!
 //! Half-close is propagated, not turned into a teardown: when one side sends
 //! FIN, the relay shuts down writing toward the other side and keeps the
-//! opposite direction flowing until it ends too. The connection is closed
+//! opposite direction flowing until it ends too. When a side's last bytes
+//! and its FIN arrive together, they leave together: the bytes are written
+//! corked (`copy`, `Copied::Last`) and the shutdown(2), or the close once
+//! both directions have ended, follows in the same poll and carries them
+//! out with the FIN in one segment, as HAProxy does. The connection is closed
 //! early only when a side fails (reset, write error, or it stopped
 //! answering: keepalive probes or retransmissions timed out, which is never
 //! excused), when no byte moved in
