@@ -637,7 +637,10 @@ async fn census(proxy: &Proxy, hello: Arc<Vec<u8>>, mode: u8, backend: SocketAdd
     tokio::time::sleep(Duration::from_millis(200)).await;
     let counted = time_wait(proxy_port, backend_port);
     if census_start.elapsed() > Duration::from_secs(TW_FRESH - 1) {
-        eprintln!("  census: took over {} s, TIME_WAIT figures are short", TW_FRESH - 1);
+        eprintln!(
+            "  census: took over {} s, TIME_WAIT figures are short",
+            TW_FRESH - 1
+        );
     }
     let over = net_counter("/proc/net/netstat", "TcpExt:", "TCPTimeWaitOverflow") - over0;
     let n = done.max(1) as f64;
@@ -834,7 +837,12 @@ fn main() {
     // Pinned before the runtime starts, so that its threads inherit it.
     if let Some((_, load)) = args.pin {
         let status = Command::new("taskset")
-            .args(["-p", "-c", &load.to_string(), &std::process::id().to_string()])
+            .args([
+                "-p",
+                "-c",
+                &load.to_string(),
+                &std::process::id().to_string(),
+            ])
             .stdout(Stdio::null())
             .status();
         assert!(status.is_ok_and(|s| s.success()), "taskset failed");
@@ -1039,9 +1047,14 @@ fn print_table(samples: &Samples, args: &Args) {
         args.threads,
         args.splice,
         args.pipe_size,
-        args.pin
-            .map_or("off".to_owned(), |(p, l)| format!("proxy on CPU {p}, load on CPU {l}")),
-        if args.rate_mode == b'C' { "backend" } else { "client" },
+        args.pin.map_or("off".to_owned(), |(p, l)| format!(
+            "proxy on CPU {p}, load on CPU {l}"
+        )),
+        if args.rate_mode == b'C' {
+            "backend"
+        } else {
+            "client"
+        },
         args.proxy_v2,
         args.keepalive
     );
@@ -1071,8 +1084,16 @@ fn print_table(samples: &Samples, args: &Args) {
         ("rate_load_busy", "load side busy % of a core", ""),
         ("rate_p50", "connection latency p50 ms", ""),
         ("rate_p99", "connection latency p99 ms", "<= 1.0x HAProxy"),
-        ("census_segments", "TCP segments per connection (census)", ""),
-        ("census_proxy_syscalls", "proxy system calls per connection", ""),
+        (
+            "census_segments",
+            "TCP segments per connection (census)",
+            "",
+        ),
+        (
+            "census_proxy_syscalls",
+            "proxy system calls per connection",
+            "",
+        ),
         (
             "census_load_syscalls",
             "load side system calls per connection",

@@ -598,7 +598,12 @@ mod tests {
     /// Waits (bounded) until `stream`'s readiness shows its peer's FIN.
     async fn until_read_closed(stream: &TcpStream) {
         for _ in 0..1000 {
-            if stream.ready(Interest::READABLE).await.unwrap().is_read_closed() {
+            if stream
+                .ready(Interest::READABLE)
+                .await
+                .unwrap()
+                .is_read_closed()
+            {
                 return;
             }
             tokio::task::yield_now().await;
@@ -629,7 +634,15 @@ mod tests {
         let cancel = CancellationToken::new();
         let drain = crate::drain::DrainSignal::new().enter();
         let relay = relay(
-            &client, &backend, &activity, &timeouts, Instant::now(), &cancel, &drain, 1, false,
+            &client,
+            &backend,
+            &activity,
+            &timeouts,
+            Instant::now(),
+            &cancel,
+            &drain,
+            1,
+            false,
         );
         let peers = tokio::spawn(async move {
             let mut reply = Vec::new();
@@ -653,7 +666,10 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(activity.moved(), crate::pump::ready::Transferred { up: 12, down: 5 });
+        assert_eq!(
+            activity.moved(),
+            crate::pump::ready::Transferred { up: 12, down: 5 }
+        );
     }
 
     // Bytes and then a reset without FIN (a server closing with input
@@ -675,7 +691,15 @@ mod tests {
         let cancel = CancellationToken::new();
         let drain = crate::drain::DrainSignal::new().enter();
         let relay = relay(
-            &client, &backend, &activity, &timeouts, Instant::now(), &cancel, &drain, 1, false,
+            &client,
+            &backend,
+            &activity,
+            &timeouts,
+            Instant::now(),
+            &cancel,
+            &drain,
+            1,
+            false,
         );
         let reason = tokio::time::timeout(Duration::from_secs(10), relay)
             .await
