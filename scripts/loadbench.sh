@@ -6,6 +6,10 @@
 #   scripts/loadbench.sh                 # 3 runs, 10 s phases, 1 thread each
 #   scripts/loadbench.sh --threads 2     # any loadbench flag passes through
 #   scripts/loadbench.sh --only rate,ping --runs 5
+#   scripts/loadbench.sh --only rate --pin 0,1 --closer backend
+#                                        # proxy alone on CPU 0, load on
+#                                        # CPU 1, with a per-connection census
+#                                        # (needs taskset, ss, perf)
 #
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.

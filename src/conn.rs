@@ -41,7 +41,7 @@ use crate::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::ready::Activity;
 use crate::pump::relay;
-use crate::{connect, inspect, route, sockopt};
+use crate::{connect, inspect, route};
 
 /// What a connection holds from admission to its end: its place under
 /// `max_connections` and its per-source slot (a direct client's from the
@@ -146,8 +146,8 @@ async fn setup<'g>(
         backends,
         ..
     } = generation;
+    // TCP_NODELAY is inherited from the listening socket (see `sockopt`).
     let client = &mut accepted.stream;
-    let _ = sockopt::set_nodelay(client);
 
     // preface (only on listeners with [listener.proxy_protocol])
     let deadline = accepted.at + listener.client_hello_timeout;

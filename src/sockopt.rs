@@ -2,8 +2,12 @@
 //!
 //! Listening sockets are built with socket2 so that the options that must be
 //! set before `bind`/`listen` (SO_REUSEADDR, IPV6_V6ONLY, the backlog) are
-//! explicit; accepted and connected sockets get TCP_NODELAY, since the relay
-//! forwards TLS records whose latency matters more than segment count.
+//! explicit; relayed sockets get TCP_NODELAY, since the relay forwards TLS
+//! records whose latency matters more than segment count (set on listening
+//! sockets, whose accepted sockets inherit it, and on each backend socket).
+//! The relay's only flagged write is here too: [`try_write_before_fin`]
+//! (MSG_MORE) corks a direction's last bytes so that its FIN goes out in
+//! the same segment; [`fin_queued`] tells whether a peer's FIN is queued.
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! Sockets are created close-on-exec (socket2's default on Linux).
@@ -29,7 +33,8 @@ use std::net::{SocketAddr, TcpListener};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-/// Disables Nagle's algorithm on a relayed socket.
+/// Disables Nagle's algorithm on a relayed socket. Client sockets need no
+/// call: listening sockets get TCP_NODELAY and accepted ones inherit it.
 pub fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)
 }
@@ -206,6 +211,9 @@ pub fn bind_listener_with(
         socket.set_only_v6(true)?;
     }
     socket.set_nonblocking(true)?;
+    // Accepted sockets inherit TCP_NODELAY, which spares every client
+    // connection its own setsockopt(2).
+    socket.set_tcp_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
     Ok(socket.into())
@@ -230,6 +238,8 @@ pub fn adopt_listener(fd: std::os::fd::OwnedFd) -> io::Result<TcpListener> {
     }
     socket.set_cloexec(true)?;
     socket.set_nonblocking(true)?;
+    // As for a socket bound here: its accepted sockets inherit it.
+    socket.set_tcp_nodelay(true)?;
     Ok(socket.into())
 }
 
@@ -363,6 +373,43 @@ pub fn shutdown_write(stream: &tokio::net::TcpStream) -> io::Result<()> {
     socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write)
 }
 
+/// Writes `bytes` to `stream` with MSG_MORE: the kernel holds them back
+/// (corks them) instead of sending them at once, so the FIN of a
+/// shutdown(2) or close(2) that must follow at once is tacked onto the same
+/// segment (`tcp_send_fin` sets FIN on the unsent tail). Only for the last
+/// bytes of a direction whose end is already known: corked bytes wait
+/// for the next write or that FIN. Non-blocking, like `try_write`: a full
+/// send buffer gives `WouldBlock` and clears the write readiness.
+pub fn try_write_before_fin(stream: &tokio::net::TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    stream.try_io(tokio::io::Interest::WRITABLE, || {
+        socket2::SockRef::from(stream)
+            .send_with_flags(bytes, nix::libc::MSG_MORE | nix::libc::MSG_NOSIGNAL)
+    })
+}
+
+/// Whether `stream`'s peer has sent FIN, and nothing worse, as far as the
+/// event loop has seen (EPOLLRDHUP, kept by tokio as the final
+/// `read_closed` readiness, without EPOLLHUP or EPOLLERR: a reset also
+/// raises EPOLLRDHUP, and must stay a reset). No syscall: it reads the
+/// readiness tokio already holds. `true` means the FIN is queued behind
+/// whatever data is left to read, so a read that returns less than asked
+/// has drained the stream up to its end.
+pub fn fin_queued(stream: &tokio::net::TcpStream) -> bool {
+    use std::future::Future;
+    use tokio::io::Interest;
+    // `ready()` answers at once from the readiness tokio holds when any
+    // bit of interest is set (writable almost always is); only when none
+    // is does it register a waiter, which the drop below removes again:
+    // either way it never waits.
+    let ready = stream.ready(Interest::READABLE | Interest::WRITABLE | Interest::ERROR);
+    let mut ready = std::pin::pin!(ready);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    matches!(
+        ready.as_mut().poll(&mut cx),
+        std::task::Poll::Ready(Ok(r)) if r.is_read_closed() && !r.is_write_closed() && !r.is_error()
+    )
+}
+
 /// The descriptor limit before and after [`raise_nofile_limit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NofileLimit {
@@ -398,6 +445,20 @@ mod tests {
         interval: Duration::from_secs(3),
         count: 4,
     };
+
+    /// Client sockets get TCP_NODELAY through the listening socket alone
+    /// (the relay sets it on no accepted socket): this pins the Linux
+    /// behaviour that relies on.
+    #[test]
+    fn accepted_sockets_inherit_the_listening_sockets_nodelay() {
+        let listener = bind_listener_with("127.0.0.1:0".parse().unwrap(), 8, false).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(accepted.nodelay().unwrap());
+        // Not a default: a connecting socket has it off.
+        assert!(!client.nodelay().unwrap());
+    }
 
     /// Client sockets get keepalive through the listening socket alone:
     /// this pins the Linux behaviour that relies on.

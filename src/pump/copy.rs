@@ -8,6 +8,12 @@
 //! rest of the burst comes back here (`copy_burst`), so this is also the
 //! fallback of the splice path.
 //!
+//! When the source's FIN is already queued as the read starts (tokio's
+//! read-closed readiness, `sockopt::fin_queued`: no syscall), a short read
+//! holds the source's last bytes: they are written corked (MSG_MORE) and
+//! reported as `Copied::Last`, so that the FIN the relay sends next rides
+//! in the same segment, and the read that would only return 0 is skipped.
+//!
 //! Not here: pipes (see `splice`), or when a direction or the connection
 //! ends (see `relay`).
 //!
@@ -21,6 +27,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::pump::ready::{Activity, Burst, BurstError, Side, readable, writable};
+use crate::sockopt;
 
 thread_local! {
     /// Per worker thread; borrowed only inside synchronous sections.
@@ -43,6 +50,12 @@ pub(super) enum Copied {
     /// Nothing to read (readiness is now cleared).
     Idle,
     Eof,
+    /// The source's last bytes, all written, and its FIN already queued
+    /// behind them: the direction has ended. They were written corked
+    /// (MSG_MORE), so the caller must pass the FIN on now (shutdown(2), or
+    /// close(2) when the other direction has ended too), which sends them
+    /// and the FIN in one segment.
+    Last,
 }
 
 /// One read into the thread's scratch buffer, written on at once. Whatever
@@ -63,6 +76,9 @@ pub(super) fn copy_once(
     activity: &Activity,
 ) -> Result<Copied, BurstError> {
     let mut outcome = None;
+    // Looked at before the read: a FIN seen now is queued behind every byte
+    // the read can return, so a short read then leaves nothing but the FIN.
+    let fin_queued = sockopt::fin_queued(from);
     let read = from.try_io(Interest::READABLE, || {
         SCRATCH.with_borrow_mut(|buffer| {
             let n = match from.try_read(buffer) {
@@ -71,9 +87,19 @@ pub(super) fn copy_once(
                 Err(e) => return Err(e),
             };
             activity.touch();
+            // The source's last bytes: written corked, for the FIN that
+            // the caller sends next to go in the same segment (as HAProxy
+            // does when it knows a shutdown follows), and the read that
+            // would only return 0 is skipped.
+            let last = fin_queued && n < buffer.len();
             let mut written = 0;
             while written < n {
-                match to.try_write(&buffer[written..n]) {
+                let attempt = if last {
+                    sockopt::try_write_before_fin(to, &buffer[written..n])
+                } else {
+                    to.try_write(&buffer[written..n])
+                };
+                match attempt {
                     Ok(w) => written += w,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         activity.add(side, written);
@@ -87,7 +113,9 @@ pub(super) fn copy_once(
             }
             activity.add(side, written);
             activity.touch();
-            if n == buffer.len() {
+            if last {
+                Ok(Copied::Last)
+            } else if n == buffer.len() {
                 Ok(Copied::Full)
             } else {
                 // Reported as WouldBlock so that `try_io` clears readiness.
@@ -141,7 +169,7 @@ pub(super) async fn copy_burst(
         // cooperative budget is spent.
         readable(from).await.map_err(BurstError::Read)?;
         match copy_once(from, to, side, activity)? {
-            Copied::Eof => return Ok(Burst::Eof),
+            Copied::Eof | Copied::Last => return Ok(Burst::Eof),
             Copied::Idle | Copied::Partial => return Ok(Burst::Idle),
             Copied::Stuck(rest) => write_rest(to, rest, side, activity).await?,
             Copied::Full => {}

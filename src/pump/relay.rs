@@ -3,7 +3,11 @@
 //!
 //! Half-close is propagated, not turned into a teardown: when one side sends
 //! FIN, the relay shuts down writing toward the other side and keeps the
-//! opposite direction flowing until it ends too. The connection is closed
+//! opposite direction flowing until it ends too. When a side's last bytes
+//! and its FIN arrive together, they leave together: the bytes are written
+//! corked (`copy`, `Copied::Last`) and the shutdown(2), or the close once
+//! both directions have ended, follows in the same poll and carries them
+//! out with the FIN in one segment, as HAProxy does. The connection is closed
 //! early only when a side fails (reset, write error, or it stopped
 //! answering: keepalive probes or retransmissions timed out, which is never
 //! excused), when no byte moved in
@@ -260,7 +264,9 @@ impl<'a> Direction<'a> {
                 // the next `poll_read_ready` waits; after a stale wake-up it
                 // also does.
                 Ok(Copied::Partial | Copied::Idle) => {}
-                Ok(Copied::Eof) => return Poll::Ready(Ok(())),
+                // The last bytes are corked: the caller's FIN (shutdown
+                // or close, in this same poll) sends them with it.
+                Ok(Copied::Eof | Copied::Last) => return Poll::Ready(Ok(())),
                 Err(BurstError::Read(e)) => return Poll::Ready(Err(Failure::read(reader, &e))),
                 Err(BurstError::Write(e)) => {
                     return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
@@ -587,6 +593,122 @@ mod tests {
         assert!(!fin_before_reset(&ours, &error));
         assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
         assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
+    }
+
+    /// Waits (bounded) until `stream`'s readiness shows its peer's FIN.
+    async fn until_read_closed(stream: &TcpStream) {
+        for _ in 0..1000 {
+            if stream
+                .ready(Interest::READABLE)
+                .await
+                .unwrap()
+                .is_read_closed()
+            {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the peer's FIN never showed");
+    }
+
+    // The backend's last bytes and its FIN arrive together: the relay
+    // passes them on corked, with the FIN right behind (one segment: the
+    // load benchmark counts segments per connection), and the client's
+    // direction stays open (half-close, not a teardown).
+    #[tokio::test]
+    async fn the_last_bytes_and_their_fin_are_passed_on_together() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (client, mut client_peer) = pair().await;
+        let (backend, mut backend_peer) = pair().await;
+        backend_peer.write_all(b"reply").await.unwrap();
+        sockopt::shutdown_write(&backend_peer).unwrap();
+        until_read_closed(&backend).await;
+
+        let activity = Activity::new();
+        let timeouts = Timeouts {
+            idle: Duration::from_secs(60),
+            half_close: Duration::from_secs(60),
+            lifetime: None,
+        };
+        let cancel = CancellationToken::new();
+        let drain = crate::drain::DrainSignal::new().enter();
+        let relay = relay(
+            &client,
+            &backend,
+            &activity,
+            &timeouts,
+            Instant::now(),
+            &cancel,
+            &drain,
+            1,
+            false,
+        );
+        let peers = tokio::spawn(async move {
+            let mut reply = Vec::new();
+            client_peer.read_to_end(&mut reply).await.unwrap();
+            assert_eq!(reply, b"reply");
+            // Half-close: the client still reaches the backend.
+            client_peer.write_all(b"close_notify").await.unwrap();
+            sockopt::shutdown_write(&client_peer).unwrap();
+            let mut up = Vec::new();
+            backend_peer.read_to_end(&mut up).await.unwrap();
+            assert_eq!(up, b"close_notify");
+        });
+        let reason = tokio::time::timeout(Duration::from_secs(10), relay)
+            .await
+            .unwrap();
+        assert_eq!(reason, CloseReason::Done);
+        // Both directions have ended: closing sends the client's last bytes
+        // (corked) and its FIN on to the backend.
+        drop((client, backend));
+        tokio::time::timeout(Duration::from_secs(10), peers)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            activity.moved(),
+            crate::pump::ready::Transferred { up: 12, down: 5 }
+        );
+    }
+
+    // Bytes and then a reset without FIN (a server closing with input
+    // unread) also raise "read closed": the bytes are delivered, but the
+    // reset stays a reset, never a clean end.
+    #[tokio::test]
+    async fn bytes_then_a_reset_are_not_taken_for_bytes_then_fin() {
+        use tokio::io::AsyncReadExt;
+
+        let (client, mut client_peer) = pair().await;
+        let (backend, backend_peer) = pair().await;
+        peer_resets(&backend, backend_peer, b"tail", false).await;
+        let activity = Activity::new();
+        let timeouts = Timeouts {
+            idle: Duration::from_secs(60),
+            half_close: Duration::from_secs(60),
+            lifetime: None,
+        };
+        let cancel = CancellationToken::new();
+        let drain = crate::drain::DrainSignal::new().enter();
+        let relay = relay(
+            &client,
+            &backend,
+            &activity,
+            &timeouts,
+            Instant::now(),
+            &cancel,
+            &drain,
+            1,
+            false,
+        );
+        let reason = tokio::time::timeout(Duration::from_secs(10), relay)
+            .await
+            .unwrap();
+        assert_eq!(reason, CloseReason::BackendReset);
+        drop((client, backend));
+        let mut got = Vec::new();
+        let _ = client_peer.read_to_end(&mut got).await;
+        assert_eq!(got, b"tail");
     }
 
     fn directions(up: End, down: End) -> (Direction<'static>, Direction<'static>) {
