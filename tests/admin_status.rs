@@ -263,6 +263,7 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
         "names with expose_config"
     );
     assert!(dom.contains("id=\"generation\">1<"), "first generation");
+    assert!(dom.contains("<td>none</td>"), "no active check, none shown");
 
     // The artifact: the page as a phone shows it.
     let png = screenshot_path();
@@ -300,13 +301,33 @@ async fn wait_until_metric(admin: SocketAddr, series: &str, at_least: f64) {
 async fn addresses_are_hidden_without_address_labels_and_reloads_count_generations() {
     let pki = Pki::new(&[NAME]);
     let backend = tls_echo_backend(&pki).await;
-    let text = config(backend, "address_labels = false\n");
+    // A second address on which nothing listens, and active checks: the
+    // page shows each address's last check.
+    let dead = closed_port();
+    let text = config(backend, "address_labels = false\n").replace(
+        &format!("[\"{backend}\"]"),
+        &format!("[\"{backend}\", \"{dead}\"]"),
+    ) + "\n[backend.b.health]\ninterval = \"100ms\"\ntimeout = \"500ms\"\n";
     let relay = Relay::start(&text).await;
     let admin = admin_addr(&relay).await;
     drop(echo_session(&pki, relay.addr(), NAME).await.unwrap());
 
-    let (status, page) = http_get(admin, "/").await;
+    // Polled (bounded): the first checks may not have ended yet.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let (status, page) = loop {
+        let (status, page) = http_get(admin, "/").await;
+        if page.matches("data-check=").count() == 2 {
+            break (status, page);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(status, 200);
+    let (first, second) = page.split_once("<td>#2</td>").unwrap();
+    let first = &first[first.find("<td>#1</td>").unwrap()..];
+    assert!(first.contains("data-check=\"passed\">passed "), "{page}");
+    assert!(second.contains("data-check=\"failed\">failed "), "{page}");
+    assert!(!page.contains(&dead.to_string()), "{page}");
     assert!(!page.contains(&backend.to_string()), "{page}");
     assert!(!page.contains("snirelay_backend_address_up"), "{page}");
     assert!(page.contains("<td>#1</td>"), "{page}");

@@ -11,8 +11,9 @@
 //! exact series text (`snirelay_connections_accepted_total{listener="tls"}`)
 //! so a reader (or a test) can compare the two. What `/metrics` does not
 //! carry per address comes from the backends' run-time state
-//! (`backend::EndpointState`: operator state, health, open connections, age
-//! of the last failed connect or check), and the layout from the
+//! (`backend::EndpointState`: operator state, health, open connections, the
+//! last active check (its outcome and age), and the age of the last failed
+//! connect or check), and the layout from the
 //! configuration in force. Connection rates are the difference between the
 //! accepted counters of this render and of the previous one taken at least
 //! [`MIN_RATE_INTERVAL`] earlier (kept in [`Rates`], in the admin state).
@@ -425,7 +426,7 @@ pub fn render(state: &AdminState) -> String {
     h.push_str(
         "<h2>Backends</h2><div class=\"scroll\"><table id=\"backends\"><tr><th>backend / address</th>\
          <th>state</th><th>health</th><th>open</th><th>connects</th><th>conn/s</th><th>failed</th>\
-         <th>last failure</th><th>checks</th></tr>",
+         <th>last check</th><th>last failure</th><th>checks</th></tr>",
     );
     let mut drained = Vec::new();
     for (name, runtime) in backends.sorted() {
@@ -452,7 +453,7 @@ pub fn render(state: &AdminState) -> String {
             h,
             "<tr class=\"backend\"><td><b>{name_e}</b> <small>{source} · {policy}</small></td>\
              <td></td><td>{up} up / {down} down</td><td class=\"n\" data-backend-open=\"{name_e}\">{open}</td>\
-             {acc}{rate}{fail}<td></td><td>{checks}</td></tr>",
+             {acc}{rate}{fail}<td></td><td></td><td>{checks}</td></tr>",
             name_e = escape(name),
             source = escape(&source),
             policy = runtime.config.policy.as_str(),
@@ -496,10 +497,24 @@ pub fn render(state: &AdminState) -> String {
                 h,
                 "<tr class=\"addr\"><td>{shown}</td><td class=\"{state}\">{state}</td>\
                  <td class=\"{class}\"{health_attr} data-health=\"{up}\">{health}</td>\
-                 <td class=\"n\">{open}</td><td></td><td></td><td></td><td>{last}</td><td></td></tr>",
+                 <td class=\"n\">{open}</td><td></td><td></td><td></td>{check}<td>{last}</td><td></td></tr>",
                 state = operator.as_str(),
                 up = u8::from(endpoint.state.is_up()),
                 open = endpoint.state.active(),
+                check = match endpoint.state.last_check() {
+                    None => "<td>none</td>".to_owned(),
+                    Some((ago, passed)) => {
+                        let (word, class) = if passed {
+                            ("passed", "up")
+                        } else {
+                            ("failed", "down")
+                        };
+                        format!(
+                            "<td class=\"{class}\" data-check=\"{word}\">{word} {} ago</td>",
+                            age(ago)
+                        )
+                    }
+                },
                 last = endpoint
                     .state
                     .last_failure_age()
@@ -508,7 +523,7 @@ pub fn render(state: &AdminState) -> String {
         }
         if !resolved.known {
             h.push_str(
-                "<tr class=\"addr\"><td colspan=\"9\"><small>not resolved yet</small></td></tr>",
+                "<tr class=\"addr\"><td colspan=\"10\"><small>not resolved yet</small></td></tr>",
             );
         }
     }
