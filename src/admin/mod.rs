@@ -14,6 +14,8 @@
 //!   a reload changed that only a restart applies. 404 unless
 //!   `expose_config` is set, so whoever may scrape `/metrics` does not also
 //!   read every route and backend.
+//! - `/`: the status page ([`status`]), HTML for people, rendered on
+//!   request from the metrics, the configuration and the backends' state.
 //!
 //! Loopback only unless `admin.allow_public = true` (enforced in config).
 //! Only GET and HEAD, but for control endpoints.
@@ -64,7 +66,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -88,6 +90,7 @@ use crate::metrics;
 pub mod auth;
 pub mod client;
 pub mod control;
+pub mod status;
 
 /// Admin sockets open at once. Past it, a new connection closes an older
 /// one (see the module header) rather than waiting: accept never blocks.
@@ -145,6 +148,12 @@ pub struct AdminState {
     // Run-time control (issue 16).
     /// The backends' run-time state of the current generation.
     backends: Mutex<Arc<Backends>>,
+    // The status page (issue 16).
+    /// The configuration's generation (1 at start, one more per applied
+    /// reload) and when it was loaded.
+    loaded: Mutex<(u64, SystemTime)>,
+    /// The page's connection rates: the counters of its last sample.
+    rates: status::Rates,
 }
 
 impl AdminState {
@@ -160,6 +169,8 @@ impl AdminState {
             readiness,
             config: Mutex::new((config, Arc::new([]))),
             backends: Mutex::new(backends),
+            loaded: Mutex::new((1, SystemTime::now())),
+            rates: status::Rates::default(),
         }
     }
 
@@ -177,10 +188,17 @@ impl AdminState {
 
     /// Replaces the configuration `/config` shows (after a reload) and the
     /// keys of it that wait for a restart, and applies its `expose_config`
-    /// and `address_labels` from now on.
+    /// and `address_labels` from now on. Counts a new generation, loaded now.
     pub fn set_config(&self, config: Arc<Config>, pending: Vec<PendingRestart>) {
         apply_metrics_settings(&config);
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = (config, pending.into());
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        *loaded = (loaded.0 + 1, SystemTime::now());
+    }
+
+    /// The configuration's generation and when it was loaded.
+    pub fn loaded(&self) -> (u64, SystemTime) {
+        *self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn config(&self) -> (Arc<Config>, Arc<[PendingRestart]>) {
@@ -691,6 +709,21 @@ async fn respond(req: Request<Incoming>, state: &AdminState, peer: &Peer) -> Res
             );
             response
         }
+        // The status page: read-only, open like /metrics (it shows no more
+        // than /metrics and /backends do, addresses hidden the same way).
+        "/" => {
+            let mut response = text(StatusCode::OK, status::render(state));
+            let headers = response.headers_mut();
+            headers.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            headers.insert(
+                hyper::header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            );
+            response
+        }
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" => {
             if state.readiness.is_ready() {
@@ -713,7 +746,7 @@ async fn respond(req: Request<Incoming>, state: &AdminState, peer: &Peer) -> Res
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /metrics, /healthz, /readyz, /backends\n",
+            "not found; try /, /metrics, /healthz, /readyz, /backends\n",
         ),
     };
     if req.method() == Method::HEAD {

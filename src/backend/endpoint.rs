@@ -149,6 +149,9 @@ pub struct EndpointState {
     /// The window of the last `maint`, for a connection that lands on the
     /// address after its parts were fired.
     maint_window_ms: AtomicU64,
+    // The status page (issue 16).
+    /// The last active check: `now_ms << 1 | passed`, 0 for none yet.
+    last_check: AtomicU64,
 }
 
 /// What the operator said about an address (`POST
@@ -348,6 +351,23 @@ impl EndpointState {
     /// without touching the passive counters.
     pub fn note_failure(&self) {
         self.last_failure.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// An active health check of this address ended (`passed` or not).
+    pub fn note_check(&self, passed: bool) {
+        // At least 1 ms, so a check is never mistaken for "none yet".
+        let at = now_ms().max(1);
+        self.last_check
+            .store(at << 1 | u64::from(passed), Ordering::Relaxed);
+    }
+
+    /// The last active check: how long ago, and whether it passed.
+    pub fn last_check(&self) -> Option<(Duration, bool)> {
+        let v = self.last_check.load(Ordering::Relaxed);
+        (v != 0).then(|| {
+            let age = Duration::from_millis(now_ms().saturating_sub(v >> 1));
+            (age, v & 1 == 1)
+        })
     }
 }
 

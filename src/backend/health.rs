@@ -324,6 +324,7 @@ pub async fn run(runtime: Arc<BackendRuntime>, check: HealthCheck, cancel: Cance
             let addr = endpoint.addr;
             let state = &endpoint.state;
             let streak = streaks.entry(addr).or_default();
+            state.note_check(result.is_ok());
             if let Err(error) = &result {
                 state.note_failure();
                 tracing::debug!(%backend, %addr, %error, "health check failed");

@@ -1,0 +1,637 @@
+//! The status page (`GET /` on the admin listener): one server-rendered
+//! HTML page with every listener, route and backend (with its addresses),
+//! admission refusals and close reasons, drains in progress, and the
+//! configuration's generation and load time, in the spirit of HAProxy's
+//! stats page.
+//!
+//! Where the numbers come from: every counter and gauge is read from the
+//! same exposition `/metrics` serves (`metrics::Metrics::render`,
+//! parsed back here), so the page and a scrape taken at the same moment
+//! agree by construction; each such number carries `data-metric` with its
+//! exact series text (`snirelay_connections_accepted_total{listener="tls"}`)
+//! so a reader (or a test) can compare the two. What `/metrics` does not
+//! carry per address comes from the backends' run-time state
+//! (`backend::EndpointState`: operator state, health, open connections, the
+//! last active check (its outcome and age), and the age of the last failed
+//! connect or check), and the layout from the
+//! configuration in force. Connection rates are the difference between the
+//! accepted counters of this render and of the previous one taken at least
+//! [`MIN_RATE_INTERVAL`] earlier (kept in [`Rates`], in the admin state).
+//!
+//! Cost: nothing on the relay path. The page is built only when requested,
+//! on the admin connection's task, from what a scrape reads (the registry's
+//! atomics, under its families' read locks) plus relaxed loads of the
+//! per-address atomics; nothing is sampled in the background. It refreshes
+//! itself with `<meta http-equiv="refresh">`, i.e. one scrape's worth of
+//! work per viewer every [`REFRESH_SECONDS`].
+//!
+//! Self-contained: no script, no external stylesheet, font or image, so it
+//! works on an air-gapped machine; a viewport meta and tables that scroll
+//! sideways inside their own box keep it legible on a phone. Every string
+//! from the configuration or the metrics is HTML-escaped. No SNI appears.
+//! With `[admin] address_labels = false`, backend addresses are shown as
+//! `#1`, `#2`, ... (their position in the set), as the metrics drop them;
+//! a route's server names only with `expose_config = true`, like `/config`.
+//!
+//! Not here: the endpoints that change anything (`control`), per-connection
+//! listings (the connection registry).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::backend::{AddressSource, AddressState};
+use crate::metrics;
+
+use super::AdminState;
+
+/// The page reloads itself this often.
+pub const REFRESH_SECONDS: u32 = 5;
+/// Renders closer together than this reuse the previous rates, so several
+/// viewers (or a quick reload) do not divide by a tiny interval.
+pub const MIN_RATE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The counters the rates are computed from, as of the last render that
+/// took a sample, and the rates it computed. Memory: one entry per
+/// listener and per backend.
+#[derive(Debug, Default)]
+pub struct Rates(Mutex<Option<RateSample>>);
+
+#[derive(Debug)]
+struct RateSample {
+    at: Instant,
+    counts: HashMap<String, f64>,
+    /// Per second, by series, over the interval that ended at `at`.
+    rates: HashMap<String, f64>,
+}
+
+impl Rates {
+    /// Per-second rates of the `counts` (series → value) since the previous
+    /// sample; empty on the first call.
+    fn update(&self, counts: HashMap<String, f64>) -> HashMap<String, f64> {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if let Some(previous) = slot.as_ref() {
+            if now.duration_since(previous.at) < MIN_RATE_INTERVAL {
+                return previous.rates.clone();
+            }
+        }
+        let rates: HashMap<String, f64> = slot
+            .as_ref()
+            .map(|p| {
+                let secs = now.duration_since(p.at).as_secs_f64();
+                counts
+                    .iter()
+                    .map(|(series, value)| {
+                        let before = p.counts.get(series).copied().unwrap_or(0.0);
+                        (series.clone(), ((value - before) / secs).max(0.0))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        *slot = Some(RateSample {
+            at: now,
+            counts,
+            rates: rates.clone(),
+        });
+        rates
+    }
+}
+
+/// One sample of the exposition: its series text as `/metrics` writes it
+/// (`name{labels}`), the metric name, the labels, and the value.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    series: String,
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+impl Sample {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The samples of a Prometheus/OpenMetrics text exposition, in order.
+/// Comments and lines that do not parse are skipped.
+fn parse_exposition(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let value: f64 = value.parse().ok()?;
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, parse_labels(rest.strip_suffix('}')?)?),
+                None => (series, Vec::new()),
+            };
+            Some(Sample {
+                series: series.to_owned(),
+                name: name.to_owned(),
+                labels,
+                value,
+            })
+        })
+        .collect()
+}
+
+/// `k="v",k2="v2"` (values with `\\`, `\"` and `\n` escapes).
+fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
+    let mut labels = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        labels.push((key.trim_start_matches(',').to_owned(), value));
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    Some(labels)
+}
+
+/// The samples by series, with lookups by name and labels.
+struct Samples(Vec<Sample>);
+
+impl Samples {
+    /// The samples of metric `name` whose labels include every `(k, v)` of
+    /// `with`.
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        with: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.0
+            .iter()
+            .filter(move |s| s.name == name && with.iter().all(|(k, v)| s.label(k) == Some(*v)))
+    }
+
+    fn value(&self, series: &str) -> f64 {
+        self.0
+            .iter()
+            .find(|s| s.series == series)
+            .map_or(0.0, |s| s.value)
+    }
+}
+
+/// The series text `/metrics` writes for `name` with `labels`, in that
+/// order (the order of the label struct's fields in `metrics`).
+fn series(name: &str, labels: &[(&str, &str)]) -> String {
+    if labels.is_empty() {
+        return name.to_owned();
+    }
+    let inner: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| {
+            let v = v
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            format!("{k}=\"{v}\"")
+        })
+        .collect();
+    format!("{name}{{{}}}", inner.join(","))
+}
+
+/// `text` safe inside an HTML element or a double-quoted attribute.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A number as `/metrics` would let a reader compare it: integers without
+/// a fraction.
+fn number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+/// A table cell holding the value of `series`, tagged with it.
+fn metric_cell(samples: &Samples, series: &str) -> String {
+    format!(
+        "<td class=\"n\" data-metric=\"{}\">{}</td>",
+        escape(series),
+        number(samples.value(series))
+    )
+}
+
+fn age(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
+const STYLE: &str = "\
+body{font:14px/1.4 system-ui,sans-serif;margin:0 auto;padding:8px;max-width:1200px;color:#111;background:#fafafa}\
+h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.1em;margin:1em 0 .3em}\
+.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;border:1px solid #ccc;background:#fff}\
+table{border-collapse:collapse;width:100%;white-space:nowrap}\
+th,td{padding:3px 8px;border-bottom:1px solid #e4e4e4;text-align:left}\
+th{background:#eef;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+tr.addr td:first-child{padding-left:1.5em}\
+.up{color:#060}.down{color:#b00;font-weight:600}.drain,.maint{color:#a60;font-weight:600}\
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:0}dt{color:#555}dd{margin:0}\
+small{color:#666}";
+
+/// The page, as of now.
+pub fn render(state: &AdminState) -> String {
+    let samples = Samples(parse_exposition(&metrics::metrics().render()));
+    let (config, pending) = state.config();
+    let (generation, loaded_at) = state.loaded();
+    let backends = state.backends();
+    let show_addresses = config.admin.as_ref().is_none_or(|a| a.address_labels);
+    // A route's server names are shown where `/config` is: the page is as
+    // open as `/metrics`, which names routes but not what they serve.
+    let show_names = state.expose_config();
+
+    // The counters behind the rates.
+    let mut counts = HashMap::new();
+    for listener in &config.listeners {
+        let s = series(
+            "snirelay_connections_accepted_total",
+            &[("listener", &listener.name)],
+        );
+        counts.insert(s.clone(), samples.value(&s));
+    }
+    for (name, _) in backends.sorted() {
+        let s = series(
+            "snirelay_backend_connect_attempts_total",
+            &[("backend", name)],
+        );
+        counts.insert(s.clone(), samples.value(&s));
+    }
+    let rates = state.rates.update(counts);
+    // A rate cell names the counter it is the rate of.
+    let rate = |series: &str| {
+        let shown = rates
+            .get(series)
+            .map_or_else(|| "–".to_owned(), |r| format!("{r:.1}"));
+        format!(
+            "<td class=\"n\" data-rate=\"{}\">{shown}</td>",
+            escape(series)
+        )
+    };
+
+    let mut h = String::with_capacity(16 * 1024);
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
+         <title>snirelay status</title><style>{STYLE}</style></head><body>"
+    );
+
+    // Overview.
+    let loaded_age = SystemTime::now()
+        .duration_since(loaded_at)
+        .unwrap_or_default();
+    let _ = write!(
+        h,
+        "<h1>snirelay {version}</h1><dl>\
+         <dt>ready</dt><dd id=\"ready\">{ready}</dd>\
+         <dt>configuration generation</dt><dd id=\"generation\">{generation}</dd>\
+         <dt>loaded at</dt><dd><span id=\"loaded-at\">{loaded}</span> <small>({ago} ago)</small></dd>\
+         <dt>reloads ok / failed</dt><dd><span data-metric=\"{ok_s}\">{ok}</span> / <span data-metric=\"{failed_s}\">{failed}</span></dd>\
+         <dt>waiting for a restart</dt><dd id=\"pending-restart\">{pending}</dd>\
+         <dt>connections draining</dt><dd data-metric=\"snirelay_connections_draining\">{draining}</dd>\
+         <dt>page</dt><dd><small>rendered {now}, refreshed every {REFRESH_SECONDS}s; rates over the last ≥{min}s</small></dd>\
+         </dl>",
+        version = escape(env!("CARGO_PKG_VERSION")),
+        ready = if state.readiness.is_ready() {
+            "yes"
+        } else {
+            "no"
+        },
+        loaded = humantime::format_rfc3339_seconds(loaded_at),
+        ago = age(loaded_age),
+        ok_s = escape(&series("snirelay_reloads_total", &[("outcome", "ok")])),
+        ok = number(samples.value(&series("snirelay_reloads_total", &[("outcome", "ok")]))),
+        failed_s = escape(&series("snirelay_reloads_total", &[("outcome", "failed")])),
+        failed = number(samples.value(&series("snirelay_reloads_total", &[("outcome", "failed")]))),
+        pending = if pending.is_empty() {
+            "nothing".to_owned()
+        } else {
+            escape(
+                &pending
+                    .iter()
+                    .map(|p| p.key.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        },
+        draining = number(samples.value("snirelay_connections_draining")),
+        now = humantime::format_rfc3339_seconds(SystemTime::now()),
+        min = MIN_RATE_INTERVAL.as_secs(),
+    );
+
+    // Listeners.
+    h.push_str(
+        "<h2>Listeners</h2><div class=\"scroll\"><table id=\"listeners\"><tr><th>listener</th>\
+         <th>addresses</th><th>open</th><th>accepted</th><th>conn/s</th><th>routes</th></tr>",
+    );
+    for listener in &config.listeners {
+        let l = [("listener", listener.name.as_str())];
+        let accepted = series("snirelay_connections_accepted_total", &l);
+        let listen: Vec<String> = listener.listen.iter().map(|a| a.to_string()).collect();
+        let _ = write!(
+            h,
+            "<tr><td>{name}</td><td>{listen}</td>{open}{acc}{rate}<td class=\"n\">{routes}</td></tr>",
+            name = escape(&listener.name),
+            listen = escape(&listen.join(" ")),
+            open = metric_cell(&samples, &series("snirelay_connections_active", &l)),
+            acc = metric_cell(&samples, &accepted),
+            rate = rate(&accepted),
+            routes = listener.routes.len(),
+        );
+    }
+    h.push_str("</table></div>");
+
+    // Routes, with their bytes by backend (a route's ECH backend is a
+    // second row).
+    h.push_str(
+        "<h2>Routes</h2><div class=\"scroll\"><table id=\"routes\"><tr><th>listener</th><th>route</th>\
+         <th>names</th><th>backend</th><th>bytes up</th><th>bytes down</th></tr>",
+    );
+    for listener in &config.listeners {
+        for route in &listener.routes {
+            let names: Vec<String> = route.patterns.iter().map(|p| p.to_string()).collect();
+            let with = [
+                ("listener", listener.name.as_str()),
+                ("route", route.name.as_str()),
+            ];
+            let mut used: Vec<String> = samples
+                .matching("snirelay_bytes_up_total", &with)
+                .filter_map(|s| s.label("backend").map(str::to_owned))
+                .collect();
+            if !used.contains(&route.backend.name) {
+                used.insert(0, route.backend.name.clone());
+            }
+            for backend in used {
+                let l = [
+                    ("listener", listener.name.as_str()),
+                    ("route", route.name.as_str()),
+                    ("backend", backend.as_str()),
+                ];
+                let _ = write!(
+                    h,
+                    "<tr><td>{listener}</td><td>{route}</td><td>{names}</td><td>{backend}</td>{up}{down}</tr>",
+                    listener = escape(&listener.name),
+                    route = escape(&route.name),
+                    names = if show_names {
+                        escape(&names.join(" "))
+                    } else {
+                        "<small>(expose_config)</small>".to_owned()
+                    },
+                    backend = escape(&backend),
+                    up = metric_cell(&samples, &series("snirelay_bytes_up_total", &l)),
+                    down = metric_cell(&samples, &series("snirelay_bytes_down_total", &l)),
+                );
+            }
+        }
+    }
+    h.push_str("</table></div>");
+
+    // Backends and their addresses.
+    h.push_str(
+        "<h2>Backends</h2><div class=\"scroll\"><table id=\"backends\"><tr><th>backend / address</th>\
+         <th>state</th><th>health</th><th>open</th><th>connects</th><th>conn/s</th><th>failed</th>\
+         <th>last check</th><th>last failure</th><th>checks</th></tr>",
+    );
+    let mut drained = Vec::new();
+    for (name, runtime) in backends.sorted() {
+        let b = [("backend", name)];
+        let attempts = series("snirelay_backend_connect_attempts_total", &b);
+        let resolved = runtime.current();
+        let source = match &runtime.config.source {
+            AddressSource::Fixed => "fixed".to_owned(),
+            AddressSource::Dns(dns) => format!("dns {}:{}", dns.host, dns.port),
+            AddressSource::Cluster(_) => "cluster".to_owned(),
+        };
+        let checks = runtime.config.health.as_ref().map_or_else(
+            || "passive".to_owned(),
+            |c| {
+                format!(
+                    "{} every {}",
+                    c.kind.as_str(),
+                    humantime::format_duration(c.interval)
+                )
+            },
+        );
+        let open: usize = resolved.set.iter().map(|e| e.state.active()).sum();
+        let _ = write!(
+            h,
+            "<tr class=\"backend\"><td><b>{name_e}</b> <small>{source} · {policy}</small></td>\
+             <td></td><td>{up} up / {down} down</td><td class=\"n\" data-backend-open=\"{name_e}\">{open}</td>\
+             {acc}{rate}{fail}<td></td><td></td><td>{checks}</td></tr>",
+            name_e = escape(name),
+            source = escape(&source),
+            policy = runtime.config.policy.as_str(),
+            up = resolved.set.iter().filter(|e| e.state.is_up()).count(),
+            down = resolved.set.iter().filter(|e| !e.state.is_up()).count(),
+            acc = metric_cell(&samples, &attempts),
+            rate = rate(&attempts),
+            fail = metric_cell(
+                &samples,
+                &series("snirelay_backend_connect_failures_total", &b)
+            ),
+            checks = escape(&checks),
+        );
+        for (i, endpoint) in resolved.set.iter().enumerate() {
+            let addr = endpoint.addr.to_string();
+            let shown = if show_addresses {
+                escape(&addr)
+            } else {
+                format!("#{}", i + 1)
+            };
+            let operator = endpoint.state.operator();
+            if operator != AddressState::Ready {
+                drained.push((name, shown.clone(), operator, endpoint.state.active()));
+            }
+            let (health, class) = if endpoint.state.is_up() {
+                ("up", "up")
+            } else {
+                ("down", "down")
+            };
+            // The gauge of this address's health, when it is exported.
+            let up_series = series(
+                "snirelay_backend_address_up",
+                &[("backend", name), ("address", &addr)],
+            );
+            let health_attr = if show_addresses && samples.0.iter().any(|s| s.series == up_series) {
+                format!(" data-metric=\"{}\"", escape(&up_series))
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                h,
+                "<tr class=\"addr\"><td>{shown}</td><td class=\"{state}\">{state}</td>\
+                 <td class=\"{class}\"{health_attr} data-health=\"{up}\">{health}</td>\
+                 <td class=\"n\">{open}</td><td></td><td></td><td></td>{check}<td>{last}</td><td></td></tr>",
+                state = operator.as_str(),
+                up = u8::from(endpoint.state.is_up()),
+                open = endpoint.state.active(),
+                check = match endpoint.state.last_check() {
+                    None => "<td>none</td>".to_owned(),
+                    Some((ago, passed)) => {
+                        let (word, class) = if passed {
+                            ("passed", "up")
+                        } else {
+                            ("failed", "down")
+                        };
+                        format!(
+                            "<td class=\"{class}\" data-check=\"{word}\">{word} {} ago</td>",
+                            age(ago)
+                        )
+                    }
+                },
+                last = endpoint
+                    .state
+                    .last_failure_age()
+                    .map_or_else(|| "never".to_owned(), |d| format!("{} ago", age(d))),
+            );
+        }
+        if !resolved.known {
+            h.push_str(
+                "<tr class=\"addr\"><td colspan=\"10\"><small>not resolved yet</small></td></tr>",
+            );
+        }
+    }
+    h.push_str("</table></div>");
+
+    // Admission refusals and close reasons.
+    h.push_str(
+        "<h2>Refusals and closes</h2><div class=\"scroll\"><table id=\"refusals\"><tr><th>listener</th>\
+         <th>kind</th><th>reason</th><th>count</th></tr>",
+    );
+    let mut rows = 0;
+    for (metric, kind, key) in [
+        (
+            "snirelay_limit_refusals_total",
+            "refused by a limit",
+            "kind",
+        ),
+        ("snirelay_connections_closed_total", "closed", "reason"),
+    ] {
+        let mut by: BTreeMap<(String, String), &Sample> = BTreeMap::new();
+        for s in samples.matching(metric, &[]) {
+            let listener = s.label("listener").unwrap_or_default().to_owned();
+            let reason = s.label(key).unwrap_or_default().to_owned();
+            by.insert((listener, reason), s);
+        }
+        for ((listener, reason), s) in by {
+            rows += 1;
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{kind}</td><td>{}</td><td class=\"n\" data-metric=\"{}\">{}</td></tr>",
+                escape(&listener),
+                escape(&reason),
+                escape(&s.series),
+                number(s.value),
+            );
+        }
+    }
+    if rows == 0 {
+        h.push_str("<tr><td colspan=\"4\"><small>none yet</small></td></tr>");
+    }
+    h.push_str("</table></div>");
+
+    // Drains in progress.
+    h.push_str("<h2>Drains</h2><div class=\"scroll\"><table id=\"drains\"><tr><th>what</th><th>state</th><th>open</th></tr>");
+    let _ = write!(
+        h,
+        "<tr><td>connections of a stop or reload</td><td>draining</td>{}</tr>",
+        metric_cell(&samples, "snirelay_connections_draining")
+    );
+    for (backend, shown, operator, open) in drained {
+        let _ = write!(
+            h,
+            "<tr><td>{} {}</td><td class=\"{s}\">{s}</td><td class=\"n\">{open}</td></tr>",
+            escape(backend),
+            shown,
+            s = operator.as_str(),
+        );
+    }
+    h.push_str("</table></div>");
+
+    h.push_str(
+        "<p><small>Numbers tagged with a series are read from <a href=\"/metrics\">/metrics</a> \
+         as it was when this page was rendered.</small></p></body></html>",
+    );
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_parses_back_into_its_series() {
+        let text = "# HELP x y\nsnirelay_reloads_total{outcome=\"ok\"} 3\n\
+                    snirelay_connections_draining 0\n\
+                    a_total{listener=\"t\\\"x\",route=\"r\"} 1.5\n# EOF\n";
+        let samples = parse_exposition(text);
+        assert_eq!(samples.len(), 3);
+        assert_eq!(samples[0].series, "snirelay_reloads_total{outcome=\"ok\"}");
+        assert_eq!(samples[0].label("outcome"), Some("ok"));
+        assert_eq!(samples[1].name, "snirelay_connections_draining");
+        assert_eq!(samples[2].label("listener"), Some("t\"x"));
+        assert_eq!(samples[2].label("route"), Some("r"));
+        assert_eq!(
+            series("a_total", &[("listener", "t\"x"), ("route", "r")]),
+            samples[2].series
+        );
+    }
+
+    #[test]
+    fn markup_in_names_is_escaped() {
+        assert_eq!(
+            escape("<script>\"a\" & 'b'</script>"),
+            "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
+        );
+    }
+
+    #[test]
+    fn rates_need_two_samples_a_second_apart() {
+        let rates = Rates::default();
+        let first = rates.update(HashMap::from([("a".to_owned(), 10.0)]));
+        assert!(first.is_empty());
+        // Too soon: the previous (empty) rates, and the sample is kept.
+        let soon = rates.update(HashMap::from([("a".to_owned(), 20.0)]));
+        assert!(soon.is_empty());
+        rates.0.lock().unwrap().as_mut().unwrap().at -= Duration::from_secs(2);
+        let later = rates.update(HashMap::from([("a".to_owned(), 30.0)]));
+        let r = later["a"];
+        assert!((9.0..=10.0).contains(&r), "{r}");
+    }
+}
