@@ -1,0 +1,253 @@
+//! Listing and closing open connections through the real binary: `GET
+//! /connections` (fields, filters, pages), `DELETE /connections` (closed
+//! with reason `admin`, the rest untouched), refusals without a token, and
+//! bad input refused with a clear 400 and nothing closed.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::*;
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+const APP: &str = "app.localhost";
+const OTHER: &str = "other.localhost";
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// Routes `app` (APP) and `other` (OTHER), both to one echo backend, and a
+/// token-protected admin listener.
+fn config(backend: SocketAddr, tokens: &std::path::Path) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
+         [[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\n\
+         [[route]]\nname = \"app\"\nsni = [\"{APP}\"]\nbackend = \"b\"\n\n\
+         [[route]]\nname = \"other\"\nsni = [\"{OTHER}\"]\nbackend = \"b\"\n\n\
+         [backend.b]\naddresses = [\"{backend}\"]\n",
+        tokens.display()
+    )
+}
+
+async fn admin_addr(relay: &Relay) -> SocketAddr {
+    relay.wait_log(|l| l["message"] == "admin listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn call(admin: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Answer {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+    let headers: Vec<&str> = auth.iter().map(String::as_str).collect();
+    http_tcp(admin, &http_request_text(method, path, &headers, "")).await
+}
+
+async fn listing(admin: SocketAddr, query: &str) -> Value {
+    let answer = call(admin, "GET", &format!("/connections{query}"), Some(TOKEN)).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.json()
+}
+
+fn ids(list: &Value) -> Vec<u64> {
+    list["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect()
+}
+
+struct Session {
+    tls: TlsStream<TcpStream>,
+    local: SocketAddr,
+}
+
+async fn open(pki: &Pki, relay: &Relay, name: &str) -> Session {
+    let tls = echo_session(pki, relay.addr(), name).await.unwrap();
+    let local = tls.get_ref().0.local_addr().unwrap();
+    Session { tls, local }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_listed_filtered_paged_and_closed_by_filter() {
+    let pki = Pki::new(&[APP, OTHER]);
+    let backend = tls_echo_backend(&pki).await;
+    let tokens = token_file(&format!("ops:{TOKEN}\n"));
+    let relay = Relay::start(&config(backend, &tokens)).await;
+    let admin = admin_addr(&relay).await;
+
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        apps.push(open(&pki, &relay, APP).await);
+    }
+    let mut other = open(&pki, &relay, OTHER).await;
+
+    // Everything, with its fields.
+    let all = listing(admin, "").await;
+    assert_eq!(ids(&all).len(), 4, "{all}");
+    assert!(all["next_after"].is_null());
+    let first = &all["connections"][0];
+    assert_eq!(first["listener"], "tls");
+    assert_eq!(first["route"], "app");
+    assert_eq!(first["sni"], APP);
+    assert_eq!(first["backend"], "b");
+    assert_eq!(first["backend_address"], backend.to_string());
+    assert_eq!(first["client"], apps[0].local.to_string());
+    assert!(first["claimed_client"].is_null());
+    // The hello and one echo each way have moved.
+    assert!(first["bytes_up"].as_u64().unwrap() > 5, "{first}");
+    assert!(first["bytes_down"].as_u64().unwrap() >= 5, "{first}");
+    assert!(first["age_seconds"].as_f64().unwrap() >= 0.0);
+    assert!(first["idle_seconds"].as_f64().unwrap() >= 0.0);
+
+    // Filters.
+    assert_eq!(
+        ids(&listing(admin, &format!("?sni={OTHER}")).await).len(),
+        1
+    );
+    // The SNI filter is exact and case-insensitive in the query.
+    assert_eq!(ids(&listing(admin, "?sni=APP.localhost").await).len(), 3);
+    assert_eq!(ids(&listing(admin, "?route=app").await).len(), 3);
+    assert_eq!(
+        ids(&listing(admin, "?backend=b&listener=tls").await).len(),
+        4
+    );
+    assert_eq!(ids(&listing(admin, "?client=127.0.0.0/8").await).len(), 4);
+    assert_eq!(ids(&listing(admin, "?client=10.0.0.0/8").await).len(), 0);
+    assert_eq!(ids(&listing(admin, "?backend=nope").await).len(), 0);
+    let one = ids(&all)[1];
+    assert_eq!(ids(&listing(admin, &format!("?id={one}")).await), [one]);
+
+    // Pages: two, then the rest.
+    let page = listing(admin, "?limit=2").await;
+    assert_eq!(ids(&page), ids(&all)[..2]);
+    let next = page["next_after"].as_u64().unwrap();
+    let rest = listing(admin, &format!("?limit=2&after={next}")).await;
+    assert_eq!(ids(&rest), ids(&all)[2..]);
+    assert!(rest["next_after"].is_null(), "{rest}");
+
+    // Close the `other` route's one: reason admin, the rest untouched.
+    let closed = call(
+        admin,
+        "DELETE",
+        &format!("/connections?sni={OTHER}"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(closed.status, 200, "{closed:?}");
+    assert_eq!(closed.json()["closed"], 1);
+    let line = relay.closed_line(other.local).await;
+    assert_eq!(line["close"], "admin", "{line}");
+    let logged = relay
+        .wait_log(|l| l["message"] == "connections closed")
+        .await;
+    assert_eq!(logged["who"], "token:ops", "{logged}");
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(WAIT, other.tls.read_to_end(&mut rest))
+        .await
+        .expect("the client sees the close");
+    for app in &mut apps {
+        echo_once(&mut app.tls, b"untouched").await.unwrap();
+    }
+    assert_eq!(ids(&listing(admin, "").await).len(), 3);
+
+    // By id.
+    let target = ids(&listing(admin, "").await)[0];
+    let closed = call(
+        admin,
+        "DELETE",
+        &format!("/connections?id={target}"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(closed.json()["closed"], 1);
+    assert_eq!(relay.closed_line(apps[0].local).await["close"], "admin");
+    assert_eq!(ids(&listing(admin, "").await).len(), 2);
+
+    let metrics = http_get(admin, "/metrics").await.1;
+    assert_eq!(
+        metric(
+            &metrics,
+            "snirelay_connections_closed_total{listener=\"tls\",reason=\"admin\"}"
+        ),
+        2.0,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_and_bad_input_close_nothing() {
+    let pki = Pki::new(&[APP]);
+    let backend = tls_echo_backend(&pki).await;
+    let tokens = token_file(&format!("ops:{TOKEN}\n"));
+    let relay = Relay::start(&config(backend, &tokens)).await;
+    let admin = admin_addr(&relay).await;
+    let mut session = open(&pki, &relay, APP).await;
+
+    // No token, a wrong one: 401, nothing listed or closed.
+    for token in [None, Some("wrong")] {
+        let get = call(admin, "GET", "/connections", token).await;
+        assert_eq!(get.status, 401, "{get:?}");
+        assert!(!get.body.contains(APP));
+        let delete = call(admin, "DELETE", &format!("/connections?sni={APP}"), token).await;
+        assert_eq!(delete.status, 401, "{delete:?}");
+    }
+    // Bad input: 400 naming what was wrong.
+    for (method, path, says) in [
+        ("DELETE", "/connections", "name a filter"),
+        (
+            "DELETE",
+            "/connections?limit=5",
+            "unknown parameter \\\"limit\\\"",
+        ),
+        ("GET", "/connections?limit=0", "limit=0 is out of range"),
+        (
+            "GET",
+            "/connections?limit=1001",
+            "limit=1001 is out of range",
+        ),
+        (
+            "GET",
+            "/connections?after=x",
+            "after=\\\"x\\\" is not a connection id",
+        ),
+        (
+            "GET",
+            "/connections?client=not-an-ip",
+            "client=\\\"not-an-ip\\\"",
+        ),
+        (
+            "DELETE",
+            "/connections?id=-1",
+            "id=\\\"-1\\\" is not a connection id",
+        ),
+        (
+            "GET",
+            "/connections?colour=red",
+            "unknown parameter \\\"colour\\\"",
+        ),
+    ] {
+        let answer = call(admin, method, path, Some(TOKEN)).await;
+        assert_eq!(answer.status, 400, "{method} {path}: {answer:?}");
+        assert!(
+            answer.body.contains(says),
+            "{method} {path}: {}",
+            answer.body
+        );
+    }
+    // Another method: 405.
+    let post = call(admin, "POST", "/connections", Some(TOKEN)).await;
+    assert_eq!(post.status, 405, "{post:?}");
+
+    // Nothing was closed.
+    echo_once(&mut session.tls, b"still here").await.unwrap();
+    assert_eq!(ids(&listing(admin, "").await).len(), 1);
+    assert!(
+        !relay
+            .closed_lines()
+            .iter()
+            .any(|l| l["client.peer"] == session.local.to_string().as_str())
+    );
+}
