@@ -251,3 +251,67 @@ async fn refusals_and_bad_input_close_nothing() {
             .any(|l| l["client.peer"] == session.local.to_string().as_str())
     );
 }
+
+/// Runs `snirelay ctl ARGS --config CONFIG`; returns the exit code, stdout
+/// and stderr.
+async fn ctl(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["ctl".to_owned()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    all.extend(["--config".to_owned(), config.display().to_string()]);
+    run_snirelay(all).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_lists_and_closes_connections_by_sni() {
+    let pki = Pki::new(&[APP, OTHER]);
+    let backend = tls_echo_backend(&pki).await;
+    let tokens = token_file(&format!("ops:{TOKEN}\n"));
+    let relay = Relay::start(&config(backend, &tokens)).await;
+    let admin = admin_addr(&relay).await;
+    // ctl reads the admin address and the token from the file.
+    let file = scratch_dir("ctl-connections").join("ctl.toml");
+    std::fs::write(
+        &file,
+        config(backend, &tokens).replace(
+            "127.0.0.1:0\"\ntoken_file",
+            &format!("{admin}\"\ntoken_file"),
+        ),
+    )
+    .unwrap();
+    let mut app = open(&pki, &relay, APP).await;
+    let other = open(&pki, &relay, OTHER).await;
+
+    let (code, out, err) = ctl(&file, &["connections", "--sni", OTHER]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0][..6],
+        ["ID", "LISTENER", "ROUTE", "SNI", "BACKEND", "CLIENT"]
+    );
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(
+        rows[1][1..6],
+        ["tls", "other", OTHER, "b", &other.local.to_string()]
+    );
+
+    let (code, out, _) = ctl(&file, &["--json", "connections"]).await;
+    assert_eq!(code, Some(0));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["connections"].as_array().unwrap().len(), 2, "{v}");
+
+    // Without a filter: refused by the relay, nothing closed.
+    let (code, _, err) = ctl(&file, &["close"]).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("400: name a filter"), "{err}");
+
+    let (code, out, err) = ctl(&file, &["close", "--sni", OTHER]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(out, "closed 1\n");
+    assert_eq!(relay.closed_line(other.local).await["close"], "admin");
+    echo_once(&mut app.tls, b"untouched").await.unwrap();
+    let (_, out, _) = ctl(&file, &["--json", "close", "--sni", OTHER]).await;
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["closed"], 0);
+}
