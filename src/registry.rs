@@ -25,13 +25,18 @@
 //! of the accept loop's token), and one shard lock at register and at
 //! remove (`cargo bench --bench registry`).
 //!
+//! An operator's route drain ([`drain`]) closes the route's registered
+//! connections at moments spread over its window, like a reload's drain,
+//! but without firing the route's drain signal: the route stays in the
+//! configuration and keeps taking new connections.
+//!
 //! Not here: connections still in setup (preface, inspect, connect) are not
-//! listed; route drains (see `drain`).
+//! listed, closed or drained; reload drains (see `drain`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -39,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cidr::Cidr;
 use crate::config::{Backend, Listener};
+use crate::drain::unit_fraction;
 use crate::pump::ready::Activity;
 use crate::reason::CloseReason;
 
@@ -63,8 +69,9 @@ pub struct Entry {
     pub activity: Activity,
     /// The relay's stop: a child of its accept loop's shutdown token.
     closer: CancellationToken,
-    /// Set before `closer` is cancelled by an operator.
-    by_admin: AtomicBool,
+    /// Why an operator stopped it ([`ADMIN`] or [`DRAINED`]), set before
+    /// `closer` is cancelled; 0 while it runs.
+    closed_as: AtomicU8,
 }
 
 /// What a connection registers with (see [`register`]).
@@ -118,7 +125,7 @@ pub fn register(meta: Meta<'_>, shutdown: &CancellationToken) -> Registered {
         accepted: meta.accepted,
         activity: Activity::new(),
         closer: shutdown.child_token(),
-        by_admin: AtomicBool::new(false),
+        closed_as: AtomicU8::new(0),
     });
     lock(shard(meta.id)).insert(meta.id, entry.clone());
     Registered { entry }
@@ -136,10 +143,10 @@ impl Registered {
 
     /// The relay's reason, told apart: a stop by an operator is `admin`.
     pub fn reason(&self, relay: CloseReason) -> CloseReason {
-        if relay == CloseReason::Shutdown && self.entry.by_admin.load(Ordering::Acquire) {
-            CloseReason::Admin
-        } else {
-            relay
+        match (relay, self.entry.closed_as.load(Ordering::Acquire)) {
+            (CloseReason::Shutdown, ADMIN) => CloseReason::Admin,
+            (CloseReason::Shutdown, DRAINED) => CloseReason::Drained,
+            _ => relay,
         }
     }
 }
@@ -221,11 +228,47 @@ pub fn close(filter: &Filter) -> usize {
         chosen.extend(lock(shard).values().filter(|e| filter.matches(e)).cloned());
     }
     for entry in &chosen {
-        entry.by_admin.store(true, Ordering::Release);
-        entry.closer.cancel();
+        entry.stop(ADMIN);
     }
     chosen.len()
 }
+
+/// Closes every matching connection at its own moment within `window`
+/// from now (reason `drained`), as a reload drains a changed route: the
+/// moments are drawn per connection id, and one task closes them in turn.
+/// Returns how many will be closed.
+pub fn drain(filter: &Filter, window: Duration) -> usize {
+    let start = Instant::now();
+    let mut chosen: Vec<(Instant, Weak<Entry>)> = Vec::new();
+    for shard in table() {
+        chosen.extend(lock(shard).values().filter(|e| filter.matches(e)).map(|e| {
+            (
+                start + window.mul_f64(DRAIN_SPREAD * unit_fraction(e.id)),
+                Arc::downgrade(e),
+            )
+        }));
+    }
+    chosen.sort_unstable_by_key(|(at, _)| *at);
+    let count = chosen.len();
+    if count > 0 {
+        // Weak: a connection that ends on its own meanwhile is not kept.
+        tokio::spawn(async move {
+            for (at, entry) in chosen {
+                tokio::time::sleep_until(at).await;
+                if let Some(entry) = entry.upgrade() {
+                    entry.stop(DRAINED);
+                }
+            }
+        });
+    }
+    count
+}
+
+/// The share of the window over which a drain spreads its closes (as
+/// `drain` does: the last connection is gone before the window ends).
+const DRAIN_SPREAD: f64 = 0.99;
+const ADMIN: u8 = 1;
+const DRAINED: u8 = 2;
 
 /// Open relaying connections per route name, for a summary (status page).
 pub fn per_route() -> BTreeMap<Box<str>, usize> {
@@ -239,6 +282,14 @@ pub fn per_route() -> BTreeMap<Box<str>, usize> {
 }
 
 impl Entry {
+    /// Stops the relay, as `why`; the first reason given wins.
+    fn stop(&self, why: u8) {
+        let _ = self
+            .closed_as
+            .compare_exchange(0, why, Ordering::AcqRel, Ordering::Acquire);
+        self.closer.cancel();
+    }
+
     pub fn age(&self) -> Duration {
         self.accepted.elapsed()
     }
@@ -312,6 +363,23 @@ mod tests {
         assert_eq!(held[3].reason(CloseReason::Shutdown), CloseReason::Admin);
         assert!(!held[2].stop().is_cancelled());
         assert_eq!(held[2].reason(CloseReason::Shutdown), CloseReason::Shutdown);
+        // A drain: every `b.test` one, within the window, as `drained`.
+        let b = Filter {
+            sni: Some("b.test".into()),
+            ..Filter::default()
+        };
+        assert_eq!(drain(&b, Duration::from_millis(50)), 20);
+        for (i, h) in held.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+            tokio::time::timeout(Duration::from_secs(5), h.stop().cancelled())
+                .await
+                .unwrap();
+            let want = if i == 3 {
+                CloseReason::Admin
+            } else {
+                CloseReason::Drained
+            };
+            assert_eq!(h.reason(CloseReason::Shutdown), want);
+        }
         drop(held);
         assert!(list(&filter, base - 1, 10).0.is_empty());
     }

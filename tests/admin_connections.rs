@@ -1,7 +1,8 @@
 //! Listing and closing open connections through the real binary: `GET
 //! /connections` (fields, filters, pages), `DELETE /connections` (closed
 //! with reason `admin`, the rest untouched), refusals without a token, and
-//! bad input refused with a clear 400 and nothing closed.
+//! bad input refused with a clear 400 and nothing closed; `POST
+//! /routes/{route}/drain`; `snirelay ctl connections` and `ctl close`.
 
 mod common;
 
@@ -21,7 +22,7 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 /// token-protected admin listener.
 fn config(backend: SocketAddr, tokens: &std::path::Path) -> String {
     format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
+        "[global]\ndrain_timeout = \"2s\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
          [[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\n\
          [[route]]\nname = \"app\"\nsni = [\"{APP}\"]\nbackend = \"b\"\n\n\
          [[route]]\nname = \"other\"\nsni = [\"{OTHER}\"]\nbackend = \"b\"\n\n\
@@ -39,9 +40,19 @@ async fn admin_addr(relay: &Relay) -> SocketAddr {
 }
 
 async fn call(admin: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Answer {
+    send(admin, method, path, token, "").await
+}
+
+async fn send(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> Answer {
     let auth = token.map(|t| format!("Authorization: Bearer {t}"));
     let headers: Vec<&str> = auth.iter().map(String::as_str).collect();
-    http_tcp(admin, &http_request_text(method, path, &headers, "")).await
+    http_tcp(admin, &http_request_text(method, path, &headers, body)).await
 }
 
 async fn listing(admin: SocketAddr, query: &str) -> Value {
@@ -314,4 +325,90 @@ async fn ctl_lists_and_closes_connections_by_sni() {
     echo_once(&mut app.tls, b"untouched").await.unwrap();
     let (_, out, _) = ctl(&file, &["--json", "close", "--sni", OTHER]).await;
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["closed"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_drain_closes_its_connections_within_the_window_and_the_route_stays() {
+    let pki = Pki::new(&[APP, OTHER]);
+    let backend = tls_echo_backend(&pki).await;
+    let tokens = token_file(&format!("ops:{TOKEN}\n"));
+    let relay = Relay::start(&config(backend, &tokens)).await;
+    let admin = admin_addr(&relay).await;
+    let apps = [open(&pki, &relay, APP).await, open(&pki, &relay, APP).await];
+    let mut other = open(&pki, &relay, OTHER).await;
+
+    // Refused, and nothing drained: no token, unknown route, bad bodies.
+    let drain = "/routes/app/drain";
+    let window = r#"{"window": "1s"}"#;
+    for (path, token, body, status, says) in [
+        (drain, None, window, 401, "Bearer"),
+        (drain, Some("wrong"), window, 401, "Bearer"),
+        (
+            "/routes/nope/drain",
+            Some(TOKEN),
+            window,
+            404,
+            "no route \\\"nope\\\"",
+        ),
+        (
+            drain,
+            Some(TOKEN),
+            r#"{"window": "5s"}"#,
+            400,
+            "longer than [global] drain_timeout (2s)",
+        ),
+        (
+            drain,
+            Some(TOKEN),
+            r#"{"window": "soon"}"#,
+            400,
+            "is not a duration",
+        ),
+        (
+            drain,
+            Some(TOKEN),
+            r#"{"windows": "1s"}"#,
+            400,
+            "unknown field `windows`",
+        ),
+        (drain, Some(TOKEN), "not json", 400, "the body must be"),
+    ] {
+        let answer = send(admin, "POST", path, token, body).await;
+        assert_eq!(answer.status, status, "{path} {body}: {answer:?}");
+        assert!(answer.body.contains(says), "{path} {body}: {}", answer.body);
+    }
+    assert_eq!(ids(&listing(admin, "").await).len(), 3);
+
+    let started = std::time::Instant::now();
+    let answer = send(admin, "POST", drain, Some(TOKEN), window).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let v = answer.json();
+    assert_eq!(
+        (v["route"].as_str(), v["closing"].as_u64()),
+        (Some("app"), Some(2))
+    );
+    assert_eq!(v["window_seconds"], 1.0);
+    for app in &apps {
+        let line = relay.closed_line(app.local).await;
+        assert_eq!(line["close"], "drained", "{line}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    let logged = relay.wait_log(|l| l["message"] == "route drained").await;
+    assert_eq!(
+        (logged["who"].as_str(), logged["closing"].as_u64()),
+        (Some("token:ops"), Some(2))
+    );
+
+    // The other route is untouched, and the drained one takes new connections.
+    echo_once(&mut other.tls, b"untouched").await.unwrap();
+    let mut fresh = open(&pki, &relay, APP).await;
+    // Without a body: drain_timeout's window; nothing else open on `other`.
+    let answer = send(admin, "POST", "/routes/other/drain", Some(TOKEN), "").await;
+    assert_eq!(answer.json()["window_seconds"], 2.0, "{answer:?}");
+    assert_eq!(relay.closed_line(other.local).await["close"], "drained");
+    echo_once(&mut fresh.tls, b"still served").await.unwrap();
 }

@@ -15,6 +15,10 @@
 //!   measured or the claimed client) and `id`. `DELETE /connections` with
 //!   at least one filter closes the matching ones with reason `admin` and
 //!   answers how many. See `crate::registry`.
+//! - `POST /routes/{route}/drain` with `{"window": "30s"}` (optional;
+//!   default and longest: `drain_timeout`): closes the route's open
+//!   connections at moments spread over the window (reason `drained`); the
+//!   route keeps taking new ones.
 //!
 //! Every request is authorized first ([`super::auth`]), counted in
 //! `snirelay_admin_control_actions_total{kind,outcome}`, and every change
@@ -92,6 +96,8 @@ fn route(segments: &[&str], method: &Method) -> Option<(&'static str, Method, Ha
             ("close_connections", Method::DELETE, close_connections)
         }
         ["connections"] => ("connections", Method::GET, list_connections),
+        // Names that moved (issue 16, point 4).
+        ["routes", _, "drain"] => ("route_drain", Method::POST, drain_route),
         _ => return None,
     })
 }
@@ -492,6 +498,66 @@ fn close_connections(call: &Call<'_>) -> Result<Value, Refused> {
         "connections closed"
     );
     Ok(json!({ "closed": closed }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    window: Option<String>,
+}
+
+/// `POST /routes/{route}/drain`.
+fn drain_route(call: &Call<'_>) -> Result<Value, Refused> {
+    let name = percent_decode(call.segments[1]);
+    let config = call.state.config().0;
+    let longest = config.global.drain_timeout;
+    let body: DrainBody = if call.body.iter().all(u8::is_ascii_whitespace) {
+        DrainBody { window: None }
+    } else {
+        serde_json::from_slice(&call.body).map_err(|e| {
+            Refused::bad(format!(
+                "the body must be {{\"window\": \"30s\"}} or empty: {e}"
+            ))
+        })?
+    };
+    let window = match &body.window {
+        None => longest,
+        Some(text) => {
+            let window = humantime::parse_duration(text)
+                .map_err(|e| Refused::bad(format!("window {text:?} is not a duration: {e}")))?;
+            if window > longest {
+                return Err(Refused::bad(format!(
+                    "window {text:?} is longer than [global] drain_timeout ({})",
+                    humantime::format_duration(longest)
+                )));
+            }
+            window
+        }
+    };
+    let known = config
+        .listeners
+        .iter()
+        .any(|l| l.routes.iter().any(|r| r.name == name));
+    if !known {
+        return Err(Refused::not_found(format!("no route {name:?}")));
+    }
+    let filter = registry::Filter {
+        route: Some(name.clone()),
+        ..registry::Filter::default()
+    };
+    let closing = registry::drain(&filter, window);
+    tracing::info!(
+        who = call.who,
+        route = %name,
+        window = %humantime::format_duration(window),
+        closing,
+        "route drained"
+    );
+    Ok(json!({
+        "route": name,
+        "window_seconds": window.as_secs_f64(),
+        "closing": closing,
+    }))
 }
 
 /// `%XX` escapes decoded (for `[`, `]` and `:` in an IPv6 address);
