@@ -501,7 +501,11 @@ async fn listing(query: Option<String>) -> Result<String, Refused> {
     let work = move || {
         let q = conn_query(query.as_deref(), true)?;
         let (page, more) = registry::list(&q.filter, q.after, q.limit);
-        let next_after = if more { page.last().map(|e| e.id) } else { None };
+        let next_after = if more {
+            page.last().map(|e| e.id)
+        } else {
+            None
+        };
         let connections = page
             .iter()
             .map(|e| {
