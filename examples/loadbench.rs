@@ -16,6 +16,11 @@
 //!   connection.
 //! - `idle`: 8,000 (`--idle`) connections opened and left quiet; the proxy's
 //!   RSS and descriptor deltas, and /proc/meminfo Slab and MemAvailable.
+//! - `listing` (snirelay only, not run unless named in `--only`): with
+//!   `--idle` connections held open, the `rate` phase without and with a
+//!   client fetching the full `GET /connections` listing (pages of 1,000)
+//!   in a loop on the admin listener, in alternating order; reports both
+//!   rates and the time of one full listing.
 //!
 //! Every connection starts with the same captured hello followed by one
 //! mode byte (R, U, D, E, I) that tells the backend what to do; both
@@ -67,6 +72,8 @@ struct Args {
     /// `--no-keepalive`: snirelay with `tcp_keepalive = false` on both
     /// sides, as HAProxy runs here (no `clitcpka`/`srvtcpka`).
     keepalive: bool,
+    /// Where `listing` finds snirelay's admin listener, and its token.
+    admin: Option<(SocketAddr, &'static str)>,
 }
 
 fn args() -> Args {
@@ -86,6 +93,7 @@ fn args() -> Args {
         rate_mode: b'R',
         proxy_v2: false,
         keepalive: true,
+        admin: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -298,6 +306,21 @@ proxy_protocol = "{proxy_protocol}"
         splice = args.splice,
         pipe_size = args.pipe_size,
     );
+    // The admin listener only when a phase asks it: the other phases
+    // measure the relay as it ships.
+    let config = match args.admin {
+        None => config,
+        Some((admin, token)) => {
+            use std::os::unix::fs::PermissionsExt;
+            let tokens = dir.join("admin.tokens");
+            std::fs::write(&tokens, format!("bench:{token}\n")).unwrap();
+            std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+            format!(
+                "[admin]\nlisten = \"{admin}\"\ntoken_file = \"{}\"\n\n{config}",
+                tokens.display()
+            )
+        }
+    };
     let path = dir.join("snirelay.toml");
     std::fs::write(&path, config).unwrap();
     let log = std::fs::File::create(dir.join("snirelay.log")).unwrap();
@@ -808,6 +831,114 @@ async fn idle(
     }
 }
 
+/// One `GET` on the admin listener (`Connection: close`); the body.
+async fn admin_get(admin: SocketAddr, token: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(admin).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    text.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
+/// The whole `GET /connections` listing, page by page; how many listed.
+async fn full_listing(admin: SocketAddr, token: &str) -> usize {
+    let (mut listed, mut after) = (0, 0u64);
+    // Bounded: a million connections.
+    for _ in 0..1000 {
+        let body = admin_get(
+            admin,
+            token,
+            &format!("/connections?limit=1000&after={after}"),
+        )
+        .await;
+        listed += body.matches("\"id\":").count();
+        // The cursor, without parsing the page (the load side shares the
+        // machine with the relay).
+        let next = body
+            .rsplit_once("\"next_after\":")
+            .and_then(|(_, rest)| {
+                rest.trim_start()
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+            })
+            .and_then(|n| n.parse().ok());
+        match next {
+            Some(n) => after = n,
+            None => break,
+        }
+    }
+    listed
+}
+
+/// The `listing` phase: rates without and with a looping full listing of
+/// `count` open connections; (rate without, rate with, ms per listing,
+/// listings done).
+async fn listing(
+    proxy: &Proxy,
+    admin: (SocketAddr, &'static str),
+    hello: Arc<Vec<u8>>,
+    count: usize,
+    seconds: u64,
+    listing_first: bool,
+    stats: &BackendStats,
+) -> (f64, f64, f64, usize) {
+    let mut conns = Vec::with_capacity(count);
+    for _ in 0..count {
+        conns.push(open(proxy.addr, &hello, b'I').await.unwrap());
+    }
+    wait_for(
+        || stats.idle_open.load(Ordering::Relaxed) == count,
+        "idle connections to reach the backend",
+    )
+    .await;
+    let listed = full_listing(admin.0, admin.1).await;
+    assert!(listed >= count, "listed {listed} of {count}");
+    let (mut without, mut with, mut per_listing, mut listings) = (0.0, 0.0, 0.0, 0);
+    for listing_now in [listing_first, !listing_first] {
+        if !listing_now {
+            without = rate(proxy.addr, hello.clone(), seconds, b'R', u64::MAX)
+                .await
+                .0;
+            continue;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let lister = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let (start, mut done) = (Instant::now(), 0usize);
+                while !stop.load(Ordering::Relaxed) {
+                    full_listing(admin.0, admin.1).await;
+                    done += 1;
+                }
+                (start.elapsed(), done)
+            }
+        });
+        with = rate(proxy.addr, hello.clone(), seconds, b'R', u64::MAX)
+            .await
+            .0;
+        stop.store(true, Ordering::Relaxed);
+        let (spent, done) = lister.await.unwrap();
+        per_listing = spent.as_secs_f64() * 1e3 / done.max(1) as f64;
+        listings = done;
+    }
+    drop(conns);
+    wait_for(
+        || stats.idle_open.load(Ordering::Relaxed) == 0,
+        "idle connections to close",
+    )
+    .await;
+    (without, with, per_listing, listings)
+}
+
 async fn wait_for(done: impl Fn() -> bool, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
@@ -858,7 +989,11 @@ fn main() {
     runtime.block_on(bench(args, hello));
 }
 
-async fn bench(args: Args, hello: Arc<Vec<u8>>) {
+async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
+    if args.only.iter().any(|o| o == "listing") {
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        args.admin = Some((admin, "0123456789abcdef0123456789abcdef"));
+    }
     let stats = Arc::new(BackendStats::default());
     let stop_download = Arc::new(AtomicBool::new(false));
     let backend_addr = backend(stats.clone(), stop_download.clone()).await;
@@ -986,6 +1121,34 @@ async fn bench(args: Args, hello: Arc<Vec<u8>>) {
                 eprintln!("run {run} direct   down  {v:10.0} MB/s");
                 samples.entry(("down", "direct")).or_default().push(v);
             }
+        }
+        if let (true, Some(admin)) = (only("listing"), args.admin) {
+            let (without, with, ms, n) = listing(
+                &relay,
+                admin,
+                hello.clone(),
+                args.idle,
+                secs,
+                run % 2 == 1,
+                &stats,
+            )
+            .await;
+            eprintln!(
+                "run {run} snirelay listing  rate {without:.0} conn/s without, {with:.0} with {n} full listings of {} ({ms:.1} ms each)",
+                args.idle
+            );
+            samples
+                .entry(("rate_idle", "snirelay"))
+                .or_default()
+                .push(without);
+            samples
+                .entry(("rate_listing", "snirelay"))
+                .or_default()
+                .push(with);
+            samples
+                .entry(("listing_ms", "snirelay"))
+                .or_default()
+                .push(ms);
         }
         drop(order);
         drop(relay);
@@ -1146,6 +1309,18 @@ fn print_table(samples: &Samples, args: &Args) {
             "",
         ),
         ("idle_fds", "idle fds/conn in proxy", "2"),
+        (
+            "rate_idle",
+            "connections/s with --idle open (listing phase)",
+            "",
+        ),
+        (
+            "rate_listing",
+            "connections/s with --idle open, listing them in a loop",
+            "within noise of the one above",
+        ),
+        ("listing_ms", "ms per full GET /connections listing", ""),
+        ("", "", ""),
     ];
     for &(metric, label, target) in rows {
         if metric.is_empty() {

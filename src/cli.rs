@@ -89,6 +89,68 @@ pub enum CtlAction {
     Maint(CtlAddress),
     /// Put ADDR back into service.
     Ready(CtlAddress),
+    // Connections (issue 16, point 3).
+    /// List the open relayed connections (every page), filtered.
+    Connections(CtlFilter),
+    /// Close the matching connections now (close reason `admin`); needs a filter.
+    Close(CtlFilter),
+}
+
+/// Which connections `ctl connections` lists and `ctl close` closes; the
+/// filters combine.
+#[derive(Debug, Clone, PartialEq, Eq, Default, clap::Args)]
+pub struct CtlFilter {
+    /// The server name (exact).
+    #[arg(long)]
+    pub sni: Option<String>,
+    /// The route's name.
+    #[arg(long)]
+    pub route: Option<String>,
+    /// The backend's name.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// The listener's name.
+    #[arg(long)]
+    pub listener: Option<String>,
+    /// An IP or CIDR prefix: the measured or the claimed client.
+    #[arg(long)]
+    pub client: Option<String>,
+    /// One connection, by the id of its log line.
+    #[arg(long)]
+    pub id: Option<u64>,
+}
+
+impl CtlFilter {
+    /// The filters as a query string (`sni=a.example&route=web`), values
+    /// percent-encoded; empty when no filter is set.
+    pub fn query(&self) -> String {
+        let id = self.id.map(|id| id.to_string());
+        [
+            ("sni", &self.sni),
+            ("route", &self.route),
+            ("backend", &self.backend),
+            ("listener", &self.listener),
+            ("client", &self.client),
+            ("id", &id),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", encode(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+    }
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters.
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// An address of a backend, named by IP:port.

@@ -19,7 +19,10 @@
 //! tokio's two per-socket readiness slots and its two sockets, nothing else.
 //! Allocations per connection: the task, the setup future, the hello's
 //! bytes and the SNI kept for the log line; all but the task and the SNI
-//! are freed before relaying begins. On a route with limits, one more: the
+//! are freed before relaying begins. A relaying connection is also listed
+//! in the `registry` (its entry, holding the relay's byte counts and a
+//! child of the accept loop's token so an operator can close it alone,
+//! plus copies of the route name and SNI). On a route with limits, one more: the
 //! route's slot, held for the connection's life.
 //!
 //! Not here: socket options, parsing, policy, or what a close records
@@ -39,9 +42,8 @@ use crate::config::Timeouts;
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::proxy::{inbound, outbound};
-use crate::pump::ready::Activity;
 use crate::pump::relay;
-use crate::{connect, inspect, route};
+use crate::{connect, inspect, registry, route};
 
 /// What a connection holds from admission to its end: its place under
 /// `max_connections` and its per-source slot (a direct client's from the
@@ -84,23 +86,38 @@ pub fn handle(
         .await;
         let reason = match &established {
             Ok(established) => {
-                let activity = Activity::new();
+                // Listed (and closable) by the admin listener while it
+                // relays; the entry holds the relay's byte counts.
+                let registered = registry::register(
+                    registry::Meta {
+                        id: record.id,
+                        listener,
+                        route: record.route.unwrap_or_default(),
+                        sni: record.sni.as_deref(),
+                        backend: record.backend.as_ref().expect("routed"),
+                        backend_addr: established.backend_addr,
+                        client: accepted.peer.0,
+                        claimed: record.claimed.map(|c| c.0),
+                        accepted: accepted.at,
+                    },
+                    &cancel,
+                );
                 let reason = relay::relay(
                     &accepted.stream,
                     &established.backend,
-                    &activity,
+                    registered.activity(),
                     established.timeouts,
                     accepted.at,
-                    &cancel,
+                    registered.stop(),
                     &established.drain,
                     record.id,
                     listener.splice,
                 )
                 .await;
-                let moved = activity.moved();
+                let moved = registered.activity().moved();
                 record.moved.up += moved.up;
                 record.moved.down += moved.down;
-                reason
+                registered.reason(reason)
             }
             Err(reason) => *reason,
         };
@@ -117,6 +134,8 @@ pub fn handle(
 /// any PROXY header) is already written to the backend.
 struct Established<'g> {
     backend: TcpStream,
+    /// The address `backend` is connected to (for the registry).
+    backend_addr: std::net::SocketAddr,
     /// Its route's relay timeouts, borrowed from the generation.
     timeouts: &'g Timeouts,
     /// Counts this connection on its backend address until dropped.
@@ -284,6 +303,7 @@ async fn setup<'g>(
     record.moved.up += (replay.len() - header_len) as u64;
     Ok(Established {
         backend: backend.stream,
+        backend_addr: backend.addr,
         timeouts: &target.timeouts,
         _in_flight: backend.in_flight,
         drain,

@@ -68,6 +68,7 @@ pub mod probe;
 pub mod proxy;
 pub mod pump;
 pub mod reason;
+pub mod registry;
 pub(crate) mod reload;
 pub(crate) mod route;
 pub mod server;

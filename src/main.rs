@@ -181,6 +181,11 @@ fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
         CtlAction::Drain(a) => (a, "drain"),
         CtlAction::Maint(a) => (a, "maint"),
         CtlAction::Ready(a) => (a, "ready"),
+        CtlAction::Connections(filter) => return ctl_connections(admin, &filter.query()),
+        CtlAction::Close(filter) => {
+            let path = format!("/connections?{}", filter.query());
+            return client::request(admin, "DELETE", &path, None).context("admin request");
+        }
     };
     let backend = match &target.backend {
         Some(b) => b.clone(),
@@ -221,6 +226,35 @@ fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
     client::request(admin, "POST", &path, Some(&body)).context("admin request")
 }
 
+/// Every page of `GET /connections?QUERY`, as one answer: `{"connections":
+/// [...]}`, or the first refusal.
+fn ctl_connections(admin: &snirelay::config::Admin, query: &str) -> anyhow::Result<(u16, String)> {
+    use snirelay::admin::client;
+    let mut all = Vec::new();
+    let mut after: Option<u64> = None;
+    // Bounded: a million connections at the largest page.
+    for _ in 0..1000 {
+        let mut path = format!("/connections?limit=1000&{query}");
+        if let Some(id) = after {
+            path.push_str(&format!("&after={id}"));
+        }
+        let (status, body) = client::request(admin, "GET", &path, None).context("admin request")?;
+        if !(200..300).contains(&status) {
+            return Ok((status, body));
+        }
+        let mut page: serde_json::Value = serde_json::from_str(&body)?;
+        if let Some(list) = page["connections"].as_array_mut() {
+            all.append(list);
+        }
+        after = page["next_after"].as_u64();
+        if after.is_none() {
+            break;
+        }
+    }
+    let answer = serde_json::json!({ "connections": all });
+    Ok((200, answer.to_string()))
+}
+
 /// The human form of an answer.
 fn ctl_text(action: &CtlAction, v: &serde_json::Value) -> String {
     match action {
@@ -243,6 +277,37 @@ fn ctl_text(action: &CtlAction, v: &serde_json::Value) -> String {
             }
             out
         }
+        CtlAction::Connections(_) => {
+            // Columns padded for a terminal; the last one is not.
+            let row = |c: [&str; 10]| {
+                format!(
+                    "{:>8} {:<10} {:<12} {:<28} {:<10} {:<22} {:<22} {:>7} {:>7} {}\n",
+                    c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+                )
+            };
+            let mut out = row([
+                "ID", "LISTENER", "ROUTE", "SNI", "BACKEND", "CLIENT", "CLAIMED", "AGE", "IDLE",
+                "UP/DOWN",
+            ]);
+            for c in v["connections"].as_array().into_iter().flatten() {
+                let s = |key: &str| c[key].as_str().unwrap_or("-").to_owned();
+                let secs = |key: &str| format!("{:.0}s", c[key].as_f64().unwrap_or(0.0));
+                out.push_str(&row([
+                    &c["id"].to_string(),
+                    &s("listener"),
+                    &s("route"),
+                    &s("sni"),
+                    &s("backend"),
+                    &s("client"),
+                    &s("claimed_client"),
+                    &secs("age_seconds"),
+                    &secs("idle_seconds"),
+                    &format!("{}/{}", c["bytes_up"], c["bytes_down"]),
+                ]));
+            }
+            out
+        }
+        CtlAction::Close(_) => format!("closed {}\n", v["closed"]),
         _ => format!(
             "{} {}: {} (was {}), {} open\n",
             v["backend"].as_str().unwrap_or(""),

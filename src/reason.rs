@@ -251,6 +251,8 @@ close_reasons! {
     /// Closed at its jittered moment within `drain_timeout` after an
     /// operator put its backend address in maintenance (`maint`).
     AddressMaint => "address_maint", Fault::Normal, Stage::Relay;
+    /// Closed by an operator (`DELETE /connections`).
+    Admin => "admin", Fault::Normal, Stage::Relay;
     /// Refused at admission: the source already has
     /// `connections_per_source` connections open. Nothing was read.
     LimitConcurrent => "limit_concurrent", Fault::Admission, Stage::Admit;

@@ -8,6 +8,18 @@
 //!   address (`addr` as `IP:port`, IPv6 in brackets, which may be
 //!   percent-encoded). The answer holds the previous and the new state.
 //!
+//! - `GET /connections`: the open relaying connections, by ascending id,
+//!   a page at a time (`limit`, default 100, at most 1,000; `after=ID` for
+//!   the next page), filtered by `listener`, `route`, `sni` (exact,
+//!   lowercase), `backend`, `client` (an IP or CIDR prefix, matching the
+//!   measured or the claimed client) and `id`. `DELETE /connections` with
+//!   at least one filter closes the matching ones with reason `admin` and
+//!   answers how many. See `crate::registry`.
+//! - `POST /routes/{route}/drain` with `{"window": "30s"}` (optional;
+//!   default and longest: `drain_timeout`): closes the route's open
+//!   connections at moments spread over the window (reason `drained`); the
+//!   route keeps taking new ones.
+//!
 //! Every request is authorized first ([`super::auth`]), counted in
 //! `snirelay_admin_control_actions_total{kind,outcome}`, and every change
 //! is logged at info with `who` (the token's name or the Unix peer's
@@ -36,14 +48,16 @@ use serde_json::{Value, json};
 use super::auth::{self, Refusal};
 use super::{AdminState, Peer, text};
 use crate::backend::{AddressSource, AddressState, BackendRuntime};
-use crate::metrics;
+use crate::cidr::Cidr;
+use crate::{metrics, registry};
+use std::str::FromStr;
 
 /// Largest request body a control endpoint reads; past it, 413.
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
 
 /// Whether `path` is served by this module (and so needs authorization).
 pub fn is_control(path: &str) -> bool {
-    route(&segments(path)).is_some()
+    route(&segments(path), &Method::GET).is_some()
 }
 
 fn segments(path: &str) -> Vec<&str> {
@@ -70,12 +84,20 @@ type Handler = fn(&Call<'_>) -> Result<Value, Refused>;
 /// The control endpoints: the `kind` they are counted under, the method
 /// they take, and the handler. Authorization, counting, the method check
 /// and the bounded body come with every entry.
-fn route(segments: &[&str]) -> Option<(&'static str, Method, Handler)> {
+fn route(segments: &[&str], method: &Method) -> Option<(&'static str, Method, Handler)> {
     Some(match segments {
         ["backends"] => ("backends", Method::GET, backends),
         ["backends", _, "addresses", _, "state"] => {
             ("address_state", Method::POST, set_address_state)
         }
+        // Connections (issue 16, point 3).
+        // One path, two methods: the method picks the entry.
+        ["connections"] if method == Method::DELETE => {
+            ("close_connections", Method::DELETE, close_connections)
+        }
+        ["connections"] => ("connections", Method::GET, list_connections),
+        // Names that moved (issue 16, point 4).
+        ["routes", _, "drain"] => ("route_drain", Method::POST, drain_route),
         _ => return None,
     })
 }
@@ -119,7 +141,7 @@ pub async fn respond(
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(str::to_owned);
     let segments = segments(&path);
-    let Some((kind, method, handler)) = route(&segments) else {
+    let Some((kind, method, handler)) = route(&segments, req.method()) else {
         return text(StatusCode::NOT_FOUND, "not found\n");
     };
     let tokens = state
@@ -150,6 +172,22 @@ pub async fn respond(
     } else {
         body(req).await
     };
+    if kind == "connections" {
+        return match listing(query).await {
+            Ok(text) => {
+                metrics::metrics().control_action(kind, "ok");
+                let mut response = super::text(StatusCode::OK, text);
+                response
+                    .headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                response
+            }
+            Err(refused) => {
+                metrics::metrics().control_action(kind, refused.outcome);
+                json_response(refused.status, &json!({ "error": refused.message }))
+            }
+        };
+    }
     let answer = body.and_then(|body| {
         handler(&Call {
             state,
@@ -350,6 +388,231 @@ fn set_address_state(call: &Call<'_>) -> Result<Value, Refused> {
         "state": wanted.state.as_str(),
         "previous": previous.as_str(),
         "open_connections": endpoint.state.active(),
+    }))
+}
+
+/// Default and largest page of `GET /connections`.
+const PAGE_DEFAULT: usize = 100;
+const PAGE_MAX: usize = 1000;
+
+/// A `/connections` query: its filter, and for a listing its page.
+struct ConnQuery {
+    filter: registry::Filter,
+    after: u64,
+    limit: usize,
+}
+
+fn conn_query(query: Option<&str>, listing: bool) -> Result<ConnQuery, Refused> {
+    let mut q = ConnQuery {
+        filter: registry::Filter::default(),
+        after: 0,
+        limit: PAGE_DEFAULT,
+    };
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(&raw.replace('+', " "));
+        let number = |what: &str| {
+            value
+                .parse::<u64>()
+                .map_err(|_| Refused::bad(format!("{key}={value:?} is not {what}")))
+        };
+        let f = &mut q.filter;
+        match key {
+            "listener" => f.listener = Some(value),
+            "route" => f.route = Some(value),
+            "sni" => f.sni = Some(value.to_ascii_lowercase()),
+            "backend" => f.backend = Some(value),
+            "client" => {
+                let cidr = value.parse::<Cidr>().or_else(|_| {
+                    value
+                        .parse::<std::net::IpAddr>()
+                        .map(|ip| {
+                            Cidr::from_str(&format!("{ip}/{}", if ip.is_ipv4() { 32 } else { 128 }))
+                                .expect("a host prefix")
+                        })
+                        .map_err(|_| {
+                            Refused::bad(format!(
+                                "client={value:?} is not an IP address or CIDR prefix"
+                            ))
+                        })
+                })?;
+                f.client = Some(cidr);
+            }
+            "id" => f.id = Some(number("a connection id")?),
+            "after" if listing => q.after = number("a connection id")?,
+            "limit" if listing => {
+                let n = number("a number")?;
+                if n == 0 || n > PAGE_MAX as u64 {
+                    return Err(Refused::bad(format!(
+                        "limit={n} is out of range (1 to {PAGE_MAX})"
+                    )));
+                }
+                q.limit = n as usize;
+            }
+            _ => {
+                let known = if listing {
+                    "listener, route, sni, backend, client, id, after, limit"
+                } else {
+                    "listener, route, sni, backend, client, id"
+                };
+                return Err(Refused::bad(format!(
+                    "unknown parameter {key:?} (known: {known})"
+                )));
+            }
+        }
+    }
+    Ok(q)
+}
+
+/// `GET /connections`: never called (see [`listing`]); present so the
+/// route table names the endpoint like the others.
+fn list_connections(_call: &Call<'_>) -> Result<Value, Refused> {
+    unreachable!("GET /connections is answered by `listing`")
+}
+
+/// One connection as listed.
+#[derive(serde::Serialize)]
+struct ConnView<'a> {
+    id: u64,
+    listener: &'a str,
+    route: &'a str,
+    sni: Option<&'a str>,
+    backend: &'a str,
+    backend_address: SocketAddr,
+    client: SocketAddr,
+    claimed_client: Option<SocketAddr>,
+    age_seconds: f64,
+    idle_seconds: f64,
+    bytes_up: u64,
+    bytes_down: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Page<'a> {
+    connections: Vec<ConnView<'a>>,
+    next_after: Option<u64>,
+}
+
+/// `GET /connections`, answered off the runtime's worker threads: a page of
+/// a thousand connections takes milliseconds to format, and on a relay with
+/// `threads = 1` that would be milliseconds no connection is served. The
+/// shard locks are released before any JSON is built.
+async fn listing(query: Option<String>) -> Result<String, Refused> {
+    let work = move || {
+        let q = conn_query(query.as_deref(), true)?;
+        let (page, more) = registry::list(&q.filter, q.after, q.limit);
+        let next_after = if more {
+            page.last().map(|e| e.id)
+        } else {
+            None
+        };
+        let connections = page
+            .iter()
+            .map(|e| {
+                let moved = e.activity.moved();
+                ConnView {
+                    id: e.id,
+                    listener: &e.listener.name,
+                    route: &e.route,
+                    sni: e.sni.as_deref(),
+                    backend: &e.backend.name,
+                    backend_address: e.backend_addr,
+                    client: e.client,
+                    claimed_client: e.claimed,
+                    age_seconds: e.age().as_secs_f64(),
+                    idle_seconds: e.idle().as_secs_f64(),
+                    bytes_up: moved.up,
+                    bytes_down: moved.down,
+                }
+            })
+            .collect();
+        let page = Page {
+            connections,
+            next_after,
+        };
+        Ok(serde_json::to_string(&page).expect("a page always serializes") + "\n")
+    };
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(Refused::bad(format!("the listing failed: {e}"))))
+}
+
+/// `DELETE /connections`: closes the matching connections (reason
+/// `admin`); at least one filter.
+fn close_connections(call: &Call<'_>) -> Result<Value, Refused> {
+    let q = conn_query(call.query, false)?;
+    if q.filter.is_empty() {
+        return Err(Refused::bad(
+            "name a filter (listener, route, sni, backend, client or id)",
+        ));
+    }
+    let closed = registry::close(&q.filter);
+    tracing::info!(
+        who = call.who,
+        query = call.query.unwrap_or(""),
+        closed,
+        "connections closed"
+    );
+    Ok(json!({ "closed": closed }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    window: Option<String>,
+}
+
+/// `POST /routes/{route}/drain`.
+fn drain_route(call: &Call<'_>) -> Result<Value, Refused> {
+    let name = percent_decode(call.segments[1]);
+    let config = call.state.config().0;
+    let longest = config.global.drain_timeout;
+    let body: DrainBody = if call.body.iter().all(u8::is_ascii_whitespace) {
+        DrainBody { window: None }
+    } else {
+        serde_json::from_slice(&call.body).map_err(|e| {
+            Refused::bad(format!(
+                "the body must be {{\"window\": \"30s\"}} or empty: {e}"
+            ))
+        })?
+    };
+    let window = match &body.window {
+        None => longest,
+        Some(text) => {
+            let window = humantime::parse_duration(text)
+                .map_err(|e| Refused::bad(format!("window {text:?} is not a duration: {e}")))?;
+            if window > longest {
+                return Err(Refused::bad(format!(
+                    "window {text:?} is longer than [global] drain_timeout ({})",
+                    humantime::format_duration(longest)
+                )));
+            }
+            window
+        }
+    };
+    let known = config
+        .listeners
+        .iter()
+        .any(|l| l.routes.iter().any(|r| r.name == name));
+    if !known {
+        return Err(Refused::not_found(format!("no route {name:?}")));
+    }
+    let filter = registry::Filter {
+        route: Some(name.clone()),
+        ..registry::Filter::default()
+    };
+    let closing = registry::drain(&filter, window);
+    tracing::info!(
+        who = call.who,
+        route = %name,
+        window = %humantime::format_duration(window),
+        closing,
+        "route drained"
+    );
+    Ok(json!({
+        "route": name,
+        "window_seconds": window.as_secs_f64(),
+        "closing": closing,
     }))
 }
 

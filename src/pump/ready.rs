@@ -93,7 +93,7 @@ impl Activity {
 
     /// When a byte last moved.
     #[inline]
-    pub(super) fn last(&self) -> Instant {
+    pub fn last(&self) -> Instant {
         epoch() + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }
