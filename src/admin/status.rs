@@ -22,8 +22,8 @@
 //! on the admin connection's task, from what a scrape reads (the registry's
 //! atomics, under its families' read locks) plus relaxed loads of the
 //! per-address atomics, and one pass over the connection registry
-//! (`registry::per_route`: each shard locked in turn, counted, released;
-//! about 30 µs per 1,000 open connections) for the routes' open counts;
+//! (`registry::per_route`: each shard locked in turn, counted, released)
+//! for the routes' open counts;
 //! nothing is sampled in the background. It refreshes
 //! itself with `<meta http-equiv="refresh">`, i.e. one scrape's worth of
 //! work per viewer every [`REFRESH_SECONDS`].
