@@ -35,8 +35,7 @@ fn admin_config(keys: &str, rest: &str) -> String {
 /// Starts the relay on `config`; returns it and the admin address it logged.
 async fn start_with_admin(config: &str) -> (Relay, SocketAddr) {
     let relay = Relay::start(config).await;
-    let line = relay.wait_log(|l| l["message"] == "admin listening").await;
-    let admin = line["addr"].as_str().unwrap().parse().unwrap();
+    let admin = relay.admin_addr().await;
     (relay, admin)
 }
 

@@ -31,14 +31,6 @@ fn config(backend: SocketAddr, tokens: &std::path::Path) -> String {
     )
 }
 
-async fn admin_addr(relay: &Relay) -> SocketAddr {
-    relay.wait_log(|l| l["message"] == "admin listening").await["addr"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 async fn call(admin: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Answer {
     send(admin, method, path, token, "").await
 }
@@ -87,7 +79,7 @@ async fn connections_are_listed_filtered_paged_and_closed_by_filter() {
     let backend = tls_echo_backend(&pki).await;
     let tokens = token_file(&format!("ops:{TOKEN}\n"));
     let relay = Relay::start(&config(backend, &tokens)).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
 
     let mut apps = Vec::new();
     for _ in 0..3 {
@@ -194,7 +186,7 @@ async fn refusals_and_bad_input_close_nothing() {
     let backend = tls_echo_backend(&pki).await;
     let tokens = token_file(&format!("ops:{TOKEN}\n"));
     let relay = Relay::start(&config(backend, &tokens)).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     let mut session = open(&pki, &relay, APP).await;
 
     // No token, a wrong one: 401, nothing listed or closed.
@@ -265,20 +257,13 @@ async fn refusals_and_bad_input_close_nothing() {
 
 /// Runs `snirelay ctl ARGS --config CONFIG`; returns the exit code, stdout
 /// and stderr.
-async fn ctl(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut all = vec!["ctl".to_owned()];
-    all.extend(args.iter().map(|s| s.to_string()));
-    all.extend(["--config".to_owned(), config.display().to_string()]);
-    run_snirelay(all).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctl_lists_and_closes_connections_by_sni() {
     let pki = Pki::new(&[APP, OTHER]);
     let backend = tls_echo_backend(&pki).await;
     let tokens = token_file(&format!("ops:{TOKEN}\n"));
     let relay = Relay::start(&config(backend, &tokens)).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     // ctl reads the admin address and the token from the file.
     let file = scratch_dir("ctl-connections").join("ctl.toml");
     std::fs::write(
@@ -333,7 +318,7 @@ async fn a_route_drain_closes_its_connections_within_the_window_and_the_route_st
     let backend = tls_echo_backend(&pki).await;
     let tokens = token_file(&format!("ops:{TOKEN}\n"));
     let relay = Relay::start(&config(backend, &tokens)).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     let apps = [open(&pki, &relay, APP).await, open(&pki, &relay, APP).await];
     let mut other = open(&pki, &relay, OTHER).await;
 

@@ -47,14 +47,6 @@ fn tcp_admin(tokens: Option<&Path>) -> String {
     admin
 }
 
-async fn admin_addr(relay: &Relay) -> SocketAddr {
-    relay.wait_log(|l| l["message"] == "admin listening").await["addr"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 fn bearer(token: &str) -> String {
     format!("Authorization: Bearer {token}")
 }
@@ -99,7 +91,7 @@ async fn a_token_opens_control_and_anything_else_is_refused_without_changing_a_t
     let (a, b) = (tls_echo_backend(&pki).await, tls_echo_backend(&pki).await);
     let tokens = token_file(TOKENS);
     let relay = Relay::start(&config(&tcp_admin(Some(&tokens)), &[a, b], "10s", "")).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
 
     // Listing: with a token; 401 and the challenge without one or with a wrong one.
     let listed = http_tcp(admin, &list(Some(TOKEN))).await;
@@ -273,7 +265,7 @@ async fn a_token_opens_control_and_anything_else_is_refused_without_changing_a_t
 async fn without_a_token_file_tcp_control_is_forbidden_and_read_only_stays_open() {
     let backend = closed_port();
     let relay = Relay::start(&config(&tcp_admin(None), &[backend], "10s", "")).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     for request in [
         list(Some(TOKEN)),
         set_state(
@@ -366,7 +358,7 @@ async fn drain_keeps_open_connections_and_maint_closes_them_within_drain_timeout
     let (a, b) = (tls_echo_backend(&pki).await, tls_echo_backend(&pki).await);
     let tokens = token_file(TOKENS);
     let relay = Relay::start(&config(&tcp_admin(Some(&tokens)), &[a, b], "2s", "")).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     // Ordered: everything goes to `a` while it may.
     let (mut on_a, on_a_local) = open_session(&pki, &relay).await;
     assert_eq!(
@@ -455,7 +447,7 @@ async fn the_state_survives_a_reload_that_keeps_the_address() {
     let tokens = token_file(TOKENS);
     let admin_keys = tcp_admin(Some(&tokens));
     let relay = Relay::start(&config(&admin_keys, &[a, b], "10s", "")).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     let set = http_tcp(
         admin,
         &set_state("b", &a.to_string(), r#"{"state": "drain"}"#, Some(TOKEN)),
@@ -494,19 +486,12 @@ async fn the_state_survives_a_reload_that_keeps_the_address() {
 
 /// Runs `snirelay ctl ARGS --config CONFIG`; returns the exit code, stdout
 /// and stderr.
-async fn ctl(config: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut all = vec!["ctl".to_owned()];
-    all.extend(args.iter().map(|s| s.to_string()));
-    all.extend(["--config".to_owned(), config.display().to_string()]);
-    run_snirelay(all).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctl_lists_and_sets_states_from_the_configuration_file() {
     let (a, b) = (closed_port(), free_addr());
     let tokens = token_file(TOKENS);
     let relay = Relay::start(&config(&tcp_admin(Some(&tokens)), &[a, b], "10s", "")).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     // ctl reads the address from the file: the one the relay bound.
     let file: PathBuf = scratch_dir("ctl").join("ctl.toml");
     std::fs::write(
@@ -592,7 +577,7 @@ async fn a_thousand_slow_admin_clients_do_not_disturb_relaying() {
     let backend = tls_echo_backend(&pki).await;
     let tokens = token_file(TOKENS);
     let relay = Relay::start(&config(&tcp_admin(Some(&tokens)), &[backend], "10s", "")).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
 
     // A relayed session, timed before the slow clients come.
     let (mut session, _) = open_session(&pki, &relay).await;
@@ -714,7 +699,7 @@ async fn health_checks_are_reported_but_never_undo_an_operators_state() {
         "connect_timeout = \"2s\"\nmax_fails = 0\n\n[backend.b.health]\ninterval = \"100ms\"\ntimeout = \"500ms\"\nrise = 1\nfall = 1\n",
     );
     let relay = Relay::start(&text).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     let set = http_tcp(
         admin,
         &set_state("b", &c.to_string(), r#"{"state": "drain"}"#, Some(TOKEN)),

@@ -34,14 +34,6 @@ fn config(backend: SocketAddr, admin_extra: &str) -> String {
     )
 }
 
-async fn admin_addr(relay: &Relay) -> SocketAddr {
-    relay.wait_log(|l| l["message"] == "admin listening").await["addr"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 /// Runs Debian's chromium headless with `args` (and a profile of its own
 /// in a scratch directory) and returns its stdout. Fails loudly when
 /// chromium is missing (`.ci/install-deps` installs it): never skipped.
@@ -160,7 +152,7 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
     let pki = Pki::new(&[NAME]);
     let backend = tls_echo_backend(&pki).await;
     let relay = Relay::start(&config(backend, "expose_config = true\n")).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     let url = format!("http://{admin}/");
 
     // The page's first sample of the counters its rates come from.
@@ -311,7 +303,7 @@ async fn addresses_are_hidden_without_address_labels_and_reloads_count_generatio
         &format!("[\"{backend}\", \"{dead}\"]"),
     ) + "\n[backend.b.health]\ninterval = \"100ms\"\ntimeout = \"500ms\"\n";
     let relay = Relay::start(&text).await;
-    let admin = admin_addr(&relay).await;
+    let admin = relay.admin_addr().await;
     drop(echo_session(&pki, relay.addr(), NAME).await.unwrap());
 
     // Polled (bounded): the first checks may not have ended yet.

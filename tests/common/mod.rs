@@ -85,6 +85,15 @@ impl Relay {
             .await
     }
 
+    /// The admin listener's address, from its `admin listening` line.
+    pub async fn admin_addr(&self) -> SocketAddr {
+        self.wait_log(|l| l["message"] == "admin listening").await["addr"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
     /// Waits until at least `count` log lines satisfy `pred`.
     pub async fn wait_count(&self, count: usize, pred: impl Fn(&Value) -> bool) {
         self.wait_lines(|lines| (lines.iter().filter(|l| pred(l)).count() >= count).then_some(()))
@@ -928,6 +937,14 @@ pub fn pem(label: &str, der: &[u8]) -> String {
     }
     out.push_str(&format!("-----END {label}-----\n"));
     out
+}
+
+/// `snirelay ctl ARGS --config CONFIG`: its exit code, stdout and stderr.
+pub async fn ctl(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["ctl".to_owned()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    all.extend(["--config".to_owned(), config.display().to_string()]);
+    run_snirelay(all).await
 }
 
 /// Runs the snirelay binary with `args` off the async runtime and returns
