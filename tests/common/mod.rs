@@ -971,27 +971,10 @@ pub async fn run_snirelay(args: Vec<String>) -> (Option<i32>, String, String) {
 /// A plain HTTP/1.1 GET (`Connection: close`) to the admin listener:
 /// returns the status code and the body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.unwrap();
-        raw
-    };
-    let raw = tokio::time::timeout(WAIT, exchange)
-        .await
-        .expect("admin request timed out");
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("no end of headers");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line: {head}"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     // Bodies from a fixed-length `Full` are never chunked.
-    (status, body.to_owned())
+    let answer = http_tcp(addr, &request).await;
+    (answer.status, answer.body)
 }
 
 /// The value of one sample in a Prometheus text exposition, by its full
