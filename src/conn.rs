@@ -262,10 +262,13 @@ async fn setup<'g>(
         Some(_) => Some(local_addr()?),
         None => None,
     };
+    let client_addr = record.claimed.map_or(accepted.peer.0, |c| c.0);
     let pick = connect::Pick {
-        client: record.claimed.map_or(accepted.peer.0.ip(), |c| c.0.ip()),
+        client: client_addr.ip(),
         sni: record.sni.as_deref(),
         local: local.map(|a| a.ip()),
+        client_addr,
+        claimed: record.claimed.is_some(),
     };
     let mut backend = tokio::select! {
         backend = connect::connect(backends, runtime, &pick) => backend?,

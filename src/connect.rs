@@ -14,6 +14,9 @@
 //!
 //! A cluster backend whose answer is this node connects through its
 //! `local_backend` instead, with that backend's policy and PROXY setting.
+//! Among another node's addresses, the cluster's `node_choice` decides
+//! (`source_hash`, or `gerbil_fnv`: Gerbil's pick first, see
+//! `backend::node_choice`).
 //!
 //! A connected socket gets TCP_NODELAY and the backend's `tcp_keepalive`
 //! (five setsockopt(2) calls, about 2.7 µs against 0.6 µs for TCP_NODELAY:
@@ -29,6 +32,8 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 
 use crate::backend::cluster::{Answer, LookupError};
+use crate::backend::node_choice::{NodeChoice, gerbil_index};
+use crate::backend::policy::Ranker;
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
 use crate::proxy::outbound::Outbound;
 use crate::reason::CloseReason;
@@ -59,6 +64,11 @@ pub struct Pick<'a> {
     /// naming it means this node). `None` for any other backend, which has
     /// no use for it and so is spared the getsockname(2).
     pub local: Option<IpAddr>,
+    /// The client's address with its port (claimed, or the peer's), and
+    /// whether it was claimed: a cluster's `node_choice = "gerbil_fnv"`
+    /// hashes them as Gerbil writes them.
+    pub client_addr: SocketAddr,
+    pub claimed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +116,7 @@ pub async fn connect(
                 .addresses(wait)
                 .await
                 .ok_or(ConnectError::NoAddress)?;
-            try_in_order(runtime, &set, pick).await
+            try_in_order(runtime, &set, pick, None).await
         }
         Some(cache) => {
             let sni = pick.sni.ok_or(ConnectError::NoAddress)?;
@@ -117,7 +127,17 @@ pub async fn connect(
             // inline it would enlarge every connection's setup future; this
             // allocation is paid by cluster backends only.
             match Box::pin(cache.lookup(sni, local)).await? {
-                Answer::Remote(set) => try_in_order(runtime, &set, pick).await,
+                Answer::Remote(set) => {
+                    let ranker = match runtime.config.cluster().map(|c| c.node_choice) {
+                        Some(NodeChoice::GerbilFnv) if !set.is_empty() => {
+                            let n = set.len();
+                            let start = gerbil_index(pick.client_addr, pick.claimed, n);
+                            Some(Ranker::Rotated { start, n })
+                        }
+                        _ => None,
+                    };
+                    try_in_order(runtime, &set, pick, ranker).await
+                }
                 Answer::Local => {
                     let local = runtime
                         .config
@@ -129,28 +149,35 @@ pub async fn connect(
                         .addresses(local.config.connect_timeout)
                         .await
                         .ok_or(ConnectError::NoAddress)?;
-                    try_in_order(local, &set, pick).await
+                    try_in_order(local, &set, pick, None).await
                 }
             }
         }
     }
 }
 
-/// Tries the planned addresses of `set` one after another.
+/// Tries the planned addresses of `set` one after another, ranked by the
+/// backend's policy or by `ranker` when given.
 async fn try_in_order(
     runtime: &BackendRuntime,
     set: &AddressSet,
     pick: &Pick<'_>,
+    ranker: Option<Ranker>,
 ) -> Result<Connected, ConnectError> {
     let backend = &runtime.config;
-    let plan = select::plan(
-        backend.policy,
-        &runtime.selection,
-        set,
-        backend.attempts(set.len()),
-        pick.client,
-        backend.max_connections_per_address,
-    );
+    let attempts = backend.attempts(set.len());
+    let cap = backend.max_connections_per_address;
+    let plan = match ranker {
+        Some(ranker) => select::plan_ranked(ranker, set, attempts, cap),
+        None => select::plan(
+            backend.policy,
+            &runtime.selection,
+            set,
+            attempts,
+            pick.client,
+            cap,
+        ),
+    };
     let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
     let mut tried = 0;
     for &i in plan.as_slice() {

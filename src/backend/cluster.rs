@@ -2,14 +2,14 @@
 //! site, looked up per SNI and cached.
 //!
 //! Two ways to ask:
-//! - `lookup_url`: POST `{"hostname": SNI}` (JSON) and read
-//!   `{"endpoints": ["ip:port", ...]}`. An empty list means this node holds
-//!   the site ([`Answer::Local`]; without a `local_backend` that is a
-//!   negative answer). HTTP 404 means the cluster knows no node for the
-//!   name (negative). Any other status, a body over [`MAX_REPLY_BYTES`],
-//!   bad JSON or an endpoint that is not `ip:port` is a failed lookup.
-//!   Endpoints are taken literally: a node may serve on another port of
-//!   this node's own address.
+//! - `lookup_url`: an HTTP(S) POST, in snirelay's protocol or Pangolin's
+//!   (the request, transport and reply are `super::cluster_http`'s). An
+//!   empty endpoint list means this node holds the site ([`Answer::Local`];
+//!   without a `local_backend` that is a negative answer). HTTP 404 means
+//!   the cluster knows no node for the name (negative). Any other status,
+//!   or a reply not understood, is a failed lookup. Endpoints are taken
+//!   literally: a node may serve on another port of this node's own
+//!   address.
 //! - `dns_server`: the SNI's A/AAAA records at the cluster's authoritative
 //!   DNS, connected on `port`. An answer naming the address the client
 //!   dialled is this node ([`Answer::Local`]); no records is negative.
@@ -33,7 +33,8 @@
 //!   failure streak, and recovery at info;
 //! - endpoints keep their [`super::Endpoint`] state (passive health,
 //!   in-flight counts) across refreshes, and a refresh that only reorders
-//!   the endpoints keeps the set as it was;
+//!   the endpoints keeps the set as it was (with `node_choice =
+//!   "gerbil_fnv"`, which picks by position, it takes the new order);
 //! - bounded: at most [`MAX_ENTRIES`] names per cluster backend. When full,
 //!   entries that can no longer serve are dropped; if that is not enough,
 //!   the [`EVICT_BATCH`] entries that expire soonest go (an O(n) sweep,
@@ -44,28 +45,24 @@
 //! Cost on the hot path: a cached answer is two short mutex sections (the
 //! name table, then the entry) and one `Arc` clone; no await.
 //!
-//! Not here: connecting to the answer (`crate::connect`, which uses
-//! `source_hash` among a site's nodes and PROXY v2 towards them) or the DNS
-//! wire protocol (`super::dns`).
+//! Not here: connecting to the answer (`crate::connect`, which chooses
+//! among a site's nodes by `node_choice` and uses PROXY v2 towards them),
+//! the HTTP lookup (`super::cluster_http`) or the DNS wire protocol
+//! (`super::dns`).
 
 use std::collections::HashMap;
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::cluster_http::{self, HttpTarget};
+use super::node_choice::NodeChoice;
 use super::{AddressSet, carry, same_addresses};
 use super::{Cluster, ClusterLookup};
 use crate::cidr::canonical;
-use crate::{metrics, sockopt};
+use crate::metrics;
 
 /// Names cached per cluster backend.
 pub const MAX_ENTRIES: usize = 10_000;
@@ -74,8 +71,6 @@ pub const EVICT_BATCH: usize = MAX_ENTRIES / 8;
 /// How long past its expiry an answer may still be served while lookups
 /// fail (RFC 8767 suggests one to three days for DNS).
 pub const MAX_STALE: Duration = Duration::from_secs(24 * 60 * 60);
-/// The largest lookup reply read (an answer is a short list of endpoints).
-pub const MAX_REPLY_BYTES: usize = 64 * 1024;
 
 /// Where a cluster lookup sends a connection.
 #[derive(Debug, Clone)]
@@ -99,18 +94,8 @@ pub enum LookupError {
 enum QueryError {
     #[error("no answer within lookup_timeout ({0:?})")]
     Timeout(Duration),
-    #[error("cannot connect to the lookup service: {0}")]
-    Connect(io::Error),
-    #[error("HTTP exchange failed: {0}")]
-    Http(#[from] hyper::Error),
-    #[error("the lookup service answered HTTP {0}")]
-    Status(StatusCode),
-    #[error("the reply body is unreadable or over {MAX_REPLY_BYTES} bytes")]
-    Body,
-    #[error("the reply is not {{\"endpoints\": [\"ip:port\", ...]}}: {0}")]
-    Json(serde_json::Error),
-    #[error("the reply endpoint {0:?} is not ip:port")]
-    Endpoint(String),
+    #[error(transparent)]
+    Http(#[from] cluster_http::HttpError),
     #[error("DNS lookup failed: {0}")]
     Dns(#[from] super::dns::DnsError),
 }
@@ -185,17 +170,6 @@ impl Slot {
     }
 }
 
-/// Where `lookup_url` points, taken apart once.
-#[derive(Debug)]
-struct HttpTarget {
-    host: String,
-    port: u16,
-    /// The `Host` header.
-    authority: HeaderValue,
-    /// The request target (origin form).
-    path: String,
-}
-
 #[derive(Debug)]
 enum Source {
     Http(HttpTarget),
@@ -219,7 +193,7 @@ impl Cache {
                 server: *server,
                 port: *port,
             },
-            ClusterLookup::Http { url } => Source::Http(HttpTarget::new(url)),
+            ClusterLookup::Http { url } => Source::Http(HttpTarget::new(url, config)),
         };
         Cache {
             config: config.clone(),
@@ -338,7 +312,13 @@ impl Cache {
                     _ => AddressSet::from([]),
                 };
                 let next = carry(&previous, &allowed);
-                let set = if same_addresses(&previous, &next) && !previous.is_empty() {
+                // `gerbil_fnv` picks by position: a reordered answer is new.
+                let in_order = config.node_choice != NodeChoice::GerbilFnv
+                    || previous
+                        .iter()
+                        .zip(next.iter())
+                        .all(|(a, b)| a.addr == b.addr);
+                let set = if same_addresses(&previous, &next) && !previous.is_empty() && in_order {
                     previous
                 } else {
                     tracing::debug!(%backend, %sni, endpoints = ?allowed, "cluster answer");
@@ -375,7 +355,11 @@ impl Cache {
     /// Asks the cluster once, unbounded (the caller bounds it).
     async fn query(&self, sni: &str) -> Result<Found, QueryError> {
         match &self.source {
-            Source::Http(target) => target.lookup(sni, self.config.positive_ttl).await,
+            Source::Http(target) => Ok(match target.lookup(sni).await? {
+                cluster_http::Reply::Nodes(addrs) => Found::Nodes(addrs, self.config.positive_ttl),
+                cluster_http::Reply::Here => Found::Here,
+                cluster_http::Reply::Nowhere => Found::Nowhere,
+            }),
             Source::Dns { server, port } => {
                 // `query` bounds itself too; the caller's bound is the same.
                 let answer = super::dns::query(*server, sni, self.config.lookup_timeout).await?;
@@ -452,97 +436,6 @@ fn evict(slots: &mut HashMap<Box<str>, Arc<Slot>>, now: Instant) {
     }
 }
 
-impl HttpTarget {
-    /// `url` was validated as an `http://` URL with a host by the config.
-    fn new(url: &str) -> HttpTarget {
-        let uri: hyper::Uri = url.parse().unwrap_or_default();
-        let host = uri.host().unwrap_or("localhost");
-        let authority = uri.authority().map_or(host, |a| a.as_str());
-        HttpTarget {
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned(),
-            port: uri.port_u16().unwrap_or(80),
-            authority: HeaderValue::from_str(authority)
-                .unwrap_or(HeaderValue::from_static("localhost")),
-            path: uri
-                .path_and_query()
-                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-        }
-    }
-
-    /// POSTs the name and reads the endpoints, cacheable for `ttl` (one
-    /// connection per lookup: lookups are rare, one per name per TTL).
-    async fn lookup(&self, sni: &str, ttl: Duration) -> Result<Found, QueryError> {
-        let stream = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(QueryError::Connect)?;
-        let _ = sockopt::set_nodelay(&stream);
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream)).await?;
-        let body = serde_json::json!({ "hostname": sni }).to_string();
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(self.path.as_str())
-            .header(HOST, self.authority.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .body(Full::new(Bytes::from(body)))
-            .expect("a request from validated parts");
-        let exchange = async move {
-            let response = sender.send_request(request).await?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), MAX_REPLY_BYTES)
-                .collect()
-                .await
-                .map_err(|_| QueryError::Body)?
-                .to_bytes();
-            Ok::<_, QueryError>((status, body))
-        };
-        // The connection is driven here, not spawned, so a timeout drops
-        // the socket with the lookup.
-        let mut conn = std::pin::pin!(conn);
-        let mut exchange = std::pin::pin!(exchange);
-        let mut conn_done = false;
-        let (status, body) = loop {
-            tokio::select! {
-                biased;
-                result = &mut exchange => break result?,
-                result = &mut conn, if !conn_done => {
-                    conn_done = true;
-                    result?;
-                }
-            }
-        };
-        match status {
-            StatusCode::OK => {
-                let endpoints = parse_reply(&body)?;
-                Ok(if endpoints.is_empty() {
-                    Found::Here
-                } else {
-                    Found::Nodes(endpoints, ttl)
-                })
-            }
-            StatusCode::NOT_FOUND => Ok(Found::Nowhere),
-            _ => Err(QueryError::Status(status)),
-        }
-    }
-}
-
-/// The endpoints of a `{"endpoints": ["ip:port", ...]}` reply.
-fn parse_reply(body: &[u8]) -> Result<Vec<SocketAddr>, QueryError> {
-    #[derive(serde::Deserialize)]
-    struct Reply {
-        endpoints: Vec<String>,
-    }
-    let reply: Reply = serde_json::from_slice(body).map_err(QueryError::Json)?;
-    reply
-        .endpoints
-        .into_iter()
-        .map(|text| text.parse().map_err(|_| QueryError::Endpoint(text)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,39 +450,12 @@ mod tests {
                 negative_ttl: Duration::from_secs(2),
                 lookup_timeout: Duration::from_secs(2),
                 allowed_targets: vec!["127.0.0.0/8".parse().unwrap()],
+                protocol: super::super::ClusterProtocol::Snirelay,
+                headers: vec![],
+                tls: None,
+                node_choice: Default::default(),
             },
         )
-    }
-
-    #[test]
-    fn replies_parse_to_endpoints_or_fail() {
-        let ok = parse_reply(br#"{"endpoints": ["10.0.0.1:443", "[2001:db8::1]:8443"], "v": 1}"#);
-        assert_eq!(
-            ok.unwrap(),
-            vec![
-                "10.0.0.1:443".parse::<SocketAddr>().unwrap(),
-                "[2001:db8::1]:8443".parse().unwrap()
-            ]
-        );
-        assert!(parse_reply(br#"{"endpoints": []}"#).unwrap().is_empty());
-        assert!(matches!(
-            parse_reply(br#"{"endpoints": ["10.0.0.1"]}"#),
-            Err(QueryError::Endpoint(e)) if e == "10.0.0.1"
-        ));
-        assert!(matches!(parse_reply(b"{}"), Err(QueryError::Json(_))));
-        assert!(matches!(parse_reply(b"<html>"), Err(QueryError::Json(_))));
-    }
-
-    #[test]
-    fn lookup_urls_are_taken_apart_once() {
-        let t = HttpTarget::new("http://cp.internal/resolve?zone=eu");
-        assert_eq!((t.host.as_str(), t.port), ("cp.internal", 80));
-        assert_eq!(t.authority, "cp.internal");
-        assert_eq!(t.path, "/resolve?zone=eu");
-        let t = HttpTarget::new("http://[::1]:8080");
-        assert_eq!((t.host.as_str(), t.port), ("::1", 8080));
-        assert_eq!(t.authority, "[::1]:8080");
-        assert_eq!(t.path, "/");
     }
 
     fn addr(text: &str) -> SocketAddr {
@@ -642,7 +508,11 @@ mod tests {
         );
         // A failure keeps the set (stale) and retries after negative_ttl.
         let before = Instant::now();
-        cache.learn("www.example.com", &mut entry, Err(QueryError::Body));
+        cache.learn(
+            "www.example.com",
+            &mut entry,
+            Err(QueryError::Http(cluster_http::HttpError::Body)),
+        );
         assert!(Arc::ptr_eq(&next, &nodes(&entry)));
         assert!(entry.failing);
         assert!(entry.fresh_until >= before + cache.config.negative_ttl);

@@ -32,10 +32,12 @@
 //! hook.
 
 pub mod cluster;
+pub mod cluster_http;
 pub mod dns;
 mod endpoint;
 pub mod fastest;
 pub mod health;
+pub mod node_choice;
 pub mod policy;
 pub mod resolve;
 pub mod select;
@@ -224,6 +226,98 @@ pub struct Cluster {
     pub lookup_timeout: Duration,
     /// Where an answer may send traffic; any other address is refused.
     pub allowed_targets: Vec<Cidr>,
+    // Pangolin lookups and Gerbil's node choice (issue 17).
+    /// What a `lookup_url` speaks (DNS lookups: always `Snirelay`).
+    pub protocol: ClusterProtocol,
+    /// Request headers of every HTTP lookup, in file order.
+    pub headers: Vec<LookupHeader>,
+    /// An `https://` lookup's trust and client certificate.
+    pub tls: Option<LookupTls>,
+    /// How a connection chooses among a site's nodes.
+    pub node_choice: node_choice::NodeChoice,
+}
+
+/// `[backend.*.cluster] protocol`: the lookup's request and reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterProtocol {
+    /// POST `{"hostname"}` to `lookup_url` itself; endpoints are `ip:port`.
+    Snirelay,
+    /// Pangolin's Gerbil route: POST `{"hostname", "publicKey"}` to
+    /// `{lookup_url}/gerbil/get-resolved-hostname`; endpoints without a
+    /// port get `default_port`.
+    Pangolin {
+        /// The node's WireGuard public key, as Pangolin knows the exit node.
+        public_key: String,
+        /// Where `public_key` was read from, when it came from a file.
+        public_key_file: Option<std::path::PathBuf>,
+        default_port: u16,
+    },
+}
+
+impl ClusterProtocol {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ClusterProtocol::Snirelay => "snirelay",
+            ClusterProtocol::Pangolin { .. } => "pangolin",
+        }
+    }
+}
+
+/// One `[backend.*.cluster.headers]` entry, its value read (from the file
+/// at load and at every reload when it names one).
+#[derive(Clone, PartialEq, Eq)]
+pub struct LookupHeader {
+    pub name: String,
+    /// Never logged or shown when it came from a file.
+    pub value: String,
+    pub file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for LookupHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("LookupHeader");
+        d.field("name", &self.name);
+        match &self.file {
+            Some(path) => d.field("file", path),
+            None => d.field("value", &self.value),
+        };
+        d.finish()
+    }
+}
+
+/// The TLS client of an `https://` lookup: the files it was built from
+/// (compared, with their contents, to tell a reload what changed) and the
+/// rustls configuration built from them at load.
+#[derive(Clone)]
+pub struct LookupTls {
+    /// `ca_file`; `None`: the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub client_cert_file: Option<std::path::PathBuf>,
+    pub client_key_file: Option<std::path::PathBuf>,
+    /// The contents of the three files, in that order (empty when unset).
+    pub contents: [Arc<[u8]>; 3],
+    pub client: Arc<rustls::ClientConfig>,
+}
+
+impl PartialEq for LookupTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.ca_file == other.ca_file
+            && self.client_cert_file == other.client_cert_file
+            && self.client_key_file == other.client_key_file
+            && self.contents == other.contents
+    }
+}
+
+impl Eq for LookupTls {}
+
+impl std::fmt::Debug for LookupTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LookupTls")
+            .field("ca_file", &self.ca_file)
+            .field("client_cert_file", &self.client_cert_file)
+            .field("client_key_file", &self.client_key_file)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,8 +325,8 @@ pub enum ClusterLookup {
     /// Ask the cluster's authoritative DNS for the SNI's A/AAAA records and
     /// connect to `port` on them.
     Dns { server: SocketAddr, port: u16 },
-    /// POST `{"hostname": SNI}` to this `http://` URL; the answer is
-    /// `{"endpoints": ["ip:port", ...]}`, an empty list meaning this node.
+    /// POST to this `http://` or `https://` URL (the request and reply are
+    /// [`Cluster::protocol`]'s); an empty endpoint list means this node.
     Http { url: String },
 }
 

@@ -24,7 +24,7 @@
 use std::net::IpAddr;
 
 use super::Endpoint;
-use super::policy::{Policy, State};
+use super::policy::{Policy, Ranker, State};
 
 /// Upper bound of `connect_attempts` (the configuration enforces it).
 pub const MAX_ATTEMPTS: usize = 64;
@@ -76,12 +76,20 @@ pub fn plan(
     cap: Option<u32>,
 ) -> Plan {
     let set = &set[..set.len().min(usize::from(u16::MAX))];
-    let n = set.len();
-    let full = set.iter().filter(|e| e.is_full(cap)).count();
-    let attempts = attempts.min(MAX_ATTEMPTS).min(n - full);
     let ranker = policy.ranker(state, set, client, |e| {
         e.state.is_up() && e.state.selectable() && !e.is_full(cap)
     });
+    plan_ranked(ranker, set, attempts, cap)
+}
+
+/// [`plan`] with the ranking given: for a choice that is not a backend
+/// policy (a cluster's `node_choice = "gerbil_fnv"`, a rotation that
+/// starts at Gerbil's pick).
+pub fn plan_ranked(ranker: Ranker, set: &[Endpoint], attempts: usize, cap: Option<u32>) -> Plan {
+    let set = &set[..set.len().min(usize::from(u16::MAX))];
+    let n = set.len();
+    let full = set.iter().filter(|e| e.is_full(cap)).count();
+    let attempts = attempts.min(MAX_ATTEMPTS).min(n - full);
     let mut plan = Plan {
         order: [0; MAX_ATTEMPTS],
         len: 0,

@@ -43,6 +43,9 @@ use super::file::{
     RouteSection,
 };
 use super::file::{KeepaliveSection, KeepaliveSetting};
+// Pangolin lookups (issue 17).
+use super::ClusterProtocol;
+use super::file::{HeaderFile, HeaderValueSetting};
 use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route, Timeouts,
@@ -420,20 +423,69 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         negative_ttl,
         lookup_timeout,
         allowed_targets,
+        protocol,
+        headers,
+        tls,
+        node_choice,
     } = cluster;
     let (dns_server, port, lookup_url) = match lookup {
         ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None),
         ClusterLookup::Http { url } => (None, None, Some(url.clone())),
     };
+    // Pangolin lookups and Gerbil's node choice (issue 17): what came from
+    // a file is shown as its path, never as its contents.
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let (public_key, public_key_file, default_port) = match protocol {
+        ClusterProtocol::Snirelay => (None, None, None),
+        ClusterProtocol::Pangolin {
+            public_key,
+            public_key_file,
+            default_port,
+        } => match public_key_file {
+            Some(file) => (None, path(&Some(file.clone())), count(*default_port)),
+            None => (Some(public_key.clone()), None, count(*default_port)),
+        },
+    };
+    let headers = (!headers.is_empty()).then(|| {
+        headers
+            .iter()
+            .map(|h| {
+                let value = match &h.file {
+                    Some(file) => HeaderValueSetting::File(HeaderFile {
+                        file: file.display().to_string(),
+                    }),
+                    None => HeaderValueSetting::Text(h.value.clone()),
+                };
+                (h.name.clone(), value)
+            })
+            .collect()
+    });
+    let (ca_file, client_cert_file, client_key_file) = match tls {
+        Some(tls) => (
+            path(&tls.ca_file),
+            path(&tls.client_cert_file),
+            path(&tls.client_key_file),
+        ),
+        None => (None, None, None),
+    };
     ClusterSection {
         dns_server,
         port,
-        lookup_url,
+        lookup_url: lookup_url.clone(),
         local_backend: local_backend.clone(),
         positive_ttl: Some(duration(*positive_ttl)),
         negative_ttl: Some(duration(*negative_ttl)),
         lookup_timeout: Some(duration(*lookup_timeout)),
         allowed_targets: Some(allowed_targets.iter().map(|c| c.to_string()).collect()),
+        protocol: lookup_url.is_some().then(|| protocol.as_str().to_owned()),
+        public_key,
+        public_key_file,
+        default_port,
+        headers,
+        ca_file,
+        client_cert_file,
+        client_key_file,
+        node_choice: Some(node_choice.as_str().to_owned()),
     }
 }
 

@@ -258,6 +258,39 @@ pub struct ClusterSection {
     pub negative_ttl: Option<String>,
     pub lookup_timeout: Option<String>,
     pub allowed_targets: Option<Vec<String>>,
+    // Pangolin lookups and Gerbil's node choice (issue 17).
+    /// `"snirelay"` (the default) or `"pangolin"`.
+    pub protocol: Option<String>,
+    /// `pangolin`: the node's WireGuard public key, or the file holding it.
+    pub public_key: Option<String>,
+    pub public_key_file: Option<String>,
+    /// `pangolin`: the port of an endpoint answered without one.
+    pub default_port: Option<i64>,
+    /// Request headers of every lookup: a value, or `{ file = "/path" }`.
+    pub headers: Option<BTreeMap<String, HeaderValueSetting>>,
+    /// `https://` lookups: the CA (PEM; the system roots when unset) and
+    /// a client certificate and key (PEM).
+    pub ca_file: Option<String>,
+    pub client_cert_file: Option<String>,
+    pub client_key_file: Option<String>,
+    /// `"source_hash"` (the default) or `"gerbil_fnv"`.
+    pub node_choice: Option<String>,
+}
+
+/// A lookup header's value: the text, or the file it is read from (so a
+/// secret stays out of the TOML and out of `/config`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum HeaderValueSetting {
+    Text(String),
+    File(HeaderFile),
+}
+
+/// `{ file = "/path" }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderFile {
+    pub file: String,
 }
 
 /// A duration (`"24h"`), or `false` to turn the limit off (`true` is an

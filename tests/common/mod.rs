@@ -1088,9 +1088,18 @@ impl Default for BlackHole {
 pub async fn tagged_backend(
     tag: &'static str,
 ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    tagged_backend_on(TcpListener::bind("127.0.0.1:0").await.unwrap(), tag)
+}
+
+/// [`tagged_backend`] on a listener the caller bound (another loopback
+/// address, a chosen port).
+pub fn tagged_backend_on(
+    listener: TcpListener,
+    tag: &'static str,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = accepted.clone();
-    let addr = raw_backend(move |mut stream| {
+    let addr = raw_backend_on(listener, move |mut stream| {
         count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1102,8 +1111,7 @@ pub async fn tagged_backend(
                 }
             }
         }
-    })
-    .await;
+    });
     (addr, accepted)
 }
 
@@ -1113,6 +1121,11 @@ pub mod dns;
 // ------------------------------------------- cluster lookups (issue 6)
 
 pub mod control_plane;
+
+// ------------------------------- Pangolin's lookup protocol (issue 17)
+
+/// A Pangolin control plane double (`pangolin::Pangolin`).
+pub mod pangolin;
 
 // ------------------------------------------------ per-route limits (issue 15)
 

@@ -1,0 +1,460 @@
+//! One HTTP cluster lookup (`[backend.*.cluster] lookup_url`): the request,
+//! the transport (plain TCP, or TLS with the configured roots and optional
+//! client certificate) and the reply, for either protocol:
+//!
+//! - `snirelay`: POST `{"hostname": SNI}` to `lookup_url` itself; the reply
+//!   is `{"endpoints": ["ip:port", ...]}`.
+//! - `pangolin`: Pangolin's route for Gerbil, POST
+//!   `{"hostname": SNI, "publicKey": KEY}` to
+//!   `{lookup_url}/gerbil/get-resolved-hostname` (`lookup_url` is the base
+//!   Gerbil is given as `remoteConfig`, e.g. `https://pangolin:3001/api/v1`);
+//!   the reply's endpoints are host addresses, usually without a port:
+//!   `default_port` is added to those (`ip`, `[ipv6]` or a bare IPv6
+//!   address), an `ip:port` is kept. A host name is not an endpoint
+//!   (`allowed_targets` speaks of addresses).
+//!
+//! Both: 200 is an answer (an empty list: this node holds the site), 404
+//! means no node for the name, any other status is a failed lookup, as is
+//! a body over [`MAX_REPLY_BYTES`], bad JSON or an endpoint not understood.
+//! The configured `headers` go on every request (their values are never
+//! logged). Each lookup opens its own connection: lookups are rare (one
+//! per name per TTL, single-flight), and a timeout then drops its socket.
+//!
+//! Not here: the cache, single flight, serve-stale and `allowed_targets`
+//! (`super::cluster`, which also bounds a lookup by `lookup_timeout`).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use super::{Cluster, ClusterProtocol};
+use crate::sockopt;
+
+/// The largest lookup reply read (an answer is a short list of endpoints).
+pub const MAX_REPLY_BYTES: usize = 64 * 1024;
+
+/// Pangolin's route, appended to `lookup_url` with protocol `pangolin`.
+pub const PANGOLIN_PATH: &str = "/gerbil/get-resolved-hostname";
+
+/// What one lookup said.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Node addresses, in answer order.
+    Nodes(Vec<SocketAddr>),
+    /// An empty endpoint list: this node.
+    Here,
+    /// HTTP 404: the cluster knows no node for the name.
+    Nowhere,
+}
+
+/// Why one HTTP lookup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot connect to the lookup service: {0}")]
+    Connect(io::Error),
+    #[error("TLS handshake with the lookup service failed: {0}")]
+    Tls(io::Error),
+    #[error("HTTP exchange failed: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("the lookup service answered HTTP {0}")]
+    Status(StatusCode),
+    #[error("the reply body is unreadable or over {MAX_REPLY_BYTES} bytes")]
+    Body,
+    #[error("the reply is not {{\"endpoints\": [...]}}: {0}")]
+    Json(serde_json::Error),
+    #[error("the reply endpoint {0:?} is not an address")]
+    Endpoint(String),
+}
+
+/// Where and how to ask, taken apart once per cluster backend.
+pub struct HttpTarget {
+    host: String,
+    port: u16,
+    /// The `Host` header.
+    authority: HeaderValue,
+    /// The request target (origin form).
+    path: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    /// `Some` for an `https://` URL.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+    protocol: ClusterProtocol,
+}
+
+impl std::fmt::Debug for HttpTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Header values stay out: they may be secrets.
+        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("HttpTarget")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("path", &self.path)
+            .field("headers", &names)
+            .field("tls", &self.tls.is_some())
+            .field("protocol", &self.protocol.as_str())
+            .finish()
+    }
+}
+
+impl HttpTarget {
+    /// `url` was validated by the config as an `http://` or `https://` URL
+    /// with a host, and the headers as HTTP names and values.
+    pub fn new(url: &str, config: &Cluster) -> HttpTarget {
+        let uri: hyper::Uri = url.parse().unwrap_or_default();
+        let https = uri.scheme_str() == Some("https");
+        let host = uri
+            .host()
+            .unwrap_or("localhost")
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let authority = uri.authority().map_or(host.as_str(), |a| a.as_str());
+        let authority =
+            HeaderValue::from_str(authority).unwrap_or(HeaderValue::from_static("localhost"));
+        let path = match &config.protocol {
+            ClusterProtocol::Snirelay => uri
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+            // Gerbil appends the route to the base as text; so does this
+            // (without doubling a trailing slash).
+            ClusterProtocol::Pangolin { .. } => {
+                format!("{}{PANGOLIN_PATH}", uri.path().trim_end_matches('/'))
+            }
+        };
+        let headers = config
+            .headers
+            .iter()
+            .filter_map(|h| {
+                let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+                let mut value = HeaderValue::from_str(&h.value).ok()?;
+                value.set_sensitive(true);
+                Some((name, value))
+            })
+            .collect();
+        let tls = match (&config.tls, https) {
+            (Some(tls), true) => ServerName::try_from(host.clone())
+                .ok()
+                .map(|name| (TlsConnector::from(tls.client.clone()), name)),
+            _ => None,
+        };
+        HttpTarget {
+            port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            host,
+            authority,
+            path,
+            headers,
+            tls,
+            protocol: config.protocol.clone(),
+        }
+    }
+
+    /// Asks once for `sni` (unbounded: the caller bounds it).
+    pub async fn lookup(&self, sni: &str) -> Result<Reply, HttpError> {
+        let stream = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(HttpError::Connect)?;
+        let _ = sockopt::set_nodelay(&stream);
+        let request = self.request(sni);
+        let (status, body) = match &self.tls {
+            None => exchange(stream, request).await?,
+            Some((connector, name)) => {
+                let stream = connector
+                    .connect(name.clone(), stream)
+                    .await
+                    .map_err(HttpError::Tls)?;
+                exchange(stream, request).await?
+            }
+        };
+        match status {
+            StatusCode::OK => {
+                let endpoints = parse_reply(&body, self.default_port())?;
+                Ok(if endpoints.is_empty() {
+                    Reply::Here
+                } else {
+                    Reply::Nodes(endpoints)
+                })
+            }
+            StatusCode::NOT_FOUND => Ok(Reply::Nowhere),
+            _ => Err(HttpError::Status(status)),
+        }
+    }
+
+    fn default_port(&self) -> Option<u16> {
+        match &self.protocol {
+            ClusterProtocol::Snirelay => None,
+            ClusterProtocol::Pangolin { default_port, .. } => Some(*default_port),
+        }
+    }
+
+    fn request(&self, sni: &str) -> Request<Full<Bytes>> {
+        let body = match &self.protocol {
+            ClusterProtocol::Snirelay => serde_json::json!({ "hostname": sni }),
+            ClusterProtocol::Pangolin { public_key, .. } => {
+                serde_json::json!({ "hostname": sni, "publicKey": public_key })
+            }
+        };
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.path.as_str())
+            .header(HOST, self.authority.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        request
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("a request from validated parts")
+    }
+}
+
+/// Sends `request` on `io` (HTTP/1.1) and reads the status and the body.
+async fn exchange<IO>(
+    io: IO,
+    request: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), HttpError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io)).await?;
+    let exchange = async move {
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_REPLY_BYTES)
+            .collect()
+            .await
+            .map_err(|_| HttpError::Body)?
+            .to_bytes();
+        Ok::<_, HttpError>((status, body))
+    };
+    // The connection is driven here, not spawned, so a timeout drops the
+    // socket with the lookup.
+    let mut conn = std::pin::pin!(conn);
+    let mut exchange = std::pin::pin!(exchange);
+    let mut conn_done = false;
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut exchange => return result,
+            result = &mut conn, if !conn_done => {
+                conn_done = true;
+                result?;
+            }
+        }
+    }
+}
+
+/// The endpoints of a `{"endpoints": [...]}` reply; with `default_port`
+/// (protocol `pangolin`), an endpoint without a port gets it.
+pub fn parse_reply(body: &[u8], default_port: Option<u16>) -> Result<Vec<SocketAddr>, HttpError> {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        endpoints: Vec<String>,
+    }
+    let reply: Reply = serde_json::from_slice(body).map_err(HttpError::Json)?;
+    reply
+        .endpoints
+        .into_iter()
+        .map(|text| endpoint(&text, default_port).ok_or(HttpError::Endpoint(text)))
+        .collect()
+}
+
+fn endpoint(text: &str, default_port: Option<u16>) -> Option<SocketAddr> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Some(addr);
+    }
+    let port = default_port?;
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    bare.parse::<IpAddr>()
+        .ok()
+        .map(|ip| SocketAddr::new(ip, port))
+}
+
+/// The TLS client of an `https://` lookup: `ca` (PEM) or, when `None`, the
+/// system's roots; a client certificate chain and key (PEM) when given.
+/// Errors are for the configuration to report, with the key they concern.
+pub fn tls_client(
+    ca: Option<&[u8]>,
+    client: Option<(&[u8], &[u8])>,
+) -> Result<Arc<rustls::ClientConfig>, (&'static str, String)> {
+    use rustls::RootCertStore;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = |pem: &[u8]| {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        if certs.is_empty() {
+            return Err("no PEM certificate in the file".to_owned());
+        }
+        Ok(certs)
+    };
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(pem) => {
+            for cert in certs(pem).map_err(|e| ("ca_file", e))? {
+                roots
+                    .add(cert)
+                    .map_err(|e| ("ca_file", format!("not a usable CA certificate: {e}")))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why = found
+                    .errors
+                    .first()
+                    .map_or_else(|| "no certificates found".to_owned(), |e| e.to_string());
+                return Err((
+                    "ca_file",
+                    format!("no system CA certificates ({why}); set it"),
+                ));
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ("ca_file", e.to_string()))?
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((chain, key)) => {
+            let chain = certs(chain).map_err(|e| ("client_cert_file", e))?;
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| ("client_key_file", format!("no usable private key: {e}")))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                (
+                    "client_key_file",
+                    format!("does not go with client_cert_file: {e}"),
+                )
+            })?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(protocol: ClusterProtocol) -> Cluster {
+        Cluster {
+            lookup: super::super::ClusterLookup::Http { url: String::new() },
+            local_backend: None,
+            positive_ttl: std::time::Duration::from_secs(30),
+            negative_ttl: std::time::Duration::from_secs(2),
+            lookup_timeout: std::time::Duration::from_secs(2),
+            allowed_targets: vec![],
+            protocol,
+            headers: vec![],
+            tls: None,
+            node_choice: Default::default(),
+        }
+    }
+
+    #[test]
+    fn replies_parse_to_endpoints_or_fail() {
+        let ok = parse_reply(
+            br#"{"endpoints": ["10.0.0.1:443", "[2001:db8::1]:8443"], "v": 1}"#,
+            None,
+        );
+        assert_eq!(
+            ok.unwrap(),
+            vec![
+                "10.0.0.1:443".parse::<SocketAddr>().unwrap(),
+                "[2001:db8::1]:8443".parse().unwrap()
+            ]
+        );
+        assert!(
+            parse_reply(br#"{"endpoints": []}"#, None)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(matches!(
+            parse_reply(br#"{"endpoints": ["10.0.0.1"]}"#, None),
+            Err(HttpError::Endpoint(e)) if e == "10.0.0.1"
+        ));
+        assert!(matches!(parse_reply(b"{}", None), Err(HttpError::Json(_))));
+        assert!(matches!(
+            parse_reply(b"<html>", None),
+            Err(HttpError::Json(_))
+        ));
+    }
+
+    #[test]
+    fn pangolin_endpoints_without_a_port_get_the_default_port() {
+        let body =
+            br#"{"endpoints": ["10.0.0.1", "2001:db8::1", "[2001:db8::2]", "10.0.0.2:8443"]}"#;
+        assert_eq!(
+            parse_reply(body, Some(443)).unwrap(),
+            vec![
+                "10.0.0.1:443".parse::<SocketAddr>().unwrap(),
+                "[2001:db8::1]:443".parse().unwrap(),
+                "[2001:db8::2]:443".parse().unwrap(),
+                "10.0.0.2:8443".parse().unwrap(),
+            ]
+        );
+        assert!(matches!(
+            parse_reply(br#"{"endpoints": ["node-b.example.net"]}"#, Some(443)),
+            Err(HttpError::Endpoint(e)) if e == "node-b.example.net"
+        ));
+    }
+
+    #[test]
+    fn lookup_urls_are_taken_apart_once() {
+        let snirelay = cluster(ClusterProtocol::Snirelay);
+        let t = HttpTarget::new("http://cp.internal/resolve?zone=eu", &snirelay);
+        assert_eq!((t.host.as_str(), t.port), ("cp.internal", 80));
+        assert_eq!(t.authority, "cp.internal");
+        assert_eq!(t.path, "/resolve?zone=eu");
+        let t = HttpTarget::new("http://[::1]:8080", &snirelay);
+        assert_eq!((t.host.as_str(), t.port), ("::1", 8080));
+        assert_eq!(t.authority, "[::1]:8080");
+        assert_eq!(t.path, "/");
+        let pangolin = cluster(ClusterProtocol::Pangolin {
+            public_key: "k".into(),
+            public_key_file: None,
+            default_port: 443,
+        });
+        let t = HttpTarget::new("https://pangolin:3001/api/v1/", &pangolin);
+        assert_eq!((t.host.as_str(), t.port), ("pangolin", 3001));
+        assert_eq!(t.path, "/api/v1/gerbil/get-resolved-hostname");
+        let t = HttpTarget::new("https://pangolin.example.net", &pangolin);
+        assert_eq!(t.port, 443);
+        assert_eq!(t.path, "/gerbil/get-resolved-hostname");
+    }
+
+    #[test]
+    fn the_pangolin_request_carries_the_key_and_the_headers() {
+        let mut config = cluster(ClusterProtocol::Pangolin {
+            public_key: "pk=".into(),
+            public_key_file: None,
+            default_port: 443,
+        });
+        config.headers = vec![super::super::LookupHeader {
+            name: "X-Token".into(),
+            value: "s3cret".into(),
+            file: None,
+        }];
+        let t = HttpTarget::new("http://cp:3001/api/v1", &config);
+        let request = t.request("a.example.com");
+        assert_eq!(request.uri(), "/api/v1/gerbil/get-resolved-hostname");
+        assert_eq!(request.headers()["x-token"], "s3cret");
+        assert!(request.headers()["x-token"].is_sensitive());
+        assert!(!format!("{t:?}").contains("s3cret"));
+    }
+}
