@@ -309,7 +309,8 @@ async fn gerbil_fnv_sends_a_client_to_the_node_gerbil_would() {
         "www.example.com",
         Reply::endpoints(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]),
     );
-    let extra = format!("public_key = \"{KEY}\"\ndefault_port = {port}\nnode_choice = \"gerbil_fnv\"");
+    let extra =
+        format!("public_key = \"{KEY}\"\ndefault_port = {port}\nnode_choice = \"gerbil_fnv\"");
     let relay = Relay::start(&config(&cp.base_url(), &extra, "")).await;
 
     // Each connection goes where Gerbil's FNV-1a of "ip:port" points.

@@ -23,8 +23,10 @@
 //! - DNS (`resolve`): [`resolve`] publishes each answer; until the first
 //!   one a connection waits up to its `connect_timeout`, then closes
 //!   `no_address`; a failed re-resolution keeps the last good set;
-//! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`],
-//!   whose answer is either another node or this one (`local_backend`).
+//! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`]
+//!   (over HTTP, in snirelay's protocol or Pangolin's, by [`cluster_http`]),
+//!   whose answer is either another node or this one (`local_backend`);
+//!   [`node_choice`] says which of several nodes comes first.
 //!
 //! Not here: choosing among addresses ([`select`], [`policy`]) or
 //! connecting (`crate::connect`). This module names no policy: what one

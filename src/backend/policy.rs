@@ -115,7 +115,9 @@ pub struct OwnKey {
 impl Policy {
     /// The policy of a `[cluster]` backend, whatever the file says: a site's
     /// nodes are chosen by the client's address, so a client keeps its node
-    /// and every relay of a fleet makes the same choice.
+    /// and every relay of a fleet makes the same choice. (A cluster's
+    /// `node_choice = "gerbil_fnv"` ranks another node's addresses instead,
+    /// see `super::node_choice`.)
     pub const CLUSTER: Policy = Policy::SourceHash;
 
     /// The policy named `name`; the error names every policy.
