@@ -125,8 +125,8 @@ async fn a_pangolin_answer_is_relayed_to_the_endpoint_on_default_port() {
         node.port(),
         secret.display()
     );
-    let admin = format!("[admin]\nlisten = \"127.0.0.1:0\"\nexpose_config = true\n");
-    let relay = Relay::start(&config(&cp.base_url(), &extra, &admin)).await;
+    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\nexpose_config = true\n";
+    let relay = Relay::start(&config(&cp.base_url(), &extra, admin)).await;
 
     let (client, answer) = ask(&relay, "www.example.com").await;
     assert_eq!(answer, "node-b");

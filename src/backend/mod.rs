@@ -233,8 +233,9 @@ pub struct Cluster {
     pub protocol: ClusterProtocol,
     /// Request headers of every HTTP lookup, in file order.
     pub headers: Vec<LookupHeader>,
-    /// An `https://` lookup's trust and client certificate.
-    pub tls: Option<LookupTls>,
+    /// An `https://` lookup's trust and client certificate (shared: it is
+    /// large, and the same across clones of the settings).
+    pub tls: Option<Arc<LookupTls>>,
     /// How a connection chooses among a site's nodes.
     pub node_choice: node_choice::NodeChoice,
 }

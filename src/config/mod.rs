@@ -1611,7 +1611,7 @@ impl Checker {
         key: &str,
         section: &ClusterSection,
         url: Option<&str>,
-    ) -> Option<Option<LookupTls>> {
+    ) -> Option<Option<Arc<LookupTls>>> {
         let https = url.is_some_and(|u| u.starts_with("https://"));
         let keys = [
             ("ca_file", &section.ca_file),
@@ -1659,13 +1659,13 @@ impl Checker {
         match crate::backend::cluster_http::tls_client(ca, client) {
             Ok(client) => {
                 let [ca_file, client_cert_file, client_key_file] = paths;
-                Some(Some(LookupTls {
+                Some(Some(Arc::new(LookupTls {
                     ca_file,
                     client_cert_file,
                     client_key_file,
                     contents,
                     client,
-                }))
+                })))
             }
             Err((own, message)) => {
                 self.problem(format!("{key}.{own}"), message);
