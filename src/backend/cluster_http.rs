@@ -85,7 +85,9 @@ pub struct HttpTarget {
     /// The request target (origin form).
     path: String,
     headers: Vec<(HeaderName, HeaderValue)>,
-    /// `Some` for an `https://` URL.
+    /// An `https://` URL: never downgraded to plain HTTP, even if its TLS
+    /// client could not be made (then every lookup fails).
+    https: bool,
     tls: Option<(TlsConnector, ServerName<'static>)>,
     protocol: ClusterProtocol,
 }
@@ -147,6 +149,7 @@ impl HttpTarget {
             _ => None,
         };
         HttpTarget {
+            https,
             port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
             host,
             authority,
@@ -165,6 +168,10 @@ impl HttpTarget {
         let _ = sockopt::set_nodelay(&stream);
         let request = self.request(sni);
         let (status, body) = match &self.tls {
+            None if self.https => {
+                let why = "no TLS client for this URL's host";
+                return Err(HttpError::Tls(io::Error::other(why)));
+            }
             None => exchange(stream, request).await?,
             Some((connector, name)) => {
                 let stream = connector

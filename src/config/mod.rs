@@ -1612,7 +1612,10 @@ impl Checker {
         section: &ClusterSection,
         url: Option<&str>,
     ) -> Option<Option<Arc<LookupTls>>> {
-        let https = url.is_some_and(|u| u.starts_with("https://"));
+        let uri = url.and_then(|u| u.parse::<hyper::Uri>().ok());
+        let https = uri
+            .as_ref()
+            .is_some_and(|u| u.scheme_str() == Some("https"));
         let keys = [
             ("ca_file", &section.ca_file),
             ("client_cert_file", &section.client_cert_file),
@@ -1635,6 +1638,16 @@ impl Checker {
             self.problem(
                 format!("{key}.client_cert_file"),
                 "`client_cert_file` and `client_key_file` go together",
+            );
+            return None;
+        }
+        // The name the control plane's certificate must carry.
+        let host = uri.as_ref().and_then(|u| u.host()).unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if rustls::pki_types::ServerName::try_from(host).is_err() {
+            self.problem(
+                format!("{key}.lookup_url"),
+                format!("{host:?} is not a host name or address TLS can verify"),
             );
             return None;
         }
