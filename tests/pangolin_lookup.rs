@@ -126,7 +126,8 @@ async fn a_pangolin_answer_is_relayed_to_the_endpoint_on_default_port() {
         secret.display()
     );
     let admin = "[admin]\nlisten = \"127.0.0.1:0\"\nexpose_config = true\n";
-    let relay = Relay::start(&config(&cp.base_url(), &extra, admin)).await;
+    let text = config(&cp.base_url(), &extra, admin);
+    let relay = Relay::start(&text).await;
 
     let (client, answer) = ask(&relay, "www.example.com").await;
     assert_eq!(answer, "node-b");
@@ -169,6 +170,16 @@ async fn a_pangolin_answer_is_relayed_to_the_endpoint_on_default_port() {
     // Nor does the log.
     let logged = serde_json::to_string(&relay.log_lines()).unwrap();
     assert!(!logged.contains("s3cret"));
+
+    // A reload reads the file again: the next lookup carries the new value.
+    std::fs::write(&secret, "Bearer rotated\n").unwrap();
+    cp.require_header("authorization", "Bearer rotated");
+    assert_eq!(relay.reload(&text, 1).await["message"], "reload applied");
+    assert_eq!(ask(&relay, "www.example.com").await.1, "node-b");
+    let log = cp.log();
+    let last = log.last().unwrap();
+    assert_eq!(last.status, 200);
+    assert_eq!(last.headers["authorization"], "Bearer rotated");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

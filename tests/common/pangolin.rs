@@ -159,12 +159,13 @@ impl Pangolin {
         self.state.lock().unwrap().failure = reply;
     }
 
-    /// Requires header `name` with `value` on every lookup (401 otherwise).
+    /// Requires header `name` with `value` on every lookup (401 otherwise),
+    /// in place of any value required for `name` before.
     pub fn require_header(&self, name: &str, value: &str) {
+        let name = name.to_ascii_lowercase();
         let mut state = self.state.lock().unwrap();
-        state
-            .required
-            .push((name.to_ascii_lowercase(), value.to_owned()));
+        state.required.retain(|(n, _)| *n != name);
+        state.required.push((name, value.to_owned()));
     }
 
     /// Well-formed lookups received for `hostname` so far.
