@@ -421,6 +421,43 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// Whatever the control plane sends, the reply parser answers
+        /// (never panics), and endpoints written as Pangolin writes them
+        /// (an address, with or without a port) read back exactly.
+        #[test]
+        fn any_reply_parses_or_fails_and_addresses_read_back(
+            junk in proptest::collection::vec(proptest::num::u8::ANY, 0..256),
+            hosts in proptest::collection::vec(
+                (proptest::num::u128::ANY, proptest::bool::ANY, proptest::option::of(1u16..)),
+                0..8,
+            ),
+        ) {
+            let _ = parse_reply(&junk, Some(443));
+            let addrs: Vec<SocketAddr> = hosts
+                .iter()
+                .map(|&(bits, v4, port)| {
+                    let ip = if v4 {
+                        IpAddr::from(std::net::Ipv4Addr::from(bits as u32))
+                    } else {
+                        IpAddr::from(std::net::Ipv6Addr::from(bits))
+                    };
+                    SocketAddr::new(ip, port.unwrap_or(443))
+                })
+                .collect();
+            let texts: Vec<String> = hosts
+                .iter()
+                .zip(&addrs)
+                .map(|(&(_, _, port), addr)| match port {
+                    Some(_) => addr.to_string(),
+                    None => addr.ip().to_string(),
+                })
+                .collect();
+            let body = serde_json::json!({ "endpoints": texts }).to_string();
+            proptest::prop_assert_eq!(parse_reply(body.as_bytes(), Some(443)).unwrap(), addrs);
+        }
+    }
+
     #[test]
     fn lookup_urls_are_taken_apart_once() {
         let snirelay = cluster(ClusterProtocol::Snirelay);
