@@ -54,7 +54,7 @@ async fn chromium(args: &[String]) -> String {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    tokio::task::spawn_blocking(move || {
+    let run = tokio::task::spawn_blocking(move || {
         let mut child = command
             .spawn()
             .expect("chromium must be installed (Debian package `chromium`, see .ci/install-deps)");
@@ -88,8 +88,10 @@ async fn chromium(args: &[String]) -> String {
         assert!(status.success(), "chromium failed ({status}): {err}");
         out
     })
-    .await
-    .unwrap()
+    .await;
+    // A profile is a few megabytes: a suite run must not leave them behind.
+    let _ = std::fs::remove_dir_all(&profile);
+    run.unwrap()
 }
 
 /// The DOM chromium rendered from `url`.
