@@ -179,6 +179,9 @@ pub struct Metrics {
     open_fds: Gauge,
     max_fds: Gauge,
     resident_memory: Gauge,
+    // Pushed local names (issue 17).
+    local_name_pushes: Family<OutcomeLabels, Counter>,
+    local_names: Gauge,
 }
 
 /// One backend's connect series (clones share the family's atomics),
@@ -421,6 +424,8 @@ impl Metrics {
             open_fds: Gauge::default(),
             max_fds: Gauge::default(),
             resident_memory: Gauge::default(),
+            local_name_pushes: Family::default(),
+            local_names: Gauge::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -544,6 +549,17 @@ impl Metrics {
             "Resident set size of the process, read at scrape time",
             m.resident_memory.clone(),
         );
+        // Pushed local names (issue 17).
+        r.register(
+            "snirelay_local_name_pushes",
+            "Pushes of the local name set (POST /update-local-snis), by outcome",
+            m.local_name_pushes.clone(),
+        );
+        r.register(
+            "snirelay_local_names",
+            "Names pushed as served by this node's local backend, in force now",
+            m.local_names.clone(),
+        );
         let build_info = Family::<VersionLabels, Gauge>::default();
         build_info
             .get_or_create(&VersionLabels {
@@ -601,6 +617,19 @@ impl Metrics {
     /// A configuration reload finished; `outcome` is `ok` or `failed`.
     pub fn reload(&self, outcome: &'static str) {
         self.reloads.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// A push of the local name set: `outcome` is `ok`, `bad_request`,
+    /// `unauthorized`, ... (as the control actions).
+    pub fn local_name_push(&self, outcome: &'static str) {
+        self.local_name_pushes
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// How many pushed local names are in force.
+    pub fn set_local_names(&self, names: usize) {
+        self.local_names.set(names as i64);
     }
 
     /// The number of connections being drained now (stop or reload).

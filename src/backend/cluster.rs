@@ -41,11 +41,17 @@
 //!   never evicted; they are bounded by the connections waiting on them.
 //!   Memory: a few hundred bytes per name, ~3 MB when full.
 //!
+//! Before any of that, a name in `local_overrides` or in the pushed local
+//! names (`super::local_names`) is [`Answer::Local`] when the backend has a
+//! `local_backend`: no lookup, nothing cached. A push drops the cached
+//! answers of the names it changed ([`Cache::forget`]).
+//!
 //! Cost on the hot path: a cached answer is two short mutex sections (the
 //! name table, then the entry) and one `Arc` clone; no await.
 //!
 //! Not here: connecting to the answer (`crate::connect`, which uses
-//! `source_hash` among a site's nodes and PROXY v2 towards them) or the DNS
+//! `source_hash` among a site's nodes and `hop_proxy_protocol` towards
+//! them) or the DNS
 //! wire protocol (`super::dns`).
 
 use std::collections::HashMap;
@@ -65,6 +71,8 @@ use tokio::time::Instant;
 use super::{AddressSet, carry, same_addresses};
 use super::{Cluster, ClusterLookup};
 use crate::cidr::canonical;
+use crate::matcher::SniMatcher;
+use crate::sni::Sni;
 use crate::{metrics, sockopt};
 
 /// Names cached per cluster backend.
@@ -209,6 +217,8 @@ pub struct Cache {
     backend: String,
     source: Source,
     slots: Mutex<HashMap<Box<str>, Arc<Slot>>>,
+    /// `local_overrides`, compiled (empty: no check).
+    overrides: SniMatcher<()>,
 }
 
 impl Cache {
@@ -221,16 +231,51 @@ impl Cache {
             },
             ClusterLookup::Http { url } => Source::Http(HttpTarget::new(url)),
         };
+        let mut overrides = SniMatcher::new();
+        for pattern in &config.local_overrides {
+            // A duplicate pattern says the same thing twice.
+            let _ = overrides.insert(pattern, ());
+        }
         Cache {
             config: config.clone(),
             backend: backend.to_owned(),
             source,
             slots: Mutex::new(HashMap::new()),
+            overrides,
         }
+    }
+
+    /// Whether `sni` goes to `local_backend` without a lookup: it is in
+    /// `local_overrides`, or in the pushed local names.
+    fn is_local_name(&self, sni: &str) -> bool {
+        if self.config.local_backend.is_none() {
+            return false;
+        }
+        if !self.overrides.is_empty()
+            && Sni::parse(sni.as_bytes()).is_ok_and(|sni| self.overrides.find(&sni).is_some())
+        {
+            return true;
+        }
+        super::local_names::contains(sni)
+    }
+
+    /// Drops the cached answers of `names` (their next connection looks
+    /// up afresh). A lookup in flight finishes into its own slot, which is
+    /// no longer in the table, and its waiters take its outcome.
+    pub fn forget<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        names
+            .into_iter()
+            .filter(|name| slots.remove(*name).is_some())
+            .count()
     }
 
     /// The answer for `sni`; `local` is the address the client dialled.
     pub async fn lookup(&self, sni: &str, local: IpAddr) -> Result<Answer, LookupError> {
+        // Names this node serves, by configuration or by push: no lookup.
+        if self.is_local_name(sni) {
+            return Ok(Answer::Local);
+        }
         let slot = self.slot(sni);
         let seen = {
             let entry = slot.entry();
@@ -557,6 +602,8 @@ mod tests {
                 negative_ttl: Duration::from_secs(2),
                 lookup_timeout: Duration::from_secs(2),
                 allowed_targets: vec!["127.0.0.0/8".parse().unwrap()],
+                local_overrides: Vec::new(),
+                hop_proxy_protocol: crate::proxy::outbound::Outbound::V2,
             },
         )
     }

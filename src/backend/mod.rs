@@ -24,7 +24,9 @@
 //!   one a connection waits up to its `connect_timeout`, then closes
 //!   `no_address`; a failed re-resolution keeps the last good set;
 //! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`],
-//!   whose answer is either another node or this one (`local_backend`).
+//!   whose answer is either another node or this one (`local_backend`);
+//!   names pushed as local ([`local_names`]) or listed in
+//!   `local_overrides` go to `local_backend` without a lookup.
 //!
 //! Not here: choosing among addresses ([`select`], [`policy`]) or
 //! connecting (`crate::connect`). This module names no policy: what one
@@ -36,6 +38,7 @@ pub mod dns;
 mod endpoint;
 pub mod fastest;
 pub mod health;
+pub mod local_names;
 pub mod policy;
 pub mod resolve;
 pub mod select;
@@ -56,6 +59,7 @@ pub use endpoint::{
 use crate::cidr::Cidr;
 use crate::metrics;
 use crate::proxy::outbound::Outbound;
+use crate::sni::Pattern;
 use crate::sockopt::Keepalive;
 use policy::Policy;
 
@@ -224,6 +228,14 @@ pub struct Cluster {
     pub lookup_timeout: Duration,
     /// Where an answer may send traffic; any other address is refused.
     pub allowed_targets: Vec<Cidr>,
+    // Pangolin nodes (issue 17).
+    /// Names always sent to `local_backend`, before the pushed set and any
+    /// lookup (exact names and `*.suffix` patterns).
+    pub local_overrides: Vec<Pattern>,
+    /// The PROXY header towards other nodes (the backend's
+    /// `proxy_protocol` follows it): v2 carries the hop count, v1 is what
+    /// Gerbil nodes read.
+    pub hop_proxy_protocol: Outbound,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

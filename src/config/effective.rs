@@ -124,6 +124,8 @@ fn admin_section(admin: &Admin) -> AdminSection {
         expose_config,
         address_labels,
         token_file,
+        local_names_file,
+        moved_close_window,
     } = admin;
     AdminSection {
         listen: Some(listen.to_string()),
@@ -132,6 +134,9 @@ fn admin_section(admin: &Admin) -> AdminSection {
         address_labels: Some(*address_labels),
         // The path only: the tokens never leave the file.
         token_file: token_file.as_ref().map(|t| t.path.display().to_string()),
+        // Pushed local names (issue 17).
+        local_names_file: local_names_file.as_ref().map(|p| p.display().to_string()),
+        moved_close_window: Some(duration(*moved_close_window)),
     }
 }
 
@@ -420,6 +425,8 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         negative_ttl,
         lookup_timeout,
         allowed_targets,
+        local_overrides,
+        hop_proxy_protocol,
     } = cluster;
     let (dns_server, port, lookup_url) = match lookup {
         ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None),
@@ -434,6 +441,15 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         negative_ttl: Some(duration(*negative_ttl)),
         lookup_timeout: Some(duration(*lookup_timeout)),
         allowed_targets: Some(allowed_targets.iter().map(|c| c.to_string()).collect()),
+        // Pangolin nodes (issue 17).
+        local_overrides: Some(local_overrides.iter().map(|p| p.to_string()).collect()),
+        hop_proxy_protocol: Some(
+            match hop_proxy_protocol {
+                Outbound::V1 => "v1",
+                _ => "v2",
+            }
+            .to_owned(),
+        ),
     }
 }
 
