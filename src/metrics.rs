@@ -38,7 +38,9 @@
 //! The operator's address states (`snirelay_backend_address_state`) are
 //! exported only for addresses an operator has set, bounded the same way
 //! and dropped with `address_labels = false`; control requests are counted
-//! by kind and outcome (`snirelay_admin_control_actions_total`).
+//! by kind and outcome (`snirelay_admin_control_actions_total`), pushes of
+//! the local name set by outcome, with a gauge of the names in force
+//! (`snirelay_local_name_pushes_total`, `snirelay_local_names`).
 //!
 //! Not here: the HTTP side (see `admin`), though its own connection counts
 //! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).

@@ -7,7 +7,7 @@
 //! sends every name to the cluster backend, `local_overrides` are local
 //! without a push, and a two-node chain with `hop_proxy_protocol = "v1"`
 //! delivers the original client to a node that reads PROXY v1 as Gerbil
-//! does.
+//! does. `examples/pangolin-node.toml` passes `snirelay check`.
 
 mod common;
 
@@ -390,6 +390,13 @@ async fn a_push_needs_the_token_and_a_valid_body_and_a_refused_one_changes_nothi
         ),
         6.0
     );
+    assert_eq!(
+        metric(
+            &text,
+            "snirelay_local_name_pushes_total{outcome=\"too_large\"}"
+        ),
+        1.0
+    );
 
     // Thousands of names fit (the body limit is raised for this endpoint);
     // a name that is not a host name is ignored and listed.
@@ -507,5 +514,35 @@ hop_proxy_protocol = "v1"
         recorded.all.starts_with(expected.as_bytes()),
         "{:?}",
         String::from_utf8_lossy(&recorded.all[..60.min(recorded.all.len())])
+    );
+}
+
+#[tokio::test]
+async fn the_pangolin_node_example_passes_check() {
+    // The example names the token file where it lives on a node; `check`
+    // reads it, so the test points it at one of its own.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("examples/pangolin-node.toml")).unwrap();
+    assert!(
+        text.contains("\n# protocol = \"pangolin\"\n"),
+        "the lookup protocol line is there to switch on"
+    );
+    let tokens = token_file(&format!("pangolin:{TOKEN}\n"));
+    let text = text.replace("/etc/snirelay/admin.tokens", &tokens.display().to_string());
+    let dir = tokens.parent().unwrap().to_owned();
+    let path = dir.join("pangolin-node.toml");
+    std::fs::write(&path, text).unwrap();
+    let (code, stdout, stderr) = run_snirelay(vec![
+        "check".into(),
+        "--config".into(),
+        path.display().to_string(),
+    ])
+    .await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.starts_with("ok"), "{stdout}");
+    assert!(
+        stdout.contains("default route everything -> backend pangolin"),
+        "{stdout}"
     );
 }

@@ -223,6 +223,12 @@ pub async fn respond(
             who: &who,
         })
     });
+    if kind == "update_local_snis" {
+        metrics::metrics().local_name_push(match &answer {
+            Ok(_) => "ok",
+            Err(refused) => refused.outcome,
+        });
+    }
     match answer {
         Ok(value) => {
             metrics::metrics().control_action(kind, "ok");
@@ -645,18 +651,9 @@ struct LocalNamesBody {
     full_domains: Vec<String>,
 }
 
-/// `POST /update-local-snis`: counted in `snirelay_local_name_pushes_total`
-/// by outcome, then as every control action.
+/// `POST /update-local-snis` (counted by `respond` in
+/// `snirelay_local_name_pushes_total` too).
 fn update_local_snis(call: &Call<'_>) -> Result<Value, Refused> {
-    let answer = push_local_names(call);
-    metrics::metrics().local_name_push(match &answer {
-        Ok(_) => "ok",
-        Err(refused) => refused.outcome,
-    });
-    answer
-}
-
-fn push_local_names(call: &Call<'_>) -> Result<Value, Refused> {
     let body: LocalNamesBody = serde_json::from_slice(&call.body).map_err(|e| {
         Refused::bad(format!(
             "the body must be {{\"fullDomains\": [\"name\", ...]}}: {e}"
