@@ -254,13 +254,24 @@ pub fn drain(filter: &Filter, window: Duration) -> usize {
 
 /// Closes, at moments spread over `window` (reason `moved`), every
 /// connection sent to a cluster's `local_backend` whose name is in
-/// `names`: names a push no longer lists as local. Returns how many.
-pub fn move_out(names: &HashSet<Box<str>>, window: Duration) -> usize {
+/// `names` (names a push no longer lists as local), but for those that
+/// `still_local(backend, sni)` says its backend still sends there (a
+/// `local_overrides` name). Returns how many.
+pub fn move_out(
+    names: &HashSet<Box<str>>,
+    window: Duration,
+    still_local: impl Fn(&str, &str) -> bool,
+) -> usize {
     if names.is_empty() {
         return 0;
     }
     spread(
-        |e| e.local && e.sni.as_deref().is_some_and(|s| names.contains(s)),
+        |e| {
+            e.local
+                && e.sni
+                    .as_deref()
+                    .is_some_and(|s| names.contains(s) && !still_local(&e.backend.name, s))
+        },
         window,
         MOVED,
     )
@@ -436,7 +447,8 @@ mod tests {
             ));
         }
         let gone: HashSet<Box<str>> = ["gone.test".into()].into();
-        assert_eq!(move_out(&gone, Duration::from_millis(20)), 1);
+        assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| true), 0);
+        assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| false), 1);
         tokio::time::timeout(Duration::from_secs(5), held[0].stop().cancelled())
             .await
             .unwrap();

@@ -225,10 +225,17 @@ async fn a_pushed_name_goes_local_and_when_it_moves_its_connection_closes_as_mov
     assert_eq!(node.cp.requests("dashboard.example.net"), 0);
     assert_eq!(node.cp.requests("x.internal.example.net"), 0);
 
-    let answer = push(&relay, &["A.example.com.", "b.example.com"]).await;
+    let answer = push(
+        &relay,
+        &["A.example.com.", "b.example.com", "y.internal.example.net"],
+    )
+    .await;
     assert_eq!(answer["status"], "Local SNIs updated successfully");
-    assert_eq!(answer["local_names"], 2);
-    assert_eq!(answer["added"], 2);
+    assert_eq!(answer["local_names"], 3);
+    assert_eq!(answer["added"], 3);
+    // Pushed and in local_overrides: it stays local when the push drops it.
+    let mut overridden = open(&relay, "y.internal.example.net").await;
+    assert_eq!(overridden.at, "local0");
     assert_eq!(answer["closing"], 0);
 
     // Pushed names go to Traefik without a lookup.
@@ -240,8 +247,8 @@ async fn a_pushed_name_goes_local_and_when_it_moves_its_connection_closes_as_mov
 
     // a.example.com moves to another node.
     let answer = push(&relay, &["b.example.com"]).await;
-    assert_eq!(answer["removed"], 1);
-    assert_eq!(answer["closing"], 1);
+    assert_eq!(answer["removed"], 2);
+    assert_eq!(answer["closing"], 1, "{answer}");
     let a_client = a.client;
     a.closed().await;
     let line = relay.closed_line(a_client).await;
@@ -249,6 +256,7 @@ async fn a_pushed_name_goes_local_and_when_it_moves_its_connection_closes_as_mov
     assert_eq!(line["sni"], "a.example.com");
     // The other name's connection stays open and carries bytes.
     assert!(b.echoes().await, "b.example.com must stay open");
+    assert!(overridden.echoes().await, "an override name stays open");
     assert!(
         relay
             .closed_lines()

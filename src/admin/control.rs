@@ -687,7 +687,14 @@ fn update_local_snis(call: &Call<'_>) -> Result<Value, Refused> {
         .filter_map(|(_, runtime)| runtime.cluster.as_ref())
         .map(|cache| cache.forget(changed()))
         .sum();
-    let closing = registry::move_out(&change.removed, window);
+    // A name that left the pushed set but is in a `local_overrides` still
+    // goes where it went: its connections stay.
+    let closing = registry::move_out(&change.removed, window, |backend, sni| {
+        backends
+            .get(backend)
+            .and_then(|runtime| runtime.cluster.as_ref())
+            .is_some_and(|cache| cache.is_local_name(sni))
+    });
     if !ignored.is_empty() {
         tracing::warn!(who = call.who, ignored = ?ignored, "pushed names that are not host names were ignored");
     }

@@ -247,7 +247,7 @@ impl Cache {
 
     /// Whether `sni` goes to `local_backend` without a lookup: it is in
     /// `local_overrides`, or in the pushed local names.
-    fn is_local_name(&self, sni: &str) -> bool {
+    pub fn is_local_name(&self, sni: &str) -> bool {
         if self.config.local_backend.is_none() {
             return false;
         }
@@ -641,6 +641,33 @@ mod tests {
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn overrides_are_local_without_a_lookup_and_forget_drops_answers() {
+        let mut config = cache("http://127.0.0.1:1/resolve").config;
+        config.local_overrides = vec![
+            crate::sni::Pattern::parse("exact.override.test").unwrap(),
+            crate::sni::Pattern::parse("*.below.override.test").unwrap(),
+        ];
+        let without_local = Cache::new("c", &config);
+        assert!(!without_local.is_local_name("exact.override.test"));
+        config.local_backend = Some("here".into());
+        let cache = Cache::new("c", &config);
+        let here = IpAddr::from([127, 0, 0, 1]);
+        for name in ["exact.override.test", "a.b.below.override.test"] {
+            assert!(cache.is_local_name(name), "{name}");
+            // The lookup URL refuses connections: an answer means no lookup.
+            assert!(matches!(cache.lookup(name, here).await, Ok(Answer::Local)));
+        }
+        assert!(!cache.is_local_name("below.override.test"));
+        assert!(!cache.is_local_name("other.override.test"));
+        assert!(cache.is_empty(), "nothing cached for local names");
+
+        set(&cache, "x.test", Some(Duration::from_secs(60)), true);
+        set(&cache, "y.test", Some(Duration::from_secs(60)), true);
+        assert_eq!(cache.forget(["x.test", "unknown.test"]), 1);
+        assert_eq!(cache.len(), 1);
     }
 
     fn nodes(entry: &Entry) -> AddressSet {
