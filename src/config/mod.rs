@@ -890,6 +890,11 @@ impl Checker {
             },
         };
         // Pushed local names (issue 17).
+        let moved_close_window = self.duration(
+            "admin.moved_close_window",
+            &section.moved_close_window,
+            DEFAULT_MOVED_CLOSE_WINDOW,
+        );
         let local_names_file = match section.local_names_file.as_deref() {
             None => None,
             Some("") => {
@@ -898,11 +903,6 @@ impl Checker {
             }
             Some(path) => Some(self.dir.join(path)),
         };
-        let moved_close_window = self.duration(
-            "admin.moved_close_window",
-            &section.moved_close_window,
-            DEFAULT_MOVED_CLOSE_WINDOW,
-        );
         if let Some(path) = text.strip_prefix("unix:") {
             if !path.starts_with('/') {
                 self.problem(
