@@ -45,6 +45,7 @@ fn bench(c: &mut Criterion) {
         client: "127.0.0.1:40000".parse().unwrap(),
         claimed: None,
         accepted,
+        local: false,
     };
     let mut group = c.benchmark_group("registry");
     let mut next = 0u64;

@@ -99,6 +99,7 @@ pub fn handle(
                         client: accepted.peer.0,
                         claimed: record.claimed.map(|c| c.0),
                         accepted: accepted.at,
+                        local: established.local,
                     },
                     &cancel,
                 );
@@ -136,6 +137,8 @@ struct Established<'g> {
     backend: TcpStream,
     /// The address `backend` is connected to (for the registry).
     backend_addr: std::net::SocketAddr,
+    /// Sent to a cluster's `local_backend` (for the registry).
+    local: bool,
     /// Its route's relay timeouts, borrowed from the generation.
     timeouts: &'g Timeouts,
     /// Counts this connection on its backend address until dropped.
@@ -307,6 +310,7 @@ async fn setup<'g>(
     Ok(Established {
         backend: backend.stream,
         backend_addr: backend.addr,
+        local: backend.local,
         timeouts: &target.timeouts,
         _in_flight: backend.in_flight,
         drain,

@@ -17,6 +17,9 @@
 //! Among another node's addresses, the cluster's `node_choice` decides
 //! (`source_hash`, or `gerbil_fnv`: Gerbil's pick first, see
 //! `backend::node_choice`).
+//! `local_backend` instead, with that backend's policy and PROXY setting
+//! (and the connection is marked [`Connected::local`], so a push that no
+//! longer lists its name can close it).
 //!
 //! A connected socket gets TCP_NODELAY and the backend's `tcp_keepalive`
 //! (five setsockopt(2) calls, about 2.7 µs against 0.6 µs for TCP_NODELAY:
@@ -50,6 +53,9 @@ pub struct Connected {
     pub proxy_protocol_crc32c: bool,
     /// Counts this connection on its address until dropped.
     pub in_flight: InFlight,
+    /// Sent to a cluster backend's `local_backend` (a pushed local name, a
+    /// `local_overrides` name or an answer naming this node).
+    pub local: bool,
 }
 
 /// What the connect stage needs to know about the connection.
@@ -149,7 +155,9 @@ pub async fn connect(
                         .addresses(local.config.connect_timeout)
                         .await
                         .ok_or(ConnectError::NoAddress)?;
-                    try_in_order(local, &set, pick, None).await
+                    let mut connected = try_in_order(local, &set, pick, None).await?;
+                    connected.local = true;
+                    Ok(connected)
                 }
             }
         }
@@ -212,6 +220,7 @@ async fn try_in_order(
                     proxy_protocol: backend.proxy_protocol,
                     proxy_protocol_crc32c: backend.proxy_protocol_crc32c,
                     in_flight,
+                    local: false,
                 });
             }
             Ok(Err(e)) => e,

@@ -38,7 +38,9 @@
 //! The operator's address states (`snirelay_backend_address_state`) are
 //! exported only for addresses an operator has set, bounded the same way
 //! and dropped with `address_labels = false`; control requests are counted
-//! by kind and outcome (`snirelay_admin_control_actions_total`).
+//! by kind and outcome (`snirelay_admin_control_actions_total`), pushes of
+//! the local name set by outcome, with a gauge of the names in force
+//! (`snirelay_local_name_pushes_total`, `snirelay_local_names`).
 //!
 //! Not here: the HTTP side (see `admin`), though its own connection counts
 //! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).
@@ -179,6 +181,9 @@ pub struct Metrics {
     open_fds: Gauge,
     max_fds: Gauge,
     resident_memory: Gauge,
+    // Pushed local names (issue 17).
+    local_name_pushes: Family<OutcomeLabels, Counter>,
+    local_names: Gauge,
 }
 
 /// One backend's connect series (clones share the family's atomics),
@@ -421,6 +426,8 @@ impl Metrics {
             open_fds: Gauge::default(),
             max_fds: Gauge::default(),
             resident_memory: Gauge::default(),
+            local_name_pushes: Family::default(),
+            local_names: Gauge::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -544,6 +551,17 @@ impl Metrics {
             "Resident set size of the process, read at scrape time",
             m.resident_memory.clone(),
         );
+        // Pushed local names (issue 17).
+        r.register(
+            "snirelay_local_name_pushes",
+            "Pushes of the local name set (POST /update-local-snis), by outcome",
+            m.local_name_pushes.clone(),
+        );
+        r.register(
+            "snirelay_local_names",
+            "Names pushed as served by this node's local backend, in force now",
+            m.local_names.clone(),
+        );
         let build_info = Family::<VersionLabels, Gauge>::default();
         build_info
             .get_or_create(&VersionLabels {
@@ -601,6 +619,19 @@ impl Metrics {
     /// A configuration reload finished; `outcome` is `ok` or `failed`.
     pub fn reload(&self, outcome: &'static str) {
         self.reloads.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// A push of the local name set: `outcome` is `ok`, `bad_request`,
+    /// `unauthorized`, ... (as the control actions).
+    pub fn local_name_push(&self, outcome: &'static str) {
+        self.local_name_pushes
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// How many pushed local names are in force.
+    pub fn set_local_names(&self, names: usize) {
+        self.local_names.set(names as i64);
     }
 
     /// The number of connections being drained now (stop or reload).

@@ -253,6 +253,10 @@ close_reasons! {
     AddressMaint => "address_maint", Fault::Normal, Stage::Relay;
     /// Closed by an operator (`DELETE /connections`).
     Admin => "admin", Fault::Normal, Stage::Relay;
+    /// Closed at its jittered moment within `[admin] moved_close_window`
+    /// after a push to `POST /update-local-snis` no longer listed its name
+    /// as local (it was relaying to a cluster backend's `local_backend`).
+    Moved => "moved", Fault::Normal, Stage::Relay;
     /// Refused at admission: the source already has
     /// `connections_per_source` connections open. Nothing was read.
     LimitConcurrent => "limit_concurrent", Fault::Admission, Stage::Admit;

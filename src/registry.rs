@@ -30,10 +30,15 @@
 //! but without firing the route's drain signal: the route stays in the
 //! configuration and keeps taking new connections.
 //!
+//! A push of the local name set (`POST /update-local-snis`) closes, the same
+//! way, the connections a cluster backend sent to its `local_backend` whose
+//! name is no longer local ([`move_out`], reason `moved`); an entry says
+//! whether it went local in one `bool`.
+//!
 //! Not here: connections still in setup (preface, inspect, connect) are not
 //! listed, closed or drained; reload drains (see `drain`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -65,11 +70,14 @@ pub struct Entry {
     /// The client a trusted peer's PROXY header claims, if any.
     pub claimed: Option<SocketAddr>,
     pub accepted: Instant,
+    /// Sent to a cluster backend's `local_backend` (this node holds the
+    /// site): a push that no longer lists the name closes it ([`move_out`]).
+    pub local: bool,
     /// The relay's byte counts and last activity.
     pub activity: Activity,
     /// The relay's stop: a child of its accept loop's shutdown token.
     closer: CancellationToken,
-    /// Why an operator stopped it ([`ADMIN`] or [`DRAINED`]), set before
+    /// Why an operator stopped it ([`ADMIN`], [`DRAINED`] or [`MOVED`]), set before
     /// `closer` is cancelled; 0 while it runs.
     closed_as: AtomicU8,
 }
@@ -85,6 +93,7 @@ pub struct Meta<'a> {
     pub client: SocketAddr,
     pub claimed: Option<SocketAddr>,
     pub accepted: Instant,
+    pub local: bool,
 }
 
 type Shard = Mutex<BTreeMap<u64, Arc<Entry>>>;
@@ -123,6 +132,7 @@ pub fn register(meta: Meta<'_>, shutdown: &CancellationToken) -> Registered {
         client: meta.client,
         claimed: meta.claimed,
         accepted: meta.accepted,
+        local: meta.local,
         activity: Activity::new(),
         closer: shutdown.child_token(),
         closed_as: AtomicU8::new(0),
@@ -146,6 +156,7 @@ impl Registered {
         match (relay, self.entry.closed_as.load(Ordering::Acquire)) {
             (CloseReason::Shutdown, ADMIN) => CloseReason::Admin,
             (CloseReason::Shutdown, DRAINED) => CloseReason::Drained,
+            (CloseReason::Shutdown, MOVED) => CloseReason::Moved,
             _ => relay,
         }
     }
@@ -238,10 +249,41 @@ pub fn close(filter: &Filter) -> usize {
 /// moments are drawn per connection id, and one task closes them in turn.
 /// Returns how many will be closed.
 pub fn drain(filter: &Filter, window: Duration) -> usize {
+    spread(|e| filter.matches(e), window, DRAINED)
+}
+
+/// Closes, at moments spread over `window` (reason `moved`), every
+/// connection sent to a cluster's `local_backend` whose name is in
+/// `names` (names a push no longer lists as local), but for those that
+/// `still_local(backend, sni)` says its backend still sends there (a
+/// `local_overrides` name). Returns how many.
+pub fn move_out(
+    names: &HashSet<Box<str>>,
+    window: Duration,
+    still_local: impl Fn(&str, &str) -> bool,
+) -> usize {
+    if names.is_empty() {
+        return 0;
+    }
+    spread(
+        |e| {
+            e.local
+                && e.sni
+                    .as_deref()
+                    .is_some_and(|s| names.contains(s) && !still_local(&e.backend.name, s))
+        },
+        window,
+        MOVED,
+    )
+}
+
+/// Closes the entries `pick` selects, each at its moment within `window`
+/// (drawn per connection id), as `why`; one task closes them in turn.
+fn spread(pick: impl Fn(&Entry) -> bool, window: Duration, why: u8) -> usize {
     let start = Instant::now();
     let mut chosen: Vec<(Instant, Weak<Entry>)> = Vec::new();
     for shard in table() {
-        chosen.extend(lock(shard).values().filter(|e| filter.matches(e)).map(|e| {
+        chosen.extend(lock(shard).values().filter(|e| pick(e)).map(|e| {
             (
                 start + window.mul_f64(DRAIN_SPREAD * unit_fraction(e.id)),
                 Arc::downgrade(e),
@@ -256,7 +298,7 @@ pub fn drain(filter: &Filter, window: Duration) -> usize {
             for (at, entry) in chosen {
                 tokio::time::sleep_until(at).await;
                 if let Some(entry) = entry.upgrade() {
-                    entry.stop(DRAINED);
+                    entry.stop(why);
                 }
             }
         });
@@ -269,6 +311,7 @@ pub fn drain(filter: &Filter, window: Duration) -> usize {
 const DRAIN_SPREAD: f64 = 0.99;
 const ADMIN: u8 = 1;
 const DRAINED: u8 = 2;
+const MOVED: u8 = 3;
 
 /// Open relaying connections per route name, for a summary (status page).
 pub fn per_route() -> BTreeMap<Box<str>, usize> {
@@ -339,6 +382,7 @@ mod tests {
                     client: "10.0.0.1:1".parse().unwrap(),
                     claimed: Some("192.0.2.7:2".parse().unwrap()),
                     accepted: Instant::now(),
+                    local: i % 4 == 1,
                 },
                 &shutdown,
             ));
@@ -382,5 +426,34 @@ mod tests {
         }
         drop(held);
         assert!(list(&filter, base - 1, 10).0.is_empty());
+
+        // Moved: only connections sent to a local backend, by name.
+        let mut held = Vec::new();
+        for i in 0..4u64 {
+            held.push(register(
+                Meta {
+                    id: base + 100 + i,
+                    listener: &listener,
+                    route: "r",
+                    sni: Some(if i < 2 { "gone.test" } else { "kept.test" }),
+                    backend: &backend,
+                    backend_addr: "127.0.0.1:9".parse().unwrap(),
+                    client: "10.0.0.1:1".parse().unwrap(),
+                    claimed: None,
+                    accepted: Instant::now(),
+                    local: i != 1,
+                },
+                &shutdown,
+            ));
+        }
+        let gone: HashSet<Box<str>> = ["gone.test".into()].into();
+        assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| true), 0);
+        assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| false), 1);
+        tokio::time::timeout(Duration::from_secs(5), held[0].stop().cancelled())
+            .await
+            .unwrap();
+        assert_eq!(held[0].reason(CloseReason::Shutdown), CloseReason::Moved);
+        assert!(!held[1].stop().is_cancelled(), "a remote answer stays");
+        assert!(!held[2].stop().is_cancelled(), "another name stays");
     }
 }

@@ -208,6 +208,24 @@ pub async fn serve(
     let stop_admin = CancellationToken::new();
     let _stop_admin_on_return = stop_admin.clone().drop_guard();
     if let Some(settings) = &config.admin {
+        // Pushed local names (issue 17): the last set pushed is served from
+        // the first connection on, until the next push. An unreadable file
+        // is not fatal: names are then looked up until the next push.
+        if let Some(path) = &settings.local_names_file {
+            match crate::backend::local_names::load(path) {
+                Ok((names, ignored)) => tracing::info!(
+                    file = %path.display(),
+                    local_names = names,
+                    ignored,
+                    "pushed local names loaded"
+                ),
+                Err(error) => tracing::warn!(
+                    file = %path.display(),
+                    %error,
+                    "cannot read the pushed local names; none until the next push"
+                ),
+            }
+        }
         let socket = admin_socket(&settings.listen)?;
         let state = Arc::new(AdminState::new(
             Arc::new(config.clone()),

@@ -20,12 +20,25 @@
 //!   connections at moments spread over the window (reason `drained`); the
 //!   route keeps taking new ones.
 //!
+//! - `POST /update-local-snis` with `{"fullDomains": ["name", ...]}` (the
+//!   path and body Pangolin pushes to Gerbil): replaces the pushed local
+//!   names (`backend::local_names`), which cluster backends send to their
+//!   `local_backend` without a lookup; saves them to `[admin]
+//!   local_names_file` first when set (a write that fails changes nothing:
+//!   500); drops the cached cluster answers of every name that changed;
+//!   closes the connections of names no longer local that were relaying
+//!   to a `local_backend` at moments spread over `[admin]
+//!   moved_close_window` (reason `moved`). Names that are not host names
+//!   are ignored and listed in the answer. Its body may be up to
+//!   [`MAX_LOCAL_NAMES_BODY_BYTES`]. Answers `{"status": "Local SNIs
+//!   updated successfully", ...}` as Gerbil does, with counts.
+//!
 //! Every request is authorized first ([`super::auth`]), counted in
 //! `snirelay_admin_control_actions_total{kind,outcome}`, and every change
 //! is logged at info with `who` (the token's name or the Unix peer's
 //! credentials). Bad input is a 4xx naming what was wrong, and changes
-//! nothing. Bodies are JSON, at most [`MAX_BODY_BYTES`], unknown fields
-//! refused.
+//! nothing. Bodies are JSON, at most [`MAX_BODY_BYTES`] (but for the
+//! local names), unknown fields refused.
 //!
 //! Adding an endpoint: one arm in `route` (its kind, its method and a
 //! `Handler` given a [`Call`], returning its JSON answer or a
@@ -47,13 +60,19 @@ use serde_json::{Value, json};
 
 use super::auth::{self, Refusal};
 use super::{AdminState, Peer, text};
-use crate::backend::{AddressSource, AddressState, BackendRuntime};
+use crate::backend::{AddressSource, AddressState, BackendRuntime, local_names};
 use crate::cidr::Cidr;
+use crate::config::DEFAULT_MOVED_CLOSE_WINDOW;
 use crate::{metrics, registry};
 use std::str::FromStr;
 
 /// Largest request body a control endpoint reads; past it, 413.
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
+/// Largest body of `POST /update-local-snis`: a control plane pushes every
+/// name this node serves at once (about 20,000 names of 40 bytes). Read
+/// within the same `REQUEST_TIMEOUT` as any request, so it costs at most
+/// this much memory per admin connection for two seconds.
+pub const MAX_LOCAL_NAMES_BODY_BYTES: usize = 1024 * 1024;
 
 /// Whether `path` is served by this module (and so needs authorization).
 pub fn is_control(path: &str) -> bool {
@@ -98,6 +117,8 @@ fn route(segments: &[&str], method: &Method) -> Option<(&'static str, Method, Ha
         ["connections"] => ("connections", Method::GET, list_connections),
         // Names that moved (issue 16, point 4).
         ["routes", _, "drain"] => ("route_drain", Method::POST, drain_route),
+        // Pushed local names (issue 17), at the path Gerbil serves them on.
+        ["update-local-snis"] => ("update_local_snis", Method::POST, update_local_snis),
         _ => return None,
     })
 }
@@ -170,7 +191,12 @@ pub async fn respond(
     let body = if method == Method::GET {
         Ok(Bytes::new())
     } else {
-        body(req).await
+        let limit = if kind == "update_local_snis" {
+            MAX_LOCAL_NAMES_BODY_BYTES
+        } else {
+            MAX_BODY_BYTES
+        };
+        body(req, limit).await
     };
     if kind == "connections" {
         return match listing(query).await {
@@ -188,15 +214,28 @@ pub async fn respond(
             }
         };
     }
-    let answer = body.and_then(|body| {
-        handler(&Call {
-            state,
-            segments: &segments,
-            query: query.as_deref(),
-            body,
-            who: &who,
+    let answer = if kind == "update_local_snis" {
+        match body {
+            Ok(body) => push_local_names(body, state, &who).await,
+            Err(refused) => Err(refused),
+        }
+    } else {
+        body.and_then(|body| {
+            handler(&Call {
+                state,
+                segments: &segments,
+                query: query.as_deref(),
+                body,
+                who: &who,
+            })
         })
-    });
+    };
+    if kind == "update_local_snis" {
+        metrics::metrics().local_name_push(match &answer {
+            Ok(_) => "ok",
+            Err(refused) => refused.outcome,
+        });
+    }
     match answer {
         Ok(value) => {
             metrics::metrics().control_action(kind, "ok");
@@ -244,14 +283,14 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
     response
 }
 
-/// The request body, at most [`MAX_BODY_BYTES`] (413 past it; a declared
+/// The request body, at most `limit` bytes (413 past it; a declared
 /// length past it is refused before a byte is read).
-async fn body(req: Request<Incoming>) -> Result<Bytes, Refused> {
+async fn body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Refused> {
     let too_large = || {
         Refused::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
-            format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+            format!("the body is larger than {limit} bytes"),
         )
     };
     let declared = req
@@ -259,13 +298,10 @@ async fn body(req: Request<Incoming>) -> Result<Bytes, Refused> {
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+    if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
+    match Limited::new(req.into_body(), limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(error) if timed_out(&*error) => Err(Refused::new(
@@ -613,6 +649,107 @@ fn drain_route(call: &Call<'_>) -> Result<Value, Refused> {
         "route": name,
         "window_seconds": window.as_secs_f64(),
         "closing": closing,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LocalNamesBody {
+    full_domains: Vec<String>,
+}
+
+/// `POST /update-local-snis`: never called (see [`push_local_names`]);
+/// present so the route table names the endpoint like the others.
+fn update_local_snis(_call: &Call<'_>) -> Result<Value, Refused> {
+    unreachable!("POST /update-local-snis is answered by `push_local_names`")
+}
+
+/// `POST /update-local-snis` (counted by `respond` in
+/// `snirelay_local_name_pushes_total` too), run off the runtime's worker
+/// threads: parsing and normalising 20,000 names and building the new set
+/// takes about 13 ms (`cargo bench --bench local_names`), and the state
+/// file is written and fsync'd; on a relay with `threads = 1` that would
+/// be time no connection is served.
+async fn push_local_names(body: Bytes, state: &AdminState, who: &str) -> Result<Value, Refused> {
+    let config = state.config().0;
+    let backends = state.backends();
+    let who = who.to_owned();
+    tokio::task::spawn_blocking(move || apply_local_names(&body, &config, &backends, &who))
+        .await
+        .unwrap_or_else(|e| {
+            Err(Refused::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "error",
+                format!("the push failed: {e}"),
+            ))
+        })
+}
+
+fn apply_local_names(
+    body: &[u8],
+    config: &crate::config::Config,
+    backends: &crate::backend::Backends,
+    who: &str,
+) -> Result<Value, Refused> {
+    let body: LocalNamesBody = serde_json::from_slice(body).map_err(|e| {
+        Refused::bad(format!(
+            "the body must be {{\"fullDomains\": [\"name\", ...]}}: {e}"
+        ))
+    })?;
+    let (names, ignored) = local_names::normalise(&body.full_domains);
+    let admin = config.admin.as_ref();
+    let window = admin.map_or(DEFAULT_MOVED_CLOSE_WINDOW, |a| a.moved_close_window);
+    let file = admin.and_then(|a| a.local_names_file.as_deref());
+    // Written first: a push that cannot be kept must change nothing.
+    let change = local_names::push(names, file).map_err(|e| {
+        Refused::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "error",
+            format!(
+                "cannot write {}: {e}; nothing changed",
+                file.map(|p| p.display().to_string()).unwrap_or_default()
+            ),
+        )
+    })?;
+    // Every changed name's cached answer goes: a name no longer local is
+    // looked up afresh, and a name now local must not find an old answer
+    // if it leaves again.
+    let changed = || change.added.iter().chain(&change.removed).map(|n| &**n);
+    let dropped: usize = backends
+        .sorted()
+        .iter()
+        .filter_map(|(_, runtime)| runtime.cluster.as_ref())
+        .map(|cache| cache.forget(changed()))
+        .sum();
+    // A name that left the pushed set but is in a `local_overrides` still
+    // goes where it went: its connections stay.
+    let closing = registry::move_out(&change.removed, window, |backend, sni| {
+        backends
+            .get(backend)
+            .and_then(|runtime| runtime.cluster.as_ref())
+            .is_some_and(|cache| cache.is_local_name(sni))
+    });
+    if !ignored.is_empty() {
+        tracing::warn!(who, ignored = ?ignored, "pushed names that are not host names were ignored");
+    }
+    tracing::info!(
+        who,
+        local_names = change.len,
+        added = change.added.len(),
+        removed = change.removed.len(),
+        cached_answers_dropped = dropped,
+        closing,
+        window = %humantime::format_duration(window),
+        "local names pushed"
+    );
+    Ok(json!({
+        "status": "Local SNIs updated successfully",
+        "local_names": change.len,
+        "added": change.added.len(),
+        "removed": change.removed.len(),
+        "cached_answers_dropped": dropped,
+        "closing": closing,
+        "ignored": ignored,
     }))
 }
 

@@ -48,7 +48,8 @@
 //! with a bearer token from `[admin] token_file` (401 without a good one,
 //! 403 when no token file is configured). The read-only endpoints stay
 //! open on either. A control request's body is bounded
-//! ([`control::MAX_BODY_BYTES`], 413 past it) and read within the same
+//! ([`control::MAX_BODY_BYTES`]; [`control::MAX_LOCAL_NAMES_BODY_BYTES`]
+//! for the pushed local names; 413 past it) and read within the same
 //! [`REQUEST_TIMEOUT`]. Adding a control endpoint is one entry in
 //! `control::route`.
 //!

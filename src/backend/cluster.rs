@@ -42,13 +42,18 @@
 //!   never evicted; they are bounded by the connections waiting on them.
 //!   Memory: a few hundred bytes per name, ~3 MB when full.
 //!
+//! Before any of that, a name in `local_overrides` or in the pushed local
+//! names (`super::local_names`) is [`Answer::Local`] when the backend has a
+//! `local_backend`: no lookup, nothing cached. A push drops the cached
+//! answers of the names it changed ([`Cache::forget`]).
+//!
 //! Cost on the hot path: a cached answer is two short mutex sections (the
 //! name table, then the entry) and one `Arc` clone; no await.
 //!
 //! Not here: connecting to the answer (`crate::connect`, which chooses
-//! among a site's nodes by `node_choice` and uses PROXY v2 towards them),
-//! the HTTP lookup (`super::cluster_http`) or the DNS wire protocol
-//! (`super::dns`).
+//! among a site's nodes by `node_choice` and sends `hop_proxy_protocol`
+//! towards them), the HTTP lookup (`super::cluster_http`) or the DNS wire
+//! protocol (`super::dns`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -62,7 +67,9 @@ use super::node_choice::NodeChoice;
 use super::{AddressSet, carry, same_addresses};
 use super::{Cluster, ClusterLookup};
 use crate::cidr::canonical;
+use crate::matcher::SniMatcher;
 use crate::metrics;
+use crate::sni::Sni;
 
 /// Names cached per cluster backend.
 pub const MAX_ENTRIES: usize = 10_000;
@@ -183,6 +190,8 @@ pub struct Cache {
     backend: String,
     source: Source,
     slots: Mutex<HashMap<Box<str>, Arc<Slot>>>,
+    /// `local_overrides`, compiled (empty: no check).
+    overrides: SniMatcher<()>,
 }
 
 impl Cache {
@@ -195,16 +204,51 @@ impl Cache {
             },
             ClusterLookup::Http { url } => Source::Http(HttpTarget::new(url, config)),
         };
+        let mut overrides = SniMatcher::new();
+        for pattern in &config.local_overrides {
+            // A duplicate pattern says the same thing twice.
+            let _ = overrides.insert(pattern, ());
+        }
         Cache {
             config: config.clone(),
             backend: backend.to_owned(),
             source,
             slots: Mutex::new(HashMap::new()),
+            overrides,
         }
+    }
+
+    /// Whether `sni` goes to `local_backend` without a lookup: it is in
+    /// `local_overrides`, or in the pushed local names.
+    pub fn is_local_name(&self, sni: &str) -> bool {
+        if self.config.local_backend.is_none() {
+            return false;
+        }
+        if !self.overrides.is_empty()
+            && Sni::parse(sni.as_bytes()).is_ok_and(|sni| self.overrides.find(&sni).is_some())
+        {
+            return true;
+        }
+        super::local_names::contains(sni)
+    }
+
+    /// Drops the cached answers of `names` (their next connection looks
+    /// up afresh). A lookup in flight finishes into its own slot, which is
+    /// no longer in the table, and its waiters take its outcome.
+    pub fn forget<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        names
+            .into_iter()
+            .filter(|name| slots.remove(*name).is_some())
+            .count()
     }
 
     /// The answer for `sni`; `local` is the address the client dialled.
     pub async fn lookup(&self, sni: &str, local: IpAddr) -> Result<Answer, LookupError> {
+        // Names this node serves, by configuration or by push: no lookup.
+        if self.is_local_name(sni) {
+            return Ok(Answer::Local);
+        }
         let slot = self.slot(sni);
         let seen = {
             let entry = slot.entry();
@@ -454,12 +498,41 @@ mod tests {
                 headers: vec![],
                 tls: None,
                 node_choice: Default::default(),
+                local_overrides: Vec::new(),
+                hop_proxy_protocol: crate::proxy::outbound::Outbound::V2,
             },
         )
     }
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn overrides_are_local_without_a_lookup_and_forget_drops_answers() {
+        let mut config = cache("http://127.0.0.1:1/resolve").config;
+        config.local_overrides = vec![
+            crate::sni::Pattern::parse("exact.override.test").unwrap(),
+            crate::sni::Pattern::parse("*.below.override.test").unwrap(),
+        ];
+        let without_local = Cache::new("c", &config);
+        assert!(!without_local.is_local_name("exact.override.test"));
+        config.local_backend = Some("here".into());
+        let cache = Cache::new("c", &config);
+        let here = IpAddr::from([127, 0, 0, 1]);
+        for name in ["exact.override.test", "a.b.below.override.test"] {
+            assert!(cache.is_local_name(name), "{name}");
+            // The lookup URL refuses connections: an answer means no lookup.
+            assert!(matches!(cache.lookup(name, here).await, Ok(Answer::Local)));
+        }
+        assert!(!cache.is_local_name("below.override.test"));
+        assert!(!cache.is_local_name("other.override.test"));
+        assert!(cache.is_empty(), "nothing cached for local names");
+
+        set(&cache, "x.test", Some(Duration::from_secs(60)), true);
+        set(&cache, "y.test", Some(Duration::from_secs(60)), true);
+        assert_eq!(cache.forget(["x.test", "unknown.test"]), 1);
+        assert_eq!(cache.len(), 1);
     }
 
     fn nodes(entry: &Entry) -> AddressSet {

@@ -370,6 +370,8 @@ mod tests {
             headers: vec![],
             tls: None,
             node_choice: Default::default(),
+            local_overrides: Vec::new(),
+            hop_proxy_protocol: crate::proxy::outbound::Outbound::V2,
         }
     }
 

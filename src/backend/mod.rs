@@ -27,6 +27,10 @@
 //!   (over HTTP, in snirelay's protocol or Pangolin's, by [`cluster_http`]),
 //!   whose answer is either another node or this one (`local_backend`);
 //!   [`node_choice`] says which of several nodes comes first.
+//! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`],
+//!   whose answer is either another node or this one (`local_backend`);
+//!   names pushed as local ([`local_names`]) or listed in
+//!   `local_overrides` go to `local_backend` without a lookup.
 //!
 //! Not here: choosing among addresses ([`select`], [`policy`]) or
 //! connecting (`crate::connect`). This module names no policy: what one
@@ -39,6 +43,7 @@ pub mod dns;
 mod endpoint;
 pub mod fastest;
 pub mod health;
+pub mod local_names;
 pub mod node_choice;
 pub mod policy;
 pub mod resolve;
@@ -60,6 +65,7 @@ pub use endpoint::{
 use crate::cidr::Cidr;
 use crate::metrics;
 use crate::proxy::outbound::Outbound;
+use crate::sni::Pattern;
 use crate::sockopt::Keepalive;
 use policy::Policy;
 
@@ -238,6 +244,14 @@ pub struct Cluster {
     pub tls: Option<Arc<LookupTls>>,
     /// How a connection chooses among a site's nodes.
     pub node_choice: node_choice::NodeChoice,
+    // Pangolin nodes (issue 17).
+    /// Names always sent to `local_backend`, before the pushed set and any
+    /// lookup (exact names and `*.suffix` patterns).
+    pub local_overrides: Vec<Pattern>,
+    /// The PROXY header towards other nodes (the backend's
+    /// `proxy_protocol` follows it): v2 carries the hop count, v1 is what
+    /// Gerbil nodes read.
+    pub hop_proxy_protocol: Outbound,
 }
 
 /// `[backend.*.cluster] protocol`: the lookup's request and reply.

@@ -127,6 +127,8 @@ fn admin_section(admin: &Admin) -> AdminSection {
         expose_config,
         address_labels,
         token_file,
+        local_names_file,
+        moved_close_window,
     } = admin;
     AdminSection {
         listen: Some(listen.to_string()),
@@ -135,6 +137,9 @@ fn admin_section(admin: &Admin) -> AdminSection {
         address_labels: Some(*address_labels),
         // The path only: the tokens never leave the file.
         token_file: token_file.as_ref().map(|t| t.path.display().to_string()),
+        // Pushed local names (issue 17).
+        local_names_file: local_names_file.as_ref().map(|p| p.display().to_string()),
+        moved_close_window: Some(duration(*moved_close_window)),
     }
 }
 
@@ -427,6 +432,8 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         headers,
         tls,
         node_choice,
+        local_overrides,
+        hop_proxy_protocol,
     } = cluster;
     let (dns_server, port, lookup_url) = match lookup {
         ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None),
@@ -486,6 +493,15 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         client_cert_file,
         client_key_file,
         node_choice: Some(node_choice.as_str().to_owned()),
+        // Pangolin nodes (issue 17).
+        local_overrides: Some(local_overrides.iter().map(|p| p.to_string()).collect()),
+        hop_proxy_protocol: Some(
+            match hop_proxy_protocol {
+                Outbound::V1 => "v1",
+                _ => "v2",
+            }
+            .to_owned(),
+        ),
     }
 }
 

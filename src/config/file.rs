@@ -275,6 +275,11 @@ pub struct ClusterSection {
     pub client_key_file: Option<String>,
     /// `"source_hash"` (the default) or `"gerbil_fnv"`.
     pub node_choice: Option<String>,
+    // Pangolin nodes (issue 17).
+    /// Names always sent to `local_backend` (exact or `*.suffix`).
+    pub local_overrides: Option<Vec<String>>,
+    /// `"v2"` (default) or `"v1"`: the PROXY header towards other nodes.
+    pub hop_proxy_protocol: Option<String>,
 }
 
 /// A lookup header's value: the text, or the file it is read from (so a
@@ -382,4 +387,11 @@ pub struct AdminSection {
     /// A file of bearer tokens (`name:token` lines, or one bare token) that
     /// open the control endpoints on a TCP admin listener.
     pub token_file: Option<String>,
+    // Pushed local names (issue 17).
+    /// Where the names pushed to `POST /update-local-snis` are kept, so a
+    /// restart serves the last pushed set.
+    pub local_names_file: Option<String>,
+    /// The window over which connections of names a push no longer lists
+    /// as local are closed (`moved`).
+    pub moved_close_window: Option<String>,
 }

@@ -126,6 +126,9 @@ pub const DEFAULT_CLUSTER_PORT: u16 = 443;
 pub const DEFAULT_POSITIVE_TTL: Duration = Duration::from_secs(30);
 pub const DEFAULT_NEGATIVE_TTL: Duration = Duration::from_secs(2);
 pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+// Pangolin nodes (issue 17).
+/// `[backend.*.cluster] hop_proxy_protocol`: v2, which carries the hop count.
+pub const DEFAULT_HOP_PROXY_PROTOCOL: Outbound = Outbound::V2;
 
 /// Where `[admin]` listens when the section leaves `listen` out: loopback
 /// only. A non-loopback address needs `allow_public = true`.
@@ -139,6 +142,11 @@ pub const DEFAULT_ADMIN_EXPOSE_CONFIG: bool = false;
 /// `address` label (bounded per backend, see `metrics`). Off, no metric
 /// names an origin address.
 pub const DEFAULT_ADMIN_ADDRESS_LABELS: bool = true;
+// Pushed local names (issue 17).
+/// `[admin] moved_close_window`: connections of names a push no longer
+/// lists as local close at moments spread over this long, so a site that
+/// moves does not make all its clients reconnect in the same instant.
+pub const DEFAULT_MOVED_CLOSE_WINDOW: Duration = Duration::from_secs(5);
 
 /// Whether listening sockets set SO_REUSEPORT. Off: the binary upgrade
 /// hands the listening sockets over (`run --takeover`), which needs no
@@ -253,6 +261,12 @@ pub struct Admin {
     /// `token_file` and the tokens it held when the configuration was
     /// loaded (read again on every reload).
     pub token_file: Option<TokenFile>,
+    // Pushed local names (issue 17).
+    /// Where the pushed local names are kept across restarts (relative to
+    /// the configuration file's directory); `None`: in memory only.
+    pub local_names_file: Option<PathBuf>,
+    /// [`DEFAULT_MOVED_CLOSE_WINDOW`].
+    pub moved_close_window: Duration,
 }
 
 /// Where the admin listener listens.
@@ -877,6 +891,20 @@ impl Checker {
                 }
             },
         };
+        // Pushed local names (issue 17).
+        let moved_close_window = self.duration(
+            "admin.moved_close_window",
+            &section.moved_close_window,
+            DEFAULT_MOVED_CLOSE_WINDOW,
+        );
+        let local_names_file = match section.local_names_file.as_deref() {
+            None => None,
+            Some("") => {
+                self.problem("admin.local_names_file", "\"\" names no file");
+                return None;
+            }
+            Some(path) => Some(self.dir.join(path)),
+        };
         if let Some(path) = text.strip_prefix("unix:") {
             if !path.starts_with('/') {
                 self.problem(
@@ -893,6 +921,8 @@ impl Checker {
                     .address_labels
                     .unwrap_or(DEFAULT_ADMIN_ADDRESS_LABELS),
                 token_file,
+                local_names_file,
+                moved_close_window: moved_close_window?,
             });
         }
         let listen = self.socket_addr("admin.listen", text)?;
@@ -915,6 +945,8 @@ impl Checker {
                 .address_labels
                 .unwrap_or(DEFAULT_ADMIN_ADDRESS_LABELS),
             token_file,
+            local_names_file,
+            moved_close_window: moved_close_window?,
         })
     }
 
@@ -964,11 +996,16 @@ impl Checker {
             &section.connect_timeout,
             DEFAULT_CONNECT_TIMEOUT,
         );
-        let proxy_default = if section.cluster.is_some() {
-            Outbound::V2
-        } else {
-            DEFAULT_PROXY_PROTOCOL
-        };
+        // A cluster backend's header towards other nodes is its
+        // `hop_proxy_protocol` (checked with the [cluster] section).
+        let hop = section
+            .cluster
+            .as_ref()
+            .map(|c| match c.hop_proxy_protocol.as_deref() {
+                Some("v1") => Outbound::V1,
+                _ => DEFAULT_HOP_PROXY_PROTOCOL,
+            });
+        let proxy_default = hop.unwrap_or(DEFAULT_PROXY_PROTOCOL);
         let proxy_protocol = match section.proxy_protocol.as_deref() {
             None => Some(proxy_default),
             Some("none") => Some(Outbound::None),
@@ -991,11 +1028,14 @@ impl Checker {
                 "true needs proxy_protocol = \"v2\" (only v2 headers carry a checksum)",
             );
         }
-        if section.cluster.is_some() && proxy_protocol.is_some_and(|p| p != Outbound::V2) {
+        if let Some(hop) = hop
+            && proxy_protocol.is_some_and(|p| p != hop)
+        {
             self.problem(
                 format!("{key}.proxy_protocol"),
                 "a [cluster] backend forwards to other nodes with PROXY v2 (it carries the \
-                 client and the hop count); leave it unset or set \"v2\"",
+                 client and the hop count) or, with `hop_proxy_protocol = \"v1\"`, v1; \
+                 leave it unset or set the same version",
             );
         }
         let policy = self.policy(&key, section);
@@ -1420,7 +1460,44 @@ impl Checker {
                 .map_err(|e| self.problem(format!("{key}.node_choice"), e))
                 .ok(),
         };
-        if allowed_targets.len() != texts.len() || texts.is_empty() {
+        // Pangolin nodes (issue 17).
+        let mut local_overrides = Vec::new();
+        let override_texts = section.local_overrides.as_deref().unwrap_or_default();
+        for (i, text) in override_texts.iter().enumerate() {
+            match Pattern::parse(text) {
+                Ok(Pattern::Any) => self.problem(
+                    format!("{key}.local_overrides[{i}]"),
+                    "\"*\" would send every name to local_backend; name the sites (exact or *.domain)",
+                ),
+                Ok(pattern) => local_overrides.push(pattern),
+                Err(e) => self.problem(
+                    format!("{key}.local_overrides[{i}]"),
+                    format!("{text:?}: {e}"),
+                ),
+            }
+        }
+        if !override_texts.is_empty() && section.local_backend.is_none() {
+            self.problem(
+                format!("{key}.local_overrides"),
+                "needs `local_backend`: the names are sent there",
+            );
+        }
+        let hop_proxy_protocol = match section.hop_proxy_protocol.as_deref() {
+            None => Some(DEFAULT_HOP_PROXY_PROTOCOL),
+            Some("v2") => Some(Outbound::V2),
+            Some("v1") => Some(Outbound::V1),
+            Some(other) => {
+                self.problem(
+                    format!("{key}.hop_proxy_protocol"),
+                    format!("{other:?} is not one of \"v2\", \"v1\""),
+                );
+                None
+            }
+        };
+        if allowed_targets.len() != texts.len()
+            || texts.is_empty()
+            || local_overrides.len() != override_texts.len()
+        {
             return None;
         }
         Some(Cluster {
@@ -1434,6 +1511,8 @@ impl Checker {
             headers: headers?,
             tls: tls?,
             node_choice: node_choice?,
+            local_overrides,
+            hop_proxy_protocol: hop_proxy_protocol?,
         })
     }
 
