@@ -23,6 +23,10 @@
 //! reload whose file changes one logs a warning per key and `/config`
 //! lists it under `pending_restart`.
 //!
+//! Hand-over: once the new binary is ready (it has sent READY=1 with its own
+//! MAINPID), the old one drains without STOPPING=1, so systemd keeps the
+//! unit running under the new main process.
+//!
 //! Not here: binding and inherited sockets (`bind`), the listeners' accept
 //! loops and generations (`listeners`), what a connection does (`conn`),
 //! the diff (`reload`), the handoff protocol (`takeover`), the admission
@@ -48,6 +52,9 @@ use crate::generation::{Generation, Pace};
 use crate::listeners::{Listeners, Shared};
 use crate::notify::Notifier;
 use crate::signals::Intent;
+
+/// Why a relay drains after handing its sockets to a new binary.
+const REPLACED: &str = "replaced by a new process";
 use crate::{metrics, reload, sockopt, takeover};
 
 /// How long to wait for connection tasks to finish after they were told to close.
@@ -292,7 +299,7 @@ pub async fn serve(
                 handoff_in_progress = false;
                 if ok {
                     tracing::info!("the new process accepts on our sockets; draining");
-                    break "replaced by a new process";
+                    break REPLACED;
                 }
                 tracing::warn!("binary takeover abandoned: the new process did not become ready; still serving");
             }
@@ -466,7 +473,13 @@ impl Server {
     async fn drain(mut self, why: &str, mut intents: mpsc::Receiver<Intent>) {
         let drain = self.config.global.drain_timeout;
         self.readiness.set(false);
-        self.notifier.stopping(why);
+        // A replaced process is no longer the service's main process: the
+        // new one sent READY=1 with its own MAINPID, and under systemd
+        // (NotifyAccess=all) a STOPPING=1 from us would stop the whole unit,
+        // the new relay included.
+        if why != REPLACED {
+            self.notifier.stopping(why);
+        }
         self.shared.stop_accepting.cancel();
         self.listeners.clear();
         let Shared {
