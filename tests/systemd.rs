@@ -144,12 +144,18 @@ async fn a_hand_over_moves_mainpid_and_sends_no_stopping() {
     old.wait_log(|l| l["message"] == "offering binary takeover")
         .await;
     let ready = next_notification(&socket).await;
-    assert!(ready.contains(&format!("MAINPID={}", old.pid())), "{ready:?}");
+    assert!(
+        ready.contains(&format!("MAINPID={}", old.pid())),
+        "{ready:?}"
+    );
 
     let new = Relay::launch(&config, with_takeover).await;
     let ready = next_notification(&socket).await;
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
-    assert!(ready.contains(&format!("MAINPID={}", new.pid())), "{ready:?}");
+    assert!(
+        ready.contains(&format!("MAINPID={}", new.pid())),
+        "{ready:?}"
+    );
     assert_eq!(old.wait_exit().await, Some(0));
     echo_session(&pki, new.addr(), "app.example.com")
         .await

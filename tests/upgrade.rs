@@ -65,16 +65,18 @@ async fn the_admin_socket_is_handed_over() {
     let backend = tls_echo_backend(&pki).await;
     let dir = scratch_dir("upgrade-admin");
     let path = dir.join("takeover.sock");
-    let with_admin = |listen: &str| {
-        format!("[admin]\nlisten = \"{listen}\"\n\n") + &config(backend)
-    };
+    let with_admin =
+        |listen: &str| format!("[admin]\nlisten = \"{listen}\"\n\n") + &config(backend);
     let mut old = start_with_takeover(&with_admin("127.0.0.1:0"), &path).await;
     let admin = old.admin_addr().await;
 
     let new = start_with_takeover(&with_admin(&admin.to_string()), &path).await;
     assert_eq!(new.admin_addr().await, admin);
     assert_eq!(old.wait_exit().await, Some(0));
-    assert_eq!(http_get(admin, "/readyz").await, (200, "ready\n".to_owned()));
+    assert_eq!(
+        http_get(admin, "/readyz").await,
+        (200, "ready\n".to_owned())
+    );
     echo_session(&pki, new.addr(), "app.example.com")
         .await
         .unwrap();
