@@ -5,7 +5,9 @@
 //! `@`). The relay sends `READY=1` once its listeners are bound,
 //! `RELOADING=1` with `MONOTONIC_USEC` before a reload and `READY=1` after
 //! it (what `Type=notify-reload` expects), and `STOPPING=1` when it starts
-//! to drain. `STATUS=` carries a one-line human summary.
+//! to drain (not after a binary hand-over: `READY=1` carries `MAINPID`, so
+//! the new process is the unit's main one by then). `STATUS=` carries a
+//! one-line human summary.
 //!
 //! Not here: socket activation (see `sockopt::take_activated_fds`).
 //!

@@ -23,6 +23,10 @@
 //! reload whose file changes one logs a warning per key and `/config`
 //! lists it under `pending_restart`.
 //!
+//! Hand-over: once the new binary is ready (it has sent READY=1 with its own
+//! MAINPID), the old one drains without STOPPING=1, so systemd keeps the
+//! unit running under the new main process.
+//!
 //! Not here: binding and inherited sockets (`bind`), the listeners' accept
 //! loops and generations (`listeners`), what a connection does (`conn`),
 //! the diff (`reload`), the handoff protocol (`takeover`), the admission
@@ -30,6 +34,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +54,9 @@ use crate::generation::{Generation, Pace};
 use crate::listeners::{Listeners, Shared};
 use crate::notify::Notifier;
 use crate::signals::Intent;
+
+/// Why a relay drains after handing its sockets to a new binary.
+const REPLACED: &str = "replaced by a new process";
 use crate::{metrics, reload, sockopt, takeover};
 
 /// How long to wait for connection tasks to finish after they were told to close.
@@ -64,19 +73,29 @@ pub enum ServeError {
 /// Binds the admin socket: TCP (logged as `admin listening` with its
 /// address), or a Unix socket created with mode 0660 (a stale socket file
 /// left by a previous run is removed first; any other file is not).
-fn admin_socket(listen: &config::AdminListen) -> Result<admin::AdminSocket, ServeError> {
+/// A TCP socket handed over by the previous process (`inherited`) is
+/// adopted instead of bound. Also returns a duplicate of the TCP socket
+/// and its address, to hand over in turn.
+fn admin_socket(
+    listen: &config::AdminListen,
+    inherited: Option<OwnedFd>,
+) -> Result<(admin::AdminSocket, Option<(OwnedFd, SocketAddr)>), ServeError> {
     let failed = |source| ServeError::AdminBind {
         addr: listen.to_string(),
         source,
     };
     match listen {
         config::AdminListen::Tcp(addr) => {
-            let socket = sockopt::bind_listener_with(*addr, admin::ADMIN_BACKLOG, false)
-                .and_then(TcpListener::from_std)
-                .map_err(failed)?;
+            let socket = match inherited {
+                Some(fd) => sockopt::adopt_listener(fd),
+                None => sockopt::bind_listener_with(*addr, admin::ADMIN_BACKLOG, false),
+            }
+            .map_err(failed)?;
+            let dup = socket.try_clone().map_err(failed)?;
+            let socket = TcpListener::from_std(socket).map_err(failed)?;
             let local = socket.local_addr().unwrap_or(*addr);
             tracing::info!(addr = %local, "admin listening");
-            Ok(admin::AdminSocket::Tcp(socket))
+            Ok((admin::AdminSocket::Tcp(socket), Some((dup.into(), local))))
         }
         config::AdminListen::Unix(path) => {
             use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -89,7 +108,7 @@ fn admin_socket(listen: &config::AdminListen) -> Result<admin::AdminSocket, Serv
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
                 .map_err(failed)?;
             tracing::info!(addr = %listen, "admin listening");
-            Ok(admin::AdminSocket::Unix(socket))
+            Ok((admin::AdminSocket::Unix(socket), None))
         }
     }
 }
@@ -176,6 +195,16 @@ pub async fn serve(
     mut options: ServeOptions,
     mut intents: mpsc::Receiver<Intent>,
 ) -> Result<(), ServeError> {
+    // The admin socket is not one of the relay's listeners: out of the
+    // handoff before the pool sorts those.
+    let admin_addr = match config.admin.as_ref().map(|a| &a.listen) {
+        Some(config::AdminListen::Tcp(addr)) => Some(*addr),
+        _ => None,
+    };
+    let inherited_admin = options
+        .takeover_from
+        .as_mut()
+        .and_then(|incoming| incoming.take_admin(admin_addr));
     let mut pool = Pool::inherit(
         std::mem::take(&mut options.activated),
         options.takeover_from.as_mut(),
@@ -207,6 +236,7 @@ pub async fn serve(
     // its other keys follow each reload through AdminState::set_config.)
     let stop_admin = CancellationToken::new();
     let _stop_admin_on_return = stop_admin.clone().drop_guard();
+    let mut admin_handover = None;
     if let Some(settings) = &config.admin {
         // Pushed local names (issue 17): the last set pushed is served from
         // the first connection on, until the next push. An unreadable file
@@ -226,7 +256,8 @@ pub async fn serve(
                 ),
             }
         }
-        let socket = admin_socket(&settings.listen)?;
+        let (socket, dup) = admin_socket(&settings.listen, inherited_admin)?;
+        admin_handover = dup;
         let state = Arc::new(AdminState::new(
             Arc::new(config.clone()),
             server.readiness.clone(),
@@ -295,7 +326,10 @@ pub async fn serve(
                     tracing::warn!("another binary takeover is already in progress; refusing this one");
                     continue;
                 }
-                let sockets = server.listeners.for_handover();
+                let mut sockets = server.listeners.for_handover();
+                if let Some((fd, addr)) = &admin_handover {
+                    sockets.push((takeover::ADMIN.to_owned(), addr.to_string(), fd.as_fd()));
+                }
                 handoff_in_progress = takeover::hand_over(stream, &sockets, handoff_tx.clone());
             }
             read = async { reading.as_mut().expect("guarded").finish().await }, if reading.is_some() => {
@@ -310,13 +344,18 @@ pub async fn serve(
                 handoff_in_progress = false;
                 if ok {
                     tracing::info!("the new process accepts on our sockets; draining");
-                    break "replaced by a new process";
+                    break REPLACED;
                 }
                 tracing::warn!("binary takeover abandoned: the new process did not become ready; still serving");
             }
         }
     };
     drop(takeover_listener);
+    if why == REPLACED {
+        // The new process serves the admin socket now (same kernel socket).
+        stop_admin.cancel();
+        drop(admin_handover);
+    }
     server.drain(why, intents).await;
     Ok(())
 }
@@ -484,7 +523,13 @@ impl Server {
     async fn drain(mut self, why: &str, mut intents: mpsc::Receiver<Intent>) {
         let drain = self.config.global.drain_timeout;
         self.readiness.set(false);
-        self.notifier.stopping(why);
+        // A replaced process is no longer the service's main process: the
+        // new one sent READY=1 with its own MAINPID, and under systemd
+        // (NotifyAccess=all) a STOPPING=1 from us would stop the whole unit,
+        // the new relay included.
+        if why != REPLACED {
+            self.notifier.stopping(why);
+        }
         self.shared.stop_accepting.cancel();
         self.listeners.clear();
         let Shared {

@@ -32,6 +32,11 @@
 //! The old process's side is [`offer`], [`next_request`] and [`hand_over`];
 //! the new one's is [`receive`] and [`Incoming::ready`].
 //!
+//! The admin listener's TCP socket travels too, as the entry [`ADMIN`]: the
+//! new relay adopts it when its `[admin] listen` is the same address (it
+//! could not bind it while the old one holds it), and the old relay stops
+//! serving admin requests once replaced.
+//!
 //! Not here: the descriptor passing syscalls (`sockopt`), serving, or
 //! which sockets there are (`listeners`).
 
@@ -77,6 +82,13 @@ pub enum TakeoverError {
     #[error("takeover socket {path}: malformed handoff message: {why}")]
     Protocol { path: String, why: String },
 }
+
+/// The wire name of the admin listener's TCP socket, handed over with the
+/// relay's listeners (its key is the address it is bound to) so the new
+/// process does not fail binding an address the old one still holds.
+/// [`escape`] doubles every backslash of a real listener name, so no
+/// listener can appear on the wire as `\admin`.
+pub const ADMIN: &str = r"\admin";
 
 /// Escapes a listener name for the wire.
 pub fn escape(name: &str) -> String {
@@ -163,6 +175,26 @@ fn parse(text: &[u8], fds: Vec<OwnedFd>) -> Result<Vec<Received>, String> {
 }
 
 impl Incoming {
+    /// Takes the admin listener's socket out of the handoff, returning it
+    /// when it is bound to `addr` (this process's `[admin] listen`); one
+    /// bound elsewhere is closed. Either way no entry named [`ADMIN`] is
+    /// left for the relay's listeners.
+    pub fn take_admin(&mut self, addr: Option<std::net::SocketAddr>) -> Option<OwnedFd> {
+        let mut found = None;
+        let mut i = 0;
+        while i < self.sockets.len() {
+            if self.sockets[i].listener == ADMIN {
+                let received = self.sockets.swap_remove(i);
+                if addr.is_some_and(|a| a.to_string() == received.key) {
+                    found = Some(received.fd);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        found
+    }
+
     /// Tells the old process that this one accepts now, so it may drain.
     pub fn ready(mut self) -> io::Result<()> {
         self.stream.write_all(READY)

@@ -61,7 +61,8 @@ fn committed_man_pages_match_the_cli() {
 }
 
 /// Copies the units into a scratch directory with ExecStart pointing at the
-/// binary under test (the packaged path does not exist before install).
+/// binary under test and ExecReload at the helper in packaging/ (the
+/// packaged paths do not exist before install).
 fn units_for_analysis() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("snirelay-units-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -71,7 +72,14 @@ fn units_for_analysis() -> PathBuf {
         let text: String = text
             .lines()
             .filter(|l| !l.starts_with("Documentation=man:"))
-            .map(|l| l.replace("/usr/bin/snirelay", env!("CARGO_BIN_EXE_snirelay")) + "\n")
+            .map(|l| {
+                l.replace("/usr/bin/snirelay", env!("CARGO_BIN_EXE_snirelay"))
+                    .replace(
+                        "/usr/libexec/snirelay/snirelay-reload",
+                        &root().join("packaging/snirelay-reload").to_string_lossy(),
+                    )
+                    + "\n"
+            })
             .collect();
         std::fs::write(dir.join(unit), text).unwrap();
     }
@@ -199,4 +207,106 @@ fn cloud_init_firewall_parses_and_opens_only_the_relay_port() {
         "nft -c rejects the ruleset:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The binary upgrade as the package ships it: the unit lets the new process
+/// become its main one (NotifyAccess=all, READY=1 with MAINPID), ExecReload
+/// is the helper that starts it inside the unit, the takeover socket sits in
+/// the unit's RuntimeDirectory (kept: the unit stays active through the
+/// upgrade), and the package installs both scripts where the unit and the
+/// postinst call them. The scripts parse (`sh -n`). The booted proof is
+/// scripts/field-test.sh.
+#[test]
+fn the_shipped_upgrade_procedure_is_wired_up() {
+    let service = std::fs::read_to_string(root().join("packaging/snirelay.service")).unwrap();
+    for line in [
+        "Type=notify\n",
+        "NotifyAccess=all\n",
+        "ExecReload=/usr/libexec/snirelay/snirelay-reload $MAINPID\n",
+        "RuntimeDirectory=snirelay\n",
+    ] {
+        assert!(service.contains(line), "missing {line:?}");
+    }
+    let exec_start = service
+        .lines()
+        .find(|l| l.starts_with("ExecStart="))
+        .unwrap();
+    assert!(
+        exec_start.ends_with("--takeover /run/snirelay/takeover.sock"),
+        "{exec_start}"
+    );
+
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    for asset in [
+        r#"["packaging/snirelay-upgrade", "usr/sbin/", "755"]"#,
+        r#"["packaging/snirelay-reload", "usr/libexec/snirelay/", "755"]"#,
+        "restart-after-upgrade = false, stop-on-upgrade = false",
+        r#"conf-files = ["/etc/snirelay/snirelay.toml"]"#,
+    ] {
+        assert!(cargo.contains(asset), "Cargo.toml lacks {asset}");
+    }
+    // Every man page the CLI has is in the package.
+    for (name, _) in snirelay_man_pages() {
+        let asset = format!(r#"["packaging/{name}", "usr/share/man/man1/", "644"]"#);
+        assert!(cargo.contains(&asset), "Cargo.toml lacks {asset}");
+    }
+
+    let postinst = std::fs::read_to_string(root().join("packaging/debian/postinst")).unwrap();
+    assert!(postinst.contains("\n#DEBHELPER#\n"), "{postinst}");
+    assert!(postinst.contains("snirelay-upgrade"), "{postinst}");
+    // Purge takes the state directory the unit declares with it.
+    let unit = std::fs::read_to_string(root().join("packaging/snirelay.service")).unwrap();
+    assert!(unit.contains("\nStateDirectory=snirelay\n"), "{unit}");
+    let postrm = std::fs::read_to_string(root().join("packaging/debian/postrm")).unwrap();
+    assert!(postrm.contains("\n#DEBHELPER#\n"), "{postrm}");
+    assert!(postrm.contains("rm -rf /var/lib/private/snirelay /var/lib/snirelay"), "{postrm}");
+    let reload = std::fs::read_to_string(root().join("packaging/snirelay-reload")).unwrap();
+    assert!(reload.contains("request=/run/snirelay/upgrade\n"));
+    let upgrade = std::fs::read_to_string(root().join("packaging/snirelay-upgrade")).unwrap();
+    assert!(upgrade.contains(": >/run/snirelay/upgrade\n"));
+
+    for script in [
+        "packaging/snirelay-reload",
+        "packaging/snirelay-upgrade",
+        "packaging/debian/postinst",
+        "packaging/debian/postrm",
+    ] {
+        let status = Command::new("sh")
+            .arg("-n")
+            .arg(root().join(script))
+            .status()
+            .unwrap();
+        assert!(status.success(), "{script} does not parse");
+    }
+}
+
+/// The cloud-init example describes the unit as it is, and its runcmd waits
+/// for readiness with a bound.
+#[test]
+fn cloud_init_matches_the_unit() {
+    let yaml = std::fs::read_to_string(root().join("packaging/cloud-init.yaml")).unwrap();
+    assert!(
+        !yaml.contains("Type=exec"),
+        "stale unit type in cloud-init.yaml"
+    );
+    assert!(yaml.starts_with("#cloud-config\n"));
+    for needle in [
+        "SNIRELAY_DEB_URL",
+        "SNIRELAY_DEB_SHA256",
+        "--force-confold",
+        "for i in $(seq 30)",
+    ] {
+        assert!(yaml.contains(needle), "cloud-init.yaml lacks {needle}");
+    }
+}
+
+/// The container image runs the static binary on an empty base.
+#[test]
+fn dockerfile_runs_the_static_binary_from_scratch() {
+    let dockerfile = std::fs::read_to_string(root().join("packaging/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("target-feature=+crt-static"),
+        "{dockerfile}"
+    );
+    assert!(dockerfile.contains("\nFROM scratch\n"), "{dockerfile}");
 }

@@ -119,3 +119,51 @@ async fn activated_sockets_serve_the_listener_of_the_same_name() {
     assert_eq!(relay.wait_exit().await, Some(0));
     drop(activated);
 }
+
+/// A binary hand-over under systemd: the new process's READY=1 names its own
+/// MAINPID, and the replaced one drains without STOPPING=1 (with
+/// NotifyAccess=all that would stop the unit, the new relay included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_moves_mainpid_and_sends_no_stopping() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    let dir = scratch_dir("notify-upgrade");
+    let notify = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&notify).unwrap();
+    let takeover = dir.join("takeover.sock");
+
+    let config = "[global]\ndrain_timeout = \"1s\"\n".to_owned()
+        + &simple_config(&["app.example.com"], backend, "");
+    let with_takeover = |config_path: &std::path::Path| {
+        let mut command = Relay::command(config_path);
+        command.arg("--takeover").arg(&takeover);
+        command.env("NOTIFY_SOCKET", &notify);
+        command
+    };
+    let mut old = Relay::launch(&config, with_takeover).await;
+    old.wait_log(|l| l["message"] == "offering binary takeover")
+        .await;
+    let ready = next_notification(&socket).await;
+    assert!(
+        ready.contains(&format!("MAINPID={}", old.pid())),
+        "{ready:?}"
+    );
+
+    let new = Relay::launch(&config, with_takeover).await;
+    let ready = next_notification(&socket).await;
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    assert!(
+        ready.contains(&format!("MAINPID={}", new.pid())),
+        "{ready:?}"
+    );
+    assert_eq!(old.wait_exit().await, Some(0));
+    echo_session(&pki, new.addr(), "app.example.com")
+        .await
+        .unwrap();
+    // The next datagram is the new process's own stop: the replaced one sent
+    // none (its status would say "replaced by a new process").
+    new.signal("TERM");
+    let stopping = next_notification(&socket).await;
+    assert_eq!(stopping, "STOPPING=1\nSTATUS=asked to stop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
