@@ -9,8 +9,9 @@ use std::sync::Arc;
 use rustls::Side;
 use rustls::pki_types::ServerName;
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES as LIMIT;
-use snirelay::quic::Version;
 use snirelay::quic::initial::{Limits, Parser, QuicHello, Verdict, parse};
+use snirelay::quic::seal::seal_initial;
+use snirelay::quic::{Version, initial_keys};
 
 fn limits() -> Limits {
     Limits::for_hello_bytes(LIMIT)
@@ -228,55 +229,10 @@ fn crypto_frame(offset: usize, data: &[u8]) -> Vec<u8> {
 }
 
 /// A client Initial packet with `frames` (padded so that the packet alone
-/// fills `pad_to` bytes), sealed and header-protected with the client's
-/// Initial keys for `dcid`.
+/// fills `pad_to` bytes), sealed with the client's Initial keys for `dcid`.
 fn seal(version: Version, dcid: &[u8], pn: u32, frames: &[u8], pad_to: usize) -> Vec<u8> {
-    let rustls_version = match version {
-        Version::V1 => rustls::quic::Version::V1,
-        Version::V2 => rustls::quic::Version::V2,
-    };
-    let keys = rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256
-        .tls13()
-        .unwrap()
-        .quic_suite()
-        .unwrap()
-        .keys(dcid, Side::Client, rustls_version);
-    let type_bits = match version {
-        Version::V1 => 0x00,
-        Version::V2 => 0x10,
-    };
-    // Packet number in 4 bytes (length bits 0b11).
-    let mut packet = vec![0xc0 | type_bits | 0x03];
-    packet.extend_from_slice(&version.wire().to_be_bytes());
-    packet.push(dcid.len() as u8);
-    packet.extend_from_slice(dcid);
-    packet.push(SCID.len() as u8);
-    packet.extend_from_slice(SCID);
-    packet.push(0); // no token
-    let mut payload = frames.to_vec();
-    // Length (2-byte varint) + pn + payload + tag.
-    let fixed = packet.len() + 2 + 4 + 16;
-    if fixed + payload.len() < pad_to {
-        payload.resize(pad_to - fixed, 0); // PADDING frames
-    }
-    let length = 4 + payload.len() + 16;
-    packet.extend_from_slice(&(length as u16 | 0x4000).to_be_bytes());
-    let pn_offset = packet.len();
-    packet.extend_from_slice(&pn.to_be_bytes());
-    let tag = keys
-        .local
-        .packet
-        .encrypt_in_place(u64::from(pn), &packet, &mut payload)
-        .unwrap();
-    packet.extend_from_slice(&payload);
-    packet.extend_from_slice(tag.as_ref());
-    let sample: [u8; 16] = packet[pn_offset + 4..pn_offset + 20].try_into().unwrap();
-    let (head, pn_field) = packet.split_at_mut(pn_offset);
-    keys.local
-        .header
-        .encrypt_in_place(&sample, &mut head[0], &mut pn_field[..4])
-        .unwrap();
-    packet
+    let keys = initial_keys(version, dcid, Side::Client);
+    seal_initial(version, &keys.local, dcid, SCID, pn, frames, pad_to).unwrap()
 }
 
 /// The hello cut into `pieces` CRYPTO frames, one Initial datagram each.
@@ -552,8 +508,10 @@ fn limits_on_hello_bytes_offsets_and_datagrams_answer_too_large() {
     assert_eq!(parser.feed(&ping), Err(Verdict::TooLarge));
     // The verdict stays, whatever comes next.
     assert_eq!(parser.feed(&datagrams[0]), Err(Verdict::TooLarge));
-    // Bytes: one datagram larger than the flow may hold.
-    let huge = seal(Version::V1, DCID, 0, &[0x01], limits.held_bytes + 1);
+    // Bytes: one datagram larger than the flow may hold (an Initial and
+    // zero bytes after it).
+    let mut huge = seal(Version::V1, DCID, 0, &[0x01], 1200);
+    huge.resize(limits.held_bytes + 1, 0);
     assert_eq!(one(huge), Err(Verdict::TooLarge));
 }
 

@@ -73,7 +73,7 @@
 use rustls::Side;
 use rustls::quic::Keys;
 
-use super::{PacketType, Version};
+use super::{PacketType, Version, initial_keys};
 use crate::client_hello::{self, ClientHello, Inspect};
 
 /// A client's datagram carrying an Initial packet must be at least this
@@ -453,7 +453,7 @@ impl Flow {
     fn decrypt(&mut self, packet: &[u8], pn_offset: usize) -> Result<Vec<u8>, Verdict> {
         let keys = self
             .keys
-            .get_or_insert_with(|| initial_keys(self.version, &self.dcid));
+            .get_or_insert_with(|| initial_keys(self.version, self.dcid.as_bytes(), Side::Server));
         let sample_at = pn_offset + SAMPLE_OFFSET;
         // The packet number is 1-4 bytes and the payload at least a tag, so
         // a packet too short to sample cannot be a real one.
@@ -499,27 +499,6 @@ impl Flow {
         Ok(copy)
     }
 }
-
-/// The Initial keys of a flow, seen from the server's side: `remote`
-/// opens the client's packets (`local` would seal the relay's own, for a
-/// refusal).
-pub fn initial_keys(version: Version, dcid: &ConnectionId) -> Keys {
-    Keys::initial(
-        version.rustls(),
-        INITIAL_SUITE.suite,
-        INITIAL_SUITE.quic,
-        dcid.as_bytes(),
-        Side::Server,
-    )
-}
-
-/// Initial packets are always AES-128-GCM with SHA-256 (RFC 9001 §5.2).
-static INITIAL_SUITE: std::sync::LazyLock<rustls::quic::Suite> = std::sync::LazyLock::new(|| {
-    rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256
-        .tls13()
-        .and_then(|suite| suite.quic_suite())
-        .expect("rustls' TLS13_AES_128_GCM_SHA256 has a QUIC suite")
-});
 
 /// RFC 9000 §A.3: the packet number closest to the next expected one whose
 /// low `len` bytes are `truncated`.

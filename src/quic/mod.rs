@@ -1,6 +1,7 @@
 //! QUIC, as far as a relay that routes by SNI needs it: the versions it
-//! reads ([`Version`]) and the pure parser that turns a flow's first
-//! datagrams into its ClientHello ([`initial`]).
+//! reads ([`Version`]), their public Initial keys ([`initial_keys`]), the
+//! pure parser that turns a flow's first datagrams into its ClientHello
+//! ([`initial`]), and its inverse, which seals Initial packets ([`seal`]).
 //!
 //! Only what is public is read: a client's Initial packets are protected
 //! with keys derived from their Destination Connection ID and a salt the
@@ -16,6 +17,10 @@
 //! business, since only the backend knows which versions it speaks).
 
 pub mod initial;
+pub mod seal;
+
+use rustls::Side;
+use rustls::quic::Keys;
 
 /// A QUIC version whose Initial packets this relay can read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,6 +88,28 @@ impl Version {
         }
     }
 }
+
+/// The Initial keys of the connection whose client chose `client_dcid` as
+/// its first Destination Connection ID, for `side`: the server side's
+/// `remote` keys open the client's Initials, its `local` ones seal the
+/// server's. Derived by rustls (HKDF over the version's salt and labels).
+pub fn initial_keys(version: Version, client_dcid: &[u8], side: Side) -> Keys {
+    Keys::initial(
+        version.rustls(),
+        INITIAL_SUITE.suite,
+        INITIAL_SUITE.quic,
+        client_dcid,
+        side,
+    )
+}
+
+/// Initial packets are always AES-128-GCM with SHA-256 (RFC 9001 §5.2).
+static INITIAL_SUITE: std::sync::LazyLock<rustls::quic::Suite> = std::sync::LazyLock::new(|| {
+    rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256
+        .tls13()
+        .and_then(|suite| suite.quic_suite())
+        .expect("rustls' TLS13_AES_128_GCM_SHA256 has a QUIC suite")
+});
 
 #[cfg(test)]
 mod tests {
