@@ -7,7 +7,9 @@
 //! and how many bytes carried it) or with an [`Inspect`]
 //! verdict. The handshake message may be split over several TLS records and
 //! each record over any number of TCP segments. [`parse`] is the one-shot
-//! form, for tests, benches and fuzzing.
+//! form, for tests, benches and fuzzing. [`decode_handshake`] decodes a
+//! handshake message that came without TLS records (QUIC's CRYPTO frames,
+//! reassembled by `quic::initial`).
 //!
 //! Guarantees the I/O side relies on:
 //! - every strict prefix of a valid hello is [`Inspect::Incomplete`], never a
@@ -363,6 +365,17 @@ impl Reassembler {
             Inspect::Incomplete
         }
     }
+}
+
+/// Decodes one complete ClientHello handshake message (type, length and
+/// body, no record header), as QUIC's CRYPTO frames carry it: the same
+/// checks as for a hello read from TLS records. [`ClientHello::len`] is the
+/// message's length. `Incomplete` is never answered: the message must be
+/// whole.
+pub fn decode_handshake(message: &[u8]) -> Result<ClientHello, Inspect> {
+    let mut hello = decode(message)?;
+    hello.len = message.len();
+    Ok(hello)
 }
 
 /// Decodes one complete ClientHello handshake message.

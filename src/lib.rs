@@ -13,7 +13,9 @@
 //! paths) → [`close`] (the record, its one log line and metrics; the
 //! reasons' table is the leaf [`reason`]), strung
 //! together in `conn`. [`proxy::wire`] is the PROXY protocol's format,
-//! shared by both directions.
+//! shared by both directions. [`quic`] reads the ClientHello of a QUIC
+//! flow from its Initial packets (the `quic` listener's inspect stage) and
+//! hands it to the same [`client_hello`] decoder.
 //!
 //! [`config`] turns the TOML file into an immutable, validated snapshot
 //! (and back: [`config::effective`]). [`server`] runs the operator's
@@ -67,6 +69,7 @@ pub mod notify;
 pub mod probe;
 pub mod proxy;
 pub mod pump;
+pub mod quic;
 pub mod reason;
 pub mod registry;
 pub(crate) mod reload;
