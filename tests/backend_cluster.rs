@@ -130,7 +130,6 @@ async fn close_reason(relay: &Relay, name: &str) -> String {
 /// `local` is the `local_backend`. `cluster_extra` goes into the
 /// `[backend.cluster.cluster]` section, `top` before the listener.
 fn config(cp: &ControlPlane, cluster_extra: &str, local: Option<SocketAddr>, top: &str) -> String {
-    let url = cp.url();
     let local_key = if local.is_some() {
         "local_backend = \"local\""
     } else {
@@ -139,29 +138,8 @@ fn config(cp: &ControlPlane, cluster_extra: &str, local: Option<SocketAddr>, top
     let local_section = local
         .map(|a| format!("[backend.local]\naddresses = [\"{a}\"]\nconnect_timeout = \"2s\"\n"))
         .unwrap_or_default();
-    format!(
-        r#"
-{top}
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-sni = ["*.example.com"]
-backend = "cluster"
-
-[backend.cluster]
-connect_timeout = "2s"
-
-[backend.cluster.cluster]
-lookup_url = "{url}"
-allowed_targets = ["127.0.0.0/8"]
-{local_key}
-{cluster_extra}
-
-{local_section}
-"#
-    )
+    let cluster_extra = format!("{local_key}\n{cluster_extra}");
+    common::control_plane::cluster_relay_config(&cp.url(), top, &cluster_extra, &local_section)
 }
 
 fn message(line: &serde_json::Value, text: &str) -> bool {

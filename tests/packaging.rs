@@ -259,7 +259,10 @@ fn the_shipped_upgrade_procedure_is_wired_up() {
     assert!(unit.contains("\nStateDirectory=snirelay\n"), "{unit}");
     let postrm = std::fs::read_to_string(root().join("packaging/debian/postrm")).unwrap();
     assert!(postrm.contains("\n#DEBHELPER#\n"), "{postrm}");
-    assert!(postrm.contains("rm -rf /var/lib/private/snirelay /var/lib/snirelay"), "{postrm}");
+    assert!(
+        postrm.contains("rm -rf /var/lib/private/snirelay /var/lib/snirelay"),
+        "{postrm}"
+    );
     let reload = std::fs::read_to_string(root().join("packaging/snirelay-reload")).unwrap();
     assert!(reload.contains("request=/run/snirelay/upgrade\n"));
     let upgrade = std::fs::read_to_string(root().join("packaging/snirelay-upgrade")).unwrap();

@@ -27,28 +27,8 @@ const KEY: &str = "kLw0Hq3mB8yX2pRzT5vN9cD1fG4hJ6sA7uE0iO3wQ2Y=";
 /// A relay routing `*.example.com` to a pangolin cluster backend asking
 /// `url`; `extra` goes into `[backend.cluster.cluster]`, `after` after it.
 fn config(url: &str, extra: &str, after: &str) -> String {
-    format!(
-        r#"
-[[listener]]
-name = "tls"
-listen = ["127.0.0.1:0"]
-
-[[route]]
-sni = ["*.example.com"]
-backend = "cluster"
-
-[backend.cluster]
-connect_timeout = "2s"
-
-[backend.cluster.cluster]
-lookup_url = "{url}"
-protocol = "pangolin"
-allowed_targets = ["127.0.0.0/8"]
-{extra}
-
-{after}
-"#
-    )
+    let extra = format!("protocol = \"pangolin\"\n{extra}");
+    common::control_plane::cluster_relay_config(url, "", &extra, after)
 }
 
 /// Sends a hello for `name` through the relay and reads until it closes:

@@ -123,20 +123,9 @@ impl ControlPlane {
 
     /// Waits (bounded by [`WAIT`]) until `hostname` got at least `n` requests.
     pub async fn wait_requests(&self, hostname: &str, n: usize) {
-        let waited = tokio::time::timeout(WAIT, async {
-            loop {
-                let changed = self.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if self.requests(hostname) >= n {
-                    return;
-                }
-                changed.await;
-            }
-        })
-        .await;
+        let waited = super::wait_notified(&self.changed, || self.requests(hostname) >= n).await;
         assert!(
-            waited.is_ok(),
+            waited,
             "{hostname}: {} request(s), expected {n} within {WAIT:?}",
             self.requests(hostname)
         );
@@ -208,4 +197,32 @@ fn status(code: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
         "application/json".parse().unwrap(),
     );
     response
+}
+
+/// A relay config routing `*.example.com` to a cluster backend named
+/// `cluster` that asks `url`: `top` goes before the listener,
+/// `cluster_extra` into `[backend.cluster.cluster]`, `after` after it.
+pub fn cluster_relay_config(url: &str, top: &str, cluster_extra: &str, after: &str) -> String {
+    format!(
+        r#"
+{top}
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+sni = ["*.example.com"]
+backend = "cluster"
+
+[backend.cluster]
+connect_timeout = "2s"
+
+[backend.cluster.cluster]
+lookup_url = "{url}"
+allowed_targets = ["127.0.0.0/8"]
+{cluster_extra}
+
+{after}
+"#
+    )
 }

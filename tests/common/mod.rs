@@ -1122,6 +1122,25 @@ pub mod dns;
 
 pub mod control_plane;
 
+/// Waits (bounded by [`WAIT`]) until `done()` holds, checking again each
+/// time `changed` is notified (the lookup doubles notify on every request).
+/// `false` when [`WAIT`] passed first.
+pub async fn wait_notified(changed: &tokio::sync::Notify, mut done: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if done() {
+                return;
+            }
+            notified.await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
 // ------------------------------- Pangolin's lookup protocol (issue 17)
 
 /// A Pangolin control plane double (`pangolin::Pangolin`).

@@ -186,20 +186,9 @@ impl Pangolin {
 
     /// Waits (bounded by [`WAIT`]) until `hostname` got at least `n` lookups.
     pub async fn wait_requests(&self, hostname: &str, n: usize) {
-        let waited = tokio::time::timeout(WAIT, async {
-            loop {
-                let changed = self.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if self.requests(hostname) >= n {
-                    return;
-                }
-                changed.await;
-            }
-        })
-        .await;
+        let waited = super::wait_notified(&self.changed, || self.requests(hostname) >= n).await;
         assert!(
-            waited.is_ok(),
+            waited,
             "{hostname}: {} lookup(s), expected {n} within {WAIT:?}",
             self.requests(hostname)
         );
