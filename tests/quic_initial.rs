@@ -523,3 +523,27 @@ fn a_hello_once_given_is_given_again() {
     assert_eq!(parser.feed(b"anything").unwrap(), first);
     assert_eq!(parser.datagrams(), 1);
 }
+
+/// The protected client Initial of RFC 9001 Appendix A.2 and of RFC 9369
+/// Appendix A.2 (tests/data/quic, see its README): the parser removes their
+/// protection and reads the appendix's ClientHello (241 bytes, for
+/// example.com, in one CRYPTO frame before 917 PADDING bytes).
+#[test]
+fn the_rfc_appendix_client_initials_yield_example_com() {
+    for (file, version) in [("rfc9001_a2", Version::V1), ("rfc9369_a2", Version::V2)] {
+        let datagrams = capture(file);
+        assert_eq!(datagrams.len(), 1);
+        assert_eq!(datagrams[0].len(), 1200, "{file}");
+        let hello = parse_all(&datagrams, limits()).unwrap_or_else(|v| panic!("{file}: {v:?}"));
+        assert_eq!(sni(&hello), "example.com", "{file}");
+        assert_eq!(hello.version, version, "{file}");
+        assert_eq!(hello.hello.len, 241, "{file}");
+        assert_eq!(
+            hello.dcid.as_bytes(),
+            [0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08]
+        );
+        assert_eq!(hello.scid.as_bytes(), b"");
+        assert_eq!(hello.datagrams, 1);
+        check_prefixes(file, &datagrams);
+    }
+}

@@ -1,7 +1,9 @@
 //! QUIC, as far as a relay that routes by SNI needs it: the versions it
 //! reads ([`Version`]), their public Initial keys ([`initial_keys`]), the
 //! pure parser that turns a flow's first datagrams into its ClientHello
-//! ([`initial`]), and its inverse, which seals Initial packets ([`seal`]).
+//! ([`initial`]), its inverse, which seals Initial packets ([`seal`]), and
+//! the refusal built with it: the server Initial carrying CONNECTION_CLOSE
+//! with a TLS alert, which a client reports at once ([`refusal`]).
 //!
 //! Only what is public is read: a client's Initial packets are protected
 //! with keys derived from their Destination Connection ID and a salt the
@@ -17,6 +19,7 @@
 //! business, since only the backend knows which versions it speaks).
 
 pub mod initial;
+pub mod refusal;
 pub mod seal;
 
 use rustls::Side;
