@@ -44,6 +44,12 @@ pub struct Accepted {
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A fresh connection id, for a record that is not a [`ConnRecord`] (a
+/// QUIC flow's, see `quic::listener`): one sequence for every protocol.
+pub fn next_conn_id() -> u64 {
+    NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// What the connection's log line says; filled in stage by stage. Names
 /// are borrowed from the connection's snapshot (`'l`) or shared with it
 /// (`Arc`), never copied per connection.

@@ -31,6 +31,11 @@
 //! its loops start and again on every reload), which the sockets accepted
 //! from it inherit.
 //!
+//! A `protocol = "quic"` listener has the same generation and sweeper, but
+//! UDP sockets it binds itself ([`Listeners::start`], and on reload for
+//! addresses the file adds), each run by `quic::listener::run_socket`
+//! instead of accept loops. They are not handed to a new binary.
+//!
 //! Not here: deciding what a reload changes (`server`, `reload`), binding
 //! (`bind`), or accepting (`accept`).
 
@@ -48,9 +53,10 @@ use crate::accept::AcceptLoop;
 use crate::admit;
 use crate::backend::Backends;
 use crate::bind::{BindError, BindKey, Sockets};
-use crate::config::Listener;
+use crate::config::{Listener, Protocol};
 use crate::drain::DrainSignal;
 use crate::generation::{Generation, Pace};
+use crate::quic::listener as quic;
 use crate::{metrics, sockopt, takeover};
 
 /// What every accept loop of the process shares.
@@ -138,6 +144,13 @@ impl Listeners {
             let bound = self.spawn_loops(&listener, &running.generation, key, socket)?;
             running.binds.insert(key, bound);
         }
+        // QUIC listeners (issue 18): their UDP sockets are bound here.
+        if listener.protocol == Protocol::Quic {
+            for &addr in &listener.listen {
+                let bound = self.spawn_quic(&listener, &running.generation, addr)?;
+                running.binds.insert(BindKey::Config(addr), bound);
+            }
+        }
         self.running.insert(listener.name.clone(), running);
         Ok(())
     }
@@ -148,6 +161,10 @@ impl Listeners {
         let running = self.running.get(&listener.name);
         if running.is_some_and(|r| r.activated) {
             tracing::debug!(listener = %listener.name, "sockets from systemd: `listen` is not applied");
+            return Vec::new();
+        }
+        // QUIC listeners bind their UDP sockets in `start` and `apply`.
+        if listener.protocol == Protocol::Quic {
             return Vec::new();
         }
         listener
@@ -186,7 +203,8 @@ impl Listeners {
         running.generation.send_replace(Arc::new(next));
         // Kept sockets take the reloaded keepalive for the connections
         // they accept from now on.
-        for (key, bound) in &running.binds {
+        let tcp = listener.protocol == Protocol::Tcp;
+        for (key, bound) in running.binds.iter().filter(|_| tcp) {
             if let Err(error) = sockopt::set_keepalive(&bound.dup, listener.tcp_keepalive) {
                 tracing::warn!(listener = %listener.name, socket = %key, %error, "cannot apply tcp_keepalive");
             }
@@ -203,6 +221,28 @@ impl Listeners {
             });
         }
         let generation = running.generation.clone();
+        // QUIC listeners (issue 18): bind the addresses the file added.
+        if listener.protocol == Protocol::Quic && !running.activated {
+            let added: Vec<SocketAddr> = listener
+                .listen
+                .iter()
+                .copied()
+                .filter(|&a| !running.binds.contains_key(&BindKey::Config(a)))
+                .collect();
+            for addr in added {
+                match self.spawn_quic(listener, &generation, addr) {
+                    Ok(bound) => {
+                        rebound.added += 1;
+                        if let Some(running) = self.running.get_mut(&listener.name) {
+                            running.binds.insert(BindKey::Config(addr), bound);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "cannot listen on a QUIC address the reload added")
+                    }
+                }
+            }
+        }
         for (key, socket) in sockets {
             match self.spawn_loops(listener, &generation, key, socket) {
                 Ok(bound) => {
@@ -239,6 +279,8 @@ impl Listeners {
     pub fn for_handover(&self) -> Vec<(String, String, BorrowedFd<'_>)> {
         self.running
             .iter()
+            // UDP sockets are not handed over (see the module header).
+            .filter(|(_, running)| running.generation.borrow().listener.protocol == Protocol::Tcp)
             .flat_map(|(name, running)| {
                 running.binds.iter().map(|(key, bound)| {
                     (takeover::escape(name), key.to_string(), bound.dup.as_fd())
@@ -252,6 +294,39 @@ impl Listeners {
     /// stay open, queueing connections nobody accepts, until exit).
     pub fn clear(&mut self) {
         self.running.clear();
+    }
+
+    /// Binds a QUIC listener's UDP socket on `addr` and runs it.
+    fn spawn_quic(
+        &self,
+        listener: &Listener,
+        generation: &watch::Sender<Arc<Generation>>,
+        addr: SocketAddr,
+    ) -> Result<Bound, BindError> {
+        let failed = |source| BindError::Bind {
+            listener: listener.name.clone(),
+            addr,
+            source,
+        };
+        let socket = quic::bind(listener, addr).map_err(failed)?;
+        let dup = socket.as_fd().try_clone_to_owned().map_err(failed)?;
+        let local = socket.local_addr().unwrap_or(addr);
+        tracing::info!(listener = %listener.name, addr = %local, socket = %BindKey::Config(addr), protocol = "quic", "listening");
+        metrics::metrics().listener_started(&listener.name);
+        let stop = self.shared.stop_accepting.child_token();
+        let runtime = quic::Runtime {
+            permits: self.shared.permits.clone(),
+            connections: self.shared.connections.clone(),
+            stop_accepting: self.shared.stop_accepting.clone(),
+            close_connections: self.shared.close_connections.clone(),
+        };
+        self.shared.connections.spawn(quic::run_socket(
+            socket,
+            generation.subscribe(),
+            runtime,
+            stop.clone(),
+        ));
+        Ok(Bound { stop, dup })
     }
 
     /// Starts one accept loop per runtime worker on `socket`.

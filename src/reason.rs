@@ -116,11 +116,16 @@ pub enum HelloOutcome {
     /// The client went away, the relay shut down, or admission refused the
     /// connection before a complete hello.
     Incomplete,
+    // QUIC listeners (issue 18).
+    /// A QUIC flow whose first datagram is not a QUIC long header.
+    NotQuic,
+    /// A QUIC flow of a version the relay cannot read.
+    UnknownVersion,
 }
 
 impl HelloOutcome {
     /// Every outcome, in declaration order (`outcome as usize` indexes it).
-    pub const ALL: [HelloOutcome; 9] = [
+    pub const ALL: [HelloOutcome; 11] = [
         HelloOutcome::Sni,
         HelloOutcome::NoSni,
         HelloOutcome::Empty,
@@ -130,6 +135,8 @@ impl HelloOutcome {
         HelloOutcome::TooLarge,
         HelloOutcome::PrefaceRefused,
         HelloOutcome::Incomplete,
+        HelloOutcome::NotQuic,
+        HelloOutcome::UnknownVersion,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -143,6 +150,8 @@ impl HelloOutcome {
             HelloOutcome::TooLarge => "too_large",
             HelloOutcome::PrefaceRefused => "preface_refused",
             HelloOutcome::Incomplete => "incomplete",
+            HelloOutcome::NotQuic => "not_quic",
+            HelloOutcome::UnknownVersion => "unknown_version",
         }
     }
 }
@@ -298,6 +307,13 @@ close_reasons! {
     ClientKeepalive => "client_keepalive", Fault::Client, Stage::Relay;
     /// The backend stopped answering mid-relay, as for `client_keepalive`.
     BackendKeepalive => "backend_keepalive", Fault::Ours, Stage::Relay;
+    // QUIC listeners (issue 18).
+    /// A QUIC listener's flow whose first datagram is not a QUIC long
+    /// header (or is a Version Negotiation packet). Nothing was forwarded.
+    NotQuic => "not_quic", Fault::Client, Stage::Inspect(HelloOutcome::NotQuic);
+    /// A QUIC listener's flow of a QUIC version other than v1 and v2, whose
+    /// Initials the relay cannot read. Nothing was forwarded.
+    UnknownVersion => "unknown_version", Fault::Client, Stage::Inspect(HelloOutcome::UnknownVersion);
     /// Every address of the backend has its `max_connections` open; no
     /// connect was attempted.
     BackendFull => "backend_full", Fault::Ours, Stage::Connect;

@@ -270,6 +270,11 @@ pub async fn serve(
     // Open everything before accepting anywhere: a failure leaves nothing half-started.
     let mut opened = Vec::new();
     for listener in &config.listeners {
+        // QUIC listeners bind their UDP sockets when they start.
+        if listener.protocol == crate::config::Protocol::Quic {
+            opened.push((listener.clone(), (Sockets::new(), false)));
+            continue;
+        }
         opened.push((listener.clone(), bind::open_at_start(&mut pool, listener)?));
     }
     for (listener, (sockets, activated)) in opened {

@@ -51,6 +51,7 @@ use super::{
     Listener, NoSni, Policy, Route, Timeouts,
 };
 use super::{HealthKind, Member};
+use super::Protocol;
 use crate::admit::{Limits, Rate};
 use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;
@@ -166,8 +167,9 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         min_tls_version,
         ech,
         ech_config_ids,
+        protocol,
     } = listener;
-    ListenerSection {
+    let mut section = ListenerSection {
         name: name.clone(),
         listen: OneOrMany::Many(listen.iter().map(|a| a.to_string()).collect()),
         backlog: count(*backlog),
@@ -192,7 +194,17 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         half_close_timeout: Some(duration(*half_close_timeout)),
         max_connection_lifetime: duration_or_off(*max_connection_lifetime),
         tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
+        protocol: Some(protocol.as_str().to_owned()),
+    };
+    // QUIC listeners (issue 18): the TCP-only keys are refused there, so
+    // they are not written back either.
+    if *protocol == Protocol::Quic {
+        section.backlog = None;
+        section.splice = None;
+        section.tcp_keepalive = None;
+        section.half_close_timeout = None;
     }
+    section
 }
 
 /// `tcp_keepalive`: its three timings, or `false`.

@@ -74,6 +74,9 @@ pub struct ListenerSection {
     /// The config ids of the ECH configurations this edge's origins
     /// publish: an outer ECH with one of them is real, any other GREASE.
     pub ech_config_ids: Option<Vec<i64>>,
+    // QUIC listeners (issue 18).
+    /// `"tcp"` (default) or `"quic"`: what the listener binds and reads.
+    pub protocol: Option<String>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.

@@ -442,7 +442,37 @@ pub struct Listener {
     pub half_close_timeout: Duration,
     /// `None`: connections live as long as they like.
     pub max_connection_lifetime: Option<Duration>,
+    // QUIC listeners (issue 18).
+    /// `protocol`: TCP (TLS over TCP) or QUIC (UDP datagrams).
+    pub protocol: Protocol,
 }
+
+// QUIC listeners (issue 18).
+/// `protocol`: what a listener binds and reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// TCP sockets carrying TLS.
+    #[default]
+    Tcp,
+    /// UDP sockets carrying QUIC v1/v2; see `quic::listener`.
+    Quic,
+}
+
+impl Protocol {
+    /// As written in the file and in log lines.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Quic => "quic",
+        }
+    }
+}
+
+/// `idle_timeout` of a `protocol = "quic"` listener when unset: QUIC's own
+/// usual idle timeout (RFC 9000 §10.1 leaves it to the endpoints; 30 s is
+/// what quiche, ngtcp2's examples and browsers settle near), since a flow
+/// has no FIN and only idleness ends it.
+pub const DEFAULT_QUIC_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Listener {
     /// The listener's relay timeouts: those of its routes that set none,
@@ -848,6 +878,13 @@ impl Checker {
             }
             if let Some(mut listener) = self.listener(&key, section, &backends, &mut binds) {
                 listener.splice = section.splice.unwrap_or(global.splice);
+                // QUIC listeners (issue 18): their own fallbacks too.
+                if let NoSni::Backend(backend) = &listener.no_sni {
+                    self.quic_backend(&format!("{key}.no_sni"), &listener, &backend.clone());
+                }
+                if let EchPolicy::Backend(backend) = &listener.ech {
+                    self.quic_backend(&format!("{key}.ech"), &listener, &backend.clone());
+                }
                 listeners.push(listener);
             }
         }
@@ -1810,10 +1847,15 @@ impl Checker {
             &section.client_hello_timeout,
             DEFAULT_CLIENT_HELLO_TIMEOUT,
         );
+        // QUIC listeners (issue 18): parsed first, since it sets defaults.
+        let protocol = self.protocol(key, section);
         let idle_timeout = self.duration(
             &format!("{key}.idle_timeout"),
             &section.idle_timeout,
-            DEFAULT_IDLE_TIMEOUT,
+            match protocol {
+                Some(Protocol::Quic) => DEFAULT_QUIC_IDLE_TIMEOUT,
+                _ => DEFAULT_IDLE_TIMEOUT,
+            },
         );
         let no_sni = match section.no_sni.as_deref() {
             None | Some("reject") => Some(NoSni::Reject),
@@ -1882,11 +1924,77 @@ impl Checker {
             limits: limits?,
             half_close_timeout: half_close_timeout?,
             max_connection_lifetime: max_connection_lifetime?,
-            tcp_keepalive: tcp_keepalive?,
+            // A QUIC listener has no TCP socket to keep alive.
+            tcp_keepalive: tcp_keepalive?.filter(|_| protocol != Some(Protocol::Quic)),
             min_tls_version: min_tls_version?,
             ech: ech?,
             ech_config_ids: ech_config_ids?,
+            protocol: protocol?,
         })
+    }
+
+    // QUIC listeners (issue 18).
+    /// `protocol`: `"tcp"` or `"quic"`; on a QUIC listener, the keys that
+    /// only mean something for TCP are refused, and a `no_sni` or `ech`
+    /// backend must be one a QUIC flow can reach.
+    fn protocol(&mut self, key: &str, section: &ListenerSection) -> Option<Protocol> {
+        let protocol = match section.protocol.as_deref() {
+            None | Some("tcp") => Protocol::Tcp,
+            Some("quic") => Protocol::Quic,
+            Some(other) => {
+                self.problem(
+                    format!("{key}.protocol"),
+                    format!("{other:?} is neither \"tcp\" nor \"quic\""),
+                );
+                return None;
+            }
+        };
+        if protocol == Protocol::Quic {
+            let tcp_only = [
+                ("backlog", section.backlog.is_some()),
+                ("proxy_protocol", section.proxy_protocol.is_some()),
+                ("splice", section.splice.is_some()),
+                ("tcp_keepalive", section.tcp_keepalive.is_some()),
+                ("half_close_timeout", section.half_close_timeout.is_some()),
+            ];
+            for (name, set) in tcp_only {
+                if set {
+                    self.problem(
+                        format!("{key}.{name}"),
+                        "is a TCP setting; a protocol = \"quic\" listener (UDP) has no use for it",
+                    );
+                }
+            }
+        }
+        Some(protocol)
+    }
+
+    /// On a QUIC listener, `backend` (reached from `key`) must have fixed
+    /// addresses and send no PROXY header: a flow sends UDP datagrams to
+    /// the backend's addresses as they are written.
+    fn quic_backend(&mut self, key: &str, listener: &Listener, backend: &Backend) {
+        if listener.protocol != Protocol::Quic {
+            return;
+        }
+        if !matches!(backend.source, AddressSource::Fixed) {
+            self.problem(
+                key.to_owned(),
+                format!(
+                    "backend {:?} finds its addresses at run time (resolve or cluster); \
+                     routes of a protocol = \"quic\" listener reach backends with fixed `addresses` only",
+                    backend.name
+                ),
+            );
+        }
+        if backend.proxy_protocol != Outbound::None {
+            self.problem(
+                key.to_owned(),
+                format!(
+                    "backend {:?} sends PROXY headers, which a protocol = \"quic\" listener cannot send over UDP",
+                    backend.name
+                ),
+            );
+        }
     }
 
     /// `min_tls_version`: `"1.0"` … `"1.3"`.
@@ -2248,6 +2356,11 @@ impl Checker {
             let Some(overrides) = overrides else {
                 continue;
             };
+            // QUIC listeners (issue 18).
+            self.quic_backend(&format!("{key}.backend"), listener, &backend);
+            if let Some(EchPolicy::Backend(diverted)) = &ech {
+                self.quic_backend(&format!("{key}.ech"), listener, diverted);
+            }
             let timeouts = overrides(listener.timeouts());
             let route_id = listener.routes.len();
             for (i, pattern) in patterns.iter().enumerate() {

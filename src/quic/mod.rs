@@ -3,7 +3,9 @@
 //! pure parser that turns a flow's first datagrams into its ClientHello
 //! ([`initial`]), its inverse, which seals Initial packets ([`seal`]), and
 //! the refusal built with it: the server Initial carrying CONNECTION_CLOSE
-//! with a TLS alert, which a client reports at once ([`refusal`]).
+//! with a TLS alert, which a client reports at once ([`refusal`]), and the
+//! `protocol = "quic"` listener that runs them over UDP sockets and flows
+//! ([`listener`]).
 //!
 //! Only what is public is read: a client's Initial packets are protected
 //! with keys derived from their Destination Connection ID and a salt the
@@ -13,12 +15,13 @@
 //! handshake that follows (Handshake and 1-RTT keys) is ever derivable or
 //! held: those packets pass through unread.
 //!
-//! Not here: sockets, flows, deadlines (see [`initial`] for what the
-//! caller bounds), version negotiation (a long header of another version is
+//! Not here, except in [`listener`]: sockets, flows, deadlines (see
+//! [`initial`] for what the caller bounds). Not anywhere: version negotiation (a long header of another version is
 //! [`initial::Verdict::UnknownVersion`]; answering it is the backend's
 //! business, since only the backend knows which versions it speaks).
 
 pub mod initial;
+pub mod listener;
 pub mod refusal;
 pub mod seal;
 

@@ -555,6 +555,43 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A loopback UDP port the kernel just chose (bound on port 0, then
+/// released), for programs that must be told their port.
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (bounded) until some socket is bound to UDP `port` on loopback
+/// (read from /proc/net/udp), for programs that log no readiness line.
+pub async fn wait_udp_bound(port: u16, tool: &mut Tool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let local = format!(":{port:04X} ");
+    loop {
+        let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+        // Field 2 is `local_address`, `HEXIP:HEXPORT`.
+        if table
+            .lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").ends_with(&local)))
+        {
+            return;
+        }
+        if let Some(status) = tool.child.try_wait().unwrap() {
+            panic!("exited ({status}) before binding UDP port {port}; output: {:#?}", tool.lines());
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing bound UDP port {port} within {WAIT:?}; output: {:#?}",
+            tool.lines()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (bounded) until something accepts connections on `addr`, for
 /// programs that log no readiness line.
 pub async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
@@ -910,6 +947,22 @@ impl Pki {
         std::fs::write(&files.client_cert, chain).unwrap();
         std::fs::write(&files.client_key, pem("PRIVATE KEY", &self.client_key)).unwrap();
         files
+    }
+}
+
+impl Pki {
+    /// Writes the server certificate chain and its key as PEM into `dir`
+    /// (`server.pem`, `server.key`), for a server run as a child process.
+    pub fn write_server_pem(&self, dir: &std::path::Path) -> (PathBuf, PathBuf) {
+        let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+        let chain: String = self
+            .server_chain
+            .iter()
+            .map(|c| pem("CERTIFICATE", c))
+            .collect();
+        std::fs::write(&cert, chain).unwrap();
+        std::fs::write(&key, pem("PRIVATE KEY", &self.server_key)).unwrap();
+        (cert, key)
     }
 }
 

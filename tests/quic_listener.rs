@@ -1,0 +1,306 @@
+//! The `protocol = "quic"` listener through the real binary on loopback:
+//! ngtcp2's example client (Debian `ngtcp2-client`, `/usr/bin/gtlsclient`)
+//! fetches a file from ngtcp2's example server (`ngtcp2-server`,
+//! `/usr/sbin/gtlsserver`) through the relay, is refused with the QUIC
+//! refusal for a name no route serves, a datagram that is not QUIC ends its
+//! flow as `not_quic` with nothing forwarded, and a flood of Initials from
+//! thousands of source ports is held to the pending-flow bound while an
+//! established flow keeps working.
+//!
+//! The client sends its host argument as SNI, and `localhost` for a
+//! numeric one (tests/data/quic/README.md), so the routed name here is
+//! `localhost`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::{NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, scratch_dir, wait_udp_bound};
+use serde_json::Value;
+use tokio::net::UdpSocket;
+
+const NGTCP2_CLIENT: &str = "/usr/bin/gtlsclient";
+
+/// One quic listener named `quic` routing `patterns` to `backend`.
+fn quic_config(patterns: &[&str], backend: SocketAddr, global: &str, listener_extra: &str) -> String {
+    let sni = patterns
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+[global]
+{global}
+
+[[listener]]
+name = "quic"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+{listener_extra}
+
+[[route]]
+sni = [{sni}]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend}"]
+"#
+    )
+}
+
+/// A capture of tests/data/quic: one datagram per line, hex.
+fn capture(name: &str) -> Vec<Vec<u8>> {
+    let path = format!("{}/tests/data/quic/{name}.hex", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .lines()
+        .map(|line| {
+            (0..line.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&line[i..i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+fn is_quic_close(line: &Value) -> bool {
+    line["message"] == "connection closed" && line["protocol"] == "quic"
+}
+
+/// Runs gtlsclient against the relay at `relay` (exits on its own), and
+/// returns its exit status, output and how long it ran.
+fn run_client(relay: SocketAddr, path: &str, download: &std::path::Path) -> (bool, String, std::time::Duration) {
+    assert!(
+        std::path::Path::new(NGTCP2_CLIENT).exists(),
+        "{NGTCP2_CLIENT} is missing: install Debian's ngtcp2-client (.ci/install-deps)"
+    );
+    let port = relay.port().to_string();
+    let started = Instant::now();
+    let mut child = Command::new(NGTCP2_CLIENT)
+        .args(["--timeout=60s", "--exit-on-all-streams-close", "--no-quic-dump", "--no-http-dump"])
+        .arg(format!("--download={}", download.display()))
+        .args(["127.0.0.1", &port])
+        .arg(format!("https://localhost:{port}{path}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{NGTCP2_CLIENT}: {e}"));
+    // Bounded: the client is killed if it is still running after WAIT.
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "gtlsclient still runs after {WAIT:?}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (status.success(), text, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ngtcp2_client_fetches_through_the_relay_from_ngtcp2_server() {
+    let dir = scratch_dir("quic-e2e");
+    let htdocs = dir.join("htdocs");
+    std::fs::create_dir_all(&htdocs).unwrap();
+    let body = "hello through the relay\n".repeat(200);
+    std::fs::write(htdocs.join("hello.txt"), &body).unwrap();
+    let (cert, key) = Pki::new(&["localhost"]).write_server_pem(&dir);
+    let port = free_udp_port();
+    std::fs::create_dir_all(dir.join("server")).unwrap();
+    let mut server = Tool::spawn(
+        "gtlsserver",
+        &[
+            "--quiet",
+            &format!("--htdocs={}", htdocs.display()),
+            "127.0.0.1",
+            &port.to_string(),
+            key.to_str().unwrap(),
+            cert.to_str().unwrap(),
+        ],
+        dir.join("server"),
+        "ngtcp2-server",
+    );
+    wait_udp_bound(port, &mut server).await;
+    let backend: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let relay = Relay::start(&quic_config(&["localhost"], backend, "", "idle_timeout = \"2s\"")).await;
+
+    let download = dir.join("download");
+    std::fs::create_dir_all(&download).unwrap();
+    let (ok, output, _) = tokio::task::spawn_blocking({
+        let relay = relay.addr_of("quic");
+        let download = download.clone();
+        move || run_client(relay, "/hello.txt", &download)
+    })
+    .await
+    .unwrap();
+    assert!(ok, "gtlsclient failed: {output}");
+    let fetched = std::fs::read_to_string(download.join("hello.txt")).unwrap_or_default();
+    assert_eq!(fetched, body, "{output}");
+
+    // The flow ends at idle_timeout (the client leaves without a word the
+    // relay can read); a short one keeps the test quick.
+    let line = relay.wait_log(is_quic_close).await;
+    assert_eq!(line["close"], "idle_timeout", "{line}");
+    assert_eq!(line["sni"], "localhost");
+    assert_eq!(line["route"], "localhost");
+    assert_eq!(line["backend"], "b");
+    assert_eq!(line["backend.addr"], backend.to_string());
+    assert_eq!(line["quic_version"], "v1");
+    assert!(line["bytes.up"].as_u64().unwrap() >= 1200, "{line}");
+    assert!(line["bytes.down"].as_u64().unwrap() > body.len() as u64, "{line}");
+    assert!(line["datagrams.up"].as_u64().unwrap() >= 2, "{line}");
+    assert!(line["datagrams.down"].as_u64().unwrap() >= 2, "{line}");
+    assert_eq!(relay.log_lines().iter().filter(|l| is_quic_close(l)).count(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_unlisted_name_gets_the_quic_refusal() {
+    let backend = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let relay = Relay::start(&quic_config(
+        &["app.example.com"],
+        backend.local_addr().unwrap(),
+        "",
+        "",
+    ))
+    .await;
+    let dir = scratch_dir("quic-refused");
+    let (_, output, took) = tokio::task::spawn_blocking({
+        let relay = relay.addr_of("quic");
+        let dir = dir.clone();
+        move || run_client(relay, "/", &dir)
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.contains("CRYPTO_ERROR(0x170)") || output.contains("0x170"),
+        "{output}"
+    );
+    assert!(took < WAIT, "{took:?}");
+    let line = relay.wait_log(is_quic_close).await;
+    assert_eq!(line["close"], "unmatched", "{line}");
+    assert_eq!(line["sni"], "localhost");
+    assert_eq!(line["datagrams.down"], 1, "{line}");
+    // Nothing reached the backend.
+    let mut buf = [0u8; 2048];
+    assert!(backend.try_recv_from(&mut buf).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_datagram_that_is_not_quic_ends_its_flow_as_not_quic() {
+    let backend = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let relay = Relay::start(&quic_config(&["*"], backend.local_addr().unwrap(), "", "")).await;
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client
+        .send_to(b"GET / HTTP/1.0\r\n\r\n", relay.addr_of("quic"))
+        .await
+        .unwrap();
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "not_quic", "{line}");
+    assert_eq!(line["protocol"], "quic");
+    assert_eq!(line["bytes.up"], 18);
+    assert_eq!(line["bytes.down"], 0);
+    assert!(line["backend"].is_null(), "{line}");
+    // The line is written after anything would have been forwarded.
+    let mut buf = [0u8; 2048];
+    assert!(backend.try_recv_from(&mut buf).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
+    const MAX_CONNECTIONS: usize = 40;
+    const FLOOD: usize = 5000;
+    // A UDP echo backend.
+    let backend = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((len, from)) = backend.recv_from(&mut buf).await {
+            let _ = backend.send_to(&buf[..len], from).await;
+        }
+    });
+    let relay = Relay::start(&quic_config(
+        &["*"],
+        backend_addr,
+        &format!("max_connections = {MAX_CONNECTIONS}"),
+        &format!("client_hello_timeout = \"1s\"\n{NO_SOURCE_LIMIT}"),
+    ))
+    .await;
+    let relay_addr = relay.addr_of("quic");
+
+    // An established flow: ngtcp2's one-datagram hello, echoed back.
+    let hello = capture("ngtcp2").remove(0);
+    let open = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    open.send_to(&hello, relay_addr).await.unwrap();
+    let mut buf = vec![0u8; 65536];
+    let Ok(received) = tokio::time::timeout(WAIT, open.recv_from(&mut buf)).await else {
+        panic!("the hello not echoed within the wait; log: {:#?}", relay.log_lines());
+    };
+    let (len, _) = received.unwrap();
+    assert_eq!(&buf[..len], &hello[..]);
+
+    // The flood: the first datagram of Chromium's two-datagram hello (so
+    // every flow stays pending), each from a port of its own.
+    let first = capture("chromium").remove(0);
+    for _ in 0..FLOOD {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let _ = socket.send_to(&first, relay_addr);
+    }
+
+    // The established flow still works after the flood.
+    open.send_to(b"still here", relay_addr).await.unwrap();
+    let echoed = tokio::time::timeout(WAIT, async {
+        loop {
+            let (len, _) = open.recv_from(&mut buf).await.unwrap();
+            if &buf[..len] == b"still here" {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(echoed.is_ok(), "no echo through the open flow after the flood");
+
+    // New flows were dropped at the bound, which never let more than half
+    // of the connection permits be pending.
+    let dropped = relay
+        .wait_log(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))
+        })
+        .await;
+    assert!(
+        dropped["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
+        "{dropped}"
+    );
+    // Pending flows end at client_hello_timeout.
+    let timed_out = relay
+        .wait_log(|l| is_quic_close(l) && l["close"] == "hello_timeout")
+        .await;
+    assert_eq!(timed_out["bytes.up"], first.len() as u64);
+    let pending_lines = relay
+        .log_lines()
+        .iter()
+        .filter(|l| is_quic_close(l) && l["close"] == "hello_timeout")
+        .count();
+    assert!(pending_lines < FLOOD / 2, "{pending_lines} of {FLOOD} flows were pending");
+}
