@@ -24,7 +24,12 @@ use tokio::net::UdpSocket;
 const NGTCP2_CLIENT: &str = "/usr/bin/gtlsclient";
 
 /// One quic listener named `quic` routing `patterns` to `backend`.
-fn quic_config(patterns: &[&str], backend: SocketAddr, global: &str, listener_extra: &str) -> String {
+fn quic_config(
+    patterns: &[&str],
+    backend: SocketAddr,
+    global: &str,
+    listener_extra: &str,
+) -> String {
     let sni = patterns
         .iter()
         .map(|p| format!("{p:?}"))
@@ -72,7 +77,11 @@ fn is_quic_close(line: &Value) -> bool {
 
 /// Runs gtlsclient against the relay at `relay` (exits on its own), and
 /// returns its exit status, output and how long it ran.
-fn run_client(relay: SocketAddr, path: &str, download: &std::path::Path) -> (bool, String, std::time::Duration) {
+fn run_client(
+    relay: SocketAddr,
+    path: &str,
+    download: &std::path::Path,
+) -> (bool, String, std::time::Duration) {
     assert!(
         std::path::Path::new(NGTCP2_CLIENT).exists(),
         "{NGTCP2_CLIENT} is missing: install Debian's ngtcp2-client (.ci/install-deps)"
@@ -80,7 +89,12 @@ fn run_client(relay: SocketAddr, path: &str, download: &std::path::Path) -> (boo
     let port = relay.port().to_string();
     let started = Instant::now();
     let mut child = Command::new(NGTCP2_CLIENT)
-        .args(["--timeout=60s", "--exit-on-all-streams-close", "--no-quic-dump", "--no-http-dump"])
+        .args([
+            "--timeout=60s",
+            "--exit-on-all-streams-close",
+            "--no-quic-dump",
+            "--no-http-dump",
+        ])
         .arg(format!("--download={}", download.display()))
         .args(["127.0.0.1", &port])
         .arg(format!("https://localhost:{port}{path}"))
@@ -140,7 +154,13 @@ async fn ngtcp2_client_fetches_through_the_relay_from_ngtcp2_server() {
     );
     wait_udp_bound(port, &mut server).await;
     let backend: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let relay = Relay::start(&quic_config(&["localhost"], backend, "", "idle_timeout = \"2s\"")).await;
+    let relay = Relay::start(&quic_config(
+        &["localhost"],
+        backend,
+        "",
+        "idle_timeout = \"2s\"",
+    ))
+    .await;
 
     let download = dir.join("download");
     std::fs::create_dir_all(&download).unwrap();
@@ -165,10 +185,20 @@ async fn ngtcp2_client_fetches_through_the_relay_from_ngtcp2_server() {
     assert_eq!(line["backend.addr"], backend.to_string());
     assert_eq!(line["quic_version"], "v1");
     assert!(line["bytes.up"].as_u64().unwrap() >= 1200, "{line}");
-    assert!(line["bytes.down"].as_u64().unwrap() > body.len() as u64, "{line}");
+    assert!(
+        line["bytes.down"].as_u64().unwrap() > body.len() as u64,
+        "{line}"
+    );
     assert!(line["datagrams.up"].as_u64().unwrap() >= 2, "{line}");
     assert!(line["datagrams.down"].as_u64().unwrap() >= 2, "{line}");
-    assert_eq!(relay.log_lines().iter().filter(|l| is_quic_close(l)).count(), 1);
+    assert_eq!(
+        relay
+            .log_lines()
+            .iter()
+            .filter(|l| is_quic_close(l))
+            .count(),
+        1
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -253,7 +283,10 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
     open.send_to(&hello, relay_addr).await.unwrap();
     let mut buf = vec![0u8; 65536];
     let Ok(received) = tokio::time::timeout(WAIT, open.recv_from(&mut buf)).await else {
-        panic!("the hello not echoed within the wait; log: {:#?}", relay.log_lines());
+        panic!(
+            "the hello not echoed within the wait; log: {:#?}",
+            relay.log_lines()
+        );
     };
     let (len, _) = received.unwrap();
     assert_eq!(&buf[..len], &hello[..]);
@@ -277,7 +310,10 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
         }
     })
     .await;
-    assert!(echoed.is_ok(), "no echo through the open flow after the flood");
+    assert!(
+        echoed.is_ok(),
+        "no echo through the open flow after the flood"
+    );
 
     // New flows were dropped at the bound, which never let more than half
     // of the connection permits be pending.
@@ -302,5 +338,8 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
         .iter()
         .filter(|l| is_quic_close(l) && l["close"] == "hello_timeout")
         .count();
-    assert!(pending_lines < FLOOD / 2, "{pending_lines} of {FLOOD} flows were pending");
+    assert!(
+        pending_lines < FLOOD / 2,
+        "{pending_lines} of {FLOOD} flows were pending"
+    );
 }

@@ -45,13 +45,13 @@ use super::file::{
 use super::file::{KeepaliveSection, KeepaliveSetting};
 // Pangolin lookups (issue 17).
 use super::ClusterProtocol;
+use super::Protocol;
 use super::file::{HeaderFile, HeaderValueSetting};
 use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route, Timeouts,
 };
 use super::{HealthKind, Member};
-use super::Protocol;
 use crate::admit::{Limits, Rate};
 use crate::proxy::inbound::{Inbound, Mode};
 use crate::proxy::outbound::Outbound;

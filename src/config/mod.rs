@@ -1808,7 +1808,7 @@ impl Checker {
         key: &str,
         section: &ListenerSection,
         backends: &BTreeMap<String, Arc<Backend>>,
-        binds: &mut HashSet<SocketAddr>,
+        binds: &mut HashSet<(bool, SocketAddr)>,
     ) -> Option<Listener> {
         if section.name.is_empty() {
             self.problem(format!("{key}.name"), "must not be empty");
@@ -1824,7 +1824,9 @@ impl Checker {
                 continue;
             };
             // Port 0 asks the kernel for a free port, so it never collides.
-            if addr.port() != 0 && !binds.insert(addr) {
+            // A UDP (quic) and a TCP listener may share an address.
+            let udp = section.protocol.as_deref() == Some("quic");
+            if addr.port() != 0 && !binds.insert((udp, addr)) {
                 self.problem(addr_key, format!("{text:?} is listed more than once"));
                 continue;
             }

@@ -21,7 +21,7 @@
 //!   addresses (in turn), forwards the held datagrams in arrival order and
 //!   the flow is *open*;
 //! - an open flow's client datagrams are sent on its backend socket without
-//!   being read; a task per flow ([`relay_back`]) sends the backend's
+//!   being read; a task per flow (`relay_back`) sends the backend's
 //!   datagrams to the client from the listening socket, and ends the flow
 //!   at `idle_timeout` with no datagram either way, when its route drains
 //!   after a reload, or on shutdown;
@@ -600,7 +600,11 @@ impl SocketTask {
 }
 
 /// A fresh record for a flow from `peer`.
-fn flow_record(listener: Arc<Listener>, peer: SocketAddr, metrics: Arc<ListenerMetrics>) -> FlowRecord {
+fn flow_record(
+    listener: Arc<Listener>,
+    peer: SocketAddr,
+    metrics: Arc<ListenerMetrics>,
+) -> FlowRecord {
     FlowRecord {
         id: close::next_conn_id(),
         listener,

@@ -573,15 +573,18 @@ pub async fn wait_udp_bound(port: u16, tool: &mut Tool) {
     loop {
         let table = std::fs::read_to_string("/proc/net/udp").unwrap();
         // Field 2 is `local_address`, `HEXIP:HEXPORT`.
-        if table
-            .lines()
-            .skip(1)
-            .any(|l| l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").ends_with(&local)))
-        {
+        if table.lines().skip(1).any(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| format!("{a} ").ends_with(&local))
+        }) {
             return;
         }
         if let Some(status) = tool.child.try_wait().unwrap() {
-            panic!("exited ({status}) before binding UDP port {port}; output: {:#?}", tool.lines());
+            panic!(
+                "exited ({status}) before binding UDP port {port}; output: {:#?}",
+                tool.lines()
+            );
         }
         assert!(
             tokio::time::Instant::now() < deadline,
