@@ -5,7 +5,8 @@
 //! refusal for a name no route serves, a datagram that is not QUIC ends its
 //! flow as `not_quic` with nothing forwarded, and a flood of Initials from
 //! thousands of source ports is held to the pending-flow bound while an
-//! established flow keeps working.
+//! established flow keeps working; a stop ends open flows within the drain
+//! timeout, and a reload's routes apply to new flows on the kept socket.
 //!
 //! The client sends its host argument as SNI, and `localhost` for a
 //! numeric one (tests/data/quic/README.md), so the routed name here is
@@ -400,4 +401,42 @@ async fn a_stop_ends_open_flows_within_the_drain_timeout() {
     assert_eq!(line["close"], "shutdown", "{line}");
     assert_eq!(line["protocol"], "quic");
     assert_eq!(relay.wait_exit().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_reload_gives_new_flows_the_new_routes() {
+    let backend = silent_backend();
+    let backend_addr = backend.local_addr().unwrap();
+    let relay = Relay::start(&quic_config(&["app.example.com"], backend_addr, "", "")).await;
+    let relay_addr = relay.addr_of("quic");
+    let hello = capture("ngtcp2").remove(0);
+
+    let before = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    before.send_to(&hello, relay_addr).await.unwrap();
+    let line = relay.closed_line(before.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "unmatched", "{line}");
+    assert_nothing_received(&backend);
+
+    let applied = relay
+        .reload(&quic_config(&["localhost"], backend_addr, "", ""), 1)
+        .await;
+    assert_eq!(applied["message"], "reload applied", "{applied}");
+    // The same socket (the listener kept it) routes the name now.
+    assert_eq!(
+        relay
+            .log_lines()
+            .iter()
+            .filter(|l| l["message"] == "listening")
+            .count(),
+        1
+    );
+    let after = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    after.send_to(&hello, relay_addr).await.unwrap();
+    let backend = UdpSocket::from_std(backend).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let (len, _) = tokio::time::timeout(WAIT, backend.recv_from(&mut buf))
+        .await
+        .expect("the hello forwarded within the wait")
+        .unwrap();
+    assert_eq!(&buf[..len], &hello[..]);
 }
