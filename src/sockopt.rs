@@ -10,6 +10,8 @@
 //! the same segment; [`fin_queued`] tells whether a peer's FIN is queued.
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
+//! A `protocol = "quic"` listener's UDP sockets are bound here too
+//! ([`bind_udp_with`]: v6-only, optional SO_REUSEPORT).
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
 //! accepted sockets inherit it, and on each backend socket after connect;
@@ -216,6 +218,23 @@ pub fn bind_listener_with(
     socket.set_tcp_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
+}
+
+// QUIC listeners (issue 18).
+/// Binds a non-blocking UDP socket for a `protocol = "quic"` listener, with
+/// SO_REUSEPORT when its `reuse_port` asks for it; IPv6 sockets are
+/// v6-only, as TCP listening sockets are.
+pub fn bind_udp_with(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
     Ok(socket.into())
 }
 

@@ -101,19 +101,9 @@ pub struct Runtime {
     pub close_connections: CancellationToken,
 }
 
-/// Binds a UDP socket for `listener` on `addr`.
+/// Binds a UDP socket for `listener` on `addr` (options in `sockopt`).
 pub fn bind(listener: &Listener, addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    let domain = socket2::Domain::for_address(addr);
-    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    if listener.reuse_port {
-        socket.set_reuse_port(true)?;
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    Ok(socket.into())
+    crate::sockopt::bind_udp_with(addr, listener.reuse_port)
 }
 
 /// Runs `socket` until `stop` fires (the address or listener went away:
@@ -124,14 +114,17 @@ pub async fn run_socket(
     runtime: Runtime,
     stop: CancellationToken,
 ) {
-    let socket = match UdpSocket::from_std(socket) {
-        Ok(socket) => Arc::new(socket),
+    let sockets = socket
+        .try_clone()
+        .and_then(|now| Ok((UdpSocket::from_std(socket)?, now)));
+    let (socket, now) = match sockets {
+        Ok(sockets) => sockets,
         Err(error) => {
             tracing::error!(%error, "cannot use a QUIC listening socket");
             return;
         }
     };
-    let mut task = SocketTask::new(socket, generation, runtime, stop);
+    let mut task = SocketTask::new(Arc::new(socket), now, generation, runtime, stop);
     task.run().await;
 }
 
@@ -242,7 +235,12 @@ struct Pending {
 
 /// A flow relaying to its backend.
 struct Open {
-    backend: Arc<UdpSocket>,
+    /// The backend socket (a duplicate descriptor of the one its task
+    /// reads), non-blocking: a datagram it cannot take now is dropped, as
+    /// the network would drop it. A std socket, since tokio's `try_send`
+    /// refuses until the socket has reported readiness once, which a fresh
+    /// socket has not.
+    now: std::net::UdpSocket,
     stats: Arc<Stats>,
     started: Instant,
 }
@@ -254,6 +252,9 @@ enum Flow {
 
 struct SocketTask {
     socket: Arc<UdpSocket>,
+    /// The same socket (a duplicate descriptor), for sends that must not
+    /// wait (see [`Open::now`]).
+    now: std::net::UdpSocket,
     generation: watch::Receiver<Arc<Generation>>,
     runtime: Runtime,
     stop: CancellationToken,
@@ -278,6 +279,7 @@ struct SocketTask {
 impl SocketTask {
     fn new(
         socket: Arc<UdpSocket>,
+        now: std::net::UdpSocket,
         generation: watch::Receiver<Arc<Generation>>,
         runtime: Runtime,
         stop: CancellationToken,
@@ -286,6 +288,7 @@ impl SocketTask {
         let close_flows = runtime.close_connections.child_token();
         SocketTask {
             socket,
+            now,
             generation,
             runtime,
             stop,
@@ -344,7 +347,7 @@ impl SocketTask {
                 open.stats.up(datagram.len(), open.started);
                 // UDP: a datagram the socket cannot take now is dropped,
                 // as the network would; QUIC retransmits.
-                let _ = send_now(&open.backend, datagram);
+                let _ = open.now.send(datagram);
             }
             Some(Flow::Pending(_)) => self.feed(datagram, from),
             None => {
@@ -523,10 +526,7 @@ impl SocketTask {
                     NoRoute::EchRejected => HANDSHAKE_FAILURE,
                 };
                 let answer = refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
-                if socket2::SockRef::from(&*self.socket)
-                    .send_to(&answer, &from.into())
-                    .is_ok()
-                {
+                if self.now.send_to(&answer, from).is_ok() {
                     record.stats.down(answer.len(), record.started);
                 }
                 record.close(no_route.into());
@@ -560,8 +560,8 @@ impl SocketTask {
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
         let backend_addr = addresses[turn % addresses.len()];
         record.backend_addr = Some(backend_addr);
-        let backend = match connect(backend_addr) {
-            Ok(backend) => Arc::new(backend),
+        let (backend, now) = match connect(backend_addr) {
+            Ok(sockets) => sockets,
             Err(error) => {
                 tracing::debug!(%error, backend.addr = %backend_addr, "cannot open a QUIC backend socket");
                 record.close(CloseReason::ConnectFailed);
@@ -569,7 +569,7 @@ impl SocketTask {
             }
         };
         for datagram in &held {
-            let _ = send_now(&backend, datagram);
+            let _ = now.send(datagram);
         }
         drop(held);
         let drain = target.drain.enter();
@@ -579,7 +579,7 @@ impl SocketTask {
         self.flows.insert(
             from,
             Flow::Open(Open {
-                backend: backend.clone(),
+                now,
                 stats,
                 started,
             }),
@@ -620,17 +620,10 @@ fn flow_record(
     }
 }
 
-/// Sends on a connected socket without waiting: a datagram the socket
-/// cannot take now is dropped, as the network would drop it. A direct
-/// system call, since tokio's `try_send` refuses until the socket has
-/// reported readiness once, which a fresh socket has not.
-fn send_now(socket: &UdpSocket, datagram: &[u8]) -> std::io::Result<usize> {
-    socket2::SockRef::from(socket).send(datagram)
-}
-
 /// One UDP socket of the backend's family, connected to `addr`, so that
-/// only its datagrams are read from it.
-fn connect(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+/// only its datagrams are read from it: the tokio socket its task reads,
+/// and a duplicate for sends that must not wait.
+fn connect(addr: SocketAddr) -> std::io::Result<(UdpSocket, std::net::UdpSocket)> {
     let local: SocketAddr = match addr {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -638,13 +631,14 @@ fn connect(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let socket = std::net::UdpSocket::bind(local)?;
     socket.connect(addr)?;
     socket.set_nonblocking(true)?;
-    UdpSocket::from_std(socket)
+    let now = socket.try_clone()?;
+    Ok((UdpSocket::from_std(socket)?, now))
 }
 
 /// An open flow's task: what it holds for its life.
 struct FlowTask {
     record: FlowRecord,
-    backend: Arc<UdpSocket>,
+    backend: UdpSocket,
     socket: Arc<UdpSocket>,
     client: SocketAddr,
     idle: Duration,
