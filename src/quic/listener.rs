@@ -397,6 +397,15 @@ impl SocketTask {
         metrics.accepted();
         let limits = Limits::for_hello_bytes(listener.max_client_hello_bytes);
         let record = flow_record(listener, from, metrics);
+        // Entries of flows that moved on stay until they reach the front;
+        // compacted when they outnumber the live ones, so the queue stays
+        // within a few times MAX_PENDING_FLOWS however fast flows finish.
+        if self.pending_order.len() >= 4 * MAX_PENDING_FLOWS {
+            let flows = &self.flows;
+            self.pending_order.retain(|(started, addr)| {
+                matches!(flows.get(addr), Some(Flow::Pending(p)) if p.record.started == *started)
+            });
+        }
         self.pending_order.push_back((record.started, from));
         self.pending += 1;
         self.flows.insert(
