@@ -13,19 +13,7 @@ use snirelay::quic::initial::{Limits, Parser, Verdict, parse};
 use snirelay::quic::{Version, initial_keys};
 use std::hint::black_box;
 
-fn capture(name: &str) -> Vec<Vec<u8>> {
-    let path = format!("{}/tests/data/quic/{name}.hex", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .lines()
-        .map(|line| {
-            (0..line.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&line[i..i + 2], 16).unwrap())
-                .collect()
-        })
-        .collect()
-}
+include!("../tests/support/quic_capture.rs");
 
 fn quic_initial(c: &mut Criterion) {
     let limits = Limits::for_hello_bytes(16 * 1024);

@@ -17,20 +17,7 @@ fn limits() -> Limits {
     Limits::for_hello_bytes(LIMIT)
 }
 
-/// A capture: one datagram per line, hex.
-fn capture(name: &str) -> Vec<Vec<u8>> {
-    let path = format!("{}/tests/data/quic/{name}.hex", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .lines()
-        .map(|line| {
-            (0..line.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&line[i..i + 2], 16).unwrap())
-                .collect()
-        })
-        .collect()
-}
+include!("support/quic_capture.rs");
 
 fn parse_all(datagrams: &[Vec<u8>], limits: Limits) -> Result<QuicHello, Verdict> {
     parse(datagrams.iter().map(Vec::as_slice), limits)

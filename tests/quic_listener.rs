@@ -57,20 +57,7 @@ addresses = ["{backend}"]
     )
 }
 
-/// A capture of tests/data/quic: one datagram per line, hex.
-fn capture(name: &str) -> Vec<Vec<u8>> {
-    let path = format!("{}/tests/data/quic/{name}.hex", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .lines()
-        .map(|line| {
-            (0..line.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&line[i..i + 2], 16).unwrap())
-                .collect()
-        })
-        .collect()
-}
+include!("support/quic_capture.rs");
 
 /// A backend socket that only receives, read without waiting.
 fn silent_backend() -> std::net::UdpSocket {
