@@ -101,10 +101,11 @@ fn chromium_sends_a_post_quantum_hello_in_two_initials() {
     }
 }
 
-/// Every strict prefix of the datagram sequence is `Incomplete`; every
-/// datagram cut short (after the whole ones before it) gets the exact
-/// refusal: a datagram is never cut on the wire, so what is missing was
-/// never sent.
+/// Every strict prefix of the datagram sequence is `Incomplete`; a first
+/// datagram cut short gets the exact refusal (a datagram is never cut on
+/// the wire, so what is missing was never sent); a later one cut short is
+/// noise the flow survives: discarded, `Incomplete`, and the whole datagram
+/// after it still completes the flow as it would have.
 fn check_prefixes(name: &str, datagrams: &[Vec<u8>]) {
     for n in 0..datagrams.len() {
         assert_eq!(
@@ -120,14 +121,28 @@ fn check_prefixes(name: &str, datagrams: &[Vec<u8>]) {
             let expected = if n == 0 && cut < 5 {
                 // Not even a version: not a QUIC long header.
                 Verdict::NotQuic
-            } else {
+            } else if n == 0 {
                 Verdict::Malformed
+            } else {
+                Verdict::Incomplete
             };
             assert_eq!(
                 parser.feed(&datagrams[n][..cut]),
                 Err(expected),
                 "{name}: datagram {n} cut at {cut}"
             );
+            if n > 0 {
+                // The flow goes on as if the cut datagram had not come.
+                let mut answer = Err(Verdict::Incomplete);
+                for whole in &datagrams[n..] {
+                    answer = parser.feed(whole);
+                }
+                assert_eq!(
+                    answer.map(|hello| hello.hello.server_name),
+                    parse_all(datagrams, limits()).map(|hello| hello.hello.server_name),
+                    "{name}: after datagram {n} cut at {cut}"
+                );
+            }
         }
     }
 }
@@ -422,7 +437,7 @@ fn conflicting_and_surplus_crypto_bytes_are_malformed() {
 }
 
 #[test]
-fn a_changed_connection_id_or_version_mid_flow_is_malformed() {
+fn noise_after_an_authenticated_initial_is_discarded_and_the_flow_goes_on() {
     let hello = rustls_hello(Version::V1, "change.example.com");
     let datagrams = split_hello(Version::V1, &hello, 2);
     let other_dcid = [9u8; 8];
@@ -433,10 +448,6 @@ fn a_changed_connection_id_or_version_mid_flow_is_malformed() {
         &crypto_frame(700, &hello[700..]),
         1200,
     );
-    assert_eq!(
-        parse_all(&[datagrams[0].clone(), second], limits()),
-        Err(Verdict::Malformed)
-    );
     let v2 = seal(
         Version::V2,
         DCID,
@@ -444,15 +455,28 @@ fn a_changed_connection_id_or_version_mid_flow_is_malformed() {
         &crypto_frame(700, &hello[700..]),
         1200,
     );
-    assert_eq!(
-        parse_all(&[datagrams[0].clone(), v2], limits()),
-        Err(Verdict::Malformed)
-    );
-    // A short header (1-RTT) before the server answered.
-    assert_eq!(
-        parse_all(&[datagrams[0].clone(), vec![0x40; 1200]], limits()),
-        Err(Verdict::Malformed)
-    );
+    // After an authenticated Initial each is noise from the client's
+    // address (it cannot be authenticated as this flow's): discarded, and
+    // the flow completes with its own next datagram. (A short header as a
+    // first datagram is `not_quic`.)
+    assert_eq!(one(vec![0x40; 1200]), Err(Verdict::NotQuic));
+    for noise in [second, v2, vec![0x40; 1200]] {
+        let mut parser = Parser::new(limits());
+        assert_eq!(parser.feed(&datagrams[0]), Err(Verdict::Incomplete));
+        assert_eq!(parser.feed(&noise), Err(Verdict::Incomplete));
+        assert_eq!(parser.discarded(), 1);
+        let hello = parser.feed(&datagrams[1]).unwrap();
+        assert_eq!(sni(&hello), "change.example.com");
+    }
+    // A flipped bit in a later datagram fails authentication: discarded.
+    let mut flipped = datagrams[1].clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    let mut parser = Parser::new(limits());
+    assert_eq!(parser.feed(&datagrams[0]), Err(Verdict::Incomplete));
+    assert_eq!(parser.feed(&flipped), Err(Verdict::Incomplete));
+    assert_eq!(parser.discarded(), 1);
+    assert!(parser.feed(&datagrams[1]).is_ok());
 }
 
 #[test]

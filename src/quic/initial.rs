@@ -31,7 +31,14 @@
 //!   fit its datagram, a Retry, a datagram under 1200 bytes carrying an
 //!   Initial (RFC 9000 §14.1), a Destination Connection ID that changes or
 //!   is shorter than 8 bytes (§7.2), a packet that fails authentication,
-//!   non-zero reserved bits, an empty payload, a frame other than PADDING,
+//!   non-zero reserved bits, an empty payload — but once an Initial of the
+//!   flow has been authenticated, a later datagram that fails any of these
+//!   checks *before* its packet is authenticated is discarded instead (the
+//!   datagram is counted against [`Limits`], nothing of it is kept), as a
+//!   server discards packets it cannot authenticate (RFC 9000 §12.2, RFC
+//!   9001 §5.2): otherwise anyone who can send from the client's address
+//!   and port could end its pending flow with one datagram of noise; — a
+//!   frame other than PADDING,
 //!   PING, ACK and CRYPTO (CONNECTION_CLOSE included: a client that gives
 //!   up before its hello is complete has nothing to route), CRYPTO bytes
 //!   that conflict with bytes already received for the same offset, bytes
@@ -258,6 +265,14 @@ pub struct Parser {
     crypto: Crypto,
     datagrams: usize,
     held_bytes: usize,
+    /// An Initial of this flow has been authenticated: from then on a
+    /// datagram that fails before authentication is discarded.
+    authenticated: bool,
+    /// Set while the frames of an authenticated packet are read: an error
+    /// then is the client's own (a verdict), not noise (a discard).
+    reading_frames: bool,
+    /// Datagrams discarded so far.
+    discarded: usize,
     /// The verdict, once given (a hello or a refusal).
     answer: Option<Result<QuicHello, Verdict>>,
 }
@@ -282,6 +297,9 @@ impl Parser {
             crypto: Crypto::default(),
             datagrams: 0,
             held_bytes: 0,
+            authenticated: false,
+            reading_frames: false,
+            discarded: 0,
             answer: None,
         }
     }
@@ -310,6 +328,12 @@ impl Parser {
         self.datagrams
     }
 
+    /// Datagrams discarded because they failed before authentication
+    /// after the flow's first authenticated Initial.
+    pub fn discarded(&self) -> usize {
+        self.discarded
+    }
+
     /// The flow's version, once its first long header was read.
     pub fn version(&self) -> Option<Version> {
         self.flow.as_ref().map(|flow| flow.version)
@@ -326,6 +350,21 @@ impl Parser {
         if self.datagrams > self.limits.datagrams || self.held_bytes > self.limits.held_bytes {
             return Err(Verdict::TooLarge);
         }
+        // Whether a failure is noise to discard is decided by what held
+        // before this datagram: its own packets may authenticate and then
+        // fail later in it.
+        let discard_noise = self.authenticated;
+        match self.packets(datagram) {
+            Err(_) if discard_noise && !std::mem::take(&mut self.reading_frames) => {
+                self.discarded += 1;
+                Ok(())
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// Reads the coalesced packets of `datagram`.
+    fn packets(&mut self, datagram: &[u8]) -> Result<(), Verdict> {
         let mut rest = datagram;
         let mut first = true;
         let mut initials = 0;
@@ -347,6 +386,8 @@ impl Parser {
             first = false;
         }
         if initials > 0 && datagram.len() < MIN_INITIAL_DATAGRAM {
+            // The client's own packets, authenticated: a verdict.
+            self.reading_frames = true;
             return Err(Verdict::Malformed);
         }
         if rest.is_empty() && first {
@@ -409,7 +450,12 @@ impl Parser {
         if kind == PacketType::Initial {
             let flow = self.flow.as_mut().ok_or(Verdict::Malformed)?;
             let payload = flow.decrypt(&buf[..end], pn_offset)?;
+            self.authenticated = true;
+            // An error in the frames of an authenticated packet is the
+            // client's own: a verdict even where noise would be discarded.
+            self.reading_frames = true;
             frames(&payload, &mut self.crypto, self.limits.hello_bytes)?;
+            self.reading_frames = false;
         }
         Ok((kind, &buf[end..]))
     }
