@@ -565,57 +565,61 @@ pub fn free_udp_port() -> u16 {
         .port()
 }
 
-/// Waits (bounded) until some socket is bound to UDP `port` on loopback
-/// (read from /proc/net/udp), for programs that log no readiness line.
-pub async fn wait_udp_bound(port: u16, tool: &mut Tool) {
+/// Waits (bounded by [`WAIT`]) until `ready()` holds, for programs that
+/// log no readiness line: checks every 20 ms, and fails at once, with the
+/// program's output, if it exits first. `what` ends the messages
+/// ("bound UDP port 4433").
+async fn wait_tool_ready<F, Fut>(tool: &mut Tool, what: &str, mut ready: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let deadline = tokio::time::Instant::now() + WAIT;
-    let local = format!(":{port:04X} ");
     loop {
-        let table = std::fs::read_to_string("/proc/net/udp").unwrap();
-        // Field 2 is `local_address`, `HEXIP:HEXPORT`.
-        if table.lines().skip(1).any(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|a| format!("{a} ").ends_with(&local))
-        }) {
+        if ready().await {
             return;
         }
         if let Some(status) = tool.child.try_wait().unwrap() {
             panic!(
-                "exited ({status}) before binding UDP port {port}; output: {:#?}",
+                "exited ({status}) before it {what}; output: {:#?}",
                 tool.lines()
             );
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "nothing bound UDP port {port} within {WAIT:?}; output: {:#?}",
+            "nothing {what} within {WAIT:?}; output: {:#?}",
             tool.lines()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
+/// Waits (bounded) until some socket is bound to UDP `port` on loopback
+/// (read from /proc/net/udp), for programs that log no readiness line.
+pub async fn wait_udp_bound(port: u16, tool: &mut Tool) {
+    let local = format!(":{port:04X} ");
+    let what = format!("bound UDP port {port}");
+    wait_tool_ready(tool, &what, || {
+        let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+        // Field 2 is `local_address`, `HEXIP:HEXPORT`.
+        let bound = table.lines().skip(1).any(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| format!("{a} ").ends_with(&local))
+        });
+        std::future::ready(bound)
+    })
+    .await;
+}
+
 /// Waits (bounded) until something accepts connections on `addr`, for
 /// programs that log no readiness line.
 pub async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if TcpStream::connect(addr).await.is_ok() {
-            return;
-        }
-        if let Some(status) = tool.child.try_wait().unwrap() {
-            panic!(
-                "exited ({status}) before accepting on {addr}; output: {:#?}",
-                tool.lines()
-            );
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "nothing accepts on {addr} within {WAIT:?}; output: {:#?}",
-            tool.lines()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("accepted on {addr}");
+    wait_tool_ready(tool, &what, || async move {
+        TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
 }
 
 // ------------------------------------------ reload, stop, upgrade (issue 5)
