@@ -10,13 +10,12 @@
 
 mod common;
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::browser::chromium;
 use common::*;
 use tokio_util::sync::CancellationToken;
 
@@ -32,66 +31,6 @@ fn config(backend: SocketAddr, admin_extra: &str) -> String {
          [[route]]\nname = \"app\"\nsni = [\"{NAME}\"]\nbackend = \"b\"\n\n\
          [backend.b]\naddresses = [\"{backend}\"]\nconnect_timeout = \"2s\"\n"
     )
-}
-
-/// Runs Debian's chromium headless with `args` (and a profile of its own
-/// in a scratch directory) and returns its stdout. Fails loudly when
-/// chromium is missing (`.ci/install-deps` installs it): never skipped.
-async fn chromium(args: &[String]) -> String {
-    let profile = scratch_dir("chromium-profile");
-    let mut command = std::process::Command::new("chromium");
-    command
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-extensions",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .env("HOME", &profile)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let run = tokio::task::spawn_blocking(move || {
-        let mut child = command
-            .spawn()
-            .expect("chromium must be installed (Debian package `chromium`, see .ci/install-deps)");
-        // Read both pipes off this thread, so a full pipe cannot stall it.
-        let mut stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let out = std::thread::spawn(move || {
-            let mut text = String::new();
-            stdout.read_to_string(&mut text).map(|_| text)
-        });
-        let err = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            text
-        });
-        // Bounded: 60 s, in steps of 50 ms.
-        let mut status = None;
-        for _ in 0..1200 {
-            status = child.try_wait().unwrap();
-            if status.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let Some(status) = status else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within 60 s");
-        };
-        let (out, err) = (out.join().unwrap().unwrap(), err.join().unwrap());
-        assert!(status.success(), "chromium failed ({status}): {err}");
-        out
-    })
-    .await;
-    // A profile is a few megabytes: a suite run must not leave them behind.
-    let _ = std::fs::remove_dir_all(&profile);
-    run.unwrap()
 }
 
 /// The DOM chromium rendered from `url`.

@@ -565,6 +565,20 @@ pub fn free_udp_port() -> u16 {
         .port()
 }
 
+/// A loopback port free for both TCP and UDP just now (the kernel's choice
+/// for TCP, kept if UDP can bind it too; bounded tries), for servers such
+/// as Caddy that serve HTTP/1-2 and HTTP/3 on one port.
+pub fn free_tcp_udp_port() -> u16 {
+    for _ in 0..100 {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no loopback port free for both TCP and UDP in 100 tries");
+}
+
 /// Waits (bounded by [`WAIT`]) until `ready()` holds, for programs that
 /// log no readiness line: checks every 20 ms, and fails at once, with the
 /// program's output, if it exits first. `what` ends the messages
@@ -621,6 +635,10 @@ pub async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
     })
     .await;
 }
+
+/// Headless chromium as a client (`browser::chromium`), and the key pin
+/// that makes it trust a [`Pki`] server certificate.
+pub mod browser;
 
 // ------------------------------------------ reload, stop, upgrade (issue 5)
 
@@ -975,9 +993,21 @@ impl Pki {
 
 /// PEM armour (RFC 7468) around DER bytes.
 pub fn pem(label: &str, der: &[u8]) -> String {
+    let b64 = base64(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// Standard base64 (RFC 4648 §4, padded).
+pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut b64 = String::new();
-    for chunk in der.chunks(3) {
+    for chunk in bytes.chunks(3) {
         let n = chunk
             .iter()
             .enumerate()
@@ -990,13 +1020,7 @@ pub fn pem(label: &str, der: &[u8]) -> String {
             }
         }
     }
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).unwrap());
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    b64
 }
 
 /// `snirelay ctl ARGS --config CONFIG`: its exit code, stdout and stderr.

@@ -1,0 +1,123 @@
+//! Debian's chromium, headless, as a test client: a run with a profile of
+//! its own (removed afterwards), bounded, its stdout and stderr returned;
+//! and what a browser needs to trust a certificate made at test time
+//! (the SHA-256 pin of the server key, `--ignore-certificate-errors-spki-list`).
+//!
+//! Not here: DevTools protocol, screenshots beyond what a flag gives, or any
+//! waiting other than the process's own exit.
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::{Pki, base64};
+
+/// What a chromium run printed, and how long it took.
+pub struct BrowserRun {
+    pub stdout: String,
+    /// Chromium's own log (a failed page load says why here, e.g.
+    /// `Page load failed: net::ERR_QUIC_PROTOCOL_ERROR`).
+    pub stderr: String,
+    pub took: Duration,
+}
+
+/// Runs Debian's chromium headless with `args` (and a profile of its own
+/// in a scratch directory) and returns its stdout. Fails loudly when
+/// chromium is missing (`.ci/install-deps` installs it): never skipped.
+pub async fn chromium(args: &[String]) -> String {
+    chromium_run(args).await.stdout
+}
+
+/// As [`chromium`], with stderr and the time taken. The run must exit with
+/// success (chromium does, even when the page failed to load) within 60 s.
+pub async fn chromium_run(args: &[String]) -> BrowserRun {
+    let profile = super::scratch_dir("chromium-profile");
+    let mut command = std::process::Command::new("chromium");
+    command
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .env("HOME", &profile)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let mut child = command
+            .spawn()
+            .expect("chromium must be installed (Debian package `chromium`, see .ci/install-deps)");
+        // Read both pipes off this thread, so a full pipe cannot stall it.
+        let mut stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let out = std::thread::spawn(move || {
+            let mut text = String::new();
+            stdout.read_to_string(&mut text).map(|_| text)
+        });
+        let err = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        // Bounded: 60 s, in steps of 50 ms.
+        let mut status = None;
+        for _ in 0..1200 {
+            status = child.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let Some(status) = status else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within 60 s");
+        };
+        let took = started.elapsed();
+        let (stdout, stderr) = (out.join().unwrap().unwrap(), err.join().unwrap());
+        assert!(status.success(), "chromium failed ({status}): {stderr}");
+        BrowserRun {
+            stdout,
+            stderr,
+            took,
+        }
+    })
+    .await;
+    // A profile is a few megabytes: a suite run must not leave them behind.
+    let _ = std::fs::remove_dir_all(&profile);
+    run.unwrap()
+}
+
+/// SHA-256 of `bytes` (rustls's default provider: no hashing crate of the
+/// tests' own).
+pub fn sha256(bytes: &[u8]) -> Vec<u8> {
+    let rustls::SupportedCipherSuite::Tls13(suite) =
+        rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256
+    else {
+        unreachable!("a TLS 1.3 suite")
+    };
+    suite.common.hash_provider.hash(bytes).as_ref().to_vec()
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Pki {
+    /// The server key's pin as chromium's
+    /// `--ignore-certificate-errors-spki-list` takes it: base64 of the
+    /// SHA-256 of the SubjectPublicKeyInfo. With it chromium accepts the
+    /// test certificate without a trusted root (it honours the flag only
+    /// with its own `--user-data-dir`, which [`chromium_run`] gives it).
+    pub fn server_spki_pin(&self) -> String {
+        use rcgen::PublicKeyData;
+        let key = rcgen::KeyPair::try_from(self.server_key.as_slice()).unwrap();
+        base64(&sha256(&key.subject_public_key_info()))
+    }
+}
