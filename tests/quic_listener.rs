@@ -7,6 +7,8 @@
 //! thousands of source ports is held to the pending-flow bound while an
 //! established flow keeps working; a stop ends open flows within the drain
 //! timeout, and a reload's routes apply to new flows on the kept socket.
+//! The relay does no Retry itself: the server's Retry (`--validate-addr`)
+//! reaches the client, and the connection completes in one flow.
 //!
 //! The client sends its host argument as SNI, and `localhost` for a
 //! numeric one (tests/data/quic/README.md), so the routed name here is
@@ -133,31 +135,36 @@ fn run_client(
     (status.success(), text, started.elapsed())
 }
 
+/// Starts ngtcp2's example server (with the options `extra`) on a free
+/// loopback port, serving `body` as `/hello.txt` from `dir` with a
+/// certificate for `localhost`; returns once its port is bound.
+async fn start_gtlsserver(dir: &std::path::Path, body: &str, extra: &[&str]) -> (Tool, SocketAddr) {
+    let htdocs = dir.join("htdocs");
+    std::fs::create_dir_all(&htdocs).unwrap();
+    std::fs::write(htdocs.join("hello.txt"), body).unwrap();
+    let (cert, key) = Pki::new(&["localhost"]).write_server_pem(dir);
+    let port = free_udp_port();
+    std::fs::create_dir_all(dir.join("server")).unwrap();
+    let htdocs_arg = format!("--htdocs={}", htdocs.display());
+    let port_arg = port.to_string();
+    let mut args = extra.to_vec();
+    args.extend([
+        htdocs_arg.as_str(),
+        "127.0.0.1",
+        &port_arg,
+        key.to_str().unwrap(),
+        cert.to_str().unwrap(),
+    ]);
+    let mut server = Tool::spawn("gtlsserver", &args, dir.join("server"), "ngtcp2-server");
+    wait_udp_bound(port, &mut server).await;
+    (server, format!("127.0.0.1:{port}").parse().unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ngtcp2_client_fetches_through_the_relay_from_ngtcp2_server() {
     let dir = scratch_dir("quic-e2e");
-    let htdocs = dir.join("htdocs");
-    std::fs::create_dir_all(&htdocs).unwrap();
     let body = "hello through the relay\n".repeat(200);
-    std::fs::write(htdocs.join("hello.txt"), &body).unwrap();
-    let (cert, key) = Pki::new(&["localhost"]).write_server_pem(&dir);
-    let port = free_udp_port();
-    std::fs::create_dir_all(dir.join("server")).unwrap();
-    let mut server = Tool::spawn(
-        "gtlsserver",
-        &[
-            "--quiet",
-            &format!("--htdocs={}", htdocs.display()),
-            "127.0.0.1",
-            &port.to_string(),
-            key.to_str().unwrap(),
-            cert.to_str().unwrap(),
-        ],
-        dir.join("server"),
-        "ngtcp2-server",
-    );
-    wait_udp_bound(port, &mut server).await;
-    let backend: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (_server, backend) = start_gtlsserver(&dir, &body, &["--quiet"]).await;
     let relay = Relay::start(&quic_config(
         &["localhost"],
         backend,
@@ -426,4 +433,65 @@ async fn a_reload_gives_new_flows_the_new_routes() {
         .expect("the hello forwarded within the wait")
         .unwrap();
     assert_eq!(&buf[..len], &hello[..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_retry_passes_through_the_relay() {
+    // The relay does no Retry of its own (README, QUIC listener): address
+    // validation is the backend's, and its Retry must reach the client
+    // unchanged and the client's second Initial (new connection ID, the
+    // token) continue the same flow.
+    let dir = scratch_dir("quic-retry");
+    let body = "validated through the relay\n".repeat(50);
+    let (server, backend) = start_gtlsserver(&dir, &body, &["--validate-addr"]).await;
+    let relay = Relay::start(&quic_config(
+        &["localhost"],
+        backend,
+        "",
+        "idle_timeout = \"1s\"",
+    ))
+    .await;
+    let download = dir.join("download");
+    std::fs::create_dir_all(&download).unwrap();
+    let (ok, output, _) = tokio::task::spawn_blocking({
+        let relay = relay.addr_of("quic");
+        let download = download.clone();
+        move || run_client(relay, "/hello.txt", &download)
+    })
+    .await
+    .unwrap();
+    assert!(ok, "gtlsclient failed: {output}");
+    let fetched = std::fs::read_to_string(download.join("hello.txt")).unwrap_or_default();
+    assert_eq!(fetched, body, "{output}");
+
+    // The server sent a Retry and then validated its token, both to the
+    // flow's one backend socket.
+    let lines = server.lines();
+    let peer_of = |prefix: &str| {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line: {lines:#?}"));
+        line[prefix.len()..].to_owned()
+    };
+    let retried = peer_of("Sending Retry packet to ");
+    assert_eq!(retried, peer_of("Verifying Retry token from "));
+    // One flow for the whole connection, routed, both ways.
+    let line = relay.wait_log(is_quic_close).await;
+    assert_eq!(line["route"], "localhost", "{line}");
+    assert_eq!(line["close"], "idle_timeout", "{line}");
+    assert!(line["datagrams.up"].as_u64().unwrap() >= 2, "{line}");
+    assert!(
+        line["bytes.down"].as_u64().unwrap() > body.len() as u64,
+        "{line}"
+    );
+    assert_eq!(
+        relay
+            .log_lines()
+            .iter()
+            .filter(|l| is_quic_close(l))
+            .count(),
+        1
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
