@@ -7,7 +7,8 @@
 //! QUIC from both ends: the relay's access line for the flow (`protocol =
 //! "quic"`, the route, bytes and datagrams both ways) and Caddy's JSON
 //! access log (`"proto":"HTTP/3.0"`, with the relay's port in the Host and
-//! the relay's backend socket as the remote address). The relay has no TCP
+//! the flow's backend socket, as the relay logs it in `backend.local`, as
+//! the remote address). The relay has no TCP
 //! listener, so nothing but the quic listener could have carried it. Then a
 //! name no route lists, through the same relay, fails at once with the QUIC
 //! refusal (chromium: `ERR_QUIC_PROTOCOL_ERROR`; the relay: `unmatched`,
@@ -268,17 +269,25 @@ async fn chromium_fetches_over_http3_through_the_relay_from_caddy() {
         flow["datagrams.down"].as_u64().unwrap() >= (BLOB_LEN / 1500) as u64,
         "{flow}"
     );
-    let browser_port = flow["client.peer"]
-        .as_str()
-        .unwrap()
-        .parse::<SocketAddr>()
-        .unwrap()
-        .port()
-        .to_string();
+    // Caddy's client was the flow's backend socket, which the access line
+    // names (`backend.local`): how a backend's lines are matched to the
+    // relay's, there being no PROXY header on UDP.
+    let port_of = |field: &str| {
+        flow[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {field}: {flow}"))
+            .parse::<SocketAddr>()
+            .unwrap()
+            .port()
+            .to_string()
+    };
+    let relay_side = port_of("backend.local");
     assert!(
-        relayed_ports.iter().all(|p| *p != browser_port),
-        "Caddy saw the browser's port {browser_port}: {relayed_ports:?}"
+        relayed_ports.iter().all(|p| *p == relay_side),
+        "Caddy saw {relayed_ports:?}, the relay's backend socket is {}",
+        flow["backend.local"]
     );
+    assert_ne!(relay_side, port_of("client.peer"));
     eprintln!(
         "relayed flow: {up} bytes / {} datagrams up, {down} bytes / {} datagrams down, {} ms",
         flow["datagrams.up"], flow["datagrams.down"], flow["duration_ms"]

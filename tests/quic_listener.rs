@@ -465,7 +465,7 @@ async fn a_backends_retry_passes_through_the_relay() {
     assert_eq!(fetched, body, "{output}");
 
     // The server sent a Retry and then validated its token, both to the
-    // flow's one backend socket.
+    // flow's one backend socket (the line's `backend.local`).
     let lines = server.lines();
     let peer_of = |prefix: &str| {
         let line = lines
@@ -478,6 +478,8 @@ async fn a_backends_retry_passes_through_the_relay() {
     assert_eq!(retried, peer_of("Verifying Retry token from "));
     // One flow for the whole connection, routed, both ways.
     let line = relay.wait_log(is_quic_close).await;
+    let local: SocketAddr = line["backend.local"].as_str().unwrap().parse().unwrap();
+    assert_eq!(retried, format!("[{}]:{}", local.ip(), local.port()));
     assert_eq!(line["route"], "localhost", "{line}");
     assert_eq!(line["close"], "idle_timeout", "{line}");
     assert!(line["datagrams.up"].as_u64().unwrap() >= 2, "{line}");

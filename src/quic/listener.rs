@@ -30,7 +30,8 @@
 //!
 //! Every flow that sent a datagram ends with one access line (the TCP
 //! fields, `protocol = "quic"`, the QUIC version, datagrams and bytes each
-//! way) and the TCP close metrics.
+//! way, and `backend.local`, the address the backend sees the flow come
+//! from) and the TCP close metrics.
 //!
 //! Bounds: pending flows per socket at most [`MAX_PENDING_FLOWS`] and never
 //! more than the connection permits still free (so a flood of spoofed
@@ -169,6 +170,10 @@ struct FlowRecord {
     route: Option<Box<str>>,
     backend: Option<Arc<Backend>>,
     backend_addr: Option<SocketAddr>,
+    /// The relay's end of the flow's backend socket: the client address
+    /// the backend sees, logged so that its lines can be matched to this
+    /// flow (no PROXY header on UDP carries the real one).
+    backend_local: Option<SocketAddr>,
     stats: Arc<Stats>,
     metrics: Arc<ListenerMetrics>,
 }
@@ -204,6 +209,7 @@ impl FlowRecord {
                     route = self.route.as_deref(),
                     backend,
                     backend.addr = self.backend_addr.map(tracing::field::display),
+                    backend.local = self.backend_local.map(tracing::field::display),
                     datagrams.up = s.datagrams_up.load(Ordering::Relaxed),
                     datagrams.down = s.datagrams_down.load(Ordering::Relaxed),
                     bytes.up = bytes_up,
@@ -577,6 +583,7 @@ impl SocketTask {
                 return;
             }
         };
+        record.backend_local = now.local_addr().ok();
         for datagram in &held {
             let _ = now.send(datagram);
         }
@@ -624,6 +631,7 @@ fn flow_record(
         route: None,
         backend: None,
         backend_addr: None,
+        backend_local: None,
         stats: Arc::default(),
         metrics,
     }
