@@ -160,6 +160,23 @@ async fn start_gtlsserver(dir: &std::path::Path, body: &str, extra: &[&str]) -> 
     (server, format!("127.0.0.1:{port}").parse().unwrap())
 }
 
+/// gtlsclient fetches `/hello.txt` through the relay's quic listener at
+/// `relay` into `dir/download`; fails the test unless it exits well with
+/// `body`.
+async fn fetch_hello(relay: SocketAddr, dir: &std::path::Path, body: &str) {
+    let download = dir.join("download");
+    std::fs::create_dir_all(&download).unwrap();
+    let (ok, output, _) = tokio::task::spawn_blocking({
+        let download = download.clone();
+        move || run_client(relay, "/hello.txt", &download)
+    })
+    .await
+    .unwrap();
+    assert!(ok, "gtlsclient failed: {output}");
+    let fetched = std::fs::read_to_string(download.join("hello.txt")).unwrap_or_default();
+    assert_eq!(fetched, body, "{output}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ngtcp2_client_fetches_through_the_relay_from_ngtcp2_server() {
     let dir = scratch_dir("quic-e2e");
@@ -173,18 +190,7 @@ async fn ngtcp2_client_fetches_through_the_relay_from_ngtcp2_server() {
     ))
     .await;
 
-    let download = dir.join("download");
-    std::fs::create_dir_all(&download).unwrap();
-    let (ok, output, _) = tokio::task::spawn_blocking({
-        let relay = relay.addr_of("quic");
-        let download = download.clone();
-        move || run_client(relay, "/hello.txt", &download)
-    })
-    .await
-    .unwrap();
-    assert!(ok, "gtlsclient failed: {output}");
-    let fetched = std::fs::read_to_string(download.join("hello.txt")).unwrap_or_default();
-    assert_eq!(fetched, body, "{output}");
+    fetch_hello(relay.addr_of("quic"), &dir, &body).await;
 
     // The flow ends at idle_timeout (the client leaves without a word the
     // relay can read); a short one keeps the test quick.
@@ -451,18 +457,7 @@ async fn a_backends_retry_passes_through_the_relay() {
         "idle_timeout = \"1s\"",
     ))
     .await;
-    let download = dir.join("download");
-    std::fs::create_dir_all(&download).unwrap();
-    let (ok, output, _) = tokio::task::spawn_blocking({
-        let relay = relay.addr_of("quic");
-        let download = download.clone();
-        move || run_client(relay, "/hello.txt", &download)
-    })
-    .await
-    .unwrap();
-    assert!(ok, "gtlsclient failed: {output}");
-    let fetched = std::fs::read_to_string(download.join("hello.txt")).unwrap_or_default();
-    assert_eq!(fetched, body, "{output}");
+    fetch_hello(relay.addr_of("quic"), &dir, &body).await;
 
     // The server sent a Retry and then validated its token, both to the
     // flow's one backend socket (the line's `backend.local`).
