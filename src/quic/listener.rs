@@ -17,14 +17,21 @@
 //!   a TCP connection (`route::RouteTable::decide`, then the route's
 //!   admission); a refusal answers the client with the QUIC refusal
 //!   ([`super::refusal`], the TLS alert the TCP path would send) and ends the
-//!   flow; a route connects one UDP socket to one of its backend's fixed
-//!   addresses (in turn), forwards the held datagrams in arrival order and
-//!   the flow is *open*;
+//!   flow; a route's backend address is chosen as TCP chooses it
+//!   ([`super::pick`]: fixed, DNS or cluster addresses, policy, health, caps,
+//!   operator states), at once when the addresses are known, otherwise by a
+//!   task while the flow is *connecting* (its datagrams still held, within
+//!   the same bounds) that reports back over a channel; then one UDP socket
+//!   is connected to that address, the held datagrams are forwarded in
+//!   arrival order and the flow is *open*, holding its address's slot (caps
+//!   and `least_connections` count flows) until it ends;
 //! - an open flow's client datagrams are sent on its backend socket without
 //!   being read; a task per flow (`relay_back`) sends the backend's
-//!   datagrams to the client from the listening socket, and ends the flow
-//!   at `idle_timeout` with no datagram either way, when its route drains
-//!   after a reload, or on shutdown;
+//!   datagrams to the client from the listening socket (the first one, or
+//!   an ICMP port unreachable before it, is the address's passive health
+//!   verdict), and ends the flow at `idle_timeout` with no datagram either
+//!   way, when its route drains after a reload or its address is put in
+//!   `maint` (`address_maint`), or on shutdown;
 //! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
 //!   `malformed`, `too_large`, `no_sni`...).
 //!
@@ -32,7 +39,8 @@
 //! fields, `protocol = "quic"`, the QUIC version, datagrams and bytes each
 //! way) and the TCP close metrics.
 //!
-//! Bounds: pending flows per socket at most [`MAX_PENDING_FLOWS`] and never
+//! Bounds: pending flows (connecting ones included) per socket at most
+//! [`MAX_PENDING_FLOWS`] and never
 //! more than the connection permits still free (so a flood of spoofed
 //! Initials can take at most half of what is free, and established flows
 //! and TCP connections keep the rest); held bytes per socket at most
@@ -46,10 +54,11 @@
 //!
 //! Not here (yet): recvmmsg/sendmmsg and GSO/GRO batching (one system call
 //! per datagram, through tokio's `UdpSocket`); following a client to a new
-//! address by connection ID (NAT rebinding: a flow is its address); backend
-//! address selection by policy, weights, caps and health (flows take the
-//! fixed addresses in turn); binary upgrade (UDP sockets are not handed
-//! over); Retry and PROXY headers (not asked).
+//! address by connection ID (NAT rebinding: a flow is its address); binary
+//! upgrade (UDP sockets are not handed over); closing a flow whose name a
+//! push of local names dropped (flows are not in the connection registry);
+//! Retry and PROXY headers (not asked; a cluster's hop header is not sent
+//! over UDP).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
