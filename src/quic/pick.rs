@@ -179,3 +179,114 @@ impl Health {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    use crate::backend::AddressState;
+    use crate::config::Config;
+
+    /// Backends of a quic listener's route: `b` with `body`, and a
+    /// cluster `c` whose lookup is never reached here.
+    fn backends(body: &str) -> Backends {
+        let config = Config::from_toml(
+            &format!(
+                r#"
+                [[listener]]
+                name = "h3"
+                protocol = "quic"
+                listen = ["127.0.0.1:0"]
+                [[route]]
+                sni = ["example.com"]
+                backend = "b"
+                [[route]]
+                sni = ["*.example.com"]
+                backend = "c"
+                [backend.b]
+                {body}
+                [backend.c.cluster]
+                lookup_url = "http://127.0.0.1:9/resolve"
+                allowed_targets = ["127.0.0.0/8"]
+                "#
+            ),
+            Path::new("pick.toml"),
+        )
+        .unwrap();
+        Backends::start(&config.backends, None)
+    }
+
+    fn ask() -> Ask {
+        Ask {
+            client: "10.0.0.1:4433".parse().unwrap(),
+            sni: Some("example.com".into()),
+            local: Some("127.0.0.1".parse().unwrap()),
+        }
+    }
+
+    fn now(backends: &Backends, name: &str) -> Option<Result<Picked, ConnectError>> {
+        pick_now(backends, backends.get(name).unwrap(), &ask())
+    }
+
+    #[tokio::test]
+    async fn the_first_free_planned_address_wins_and_its_slot_is_held() {
+        let backends = backends(
+            r#"addresses = ["127.0.0.1:1", "127.0.0.1:2"]
+               max_connections_per_address = 1"#,
+        );
+        let first = now(&backends, "b").unwrap().unwrap();
+        assert_eq!(first.addr.port(), 1);
+        // `ordered`: the next flow skips the full address.
+        let second = now(&backends, "b").unwrap().unwrap();
+        assert_eq!(second.addr.port(), 2);
+        assert!(matches!(now(&backends, "b"), Some(Err(ConnectError::Full))));
+        drop(first);
+        assert_eq!(now(&backends, "b").unwrap().unwrap().addr.port(), 1);
+    }
+
+    #[tokio::test]
+    async fn drained_addresses_are_not_chosen_and_none_left_is_no_connect() {
+        let backends = backends(r#"addresses = ["127.0.0.1:1", "127.0.0.1:2"]"#);
+        let set = backends.get("b").unwrap().current().set;
+        set[0].state.set_operator(AddressState::Maint);
+        assert_eq!(now(&backends, "b").unwrap().unwrap().addr.port(), 2);
+        set[1].state.set_operator(AddressState::Drain);
+        assert!(matches!(
+            now(&backends, "b"),
+            Some(Err(ConnectError::Failed { attempts: 0, .. }))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_cluster_lookup_is_never_started_without_waiting() {
+        let backends = backends(r#"addresses = ["127.0.0.1:1"]"#);
+        assert!(now(&backends, "c").is_none());
+        assert_eq!(
+            backends.get("c").unwrap().cluster.as_ref().unwrap().len(),
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_before_any_answer_is_one_failed_connect_per_flow() {
+        let backends = backends(
+            r#"addresses = ["127.0.0.1:1"]
+               max_fails = 2"#,
+        );
+        let mut flow = now(&backends, "b").unwrap().unwrap();
+        let state = flow.in_flight.state().clone();
+        assert!(flow.health.refused(&flow.in_flight));
+        assert!(!flow.health.refused(&flow.in_flight), "once per flow");
+        assert!(state.is_up(), "one flow's refusals are one failure");
+        let mut other = now(&backends, "b").unwrap().unwrap();
+        assert!(other.health.refused(&other.in_flight));
+        assert!(!state.is_up(), "max_fails flows refused: down");
+        // An answer (even after a refusal) brings it back; later refusals
+        // are not counted.
+        flow.health.answered(&flow.in_flight, Instant::now());
+        assert!(state.is_up());
+        assert!(!flow.health.refused(&flow.in_flight));
+        assert!(state.is_up());
+    }
+}
