@@ -2,7 +2,8 @@
 //! binary on loopback: a DNS backend (the test DNS server answering
 //! 127.0.0.1, or never answering: `no_address` after `connect_timeout`), a
 //! cluster backend (the test control plane answering another node, this
-//! node's `local_backend`, or a target outside `allowed_targets`), the
+//! node's `local_backend`, or a target outside `allowed_targets`; a
+//! `local_overrides` name going to `local_backend` unasked), the
 //! per-address cap reached by open flows (`backend_full`), an address in
 //! `maint` skipped by new flows and ending its open one (`address_maint`),
 //! `least_connections` counting flows and TCP connections alike,
@@ -33,6 +34,8 @@ include!("support/quic_capture.rs");
 const NGTCP2: &str = "localhost";
 const AIOQUIC: &str = "aioquic.example.com";
 const RFC9001: &str = "example.com";
+/// Chromium's two-datagram hello.
+const CHROMIUM: &str = "chrome.example.com";
 
 /// A relay with one quic listener `quic` (and `extra_listeners` after it)
 /// routing the captures' names to backend `b`, whose body is `backend`;
@@ -51,7 +54,7 @@ idle_timeout = "1s"
 
 [[route]]
 listener = "quic"
-sni = ["{NGTCP2}", "{AIOQUIC}", "{RFC9001}"]
+sni = ["{NGTCP2}", "{AIOQUIC}", "{RFC9001}", "{CHROMIUM}"]
 backend = "b"
 
 [backend.b]
@@ -144,7 +147,8 @@ async fn a_cluster_backend_sends_flows_to_the_answered_node_or_the_local_backend
     plane.set(RFC9001, Reply::endpoints(&["192.0.2.1:443"]));
     let backend = format!(
         "connect_timeout = \"2s\"\n\n[backend.b.cluster]\nlookup_url = \"{}\"\n\
-         allowed_targets = [\"127.0.0.0/8\"]\nlocal_backend = \"home\"",
+         allowed_targets = [\"127.0.0.0/8\"]\nlocal_backend = \"home\"\n\
+         local_overrides = [\"{CHROMIUM}\"]",
         plane.url()
     );
     let relay = Relay::start(&quic_relay(
@@ -161,6 +165,12 @@ async fn a_cluster_backend_sends_flows_to_the_answered_node_or_the_local_backend
     // This node: the local backend.
     let to_home = echoed_flow(relay_addr, "127.0.0.1", &capture("aioquic_v1")).await;
     assert_eq!(next_seen(&mut seen).await, home);
+    // A local override: the local backend, without a lookup (both held
+    // datagrams forwarded).
+    let _overridden = echoed_flow(relay_addr, "127.0.0.1", &capture("chromium")).await;
+    assert_eq!(next_seen(&mut seen).await, home);
+    assert_eq!(next_seen(&mut seen).await, home);
+    assert_eq!(plane.requests(CHROMIUM), 0);
     // Outside allowed_targets: refused, nothing forwarded.
     let refused = send_flow(relay_addr, &capture("rfc9001_a2")).await;
     let line = closed(&relay, &refused).await;
