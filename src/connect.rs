@@ -2,6 +2,12 @@
 //! up for this SNI), let the policy plan the attempts, and try them in
 //! order, each bounded by the backend's `connect_timeout`.
 //!
+//! The first half, which addresses a connection may choose among and how
+//! they are ranked ([`candidates`], then [`Candidates::plan`]), is shared
+//! with QUIC flows (`crate::quic::pick`), which take the first planned
+//! address whose slot is free, since UDP has no connect to fail; the
+//! attempts loop ([`connect`]) is TCP's.
+//!
 //! A refused or unreachable address costs almost nothing and the next is
 //! tried at once; a black-holed one costs one `connect_timeout`; at most
 //! `connect_attempts` are tried (default min(addresses, 3)), so a
@@ -13,13 +19,11 @@
 //! connect.
 //!
 //! A cluster backend whose answer is this node connects through its
-//! `local_backend` instead, with that backend's policy and PROXY setting.
-//! Among another node's addresses, the cluster's `node_choice` decides
-//! (`source_hash`, or `gerbil_fnv`: Gerbil's pick first, see
-//! `backend::node_choice`).
 //! `local_backend` instead, with that backend's policy and PROXY setting
 //! (and the connection is marked [`Connected::local`], so a push that no
-//! longer lists its name can close it).
+//! longer lists its name can close it). Among another node's addresses,
+//! the cluster's `node_choice` decides (`source_hash`, or `gerbil_fnv`:
+//! Gerbil's pick first, see `backend::node_choice`).
 //!
 //! A connected socket gets TCP_NODELAY and the backend's `tcp_keepalive`
 //! (five setsockopt(2) calls, about 2.7 µs against 0.6 µs for TCP_NODELAY:
@@ -109,83 +113,130 @@ impl From<LookupError> for ConnectError {
     }
 }
 
+/// The addresses a connection may choose among, and the backend whose
+/// settings (policy, caps, passive health) apply to them: the routed
+/// backend, or a cluster's `local_backend`.
+#[derive(Debug)]
+pub struct Candidates<'b> {
+    pub runtime: &'b BackendRuntime,
+    pub set: AddressSet,
+    /// A ranking that replaces the backend's policy (a cluster's
+    /// `node_choice = "gerbil_fnv"` among another node's addresses).
+    ranker: Option<Ranker>,
+    /// The set is a cluster's `local_backend`'s.
+    pub local: bool,
+}
+
+impl Candidates<'_> {
+    /// The addresses to try, best first: the policy's (or the cluster's)
+    /// ranking, healthy first, none at its cap or drained, at most the
+    /// backend's `connect_attempts`.
+    pub fn plan(&self, client: IpAddr) -> select::Plan {
+        let backend = &self.runtime.config;
+        let attempts = backend.attempts(self.set.len());
+        let cap = backend.max_connections_per_address;
+        match self.ranker {
+            Some(ranker) => select::plan_ranked(ranker, &self.set, attempts, cap),
+            None => select::plan(
+                backend.policy,
+                &self.runtime.selection,
+                &self.set,
+                attempts,
+                client,
+                cap,
+            ),
+        }
+    }
+}
+
+/// Finds the addresses `runtime`'s backend offers a connection described
+/// by `pick`: the fixed or resolved set (waiting up to `connect_timeout`
+/// for a first DNS answer), or a cluster's answer for the SNI (another
+/// node's addresses, or this node's `local_backend`).
+pub async fn candidates<'b>(
+    backends: &'b Backends,
+    runtime: &'b BackendRuntime,
+    pick: &Pick<'_>,
+) -> Result<Candidates<'b>, ConnectError> {
+    let wait = runtime.config.connect_timeout;
+    let Some(cache) = &runtime.cluster else {
+        let set = runtime
+            .addresses(wait)
+            .await
+            .ok_or(ConnectError::NoAddress)?;
+        return Ok(Candidates {
+            runtime,
+            set,
+            ranker: None,
+            local: false,
+        });
+    };
+    let sni = pick.sni.ok_or(ConnectError::NoAddress)?;
+    let local = pick
+        .local
+        .expect("setup looks up the dialled address for a cluster backend");
+    // Boxed: the lookup (an HTTP exchange) is a large future, and
+    // inline it would enlarge every connection's setup future; this
+    // allocation is paid by cluster backends only.
+    match Box::pin(cache.lookup(sni, local)).await? {
+        Answer::Remote(set) => {
+            let ranker = match runtime.config.cluster().map(|c| c.node_choice) {
+                Some(NodeChoice::GerbilFnv) if !set.is_empty() => {
+                    let n = set.len();
+                    let start = gerbil_index(pick.client_addr, pick.claimed, n);
+                    Some(Ranker::Rotated { start, n })
+                }
+                _ => None,
+            };
+            Ok(Candidates {
+                runtime,
+                set,
+                ranker,
+                local: false,
+            })
+        }
+        Answer::Local => {
+            let local = runtime
+                .config
+                .cluster()
+                .and_then(|c| c.local_backend.as_deref())
+                .and_then(|name| backends.get(name))
+                .ok_or(ConnectError::NoAddress)?;
+            let set = local
+                .addresses(local.config.connect_timeout)
+                .await
+                .ok_or(ConnectError::NoAddress)?;
+            Ok(Candidates {
+                runtime: local,
+                set,
+                ranker: None,
+                local: true,
+            })
+        }
+    }
+}
+
 /// Connects to `runtime`'s backend for a connection described by `pick`.
 pub async fn connect(
     backends: &Backends,
     runtime: &BackendRuntime,
     pick: &Pick<'_>,
 ) -> Result<Connected, ConnectError> {
-    let wait = runtime.config.connect_timeout;
-    match &runtime.cluster {
-        None => {
-            let set = runtime
-                .addresses(wait)
-                .await
-                .ok_or(ConnectError::NoAddress)?;
-            try_in_order(runtime, &set, pick, None).await
-        }
-        Some(cache) => {
-            let sni = pick.sni.ok_or(ConnectError::NoAddress)?;
-            let local = pick
-                .local
-                .expect("setup looks up the dialled address for a cluster backend");
-            // Boxed: the lookup (an HTTP exchange) is a large future, and
-            // inline it would enlarge every connection's setup future; this
-            // allocation is paid by cluster backends only.
-            match Box::pin(cache.lookup(sni, local)).await? {
-                Answer::Remote(set) => {
-                    let ranker = match runtime.config.cluster().map(|c| c.node_choice) {
-                        Some(NodeChoice::GerbilFnv) if !set.is_empty() => {
-                            let n = set.len();
-                            let start = gerbil_index(pick.client_addr, pick.claimed, n);
-                            Some(Ranker::Rotated { start, n })
-                        }
-                        _ => None,
-                    };
-                    try_in_order(runtime, &set, pick, ranker).await
-                }
-                Answer::Local => {
-                    let local = runtime
-                        .config
-                        .cluster()
-                        .and_then(|c| c.local_backend.as_deref())
-                        .and_then(|name| backends.get(name))
-                        .ok_or(ConnectError::NoAddress)?;
-                    let set = local
-                        .addresses(local.config.connect_timeout)
-                        .await
-                        .ok_or(ConnectError::NoAddress)?;
-                    let mut connected = try_in_order(local, &set, pick, None).await?;
-                    connected.local = true;
-                    Ok(connected)
-                }
-            }
-        }
-    }
+    let candidates = candidates(backends, runtime, pick).await?;
+    let mut connected = try_in_order(&candidates, pick).await?;
+    connected.local = candidates.local;
+    Ok(connected)
 }
 
-/// Tries the planned addresses of `set` one after another, ranked by the
-/// backend's policy or by `ranker` when given.
+/// Tries the planned addresses of the candidates one after another.
 async fn try_in_order(
-    runtime: &BackendRuntime,
-    set: &AddressSet,
+    candidates: &Candidates<'_>,
     pick: &Pick<'_>,
-    ranker: Option<Ranker>,
 ) -> Result<Connected, ConnectError> {
+    let runtime = candidates.runtime;
+    let set = &candidates.set;
     let backend = &runtime.config;
-    let attempts = backend.attempts(set.len());
-    let cap = backend.max_connections_per_address;
-    let plan = match ranker {
-        Some(ranker) => select::plan_ranked(ranker, set, attempts, cap),
-        None => select::plan(
-            backend.policy,
-            &runtime.selection,
-            set,
-            attempts,
-            pick.client,
-            cap,
-        ),
-    };
+    let plan = candidates.plan(pick.client);
     let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
     let mut tried = 0;
     for &i in plan.as_slice() {

@@ -880,10 +880,20 @@ impl Checker {
                 listener.splice = section.splice.unwrap_or(global.splice);
                 // QUIC listeners (issue 18): their own fallbacks too.
                 if let NoSni::Backend(backend) = &listener.no_sni {
-                    self.quic_backend(&format!("{key}.no_sni"), &listener, &backend.clone());
+                    self.quic_backend(
+                        &format!("{key}.no_sni"),
+                        &listener,
+                        &backend.clone(),
+                        &backends,
+                    );
                 }
                 if let EchPolicy::Backend(backend) = &listener.ech {
-                    self.quic_backend(&format!("{key}.ech"), &listener, &backend.clone());
+                    self.quic_backend(
+                        &format!("{key}.ech"),
+                        &listener,
+                        &backend.clone(),
+                        &backends,
+                    );
                 }
                 listeners.push(listener);
             }
@@ -1971,28 +1981,61 @@ impl Checker {
         Some(protocol)
     }
 
-    /// On a QUIC listener, `backend` (reached from `key`) must have fixed
-    /// addresses and send no PROXY header: a flow sends UDP datagrams to
-    /// the backend's addresses as they are written.
-    fn quic_backend(&mut self, key: &str, listener: &Listener, backend: &Backend) {
+    /// On a QUIC listener, `backend` (reached from `key`) must send no
+    /// PROXY header (a flow sends the client's datagrams as they are), and
+    /// a cluster backend's `local_backend` neither; a cluster that asks DNS
+    /// (`dns_server`) needs the listener bound to its node's own addresses,
+    /// since a flow knows the address it came to only from its socket and
+    /// an answer naming this node must be recognised. A cluster backend's
+    /// `hop_proxy_protocol` is not sent over UDP: it is no reason to refuse.
+    fn quic_backend(
+        &mut self,
+        key: &str,
+        listener: &Listener,
+        backend: &Backend,
+        backends: &BTreeMap<String, Arc<Backend>>,
+    ) {
         if listener.protocol != Protocol::Quic {
             return;
         }
-        if !matches!(backend.source, AddressSource::Fixed) {
-            self.problem(
-                key.to_owned(),
-                format!(
-                    "backend {:?} finds its addresses at run time (resolve or cluster); \
-                     routes of a protocol = \"quic\" listener reach backends with fixed `addresses` only",
-                    backend.name
-                ),
-            );
-        }
-        if backend.proxy_protocol != Outbound::None {
+        let cluster = backend.cluster();
+        if cluster.is_none() && backend.proxy_protocol != Outbound::None {
             self.problem(
                 key.to_owned(),
                 format!(
                     "backend {:?} sends PROXY headers, which a protocol = \"quic\" listener cannot send over UDP",
+                    backend.name
+                ),
+            );
+        }
+        let Some(cluster) = cluster else {
+            return;
+        };
+        let local = cluster
+            .local_backend
+            .as_deref()
+            .and_then(|name| backends.get(name));
+        if let Some(local) = local
+            && local.proxy_protocol != Outbound::None
+        {
+            self.problem(
+                key.to_owned(),
+                format!(
+                    "backend {:?} sends this node's sites to local_backend {:?}, which sends PROXY \
+                     headers; a protocol = \"quic\" listener cannot send them over UDP",
+                    backend.name, local.name
+                ),
+            );
+        }
+        if matches!(cluster.lookup, ClusterLookup::Dns { .. })
+            && let Some(wildcard) = listener.listen.iter().find(|a| a.ip().is_unspecified())
+        {
+            self.problem(
+                key.to_owned(),
+                format!(
+                    "backend {:?} asks a dns_server, whose answer names this node by the address \
+                     a client dialled; a protocol = \"quic\" listener knows only its socket's, \
+                     and {wildcard} is a wildcard: listen on the node's own addresses",
                     backend.name
                 ),
             );
@@ -2359,9 +2402,9 @@ impl Checker {
                 continue;
             };
             // QUIC listeners (issue 18).
-            self.quic_backend(&format!("{key}.backend"), listener, &backend);
+            self.quic_backend(&format!("{key}.backend"), listener, &backend, backends);
             if let Some(EchPolicy::Backend(diverted)) = &ech {
-                self.quic_backend(&format!("{key}.ech"), listener, diverted);
+                self.quic_backend(&format!("{key}.ech"), listener, diverted, backends);
             }
             let timeouts = overrides(listener.timeouts());
             let route_id = listener.routes.len();

@@ -17,14 +17,21 @@
 //!   a TCP connection (`route::RouteTable::decide`, then the route's
 //!   admission); a refusal answers the client with the QUIC refusal
 //!   ([`super::refusal`], the TLS alert the TCP path would send) and ends the
-//!   flow; a route connects one UDP socket to one of its backend's fixed
-//!   addresses (in turn), forwards the held datagrams in arrival order and
-//!   the flow is *open*;
+//!   flow; a route's backend address is chosen as TCP chooses it
+//!   ([`super::pick`]: fixed, DNS or cluster addresses, policy, health, caps,
+//!   operator states), at once when the addresses are known, otherwise by a
+//!   task while the flow is *connecting* (its datagrams still held, within
+//!   the same bounds) that reports back over a channel; then one UDP socket
+//!   is connected to that address, the held datagrams are forwarded in
+//!   arrival order and the flow is *open*, holding its address's slot (caps
+//!   and `least_connections` count flows) until it ends;
 //! - an open flow's client datagrams are sent on its backend socket without
 //!   being read; a task per flow (`relay_back`) sends the backend's
-//!   datagrams to the client from the listening socket, and ends the flow
-//!   at `idle_timeout` with no datagram either way, when its route drains
-//!   after a reload, or on shutdown;
+//!   datagrams to the client from the listening socket (the first one, or
+//!   an ICMP port unreachable before it, is the address's passive health
+//!   verdict), and ends the flow at `idle_timeout` with no datagram either
+//!   way, when its route drains after a reload or its address is put in
+//!   `maint` (`address_maint`), or on shutdown;
 //! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
 //!   `malformed`, `too_large`, `no_sni`...).
 //!
@@ -33,7 +40,8 @@
 //! way, and `backend.local`, the address the backend sees the flow come
 //! from) and the TCP close metrics.
 //!
-//! Bounds: pending flows per socket at most [`MAX_PENDING_FLOWS`] and never
+//! Bounds: pending flows (connecting ones included) per socket at most
+//! [`MAX_PENDING_FLOWS`] and never
 //! more than the connection permits still free (so a flood of spoofed
 //! Initials can take at most half of what is free, and established flows
 //! and TCP connections keep the rest); held bytes per socket at most
@@ -47,15 +55,16 @@
 //!
 //! Not here (yet): recvmmsg/sendmmsg and GSO/GRO batching (one system call
 //! per datagram, through tokio's `UdpSocket`); following a client to a new
-//! address by connection ID (NAT rebinding: a flow is its address); backend
-//! address selection by policy, weights, caps and health (flows take the
-//! fixed addresses in turn); binary upgrade (UDP sockets are not handed
-//! over); Retry and PROXY headers (not asked).
+//! address by connection ID (NAT rebinding: a flow is its address); binary
+//! upgrade (UDP sockets are not handed over); closing a flow whose name a
+//! push of local names dropped (flows are not in the connection registry);
+//! Retry and PROXY headers (not asked; a cluster's hop header is not sent
+//! over UDP).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
@@ -66,9 +75,11 @@ use tokio_util::task::TaskTracker;
 
 use super::Version;
 use super::initial::{Limits, Parser, QuicHello, Verdict};
+use super::pick::{self, Ask, Health, Picked};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
 use crate::addr::PeerAddr;
 use crate::admit::{self, Admitted, RouteAdmitted, Source};
+use crate::backend::InFlight;
 use crate::close::{self, CloseReason, Fault};
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
@@ -251,8 +262,32 @@ struct Open {
     started: Instant,
 }
 
+/// A flow whose hello is routed, waiting for its backend address (a DNS
+/// answer, a cluster lookup): its datagrams are still held, within the
+/// same bounds as a pending flow's.
+struct Connecting {
+    held: Vec<Box<[u8]>>,
+    held_bytes: usize,
+    /// The most it may hold (the pending flow's `Limits::held_bytes`).
+    max_held_bytes: usize,
+    record: FlowRecord,
+    idle: Duration,
+    /// The connection permit, and the listener's and route's admission
+    /// slots.
+    held_slots: (OwnedSemaphorePermit, Admitted, Option<RouteAdmitted>),
+}
+
+/// What a flow's address lookup reports back to its socket task.
+struct Chosen {
+    from: SocketAddr,
+    id: u64,
+    /// The address and the route's drain guard, or why the flow closes.
+    outcome: Result<(Picked, DrainGuard), CloseReason>,
+}
+
 enum Flow {
     Pending(Box<Pending>),
+    Connecting(Box<Connecting>),
     Open(Open),
 }
 
@@ -268,6 +303,7 @@ struct SocketTask {
     /// Pending flows by start, for the hello timeout (entries of flows
     /// that moved on are skipped).
     pending_order: VecDeque<(Instant, SocketAddr)>,
+    /// Flows not open yet (pending and connecting): they hold datagrams.
     pending: usize,
     held_bytes: usize,
     /// Open flows report their end here, so the map lets go of them.
@@ -278,8 +314,9 @@ struct SocketTask {
     /// New flows dropped at a bound since the last summary line.
     dropped: usize,
     last_summary: Option<Instant>,
-    /// Spreads flows over a backend's addresses.
-    turn: AtomicUsize,
+    /// Connecting flows' address lookups report here.
+    chosen_tx: mpsc::UnboundedSender<Chosen>,
+    chosen_rx: mpsc::UnboundedReceiver<Chosen>,
 }
 
 impl SocketTask {
@@ -291,6 +328,7 @@ impl SocketTask {
         stop: CancellationToken,
     ) -> SocketTask {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (chosen_tx, chosen_rx) = mpsc::unbounded_channel();
         let close_flows = runtime.close_connections.child_token();
         SocketTask {
             socket,
@@ -307,7 +345,8 @@ impl SocketTask {
             close_flows,
             dropped: 0,
             last_summary: None,
-            turn: AtomicUsize::new(0),
+            chosen_tx,
+            chosen_rx,
         }
     }
 
@@ -333,6 +372,7 @@ impl SocketTask {
                 Some(addr) = self.ended_rx.recv() => {
                     self.flows.remove(&addr);
                 }
+                Some(chosen) = self.chosen_rx.recv() => self.chosen(chosen),
                 _ = sweep.tick() => self.sweep(),
                 () = self.stop.cancelled(), if !self.stop.is_cancelled() => {}
                 () = self.runtime.close_connections.cancelled() => break,
@@ -341,8 +381,10 @@ impl SocketTask {
         // Pending flows end here; open ones through their tasks.
         self.close_flows.cancel();
         for (_, flow) in self.flows.drain() {
-            if let Flow::Pending(pending) = flow {
-                pending.record.close(CloseReason::Shutdown);
+            match flow {
+                Flow::Pending(pending) => pending.record.close(CloseReason::Shutdown),
+                Flow::Connecting(connecting) => connecting.record.close(CloseReason::Shutdown),
+                Flow::Open(_) => {}
             }
         }
     }
@@ -356,6 +398,18 @@ impl SocketTask {
                 let _ = open.now.send(datagram);
             }
             Some(Flow::Pending(_)) => self.feed(datagram, from),
+            Some(Flow::Connecting(connecting)) => {
+                let record = &connecting.record;
+                record.stats.up(datagram.len(), record.started);
+                // Beyond a bound it is dropped unread; the client retransmits.
+                if connecting.held_bytes + datagram.len() <= connecting.max_held_bytes
+                    && self.held_bytes + datagram.len() <= MAX_HELD_BYTES
+                {
+                    connecting.held.push(datagram.into());
+                    connecting.held_bytes += datagram.len();
+                    self.held_bytes += datagram.len();
+                }
+            }
             None => {
                 if self.start(datagram, from) {
                     self.feed(datagram, from);
@@ -496,8 +550,8 @@ impl SocketTask {
                 self.held_bytes -= pending.held_bytes;
                 Some(pending)
             }
-            Some(open) => {
-                self.flows.insert(from, open);
+            Some(other) => {
+                self.flows.insert(from, other);
                 None
             }
             None => None,
@@ -567,18 +621,120 @@ impl SocketTask {
                 }
             }
         };
-        let addresses = &target.backend.addresses;
-        if addresses.is_empty() {
+        // The address: chosen at once when the backend's addresses are
+        // known; otherwise (a first DNS answer, a cluster lookup) the flow
+        // waits in `Connecting` while a task finds it.
+        let Some(runtime) = generation.backends.get(&target.backend.name) else {
             record.close(CloseReason::NoAddress);
             return;
+        };
+        // The listening socket's address stands for the one the client
+        // dialled: a cluster answer naming it is this node.
+        let local = match runtime.cluster {
+            Some(_) => match self.socket.local_addr() {
+                Ok(local) => Some(local.ip()),
+                Err(_) => {
+                    record.close(CloseReason::ConnectFailed);
+                    return;
+                }
+            },
+            None => None,
+        };
+        let ask = Ask {
+            client: from,
+            sni: record.sni.clone(),
+            local,
+        };
+        let drain = target.drain.enter();
+        let connecting = Connecting {
+            held_bytes: held.iter().map(|d| d.len()).sum(),
+            held,
+            max_held_bytes: Limits::for_hello_bytes(record.listener.max_client_hello_bytes)
+                .held_bytes,
+            record,
+            idle: target.timeouts.idle,
+            held_slots: (permit, admitted, route_admitted),
+        };
+        if let Some(picked) = pick::pick_now(&generation.backends, runtime, &ask) {
+            let outcome = picked.map(|p| (p, drain)).map_err(CloseReason::from);
+            self.open(connecting, from, outcome);
+            return;
         }
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-        let backend_addr = addresses[turn % addresses.len()];
+        self.pending += 1;
+        self.held_bytes += connecting.held_bytes;
+        let id = connecting.record.id;
+        let backend = target.backend.name.clone();
+        self.flows
+            .insert(from, Flow::Connecting(Box::new(connecting)));
+        let chosen = self.chosen_tx.clone();
+        let close = self.close_flows.clone();
+        self.runtime.connections.spawn(async move {
+            let backends = &generation.backends;
+            let outcome = match backends.get(&backend) {
+                None => Err(CloseReason::NoAddress),
+                Some(runtime) => tokio::select! {
+                    picked = pick::pick(backends, runtime, &ask) => picked.map_err(CloseReason::from),
+                    () = drain.closing(id) => Err(drain.reason()),
+                    () = close.cancelled() => Err(CloseReason::Shutdown),
+                },
+            };
+            let outcome = outcome.map(|picked| (picked, drain));
+            // The socket task may be gone (its stop): nothing to report to.
+            let _ = chosen.send(Chosen { from, id, outcome });
+        });
+    }
+
+    /// A connecting flow's address is known (or why not): it opens or closes.
+    fn chosen(&mut self, chosen: Chosen) {
+        let Chosen { from, id, outcome } = chosen;
+        let connecting = match self.flows.remove(&from) {
+            Some(Flow::Connecting(connecting)) if connecting.record.id == id => connecting,
+            Some(other) => {
+                self.flows.insert(from, other);
+                return;
+            }
+            None => return,
+        };
+        self.pending -= 1;
+        self.held_bytes -= connecting.held_bytes;
+        self.open(*connecting, from, outcome);
+    }
+
+    /// Opens a flow on its chosen address: one UDP socket connected to it,
+    /// the held datagrams forwarded in arrival order, and the task that
+    /// relays the backend's answers; or closes it with the reason.
+    fn open(
+        &mut self,
+        connecting: Connecting,
+        from: SocketAddr,
+        outcome: Result<(Picked, DrainGuard), CloseReason>,
+    ) {
+        let Connecting {
+            held,
+            mut record,
+            idle,
+            held_slots,
+            ..
+        } = connecting;
+        let (picked, drain) = match outcome {
+            Ok(chosen) => chosen,
+            Err(reason) => {
+                record.close(reason);
+                return;
+            }
+        };
+        let Picked {
+            addr: backend_addr,
+            in_flight,
+            mut health,
+            ..
+        } = picked;
         record.backend_addr = Some(backend_addr);
         let (backend, now) = match connect(backend_addr) {
             Ok(sockets) => sockets,
             Err(error) => {
                 tracing::debug!(%error, backend.addr = %backend_addr, "cannot open a QUIC backend socket");
+                health.refused(&in_flight);
                 record.close(CloseReason::ConnectFailed);
                 return;
             }
@@ -588,8 +744,9 @@ impl SocketTask {
             let _ = now.send(datagram);
         }
         drop(held);
-        let drain = target.drain.enter();
-        let idle = target.timeouts.idle;
+        // From now on the flow drains with its route or with its address
+        // (an operator's `maint`), as a TCP connection does.
+        let drain = in_flight.state().drain_part(drain.signal()).enter();
         let stats = record.stats.clone();
         let started = record.started;
         self.flows.insert(
@@ -609,7 +766,9 @@ impl SocketTask {
             close: self.close_flows.clone(),
             ended: self.ended_tx.clone(),
             drain,
-            _held: (permit, admitted, route_admitted),
+            health,
+            in_flight,
+            _held: held_slots,
         };
         self.runtime.connections.spawn(relay_back(flow));
     }
@@ -662,6 +821,10 @@ struct FlowTask {
     close: CancellationToken,
     ended: mpsc::UnboundedSender<SocketAddr>,
     drain: DrainGuard,
+    /// What the flow tells its address's passive health.
+    health: Health,
+    /// Counts the flow on its backend address (caps, `least_connections`).
+    in_flight: InFlight,
     /// The connection permit, and the listener's and route's admission
     /// slots, released when the flow ends.
     _held: (OwnedSemaphorePermit, Admitted, Option<RouteAdmitted>),
@@ -679,6 +842,8 @@ async fn relay_back(flow: FlowTask) {
         close,
         ended,
         drain,
+        mut health,
+        in_flight,
         _held,
     } = flow;
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -691,13 +856,16 @@ async fn relay_back(flow: FlowTask) {
         tokio::select! {
             received = backend.recv(&mut buf) => match received {
                 Ok(len) => {
+                    health.answered(&in_flight, started);
                     record.stats.down(len, started);
                     let _ = socket.send_to(&buf[..len], client).await;
                 }
-                // An ICMP port unreachable for an earlier datagram (the
-                // backend restarting, say): UDP has no connection to
-                // lose, so the flow goes on until it idles out.
+                // An ICMP port unreachable for an earlier datagram: a
+                // failed connect for passive health if the backend never
+                // answered; UDP has no connection to lose, so the flow
+                // goes on until it idles out (the backend restarting, say).
                 Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    health.refused(&in_flight);
                     tracing::debug!(%error, "QUIC backend refused a datagram");
                 }
                 Err(error) => {
@@ -711,10 +879,12 @@ async fn relay_back(flow: FlowTask) {
                     break CloseReason::IdleTimeout;
                 }
             }
-            () = &mut closing => break CloseReason::Drained,
+            // Its route drained by a reload, or its address put in `maint`.
+            () = &mut closing => break drain.reason(),
             () = close.cancelled() => break CloseReason::Shutdown,
         }
     };
+    drop(in_flight);
     record.close(reason);
     let _ = ended.send(client);
 }

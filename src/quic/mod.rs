@@ -22,6 +22,7 @@
 
 pub mod initial;
 pub mod listener;
+pub mod pick;
 pub mod refusal;
 pub mod seal;
 

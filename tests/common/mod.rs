@@ -1202,6 +1202,9 @@ pub fn tagged_backend_on(
 /// The test DNS server (`dns::DnsServer`).
 pub mod dns;
 
+/// UDP echo backends and clients for the QUIC listener's tests.
+pub mod udp;
+
 // ------------------------------------------- cluster lookups (issue 6)
 
 pub mod control_plane;
