@@ -173,7 +173,7 @@ async fn connections_are_listed_filtered_paged_and_closed_by_filter() {
     assert_eq!(
         metric(
             &metrics,
-            "snirelay_connections_closed_total{listener=\"tls\",reason=\"admin\"}"
+            "snirelay_connections_closed_total{listener=\"tls\",protocol=\"tcp\",reason=\"admin\"}"
         ),
         2.0,
         "{metrics}"

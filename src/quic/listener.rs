@@ -377,7 +377,7 @@ impl SocketTask {
         };
         let generation = self.generation.borrow().clone();
         let listener = generation.listener.clone();
-        let metrics = metrics::metrics().listener(&listener.name);
+        let metrics = metrics::metrics().listener(&listener.name, listener.protocol);
         let peer = PeerAddr(from);
         let admitted = match generation.admission.admit(Source::Peer(peer)) {
             Ok(admitted) => admitted,
