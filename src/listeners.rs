@@ -312,7 +312,7 @@ impl Listeners {
         let dup = socket.as_fd().try_clone_to_owned().map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);
         tracing::info!(listener = %listener.name, addr = %local, socket = %BindKey::Config(addr), protocol = "quic", "listening");
-        metrics::metrics().listener_started(&listener.name, listener.protocol);
+        metrics::metrics().listener_started(&listener.name, listener.protocol.as_str());
         let stop = self.shared.stop_accepting.child_token();
         let runtime = quic::Runtime {
             permits: self.shared.permits.clone(),
@@ -349,7 +349,7 @@ impl Listeners {
         let socket = TcpListener::from_std(socket).map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);
         tracing::info!(listener = %listener.name, addr = %local, socket = %key, "listening");
-        metrics::metrics().listener_started(&listener.name, listener.protocol);
+        metrics::metrics().listener_started(&listener.name, listener.protocol.as_str());
         let stop = self.shared.stop_accepting.child_token();
         // One accept loop per worker thread, all on this one socket (see
         // the module header for why not an SO_REUSEPORT group).

@@ -61,7 +61,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::config::Protocol;
 use crate::reason::{CloseReason, HelloOutcome};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -596,10 +595,10 @@ impl Metrics {
 
     /// A listener's series exist (at zero) from start-up, so dashboards and
     /// `rate()` see them before the first connection.
-    pub fn listener_started(&self, listener: &str, protocol: Protocol) {
+    pub fn listener_started(&self, listener: &str, protocol: &'static str) {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
-            protocol: protocol.as_str(),
+            protocol,
         };
         let _ = self.accepted.get_or_create(&labels);
         let _ = self.active.get_or_create(&labels);
@@ -607,16 +606,16 @@ impl Metrics {
 
     /// The series of `listener`, for its accept loop and connections. Call
     /// once per accept loop, not per connection (it allocates). A listener
-    /// has one `protocol`, so the label is fixed in the handle and costs
-    /// nothing per connection.
-    pub fn listener(&self, listener: &str, protocol: Protocol) -> Arc<ListenerMetrics> {
+    /// has one `protocol` (`tcp` or `quic`, the config's word), so the
+    /// label is fixed in the handle and costs nothing per connection.
+    pub fn listener(&self, listener: &str, protocol: &'static str) -> Arc<ListenerMetrics> {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
-            protocol: protocol.as_str(),
+            protocol,
         };
         Arc::new(ListenerMetrics {
             name: listener.into(),
-            protocol: protocol.as_str(),
+            protocol,
             accepted: self.accepted.get_or_create_owned(&labels),
             active: self.active.get_or_create_owned(&labels),
             hello_ech: OnceLock::new(),
@@ -876,7 +875,7 @@ mod tests {
 
     #[test]
     fn listener_handles_record_the_same_series_as_the_families() {
-        let series = metrics().listener("unit_handles", Protocol::Tcp);
+        let series = metrics().listener("unit_handles", "tcp");
         series.accepted();
         series.accepted();
         let closed = Closed {
