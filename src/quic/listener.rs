@@ -24,7 +24,10 @@
 //!   being read; a task per flow (`relay_back`) sends the backend's
 //!   datagrams to the client from the listening socket, and ends the flow
 //!   at `idle_timeout` with no datagram either way, when its route drains
-//!   after a reload, or on shutdown;
+//!   after a reload, on shutdown, or when an operator closes or drains it:
+//!   an open flow is in the connection registry (`crate::registry`, admin
+//!   `/connections` and the status page) like a TCP connection, with
+//!   protocol `quic`, and ends with the same reasons (`admin`, `drained`);
 //! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
 //!   `malformed`, `too_large`, `no_sni`...).
 //!
@@ -73,6 +76,8 @@ use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::metrics::{self, ListenerMetrics};
+use crate::pump::ready::{Activity, Side};
+use crate::registry::{self, Entry, Registered};
 use crate::route::NoRoute;
 
 /// Pending flows (hello not complete yet) per listening socket.
@@ -243,6 +248,8 @@ struct Open {
     now: std::net::UdpSocket,
     stats: Arc<Stats>,
     started: Instant,
+    /// The flow's registry entry (admin `/connections`), for its counts.
+    entry: Arc<Entry>,
 }
 
 enum Flow {
@@ -345,6 +352,7 @@ impl SocketTask {
         match self.flows.get_mut(&from) {
             Some(Flow::Open(open)) => {
                 open.stats.up(datagram.len(), open.started);
+                moved(&open.entry.activity, Side::Up, datagram.len());
                 // UDP: a datagram the socket cannot take now is dropped,
                 // as the network would; QUIC retransmits.
                 let _ = open.now.send(datagram);
@@ -377,7 +385,7 @@ impl SocketTask {
         };
         let generation = self.generation.borrow().clone();
         let listener = generation.listener.clone();
-        let metrics = metrics::metrics().listener(&listener.name, listener.protocol);
+        let metrics = metrics::metrics().listener(&listener.name, listener.protocol.as_str());
         let peer = PeerAddr(from);
         let admitted = match generation.admission.admit(Source::Peer(peer)) {
             Ok(admitted) => admitted,
@@ -585,12 +593,35 @@ impl SocketTask {
         let idle = target.timeouts.idle;
         let stats = record.stats.clone();
         let started = record.started;
+        // Listed, filtered and closable by the admin listener like a TCP
+        // connection; its stop is a child of this socket's `close_flows`.
+        let registered = registry::register(
+            registry::Meta {
+                id: record.id,
+                listener: &record.listener,
+                route: &target.route,
+                sni: record.sni.as_deref(),
+                backend: &target.backend,
+                backend_addr,
+                client: from,
+                claimed: None,
+                accepted: started,
+                local: false,
+            },
+            &self.close_flows,
+        );
+        moved(
+            registered.activity(),
+            Side::Up,
+            stats.bytes_up.load(Ordering::Relaxed) as usize,
+        );
         self.flows.insert(
             from,
             Flow::Open(Open {
                 now,
                 stats,
                 started,
+                entry: registered.shared(),
             }),
         );
         let flow = FlowTask {
@@ -599,7 +630,7 @@ impl SocketTask {
             socket: self.socket.clone(),
             client: from,
             idle,
-            close: self.close_flows.clone(),
+            registered,
             ended: self.ended_tx.clone(),
             drain,
             _held: (permit, admitted, route_admitted),
@@ -629,6 +660,12 @@ fn flow_record(
     }
 }
 
+/// Counts `len` bytes toward `side` in a registry entry's activity.
+fn moved(activity: &Activity, side: Side, len: usize) {
+    activity.add(side, len);
+    activity.touch();
+}
+
 /// One UDP socket of the backend's family, connected to `addr`, so that
 /// only its datagrams are read from it: the tokio socket its task reads,
 /// and a duplicate for sends that must not wait.
@@ -651,7 +688,9 @@ struct FlowTask {
     socket: Arc<UdpSocket>,
     client: SocketAddr,
     idle: Duration,
-    close: CancellationToken,
+    /// Its registry entry: removed when the flow ends; its stop fires on
+    /// this socket's close or an operator's `DELETE /connections`.
+    registered: Registered,
     ended: mpsc::UnboundedSender<SocketAddr>,
     drain: DrainGuard,
     /// The connection permit, and the listener's and route's admission
@@ -668,7 +707,7 @@ async fn relay_back(flow: FlowTask) {
         socket,
         client,
         idle,
-        close,
+        registered,
         ended,
         drain,
         _held,
@@ -684,6 +723,7 @@ async fn relay_back(flow: FlowTask) {
             received = backend.recv(&mut buf) => match received {
                 Ok(len) => {
                     record.stats.down(len, started);
+                    moved(registered.activity(), Side::Down, len);
                     let _ = socket.send_to(&buf[..len], client).await;
                 }
                 // An ICMP port unreachable for an earlier datagram (the
@@ -704,9 +744,12 @@ async fn relay_back(flow: FlowTask) {
                 }
             }
             () = &mut closing => break CloseReason::Drained,
-            () = close.cancelled() => break CloseReason::Shutdown,
+            // Shutdown, or an operator's close or drain (told apart by
+            // the entry, as for TCP).
+            () = registered.stop().cancelled() => break registered.reason(CloseReason::Shutdown),
         }
     };
+    drop(registered);
     record.close(reason);
     let _ = ended.send(client);
 }
