@@ -47,12 +47,19 @@
 //! or the drain timeout closes them. A listener (or address) a reload
 //! removes ends its flows at once.
 //!
+//! Binary upgrade ([`super::handover`]): the socket is handed to the new
+//! process, but only one process reads it at a time. A replaced process
+//! keeps reading while it drains, relays its own flows as before and
+//! forwards the datagrams of any other client to its successor (instead of
+//! dropping them as on a plain stop); the new process reads that channel
+//! instead of the socket until it closes (the old one's last flow ended),
+//! then the socket.
+//!
 //! Not here (yet): recvmmsg/sendmmsg and GSO/GRO batching (one system call
 //! per datagram, through tokio's `UdpSocket`); following a client to a new
 //! address by connection ID (NAT rebinding: a flow is its address); backend
 //! address selection by policy, weights, caps and health (flows take the
-//! fixed addresses in turn); binary upgrade (UDP sockets are not handed
-//! over); Retry and PROXY headers (not asked).
+//! fixed addresses in turn); Retry and PROXY headers (not asked).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -67,6 +74,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Version;
+use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::{Limits, Parser, QuicHello, Verdict};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
 use crate::addr::PeerAddr;
@@ -112,12 +120,15 @@ pub fn bind(listener: &Listener, addr: SocketAddr) -> std::io::Result<std::net::
 }
 
 /// Runs `socket` until `stop` fires (the address or listener went away:
-/// every flow ends at once) or the process drains and its last flow ended.
+/// every flow ends at once) or the process drains and its last flow ended
+/// (and, after an upgrade, its predecessor let go of the socket: see
+/// [`handover`]).
 pub async fn run_socket(
     socket: std::net::UdpSocket,
     generation: watch::Receiver<Arc<Generation>>,
     runtime: Runtime,
     stop: CancellationToken,
+    handover: Handover,
 ) {
     let sockets = socket
         .try_clone()
@@ -130,7 +141,8 @@ pub async fn run_socket(
         }
     };
     let mut task = SocketTask::new(Arc::new(socket), now, generation, runtime, stop);
-    task.run().await;
+    task.successor = handover.successor;
+    task.run(handover.predecessor).await;
 }
 
 /// Datagrams and bytes each way, and the last activity, of one flow.
@@ -281,6 +293,9 @@ struct SocketTask {
     last_summary: Option<Instant>,
     /// Spreads flows over a backend's addresses.
     turn: AtomicUsize,
+    /// The process that replaces this one, once a binary upgrade handed
+    /// the socket over: datagrams of flows not held here go there.
+    successor: Arc<Successor>,
 }
 
 impl SocketTask {
@@ -309,11 +324,18 @@ impl SocketTask {
             dropped: 0,
             last_summary: None,
             turn: AtomicUsize::new(0),
+            successor: Arc::default(),
         }
     }
 
-    async fn run(&mut self) {
+    /// Serves the socket; after a binary upgrade, `predecessor` is the
+    /// old process's channel, read instead of the socket until it closes.
+    async fn run(&mut self, mut predecessor: Option<Predecessor>) {
         let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut forwarded = match predecessor {
+            Some(_) => vec![0u8; handover::HEADER + MAX_DATAGRAM],
+            None => Vec::new(),
+        };
         let mut sweep = tokio::time::interval(SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -321,11 +343,20 @@ impl SocketTask {
             if self.stop.is_cancelled() && !draining {
                 break;
             }
-            if draining && self.flows.is_empty() {
+            // Not while a predecessor still reads the socket: whoever
+            // replaces this process would then read it alongside.
+            if draining && self.flows.is_empty() && predecessor.is_none() {
                 break;
             }
             tokio::select! {
-                received = self.socket.recv_from(&mut buf) => match received {
+                received = async { predecessor.as_ref().expect("guarded").recv(&mut forwarded).await }, if predecessor.is_some() => match received {
+                    Some((from, end)) => self.datagram(&forwarded[handover::HEADER..end], from),
+                    None => {
+                        predecessor = None;
+                        tracing::info!(listener = %self.generation.borrow().listener.name, "the previous process let go of the QUIC socket; reading it now");
+                    }
+                },
+                received = self.socket.recv_from(&mut buf), if predecessor.is_none() => match received {
                     Ok((len, from)) => self.datagram(&buf[..len], from),
                     // ICMP errors of earlier sends and the like: the
                     // socket itself still works.
@@ -359,6 +390,13 @@ impl SocketTask {
             }
             Some(Flow::Pending(_)) => self.feed(datagram, from),
             None => {
+                // Replaced (a binary upgrade): a new flow is the new
+                // process's, which reads the socket once this one is done.
+                if self.runtime.stop_accepting.is_cancelled()
+                    && self.successor.forward(from, datagram)
+                {
+                    return;
+                }
                 if self.start(datagram, from) {
                     self.feed(datagram, from);
                 }
