@@ -202,6 +202,18 @@ impl Listeners {
         channels
     }
 
+    /// The new process is ready: the QUIC sockets forward what is not
+    /// their own to it from now on.
+    pub fn quic_channels_ready(&self) {
+        for running in self.running.values() {
+            for bound in running.binds.values() {
+                if let Some(successor) = &bound.successor {
+                    successor.ready();
+                }
+            }
+        }
+    }
+
     /// Forgets the forwarding channels of an abandoned handover.
     pub fn close_quic_channels(&self) {
         for running in self.running.values() {

@@ -367,6 +367,8 @@ pub async fn serve(
             Some(ok) = handoff_rx.recv() => {
                 handoff_in_progress = false;
                 if ok {
+                    // Before the drain starts: no new QUIC flow starts here now.
+                    server.listeners.quic_channels_ready();
                     tracing::info!("the new process accepts on our sockets; draining");
                     break REPLACED;
                 }

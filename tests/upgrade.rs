@@ -87,6 +87,18 @@ async fn the_admin_socket_is_handed_over() {
 
 include!("support/quic_capture.rs");
 
+/// One quic listener (flows idle out after 2 s) routing `localhost` to
+/// `backend`.
+fn quic_config(backend: SocketAddr) -> String {
+    format!(
+        "[global]\ndrain_timeout = \"20s\"\n\n\
+         [[listener]]\nname = \"quic\"\nprotocol = \"quic\"\nlisten = [\"127.0.0.1:0\"]\n\
+         idle_timeout = \"2s\"\n\n\
+         [[route]]\nsni = [\"localhost\"]\nbackend = \"u\"\n\n\
+         [backend.u]\naddresses = [\"{backend}\"]\n"
+    )
+}
+
 fn is_quic_close(line: &serde_json::Value, client: SocketAddr) -> bool {
     line["message"] == "connection closed"
         && line["protocol"] == "quic"
@@ -101,14 +113,7 @@ fn is_quic_close(line: &serde_json::Value, client: SocketAddr) -> bool {
 /// the old process exits and the new one reads the socket itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quic_socket_is_handed_over_and_open_flows_stay_with_the_old_process() {
-    let backend = udp_echo_backend().await;
-    let config = format!(
-        "[global]\ndrain_timeout = \"20s\"\n\n\
-         [[listener]]\nname = \"quic\"\nprotocol = \"quic\"\nlisten = [\"127.0.0.1:0\"]\n\
-         idle_timeout = \"2s\"\n\n\
-         [[route]]\nsni = [\"localhost\"]\nbackend = \"u\"\n\n\
-         [backend.u]\naddresses = [\"{backend}\"]\n"
-    );
+    let config = quic_config(udp_echo_backend().await);
     let dir = scratch_dir("upgrade-quic");
     let path = dir.join("takeover.sock");
     let mut old = start_with_takeover(&config, &path).await;
@@ -174,6 +179,59 @@ async fn a_quic_socket_is_handed_over_and_open_flows_stay_with_the_old_process()
     let line = new
         .wait_log(|l| is_quic_close(l, later.local_addr().unwrap()))
         .await;
+    assert_eq!(line["close"], "idle_timeout", "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two upgrades in a row while flows of each generation are open: the
+/// middle process relays its own flow, passes the first process's
+/// forwarded datagrams on to the third when they are not its own, and
+/// reads the socket only after the first has let go of it. Every flow
+/// carries every exchange and ends in the process it started in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_flows_survive_two_upgrades_in_a_row() {
+    let config = quic_config(udp_echo_backend().await);
+    let dir = scratch_dir("upgrade-quic-twice");
+    let path = dir.join("takeover.sock");
+    let hello = capture("ngtcp2").remove(0);
+    let mut first = start_with_takeover(&config, &path).await;
+    let relay = first.addr_of("quic");
+    let one = open_quic_flow(relay, &hello).await;
+    let mut second = start_with_takeover(&config, &path).await;
+    first
+        .wait_log(|l| l["message"] == "the new process accepts on our sockets; draining")
+        .await;
+    let two = open_quic_flow(relay, &hello).await;
+    let third = start_with_takeover(&config, &path).await;
+    second
+        .wait_log(|l| l["message"] == "the new process accepts on our sockets; draining")
+        .await;
+    let three = open_quic_flow(relay, &hello).await;
+    for i in 0..10 {
+        for flow in [&one, &two, &three] {
+            udp_round_trip(flow, relay, format!("exchange {i}").as_bytes()).await;
+        }
+    }
+    for (process, flow) in [(&first, &one), (&second, &two), (&third, &three)] {
+        let client = flow.local_addr().unwrap();
+        let line = process.wait_log(|l| is_quic_close(l, client)).await;
+        assert_eq!(line["close"], "idle_timeout", "{line}");
+        assert!(line["datagrams.up"].as_u64().unwrap() >= 11, "{line}");
+        for other in [&first, &second, &third] {
+            let lines = other.log_lines();
+            let count = lines.iter().filter(|l| is_quic_close(l, client)).count();
+            assert_eq!(
+                count,
+                usize::from(std::ptr::eq(other, process)),
+                "{client}: {lines:#?}"
+            );
+        }
+    }
+    assert_eq!(first.wait_exit().await, Some(0));
+    assert_eq!(second.wait_exit().await, Some(0));
+    let later = open_quic_flow(relay, &hello).await;
+    let client = later.local_addr().unwrap();
+    let line = third.wait_log(|l| is_quic_close(l, client)).await;
     assert_eq!(line["close"], "idle_timeout", "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,7 +11,9 @@
 //! - the old process keeps reading the socket while it drains, relays its
 //!   own flows (pending and open) as before, and forwards every datagram of
 //!   a flow it does not hold, with its client address, over a Unix
-//!   SOCK_SEQPACKET channel ([`Successor`]) handed over with the socket;
+//!   SOCK_SEQPACKET channel ([`Successor`]) handed over with the socket,
+//!   from the moment the new process says it is ready (before the old
+//!   one starts draining: a flow it started before then stays its own);
 //! - the new process reads that channel ([`Predecessor`]) instead of the
 //!   socket, and serves what arrives exactly as a datagram read from it
 //!   (its answers go out on the shared socket directly);
@@ -56,30 +58,48 @@ pub const HEADER: usize = 1 + 16 + 2;
 /// once it drains. Empty until a binary upgrade hands the socket over.
 #[derive(Debug, Default)]
 pub struct Successor {
-    channel: Mutex<Option<UnixDatagram>>,
+    channel: Mutex<Channel>,
+}
+
+/// A successor's channel: sent with the socket, then in use once the new
+/// process is ready.
+#[derive(Debug, Default)]
+struct Channel {
+    offered: Option<UnixDatagram>,
+    ready: Option<UnixDatagram>,
 }
 
 impl Successor {
     /// Makes a channel for a handover: this side keeps one end, the other
-    /// is sent with the socket. A channel of an earlier, abandoned
-    /// handover is replaced.
+    /// is sent with the socket. Nothing goes through it before
+    /// [`Successor::ready`].
     pub fn open(&self) -> io::Result<OwnedFd> {
         let (ours, theirs) = sockopt::seqpacket_pair()?;
-        *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(UnixDatagram::from(ours));
+        self.lock().offered = Some(UnixDatagram::from(ours));
         Ok(theirs)
     }
 
-    /// Forgets the channel (the handover was abandoned: the new process
-    /// is gone or never became ready).
-    pub fn close(&self) {
-        *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    /// The new process is ready: from now on every datagram of a client
+    /// this process holds no flow for is forwarded. Set before this
+    /// process starts its drain, so no new flow starts here after it.
+    pub fn ready(&self) {
+        let mut channel = self.lock();
+        if let Some(offered) = channel.offered.take() {
+            channel.ready = Some(offered);
+        }
     }
 
-    /// Forwards one datagram from `from`; false when there is no
-    /// successor (the caller then treats it as its own).
+    /// Forgets an offered channel (the handover was abandoned: the new
+    /// process is gone or never became ready).
+    pub fn close(&self) {
+        self.lock().offered = None;
+    }
+
+    /// Forwards one datagram from `from`; false when no successor is
+    /// ready (the caller then treats it as its own).
     pub fn forward(&self, from: SocketAddr, datagram: &[u8]) -> bool {
-        let channel = self.channel.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(channel) = channel.as_ref() else {
+        let channel = self.lock();
+        let Some(channel) = channel.ready.as_ref() else {
             return false;
         };
         let mut message = Vec::with_capacity(HEADER + datagram.len());
@@ -88,6 +108,10 @@ impl Successor {
         // Full (the new process is behind) or gone: dropped, as UDP would.
         let _ = channel.send(&message);
         true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Channel> {
+        self.channel.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -177,6 +201,8 @@ mod tests {
         let v6: SocketAddr = "[2001:db8::1]:443".parse().unwrap();
         assert!(!successor.forward(v4, b"nobody yet"));
         let predecessor = Predecessor::adopt(successor.open().unwrap()).unwrap();
+        assert!(!successor.forward(v4, b"not ready yet"));
+        successor.ready();
         assert!(successor.forward(v4, b"first"));
         assert!(successor.forward(v6, &[0xc0; 1350]));
         let mut buf = vec![0u8; HEADER + 65_535];
@@ -184,7 +210,9 @@ mod tests {
         assert_eq!((from, &buf[HEADER..end]), (v4, &b"first"[..]));
         let (from, end) = predecessor.recv(&mut buf).await.unwrap();
         assert_eq!((from, &buf[HEADER..end]), (v6, &[0xc0; 1350][..]));
-        successor.close();
+        // The old side's end closes with it (here: a new offer replaces
+        // nothing in use, so drop the whole successor).
+        drop(successor);
         assert!(predecessor.recv(&mut buf).await.is_none());
     }
 

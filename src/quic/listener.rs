@@ -392,9 +392,7 @@ impl SocketTask {
             None => {
                 // Replaced (a binary upgrade): a new flow is the new
                 // process's, which reads the socket once this one is done.
-                if self.runtime.stop_accepting.is_cancelled()
-                    && self.successor.forward(from, datagram)
-                {
+                if self.successor.forward(from, datagram) {
                     return;
                 }
                 if self.start(datagram, from) {
