@@ -402,7 +402,7 @@ include!("support/quic_capture.rs");
 
 /// A QUIC flow is listed beside a TCP connection, with protocol `quic`, its
 /// SNI and route; `protocol` filters; `DELETE` ends it with reason `admin`
-/// (the TCP one untouched); the status page shows the listener's protocol
+/// (the TCP one untouched) and a route drain with `drained`; the status page shows the listener's protocol
 /// and counts the open flow on its route; the metrics count it under
 /// `protocol="quic"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,6 +477,21 @@ async fn quic_flows_are_listed_filtered_and_closed_like_connections() {
     echo_once(&mut tcp.tls, b"untouched").await.unwrap();
     assert_eq!(ids(&listing(admin, "").await).len(), 1);
 
+    // An operator's route drain ends a flow as `drained`.
+    let drained_flow = open_quic_flow(relay.addr_of("quic"), &hello).await;
+    let drain = send(
+        admin,
+        "POST",
+        "/routes/h3/drain",
+        Some(TOKEN),
+        r#"{"window": "100ms"}"#,
+    )
+    .await;
+    assert_eq!(drain.status, 200, "{drain:?}");
+    let line = relay.closed_line(drained_flow.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "drained", "{line}");
+    assert_eq!(line["protocol"], "quic");
+
     let metrics = http_get(admin, "/metrics").await.1;
     for (series, value) in [
         (
@@ -485,6 +500,10 @@ async fn quic_flows_are_listed_filtered_and_closed_like_connections() {
         ),
         (
             "snirelay_connections_accepted_total{listener=\"quic\",protocol=\"quic\"}",
+            2.0,
+        ),
+        (
+            "snirelay_connections_closed_total{listener=\"quic\",protocol=\"quic\",reason=\"drained\"}",
             1.0,
         ),
         (

@@ -296,6 +296,8 @@ struct SocketTask {
     /// The process that replaces this one, once a binary upgrade handed
     /// the socket over: datagrams of flows not held here go there.
     successor: Arc<Successor>,
+    /// The listener's metric series, made on the first flow.
+    metrics: Option<Arc<ListenerMetrics>>,
 }
 
 impl SocketTask {
@@ -325,6 +327,7 @@ impl SocketTask {
             last_summary: None,
             turn: AtomicUsize::new(0),
             successor: Arc::default(),
+            metrics: None,
         }
     }
 
@@ -421,7 +424,14 @@ impl SocketTask {
         };
         let generation = self.generation.borrow().clone();
         let listener = generation.listener.clone();
-        let metrics = metrics::metrics().listener(&listener.name, listener.protocol.as_str());
+        // One handle per socket (a listener keeps its name and protocol),
+        // so a flow's metrics cost atomic adds, as a TCP connection's.
+        let metrics = self
+            .metrics
+            .get_or_insert_with(|| {
+                metrics::metrics().listener(&listener.name, listener.protocol.as_str())
+            })
+            .clone();
         let peer = PeerAddr(from);
         let admitted = match generation.admission.admit(Source::Peer(peer)) {
             Ok(admitted) => admitted,
