@@ -38,8 +38,8 @@
 //! serving admin requests once replaced.
 //!
 //! The UDP sockets of `protocol = "quic"` listeners travel too, keyed
-//! [`UDP`] + bind key, each followed by a Unix SOCK_SEQPACKET socket keyed
-//! [`UDP_FORWARD`] + the same bind key: until the old process lets go of
+//! [`UDP`] + bind key, each with a Unix SOCK_SEQPACKET socket keyed
+//! [`UDP_FORWARD`] + the same bind key (later in the same message): until the old process lets go of
 //! the UDP socket (its last flow ended), it alone reads it and forwards
 //! what is not its own through that channel (`quic::handover`).
 //!
