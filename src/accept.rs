@@ -72,7 +72,10 @@ impl AcceptLoop {
         // new one (an atomic version check per accept instead of a lock).
         let mut generation = self.generation.borrow_and_update().clone();
         // A listener keeps its name across reloads, so its series do too.
-        let series = metrics::metrics().listener(&generation.listener.name);
+        let series = metrics::metrics().listener(
+            &generation.listener.name,
+            generation.listener.protocol.as_str(),
+        );
         let mut backoff = Backoff::default();
         loop {
             let permit = tokio::select! {

@@ -118,6 +118,9 @@ pub struct CtlFilter {
     /// One connection, by the id of its log line.
     #[arg(long)]
     pub id: Option<u64>,
+    /// `tcp` (connections) or `quic` (QUIC flows).
+    #[arg(long)]
+    pub protocol: Option<String>,
 }
 
 impl CtlFilter {
@@ -132,6 +135,7 @@ impl CtlFilter {
             ("listener", &self.listener),
             ("client", &self.client),
             ("id", &id),
+            ("protocol", &self.protocol),
         ]
         .into_iter()
         .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", encode(v))))

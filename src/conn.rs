@@ -360,7 +360,7 @@ mod tests {
             peer: PeerAddr(stream.local_addr().unwrap()),
             stream,
             at: Instant::now(),
-            metrics: metrics::metrics().listener(&listener.name),
+            metrics: metrics::metrics().listener(&listener.name, listener.protocol.as_str()),
         };
         let backends = Arc::new(crate::backend::Backends::start(&config.backends, None));
         let generation = Arc::new(Generation::first(listener, &backends, &None));

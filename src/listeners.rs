@@ -34,7 +34,11 @@
 //! A `protocol = "quic"` listener has the same generation and sweeper, but
 //! UDP sockets it binds itself ([`Listeners::start`], and on reload for
 //! addresses the file adds), each run by `quic::listener::run_socket`
-//! instead of accept loops. They are not handed to a new binary.
+//! instead of accept loops. A binary upgrade hands them over too, each
+//! with a channel for the datagrams the old process forwards while it
+//! drains (`quic::handover`): [`Listeners::open_quic_channels`] and
+//! [`Listeners::for_handover`] on the old side, [`Listeners::inherit_udp`]
+//! on the new one.
 //!
 //! Not here: deciding what a reload changes (`server`, `reload`), binding
 //! (`bind`), or accepting (`accept`).
@@ -56,6 +60,7 @@ use crate::bind::{BindError, BindKey, Sockets};
 use crate::config::{Listener, Protocol};
 use crate::drain::DrainSignal;
 use crate::generation::{Generation, Pace};
+use crate::quic::handover::{Handover, Predecessor, Successor};
 use crate::quic::listener as quic;
 use crate::{metrics, sockopt, takeover};
 
@@ -81,6 +86,9 @@ struct Bound {
     /// A duplicate, kept so the socket can be handed to a new binary.
     /// Dropped together with `stop` firing, so the socket really closes.
     dup: OwnedFd,
+    /// A QUIC socket's forwarding side for a binary upgrade (`None` on
+    /// TCP sockets).
+    successor: Option<Arc<Successor>>,
 }
 
 struct Running {
@@ -97,6 +105,18 @@ struct Running {
 pub struct Listeners {
     running: BTreeMap<String, Running>,
     shared: Shared,
+    /// UDP sockets handed over by the process being replaced, with their
+    /// forwarding channel, by escaped listener name and bind key; taken
+    /// by the QUIC listeners as they start.
+    inherited_udp: Vec<InheritedUdp>,
+}
+
+/// A UDP socket from the previous process (see [`Listeners::inherit_udp`]).
+struct InheritedUdp {
+    listener: String,
+    key: BindKey,
+    socket: OwnedFd,
+    channel: Option<OwnedFd>,
 }
 
 /// What a reload did to one listener.
@@ -115,6 +135,93 @@ impl Listeners {
         Listeners {
             running: BTreeMap::new(),
             shared,
+            inherited_udp: Vec::new(),
+        }
+    }
+
+    /// Keeps the UDP sockets (`sockets`) and forwarding channels
+    /// (`channels`) a previous process handed over, for the QUIC listeners
+    /// about to start; an entry whose key does not parse is closed.
+    pub fn inherit_udp(
+        &mut self,
+        sockets: Vec<takeover::Received>,
+        channels: Vec<takeover::Received>,
+    ) {
+        let mut channels: Vec<_> = channels
+            .into_iter()
+            .filter_map(|c| Some((c.listener, c.key.parse::<BindKey>().ok()?, c.fd)))
+            .collect();
+        for received in sockets {
+            let Ok(key) = received.key.parse::<BindKey>() else {
+                tracing::warn!(listener = %received.listener, key = %received.key, "unknown bind key of a UDP socket handed over; closed");
+                continue;
+            };
+            let channel = channels
+                .iter()
+                .position(|(l, k, _)| *l == received.listener && *k == key)
+                .map(|at| channels.swap_remove(at).2);
+            self.inherited_udp.push(InheritedUdp {
+                listener: received.listener,
+                key,
+                socket: received.fd,
+                channel,
+            });
+        }
+    }
+
+    /// Closes the handed-over UDP sockets no QUIC listener took (its
+    /// address left the configuration), saying so.
+    pub fn close_unclaimed_udp(&mut self) {
+        for unclaimed in self.inherited_udp.drain(..) {
+            tracing::info!(listener = %unclaimed.listener, socket = %unclaimed.key, "UDP socket handed over but not configured; closed");
+        }
+    }
+
+    /// Opens, for a binary upgrade, one forwarding channel per QUIC
+    /// socket: this process keeps one end (used once it drains), and the
+    /// other is returned to be handed over with the socket.
+    pub fn open_quic_channels(&self) -> Vec<(String, String, OwnedFd)> {
+        let mut channels = Vec::new();
+        for (name, running) in &self.running {
+            for (key, bound) in &running.binds {
+                let Some(successor) = &bound.successor else {
+                    continue;
+                };
+                match successor.open() {
+                    Ok(fd) => channels.push((
+                        takeover::escape(name),
+                        format!("{}{key}", takeover::UDP_FORWARD),
+                        fd,
+                    )),
+                    Err(error) => {
+                        tracing::warn!(listener = %name, socket = %key, %error, "cannot open a QUIC handover channel; the new process will read the socket at once");
+                    }
+                }
+            }
+        }
+        channels
+    }
+
+    /// The new process is ready: the QUIC sockets forward what is not
+    /// their own to it from now on.
+    pub fn quic_channels_ready(&self) {
+        for running in self.running.values() {
+            for bound in running.binds.values() {
+                if let Some(successor) = &bound.successor {
+                    successor.ready();
+                }
+            }
+        }
+    }
+
+    /// Forgets the forwarding channels of an abandoned handover.
+    pub fn close_quic_channels(&self) {
+        for running in self.running.values() {
+            for bound in running.binds.values() {
+                if let Some(successor) = &bound.successor {
+                    successor.close();
+                }
+            }
         }
     }
 
@@ -275,15 +382,18 @@ impl Listeners {
         }
     }
 
-    /// Every listening socket, named for a new binary (`takeover`).
+    /// Every listening socket, named for a new binary (`takeover`); a
+    /// QUIC listener's UDP sockets keyed with [`takeover::UDP`].
     pub fn for_handover(&self) -> Vec<(String, String, BorrowedFd<'_>)> {
         self.running
             .iter()
-            // UDP sockets are not handed over (see the module header).
-            .filter(|(_, running)| running.generation.borrow().listener.protocol == Protocol::Tcp)
             .flat_map(|(name, running)| {
                 running.binds.iter().map(|(key, bound)| {
-                    (takeover::escape(name), key.to_string(), bound.dup.as_fd())
+                    let key = match bound.successor {
+                        Some(_) => format!("{}{key}", takeover::UDP),
+                        None => key.to_string(),
+                    };
+                    (takeover::escape(name), key, bound.dup.as_fd())
                 })
             })
             .collect()
@@ -298,7 +408,7 @@ impl Listeners {
 
     /// Binds a QUIC listener's UDP socket on `addr` and runs it.
     fn spawn_quic(
-        &self,
+        &mut self,
         listener: &Listener,
         generation: &watch::Sender<Arc<Generation>>,
         addr: SocketAddr,
@@ -308,11 +418,32 @@ impl Listeners {
             addr,
             source,
         };
-        let socket = quic::bind(listener, addr).map_err(failed)?;
+        // Handed over by the process being replaced, or bound here.
+        let name = takeover::escape(&listener.name);
+        let inherited = self
+            .inherited_udp
+            .iter()
+            .position(|u| u.listener == name && u.key == BindKey::Config(addr))
+            .map(|at| self.inherited_udp.swap_remove(at));
+        let mut handover = Handover::default();
+        let adopted = inherited.is_some();
+        let socket = match inherited {
+            Some(inherited) => {
+                let socket = sockopt::adopt_udp(inherited.socket).map_err(failed)?;
+                handover.predecessor = inherited
+                    .channel
+                    .map(Predecessor::adopt)
+                    .transpose()
+                    .map_err(failed)?;
+                socket
+            }
+            None => quic::bind(listener, addr).map_err(failed)?,
+        };
         let dup = socket.as_fd().try_clone_to_owned().map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);
-        tracing::info!(listener = %listener.name, addr = %local, socket = %BindKey::Config(addr), protocol = "quic", "listening");
-        metrics::metrics().listener_started(&listener.name);
+        tracing::info!(listener = %listener.name, addr = %local, socket = %BindKey::Config(addr), protocol = "quic", inherited = adopted, "listening");
+        let successor = handover.successor.clone();
+        metrics::metrics().listener_started(&listener.name, listener.protocol.as_str());
         let stop = self.shared.stop_accepting.child_token();
         let runtime = quic::Runtime {
             permits: self.shared.permits.clone(),
@@ -325,8 +456,13 @@ impl Listeners {
             generation.subscribe(),
             runtime,
             stop.clone(),
+            handover,
         ));
-        Ok(Bound { stop, dup })
+        Ok(Bound {
+            stop,
+            dup,
+            successor: Some(successor),
+        })
     }
 
     /// Starts one accept loop per runtime worker on `socket`.
@@ -349,7 +485,7 @@ impl Listeners {
         let socket = TcpListener::from_std(socket).map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);
         tracing::info!(listener = %listener.name, addr = %local, socket = %key, "listening");
-        metrics::metrics().listener_started(&listener.name);
+        metrics::metrics().listener_started(&listener.name, listener.protocol.as_str());
         let stop = self.shared.stop_accepting.child_token();
         // One accept loop per worker thread, all on this one socket (see
         // the module header for why not an SO_REUSEPORT group).
@@ -368,6 +504,10 @@ impl Listeners {
                 .run(),
             );
         }
-        Ok(Bound { stop, dup })
+        Ok(Bound {
+            stop,
+            dup,
+            successor: None,
+        })
     }
 }

@@ -10,7 +10,11 @@
 //! lookups, backend address health) are the documented methods at the end.
 //!
 //! Labels are bounded by the configuration, never by the traffic: listener,
-//! route and backend names, close reasons and fixed outcome words. Never the
+//! route and backend names, close reasons and fixed outcome words. Every
+//! per-listener family (accepted, active, closed, bytes, hello outcomes,
+//! limit refusals) also carries `protocol` (`tcp` or `quic`, the listener's
+//! kind): TCP connections and QUIC flows are counted in the same families,
+//! told apart by that label. Never the
 //! SNI, never a client address. The one label that names a backend
 //! *address* (`snirelay_backend_address_up`) is bounded per backend: at
 //! most [`MAX_ADDRESS_SERIES_PER_BACKEND`] addresses, a new one past that
@@ -62,17 +66,23 @@ use crate::reason::{CloseReason, HelloOutcome};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
     listener: String,
+    /// The listener's `protocol` (`tcp` or `quic`): fixed per listener.
+    protocol: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CloseLabels {
     listener: String,
+    /// The listener's `protocol` (`tcp` or `quic`): fixed per listener.
+    protocol: &'static str,
     reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TrafficLabels {
     listener: String,
+    /// The listener's `protocol` (`tcp` or `quic`): fixed per listener.
+    protocol: &'static str,
     route: String,
     backend: String,
 }
@@ -80,6 +90,8 @@ struct TrafficLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HelloLabels {
     listener: String,
+    /// The listener's `protocol` (`tcp` or `quic`): fixed per listener.
+    protocol: &'static str,
     outcome: &'static str,
 }
 
@@ -122,6 +134,8 @@ struct ReasonLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabels {
     listener: String,
+    /// The listener's `protocol` (`tcp` or `quic`): fixed per listener.
+    protocol: &'static str,
     kind: &'static str,
 }
 
@@ -276,6 +290,8 @@ type TrafficSeries = HashMap<Box<str>, HashMap<Box<str>, (Counter, Counter)>>;
 /// and no lock on the metric families once each word has been seen.
 pub struct ListenerMetrics {
     name: Box<str>,
+    /// The `protocol` label of every series (see [`Metrics::listener`]).
+    protocol: &'static str,
     accepted: Counter,
     active: Gauge,
     /// Made on the first ECH hello, like the family's other series.
@@ -314,6 +330,7 @@ impl ListenerMetrics {
         self.count(&self.closed, reason, |listener| {
             m.closed.get_or_create_owned(&CloseLabels {
                 listener,
+                protocol: self.protocol,
                 reason: reason.as_str(),
             })
         });
@@ -322,6 +339,7 @@ impl ListenerMetrics {
             .get_or_init(|| {
                 m.hello.get_or_create_owned(&HelloLabels {
                     listener: self.name.to_string(),
+                    protocol: self.protocol,
                     outcome: outcome.as_str(),
                 })
             })
@@ -331,6 +349,7 @@ impl ListenerMetrics {
                 .get_or_init(|| {
                     m.hello_ech.get_or_create_owned(&ListenerLabels {
                         listener: self.name.to_string(),
+                        protocol: self.protocol,
                     })
                 })
                 .inc();
@@ -348,6 +367,7 @@ impl ListenerMetrics {
             drop(known);
             let labels = TrafficLabels {
                 listener: self.name.to_string(),
+                protocol: self.protocol,
                 route: route.to_owned(),
                 backend: backend.to_owned(),
             };
@@ -372,6 +392,7 @@ impl ListenerMetrics {
         self.count(&self.refused, reason, |listener| {
             metrics().limit_refusals.get_or_create_owned(&LimitLabels {
                 listener,
+                protocol: self.protocol,
                 kind: reason.as_str(),
             })
         });
@@ -574,22 +595,27 @@ impl Metrics {
 
     /// A listener's series exist (at zero) from start-up, so dashboards and
     /// `rate()` see them before the first connection.
-    pub fn listener_started(&self, listener: &str) {
+    pub fn listener_started(&self, listener: &str, protocol: &'static str) {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
+            protocol,
         };
         let _ = self.accepted.get_or_create(&labels);
         let _ = self.active.get_or_create(&labels);
     }
 
     /// The series of `listener`, for its accept loop and connections. Call
-    /// once per accept loop, not per connection (it allocates).
-    pub fn listener(&self, listener: &str) -> Arc<ListenerMetrics> {
+    /// once per accept loop, not per connection (it allocates). A listener
+    /// has one `protocol` (`tcp` or `quic`, the config's word), so the
+    /// label is fixed in the handle and costs nothing per connection.
+    pub fn listener(&self, listener: &str, protocol: &'static str) -> Arc<ListenerMetrics> {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
+            protocol,
         };
         Arc::new(ListenerMetrics {
             name: listener.into(),
+            protocol,
             accepted: self.accepted.get_or_create_owned(&labels),
             active: self.active.get_or_create_owned(&labels),
             hello_ech: OnceLock::new(),
@@ -849,7 +875,7 @@ mod tests {
 
     #[test]
     fn listener_handles_record_the_same_series_as_the_families() {
-        let series = metrics().listener("unit_handles");
+        let series = metrics().listener("unit_handles", "tcp");
         series.accepted();
         series.accepted();
         let closed = Closed {
@@ -873,21 +899,21 @@ mod tests {
         backend.connect_attempt(Err(()));
         let text = metrics().render();
         for line in [
-            "snirelay_connections_accepted_total{listener=\"unit_handles\"} 2",
-            "snirelay_connections_active{listener=\"unit_handles\"} 0",
-            "snirelay_connections_closed_total{listener=\"unit_handles\",reason=\"done\"} 2",
-            "snirelay_client_hellos_total{listener=\"unit_handles\",outcome=\"sni\"} 2",
-            "snirelay_client_hellos_ech_total{listener=\"unit_handles\"} 2",
-            "snirelay_bytes_up_total{listener=\"unit_handles\",route=\"r\",backend=\"b\"} 15",
-            "snirelay_bytes_down_total{listener=\"unit_handles\",route=\"r\",backend=\"b\"} 40",
-            "snirelay_limit_refusals_total{listener=\"unit_handles\",kind=\"limit_rate\"} 1",
+            "snirelay_connections_accepted_total{listener=\"unit_handles\",protocol=\"tcp\"} 2",
+            "snirelay_connections_active{listener=\"unit_handles\",protocol=\"tcp\"} 0",
+            "snirelay_connections_closed_total{listener=\"unit_handles\",protocol=\"tcp\",reason=\"done\"} 2",
+            "snirelay_client_hellos_total{listener=\"unit_handles\",protocol=\"tcp\",outcome=\"sni\"} 2",
+            "snirelay_client_hellos_ech_total{listener=\"unit_handles\",protocol=\"tcp\"} 2",
+            "snirelay_bytes_up_total{listener=\"unit_handles\",protocol=\"tcp\",route=\"r\",backend=\"b\"} 15",
+            "snirelay_bytes_down_total{listener=\"unit_handles\",protocol=\"tcp\",route=\"r\",backend=\"b\"} 40",
+            "snirelay_limit_refusals_total{listener=\"unit_handles\",protocol=\"tcp\",kind=\"limit_rate\"} 1",
             "snirelay_backend_connect_attempts_total{backend=\"unit_handles_b\"} 2",
             "snirelay_backend_connect_failures_total{backend=\"unit_handles_b\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}");
         }
         // Series appear on first use only, as with the families.
-        assert!(!text.contains("listener=\"unit_handles\",reason=\"malformed\""));
+        assert!(!text.contains("listener=\"unit_handles\",protocol=\"tcp\",reason=\"malformed\""));
     }
 
     #[test]

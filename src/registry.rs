@@ -35,8 +35,15 @@
 //! name is no longer local ([`move_out`], reason `moved`); an entry says
 //! whether it went local in one `bool`.
 //!
-//! Not here: connections still in setup (preface, inspect, connect) are not
-//! listed, closed or drained; reload drains (see `drain`).
+//! QUIC flows register the same way once they are open (`quic::listener`:
+//! the hello routed and the backend socket connected), with their
+//! listener's protocol, so an operator lists, filters (`protocol`), closes
+//! and drains them like TCP connections; the flow's task waits on the same
+//! per-entry token and its byte counts go to the entry's [`Activity`].
+//!
+//! Not here: connections still in setup (preface, inspect, connect) and
+//! QUIC flows still pending (hello incomplete) are not listed, closed or
+//! drained; reload drains (see `drain`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -48,7 +55,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cidr::Cidr;
-use crate::config::{Backend, Listener};
+use crate::config::{Backend, Listener, Protocol};
 use crate::drain::unit_fraction;
 use crate::pump::ready::Activity;
 use crate::reason::CloseReason;
@@ -151,6 +158,14 @@ impl Registered {
         &self.entry.closer
     }
 
+    /// The entry itself, for a second holder that only counts activity
+    /// (a QUIC flow's socket task counts the client's datagrams while the
+    /// flow's own task holds this guard). Holding it does not keep the
+    /// connection listed: the guard's drop removes it from the table.
+    pub fn shared(&self) -> Arc<Entry> {
+        self.entry.clone()
+    }
+
     /// The relay's reason, told apart: a stop by an operator is `admin`.
     pub fn reason(&self, relay: CloseReason) -> CloseReason {
         match (relay, self.entry.closed_as.load(Ordering::Acquire)) {
@@ -180,6 +195,8 @@ pub struct Filter {
     pub backend: Option<String>,
     /// Matches the measured client or the claimed one.
     pub client: Option<Cidr>,
+    /// The listener's protocol: TCP connections or QUIC flows.
+    pub protocol: Option<Protocol>,
 }
 
 impl Filter {
@@ -190,6 +207,7 @@ impl Filter {
             && self.sni.is_none()
             && self.backend.is_none()
             && self.client.is_none()
+            && self.protocol.is_none()
     }
 
     fn matches(&self, e: &Entry) -> bool {
@@ -207,6 +225,7 @@ impl Filter {
             && self.client.as_ref().is_none_or(|c| {
                 c.contains(e.client.ip()) || e.claimed.is_some_and(|a| c.contains(a.ip()))
             })
+            && self.protocol.is_none_or(|p| p == e.listener.protocol)
     }
 }
 

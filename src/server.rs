@@ -205,6 +205,14 @@ pub async fn serve(
         .takeover_from
         .as_mut()
         .and_then(|incoming| incoming.take_admin(admin_addr));
+    // So are QUIC listeners' UDP sockets and their forwarding channels.
+    let (inherited_udp, inherited_channels) = match options.takeover_from.as_mut() {
+        Some(incoming) => (
+            incoming.take_keyed(takeover::UDP),
+            incoming.take_keyed(takeover::UDP_FORWARD),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
     let mut pool = Pool::inherit(
         std::mem::take(&mut options.activated),
         options.takeover_from.as_mut(),
@@ -267,6 +275,9 @@ pub async fn serve(
         server.admin = Some(state);
     }
 
+    server
+        .listeners
+        .inherit_udp(inherited_udp, inherited_channels);
     // Open everything before accepting anywhere: a failure leaves nothing half-started.
     let mut opened = Vec::new();
     for listener in &config.listeners {
@@ -282,6 +293,7 @@ pub async fn serve(
         server.listeners.start(generation, sockets, activated)?;
     }
     pool.close_unclaimed();
+    server.listeners.close_unclaimed_udp();
     // Ready for /readyz before the `ready` line, so whoever waits for the
     // line finds the endpoint agreeing.
     server.readiness.set(true);
@@ -331,11 +343,18 @@ pub async fn serve(
                     tracing::warn!("another binary takeover is already in progress; refusing this one");
                     continue;
                 }
+                // Our ends of these stay with the QUIC sockets (used once
+                // the new process is ready); theirs close here once sent.
+                let channels = server.listeners.open_quic_channels();
                 let mut sockets = server.listeners.for_handover();
+                sockets.extend(channels.iter().map(|(l, k, fd)| (l.clone(), k.clone(), fd.as_fd())));
                 if let Some((fd, addr)) = &admin_handover {
                     sockets.push((takeover::ADMIN.to_owned(), addr.to_string(), fd.as_fd()));
                 }
                 handoff_in_progress = takeover::hand_over(stream, &sockets, handoff_tx.clone());
+                if !handoff_in_progress {
+                    server.listeners.close_quic_channels();
+                }
             }
             read = async { reading.as_mut().expect("guarded").finish().await }, if reading.is_some() => {
                 reading = None;
@@ -348,9 +367,12 @@ pub async fn serve(
             Some(ok) = handoff_rx.recv() => {
                 handoff_in_progress = false;
                 if ok {
+                    // Before the drain starts: no new QUIC flow starts here now.
+                    server.listeners.quic_channels_ready();
                     tracing::info!("the new process accepts on our sockets; draining");
                     break REPLACED;
                 }
+                server.listeners.close_quic_channels();
                 tracing::warn!("binary takeover abandoned: the new process did not become ready; still serving");
             }
         }

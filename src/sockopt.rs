@@ -11,7 +11,10 @@
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! A `protocol = "quic"` listener's UDP sockets are bound here too
-//! ([`bind_udp_with`]: v6-only, optional SO_REUSEPORT).
+//! ([`bind_udp_with`]: v6-only, optional SO_REUSEPORT), adopted after a
+//! binary upgrade ([`adopt_udp`]), with the Unix SOCK_SEQPACKET pair that
+//! carries datagrams from the old process to the new one meanwhile
+//! ([`seqpacket_pair`], [`adopt_seqpacket`]; see `quic::handover`).
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
 //! accepted sockets inherit it, and on each backend socket after connect;
@@ -235,6 +238,53 @@ pub fn bind_udp_with(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net:
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+// Binary upgrade of QUIC listeners.
+/// Checks that `fd` is a bound UDP socket (a QUIC listener's, handed over
+/// by the process being replaced) and makes it non-blocking and
+/// close-on-exec.
+pub fn adopt_udp(fd: std::os::fd::OwnedFd) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::from(fd);
+    let domain = socket.domain()?;
+    if socket.r#type()? != Type::DGRAM || !(domain == Domain::IPV4 || domain == Domain::IPV6) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a UDP socket",
+        ));
+    }
+    socket.set_cloexec(true)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// A connected pair of Unix SOCK_SEQPACKET sockets, non-blocking and
+/// close-on-exec: message boundaries are kept (one datagram per message)
+/// and, unlike SOCK_DGRAM, a reader sees end-of-file once the other end
+/// is closed.
+pub fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    let (a, b) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None)?;
+    for socket in [&a, &b] {
+        socket.set_cloexec(true)?;
+        socket.set_nonblocking(true)?;
+    }
+    Ok((a.into(), b.into()))
+}
+
+/// Checks that `fd` is a Unix SOCK_SEQPACKET socket (the far end of
+/// [`seqpacket_pair`], handed over) and makes it non-blocking and
+/// close-on-exec.
+pub fn adopt_seqpacket(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
+    let socket = Socket::from(fd);
+    if socket.r#type()? != Type::SEQPACKET || socket.domain()? != Domain::UNIX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a Unix seqpacket socket",
+        ));
+    }
+    socket.set_cloexec(true)?;
+    socket.set_nonblocking(true)?;
     Ok(socket.into())
 }
 

@@ -37,6 +37,12 @@
 //! could not bind it while the old one holds it), and the old relay stops
 //! serving admin requests once replaced.
 //!
+//! The UDP sockets of `protocol = "quic"` listeners travel too, keyed
+//! [`UDP`] + bind key, each with a Unix SOCK_SEQPACKET socket keyed
+//! [`UDP_FORWARD`] + the same bind key (later in the same message): until the old process lets go of
+//! the UDP socket (its last flow ended), it alone reads it and forwards
+//! what is not its own through that channel (`quic::handover`).
+//!
 //! Not here: the descriptor passing syscalls (`sockopt`), serving, or
 //! which sockets there are (`listeners`).
 
@@ -89,6 +95,18 @@ pub enum TakeoverError {
 /// [`escape`] doubles every backslash of a real listener name, so no
 /// listener can appear on the wire as `\admin`.
 pub const ADMIN: &str = r"\admin";
+
+// Binary upgrade of QUIC listeners.
+/// Key prefix of a QUIC listener's UDP socket on the wire (`udp config
+/// 127.0.0.1:443`): such entries are not TCP listening sockets, and the
+/// new process takes them out ([`Incoming::take_keyed`]) before adopting
+/// the rest.
+pub const UDP: &str = "udp ";
+/// Key prefix of the Unix SOCK_SEQPACKET socket that goes with a UDP
+/// socket (`udp-forward config 127.0.0.1:443`): the old process forwards
+/// the socket's datagrams of flows it does not hold through it until it
+/// lets go of the socket (see `quic::handover`).
+pub const UDP_FORWARD: &str = "udp-forward ";
 
 /// Escapes a listener name for the wire.
 pub fn escape(name: &str) -> String {
@@ -193,6 +211,24 @@ impl Incoming {
             }
         }
         found
+    }
+
+    /// Takes out of the handoff every entry whose key starts with
+    /// `prefix` ([`UDP`], [`UDP_FORWARD`]), with the prefix removed from
+    /// its key.
+    pub fn take_keyed(&mut self, prefix: &str) -> Vec<Received> {
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < self.sockets.len() {
+            if self.sockets[i].key.starts_with(prefix) {
+                let mut received = self.sockets.remove(i);
+                received.key.drain(..prefix.len());
+                taken.push(received);
+            } else {
+                i += 1;
+            }
+        }
+        taken
     }
 
     /// Tells the old process that this one accepts now, so it may drain.

@@ -80,7 +80,7 @@ async fn metrics_move_with_traffic() {
 
     let (status, before) = http_get(admin, "/metrics").await;
     assert_eq!(status, 200);
-    let accepted = "snirelay_connections_accepted_total{listener=\"tls\"}";
+    let accepted = "snirelay_connections_accepted_total{listener=\"tls\",protocol=\"tcp\"}";
     // Series exist from start-up, at zero.
     assert!(before.contains(&format!("{accepted} 0\n")), "{before}");
     assert!(
@@ -114,21 +114,25 @@ async fn metrics_move_with_traffic() {
     let (_, after) = http_get(admin, "/metrics").await;
     let m = |series: &str| metric(&after, series);
     assert_eq!(m(accepted), 3.0, "{after}");
-    assert_eq!(m("snirelay_connections_active{listener=\"tls\"}"), 0.0);
+    assert_eq!(
+        m("snirelay_connections_active{listener=\"tls\",protocol=\"tcp\"}"),
+        0.0
+    );
     for (reason, count) in [("done", 1.0), ("unmatched", 1.0), ("not_tls", 1.0)] {
-        let series =
-            format!("snirelay_connections_closed_total{{listener=\"tls\",reason=\"{reason}\"}}");
+        let series = format!(
+            "snirelay_connections_closed_total{{listener=\"tls\",protocol=\"tcp\",reason=\"{reason}\"}}"
+        );
         assert_eq!(m(&series), count, "{series}\n{after}");
     }
     assert_eq!(
-        m("snirelay_client_hellos_total{listener=\"tls\",outcome=\"sni\"}"),
+        m("snirelay_client_hellos_total{listener=\"tls\",protocol=\"tcp\",outcome=\"sni\"}"),
         2.0
     );
     assert_eq!(
-        m("snirelay_client_hellos_total{listener=\"tls\",outcome=\"not_tls\"}"),
+        m("snirelay_client_hellos_total{listener=\"tls\",protocol=\"tcp\",outcome=\"not_tls\"}"),
         1.0
     );
-    let traffic = format!("{{listener=\"tls\",route=\"{NAME}\",backend=\"b\"}}");
+    let traffic = format!("{{listener=\"tls\",protocol=\"tcp\",route=\"{NAME}\",backend=\"b\"}}");
     let up = m(&format!("snirelay_bytes_up_total{traffic}"));
     let down = m(&format!("snirelay_bytes_down_total{traffic}"));
     assert_eq!(up, done["bytes.up"].as_f64().unwrap(), "{after}");
@@ -170,7 +174,9 @@ async fn failed_backend_connects_are_counted() {
         1.0
     );
     assert_eq!(
-        m("snirelay_connections_closed_total{listener=\"tls\",reason=\"connect_failed\"}"),
+        m(
+            "snirelay_connections_closed_total{listener=\"tls\",protocol=\"tcp\",reason=\"connect_failed\"}"
+        ),
         1.0
     );
 }
@@ -364,7 +370,10 @@ async fn readyz_turns_503_while_draining() {
     assert_eq!(&back, b"pong");
     let (_, text) = http_get(admin, "/metrics").await;
     assert_eq!(
-        metric(&text, "snirelay_connections_active{listener=\"tls\"}"),
+        metric(
+            &text,
+            "snirelay_connections_active{listener=\"tls\",protocol=\"tcp\"}"
+        ),
         1.0
     );
 }

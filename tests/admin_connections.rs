@@ -173,7 +173,7 @@ async fn connections_are_listed_filtered_paged_and_closed_by_filter() {
     assert_eq!(
         metric(
             &metrics,
-            "snirelay_connections_closed_total{listener=\"tls\",reason=\"admin\"}"
+            "snirelay_connections_closed_total{listener=\"tls\",protocol=\"tcp\",reason=\"admin\"}"
         ),
         2.0,
         "{metrics}"
@@ -396,4 +396,125 @@ async fn a_route_drain_closes_its_connections_within_the_window_and_the_route_st
     assert_eq!(answer.json()["window_seconds"], 2.0, "{answer:?}");
     assert_eq!(relay.closed_line(other.local).await["close"], "drained");
     echo_once(&mut fresh.tls, b"still served").await.unwrap();
+}
+
+include!("support/quic_capture.rs");
+
+/// A QUIC flow is listed beside a TCP connection, with protocol `quic`, its
+/// SNI and route; `protocol` filters; `DELETE` ends it with reason `admin`
+/// (the TCP one untouched) and a route drain with `drained`; the status page shows the listener's protocol
+/// and counts the open flow on its route; the metrics count it under
+/// `protocol="quic"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_flows_are_listed_filtered_and_closed_like_connections() {
+    let pki = Pki::new(&[APP]);
+    let backend = tls_echo_backend(&pki).await;
+    let udp_backend = udp_echo_backend().await;
+    let tokens = token_file(&format!("ops:{TOKEN}\n"));
+    let relay = Relay::start(&format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
+         [[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\n\
+         [[listener]]\nname = \"quic\"\nprotocol = \"quic\"\nlisten = [\"127.0.0.1:0\"]\n\n\
+         [[route]]\nname = \"app\"\nlistener = \"tls\"\nsni = [\"{APP}\"]\nbackend = \"b\"\n\n\
+         [[route]]\nname = \"h3\"\nlistener = \"quic\"\nsni = [\"localhost\"]\nbackend = \"u\"\n\n\
+         [backend.b]\naddresses = [\"{backend}\"]\n\n\
+         [backend.u]\naddresses = [\"{udp_backend}\"]\n",
+        tokens.display()
+    ))
+    .await;
+    let admin = relay.admin_addr().await;
+    let mut tcp = open(&pki, &relay, APP).await;
+    // ngtcp2's one-datagram hello names `localhost`.
+    let hello = capture("ngtcp2").remove(0);
+    let flow = open_quic_flow(relay.addr_of("quic"), &hello).await;
+    let flow_addr = flow.local_addr().unwrap();
+    udp_round_trip(&flow, relay.addr_of("quic"), b"after the hello").await;
+
+    let all = listing(admin, "").await;
+    assert_eq!(ids(&all).len(), 2, "{all}");
+    let quic = listing(admin, "?protocol=quic").await;
+    assert_eq!(ids(&quic).len(), 1, "{quic}");
+    let listed = &quic["connections"][0];
+    assert_eq!(listed["protocol"], "quic");
+    assert_eq!(listed["listener"], "quic");
+    assert_eq!(listed["route"], "h3");
+    assert_eq!(listed["sni"], "localhost");
+    assert_eq!(listed["backend"], "u");
+    assert_eq!(listed["backend_address"], udp_backend.to_string());
+    assert_eq!(listed["client"], flow_addr.to_string());
+    // Counted from the held hello on, both ways.
+    let up = listed["bytes_up"].as_u64().unwrap();
+    assert!(
+        up >= (hello.len() + "after the hello".len()) as u64,
+        "{listed}"
+    );
+    assert!(
+        listed["bytes_down"].as_u64().unwrap() >= hello.len() as u64,
+        "{listed}"
+    );
+    let tcp_only = listing(admin, "?protocol=tcp").await;
+    assert_eq!(ids(&tcp_only).len(), 1, "{tcp_only}");
+    assert_eq!(tcp_only["connections"][0]["protocol"], "tcp");
+    let bad = call(admin, "GET", "/connections?protocol=udp", Some(TOKEN)).await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(bad.json()["error"], "protocol=\"udp\" is not tcp or quic");
+
+    // The status page: the listener's protocol, and the open flow on its route.
+    let (status, page) = http_get(admin, "/").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<tr><td>quic</td><td>quic</td>"), "{page}");
+    assert!(page.contains("<tr><td>tls</td><td>tcp</td>"), "{page}");
+    assert!(page.contains("data-route-open=\"h3\">1<"), "{page}");
+
+    // Closed by filter: the flow ends as `admin`, the TCP connection stays.
+    let closed = call(admin, "DELETE", "/connections?protocol=quic", Some(TOKEN)).await;
+    assert_eq!(closed.status, 200, "{closed:?}");
+    assert_eq!(closed.json()["closed"], 1);
+    let line = relay.closed_line(flow_addr).await;
+    assert_eq!(line["close"], "admin", "{line}");
+    assert_eq!(line["protocol"], "quic");
+    assert_eq!(line["route"], "h3");
+    echo_once(&mut tcp.tls, b"untouched").await.unwrap();
+    assert_eq!(ids(&listing(admin, "").await).len(), 1);
+
+    // An operator's route drain ends a flow as `drained`.
+    let drained_flow = open_quic_flow(relay.addr_of("quic"), &hello).await;
+    let drain = send(
+        admin,
+        "POST",
+        "/routes/h3/drain",
+        Some(TOKEN),
+        r#"{"window": "100ms"}"#,
+    )
+    .await;
+    assert_eq!(drain.status, 200, "{drain:?}");
+    let line = relay.closed_line(drained_flow.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "drained", "{line}");
+    assert_eq!(line["protocol"], "quic");
+
+    let metrics = http_get(admin, "/metrics").await.1;
+    for (series, value) in [
+        (
+            "snirelay_connections_closed_total{listener=\"quic\",protocol=\"quic\",reason=\"admin\"}",
+            1.0,
+        ),
+        (
+            "snirelay_connections_accepted_total{listener=\"quic\",protocol=\"quic\"}",
+            2.0,
+        ),
+        (
+            "snirelay_connections_closed_total{listener=\"quic\",protocol=\"quic\",reason=\"drained\"}",
+            1.0,
+        ),
+        (
+            "snirelay_connections_active{listener=\"quic\",protocol=\"quic\"}",
+            0.0,
+        ),
+        (
+            "snirelay_connections_active{listener=\"tls\",protocol=\"tcp\"}",
+            1.0,
+        ),
+    ] {
+        assert_eq!(metric(&metrics, series), value, "{series}\n{metrics}");
+    }
 }

@@ -433,7 +433,7 @@ async fn drain_keeps_open_connections_and_maint_closes_them_within_drain_timeout
     assert_eq!(
         metric(
             &text,
-            "snirelay_connections_closed_total{listener=\"tls\",reason=\"address_maint\"}"
+            "snirelay_connections_closed_total{listener=\"tls\",protocol=\"tcp\",reason=\"address_maint\"}"
         ),
         1.0,
         "{text}"

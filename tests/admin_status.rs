@@ -100,7 +100,7 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
     let (status, _) = http_get(admin, "/").await;
     assert_eq!(status, 200);
     let first_sample = tokio::time::Instant::now();
-    let accepted = "snirelay_connections_accepted_total{listener=\"tls\"}";
+    let accepted = "snirelay_connections_accepted_total{listener=\"tls\",protocol=\"tcp\"}";
 
     // Long-lived sessions that stay open throughout, and a load of short
     // ones beside them.
@@ -143,10 +143,10 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
     }
     assert!(counters >= 6, "{shown:?}");
     for series in [
-        "snirelay_connections_accepted_total{listener=\"tls\"}",
-        "snirelay_connections_active{listener=\"tls\"}",
-        "snirelay_bytes_up_total{listener=\"tls\",route=\"app\",backend=\"b\"}",
-        "snirelay_bytes_down_total{listener=\"tls\",route=\"app\",backend=\"b\"}",
+        "snirelay_connections_accepted_total{listener=\"tls\",protocol=\"tcp\"}",
+        "snirelay_connections_active{listener=\"tls\",protocol=\"tcp\"}",
+        "snirelay_bytes_up_total{listener=\"tls\",protocol=\"tcp\",route=\"app\",backend=\"b\"}",
+        "snirelay_bytes_down_total{listener=\"tls\",protocol=\"tcp\",route=\"app\",backend=\"b\"}",
         "snirelay_backend_connect_attempts_total{backend=\"b\"}",
         "snirelay_backend_connect_failures_total{backend=\"b\"}",
         "snirelay_connections_draining",
@@ -176,7 +176,8 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
     let report = load.await.unwrap();
     assert!(report.succeeded > 20, "{report:?}");
     assert!(report.failures.is_empty(), "{report:?}");
-    let closed = "snirelay_connections_closed_total{listener=\"tls\",reason=\"done\"}";
+    let closed =
+        "snirelay_connections_closed_total{listener=\"tls\",protocol=\"tcp\",reason=\"done\"}";
     wait_until_metric(admin, closed, report.succeeded as f64).await;
     let dom = rendered_dom(&url).await;
     let (_, now) = http_get(admin, "/metrics").await;
@@ -186,7 +187,7 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
     let shown = tagged_numbers(&dom);
     let value_of = |series: &str| shown.iter().find(|(s, _)| s == series).map(|(_, v)| *v);
     assert_eq!(
-        value_of("snirelay_connections_active{listener=\"tls\"}"),
+        value_of("snirelay_connections_active{listener=\"tls\",protocol=\"tcp\"}"),
         Some(HELD as f64)
     );
     assert_eq!(value_of(closed), Some(report.succeeded as f64));

@@ -280,7 +280,7 @@ async fn a_pushed_name_goes_local_and_when_it_moves_its_connection_closes_as_mov
     assert_eq!(
         metric(
             &text,
-            "snirelay_connections_closed_total{listener=\"tls\",reason=\"moved\"}"
+            "snirelay_connections_closed_total{listener=\"tls\",protocol=\"tcp\",reason=\"moved\"}"
         ),
         1.0
     );

@@ -20,7 +20,10 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, scratch_dir, wait_udp_bound};
+use common::{
+    NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, open_quic_flow, scratch_dir,
+    udp_echo_backend, udp_round_trip, wait_udp_bound,
+};
 use serde_json::Value;
 use tokio::net::UdpSocket;
 
@@ -274,15 +277,7 @@ async fn a_datagram_that_is_not_quic_ends_its_flow_as_not_quic() {
 async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
     const MAX_CONNECTIONS: usize = 40;
     const FLOOD: usize = 5000;
-    // A UDP echo backend.
-    let backend = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let backend_addr = backend.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((len, from)) = backend.recv_from(&mut buf).await {
-            let _ = backend.send_to(&buf[..len], from).await;
-        }
-    });
+    let backend_addr = udp_echo_backend().await;
     let relay = Relay::start(&quic_config(
         &["*"],
         backend_addr,
@@ -294,17 +289,7 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
 
     // An established flow: ngtcp2's one-datagram hello, echoed back.
     let hello = capture("ngtcp2").remove(0);
-    let open = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    open.send_to(&hello, relay_addr).await.unwrap();
-    let mut buf = vec![0u8; 65536];
-    let Ok(received) = tokio::time::timeout(WAIT, open.recv_from(&mut buf)).await else {
-        panic!(
-            "the hello not echoed within the wait; log: {:#?}",
-            relay.log_lines()
-        );
-    };
-    let (len, _) = received.unwrap();
-    assert_eq!(&buf[..len], &hello[..]);
+    let open = open_quic_flow(relay_addr, &hello).await;
 
     // The flood: the first datagram of Chromium's two-datagram hello (so
     // every flow stays pending), each from a port of its own.
@@ -316,31 +301,9 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
 
     // The established flow still works after the flood. The relay's
     // receive queue may still be full of the flood, which drops datagrams
-    // as a network would: so the message is sent again every 200 ms, as a
-    // QUIC endpoint retransmits, until its echo comes (bounded by WAIT).
-    let echoed = tokio::time::timeout(WAIT, async {
-        loop {
-            open.send_to(b"still here", relay_addr).await.unwrap();
-            let retransmit = tokio::time::sleep(std::time::Duration::from_millis(200));
-            tokio::pin!(retransmit);
-            loop {
-                tokio::select! {
-                    received = open.recv_from(&mut buf) => {
-                        let (len, _) = received.unwrap();
-                        if &buf[..len] == b"still here" {
-                            return;
-                        }
-                    }
-                    () = &mut retransmit => break,
-                }
-            }
-        }
-    })
-    .await;
-    assert!(
-        echoed.is_ok(),
-        "no echo through the open flow after the flood"
-    );
+    // as a network would: the helper sends again every 200 ms, as a QUIC
+    // endpoint retransmits, until its echo comes (bounded by WAIT).
+    udp_round_trip(&open, relay_addr, b"still here").await;
 
     // New flows were dropped at the bound, which never let more than half
     // of the connection permits be pending.

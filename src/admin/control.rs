@@ -10,9 +10,10 @@
 //!
 //! - `GET /connections`: the open relaying connections, by ascending id,
 //!   a page at a time (`limit`, default 100, at most 1,000; `after=ID` for
-//!   the next page), filtered by `listener`, `route`, `sni` (exact,
-//!   lowercase), `backend`, `client` (an IP or CIDR prefix, matching the
-//!   measured or the claimed client) and `id`. `DELETE /connections` with
+//!   the next page), filtered by `listener`, `protocol` (`tcp` or `quic`:
+//!   QUIC flows are listed too), `route`, `sni` (exact, lowercase),
+//!   `backend`, `client` (an IP or CIDR prefix, matching the measured or
+//!   the claimed client) and `id`. `DELETE /connections` with
 //!   at least one filter closes the matching ones with reason `admin` and
 //!   answers how many. See `crate::registry`.
 //! - `POST /routes/{route}/drain` with `{"window": "30s"}` (optional;
@@ -458,6 +459,17 @@ fn conn_query(query: Option<&str>, listing: bool) -> Result<ConnQuery, Refused> 
             "route" => f.route = Some(value),
             "sni" => f.sni = Some(value.to_ascii_lowercase()),
             "backend" => f.backend = Some(value),
+            "protocol" => {
+                f.protocol = Some(match value.as_str() {
+                    "tcp" => crate::config::Protocol::Tcp,
+                    "quic" => crate::config::Protocol::Quic,
+                    _ => {
+                        return Err(Refused::bad(format!(
+                            "protocol={value:?} is not tcp or quic"
+                        )));
+                    }
+                })
+            }
             "client" => {
                 let cidr = value.parse::<Cidr>().or_else(|_| {
                     value
@@ -487,9 +499,9 @@ fn conn_query(query: Option<&str>, listing: bool) -> Result<ConnQuery, Refused> 
             }
             _ => {
                 let known = if listing {
-                    "listener, route, sni, backend, client, id, after, limit"
+                    "listener, protocol, route, sni, backend, client, id, after, limit"
                 } else {
-                    "listener, route, sni, backend, client, id"
+                    "listener, protocol, route, sni, backend, client, id"
                 };
                 return Err(Refused::bad(format!(
                     "unknown parameter {key:?} (known: {known})"
@@ -511,6 +523,8 @@ fn list_connections(_call: &Call<'_>) -> Result<Value, Refused> {
 struct ConnView<'a> {
     id: u64,
     listener: &'a str,
+    /// `tcp` for a connection, `quic` for a QUIC flow.
+    protocol: &'static str,
     route: &'a str,
     sni: Option<&'a str>,
     backend: &'a str,
@@ -549,6 +563,7 @@ async fn listing(query: Option<String>) -> Result<String, Refused> {
                 ConnView {
                     id: e.id,
                     listener: &e.listener.name,
+                    protocol: e.listener.protocol.as_str(),
                     route: &e.route,
                     sni: e.sni.as_deref(),
                     backend: &e.backend.name,
@@ -579,7 +594,7 @@ fn close_connections(call: &Call<'_>) -> Result<Value, Refused> {
     let q = conn_query(call.query, false)?;
     if q.filter.is_empty() {
         return Err(Refused::bad(
-            "name a filter (listener, route, sni, backend, client or id)",
+            "name a filter (listener, protocol, route, sni, backend, client or id)",
         ));
     }
     let closed = registry::close(&q.filter);

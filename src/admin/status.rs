@@ -8,7 +8,8 @@
 //! same exposition `/metrics` serves (`metrics::Metrics::render`,
 //! parsed back here), so the page and a scrape taken at the same moment
 //! agree by construction; each such number carries `data-metric` with its
-//! exact series text (`snirelay_connections_accepted_total{listener="tls"}`)
+//! exact series text
+//! (`snirelay_connections_accepted_total{listener="tls",protocol="tcp"}`)
 //! so a reader (or a test) can compare the two. What `/metrics` does not
 //! carry per address comes from the backends' run-time state
 //! (`backend::EndpointState`: operator state, health, open connections, the
@@ -283,7 +284,10 @@ pub fn render(state: &AdminState) -> String {
     for listener in &config.listeners {
         let s = series(
             "snirelay_connections_accepted_total",
-            &[("listener", &listener.name)],
+            &[
+                ("listener", &listener.name),
+                ("protocol", listener.protocol.as_str()),
+            ],
         );
         counts.insert(s.clone(), samples.value(&s));
     }
@@ -361,16 +365,20 @@ pub fn render(state: &AdminState) -> String {
     // Listeners.
     h.push_str(
         "<h2>Listeners</h2><div class=\"scroll\"><table id=\"listeners\"><tr><th>listener</th>\
-         <th>addresses</th><th>open</th><th>accepted</th><th>conn/s</th><th>routes</th></tr>",
+         <th>protocol</th><th>addresses</th><th>open</th><th>accepted</th><th>conn/s</th><th>routes</th></tr>",
     );
     for listener in &config.listeners {
-        let l = [("listener", listener.name.as_str())];
+        let l = [
+            ("listener", listener.name.as_str()),
+            ("protocol", listener.protocol.as_str()),
+        ];
         let accepted = series("snirelay_connections_accepted_total", &l);
         let listen: Vec<String> = listener.listen.iter().map(|a| a.to_string()).collect();
         let _ = write!(
             h,
-            "<tr><td>{name}</td><td>{listen}</td>{open}{acc}{rate}<td class=\"n\">{routes}</td></tr>",
+            "<tr><td>{name}</td><td>{protocol}</td><td>{listen}</td>{open}{acc}{rate}<td class=\"n\">{routes}</td></tr>",
             name = escape(&listener.name),
+            protocol = listener.protocol.as_str(),
             listen = escape(&listen.join(" ")),
             open = metric_cell(&samples, &series("snirelay_connections_active", &l)),
             acc = metric_cell(&samples, &accepted),
@@ -416,6 +424,7 @@ pub fn render(state: &AdminState) -> String {
                 };
                 let l = [
                     ("listener", listener.name.as_str()),
+                    ("protocol", listener.protocol.as_str()),
                     ("route", route.name.as_str()),
                     ("backend", backend.as_str()),
                 ];

@@ -31,7 +31,11 @@
 //!   an ICMP port unreachable before it, is the address's passive health
 //!   verdict), and ends the flow at `idle_timeout` with no datagram either
 //!   way, when its route drains after a reload or its address is put in
-//!   `maint` (`address_maint`), or on shutdown;
+//!   `maint` (`address_maint`), on shutdown, or when an operator closes or
+//!   drains it: an open flow is in the connection registry
+//!   (`crate::registry`, admin `/connections` and the status page) like a
+//!   TCP connection, with protocol `quic`, and ends with the same reasons
+//!   (`admin`, `drained`);
 //! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
 //!   `malformed`, `too_large`, `no_sni`...).
 //!
@@ -53,13 +57,19 @@
 //! or the drain timeout closes them. A listener (or address) a reload
 //! removes ends its flows at once.
 //!
+//! Binary upgrade ([`super::handover`]): the socket is handed to the new
+//! process, but only one process reads it at a time. A replaced process
+//! keeps reading while it drains, relays its own flows as before and
+//! forwards the datagrams of any other client to its successor (instead of
+//! dropping them as on a plain stop); the new process reads that channel
+//! instead of the socket until it closes (the old one's last flow ended),
+//! then the socket.
+//!
 //! Not here (yet): recvmmsg/sendmmsg and GSO/GRO batching (one system call
 //! per datagram, through tokio's `UdpSocket`); following a client to a new
-//! address by connection ID (NAT rebinding: a flow is its address); binary
-//! upgrade (UDP sockets are not handed over); closing a flow whose name a
-//! push of local names dropped (flows are not in the connection registry);
-//! Retry and PROXY headers (not asked; a cluster's hop header is not sent
-//! over UDP).
+//! address by connection ID (NAT rebinding: a flow is its address);
+//! closing a flow whose name a push of local names dropped; Retry and
+//! PROXY headers (not asked; a cluster's hop header is not sent over UDP).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -74,6 +84,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Version;
+use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::{Limits, Parser, QuicHello, Verdict};
 use super::pick::{self, Ask, Health, Picked};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
@@ -85,6 +96,8 @@ use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::metrics::{self, ListenerMetrics};
+use crate::pump::ready::{Activity, Side};
+use crate::registry::{self, Entry, Registered};
 use crate::route::NoRoute;
 
 /// Pending flows (hello not complete yet) per listening socket.
@@ -119,12 +132,15 @@ pub fn bind(listener: &Listener, addr: SocketAddr) -> std::io::Result<std::net::
 }
 
 /// Runs `socket` until `stop` fires (the address or listener went away:
-/// every flow ends at once) or the process drains and its last flow ended.
+/// every flow ends at once) or the process drains and its last flow ended
+/// (and, after an upgrade, its predecessor let go of the socket: see
+/// [`handover`]).
 pub async fn run_socket(
     socket: std::net::UdpSocket,
     generation: watch::Receiver<Arc<Generation>>,
     runtime: Runtime,
     stop: CancellationToken,
+    handover: Handover,
 ) {
     let sockets = socket
         .try_clone()
@@ -137,7 +153,8 @@ pub async fn run_socket(
         }
     };
     let mut task = SocketTask::new(Arc::new(socket), now, generation, runtime, stop);
-    task.run().await;
+    task.successor = handover.successor;
+    task.run(handover.predecessor).await;
 }
 
 /// Datagrams and bytes each way, and the last activity, of one flow.
@@ -260,6 +277,8 @@ struct Open {
     now: std::net::UdpSocket,
     stats: Arc<Stats>,
     started: Instant,
+    /// The flow's registry entry (admin `/connections`), for its counts.
+    entry: Arc<Entry>,
 }
 
 /// A flow whose hello is routed, waiting for its backend address (a DNS
@@ -317,6 +336,11 @@ struct SocketTask {
     /// Connecting flows' address lookups report here.
     chosen_tx: mpsc::UnboundedSender<Chosen>,
     chosen_rx: mpsc::UnboundedReceiver<Chosen>,
+    /// The process that replaces this one, once a binary upgrade handed
+    /// the socket over: datagrams of flows not held here go there.
+    successor: Arc<Successor>,
+    /// The listener's metric series, made on the first flow.
+    metrics: Option<Arc<ListenerMetrics>>,
 }
 
 impl SocketTask {
@@ -347,11 +371,19 @@ impl SocketTask {
             last_summary: None,
             chosen_tx,
             chosen_rx,
+            successor: Arc::default(),
+            metrics: None,
         }
     }
 
-    async fn run(&mut self) {
+    /// Serves the socket; after a binary upgrade, `predecessor` is the
+    /// old process's channel, read instead of the socket until it closes.
+    async fn run(&mut self, mut predecessor: Option<Predecessor>) {
         let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut forwarded = match predecessor {
+            Some(_) => vec![0u8; handover::HEADER + MAX_DATAGRAM],
+            None => Vec::new(),
+        };
         let mut sweep = tokio::time::interval(SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -359,11 +391,20 @@ impl SocketTask {
             if self.stop.is_cancelled() && !draining {
                 break;
             }
-            if draining && self.flows.is_empty() {
+            // Not while a predecessor still reads the socket: whoever
+            // replaces this process would then read it alongside.
+            if draining && self.flows.is_empty() && predecessor.is_none() {
                 break;
             }
             tokio::select! {
-                received = self.socket.recv_from(&mut buf) => match received {
+                received = async { predecessor.as_ref().expect("guarded").recv(&mut forwarded).await }, if predecessor.is_some() => match received {
+                    Some((from, end)) => self.datagram(&forwarded[handover::HEADER..end], from),
+                    None => {
+                        predecessor = None;
+                        tracing::info!(listener = %self.generation.borrow().listener.name, "the previous process let go of the QUIC socket; reading it now");
+                    }
+                },
+                received = self.socket.recv_from(&mut buf), if predecessor.is_none() => match received {
                     Ok((len, from)) => self.datagram(&buf[..len], from),
                     // ICMP errors of earlier sends and the like: the
                     // socket itself still works.
@@ -393,6 +434,7 @@ impl SocketTask {
         match self.flows.get_mut(&from) {
             Some(Flow::Open(open)) => {
                 open.stats.up(datagram.len(), open.started);
+                moved(&open.entry.activity, Side::Up, datagram.len());
                 // UDP: a datagram the socket cannot take now is dropped,
                 // as the network would; QUIC retransmits.
                 let _ = open.now.send(datagram);
@@ -411,6 +453,11 @@ impl SocketTask {
                 }
             }
             None => {
+                // Replaced (a binary upgrade): a new flow is the new
+                // process's, which reads the socket once this one is done.
+                if self.successor.forward(from, datagram) {
+                    return;
+                }
                 if self.start(datagram, from) {
                     self.feed(datagram, from);
                 }
@@ -437,7 +484,14 @@ impl SocketTask {
         };
         let generation = self.generation.borrow().clone();
         let listener = generation.listener.clone();
-        let metrics = metrics::metrics().listener(&listener.name);
+        // One handle per socket (a listener keeps its name and protocol),
+        // so a flow's metrics cost atomic adds, as a TCP connection's.
+        let metrics = self
+            .metrics
+            .get_or_insert_with(|| {
+                metrics::metrics().listener(&listener.name, listener.protocol.as_str())
+            })
+            .clone();
         let peer = PeerAddr(from);
         let admitted = match generation.admission.admit(Source::Peer(peer)) {
             Ok(admitted) => admitted,
@@ -727,7 +781,7 @@ impl SocketTask {
             addr: backend_addr,
             in_flight,
             mut health,
-            ..
+            local,
         } = picked;
         record.backend_addr = Some(backend_addr);
         let (backend, now) = match connect(backend_addr) {
@@ -749,12 +803,41 @@ impl SocketTask {
         let drain = in_flight.state().drain_part(drain.signal()).enter();
         let stats = record.stats.clone();
         let started = record.started;
+        // Listed, filtered and closable by the admin listener like a TCP
+        // connection (a `local` one also by a push of local names); its
+        // stop is a child of this socket's `close_flows`.
+        let route = record.route.clone().unwrap_or_default();
+        let routed = record
+            .backend
+            .clone()
+            .expect("a flow is opened after it was routed to a backend");
+        let registered = registry::register(
+            registry::Meta {
+                id: record.id,
+                listener: &record.listener,
+                route: &route,
+                sni: record.sni.as_deref(),
+                backend: &routed,
+                backend_addr,
+                client: from,
+                claimed: None,
+                accepted: started,
+                local,
+            },
+            &self.close_flows,
+        );
+        moved(
+            registered.activity(),
+            Side::Up,
+            stats.bytes_up.load(Ordering::Relaxed) as usize,
+        );
         self.flows.insert(
             from,
             Flow::Open(Open {
                 now,
                 stats,
                 started,
+                entry: registered.shared(),
             }),
         );
         let flow = FlowTask {
@@ -763,7 +846,7 @@ impl SocketTask {
             socket: self.socket.clone(),
             client: from,
             idle,
-            close: self.close_flows.clone(),
+            registered,
             ended: self.ended_tx.clone(),
             drain,
             health,
@@ -796,6 +879,12 @@ fn flow_record(
     }
 }
 
+/// Counts `len` bytes toward `side` in a registry entry's activity.
+fn moved(activity: &Activity, side: Side, len: usize) {
+    activity.add(side, len);
+    activity.touch();
+}
+
 /// One UDP socket of the backend's family, connected to `addr`, so that
 /// only its datagrams are read from it: the tokio socket its task reads,
 /// and a duplicate for sends that must not wait.
@@ -818,7 +907,9 @@ struct FlowTask {
     socket: Arc<UdpSocket>,
     client: SocketAddr,
     idle: Duration,
-    close: CancellationToken,
+    /// Its registry entry: removed when the flow ends; its stop fires on
+    /// this socket's close or an operator's `DELETE /connections`.
+    registered: Registered,
     ended: mpsc::UnboundedSender<SocketAddr>,
     drain: DrainGuard,
     /// What the flow tells its address's passive health.
@@ -839,7 +930,7 @@ async fn relay_back(flow: FlowTask) {
         socket,
         client,
         idle,
-        close,
+        registered,
         ended,
         drain,
         mut health,
@@ -858,6 +949,7 @@ async fn relay_back(flow: FlowTask) {
                 Ok(len) => {
                     health.answered(&in_flight, started);
                     record.stats.down(len, started);
+                    moved(registered.activity(), Side::Down, len);
                     let _ = socket.send_to(&buf[..len], client).await;
                 }
                 // An ICMP port unreachable for an earlier datagram: a
@@ -881,10 +973,13 @@ async fn relay_back(flow: FlowTask) {
             }
             // Its route drained by a reload, or its address put in `maint`.
             () = &mut closing => break drain.reason(),
-            () = close.cancelled() => break CloseReason::Shutdown,
+            // Shutdown, or an operator's close or drain (told apart by
+            // the entry, as for TCP).
+            () = registered.stop().cancelled() => break registered.reason(CloseReason::Shutdown),
         }
     };
     drop(in_flight);
+    drop(registered);
     record.close(reason);
     let _ = ended.send(client);
 }

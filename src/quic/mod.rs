@@ -20,6 +20,7 @@
 //! [`initial::Verdict::UnknownVersion`]; answering it is the backend's
 //! business, since only the backend knows which versions it speaks).
 
+pub mod handover;
 pub mod initial;
 pub mod listener;
 pub mod pick;

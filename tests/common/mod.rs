@@ -1462,3 +1462,69 @@ pub fn ech_hello(config_id: u8, public_name: &str, inner_name: &str) -> Vec<u8> 
             .with_no_client_auth();
     hello_bytes(config, inner_name)
 }
+
+// ---------------------------------------------------------------- QUIC flows
+
+/// A UDP backend that echoes every datagram to its sender (a stand-in for
+/// a QUIC server once a flow is open: the relay no longer reads its
+/// datagrams).
+pub async fn udp_echo_backend() -> SocketAddr {
+    let backend = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = backend.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((len, from)) = backend.recv_from(&mut buf).await {
+            let _ = backend.send_to(&buf[..len], from).await;
+        }
+    });
+    addr
+}
+
+/// Sends `message` from `client` to `to` and waits for it to come back,
+/// sending it again every 200 ms (as a QUIC endpoint retransmits) until
+/// its echo arrives, within [`WAIT`]. Other datagrams are skipped. Returns
+/// how many times it was sent.
+pub async fn udp_round_trip(
+    client: &tokio::net::UdpSocket,
+    to: SocketAddr,
+    message: &[u8],
+) -> usize {
+    let mut buf = vec![0u8; 65536];
+    let mut sent = 0;
+    let echoed = tokio::time::timeout(WAIT, async {
+        loop {
+            client.send_to(message, to).await.unwrap();
+            sent += 1;
+            let retransmit = tokio::time::sleep(Duration::from_millis(200));
+            tokio::pin!(retransmit);
+            loop {
+                tokio::select! {
+                    received = client.recv_from(&mut buf) => {
+                        let (len, _) = received.unwrap();
+                        if &buf[..len] == message {
+                            return;
+                        }
+                    }
+                    () = &mut retransmit => break,
+                }
+            }
+        }
+    })
+    .await;
+    assert!(
+        echoed.is_ok(),
+        "no echo of a {}-byte datagram from {to} within {WAIT:?}",
+        message.len()
+    );
+    sent
+}
+
+/// Opens a QUIC flow through the relay's quic listener at `relay`: sends
+/// `hello` (a captured one-datagram first flight) from a fresh socket and
+/// waits for its echo from a [`udp_echo_backend`]. The flow is open (and
+/// listed by the admin listener) once the echo is back.
+pub async fn open_quic_flow(relay: SocketAddr, hello: &[u8]) -> tokio::net::UdpSocket {
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    udp_round_trip(&client, relay, hello).await;
+    client
+}
