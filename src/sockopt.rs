@@ -11,7 +11,10 @@
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! A `protocol = "quic"` listener's UDP sockets are bound here too
-//! ([`bind_udp_with`]: v6-only, optional SO_REUSEPORT).
+//! ([`bind_udp_with`]: v6-only, optional SO_REUSEPORT), and its flows'
+//! backend sockets ask for UDP GRO here ([`enable_udp_gro`]); the options
+//! quinn-udp sets on a listening socket for batched I/O (GRO, IP_PKTINFO,
+//! no fragmentation) are set inside that crate (`quic::io`).
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
 //! accepted sockets inherit it, and on each backend socket after connect;
@@ -236,6 +239,15 @@ pub fn bind_udp_with(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net:
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     Ok(socket.into())
+}
+
+/// Asks the kernel to coalesce datagrams of one source into one receive
+/// (UDP_GRO, Linux 5.0 and later) on a QUIC flow's backend socket. An
+/// error means the kernel cannot: the socket then reads one datagram per
+/// slot, which changes nothing else.
+pub fn enable_udp_gro(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
+    nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::UdpGroSegment, &true)
+        .map_err(io::Error::from)
 }
 
 /// Checks that `fd` is a listening TCP socket and prepares it for the

@@ -44,8 +44,15 @@
 //! or the drain timeout closes them. A listener (or address) a reload
 //! removes ends its flows at once.
 //!
-//! Not here (yet): recvmmsg/sendmmsg and GSO/GRO batching (one system call
-//! per datagram, through tokio's `UdpSocket`); following a client to a new
+//! Datagram I/O is batched ([`super::io`]): the listening socket and each
+//! backend socket are read with `recvmmsg` (and GRO, where a slot holds
+//! several datagrams of one source, handed out one by one, so a pending
+//! flow's parser is still fed single datagrams); consecutive datagrams of
+//! one open flow, either way, go out in one GSO send. Kernels without GSO
+//! or GRO get one datagram per send or per slot, nothing else changes.
+//! Stats count datagrams, not batches.
+//!
+//! Not here (yet): following a client to a new
 //! address by connection ID (NAT rebinding: a flow is its address); backend
 //! address selection by policy, weights, caps and health (flows take the
 //! fixed addresses in turn); binary upgrade (UDP sockets are not handed
@@ -65,6 +72,7 @@ use tokio_util::task::TaskTracker;
 
 use super::Version;
 use super::initial::{Limits, Parser, QuicHello, Verdict};
+use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
 use crate::addr::PeerAddr;
 use crate::admit::{self, Admitted, RouteAdmitted, Source};
@@ -83,8 +91,6 @@ pub const MAX_PENDING_FLOWS: usize = 1024;
 pub const MAX_HELD_BYTES: usize = 16 << 20;
 /// How often pending flows are checked against `client_hello_timeout`.
 pub const SWEEP: Duration = Duration::from_millis(100);
-/// The largest UDP payload.
-const MAX_DATAGRAM: usize = 65_535;
 /// TLS alert `protocol_version`.
 const PROTOCOL_VERSION: u8 = 70;
 
@@ -114,17 +120,25 @@ pub async fn run_socket(
     runtime: Runtime,
     stop: CancellationToken,
 ) {
-    let sockets = socket
-        .try_clone()
-        .and_then(|now| Ok((UdpSocket::from_std(socket)?, now)));
-    let (socket, now) = match sockets {
+    let sockets = Offload::new(&socket).and_then(|offload| {
+        let now = socket.try_clone()?;
+        Ok((UdpSocket::from_std(socket)?, now, offload))
+    });
+    let (socket, now, offload) = match sockets {
         Ok(sockets) => sockets,
         Err(error) => {
             tracing::error!(%error, "cannot use a QUIC listening socket");
             return;
         }
     };
-    let mut task = SocketTask::new(Arc::new(socket), now, generation, runtime, stop);
+    let mut task = SocketTask::new(
+        Arc::new(socket),
+        now,
+        Arc::new(offload),
+        generation,
+        runtime,
+        stop,
+    );
     task.run().await;
 }
 
@@ -235,12 +249,11 @@ struct Pending {
 
 /// A flow relaying to its backend.
 struct Open {
-    /// The backend socket (a duplicate descriptor of the one its task
-    /// reads), non-blocking: a datagram it cannot take now is dropped, as
-    /// the network would drop it. A std socket, since tokio's `try_send`
-    /// refuses until the socket has reported readiness once, which a fresh
-    /// socket has not.
-    now: std::net::UdpSocket,
+    /// The backend socket its task reads, written here without waiting
+    /// ([`Offload::send`]): a datagram it cannot take now is dropped, as
+    /// the network would drop it.
+    backend: Arc<UdpSocket>,
+    backend_addr: SocketAddr,
     stats: Arc<Stats>,
     started: Instant,
 }
@@ -274,12 +287,17 @@ struct SocketTask {
     last_summary: Option<Instant>,
     /// Spreads flows over a backend's addresses.
     turn: AtomicUsize,
+    /// Batched I/O: the kernel's offloads, and the open flows' client
+    /// datagrams of one receive gathered per flow for one send.
+    offload: Arc<Offload>,
+    up: SendBatch,
 }
 
 impl SocketTask {
     fn new(
         socket: Arc<UdpSocket>,
         now: std::net::UdpSocket,
+        offload: Arc<Offload>,
         generation: watch::Receiver<Arc<Generation>>,
         runtime: Runtime,
         stop: CancellationToken,
@@ -302,11 +320,13 @@ impl SocketTask {
             dropped: 0,
             last_summary: None,
             turn: AtomicUsize::new(0),
+            offload,
+            up: SendBatch::default(),
         }
     }
 
     async fn run(&mut self) {
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut batch = RecvBatch::new();
         let mut sweep = tokio::time::interval(SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -318,8 +338,13 @@ impl SocketTask {
                 break;
             }
             tokio::select! {
-                received = self.socket.recv_from(&mut buf) => match received {
-                    Ok((len, from)) => self.datagram(&buf[..len], from),
+                received = self.offload.recv(&self.socket, &mut batch) => match received {
+                    Ok(_) => {
+                        for (from, datagram) in batch.datagrams() {
+                            self.datagram(datagram, from);
+                        }
+                        self.flush_up();
+                    }
                     // ICMP errors of earlier sends and the like: the
                     // socket itself still works.
                     Err(error) => tracing::debug!(%error, "QUIC socket receive error"),
@@ -345,9 +370,15 @@ impl SocketTask {
         match self.flows.get_mut(&from) {
             Some(Flow::Open(open)) => {
                 open.stats.up(datagram.len(), open.started);
-                // UDP: a datagram the socket cannot take now is dropped,
-                // as the network would; QUIC retransmits.
-                let _ = open.now.send(datagram);
+                // Gathered with the flow's next datagrams of this receive,
+                // for one send (`flush_up`).
+                let (flows, offload) = (&self.flows, &self.offload);
+                self.up.push(
+                    from,
+                    datagram,
+                    offload.max_segments(),
+                    |client, contents, segment| send_up(flows, offload, client, contents, segment),
+                );
             }
             Some(Flow::Pending(_)) => self.feed(datagram, from),
             None => {
@@ -356,6 +387,13 @@ impl SocketTask {
                 }
             }
         }
+    }
+
+    /// Sends the open flows' datagrams gathered from the last receive.
+    fn flush_up(&mut self) {
+        let (flows, offload) = (&self.flows, &self.offload);
+        self.up
+            .flush(|client, contents, segment| send_up(flows, offload, client, contents, segment));
     }
 
     /// Starts a pending flow for `from`, if every bound lets it.
@@ -569,8 +607,8 @@ impl SocketTask {
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
         let backend_addr = addresses[turn % addresses.len()];
         record.backend_addr = Some(backend_addr);
-        let (backend, now) = match connect(backend_addr) {
-            Ok(sockets) => sockets,
+        let backend = match connect(backend_addr) {
+            Ok(socket) => Arc::new(socket),
             Err(error) => {
                 tracing::debug!(%error, backend.addr = %backend_addr, "cannot open a QUIC backend socket");
                 record.close(CloseReason::ConnectFailed);
@@ -578,7 +616,7 @@ impl SocketTask {
             }
         };
         for datagram in &held {
-            let _ = now.send(datagram);
+            let _ = self.offload.send(&*backend, backend_addr, datagram, None);
         }
         drop(held);
         let drain = target.drain.enter();
@@ -588,7 +626,8 @@ impl SocketTask {
         self.flows.insert(
             from,
             Flow::Open(Open {
-                now,
+                backend: backend.clone(),
+                backend_addr,
                 stats,
                 started,
             }),
@@ -597,6 +636,7 @@ impl SocketTask {
             record,
             backend,
             socket: self.socket.clone(),
+            offload: self.offload.clone(),
             client: from,
             idle,
             close: self.close_flows.clone(),
@@ -629,10 +669,23 @@ fn flow_record(
     }
 }
 
+/// Sends an open flow's gathered client datagrams on its backend socket;
+/// dropped if the flow is gone or the socket cannot take them now.
+fn send_up(
+    flows: &HashMap<SocketAddr, Flow>,
+    offload: &Offload,
+    client: SocketAddr,
+    contents: &[u8],
+    segment: Option<usize>,
+) {
+    if let Some(Flow::Open(open)) = flows.get(&client) {
+        let _ = offload.send(&*open.backend, open.backend_addr, contents, segment);
+    }
+}
+
 /// One UDP socket of the backend's family, connected to `addr`, so that
-/// only its datagrams are read from it: the tokio socket its task reads,
-/// and a duplicate for sends that must not wait.
-fn connect(addr: SocketAddr) -> std::io::Result<(UdpSocket, std::net::UdpSocket)> {
+/// only its datagrams are read from it (with GRO where the kernel has it).
+fn connect(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let local: SocketAddr = match addr {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -640,15 +693,18 @@ fn connect(addr: SocketAddr) -> std::io::Result<(UdpSocket, std::net::UdpSocket)
     let socket = std::net::UdpSocket::bind(local)?;
     socket.connect(addr)?;
     socket.set_nonblocking(true)?;
-    let now = socket.try_clone()?;
-    Ok((UdpSocket::from_std(socket)?, now))
+    // Without GRO each receive slot holds one datagram: nothing else
+    // changes.
+    let _ = crate::sockopt::enable_udp_gro(&socket);
+    UdpSocket::from_std(socket)
 }
 
 /// An open flow's task: what it holds for its life.
 struct FlowTask {
     record: FlowRecord,
-    backend: UdpSocket,
+    backend: Arc<UdpSocket>,
     socket: Arc<UdpSocket>,
+    offload: Arc<Offload>,
     client: SocketAddr,
     idle: Duration,
     close: CancellationToken,
@@ -666,6 +722,7 @@ async fn relay_back(flow: FlowTask) {
         record,
         backend,
         socket,
+        offload,
         client,
         idle,
         close,
@@ -673,7 +730,6 @@ async fn relay_back(flow: FlowTask) {
         drain,
         _held,
     } = flow;
-    let mut buf = vec![0u8; MAX_DATAGRAM];
     let started = record.started;
     let closing = drain.closing(record.id);
     tokio::pin!(closing);
@@ -681,11 +737,10 @@ async fn relay_back(flow: FlowTask) {
         let last = Duration::from_millis(record.stats.last.load(Ordering::Relaxed));
         let deadline = started + last + idle;
         tokio::select! {
-            received = backend.recv(&mut buf) => match received {
-                Ok(len) => {
-                    record.stats.down(len, started);
-                    let _ = socket.send_to(&buf[..len], client).await;
-                }
+            ready = backend.readable() => match ready.and_then(|()| {
+                relay_down(&offload, &backend, &socket, client, &record.stats, started)
+            }) {
+                Ok(()) => {}
                 // An ICMP port unreachable for an earlier datagram (the
                 // backend restarting, say): UDP has no connection to
                 // lose, so the flow goes on until it idles out.
@@ -709,4 +764,30 @@ async fn relay_back(flow: FlowTask) {
     };
     record.close(reason);
     let _ = ended.send(client);
+}
+
+/// Sends what the backend socket holds now to the client, one receive
+/// batch gathered into GSO sends, in this thread's scratch buffers (no
+/// await in between, so a flow holds no buffer while it waits). A datagram
+/// the listening socket cannot take now is dropped, as the network would.
+fn relay_down(
+    offload: &Offload,
+    backend: &UdpSocket,
+    socket: &UdpSocket,
+    client: SocketAddr,
+    stats: &Stats,
+    started: Instant,
+) -> std::io::Result<()> {
+    with_scratch(|recv, send| {
+        offload.try_recv(backend, recv)?;
+        let max_segments = offload.max_segments();
+        for (_, datagram) in recv.datagrams() {
+            stats.down(datagram.len(), started);
+            send.push(client, datagram, max_segments, |to, contents, segment| {
+                let _ = offload.send(socket, to, contents, segment);
+            });
+        }
+        offload.flush(socket, client, send);
+        Ok(())
+    })
 }

@@ -21,6 +21,7 @@
 //! business, since only the backend knows which versions it speaks).
 
 pub mod initial;
+pub mod io;
 pub mod listener;
 pub mod refusal;
 pub mod seal;
