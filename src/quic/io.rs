@@ -87,20 +87,30 @@ impl Offload {
 
     /// Receives one batch into `batch` if `socket` has any now; `Ok(0)` if
     /// it has none (tokio then waits for the next readiness).
+    ///
+    /// A batch with free slots left means the kernel ran out of datagrams
+    /// (`recvmmsg` stops early only at EAGAIN or an error, which the next
+    /// call reports): its readiness is cleared then, as at EAGAIN, which
+    /// saves the empty call per wake-up that a quiet flow would otherwise
+    /// make. A datagram arriving after the call raises a new readiness
+    /// event, which the clearing does not hide.
     pub fn try_recv(&self, socket: &UdpSocket, batch: &mut RecvBatch) -> io::Result<usize> {
         batch.count = 0;
         let RecvBatch { buf, meta, count } = batch;
         let mut slots = buf.chunks_mut(SLOT);
         let mut bufs: [IoSliceMut<'_>; BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(slots.next().unwrap_or_default()));
-        match socket.try_io(Interest::READABLE, || {
-            self.state.recv(UdpSockRef::from(socket), &mut bufs, meta)
-        }) {
-            Ok(n) => {
-                *count = n;
-                Ok(n)
+        let received = socket.try_io(Interest::READABLE, || {
+            let n = self.state.recv(UdpSockRef::from(socket), &mut bufs, meta)?;
+            *count = n;
+            if n < BATCH {
+                return Err(io::ErrorKind::WouldBlock.into());
             }
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Ok(n)
+        });
+        match received {
+            Ok(n) => Ok(n),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Ok(*count),
             Err(error) => Err(error),
         }
     }
@@ -135,6 +145,24 @@ impl Offload {
             src_ip: None,
         };
         self.state.try_send(UdpSockRef::from(socket), &transmit)
+    }
+
+    /// Sends on `socket`, connected to `destination`: a single datagram as
+    /// a plain `send`, without address or control message, so that the
+    /// kernel keeps using the socket's cached route (an address or an IP
+    /// control message, which quinn-udp always passes, makes it look the
+    /// route up again); several through [`Offload::send`].
+    pub fn send_connected(
+        &self,
+        socket: &UdpSocket,
+        destination: SocketAddr,
+        contents: &[u8],
+        segment: Option<usize>,
+    ) -> io::Result<()> {
+        match segment {
+            None => socket2::SockRef::from(socket).send(contents).map(drop),
+            Some(_) => self.send(socket, destination, contents, segment),
+        }
     }
 
     /// Sends what `batch` gathered (see [`SendBatch::flush`]).

@@ -131,6 +131,13 @@ pub async fn run_socket(
             return;
         }
     };
+    // What the kernel offers decides only how many system calls a batch
+    // takes (1 and 1 mean one datagram per call).
+    tracing::debug!(
+        gso_segments = offload.max_segments(),
+        gro_segments = offload.gro_segments(),
+        "QUIC datagram batching"
+    );
     let mut task = SocketTask::new(
         Arc::new(socket),
         now,
@@ -616,7 +623,9 @@ impl SocketTask {
             }
         };
         for datagram in &held {
-            let _ = self.offload.send(&*backend, backend_addr, datagram, None);
+            let _ = self
+                .offload
+                .send_connected(&backend, backend_addr, datagram, None);
         }
         drop(held);
         let drain = target.drain.enter();
@@ -679,7 +688,7 @@ fn send_up(
     segment: Option<usize>,
 ) {
     if let Some(Flow::Open(open)) = flows.get(&client) {
-        let _ = offload.send(&*open.backend, open.backend_addr, contents, segment);
+        let _ = offload.send_connected(&open.backend, open.backend_addr, contents, segment);
     }
 }
 
