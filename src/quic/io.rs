@@ -127,9 +127,10 @@ impl Offload {
     }
 
     /// Sends `contents` to `destination` on `socket` without waiting: one
-    /// datagram, or with `segment` several of that size (the last may be
-    /// shorter). Errors are for the caller to count or ignore: the
-    /// datagrams are dropped.
+    /// datagram (a plain `sendto`), or with `segment` several of that size
+    /// (the last may be shorter) in one GSO `sendmsg` through quinn-udp.
+    /// Errors are for the caller to count or ignore: the datagrams are
+    /// dropped.
     pub fn send(
         &self,
         socket: &impl AsFd,
@@ -137,6 +138,12 @@ impl Offload {
         contents: &[u8],
         segment: Option<usize>,
     ) -> io::Result<()> {
+        if segment.is_none() {
+            // quinn-udp would add an IP_TOS control message to set no ECN.
+            return socket2::SockRef::from(socket)
+                .send_to(contents, &destination.into())
+                .map(drop);
+        }
         let transmit = Transmit {
             destination,
             ecn: None,
