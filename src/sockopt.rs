@@ -14,7 +14,10 @@
 //! ([`bind_udp_with`]: v6-only, optional SO_REUSEPORT), adopted after a
 //! binary upgrade ([`adopt_udp`]), with the Unix SOCK_SEQPACKET pair that
 //! carries datagrams from the old process to the new one meanwhile
-//! ([`seqpacket_pair`], [`adopt_seqpacket`]; see `quic::handover`).
+//! ([`seqpacket_pair`], [`adopt_seqpacket`]; see `quic::handover`); its
+//! flows' backend sockets ask for UDP GRO here ([`enable_udp_gro`]); the
+//! options quinn-udp sets on a listening socket for batched I/O (GRO,
+//! IP_PKTINFO, no fragmentation) are set inside that crate (`quic::io`).
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
 //! accepted sockets inherit it, and on each backend socket after connect;
@@ -286,6 +289,15 @@ pub fn adopt_seqpacket(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::Owne
     socket.set_cloexec(true)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
+}
+
+/// Asks the kernel to coalesce datagrams of one source into one receive
+/// (UDP_GRO, Linux 5.0 and later) on a QUIC flow's backend socket. An
+/// error means the kernel cannot: the socket then reads one datagram per
+/// slot, which changes nothing else.
+pub fn enable_udp_gro(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
+    nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::UdpGroSegment, &true)
+        .map_err(io::Error::from)
 }
 
 /// Checks that `fd` is a listening TCP socket and prepares it for the

@@ -65,11 +65,17 @@
 //! instead of the socket until it closes (the old one's last flow ended),
 //! then the socket.
 //!
-//! Not here (yet): recvmmsg/sendmmsg and GSO/GRO batching (one system call
-//! per datagram, through tokio's `UdpSocket`); following a client to a new
-//! address by connection ID (NAT rebinding: a flow is its address);
-//! closing a flow whose name a push of local names dropped; Retry and
-//! PROXY headers (not asked; a cluster's hop header is not sent over UDP).
+//! Datagram I/O is batched ([`super::io`]): the listening socket and each
+//! backend socket are read with `recvmmsg` (and GRO, where a slot holds
+//! several datagrams of one source, handed out one by one, so a pending
+//! flow's parser is still fed single datagrams); consecutive datagrams of
+//! one open flow, either way, go out in one GSO send. Kernels without GSO
+//! or GRO get one datagram per send or per slot, nothing else changes.
+//! Stats count datagrams, not batches.
+//!
+//! Not here (yet): following a client to a new address by connection ID
+//! (NAT rebinding: a flow is its address); Retry and PROXY headers (not
+//! asked; a cluster's hop header is not sent over UDP).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -77,6 +83,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
@@ -86,6 +93,7 @@ use tokio_util::task::TaskTracker;
 use super::Version;
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::{Limits, Parser, QuicHello, Verdict};
+use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
 use super::pick::{self, Ask, Health, Picked};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
 use crate::addr::PeerAddr;
@@ -108,7 +116,8 @@ pub const MAX_PENDING_FLOWS: usize = 1024;
 pub const MAX_HELD_BYTES: usize = 16 << 20;
 /// How often pending flows are checked against `client_hello_timeout`.
 pub const SWEEP: Duration = Duration::from_millis(100);
-/// The largest UDP payload.
+/// The largest UDP payload (a datagram forwarded by the process this one
+/// replaced, after its header).
 const MAX_DATAGRAM: usize = 65_535;
 /// TLS alert `protocol_version`.
 const PROTOCOL_VERSION: u8 = 70;
@@ -142,17 +151,32 @@ pub async fn run_socket(
     stop: CancellationToken,
     handover: Handover,
 ) {
-    let sockets = socket
-        .try_clone()
-        .and_then(|now| Ok((UdpSocket::from_std(socket)?, now)));
-    let (socket, now) = match sockets {
+    let sockets = Offload::new(&socket).and_then(|offload| {
+        let now = socket.try_clone()?;
+        Ok((UdpSocket::from_std(socket)?, now, offload))
+    });
+    let (socket, now, offload) = match sockets {
         Ok(sockets) => sockets,
         Err(error) => {
             tracing::error!(%error, "cannot use a QUIC listening socket");
             return;
         }
     };
-    let mut task = SocketTask::new(Arc::new(socket), now, generation, runtime, stop);
+    // What the kernel offers decides only how many system calls a batch
+    // takes (1 and 1 mean one datagram per call).
+    tracing::debug!(
+        gso_segments = offload.max_segments(),
+        gro_segments = offload.gro_segments(),
+        "QUIC datagram batching"
+    );
+    let mut task = SocketTask::new(
+        Arc::new(socket),
+        now,
+        Arc::new(offload),
+        generation,
+        runtime,
+        stop,
+    );
     task.successor = handover.successor;
     task.run(handover.predecessor).await;
 }
@@ -269,12 +293,11 @@ struct Pending {
 
 /// A flow relaying to its backend.
 struct Open {
-    /// The backend socket (a duplicate descriptor of the one its task
-    /// reads), non-blocking: a datagram it cannot take now is dropped, as
-    /// the network would drop it. A std socket, since tokio's `try_send`
-    /// refuses until the socket has reported readiness once, which a fresh
-    /// socket has not.
-    now: std::net::UdpSocket,
+    /// The backend socket its task reads, written here without waiting
+    /// ([`Offload::send`]): a datagram it cannot take now is dropped, as
+    /// the network would drop it.
+    backend: Arc<UdpSocket>,
+    backend_addr: SocketAddr,
     stats: Arc<Stats>,
     started: Instant,
     /// The flow's registry entry (admin `/connections`), for its counts.
@@ -341,12 +364,17 @@ struct SocketTask {
     successor: Arc<Successor>,
     /// The listener's metric series, made on the first flow.
     metrics: Option<Arc<ListenerMetrics>>,
+    /// Batched I/O: the kernel's offloads, and the open flows' client
+    /// datagrams of one receive gathered per flow for one send.
+    offload: Arc<Offload>,
+    up: SendBatch,
 }
 
 impl SocketTask {
     fn new(
         socket: Arc<UdpSocket>,
         now: std::net::UdpSocket,
+        offload: Arc<Offload>,
         generation: watch::Receiver<Arc<Generation>>,
         runtime: Runtime,
         stop: CancellationToken,
@@ -373,13 +401,15 @@ impl SocketTask {
             chosen_rx,
             successor: Arc::default(),
             metrics: None,
+            offload,
+            up: SendBatch::default(),
         }
     }
 
     /// Serves the socket; after a binary upgrade, `predecessor` is the
     /// old process's channel, read instead of the socket until it closes.
     async fn run(&mut self, mut predecessor: Option<Predecessor>) {
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut batch = RecvBatch::new();
         let mut forwarded = match predecessor {
             Some(_) => vec![0u8; handover::HEADER + MAX_DATAGRAM],
             None => Vec::new(),
@@ -398,14 +428,22 @@ impl SocketTask {
             }
             tokio::select! {
                 received = async { predecessor.as_ref().expect("guarded").recv(&mut forwarded).await }, if predecessor.is_some() => match received {
-                    Some((from, end)) => self.datagram(&forwarded[handover::HEADER..end], from),
+                    Some((from, end)) => {
+                        self.datagram(&forwarded[handover::HEADER..end], from);
+                        self.flush_up();
+                    }
                     None => {
                         predecessor = None;
                         tracing::info!(listener = %self.generation.borrow().listener.name, "the previous process let go of the QUIC socket; reading it now");
                     }
                 },
-                received = self.socket.recv_from(&mut buf), if predecessor.is_none() => match received {
-                    Ok((len, from)) => self.datagram(&buf[..len], from),
+                received = self.offload.recv(&self.socket, &mut batch), if predecessor.is_none() => match received {
+                    Ok(_) => {
+                        for (from, datagram) in batch.datagrams() {
+                            self.datagram(datagram, from);
+                        }
+                        self.flush_up();
+                    }
                     // ICMP errors of earlier sends and the like: the
                     // socket itself still works.
                     Err(error) => tracing::debug!(%error, "QUIC socket receive error"),
@@ -435,9 +473,15 @@ impl SocketTask {
             Some(Flow::Open(open)) => {
                 open.stats.up(datagram.len(), open.started);
                 moved(&open.entry.activity, Side::Up, datagram.len());
-                // UDP: a datagram the socket cannot take now is dropped,
-                // as the network would; QUIC retransmits.
-                let _ = open.now.send(datagram);
+                // Gathered with the flow's next datagrams of this receive,
+                // for one send (`flush_up`).
+                let (flows, offload) = (&self.flows, &self.offload);
+                self.up.push(
+                    from,
+                    datagram,
+                    offload.max_segments(),
+                    |client, contents, segment| send_up(flows, offload, client, contents, segment),
+                );
             }
             Some(Flow::Pending(_)) => self.feed(datagram, from),
             Some(Flow::Connecting(connecting)) => {
@@ -463,6 +507,13 @@ impl SocketTask {
                 }
             }
         }
+    }
+
+    /// Sends the open flows' datagrams gathered from the last receive.
+    fn flush_up(&mut self) {
+        let (flows, offload) = (&self.flows, &self.offload);
+        self.up
+            .flush(|client, contents, segment| send_up(flows, offload, client, contents, segment));
     }
 
     /// Starts a pending flow for `from`, if every bound lets it.
@@ -784,8 +835,8 @@ impl SocketTask {
             local,
         } = picked;
         record.backend_addr = Some(backend_addr);
-        let (backend, now) = match connect(backend_addr) {
-            Ok(sockets) => sockets,
+        let backend = match connect(backend_addr) {
+            Ok(socket) => Arc::new(socket),
             Err(error) => {
                 tracing::debug!(%error, backend.addr = %backend_addr, "cannot open a QUIC backend socket");
                 health.refused(&in_flight);
@@ -793,9 +844,11 @@ impl SocketTask {
                 return;
             }
         };
-        record.backend_local = now.local_addr().ok();
+        record.backend_local = backend.local_addr().ok();
         for datagram in &held {
-            let _ = now.send(datagram);
+            let _ = self
+                .offload
+                .send_connected(&backend, backend_addr, datagram, None);
         }
         drop(held);
         // From now on the flow drains with its route or with its address
@@ -834,7 +887,8 @@ impl SocketTask {
         self.flows.insert(
             from,
             Flow::Open(Open {
-                now,
+                backend: backend.clone(),
+                backend_addr,
                 stats,
                 started,
                 entry: registered.shared(),
@@ -844,6 +898,7 @@ impl SocketTask {
             record,
             backend,
             socket: self.socket.clone(),
+            offload: self.offload.clone(),
             client: from,
             idle,
             registered,
@@ -885,10 +940,23 @@ fn moved(activity: &Activity, side: Side, len: usize) {
     activity.touch();
 }
 
+/// Sends an open flow's gathered client datagrams on its backend socket;
+/// dropped if the flow is gone or the socket cannot take them now.
+fn send_up(
+    flows: &HashMap<SocketAddr, Flow>,
+    offload: &Offload,
+    client: SocketAddr,
+    contents: &[u8],
+    segment: Option<usize>,
+) {
+    if let Some(Flow::Open(open)) = flows.get(&client) {
+        let _ = offload.send_connected(&open.backend, open.backend_addr, contents, segment);
+    }
+}
+
 /// One UDP socket of the backend's family, connected to `addr`, so that
-/// only its datagrams are read from it: the tokio socket its task reads,
-/// and a duplicate for sends that must not wait.
-fn connect(addr: SocketAddr) -> std::io::Result<(UdpSocket, std::net::UdpSocket)> {
+/// only its datagrams are read from it (with GRO where the kernel has it).
+fn connect(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let local: SocketAddr = match addr {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -896,15 +964,18 @@ fn connect(addr: SocketAddr) -> std::io::Result<(UdpSocket, std::net::UdpSocket)
     let socket = std::net::UdpSocket::bind(local)?;
     socket.connect(addr)?;
     socket.set_nonblocking(true)?;
-    let now = socket.try_clone()?;
-    Ok((UdpSocket::from_std(socket)?, now))
+    // Without GRO each receive slot holds one datagram: nothing else
+    // changes.
+    let _ = crate::sockopt::enable_udp_gro(&socket);
+    UdpSocket::from_std(socket)
 }
 
 /// An open flow's task: what it holds for its life.
 struct FlowTask {
     record: FlowRecord,
-    backend: UdpSocket,
+    backend: Arc<UdpSocket>,
     socket: Arc<UdpSocket>,
+    offload: Arc<Offload>,
     client: SocketAddr,
     idle: Duration,
     /// Its registry entry: removed when the flow ends; its stop fires on
@@ -928,6 +999,7 @@ async fn relay_back(flow: FlowTask) {
         record,
         backend,
         socket,
+        offload,
         client,
         idle,
         registered,
@@ -937,7 +1009,6 @@ async fn relay_back(flow: FlowTask) {
         in_flight,
         _held,
     } = flow;
-    let mut buf = vec![0u8; MAX_DATAGRAM];
     let started = record.started;
     let closing = drain.closing(record.id);
     tokio::pin!(closing);
@@ -945,12 +1016,19 @@ async fn relay_back(flow: FlowTask) {
         let last = Duration::from_millis(record.stats.last.load(Ordering::Relaxed));
         let deadline = started + last + idle;
         tokio::select! {
-            received = backend.recv(&mut buf) => match received {
-                Ok(len) => {
+            // ERROR too: an ICMP port unreachable alone makes the socket
+            // report an error, not readability.
+            ready = backend.ready(Interest::READABLE | Interest::ERROR) => match ready.and_then(|ready| {
+                if ready.is_readable() {
+                    relay_down(&offload, &backend, &socket, client, &record.stats, started)
+                } else {
+                    pending_error(&backend)
+                }
+            }) {
+                Ok(0) => {}
+                Ok(bytes) => {
                     health.answered(&in_flight, started);
-                    record.stats.down(len, started);
-                    moved(registered.activity(), Side::Down, len);
-                    let _ = socket.send_to(&buf[..len], client).await;
+                    moved(registered.activity(), Side::Down, bytes);
                 }
                 // An ICMP port unreachable for an earlier datagram: a
                 // failed connect for passive health if the backend never
@@ -982,4 +1060,48 @@ async fn relay_back(flow: FlowTask) {
     drop(registered);
     record.close(reason);
     let _ = ended.send(client);
+}
+
+/// Takes the error a backend socket reports (SO_ERROR: an ICMP error of an
+/// earlier send), as the `Err` of a receive; once none is left, clears the
+/// socket's error readiness and reports nothing relayed.
+fn pending_error(backend: &UdpSocket) -> std::io::Result<usize> {
+    match backend.try_io(Interest::ERROR, || {
+        backend
+            .take_error()?
+            .ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
+    }) {
+        Ok(error) => Err(error),
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+        Err(error) => Err(error),
+    }
+}
+
+/// Sends what the backend socket holds now to the client, one receive
+/// batch gathered into GSO sends, in this thread's scratch buffers (no
+/// await in between, so a flow holds no buffer while it waits). A datagram
+/// the listening socket cannot take now is dropped, as the network would.
+/// Returns the bytes it relayed (0: the socket was empty).
+fn relay_down(
+    offload: &Offload,
+    backend: &UdpSocket,
+    socket: &UdpSocket,
+    client: SocketAddr,
+    stats: &Stats,
+    started: Instant,
+) -> std::io::Result<usize> {
+    with_scratch(|recv, send| {
+        offload.try_recv(backend, recv)?;
+        let max_segments = offload.max_segments();
+        let mut bytes = 0;
+        for (_, datagram) in recv.datagrams() {
+            stats.down(datagram.len(), started);
+            bytes += datagram.len();
+            send.push(client, datagram, max_segments, |to, contents, segment| {
+                let _ = offload.send(socket, to, contents, segment);
+            });
+        }
+        offload.flush(socket, client, send);
+        Ok(bytes)
+    })
 }

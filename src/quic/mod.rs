@@ -5,7 +5,8 @@
 //! the refusal built with it: the server Initial carrying CONNECTION_CLOSE
 //! with a TLS alert, which a client reports at once ([`refusal`]), and the
 //! `protocol = "quic"` listener that runs them over UDP sockets and flows
-//! ([`listener`]).
+//! ([`listener`]), with batched datagram I/O ([`io`]: recvmmsg, GSO, GRO
+//! through quinn-udp).
 //!
 //! Only what is public is read: a client's Initial packets are protected
 //! with keys derived from their Destination Connection ID and a salt the
@@ -15,13 +16,14 @@
 //! handshake that follows (Handshake and 1-RTT keys) is ever derivable or
 //! held: those packets pass through unread.
 //!
-//! Not here, except in [`listener`]: sockets, flows, deadlines (see
+//! Not here, except in [`listener`] and [`io`]: sockets, flows, deadlines (see
 //! [`initial`] for what the caller bounds). Not anywhere: version negotiation (a long header of another version is
 //! [`initial::Verdict::UnknownVersion`]; answering it is the backend's
 //! business, since only the backend knows which versions it speaks).
 
 pub mod handover;
 pub mod initial;
+pub mod io;
 pub mod listener;
 pub mod pick;
 pub mod refusal;
