@@ -26,7 +26,14 @@
 //!   at `idle_timeout` with no datagram either way, when its route drains
 //!   after a reload, or on shutdown;
 //! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
-//!   `malformed`, `too_large`, `no_sni`...).
+//!   `malformed`, `too_large`, `no_sni`...);
+//! - NAT rebinding ([`super::cid`]): `relay_back` learns the backend's
+//!   connection IDs from its long-header packets (at most four per flow);
+//!   a datagram from an address no flow has, whose Destination Connection
+//!   ID is one of them, moves that open flow to the new address (the old
+//!   address's entry is gone, the backend's datagrams go to the new one,
+//!   the access line counts `client.rebinds` and names `client.last_peer`);
+//!   a new address that matches nothing starts a pending flow as above.
 //!
 //! Every flow that sent a datagram ends with one access line (the TCP
 //! fields, `protocol = "quic"`, the QUIC version, datagrams and bytes each
@@ -45,8 +52,9 @@
 //! removes ends its flows at once.
 //!
 //! Not here (yet): recvmmsg/sendmmsg and GSO/GRO batching (one system call
-//! per datagram, through tokio's `UdpSocket`); following a client to a new
-//! address by connection ID (NAT rebinding: a flow is its address); backend
+//! per datagram, through tokio's `UdpSocket`); following a client that
+//! migrates to a connection ID issued later in an encrypted frame (see
+//! [`super::cid`]); backend
 //! address selection by policy, weights, caps and health (flows take the
 //! fixed addresses in turn); binary upgrade (UDP sockets are not handed
 //! over); Retry and PROXY headers (not asked).
@@ -64,7 +72,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Version;
-use super::initial::{Limits, Parser, QuicHello, Verdict};
+use super::cid::{self, CidTable, FlowCids, Path};
+use super::initial::{ConnectionId, Limits, Parser, QuicHello, Verdict};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
 use crate::addr::PeerAddr;
 use crate::admit::{self, Admitted, RouteAdmitted, Source};
@@ -171,6 +180,8 @@ struct FlowRecord {
     backend_addr: Option<SocketAddr>,
     stats: Arc<Stats>,
     metrics: Arc<ListenerMetrics>,
+    /// The client's current address once the flow is open (NAT rebinding).
+    path: Option<Arc<Path>>,
 }
 
 impl FlowRecord {
@@ -180,6 +191,10 @@ impl FlowRecord {
         let bytes_up = s.bytes_up.load(Ordering::Relaxed);
         let bytes_down = s.bytes_down.load(Ordering::Relaxed);
         let backend = self.backend.as_ref().map(|b| b.name.as_str());
+        let (last_peer, rebinds) = match &self.path {
+            Some(path) => (path.client(), path.rebinds()),
+            None => (self.peer, 0),
+        };
         self.metrics.closed(&metrics::Closed {
             listener: &self.listener.name,
             route: self.route.as_deref(),
@@ -199,6 +214,8 @@ impl FlowRecord {
                     listener = %self.listener.name,
                     protocol = "quic",
                     client.peer = %self.peer,
+                    client.last_peer = %last_peer,
+                    client.rebinds = rebinds,
                     quic_version = self.version.map(Version::as_str),
                     sni = self.sni.as_deref(),
                     route = self.route.as_deref(),
@@ -243,6 +260,10 @@ struct Open {
     now: std::net::UdpSocket,
     stats: Arc<Stats>,
     started: Instant,
+    /// Where the flow's task sends, and the connection IDs the flow taught
+    /// the socket's table (forgotten when it ends).
+    path: Arc<Path>,
+    cids: FlowCids,
 }
 
 enum Flow {
@@ -265,8 +286,14 @@ struct SocketTask {
     pending: usize,
     held_bytes: usize,
     /// Open flows report their end here, so the map lets go of them.
-    ended_tx: mpsc::UnboundedSender<SocketAddr>,
-    ended_rx: mpsc::UnboundedReceiver<SocketAddr>,
+    ended_tx: mpsc::UnboundedSender<Arc<Path>>,
+    ended_rx: mpsc::UnboundedReceiver<Arc<Path>>,
+    /// NAT rebinding: connection IDs the backends chose, by flow, and the
+    /// channel the flow tasks report them on (at most
+    /// `cid::MAX_CIDS_PER_FLOW` messages per flow).
+    cids: CidTable,
+    learned_tx: mpsc::UnboundedSender<(Arc<Path>, ConnectionId)>,
+    learned_rx: mpsc::UnboundedReceiver<(Arc<Path>, ConnectionId)>,
     /// Closes the open flows of this socket (its stop, not a drain).
     close_flows: CancellationToken,
     /// New flows dropped at a bound since the last summary line.
@@ -285,6 +312,7 @@ impl SocketTask {
         stop: CancellationToken,
     ) -> SocketTask {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (learned_tx, learned_rx) = mpsc::unbounded_channel();
         let close_flows = runtime.close_connections.child_token();
         SocketTask {
             socket,
@@ -298,6 +326,9 @@ impl SocketTask {
             held_bytes: 0,
             ended_tx,
             ended_rx,
+            cids: CidTable::default(),
+            learned_tx,
+            learned_rx,
             close_flows,
             dropped: 0,
             last_summary: None,
@@ -324,9 +355,8 @@ impl SocketTask {
                     // socket itself still works.
                     Err(error) => tracing::debug!(%error, "QUIC socket receive error"),
                 },
-                Some(addr) = self.ended_rx.recv() => {
-                    self.flows.remove(&addr);
-                }
+                Some(path) = self.ended_rx.recv() => self.ended(&path),
+                Some((path, id)) = self.learned_rx.recv() => self.learned(&path, id),
                 _ = sweep.tick() => self.sweep(),
                 () = self.stop.cancelled(), if !self.stop.is_cancelled() => {}
                 () = self.runtime.close_connections.cancelled() => break,
@@ -351,11 +381,68 @@ impl SocketTask {
             }
             Some(Flow::Pending(_)) => self.feed(datagram, from),
             None => {
+                if self.rebind(datagram, from) {
+                    return;
+                }
                 if self.start(datagram, from) {
                     self.feed(datagram, from);
                 }
             }
         }
+    }
+
+    /// An open flow ended: its address and its connection IDs are free.
+    fn ended(&mut self, path: &Arc<Path>) {
+        if let Some((at, open)) = open_at(&mut self.flows, path) {
+            let cids = std::mem::take(&mut open.cids);
+            self.flows.remove(&at);
+            self.cids.forget(&cids);
+        }
+    }
+
+    /// An open flow's backend showed a connection ID: learned, within the
+    /// flow's share (its task stops at the same bound; this is the guard).
+    fn learned(&mut self, path: &Arc<Path>, id: ConnectionId) {
+        let Some((at, open)) = open_at(&mut self.flows, path) else {
+            return;
+        };
+        if open.cids.len() < cid::MAX_CIDS_PER_FLOW
+            && !open.cids.contains(&id)
+            && self.cids.learn(id, at)
+        {
+            open.cids.add(id);
+        }
+    }
+
+    /// A datagram from an address no flow has: if its Destination
+    /// Connection ID is one an open flow's backend chose, that client moved
+    /// (NAT rebinding): the flow continues from `from`.
+    fn rebind(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
+        let Some(old) = self.cids.lookup(datagram) else {
+            return false;
+        };
+        // The table names open flows only; anything else is left alone.
+        let open = match self.flows.remove(&old) {
+            Some(Flow::Open(open)) => open,
+            Some(other) => {
+                self.flows.insert(old, other);
+                return false;
+            }
+            None => return false,
+        };
+        open.path.moved(from);
+        self.cids.moved(&open.cids, from);
+        open.stats.up(datagram.len(), open.started);
+        let _ = open.now.send(datagram);
+        tracing::debug!(
+            listener = %self.generation.borrow().listener.name,
+            client.previous = %old,
+            client.last_peer = %from,
+            client.rebinds = open.path.rebinds(),
+            "QUIC flow followed to a new client address"
+        );
+        self.flows.insert(from, Flow::Open(open));
+        true
     }
 
     /// Starts a pending flow for `from`, if every bound lets it.
@@ -585,26 +672,44 @@ impl SocketTask {
         let idle = target.timeouts.idle;
         let stats = record.stats.clone();
         let started = record.started;
+        let path = Arc::new(Path::new(from));
+        record.path = Some(path.clone());
         self.flows.insert(
             from,
             Flow::Open(Open {
                 now,
                 stats,
                 started,
+                path: path.clone(),
+                cids: FlowCids::default(),
             }),
         );
         let flow = FlowTask {
             record,
             backend,
             socket: self.socket.clone(),
-            client: from,
+            path,
             idle,
             close: self.close_flows.clone(),
             ended: self.ended_tx.clone(),
+            learned: self.learned_tx.clone(),
             drain,
             _held: (permit, admitted, route_admitted),
         };
         self.runtime.connections.spawn(relay_back(flow));
+    }
+}
+
+/// The open flow at `path`'s current address, if it is that flow (its
+/// task's messages may arrive after its address went to another flow).
+fn open_at<'a>(
+    flows: &'a mut HashMap<SocketAddr, Flow>,
+    path: &Arc<Path>,
+) -> Option<(SocketAddr, &'a mut Open)> {
+    let at = path.client();
+    match flows.get_mut(&at) {
+        Some(Flow::Open(open)) if Arc::ptr_eq(&open.path, path) => Some((at, open)),
+        _ => None,
     }
 }
 
@@ -626,6 +731,7 @@ fn flow_record(
         backend_addr: None,
         stats: Arc::default(),
         metrics,
+        path: None,
     }
 }
 
@@ -649,10 +755,12 @@ struct FlowTask {
     record: FlowRecord,
     backend: UdpSocket,
     socket: Arc<UdpSocket>,
-    client: SocketAddr,
+    /// The client's address, which moves with NAT rebinding.
+    path: Arc<Path>,
     idle: Duration,
     close: CancellationToken,
-    ended: mpsc::UnboundedSender<SocketAddr>,
+    ended: mpsc::UnboundedSender<Arc<Path>>,
+    learned: mpsc::UnboundedSender<(Arc<Path>, ConnectionId)>,
     drain: DrainGuard,
     /// The connection permit, and the listener's and route's admission
     /// slots, released when the flow ends.
@@ -666,13 +774,18 @@ async fn relay_back(flow: FlowTask) {
         record,
         backend,
         socket,
-        client,
+        path,
         idle,
         close,
         ended,
+        learned,
         drain,
         _held,
     } = flow;
+    let mut client = path.client();
+    let mut rebinds = 0;
+    // The connection IDs reported to the socket task, so each goes once.
+    let mut taught = FlowCids::default();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let started = record.started;
     let closing = drain.closing(record.id);
@@ -684,6 +797,15 @@ async fn relay_back(flow: FlowTask) {
             received = backend.recv(&mut buf) => match received {
                 Ok(len) => {
                     record.stats.down(len, started);
+                    if let Some(id) = cid::backend_scid(&buf[..len])
+                        && taught.add(id)
+                    {
+                        let _ = learned.send((path.clone(), id));
+                    }
+                    if path.rebinds() != rebinds {
+                        rebinds = path.rebinds();
+                        client = path.client();
+                    }
                     let _ = socket.send_to(&buf[..len], client).await;
                 }
                 // An ICMP port unreachable for an earlier datagram (the
@@ -708,5 +830,5 @@ async fn relay_back(flow: FlowTask) {
         }
     };
     record.close(reason);
-    let _ = ended.send(client);
+    let _ = ended.send(path);
 }

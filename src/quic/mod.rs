@@ -5,7 +5,8 @@
 //! the refusal built with it: the server Initial carrying CONNECTION_CLOSE
 //! with a TLS alert, which a client reports at once ([`refusal`]), and the
 //! `protocol = "quic"` listener that runs them over UDP sockets and flows
-//! ([`listener`]).
+//! ([`listener`]), following a flow to a client's new address by the
+//! connection IDs its backend chose ([`cid`]).
 //!
 //! Only what is public is read: a client's Initial packets are protected
 //! with keys derived from their Destination Connection ID and a salt the
@@ -20,6 +21,7 @@
 //! [`initial::Verdict::UnknownVersion`]; answering it is the backend's
 //! business, since only the backend knows which versions it speaks).
 
+pub mod cid;
 pub mod initial;
 pub mod listener;
 pub mod refusal;
