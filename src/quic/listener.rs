@@ -37,7 +37,14 @@
 //!   TCP connection, with protocol `quic`, and ends with the same reasons
 //!   (`admin`, `drained`);
 //! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
-//!   `malformed`, `too_large`, `no_sni`...).
+//!   `malformed`, `too_large`, `no_sni`...);
+//! - NAT rebinding ([`super::cid`]): `relay_back` learns the backend's
+//!   connection IDs from its long-header packets (at most four per flow);
+//!   a datagram from an address no flow has, whose Destination Connection
+//!   ID is one of them, moves that open flow to the new address (the old
+//!   address's entry is gone, the backend's datagrams go to the new one,
+//!   the access line counts `client.rebinds` and names `client.last_peer`);
+//!   a new address that matches nothing starts a pending flow as above.
 //!
 //! Every flow that sent a datagram ends with one access line (the TCP
 //! fields, `protocol = "quic"`, the QUIC version, datagrams and bytes each
@@ -73,9 +80,9 @@
 //! or GRO get one datagram per send or per slot, nothing else changes.
 //! Stats count datagrams, not batches.
 //!
-//! Not here (yet): following a client to a new address by connection ID
-//! (NAT rebinding: a flow is its address); Retry and PROXY headers (not
-//! asked; a cluster's hop header is not sent over UDP).
+//! Not here (yet): following a client that migrates to a connection ID
+//! issued later in an encrypted frame (see [`super::cid`]); Retry and PROXY
+//! headers (not asked; a cluster's hop header is not sent over UDP).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -91,8 +98,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Version;
+use super::cid::{self, CidTable, FlowCids, Path};
 use super::handover::{self, Handover, Predecessor, Successor};
-use super::initial::{Limits, Parser, QuicHello, Verdict};
+use super::initial::{ConnectionId, Limits, Parser, QuicHello, Verdict};
 use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
 use super::pick::{self, Ask, Health, Picked};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
@@ -228,6 +236,8 @@ struct FlowRecord {
     backend_local: Option<SocketAddr>,
     stats: Arc<Stats>,
     metrics: Arc<ListenerMetrics>,
+    /// The client's current address once the flow is open (NAT rebinding).
+    path: Option<Arc<Path>>,
 }
 
 impl FlowRecord {
@@ -237,6 +247,10 @@ impl FlowRecord {
         let bytes_up = s.bytes_up.load(Ordering::Relaxed);
         let bytes_down = s.bytes_down.load(Ordering::Relaxed);
         let backend = self.backend.as_ref().map(|b| b.name.as_str());
+        let (last_peer, rebinds) = match &self.path {
+            Some(path) => (path.client(), path.rebinds()),
+            None => (self.peer, 0),
+        };
         self.metrics.closed(&metrics::Closed {
             listener: &self.listener.name,
             route: self.route.as_deref(),
@@ -256,6 +270,8 @@ impl FlowRecord {
                     listener = %self.listener.name,
                     protocol = "quic",
                     client.peer = %self.peer,
+                    client.last_peer = %last_peer,
+                    client.rebinds = rebinds,
                     quic_version = self.version.map(Version::as_str),
                     sni = self.sni.as_deref(),
                     route = self.route.as_deref(),
@@ -302,6 +318,10 @@ struct Open {
     started: Instant,
     /// The flow's registry entry (admin `/connections`), for its counts.
     entry: Arc<Entry>,
+    /// Where the flow's task sends, and the connection IDs the flow taught
+    /// the socket's table (forgotten when it ends).
+    path: Arc<Path>,
+    cids: FlowCids,
 }
 
 /// A flow whose hello is routed, waiting for its backend address (a DNS
@@ -349,8 +369,14 @@ struct SocketTask {
     pending: usize,
     held_bytes: usize,
     /// Open flows report their end here, so the map lets go of them.
-    ended_tx: mpsc::UnboundedSender<SocketAddr>,
-    ended_rx: mpsc::UnboundedReceiver<SocketAddr>,
+    ended_tx: mpsc::UnboundedSender<Arc<Path>>,
+    ended_rx: mpsc::UnboundedReceiver<Arc<Path>>,
+    /// NAT rebinding: connection IDs the backends chose, by flow, and the
+    /// channel the flow tasks report them on (at most
+    /// `cid::MAX_CIDS_PER_FLOW` messages per flow).
+    cids: CidTable,
+    learned_tx: mpsc::UnboundedSender<(Arc<Path>, ConnectionId)>,
+    learned_rx: mpsc::UnboundedReceiver<(Arc<Path>, ConnectionId)>,
     /// Closes the open flows of this socket (its stop, not a drain).
     close_flows: CancellationToken,
     /// New flows dropped at a bound since the last summary line.
@@ -380,6 +406,7 @@ impl SocketTask {
         stop: CancellationToken,
     ) -> SocketTask {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (learned_tx, learned_rx) = mpsc::unbounded_channel();
         let (chosen_tx, chosen_rx) = mpsc::unbounded_channel();
         let close_flows = runtime.close_connections.child_token();
         SocketTask {
@@ -394,6 +421,9 @@ impl SocketTask {
             held_bytes: 0,
             ended_tx,
             ended_rx,
+            cids: CidTable::default(),
+            learned_tx,
+            learned_rx,
             close_flows,
             dropped: 0,
             last_summary: None,
@@ -448,9 +478,8 @@ impl SocketTask {
                     // socket itself still works.
                     Err(error) => tracing::debug!(%error, "QUIC socket receive error"),
                 },
-                Some(addr) = self.ended_rx.recv() => {
-                    self.flows.remove(&addr);
-                }
+                Some(path) = self.ended_rx.recv() => self.ended(&path),
+                Some((path, id)) = self.learned_rx.recv() => self.learned(&path, id),
                 Some(chosen) = self.chosen_rx.recv() => self.chosen(chosen),
                 _ = sweep.tick() => self.sweep(),
                 () = self.stop.cancelled(), if !self.stop.is_cancelled() => {}
@@ -497,6 +526,10 @@ impl SocketTask {
                 }
             }
             None => {
+                // A client of an open flow that moved (NAT rebinding).
+                if self.rebind(datagram, from) {
+                    return;
+                }
                 // Replaced (a binary upgrade): a new flow is the new
                 // process's, which reads the socket once this one is done.
                 if self.successor.forward(from, datagram) {
@@ -507,6 +540,65 @@ impl SocketTask {
                 }
             }
         }
+    }
+
+    /// An open flow ended: its address and its connection IDs are free.
+    fn ended(&mut self, path: &Arc<Path>) {
+        if let Some((at, open)) = open_at(&mut self.flows, path) {
+            let cids = std::mem::take(&mut open.cids);
+            self.flows.remove(&at);
+            self.cids.forget(&cids);
+        }
+    }
+
+    /// An open flow's backend showed a connection ID: learned, within the
+    /// flow's share (its task stops at the same bound; this is the guard).
+    fn learned(&mut self, path: &Arc<Path>, id: ConnectionId) {
+        let Some((at, open)) = open_at(&mut self.flows, path) else {
+            return;
+        };
+        if open.cids.len() < cid::MAX_CIDS_PER_FLOW
+            && !open.cids.contains(&id)
+            && self.cids.learn(id, at)
+        {
+            open.cids.add(id);
+        }
+    }
+
+    /// A datagram from an address no flow has: if its Destination
+    /// Connection ID is one an open flow's backend chose, that client moved
+    /// (NAT rebinding): the flow continues from `from`.
+    fn rebind(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
+        let Some(old) = self.cids.lookup(datagram) else {
+            return false;
+        };
+        // The table names open flows only; anything else is left alone.
+        // What this receive gathered for the old address goes first.
+        self.flush_up();
+        let open = match self.flows.remove(&old) {
+            Some(Flow::Open(open)) => open,
+            Some(other) => {
+                self.flows.insert(old, other);
+                return false;
+            }
+            None => return false,
+        };
+        open.path.moved(from);
+        self.cids.moved(&open.cids, from);
+        open.stats.up(datagram.len(), open.started);
+        moved(&open.entry.activity, Side::Up, datagram.len());
+        let _ = self
+            .offload
+            .send_connected(&open.backend, open.backend_addr, datagram, None);
+        tracing::debug!(
+            listener = %self.generation.borrow().listener.name,
+            client.previous = %old,
+            client.last_peer = %from,
+            client.rebinds = open.path.rebinds(),
+            "QUIC flow followed to a new client address"
+        );
+        self.flows.insert(from, Flow::Open(open));
+        true
     }
 
     /// Sends the open flows' datagrams gathered from the last receive.
@@ -856,6 +948,8 @@ impl SocketTask {
         let drain = in_flight.state().drain_part(drain.signal()).enter();
         let stats = record.stats.clone();
         let started = record.started;
+        let path = Arc::new(Path::new(from));
+        record.path = Some(path.clone());
         // Listed, filtered and closable by the admin listener like a TCP
         // connection (a `local` one also by a push of local names); its
         // stop is a child of this socket's `close_flows`.
@@ -892,6 +986,8 @@ impl SocketTask {
                 stats,
                 started,
                 entry: registered.shared(),
+                path: path.clone(),
+                cids: FlowCids::default(),
             }),
         );
         let flow = FlowTask {
@@ -899,16 +995,30 @@ impl SocketTask {
             backend,
             socket: self.socket.clone(),
             offload: self.offload.clone(),
-            client: from,
+            path,
             idle,
             registered,
             ended: self.ended_tx.clone(),
+            learned: self.learned_tx.clone(),
             drain,
             health,
             in_flight,
             _held: held_slots,
         };
         self.runtime.connections.spawn(relay_back(flow));
+    }
+}
+
+/// The open flow at `path`'s current address, if it is that flow (its
+/// task's messages may arrive after its address went to another flow).
+fn open_at<'a>(
+    flows: &'a mut HashMap<SocketAddr, Flow>,
+    path: &Arc<Path>,
+) -> Option<(SocketAddr, &'a mut Open)> {
+    let at = path.client();
+    match flows.get_mut(&at) {
+        Some(Flow::Open(open)) if Arc::ptr_eq(&open.path, path) => Some((at, open)),
+        _ => None,
     }
 }
 
@@ -931,6 +1041,7 @@ fn flow_record(
         backend_local: None,
         stats: Arc::default(),
         metrics,
+        path: None,
     }
 }
 
@@ -976,12 +1087,14 @@ struct FlowTask {
     backend: Arc<UdpSocket>,
     socket: Arc<UdpSocket>,
     offload: Arc<Offload>,
-    client: SocketAddr,
+    /// The client's address, which moves with NAT rebinding.
+    path: Arc<Path>,
     idle: Duration,
     /// Its registry entry: removed when the flow ends; its stop fires on
     /// this socket's close or an operator's `DELETE /connections`.
     registered: Registered,
-    ended: mpsc::UnboundedSender<SocketAddr>,
+    ended: mpsc::UnboundedSender<Arc<Path>>,
+    learned: mpsc::UnboundedSender<(Arc<Path>, ConnectionId)>,
     drain: DrainGuard,
     /// What the flow tells its address's passive health.
     health: Health,
@@ -1000,15 +1113,20 @@ async fn relay_back(flow: FlowTask) {
         backend,
         socket,
         offload,
-        client,
+        path,
         idle,
         registered,
         ended,
+        learned,
         drain,
         mut health,
         in_flight,
         _held,
     } = flow;
+    let mut client = path.client();
+    let mut rebinds = 0;
+    // The connection IDs reported to the socket task, so each goes once.
+    let mut taught = FlowCids::default();
     let started = record.started;
     let closing = drain.closing(record.id);
     tokio::pin!(closing);
@@ -1020,7 +1138,17 @@ async fn relay_back(flow: FlowTask) {
             // report an error, not readability.
             ready = backend.ready(Interest::READABLE | Interest::ERROR) => match ready.and_then(|ready| {
                 if ready.is_readable() {
-                    relay_down(&offload, &backend, &socket, client, &record.stats, started)
+                    if path.rebinds() != rebinds {
+                        rebinds = path.rebinds();
+                        client = path.client();
+                    }
+                    relay_down(&offload, &backend, &socket, client, &record.stats, started, |datagram| {
+                        if let Some(id) = cid::backend_scid(datagram)
+                            && taught.add(id)
+                        {
+                            let _ = learned.send((path.clone(), id));
+                        }
+                    })
                 } else {
                     pending_error(&backend)
                 }
@@ -1059,7 +1187,7 @@ async fn relay_back(flow: FlowTask) {
     drop(in_flight);
     drop(registered);
     record.close(reason);
-    let _ = ended.send(client);
+    let _ = ended.send(path);
 }
 
 /// Takes the error a backend socket reports (SO_ERROR: an ICMP error of an
@@ -1089,6 +1217,7 @@ fn relay_down(
     client: SocketAddr,
     stats: &Stats,
     started: Instant,
+    mut learn: impl FnMut(&[u8]),
 ) -> std::io::Result<usize> {
     with_scratch(|recv, send| {
         offload.try_recv(backend, recv)?;
@@ -1097,6 +1226,7 @@ fn relay_down(
         for (_, datagram) in recv.datagrams() {
             stats.down(datagram.len(), started);
             bytes += datagram.len();
+            learn(datagram);
             send.push(client, datagram, max_segments, |to, contents, segment| {
                 let _ = offload.send(socket, to, contents, segment);
             });

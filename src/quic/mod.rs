@@ -6,7 +6,8 @@
 //! with a TLS alert, which a client reports at once ([`refusal`]), and the
 //! `protocol = "quic"` listener that runs them over UDP sockets and flows
 //! ([`listener`]), with batched datagram I/O ([`io`]: recvmmsg, GSO, GRO
-//! through quinn-udp).
+//! through quinn-udp), following a flow to a client's new address by the
+//! connection IDs its backend chose ([`cid`]).
 //!
 //! Only what is public is read: a client's Initial packets are protected
 //! with keys derived from their Destination Connection ID and a salt the
@@ -16,11 +17,13 @@
 //! handshake that follows (Handshake and 1-RTT keys) is ever derivable or
 //! held: those packets pass through unread.
 //!
-//! Not here, except in [`listener`] and [`io`]: sockets, flows, deadlines (see
-//! [`initial`] for what the caller bounds). Not anywhere: version negotiation (a long header of another version is
+//! Not here, except in [`listener`], [`io`] and [`handover`]: sockets,
+//! flows, deadlines (see [`initial`] for what the caller bounds). Not
+//! anywhere: version negotiation (a long header of another version is
 //! [`initial::Verdict::UnknownVersion`]; answering it is the backend's
 //! business, since only the backend knows which versions it speaks).
 
+pub mod cid;
 pub mod handover;
 pub mod initial;
 pub mod io;

@@ -298,6 +298,21 @@ impl Pki {
             .with_client_auth_cert(self.client_chain.clone(), key)
             .unwrap()
     }
+
+    /// [`Pki::client_config`] on `provider` (TLS 1.3 only, as QUIC needs),
+    /// for a test that picks the key exchange groups.
+    pub fn client_config_with_provider(
+        &self,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+    ) -> rustls::ClientConfig {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.client_key.clone()));
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(self.roots())
+            .with_client_auth_cert(self.client_chain.clone(), key)
+            .unwrap()
+    }
 }
 
 // --------------------------------------------------------------- backends
