@@ -3,7 +3,8 @@
 //! 127.0.0.1, or never answering: `no_address` after `connect_timeout`), a
 //! cluster backend (the test control plane answering another node, this
 //! node's `local_backend`, or a target outside `allowed_targets`; a
-//! `local_overrides` name going to `local_backend` unasked), the
+//! `local_overrides` name going to `local_backend` unasked; a pushed local
+//! name's flow closing `moved` when a push drops the name), the
 //! per-address cap reached by open flows (`backend_full`), an address in
 //! `maint` skipped by new flows and ending its open one (`address_maint`),
 //! `least_connections` counting flows and TCP connections alike,
@@ -186,6 +187,78 @@ async fn a_cluster_backend_sends_flows_to_the_answered_node_or_the_local_backend
     assert_eq!(line["close"], "idle_timeout", "{line}");
     assert_eq!(plane.requests(NGTCP2), 1);
     assert_eq!(plane.requests(AIOQUIC), 1);
+}
+
+#[tokio::test]
+async fn a_flow_to_a_pushed_local_name_closes_moved_when_a_push_drops_the_name() {
+    const TOKEN: &str = "quic-pusher";
+    let (echo, mut seen) = udp_echo_backends(2).await;
+    let (remote, home) = (echo[0], echo[1]);
+    let plane = ControlPlane::start().await;
+    plane.set(NGTCP2, Reply::endpoints(&[remote]));
+    plane.set(AIOQUIC, Reply::endpoints(&[remote]));
+    let tokens = token_file(TOKEN);
+    let top = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nmoved_close_window = \"200ms\"",
+        tokens.display()
+    );
+    let backend = format!(
+        "connect_timeout = \"2s\"\n\n[backend.b.cluster]\nlookup_url = \"{}\"\n\
+         allowed_targets = [\"127.0.0.0/8\"]\nlocal_backend = \"home\"",
+        plane.url()
+    );
+    // A long idle timeout: only the push ends the flow.
+    let config = quic_relay(
+        &top,
+        &backend,
+        &format!("[backend.home]\naddresses = [\"{home}\"]"),
+    )
+    .replace("idle_timeout = \"1s\"", "idle_timeout = \"1m\"");
+    let relay = Relay::start(&config).await;
+    let relay_addr = relay.addr_of("quic");
+    let push = |names: &[&str]| {
+        let body = serde_json::json!({ "fullDomains": names }).to_string();
+        http_request_text(
+            "POST",
+            "/update-local-snis",
+            &[&format!("Authorization: Bearer {TOKEN}")],
+            &body,
+        )
+    };
+    let answer = http_tcp(relay.admin_addr().await, &push(&[NGTCP2, AIOQUIC])).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+
+    // Both pushed names go to the local backend without a lookup.
+    let moving = echoed_flow(relay_addr, "127.0.0.1", &capture("ngtcp2")).await;
+    assert_eq!(next_seen(&mut seen).await, home);
+    let staying = echoed_flow(relay_addr, "127.0.0.1", &capture("aioquic_v1")).await;
+    assert_eq!(next_seen(&mut seen).await, home);
+    assert_eq!(plane.requests(NGTCP2), 0);
+
+    // NGTCP2's name leaves the local set: its open flow closes `moved`,
+    // the other name's flow stays open.
+    let answer = http_tcp(relay.admin_addr().await, &push(&[AIOQUIC])).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.json()["closing"], 1, "{answer:?}");
+    let line = closed(&relay, &moving).await;
+    assert_eq!(line["close"], "moved", "{line}");
+    assert_eq!(line["sni"], NGTCP2, "{line}");
+    assert_eq!(line["backend.addr"], home.to_string().as_str(), "{line}");
+    staying.send_to(b"still here", relay_addr).await.unwrap();
+    let mut buf = [0u8; 64];
+    let (len, _) = tokio::time::timeout(WAIT, staying.recv_from(&mut buf))
+        .await
+        .expect("the other name's flow still echoes")
+        .unwrap();
+    assert_eq!(&buf[..len], b"still here");
+    assert!(
+        !relay
+            .log_lines()
+            .iter()
+            .any(|l| is_quic_close(l) && l["sni"] == AIOQUIC),
+        "the other name's flow must stay open"
+    );
+    let _ = std::fs::remove_dir_all(tokens.parent().unwrap());
 }
 
 // ---------------------------------------------------- caps and operator

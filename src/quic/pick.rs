@@ -2,7 +2,7 @@
 //! passive health about it.
 //!
 //! The choice is TCP's (`crate::connect::candidates` and
-//! [`Candidates::plan`](crate::connect::Candidates::plan)): the fixed set,
+//! `Candidates::plan`): the fixed set,
 //! a DNS backend's resolved set (waiting up to `connect_timeout` for the
 //! first answer, then `no_address`), or a cluster's per-SNI answer (with
 //! `local_overrides`, pushed local names, `allowed_targets` and
