@@ -3,7 +3,9 @@
 //! fetches a file from ngtcp2's example server (`ngtcp2-server`,
 //! `/usr/sbin/gtlsserver`) through the relay, is refused with the QUIC
 //! refusal for a name no route serves, a datagram that is not QUIC ends its
-//! flow as `not_quic` with nothing forwarded, and a flood of Initials from
+//! flow as `not_quic` with nothing forwarded, `[global] max_connection_rate`
+//! dropping new flows above the rate, an IPv6 listener and backend, and a
+//! flood of Initials from
 //! thousands of source ports is held to the pending-flow bound while an
 //! established flow keeps working; a stop ends open flows within the drain
 //! timeout, and a reload's routes apply to new flows on the kept socket.
@@ -271,6 +273,87 @@ async fn a_datagram_that_is_not_quic_ends_its_flow_as_not_quic() {
     assert!(line["backend"].is_null(), "{line}");
     // The line is written after anything would have been forwarded.
     assert_nothing_received(&backend);
+}
+
+#[tokio::test]
+async fn an_ipv6_flow_is_routed_to_an_ipv6_backend_and_echoed() {
+    // A quic listener on ::1 and a backend on ::1: the flow's hello and
+    // what follows go through, and the line names both v6 addresses.
+    let backend = UdpSocket::bind("[::1]:0").await.unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((len, from)) = backend.recv_from(&mut buf).await {
+            let _ = backend.send_to(&buf[..len], from).await;
+        }
+    });
+    let config = quic_config(&["localhost"], backend_addr, "", "idle_timeout = \"300ms\"")
+        .replace("listen = [\"127.0.0.1:0\"]", "listen = [\"[::1]:0\"]");
+    let relay = Relay::start(&config).await;
+    let relay_addr = relay.addr_of("quic");
+    assert!(relay_addr.is_ipv6(), "{relay_addr}");
+    let client = UdpSocket::bind("[::1]:0").await.unwrap();
+    udp_round_trip(&client, relay_addr, &capture("ngtcp2").remove(0)).await;
+    udp_round_trip(&client, relay_addr, b"after the hello").await;
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["route"], "localhost", "{line}");
+    assert_eq!(
+        line["backend.addr"],
+        backend_addr.to_string().as_str(),
+        "{line}"
+    );
+    assert_eq!(line["close"], "idle_timeout", "{line}");
+    assert!(line["datagrams.down"].as_u64().unwrap() >= 2, "{line}");
+}
+
+#[tokio::test]
+async fn max_connection_rate_paces_new_flows_and_drops_the_rest() {
+    // One new flow per second for the process, burst 1: of ten flows
+    // started together, the first is admitted and the others' Initials are
+    // dropped (a UDP socket has no backlog to wait in; a client
+    // retransmits). Ten datagrams are read far within the second.
+    const FLOWS: usize = 10;
+    let backend = silent_backend();
+    let relay = Relay::start(&quic_config(
+        &["*"],
+        backend.local_addr().unwrap(),
+        "max_connection_rate = 1",
+        &format!("idle_timeout = \"300ms\"\n{NO_SOURCE_LIMIT}"),
+    ))
+    .await;
+    let relay_addr = relay.addr_of("quic");
+    let hello = capture("ngtcp2").remove(0);
+    let mut clients = Vec::new();
+    for _ in 0..FLOWS {
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        client.send_to(&hello, relay_addr).await.unwrap();
+        clients.push(client);
+    }
+    let summary = relay
+        .wait_log(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))
+        })
+        .await;
+    assert_eq!(summary["level"], "WARN", "{summary}");
+    let first = relay.closed_line(clients[0].local_addr().unwrap()).await;
+    assert_eq!(first["close"], "idle_timeout", "{first}");
+    // The one admitted flow reached the backend with its hello.
+    let mut buf = vec![0u8; 65536];
+    backend.set_nonblocking(false).unwrap();
+    backend.set_read_timeout(Some(WAIT)).unwrap();
+    let (len, _) = backend.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..len], &hello[..]);
+    backend.set_nonblocking(true).unwrap();
+    assert_nothing_received(&backend);
+    // Its line came after the others were read: none of them has a line.
+    let flows = relay
+        .log_lines()
+        .iter()
+        .filter(|l| l["message"] == "connection closed" && l["protocol"] == "quic")
+        .count();
+    assert_eq!(flows, 1, "only the paced-in flow ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,6 +57,8 @@
 //! Initials can take at most half of what is free, and established flows
 //! and TCP connections keep the rest); held bytes per socket at most
 //! [`MAX_HELD_BYTES`]; open and pending flows together hold one permit each.
+//! New flows are paced by `[global] max_connection_rate` (shared with
+//! TCP's accept loops): above it a new flow's datagram is dropped.
 //! Datagrams that would break a bound are dropped, which a QUIC client
 //! survives by retransmitting.
 //!
@@ -621,11 +623,22 @@ impl SocketTask {
             self.drop_new_flow();
             return false;
         }
+        let generation = self.generation.borrow().clone();
+        // `[global] max_connection_rate`: TCP clients above it wait in the
+        // backlog; a UDP socket has none, so a new flow's datagram is
+        // dropped and the client's retransmission tries again.
+        if generation
+            .pace
+            .as_ref()
+            .is_some_and(|pace| pace.check().is_err())
+        {
+            self.drop_new_flow();
+            return false;
+        }
         let Ok(permit) = self.runtime.permits.clone().try_acquire_owned() else {
             self.drop_new_flow();
             return false;
         };
-        let generation = self.generation.borrow().clone();
         let listener = generation.listener.clone();
         // One handle per socket (a listener keeps its name and protocol),
         // so a flow's metrics cost atomic adds, as a TCP connection's.
@@ -691,7 +704,7 @@ impl SocketTask {
                 dropped = self.dropped,
                 pending = self.pending,
                 held_bytes = self.held_bytes,
-                "QUIC datagrams of new flows dropped: pending flows or connection permits at their bound"
+                "QUIC datagrams of new flows dropped: pending flows, connection permits or max_connection_rate at their bound"
             );
             self.last_summary = Some(now);
             self.dropped = 0;
