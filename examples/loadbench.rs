@@ -32,6 +32,10 @@
 //! `loadbench --relay target/release/snirelay [--haproxy /usr/sbin/haproxy]
 //!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]`
 
+#[path = "support/proc.rs"]
+mod proc;
+
+use proc::{cpu_seconds, fd_count, median, meminfo_kib, rss_kib};
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -410,24 +414,6 @@ async fn open(addr: SocketAddr, hello: &[u8], mode: u8) -> std::io::Result<TcpSt
     Ok(stream)
 }
 
-/// CPU time (user + system) `pid` has used so far, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold
-    // spaces: state is field 3, utime 14, stime 15 (in clock ticks).
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let mut fields = rest.split_whitespace().skip(11);
-    let mut tick = || {
-        fields
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let (utime, stime) = (tick(), tick());
-    // CLK_TCK is 100 on every Linux this runs on.
-    (utime + stime) / 100.0
-}
-
 /// What a rate phase measured.
 struct RateFigures {
     per_second: f64,
@@ -754,29 +740,6 @@ async fn ping(addr: SocketAddr, hello: Arc<Vec<u8>>, seconds: u64) -> (f64, f64)
     (pick(0.50), pick(0.99))
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    field_kib(&status, "VmRSS:")
-}
-
-fn meminfo_kib(key: &str) -> u64 {
-    field_kib(&std::fs::read_to_string("/proc/meminfo").unwrap(), key)
-}
-
-fn field_kib(text: &str, key: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 struct IdleFigures {
     rss_per_conn: f64,
     slab_per_conn: f64,
@@ -950,18 +913,6 @@ async fn wait_for(done: impl Fn() -> bool, what: &str) {
 // -------------------------------------------------------------------- table
 
 type Samples = BTreeMap<(&'static str, &'static str), Vec<f64>>;
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    if v.is_empty() {
-        f64::NAN
-    } else if v.len() % 2 == 1 {
-        v[v.len() / 2]
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-    }
-}
 
 fn main() {
     let args = args();

@@ -34,6 +34,10 @@
 //! `quicbench --relay target/release/snirelay [--runs 3] [--seconds 5]
 //!  [--flows 256] [--idle 8000] [--threads 1] [--only rate,idle]`
 
+#[path = "support/proc.rs"]
+mod proc;
+
+use proc::{cpu_seconds, fd_count, median, rss_kib};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -187,40 +191,6 @@ addresses = ["{backend}"]
         child,
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
     }
-}
-
-/// CPU time (user + system) `pid` has used so far, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (in parentheses, may hold spaces):
-    // state is field 3, utime 14, stime 15 (clock ticks).
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let mut fields = rest.split_whitespace().skip(11);
-    let mut tick = || {
-        fields
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let (utime, stime) = (tick(), tick());
-    // CLK_TCK is 100 on every Linux this runs on.
-    (utime + stime) / 100.0
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
 }
 
 // -------------------------------------------------------------------- flows
@@ -439,18 +409,6 @@ async fn idle(relay: &Relay, hello: &Arc<Vec<Vec<u8>>>, count: usize) -> IdleFig
 // -------------------------------------------------------------------- table
 
 type Samples = BTreeMap<String, Vec<f64>>;
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    if v.is_empty() {
-        f64::NAN
-    } else if v.len() % 2 == 1 {
-        v[v.len() / 2]
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-    }
-}
 
 fn main() {
     let args = args();

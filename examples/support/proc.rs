@@ -1,0 +1,64 @@
+//! What the load tools (`loadbench`, `quicbench`) read about a process
+//! from /proc, and the median they report. Included by each tool with
+//! `#[path]`; not an example of its own.
+//!
+//! Not here: starting or stopping processes, or anything that measures
+//! traffic.
+
+/// A process's user + system CPU time in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is field 3, utime 14, stime 15 (in clock ticks).
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let mut fields = rest.split_whitespace().skip(11);
+    let mut tick = || {
+        fields
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (utime, stime) = (tick(), tick());
+    // CLK_TCK is 100 on every Linux this runs on.
+    (utime + stime) / 100.0
+}
+
+/// A process's resident set in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    field_kib(&status, "VmRSS:")
+}
+
+/// A /proc/meminfo value in KiB.
+#[allow(dead_code)] // loadbench's only
+pub fn meminfo_kib(key: &str) -> u64 {
+    field_kib(&std::fs::read_to_string("/proc/meminfo").unwrap(), key)
+}
+
+fn field_kib(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many descriptors a process holds.
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The median of `v` (NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() {
+        f64::NAN
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    }
+}
