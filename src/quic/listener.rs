@@ -35,7 +35,8 @@
 //!   drains it: an open flow is in the connection registry
 //!   (`crate::registry`, admin `/connections` and the status page) like a
 //!   TCP connection, with protocol `quic`, and ends with the same reasons
-//!   (`admin`, `drained`);
+//!   (`admin`, `drained`; `moved` for a flow sent to a cluster's
+//!   `local_backend` when a push of local names drops its name);
 //! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
 //!   `malformed`, `too_large`, `no_sni`...);
 //! - NAT rebinding ([`super::cid`]): `relay_back` learns the backend's
@@ -44,7 +45,9 @@
 //!   ID is one of them, moves that open flow to the new address (the old
 //!   address's entry is gone, the backend's datagrams go to the new one,
 //!   the access line counts `client.rebinds` and names `client.last_peer`);
-//!   a new address that matches nothing starts a pending flow as above.
+//!   a new address that matches nothing starts a pending flow as above
+//!   (or, in a process being replaced, goes to its successor: a client of
+//!   one of this process's flows is matched before that).
 //!
 //! Every flow that sent a datagram ends with one access line (the TCP
 //! fields, `protocol = "quic"`, the QUIC version, datagrams and bytes each
