@@ -26,11 +26,9 @@
 //! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`]
 //!   (over HTTP, in snirelay's protocol or Pangolin's, by [`cluster_http`]),
 //!   whose answer is either another node or this one (`local_backend`);
-//!   [`node_choice`] says which of several nodes comes first.
-//! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`],
-//!   whose answer is either another node or this one (`local_backend`);
-//!   names pushed as local ([`local_names`]) or listed in
-//!   `local_overrides` go to `local_backend` without a lookup.
+//!   [`node_choice`] says which of several nodes comes first; names pushed
+//!   as local ([`local_names`]) or listed in `local_overrides` go to
+//!   `local_backend` without a lookup.
 //!
 //! Not here: choosing among addresses ([`select`], [`policy`]) or
 //! connecting (`crate::connect`). This module names no policy: what one
