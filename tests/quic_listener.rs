@@ -23,8 +23,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use common::{
-    NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, open_quic_flow, scratch_dir,
-    udp_echo_backend, udp_round_trip, wait_udp_bound,
+    NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, http_get, metric, open_quic_flow,
+    scratch_dir, udp_echo_backend, udp_round_trip, wait_udp_bound,
 };
 use serde_json::Value;
 use tokio::net::UdpSocket;
@@ -259,7 +259,8 @@ async fn an_unlisted_name_gets_the_quic_refusal() {
 #[tokio::test]
 async fn a_datagram_that_is_not_quic_ends_its_flow_as_not_quic() {
     let backend = silent_backend();
-    let relay = Relay::start(&quic_config(&["*"], backend.local_addr().unwrap(), "", "")).await;
+    let config = quic_config(&["*"], backend.local_addr().unwrap(), "", "");
+    let relay = Relay::start(&format!("{config}\n[admin]\nlisten = \"127.0.0.1:0\"\n")).await;
     let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     client
         .send_to(b"GET / HTTP/1.0\r\n\r\n", relay.addr_of("quic"))
@@ -273,6 +274,14 @@ async fn a_datagram_that_is_not_quic_ends_its_flow_as_not_quic() {
     assert!(line["backend"].is_null(), "{line}");
     // The line is written after anything would have been forwarded.
     assert_nothing_received(&backend);
+    // Counted, with the quic listener's protocol label.
+    let (_, text) = http_get(relay.admin_addr().await, "/metrics").await;
+    for series in [
+        "snirelay_connections_closed_total{listener=\"quic\",protocol=\"quic\",reason=\"not_quic\"}",
+        "snirelay_client_hellos_total{listener=\"quic\",protocol=\"quic\",outcome=\"not_quic\"}",
+    ] {
+        assert_eq!(metric(&text, series), 1.0, "{series} in {text}");
+    }
 }
 
 #[tokio::test]
