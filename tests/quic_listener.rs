@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use common::udp::is_new_flow_drop_summary;
 use common::{
     NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, http_get, metric, open_quic_flow,
     scratch_dir, udp_echo_backend, udp_round_trip, wait_udp_bound,
@@ -338,13 +339,7 @@ async fn max_connection_rate_paces_new_flows_and_drops_the_rest() {
         client.send_to(&hello, relay_addr).await.unwrap();
         clients.push(client);
     }
-    let summary = relay
-        .wait_log(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))
-        })
-        .await;
+    let summary = relay.wait_log(is_new_flow_drop_summary).await;
     assert_eq!(summary["level"], "WARN", "{summary}");
     let first = relay.closed_line(clients[0].local_addr().unwrap()).await;
     assert_eq!(first["close"], "idle_timeout", "{first}");
@@ -399,13 +394,7 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
 
     // New flows were dropped at the bound, which never let more than half
     // of the connection permits be pending.
-    let dropped = relay
-        .wait_log(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))
-        })
-        .await;
+    let dropped = relay.wait_log(is_new_flow_drop_summary).await;
     assert!(
         dropped["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
         "{dropped}"

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::udp::is_new_flow_drop_summary;
 use common::{Pki, Relay, WAIT, http_get, metric};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::udp::{RecvMeta, Transmit};
@@ -218,6 +219,22 @@ impl AsyncUdpSocket for NatSocket {
     }
 }
 
+/// Connects `endpoint` to `relay` (the handshake bounded by WAIT), opens a
+/// bidirectional stream and echoes `message` on it.
+async fn connect_and_echo(
+    endpoint: &Endpoint,
+    relay: SocketAddr,
+    message: &[u8],
+) -> (quinn::Connection, quinn::SendStream, quinn::RecvStream) {
+    let connection = tokio::time::timeout(WAIT, endpoint.connect(relay, NAME).unwrap())
+        .await
+        .expect("the handshake within the wait")
+        .unwrap();
+    let (mut send, mut recv) = connection.open_bi().await.unwrap();
+    echo(&mut send, &mut recv, message).await;
+    (connection, send, recv)
+}
+
 /// Sends `message` on the stream and reads its echo (bounded by WAIT).
 async fn echo(send: &mut quinn::SendStream, recv: &mut quinn::RecvStream, message: &[u8]) {
     let exchange = async {
@@ -242,13 +259,8 @@ async fn a_client_behind_a_nat_that_changes_its_port_keeps_its_flow() {
     let nat = NatSocket::new();
     let first = nat.addr();
     let endpoint = client(&pki, nat.clone(), None, Duration::from_secs(10));
-    let connection =
-        tokio::time::timeout(WAIT, endpoint.connect(relay.addr_of("quic"), NAME).unwrap())
-            .await
-            .expect("the handshake within the wait")
-            .unwrap();
-    let (mut send, mut recv) = connection.open_bi().await.unwrap();
-    echo(&mut send, &mut recv, b"before the NAT moved").await;
+    let (connection, mut send, mut recv) =
+        connect_and_echo(&endpoint, relay.addr_of("quic"), b"before the NAT moved").await;
 
     let second = nat.remap();
     assert_ne!(first, second);
@@ -295,13 +307,8 @@ async fn a_client_that_migrates_to_a_new_connection_id_is_not_followed() {
         None,
         Duration::from_secs(2),
     );
-    let connection =
-        tokio::time::timeout(WAIT, endpoint.connect(relay.addr_of("quic"), NAME).unwrap())
-            .await
-            .expect("the handshake within the wait")
-            .unwrap();
-    let (mut send, mut recv) = connection.open_bi().await.unwrap();
-    echo(&mut send, &mut recv, b"before the migration").await;
+    let (connection, mut send, _recv) =
+        connect_and_echo(&endpoint, relay.addr_of("quic"), b"before the migration").await;
 
     let moved = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let second = moved.local_addr().unwrap();
@@ -339,13 +346,12 @@ async fn a_post_quantum_hello_in_two_initial_packets_is_routed() {
     let relay = Relay::start(&quic_config(backend, "", "idle_timeout = \"1s\"")).await;
     let nat = NatSocket::new();
     let endpoint = client(&pki, nat.clone(), Some(vec![pq]), Duration::from_secs(10));
-    let connection =
-        tokio::time::timeout(WAIT, endpoint.connect(relay.addr_of("quic"), NAME).unwrap())
-            .await
-            .expect("the handshake within the wait")
-            .unwrap();
-    let (mut send, mut recv) = connection.open_bi().await.unwrap();
-    echo(&mut send, &mut recv, b"post-quantum through the relay").await;
+    let (connection, _send, _recv) = connect_and_echo(
+        &endpoint,
+        relay.addr_of("quic"),
+        b"post-quantum through the relay",
+    )
+    .await;
 
     // The first datagram alone is an incomplete hello; with the second, it
     // is the hello the relay routed.
@@ -388,12 +394,8 @@ async fn an_initial_flood_from_many_addresses_is_bounded_and_a_connection_goes_o
     // The established connection, from 127.0.0.1.
     let nat = NatSocket::new();
     let endpoint = client(&pki, nat.clone(), None, Duration::from_secs(10));
-    let connection = tokio::time::timeout(WAIT, endpoint.connect(relay_addr, NAME).unwrap())
-        .await
-        .expect("the handshake within the wait")
-        .unwrap();
-    let (mut send, mut recv) = connection.open_bi().await.unwrap();
-    echo(&mut send, &mut recv, b"before the flood").await;
+    let (connection, mut send, mut recv) =
+        connect_and_echo(&endpoint, relay_addr, b"before the flood").await;
 
     // The flood: the first datagram of Chromium's two-datagram hello (so
     // every admitted flow stays pending) from 127.0.0.2 ... 127.0.0.200,
@@ -494,13 +496,7 @@ async fn an_initial_flood_from_many_addresses_is_bounded_and_a_connection_goes_o
         refused.len() as f64
     );
     // Everything else was dropped at the bound, summarised.
-    let dropped = relay
-        .wait_log(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))
-        })
-        .await;
+    let dropped = relay.wait_log(is_new_flow_drop_summary).await;
     assert!(
         dropped["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
         "{dropped}"

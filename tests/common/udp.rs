@@ -1,6 +1,7 @@
 //! UDP peers for the QUIC listener's backend tests: echo backends that
 //! report which of them received each datagram, and a client that sends a
-//! captured first flight from a port of its own and waits for its echo.
+//! captured first flight from a port of its own and waits for its echo,
+//! and the listener's summary line of dropped new flows.
 //!
 //! Not here: QUIC itself (the captures in tests/data/quic are replayed as
 //! they were recorded; a backend that must speak QUIC is ngtcp2's, see
@@ -81,4 +82,12 @@ pub async fn send_flow(relay: SocketAddr, flight: &[Vec<u8>]) -> UdpSocket {
         client.send_to(datagram, relay).await.unwrap();
     }
     client
+}
+
+/// The QUIC listener's summary of new flows' datagrams dropped at a bound
+/// (a WARN at most once a second).
+pub fn is_new_flow_drop_summary(line: &serde_json::Value) -> bool {
+    line["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))
 }
