@@ -25,7 +25,8 @@
 //! `reload` diffs snapshots for the log line and `drain` signals wind down
 //! what changed. [`signals`] turns signals into intents, [`notify`] speaks
 //! sd_notify and [`takeover`] hands listening sockets to a new binary.
-//! [`probe`] is the operator's client-side monitor; `metrics` and [`admin`]
+//! [`probe`] is the operator's client-side monitor (it and https cluster
+//! lookups trust the system's CAs through `system_roots`); `metrics` and [`admin`]
 //! are the relay's own observability, and [`admin`] also its run-time
 //! control (`snirelay ctl` is its client). Modules no test, bench, example or
 //! fuzz target needs are `pub(crate)`.
@@ -78,4 +79,5 @@ pub mod server;
 pub mod signals;
 pub mod sni;
 pub mod sockopt;
+pub(crate) mod system_roots;
 pub mod takeover;

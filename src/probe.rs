@@ -36,6 +36,7 @@ use tokio::time::{Instant, timeout};
 use tokio_rustls::TlsConnector;
 
 use crate::cli::ProbeArgs;
+use crate::system_roots::add_system_roots;
 
 /// Why a probe could not run at all (as opposed to an unhealthy address).
 #[derive(Debug, thiserror::Error)]
@@ -427,17 +428,7 @@ fn client_config(args: &ProbeArgs) -> Result<ClientConfig, ProbeError> {
                     })?;
                 }
             }
-            None => {
-                let found = rustls_native_certs::load_native_certs();
-                let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-                if added == 0 {
-                    let why = found
-                        .errors
-                        .first()
-                        .map_or_else(|| "no certificates found".to_owned(), |e| e.to_string());
-                    return Err(ProbeError::NoRoots(why));
-                }
-            }
+            None => add_system_roots(&mut roots).map_err(ProbeError::NoRoots)?,
         }
         builder.with_root_certificates(roots)
     };

@@ -39,6 +39,7 @@ use tokio_rustls::TlsConnector;
 
 use super::{Cluster, ClusterProtocol};
 use crate::sockopt;
+use crate::system_roots::add_system_roots;
 
 /// The largest lookup reply read (an answer is a short list of endpoints).
 pub const MAX_REPLY_BYTES: usize = 64 * 1024;
@@ -317,20 +318,12 @@ pub fn tls_client(
                     .map_err(|e| ("ca_file", format!("not a usable CA certificate: {e}")))?;
             }
         }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-            if added == 0 {
-                let why = found
-                    .errors
-                    .first()
-                    .map_or_else(|| "no certificates found".to_owned(), |e| e.to_string());
-                return Err((
-                    "ca_file",
-                    format!("no system CA certificates ({why}); set it"),
-                ));
-            }
-        }
+        None => add_system_roots(&mut roots).map_err(|why| {
+            (
+                "ca_file",
+                format!("no system CA certificates ({why}); set it"),
+            )
+        })?,
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
