@@ -35,7 +35,7 @@
 #[path = "support/proc.rs"]
 mod proc;
 
-use proc::{cpu_seconds, fd_count, median, meminfo_kib, rss_kib};
+use proc::{CoreTicks, cpu_seconds, fd_count, median, meminfo_kib, rss_kib};
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -428,19 +428,33 @@ struct RateFigures {
     /// Connection latency (connect to the reply's last byte), microseconds.
     p50: f64,
     p99: f64,
+    /// Pinned runs: the proxy's core and the load's core over the phase,
+    /// whoever used them (the process, or the kernel's interrupt work on
+    /// its behalf, which the process's own CPU time leaves out).
+    cores: Option<(CoreTicks, CoreTicks)>,
 }
 
 /// Connections per second completed by 64 looping clients, the proxy's and
 /// the load side's CPU per connection (figures that the other load on a
 /// shared machine disturbs far less than the rate itself), and latency.
-async fn rate_and_cost(proxy: &Proxy, hello: Arc<Vec<u8>>, seconds: u64, mode: u8) -> RateFigures {
+async fn rate_and_cost(
+    proxy: &Proxy,
+    hello: Arc<Vec<u8>>,
+    seconds: u64,
+    mode: u8,
+    pin: Option<(usize, usize)>,
+) -> RateFigures {
     let pid = proxy.child.id();
     let me = std::process::id();
     let (cpu0, load0) = (cpu_seconds(pid), cpu_seconds(me));
+    let cores0 = pin.map(|(p, l)| (CoreTicks::read(p), CoreTicks::read(l)));
     let start = Instant::now();
     let (per_second, done, mut latencies) = rate(proxy.addr, hello, seconds, mode, u64::MAX).await;
     let wall = start.elapsed().as_secs_f64();
     let (cpu, load) = (cpu_seconds(pid) - cpu0, cpu_seconds(me) - load0);
+    let cores = pin
+        .zip(cores0)
+        .map(|((p, l), (p0, l0))| (CoreTicks::read(p).since(p0), CoreTicks::read(l).since(l0)));
     latencies.sort_unstable();
     let pick = |q: f64| {
         latencies
@@ -457,6 +471,7 @@ async fn rate_and_cost(proxy: &Proxy, hello: Arc<Vec<u8>>, seconds: u64, mode: u
         load_busy: load / wall,
         p50: pick(0.50),
         p99: pick(0.99),
+        cores,
     }
 }
 
@@ -980,7 +995,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
         for proxy in &order {
             let name = proxy.name;
             if only("rate") {
-                let f = rate_and_cost(proxy, hello.clone(), secs, args.rate_mode).await;
+                let f = rate_and_cost(proxy, hello.clone(), secs, args.rate_mode, args.pin).await;
                 eprintln!(
                     "run {run} {name:8} rate  {:10.0} conn/s  {:6.1} us CPU/conn  load {:6.1} us/conn  busy {:.0}%/{:.0}%  p50 {:.0} us  p99 {:.0} us  ({} conns)",
                     f.per_second,
@@ -1001,6 +1016,28 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                 push("rate_load_busy", f.load_busy * 100.0);
                 push("rate_p50", f.p50 / 1e3);
                 push("rate_p99", f.p99 / 1e3);
+                if let Some((p, l)) = f.cores {
+                    // CLK_TCK is 100: one tick is 10 ms.
+                    let per_conn = |t: CoreTicks| {
+                        (t.user + t.system + t.interrupts) as f64 * 1e4 / f.done.max(1) as f64
+                    };
+                    eprintln!(
+                        "run {run} {name:8} cores  proxy core: idle {:.0}% user {:.0}% system {:.0}% interrupts {:.0}% ({:.1} us/conn)  load core: idle {:.0}% interrupts {:.0}% ({:.1} us/conn)",
+                        p.share(p.idle) * 100.0,
+                        p.share(p.user) * 100.0,
+                        p.share(p.system) * 100.0,
+                        p.share(p.interrupts) * 100.0,
+                        per_conn(p),
+                        l.share(l.idle) * 100.0,
+                        l.share(l.interrupts) * 100.0,
+                        per_conn(l),
+                    );
+                    push("core_proxy_idle", p.share(p.idle) * 100.0);
+                    push("core_proxy_irq", p.share(p.interrupts) * 100.0);
+                    push("core_proxy_cpu", per_conn(p));
+                    push("core_load_idle", l.share(l.idle) * 100.0);
+                    push("core_load_cpu", per_conn(l));
+                }
                 if args.pin.is_some() {
                     let backend = if name == "haproxy" {
                         haproxy_backend
@@ -1196,6 +1233,27 @@ fn print_table(samples: &Samples, args: &Args) {
         ),
         ("rate_busy", "proxy core busy % (rate phase)", ""),
         ("rate_load_busy", "load side busy % of a core", ""),
+        (
+            "core_proxy_idle",
+            "proxy's core idle % (pinned; /proc/stat)",
+            "",
+        ),
+        (
+            "core_proxy_irq",
+            "proxy's core in interrupts % (softirq: loopback delivery)",
+            "",
+        ),
+        (
+            "core_proxy_cpu",
+            "proxy's core busy us per connection, interrupts included",
+            "lower is better",
+        ),
+        ("core_load_idle", "load's core idle % (pinned)", ""),
+        (
+            "core_load_cpu",
+            "load's core busy us per connection, interrupts included",
+            "lower is better",
+        ),
         ("rate_p50", "connection latency p50 ms", ""),
         ("rate_p99", "connection latency p99 ms", "<= 1.0x HAProxy"),
         (

@@ -43,7 +43,7 @@ use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
-use crate::{connect, inspect, registry, route};
+use crate::{connect, inspect, registry, route, sockopt};
 
 /// What a connection holds from admission to its end: its place under
 /// `max_connections` and its per-source slot (a direct client's from the
@@ -113,6 +113,7 @@ pub fn handle(
                     &established.drain,
                     record.id,
                     listener.splice,
+                    established.keepalive,
                 )
                 .await;
                 let moved = registered.activity().moved();
@@ -143,6 +144,8 @@ struct Established<'g> {
     timeouts: &'g Timeouts,
     /// Counts this connection on its backend address until dropped.
     _in_flight: InFlight,
+    /// The backend's keepalive, for the relay to set (see `connect`).
+    keepalive: Option<sockopt::KeepaliveSecs>,
     /// Registered with the route's drain signal until the connection ends.
     drain: DrainGuard,
     /// Its place under the route's limits, if the route has any. Boxed:
@@ -313,6 +316,7 @@ async fn setup<'g>(
         local: backend.local,
         timeouts: &target.timeouts,
         _in_flight: backend.in_flight,
+        keepalive: backend.keepalive,
         drain,
         _route_slot: route_slot,
     })

@@ -25,10 +25,12 @@
 //! the cluster's `node_choice` decides (`source_hash`, or `gerbil_fnv`:
 //! Gerbil's pick first, see `backend::node_choice`).
 //!
-//! A connected socket gets TCP_NODELAY and the backend's `tcp_keepalive`
-//! (five setsockopt(2) calls, about 2.7 µs against 0.6 µs for TCP_NODELAY:
-//! `cargo bench --bench sockopt`; none when off). The client side inherits
-//! its keepalive from the listening socket at no cost per connection.
+//! A connected socket gets TCP_NODELAY (one setsockopt(2), about 0.6 µs:
+//! `cargo bench --bench sockopt`). The backend's `tcp_keepalive` goes with
+//! the connection ([`Connected::keepalive`]) and is set by the relay once
+//! the connection has lasted `sockopt::KEEPALIVE_ARM_DELAY`, so a short
+//! connection skips its five calls. The client side inherits its
+//! keepalive from the listening socket at no cost per connection.
 //!
 //! Not here: anything sent on the connection (`announce`).
 
@@ -57,6 +59,9 @@ pub struct Connected {
     pub proxy_protocol_crc32c: bool,
     /// Counts this connection on its address until dropped.
     pub in_flight: InFlight,
+    /// The backend's `tcp_keepalive`, not yet set on `stream`: the relay
+    /// sets it once the connection has lasted `KEEPALIVE_ARM_DELAY`.
+    pub keepalive: Option<sockopt::KeepaliveSecs>,
     /// Sent to a cluster backend's `local_backend` (a pushed local name, a
     /// `local_overrides` name or an answer naming this node).
     pub local: bool,
@@ -260,10 +265,6 @@ async fn try_in_order(
         let error = match attempt {
             Ok(Ok(stream)) => {
                 let _ = sockopt::set_nodelay(&stream);
-                // A new socket has keepalive off already: nothing to undo.
-                if let Some(keepalive) = backend.tcp_keepalive {
-                    let _ = sockopt::set_keepalive(&stream, Some(keepalive));
-                }
                 endpoint.state.connect_succeeded(&backend.name, addr);
                 return Ok(Connected {
                     stream,
@@ -271,6 +272,9 @@ async fn try_in_order(
                     proxy_protocol: backend.proxy_protocol,
                     proxy_protocol_crc32c: backend.proxy_protocol_crc32c,
                     in_flight,
+                    // A new socket has keepalive off already: nothing to
+                    // undo when the backend has it off.
+                    keepalive: backend.tcp_keepalive.map(sockopt::KeepaliveSecs::new),
                     local: false,
                 });
             }

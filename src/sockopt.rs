@@ -20,10 +20,12 @@
 //! IP_PKTINFO, no fragmentation) are set inside that crate (`quic::io`).
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
-//! accepted sockets inherit it, and on each backend socket after connect;
-//! with TCP_USER_TIMEOUT at the same horizon (see [`set_keepalive`] for
-//! why); [`is_peer_timeout`] tells the relay that a failed socket's peer
-//! stopped answering.
+//! accepted sockets inherit it, and on each backend socket once its
+//! connection has relayed for [`KEEPALIVE_ARM_DELAY`] (see
+//! [`KeepaliveSecs`]: most connections end before that and never pay the
+//! five calls); with TCP_USER_TIMEOUT at the same horizon (see
+//! [`set_keepalive`] for why); [`is_peer_timeout`] tells the relay that a
+//! failed socket's peer stopped answering.
 //! The descriptor limit is raised here too, at startup (through nix's safe
 //! wrapper).
 //!
@@ -67,6 +69,52 @@ impl Keepalive {
     /// as the probes', idle + interval × count (TCP_USER_TIMEOUT).
     pub fn user_timeout(&self) -> std::time::Duration {
         self.idle + self.interval * self.count
+    }
+}
+
+/// How long a relayed connection runs before its backend socket gets its
+/// `tcp_keepalive` (the five calls of [`set_keepalive`], about 2.7 µs
+/// against about 75 µs of the relay's core per short connection: `cargo
+/// bench --bench sockopt`, `loadbench --pin`). A connection that ends
+/// sooner, as most do (a request and its response, a health check), never
+/// makes them; probing only starts after `idle` anyway, so a vanished
+/// backend is noticed at most this much later. Client sockets are not
+/// concerned: they inherit keepalive from the listening socket for free.
+pub const KEEPALIVE_ARM_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// [`Keepalive`] in the kernel's own units (whole seconds and a probe
+/// count, which is all the configuration accepts): five bytes, so that a
+/// connection's state can carry its backend's settings until
+/// [`KEEPALIVE_ARM_DELAY`] has passed without growing (see
+/// `pump::relay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepaliveSecs {
+    idle: u16,
+    interval: u16,
+    // Non-zero, so that `Option<KeepaliveSecs>` needs no tag byte.
+    count: std::num::NonZeroU8,
+}
+
+impl KeepaliveSecs {
+    /// `keepalive`, each value clamped to what the kernel accepts (the
+    /// configuration's bounds: 1..=32767 s, 1..=127 probes).
+    pub fn new(keepalive: Keepalive) -> KeepaliveSecs {
+        let secs = |d: std::time::Duration| d.as_secs().clamp(1, 32_767) as u16;
+        KeepaliveSecs {
+            idle: secs(keepalive.idle),
+            interval: secs(keepalive.interval),
+            count: std::num::NonZeroU8::new(keepalive.count.clamp(1, 127) as u8)
+                .expect("clamped to 1..=127"),
+        }
+    }
+
+    /// The settings again, as [`set_keepalive`] takes them.
+    pub fn keepalive(self) -> Keepalive {
+        Keepalive {
+            idle: std::time::Duration::from_secs(self.idle.into()),
+            interval: std::time::Duration::from_secs(self.interval.into()),
+            count: self.count.get().into(),
+        }
     }
 }
 

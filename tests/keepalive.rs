@@ -1,8 +1,9 @@
 //! TCP keepalive (`tcp_keepalive`, per listener and per backend): a peer
 //! that vanishes without FIN or reset is closed by keepalive well before
 //! `idle_timeout`, with its own close reason, and the other side is closed
-//! too; the settings reach the relay's sockets, on both sides, and a
-//! reload changes them for new connections.
+//! too; the settings reach the relay's sockets, on both sides (a backend
+//! socket's once its connection has lasted `KEEPALIVE_ARM_DELAY`, never
+//! before), and a reload changes them for new connections.
 //!
 //! The relay runs in a network namespace (`common::netns`) on one end of a
 //! veth pair; the client and the backend are this process, on the other
@@ -179,7 +180,7 @@ async fn a_vanished_backend_is_closed_by_keepalive_and_the_client_is_closed() {
     let edge = Edge::start("", FAST_PROBES).await;
     let mut tls = edge.session().await;
     let client = tls.get_ref().0.local_addr().unwrap();
-    let (_, backend_side) = settled_sockets(&edge, client).await;
+    let backend_side = armed_backend_socket(&edge, client).await;
     assert!(keepalive_timer(&backend_side), "{backend_side:?}");
 
     edge.ns.drop_from(edge.backend.port());
@@ -197,7 +198,7 @@ async fn a_backend_that_vanishes_with_data_in_flight_is_closed_at_the_same_horiz
     let edge = Edge::start("", FAST_PROBES).await;
     let mut tls = edge.session().await;
     let client = tls.get_ref().0.local_addr().unwrap();
-    settled_sockets(&edge, client).await;
+    armed_backend_socket(&edge, client).await;
 
     edge.ns.drop_from(edge.backend.port());
     {
@@ -306,6 +307,24 @@ async fn settled_sockets(edge: &Edge, client: SocketAddr) -> (RelaySocket, Relay
     }
 }
 
+/// The relay's backend-side socket of the session from `client`, once its
+/// keepalive is armed: the relay sets a backend socket's keepalive only
+/// after the connection has lasted `KEEPALIVE_ARM_DELAY` (bounded wait).
+async fn armed_backend_socket(edge: &Edge, client: SocketAddr) -> RelaySocket {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, backend_side) = settled_sockets(edge, client).await;
+        if keepalive_timer(&backend_side) {
+            return backend_side;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the backend socket's keepalive was never armed: {backend_side:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Whether the timer pending on `socket` is the keepalive timer.
 fn keepalive_timer(socket: &RelaySocket) -> bool {
     socket
@@ -333,8 +352,9 @@ async fn the_settings_reach_both_sides_and_a_reload_changes_them_for_new_connect
     .await;
     let tls = edge.session().await;
     let client = tls.get_ref().0.local_addr().unwrap();
-    let (client_side, backend_side) = settled_sockets(&edge, client).await;
+    let (client_side, _) = settled_sockets(&edge, client).await;
     assert_eq!(client_side.timer, None, "{client_side:?}");
+    let backend_side = armed_backend_socket(&edge, client).await;
     assert_eq!(
         keepalive_minutes(&backend_side),
         Some(33),
@@ -356,8 +376,12 @@ async fn the_settings_reach_both_sides_and_a_reload_changes_them_for_new_connect
     assert_eq!(outcome["message"], "reload applied", "{outcome:#}");
     let tls = edge.session().await;
     let client = tls.get_ref().0.local_addr().unwrap();
-    let (client_side, backend_side) = settled_sockets(&edge, client).await;
+    let (client_side, _) = settled_sockets(&edge, client).await;
     assert_eq!(keepalive_minutes(&client_side), Some(16), "{client_side:?}");
+    // The backend's would be armed by now if it were on: past the delay
+    // (a bound, not a readiness wait), its socket still has no timer.
+    tokio::time::sleep(snirelay::sockopt::KEEPALIVE_ARM_DELAY + Duration::from_millis(500)).await;
+    let (_, backend_side) = settled_sockets(&edge, client).await;
     assert_eq!(backend_side.timer, None, "{backend_side:?}");
     drop(tls);
 }

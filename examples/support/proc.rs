@@ -23,6 +23,65 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     (utime + stime) / 100.0
 }
 
+/// One CPU's time since boot from /proc/stat, in clock ticks: busy in
+/// user space (user + nice), in the kernel for processes (system), in
+/// interrupts (irq + softirq: on loopback, delivering what the CPU's
+/// processes sent), and idle (idle + iowait).
+#[derive(Clone, Copy, Default)]
+#[allow(dead_code)] // loadbench's only
+pub struct CoreTicks {
+    pub user: u64,
+    pub system: u64,
+    pub interrupts: u64,
+    pub idle: u64,
+}
+
+#[allow(dead_code)] // loadbench's only
+impl CoreTicks {
+    /// `cpu`'s counters now.
+    pub fn read(cpu: usize) -> CoreTicks {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let name = format!("cpu{cpu}");
+        let v: Vec<u64> = stat
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .filter_map(|v| v.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        CoreTicks {
+            user: at(0) + at(1),
+            system: at(2),
+            interrupts: at(5) + at(6),
+            idle: at(3) + at(4),
+        }
+    }
+
+    /// The ticks from `earlier` to `self`.
+    pub fn since(self, earlier: CoreTicks) -> CoreTicks {
+        CoreTicks {
+            user: self.user - earlier.user,
+            system: self.system - earlier.system,
+            interrupts: self.interrupts - earlier.interrupts,
+            idle: self.idle - earlier.idle,
+        }
+    }
+
+    /// Every tick counted.
+    pub fn total(self) -> u64 {
+        self.user + self.system + self.interrupts + self.idle
+    }
+
+    /// Share of `total` (0..1) of a count.
+    pub fn share(self, ticks: u64) -> f64 {
+        ticks as f64 / self.total().max(1) as f64
+    }
+}
+
 /// A process's resident set in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -336,10 +336,17 @@ pin_project_lite::pin_project! {
         up: Direction<'a>,
         down: Direction<'a>,
         activity: &'a Activity,
-        pipes: Option<&'static splice::PipePool>,
         timeouts: &'a Timeouts,
         drain: &'a DrainGuard,
         seed: u64,
+        // Bulk bursts go through the process's pipe pool (`splice`).
+        use_splice: bool,
+        // The backend's keepalive until it is set: the timer first wakes
+        // `KEEPALIVE_ARM_DELAY` after the relay starts (or sooner, if the
+        // connection could end sooner) and sets it then, so a connection
+        // that ends before never makes the calls. Five bytes, in what was
+        // the padding after `use_splice`.
+        keepalive: Option<sockopt::KeepaliveSecs>,
         // The earlier of the lifetime's end and, once the drain has fired,
         // the drain moment. Which one it is, is found again when it comes
         // (no flag kept: a byte more would cost the task eight).
@@ -359,7 +366,9 @@ pin_project_lite::pin_project! {
 /// the replayed hello), with splice(2) when `use_splice` is set. `activity`
 /// collects the byte counts; `started` is when the connection was accepted
 /// (its lifetime counts from there); `seed` picks this connection's moment
-/// in a drain window and in the last tenth of its lifetime.
+/// in a drain window and in the last tenth of its lifetime. `keepalive`,
+/// the backend's, is set on `backend` once the relay has run for
+/// [`sockopt::KEEPALIVE_ARM_DELAY`] (if it is still open then).
 #[allow(clippy::too_many_arguments)]
 pub fn relay<'a>(
     client: &'a TcpStream,
@@ -371,23 +380,29 @@ pub fn relay<'a>(
     drain: &'a DrainGuard,
     seed: u64,
     use_splice: bool,
+    keepalive: Option<sockopt::KeepaliveSecs>,
 ) -> Relay<'a> {
     // Another draw than the drain moment's for the same seed.
     let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
     let deadline = timeouts.lifetime.map(|life| started + life.mul_f64(share));
     let idle_at = activity.last() + timeouts.idle;
+    let mut wake = deadline.map_or(idle_at, |at| at.min(idle_at));
+    if keepalive.is_some() {
+        wake = wake.min(Instant::now() + sockopt::KEEPALIVE_ARM_DELAY);
+    }
     Relay {
         client,
         backend,
         up: Direction::new(Side::Up),
         down: Direction::new(Side::Down),
         activity,
-        pipes: if use_splice { splice::pool() } else { None },
         timeouts,
         drain,
         seed,
+        use_splice,
+        keepalive,
         deadline,
-        timer: sleep_until(deadline.map_or(idle_at, |at| at.min(idle_at))),
+        timer: sleep_until(wake),
         drain_fired: drain.fired(),
         cancelled: cancel.cancelled(),
     }
@@ -398,7 +413,12 @@ impl Future for Relay<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CloseReason> {
         let mut this = self.project();
-        let (activity, pipes) = (*this.activity, *this.pipes);
+        let activity = *this.activity;
+        let pipes = if *this.use_splice {
+            splice::pool()
+        } else {
+            None
+        };
         let (client, backend) = (*this.client, *this.backend);
         let timeouts = *this.timeouts;
         let was_open = this.up.end == End::Open && this.down.end == End::Open;
@@ -467,6 +487,11 @@ impl Future for Relay<'_> {
             }
         }
         while this.timer.as_mut().poll(cx).is_ready() {
+            // Whatever woke the timer, the connection has lasted (nearly)
+            // long enough for its backend keepalive: set it now, once.
+            if let Some(keepalive) = this.keepalive.take() {
+                let _ = sockopt::set_keepalive(backend, Some(keepalive.keepalive()));
+            }
             let now = Instant::now();
             if this.deadline.is_some_and(|at| at <= now) {
                 return Poll::Ready(if drain_at.is_some_and(|at| at <= now) {
@@ -643,6 +668,7 @@ mod tests {
             &drain,
             1,
             false,
+            None,
         );
         let peers = tokio::spawn(async move {
             let mut reply = Vec::new();
@@ -700,6 +726,7 @@ mod tests {
             &drain,
             1,
             false,
+            None,
         );
         let reason = tokio::time::timeout(Duration::from_secs(10), relay)
             .await
@@ -709,6 +736,72 @@ mod tests {
         let mut got = Vec::new();
         let _ = client_peer.read_to_end(&mut got).await;
         assert_eq!(got, b"tail");
+    }
+
+    // The backend's keepalive is set once the relay has run for
+    // KEEPALIVE_ARM_DELAY, not before, so a connection that ends sooner
+    // never makes the five calls; the client's socket is left alone (it
+    // inherits the listener's).
+    #[tokio::test]
+    async fn the_backend_keepalive_is_set_once_the_arm_delay_has_passed() {
+        let (client, _client_peer) = pair().await;
+        let (backend, _backend_peer) = pair().await;
+        let activity = Activity::new();
+        let timeouts = Timeouts {
+            idle: Duration::from_secs(60),
+            half_close: Duration::from_secs(60),
+            lifetime: None,
+        };
+        let cancel = CancellationToken::new();
+        let drain = crate::drain::DrainSignal::new().enter();
+        let keepalive = sockopt::Keepalive {
+            idle: Duration::from_secs(7),
+            interval: Duration::from_secs(3),
+            count: 4,
+        };
+        let relay = relay(
+            &client,
+            &backend,
+            &activity,
+            &timeouts,
+            Instant::now(),
+            &cancel,
+            &drain,
+            1,
+            false,
+            Some(sockopt::KeepaliveSecs::new(keepalive)),
+        );
+        let started = Instant::now();
+        tokio::pin!(relay);
+        // Timers never fire early: just short of the delay, nothing is set.
+        let almost = sockopt::KEEPALIVE_ARM_DELAY - Duration::from_millis(100);
+        assert!(tokio::time::timeout(almost, &mut relay).await.is_err());
+        assert_eq!(sockopt::keepalive(&backend).unwrap(), None);
+        // Then it is, while the relay goes on (bounded wait).
+        while sockopt::keepalive(&backend).unwrap().is_none() {
+            assert!(started.elapsed() < Duration::from_secs(10), "never set");
+            let step = Duration::from_millis(50);
+            assert!(tokio::time::timeout(step, &mut relay).await.is_err());
+        }
+        assert!(started.elapsed() >= sockopt::KEEPALIVE_ARM_DELAY);
+        assert_eq!(sockopt::keepalive(&backend).unwrap(), Some(keepalive));
+        assert_eq!(sockopt::keepalive(&client).unwrap(), None);
+    }
+
+    #[test]
+    fn keepalive_secs_carry_every_configurable_value() {
+        for (idle, interval, count) in [(1, 1, 1), (60, 10, 6), (32_767, 32_767, 127)] {
+            let keepalive = sockopt::Keepalive {
+                idle: Duration::from_secs(idle),
+                interval: Duration::from_secs(interval),
+                count,
+            };
+            assert_eq!(
+                sockopt::KeepaliveSecs::new(keepalive).keepalive(),
+                keepalive
+            );
+        }
+        assert!(std::mem::size_of::<Option<sockopt::KeepaliveSecs>>() <= 6);
     }
 
     fn directions(up: End, down: End) -> (Direction<'static>, Direction<'static>) {
