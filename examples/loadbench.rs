@@ -946,9 +946,12 @@ fn main() {
     }
     let hello_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/openssl_sni.bin");
     let hello = Arc::new(std::fs::read(&hello_path).unwrap());
-    // The client and the backend share this process: two threads.
+    // The client and the backend share this process: two threads, or one
+    // when pinned (two threads on one core only take turns, and a client
+    // whose thread waits out the other's time slice, milliseconds, shows
+    // that as the proxy's latency).
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(if args.pin.is_some() { 1 } else { 2 })
         .enable_all()
         .build()
         .unwrap();

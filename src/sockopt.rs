@@ -7,7 +7,9 @@
 //! sockets, whose accepted sockets inherit it, and on each backend socket).
 //! The relay's only flagged write is here too: [`try_write_before_fin`]
 //! (MSG_MORE) corks a direction's last bytes so that its FIN goes out in
-//! the same segment; [`fin_queued`] tells whether a peer's FIN is queued.
+//! the same segment; [`fin_queued`] tells whether a peer's FIN is queued;
+//! [`recv_now`] reads a new connection's first bytes without waiting for
+//! the event loop to report them.
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! A `protocol = "quic"` listener's UDP sockets are bound here too
@@ -537,6 +539,19 @@ pub fn fin_queued(stream: &tokio::net::TcpStream) -> bool {
         ready.as_mut().poll(&mut cx),
         std::task::Poll::Ready(Ok(r)) if r.is_read_closed() && !r.is_write_closed() && !r.is_error()
     )
+}
+
+/// One recv(2) on `stream` now, whatever readiness the runtime holds for it
+/// (tokio's own reads answer WouldBlock without a syscall until the event
+/// loop has seen the socket readable). For the first read of a new
+/// connection, whose bytes usually came with the handshake's last ACK:
+/// reading them at once spares the connection a turn of the event loop.
+/// Readiness the runtime learns later is cleared by the next read that
+/// finds nothing, as any stale readiness is.
+pub fn recv_now(stream: &tokio::net::TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::io::Read;
+    let socket = socket2::SockRef::from(stream);
+    (&*socket).read(buf)
 }
 
 /// The descriptor limit before and after [`raise_nofile_limit`].
