@@ -620,6 +620,51 @@ mod tests {
         assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
     }
 
+    /// What a relay under test borrows besides its two sockets: fresh
+    /// counters, one-minute timeouts, and signals that never fire.
+    struct Fixture {
+        activity: Activity,
+        timeouts: Timeouts,
+        cancel: CancellationToken,
+        drain: DrainGuard,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                activity: Activity::new(),
+                timeouts: Timeouts {
+                    idle: Duration::from_secs(60),
+                    half_close: Duration::from_secs(60),
+                    lifetime: None,
+                },
+                cancel: CancellationToken::new(),
+                drain: crate::drain::DrainSignal::new().enter(),
+            }
+        }
+
+        /// A copying relay (no splice) between `client` and `backend`.
+        fn relay<'a>(
+            &'a self,
+            client: &'a TcpStream,
+            backend: &'a TcpStream,
+            keepalive: Option<sockopt::KeepaliveSecs>,
+        ) -> Relay<'a> {
+            relay(
+                client,
+                backend,
+                &self.activity,
+                &self.timeouts,
+                Instant::now(),
+                &self.cancel,
+                &self.drain,
+                1,
+                false,
+                keepalive,
+            )
+        }
+    }
+
     /// Waits (bounded) until `stream`'s readiness shows its peer's FIN.
     async fn until_read_closed(stream: &TcpStream) {
         for _ in 0..1000 {
@@ -650,26 +695,8 @@ mod tests {
         sockopt::shutdown_write(&backend_peer).unwrap();
         until_read_closed(&backend).await;
 
-        let activity = Activity::new();
-        let timeouts = Timeouts {
-            idle: Duration::from_secs(60),
-            half_close: Duration::from_secs(60),
-            lifetime: None,
-        };
-        let cancel = CancellationToken::new();
-        let drain = crate::drain::DrainSignal::new().enter();
-        let relay = relay(
-            &client,
-            &backend,
-            &activity,
-            &timeouts,
-            Instant::now(),
-            &cancel,
-            &drain,
-            1,
-            false,
-            None,
-        );
+        let fixture = Fixture::new();
+        let relay = fixture.relay(&client, &backend, None);
         let peers = tokio::spawn(async move {
             let mut reply = Vec::new();
             client_peer.read_to_end(&mut reply).await.unwrap();
@@ -693,7 +720,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(
-            activity.moved(),
+            fixture.activity.moved(),
             crate::pump::ready::Transferred { up: 12, down: 5 }
         );
     }
@@ -708,26 +735,8 @@ mod tests {
         let (client, mut client_peer) = pair().await;
         let (backend, backend_peer) = pair().await;
         peer_resets(&backend, backend_peer, b"tail", false).await;
-        let activity = Activity::new();
-        let timeouts = Timeouts {
-            idle: Duration::from_secs(60),
-            half_close: Duration::from_secs(60),
-            lifetime: None,
-        };
-        let cancel = CancellationToken::new();
-        let drain = crate::drain::DrainSignal::new().enter();
-        let relay = relay(
-            &client,
-            &backend,
-            &activity,
-            &timeouts,
-            Instant::now(),
-            &cancel,
-            &drain,
-            1,
-            false,
-            None,
-        );
+        let fixture = Fixture::new();
+        let relay = fixture.relay(&client, &backend, None);
         let reason = tokio::time::timeout(Duration::from_secs(10), relay)
             .await
             .unwrap();
@@ -746,29 +755,15 @@ mod tests {
     async fn the_backend_keepalive_is_set_once_the_arm_delay_has_passed() {
         let (client, _client_peer) = pair().await;
         let (backend, _backend_peer) = pair().await;
-        let activity = Activity::new();
-        let timeouts = Timeouts {
-            idle: Duration::from_secs(60),
-            half_close: Duration::from_secs(60),
-            lifetime: None,
-        };
-        let cancel = CancellationToken::new();
-        let drain = crate::drain::DrainSignal::new().enter();
         let keepalive = sockopt::Keepalive {
             idle: Duration::from_secs(7),
             interval: Duration::from_secs(3),
             count: 4,
         };
-        let relay = relay(
+        let fixture = Fixture::new();
+        let relay = fixture.relay(
             &client,
             &backend,
-            &activity,
-            &timeouts,
-            Instant::now(),
-            &cancel,
-            &drain,
-            1,
-            false,
             Some(sockopt::KeepaliveSecs::new(keepalive)),
         );
         let started = Instant::now();
