@@ -385,10 +385,12 @@ pub fn relay<'a>(
     // Another draw than the drain moment's for the same seed.
     let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
     let deadline = timeouts.lifetime.map(|life| started + life.mul_f64(share));
-    let idle_at = activity.last() + timeouts.idle;
+    // The registry has just stamped the activity: the relay starts now.
+    let started_relaying = activity.last();
+    let idle_at = started_relaying + timeouts.idle;
     let mut wake = deadline.map_or(idle_at, |at| at.min(idle_at));
     if keepalive.is_some() {
-        wake = wake.min(Instant::now() + sockopt::KEEPALIVE_ARM_DELAY);
+        wake = wake.min(started_relaying + sockopt::KEEPALIVE_ARM_DELAY);
     }
     Relay {
         client,
@@ -778,7 +780,9 @@ mod tests {
             let step = Duration::from_millis(50);
             assert!(tokio::time::timeout(step, &mut relay).await.is_err());
         }
-        assert!(started.elapsed() >= sockopt::KEEPALIVE_ARM_DELAY);
+        // The activity clock counts whole milliseconds.
+        let tick = Duration::from_millis(2);
+        assert!(started.elapsed() + tick >= sockopt::KEEPALIVE_ARM_DELAY);
         assert_eq!(sockopt::keepalive(&backend).unwrap(), Some(keepalive));
         assert_eq!(sockopt::keepalive(&client).unwrap(), None);
     }
