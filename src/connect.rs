@@ -242,7 +242,9 @@ async fn try_in_order(
     let set = &candidates.set;
     let backend = &runtime.config;
     let plan = candidates.plan(pick.client);
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "backend has no address");
+    // Made only when an attempt fails: an `io::Error` with a message is an
+    // allocation, which a connection that connects should not pay.
+    let mut last = None;
     let mut tried = 0;
     for &i in plan.as_slice() {
         let endpoint = &set[usize::from(i)];
@@ -285,13 +287,14 @@ async fn try_in_order(
         endpoint
             .state
             .connect_failed(&backend.name, addr, backend.max_fails, backend.fail_backoff);
-        last = error;
+        last = Some(error);
     }
     if tried == 0 && (plan.full() || !plan.is_empty()) {
         return Err(ConnectError::Full);
     }
     Err(ConnectError::Failed {
         attempts: tried,
-        last,
+        last: last
+            .unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "backend has no address")),
     })
 }
