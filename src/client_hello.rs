@@ -24,8 +24,9 @@
 //! the name the relay routes on must be the only one a backend could honour,
 //! so a hello with two `server_name` extensions, or two names of one type in
 //! its list (two `host_name`s), or an empty `host_name`, is refused; so is
-//! any duplicated extension type, an empty `cipher_suites` or
-//! `compression_methods`, and bytes left over inside any length-delimited
+//! any duplicated extension type, an empty or odd-length `cipher_suites`,
+//! an empty `compression_methods`, a `legacy_session_id` over 32 bytes, and
+//! bytes left over inside any length-delimited
 //! field the parser decodes: the handshake message, the record that ends it,
 //! the extensions block, each extension, and inside `server_name`, ALPN,
 //! `supported_versions`, `supported_groups`, `signature_algorithms(_cert)`,
@@ -51,6 +52,15 @@
 //! (0x?a?a) and unknown ones (pre-standard drafts) ignored; without the
 //! extension, the hello's `legacy_version`.
 //!
+//! The fixed fields (version, random, session id, cipher suites,
+//! compression methods) are read by hand as the extensions are; tls-parser
+//! frames each extension. Its whole-message parser accepts exactly the
+//! same messages (a property test holds the two together) but collects the
+//! cipher suites and compression methods, which a relay never reads, into
+//! two vectors: reading them in place took the hello's decoding from 3,319
+//! to 2,093 instructions per connection (callgrind, the load benchmark's
+//! hello).
+//!
 //! Not here: reading sockets, deadlines, or deciding what a name may reach.
 //!
 //! Cost: linear in the bytes received, however they are cut. Each feed walks
@@ -63,10 +73,7 @@
 //! one per segment) thus costs the relay per read a constant, not a re-parse
 //! of everything buffered.
 
-use tls_parser::{
-    TlsExtension, TlsMessage, TlsMessageHandshake, parse_tls_extension_unknown,
-    parse_tls_message_handshake,
-};
+use tls_parser::{TlsExtension, parse_tls_extension_unknown};
 
 /// TLS record header: type (1), legacy version (2), length (2).
 pub const RECORD_HEADER_LEN: usize = 5;
@@ -379,45 +386,29 @@ pub fn decode_handshake(message: &[u8]) -> Result<ClientHello, Inspect> {
 }
 
 /// Decodes one complete ClientHello handshake message.
+///
+/// The fixed fields (RFC 8446 §4.1.2) are read here with [`Field`], as the
+/// extensions are: tls-parser's `parse_tls_message_handshake` accepts the
+/// same messages (the test `decode_reads_the_fixed_fields_as_tls_parser_does`
+/// holds the two together) but collects the cipher suites and compression
+/// methods into two vectors this relay never reads, a third of the hello's
+/// decoding cost.
 fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
-    let hello = match parse_tls_message_handshake(message) {
-        Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) => hello,
-        _ => return Err(Inspect::Malformed),
-    };
-    // RFC 8446 §4.1.2: cipher_suites<2..2^16-2>, compression_methods<1..2^8-1>.
-    if hello.ciphers.is_empty() || hello.comp.is_empty() {
-        return Err(Inspect::Malformed);
-    }
-    // tls-parser reads an extensions block whose length overruns the message
-    // as "no extensions"; the message must end exactly where its fields do.
-    let fixed = HANDSHAKE_HEADER_LEN
-        + 2 // legacy_version
-        + 32 // random
-        + 1
-        + hello.session_id.map_or(0, <[u8]>::len)
-        + 2
-        + 2 * hello.ciphers.len()
-        + 1
-        + hello.comp.len();
-    let expected = match hello.ext {
-        None => fixed,
-        Some(ext) => fixed + 2 + ext.len(),
-    };
-    if message.len() != expected {
-        return Err(Inspect::Malformed);
-    }
+    let (legacy_version, extensions) = fixed_fields(message)?;
     let mut found = ClientHello {
         server_name: None,
         alpn: Vec::new(),
         ech: None,
-        version: tls_version(hello.version.0),
+        version: tls_version(legacy_version),
         len: 0,
     };
     // Every type is kept to find duplicates: sorting a few dozen numbers
     // once is cheaper than a 64 Ki-bit set, and stays linearithmic for a
-    // hostile hello of thousands of empty extensions.
-    let mut kinds = Vec::new();
-    let mut rest = hello.ext.unwrap_or_default();
+    // hostile hello of thousands of empty extensions. One allocation in
+    // the common case: an extension takes at least 4 bytes, and a browser's
+    // hello carries some 10 to 20.
+    let mut kinds = Vec::with_capacity((extensions.len() / 4).min(32));
+    let mut rest = extensions;
     while !rest.is_empty() {
         let Ok((next, TlsExtension::Unknown(kind, data))) = parse_tls_extension_unknown(rest)
         else {
@@ -443,6 +434,46 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
         return Err(Inspect::Malformed);
     }
     Ok(found)
+}
+
+/// The fixed fields of a ClientHello message: its `legacy_version` and its
+/// extensions block (empty when it has none), every field checked for
+/// framing and nothing left over.
+fn fixed_fields(message: &[u8]) -> Result<(u16, &[u8]), Inspect> {
+    let mut message = Field(message);
+    if message.u8()? != HANDSHAKE_CLIENT_HELLO {
+        return Err(Inspect::Malformed);
+    }
+    let length = message.take(3)?;
+    let length =
+        usize::from(length[0]) << 16 | usize::from(length[1]) << 8 | usize::from(length[2]);
+    let mut body = Field(message.take(length)?);
+    // The message ends exactly where its body does.
+    message.end()?;
+    let legacy_version = body.u16()?;
+    body.take(32)?; // random
+    // legacy_session_id<0..32>
+    if body.vec8()?.0.len() > 32 {
+        return Err(Inspect::Malformed);
+    }
+    // cipher_suites<2..2^16-2>, compression_methods<1..2^8-1>
+    let ciphers = body.vec16()?;
+    if ciphers.is_empty() || ciphers.0.len() % 2 == 1 {
+        return Err(Inspect::Malformed);
+    }
+    if body.vec8()?.is_empty() {
+        return Err(Inspect::Malformed);
+    }
+    // Extensions are optional (a TLS 1.2 hello may end here); when present,
+    // the block must fill the rest of the body exactly.
+    let extensions = if body.is_empty() {
+        &[][..]
+    } else {
+        let block = body.vec16()?;
+        body.end()?;
+        block.0
+    };
+    Ok((legacy_version, extensions))
 }
 
 /// A cursor over one length-delimited field: every read is bounds-checked,

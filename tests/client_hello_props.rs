@@ -2,10 +2,13 @@
 //! it never panics, on noise or on mutated hellos; a generated valid hello,
 //! split into any records, parses to what was put in; every strict prefix
 //! of it is `Incomplete`; and the incremental `Reassembler`, fed any cut of
-//! any stream, answers what the one-shot `parse` answers on the same bytes.
+//! any stream, answers what the one-shot `parse` answers on the same bytes;
+//! and the hand-read fixed fields of a hello (version, random, session id,
+//! cipher suites, compression methods, extensions block) accept exactly
+//! what tls-parser's handshake parser accepts.
 
 use proptest::prelude::*;
-use snirelay::client_hello::{ClientHello, Ech, Inspect, Reassembler, parse};
+use snirelay::client_hello::{ClientHello, Ech, Inspect, Reassembler, decode_handshake, parse};
 
 const LIMIT: usize = 64 * 1024;
 
@@ -164,8 +167,79 @@ fn feed(stream: &[u8], reads: &[usize], limit: usize) -> (Result<ClientHello, In
     }
 }
 
+/// The fixed fields as tls-parser reads them (the relay's decoder before it
+/// read them by hand): `legacy_version` and the extensions block, or `None`
+/// for a message the relay must refuse whatever its extensions.
+fn fixed_fields_by_tls_parser(message: &[u8]) -> Option<(u16, Vec<u8>)> {
+    use tls_parser::{TlsMessage, TlsMessageHandshake, parse_tls_message_handshake};
+    let Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) =
+        parse_tls_message_handshake(message)
+    else {
+        return None;
+    };
+    if hello.ciphers.is_empty() || hello.comp.is_empty() {
+        return None;
+    }
+    // tls-parser reads an extensions block that overruns the message as
+    // "no extensions": the message must end exactly where its fields do.
+    let fixed = 4
+        + 2
+        + 32
+        + 1
+        + hello.session_id.map_or(0, <[u8]>::len)
+        + 2
+        + 2 * hello.ciphers.len()
+        + 1
+        + hello.comp.len();
+    let expected = fixed + hello.ext.map_or(0, |ext| 2 + ext.len());
+    (message.len() == expected).then(|| (hello.version.0, hello.ext.unwrap_or_default().to_vec()))
+}
+
+/// A plain hello with these fixed fields' outcome: `version` and this
+/// extensions block after one cipher suite and null compression.
+fn canonical(version: u16, extensions: &[u8]) -> Vec<u8> {
+    let mut body = version.to_be_bytes().to_vec();
+    body.extend_from_slice(&[0; 32]);
+    body.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0]);
+    body.extend_from_slice(&u16be(extensions.len()));
+    body.extend_from_slice(extensions);
+    let mut message = vec![0x01, 0, (body.len() >> 8) as u8, body.len() as u8];
+    message.extend(body);
+    message
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Mutated hellos (bytes changed, cut short or lengthened) decode as
+    /// tls-parser's reading of their fixed fields says: refused when it
+    /// refuses them, else exactly as a plain hello with the same version and
+    /// extensions block.
+    #[test]
+    fn decode_reads_the_fixed_fields_as_tls_parser_does(
+        spec in spec(),
+        flips in proptest::collection::vec((0usize..96, any::<u8>()), 0..4),
+        cut in any::<prop::sample::Index>(),
+        extra in proptest::collection::vec(any::<u8>(), 0..3),
+    ) {
+        let mut message = handshake(&spec);
+        for (at, value) in flips {
+            let i = at.min(message.len() - 1);
+            message[i] = value;
+        }
+        let end = cut.index(message.len() + 1).max(message.len().saturating_sub(8));
+        message.truncate(end);
+        message.extend(extra);
+        let decoded = decode_handshake(&message).map(|hello| ClientHello { len: 0, ..hello });
+        match fixed_fields_by_tls_parser(&message) {
+            None => prop_assert_eq!(decoded, Err(Inspect::Malformed)),
+            Some((version, extensions)) => {
+                let plain = decode_handshake(&canonical(version, &extensions))
+                    .map(|hello| ClientHello { len: 0, ..hello });
+                prop_assert_eq!(decoded, plain);
+            }
+        }
+    }
 
     #[test]
     fn the_reassembler_fed_any_cut_of_a_valid_hello_answers_like_parse(

@@ -246,6 +246,20 @@ fn empty_cipher_suites_or_compression_methods_are_malformed() {
 }
 
 #[test]
+fn a_session_id_longer_than_32_bytes_is_malformed() {
+    // RFC 8446 §4.1.2: opaque legacy_session_id<0..32>.
+    let at_most = Hello {
+        session_id: vec![0x33; 32],
+        ..Hello::typical("a.example.com")
+    };
+    assert!(parse(&at_most.bytes(), LIMIT).is_ok());
+    malformed(&Hello {
+        session_id: vec![0x33; 33],
+        ..Hello::typical("a.example.com")
+    });
+}
+
+#[test]
 fn any_duplicated_extension_type_is_malformed() {
     let typical = || Hello::typical("a.example.com");
     malformed(&typical().with(16, alpn(&[b"h2"])));
