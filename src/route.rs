@@ -231,7 +231,7 @@ impl RouteTable {
             Some(raw) => match Sni::parse(raw) {
                 Ok(sni) => {
                     let found = self.find(&sni, &hello.alpn).ok_or(NoRoute::Unmatched);
-                    (Some(sni.as_str().into()), found)
+                    (Some(sni.into_boxed_str()), found)
                 }
                 Err(_) => (
                     Some(
