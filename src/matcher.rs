@@ -19,8 +19,9 @@
 //!
 //! Not here: choosing a backend, or what to do with an unmatched name.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+
+use foldhash::HashMap;
 
 use crate::sni::{Pattern, Sni};
 
@@ -41,8 +42,8 @@ pub struct DuplicatePattern(pub String);
 impl<T> Default for SniMatcher<T> {
     fn default() -> Self {
         SniMatcher {
-            exact: HashMap::new(),
-            below: HashMap::new(),
+            exact: HashMap::default(),
+            below: HashMap::default(),
             any: None,
         }
     }

@@ -283,7 +283,8 @@ const REASON_SLOTS: usize = 48;
 const _: () = assert!(CloseReason::ALL.len() <= REASON_SLOTS);
 
 /// Route → backend → (bytes up, bytes down) counters.
-type TrafficSeries = HashMap<Box<str>, HashMap<Box<str>, (Counter, Counter)>>;
+/// foldhash: looked up at every connection's close (see `matcher`).
+type TrafficSeries = foldhash::HashMap<Box<str>, foldhash::HashMap<Box<str>, (Counter, Counter)>>;
 
 /// One listener's series, resolved ahead of its connections (see the
 /// module header): recording a connection is atomic adds, no allocation

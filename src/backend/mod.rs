@@ -47,7 +47,7 @@ pub mod policy;
 pub mod resolve;
 pub mod select;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -480,7 +480,8 @@ impl BackendRuntime {
 /// Every backend's runtime, by name.
 #[derive(Debug, Default)]
 pub struct Backends {
-    by_name: HashMap<String, Arc<BackendRuntime>>,
+    /// foldhash: looked up for every connection (see `matcher`).
+    by_name: foldhash::HashMap<String, Arc<BackendRuntime>>,
 }
 
 impl Backends {
@@ -492,7 +493,7 @@ impl Backends {
         backends: &BTreeMap<String, Arc<Backend>>,
         previous: Option<&Backends>,
     ) -> Backends {
-        let mut by_name = HashMap::new();
+        let mut by_name = foldhash::HashMap::default();
         for (name, backend) in backends {
             let before = previous.and_then(|p| p.by_name.get(name));
             let kept = before

@@ -382,9 +382,11 @@ pub fn relay<'a>(
     use_splice: bool,
     keepalive: Option<sockopt::KeepaliveSecs>,
 ) -> Relay<'a> {
-    // Another draw than the drain moment's for the same seed.
-    let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
-    let deadline = timeouts.lifetime.map(|life| started + life.mul_f64(share));
+    let deadline = timeouts.lifetime.map(|life| {
+        // Another draw than the drain moment's for the same seed.
+        let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
+        started + life.mul_f64(share)
+    });
     // The registry has just stamped the activity: the relay starts now.
     let started_relaying = activity.last();
     let idle_at = started_relaying + timeouts.idle;
