@@ -78,7 +78,16 @@ impl AcceptLoop {
         );
         let mut backoff = Backoff::default();
         loop {
+            // A stop is seen here at the latest, so the waits below may try
+            // their own branch first (`biased`): while connections keep
+            // coming, accept is always ready, and polling the stop beside
+            // it would register and unregister a waiter on the shared
+            // token for every connection.
+            if self.stop_accepting.is_cancelled() {
+                return;
+            }
             let permit = tokio::select! {
+                biased;
                 permit = self.permits.clone().acquire_owned() => match permit {
                     Ok(permit) => permit,
                     Err(_closed) => return,
@@ -93,6 +102,7 @@ impl AcceptLoop {
                 }
             }
             let accepted = tokio::select! {
+                biased;
                 accepted = self.socket.accept() => accepted,
                 () = self.stop_accepting.cancelled() => return,
             };

@@ -180,6 +180,7 @@ async fn setup<'g>(
         None => (None, Vec::new()),
         Some(config) => {
             let preface = tokio::select! {
+                biased;
                 preface = inbound::read(client, accepted.peer, config, deadline) => preface,
                 () = cancel.cancelled() => return Err(CloseReason::Shutdown),
             };
@@ -200,7 +201,11 @@ async fn setup<'g>(
 
     // inspect
     let limit = listener.max_client_hello_bytes;
+    // `biased`: the stage first, so a hello read at once (the common case)
+    // never registers a waiter on the shared shutdown token; a stage that
+    // completes always makes way for the next select, which sees a stop.
     let hello = tokio::select! {
+        biased;
         hello = inspect::read_hello(client, buffered, limit, deadline) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
@@ -277,6 +282,7 @@ async fn setup<'g>(
         claimed: record.claimed.is_some(),
     };
     let mut backend = tokio::select! {
+        biased;
         backend = connect::connect(backends, runtime, &pick) => backend?,
         () = drain.closing(record.id) => return Err(CloseReason::Drained),
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
