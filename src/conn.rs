@@ -95,7 +95,7 @@ pub fn handle(
                         route: record.route.unwrap_or_default(),
                         sni: record.sni.as_deref(),
                         backend: record.backend.as_ref().expect("routed"),
-                        backend_addr: established.backend_addr,
+                        backend_addr: record.backend_addr.expect("connected"),
                         client: accepted.peer.0,
                         claimed: record.claimed.map(|c| c.0),
                         accepted: accepted.at,
@@ -136,8 +136,6 @@ pub fn handle(
 /// any PROXY header) is already written to the backend.
 struct Established<'g> {
     backend: TcpStream,
-    /// The address `backend` is connected to (for the registry).
-    backend_addr: std::net::SocketAddr,
     /// Sent to a cluster's `local_backend` (for the registry).
     local: bool,
     /// Its route's relay timeouts, borrowed from the generation.
@@ -318,7 +316,6 @@ async fn setup<'g>(
     record.moved.up += (replay.len() - header_len) as u64;
     Ok(Established {
         backend: backend.stream,
-        backend_addr: backend.addr,
         local: backend.local,
         timeouts: &target.timeouts,
         _in_flight: backend.in_flight,
