@@ -309,7 +309,16 @@ async fn setup<'g>(
         }
     };
     let (replay, header_len) = outbound::prepend(header, hello.bytes);
-    if backend.stream.write_all(&replay).await.is_err() {
+    // Sent at once: a backend found connected inside connect(2) has no
+    // writable readiness yet, and a write through tokio would wait a turn
+    // of the event loop for it. Whatever the socket cannot take now goes
+    // the usual way.
+    let sent = match sockopt::send_now(&backend.stream, &replay) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(_) => return Err(CloseReason::BackendReset),
+    };
+    if sent < replay.len() && backend.stream.write_all(&replay[sent..]).await.is_err() {
         return Err(CloseReason::BackendReset);
     }
     // `bytes.up` counts the client's bytes, not our header.

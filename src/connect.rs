@@ -25,8 +25,12 @@
 //! the cluster's `node_choice` decides (`source_hash`, or `gerbil_fnv`:
 //! Gerbil's pick first, see `backend::node_choice`).
 //!
-//! A connected socket gets TCP_NODELAY (one setsockopt(2), about 0.6 µs:
-//! `cargo bench --bench sockopt`). The backend's `tcp_keepalive` goes with
+//! A backend socket gets TCP_NODELAY before its connect (one setsockopt(2),
+//! about 0.6 µs: `cargo bench --bench sockopt`). A connect to a loopback
+//! backend (a cluster's `local_backend`, a proxy on the same host) has
+//! completed by the time connect(2) returns; it is found so at once and the
+//! connection goes on without a turn of the event loop
+//! (`sockopt::start_connect`). The backend's `tcp_keepalive` goes with
 //! the connection ([`Connected::keepalive`]) and is set by the relay once
 //! the connection has lasted `sockopt::KEEPALIVE_ARM_DELAY`, so a short
 //! connection skips its five calls. The client side inherits its
@@ -233,6 +237,21 @@ pub async fn connect(
     Ok(connected)
 }
 
+/// One TCP connect: at once when the handshake completed inside connect(2)
+/// (a loopback backend, see `sockopt::start_connect`), else once the event
+/// loop reports the socket writable, as `TcpStream::connect` does.
+async fn connect_tcp(addr: SocketAddr) -> io::Result<TcpStream> {
+    let connecting = sockopt::start_connect(addr)?;
+    let stream = TcpStream::from_std(connecting.socket)?;
+    if !connecting.connected {
+        stream.writable().await?;
+        if let Some(error) = stream.take_error()? {
+            return Err(error);
+        }
+    }
+    Ok(stream)
+}
+
 /// Tries the planned addresses of the candidates one after another.
 async fn try_in_order(
     candidates: &Candidates<'_>,
@@ -258,7 +277,7 @@ async fn try_in_order(
         };
         tried += 1;
         let started = Instant::now();
-        let attempt = timeout(backend.connect_timeout, TcpStream::connect(addr)).await;
+        let attempt = timeout(backend.connect_timeout, connect_tcp(addr)).await;
         let outcome = match &attempt {
             Ok(Ok(_)) => Ok(started.elapsed()),
             _ => Err(()),
@@ -266,7 +285,6 @@ async fn try_in_order(
         runtime.metrics.connect_attempt(outcome);
         let error = match attempt {
             Ok(Ok(stream)) => {
-                let _ = sockopt::set_nodelay(&stream);
                 endpoint.state.connect_succeeded(&backend.name, addr);
                 return Ok(Connected {
                     stream,

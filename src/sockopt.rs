@@ -9,7 +9,9 @@
 //! (MSG_MORE) corks a direction's last bytes so that its FIN goes out in
 //! the same segment; [`fin_queued`] tells whether a peer's FIN is queued;
 //! [`recv_now`] reads a new connection's first bytes without waiting for
-//! the event loop to report them.
+//! the event loop to report them. Backend sockets are opened and their
+//! connect started here ([`start_connect`]), and the hello's replay is
+//! sent on them at once ([`send_now`]).
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! A `protocol = "quic"` listener's UDP sockets are bound here too
@@ -552,6 +554,49 @@ pub fn recv_now(stream: &tokio::net::TcpStream, buf: &mut [u8]) -> io::Result<us
     use std::io::Read;
     let socket = socket2::SockRef::from(stream);
     (&*socket).read(buf)
+}
+
+/// A backend socket whose connect has been started ([`start_connect`]).
+#[derive(Debug)]
+pub struct Connecting {
+    pub socket: std::net::TcpStream,
+    /// The handshake is already complete: nothing to wait for.
+    pub connected: bool,
+}
+
+/// Opens a non-blocking, close-on-exec TCP socket with TCP_NODELAY and
+/// starts its connect to `addr`. To a loopback address the three-way
+/// handshake runs inside connect(2), which still answers EINPROGRESS: one
+/// getpeername(2) then tells that the socket is connected, and the caller
+/// skips waiting a turn of the event loop for it to become writable (the
+/// getsockopt(SO_ERROR) that wait would end with is skipped too, so the
+/// count of calls is the same). Elsewhere the handshake takes a round
+/// trip, and `connected` is false without a probe.
+pub fn start_connect(addr: SocketAddr) -> io::Result<Connecting> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_tcp_nodelay(true)?;
+    let connected = match socket.connect(&addr.into()) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {
+            addr.ip().is_loopback() && socket.peer_addr().is_ok()
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Connecting {
+        socket: socket.into(),
+        connected,
+    })
+}
+
+/// One send(2) on `stream` now, whatever readiness the runtime holds for it
+/// (a socket [`start_connect`] found connected has none yet: tokio's own
+/// writes would wait for the event loop to report it writable). No SIGPIPE.
+pub fn send_now(stream: &tokio::net::TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    socket2::SockRef::from(stream).send_with_flags(bytes, nix::libc::MSG_NOSIGNAL)
 }
 
 /// The descriptor limit before and after [`raise_nofile_limit`].
