@@ -629,6 +629,35 @@ mod tests {
 
     use super::*;
 
+    /// To a loopback listener the handshake completes inside connect(2):
+    /// `connected` says so and the peer is the listener. To a closed
+    /// loopback port it is refused, so `connected` stays false and the
+    /// caller's wait for writability reports the refusal.
+    #[test]
+    fn a_loopback_connect_is_found_complete_at_once_and_a_refused_one_is_not() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connecting = start_connect(addr).unwrap();
+        assert!(connecting.connected);
+        assert_eq!(connecting.socket.peer_addr().unwrap(), addr);
+        assert!(connecting.socket.nodelay().unwrap());
+
+        let closed = {
+            let spare = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            spare.local_addr().unwrap()
+        };
+        // Linux answers EINPROGRESS and leaves the refusal on the socket;
+        // a kernel that refused inside connect(2) would say so at once.
+        let refusal = match start_connect(closed) {
+            Ok(refused) => {
+                assert!(!refused.connected);
+                refused.socket.take_error().unwrap().map(|e| e.kind())
+            }
+            Err(e) => Some(e.kind()),
+        };
+        assert_eq!(refusal, Some(io::ErrorKind::ConnectionRefused));
+    }
+
     const PROBES: Keepalive = Keepalive {
         idle: Duration::from_secs(7),
         interval: Duration::from_secs(3),
