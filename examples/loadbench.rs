@@ -22,6 +22,12 @@
 //!   in a loop on the admin listener, in alternating order; reports both
 //!   rates and the time of one full listing.
 //!
+//! With `--slices N` the rate phase runs instead as N pairs of short
+//! `--seconds` slices, the two proxies taking turns in ABBA order, and the
+//! summary gives, per figure, the median of the per-pair ratios with a
+//! 95 % confidence interval: on a shared machine whose speed drifts by
+//! more than the difference measured, this is the figure to read.
+//!
 //! Every connection starts with the same captured hello followed by one
 //! mode byte (R, U, D, E, I) that tells the backend what to do; both
 //! proxies pass it through untouched. Prints one table of medians with
@@ -30,12 +36,15 @@
 //!
 //! Usage (see scripts/loadbench.sh, which builds and runs it):
 //! `loadbench --relay target/release/snirelay [--haproxy /usr/sbin/haproxy]
-//!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]`
+//!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]
+//!  [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]`
 
 #[path = "support/proc.rs"]
 mod proc;
 
-use proc::{CoreTicks, cpu_seconds, fd_count, median, meminfo_kib, rss_kib};
+use proc::{
+    CoreTicks, context_switches, cpu_seconds, fd_count, ipis, median, meminfo_kib, rss_kib,
+};
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -73,6 +82,9 @@ struct Args {
     rate_mode: u8,
     /// `--proxy-v2`: both proxies send a PROXY v2 header to the backend.
     proxy_v2: bool,
+    /// `--slices N`: the rate phase as N pairs of `--seconds` slices, the
+    /// two proxies taking turns (see `sliced_rate`).
+    slices: usize,
     /// `--no-keepalive`: snirelay with `tcp_keepalive = false` on both
     /// sides, as HAProxy runs here (no `clitcpka`/`srvtcpka`).
     keepalive: bool,
@@ -97,6 +109,7 @@ fn args() -> Args {
         rate_mode: b'R',
         proxy_v2: false,
         keepalive: true,
+        slices: 0,
         admin: None,
     };
     let mut it = std::env::args().skip(1);
@@ -129,6 +142,7 @@ fn args() -> Args {
             }
             "--proxy-v2" => args.proxy_v2 = true,
             "--no-keepalive" => args.keepalive = false,
+            "--slices" => args.slices = value().parse().unwrap(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -432,6 +446,20 @@ struct RateFigures {
     /// whoever used them (the process, or the kernel's interrupt work on
     /// its behalf, which the process's own CPU time leaves out).
     cores: Option<(CoreTicks, CoreTicks)>,
+    /// The proxy's voluntary context switches per connection: how often
+    /// it blocked with nothing to do and had to be woken.
+    proxy_sleeps: f64,
+    /// Pinned runs: inter-processor interrupts received per connection by
+    /// the proxy's core and by the load's core (wake-ups across cores).
+    ipis: Option<(f64, f64)>,
+}
+
+impl RateFigures {
+    /// A pinned core's busy microseconds per connection, its interrupt
+    /// work included (CLK_TCK is 100: one tick is 10 ms).
+    fn core_per_conn(&self, core: CoreTicks) -> f64 {
+        (core.user + core.system + core.interrupts) as f64 * 1e4 / self.done.max(1) as f64
+    }
 }
 
 /// Connections per second completed by 64 looping clients, the proxy's and
@@ -448,6 +476,8 @@ async fn rate_and_cost(
     let me = std::process::id();
     let (cpu0, load0) = (cpu_seconds(pid), cpu_seconds(me));
     let cores0 = pin.map(|(p, l)| (CoreTicks::read(p), CoreTicks::read(l)));
+    let ipis0 = pin.map(|(p, l)| (ipis(p), ipis(l)));
+    let sleeps0 = context_switches(pid).0;
     let start = Instant::now();
     let (per_second, done, mut latencies) = rate(proxy.addr, hello, seconds, mode, u64::MAX).await;
     let wall = start.elapsed().as_secs_f64();
@@ -455,13 +485,17 @@ async fn rate_and_cost(
     let cores = pin
         .zip(cores0)
         .map(|((p, l), (p0, l0))| (CoreTicks::read(p).since(p0), CoreTicks::read(l).since(l0)));
+    let n = done.max(1) as f64;
+    let ipis = pin
+        .zip(ipis0)
+        .map(|((p, l), (p0, l0))| ((ipis(p) - p0) as f64 / n, (ipis(l) - l0) as f64 / n));
+    let proxy_sleeps = (context_switches(pid).0 - sleeps0) as f64 / n;
     latencies.sort_unstable();
     let pick = |q: f64| {
         latencies
             .get(((latencies.len().max(1) - 1) as f64 * q) as usize)
             .map_or(f64::NAN, |&us| us as f64)
     };
-    let n = done.max(1) as f64;
     RateFigures {
         per_second,
         done,
@@ -472,6 +506,99 @@ async fn rate_and_cost(
         p50: pick(0.50),
         p99: pick(0.99),
         cores,
+        proxy_sleeps,
+        ipis,
+    }
+}
+
+/// Prints one rate phase's figures (prefixed `label`, e.g. "run 0") and
+/// adds them to the samples under `name`.
+fn record_rate(samples: &mut Samples, label: &str, name: &'static str, f: &RateFigures) {
+    eprintln!(
+        "{label} {name:8} rate  {:10.0} conn/s  {:6.1} us CPU/conn  load {:6.1} us/conn  busy {:.0}%/{:.0}%  p50 {:.0} us  p99 {:.0} us  ({} conns)  sleeps/conn {:.3}{}",
+        f.per_second,
+        f.proxy_cpu,
+        f.load_cpu,
+        f.proxy_busy * 100.0,
+        f.load_busy * 100.0,
+        f.p50,
+        f.p99,
+        f.done,
+        f.proxy_sleeps,
+        f.ipis.map_or(String::new(), |(p, l)| format!(
+            "  IPIs/conn proxy core {p:.3} load core {l:.3}"
+        )),
+    );
+    let mut push = |metric, v| samples.entry((metric, name)).or_default().push(v);
+    push("rate", f.per_second);
+    push("rate_cpu", f.proxy_cpu);
+    push("rate_conn_per_cpu_s", 1e6 / f.proxy_cpu);
+    push("rate_load_cpu", f.load_cpu);
+    push("rate_busy", f.proxy_busy * 100.0);
+    push("rate_load_busy", f.load_busy * 100.0);
+    push("rate_p50", f.p50 / 1e3);
+    push("rate_p99", f.p99 / 1e3);
+    push("rate_sleeps", f.proxy_sleeps);
+    if let Some((p, l)) = f.ipis {
+        push("ipi_proxy", p);
+        push("ipi_load", l);
+    }
+    if let Some((p, l)) = f.cores {
+        eprintln!(
+            "{label} {name:8} cores  proxy core: idle {:.0}% user {:.0}% system {:.0}% interrupts {:.0}% ({:.1} us/conn)  load core: idle {:.0}% interrupts {:.0}% ({:.1} us/conn)",
+            p.share(p.idle) * 100.0,
+            p.share(p.user) * 100.0,
+            p.share(p.system) * 100.0,
+            p.share(p.interrupts) * 100.0,
+            f.core_per_conn(p),
+            l.share(l.idle) * 100.0,
+            l.share(l.interrupts) * 100.0,
+            f.core_per_conn(l),
+        );
+        push("core_proxy_idle", p.share(p.idle) * 100.0);
+        push("core_proxy_irq", p.share(p.interrupts) * 100.0);
+        push("core_proxy_cpu", f.core_per_conn(p));
+        push("core_load_idle", l.share(l.idle) * 100.0);
+        push("core_load_cpu", f.core_per_conn(l));
+    }
+}
+
+/// The rate phase as `--slices` pairs of `--seconds` slices, the two
+/// proxies taking turns in ABBA order (the first of each pair alternates),
+/// both processes kept running throughout. On a shared machine whose speed
+/// drifts by more than the difference being measured, one long phase per
+/// proxy compares two different machines; short alternating slices put the
+/// drift on both, and each pair gives one snirelay/HAProxy ratio per
+/// figure (`pair` in the samples), summarised by `print_pairs`.
+async fn sliced_rate(
+    relay: &Proxy,
+    haproxy: &Proxy,
+    args: &Args,
+    hello: Arc<Vec<u8>>,
+    run: usize,
+    samples: &mut Samples,
+) {
+    for pair in 0..args.slices {
+        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut figures: [Option<RateFigures>; 2] = [None, None];
+        for i in order {
+            let proxy = [relay, haproxy][i];
+            let f =
+                rate_and_cost(proxy, hello.clone(), args.seconds, args.rate_mode, args.pin).await;
+            record_rate(samples, &format!("run {run} slice {pair}"), proxy.name, &f);
+            figures[i] = Some(f);
+        }
+        let [Some(s), Some(h)] = figures else {
+            unreachable!("both proxies ran")
+        };
+        let mut ratio = |metric, v: f64| samples.entry((metric, "pair")).or_default().push(v);
+        ratio("rate", s.per_second / h.per_second);
+        ratio("rate_conn_per_cpu_s", h.proxy_cpu / s.proxy_cpu);
+        if let (Some((sp, _)), Some((hp, _))) = (s.cores, h.cores) {
+            ratio("core_proxy_cpu", s.core_per_conn(sp) / h.core_per_conn(hp));
+        }
+        ratio("rate_p50", s.p50 / h.p50);
+        ratio("rate_p99", s.p99 / h.p99);
     }
 }
 
@@ -990,6 +1117,12 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             Some(bin) => Some(start_haproxy(bin, &args, &dir, haproxy_backend).await),
             None => None,
         };
+        if only("rate") && args.slices > 0 {
+            let haproxy = haproxy
+                .as_ref()
+                .expect("--slices compares snirelay with HAProxy: drop --haproxy none");
+            sliced_rate(&relay, haproxy, &args, hello.clone(), run, &mut samples).await;
+        }
         // Alternate who goes first.
         let mut order: Vec<&Proxy> = std::iter::once(&relay).chain(haproxy.as_ref()).collect();
         if run % 2 == 1 {
@@ -997,50 +1130,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
         }
         for proxy in &order {
             let name = proxy.name;
-            if only("rate") {
+            if only("rate") && args.slices == 0 {
                 let f = rate_and_cost(proxy, hello.clone(), secs, args.rate_mode, args.pin).await;
-                eprintln!(
-                    "run {run} {name:8} rate  {:10.0} conn/s  {:6.1} us CPU/conn  load {:6.1} us/conn  busy {:.0}%/{:.0}%  p50 {:.0} us  p99 {:.0} us  ({} conns)",
-                    f.per_second,
-                    f.proxy_cpu,
-                    f.load_cpu,
-                    f.proxy_busy * 100.0,
-                    f.load_busy * 100.0,
-                    f.p50,
-                    f.p99,
-                    f.done
-                );
+                record_rate(&mut samples, &format!("run {run}"), name, &f);
                 let mut push = |metric, v| samples.entry((metric, name)).or_default().push(v);
-                push("rate", f.per_second);
-                push("rate_cpu", f.proxy_cpu);
-                push("rate_conn_per_cpu_s", 1e6 / f.proxy_cpu);
-                push("rate_load_cpu", f.load_cpu);
-                push("rate_busy", f.proxy_busy * 100.0);
-                push("rate_load_busy", f.load_busy * 100.0);
-                push("rate_p50", f.p50 / 1e3);
-                push("rate_p99", f.p99 / 1e3);
-                if let Some((p, l)) = f.cores {
-                    // CLK_TCK is 100: one tick is 10 ms.
-                    let per_conn = |t: CoreTicks| {
-                        (t.user + t.system + t.interrupts) as f64 * 1e4 / f.done.max(1) as f64
-                    };
-                    eprintln!(
-                        "run {run} {name:8} cores  proxy core: idle {:.0}% user {:.0}% system {:.0}% interrupts {:.0}% ({:.1} us/conn)  load core: idle {:.0}% interrupts {:.0}% ({:.1} us/conn)",
-                        p.share(p.idle) * 100.0,
-                        p.share(p.user) * 100.0,
-                        p.share(p.system) * 100.0,
-                        p.share(p.interrupts) * 100.0,
-                        per_conn(p),
-                        l.share(l.idle) * 100.0,
-                        l.share(l.interrupts) * 100.0,
-                        per_conn(l),
-                    );
-                    push("core_proxy_idle", p.share(p.idle) * 100.0);
-                    push("core_proxy_irq", p.share(p.interrupts) * 100.0);
-                    push("core_proxy_cpu", per_conn(p));
-                    push("core_load_idle", l.share(l.idle) * 100.0);
-                    push("core_load_cpu", per_conn(l));
-                }
                 if args.pin.is_some() {
                     let backend = if name == "haproxy" {
                         haproxy_backend
@@ -1184,6 +1277,86 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
         }
     }
     print_table(&samples, &args);
+    print_pairs(&samples, &args);
+}
+
+/// The paired-slice ratios of `--slices`: per figure, the median of the
+/// per-pair snirelay/HAProxy ratios, a 95 % confidence interval for that
+/// median (sign-test order statistics: no assumption about the noise's
+/// distribution), and in how many pairs snirelay came out ahead.
+fn print_pairs(samples: &Samples, args: &Args) {
+    let rows: &[(&str, &str, bool, &str)] = &[
+        ("rate", "connections/s", true, ">= 1.0"),
+        (
+            "rate_conn_per_cpu_s",
+            "connections per proxy CPU-second",
+            true,
+            ">= 1.0",
+        ),
+        (
+            "core_proxy_cpu",
+            "proxy's core busy us per connection, interrupts included",
+            false,
+            "<= 1.0",
+        ),
+        ("rate_p50", "connection latency p50", false, ""),
+        ("rate_p99", "connection latency p99", false, "<= 1.0"),
+    ];
+    let mut out = std::io::stdout().lock();
+    let mut header = false;
+    for &(metric, label, higher_is_better, target) in rows {
+        let Some(v) = samples.get(&(metric, "pair")) else {
+            continue;
+        };
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if !header {
+            let _ = writeln!(
+                out,
+                "\npaired slices: {n} pairs of {} s (ABBA order over {} run(s)); per-pair snirelay/HAProxy ratios",
+                args.seconds, args.runs
+            );
+            let _ = writeln!(
+                out,
+                "| ratio | median | 95% CI of the median | pairs snirelay ahead | target |"
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|");
+            header = true;
+        }
+        let ahead = v
+            .iter()
+            .filter(|&&r| if higher_is_better { r > 1.0 } else { r < 1.0 })
+            .count();
+        let interval = match sign_test_rank(n) {
+            Some(k) => format!("{:.3} - {:.3}", v[k - 1], v[n - k]),
+            None => "- (too few pairs)".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {label} | {:.3} | {interval} | {ahead}/{n} | {target} |",
+            median(&v)
+        );
+    }
+}
+
+/// The rank k (1-based) such that the k-th smallest and k-th largest of n
+/// paired ratios bound their median with at least 95 % confidence: the
+/// largest k with P(Binomial(n, 1/2) < k) <= 2.5 %. None when n is too
+/// small for any (n < 6).
+fn sign_test_rank(n: usize) -> Option<usize> {
+    let mut below = 0.0; // P(X < k), growing with k
+    let mut term = 0.5f64.powi(n as i32); // P(X = k - 1), starting at k = 1
+    let mut best = None;
+    for k in 1..=n / 2 {
+        below += term;
+        if below > 0.025 {
+            break;
+        }
+        best = Some(k);
+        term *= (n - (k - 1)) as f64 / k as f64;
+    }
+    best
 }
 
 fn print_table(samples: &Samples, args: &Args) {
@@ -1196,8 +1369,13 @@ fn print_table(samples: &Samples, args: &Args) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "\nmedians of {} alternating run(s); threads = {}; splice = {}; pipe_size = {}; pin = {}; closer = {}; proxy_v2 = {}; snirelay tcp_keepalive = {}",
+        "\nmedians of {} alternating run(s){}; threads = {}; splice = {}; pipe_size = {}; pin = {}; closer = {}; proxy_v2 = {}; snirelay tcp_keepalive = {}",
         args.runs,
+        if args.slices > 0 {
+            format!(" (rate: {} slice pairs each)", args.slices)
+        } else {
+            String::new()
+        },
         args.threads,
         args.splice,
         args.pipe_size,
@@ -1256,6 +1434,21 @@ fn print_table(samples: &Samples, args: &Args) {
             "core_load_cpu",
             "load's core busy us per connection, interrupts included",
             "lower is better",
+        ),
+        (
+            "rate_sleeps",
+            "proxy blocked and woken (voluntary context switches) per connection",
+            "",
+        ),
+        (
+            "ipi_proxy",
+            "IPIs received per connection: proxy's core (pinned)",
+            "",
+        ),
+        (
+            "ipi_load",
+            "IPIs received per connection: load's core (pinned)",
+            "",
         ),
         ("rate_p50", "connection latency p50 ms", ""),
         ("rate_p99", "connection latency p99 ms", "<= 1.0x HAProxy"),

@@ -10,6 +10,10 @@
 #                                        # proxy alone on CPU 0, load on
 #                                        # CPU 1, with a per-connection census
 #                                        # (needs taskset, ss, perf)
+#   scripts/loadbench.sh --only rate --pin 0,1 --runs 1 --seconds 2 --slices 12
+#                                        # the rate phase as 12 ABBA pairs of
+#                                        # 2 s slices: per-pair ratios with a
+#                                        # 95 % confidence interval
 #
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.

@@ -82,19 +82,49 @@ impl CoreTicks {
     }
 }
 
+/// A process's context switches, all its threads summed: voluntary (it
+/// blocked, e.g. in epoll_wait with nothing ready, and had to be woken)
+/// and involuntary (preempted).
+#[allow(dead_code)] // loadbench's only
+pub fn context_switches(pid: u32) -> (u64, u64) {
+    let mut total = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return total;
+    };
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        total.0 += field_value(&status, "voluntary_ctxt_switches:");
+        total.1 += field_value(&status, "nonvoluntary_ctxt_switches:");
+    }
+    total
+}
+
+/// Inter-processor interrupts `cpu` has received since boot: rescheduling
+/// (another CPU woke a task here) and function-call ones, from
+/// /proc/interrupts. In a virtual machine each costs an exit to the host.
+#[allow(dead_code)] // loadbench's only
+pub fn ipis(cpu: usize) -> u64 {
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    text.lines()
+        .filter(|l| matches!(l.split_whitespace().next(), Some("RES:" | "CAL:")))
+        .filter_map(|l| l.split_whitespace().nth(1 + cpu)?.parse::<u64>().ok())
+        .sum()
+}
+
 /// A process's resident set in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    field_kib(&status, "VmRSS:")
+    field_value(&status, "VmRSS:")
 }
 
 /// A /proc/meminfo value in KiB.
 #[allow(dead_code)] // loadbench's only
 pub fn meminfo_kib(key: &str) -> u64 {
-    field_kib(&std::fs::read_to_string("/proc/meminfo").unwrap(), key)
+    field_value(&std::fs::read_to_string("/proc/meminfo").unwrap(), key)
 }
 
-fn field_kib(text: &str, key: &str) -> u64 {
+/// The first number after `key` on the line that starts with it.
+fn field_value(text: &str, key: &str) -> u64 {
     text.lines()
         .find(|l| l.starts_with(key))
         .and_then(|l| l.split_whitespace().nth(1))
