@@ -548,12 +548,26 @@ pub fn fin_queued(stream: &tokio::net::TcpStream) -> bool {
 /// loop has seen the socket readable). For the first read of a new
 /// connection, whose bytes usually came with the handshake's last ACK:
 /// reading them at once spares the connection a turn of the event loop.
-/// Readiness the runtime learns later is cleared by the next read that
-/// finds nothing, as any stale readiness is.
+///
+/// A read shorter than `buf` drained the socket, so the read readiness
+/// the runtime may already hold (the event loop saw the bytes arrive) is
+/// stale: it is cleared here, or the relay's first read would pay a
+/// recv(2) that answers EAGAIN. Clearing cannot lose bytes: epoll is
+/// edge-triggered, so any that arrive after this read are a new event,
+/// and tokio only clears readiness no newer than what it held before
+/// (end of stream, a final state, is never cleared).
 pub fn recv_now(stream: &tokio::net::TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     use std::io::Read;
     let socket = socket2::SockRef::from(stream);
-    (&*socket).read(buf)
+    let n = (&*socket).read(buf)?;
+    if n > 0 && n < buf.len() {
+        // Runs the closure only if the runtime holds read readiness; its
+        // WouldBlock clears it.
+        let _ = stream.try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+    }
+    Ok(n)
 }
 
 /// A backend socket whose connect has been started ([`start_connect`]).
@@ -656,6 +670,51 @@ mod tests {
             Err(e) => Some(e.kind()),
         };
         assert_eq!(refusal, Some(io::ErrorKind::ConnectionRefused));
+    }
+
+    /// Whether the runtime holds read readiness for `stream`: `try_io`
+    /// runs its closure only then (which, answering Ok, clears nothing).
+    fn holds_read_readiness(stream: &tokio::net::TcpStream) -> bool {
+        let mut ran = false;
+        let _ = stream.try_io(tokio::io::Interest::READABLE, || {
+            ran = true;
+            Ok(())
+        });
+        ran
+    }
+
+    /// A `recv_now` that drains the socket leaves no stale readiness behind
+    /// (the next tokio read would otherwise cost a recv(2) answering
+    /// EAGAIN), bytes that come later still wake a reader, and a read that
+    /// filled its buffer keeps the readiness, since more may be waiting.
+    #[tokio::test]
+    async fn a_draining_recv_now_clears_stale_readiness_and_later_bytes_still_wake() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 64];
+
+        peer.write_all(b"hello").await.unwrap();
+        stream.readable().await.unwrap();
+        assert!(holds_read_readiness(&stream));
+        assert_eq!(recv_now(&stream, &mut buf).unwrap(), 5);
+        assert!(!holds_read_readiness(&stream));
+
+        peer.write_all(b"later").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), stream.readable())
+            .await
+            .expect("bytes sent after the drained read wake the reader")
+            .unwrap();
+        assert_eq!(stream.try_read(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"later");
+
+        peer.write_all(&[7u8; 100]).await.unwrap();
+        stream.readable().await.unwrap();
+        assert_eq!(recv_now(&stream, &mut buf).unwrap(), 64);
+        assert!(holds_read_readiness(&stream));
     }
 
     const PROBES: Keepalive = Keepalive {
