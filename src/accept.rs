@@ -176,8 +176,10 @@ impl AcceptLoop {
         }
         // The loop's own token, shared: a connection is only ever cancelled
         // with all of its loop's, so it needs no node (an allocation) of
-        // its own.
-        self.tracker.spawn(conn::handle(
+        // its own. Boxed before it is spawned: the future is moved once,
+        // into its box, where tokio's spawn would otherwise copy all of it
+        // several times on the way into the task (see `conn::handle`).
+        self.tracker.spawn(Box::pin(conn::handle(
             accepted,
             generation.clone(),
             close_mine.clone(),
@@ -185,7 +187,7 @@ impl AcceptLoop {
                 _permit: permit,
                 admitted,
             },
-        ));
+        )));
     }
 }
 
