@@ -259,10 +259,7 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::config::Config;
 
     /// With more connections waiting than a batch, the other tasks of the
     /// thread run between batches: a task that looks after every turn of
@@ -271,26 +268,7 @@ mod tests {
     /// one turn.)
     #[tokio::test(flavor = "current_thread")]
     async fn a_loop_starts_at_most_a_batch_of_connections_before_other_tasks_run() {
-        let config = Config::from_toml(
-            r#"
-            [[listener]]
-            name = "edge"
-            listen = ["127.0.0.1:0"]
-            [[route]]
-            sni = ["example.com"]
-            backend = "origin"
-            [backend.origin]
-            addresses = ["127.0.0.1:9"]
-            "#,
-            Path::new("batch.toml"),
-        )
-        .unwrap();
-        let backends = Arc::new(crate::backend::Backends::start(&config.backends, None));
-        let generation = Arc::new(Generation::first(
-            config.listeners[0].clone(),
-            &backends,
-            &None,
-        ));
+        let generation = Generation::for_tests();
         let (_publish, generation) = watch::channel(generation);
         let socket = Arc::new(TcpListener::bind("127.0.0.1:0").await.unwrap());
         let addr = socket.local_addr().unwrap();

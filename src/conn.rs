@@ -337,12 +337,10 @@ async fn setup<'g>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     use tokio::time::Instant;
 
     use crate::addr::PeerAddr;
-    use crate::config::Config;
     use crate::metrics;
 
     /// An open connection's memory is mostly its task's state, which the
@@ -357,33 +355,18 @@ mod tests {
     /// visible.
     #[tokio::test]
     async fn the_connection_task_fits_an_896_byte_allocation() {
-        let config = Config::from_toml(
-            r#"
-            [[listener]]
-            name = "edge"
-            listen = ["127.0.0.1:0"]
-            [[route]]
-            sni = ["example.com"]
-            backend = "origin"
-            [backend.origin]
-            addresses = ["127.0.0.1:9"]
-            "#,
-            Path::new("size.toml"),
-        )
-        .unwrap();
+        let generation = Generation::for_tests();
         let socket = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let stream = TcpStream::connect(socket.local_addr().unwrap())
             .await
             .unwrap();
-        let listener = config.listeners[0].clone();
+        let listener = &generation.listener;
         let accepted = Accepted {
             peer: PeerAddr(stream.local_addr().unwrap()),
             stream,
             at: Instant::now(),
             metrics: metrics::metrics().listener(&listener.name, listener.protocol.as_str()),
         };
-        let backends = Arc::new(crate::backend::Backends::start(&config.backends, None));
-        let generation = Arc::new(Generation::first(listener, &backends, &None));
         let permit = Arc::new(tokio::sync::Semaphore::new(1))
             .acquire_owned()
             .await

@@ -78,6 +78,32 @@ impl Generation {
         }
     }
 
+    /// For unit tests: listener `edge` on 127.0.0.1:0 with one route,
+    /// `example.com`, to backend `origin` at 127.0.0.1:9 (nothing there).
+    #[cfg(test)]
+    pub fn for_tests() -> Arc<Generation> {
+        let config = crate::config::Config::from_toml(
+            r#"
+            [[listener]]
+            name = "edge"
+            listen = ["127.0.0.1:0"]
+            [[route]]
+            sni = ["example.com"]
+            backend = "origin"
+            [backend.origin]
+            addresses = ["127.0.0.1:9"]
+            "#,
+            std::path::Path::new("tests.toml"),
+        )
+        .expect("the test configuration is valid");
+        let backends = Arc::new(Backends::start(&config.backends, None));
+        Arc::new(Generation::first(
+            config.listeners[0].clone(),
+            &backends,
+            &None,
+        ))
+    }
+
     /// The generation after `self` for a reloaded `listener` of the same
     /// name: route identities that are unchanged keep their drain signals,
     /// the admission state carries over unless `[listener.limits]`
