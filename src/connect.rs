@@ -42,7 +42,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use tokio::net::TcpStream;
-use tokio::time::{Instant, timeout};
+use tokio::time::{Instant, timeout_at};
 
 use crate::backend::cluster::{Answer, LookupError};
 use crate::backend::node_choice::{NodeChoice, gerbil_index};
@@ -276,8 +276,9 @@ async fn try_in_order(
             continue;
         };
         tried += 1;
+        // One clock read serves the deadline and the connect time.
         let started = Instant::now();
-        let attempt = timeout(backend.connect_timeout, connect_tcp(addr)).await;
+        let attempt = timeout_at(started + backend.connect_timeout, connect_tcp(addr)).await;
         let outcome = match &attempt {
             Ok(Ok(_)) => Ok(started.elapsed()),
             _ => Err(()),

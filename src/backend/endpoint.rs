@@ -211,8 +211,10 @@ impl EndpointState {
 
     /// Whether neither passive nor active health has this address down.
     pub fn is_up(&self) -> bool {
-        !self.checked_down.load(Ordering::Relaxed)
-            && self.down_until.load(Ordering::Relaxed) <= now_ms()
+        // 0 (never marked down) is the common case: no clock read for it,
+        // as this runs per candidate address on every connection.
+        let down_until = self.down_until.load(Ordering::Relaxed);
+        !self.checked_down.load(Ordering::Relaxed) && (down_until == 0 || down_until <= now_ms())
     }
 
     /// The operator's state of this address.
