@@ -12,8 +12,10 @@
 //! tried at once; a black-holed one costs one `connect_timeout`; at most
 //! `connect_attempts` are tried (default min(addresses, 3)), so a
 //! connection waits at most attempts × connect_timeout here. Each failed
-//! attempt is logged at debug and counted for passive health; the
-//! connection's outcome is logged once, by the caller. An address at its
+//! attempt is logged at debug and counted for passive health, except one
+//! that failed on this host (no free local port toward the address, no
+//! descriptor: `sockopt::is_local_connect_failure`), which says nothing of
+//! the backend; the connection's outcome is logged once, by the caller. An address at its
 //! `max_connections` is skipped (its slot is taken before the connect);
 //! when every address is, the connection closes `backend_full` without a
 //! connect.
@@ -302,10 +304,21 @@ async fn try_in_order(
             Ok(Err(e)) => e,
             Err(_) => io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
         };
-        tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed");
-        endpoint
-            .state
-            .connect_failed(&backend.name, addr, backend.max_fails, backend.fail_backoff);
+        if sockopt::is_local_connect_failure(&error) {
+            // No free port toward this address, or no descriptor: the
+            // backend was never asked, so its passive health is left alone
+            // (counting it would mark a healthy backend down whenever this
+            // host runs short). The next planned address may still work.
+            tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed on this host; not counted against the address");
+        } else {
+            tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed");
+            endpoint.state.connect_failed(
+                &backend.name,
+                addr,
+                backend.max_fails,
+                backend.fail_backoff,
+            );
+        }
         last = Some(error);
     }
     if tried == 0 && (plan.full() || !plan.is_empty()) {

@@ -242,6 +242,16 @@ pub fn is_resource_exhaustion(error: &io::Error) -> bool {
     )
 }
 
+/// Whether a failed backend connect ran out of something on this host (a
+/// free local port toward that address, descriptors, buffers, memory,
+/// epoll watches) rather than hearing from the backend: such a failure
+/// says nothing about the backend, and passive health must not count it.
+pub fn is_local_connect_failure(error: &io::Error) -> bool {
+    const EADDRNOTAVAIL: i32 = 99;
+    const ENOSPC: i32 = 28;
+    is_resource_exhaustion(error) || matches!(error.raw_os_error(), Some(EADDRNOTAVAIL | ENOSPC))
+}
+
 // ------------------------------------------------- inherited listening sockets
 //
 // Listening sockets can also come from outside: from systemd (socket

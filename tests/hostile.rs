@@ -1,5 +1,6 @@
 //! Hostile clients against the real relay process: slow-loris connections,
-//! oversized hellos, and descriptor exhaustion.
+//! oversized hellos, and descriptor exhaustion (at accept, and at a backend
+//! connect, which must not count against the backend's health).
 
 mod common;
 
@@ -174,4 +175,87 @@ async fn out_of_descriptors_the_relay_backs_off_without_spinning_and_recovers() 
     drop(clients);
     served(&pki, relay.addr()).await;
     relay.wait_log(|l| l["message"] == "accepting again").await;
+}
+
+/// The lowest descriptor limit that leaves `pid` exactly one free
+/// descriptor number: an accept then takes it, and the next socket(2) fails
+/// with EMFILE.
+fn limit_leaving_one_descriptor(pid: u32) -> u64 {
+    let used: std::collections::BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    let mut free = 0;
+    for fd in 0.. {
+        if !used.contains(&fd) {
+            free += 1;
+            if free == 1 {
+                return fd + 1;
+            }
+        }
+    }
+    unreachable!()
+}
+
+fn set_nofile(pid: u32, soft: u64, hard: u64) {
+    let status = std::process::Command::new("prlimit")
+        .args([
+            "--pid",
+            &pid.to_string(),
+            &format!("--nofile={soft}:{hard}"),
+        ])
+        .status()
+        .expect("prlimit (util-linux) is required for this test");
+    assert!(status.success());
+}
+
+/// A backend connect that fails on the relay's own host (here socket(2)
+/// answering EMFILE; in the field, no free local port toward the address)
+/// closes that connection `connect_failed`, but the backend was never
+/// asked: with `max_fails = 1` it must not be marked down, and the next
+/// connection is served as soon as the descriptor comes back.
+#[tokio::test]
+async fn a_connect_that_fails_on_the_relay_host_does_not_mark_the_backend_down() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    let relay = Relay::start(&one_route_config(
+        &["app.example.com", "www.example.com"],
+        NO_SOURCE_LIMIT,
+        &format!(
+            "addresses = [\"{backend}\"]\nconnect_timeout = \"2s\"\nmax_fails = 1\nfail_backoff = \"60s\""
+        ),
+    ))
+    .await;
+    // Served before, so every descriptor the relay keeps is open already;
+    // its close line is written once both of its sockets are closed.
+    served(&pki, relay.addr()).await;
+    relay.wait_log(|l| l["close"].is_string()).await;
+    let pid = relay.pid();
+    let hard: u64 = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4).map(|v| v.parse().unwrap()))
+        .unwrap();
+    set_nofile(pid, limit_leaving_one_descriptor(pid), hard);
+
+    // The captured hello names www.example.com: accepted, read, routed,
+    // and then the backend socket cannot be opened.
+    assert_eq!(
+        close_reason(&relay, &capture("openssl_sni.bin")).await,
+        "connect_failed"
+    );
+
+    set_nofile(pid, hard, hard);
+    served(&pki, relay.addr()).await;
+    let marked = relay
+        .log_lines()
+        .into_iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("backend address marked down"))
+        })
+        .collect::<Vec<_>>();
+    assert!(marked.is_empty(), "the backend was blamed: {marked:?}");
 }
