@@ -253,6 +253,39 @@ impl Drop for Proxy {
     }
 }
 
+/// Warns when the ephemeral port range is too narrow for the rate phase.
+///
+/// Each relayed connection takes an ephemeral port on two legs (client to
+/// proxy, proxy to backend), each leg toward one address, and on loopback
+/// a port left in TIME_WAIT is reused only once it is a second old
+/// (`tcp_tw_reuse` = 2). At 14,000 connections per second Linux's default
+/// range (32768-60999: 28,232 ports) is used up about a second into a
+/// phase; connect(2) then scans the whole range for a free port, and every
+/// connection in flight through either proxy stalls for 30-60 ms at once
+/// (p99.9 and max jump, p99 with them). The faster proxy uses the ports
+/// up sooner, so the stall counts against it. scripts/loadbench.sh widens
+/// the range for its run.
+fn check_port_range() {
+    let Ok(range) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
+        return;
+    };
+    let ports: Vec<u32> = range
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    if let [low, high] = ports[..] {
+        let count = high.saturating_sub(low) + 1;
+        eprintln!("loadbench: ephemeral ports {low}-{high} ({count})");
+        if count < 60_000 {
+            eprintln!(
+                "loadbench: warning: {count} ephemeral ports run out about a second into a rate \
+                 phase and then stall every connection in flight (latency tail); widen \
+                 net.ipv4.ip_local_port_range (scripts/loadbench.sh sets 1024-65535 for its run)"
+            );
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -442,6 +475,10 @@ struct RateFigures {
     /// Connection latency (connect to the reply's last byte), microseconds.
     p50: f64,
     p99: f64,
+    /// The slowest connections: a stall that holds up every connection in
+    /// flight shows here first (see `check_port_range`).
+    p999: f64,
+    max: f64,
     /// Pinned runs: the proxy's core and the load's core over the phase,
     /// whoever used them (the process, or the kernel's interrupt work on
     /// its behalf, which the process's own CPU time leaves out).
@@ -505,6 +542,8 @@ async fn rate_and_cost(
         load_busy: load / wall,
         p50: pick(0.50),
         p99: pick(0.99),
+        p999: pick(0.999),
+        max: pick(1.0),
         cores,
         proxy_sleeps,
         ipis,
@@ -515,7 +554,7 @@ async fn rate_and_cost(
 /// adds them to the samples under `name`.
 fn record_rate(samples: &mut Samples, label: &str, name: &'static str, f: &RateFigures) {
     eprintln!(
-        "{label} {name:8} rate  {:10.0} conn/s  {:6.1} us CPU/conn  load {:6.1} us/conn  busy {:.0}%/{:.0}%  p50 {:.0} us  p99 {:.0} us  ({} conns)  sleeps/conn {:.3}{}",
+        "{label} {name:8} rate  {:10.0} conn/s  {:6.1} us CPU/conn  load {:6.1} us/conn  busy {:.0}%/{:.0}%  p50 {:.0} us  p99 {:.0} us  p99.9 {:.0} us  max {:.0} us  ({} conns)  sleeps/conn {:.3}{}",
         f.per_second,
         f.proxy_cpu,
         f.load_cpu,
@@ -523,6 +562,8 @@ fn record_rate(samples: &mut Samples, label: &str, name: &'static str, f: &RateF
         f.load_busy * 100.0,
         f.p50,
         f.p99,
+        f.p999,
+        f.max,
         f.done,
         f.proxy_sleeps,
         f.ipis.map_or(String::new(), |(p, l)| format!(
@@ -1110,6 +1151,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
         args.idle,
         dir.display()
     );
+    check_port_range();
 
     for run in 0..args.runs {
         let relay = start_snirelay(&args, &dir, backend_addr).await;

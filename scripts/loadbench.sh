@@ -17,7 +17,21 @@
 #
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.
+#
+# The rate phase takes two ephemeral ports per connection (client to proxy,
+# proxy to backend) at some 14,000 connections/s, and on loopback a port in
+# TIME_WAIT is reused only after a second: Linux's default range
+# (32768-60999) runs out about a second into each phase, and connect(2)
+# then stalls every connection in flight for 30-60 ms. As root, this script
+# widens net.ipv4.ip_local_port_range to 1024-65535 for the run and puts
+# the old range back when it ends; otherwise loadbench warns.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin snirelay --example loadbench
-exec target/release/examples/loadbench --relay target/release/snirelay "$@"
+ports=/proc/sys/net/ipv4/ip_local_port_range
+if [ -w "$ports" ]; then
+    old_range=$(cat "$ports")
+    trap 'echo "$old_range" > "$ports"' EXIT
+    echo "1024 65535" > "$ports"
+fi
+target/release/examples/loadbench --relay target/release/snirelay "$@"
