@@ -15,10 +15,10 @@
 //! attempt is logged at debug and counted for passive health, except one
 //! that failed on this host (no free local port toward the address, no
 //! descriptor: `sockopt::is_local_connect_failure`), which says nothing of
-//! the backend; the connection's outcome is logged once, by the caller. An address at its
-//! `max_connections` is skipped (its slot is taken before the connect);
-//! when every address is, the connection closes `backend_full` without a
-//! connect.
+//! the backend; the connection's outcome is logged once, by the caller.
+//! An address at its `max_connections` is skipped (its slot is taken
+//! before the connect); when every address is, the connection closes
+//! `backend_full` without a connect.
 //!
 //! A cluster backend whose answer is this node connects through its
 //! `local_backend` instead, with that backend's policy and PROXY setting

@@ -247,8 +247,7 @@ pub fn is_resource_exhaustion(error: &io::Error) -> bool {
 /// epoll watches) rather than hearing from the backend: such a failure
 /// says nothing about the backend, and passive health must not count it.
 pub fn is_local_connect_failure(error: &io::Error) -> bool {
-    const EADDRNOTAVAIL: i32 = 99;
-    const ENOSPC: i32 = 28;
+    use nix::libc::{EADDRNOTAVAIL, ENOSPC};
     is_resource_exhaustion(error) || matches!(error.raw_os_error(), Some(EADDRNOTAVAIL | ENOSPC))
 }
 
