@@ -185,16 +185,9 @@ fn limit_leaving_one_descriptor(pid: u32) -> u64 {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
         .collect();
-    let mut free = 0;
-    for fd in 0.. {
-        if !used.contains(&fd) {
-            free += 1;
-            if free == 1 {
-                return fd + 1;
-            }
-        }
-    }
-    unreachable!()
+    // Descriptors are handed out lowest first: a limit just above the
+    // lowest free number leaves that one alone.
+    (0..).find(|fd| !used.contains(fd)).unwrap() + 1
 }
 
 fn set_nofile(pid: u32, soft: u64, hard: u64) {
