@@ -304,14 +304,13 @@ async fn try_in_order(
             Ok(Err(e)) => e,
             Err(_) => io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
         };
-        if sockopt::is_local_connect_failure(&error) {
-            // No free port toward this address, or no descriptor: the
-            // backend was never asked, so its passive health is left alone
-            // (counting it would mark a healthy backend down whenever this
-            // host runs short). The next planned address may still work.
-            tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed on this host; not counted against the address");
-        } else {
-            tracing::debug!(backend = %backend.name, %addr, error = %error, "backend connect attempt failed");
+        // No free port toward this address, or no descriptor: the backend
+        // was never asked, so its passive health is left alone (counting it
+        // would mark a healthy backend down whenever this host runs short).
+        // The next planned address may still work.
+        let on_this_host = sockopt::is_local_connect_failure(&error);
+        tracing::debug!(backend = %backend.name, %addr, error = %error, on_this_host, "backend connect attempt failed");
+        if !on_this_host {
             endpoint.state.connect_failed(
                 &backend.name,
                 addr,

@@ -228,9 +228,10 @@ pub fn set_recv_lowat(stream: &tokio::net::TcpStream, bytes: usize) -> io::Resul
     nix::sys::socket::setsockopt(stream, RecvLowat, &bytes.max(1)).map_err(io::Error::from)
 }
 
-/// Whether an `accept` error means the process or system ran out of a
-/// resource (descriptors, buffers, memory), so the loop must back off rather
-/// than retry at once.
+/// Whether an error means the process or system ran out of a resource
+/// (descriptors, buffers, memory): an accept loop must back off rather
+/// than retry at once, and a failed connect is not the backend's fault
+/// ([`is_local_connect_failure`]).
 pub fn is_resource_exhaustion(error: &io::Error) -> bool {
     const EMFILE: i32 = 24;
     const ENFILE: i32 = 23;

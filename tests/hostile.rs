@@ -147,11 +147,7 @@ async fn out_of_descriptors_the_relay_backs_off_without_spinning_and_recovers() 
         &format!("client_hello_timeout = \"30s\"\n{NO_SOURCE_LIMIT}"),
     ))
     .await;
-    let status = std::process::Command::new("prlimit")
-        .args(["--pid", &relay.pid().to_string(), "--nofile=256:256"])
-        .status()
-        .expect("prlimit (util-linux) is required for this test");
-    assert!(status.success());
+    set_nofile(relay.pid(), 256, 256);
 
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
