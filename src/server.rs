@@ -419,6 +419,16 @@ impl Server {
         {
             Ok(applied) => {
                 self.reloads_applied += 1;
+                // Applied, except what was fixed at start: said on every
+                // reload while the file and the process disagree.
+                let pending = effective::pending_restart(&self.started, &self.config.to_file());
+                // The admin listener serves the new configuration before
+                // the line says it is applied: whoever waits for the line
+                // (a script, a test) then finds it in force there too.
+                if let Some(admin) = &self.admin {
+                    admin.set_config(Arc::new(self.config.clone()), pending.clone());
+                    admin.set_backends(self.backends.clone());
+                }
                 let d = &applied.diff;
                 tracing::info!(
                     listeners.added = %d.listeners_added.join(","),
@@ -439,9 +449,6 @@ impl Server {
                     "reload applied"
                 );
                 metrics::metrics().reload("ok");
-                // Applied, except what was fixed at start: said on every
-                // reload while the file and the process disagree.
-                let pending = effective::pending_restart(&self.started, &self.config.to_file());
                 for p in &pending {
                     tracing::warn!(
                         key = p.key,
@@ -449,10 +456,6 @@ impl Server {
                         file = %p.file,
                         "needs a restart; the running value stays"
                     );
-                }
-                if let Some(admin) = &self.admin {
-                    admin.set_config(Arc::new(self.config.clone()), pending);
-                    admin.set_backends(self.backends.clone());
                 }
                 self.notifier.ready("serving; reload applied");
             }
