@@ -38,6 +38,11 @@ pub enum CidrError {
 }
 
 impl Cidr {
+    /// The prefix length (0 matches every address of its family).
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
     /// Whether `ip` lies inside this network.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);

@@ -130,6 +130,8 @@ fn admin_section(admin: &Admin) -> AdminSection {
         token_file,
         local_names_file,
         moved_close_window,
+        push_unauthenticated_from,
+        forward_unmatched_to,
     } = admin;
     AdminSection {
         listen: Some(listen.to_string()),
@@ -141,6 +143,14 @@ fn admin_section(admin: &Admin) -> AdminSection {
         // Pushed local names (issue 17).
         local_names_file: local_names_file.as_ref().map(|p| p.display().to_string()),
         moved_close_window: Some(duration(*moved_close_window)),
+        // One base address for a Pangolin node (issue 30).
+        push_unauthenticated_from: Some(
+            push_unauthenticated_from
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+        ),
+        forward_unmatched_to: forward_unmatched_to.as_ref().map(|f| f.url.clone()),
     }
 }
 

@@ -397,4 +397,11 @@ pub struct AdminSection {
     /// The window over which connections of names a push no longer lists
     /// as local are closed (`moved`).
     pub moved_close_window: Option<String>,
+    // One base address for a Pangolin node (issue 30).
+    /// Sources (CIDR) whose `POST /update-local-snis` is accepted without a
+    /// token, as Gerbil accepts Pangolin's push.
+    pub push_unauthenticated_from: Option<Vec<String>>,
+    /// `http://host:port`: where requests for paths the admin listener
+    /// does not serve are forwarded (Gerbil's API, moved behind it).
+    pub forward_unmatched_to: Option<String>,
 }

@@ -267,6 +267,96 @@ pub struct Admin {
     pub local_names_file: Option<PathBuf>,
     /// [`DEFAULT_MOVED_CLOSE_WINDOW`].
     pub moved_close_window: Duration,
+    // One base address for a Pangolin node (issue 30).
+    /// Sources whose `POST /update-local-snis` needs no token (TCP only;
+    /// empty by default: a token is required). A push that presents a
+    /// token is judged by it, wherever it comes from.
+    pub push_unauthenticated_from: Vec<Cidr>,
+    /// Where requests for paths the admin listener does not serve go;
+    /// `None`: they are answered 404 as before.
+    pub forward_unmatched_to: Option<ForwardTo>,
+}
+
+/// `[admin] forward_unmatched_to`, checked: a plain-HTTP upstream named by
+/// an IP address or a host name (resolved on each forwarded request, so
+/// `/etc/hosts` and DNS changes apply without a reload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardTo {
+    /// The URL as written (for logs and `/config`).
+    pub url: String,
+    /// The host: an IP address (IPv6 without brackets) or a lowercase name.
+    pub host: String,
+    /// The port; 80 when the URL names none.
+    pub port: u16,
+}
+
+impl ForwardTo {
+    /// Parses `http://host[:port][/]`: plain HTTP (the upstream is on the
+    /// node), no user, path, query or fragment, since the request's own
+    /// path and query are forwarded unchanged.
+    pub fn parse(text: &str) -> Result<ForwardTo, String> {
+        let rest = match text.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+            Some((scheme, _)) => {
+                return Err(format!(
+                    "{text:?}: only http:// is forwarded to (not {scheme}://): the upstream \
+                     is a plain-HTTP API on this node, such as Gerbil's"
+                ));
+            }
+            None => return Err(format!("{text:?}: write it as \"http://127.0.0.1:3004\"")),
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#']) {
+            return Err(format!(
+                "{text:?}: no path, query or fragment: requests keep their own"
+            ));
+        }
+        if authority.contains('@') {
+            return Err(format!("{text:?}: no user information in the URL"));
+        }
+        let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
+            let (v6, after) = inner
+                .split_once(']')
+                .ok_or_else(|| format!("{text:?}: an IPv6 address needs its closing `]`"))?;
+            let v6: std::net::Ipv6Addr = v6
+                .parse()
+                .map_err(|_| format!("{text:?}: {v6:?} is not an IPv6 address"))?;
+            let port =
+                match after {
+                    "" => None,
+                    p => Some(p.strip_prefix(':').ok_or_else(|| {
+                        format!("{text:?}: expected `:port` after the IPv6 address")
+                    })?),
+                };
+            (v6.to_string(), port)
+        } else {
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            };
+            let host = if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
+                ip.to_string()
+            } else {
+                match crate::sni::Sni::parse(host.as_bytes()) {
+                    Ok(name) => name.as_str().to_owned(),
+                    Err(e) => return Err(format!("{text:?}: host {host:?}: {e}")),
+                }
+            };
+            (host, port)
+        };
+        let port = match port {
+            None => 80,
+            Some(p) => match p.parse::<u16>() {
+                Ok(port) if port > 0 => port,
+                _ => return Err(format!("{text:?}: {p:?} is not a port (1-65535)")),
+            },
+        };
+        Ok(ForwardTo {
+            url: text.to_owned(),
+            host,
+            port,
+        })
+    }
 }
 
 /// Where the admin listener listens.
@@ -952,11 +1042,52 @@ impl Checker {
             }
             Some(path) => Some(self.dir.join(path)),
         };
+        // One base address for a Pangolin node (issue 30).
+        let mut push_unauthenticated_from = Vec::new();
+        for (i, cidr) in section
+            .push_unauthenticated_from
+            .iter()
+            .flatten()
+            .enumerate()
+        {
+            let key = format!("admin.push_unauthenticated_from[{i}]");
+            match cidr.parse::<Cidr>() {
+                Ok(net) if net.prefix() == 0 => self.problem(
+                    key,
+                    format!(
+                        "{cidr:?} would take a push from anywhere without a token; \
+                         list the control plane's addresses"
+                    ),
+                ),
+                Ok(net) => push_unauthenticated_from.push(net),
+                Err(e) => self.problem(key, format!("{cidr:?}: {e}")),
+            }
+        }
+        let forward_unmatched_to = match section.forward_unmatched_to.as_deref() {
+            None => None,
+            Some(text) => match ForwardTo::parse(text) {
+                Ok(to) => Some(to),
+                Err(message) => {
+                    self.problem("admin.forward_unmatched_to", message);
+                    return None;
+                }
+            },
+        };
         if let Some(path) = text.strip_prefix("unix:") {
             if !path.starts_with('/') {
                 self.problem(
                     "admin.listen",
                     format!("{text:?}: a Unix socket path must be absolute (\"unix:/run/snirelay/admin.sock\")"),
+                );
+                return None;
+            }
+            if !push_unauthenticated_from.is_empty() {
+                self.problem(
+                    "admin.push_unauthenticated_from",
+                    format!(
+                        "{text:?} is a Unix socket: its callers have no source address, \
+                         and whoever may open it may push already"
+                    ),
                 );
                 return None;
             }
@@ -970,6 +1101,8 @@ impl Checker {
                 token_file,
                 local_names_file,
                 moved_close_window: moved_close_window?,
+                push_unauthenticated_from,
+                forward_unmatched_to,
             });
         }
         let listen = self.socket_addr("admin.listen", text)?;
@@ -994,6 +1127,8 @@ impl Checker {
             token_file,
             local_names_file,
             moved_close_window: moved_close_window?,
+            push_unauthenticated_from,
+            forward_unmatched_to,
         })
     }
 
@@ -2625,6 +2760,43 @@ impl Checker {
                 );
                 None
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ForwardTo;
+
+    #[test]
+    fn forward_unmatched_to_takes_plain_http_to_an_address_or_a_name() {
+        let to = |text: &str| ForwardTo::parse(text).map(|f| (f.host, f.port));
+        let ok = |host: &str, port| Ok((host.to_owned(), port));
+        assert_eq!(to("http://127.0.0.1:3004"), ok("127.0.0.1", 3004));
+        assert_eq!(to("http://127.0.0.1:3004/"), ok("127.0.0.1", 3004));
+        assert_eq!(to("HTTP://Gerbil.Internal"), ok("gerbil.internal", 80));
+        assert_eq!(to("http://localhost:3003"), ok("localhost", 3003));
+        assert_eq!(to("http://[::1]:3004"), ok("::1", 3004));
+        assert_eq!(to("http://[::1]"), ok("::1", 80));
+        for (bad, says) in [
+            ("https://127.0.0.1:3004", "only http://"),
+            ("127.0.0.1:3004", "write it as"),
+            ("http://127.0.0.1:3004/gerbil", "no path"),
+            ("http://127.0.0.1:3004?x=1", "no path"),
+            ("http://u:p@127.0.0.1:3004", "no user"),
+            ("http://127.0.0.1:0", "not a port"),
+            ("http://127.0.0.1:65536", "not a port"),
+            ("http://127.0.0.1:", "not a port"),
+            ("http://[::1:3004", "closing `]`"),
+            ("http://[::1]3004", "`:port`"),
+            ("http://[zz]:1", "not an IPv6 address"),
+            ("http://::1:3004", "host \"::1\""),
+            ("http://gerbil api:3004", "host \"gerbil api\""),
+            ("http://:3004", "host \"\""),
+        ] {
+            let error = to(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+            assert!(error.contains(&format!("{bad:?}")), "{bad}: {error}");
         }
     }
 }
