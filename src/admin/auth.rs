@@ -9,6 +9,16 @@
 //!   token. No token or a wrong one: 401 with `WWW-Authenticate: Bearer`.
 //!   No token file configured: 403, whatever the caller sends.
 //!
+//! - A push of local names (`POST /update-local-snis`, the request
+//!   Pangolin sends to Gerbil without any `Authorization`) that carries no
+//!   `Authorization` header is let in when its TCP source is in `[admin]
+//!   push_unauthenticated_from` ([`authorize_push`]), and named
+//!   `allowlisted:IP`. A push that does present a credential is judged by
+//!   it, wherever it comes from: a wrong token is a misconfiguration (a
+//!   rotated token not rolled out), and accepting it from a listed source
+//!   would hide that until the source moves. The source is the measured
+//!   TCP peer, never a header such as `X-Forwarded-For`.
+//!
 //! Tokens are compared in constant time: every configured token is
 //! compared, byte by byte over the longer of the two lengths, with no early
 //! exit, so the time taken says nothing about how much of a token matched.
@@ -20,6 +30,7 @@ use hyper::HeaderMap;
 use hyper::header::AUTHORIZATION;
 
 use super::Peer;
+use crate::cidr::Cidr;
 use crate::config::TokenFile;
 
 /// Why a control request is refused before it is looked at.
@@ -66,6 +77,43 @@ pub fn authorize(
         }
     }
     found.map(|n| format!("token:{n}")).ok_or(Refusal::BadToken)
+}
+
+/// How a push of local names was let in: the `authenticated` log field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// A valid token, or a Unix socket caller.
+    Authenticated,
+    /// No credential, from a source in `push_unauthenticated_from`.
+    Allowlisted,
+}
+
+impl Admitted {
+    /// The `authenticated` log field (`"false"` is a refusal).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Admitted::Authenticated => "true",
+            Admitted::Allowlisted => "allowlisted",
+        }
+    }
+}
+
+/// [`authorize`] for `POST /update-local-snis`: also lets in a request
+/// without an `Authorization` header from a TCP source in `allowlisted`.
+/// A request with one is authorized by it alone.
+pub fn authorize_push(
+    headers: &HeaderMap,
+    peer: &Peer,
+    tokens: Option<&TokenFile>,
+    allowlisted: &[Cidr],
+) -> Result<(String, Admitted), Refusal> {
+    if let Peer::Tcp(addr) = peer
+        && !headers.contains_key(AUTHORIZATION)
+        && allowlisted.iter().any(|net| net.contains(addr.ip()))
+    {
+        return Ok((format!("allowlisted:{}", addr.ip()), Admitted::Allowlisted));
+    }
+    authorize(headers, peer, tokens).map(|who| (who, Admitted::Authenticated))
 }
 
 /// Whether `a == b`, in a time that depends only on the longer length.
@@ -130,6 +178,54 @@ mod tests {
         assert_eq!(
             authorize(&HeaderMap::new(), &unix, None),
             Ok("uid=1000,pid=42".into())
+        );
+    }
+
+    #[test]
+    fn a_listed_source_pushes_without_a_token_but_not_with_a_wrong_one() {
+        let listed: Vec<Cidr> = vec!["10.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()];
+        let from = |a: &str| Peer::Tcp(a.parse().unwrap());
+        let f = file();
+        let push =
+            |h: &HeaderMap, p: &Peer, t: Option<&TokenFile>| authorize_push(h, p, t, &listed);
+        let none = HeaderMap::new();
+        assert_eq!(
+            push(&none, &from("10.1.2.3:5000"), Some(&f)),
+            Ok(("allowlisted:10.1.2.3".into(), Admitted::Allowlisted))
+        );
+        // An IPv4 client of a dual-stack listener, and no token file at all.
+        assert_eq!(
+            push(&none, &from("[::ffff:10.1.2.3]:5000"), None),
+            Ok(("allowlisted:::ffff:10.1.2.3".into(), Admitted::Allowlisted))
+        );
+        assert_eq!(
+            push(&none, &from("[::1]:5000"), None).map(|(_, a)| a),
+            Ok(Admitted::Allowlisted)
+        );
+        // Any credential is judged by itself, listed source or not.
+        for bad in ["Bearer wrong", "Basic s3cret", "Bearer "] {
+            assert_eq!(
+                push(&bearer(bad), &from("10.1.2.3:5000"), Some(&f)),
+                Err(Refusal::BadToken),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            push(&bearer("Bearer s3cret"), &from("10.1.2.3:5000"), None),
+            Err(Refusal::NoTokenFile)
+        );
+        assert_eq!(
+            push(&bearer("Bearer s3cret"), &from("192.0.2.1:5000"), Some(&f)),
+            Ok(("token:ops".into(), Admitted::Authenticated))
+        );
+        // Unlisted sources are as before.
+        assert_eq!(
+            push(&none, &from("192.0.2.1:5000"), Some(&f)),
+            Err(Refusal::BadToken)
+        );
+        assert_eq!(
+            push(&none, &from("11.0.0.1:5000"), None),
+            Err(Refusal::NoTokenFile)
         );
     }
 

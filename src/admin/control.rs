@@ -34,7 +34,11 @@
 //!   [`MAX_LOCAL_NAMES_BODY_BYTES`]. Answers `{"status": "Local SNIs
 //!   updated successfully", ...}` as Gerbil does, with counts.
 //!
-//! Every request is authorized first ([`super::auth`]), counted in
+//! Every request is authorized first ([`super::auth`]; a push of local
+//! names from a source in `[admin] push_unauthenticated_from` needs no
+//! token, and every push, refused or not, is logged at info with its
+//! source, `admin.peer`, and `authenticated`: `true`, `allowlisted` or
+//! `false`), counted in
 //! `snirelay_admin_control_actions_total{kind,outcome}`, and every change
 //! is logged at info with `who` (the token's name or the Unix peer's
 //! credentials). Bad input is a 4xx naming what was wrong, and changes
@@ -59,7 +63,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::{self, Refusal};
+use super::auth::{self, Admitted, Refusal};
 use super::{AdminState, Peer, text};
 use crate::backend::{AddressSource, AddressState, BackendRuntime, local_names};
 use crate::cidr::Cidr;
@@ -166,17 +170,31 @@ pub async fn respond(
     let Some((kind, method, handler)) = route(&segments, req.method()) else {
         return text(StatusCode::NOT_FOUND, "not found\n");
     };
-    let tokens = state
-        .config()
-        .0
-        .admin
-        .as_ref()
-        .and_then(|a| a.token_file.clone());
-    let who = match auth::authorize(req.headers(), peer, tokens.as_ref()) {
-        Ok(who) => who,
+    let config = state.config().0;
+    let admin = config.admin.as_ref();
+    let tokens = admin.and_then(|a| a.token_file.as_ref());
+    let push = kind == "update_local_snis";
+    let authorized = if push {
+        let listed = admin.map_or(&[][..], |a| &a.push_unauthenticated_from);
+        auth::authorize_push(req.headers(), peer, tokens, listed)
+    } else {
+        auth::authorize(req.headers(), peer, tokens).map(|who| (who, Admitted::Authenticated))
+    };
+    let (who, admitted) = match authorized {
+        Ok(authorized) => authorized,
         Err(refusal) => {
             metrics::metrics().control_action(kind, refusal.outcome());
-            tracing::info!(admin.peer = %peer, kind, outcome = refusal.outcome(), "control request refused");
+            if push {
+                // Every push is logged with its source and how it came in.
+                tracing::info!(
+                    admin.peer = %peer,
+                    authenticated = "false",
+                    outcome = refusal.outcome(),
+                    "local names push refused"
+                );
+            } else {
+                tracing::info!(admin.peer = %peer, kind, outcome = refusal.outcome(), "control request refused");
+            }
             return refused(refusal);
         }
     };
@@ -215,9 +233,9 @@ pub async fn respond(
             }
         };
     }
-    let answer = if kind == "update_local_snis" {
+    let answer = if push {
         match body {
-            Ok(body) => push_local_names(body, state, &who).await,
+            Ok(body) => push_local_names(body, state, &who, peer, admitted).await,
             Err(refused) => Err(refused),
         }
     } else {
@@ -231,11 +249,21 @@ pub async fn respond(
             })
         })
     };
-    if kind == "update_local_snis" {
+    if push {
         metrics::metrics().local_name_push(match &answer {
             Ok(_) => "ok",
             Err(refused) => refused.outcome,
         });
+        if let Err(refused) = &answer {
+            tracing::info!(
+                admin.peer = %peer,
+                authenticated = admitted.as_str(),
+                who,
+                outcome = refused.outcome,
+                error = %refused.message,
+                "local names push refused"
+            );
+        }
     }
     match answer {
         Ok(value) => {
@@ -284,16 +312,26 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
     response
 }
 
+/// A body over `limit` bytes: 413.
+fn too_large(limit: usize) -> Refused {
+    Refused::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("the body is larger than {limit} bytes"),
+    )
+}
+
+/// The answer to a body over `limit` bytes, as a control endpoint gives it
+/// (for requests the admin listener forwards).
+pub(crate) fn too_large_answer(limit: usize) -> Response<Full<Bytes>> {
+    let refused = too_large(limit);
+    json_response(refused.status, &json!({ "error": refused.message }))
+}
+
 /// The request body, at most `limit` bytes (413 past it; a declared
 /// length past it is refused before a byte is read).
 async fn body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Refused> {
-    let too_large = || {
-        Refused::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("the body is larger than {limit} bytes"),
-        )
-    };
+    let too_large = || too_large(limit);
     let declared = req
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
@@ -685,11 +723,21 @@ fn update_local_snis(_call: &Call<'_>) -> Result<Value, Refused> {
 /// takes about 13 ms (`cargo bench --bench local_names`), and the state
 /// file is written and fsync'd; on a relay with `threads = 1` that would
 /// be time no connection is served.
-async fn push_local_names(body: Bytes, state: &AdminState, who: &str) -> Result<Value, Refused> {
+async fn push_local_names(
+    body: Bytes,
+    state: &AdminState,
+    who: &str,
+    peer: &Peer,
+    admitted: Admitted,
+) -> Result<Value, Refused> {
     let config = state.config().0;
     let backends = state.backends();
-    let who = who.to_owned();
-    tokio::task::spawn_blocking(move || apply_local_names(&body, &config, &backends, &who))
+    let pusher = Pusher {
+        who: who.to_owned(),
+        peer: peer.to_string(),
+        admitted,
+    };
+    tokio::task::spawn_blocking(move || apply_local_names(&body, &config, &backends, &pusher))
         .await
         .unwrap_or_else(|e| {
             Err(Refused::new(
@@ -700,12 +748,22 @@ async fn push_local_names(body: Bytes, state: &AdminState, who: &str) -> Result<
         })
 }
 
+/// Who pushed, for the push's log lines.
+struct Pusher {
+    /// The token's name, the Unix peer, or `allowlisted:IP`.
+    who: String,
+    /// The source address (or the Unix peer's credentials).
+    peer: String,
+    admitted: Admitted,
+}
+
 fn apply_local_names(
     body: &[u8],
     config: &crate::config::Config,
     backends: &crate::backend::Backends,
-    who: &str,
+    pusher: &Pusher,
 ) -> Result<Value, Refused> {
+    let who = pusher.who.as_str();
     let body: LocalNamesBody = serde_json::from_slice(body).map_err(|e| {
         Refused::bad(format!(
             "the body must be {{\"fullDomains\": [\"name\", ...]}}: {e}"
@@ -749,6 +807,8 @@ fn apply_local_names(
     }
     tracing::info!(
         who,
+        admin.peer = %pusher.peer,
+        authenticated = pusher.admitted.as_str(),
         local_names = change.len,
         added = change.added.len(),
         removed = change.removed.len(),
