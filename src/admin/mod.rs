@@ -70,7 +70,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -91,7 +91,10 @@ use crate::metrics;
 pub mod auth;
 pub mod client;
 pub mod control;
+pub mod forward;
 pub mod status;
+
+use forward::AdminBody;
 
 /// Admin sockets open at once. Past it, a new connection closes an older
 /// one (see the module header) rather than waiting: accept never blocks.
@@ -209,6 +212,17 @@ impl AdminState {
             .clone()
     }
 
+    /// `[admin] forward_unmatched_to` in force.
+    fn forward_unmatched_to(&self) -> Option<crate::config::ForwardTo> {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .admin
+            .as_ref()
+            .and_then(|a| a.forward_unmatched_to.clone())
+    }
+
     fn expose_config(&self) -> bool {
         self.config
             .lock()
@@ -276,6 +290,9 @@ struct Slot {
     /// 0, or 1 + the state the connection was in when a phase deadline
     /// first passed (which deadline closed it: a request's or keep-alive's).
     timed_out: AtomicU8,
+    /// The current phase's deadline, as [`Guarded`] enforces it: a
+    /// forwarded request must be answered before it.
+    deadline: Mutex<Option<Instant>>,
 }
 
 impl Slot {
@@ -285,6 +302,14 @@ impl Slot {
 
     fn set(&self, state: u8) {
         self.state.store(state, Ordering::Relaxed);
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_deadline(&self, deadline: Instant) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(deadline);
     }
 
     /// Eviction order: lower goes first.
@@ -507,11 +532,13 @@ async fn connection(
         },
     };
     slot.set(READING);
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    slot.set_deadline(deadline);
     let io = Guarded {
         stream,
         replay,
         slot: slot.clone(),
-        deadline: Box::pin(tokio::time::sleep(REQUEST_TIMEOUT)),
+        deadline: Box::pin(tokio::time::sleep_until(deadline)),
         wrote: false,
     };
     let service_slot = slot.clone();
@@ -519,7 +546,10 @@ async fn connection(
         service_slot.set(RESPONDING);
         let state = state.clone();
         let peer = peer.clone();
-        async move { Ok::<_, Infallible>(respond(req, &state, &peer).await) }
+        let deadline = service_slot
+            .deadline()
+            .unwrap_or_else(|| Instant::now() + REQUEST_TIMEOUT);
+        async move { Ok::<_, Infallible>(respond(req, &state, &peer, deadline).await) }
     });
     let conn = http.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
@@ -576,7 +606,9 @@ impl Guarded {
 
     fn restart(&mut self, state: u8, within: Duration) {
         self.slot.set(state);
-        self.deadline.as_mut().reset(Instant::now() + within);
+        let deadline = Instant::now() + within;
+        self.slot.set_deadline(deadline);
+        self.deadline.as_mut().reset(deadline);
     }
 }
 
@@ -688,10 +720,38 @@ impl Pinned<'_> {
     }
 }
 
-async fn respond(req: Request<Incoming>, state: &AdminState, peer: &Peer) -> Response<Full<Bytes>> {
-    if control::is_control(req.uri().path()) {
-        return control::respond(req, state, peer).await;
+/// Answers `req`; `deadline` is when the connection's deadline for it
+/// passes.
+async fn respond(
+    req: Request<Incoming>,
+    state: &AdminState,
+    peer: &Peer,
+    deadline: Instant,
+) -> Response<AdminBody> {
+    let path = req.uri().path();
+    if control::is_control(path) {
+        return control::respond(req, state, peer).await.map(Either::Left);
     }
+    if !serves(path, state)
+        && let Some(to) = state.forward_unmatched_to()
+    {
+        return forward::forward(req, &to, peer, deadline).await;
+    }
+    read_only(req, state).map(Either::Left)
+}
+
+/// Whether the admin listener serves `path` itself (but for the control
+/// endpoints): these are never forwarded.
+fn serves(path: &str, state: &AdminState) -> bool {
+    match path {
+        "/metrics" | "/" | "/healthz" | "/readyz" => true,
+        "/config" => state.expose_config(),
+        _ => false,
+    }
+}
+
+/// The read-only endpoints, and 404 for any other path.
+fn read_only(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         response
