@@ -20,6 +20,11 @@
 //! Loopback only unless `admin.allow_public = true` (enforced in config).
 //! Only GET and HEAD, but for control endpoints.
 //!
+//! **Any other path** is 404, or, with `[admin] forward_unmatched_to`,
+//! forwarded to that upstream and its answer streamed back ([`forward`]:
+//! Gerbil's API behind the base address Pangolin posts to). The paths
+//! above and the control endpoints are never forwarded.
+//!
 //! **Admission: a health probe cannot be starved.** Connections are
 //! accepted at once, always: no permit is taken before accept. A connection
 //! that has sent nothing costs a socket, a task and a table slot, and no HTTP
@@ -46,11 +51,12 @@
 //! a Unix socket (`listen = "unix:/path"`, mode 0660: whoever may open it
 //! may control) every caller is, named by its peer credentials; on TCP only
 //! with a bearer token from `[admin] token_file` (401 without a good one,
-//! 403 when no token file is configured). The read-only endpoints stay
-//! open on either. A control request's body is bounded
-//! ([`control::MAX_BODY_BYTES`]; [`control::MAX_LOCAL_NAMES_BODY_BYTES`]
-//! for the pushed local names; 413 past it) and read within the same
-//! [`REQUEST_TIMEOUT`]. Adding a control endpoint is one entry in
+//! 403 when no token file is configured; a push of local names without a
+//! token from a source in `[admin] push_unauthenticated_from` is let in).
+//! The read-only endpoints stay open on either. A control request's body
+//! is bounded ([`control::MAX_BODY_BYTES`];
+//! [`control::MAX_LOCAL_NAMES_BODY_BYTES`] for the pushed local names; 413
+//! past it) and read within the same [`REQUEST_TIMEOUT`]. Adding a control endpoint is one entry in
 //! `control::route`.
 //!
 //! Both kinds of socket share the accept loop, the table and its bounds.
