@@ -44,7 +44,9 @@
 //! and dropped with `address_labels = false`; control requests are counted
 //! by kind and outcome (`snirelay_admin_control_actions_total`), pushes of
 //! the local name set by outcome, with a gauge of the names in force
-//! (`snirelay_local_name_pushes_total`, `snirelay_local_names`).
+//! (`snirelay_local_name_pushes_total`, `snirelay_local_names`), and
+//! requests the admin listener forwarded by outcome
+//! (`snirelay_admin_forwarded_total`).
 //!
 //! Not here: the HTTP side (see `admin`), though its own connection counts
 //! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).
@@ -198,6 +200,8 @@ pub struct Metrics {
     // Pushed local names (issue 17).
     local_name_pushes: Family<OutcomeLabels, Counter>,
     local_names: Gauge,
+    // One base address for a Pangolin node (issue 30).
+    admin_forwarded: Family<OutcomeLabels, Counter>,
 }
 
 /// One backend's connect series (clones share the family's atomics),
@@ -450,6 +454,7 @@ impl Metrics {
             resident_memory: Gauge::default(),
             local_name_pushes: Family::default(),
             local_names: Gauge::default(),
+            admin_forwarded: Family::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -580,6 +585,11 @@ impl Metrics {
             m.local_name_pushes.clone(),
         );
         r.register(
+            "snirelay_admin_forwarded",
+            "Requests the admin listener forwarded (forward_unmatched_to), by outcome",
+            m.admin_forwarded.clone(),
+        );
+        r.register(
             "snirelay_local_names",
             "Names pushed as served by this node's local backend, in force now",
             m.local_names.clone(),
@@ -650,6 +660,16 @@ impl Metrics {
 
     /// A push of the local name set: `outcome` is `ok`, `bad_request`,
     /// `unauthorized`, ... (as the control actions).
+    /// A request for a path the admin listener does not serve was
+    /// forwarded (`ok`: the upstream answered, whatever its status) or not
+    /// (`too_large`, `request_timeout`, `unreachable`, `upstream_error`,
+    /// `timeout`, `loop`, `bad_method`).
+    pub fn admin_forwarded(&self, outcome: &'static str) {
+        self.admin_forwarded
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
     pub fn local_name_push(&self, outcome: &'static str) {
         self.local_name_pushes
             .get_or_create(&OutcomeLabels { outcome })

@@ -496,6 +496,14 @@ fn forwarded_headers(sent: &[(String, String)], hop_by_hop: &[&str]) -> Vec<(Str
     expected
 }
 
+/// `snirelay_admin_forwarded_total{outcome}` in a metrics text.
+fn forwarded(metrics: &str, outcome: &str) -> f64 {
+    metric(
+        metrics,
+        &format!("snirelay_admin_forwarded_total{{outcome=\"{outcome}\"}}"),
+    )
+}
+
 /// A chunked body's data, de-chunked.
 fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -745,6 +753,11 @@ async fn bodies_stream_through_within_the_admin_bound_and_larger_ones_are_413() 
         seen[1].body.as_ref().map(Vec::len)
     );
     assert_eq!(gerbil.seen().len(), 2);
+    let text = http_get(admin, "/metrics").await.1;
+    assert_eq!(
+        (forwarded(&text, "ok"), forwarded(&text, "too_large")),
+        (1.0, 2.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -801,6 +814,9 @@ async fn an_unreachable_or_silent_upstream_is_502_or_504_naming_the_key_and_a_lo
         (line["key"].as_str(), line["outcome"].as_str()),
         (Some("admin.forward_unmatched_to"), Some("timeout"))
     );
+    let text = http_get(admin, "/metrics").await.1;
+    let counts = ["unreachable", "timeout", "ok"].map(|o| forwarded(&text, o));
+    assert_eq!(counts, [1.0, 1.0, 0.0]);
 
     // Forwarding to itself: the second pass sees its own `Via`.
     let port = free_port();

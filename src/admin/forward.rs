@@ -38,7 +38,8 @@
 //! end a quarter second before it (504 past that, still in time to be
 //! written), and the answer's body must be through by it (the connection
 //! is cut past it). An upstream that cannot be reached or fails is 502.
-//! Every failure is logged at warn naming the key.
+//! Every failure is logged at warn naming the key, and every request is
+//! counted in `snirelay_admin_forwarded_total{outcome}`.
 //!
 //! One upstream connection per forwarded request, closed with it: the
 //! upstream is on the node, and Pangolin's calls are a few per minute.
@@ -65,7 +66,7 @@ use tokio::time::{Instant, Sleep};
 use super::control;
 use super::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, Peer, REQUEST_TIMEOUT, text};
 use crate::config::ForwardTo;
-use crate::sockopt;
+use crate::{metrics, sockopt};
 
 /// Largest request body forwarded: the largest the admin listener takes for
 /// itself (`POST /update-local-snis`). Streamed, never held whole.
@@ -112,7 +113,8 @@ pub async fn forward(
         .max(Instant::now());
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let refuse = |status: StatusCode, outcome: &str, message: &str| {
+    let refuse = |status: StatusCode, outcome: &'static str, message: &str| {
+        metrics::metrics().admin_forwarded(outcome);
         tracing::warn!(
             key = KEY,
             upstream = %to.url,
@@ -153,6 +155,7 @@ pub async fn forward(
         Ok(Ok(response)) => response,
         Ok(Err(Failure::TooLarge)) => return too_large(&method, &path, peer),
         Ok(Err(Failure::ClientTimedOut)) => {
+            metrics::metrics().admin_forwarded("request_timeout");
             let mut response = text(
                 StatusCode::REQUEST_TIMEOUT,
                 "the body did not arrive in time\n",
@@ -179,6 +182,7 @@ pub async fn forward(
             return refuse(StatusCode::GATEWAY_TIMEOUT, "timeout", &message);
         }
     };
+    metrics::metrics().admin_forwarded("ok");
     tracing::debug!(
         admin.peer = %peer,
         method = %method,
@@ -200,6 +204,7 @@ pub async fn forward(
 
 /// 413, as the admin listener answers any body over its bound.
 fn too_large(method: &Method, path: &str, peer: &Peer) -> Response<AdminBody> {
+    metrics::metrics().admin_forwarded("too_large");
     tracing::info!(
         key = KEY,
         admin.peer = %peer,
