@@ -195,6 +195,52 @@ async fn an_activated_datagram_socket_serves_the_quic_listener_of_the_same_name(
     drop(activated);
 }
 
+/// A binary upgrade of a relay whose quic listener has systemd's datagram
+/// socket: the new process takes it over as the activated socket it is
+/// (not a `listen` address to bind), and a reload keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activated_datagram_socket_is_handed_over_by_an_upgrade() {
+    let backend = udp_echo_backend().await;
+    let activated = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let activated_addr = activated.local_addr().unwrap();
+    socket2::SockRef::from(&activated)
+        .set_cloexec(false)
+        .unwrap();
+    let fd = activated.as_raw_fd();
+    let dir = scratch_dir("activated-upgrade");
+    let takeover = dir.join("takeover.sock");
+    let config = quic_config(backend);
+    let mut old = Relay::launch(&config, |config_path| {
+        let mut relay = Relay::command(config_path);
+        relay.arg("--takeover").arg(&takeover);
+        activated_command(relay, fd, "quic")
+    })
+    .await;
+    old.wait_log(|l| l["message"] == "offering binary takeover")
+        .await;
+    // Only the relay holds the socket from here on.
+    drop(activated);
+
+    let mut new = start_with_takeover(&config, &takeover).await;
+    assert_eq!(old.wait_exit().await, Some(0));
+    assert_eq!(new.listening["quic"], [activated_addr]);
+    let line = new
+        .wait_log(|l| l["message"] == "listening" && l["listener"] == "quic")
+        .await;
+    assert_eq!(line["socket"], format!("activated {activated_addr}"));
+    assert_eq!(line["inherited"], true, "{line}");
+    let flight = capture("ngtcp2");
+    udp::echoed_flow(activated_addr, "127.0.0.1", &flight).await;
+    let line = new.reload(&config, 1).await;
+    assert_eq!(line["message"], "reload applied");
+    assert_eq!(line["binds.added"], 0);
+    assert_eq!(line["binds.removed"], 0);
+    udp::echoed_flow(activated_addr, "127.0.0.1", &flight).await;
+    new.signal("INT");
+    assert_eq!(new.wait_exit().await, Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs the relay on `config` with `fd` passed as systemd's socket named
 /// `name`; returns its exit code and its stderr (it must exit by itself).
 fn run_activated(config: &str, fd: i32, name: &str) -> (Option<i32>, String) {
