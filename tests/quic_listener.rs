@@ -615,3 +615,60 @@ async fn a_burst_each_way_through_one_flow_arrives_complete_and_in_order() {
     assert_eq!(line["bytes.up"], hello.len() + bytes, "{line}");
     assert_eq!(line["bytes.down"], bytes, "{line}");
 }
+
+#[tokio::test]
+async fn chromiums_grease_ech_is_logged_as_tcp_logs_it_and_reject_concerns_unknown_ech() {
+    // Chromium's captured first flight: ALPN h3 and GREASE ECH (a random
+    // config id, fixed in the capture). With `ech_config_ids` the relay
+    // knows it for GREASE and `ech = "reject"` lets it through; without
+    // them it cannot tell, and the reject refuses it as it refuses the
+    // same hello over TCP (tests/route_rules.rs).
+    let backend = udp_echo_backend().await;
+    let config = format!(
+        r#"
+[[listener]]
+name = "known"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+idle_timeout = "300ms"
+ech = "reject"
+ech_config_ids = [7]
+
+[[listener]]
+name = "unknown"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+ech = "reject"
+
+[[route]]
+listener = "known"
+sni = ["chrome.example.com"]
+backend = "b"
+
+[[route]]
+listener = "unknown"
+sni = ["chrome.example.com"]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend}"]
+"#
+    );
+    let relay = Relay::start(&config).await;
+    let flight = capture("chromium");
+    let client = common::udp::echoed_flow(relay.addr_of("known"), "127.0.0.1", &flight).await;
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "idle_timeout", "{line}");
+    assert_eq!(line["sni"], "chrome.example.com", "{line}");
+    assert_eq!(line["alpn"], "h3", "{line}");
+    assert_eq!(line["ech"], true, "{line}");
+    assert_eq!(line["ech_kind"], "grease", "{line}");
+
+    let client = common::udp::send_flow(relay.addr_of("unknown"), &flight).await;
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "ech_rejected", "{line}");
+    assert_eq!(line["alpn"], "h3", "{line}");
+    assert_eq!(line["ech"], true, "{line}");
+    assert_eq!(line["ech_kind"], "unknown", "{line}");
+    assert_eq!(line["datagrams.down"], 1, "{line}");
+}
