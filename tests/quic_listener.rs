@@ -672,3 +672,27 @@ addresses = ["{backend}"]
     assert_eq!(line["ech_kind"], "unknown", "{line}");
     assert_eq!(line["datagrams.down"], 1, "{line}");
 }
+
+#[tokio::test]
+async fn a_route_dry_run_logs_what_it_would_refuse_and_the_flow_goes_on() {
+    // As tests/route_limits.rs does for TCP: the route's per-source cap
+    // of 1 under dry_run refuses nothing, and says what it would refuse.
+    let backend = udp_echo_backend().await;
+    let relay = Relay::start(
+        &quic_config(&["localhost"], backend, "", "idle_timeout = \"2s\"").replace(
+            "backend = \"b\"\n",
+            "backend = \"b\"\nname = \"site\"\n\n[route.limits]\nconnections_per_source = 1\ndry_run = true\n",
+        ),
+    )
+    .await;
+    let flight = capture("ngtcp2");
+    let at = relay.addr_of("quic");
+    let _one = common::udp::echoed_flow(at, "127.0.0.1", &flight).await;
+    let _two = common::udp::echoed_flow(at, "127.0.0.1", &flight).await;
+    let line = relay
+        .wait_log(|l| l["message"] == "dry run: admission would refuse this connection")
+        .await;
+    assert_eq!(line["would_refuse"], "route_limit_concurrent", "{line}");
+    assert_eq!(line["route"], "site", "{line}");
+    assert_eq!(line["listener"], "quic", "{line}");
+}
