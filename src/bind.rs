@@ -7,7 +7,11 @@
 //! survives a reload), or the address of a socket systemd passed. At start
 //! a listener takes systemd's sockets for its name if there are any (they
 //! replace `listen`), else per address the previous process's socket, else
-//! a freshly bound one ([`open_at_start`]).
+//! a freshly bound one ([`open_at_start`]). systemd's sockets are told
+//! apart by type (SO_TYPE): a tcp listener takes stream sockets
+//! (`ListenStream=`), a quic listener datagram sockets (`ListenDatagram=`,
+//! [`take_activated_udp`]); a socket of the other type under a listener's
+//! name stops the start ([`BindError::WrongType`]).
 //!
 //! Not here: the socket options themselves (`sockopt`), the descriptor
 //! passing (`takeover`), or accepting (`accept`, `listeners`).
@@ -17,7 +21,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
-use crate::config::Listener;
+use crate::config::{Listener, Protocol};
 use crate::{sockopt, takeover};
 
 /// Why a listener's sockets could not be had.
@@ -34,6 +38,17 @@ pub enum BindError {
         listener: String,
         key: String,
         source: io::Error,
+    },
+    #[error(
+        "listener {listener:?} has protocol = \"{protocol}\", but systemd passed it a {passed} socket on {addr} \
+         ({unit_key} in its socket unit): a tcp listener takes ListenStream= sockets, a quic listener ListenDatagram= ones"
+    )]
+    WrongType {
+        listener: String,
+        protocol: &'static str,
+        passed: &'static str,
+        addr: SocketAddr,
+        unit_key: &'static str,
     },
 }
 
@@ -82,6 +97,10 @@ pub type Sockets = Vec<(BindKey, std::net::TcpListener)>;
 #[derive(Default)]
 pub struct Pool {
     sockets: Vec<(String, BindKey, std::net::TcpListener)>,
+    /// systemd's datagram sockets (`ListenDatagram=`), for quic listeners.
+    /// (A previous process's UDP sockets are handed to the QUIC listeners
+    /// with their forwarding channels, see `Listeners::inherit_udp`.)
+    datagrams: Vec<(String, BindKey, std::net::UdpSocket)>,
 }
 
 impl Pool {
@@ -98,13 +117,15 @@ impl Pool {
                 key: "from systemd".into(),
                 source,
             };
-            let socket = sockopt::adopt_listener(activated.fd).map_err(unusable)?;
-            let local = socket.local_addr().map_err(unusable)?;
-            pool.sockets.push((
-                takeover::escape(&activated.name),
-                BindKey::Activated(local),
-                socket,
-            ));
+            let socket = sockopt::adopt_activated(activated.fd).map_err(unusable)?;
+            let key = BindKey::Activated(socket.local_addr().map_err(unusable)?);
+            let name = takeover::escape(&activated.name);
+            match socket {
+                sockopt::ActivatedSocket::Stream(socket) => pool.sockets.push((name, key, socket)),
+                sockopt::ActivatedSocket::Datagram(socket) => {
+                    pool.datagrams.push((name, key, socket))
+                }
+            }
         }
         if let Some(incoming) = takeover_from {
             for received in incoming.sockets.drain(..) {
@@ -154,16 +175,75 @@ impl Pool {
 
     /// Closes what no listener claimed, saying so.
     pub fn close_unclaimed(&mut self) {
-        for (listener, key, _) in self.sockets.drain(..) {
+        let datagrams = self.datagrams.drain(..).map(|(l, k, _)| (l, k));
+        for (listener, key) in self
+            .sockets
+            .drain(..)
+            .map(|(l, k, _)| (l, k))
+            .chain(datagrams)
+        {
             tracing::warn!(listener = %listener, socket = %key, "inherited socket matches no listener; closing it");
         }
     }
+
+    /// The first socket systemd passed for `listener` of the type the
+    /// listener does not take, as the error that stops the start.
+    fn wrong_type(&self, listener: &Listener) -> Option<BindError> {
+        let name = takeover::escape(&listener.name);
+        let (passed, unit_key, addr) = match listener.protocol {
+            Protocol::Tcp => self
+                .datagrams
+                .iter()
+                .find(|(l, _, _)| *l == name)
+                .map(|(_, k, _)| ("datagram", "ListenDatagram=", k.addr()))?,
+            Protocol::Quic => self
+                .sockets
+                .iter()
+                .find(|(l, k, _)| *l == name && matches!(k, BindKey::Activated(_)))
+                .map(|(_, k, _)| ("stream", "ListenStream=", k.addr()))?,
+        };
+        Some(BindError::WrongType {
+            listener: listener.name.clone(),
+            protocol: listener.protocol.as_str(),
+            passed,
+            addr,
+            unit_key,
+        })
+    }
+}
+
+/// The datagram sockets systemd passed for a quic `listener` (they replace
+/// its `listen`), sorted by address; none when systemd passed none for its
+/// name. A stream socket under its name is an error.
+pub fn take_activated_udp(
+    pool: &mut Pool,
+    listener: &Listener,
+) -> Result<Vec<(BindKey, std::net::UdpSocket)>, BindError> {
+    if let Some(error) = pool.wrong_type(listener) {
+        return Err(error);
+    }
+    let name = takeover::escape(&listener.name);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < pool.datagrams.len() {
+        if pool.datagrams[i].0 == name {
+            let (_, key, socket) = pool.datagrams.swap_remove(i);
+            out.push((key, socket));
+        } else {
+            i += 1;
+        }
+    }
+    out.sort_by_key(|(k, _)| *k);
+    Ok(out)
 }
 
 /// The sockets of one listener at start, and whether they came from
 /// systemd: systemd's for this name if any (they replace `listen`), else
 /// per address the previous process's, else freshly bound.
 pub fn open_at_start(pool: &mut Pool, listener: &Listener) -> Result<(Sockets, bool), BindError> {
+    if let Some(error) = pool.wrong_type(listener) {
+        return Err(error);
+    }
     let activated = pool.take_activated(&listener.name);
     if !activated.is_empty() {
         return Ok((activated, true));

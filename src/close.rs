@@ -165,6 +165,18 @@ impl<'l> ConnRecord<'l> {
     }
 }
 
+/// The `alpn` log field: the hello's ALPN protocols, comma-separated and
+/// escaped (a hostile name cannot forge log lines); `None` when the hello
+/// offered none or no access line can be written (formatting allocates,
+/// and WARN is the most verbose level an access line is written at).
+pub fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
+    if alpn.is_empty() || !tracing::enabled!(target: "snirelay::access", Level::WARN) {
+        return None;
+    }
+    let names: Vec<_> = alpn.iter().map(|p| String::from_utf8_lossy(p)).collect();
+    Some(names.join(",").escape_debug().to_string().into_boxed_str())
+}
+
 /// Closes a connection refused at admission: counts the refusal and logs
 /// it; the caller closes the socket without reading from it (so there is
 /// no TLS alert to send).

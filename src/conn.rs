@@ -212,19 +212,7 @@ async fn setup<'g>(
     let decision = routes.decide(&hello.info);
     record.sni = decision.sni;
     record.ech = decision.ech;
-    // Formatting ALPN costs allocations; skip it when no access line can be
-    // written (WARN is the most verbose level `close` logs at).
-    if !hello.info.alpn.is_empty()
-        && tracing::enabled!(target: "snirelay::access", tracing::Level::WARN)
-    {
-        let names: Vec<_> = hello
-            .info
-            .alpn
-            .iter()
-            .map(|p| String::from_utf8_lossy(p))
-            .collect();
-        record.alpn = Some(names.join(",").escape_debug().to_string().into_boxed_str());
-    }
+    record.alpn = close::alpn_field(&hello.info.alpn);
 
     let target = match decision.target {
         Ok(target) => target,

@@ -33,7 +33,9 @@
 //!
 //! A `protocol = "quic"` listener has the same generation and sweeper, but
 //! UDP sockets it binds itself ([`Listeners::start`], and on reload for
-//! addresses the file adds), each run by `quic::listener::run_socket`
+//! addresses the file adds) unless systemd passed it datagram sockets
+//! (`ListenDatagram=`, kept as they are across reloads like a tcp
+//! listener's activated sockets), each run by `quic::listener::run_socket`
 //! instead of accept loops. A binary upgrade hands them over too, each
 //! with a channel for the datagrams the old process forwards while it
 //! drains (`quic::handover`): [`Listeners::open_quic_channels`] and
@@ -226,12 +228,14 @@ impl Listeners {
     }
 
     /// Publishes `generation` for a new listener and starts accepting on
-    /// `sockets`.
+    /// `sockets`; a QUIC listener runs `udp` (the datagram sockets systemd
+    /// passed for it) or, without them, its own UDP sockets.
     pub fn start(
         &mut self,
         generation: Generation,
         sockets: Sockets,
         activated: bool,
+        udp: Vec<(BindKey, std::net::UdpSocket)>,
     ) -> Result<(), BindError> {
         let listener = generation.listener.clone();
         let (generation, _) = watch::channel(Arc::new(generation));
@@ -251,11 +255,35 @@ impl Listeners {
             let bound = self.spawn_loops(&listener, &running.generation, key, socket)?;
             running.binds.insert(key, bound);
         }
-        // QUIC listeners (issue 18): their UDP sockets are bound here.
+        // QUIC listeners (issue 18): their UDP sockets are bound here,
+        // unless systemd passed them (`ListenDatagram=`) to this process
+        // or to the one it replaces, which handed them over with their
+        // `activated` keys; either way they replace `listen`.
         if listener.protocol == Protocol::Quic {
-            for &addr in &listener.listen {
-                let bound = self.spawn_quic(&listener, &running.generation, addr)?;
-                running.binds.insert(BindKey::Config(addr), bound);
+            let name = takeover::escape(&listener.name);
+            let handed: Vec<BindKey> = self
+                .inherited_udp
+                .iter()
+                .filter(|u| u.listener == name && matches!(u.key, BindKey::Activated(_)))
+                .map(|u| u.key)
+                .collect();
+            let sockets: Vec<(BindKey, Option<std::net::UdpSocket>)> = if !udp.is_empty() {
+                udp.into_iter().map(|(k, s)| (k, Some(s))).collect()
+            } else if !handed.is_empty() {
+                handed.into_iter().map(|k| (k, None)).collect()
+            } else {
+                listener
+                    .listen
+                    .iter()
+                    .map(|&a| (BindKey::Config(a), None))
+                    .collect()
+            };
+            running.activated = sockets
+                .iter()
+                .any(|(k, _)| matches!(k, BindKey::Activated(_)));
+            for (key, socket) in sockets {
+                let bound = self.spawn_quic(&listener, &running.generation, key, socket)?;
+                running.binds.insert(key, bound);
             }
         }
         self.running.insert(listener.name.clone(), running);
@@ -299,7 +327,7 @@ impl Listeners {
         };
         let Some(running) = self.running.get_mut(&listener.name) else {
             let generation = Generation::first(listener.clone(), backends, pace);
-            if let Err(error) = self.start(generation, sockets, false) {
+            if let Err(error) = self.start(generation, sockets, false, Vec::new()) {
                 tracing::error!(%error, "cannot start a listener the reload added");
             }
             return rebound;
@@ -337,7 +365,7 @@ impl Listeners {
                 .filter(|&a| !running.binds.contains_key(&BindKey::Config(a)))
                 .collect();
             for addr in added {
-                match self.spawn_quic(listener, &generation, addr) {
+                match self.spawn_quic(listener, &generation, BindKey::Config(addr), None) {
                     Ok(bound) => {
                         rebound.added += 1;
                         if let Some(running) = self.running.get_mut(&listener.name) {
@@ -406,13 +434,17 @@ impl Listeners {
         self.running.clear();
     }
 
-    /// Binds a QUIC listener's UDP socket on `addr` and runs it.
+    /// Runs a QUIC listener's UDP socket for `key`: `activated` (from
+    /// systemd), the one the previous process handed over for `key`, or
+    /// one bound here on a configured address.
     fn spawn_quic(
         &mut self,
         listener: &Listener,
         generation: &watch::Sender<Arc<Generation>>,
-        addr: SocketAddr,
+        key: BindKey,
+        activated: Option<std::net::UdpSocket>,
     ) -> Result<Bound, BindError> {
+        let addr = key.addr();
         let failed = |source| BindError::Bind {
             listener: listener.name.clone(),
             addr,
@@ -423,12 +455,13 @@ impl Listeners {
         let inherited = self
             .inherited_udp
             .iter()
-            .position(|u| u.listener == name && u.key == BindKey::Config(addr))
+            .position(|u| u.listener == name && u.key == key)
             .map(|at| self.inherited_udp.swap_remove(at));
         let mut handover = Handover::default();
         let adopted = inherited.is_some();
-        let socket = match inherited {
-            Some(inherited) => {
+        let socket = match (activated, inherited) {
+            (Some(socket), _) => socket,
+            (None, Some(inherited)) => {
                 let socket = sockopt::adopt_udp(inherited.socket).map_err(failed)?;
                 handover.predecessor = inherited
                     .channel
@@ -437,11 +470,11 @@ impl Listeners {
                     .map_err(failed)?;
                 socket
             }
-            None => quic::bind(listener, addr).map_err(failed)?,
+            (None, None) => quic::bind(listener, addr).map_err(failed)?,
         };
         let dup = socket.as_fd().try_clone_to_owned().map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);
-        tracing::info!(listener = %listener.name, addr = %local, socket = %BindKey::Config(addr), protocol = "quic", inherited = adopted, "listening");
+        tracing::info!(listener = %listener.name, addr = %local, socket = %key, protocol = "quic", inherited = adopted, "listening");
         let successor = handover.successor.clone();
         metrics::metrics().listener_started(&listener.name, listener.protocol.as_str());
         let stop = self.shared.stop_accepting.child_token();

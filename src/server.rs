@@ -281,16 +281,21 @@ pub async fn serve(
     // Open everything before accepting anywhere: a failure leaves nothing half-started.
     let mut opened = Vec::new();
     for listener in &config.listeners {
-        // QUIC listeners bind their UDP sockets when they start.
+        // QUIC listeners bind their UDP sockets when they start, unless
+        // systemd passed them some (`ListenDatagram=`).
         if listener.protocol == crate::config::Protocol::Quic {
-            opened.push((listener.clone(), (Sockets::new(), false)));
+            let udp = bind::take_activated_udp(&mut pool, listener)?;
+            opened.push((listener.clone(), (Sockets::new(), !udp.is_empty()), udp));
             continue;
         }
-        opened.push((listener.clone(), bind::open_at_start(&mut pool, listener)?));
+        let sockets = bind::open_at_start(&mut pool, listener)?;
+        opened.push((listener.clone(), sockets, Vec::new()));
     }
-    for (listener, (sockets, activated)) in opened {
+    for (listener, (sockets, activated), udp) in opened {
         let generation = Generation::first(listener, &server.backends, &server.pace);
-        server.listeners.start(generation, sockets, activated)?;
+        server
+            .listeners
+            .start(generation, sockets, activated, udp)?;
     }
     pool.close_unclaimed();
     server.listeners.close_unclaimed_udp();

@@ -260,7 +260,9 @@ pub fn is_local_connect_failure(error: &io::Error) -> bool {
 // SCM_RIGHTS). Turning a raw descriptor number into an owned one is the only
 // `unsafe` the relay needs, so it lives here, each block with its SAFETY
 // argument. Every inherited descriptor is checked to be a listening TCP
-// socket and made close-on-exec and non-blocking before use.
+// socket, or a UDP socket (a QUIC listener's, from systemd's
+// `ListenDatagram=` or the process being replaced), and made close-on-exec
+// and non-blocking before use.
 
 /// Binds a non-blocking listening socket, with SO_REUSEPORT when the
 /// listener's `reuse_port` asks for it.
@@ -384,6 +386,47 @@ pub fn adopt_listener(fd: std::os::fd::OwnedFd) -> io::Result<TcpListener> {
     // As for a socket bound here: its accepted sockets inherit it.
     socket.set_tcp_nodelay(true)?;
     Ok(socket.into())
+}
+
+/// A socket systemd passed, adopted by its type (SO_TYPE): a
+/// `ListenStream=` one for a tcp listener, a `ListenDatagram=` one for a
+/// quic listener.
+#[derive(Debug)]
+pub enum ActivatedSocket {
+    Stream(TcpListener),
+    Datagram(std::net::UdpSocket),
+}
+
+impl ActivatedSocket {
+    /// How a socket unit declares a socket of this type.
+    pub fn unit_key(&self) -> &'static str {
+        match self {
+            ActivatedSocket::Stream(_) => "ListenStream=",
+            ActivatedSocket::Datagram(_) => "ListenDatagram=",
+        }
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            ActivatedSocket::Stream(socket) => socket.local_addr(),
+            ActivatedSocket::Datagram(socket) => socket.local_addr(),
+        }
+    }
+}
+
+/// Checks a descriptor systemd passed: a listening TCP socket
+/// ([`adopt_listener`]) or a bound UDP socket ([`adopt_udp`]), told apart
+/// by SO_TYPE; anything else (a Unix or SEQPACKET socket, a FIFO) is an
+/// error.
+pub fn adopt_activated(fd: std::os::fd::OwnedFd) -> io::Result<ActivatedSocket> {
+    let socket = Socket::from(fd);
+    let kind = socket.r#type()?;
+    let fd = std::os::fd::OwnedFd::from(socket);
+    if kind == Type::DGRAM {
+        adopt_udp(fd).map(ActivatedSocket::Datagram)
+    } else {
+        adopt_listener(fd).map(ActivatedSocket::Stream)
+    }
 }
 
 /// A descriptor passed in by systemd, with its LISTEN_FDNAMES name.

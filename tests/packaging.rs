@@ -66,7 +66,11 @@ fn committed_man_pages_match_the_cli() {
 fn units_for_analysis() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("snirelay-units-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for unit in ["snirelay.service", "snirelay-tls.socket"] {
+    for unit in [
+        "snirelay.service",
+        "snirelay-tls.socket",
+        "snirelay-h3.socket",
+    ] {
         let text = std::fs::read_to_string(root().join("packaging").join(unit)).unwrap();
         // The man page is checked by the .deb install, not here.
         let text: String = text
@@ -100,8 +104,15 @@ fn systemd_analyze(dir: &Path, args: &[&str]) -> (i32, String) {
 #[test]
 fn units_verify_and_keep_their_sandbox() {
     let dir = units_for_analysis();
-    let (code, output) =
-        systemd_analyze(&dir, &["verify", "snirelay.service", "snirelay-tls.socket"]);
+    let (code, output) = systemd_analyze(
+        &dir,
+        &[
+            "verify",
+            "snirelay.service",
+            "snirelay-tls.socket",
+            "snirelay-h3.socket",
+        ],
+    );
     assert_eq!((code, output.as_str()), (0, ""), "{output}");
 
     let (code, output) = systemd_analyze(&dir, &["security", "--offline=true", "snirelay.service"]);

@@ -615,3 +615,84 @@ async fn a_burst_each_way_through_one_flow_arrives_complete_and_in_order() {
     assert_eq!(line["bytes.up"], hello.len() + bytes, "{line}");
     assert_eq!(line["bytes.down"], bytes, "{line}");
 }
+
+#[tokio::test]
+async fn chromiums_grease_ech_is_logged_as_tcp_logs_it_and_reject_concerns_unknown_ech() {
+    // Chromium's captured first flight: ALPN h3 and GREASE ECH (a random
+    // config id, fixed in the capture). With `ech_config_ids` the relay
+    // knows it for GREASE and `ech = "reject"` lets it through; without
+    // them it cannot tell, and the reject refuses it as it refuses the
+    // same hello over TCP (tests/route_rules.rs).
+    let backend = udp_echo_backend().await;
+    let config = format!(
+        r#"
+[[listener]]
+name = "known"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+idle_timeout = "300ms"
+ech = "reject"
+ech_config_ids = [7]
+
+[[listener]]
+name = "unknown"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+ech = "reject"
+
+[[route]]
+listener = "known"
+sni = ["chrome.example.com"]
+backend = "b"
+
+[[route]]
+listener = "unknown"
+sni = ["chrome.example.com"]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend}"]
+"#
+    );
+    let relay = Relay::start(&config).await;
+    let flight = capture("chromium");
+    let client = common::udp::echoed_flow(relay.addr_of("known"), "127.0.0.1", &flight).await;
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "idle_timeout", "{line}");
+    assert_eq!(line["sni"], "chrome.example.com", "{line}");
+    assert_eq!(line["alpn"], "h3", "{line}");
+    assert_eq!(line["ech"], true, "{line}");
+    assert_eq!(line["ech_kind"], "grease", "{line}");
+
+    let client = common::udp::send_flow(relay.addr_of("unknown"), &flight).await;
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "ech_rejected", "{line}");
+    assert_eq!(line["alpn"], "h3", "{line}");
+    assert_eq!(line["ech"], true, "{line}");
+    assert_eq!(line["ech_kind"], "unknown", "{line}");
+    assert_eq!(line["datagrams.down"], 1, "{line}");
+}
+
+#[tokio::test]
+async fn a_route_dry_run_logs_what_it_would_refuse_and_the_flow_goes_on() {
+    // As tests/route_limits.rs does for TCP: the route's per-source cap
+    // of 1 under dry_run refuses nothing, and says what it would refuse.
+    let backend = udp_echo_backend().await;
+    let relay = Relay::start(
+        &quic_config(&["localhost"], backend, "", "idle_timeout = \"2s\"").replace(
+            "backend = \"b\"\n",
+            "backend = \"b\"\nname = \"site\"\n\n[route.limits]\nconnections_per_source = 1\ndry_run = true\n",
+        ),
+    )
+    .await;
+    let flight = capture("ngtcp2");
+    let at = relay.addr_of("quic");
+    let _one = common::udp::echoed_flow(at, "127.0.0.1", &flight).await;
+    let _two = common::udp::echoed_flow(at, "127.0.0.1", &flight).await;
+    let line = relay
+        .wait_log(|l| l["message"] == "dry run: admission would refuse this connection")
+        .await;
+    assert_eq!(line["would_refuse"], "route_limit_concurrent", "{line}");
+    assert_eq!(line["route"], "site", "{line}");
+    assert_eq!(line["listener"], "quic", "{line}");
+}

@@ -70,7 +70,15 @@ fn is_quic_close(line: &Value) -> bool {
 /// A quinn server on 127.0.0.1:0 (the Pki's server certificate, client
 /// certificates required) that echoes every bidirectional stream.
 fn echo_server(pki: &Pki) -> (Endpoint, SocketAddr) {
-    let crypto = QuicServerConfig::try_from(pki.server_config()).unwrap();
+    echo_server_with_alpn(pki, &[])
+}
+
+/// [`echo_server`] choosing among `alpn` (QUIC needs a protocol agreed
+/// when the client offers some).
+fn echo_server_with_alpn(pki: &Pki, alpn: &[&[u8]]) -> (Endpoint, SocketAddr) {
+    let mut tls = pki.server_config();
+    Arc::make_mut(&mut tls).alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let crypto = QuicServerConfig::try_from(tls).unwrap();
     let config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let endpoint = Endpoint::server(config, "127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = endpoint.local_addr().unwrap();
@@ -112,6 +120,15 @@ fn client(
         provider.kx_groups = kx;
     }
     let tls = pki.client_config_with_provider(Arc::new(provider));
+    client_with_tls(tls, socket, idle)
+}
+
+/// A quinn client on `socket` with the TLS configuration `tls`.
+fn client_with_tls(
+    tls: rustls::ClientConfig,
+    socket: Arc<dyn AsyncUdpSocket>,
+    idle: Duration,
+) -> Endpoint {
     let mut config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).unwrap()));
     let mut transport = quinn::TransportConfig::default();
     transport.max_idle_timeout(Some(idle.try_into().unwrap()));
@@ -226,7 +243,17 @@ async fn connect_and_echo(
     relay: SocketAddr,
     message: &[u8],
 ) -> (quinn::Connection, quinn::SendStream, quinn::RecvStream) {
-    let connection = tokio::time::timeout(WAIT, endpoint.connect(relay, NAME).unwrap())
+    connect_to(endpoint, relay, NAME, message).await
+}
+
+/// [`connect_and_echo`] with the server name `name`.
+async fn connect_to(
+    endpoint: &Endpoint,
+    relay: SocketAddr,
+    name: &str,
+    message: &[u8],
+) -> (quinn::Connection, quinn::SendStream, quinn::RecvStream) {
+    let connection = tokio::time::timeout(WAIT, endpoint.connect(relay, name).unwrap())
         .await
         .expect("the handshake within the wait")
         .unwrap();
@@ -505,4 +532,186 @@ async fn an_initial_flood_from_many_addresses_is_bounded_and_a_connection_goes_o
     // connection's, still open.
     assert!(closed.iter().all(|l| l["backend"].is_null()), "{closed:#?}");
     connection.close(0u32.into(), b"done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_flow_is_closed_at_its_lifetime_and_a_route_may_turn_it_off() {
+    // As `tests/timeouts.rs` does for TCP: the listener's lifetime ends a
+    // flow that is never idle, within its jitter window and as
+    // `max_lifetime`; a route that sets `false` keeps its flow past it.
+    const FREE: &str = "free.localhost";
+    let pki = Pki::new(&[NAME, FREE]);
+    let (_server, backend) = echo_server(&pki);
+    let config = format!(
+        r#"
+[[listener]]
+name = "quic"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+idle_timeout = "20s"
+max_connection_lifetime = "1s"
+
+[[route]]
+name = "limited"
+sni = ["{NAME}"]
+backend = "b"
+
+[[route]]
+name = "unlimited"
+sni = ["{FREE}"]
+backend = "b"
+max_connection_lifetime = false
+
+[backend.b]
+addresses = ["{backend}"]
+"#
+    );
+    let relay = Relay::start(&config).await;
+    let at = relay.addr_of("quic");
+    let (free_socket, busy_socket) = (NatSocket::new(), NatSocket::new());
+    let free = client(&pki, free_socket.clone(), None, Duration::from_secs(10));
+    let (_free, mut free_send, mut free_recv) = connect_to(&free, at, FREE, b"free").await;
+    // A short client idle timeout: once the relay forgets the flow, the
+    // client's connection times out instead of waiting for the test.
+    let busy = client(&pki, busy_socket.clone(), None, Duration::from_secs(2));
+    let (busy_connection, mut send, mut recv) = connect_and_echo(&busy, at, b"busy").await;
+
+    // Never idle: an echo every 50 ms, until one is not answered.
+    let mut echoes = 0;
+    for round in 0..(WAIT.as_millis() / 50) {
+        let message = format!("round {round}");
+        let exchange = async {
+            send.write_all(message.as_bytes()).await.ok()?;
+            let mut back = vec![0u8; message.len()];
+            recv.read_exact(&mut back).await.ok()?;
+            Some(back)
+        };
+        match tokio::time::timeout(Duration::from_secs(1), exchange).await {
+            Ok(Some(back)) => assert_eq!(back, message.as_bytes()),
+            _ => break,
+        }
+        echoes += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Answered up to the lifetime, not after.
+    assert!(echoes >= 3, "{echoes} echoes");
+    let line = relay.closed_line(busy_socket.addr()).await;
+    assert_eq!(line["close"], "max_lifetime", "{line}");
+    assert_eq!(line["level"], "INFO", "{line}");
+    assert_eq!(line["route"], "limited", "{line}");
+    let duration = line["duration_ms"].as_u64().unwrap();
+    assert!((900..2000).contains(&duration), "{line}");
+    // The client's later datagrams are a new flow the relay does not route
+    // (short headers: `not_quic`); its connection times out.
+    let closed = tokio::time::timeout(WAIT, busy_connection.closed())
+        .await
+        .expect("the client gives up within the wait");
+    assert!(
+        matches!(closed, quinn::ConnectionError::TimedOut),
+        "{closed:?}"
+    );
+
+    // The route that turns the lifetime off keeps its flow past it.
+    echo(&mut free_send, &mut free_recv, b"after the lifetime").await;
+    assert!(
+        !relay
+            .closed_lines()
+            .iter()
+            .any(|l| l["client.peer"] == free_socket.addr().to_string()),
+        "{:#?}",
+        relay.closed_lines()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grease_ech_hello_over_quic_is_logged_and_counted_as_tcp_does() {
+    use rustls::crypto::hpke::Hpke;
+    // rustls's GREASE ECH (what a browser without an ECH configuration
+    // sends): an outer ECH extension with a random config id, to a key
+    // nobody holds. The handshake completes with the outer hello.
+    let suite = rustls::crypto::aws_lc_rs::hpke::DH_KEM_X25519_HKDF_SHA256_AES_128;
+    let (placeholder, _) = suite.generate_key_pair().unwrap();
+    let grease =
+        rustls::client::EchMode::Grease(rustls::client::EchGreaseConfig::new(suite, placeholder));
+    let pki = Pki::new(&[NAME]);
+    let mut tls = pki.client_config_with_ech(
+        Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+        grease,
+    );
+    tls.alpn_protocols = vec![b"h3".to_vec(), b"hq-interop".to_vec()];
+    let (_server, backend) = echo_server_with_alpn(&pki, &[b"h3"]);
+    const LISTED: u8 = 7;
+    let relay = Relay::start(&quic_config(
+        backend,
+        "",
+        &format!("idle_timeout = \"1s\"\nech_config_ids = [{LISTED}]"),
+    ))
+    .await;
+    let nat = NatSocket::new();
+    let endpoint = client_with_tls(tls, nat.clone(), Duration::from_secs(10));
+    let (connection, _send, _recv) = connect_and_echo(
+        &endpoint,
+        relay.addr_of("quic"),
+        b"grease through the relay",
+    )
+    .await;
+    connection.close(0u32.into(), b"done");
+
+    // The config id the client drew, read from its own Initials: GREASE
+    // lands on a listed id one time in 256, and is then taken for real.
+    let sent = nat.sent();
+    let mut parser = Parser::new(Limits::for_hello_bytes(DEFAULT_MAX_CLIENT_HELLO_BYTES));
+    let hello = sent
+        .iter()
+        .find_map(|datagram| parser.feed(datagram).ok())
+        .expect("the client's hello");
+    let Some(snirelay::client_hello::Ech::Outer { config_id }) = hello.hello.ech else {
+        panic!("no outer ECH in the hello: {:?}", hello.hello.ech);
+    };
+    let kind = if config_id == LISTED {
+        "real"
+    } else {
+        "grease"
+    };
+
+    let line = relay.closed_line(nat.addr()).await;
+    assert_eq!(line["protocol"], "quic", "{line}");
+    assert_eq!(line["close"], "idle_timeout", "{line}");
+    assert_eq!(line["sni"], NAME, "{line}");
+    assert_eq!(line["alpn"], "h3,hq-interop", "{line}");
+    assert_eq!(line["ech"], true, "{line}");
+    assert_eq!(line["ech_kind"], kind, "{line}");
+    let admin = relay.admin_addr().await;
+    let (_, text) = http_get(admin, "/metrics").await;
+    assert_eq!(
+        metric(
+            &text,
+            "snirelay_client_hellos_ech_total{listener=\"quic\",protocol=\"quic\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+
+    // A hello without ECH: `ech = false`, no `ech_kind`, no count.
+    let mut tls =
+        pki.client_config_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let plain = client_with_tls(tls, udp_socket(), Duration::from_secs(10));
+    let plain_socket = plain.local_addr().unwrap();
+    let (connection, _send, _recv) =
+        connect_and_echo(&plain, relay.addr_of("quic"), b"no ECH").await;
+    connection.close(0u32.into(), b"done");
+    let line = relay.closed_line(plain_socket).await;
+    assert_eq!(line["ech"], false, "{line}");
+    assert_eq!(line["ech_kind"], Value::Null, "{line}");
+    assert_eq!(line["alpn"], "h3", "{line}");
+    let (_, text) = http_get(admin, "/metrics").await;
+    assert_eq!(
+        metric(
+            &text,
+            "snirelay_client_hellos_ech_total{listener=\"quic\",protocol=\"quic\"}"
+        ),
+        1.0,
+        "{text}"
+    );
 }

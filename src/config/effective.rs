@@ -72,7 +72,7 @@ impl Config {
             listeners: listeners.iter().map(|l| listener_section(l)).collect(),
             routes: listeners
                 .iter()
-                .flat_map(|l| l.routes.iter().map(|r| route_section(&l.name, r)))
+                .flat_map(|l| l.routes.iter().map(|r| route_section(l, r)))
                 .collect(),
             backends: backends
                 .iter()
@@ -286,7 +286,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
     }
 }
 
-fn route_section(listener: &str, route: &Route) -> RouteSection {
+fn route_section(listener: &Listener, route: &Route) -> RouteSection {
     let Route {
         name,
         patterns,
@@ -305,13 +305,14 @@ fn route_section(listener: &str, route: &Route) -> RouteSection {
     } = timeouts;
     RouteSection {
         name: Some(name.clone()),
-        listener: Some(listener.to_owned()),
+        listener: Some(listener.name.clone()),
         sni: patterns.iter().map(|p| p.to_string()).collect(),
         backend: backend.name.clone(),
         limits: limits.as_ref().map(limits_section),
         max_connections: max_connections.map(|n| i64::from(n.get())),
         idle_timeout: Some(duration(*idle)),
-        half_close_timeout: Some(duration(*half_close)),
+        // Refused on a QUIC listener's route, so not written back there.
+        half_close_timeout: (listener.protocol == Protocol::Tcp).then(|| duration(*half_close)),
         max_connection_lifetime: duration_or_off(*lifetime),
         // Unset: any hello (an empty list would be refused).
         alpn: (!alpn.is_empty()).then(|| alpn.clone()),

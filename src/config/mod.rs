@@ -2108,12 +2108,35 @@ impl Checker {
                 if set {
                     self.problem(
                         format!("{key}.{name}"),
-                        "is a TCP setting; a protocol = \"quic\" listener (UDP) has no use for it",
+                        format!(
+                            "is a TCP setting; a protocol = \"quic\" listener (UDP) has no use for it (listener {:?})",
+                            section.name
+                        ),
                     );
                 }
             }
         }
         Some(protocol)
+    }
+
+    /// A route of a QUIC listener: its keys that only mean something for
+    /// TCP are refused, as the listener's are. `half_close_timeout` counts
+    /// from a FIN, which a flow of datagrams never sees; every other route
+    /// key is read by the QUIC path (README, "QUIC listener").
+    fn quic_route(&mut self, key: &str, section: &file::RouteSection, listener: &Listener) {
+        if listener.protocol != Protocol::Quic {
+            return;
+        }
+        if section.half_close_timeout.is_some() {
+            self.problem(
+                format!("{key}.half_close_timeout"),
+                format!(
+                    "is a TCP setting (it counts from a FIN); route {:?} is on protocol = \"quic\" listener {:?}, whose flows have none",
+                    section.name.as_deref().unwrap_or_else(|| section.sni.first().map_or("", String::as_str)),
+                    listener.name
+                ),
+            );
+        }
     }
 
     /// On a QUIC listener, `backend` (reached from `key`) must send no
@@ -2528,6 +2551,10 @@ impl Checker {
                     .ech_policy(&format!("{key}.ech"), text, backends)
                     .map(Some),
             };
+            // QUIC listeners: keys their flows cannot honour.
+            if let Some(listener) = &listener {
+                self.quic_route(&key, section, listener);
+            }
             let (Some(listener), Some(backend), Some(limits), Some(alpn), Some(ech)) =
                 (listener, backend, limits, alpn, ech)
             else {

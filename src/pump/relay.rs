@@ -98,6 +98,18 @@ pub struct Timeouts {
 /// all reconnect, at once.
 pub const LIFETIME_FLOOR: f64 = 0.9;
 
+/// When a connection started at `started` reaches its `lifetime`: the
+/// moment `seed` (the connection id) draws in its last tenth (see
+/// [`LIFETIME_FLOOR`]); `None` without a lifetime. QUIC flows take theirs
+/// from here too, so both protocols spread their ends the same way.
+pub fn lifetime_end(started: Instant, lifetime: Option<Duration>, seed: u64) -> Option<Instant> {
+    lifetime.map(|life| {
+        // Another draw than the drain moment's for the same seed.
+        let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
+        started + life.mul_f64(share)
+    })
+}
+
 /// Which peer failed.
 #[derive(Debug, Clone, Copy)]
 enum Peer {
@@ -388,11 +400,7 @@ pub fn relay<'a>(
     use_splice: bool,
     keepalive: Option<sockopt::KeepaliveSecs>,
 ) -> Relay<'a> {
-    let deadline = timeouts.lifetime.map(|life| {
-        // Another draw than the drain moment's for the same seed.
-        let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
-        started + life.mul_f64(share)
-    });
+    let deadline = lifetime_end(started, timeouts.lifetime, seed);
     // The registry has just stamped the activity: the relay starts now.
     let started_relaying = activity.last();
     let idle_at = started_relaying + timeouts.idle;

@@ -30,8 +30,11 @@
 //!   datagrams to the client from the listening socket (the first one, or
 //!   an ICMP port unreachable before it, is the address's passive health
 //!   verdict), and ends the flow at `idle_timeout` with no datagram either
-//!   way, when its route drains after a reload or its address is put in
-//!   `maint` (`address_maint`), on shutdown, or when an operator closes or
+//!   way, at its route's `max_connection_lifetime` (`max_lifetime`, at the
+//!   moment a TCP connection draws, in the last tenth of the lifetime,
+//!   counted from the flow's first datagram), when its route drains after
+//!   a reload or its address is put in `maint` (`address_maint`), on
+//!   shutdown, or when an operator closes or
 //!   drains it: an open flow is in the connection registry
 //!   (`crate::registry`, admin `/connections` and the status page) like a
 //!   TCP connection, with protocol `quic`, and ends with the same reasons
@@ -50,7 +53,8 @@
 //!   one of this process's flows is matched before that).
 //!
 //! Every flow that sent a datagram ends with one access line (the TCP
-//! fields, `protocol = "quic"`, the QUIC version, datagrams and bytes each
+//! fields, `alpn`, `ech` and `ech_kind` included, `protocol = "quic"`, the
+//! QUIC version, datagrams and bytes each
 //! way, and `backend.local`, the address the backend sees the flow come
 //! from) and the TCP close metrics.
 //!
@@ -118,8 +122,9 @@ use crate::drain::DrainGuard;
 use crate::generation::Generation;
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::{Activity, Side};
+use crate::pump::relay::lifetime_end;
 use crate::registry::{self, Entry, Registered};
-use crate::route::NoRoute;
+use crate::route::{EchKind, NoRoute};
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub const MAX_PENDING_FLOWS: usize = 1024;
@@ -232,6 +237,9 @@ struct FlowRecord {
     started: Instant,
     version: Option<Version>,
     sni: Option<Box<str>>,
+    /// The hello's ALPN list and ECH extension, logged as TCP logs them.
+    alpn: Option<Box<str>>,
+    ech: Option<EchKind>,
     route: Option<Box<str>>,
     backend: Option<Arc<Backend>>,
     backend_addr: Option<SocketAddr>,
@@ -262,7 +270,7 @@ impl FlowRecord {
             backend,
             reason,
             sni: self.sni.is_some(),
-            ech: false,
+            ech: self.ech.is_some(),
             bytes_up,
             bytes_down,
         });
@@ -279,6 +287,9 @@ impl FlowRecord {
                     client.rebinds = rebinds,
                     quic_version = self.version.map(Version::as_str),
                     sni = self.sni.as_deref(),
+                    alpn = self.alpn.as_deref(),
+                    ech = self.ech.is_some(),
+                    ech_kind = self.ech.map(EchKind::as_str),
                     route = self.route.as_deref(),
                     backend,
                     backend.addr = self.backend_addr.map(tracing::field::display),
@@ -339,6 +350,8 @@ struct Connecting {
     max_held_bytes: usize,
     record: FlowRecord,
     idle: Duration,
+    /// The route's `max_connection_lifetime` (`None`: no limit).
+    lifetime: Option<Duration>,
     /// The connection permit, and the listener's and route's admission
     /// slots.
     held_slots: (OwnedSemaphorePermit, Admitted, Option<RouteAdmitted>),
@@ -799,6 +812,8 @@ impl SocketTask {
         let generation = self.generation.borrow().clone();
         let decision = generation.routes.decide(&hello.hello);
         record.sni = decision.sni;
+        record.ech = decision.ech;
+        record.alpn = close::alpn_field(&hello.hello.alpn);
         let target = match decision.target {
             Ok(target) => target,
             Err(no_route) => {
@@ -824,7 +839,17 @@ impl SocketTask {
             Some(gate) => {
                 let source = admit::route_source(PeerAddr(from), false, None);
                 match gate.admit(source) {
-                    Ok(admitted) => Some(admitted),
+                    Ok(admitted) => {
+                        if let Some(held) = &admitted.source {
+                            close::log_route_dry_run(
+                                &record.listener,
+                                PeerAddr(from),
+                                &target.route,
+                                held,
+                            );
+                        }
+                        Some(admitted)
+                    }
                     Err(refusal) => {
                         let reason = CloseReason::from(refusal);
                         record.metrics.limit_refused(reason);
@@ -866,6 +891,7 @@ impl SocketTask {
                 .held_bytes,
             record,
             idle: target.timeouts.idle,
+            lifetime: target.timeouts.lifetime,
             held_slots: (permit, admitted, route_admitted),
         };
         if let Some(picked) = pick::pick_now(&generation.backends, runtime, &ask) {
@@ -926,6 +952,7 @@ impl SocketTask {
             held,
             mut record,
             idle,
+            lifetime,
             held_slots,
             ..
         } = connecting;
@@ -1013,6 +1040,7 @@ impl SocketTask {
             offload: self.offload.clone(),
             path,
             idle,
+            lifetime,
             registered,
             ended: self.ended_tx.clone(),
             learned: self.learned_tx.clone(),
@@ -1051,6 +1079,8 @@ fn flow_record(
         started: Instant::now(),
         version: None,
         sni: None,
+        alpn: None,
+        ech: None,
         route: None,
         backend: None,
         backend_addr: None,
@@ -1106,6 +1136,8 @@ struct FlowTask {
     /// The client's address, which moves with NAT rebinding.
     path: Arc<Path>,
     idle: Duration,
+    /// `max_connection_lifetime`, counted from the flow's first datagram.
+    lifetime: Option<Duration>,
     /// Its registry entry: removed when the flow ends; its stop fires on
     /// this socket's close or an operator's `DELETE /connections`.
     registered: Registered,
@@ -1131,6 +1163,7 @@ async fn relay_back(flow: FlowTask) {
         offload,
         path,
         idle,
+        lifetime,
         registered,
         ended,
         learned,
@@ -1146,9 +1179,13 @@ async fn relay_back(flow: FlowTask) {
     let started = record.started;
     let closing = drain.closing(record.id);
     tokio::pin!(closing);
+    // The same moment a TCP connection with this id would draw: in the
+    // last tenth of the lifetime, so flows opened together end apart.
+    let end_of_life = lifetime_end(started, lifetime, record.id);
     let reason = loop {
         let last = Duration::from_millis(record.stats.last.load(Ordering::Relaxed));
-        let deadline = started + last + idle;
+        let idle_at = started + last + idle;
+        let deadline = end_of_life.map_or(idle_at, |end| end.min(idle_at));
         tokio::select! {
             // ERROR too: an ICMP port unreachable alone makes the socket
             // report an error, not readability.
@@ -1188,8 +1225,12 @@ async fn relay_back(flow: FlowTask) {
                 }
             },
             () = tokio::time::sleep_until(deadline) => {
+                let now = Instant::now();
+                if end_of_life.is_some_and(|end| now >= end) {
+                    break CloseReason::MaxLifetime;
+                }
                 let last = Duration::from_millis(record.stats.last.load(Ordering::Relaxed));
-                if Instant::now() >= started + last + idle {
+                if now >= started + last + idle {
                     break CloseReason::IdleTimeout;
                 }
             }

@@ -313,6 +313,22 @@ impl Pki {
             .with_client_auth_cert(self.client_chain.clone(), key)
             .unwrap()
     }
+
+    /// As [`Pki::client_config_with_provider`], with ECH as `ech` says
+    /// (TLS 1.3 only, as ECH is).
+    pub fn client_config_with_ech(
+        &self,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+        ech: rustls::client::EchMode,
+    ) -> rustls::ClientConfig {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.client_key.clone()));
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_ech(ech)
+            .unwrap()
+            .with_root_certificates(self.roots())
+            .with_client_auth_cert(self.client_chain.clone(), key)
+            .unwrap()
+    }
 }
 
 // --------------------------------------------------------------- backends
