@@ -61,6 +61,7 @@ pub(crate) mod conn;
 pub(crate) mod connect;
 pub mod drain;
 pub(crate) mod generation;
+pub mod haproxy_import;
 pub mod inspect;
 pub(crate) mod listeners;
 pub mod logging;
