@@ -158,8 +158,8 @@ fn parse_sections(text: &str) -> Vec<Section> {
             "frontend" => Some(Kind::Frontend),
             "backend" => Some(Kind::Backend),
             "listen" => Some(Kind::Listen),
-            "userlist" | "peers" | "resolvers" | "mailers" | "program" | "http-errors"
-            | "ring" | "cache" | "fcgi-app" | "crt-store" | "traces" => Some(Kind::Other),
+            "userlist" | "peers" | "resolvers" | "mailers" | "program" | "http-errors" | "ring"
+            | "cache" | "fcgi-app" | "crt-store" | "traces" => Some(Kind::Other),
             _ => None,
         };
         match kind {
@@ -187,7 +187,9 @@ fn parse_sections(text: &str) -> Vec<Section> {
 /// An HAProxy time (`5s`, `500ms`, `10m`, `1h`, `1d`; bare: milliseconds)
 /// in milliseconds.
 fn millis(text: &str) -> Option<u64> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (n, unit) = text.split_at(split);
     let n: u64 = n.parse().ok()?;
     let ms = match unit {
@@ -349,6 +351,9 @@ fn is_label_class(class: &str) -> bool {
 /// `example\.com` → `example.com`, when the text is a host name with its
 /// dots escaped and nothing else special.
 fn escaped_domain(text: &str) -> Option<String> {
+    if text.replace("\\.", "").contains('.') {
+        return None; // an unescaped dot matches any character
+    }
     let name = text.replace("\\.", ".");
     let labels_ok = name.split('.').all(|l| {
         !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
@@ -426,13 +431,16 @@ fn sni_atom(words: &[String]) -> Result<Atom, String> {
                 Some(n) => names.push(NamePattern::Exact(n)),
                 None => return Err(format!("`{v}` is not a host name")),
             },
-            "end" => match lower.strip_prefix('.').and_then(|d| escaped_domain(&d.replace('.', "\\."))) {
+            "end" => match lower
+                .strip_prefix('.')
+                .and_then(|d| escaped_domain(&d.replace('.', "\\.")))
+            {
                 Some(d) => names.push(NamePattern::Below(d)),
                 None => {
                     return Err(format!(
                         "`-m end {v}` is a plain suffix, not a domain: it also matches names such as `bad{v}`; write `-m end .{}` (names below it) and the name itself with `-m str`",
                         v.trim_start_matches('.')
-                    ))
+                    ));
                 }
             },
             "reg" => match label_suffix_regex(if ignore_case { &lower } else { v }) {
@@ -440,16 +448,20 @@ fn sni_atom(words: &[String]) -> Result<Atom, String> {
                 None => {
                     return Err(format!(
                         "the regex `{v}` is not a label-suffix pattern such as `^([a-z0-9-]+\\.)*example\\.com$`"
-                    ))
+                    ));
                 }
             },
             "dom" => {
                 return Err(format!(
                     "`-m dom {v}` matches `{v}` as whole labels anywhere in the name (also `{v}.evil.net`), not a suffix; snirelay routes only exact names and `*.suffix`: use `-m end .{v}` and `-m str {v}`",
                     v = v.trim_matches('.')
-                ))
+                ));
             }
-            other => return Err(format!("the match method `-m {other}` has no snirelay equivalent (only exact names and `*.suffix`)")),
+            other => {
+                return Err(format!(
+                    "the match method `-m {other}` has no snirelay equivalent (only exact names and `*.suffix`)"
+                ));
+            }
         }
     }
     Ok(Atom::Sni(names))
@@ -480,7 +492,10 @@ fn atom(words: &[String]) -> Result<Atom, String> {
 }
 
 /// Reads `COND` (after `if`/`unless`): terms, `!`, `or`/`||`, `{ … }`.
-fn condition(words: &[String], acls: &BTreeMap<String, Result<Vec<Atom>, String>>) -> Result<Condition, String> {
+fn condition(
+    words: &[String],
+    acls: &BTreeMap<String, Result<Vec<Atom>, String>>,
+) -> Result<Condition, String> {
     let mut groups: Condition = vec![Vec::new()];
     let mut i = 0;
     while i < words.len() {
@@ -548,7 +563,10 @@ fn condition(words: &[String], acls: &BTreeMap<String, Result<Vec<Atom>, String>
 }
 
 /// `[if|unless COND]` at the end of a rule's words.
-fn guard(words: &[String], acls: &BTreeMap<String, Result<Vec<Atom>, String>>) -> Result<Guard, String> {
+fn guard(
+    words: &[String],
+    acls: &BTreeMap<String, Result<Vec<Atom>, String>>,
+) -> Result<Guard, String> {
     match words.first().map(String::as_str) {
         None => Ok(Guard::Always),
         Some("if") => condition(&words[1..], acls).map(Guard::If),
@@ -701,7 +719,14 @@ impl Translator {
                 Kind::Frontend | Kind::Listen => {
                     if self.mode_of(section, defaults) != "tcp" {
                         for l in std::iter::once(&section.header).chain(&section.lines) {
-                            self.not(l, format!("`{}` {} is in mode http: snirelay relays TCP (TLS) only", section.header.word(0), section.name));
+                            self.not(
+                                l,
+                                format!(
+                                    "`{}` {} is in mode http: snirelay relays TCP (TLS) only",
+                                    section.header.word(0),
+                                    section.name
+                                ),
+                            );
                         }
                         continue;
                     }
@@ -710,7 +735,13 @@ impl Translator {
                 Kind::Backend => {}
                 Kind::Other => {
                     for l in std::iter::once(&section.header).chain(&section.lines) {
-                        self.not(l, format!("a `{}` section has no snirelay equivalent", section.header.word(0)));
+                        self.not(
+                            l,
+                            format!(
+                                "a `{}` section has no snirelay equivalent",
+                                section.header.word(0)
+                            ),
+                        );
                     }
                 }
             }
@@ -729,7 +760,10 @@ impl Translator {
                             if named {
                                 self.not(l, format!("backend {} is named only by rules that were not translated", section.name));
                             } else {
-                                self.no_key(l, format!("backend {} is used by no frontend", section.name));
+                                self.no_key(
+                                    l,
+                                    format!("backend {} is used by no frontend", section.name),
+                                );
                             }
                         }
                     }
@@ -825,7 +859,10 @@ impl Translator {
         admin.row(
             "listen",
             quoted(&listen),
-            format!("{}; HTTP endpoints and `snirelay ctl`, not HAProxy's CLI", l.text),
+            format!(
+                "{}; HTTP endpoints and `snirelay ctl`, not HAProxy's CLI",
+                l.text
+            ),
         );
         self.admin = Some(admin);
         self.key(l);
@@ -881,7 +918,11 @@ impl Translator {
             .collect();
         let is_listen = s.kind == Kind::Listen;
         let mut listener = Table::new("[[listener]]");
-        listener.row("name", quoted(&s.name), format!("{} {}", s.header.word(0), s.name));
+        listener.row(
+            "name",
+            quoted(&s.name),
+            format!("{} {}", s.header.word(0), s.name),
+        );
         let mut listen: Vec<(String, String)> = Vec::new();
         let mut backlog: Option<(u64, String)> = None;
         let mut client_ms: Option<(u64, String)> = None;
@@ -1078,7 +1119,10 @@ impl Translator {
         }
 
         if listen.is_empty() {
-            self.notes.push(format!("frontend {} has no translated bind line: add `listen`", s.name));
+            self.notes.push(format!(
+                "frontend {} has no translated bind line: add `listen`",
+                s.name
+            ));
         }
         let addrs: Vec<String> = listen.iter().map(|(a, _)| a.clone()).collect();
         let binds: BTreeSet<&str> = listen.iter().map(|(_, t)| t.as_str()).collect();
@@ -1087,7 +1131,11 @@ impl Translator {
         } else {
             quoted_list(&addrs)
         };
-        listener.row("listen", value, binds.into_iter().collect::<Vec<_>>().join("; "));
+        listener.row(
+            "listen",
+            value,
+            binds.into_iter().collect::<Vec<_>>().join("; "),
+        );
         if let Some((n, text)) = backlog {
             listener.row("backlog", n.to_string(), text);
         }
@@ -1103,7 +1151,7 @@ impl Translator {
         let tracked_ok = tracked && table.is_some();
         match conn_cur {
             Some((n, l)) if tracked_ok && n > 0 => {
-                limits.row("connections_per_source", n.to_string(), format!("{}: {n} may be open, the next is refused", l.text));
+                limits.row("connections_per_source", n.to_string(), format!("track-sc0 src; {}: {n} may be open, the next is refused", l.text));
                 self.key(l);
             }
             Some((_, l)) => self.not(l, "needs `stick-table type ip` and `tcp-request connection track-sc0 src` in the same frontend, and a limit above 0"),
@@ -1129,7 +1177,11 @@ impl Translator {
         if let Some((l, _, v6)) = table {
             if tracked_ok {
                 if v6 {
-                    limits.row("source_prefix_v6", "128".into(), "stick-table type ipv6: one source per address");
+                    limits.row(
+                        "source_prefix_v6",
+                        "128".into(),
+                        "stick-table type ipv6: one source per address",
+                    );
                 }
                 self.key(l);
                 self.no_key(l, "the table's size and expiry: snirelay's tables hold only sources with open connections or a recent rate, swept every 10 s");
@@ -1140,7 +1192,11 @@ impl Translator {
 
         // Routing: evaluate the rules as HAProxy would, per kind of name.
         let mut patterns: Vec<NamePattern> = Vec::new();
-        for g in content.iter().map(|c| &c.2).chain(uses.iter().map(|u| &u.2)) {
+        for g in content
+            .iter()
+            .map(|c| &c.2)
+            .chain(uses.iter().map(|u| &u.2))
+        {
             for p in g.patterns() {
                 if !patterns.contains(&p) {
                     patterns.push(p);
@@ -1203,17 +1259,39 @@ impl Translator {
                 let mut routes = Vec::new();
                 for (backend, names) in &r.routes {
                     if !backends.contains_key(backend.as_str()) {
-                        self.notes.push(format!("frontend {} routes to `{backend}`, which is not defined", s.name));
+                        self.notes.push(format!(
+                            "frontend {} routes to `{backend}`, which is not defined",
+                            s.name
+                        ));
                     }
                     let mut t = Table::new("[[route]]");
                     t.row("name", quoted(backend), "");
-                    t.row("sni", quoted_list(names), r.why.get(backend).cloned().unwrap_or_default());
-                    t.row("backend", quoted(backend), "");
+                    t.row(
+                        "sni",
+                        quoted_list(names),
+                        r.why.get(backend).cloned().unwrap_or_default(),
+                    );
+                    let naming: Vec<&str> = uses
+                        .iter()
+                        .filter(|u| u.1 == *backend)
+                        .map(|u| u.0.text.as_str())
+                        .chain(
+                            default_backend
+                                .iter()
+                                .filter(|d| d.0 == *backend)
+                                .map(|d| d.1.text.as_str()),
+                        )
+                        .collect();
+                    t.row("backend", quoted(backend), naming.join("; "));
                     routes.push((backend.clone(), t));
                     self.used_backends.insert(backend.clone());
                 }
                 if let Some(b) = &r.no_sni {
-                    listener.row("no_sni", quoted(b), "a hello without SNI reaches this backend in HAProxy");
+                    listener.row(
+                        "no_sni",
+                        quoted(b),
+                        "a hello without SNI reaches this backend in HAProxy",
+                    );
                     self.used_backends.insert(b.clone());
                 }
                 let tables: Vec<Table> = routes.into_iter().map(|(_, t)| t).collect();
@@ -1232,7 +1310,11 @@ impl Translator {
 
     /// Remembers the frontend-side timeouts; they are combined with the
     /// backend's once it is read.
-    fn pending_timeouts(&mut self, client: Option<(u64, String)>, client_fin: Option<(u64, String)>) {
+    fn pending_timeouts(
+        &mut self,
+        client: Option<(u64, String)>,
+        client_fin: Option<(u64, String)>,
+    ) {
         let last = self.listeners.len() - 1;
         self.frontend_timeouts.insert(last, (client, client_fin));
     }
@@ -1303,14 +1385,25 @@ impl Translator {
             .iter()
             .map(|(sv, _)| match (plain, sv.weight) {
                 (true, _) => quoted(&sv.address),
-                (false, w) => format!("{{ address = {}, weight = {} }}", quoted(&sv.address), w.unwrap_or(1)),
+                (false, w) => format!(
+                    "{{ address = {}, weight = {} }}",
+                    quoted(&sv.address),
+                    w.unwrap_or(1)
+                ),
             })
             .collect();
         let texts: Vec<String> = servers.iter().map(|(sv, _)| sv.text.clone()).collect();
         if servers.is_empty() {
-            self.notes.push(format!("backend {} has no translated server: add `addresses`", s.name));
+            self.notes.push(format!(
+                "backend {} has no translated server: add `addresses`",
+                s.name
+            ));
         }
-        table.row("addresses", format!("[{}]", entries.join(", ")), texts.join("; "));
+        table.row(
+            "addresses",
+            format!("[{}]", entries.join(", ")),
+            texts.join("; "),
+        );
         if servers.len() > 1 {
             let policy = match balance.as_ref().map(|(b, _)| b.as_str()) {
                 None | Some("roundrobin" | "static-rr") => Some("round_robin"),
@@ -1375,7 +1468,11 @@ impl Translator {
                     _ => inter,
                 };
                 let mut h = Table::new(&format!("[backend.{}.health]", toml_key(&s.name)));
-                h.row("kind", quoted("tcp"), "HAProxy's default check: a TCP connect");
+                h.row(
+                    "kind",
+                    quoted("tcp"),
+                    "HAProxy's default check: a TCP connect",
+                );
                 h.row("interval", quoted(&duration(inter)), "inter");
                 let why = match &check_ms {
                     Some((_, t)) => format!("min(timeout connect, inter); {t}"),
@@ -1395,7 +1492,10 @@ impl Translator {
             }
         }
         for l in queue_lines {
-            self.no_key(l, "nothing queues: no server has a maxconn (snirelay has no queue)");
+            self.no_key(
+                l,
+                "nothing queues: no server has a maxconn (snirelay has no queue)",
+            );
         }
         self.backends.insert(s.name.clone(), (info, tables));
     }
@@ -1405,11 +1505,20 @@ impl Translator {
         // the backends its routes use.
         let mut listeners = std::mem::take(&mut self.listeners);
         let fts = std::mem::take(&mut self.frontend_timeouts);
+        let source_lines: Vec<&str> = text.lines().collect();
         for (i, (listener, _, routes)) in listeners.iter_mut().enumerate() {
+            if routes.is_empty() {
+                continue;
+            }
             let (client, client_fin) = fts.get(&i).cloned().unwrap_or_default();
             let backends: Vec<String> = routes
                 .iter()
-                .filter_map(|r| r.rows.iter().find(|x| x.0 == "backend").map(|x| x.1.trim_matches('"').to_owned()))
+                .filter_map(|r| {
+                    r.rows
+                        .iter()
+                        .find(|x| x.0 == "backend")
+                        .map(|x| x.1.trim_matches('"').to_owned())
+                })
                 .collect();
             let mut infos: Vec<BackendInfo> = backends
                 .iter()
@@ -1458,7 +1567,7 @@ impl Translator {
                 let mut any = false;
                 for w in ["client", "server"] {
                     for n in timeout_lines(w) {
-                        self.mark_not(n, &why);
+                        self.mark_not(n, source_lines[n - 1], &why);
                         any = true;
                     }
                 }
@@ -1470,20 +1579,33 @@ impl Translator {
                 idle_ms = Some(ms);
                 for w in ["client", "server", "tunnel"] {
                     for n in timeout_lines(w) {
-                        self.mark_key(n);
+                        self.mark_key(n, source_lines[n - 1]);
                     }
                 }
             }
             // Half-close: client-fin here, server-fin from the backends.
-            let server_fins: BTreeSet<Option<u64>> = infos.iter().map(|i| i.server_fin_ms.as_ref().map(|x| x.0)).collect();
-            let server_fin = if server_fins.len() == 1 { server_fins.into_iter().next().unwrap() } else { None };
-            let sf_text = infos.iter().find_map(|i| i.server_fin_ms.as_ref().map(|x| x.1.clone()));
+            let server_fins: BTreeSet<Option<u64>> = infos
+                .iter()
+                .map(|i| i.server_fin_ms.as_ref().map(|x| x.0))
+                .collect();
+            let server_fin = if server_fins.len() == 1 {
+                server_fins.into_iter().next().unwrap()
+            } else {
+                None
+            };
+            let sf_text = infos
+                .iter()
+                .find_map(|i| i.server_fin_ms.as_ref().map(|x| x.1.clone()));
             match (client_fin.as_ref(), server_fin) {
                 (Some((c, ct)), Some(sv)) if *c == sv => {
-                    listener.row("half_close_timeout", quoted(&duration(*c)), format!("{ct}, {}", sf_text.unwrap_or_default()));
+                    listener.row(
+                        "half_close_timeout",
+                        quoted(&duration(*c)),
+                        format!("{ct}, {}", sf_text.unwrap_or_default()),
+                    );
                     for w in ["client-fin", "server-fin"] {
                         for n in timeout_lines(w) {
-                            self.mark_key(n);
+                            self.mark_key(n, source_lines[n - 1]);
                         }
                     }
                 }
@@ -1495,7 +1617,7 @@ impl Translator {
                 _ => {
                     for w in ["client-fin", "server-fin"] {
                         for n in timeout_lines(w) {
-                            self.mark_not(n, "snirelay has one half_close_timeout for whichever side closed first: set client-fin and server-fin alike");
+                            self.mark_not(n, source_lines[n - 1], "snirelay has one half_close_timeout for whichever side closed first: set client-fin and server-fin alike");
                         }
                     }
                 }
@@ -1504,13 +1626,27 @@ impl Translator {
         // Anything left unread is reported.
         for (i, raw) in text.lines().enumerate() {
             if !words(raw).is_empty() && !self.ledger.contains_key(&(i + 1)) {
-                self.ledger.insert(i + 1, (raw.trim().to_owned(), Outcome::Not("not read by import-haproxy, or used by nothing it translated".into())));
+                self.ledger.insert(
+                    i + 1,
+                    (
+                        raw.trim().to_owned(),
+                        Outcome::Not(
+                            "not read by import-haproxy, or used by nothing it translated".into(),
+                        ),
+                    ),
+                );
             }
         }
 
         let mut out = String::new();
-        let _ = writeln!(out, "# snirelay configuration translated from {source} by `snirelay import-haproxy`.");
-        let _ = writeln!(out, "# Check it with `snirelay check --config FILE` before use.");
+        let _ = writeln!(
+            out,
+            "# snirelay configuration translated from {source} by `snirelay import-haproxy`."
+        );
+        let _ = writeln!(
+            out,
+            "# Check it with `snirelay check --config FILE` before use."
+        );
         let not: Vec<(usize, String, String)> = self
             .ledger
             .iter()
@@ -1520,7 +1656,10 @@ impl Translator {
             })
             .collect();
         if !not.is_empty() {
-            let _ = writeln!(out, "#\n# NOT TRANSLATED: these lines' meaning is missing below.");
+            let _ = writeln!(
+                out,
+                "#\n# NOT TRANSLATED: these lines' meaning is missing below."
+            );
             for (n, t, why) in &not {
                 let _ = writeln!(out, "#   line {n}: `{t}`: {why}");
             }
@@ -1561,7 +1700,8 @@ impl Translator {
             tables.push(limits);
             for mut r in routes {
                 if several {
-                    r.rows.insert(1, ("listener".into(), name.clone(), String::new()));
+                    r.rows
+                        .insert(1, ("listener".into(), name.clone(), String::new()));
                 }
                 route_tables.push(r);
             }
@@ -1589,18 +1729,22 @@ impl Translator {
         }
     }
 
-    fn mark_key(&mut self, no: usize) {
+    fn mark_key(&mut self, no: usize, text: &str) {
         if let Some(e) = self.ledger.get_mut(&no) {
             if matches!(e.1, Outcome::NoKey(_)) {
                 e.1 = Outcome::Key;
             }
             return;
         }
-        self.ledger.insert(no, (String::new(), Outcome::Key));
+        self.ledger
+            .insert(no, (text.trim().to_owned(), Outcome::Key));
     }
 
-    fn mark_not(&mut self, no: usize, why: &str) {
-        let e = self.ledger.entry(no).or_insert((String::new(), Outcome::Key));
+    fn mark_not(&mut self, no: usize, text: &str, why: &str) {
+        let e = self
+            .ledger
+            .entry(no)
+            .or_insert((text.trim().to_owned(), Outcome::Key));
         e.1 = Outcome::Not(why.to_owned());
     }
 }
@@ -1613,12 +1757,18 @@ fn lines_with<'a>(own: &'a [Line], defaults: Option<&'a Section>, start: &[&str]
     if !mine.is_empty() {
         return mine;
     }
-    defaults.map(|d| d.lines.iter().filter(starts).collect()).unwrap_or_default()
+    defaults
+        .map(|d| d.lines.iter().filter(starts).collect())
+        .unwrap_or_default()
 }
 
 /// A TOML bare key, or a quoted one.
 fn toml_key(name: &str) -> String {
-    if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
         name.to_owned()
     } else {
         quoted(name)
@@ -1662,13 +1812,21 @@ fn server(words: &[String]) -> Result<Server, String> {
     let address = match bare.parse::<SocketAddr>() {
         Ok(a) => a.to_string(),
         Err(_) => match bare.rsplit_once(':') {
-            Some((h, p)) if h.parse::<IpAddr>().is_ok() && p.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Some((h, p))
+                if h.parse::<IpAddr>().is_ok() && p.parse::<u16>().is_ok_and(|p| p > 0) =>
+            {
                 SocketAddr::new(h.parse().unwrap(), p.parse().unwrap()).to_string()
             }
             Some((h, _)) if h.parse::<IpAddr>().is_err() => {
-                return Err(format!("`{addr}` is a host name: use `resolve = \"{bare}\"` in a backend of its own (snirelay follows its DNS answers)"))
+                return Err(format!(
+                    "`{addr}` is a host name: use `resolve = \"{bare}\"` in a backend of its own (snirelay follows its DNS answers)"
+                ));
             }
-            _ => return Err(format!("`{addr}` is not IP:port (a server without a port, or with a port offset, has no equivalent)")),
+            _ => {
+                return Err(format!(
+                    "`{addr}` is not IP:port (a server without a port, or with a port offset, has no equivalent)"
+                ));
+            }
         },
     };
     let mut sv = Server {
@@ -1734,8 +1892,15 @@ struct Routing {
 
 /// The backend snirelay's matcher picks among `routes` for `name`: exact,
 /// then the longest suffix, then `*`.
-fn snirelay_pick(routes: &[(NamePattern, String)], default: Option<&String>, name: &str) -> Option<String> {
-    if let Some((_, b)) = routes.iter().find(|(p, _)| *p == NamePattern::Exact(name.to_owned())) {
+fn snirelay_pick(
+    routes: &[(NamePattern, String)],
+    default: Option<&String>,
+    name: &str,
+) -> Option<String> {
+    if let Some((_, b)) = routes
+        .iter()
+        .find(|(p, _)| *p == NamePattern::Exact(name.to_owned()))
+    {
         return Some(b.clone());
     }
     routes
@@ -1749,7 +1914,10 @@ fn snirelay_pick(routes: &[(NamePattern, String)], default: Option<&String>, nam
         .or_else(|| default.cloned())
 }
 
-fn build_routes(patterns: &[NamePattern], decide: &dyn Fn(Option<&str>) -> Option<String>) -> Result<Routing, String> {
+fn build_routes(
+    patterns: &[NamePattern],
+    decide: &dyn Fn(Option<&str>) -> Option<String>,
+) -> Result<Routing, String> {
     let exacts: BTreeSet<&str> = patterns
         .iter()
         .filter_map(|p| match p {
@@ -1767,7 +1935,9 @@ fn build_routes(patterns: &[NamePattern], decide: &dyn Fn(Option<&str>) -> Optio
     // A fresh label below each suffix that is no exact name and no suffix.
     let fresh = |d: &str| {
         let mut label = "zz-import".to_owned();
-        while exacts.contains(format!("{label}.{d}").as_str()) || suffixes.contains(&format!("{label}.{d}").as_str()) {
+        while exacts.contains(format!("{label}.{d}").as_str())
+            || suffixes.contains(&format!("{label}.{d}").as_str())
+        {
             label.push('z');
         }
         format!("{label}.{d}")
@@ -1812,7 +1982,10 @@ fn build_routes(patterns: &[NamePattern], decide: &dyn Fn(Option<&str>) -> Optio
         }
     }
     let mut wrong = Vec::new();
-    for (name, _) in samples.iter().chain(std::iter::once(&(other.clone(), NamePattern::Exact(other.clone())))) {
+    for (name, _) in samples.iter().chain(std::iter::once(&(
+        other.clone(),
+        NamePattern::Exact(other.clone()),
+    ))) {
         let want = decide(Some(name));
         let have = snirelay_pick(&chosen, default.as_ref(), name);
         if want != have {
@@ -1855,7 +2028,11 @@ fn build_routes(patterns: &[NamePattern], decide: &dyn Fn(Option<&str>) -> Optio
             None => routing.routes.push((b.clone(), vec![text])),
         }
         if default.as_ref() == Some(&b) {
-            routing.why.insert(b.clone(), "names no rule refuses or sends elsewhere reach it (HAProxy's default_backend)".into());
+            routing.why.insert(
+                b.clone(),
+                "names no rule refuses or sends elsewhere reach it (HAProxy's default_backend)"
+                    .into(),
+            );
         }
     }
     for (b, _) in &routing.routes {
@@ -1865,4 +2042,270 @@ fn build_routes(patterns: &[NamePattern], decide: &dyn Fn(Option<&str>) -> Optio
             .or_insert_with(|| "the names HAProxy's rules accept and send here".into());
     }
     Ok(routing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn load(toml: &str) -> Config {
+        Config::from_toml(toml, std::path::Path::new("imported.toml"))
+            .unwrap_or_else(|e| panic!("the translation does not load:\n{e}\n{toml}"))
+    }
+
+    fn not_lines(t: &Translation) -> Vec<usize> {
+        t.not_translated.iter().map(|n| n.0).collect()
+    }
+
+    const EDGE: &str = "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1m\n    timeout server 1m\n    timeout client-fin 10s\n    timeout server-fin 10s\nfrontend fe\n    bind 127.0.0.1:8443\n    tcp-request inspect-delay 5s\n";
+    const BACKEND: &str = "backend be\n    server s 192.0.2.1:443\n";
+
+    fn edge(frontend: &str) -> Translation {
+        translate(&format!("{EDGE}{frontend}{BACKEND}"), "t.cfg").unwrap()
+    }
+
+    #[test]
+    fn words_keep_regex_escapes_and_drop_comments() {
+        assert_eq!(
+            words(r"acl a req.ssl_sni -m reg -i ^([a-z0-9-]+\.)*example\.com$ # the domain"),
+            [
+                "acl",
+                "a",
+                "req.ssl_sni",
+                "-m",
+                "reg",
+                "-i",
+                r"^([a-z0-9-]+\.)*example\.com$"
+            ]
+        );
+        assert_eq!(
+            words(r#"log-format "a b" c\ d"#),
+            ["log-format", "a b", "c d"]
+        );
+        assert!(words("   # only a comment").is_empty());
+    }
+
+    #[test]
+    fn times_convert_to_the_largest_exact_unit() {
+        assert_eq!(millis("5s"), Some(5000));
+        assert_eq!(millis("1500"), Some(1500));
+        assert_eq!(millis("10m"), Some(600_000));
+        assert_eq!(millis("5x"), None);
+        assert_eq!(duration(600_000), "10m");
+        assert_eq!(duration(1500), "1500ms");
+        assert_eq!(duration(86_400_000), "24h");
+    }
+
+    #[test]
+    fn label_suffix_regexes_become_a_name_and_its_wildcard() {
+        let apex_and_below = vec![
+            NamePattern::Exact("example.com".into()),
+            NamePattern::Below("example.com".into()),
+        ];
+        assert_eq!(
+            label_suffix_regex(r"^([a-z0-9-]+\.)*example\.com$"),
+            Some(apex_and_below.clone())
+        );
+        assert_eq!(
+            label_suffix_regex(r"^(?:[-a-z0-9]+\.)*example\.com$"),
+            Some(apex_and_below.clone())
+        );
+        assert_eq!(
+            label_suffix_regex(r"^(?:[a-zA-Z0-9-]+\.)*example\.com$"),
+            Some(apex_and_below)
+        );
+        assert_eq!(
+            label_suffix_regex(r"^([a-z0-9-]+\.)+example\.com$"),
+            Some(vec![NamePattern::Below("example.com".into())])
+        );
+        assert_eq!(
+            label_suffix_regex(r"^example\.com$"),
+            Some(vec![NamePattern::Exact("example.com".into())])
+        );
+        // Unescaped dots match any character: not a name.
+        assert_eq!(label_suffix_regex(r"^([a-z0-9-]+\.)*example.com$"), None);
+        assert_eq!(label_suffix_regex(r"^(.+\.)?example\.com$"), None);
+        assert_eq!(
+            label_suffix_regex(r"([a-z0-9-]+\.)*example\.com$"),
+            None,
+            "unanchored"
+        );
+    }
+
+    #[test]
+    fn only_suffix_matches_on_label_boundaries_are_translated() {
+        let w = |s: &str| words(s);
+        assert_eq!(
+            sni_atom(&w("req.ssl_sni -i -m end .example.com")),
+            Ok(Atom::Sni(vec![NamePattern::Below("example.com".into())]))
+        );
+        assert_eq!(
+            sni_atom(&w("req_ssl_sni -i www.example.com api.example.com")),
+            Ok(Atom::Sni(vec![
+                NamePattern::Exact("www.example.com".into()),
+                NamePattern::Exact("api.example.com".into())
+            ]))
+        );
+        let dom = sni_atom(&w("req.ssl_sni -m dom example.com")).unwrap_err();
+        assert!(dom.contains("example.com.evil.net"), "{dom}");
+        let end = sni_atom(&w("req.ssl_sni -m end example.com")).unwrap_err();
+        assert!(end.contains("badexample.com"), "{end}");
+        assert!(sni_atom(&w("req.ssl_sni -m beg www.")).is_err());
+        assert!(sni_atom(&w("req.ssl_sni -f /etc/haproxy/sites.lst")).is_err());
+        assert!(
+            sni_atom(&w("req.ssl_sni WWW.example.com")).is_err(),
+            "case-sensitive without -i"
+        );
+    }
+
+    #[test]
+    fn the_seed_template_translates_completely() {
+        let text = include_str!("../tests/data/haproxy/tls-edge-failover.cfg");
+        let t = translate(text, "tls-edge-failover.cfg").unwrap();
+        assert_eq!(t.not_translated, Vec::new(), "{}", t.toml);
+        let config = load(&t.toml);
+        assert_eq!(config.global.max_connections, 2048);
+        let l = config.listener("home_https").unwrap();
+        assert_eq!(l.limits.connections_per_source.map(|n| n.get()), Some(100));
+        let rate = l.limits.rate_per_source.unwrap();
+        assert_eq!((rate.per_second.get(), rate.burst.get()), (30, 30));
+        assert_eq!(l.half_close_timeout, std::time::Duration::from_secs(15));
+        // Every line of the template is accounted for in a comment.
+        for (no, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || ["global", "defaults"].contains(&line) {
+                continue;
+            }
+            // Named by what they are: the rules by the route they became.
+            if line.starts_with("tcp-request connection track-sc0") {
+                assert!(t.toml.contains("track-sc0 src;"));
+                continue;
+            }
+            if line.starts_with("tcp-request content") || line.starts_with("acl allowed_sni") {
+                assert!(
+                    t.toml
+                        .contains("sni = [\"example.com\", \"*.example.com\"]")
+                );
+                continue;
+            }
+            assert!(
+                t.toml.contains(line) || t.toml.contains(&format!("line {}:", no + 1)),
+                "line {} `{line}` is not named in:\n{}",
+                no + 1,
+                t.toml
+            );
+        }
+    }
+
+    #[test]
+    fn conn_rate_periods_become_a_rate_per_second_with_the_count_as_burst() {
+        let t = edge(
+            "    stick-table type ip size 1m expire 1m store conn_cur,conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 60 }\n    tcp-request connection reject if { sc0_conn_cur ge 21 }\n    default_backend be\n",
+        );
+        assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+        let config = load(&t.toml);
+        let limits = &config.listener("fe").unwrap().limits;
+        let rate = limits.rate_per_source.unwrap();
+        assert_eq!((rate.per_second.get(), rate.burst.get()), (6, 60));
+        assert_eq!(
+            limits.connections_per_source.map(|n| n.get()),
+            Some(20),
+            "ge 21: 20 allowed"
+        );
+        assert!(limits.rate_counts_refused);
+        // 25 per 10 s is 2.5 per second: not expressible, so reported.
+        let t = edge(
+            "    stick-table type ip size 1m expire 1m store conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 25 }\n    default_backend be\n",
+        );
+        assert_eq!(not_lines(&t), vec![13], "{}", t.toml);
+        assert!(
+            t.not_translated[0].2.contains("not a whole number"),
+            "{:?}",
+            t.not_translated
+        );
+    }
+
+    #[test]
+    fn without_a_per_source_limit_the_default_limit_is_turned_off() {
+        let t = edge("    default_backend be\n");
+        let config = load(&t.toml);
+        assert_eq!(
+            config.listener("fe").unwrap().limits.connections_per_source,
+            None
+        );
+    }
+
+    #[test]
+    fn a_refused_name_below_an_accepted_suffix_is_reported_not_approximated() {
+        let t = edge(
+            "    tcp-request content reject if { req.ssl_sni -i admin.example.com }\n    tcp-request content accept if { req.ssl_sni -m end .example.com }\n    tcp-request content reject\n    default_backend be\n",
+        );
+        let not = not_lines(&t);
+        for line in 11..=14 {
+            assert!(
+                not.contains(&line),
+                "line {line} should be reported: {}",
+                t.toml
+            );
+        }
+        let why = &t.not_translated.iter().find(|n| n.0 == 11).unwrap().2;
+        assert!(
+            why.contains("`admin.example.com` goes to no backend (refused) in HAProxy"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn use_backend_rules_become_routes_with_the_default_as_star() {
+        let t = translate(
+            &format!("{EDGE}    tcp-request content accept if {{ req.ssl_hello_type 1 }}\n    use_backend api if {{ req.ssl_sni -i api.example.com }}\n    default_backend be\nbackend api\n    server a 192.0.2.2:443 send-proxy\n{BACKEND}"),
+            "t.cfg",
+        )
+        .unwrap();
+        assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+        let config = load(&t.toml);
+        let l = config.listener("fe").unwrap();
+        let sni = |s: &str| crate::sni::Sni::parse(s.as_bytes()).unwrap();
+        let backend_of = |s: &str| {
+            l.routes[l.matcher.find(&sni(s)).unwrap()[0]]
+                .backend
+                .name
+                .clone()
+        };
+        assert_eq!(backend_of("api.example.com"), "api");
+        assert_eq!(backend_of("www.example.com"), "be");
+        assert!(t.toml.contains("no_sni = \"be\""), "{}", t.toml);
+        assert!(t.toml.contains("proxy_protocol = \"v1\""), "{}", t.toml);
+    }
+
+    #[test]
+    fn http_mode_and_empty_files_have_nothing_to_translate() {
+        assert_eq!(
+            translate("defaults\n    mode http\nfrontend f\n    bind :80\n", "x").unwrap_err(),
+            ImportError::NoTcpFrontend
+        );
+        assert_eq!(translate("", "x").unwrap_err(), ImportError::NoTcpFrontend);
+    }
+
+    #[test]
+    fn differing_client_and_server_timeouts_are_reported() {
+        let t = translate(
+            "defaults\n    mode tcp\n    timeout client 30s\n    timeout server 60s\nfrontend fe\n    bind 127.0.0.1:1\n    tcp-request inspect-delay 5s\n    default_backend be\nbackend be\n    server s 192.0.2.1:443\n",
+            "t.cfg",
+        )
+        .unwrap();
+        assert_eq!(not_lines(&t), vec![3, 4], "{}", t.toml);
+        // With timeout tunnel, HAProxy uses it while relaying: translated.
+        let t = translate(
+            "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 60s\n    timeout tunnel 1h\nfrontend fe\n    bind 127.0.0.1:1\n    tcp-request inspect-delay 5s\n    default_backend be\nbackend be\n    server s 192.0.2.1:443\n",
+            "t.cfg",
+        )
+        .unwrap();
+        assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+        assert_eq!(
+            load(&t.toml).listener("fe").unwrap().idle_timeout,
+            std::time::Duration::from_secs(3600)
+        );
+    }
 }

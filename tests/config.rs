@@ -150,7 +150,10 @@ fn the_readme_migration_example_loads() {
     assert_eq!(backend.name, "home_npm");
     assert_eq!(backend.addresses, ["203.0.113.10:443".parse().unwrap()]);
     assert_eq!(backend.connect_timeout, Duration::from_secs(5));
-    let health = backend.health.as_ref().expect("check inter 5s fall 3 rise 2");
+    let health = backend
+        .health
+        .as_ref()
+        .expect("check inter 5s fall 3 rise 2");
     assert_eq!(
         (health.interval, health.timeout, health.fall, health.rise),
         (Duration::from_secs(5), Duration::from_secs(5), 3, 2)
