@@ -2308,4 +2308,27 @@ mod tests {
             std::time::Duration::from_secs(3600)
         );
     }
+
+    #[test]
+    fn a_listen_section_is_a_listener_and_its_backend() {
+        let t = translate(
+            "global\n    nbthread 2\ndefaults\n    mode tcp\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\nlisten tls\n    bind :::443\n    tcp-request inspect-delay 2s\n    tcp-request content reject unless { req.ssl_sni -i -m end .example.net }\n    balance leastconn\n    default-server check inter 3s\n    server a 192.0.2.1:443 weight 3\n    server b [2001:db8::1]:443\n",
+            "t.cfg",
+        )
+        .unwrap();
+        assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+        let config = load(&t.toml);
+        assert_eq!(config.global.threads, 2);
+        let l = config.listener("tls").unwrap();
+        assert_eq!(l.listen.len(), 2, "IPv4 and IPv6: {:?}", l.listen);
+        let backend = &l.routes[0].backend;
+        assert_eq!(backend.name, "tls");
+        assert_eq!(backend.policy.as_str(), "least_connections");
+        assert_eq!(backend.members[0].weight, 3);
+        assert_eq!(
+            backend.health.as_ref().unwrap().interval,
+            std::time::Duration::from_secs(3)
+        );
+        assert!(t.toml.contains("sni = [\"*.example.net\"]"), "{}", t.toml);
+    }
 }
