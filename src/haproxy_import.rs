@@ -1560,7 +1560,11 @@ impl Translator {
                     .collect()
             };
             if idles.len() > 1 {
-                self.notes.push("the backends of one frontend have different idle timeouts: set each route's idle_timeout by hand".into());
+                for w in ["server", "tunnel"] {
+                    for n in timeout_lines(w) {
+                        self.mark_not(n, source_lines[n - 1], "the backends of one frontend have different idle timeouts: the listener takes the first; set each route's idle_timeout by hand");
+                    }
+                }
             }
             let mut idle_ms = None;
             if let Some(why) = idle_problem {
