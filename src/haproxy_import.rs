@@ -72,6 +72,11 @@ impl Line {
     fn word(&self, i: usize) -> &str {
         self.words.get(i).map_or("", String::as_str)
     }
+
+    /// The words from `i` on (none past the end).
+    fn words_from(&self, i: usize) -> &[String] {
+        self.words.get(i..).unwrap_or(&[])
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -414,7 +419,7 @@ fn sni_atom(words: &[String]) -> Result<Atom, String> {
         }
         i += 1;
     }
-    let values = &words[i..];
+    let values = words.get(i..).unwrap_or(&[]);
     if values.is_empty() {
         return Err("no pattern".into());
     }
@@ -901,7 +906,6 @@ impl Translator {
         self.global.rows = rows;
     }
 
-    #[allow(clippy::too_many_lines)]
     fn read_frontend(
         &mut self,
         s: &Section,
@@ -1017,7 +1021,7 @@ impl Translator {
                     },
                     "content" if !mine => self.not(l, "content rules in a defaults section are not translated"),
                     "content" => match l.word(2) {
-                        action @ ("accept" | "reject") => match guard(&l.words[3..], &acls) {
+                        action @ ("accept" | "reject") => match guard(l.words_from(3), &acls) {
                             Ok(g) => content.push((l, action == "accept", g)),
                             Err(why) => self.not(l, why),
                         },
@@ -1025,7 +1029,7 @@ impl Translator {
                     },
                     "connection" if !mine => self.not(l, "connection rules in a defaults section are not translated"),
                     "connection" => {
-                        let rest: Vec<&str> = l.words[2..].iter().map(String::as_str).collect();
+                        let rest: Vec<&str> = l.words_from(2).iter().map(String::as_str).collect();
                         match rest.as_slice() {
                             ["track-sc0", "src"] => {
                                 tracked = true;
@@ -1065,7 +1069,7 @@ impl Translator {
                 }
                 "acl" if mine => {
                     let name = l.word(1).to_owned();
-                    let a = atom(&l.words[2..]);
+                    let a = atom(l.words_from(2));
                     let by_regex = l.words.windows(2).any(|w| w[0] == "-m" && w[1] == "reg");
                     if by_regex && matches!(a, Ok(Atom::Sni(_))) {
                         self.notes.push(format!(
@@ -1095,7 +1099,7 @@ impl Translator {
                         self.not(l, "a backend name built at run time is not translated");
                         continue;
                     }
-                    match guard(&l.words[2..], &acls) {
+                    match guard(l.words_from(2), &acls) {
                         Ok(g) => uses.push((l, name, g)),
                         Err(why) => self.not(l, why),
                     }
@@ -1319,7 +1323,6 @@ impl Translator {
         self.frontend_timeouts.insert(last, (client, client_fin));
     }
 
-    #[allow(clippy::too_many_lines)]
     fn read_backend(&mut self, s: &Section, defaults: Option<&Section>) {
         self.key(&s.header);
         let own: BTreeSet<usize> = s.lines.iter().map(|l| l.no).collect();
@@ -1355,7 +1358,7 @@ impl Translator {
                     }
                 }
                 "default-server" => {
-                    default_server = l.words[1..].to_vec();
+                    default_server = l.words_from(1).to_vec();
                     self.key(l);
                 }
                 "server" => {
@@ -2334,5 +2337,31 @@ mod tests {
             std::time::Duration::from_secs(3)
         );
         assert!(t.toml.contains("sni = [\"*.example.net\"]"), "{}", t.toml);
+    }
+
+    /// Every line of the fixtures, cut after each of its words, in the
+    /// seed's frontend and backend: the translator answers, never panics.
+    #[test]
+    fn truncated_lines_never_panic() {
+        let seed = include_str!("../tests/data/haproxy/tls-edge-failover.cfg");
+        let all = [
+            seed,
+            include_str!("../tests/data/haproxy/documentation-sni-routing.cfg"),
+            include_str!("../tests/data/haproxy/unsupported.cfg"),
+        ]
+        .concat();
+        let mut tried = 0;
+        for line in all.lines() {
+            let w = words(line);
+            for n in 1..=w.len() {
+                let cut = w[..n].join(" ");
+                for at in ["default_backend home_npm", "server home 203.0.113.10:443"] {
+                    let text = seed.replace(at, &format!("{at}\n    {cut}"));
+                    let _ = translate(&text, "cut.cfg");
+                    tried += 1;
+                }
+            }
+        }
+        assert!(tried > 500, "{tried}");
     }
 }
