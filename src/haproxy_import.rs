@@ -1114,6 +1114,7 @@ impl Translator {
                 "option" if !mine || is_listen => {}
                 "stats" | "description" | "id" | "enabled" if mine => self.no_key(l, "statistics and identification: snirelay has none per listener"),
                 _ if !mine => {}
+                "option" => self.not(l, format!("`option {}` is not translated", l.word(1))),
                 _ => self.not(l, format!("the keyword `{w0}` is not translated")),
             }
         }
