@@ -116,6 +116,29 @@ fn the_readme_migration_example_loads() {
         .filter(|l| !l.trim_start().starts_with('#'))
         .collect();
     assert_eq!(shown.lines().collect::<Vec<_>>(), directives);
+    // Every line of it is in the line-by-line table: the whole line, or a
+    // part of it that starts or ends it (`reject if WAIT_END`), quoted.
+    let table = section
+        .split_once("\nLine by line")
+        .expect("the migration section has a line-by-line table")
+        .1
+        .split_once("\n\n")
+        .and_then(|(_, rest)| rest.split_once("\n\n"))
+        .expect("the table ends with a blank line")
+        .0;
+    let quoted: Vec<&str> = table.split('`').skip(1).step_by(2).collect();
+    for line in directives
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+    {
+        assert!(
+            quoted
+                .iter()
+                .any(|q| *q == line || q.len() >= 8 && (line.starts_with(q) || line.ends_with(q))),
+            "README's line-by-line table does not translate `{line}`"
+        );
+    }
     let block = section
         .split_once("```toml\n")
         .and_then(|(_, rest)| rest.split_once("\n```"))
