@@ -430,6 +430,28 @@ async fn the_seed_template_routes_and_refuses_as_haproxy_does() {
     );
 }
 
+/// The one difference the translation's notes name: the template's regex
+/// admits labels of `[a-z0-9-]` only, and snirelay's `*.example.com` any
+/// host-name label, `_` included. Asserted so that it stays what the
+/// notes and README say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_underscore_label_is_the_documented_difference() {
+    let results = compare(
+        "tls-edge-failover.cfg",
+        &["203.0.113.10:443"],
+        &[Some("a_b.example.com")],
+    )
+    .await;
+    assert_eq!(
+        results,
+        [(
+            "a_b.example.com".to_owned(),
+            None,
+            Some("203.0.113.10:443".to_owned())
+        )]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manuals_sni_routing_routes_as_haproxy_does() {
     let www = "192.0.2.10:443";
