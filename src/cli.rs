@@ -1,6 +1,7 @@
 //! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`,
 //! `snirelay probe NAME --sni HOST`, `snirelay ctl ...` (the control API
-//! of the admin listener named in the configuration file).
+//! of the admin listener named in the configuration file), `snirelay
+//! import-haproxy FILE`.
 //!
 //! Kept in the library so that documentation (a man page) can be generated
 //! from the same definition the binary parses; so is what `check` prints
@@ -66,6 +67,21 @@ pub enum Command {
     /// Exits 0 when the relay accepted the request, 1 when it refused it
     /// (the answer is printed), 2 when it could not be asked.
     Ctl(CtlArgs),
+    /// Translate an HAProxy configuration (the mode tcp subset of an SNI edge) into snirelay TOML on stdout.
+    ///
+    /// Every HAProxy line is accounted for in a comment: beside the key it
+    /// became, as needing no key, or as not translated (with its line
+    /// number and why). Exits 0 when every line was translated, 1 when
+    /// some were not (the TOML is still printed), 2 when FILE cannot be
+    /// read or has no mode tcp frontend. `--config` is not used.
+    ImportHaproxy(ImportHaproxyArgs),
+}
+
+/// `snirelay import-haproxy FILE`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ImportHaproxyArgs {
+    /// The HAProxy configuration file (haproxy.cfg).
+    pub file: PathBuf,
 }
 
 /// `snirelay ctl [--json] SUBCOMMAND`

@@ -28,7 +28,9 @@
 //! [`probe`] is the operator's client-side monitor (it and https cluster
 //! lookups trust the system's CAs through `system_roots`); `metrics` and [`admin`]
 //! are the relay's own observability, and [`admin`] also its run-time
-//! control (`snirelay ctl` is its client). Modules no test, bench, example or
+//! control (`snirelay ctl` is its client). [`haproxy_import`] translates
+//! an HAProxy configuration into this crate's TOML (`snirelay
+//! import-haproxy`), text to text. Modules no test, bench, example or
 //! fuzz target needs are `pub(crate)`.
 //!
 //! Syscalls live in two places: socket options and descriptor handling in
@@ -61,6 +63,7 @@ pub(crate) mod conn;
 pub(crate) mod connect;
 pub mod drain;
 pub(crate) mod generation;
+pub mod haproxy_import;
 pub mod inspect;
 pub(crate) mod listeners;
 pub mod logging;

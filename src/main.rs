@@ -14,13 +14,15 @@
 //!
 //! `probe` has its own exit codes: 0 every address healthy, 1 some, 2 none
 //! (or the probe could not run). `ctl`: 0 done, 1 refused by the relay, 2
-//! the relay could not be asked.
+//! the relay could not be asked. `import-haproxy`: 0 every line
+//! translated, 1 some not, 2 the file cannot be read or has no mode tcp
+//! frontend.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use snirelay::cli::{Cli, Command, CtlAction, CtlArgs, ProbeArgs};
+use snirelay::cli::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs};
 use snirelay::config::Config;
 use snirelay::notify::Notifier;
 use snirelay::pump::splice;
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Check => check(&cli),
         Command::Probe(args) => run_probe(&args),
         Command::Ctl(args) => ctl(&cli, &args),
+        Command::ImportHaproxy(args) => import_haproxy(&args),
         Command::Run => match run(&cli) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -63,6 +66,38 @@ fn check(cli: &Cli) -> ExitCode {
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+fn import_haproxy(args: &ImportHaproxyArgs) -> ExitCode {
+    let text = match std::fs::read_to_string(&args.file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("snirelay import-haproxy: {}: {e}", args.file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let source = args.file.display().to_string();
+    match snirelay::haproxy_import::translate(&text, &source) {
+        Ok(translation) => {
+            print!("{}", translation.toml);
+            if translation.not_translated.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "snirelay import-haproxy: {} line(s) not translated (listed at the top of the output):",
+                    translation.not_translated.len()
+                );
+                for (line, text, why) in &translation.not_translated {
+                    eprintln!("  line {line}: `{text}`: {why}");
+                }
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("snirelay import-haproxy: {source}: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -89,14 +89,56 @@ fn the_shipped_example_is_what_the_readme_promises() {
 }
 
 /// README's "Migrating from HAProxy" section: its TOML block loads, and
-/// says what the HAProxy lines it replaces say.
+/// says what the lines of the tls-edge-failover template it replaces say
+/// (tests/data/haproxy/tls-edge-failover.cfg: maxconn 2048, maxconnrate
+/// 400, backlog 2048, inspect-delay 5s, timeouts 5s / 5m / 15s,
+/// hard-stop-after 10m, `sc0_conn_cur gt 100`, `sc0_conn_rate gt 30` over
+/// `conn_rate(1s)`, `check inter 5s fall 3 rise 2`).
 #[test]
 fn the_readme_migration_example_loads() {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let section = readme
         .split_once("\n## Migrating from HAProxy\n")
         .expect("README.md has a `## Migrating from HAProxy` section")
         .1;
+    // The template as README shows it is the fixture, line for line.
+    let shown = section
+        .split_once("```haproxy\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .expect("the migration section has a ```haproxy block")
+        .0;
+    let fixture =
+        std::fs::read_to_string(root().join("tests/data/haproxy/tls-edge-failover.cfg")).unwrap();
+    let directives: Vec<&str> = fixture
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    assert_eq!(shown.lines().collect::<Vec<_>>(), directives);
+    // Every line of it is in the line-by-line table: the whole line, or a
+    // part of it that starts or ends it (`reject if WAIT_END`), quoted.
+    let table = section
+        .split_once("\nLine by line")
+        .expect("the migration section has a line-by-line table")
+        .1
+        .split_once("\n\n")
+        .and_then(|(_, rest)| rest.split_once("\n\n"))
+        .expect("the table ends with a blank line")
+        .0;
+    let quoted: Vec<&str> = table.split('`').skip(1).step_by(2).collect();
+    for line in directives
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+    {
+        assert!(
+            quoted
+                .iter()
+                .any(|q| *q == line || q.len() >= 8 && (line.starts_with(q) || line.ends_with(q))),
+            "README's line-by-line table does not translate `{line}`"
+        );
+    }
     let block = section
         .split_once("```toml\n")
         .and_then(|(_, rest)| rest.split_once("\n```"))
@@ -104,21 +146,43 @@ fn the_readme_migration_example_loads() {
         .0;
     let config = Config::from_toml(block, Path::new("README.md#migrating-from-haproxy"))
         .unwrap_or_else(|e| panic!("the README's migration example does not load:\n{e}"));
-    assert_eq!(config.global.max_connections, 10_000);
+    assert_eq!(config.global.max_connections, 2048);
+    assert_eq!(config.global.max_connection_rate, NonZeroU32::new(400));
+    assert_eq!(config.global.drain_timeout, Duration::from_secs(600));
+    let tls = config.listener("home_https").unwrap();
+    assert_eq!(tls.listen, ["0.0.0.0:443".parse().unwrap()]);
+    assert_eq!(tls.backlog, 2048);
+    assert_eq!(tls.client_hello_timeout, Duration::from_secs(5));
+    assert_eq!(tls.idle_timeout, Duration::from_secs(300));
+    assert_eq!(tls.half_close_timeout, Duration::from_secs(15));
+    assert_eq!(tls.limits.connections_per_source, NonZeroU32::new(100));
+    let rate = tls.limits.rate_per_source.expect("a per-source rate");
     assert_eq!(
-        config.global.drain_timeout,
-        std::time::Duration::from_secs(600)
+        (rate.per_second.get(), rate.burst.get()),
+        (30, 30),
+        "sc0_conn_rate gt 30 over conn_rate(1s)"
     );
-    let tls = config.listener("tls").unwrap();
-    assert_eq!(tls.listen.len(), 2);
-    assert_eq!(
-        tls.limits.connections_per_source,
-        std::num::NonZeroU32::new(20)
-    );
+    assert!(tls.limits.rate_counts_refused);
+    assert_eq!(tls.limits.source_prefix_v4, 32);
     let sni = |s: &str| snirelay::sni::Sni::parse(s.as_bytes()).unwrap();
     assert!(tls.matcher.find(&sni("example.com")).is_some());
     assert!(tls.matcher.find(&sni("a.b.example.com")).is_some());
     assert!(tls.matcher.find(&sni("badexample.com")).is_none());
+    assert!(tls.matcher.find(&sni("evil-example.com")).is_none());
+    let backend = &tls.routes[0].backend;
+    assert_eq!(backend.name, "home_npm");
+    assert_eq!(backend.addresses, ["203.0.113.10:443".parse().unwrap()]);
+    assert_eq!(backend.connect_timeout, Duration::from_secs(5));
+    let health = backend
+        .health
+        .as_ref()
+        .expect("check inter 5s fall 3 rise 2");
+    assert_eq!(
+        (health.interval, health.timeout, health.fall, health.rise),
+        (Duration::from_secs(5), Duration::from_secs(5), 3, 2)
+    );
+    assert_eq!(health.kind.as_str(), "tcp");
+    assert!(config.admin.is_some(), "stats socket ... level admin");
 }
 
 fn snirelay(args: &[&str]) -> (i32, String, String) {
