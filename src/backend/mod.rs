@@ -342,7 +342,12 @@ pub enum ClusterLookup {
     Dns { server: SocketAddr, port: u16 },
     /// POST to this `http://` or `https://` URL (the request and reply are
     /// [`Cluster::protocol`]'s); an empty endpoint list means this node.
-    Http { url: String },
+    /// Host names in the answer are resolved through `resolver` (`IP:53`)
+    /// when set, else the system resolver, as a `resolve` backend's.
+    Http {
+        url: String,
+        resolver: Option<SocketAddr>,
+    },
 }
 
 // ------------------------------------------------------------- run time
