@@ -295,7 +295,9 @@ async fn an_https_lookup_with_the_wrong_ca_fails_and_logs_the_tls_error() {
     let pki = Pki::new(&["127.0.0.1"]);
     let other = Pki::new(&["127.0.0.1"]);
     let cp = Pangolin::start_tls(&pki).await;
-    let listener = tokio::net::TcpListener::bind((loopback(2), 0)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind((loopback(2), 0))
+        .await
+        .unwrap();
     let (node, accepted) = tagged_backend_on(listener, "node-b");
     let name = cp.exit_node("node-b.pangolin.test", &[node.ip()]);
     cp.set("www.example.com", Reply::endpoints(&[name]));
@@ -337,7 +339,8 @@ async fn logged(relay: &Relay, message: &str, field: &str, value: &str) -> serde
         .await
 }
 
-const UNRESOLVED: &str = "cluster answer names a host that does not resolve; skipped, the other endpoints are used";
+const UNRESOLVED: &str =
+    "cluster answer names a host that does not resolve; skipped, the other endpoints are used";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_mixing_addresses_and_names_routes_each_and_orders_as_gerbil() {
@@ -403,7 +406,10 @@ async fn an_answer_mixing_addresses_and_names_routes_each_and_orders_as_gerbil()
     let warn = logged(&relay, UNRESOLVED, "sni", "mixed.example.com").await;
     assert_eq!(warn["endpoint"], "gone.pangolin.test", "{warn}");
     assert!(
-        warn["error"].as_str().unwrap().contains("negative DNS answer")
+        warn["error"]
+            .as_str()
+            .unwrap()
+            .contains("negative DNS answer")
             || warn["error"].as_str().unwrap().contains("no address"),
         "{warn}"
     );
@@ -429,7 +435,10 @@ async fn a_name_that_does_not_resolve_is_skipped_and_the_others_are_used() {
     for _ in 0..4 {
         let (client, answer) = ask(&relay, "www.example.com").await;
         assert_eq!(answer, "node-2");
-        assert_eq!(relay.closed_line(client).await["backend.addr"], node.to_string());
+        assert_eq!(
+            relay.closed_line(client).await["backend.addr"],
+            node.to_string()
+        );
     }
     let warn = logged(&relay, UNRESOLVED, "sni", "www.example.com").await;
     assert_eq!(warn["endpoint"], "gone.pangolin.test", "{warn}");
@@ -461,19 +470,27 @@ async fn a_name_resolving_to_a_forbidden_address_is_refused_for_that_address_onl
     let far = cp.exit_node("far.pangolin.test", &[forbidden.ip()]);
     cp.set("www.example.com", Reply::endpoints(&[split]));
     cp.set("far.example.com", Reply::endpoints(&[far]));
-    let text = config(&cp, &format!("public_key = \"{KEY}\"\ndefault_port = {port}"), "")
-        .replace(
-            "allowed_targets = [\"127.0.0.0/8\"]",
-            "allowed_targets = [\"127.0.0.2/32\", \"127.0.0.3/32\"]",
-        );
+    let text = config(
+        &cp,
+        &format!("public_key = \"{KEY}\"\ndefault_port = {port}"),
+        "",
+    )
+    .replace(
+        "allowed_targets = [\"127.0.0.0/8\"]",
+        "allowed_targets = [\"127.0.0.2/32\", \"127.0.0.3/32\"]",
+    );
     let relay = Relay::start(&text).await;
 
     for _ in 0..4 {
         let (client, answer) = ask(&relay, "www.example.com").await;
         assert_eq!(answer, "node-2");
-        assert_eq!(relay.closed_line(client).await["backend.addr"], node.to_string());
+        assert_eq!(
+            relay.closed_line(client).await["backend.addr"],
+            node.to_string()
+        );
     }
-    let refused = "cluster answer names a host that resolves outside allowed_targets; this address dropped";
+    let refused =
+        "cluster answer names a host that resolves outside allowed_targets; this address dropped";
     let warn = logged(&relay, refused, "sni", "www.example.com").await;
     assert_eq!(warn["endpoint"], "split.pangolin.test", "{warn}");
     assert_eq!(warn["addr"], forbidden.to_string(), "{warn}");
@@ -506,15 +523,20 @@ async fn a_name_resolving_to_this_node_goes_to_local_backend() {
     cp.set("hosts.example.com", Reply::endpoints(&["localhost"]));
     cp.set("literal.example.com", Reply::endpoints(&["127.0.0.1"]));
     let after = format!("[backend.local]\naddresses = [\"{local}\"]\nconnect_timeout = \"2s\"");
-    let extra =
-        format!("public_key = \"{KEY}\"\ndefault_port = {port}\nlocal_backend = \"local\"");
+    let extra = format!("public_key = \"{KEY}\"\ndefault_port = {port}\nlocal_backend = \"local\"");
     let relay = Relay::start(&config_at(&cp.base_url(), &extra, &after)).await;
     let (client, answer) = ask(&relay, "hosts.example.com").await;
     assert_eq!(answer, "local-traefik");
-    assert_eq!(relay.closed_line(client).await["backend.addr"], local.to_string());
+    assert_eq!(
+        relay.closed_line(client).await["backend.addr"],
+        local.to_string()
+    );
     let (client, answer) = ask(&relay, "literal.example.com").await;
     assert_eq!(answer, "own-address", "a literal is taken as it is");
-    assert_eq!(relay.closed_line(client).await["backend.addr"], own.to_string());
+    assert_eq!(
+        relay.closed_line(client).await["backend.addr"],
+        own.to_string()
+    );
     drop(relay);
 
     // The same through a `resolver`: the node's own name, with another
@@ -592,12 +614,18 @@ async fn lookups_follow_same_origin_redirects_up_to_five_and_refuse_others() {
         "loop.example.com",
     )
     .await;
-    assert_eq!(warn["error"], "the lookup service redirected more than 5 times");
+    assert_eq!(
+        warn["error"],
+        "the lookup service redirected more than 5 times"
+    );
 
     // Another origin (another host, same port): not followed.
     let elsewhere = format!("http://127.0.0.2:{}{route}", cp.addr.port());
     cp.redirect(entry, 308, &elsewhere);
-    assert_eq!(close_reason(&relay, "cross.example.com").await, "no_address");
+    assert_eq!(
+        close_reason(&relay, "cross.example.com").await,
+        "no_address"
+    );
     assert_eq!(of("cross.example.com").len(), 1, "nothing sent elsewhere");
     let warn = logged(
         &relay,

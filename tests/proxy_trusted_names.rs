@@ -124,7 +124,10 @@ async fn from(relay: &Relay, last: u8) -> serde_json::Value {
         .write_all(b"PROXY TCP4 203.0.113.9 192.0.2.1 4242 443\r\n")
         .await
         .unwrap();
-    client.write_all(&hello_for("www.example.com")).await.unwrap();
+    client
+        .write_all(&hello_for("www.example.com"))
+        .await
+        .unwrap();
     client.shutdown().await.unwrap();
     let mut rest = Vec::new();
     let _ = tokio::time::timeout(WAIT, client.read_to_end(&mut rest)).await;

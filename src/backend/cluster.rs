@@ -888,7 +888,8 @@ mod tests {
         // Endpoint k = FNV-1a(client) % 6, then its first allowed address.
         for port in 40_000..40_200u16 {
             let client = SocketAddr::from(([192, 0, 2, 7], port));
-            let k = (super::super::node_choice::fnv1a_32(client.to_string().as_bytes()) % 6) as usize;
+            let k =
+                (super::super::node_choice::fnv1a_32(client.to_string().as_bytes()) % 6) as usize;
             let want = [0, 2, 3, 3, 1, 4][k] % 4;
             assert_eq!(nodes.gerbil_first(client, false), want, "{client}");
         }

@@ -264,7 +264,9 @@ impl HttpTarget {
             let uri: hyper::Uri = location
                 .parse()
                 .map_err(|_| refuse(location, "which is not a URL".to_owned()))?;
-            let scheme = uri.scheme_str().unwrap_or(if self.https { "https" } else { "http" });
+            let scheme = uri
+                .scheme_str()
+                .unwrap_or(if self.https { "https" } else { "http" });
             let https = scheme.eq_ignore_ascii_case("https");
             let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
             let host = uri
@@ -463,7 +465,8 @@ pub fn is_host_name(text: &str) -> bool {
         (1..=63).contains(&l.len())
             && !l.starts_with('-')
             && !l.ends_with('-')
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
     (1..=MAX_NAME_LEN).contains(&text.len())
         && text.split('.').all(label)
@@ -688,6 +691,46 @@ mod tests {
             let addrs: Vec<Target> = addrs.into_iter().map(Target::Addr).collect();
             proptest::prop_assert_eq!(parse_reply(body.as_bytes(), Some(443)).unwrap(), addrs);
         }
+    }
+
+    #[test]
+    fn redirects_are_followed_on_the_same_origin_only() {
+        let config = cluster(ClusterProtocol::Snirelay);
+        let t = HttpTarget::new("http://cp.internal:8080/api/resolve?x=1", &config);
+        let status = StatusCode::TEMPORARY_REDIRECT;
+        let follow = |location: &str| {
+            t.redirect_target(status, Some(location), "/api/resolve?x=1")
+                .unwrap()
+        };
+        assert_eq!(follow("/v2/resolve"), "/v2/resolve");
+        assert_eq!(follow("resolve2?y=2"), "/api/resolve2?y=2");
+        assert_eq!(follow("http://CP.internal:8080/new?z"), "/new?z");
+        for elsewhere in [
+            "https://cp.internal:8080/new",
+            "http://cp.internal/new",
+            "http://other.internal:8080/new",
+            "//other.internal:8080/new",
+            "ftp://cp.internal:8080/new",
+        ] {
+            assert!(
+                matches!(
+                    t.redirect_target(status, Some(elsewhere), "/"),
+                    Err(HttpError::Redirect { .. })
+                ),
+                "{elsewhere}"
+            );
+        }
+        assert!(matches!(
+            t.redirect_target(status, None, "/"),
+            Err(HttpError::Redirect { .. })
+        ));
+        // An https URL's default port is 443, written or not.
+        let t = HttpTarget::new("https://cp.internal/api", &config);
+        assert_eq!(
+            t.redirect_target(status, Some("https://cp.internal:443/x"), "/api")
+                .unwrap(),
+            "/x"
+        );
     }
 
     #[test]

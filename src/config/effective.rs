@@ -454,9 +454,7 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         hop_proxy_protocol,
     } = cluster;
     let (dns_server, port, lookup_url, resolver) = match lookup {
-        ClusterLookup::Dns { server, port } => {
-            (Some(server.to_string()), count(*port), None, None)
-        }
+        ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None, None),
         ClusterLookup::Http { url, resolver } => (
             None,
             None,

@@ -49,9 +49,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::admit::{Limits, Rate};
+use crate::backend::cluster_http::is_host_name;
 use crate::cidr::{Cidr, CidrSet};
 use crate::matcher::SniMatcher;
-use crate::backend::cluster_http::is_host_name;
 use crate::proxy::inbound::{Inbound, Mode, TrustedName};
 use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
@@ -1449,9 +1449,7 @@ impl Checker {
                 });
                 let resolver = match &section.resolver {
                     None => Some(None),
-                    Some(text) => self
-                        .socket_addr(&format!("{key}.resolver"), text)
-                        .map(Some),
+                    Some(text) => self.socket_addr(&format!("{key}.resolver"), text).map(Some),
                 };
                 match (valid, resolver) {
                     (Some(_), Some(resolver)) => Some(ClusterLookup::Http {
