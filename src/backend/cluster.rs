@@ -252,7 +252,7 @@ enum Source {
     /// The lookup, and the `resolver` of host names in its answers (`None`:
     /// the system resolver).
     Http {
-        target: HttpTarget,
+        target: Box<HttpTarget>,
         resolver: Option<SocketAddr>,
     },
     Dns {
@@ -281,7 +281,7 @@ impl Cache {
                 port: *port,
             },
             ClusterLookup::Http { url, resolver } => Source::Http {
-                target: HttpTarget::new(url, config),
+                target: Box::new(HttpTarget::new(url, config)),
                 resolver: *resolver,
             },
         };

@@ -457,7 +457,7 @@ fn endpoint(text: &str, default_port: Option<u16>) -> Option<Target> {
 
 /// Whether `text` is a host name: dot-separated labels of 1 to 63 letters,
 /// digits, `-` or `_`, not starting or ending with `-`, at most
-/// [`MAX_NAME_LEN`] bytes (a trailing dot allowed), and a last label that
+/// 253 bytes (a trailing dot allowed), and a last label that
 /// is not all digits (that would be a mistyped IPv4 address, not a name).
 pub fn is_host_name(text: &str) -> bool {
     let text = text.strip_suffix('.').unwrap_or(text);
