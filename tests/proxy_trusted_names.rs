@@ -151,6 +151,12 @@ async fn a_trusted_name_is_resolved_at_load_and_again_at_reload() {
     let text = config(backend);
     let relay = Relay::launch(&text, |path| hosts.wrap(&Relay::command(path))).await;
 
+    let resolved = |l: &serde_json::Value| l["message"] == "trusted host name resolved";
+    let line = relay.wait_nth(1, resolved).await;
+    assert_eq!(
+        (&line["name"], &line["addresses"]),
+        (&PEER.into(), &"127.0.0.2".into())
+    );
     // The name is 127.0.0.2: its header is taken, another peer's refused.
     accepted(&from(&relay, 2).await);
     refused(&from(&relay, 3).await);
@@ -158,6 +164,7 @@ async fn a_trusted_name_is_resolved_at_load_and_again_at_reload() {
     // The name moves; a reload resolves it again.
     hosts.set(&format!("127.0.0.3 {PEER}\n"));
     assert_eq!(relay.reload(&text, 1).await["message"], "reload applied");
+    assert_eq!(relay.wait_nth(2, resolved).await["addresses"], "127.0.0.3");
     accepted(&from(&relay, 3).await);
     refused(&from(&relay, 2).await);
 

@@ -2654,6 +2654,13 @@ impl Checker {
     }
 }
 
+/// How long the system resolver may take for one host name in
+/// `[listener.proxy_protocol] trusted`. The configuration is loaded on the
+/// serving task at a reload, so a dead DNS server must not hold it for
+/// glibc's own worst case (30 s); past this the name counts as not
+/// resolving. The lookup runs on a thread of its own, left to finish.
+pub const TRUSTED_NAME_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A host name in `[listener.proxy_protocol] trusted`, resolved now through
 /// the system resolver (getaddrinfo: /etc/hosts, then DNS), as Gerbil
 /// resolves its `TRUSTED_UPSTREAMS` at start. A name that does not resolve
@@ -2662,19 +2669,34 @@ impl Checker {
 fn resolve_trusted_name(text: &str) -> Result<TrustedName, String> {
     use std::net::ToSocketAddrs;
     let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
-    let found = (name.as_str(), 0)
-        .to_socket_addrs()
-        .map_err(|e| format!("host name {name:?} does not resolve ({e}); a trusted name must resolve when the configuration is loaded"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let asked = name.clone();
+    std::thread::spawn(move || {
+        let found = (asked.as_str(), 0)
+            .to_socket_addrs()
+            .map(|addrs| addrs.map(|a| a.ip()).collect::<Vec<IpAddr>>());
+        let _ = tx.send(found);
+    });
+    let must = "a trusted name must resolve when the configuration is loaded";
+    let found = match rx.recv_timeout(TRUSTED_NAME_TIMEOUT) {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => return Err(format!("host name {name:?} does not resolve ({e}); {must}")),
+        Err(_) => {
+            return Err(format!(
+                "host name {name:?} does not resolve (no answer from the system resolver within {TRUSTED_NAME_TIMEOUT:?}); {must}"
+            ));
+        }
+    };
     let mut addrs: Vec<IpAddr> = Vec::new();
-    for addr in found {
-        let ip = crate::cidr::canonical(addr.ip());
+    for ip in found {
+        let ip = crate::cidr::canonical(ip);
         if !addrs.contains(&ip) {
             addrs.push(ip);
         }
     }
     if addrs.is_empty() {
         return Err(format!(
-            "host name {name:?} resolves to no address; a trusted name must resolve when the configuration is loaded"
+            "host name {name:?} does not resolve (no address); {must}"
         ));
     }
     Ok(TrustedName { name, addrs })
