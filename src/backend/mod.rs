@@ -255,7 +255,8 @@ pub struct Cluster {
 /// `[backend.*.cluster] protocol`: the lookup's request and reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterProtocol {
-    /// POST `{"hostname"}` to `lookup_url` itself; endpoints are `ip:port`.
+    /// POST `{"hostname"}` to `lookup_url` itself; endpoints are `ip:port`
+    /// or `host:port`.
     Snirelay,
     /// Pangolin's Gerbil route: POST `{"hostname", "publicKey"}` to
     /// `{lookup_url}/gerbil/get-resolved-hostname`; endpoints without a
