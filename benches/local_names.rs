@@ -20,6 +20,7 @@ fn cluster(overrides: &[&str]) -> Cluster {
     Cluster {
         lookup: ClusterLookup::Http {
             url: "http://127.0.0.1:1/resolve".into(),
+            resolver: None,
         },
         local_backend: Some("traefik".into()),
         positive_ttl: Duration::from_secs(3),

@@ -47,7 +47,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
 use crate::backend::cluster::{Answer, LookupError};
-use crate::backend::node_choice::{NodeChoice, gerbil_index};
+use crate::backend::node_choice::NodeChoice;
 use crate::backend::policy::Ranker;
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, select};
 use crate::proxy::outbound::Outbound;
@@ -190,18 +190,18 @@ pub async fn candidates<'b>(
     // inline it would enlarge every connection's setup future; this
     // allocation is paid by cluster backends only.
     match Box::pin(cache.lookup(sni, local)).await? {
-        Answer::Remote(set) => {
+        Answer::Remote(nodes) => {
             let ranker = match runtime.config.cluster().map(|c| c.node_choice) {
-                Some(NodeChoice::GerbilFnv) if !set.is_empty() => {
-                    let n = set.len();
-                    let start = gerbil_index(pick.client_addr, pick.claimed, n);
+                Some(NodeChoice::GerbilFnv) if !nodes.set.is_empty() => {
+                    let n = nodes.set.len();
+                    let start = nodes.gerbil_first(pick.client_addr, pick.claimed);
                     Some(Ranker::Rotated { start, n })
                 }
                 _ => None,
             };
             Ok(Candidates {
                 runtime,
-                set,
+                set: nodes.set,
                 ranker,
                 local: false,
             })

@@ -302,6 +302,7 @@ pub async fn serve(
     // Ready for /readyz before the `ready` line, so whoever waits for the
     // line finds the endpoint agreeing.
     server.readiness.set(true);
+    log_trusted_names(&config);
     tracing::info!(
         listeners = config.listeners.len(),
         max_connections = config.global.max_connections,
@@ -454,6 +455,7 @@ impl Server {
                     "reload applied"
                 );
                 metrics::metrics().reload("ok");
+                log_trusted_names(&self.config);
                 for p in &pending {
                     tracing::warn!(
                         key = p.key,
@@ -652,4 +654,24 @@ fn summary(diff: &reload::Diff) -> String {
         text.push_str(&format!(" (+{} more)", all.len() - MAX));
     }
     text
+}
+
+/// Logs what each host name in a listener's `[listener.proxy_protocol]
+/// trusted` resolved to when the configuration was loaded (at start and
+/// at every reload): which addresses are trusted by name, until the next.
+fn log_trusted_names(config: &Config) {
+    for listener in &config.listeners {
+        let Some(inbound) = &listener.proxy_protocol else {
+            continue;
+        };
+        for name in &inbound.trusted_names {
+            let addresses: Vec<String> = name.addrs.iter().map(ToString::to_string).collect();
+            tracing::info!(
+                listener = %listener.name,
+                name = %name.name,
+                addresses = %addresses.join(","),
+                "trusted host name resolved"
+            );
+        }
+    }
 }

@@ -4,8 +4,9 @@
 //!
 //! Covered: positive caching and expiry, negative caching, serve-stale on
 //! lookup failures, single flight, `allowed_targets`, the local backend for
-//! an empty answer, PROXY v2 towards another node, and `source_hash`
-//! among several endpoints.
+//! an empty answer, PROXY v2 towards another node, `source_hash` among
+//! several endpoints, and `host:port` endpoints resolved at the cluster's
+//! `resolver`, whose record TTL bounds the cached answer.
 
 mod common;
 
@@ -623,4 +624,36 @@ async fn dns_negative_answers_are_cached_and_a_silent_server_is_served_stale() {
         warn["error"].as_str().unwrap().contains("no answer"),
         "{warn}"
     );
+}
+
+// ------------------------------------------------- host names in answers
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_name_endpoints_resolve_at_the_resolver_whose_ttl_bounds_the_answer() {
+    // snirelay's own protocol takes `host:port` endpoints too.
+    let dns = DnsServer::start().await;
+    let (port, mut nodes) = nodes_on_one_port(&["node-a", "node-b"]).await;
+    dns.set("node.cluster.test", vec![ip("127.0.0.2")], 1);
+    let cp = ControlPlane::start().await;
+    cp.set(
+        "www.example.com",
+        Reply::endpoints(&[format!("node.cluster.test:{port}")]),
+    );
+    let extra = format!("resolver = \"{}\"\npositive_ttl = \"30s\"", dns.addr);
+    let relay = Relay::start(&config(&cp, &extra, None, "")).await;
+
+    assert_eq!(ask(&relay, "www.example.com").await.1, "node-a");
+    assert_eq!(ask(&relay, "www.example.com").await.1, "node-a");
+    assert_eq!(cp.requests("www.example.com"), 1, "cached");
+    assert_eq!(dns.lookups("node.cluster.test"), 1);
+    nodes[0].next().await;
+
+    // The name's record lives 1 s, under positive_ttl (30 s): the answer
+    // expires with it, and the next lookup follows the name's new address.
+    dns.set("node.cluster.test", vec![ip("127.0.0.3")], 1);
+    tokio::time::sleep(Duration::from_millis(1100)).await; // the TTL, not readiness
+    assert_eq!(ask(&relay, "www.example.com").await.1, "node-b");
+    assert_eq!(cp.requests("www.example.com"), 2);
+    assert_eq!(dns.lookups("node.cluster.test"), 2);
+    nodes[1].next().await;
 }

@@ -83,9 +83,10 @@ fn bad_values_name_their_key_and_value() {
             "listener[0].proxy_protocol.trusted[0]: \"10.0.0.1/8\": has host bits set; the network is 10.0.0.0/8",
         ),
         (
-            format!("{pp}trusted = [\"10.0.0.0/8\", \"nope\"]"),
+            // Neither a network nor a host name (a name would be resolved).
+            format!("{pp}trusted = [\"10.0.0.0/8\", \"no pe\"]"),
             "",
-            "listener[0].proxy_protocol.trusted[1]: \"nope\": not an IP address or network",
+            "listener[0].proxy_protocol.trusted[1]: \"no pe\": not an IP address or network",
         ),
         (
             format!("{pp}trusted = [\"10.0.0.0/8\"]\nmode = \"sometimes\""),

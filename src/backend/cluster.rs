@@ -7,21 +7,30 @@
 //!   empty endpoint list means this node holds the site ([`Answer::Local`];
 //!   without a `local_backend` that is a negative answer). HTTP 404 means
 //!   the cluster knows no node for the name (negative). Any other status,
-//!   or a reply not understood, is a failed lookup. Endpoints are taken
-//!   literally: a node may serve on another port of this node's own
-//!   address.
+//!   or a reply not understood, is a failed lookup. Address endpoints are
+//!   taken literally: a node may serve on another port of this node's own
+//!   address. Host-name endpoints (Pangolin answers its exit nodes'
+//!   `endpoint`, usually a name) are resolved as a `resolve` backend
+//!   resolves ([`super::resolve::resolve_once`]: the system resolver, or
+//!   the cluster's `resolver`), all at once, within what is left of
+//!   `lookup_timeout`. A name that does not resolve (in time) is skipped
+//!   and logged; the others are used; an answer none of whose endpoints
+//!   gave an address is a failed lookup. A name one of whose addresses is
+//!   the one the client dialled is this node ([`Answer::Local`]).
 //! - `dns_server`: the SNI's A/AAAA records at the cluster's authoritative
 //!   DNS, connected on `port`. An answer naming the address the client
 //!   dialled is this node ([`Answer::Local`]); no records is negative.
 //!
 //! Each lookup is bounded by `lookup_timeout` as a whole (connect, request,
-//! reply). Answers outside `allowed_targets` are dropped and logged at
-//! warn; an answer left with none is refused (`target_not_allowed`).
+//! reply, redirects, name resolution). Addresses outside `allowed_targets`
+//! are dropped one by one and logged at warn (with the host name they came
+//! from); an answer left with none is refused (`target_not_allowed`).
 //!
 //! The cache, per SNI:
-//! - positive answers live for `positive_ttl` (DNS: the smaller of the
-//!   record TTL and `positive_ttl`); negative ones (no node, refused
-//!   targets) for `negative_ttl`;
+//! - positive answers live for `positive_ttl` (DNS, or host names resolved
+//!   through a `resolver`: the smaller of the smallest record TTL and
+//!   `positive_ttl`); negative ones (no node, refused targets) for
+//!   `negative_ttl`;
 //! - single flight: one lookup per SNI at a time; connections that arrive
 //!   while it runs wait for it and share its outcome, whatever it is;
 //! - serve stale: when a lookup fails, the last answer (up to [`MAX_STALE`]
@@ -62,8 +71,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cluster_http::{self, HttpTarget};
-use super::node_choice::NodeChoice;
+use super::cluster_http::{self, HttpTarget, Target};
+use super::node_choice::{NodeChoice, gerbil_index};
+use super::resolve;
 use super::{AddressSet, carry, same_addresses};
 use super::{Cluster, ClusterLookup};
 use crate::cidr::canonical;
@@ -83,9 +93,37 @@ pub const MAX_STALE: Duration = Duration::from_secs(24 * 60 * 60);
 #[derive(Debug, Clone)]
 pub enum Answer {
     /// Another node (or several): connect there, with PROXY v2.
-    Remote(AddressSet),
+    Remote(Nodes),
     /// This node holds the site: use `local_backend`.
     Local,
+}
+
+/// Another node's addresses, and where each endpoint of the answer begins
+/// among them (for `node_choice = "gerbil_fnv"`, which picks an endpoint
+/// of the answer, not an address).
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    /// The allowed addresses, endpoint by endpoint in answer order, each
+    /// endpoint's in its resolver's order, without repeats.
+    pub set: AddressSet,
+    /// Per endpoint of the answer, in answer order (those that gave no
+    /// allowed address included): the index in `set` of its first
+    /// address; for one that gave none, of the next endpoint's first.
+    starts: Arc<[usize]>,
+}
+
+impl Nodes {
+    /// The index in `set` Gerbil's pick starts at for a client at `client`
+    /// (`claimed`: from a trusted PROXY header): Gerbil's
+    /// `selectStickyEndpoint` picks endpoint `FNV-1a(client text) % n`
+    /// among the `n` endpoints as answered, names unresolved, and dials it;
+    /// its addresses come first here, then the next endpoints' in answer
+    /// order, wrapping round. `set` must not be empty.
+    pub fn gerbil_first(&self, client: SocketAddr, claimed: bool) -> usize {
+        let n = self.set.len().max(1);
+        let endpoint = gerbil_index(client, claimed, self.starts.len());
+        self.starts.get(endpoint).map_or(0, |&start| start % n)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -105,27 +143,59 @@ enum QueryError {
     Http(#[from] cluster_http::HttpError),
     #[error("DNS lookup failed: {0}")]
     Dns(#[from] super::dns::DnsError),
+    #[error("no endpoint of the answer resolved to an address ({0})")]
+    Unresolved(String),
 }
 
 /// What one successful lookup said, before `allowed_targets`.
 #[derive(Debug)]
 enum Found {
-    /// Node addresses, and how long the answer may be cached.
-    Nodes(Vec<SocketAddr>, Duration),
+    /// Node endpoints in answer order, and how long the answer may be
+    /// cached.
+    Nodes(Vec<Reached>, Duration),
     /// An empty endpoint list: this node.
     Here,
     /// The cluster knows no node for the name.
     Nowhere,
 }
 
+/// One endpoint of an answer, its name resolved.
+#[derive(Debug)]
+struct Reached {
+    /// The host name the answer gave (for the log), if it gave one.
+    name: Option<Box<str>>,
+    /// Its addresses (none: it did not resolve).
+    addrs: Vec<SocketAddr>,
+    /// Whether an address of it that the client dialled is this node: a
+    /// DNS answer's address, a host name's; not an address an HTTP
+    /// answer gave literally (a node may serve on another port of it).
+    names_node: bool,
+}
+
+impl Reached {
+    /// `addrs`, each its own endpoint (a DNS answer, or literal addresses).
+    fn each(addrs: &[SocketAddr], names_node: bool) -> Vec<Reached> {
+        addrs
+            .iter()
+            .map(|&addr| Reached {
+                name: None,
+                addrs: vec![addr],
+                names_node,
+            })
+            .collect()
+    }
+}
+
 /// An answer as cached.
 #[derive(Debug, Clone)]
 enum Stored {
-    /// The allowed endpoints (possibly none: refused), and every address
-    /// answered (a DNS answer naming this node means `Local`).
+    /// The allowed endpoints (possibly none: refused), where each answered
+    /// endpoint begins among them, and the addresses that mean this node
+    /// when a client dialled one (a DNS answer's, a host name's).
     Nodes {
         set: AddressSet,
-        answered: Arc<[SocketAddr]>,
+        starts: Arc<[usize]>,
+        here: Arc<[IpAddr]>,
     },
     Here,
     /// No node, or a failed lookup with nothing older to serve.
@@ -179,8 +249,16 @@ impl Slot {
 
 #[derive(Debug)]
 enum Source {
-    Http(HttpTarget),
-    Dns { server: SocketAddr, port: u16 },
+    /// The lookup, and the `resolver` of host names in its answers (`None`:
+    /// the system resolver).
+    Http {
+        target: Box<HttpTarget>,
+        resolver: Option<SocketAddr>,
+    },
+    Dns {
+        server: SocketAddr,
+        port: u16,
+    },
 }
 
 /// Per-SNI answers of one cluster backend.
@@ -202,7 +280,10 @@ impl Cache {
                 server: *server,
                 port: *port,
             },
-            ClusterLookup::Http { url } => Source::Http(HttpTarget::new(url, config)),
+            ClusterLookup::Http { url, resolver } => Source::Http {
+                target: Box::new(HttpTarget::new(url, config)),
+                resolver: *resolver,
+            },
         };
         let mut overrides = SniMatcher::new();
         for pattern in &config.local_overrides {
@@ -277,11 +358,8 @@ impl Cache {
                 return self.serve(stored, local);
             }
         }
-        let timeout = self.config.lookup_timeout;
-        let found = match tokio::time::timeout(timeout, self.query(sni)).await {
-            Ok(found) => found,
-            Err(_) => Err(QueryError::Timeout(timeout)),
-        };
+        let deadline = Instant::now() + self.config.lookup_timeout;
+        let found = self.query(sni, deadline).await;
         let mut entry = slot.entry();
         self.learn(sni, &mut entry, found);
         let stored = entry.stored.clone().unwrap_or(Stored::NoNode);
@@ -292,15 +370,17 @@ impl Cache {
     /// What a cached answer means for a connection that dialled `local`.
     fn serve(&self, stored: &Stored, local: IpAddr) -> Result<Answer, LookupError> {
         match stored {
-            Stored::Nodes { set, answered } => {
-                let dns = matches!(self.source, Source::Dns { .. });
+            Stored::Nodes { set, starts, here } => {
                 let local = canonical(local);
-                if dns && answered.iter().any(|a| canonical(a.ip()) == local) {
+                if here.contains(&local) {
                     Ok(Answer::Local)
                 } else if set.is_empty() {
                     Err(LookupError::TargetNotAllowed)
                 } else {
-                    Ok(Answer::Remote(set.clone()))
+                    Ok(Answer::Remote(Nodes {
+                        set: set.clone(),
+                        starts: starts.clone(),
+                    }))
                 }
             }
             Stored::Here => Ok(Answer::Local),
@@ -338,19 +418,9 @@ impl Cache {
             tracing::info!(%backend, %sni, "cluster lookup answers again");
         }
         let (stored, ttl) = match found {
-            Found::Nodes(addrs, ttl) => {
+            Found::Nodes(reached, ttl) => {
                 metrics::metrics().lookup("cluster", "ok");
-                let allowed: Vec<SocketAddr> = addrs
-                    .iter()
-                    .copied()
-                    .filter(|addr| {
-                        let ok = config.allowed_targets.iter().any(|c| c.contains(addr.ip()));
-                        if !ok {
-                            tracing::warn!(%backend, %sni, %addr, "cluster answer outside allowed_targets; dropped");
-                        }
-                        ok
-                    })
-                    .collect();
+                let (allowed, starts, here) = self.admit(sni, &reached);
                 let previous = match &entry.stored {
                     Some(Stored::Nodes { set, .. }) => set.clone(),
                     _ => AddressSet::from([]),
@@ -374,8 +444,12 @@ impl Cache {
                 } else {
                     ttl
                 };
-                let answered = addrs.into();
-                (Stored::Nodes { set, answered }, ttl)
+                let stored = Stored::Nodes {
+                    set,
+                    starts: starts.into(),
+                    here: here.into(),
+                };
+                (stored, ttl)
             }
             Found::Here if config.local_backend.is_some() => {
                 metrics::metrics().lookup("cluster", "empty");
@@ -396,31 +470,168 @@ impl Cache {
         };
     }
 
-    /// Asks the cluster once, unbounded (the caller bounds it).
-    async fn query(&self, sni: &str) -> Result<Found, QueryError> {
+    /// The addresses of `reached` that `allowed_targets` lets through
+    /// (each once, in answer order), where each endpoint begins among them
+    /// (see [`Nodes`]), and the addresses that mean this node. Every
+    /// address refused is logged, with the host name it came from.
+    fn admit(&self, sni: &str, reached: &[Reached]) -> (Vec<SocketAddr>, Vec<usize>, Vec<IpAddr>) {
+        let backend = self.backend.as_str();
+        let mut allowed: Vec<SocketAddr> = Vec::new();
+        let mut starts = Vec::with_capacity(reached.len());
+        let mut here = Vec::new();
+        for endpoint in reached {
+            if endpoint.names_node {
+                here.extend(endpoint.addrs.iter().map(|a| canonical(a.ip())));
+            }
+            let mut first = None;
+            for addr in &endpoint.addrs {
+                let ok = self
+                    .config
+                    .allowed_targets
+                    .iter()
+                    .any(|c| c.contains(addr.ip()));
+                if !ok {
+                    match &endpoint.name {
+                        Some(name) => {
+                            tracing::warn!(%backend, %sni, endpoint = %name, %addr, "cluster answer names a host that resolves outside allowed_targets; this address dropped");
+                        }
+                        None => {
+                            tracing::warn!(%backend, %sni, %addr, "cluster answer outside allowed_targets; dropped");
+                        }
+                    }
+                    continue;
+                }
+                let at = match allowed.iter().position(|a| a == addr) {
+                    Some(at) => at,
+                    None => {
+                        allowed.push(*addr);
+                        allowed.len() - 1
+                    }
+                };
+                first.get_or_insert(at);
+            }
+            starts.push(first.unwrap_or(allowed.len()));
+        }
+        (allowed, starts, here)
+    }
+
+    /// Asks the cluster once, by `deadline`.
+    async fn query(&self, sni: &str, deadline: Instant) -> Result<Found, QueryError> {
+        let timeout = QueryError::Timeout(self.config.lookup_timeout);
         match &self.source {
-            Source::Http(target) => Ok(match target.lookup(sni).await? {
-                cluster_http::Reply::Nodes(addrs) => Found::Nodes(addrs, self.config.positive_ttl),
-                cluster_http::Reply::Here => Found::Here,
-                cluster_http::Reply::Nowhere => Found::Nowhere,
-            }),
+            Source::Http { target, resolver } => {
+                let reply = tokio::time::timeout_at(deadline, target.lookup(sni))
+                    .await
+                    .map_err(|_| timeout)??;
+                Ok(match reply {
+                    cluster_http::Reply::Nodes(targets) => {
+                        self.resolve_targets(sni, targets, *resolver, deadline)
+                            .await?
+                    }
+                    cluster_http::Reply::Here => Found::Here,
+                    cluster_http::Reply::Nowhere => Found::Nowhere,
+                })
+            }
             Source::Dns { server, port } => {
-                // `query` bounds itself too; the caller's bound is the same.
-                let answer = super::dns::query(*server, sni, self.config.lookup_timeout).await?;
+                let answer = tokio::time::timeout_at(
+                    deadline,
+                    super::dns::query(*server, sni, self.config.lookup_timeout),
+                )
+                .await
+                .map_err(|_| timeout)??;
                 if answer.addrs.is_empty() {
                     return Ok(Found::Nowhere);
                 }
-                let addrs = answer
+                let addrs: Vec<SocketAddr> = answer
                     .addrs
                     .iter()
                     .map(|&ip| SocketAddr::new(ip, *port))
                     .collect();
                 Ok(Found::Nodes(
-                    addrs,
+                    Reached::each(&addrs, true),
                     answer.ttl.min(self.config.positive_ttl),
                 ))
             }
         }
+    }
+
+    /// Resolves the host names among `targets`, side by side, each by
+    /// `deadline`; a name that does not resolve in time is skipped (and
+    /// logged). The answer's TTL is `positive_ttl`, or less when a
+    /// `resolver`'s record TTL is.
+    async fn resolve_targets(
+        &self,
+        sni: &str,
+        targets: Vec<Target>,
+        resolver: Option<SocketAddr>,
+        deadline: Instant,
+    ) -> Result<Found, QueryError> {
+        let mut names = tokio::task::JoinSet::new();
+        for (i, target) in targets.iter().enumerate() {
+            if let Target::Name { host, port } = target {
+                let (host, port) = (host.clone(), *port);
+                names.spawn(async move {
+                    let found = tokio::time::timeout_at(
+                        deadline,
+                        resolve::resolve_once(&host, port, resolver),
+                    )
+                    .await;
+                    (i, found)
+                });
+            }
+        }
+        let mut resolved: Vec<Option<_>> = targets.iter().map(|_| None).collect();
+        // Each task ends by `deadline`; the set is dropped (and whatever
+        // is left aborted) with this future.
+        while let Some(joined) = names.join_next().await {
+            if let Ok((i, found)) = joined {
+                resolved[i] = Some(found);
+            }
+        }
+        let backend = self.backend.as_str();
+        let mut ttl = self.config.positive_ttl;
+        let mut reached = Vec::with_capacity(targets.len());
+        let mut unresolved = Vec::new();
+        for (target, found) in targets.into_iter().zip(resolved) {
+            let (host, found) = match target {
+                Target::Addr(addr) => {
+                    reached.extend(Reached::each(&[addr], false));
+                    continue;
+                }
+                Target::Name { host, .. } => (host, found),
+            };
+            let addrs = match found {
+                Some(Ok(Ok(found))) if !found.addrs.is_empty() => {
+                    if let Some(record) = found.ttl {
+                        ttl = ttl.min(record);
+                    }
+                    found.addrs
+                }
+                other => {
+                    let error = match other {
+                        Some(Ok(Ok(_))) => "no address for the name".to_owned(),
+                        Some(Ok(Err(error))) => error.to_string(),
+                        Some(Err(_)) => format!(
+                            "no answer within lookup_timeout ({:?})",
+                            self.config.lookup_timeout
+                        ),
+                        None => "the resolution ended without an answer".to_owned(),
+                    };
+                    tracing::warn!(%backend, %sni, endpoint = %host, %error, "cluster answer names a host that does not resolve; skipped, the other endpoints are used");
+                    unresolved.push(host.clone());
+                    Vec::new()
+                }
+            };
+            reached.push(Reached {
+                name: Some(host.into()),
+                addrs,
+                names_node: true,
+            });
+        }
+        if reached.iter().all(|r| r.addrs.is_empty()) {
+            return Err(QueryError::Unresolved(unresolved.join(", ")));
+        }
+        Ok(Found::Nodes(reached, ttl))
     }
 
     /// The slot of `sni`, made (and room made for it) if new.
@@ -488,7 +699,10 @@ mod tests {
         Cache::new(
             "c",
             &Cluster {
-                lookup: ClusterLookup::Http { url: url.into() },
+                lookup: ClusterLookup::Http {
+                    url: url.into(),
+                    resolver: None,
+                },
                 local_backend: None,
                 positive_ttl: Duration::from_secs(30),
                 negative_ttl: Duration::from_secs(2),
@@ -556,13 +770,13 @@ mod tests {
         cache.learn(
             "www.example.com",
             &mut entry,
-            Ok(Found::Nodes(vec![a, b], ttl)),
+            Ok(Found::Nodes(Reached::each(&[a, b], false), ttl)),
         );
         let first = nodes(&entry);
         cache.learn(
             "www.example.com",
             &mut entry,
-            Ok(Found::Nodes(vec![b, a], ttl)),
+            Ok(Found::Nodes(Reached::each(&[b, a], false), ttl)),
         );
         assert!(
             Arc::ptr_eq(&first, &nodes(&entry)),
@@ -571,7 +785,7 @@ mod tests {
         cache.learn(
             "www.example.com",
             &mut entry,
-            Ok(Found::Nodes(vec![c, b], ttl)),
+            Ok(Found::Nodes(Reached::each(&[c, b], false), ttl)),
         );
         let next = nodes(&entry);
         assert_eq!(next.len(), 2);
@@ -607,7 +821,7 @@ mod tests {
         cache.learn(
             "www.example.com",
             &mut entry,
-            Ok(Found::Nodes(vec![far], ttl)),
+            Ok(Found::Nodes(Reached::each(&[far], true), ttl)),
         );
         let stored = entry.stored.clone().unwrap();
         let local = IpAddr::from([127, 0, 0, 1]);
@@ -622,7 +836,7 @@ mod tests {
         cache.learn(
             "www.example.com",
             &mut entry,
-            Ok(Found::Nodes(vec![far, here], ttl)),
+            Ok(Found::Nodes(Reached::each(&[far, here], true), ttl)),
         );
         let stored = entry.stored.clone().unwrap();
         assert!(matches!(cache.serve(&stored, local), Ok(Answer::Local)));
@@ -630,8 +844,54 @@ mod tests {
         let mapped = "::ffff:127.0.0.1".parse().unwrap();
         assert!(matches!(cache.serve(&stored, mapped), Ok(Answer::Local)));
         match cache.serve(&stored, IpAddr::from([127, 0, 0, 9])) {
-            Ok(Answer::Remote(set)) => assert_eq!(set.len(), 1),
+            Ok(Answer::Remote(nodes)) => assert_eq!(nodes.set.len(), 1),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_endpoint_of_the_answer_keeps_its_place_for_gerbils_pick() {
+        let cache = cache("http://127.0.0.1:1/resolve");
+        let (a2, a3, a4, a5) = (
+            addr("127.0.0.2:443"),
+            addr("127.0.0.3:443"),
+            addr("127.0.0.4:443"),
+            addr("127.0.0.5:443"),
+        );
+        let far = addr("10.9.9.9:443");
+        let name = |n: &str, addrs: Vec<SocketAddr>| Reached {
+            name: Some(n.into()),
+            addrs,
+            names_node: true,
+        };
+        // A name with two addresses, a literal, a name that did not
+        // resolve, a name with a forbidden address, a repeat, and a name
+        // whose only address is forbidden.
+        let reached = vec![
+            name("a.test", vec![a2, a3]),
+            Reached::each(&[a4], false).remove(0),
+            name("gone.test", vec![]),
+            name("b.test", vec![far, a5]),
+            name("again.test", vec![a3]),
+            name("far.test", vec![far]),
+        ];
+        let (allowed, starts, here) = cache.admit("www.example.com", &reached);
+        assert_eq!(allowed, [a2, a3, a4, a5]);
+        assert_eq!(starts, [0, 2, 3, 3, 1, 4]);
+        // A literal is never this node; a name's addresses are.
+        assert!(!here.contains(&a4.ip()));
+        assert!(here.contains(&a2.ip()) && here.contains(&far.ip()));
+        let nodes = Nodes {
+            set: carry(&[], &allowed),
+            starts: starts.into(),
+        };
+        // Endpoint k = FNV-1a(client) % 6, then its first allowed address.
+        for port in 40_000..40_200u16 {
+            let client = SocketAddr::from(([192, 0, 2, 7], port));
+            let k =
+                (super::super::node_choice::fnv1a_32(client.to_string().as_bytes()) % 6) as usize;
+            let want = [0, 2, 3, 3, 1, 4][k] % 4;
+            assert_eq!(nodes.gerbil_first(client, false), want, "{client}");
         }
     }
 

@@ -3,19 +3,34 @@
 //! client certificate) and the reply, for either protocol:
 //!
 //! - `snirelay`: POST `{"hostname": SNI}` to `lookup_url` itself; the reply
-//!   is `{"endpoints": ["ip:port", ...]}`.
+//!   is `{"endpoints": ["ip:port", "host:port", ...]}`.
 //! - `pangolin`: Pangolin's route for Gerbil, POST
 //!   `{"hostname": SNI, "publicKey": KEY}` to
 //!   `{lookup_url}/gerbil/get-resolved-hostname` (`lookup_url` is the base
 //!   Gerbil is given as `remoteConfig`, e.g. `https://pangolin:3001/api/v1`);
-//!   the reply's endpoints are host addresses, usually without a port:
-//!   `default_port` is added to those (`ip`, `[ipv6]` or a bare IPv6
-//!   address), an `ip:port` is kept. A host name is not an endpoint
-//!   (`allowed_targets` speaks of addresses).
+//!   the reply's endpoints are the exit nodes' `endpoint`s, which Pangolin
+//!   fills from its `gerbil.base_endpoint`: usually a host name, sometimes
+//!   an address, usually without a port. `default_port` is added to those
+//!   (`host`, `ip`, `[ipv6]` or a bare IPv6 address); `ip:port` and
+//!   `host:port` keep theirs.
+//!
+//! An endpoint is a [`Target`]: an address, or a host name and port that
+//! `super::cluster` resolves (and checks against `allowed_targets`). Both
+//! kinds may be mixed in one answer.
 //!
 //! Both: 200 is an answer (an empty list: this node holds the site), 404
 //! means no node for the name, any other status is a failed lookup, as is
-//! a body over [`MAX_REPLY_BYTES`], bad JSON or an endpoint not understood.
+//! a body over [`MAX_REPLY_BYTES`], bad JSON or an endpoint that is
+//! neither an address nor a host name.
+//!
+//! Redirects: a 301, 302, 307 or 308 whose `Location` is on the same origin
+//! (scheme, host and port of `lookup_url`) is followed, at most
+//! [`MAX_REDIRECTS`] times, repeating the POST with its body and headers
+//! (Gerbil's Go client follows redirects too; on a 301 or 302 it turns the
+//! POST into a bodiless GET, which Pangolin's route refuses, so repeating
+//! the POST is the only useful reading). A redirect to another origin is
+//! a failed lookup whose error names both origins: the request carries the
+//! configured headers, which may be secrets.
 //! The configured `headers` go on every request (their values are never
 //! logged). Each lookup opens its own connection: lookups are rare (one
 //! per name per TTL, single-flight), and a timeout then drops its socket.
@@ -29,7 +44,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, LOCATION};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
@@ -47,11 +62,36 @@ pub const MAX_REPLY_BYTES: usize = 64 * 1024;
 /// Pangolin's route, appended to `lookup_url` with protocol `pangolin`.
 pub const PANGOLIN_PATH: &str = "/gerbil/get-resolved-hostname";
 
+/// Same-origin redirects followed by one lookup; one more fails it.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// The longest host name taken as an endpoint (RFC 1035's limit).
+const MAX_NAME_LEN: usize = 253;
+
+/// One endpoint of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// An address, taken as it is.
+    Addr(SocketAddr),
+    /// A host name (lowercase, without a trailing dot) and the port to
+    /// connect to on each of its addresses.
+    Name { host: String, port: u16 },
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Addr(addr) => write!(f, "{addr}"),
+            Target::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
 /// What one lookup said.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// Node addresses, in answer order.
-    Nodes(Vec<SocketAddr>),
+    /// Node endpoints, in answer order.
+    Nodes(Vec<Target>),
     /// An empty endpoint list: this node.
     Here,
     /// HTTP 404: the cluster knows no node for the name.
@@ -73,8 +113,16 @@ pub enum HttpError {
     Body,
     #[error("the reply is not {{\"endpoints\": [...]}}: {0}")]
     Json(serde_json::Error),
-    #[error("the reply endpoint {0:?} is not an address")]
+    #[error("the reply endpoint {0:?} is neither an address nor a host name")]
     Endpoint(String),
+    #[error("the lookup service redirected (HTTP {status}) to {location:?}, {why}; not followed")]
+    Redirect {
+        status: StatusCode,
+        location: String,
+        why: String,
+    },
+    #[error("the lookup service redirected more than {MAX_REDIRECTS} times")]
+    TooManyRedirects,
 }
 
 /// Where and how to ask, taken apart once per cluster backend.
@@ -161,38 +209,136 @@ impl HttpTarget {
         }
     }
 
-    /// Asks once for `sni` (unbounded: the caller bounds it).
+    /// Asks once for `sni` (unbounded: the caller bounds it), following
+    /// same-origin redirects.
     pub async fn lookup(&self, sni: &str) -> Result<Reply, HttpError> {
+        let mut path = self.path.clone();
+        let mut redirects = 0;
+        loop {
+            let (status, location, body) = self.ask(sni, &path).await?;
+            match status {
+                StatusCode::OK => {
+                    let endpoints = parse_reply(&body, self.default_port())?;
+                    return Ok(if endpoints.is_empty() {
+                        Reply::Here
+                    } else {
+                        Reply::Nodes(endpoints)
+                    });
+                }
+                StatusCode::NOT_FOUND => return Ok(Reply::Nowhere),
+                StatusCode::MOVED_PERMANENTLY
+                | StatusCode::FOUND
+                | StatusCode::TEMPORARY_REDIRECT
+                | StatusCode::PERMANENT_REDIRECT => {
+                    if redirects == MAX_REDIRECTS {
+                        return Err(HttpError::TooManyRedirects);
+                    }
+                    redirects += 1;
+                    let next = self.redirect_target(status, location.as_deref(), &path)?;
+                    tracing::debug!(%sni, from = %path, to = %next, status = status.as_u16(), "cluster lookup redirected; following (same origin)");
+                    path = next;
+                }
+                _ => return Err(HttpError::Status(status)),
+            }
+        }
+    }
+
+    /// The request target a redirect from `path` leads to, if it stays on
+    /// this target's origin.
+    fn redirect_target(
+        &self,
+        status: StatusCode,
+        location: Option<&str>,
+        path: &str,
+    ) -> Result<String, HttpError> {
+        let refuse = |location: &str, why: String| HttpError::Redirect {
+            status,
+            location: location.to_owned(),
+            why,
+        };
+        let Some(location) = location else {
+            return Err(refuse("", "without a Location header".to_owned()));
+        };
+        let origin = self.origin();
+        if location.starts_with("//") || location.contains("://") {
+            let uri: hyper::Uri = location
+                .parse()
+                .map_err(|_| refuse(location, "which is not a URL".to_owned()))?;
+            let scheme = uri
+                .scheme_str()
+                .unwrap_or(if self.https { "https" } else { "http" });
+            let https = scheme.eq_ignore_ascii_case("https");
+            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let host = uri
+                .host()
+                .unwrap_or_default()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let same = matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https")
+                && https == self.https
+                && host.eq_ignore_ascii_case(&self.host)
+                && port == self.port;
+            if !same {
+                let to = format!("{scheme}://{}", uri.authority().map_or("", |a| a.as_str()));
+                return Err(refuse(
+                    location,
+                    format!("another origin ({to}) than the lookup_url's ({origin})"),
+                ));
+            }
+            return Ok(uri
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()));
+        }
+        let joined = if location.starts_with('/') {
+            location.to_owned()
+        } else {
+            // A relative reference: beside the current path's last segment.
+            let path = path.split('?').next().unwrap_or("/");
+            let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+            format!("{dir}{location}")
+        };
+        joined
+            .parse::<hyper::Uri>()
+            .ok()
+            .filter(|uri| uri.host().is_none())
+            .map(|_| joined.clone())
+            .ok_or_else(|| refuse(location, "which is not a URL".to_owned()))
+    }
+
+    /// `scheme://host:port` of this target, for messages.
+    fn origin(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        match self.host.parse::<IpAddr>() {
+            Ok(IpAddr::V6(_)) => format!("{scheme}://[{}]:{}", self.host, self.port),
+            _ => format!("{scheme}://{}:{}", self.host, self.port),
+        }
+    }
+
+    /// One request for `sni` to `path` on a connection of its own: the
+    /// status, the `Location` header and the body.
+    async fn ask(
+        &self,
+        sni: &str,
+        path: &str,
+    ) -> Result<(StatusCode, Option<String>, Bytes), HttpError> {
         let stream = TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(HttpError::Connect)?;
         let _ = sockopt::set_nodelay(&stream);
-        let request = self.request(sni);
-        let (status, body) = match &self.tls {
+        let request = self.request(sni, path);
+        match &self.tls {
             None if self.https => {
                 let why = "no TLS client for this URL's host";
-                return Err(HttpError::Tls(io::Error::other(why)));
+                Err(HttpError::Tls(io::Error::other(why)))
             }
-            None => exchange(stream, request).await?,
+            None => exchange(stream, request).await,
             Some((connector, name)) => {
                 let stream = connector
                     .connect(name.clone(), stream)
                     .await
                     .map_err(HttpError::Tls)?;
-                exchange(stream, request).await?
+                exchange(stream, request).await
             }
-        };
-        match status {
-            StatusCode::OK => {
-                let endpoints = parse_reply(&body, self.default_port())?;
-                Ok(if endpoints.is_empty() {
-                    Reply::Here
-                } else {
-                    Reply::Nodes(endpoints)
-                })
-            }
-            StatusCode::NOT_FOUND => Ok(Reply::Nowhere),
-            _ => Err(HttpError::Status(status)),
         }
     }
 
@@ -203,7 +349,7 @@ impl HttpTarget {
         }
     }
 
-    fn request(&self, sni: &str) -> Request<Full<Bytes>> {
+    fn request(&self, sni: &str, path: &str) -> Request<Full<Bytes>> {
         let body = match &self.protocol {
             ClusterProtocol::Snirelay => serde_json::json!({ "hostname": sni }),
             ClusterProtocol::Pangolin { public_key, .. } => {
@@ -212,7 +358,7 @@ impl HttpTarget {
         };
         let mut request = Request::builder()
             .method(Method::POST)
-            .uri(self.path.as_str())
+            .uri(path)
             .header(HOST, self.authority.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in &self.headers {
@@ -224,11 +370,12 @@ impl HttpTarget {
     }
 }
 
-/// Sends `request` on `io` (HTTP/1.1) and reads the status and the body.
+/// Sends `request` on `io` (HTTP/1.1) and reads the status, the
+/// `Location` header (when it is text) and the body.
 async fn exchange<IO>(
     io: IO,
     request: Request<Full<Bytes>>,
-) -> Result<(StatusCode, Bytes), HttpError>
+) -> Result<(StatusCode, Option<String>, Bytes), HttpError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -237,12 +384,17 @@ where
     let exchange = async move {
         let response = sender.send_request(request).await?;
         let status = response.status();
+        let location = response
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = Limited::new(response.into_body(), MAX_REPLY_BYTES)
             .collect()
             .await
             .map_err(|_| HttpError::Body)?
             .to_bytes();
-        Ok::<_, HttpError>((status, body))
+        Ok::<_, HttpError>((status, location, body))
     };
     // The connection is driven here, not spawned, so a timeout drops the
     // socket with the lookup.
@@ -263,7 +415,7 @@ where
 
 /// The endpoints of a `{"endpoints": [...]}` reply; with `default_port`
 /// (protocol `pangolin`), an endpoint without a port gets it.
-pub fn parse_reply(body: &[u8], default_port: Option<u16>) -> Result<Vec<SocketAddr>, HttpError> {
+pub fn parse_reply(body: &[u8], default_port: Option<u16>) -> Result<Vec<Target>, HttpError> {
     #[derive(serde::Deserialize)]
     struct Reply {
         endpoints: Vec<String>,
@@ -276,18 +428,52 @@ pub fn parse_reply(body: &[u8], default_port: Option<u16>) -> Result<Vec<SocketA
         .collect()
 }
 
-fn endpoint(text: &str, default_port: Option<u16>) -> Option<SocketAddr> {
+/// One endpoint: `ip:port`, `[ipv6]:port`, `host:port`, or (with
+/// `default_port`) `ip`, `[ipv6]`, a bare IPv6 address or `host`.
+fn endpoint(text: &str, default_port: Option<u16>) -> Option<Target> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Some(addr);
+        return Some(Target::Addr(addr));
     }
-    let port = default_port?;
     let bare = text
         .strip_prefix('[')
         .and_then(|t| t.strip_suffix(']'))
         .unwrap_or(text);
-    bare.parse::<IpAddr>()
-        .ok()
-        .map(|ip| SocketAddr::new(ip, port))
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Some(Target::Addr(SocketAddr::new(ip, default_port?)));
+    }
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port.parse::<u16>().ok().filter(|&p| p != 0)?)),
+        None => (text, None),
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if !is_host_name(host) {
+        return None;
+    }
+    Some(Target::Name {
+        host: host.to_ascii_lowercase(),
+        port: port.or(default_port)?,
+    })
+}
+
+/// Whether `text` is a host name: dot-separated labels of 1 to 63 letters,
+/// digits, `-` or `_`, not starting or ending with `-`, at most
+/// 253 bytes (a trailing dot allowed), and a last label that
+/// is not all digits (that would be a mistyped IPv4 address, not a name).
+pub fn is_host_name(text: &str) -> bool {
+    let text = text.strip_suffix('.').unwrap_or(text);
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    (1..=MAX_NAME_LEN).contains(&text.len())
+        && text.split('.').all(label)
+        && !text
+            .rsplit('.')
+            .next()
+            .is_some_and(|last| last.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The TLS client of an `https://` lookup: `ca` (PEM) or, when `None`, the
@@ -353,7 +539,10 @@ mod tests {
 
     fn cluster(protocol: ClusterProtocol) -> Cluster {
         Cluster {
-            lookup: super::super::ClusterLookup::Http { url: String::new() },
+            lookup: super::super::ClusterLookup::Http {
+                url: String::new(),
+                resolver: None,
+            },
             local_backend: None,
             positive_ttl: std::time::Duration::from_secs(30),
             negative_ttl: std::time::Duration::from_secs(2),
@@ -376,10 +565,7 @@ mod tests {
         );
         assert_eq!(
             ok.unwrap(),
-            vec![
-                "10.0.0.1:443".parse::<SocketAddr>().unwrap(),
-                "[2001:db8::1]:8443".parse().unwrap()
-            ]
+            vec![addr("10.0.0.1:443"), addr("[2001:db8::1]:8443")]
         );
         assert!(
             parse_reply(br#"{"endpoints": []}"#, None)
@@ -397,6 +583,17 @@ mod tests {
         ));
     }
 
+    fn addr(text: &str) -> Target {
+        Target::Addr(text.parse().unwrap())
+    }
+
+    fn name(host: &str, port: u16) -> Target {
+        Target::Name {
+            host: host.into(),
+            port,
+        }
+    }
+
     #[test]
     fn pangolin_endpoints_without_a_port_get_the_default_port() {
         let body =
@@ -404,16 +601,58 @@ mod tests {
         assert_eq!(
             parse_reply(body, Some(443)).unwrap(),
             vec![
-                "10.0.0.1:443".parse::<SocketAddr>().unwrap(),
-                "[2001:db8::1]:443".parse().unwrap(),
-                "[2001:db8::2]:443".parse().unwrap(),
-                "10.0.0.2:8443".parse().unwrap(),
+                addr("10.0.0.1:443"),
+                addr("[2001:db8::1]:443"),
+                addr("[2001:db8::2]:443"),
+                addr("10.0.0.2:8443"),
             ]
         );
-        assert!(matches!(
-            parse_reply(br#"{"endpoints": ["node-b.example.net"]}"#, Some(443)),
-            Err(HttpError::Endpoint(e)) if e == "node-b.example.net"
-        ));
+    }
+
+    #[test]
+    fn host_names_are_endpoints_mixed_with_addresses() {
+        // What Pangolin answers when `gerbil.base_endpoint` is a name.
+        let body = br#"{"endpoints": ["10.0.0.1", "10.0.0.2:8443", "Node-B.Example.NET",
+            "node-c.example.net:8444", "node-d.example.net.", "edge_1.internal"]}"#;
+        assert_eq!(
+            parse_reply(body, Some(443)).unwrap(),
+            vec![
+                addr("10.0.0.1:443"),
+                addr("10.0.0.2:8443"),
+                name("node-b.example.net", 443),
+                name("node-c.example.net", 8444),
+                name("node-d.example.net", 443),
+                name("edge_1.internal", 443),
+            ]
+        );
+        // snirelay's protocol has no default port: a name needs one.
+        assert_eq!(
+            parse_reply(br#"{"endpoints": ["node-b.test:9443"]}"#, None).unwrap(),
+            vec![name("node-b.test", 9443)]
+        );
+        for bad in [
+            "node-b.test",
+            "-bad.test:443",
+            "a..b:443",
+            "a b:443",
+            "10.0.0.300:443",
+            "node.test:0",
+            "node.test:65536",
+            "node.test:https",
+            ":443",
+            "",
+        ] {
+            let body = serde_json::json!({ "endpoints": ["10.0.0.1:443", bad] }).to_string();
+            assert!(
+                matches!(parse_reply(body.as_bytes(), None), Err(HttpError::Endpoint(e)) if e == bad),
+                "{bad:?}"
+            );
+        }
+        let long = format!("{}.test", "a".repeat(64));
+        assert!(!is_host_name(&long), "a label over 63 bytes");
+        let many = vec!["a"; 128].join(".");
+        assert!(!is_host_name(&many), "over 253 bytes");
+        assert!(is_host_name("localhost") && is_host_name("node.test."));
     }
 
     proptest::proptest! {
@@ -449,8 +688,49 @@ mod tests {
                 })
                 .collect();
             let body = serde_json::json!({ "endpoints": texts }).to_string();
+            let addrs: Vec<Target> = addrs.into_iter().map(Target::Addr).collect();
             proptest::prop_assert_eq!(parse_reply(body.as_bytes(), Some(443)).unwrap(), addrs);
         }
+    }
+
+    #[test]
+    fn redirects_are_followed_on_the_same_origin_only() {
+        let config = cluster(ClusterProtocol::Snirelay);
+        let t = HttpTarget::new("http://cp.internal:8080/api/resolve?x=1", &config);
+        let status = StatusCode::TEMPORARY_REDIRECT;
+        let follow = |location: &str| {
+            t.redirect_target(status, Some(location), "/api/resolve?x=1")
+                .unwrap()
+        };
+        assert_eq!(follow("/v2/resolve"), "/v2/resolve");
+        assert_eq!(follow("resolve2?y=2"), "/api/resolve2?y=2");
+        assert_eq!(follow("http://CP.internal:8080/new?z"), "/new?z");
+        for elsewhere in [
+            "https://cp.internal:8080/new",
+            "http://cp.internal/new",
+            "http://other.internal:8080/new",
+            "//other.internal:8080/new",
+            "ftp://cp.internal:8080/new",
+        ] {
+            assert!(
+                matches!(
+                    t.redirect_target(status, Some(elsewhere), "/"),
+                    Err(HttpError::Redirect { .. })
+                ),
+                "{elsewhere}"
+            );
+        }
+        assert!(matches!(
+            t.redirect_target(status, None, "/"),
+            Err(HttpError::Redirect { .. })
+        ));
+        // An https URL's default port is 443, written or not.
+        let t = HttpTarget::new("https://cp.internal/api", &config);
+        assert_eq!(
+            t.redirect_target(status, Some("https://cp.internal:443/x"), "/api")
+                .unwrap(),
+            "/x"
+        );
     }
 
     #[test]
@@ -490,7 +770,7 @@ mod tests {
             file: None,
         }];
         let t = HttpTarget::new("http://cp:3001/api/v1", &config);
-        let request = t.request("a.example.com");
+        let request = t.request("a.example.com", &t.path);
         assert_eq!(request.uri(), "/api/v1/gerbil/get-resolved-hostname");
         assert_eq!(request.headers()["x-token"], "s3cret");
         assert!(request.headers()["x-token"].is_sensitive());

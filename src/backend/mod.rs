@@ -255,7 +255,8 @@ pub struct Cluster {
 /// `[backend.*.cluster] protocol`: the lookup's request and reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterProtocol {
-    /// POST `{"hostname"}` to `lookup_url` itself; endpoints are `ip:port`.
+    /// POST `{"hostname"}` to `lookup_url` itself; endpoints are `ip:port`
+    /// or `host:port`.
     Snirelay,
     /// Pangolin's Gerbil route: POST `{"hostname", "publicKey"}` to
     /// `{lookup_url}/gerbil/get-resolved-hostname`; endpoints without a
@@ -342,7 +343,12 @@ pub enum ClusterLookup {
     Dns { server: SocketAddr, port: u16 },
     /// POST to this `http://` or `https://` URL (the request and reply are
     /// [`Cluster::protocol`]'s); an empty endpoint list means this node.
-    Http { url: String },
+    /// Host names in the answer are resolved through `resolver` (`IP:53`)
+    /// when set, else the system resolver, as a `resolve` backend's.
+    Http {
+        url: String,
+        resolver: Option<SocketAddr>,
+    },
 }
 
 // ------------------------------------------------------------- run time

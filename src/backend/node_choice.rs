@@ -7,9 +7,15 @@
 //!   changes.
 //! - `gerbil_fnv`: the choice Gerbil's SNI proxy makes, so that in a fleet
 //!   of Gerbil and snirelay nodes a connection goes to the same node
-//!   whichever kind received it. Gerbil takes FNV-1a (32 bit) of the
-//!   client's address as text, `ip:port`, and uses the endpoint at index
-//!   `hash % n` in the order the control plane answered. The text is Go's:
+//!   whichever kind received it. Gerbil (`selectStickyEndpoint` in its
+//!   `proxy/proxy.go`) takes FNV-1a (32 bit) of the client's address as
+//!   text, `ip:port`, and uses the endpoint at index `hash % n`, `n` the
+//!   number of endpoint strings the control plane answered, in that order:
+//!   it hashes the client, never an endpoint, and picks before resolving
+//!   anything, so a host name counts as one endpoint whatever it resolves
+//!   to (`super::cluster::Nodes::gerbil_first` maps the pick onto the
+//!   resolved addresses). With one endpoint it does not hash (index 0, as
+//!   `hash % 1`). The text is Go's:
 //!   for a direct client `net.Conn.RemoteAddr().String()` (`1.2.3.4:5678`,
 //!   `[2001:db8::1]:5678`, an IPv4-mapped address written as IPv4); behind
 //!   a trusted relay's PROXY header `"%s:%d"` of the claimed address and

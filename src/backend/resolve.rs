@@ -20,6 +20,9 @@
 //!
 //! Metrics: `lookup("dns", ok | empty | error)` per resolution.
 //!
+//! [`resolve_once`] is the one resolution both this task and the cluster
+//! lookups (`super::cluster`, for host names in an answer) go through.
+//!
 //! Not here: per-SNI cluster lookups (`cluster`), caching (the published
 //! set is the cache), search domains (the name is fully qualified when a
 //! `resolver` is set).
@@ -87,22 +90,18 @@ impl Tracker {
             source.min_ttl,
             RETRY_CAP.clamp(source.min_ttl, source.max_ttl),
         );
-        match dns::query(server, &source.host, QUERY_TIMEOUT).await {
-            Ok(answer) if answer.addrs.is_empty() => {
+        match resolve_once(&source.host, source.port, Some(server)).await {
+            Ok(found) if found.addrs.is_empty() => {
                 self.empty(
                     source,
                     "negative DNS answer (no such name, or no A/AAAA record)",
                 );
                 retry
             }
-            Ok(answer) => {
-                let addrs: Vec<SocketAddr> = answer
-                    .addrs
-                    .iter()
-                    .map(|&ip| SocketAddr::new(ip, source.port))
-                    .collect();
-                let next = answer.ttl.clamp(source.min_ttl, source.max_ttl);
-                self.resolved(source, &addrs, next);
+            Ok(found) => {
+                let ttl = found.ttl.unwrap_or(source.min_ttl);
+                let next = ttl.clamp(source.min_ttl, source.max_ttl);
+                self.resolved(source, &found.addrs, next);
                 next
             }
             Err(error) => {
@@ -120,28 +119,17 @@ impl Tracker {
             first,
             RETRY_CAP.clamp(first, source.interval),
         );
-        let lookup = tokio::net::lookup_host((source.host.as_str(), source.port));
-        match tokio::time::timeout(SYSTEM_TIMEOUT, lookup).await {
-            Ok(Ok(addrs)) => {
-                let mut unique: Vec<SocketAddr> = Vec::new();
-                for addr in addrs {
-                    if !unique.contains(&addr) {
-                        unique.push(addr);
-                    }
-                }
-                if unique.is_empty() {
-                    self.empty(source, "the system resolver returned no address");
-                    return retry;
-                }
-                self.resolved(source, &unique, source.interval);
-                source.interval
-            }
-            Ok(Err(error)) => {
-                self.failed(source, &error);
+        match resolve_once(&source.host, source.port, None).await {
+            Ok(found) if found.addrs.is_empty() => {
+                self.empty(source, "the system resolver returned no address");
                 retry
             }
-            Err(_) => {
-                self.failed(source, &format!("no answer within {SYSTEM_TIMEOUT:?}"));
+            Ok(found) => {
+                self.resolved(source, &found.addrs, source.interval);
+                source.interval
+            }
+            Err(error) => {
+                self.failed(source, &error);
                 retry
             }
         }
@@ -198,6 +186,67 @@ impl Tracker {
                 tracing::debug!(%backend, host = %source.host, %error, failures, "DNS resolution still failing; no address yet");
             }
         }
+    }
+}
+
+/// What one resolution of a name found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The addresses, each with the port asked for, in the resolver's
+    /// order, without duplicates. Empty: a negative answer.
+    pub addrs: Vec<SocketAddr>,
+    /// How long the answer may be used, when a `resolver` was asked (the
+    /// record TTL, unclamped); the system resolver reports none.
+    pub ttl: Option<Duration>,
+}
+
+/// Why a resolution learnt nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Dns(#[from] dns::DnsError),
+    #[error("{0}")]
+    System(std::io::Error),
+    #[error("no answer from the system resolver within {SYSTEM_TIMEOUT:?}")]
+    SystemTimeout,
+}
+
+/// Resolves `host` once, as a `resolve` backend does: through `resolver`
+/// when given (A and AAAA, [`QUERY_TIMEOUT`]), else through the system
+/// resolver (getaddrinfo: /etc/hosts, then DNS as nsswitch.conf says;
+/// [`SYSTEM_TIMEOUT`]). Also what a cluster lookup resolves the host names
+/// of its answer with (`super::cluster`), so both kinds of backend see a
+/// name the same way.
+pub async fn resolve_once(
+    host: &str,
+    port: u16,
+    resolver: Option<SocketAddr>,
+) -> Result<Resolution, ResolveError> {
+    if let Some(server) = resolver {
+        let answer = dns::query(server, host, QUERY_TIMEOUT).await?;
+        let addrs = answer
+            .addrs
+            .iter()
+            .map(|&ip| SocketAddr::new(ip, port))
+            .collect();
+        return Ok(Resolution {
+            addrs,
+            ttl: Some(answer.ttl),
+        });
+    }
+    let lookup = tokio::net::lookup_host((host, port));
+    match tokio::time::timeout(SYSTEM_TIMEOUT, lookup).await {
+        Ok(Ok(found)) => {
+            let mut addrs: Vec<SocketAddr> = Vec::new();
+            for addr in found {
+                if !addrs.contains(&addr) {
+                    addrs.push(addr);
+                }
+            }
+            Ok(Resolution { addrs, ttl: None })
+        }
+        Ok(Err(error)) => Err(ResolveError::System(error)),
+        Err(_) => Err(ResolveError::SystemTimeout),
     }
 }
 

@@ -236,11 +236,17 @@ fn keepalive_setting(keepalive: Option<Keepalive>) -> KeepaliveSetting {
 fn proxy_protocol_section(inbound: &Inbound) -> ProxyProtocolSection {
     let Inbound {
         trusted,
+        trusted_names,
         mode,
         max_hops,
     } = inbound;
     ProxyProtocolSection {
-        trusted: trusted.iter().map(|c| c.to_string()).collect(),
+        // Names as configured (they are resolved again at every load).
+        trusted: trusted
+            .iter()
+            .map(|c| c.to_string())
+            .chain(trusted_names.iter().map(|n| n.name.clone()))
+            .collect(),
         mode: Some(
             match mode {
                 Mode::Require => "require",
@@ -458,9 +464,14 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         local_overrides,
         hop_proxy_protocol,
     } = cluster;
-    let (dns_server, port, lookup_url) = match lookup {
-        ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None),
-        ClusterLookup::Http { url } => (None, None, Some(url.clone())),
+    let (dns_server, port, lookup_url, resolver) = match lookup {
+        ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None, None),
+        ClusterLookup::Http { url, resolver } => (
+            None,
+            None,
+            Some(url.clone()),
+            resolver.map(|r| r.to_string()),
+        ),
     };
     // Pangolin lookups and Gerbil's node choice (issue 17): what came from
     // a file is shown as its path, never as its contents.
@@ -502,6 +513,7 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         dns_server,
         port,
         lookup_url: lookup_url.clone(),
+        resolver,
         local_backend: local_backend.clone(),
         positive_ttl: Some(duration(*positive_ttl)),
         negative_ttl: Some(duration(*negative_ttl)),

@@ -256,6 +256,9 @@ pub struct ClusterSection {
     pub dns_server: Option<String>,
     pub port: Option<i64>,
     pub lookup_url: Option<String>,
+    /// `IP:53`: resolve host names in `lookup_url` answers there instead
+    /// of through the system resolver (as `[backend.*] resolver`).
+    pub resolver: Option<String>,
     pub local_backend: Option<String>,
     pub positive_ttl: Option<String>,
     pub negative_ttl: Option<String>,

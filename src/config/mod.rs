@@ -41,7 +41,7 @@ pub use crate::pump::relay::Timeouts;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,9 +49,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::admit::{Limits, Rate};
+use crate::backend::cluster_http::is_host_name;
 use crate::cidr::{Cidr, CidrSet};
 use crate::matcher::SniMatcher;
-use crate::proxy::inbound::{Inbound, Mode};
+use crate::proxy::inbound::{Inbound, Mode, TrustedName};
 use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
 use crate::sockopt::Keepalive;
@@ -1551,6 +1552,12 @@ impl Checker {
     }
 
     fn cluster(&mut self, key: &str, section: &ClusterSection) -> Option<Cluster> {
+        if section.resolver.is_some() && section.lookup_url.is_none() {
+            self.problem(
+                format!("{key}.resolver"),
+                "only applies with `lookup_url` (it resolves host names in the answers)",
+            );
+        }
         let lookup = match (&section.dns_server, &section.lookup_url) {
             (Some(server), None) => {
                 let server = self.socket_addr(&format!("{key}.dns_server"), server);
@@ -1575,9 +1582,18 @@ impl Checker {
                 let valid = url.parse::<hyper::Uri>().ok().filter(|uri| {
                     matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
                 });
-                match valid {
-                    Some(_) => Some(ClusterLookup::Http { url: url.clone() }),
-                    None => {
+                let resolver = match &section.resolver {
+                    None => Some(None),
+                    Some(text) => self.socket_addr(&format!("{key}.resolver"), text).map(Some),
+                };
+                match (valid, resolver) {
+                    (Some(_), Some(resolver)) => Some(ClusterLookup::Http {
+                        url: url.clone(),
+                        resolver,
+                    }),
+                    // The resolver's problem is already reported.
+                    (Some(_), None) => None,
+                    (None, _) => {
                         self.problem(
                             format!("{key}.lookup_url"),
                             format!("{url:?} is not an http:// or https:// URL"),
@@ -2354,10 +2370,16 @@ impl Checker {
             );
         }
         let mut trusted = Vec::new();
+        let mut trusted_names = Vec::new();
         for (i, text) in section.trusted.iter().enumerate() {
+            let entry_key = format!("{key}.trusted[{i}]");
             match text.parse::<Cidr>() {
                 Ok(net) => trusted.push(net),
-                Err(e) => self.problem(format!("{key}.trusted[{i}]"), format!("{text:?}: {e}")),
+                Err(_) if is_host_name(text) => match resolve_trusted_name(text) {
+                    Ok(name) => trusted_names.push(name),
+                    Err(why) => self.problem(entry_key, why),
+                },
+                Err(e) => self.problem(entry_key, format!("{text:?}: {e}")),
             }
         }
         let mode = match section.mode.as_deref() {
@@ -2378,9 +2400,12 @@ impl Checker {
             MAX_HOPS_RANGE,
             i64::from(DEFAULT_MAX_HOPS),
         );
-        (trusted.len() == section.trusted.len() && !trusted.is_empty()).then_some(())?;
+        (trusted.len() + trusted_names.len() == section.trusted.len()
+            && !section.trusted.is_empty())
+        .then_some(())?;
         Some(Inbound {
             trusted,
+            trusted_names,
             mode: mode?,
             max_hops: max_hops? as u8,
         })
@@ -2789,6 +2814,54 @@ impl Checker {
             }
         }
     }
+}
+
+/// How long the system resolver may take for one host name in
+/// `[listener.proxy_protocol] trusted`. The configuration is loaded on the
+/// serving task at a reload, so a dead DNS server must not hold it for
+/// glibc's own worst case (30 s); past this the name counts as not
+/// resolving. The lookup runs on a thread of its own, left to finish.
+pub const TRUSTED_NAME_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A host name in `[listener.proxy_protocol] trusted`, resolved now through
+/// the system resolver (getaddrinfo: /etc/hosts, then DNS), as Gerbil
+/// resolves its `TRUSTED_UPSTREAMS` at start. A name that does not resolve
+/// is an error naming it: trusting nobody by that name without a word
+/// would refuse that peer's every header (`proxy_untrusted`).
+fn resolve_trusted_name(text: &str) -> Result<TrustedName, String> {
+    use std::net::ToSocketAddrs;
+    let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let asked = name.clone();
+    std::thread::spawn(move || {
+        let found = (asked.as_str(), 0)
+            .to_socket_addrs()
+            .map(|addrs| addrs.map(|a| a.ip()).collect::<Vec<IpAddr>>());
+        let _ = tx.send(found);
+    });
+    let must = "a trusted name must resolve when the configuration is loaded";
+    let found = match rx.recv_timeout(TRUSTED_NAME_TIMEOUT) {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => return Err(format!("host name {name:?} does not resolve ({e}); {must}")),
+        Err(_) => {
+            return Err(format!(
+                "host name {name:?} does not resolve (no answer from the system resolver within {TRUSTED_NAME_TIMEOUT:?}); {must}"
+            ));
+        }
+    };
+    let mut addrs: Vec<IpAddr> = Vec::new();
+    for ip in found {
+        let ip = crate::cidr::canonical(ip);
+        if !addrs.contains(&ip) {
+            addrs.push(ip);
+        }
+    }
+    if addrs.is_empty() {
+        return Err(format!(
+            "host name {name:?} does not resolve (no address); {must}"
+        ));
+    }
+    Ok(TrustedName { name, addrs })
 }
 
 #[cfg(test)]

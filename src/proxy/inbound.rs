@@ -3,7 +3,10 @@
 //!
 //! Runs only on listeners with a `[listener.proxy_protocol]` section; others
 //! go straight to `inspect`. Per connection:
-//! - the source is trusted when its socket address lies in `trusted`;
+//! - the source is trusted when its socket address lies in `trusted`: a
+//!   network, or an address a host name there resolved to when the
+//!   configuration was loaded (at start and at every reload; as Gerbil's
+//!   `TRUSTED_UPSTREAMS`, which resolves its names once at start);
 //! - every source is sniffed: a PROXY signature (v2's 12-byte signature, or
 //!   v1's `"PROXY "`) from an untrusted source is closed (`proxy_untrusted`);
 //!   anything else from it goes on untouched;
@@ -50,7 +53,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::cidr::Cidr;
+use crate::cidr::{Cidr, canonical};
 use crate::proxy::wire::{Announced, Header, Invalid, Parse, Sniff, check_claim, parse, sniff};
 use crate::reason::CloseReason;
 
@@ -67,14 +70,30 @@ pub enum Mode {
 /// A listener's validated `[listener.proxy_protocol]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inbound {
+    /// The networks `trusted` lists as such.
     pub trusted: Vec<Cidr>,
+    /// The host names `trusted` lists, each with its addresses.
+    pub trusted_names: Vec<TrustedName>,
     pub mode: Mode,
     pub max_hops: u8,
+}
+
+/// A host name in `trusted`, resolved when the configuration was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedName {
+    /// As configured (lowercase, no trailing dot).
+    pub name: String,
+    /// Its addresses then (IPv4-mapped ones as IPv4), never empty.
+    pub addrs: Vec<IpAddr>,
 }
 
 impl Inbound {
     pub fn trusts(&self, ip: IpAddr) -> bool {
         self.trusted.iter().any(|net| net.contains(ip))
+            || (!self.trusted_names.is_empty() && {
+                let ip = canonical(ip);
+                self.trusted_names.iter().any(|n| n.addrs.contains(&ip))
+            })
     }
 }
 

@@ -16,13 +16,24 @@
 //! in it gets what Pangolin answers for a name no exit node serves,
 //! `200 {"endpoints": []}`. Every request is logged ([`Pangolin::log`]).
 //!
+//! Endpoints are what Pangolin answers: each exit node's `endpoint`, which
+//! it fills from `gerbil.base_endpoint`, a host name in a real deployment.
+//! The double therefore comes with a test DNS server ([`Pangolin::dns`],
+//! the relay's `resolver`): [`Pangolin::exit_node`] names a node there and
+//! returns the name to answer with. A test that wants IP literals answers
+//! them with [`Reply::endpoints`] as before.
+//!
+//! Redirects, as a proxy in front of Pangolin may send them
+//! ([`Pangolin::redirect`]): a request to a given path gets a status and a
+//! `Location`, whatever its method and body.
+//!
 //! It also speaks the other direction of Pangolin's protocol:
 //! [`Pangolin::push_local_snis`] sends `POST /update-local-snis` with
 //! `{"fullDomains": [...]}`, as Pangolin does to Gerbil's API.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -33,7 +44,11 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
+use super::dns::DnsServer;
 use super::{Answer, Pki, WAIT, http_request_text, http_tcp};
+
+/// The TTL, seconds, of the exit nodes' names in the double's DNS.
+pub const NODE_TTL: u32 = 300;
 
 /// The API base Gerbil is given as `remoteConfig`.
 pub const BASE: &str = "/api/v1";
@@ -73,6 +88,8 @@ struct State {
     /// When set, every well-formed request gets this instead.
     failure: Option<Reply>,
     required: Vec<(String, String)>,
+    /// Path → (status, Location).
+    redirects: HashMap<String, (u16, String)>,
     requests: HashMap<String, usize>,
     malformed: usize,
     log: Vec<Logged>,
@@ -81,6 +98,9 @@ struct State {
 /// A running Pangolin double; stops when dropped.
 pub struct Pangolin {
     pub addr: SocketAddr,
+    /// Where the exit nodes' names resolve (`resolver` in the relay's
+    /// cluster section).
+    pub dns: DnsServer,
     tls: bool,
     state: Arc<Mutex<State>>,
     changed: Arc<Notify>,
@@ -133,6 +153,7 @@ impl Pangolin {
         });
         Pangolin {
             addr,
+            dns: DnsServer::start().await,
             tls: https,
             state,
             changed,
@@ -145,6 +166,28 @@ impl Pangolin {
     pub fn base_url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}{BASE}", self.addr)
+    }
+
+    /// The `resolver` to configure: the double's DNS server.
+    pub fn resolver(&self) -> SocketAddr {
+        self.dns.addr
+    }
+
+    /// An exit node whose `endpoint` is `name`, at `addrs` (A and AAAA
+    /// records, in that order, TTL [`NODE_TTL`]); returns `name`, to
+    /// answer with.
+    pub fn exit_node(&self, name: &str, addrs: &[IpAddr]) -> String {
+        self.dns.set(name, addrs.to_vec(), NODE_TTL);
+        name.to_owned()
+    }
+
+    /// Answers every request for `path` with `status` and `Location:
+    /// location` from now on.
+    pub fn redirect(&self, path: &str, status: u16, location: &str) {
+        let mut state = self.state.lock().unwrap();
+        state
+            .redirects
+            .insert(path.to_owned(), (status, location.to_owned()));
     }
 
     /// Answers `hostname` with `reply` from now on.
@@ -280,7 +323,16 @@ async fn answer(
         .required
         .iter()
         .all(|(name, value)| headers.get(name) == Some(value));
+    let redirect = state.redirects.get(&path).cloned();
     let response = match (routed, checked) {
+        _ if redirect.is_some() => {
+            let (code, location) = redirect.unwrap();
+            let mut response = error(StatusCode::from_u16(code).unwrap(), "moved");
+            response
+                .headers_mut()
+                .insert(hyper::header::LOCATION, location.parse().unwrap());
+            response
+        }
         (false, _) => error(StatusCode::NOT_FOUND, "Not Found"),
         (true, Err(why)) => {
             state.malformed += 1;
