@@ -124,11 +124,13 @@ pub fn handle(
             Err(reason) => *reason,
         };
         drop(established);
-        // Both sockets are closed before the line is written, so a log line
-        // means the connection's descriptors are gone.
+        // Both sockets are closed and the connection's places under
+        // `max_connections` and its source's limit are released before the
+        // line is written, so a log line means the connection's descriptors
+        // are gone and its source may connect again.
         drop(accepted);
-        record.close(reason);
         drop(slots);
+        record.close(reason);
     }
 }
 
