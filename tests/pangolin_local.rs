@@ -2,8 +2,10 @@
 //! relay binary on loopback: names pushed to `POST /update-local-snis` go to
 //! the local backend ("Traefik") without a lookup, a name that leaves the
 //! set has its open connection closed as `moved` (another name's stays) and
-//! its cached answer dropped, the pushed set survives a restart, pushes need
-//! the admin token and a valid body, the default route (`sni = ["*"]`)
+//! its cached answer dropped, the pushed set survives a restart, pushes
+//! arrive as Pangolin sends them (no token, from an address the node's
+//! `push_unauthenticated_from` lists) and, without that list, need the
+//! admin token; every push needs a valid body, the default route (`sni = ["*"]`)
 //! sends every name to the cluster backend, `local_overrides` are local
 //! without a push, and a two-node chain with `hop_proxy_protocol = "v1"`
 //! delivers the original client to a node that reads PROXY v1 as Gerbil
@@ -15,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use common::control_plane::{ControlPlane, Reply};
+use common::pangolin::Pangolin;
 use common::*;
 use snirelay::proxy::wire::{self, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -116,6 +119,7 @@ fn node_config(cp: &ControlPlane, traefik: SocketAddr, tokens: &Path, state: &Pa
 [admin]
 listen = "127.0.0.1:0"
 token_file = "{tokens}"
+push_unauthenticated_from = ["127.0.0.1/32"]
 local_names_file = "{state}"
 moved_close_window = "300ms"
 
@@ -153,7 +157,16 @@ fn push_request(body: &str, token: Option<&str>) -> String {
     http_request_text("POST", "/update-local-snis", &headers, body)
 }
 
+/// Pushes `names` as Pangolin does: no token, only `Content-Type`, from
+/// 127.0.0.1, which the node's `push_unauthenticated_from` lists.
 async fn push(relay: &Relay, names: &[&str]) -> serde_json::Value {
+    let answer = Pangolin::push_local_snis(relay.admin_addr().await, None, names).await;
+    assert_eq!(answer.status, 200, "{} {}", answer.head, answer.body);
+    answer.json()
+}
+
+/// Pushes `names` with the node's bearer token, as an operator's script does.
+async fn push_with_token(relay: &Relay, names: &[&str]) -> serde_json::Value {
     let body = serde_json::json!({ "fullDomains": names }).to_string();
     let answer = http_tcp(relay.admin_addr().await, &push_request(&body, Some(TOKEN))).await;
     assert_eq!(answer.status, 200, "{} {}", answer.head, answer.body);
@@ -327,9 +340,14 @@ async fn a_push_needs_the_token_and_a_valid_body_and_a_refused_one_changes_nothi
     let node = Node::new().await;
     node.cp
         .set("a.example.com", Reply::endpoints(&[node.remote]));
-    let relay = Relay::start(&node.config()).await;
+    // Without `push_unauthenticated_from`, every push needs the token.
+    let config = node
+        .config()
+        .replace("push_unauthenticated_from = [\"127.0.0.1/32\"]\n", "");
+    assert_ne!(config, node.config());
+    let relay = Relay::start(&config).await;
     let admin = relay.admin_addr().await;
-    push(&relay, &["a.example.com"]).await;
+    push_with_token(&relay, &["a.example.com"]).await;
     let saved = std::fs::read(node.state()).unwrap();
 
     let body = r#"{"fullDomains": []}"#;
@@ -527,14 +545,39 @@ hop_proxy_protocol = "v1"
 
 #[tokio::test]
 async fn the_pangolin_node_example_passes_check() {
-    // The example names the token and key files where they live on a
-    // node; `check` reads them, so the test points them at its own.
+    // The example is a node of a real cluster: endpoints and trusted peers
+    // by name over the nodes' public addresses, the push taken without a
+    // token from the Pangolin server, Gerbil behind the admin listener.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("examples/pangolin-node.toml")).unwrap();
+    for (says, why) in [
+        ("\nprotocol = \"pangolin\"\n", "Pangolin's lookup protocol"),
+        (
+            "trusted = [\"node-b.example.net\", \"node-c.example.net\"]",
+            "peers trusted by name",
+        ),
+        (
+            "push_unauthenticated_from = [\"203.0.113.2/32\"]",
+            "the tokenless push from the Pangolin server",
+        ),
+        (
+            "forward_unmatched_to = \"http://127.0.0.1:3004\"",
+            "Gerbil behind",
+        ),
+        (
+            "allowed_targets = [\"198.51.100.20/32\", \"192.0.2.30/32\"]",
+            "hops to the nodes' public addresses",
+        ),
+    ] {
+        assert!(text.contains(says), "the example has {why}: {says}");
+    }
     assert!(
-        text.contains("\nprotocol = \"pangolin\"\n"),
-        "the example speaks Pangolin's lookup protocol"
+        !text.contains("10.0.0."),
+        "no private network between nodes is assumed"
     );
+    // `check` reads the token and key files where they live on a node, so
+    // the test points them at its own; the trusted names resolve from a
+    // test hosts file, as a node's DNS would answer them.
     let tokens = token_file(&format!("pangolin:{TOKEN}\n"));
     let dir = tokens.parent().unwrap().to_owned();
     let key = dir.join("wg.pub");
@@ -544,17 +587,24 @@ async fn the_pangolin_node_example_passes_check() {
         .replace("/etc/snirelay/wg.pub", &key.display().to_string());
     let path = dir.join("pangolin-node.toml");
     std::fs::write(&path, text).unwrap();
-    let (code, stdout, stderr) = run_snirelay(vec![
-        "check".into(),
-        "--config".into(),
-        path.display().to_string(),
-    ])
-    .await;
+    let hosts = common::hosts::Hosts::new(
+        "203.0.113.2 pangolin.example.net\n203.0.113.10 node-a.example.net\n\
+         198.51.100.20 node-b.example.net\n192.0.2.30 node-c.example.net\n",
+    );
+    let (code, stdout, stderr) = hosts.check(&path);
+    // Without the names, `check` says which trusted name does not resolve.
+    hosts.set("127.0.0.1 localhost\n");
+    let (unresolved, _, refused) = hosts.check(&path);
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.starts_with("ok"), "{stdout}");
     assert!(
         stdout.contains("default route everything -> backend pangolin"),
         "{stdout}"
+    );
+    assert_eq!(unresolved, Some(1), "{refused}");
+    assert!(
+        refused.contains("proxy_protocol.trusted[0]") && refused.contains("node-b.example.net"),
+        "{refused}"
     );
 }

@@ -14,80 +14,13 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
+use common::hosts::Hosts;
 use common::*;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The name the relay trusts.
 const PEER: &str = "edge-peer.test";
-
-/// A hosts file and a files-only nsswitch.conf for the relay's namespace.
-struct Hosts {
-    dir: PathBuf,
-    hosts: PathBuf,
-    nsswitch: PathBuf,
-}
-
-impl Hosts {
-    fn new(text: &str) -> Hosts {
-        let dir = scratch_dir("trusted-names");
-        let hosts = dir.join("hosts");
-        let nsswitch = dir.join("nsswitch.conf");
-        std::fs::write(&hosts, text).unwrap();
-        std::fs::write(&nsswitch, "hosts: files\n").unwrap();
-        Hosts {
-            dir,
-            hosts,
-            nsswitch,
-        }
-    }
-
-    /// Rewrites the hosts file in place (the same inode: the bind mount
-    /// shows the new text).
-    fn set(&self, text: &str) {
-        std::fs::write(&self.hosts, text).unwrap();
-    }
-
-    /// `command` run in a new mount namespace with the test files mounted
-    /// over the system's; `exec`, so the relay keeps the spawned PID.
-    fn wrap(&self, command: &Command) -> Command {
-        let mut wrapped = Command::new("unshare");
-        wrapped
-            .args(["--mount", "--propagation", "private", "sh", "-c"])
-            .arg(
-                "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf \
-                 && shift 2 && exec \"$@\"",
-            )
-            .arg("sh")
-            .arg(&self.hosts)
-            .arg(&self.nsswitch)
-            .arg(command.get_program())
-            .args(command.get_args());
-        wrapped
-    }
-
-    /// `snirelay check --config path` in the namespace: exit code, stdout
-    /// and stderr.
-    fn check(&self, path: &Path) -> (Option<i32>, String, String) {
-        let mut check = Command::new(env!("CARGO_BIN_EXE_snirelay"));
-        check.arg("check").arg("--config").arg(path);
-        let out = self.wrap(&check).output().expect("cannot run unshare");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn config(backend: SocketAddr) -> String {
     format!(

@@ -1233,6 +1233,9 @@ pub fn tagged_backend_on(
 /// The test DNS server (`dns::DnsServer`).
 pub mod dns;
 
+/// A test hosts file for a child's resolver (`hosts::Hosts`).
+pub mod hosts;
+
 /// UDP echo backends and clients for the QUIC listener's tests.
 pub mod udp;
 
