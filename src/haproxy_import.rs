@@ -913,13 +913,7 @@ impl Translator {
         backends: &BTreeMap<&str, &Section>,
     ) {
         self.key(&s.header);
-        let own: BTreeSet<usize> = s.lines.iter().map(|l| l.no).collect();
-        let lines: Vec<&Line> = defaults
-            .map(|d| d.lines.iter().collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .chain(&s.lines)
-            .collect();
+        let (own, lines) = with_defaults(s, defaults);
         let is_listen = s.kind == Kind::Listen;
         let mut listener = Table::new("[[listener]]");
         listener.row(
@@ -1326,13 +1320,7 @@ impl Translator {
 
     fn read_backend(&mut self, s: &Section, defaults: Option<&Section>) {
         self.key(&s.header);
-        let own: BTreeSet<usize> = s.lines.iter().map(|l| l.no).collect();
-        let lines: Vec<&Line> = defaults
-            .map(|d| d.lines.iter().collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .chain(&s.lines)
-            .collect();
+        let (own, lines) = with_defaults(s, defaults);
         let is_listen = s.kind == Kind::Listen;
         let mut info = BackendInfo::default();
         let mut check_ms: Option<(u64, String)> = None;
@@ -2050,6 +2038,22 @@ fn build_routes(
             .or_insert_with(|| "the names HAProxy's rules accept and send here".into());
     }
     Ok(routing)
+}
+
+/// A section's lines with its `defaults` section's lines before them, and
+/// the line numbers that are the section's own.
+fn with_defaults<'a>(
+    s: &'a Section,
+    defaults: Option<&'a Section>,
+) -> (BTreeSet<usize>, Vec<&'a Line>) {
+    let own = s.lines.iter().map(|l| l.no).collect();
+    let lines = defaults
+        .map(|d| d.lines.iter().collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(&s.lines)
+        .collect();
+    (own, lines)
 }
 
 #[cfg(test)]

@@ -155,12 +155,7 @@ async fn an_activated_datagram_socket_serves_the_quic_listener_of_the_same_name(
     let backend = udp_echo_backend().await;
     // The "socket unit" with `ListenDatagram=`: a bound UDP socket made by
     // the parent, passed as fd 3 with the name of the quic listener.
-    let activated = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let activated_addr = activated.local_addr().unwrap();
-    socket2::SockRef::from(&activated)
-        .set_cloexec(false)
-        .unwrap();
-    let fd = activated.as_raw_fd();
+    let (activated, activated_addr, fd) = activated_udp();
 
     // The file's own address (port 0) differs: the activated socket
     // replaces it.
@@ -201,12 +196,7 @@ async fn an_activated_datagram_socket_serves_the_quic_listener_of_the_same_name(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_activated_datagram_socket_is_handed_over_by_an_upgrade() {
     let backend = udp_echo_backend().await;
-    let activated = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let activated_addr = activated.local_addr().unwrap();
-    socket2::SockRef::from(&activated)
-        .set_cloexec(false)
-        .unwrap();
-    let fd = activated.as_raw_fd();
+    let (activated, activated_addr, fd) = activated_udp();
     let dir = scratch_dir("activated-upgrade");
     let takeover = dir.join("takeover.sock");
     let config = quic_config(backend);
@@ -356,4 +346,16 @@ async fn a_hand_over_moves_mainpid_and_sends_no_stopping() {
     let stopping = next_notification(&socket).await;
     assert_eq!(stopping, "STOPPING=1\nSTATUS=asked to stop");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What a socket unit with `ListenDatagram=` hands the relay: a bound UDP
+/// socket left open across exec, its address and its descriptor.
+fn activated_udp() -> (std::net::UdpSocket, std::net::SocketAddr, i32) {
+    let activated = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = activated.local_addr().unwrap();
+    socket2::SockRef::from(&activated)
+        .set_cloexec(false)
+        .unwrap();
+    let fd = activated.as_raw_fd();
+    (activated, addr, fd)
 }

@@ -353,8 +353,8 @@ async fn body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Refused> {
 }
 
 /// Whether `error` comes from the connection's deadline (a body trickled
-/// past `REQUEST_TIMEOUT`).
-fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+/// past `REQUEST_TIMEOUT`); also read by `forward` for a forwarded body.
+pub(super) fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(e) = next {
         if e.downcast_ref::<std::io::Error>()

@@ -278,7 +278,7 @@ async fn exchange(
     sender.send_request(request).await.map_err(|error| {
         if caused_by::<http_body_util::LengthLimitError>(&error) {
             Failure::TooLarge
-        } else if caused_by_timeout(&error) {
+        } else if super::control::timed_out(&error) {
             Failure::ClientTimedOut
         } else {
             Failure::Upstream(error)
@@ -290,20 +290,6 @@ fn caused_by<E: StdError + 'static>(error: &(dyn StdError + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(e) = next {
         if e.is::<E>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
-}
-
-/// The client's socket passed its deadline while its body was read.
-fn caused_by_timeout(error: &(dyn StdError + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
             return true;
         }
         next = e.source();
