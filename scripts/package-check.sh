@@ -71,8 +71,9 @@ done
 
 # --- 1. The static binary, as README builds it ---------------------------------
 t=$(date +%s)
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet \
-    --target "$triple" --bin snirelay
+# README's command, word for word (tests/packaging.rs compares them).
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked \
+    --target x86_64-unknown-linux-gnu --bin snirelay
 build_seconds=$(($(date +%s) - t))
 version=$("$bin" --version)
 pass build "$version, $(du -h "$bin" | cut -f1) unstripped, built in ${build_seconds} s"
@@ -123,7 +124,8 @@ pass chroot_run "run logged ready in ${ready_ms} ms; after SIGTERM it logged sto
 
 # --- 3. The .deb, as README builds it ----------------------------------------------
 t=$(date +%s)
-deb=$(cargo deb --no-build --target "$triple" --strip --quiet)
+# README's command, word for word; it prints the package's path.
+deb=$(cargo deb --no-build --target x86_64-unknown-linux-gnu --strip)
 [ -f "$deb" ] || fail deb "cargo deb printed no package path: $deb"
 pass deb "$(basename "$deb"), $(du -h "$deb" | cut -f1), packed in $(($(date +%s) - t)) s"
 listed=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ {print $6}' | sort)
