@@ -4,27 +4,33 @@
 #
 #   scripts/field-test.sh
 #
-# Run by hand, not in CI: measured on a 2-core machine without VMX (so under
-# TCG), 586 s with the image cached and the dependencies built (build 223 s,
-# boot to power-off 362 s); from a clean clone the release build (10 min)
-# and the first debootstrap (8 min) come on top.
+# Run by hand, not in CI (CI runs step 1's scripts/package-check.sh, not
+# the VM). Measured on a 2-core machine without VMX (so under TCG); see
+# README's "Field test" paragraph for the figures of the last run.
 #
-# 1. Builds the static release binary (crt-static, gnu target) and two .deb
-#    packages of it with cargo-deb (revision 1, then "next": revision 2);
-#    checks the binary with file/ldd, runs it in an empty chroot holding only
-#    the binary and a config, and runs lintian on the package.
+# 1. Installs its Debian packages by name (QEMU's system emulator and
+#    qemu-utils together, debootstrap, genisoimage, lintian, file) and the
+#    cargo-deb that .ci/install-deps pins, then checks every tool it needs
+#    and stops naming any that is missing. Runs scripts/package-check.sh
+#    (the static binary and the .deb as README builds them: file/ldd, an
+#    empty chroot, the package's contents and binary), then builds a second,
+#    different package: the binary rebuilt with SNIRELAY_VERSION=<version>+next
+#    and packed as <version>+next-1, so the upgrade in the guest goes from
+#    one version to the next. Runs lintian on the first.
 # 2. Makes (once, cached in $SNIRELAY_FIELD_CACHE, default
 #    /var/cache/snirelay-field) a Debian 12 root file system with debootstrap
-#    from deb.debian.org, with Debian's kernel package, cloud-init and
-#    openssh-server, as one raw ext4 image. Each run boots a copy-on-write
-#    overlay of it, so the image stays fresh.
+#    from the Debian mirror this machine's own apt sources name
+#    (scripts/field/apt-mirror.py; SNIRELAY_FIELD_MIRROR overrides it), with
+#    Debian's kernel package, cloud-init and openssh-server, as one raw ext4
+#    image. Each run boots a copy-on-write overlay of it, so the image stays
+#    fresh.
 # 3. Boots it with QEMU, with KVM when the CPU offers it, else with QEMU's
 #    emulation (TCG) (user networking; 443, 22 and 8080 forwarded from
 #    host loopback) and a NoCloud seed whose user-data is
 #    packaging/cloud-init.yaml with only its documented placeholders filled:
-#    SNIRELAY_DEB_URL (the revision-1 package, served over HTTP from the host
+#    SNIRELAY_DEB_URL (the first package, served over HTTP from the host
 #    at 10.0.2.2) and SNIRELAY_DEB_SHA256. A second disk (label FIELDTEST)
-#    carries scripts/field/guest.sh, loader.py and the revision-2 package; the
+#    carries scripts/field/guest.sh, loader.py and the second package; the
 #    image's field-runner.service runs guest.sh after cloud-init and powers
 #    off. guest.sh's results come back on the second serial port.
 # 4. When the guest says so, probes 443 (answers TLS), 22 (SSH only from the
@@ -70,54 +76,110 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # --- 1. Build ----------------------------------------------------------------
 # Its own Debian packages (not the test suite's: .ci/install-deps leaves
-# them out, CI does not boot VMs).
-needed=()
-for pair in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:debootstrap \
-    genisoimage:genisoimage lintian:lintian; do
-    command -v "${pair%%:*}" >/dev/null || needed+=("${pair#*:}")
+# them out, CI does not boot VMs), installed by name and together, QEMU's
+# two at the one version: on a machine whose image carried a newer
+# qemu-utils (from backports) than the qemu-system-x86 its sources offer,
+# installing qemu-system-x86 alone removed qemu-img, and installing both
+# unpinned is refused (qemu-utils Breaks the older qemu-system-common), so
+# qemu-utils is moved to qemu-system-x86's version (a downgrade there).
+# Every tool is checked after the install, by command, and a missing one
+# stops the run naming it.
+packages=(qemu-system-x86 qemu-utils debootstrap genisoimage lintian file openssl python3 e2fsprogs)
+installed() { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null | sed -n 's/^install ok installed //p'; }
+missing=()
+for p in "${packages[@]}"; do
+    [ -n "$(installed "$p")" ] || missing+=("$p")
 done
-if [ ${#needed[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${needed[@]}" >/dev/null
+qemu_utils_was=$(installed qemu-utils)
+if [ ${#missing[@]} -gt 0 ] || [ "$qemu_utils_was" != "$(installed qemu-system-x86)" ]; then
+    apt-get update -qq
+    qemu_version=$(apt-cache policy qemu-system-x86 | sed -n 's/^ *Candidate: //p')
+    [ -n "$qemu_version" ] && [ "$qemu_version" != "(none)" ] || {
+        echo "field test: apt offers no qemu-system-x86 (apt-cache policy qemu-system-x86)" >&2
+        exit 1
+    }
+    by_name=()
+    for p in "${packages[@]}"; do
+        case $p in qemu-*) by_name+=("$p=$qemu_version") ;; *) by_name+=("$p") ;; esac
+    done
+    phase "installing ${by_name[*]} (missing: ${missing[*]:-none}; qemu-utils was ${qemu_utils_was:-none})"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades "${by_name[@]}" >/dev/null
 fi
-command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
-phase "building the static binary and the packages"
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet \
-    --target "$triple" --bin snirelay
-bin=$CARGO_TARGET_DIR/$triple/release/snirelay
-cargo deb --no-build --target "$triple" --strip --quiet --output "$work/snirelay_1.deb" >/dev/null
-cargo deb --no-build --target "$triple" --strip --quiet --deb-revision 2 --output "$work/snirelay_next.deb" >/dev/null
+# cargo-deb: the version .ci/install-deps pins.
+cargo_deb_version=$(sed -n 's/^cargo_deb_version=//p' .ci/install-deps)
+if [ "$(cargo deb --version 2>/dev/null | awk '{print $NF}')" != "$cargo_deb_version" ]; then
+    cargo install --locked --quiet cargo-deb --version "$cargo_deb_version"
+fi
+for tool in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:debootstrap \
+    genisoimage:genisoimage lintian:lintian file:file openssl:openssl python3:python3 \
+    mkfs.ext4:e2fsprogs cargo-deb:"cargo install cargo-deb" cargo:"a Rust toolchain" \
+    dpkg-deb:dpkg chroot:coreutils; do
+    if ! command -v "${tool%%:*}" >/dev/null; then
+        echo "field test: ${tool%%:*} is missing after the install (it comes from ${tool#*:})" >&2
+        exit 1
+    fi
+done
+
+# The Debian mirror: the one this machine's own apt sources name for its
+# Debian release (one-line .list files and deb822 .sources files), so the
+# repository names none. SNIRELAY_FIELD_MIRROR overrides it.
+if [ -n "${SNIRELAY_FIELD_MIRROR:-}" ]; then
+    mirror=$SNIRELAY_FIELD_MIRROR
+elif ! mirror=$(python3 scripts/field/apt-mirror.py); then
+    echo "field test: no Debian mirror found in this machine's apt sources; set SNIRELAY_FIELD_MIRROR" >&2
+    exit 1
+fi
+record mirror PASS "debootstrap from $mirror ($( [ -n "${SNIRELAY_FIELD_MIRROR:-}" ] && echo SNIRELAY_FIELD_MIRROR || echo "this machine's apt sources"))"
+
+# The first package: scripts/package-check.sh builds the static binary and
+# the .deb as README does and checks them (static, the empty chroot, the
+# package's contents and its binary).
+phase "building and checking the static binary and the package (scripts/package-check.sh)"
+t=$(date +%s)
+if ! package_out=$(scripts/package-check.sh 2>&1); then
+    echo "$package_out"
+    echo "field test: scripts/package-check.sh failed; nothing to boot" >&2
+    exit 1
+fi
+while read -r line; do
+    if [[ "$line" =~ ^\[(PASS|FAIL)\]\ ([a-z_]+):\ (.*)$ ]]; then
+        record "${BASH_REMATCH[2]}" "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]}"
+    fi
+done <<<"$package_out"
+cp "$(sed -n 's/^deb: //p' <<<"$package_out")" "$work/snirelay_1.deb"
+first_seconds=$(($(date +%s) - t))
+
+# The second package: a different build with a visible version change. The
+# binary is rebuilt with SNIRELAY_VERSION (read at build time: src/lib.rs's
+# VERSION) and packed with the package version raised to match.
+phase "building the second package (a visible version change)"
+t=$(date +%s)
+crate_version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+next_version="$crate_version+next"
+SNIRELAY_VERSION=$next_version RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --release --locked --quiet --target "$triple" --bin snirelay
+cargo deb --no-build --target "$triple" --strip --quiet --deb-version "$next_version-1" \
+    --output "$work/snirelay_next.deb" >/dev/null
 version1=$(dpkg-deb -f "$work/snirelay_1.deb" Version)
 version2=$(dpkg-deb -f "$work/snirelay_next.deb" Version)
-record build PASS "$(basename "$bin") $(du -h "$bin" | cut -f1); packages $version1 and $version2 ($(du -h "$work/snirelay_1.deb" | cut -f1))"
+mkdir "$work/first" "$work/next"
+dpkg-deb -x "$work/snirelay_1.deb" "$work/first"
+dpkg-deb -x "$work/snirelay_next.deb" "$work/next"
+reports1=$("$work/first/usr/bin/snirelay" --version)
+reports2=$("$work/next/usr/bin/snirelay" --version)
+binary1=$(sha256sum "$work/first/usr/bin/snirelay" | cut -c1-12)
+binary2=$(sha256sum "$work/next/usr/bin/snirelay" | cut -c1-12)
+ok_if two_builds "package $version1 (binary $binary1, '$reports1') -> $version2 (binary $binary2, '$reports2'); first build with its checks ${first_seconds} s, second $(($(date +%s) - t)) s" \
+    bash -c 'dpkg --compare-versions "$1" gt "$2" && [ "$3" != "$4" ] && [ "$5" = "snirelay $6" ] && [ "$7" = "snirelay $8" ]' _ \
+    "$version2" "$version1" "$binary2" "$binary1" "$reports2" "$next_version" "$reports1" "$crate_version"
 
-file_out=$(file -b "$bin")
-ldd_out=$(ldd "$bin" 2>&1 || true)
-ok_if static_binary "file: ${file_out%%, BuildID*}; ldd: $ldd_out" \
-    bash -c '[[ "$1" == *"static"* ]] && { [[ "$2" == *"statically linked"* ]] || [[ "$2" == *"not a dynamic executable"* ]]; }' _ "$file_out" "$ldd_out"
-# An empty root: the binary, its config, nothing else (no libc, no /etc).
-chroot_dir=$work/chroot
-mkdir -p "$chroot_dir/etc/snirelay"
-cp "$bin" "$chroot_dir/snirelay"
-cp packaging/snirelay.toml "$chroot_dir/etc/snirelay/snirelay.toml"
-check_out=$(chroot "$chroot_dir" /snirelay check --config /etc/snirelay/snirelay.toml 2>&1 || true)
-sed -e 's/0\.0\.0\.0:443/127.0.0.1:0/; s/, "\[::\]:443"//; s/127\.0\.0\.1:9901/127.0.0.1:0/' \
-    packaging/snirelay.toml >"$chroot_dir/etc/snirelay/run.toml"
-run_out=$(timeout 5 chroot "$chroot_dir" /snirelay run --config /etc/snirelay/run.toml --log-format json 2>&1 || true)
-ok_if static_chroot "in an empty chroot: check says '$check_out'; run logs $(echo "$run_out" | grep -c '"ready"') ready line(s) before the 5 s timeout stops it" \
-    bash -c '[ "$1" = ok ] && [[ "$2" == *"\"message\":\"ready\""* ]]' _ "$check_out" "$run_out"
-ls -A "$chroot_dir" >/dev/null
-
-if command -v lintian >/dev/null; then
-    lintian_out=$(lintian --no-tag-display-limit "$work/snirelay_1.deb" 2>&1 || true)
-    lintian_tags=$(echo "$lintian_out" | grep -E '^[EWIPX]: ' | awk '{print $1 $3}' | sort | uniq -c | awk '{printf "%s%s", sep, $2; sep=", "}')
-    # The findings explained in packaging/debian/README are expected; any
-    # other error fails.
-    expected=$(sed -n 's/^- \([a-z0-9-]*\):.*/\1/p' packaging/debian/README | paste -sd'|')
-    unexpected=$(echo "$lintian_out" | grep '^E:' | grep -v -E "${expected:-^$}" || true)
-    ok_if lintian "${lintian_tags:-clean}" [ -z "$unexpected" ]
-else
-    record lintian FAIL "lintian is not installed (apt-get install lintian)"
-fi
+lintian_out=$(lintian --no-tag-display-limit "$work/snirelay_1.deb" 2>&1 || true)
+lintian_tags=$(echo "$lintian_out" | grep -E '^[EWIPX]: ' | awk '{print $1 $3}' | sort | uniq -c | awk '{printf "%s%s", sep, $2; sep=", "}')
+# The findings explained in packaging/debian/README are expected; any
+# other error fails.
+expected=$(sed -n 's/^- \([a-z0-9-]*\):.*/\1/p' packaging/debian/README | paste -sd'|')
+unexpected=$(echo "$lintian_out" | grep '^E:' | grep -v -E "${expected:-^$}" || true)
+ok_if lintian "${lintian_tags:-clean}" [ -z "$unexpected" ]
 
 # --- 2. The image --------------------------------------------------------------
 # KVM when the CPU exposes VMX/SVM and /dev/kvm is usable; otherwise QEMU's
@@ -138,7 +200,7 @@ if [ ! -e "$image" ]; then
         rm -rf "$rootfs"
         debootstrap --variant=minbase \
             --include=linux-image-amd64,systemd-sysv,udev,dbus,cloud-init,python3-cffi-backend,nftables,curl,ca-certificates,openssh-server,ifupdown,isc-dhcp-client,python3,openssl,iproute2,netbase,procps,kmod,util-linux \
-            bookworm "$rootfs" http://deb.debian.org/debian >"$cache/debootstrap.log"
+            bookworm "$rootfs" "$mirror" >"$cache/debootstrap.log"
         touch "$rootfs/.complete"
     fi
     # (python3-cffi-backend is named because debootstrap does not resolve
@@ -250,7 +312,7 @@ done <"$work/results.txt"
 grep '^LOG ' "$work/results.txt" | sed 's/^LOG /  guest: /' || true
 ok_if guest_finished "boot to power-off ${guest_seconds} s" grep -q '^DONE' "$work/results.txt"
 for expected in cloud_init package_installed active_ready readyz firewall_rules reload_route reload_broken \
-    upgrade_deb upgrade_zero_refused upgrade_in_journal conffile_kept upgraded_serves upgrade_script \
+    upgrade_deb upgrade_version upgrade_zero_refused upgrade_in_journal conffile_kept upgraded_serves upgrade_script \
     restart_socket journal_access security_exposure sandbox_writes purge; do
     grep -q "^CHECK|$expected|" "$work/results.txt" || record "$expected" FAIL "not reported by the guest"
 done

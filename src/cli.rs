@@ -22,7 +22,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/snirelay/snirelay.toml";
 /// snirelay: a layer-4 relay that routes TLS connections by SNI without
 /// terminating TLS.
 #[derive(Debug, Parser)]
-#[command(name = "snirelay", version, about, long_about = None)]
+#[command(name = "snirelay", version = crate::VERSION, about, long_about = None)]
 pub struct Cli {
     /// What to do; `run` when left out.
     #[command(subcommand)]

@@ -84,3 +84,13 @@ pub mod sni;
 pub mod sockopt;
 pub(crate) mod system_roots;
 pub mod takeover;
+
+/// The version this build reports (`snirelay --version`, the
+/// `snirelay_build_info` metric, the status page): `SNIRELAY_VERSION` when it
+/// was set at build time (a packager's or the field test's second build, so
+/// two builds of one commit can tell themselves apart), else the crate's
+/// version from Cargo.toml. Cargo rebuilds when that variable changes.
+pub const VERSION: &str = match option_env!("SNIRELAY_VERSION") {
+    Some(version) => version,
+    None => env!("CARGO_PKG_VERSION"),
+};

@@ -597,7 +597,7 @@ impl Metrics {
         let build_info = Family::<VersionLabels, Gauge>::default();
         build_info
             .get_or_create(&VersionLabels {
-                version: env!("CARGO_PKG_VERSION"),
+                version: crate::VERSION,
             })
             .set(1);
         r.register("snirelay_build_info", "Version of snirelay", build_info);

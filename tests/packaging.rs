@@ -1,8 +1,11 @@
 //! The files in packaging/: the packaged configuration passes `snirelay
 //! check`, the committed man pages match the CLI, and the systemd units pass
 //! `systemd-analyze verify` and keep their sandbox (`systemd-analyze
-//! security --offline`). Needs systemd-analyze (Debian package `systemd`);
-//! fails loudly without it.
+//! security --offline`). CI's package check (scripts/package-check.sh)
+//! runs README's install commands word for word and expects every asset;
+//! the field test's mirror comes from the machine's apt sources and no
+//! packaging script names a host. Needs systemd-analyze (Debian package
+//! `systemd`) and python3; fails loudly without them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -323,4 +326,230 @@ fn dockerfile_runs_the_static_binary_from_scratch() {
         "{dockerfile}"
     );
     assert!(dockerfile.contains("\nFROM scratch\n"), "{dockerfile}");
+}
+
+/// Shell commands of `text` as one line each: continuation lines joined,
+/// comments after a command dropped, runs of blanks made one space.
+fn shell_commands(text: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let line = line.split(" #").next().unwrap_or("").trim();
+        if line.starts_with('#') {
+            continue;
+        }
+        match line.strip_suffix('\\') {
+            Some(part) => current.push_str(&format!("{part} ")),
+            None => {
+                current.push_str(line);
+                let command = current.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !command.is_empty() {
+                    commands.push(command);
+                }
+                current.clear();
+            }
+        }
+    }
+    commands
+}
+
+/// The commands of README's "### Install" section (its first `sh` block).
+fn readme_install_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = readme
+        .split("\n### Install\n")
+        .nth(1)
+        .expect("README has an Install section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the Install section starts with a sh block");
+    shell_commands(block)
+}
+
+/// CI builds the package exactly as README tells an operator to:
+/// scripts/package-check.sh runs README's build and cargo-deb commands word
+/// for word, .ci/run runs it after the tests, and the cargo-deb README
+/// installs is the one .ci/install-deps pins.
+#[test]
+fn ci_builds_the_package_as_readme_says() {
+    let readme = readme_install_commands();
+    let script =
+        shell_commands(&std::fs::read_to_string(root().join("scripts/package-check.sh")).unwrap());
+    for prefix in ["RUSTFLAGS=", "cargo deb "] {
+        let command = readme
+            .iter()
+            .find(|c| c.starts_with(prefix))
+            .unwrap_or_else(|| panic!("README's Install has no `{prefix}` command: {readme:?}"));
+        // The same words, not a longer command that starts with them.
+        let runs = script.iter().any(|line| {
+            line.match_indices(command.as_str()).any(|(at, _)| {
+                let rest = &line[at + command.len()..];
+                rest.is_empty() || rest.starts_with(')')
+            })
+        });
+        assert!(runs, "scripts/package-check.sh does not run `{command}`");
+    }
+
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    let tests_at = ci
+        .find("\ncargo test --locked\n")
+        .expect(".ci/run runs the tests");
+    let check_at = ci
+        .find("\nscripts/package-check.sh\n")
+        .expect(".ci/run runs scripts/package-check.sh");
+    assert!(
+        check_at > tests_at,
+        "the package check runs after the tests"
+    );
+
+    let deps = std::fs::read_to_string(root().join(".ci/install-deps")).unwrap();
+    let pinned = deps
+        .lines()
+        .find_map(|l| l.strip_prefix("cargo_deb_version="))
+        .expect(".ci/install-deps pins cargo-deb");
+    let install = format!("cargo install --locked cargo-deb --version {pinned}");
+    assert!(
+        readme.contains(&install),
+        "README's Install does not say `{install}`: {readme:?}"
+    );
+}
+
+/// The files scripts/package-check.sh requires in the .deb (EXPECTED_FILES)
+/// are the package's assets in Cargo.toml, the service unit and the
+/// copyright file cargo-deb adds, and README's count of them is right. The
+/// .deb itself is compared with the list by the script (in CI).
+#[test]
+fn package_check_expects_every_asset() {
+    let cargo: toml::Value =
+        toml::from_str(&std::fs::read_to_string(root().join("Cargo.toml")).unwrap()).unwrap();
+    let deb = &cargo["package"]["metadata"]["deb"];
+    let mut from_cargo: Vec<String> = deb["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|asset| {
+            let source = asset[0].as_str().unwrap();
+            let dest = asset[1].as_str().unwrap();
+            let mut path = format!("./{dest}");
+            if dest.ends_with('/') {
+                path.push_str(Path::new(source).file_name().unwrap().to_str().unwrap());
+            }
+            if dest.starts_with("usr/share/man/") {
+                path.push_str(".gz"); // cargo-deb compresses man pages
+            }
+            path
+        })
+        .collect();
+    for unit in deb["systemd-units"].as_array().unwrap() {
+        if unit.get("unit-scripts").is_some() {
+            let name = unit["unit-name"].as_str().unwrap();
+            from_cargo.push(format!("./usr/lib/systemd/system/{name}.service"));
+        }
+    }
+    from_cargo.push("./usr/share/doc/snirelay/copyright".into());
+    from_cargo.sort();
+
+    let script = std::fs::read_to_string(root().join("scripts/package-check.sh")).unwrap();
+    let list = script
+        .split("EXPECTED_FILES=\"\\\n")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("scripts/package-check.sh has EXPECTED_FILES");
+    let expected: Vec<String> = list.lines().map(str::to_owned).collect();
+    assert_eq!(expected, from_cargo);
+
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let count = format!("lists exactly {} files", expected.len());
+    assert!(readme.contains(&count), "README does not say `{count}`");
+}
+
+/// The field test's Debian mirror comes from the machine's apt sources
+/// (scripts/field/apt-mirror.py), in both formats, in apt's file order,
+/// skipping deb-src, comments and disabled stanzas; with none for this
+/// release, or off Debian, it prints nothing and exits 1. Needs python3.
+#[test]
+fn field_test_mirror_comes_from_the_apt_sources() {
+    let tree = std::env::temp_dir().join(format!("snirelay-apt-{}", std::process::id()));
+    let lists = tree.join("etc/apt/sources.list.d");
+    std::fs::create_dir_all(&lists).unwrap();
+    let mirror = |tree: &Path| {
+        let out = Command::new("python3")
+            .arg(root().join("scripts/field/apt-mirror.py"))
+            .arg(tree)
+            .output()
+            .expect("python3 is missing: apt-get install python3");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        )
+    };
+    let write = |path: &str, text: &str| std::fs::write(tree.join(path), text).unwrap();
+    write(
+        "etc/os-release",
+        "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_CODENAME=bookworm\n",
+    );
+    write(
+        "etc/apt/sources.list",
+        "# deb http://commented.example/debian bookworm main\n\
+         deb-src http://source.example/debian bookworm main\n\
+         deb http://other.example/debian trixie main\n",
+    );
+    write(
+        "etc/apt/sources.list.d/b.list",
+        "deb [arch=amd64 signed-by=/k.gpg] http://one-line.example/debian/ bookworm main\n",
+    );
+    write(
+        "etc/apt/sources.list.d/a.sources",
+        "Types: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\nEnabled: no\n\n\
+         Types: deb-src deb\nURIs: https://deb822.example/debian/\nSuites: bookworm-updates\n bookworm\nComponents: main\n",
+    );
+    assert_eq!(
+        mirror(&tree),
+        (Some(0), "https://deb822.example/debian".into())
+    );
+    std::fs::remove_file(tree.join("etc/apt/sources.list.d/a.sources")).unwrap();
+    assert_eq!(
+        mirror(&tree),
+        (Some(0), "http://one-line.example/debian".into())
+    );
+    std::fs::remove_file(tree.join("etc/apt/sources.list.d/b.list")).unwrap();
+    assert_eq!(mirror(&tree), (Some(1), String::new()));
+    write(
+        "etc/apt/sources.list.d/c.list",
+        "deb http://one-line.example/debian bookworm main\n",
+    );
+    write("etc/os-release", "ID=ubuntu\nVERSION_CODENAME=bookworm\n");
+    assert_eq!(mirror(&tree), (Some(1), String::new()));
+    std::fs::remove_dir_all(&tree).unwrap();
+}
+
+/// The packaging and field-test scripts name no host: every URL in them is
+/// an IP literal (the guest's view of the host, loopback) or built at run
+/// time, so no mirror or registry is written into the repository.
+#[test]
+fn packaging_scripts_name_no_host() {
+    for file in [
+        ".ci/run",
+        ".ci/install-deps",
+        "scripts/package-check.sh",
+        "scripts/field-test.sh",
+        "scripts/field/guest.sh",
+        "scripts/field/loader.py",
+        "scripts/field/apt-mirror.py",
+        "packaging/cloud-init.yaml",
+        "packaging/Dockerfile",
+    ] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        for (at, _) in text.match_indices("://") {
+            let host = &text[at + 3..];
+            let first = host.chars().next().unwrap_or(' ');
+            assert!(
+                !first.is_ascii_alphabetic(),
+                "{file} names a host: {}",
+                host.lines().next().unwrap()
+            );
+        }
+    }
 }

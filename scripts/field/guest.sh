@@ -139,6 +139,11 @@ conf_sum=$(sha256sum "$conf" | cut -d' ' -f1)
 
 # --- 4. Package upgrade under load: postinst runs snirelay-upgrade --------
 old=$(mainpid)
+# The version the installed binary reports and the one the running process
+# reports (its snirelay_build_info metric), before and after.
+running_version() { curl -fsS -m 5 http://127.0.0.1:9901/metrics | sed -n 's/^snirelay_build_info{version="\([^"]*\)"}.*/\1/p'; }
+file_before=$(snirelay --version)
+running_before=$(running_version)
 cursor /tmp/c3
 
 load_bg 20 16 /tmp/load-upgrade
@@ -156,6 +161,11 @@ all_yes() { for v in "$@"; do [ "$v" = yes ] || return 1; done; }
 yn() { "$@" && echo yes || echo no; }
 ok_if upgrade_deb "apt-get install rc=$apt_rc, $v1 -> $v2, MainPID $old -> $new, old pid exited: $gone, is-active=$(systemctl is-active snirelay)" \
     all_yes "$(yn [ "$apt_rc" = 0 ])" "$(yn [ "$old" != "$new" ])" "$gone" "$(yn systemctl is-active --quiet snirelay)" "$(yn [ "$v1" != "$v2" ])"
+file_after=$(snirelay --version)
+running_after=$(running_version)
+ok_if upgrade_version "snirelay --version '$file_before' -> '$file_after'; the running relay's snirelay_build_info version '$running_before' -> '$running_after'" \
+    all_yes "$(yn [ -n "$running_before" ])" "$(yn [ "$file_before" != "$file_after" ])" "$(yn [ "$running_before" != "$running_after" ])" \
+    "$(yn [ "$file_after" = "snirelay $running_after" ])" "$(yn [ "$file_before" = "snirelay $running_before" ])"
 ok_if upgrade_zero_refused "load during the upgrade: $(cat /tmp/load-upgrade)" clean_load /tmp/load-upgrade
 ok_if upgrade_in_journal "journal: new process took over, old one drained, both under the unit" \
     journal_wait 5 'took over the listening sockets' /tmp/c3

@@ -334,7 +334,7 @@ pub fn render(state: &AdminState) -> String {
          <dt>connections draining</dt><dd data-metric=\"snirelay_connections_draining\">{draining}</dd>\
          <dt>page</dt><dd><small>rendered {now}, refreshed every {REFRESH_SECONDS}s; rates over the last ≥{min}s</small></dd>\
          </dl>",
-        version = escape(env!("CARGO_PKG_VERSION")),
+        version = escape(crate::VERSION),
         ready = if state.readiness.is_ready() {
             "yes"
         } else {
