@@ -49,6 +49,7 @@ fail() { echo "  [FAIL] $1: $2" >&2; echo "package check failed at $1" >&2; exit
 EXPECTED_FILES="\
 ./etc/snirelay/snirelay.toml
 ./usr/bin/snirelay
+./usr/lib/systemd/system/snirelay-h3.socket
 ./usr/lib/systemd/system/snirelay-tls.socket
 ./usr/lib/systemd/system/snirelay.service
 ./usr/libexec/snirelay/snirelay-reload
@@ -59,6 +60,7 @@ EXPECTED_FILES="\
 ./usr/share/doc/snirelay/examples/grafana-dashboard.json
 ./usr/share/man/man1/snirelay-check.1.gz
 ./usr/share/man/man1/snirelay-ctl.1.gz
+./usr/share/man/man1/snirelay-import-haproxy.1.gz
 ./usr/share/man/man1/snirelay-probe.1.gz
 ./usr/share/man/man1/snirelay-run.1.gz
 ./usr/share/man/man1/snirelay.1.gz
