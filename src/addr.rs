@@ -4,7 +4,7 @@
 //! always true. A [`ClaimedAddr`] is what a PROXY protocol header from a
 //! trusted peer relay says the client is: a claim. Keeping them apart in the
 //! type system means no code can log, limit or forward one as the other by
-//! accident (DESIGN.md "Claims and measurements").
+//! accident (docs/design.md "Claims and measurements").
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! One client connection, from accept to its single log line.
 //!
-//! [`handle`] reads top to bottom as the stages of DESIGN.md: preface →
+//! [`handle`] reads top to bottom as the stages of docs/design.md: preface →
 //! inspect → route → connect → announce (in `setup`, one boxed future that
 //! is freed once the hello is replayed) → the byte pump
 //! (`pump::relay::Relay`) → close.

@@ -1,7 +1,7 @@
 //! snirelay: a layer-4 relay that routes TLS connections by their SNI
 //! without terminating TLS.
 //!
-//! A connection's life, one module per stage (see DESIGN.md): `accept` →
+//! A connection's life, one module per stage (see docs/design.md): `accept` →
 //! [`admit`] (the one admission gate: per-source limits, at accept and on a
 //! trusted peer's claim) → preface ([`proxy::inbound`], PROXY protocol in)
 //! → [`inspect`] (over the pure [`client_hello`] parser and its incremental

@@ -1,12 +1,12 @@
 //! The compiled allowlist: which route, if any, a server name belongs to.
 //!
-//! Rules (DESIGN.md "route"): an exact name beats any wildcard; `*.example.com`
-//! matches every name below `example.com` at any depth but not `example.com`
-//! itself; among wildcards the longest suffix wins; comparisons are on label
-//! boundaries, so `badexample.com` never matches `example.com` or
-//! `*.example.com`; `*` alone (the default route) matches every name and is
-//! the least specific of all. Case and the trailing dot are already
-//! normalised away by [`Sni`] and [`Pattern`].
+//! Rules (docs/design.md "route"): an exact name beats any wildcard;
+//! `*.example.com` matches every name below `example.com` at any depth but
+//! not `example.com` itself; among wildcards the longest suffix wins;
+//! comparisons are on label boundaries, so `badexample.com` never matches
+//! `example.com` or `*.example.com`; `*` alone (the default route) matches
+//! every name and is the least specific of all. Case and the trailing dot
+//! are already normalised away by [`Sni`] and [`Pattern`].
 //!
 //! [`SniMatcher::find`] answers the most specific pattern;
 //! [`SniMatcher::matches`] walks every matching pattern from the most

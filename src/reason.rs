@@ -63,7 +63,7 @@ impl Fault {
     }
 }
 
-/// The stage of a connection's life (DESIGN.md) a close reason belongs to.
+/// The stage of a connection's life (docs/design.md) a close reason belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     /// Refused by the per-source limits before a byte is read.

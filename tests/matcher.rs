@@ -1,4 +1,4 @@
-//! The allowlist rules of DESIGN.md "route", as a table.
+//! The allowlist rules of docs/design.md "route", as a table.
 
 use snirelay::matcher::SniMatcher;
 use snirelay::sni::{Pattern, Sni};

@@ -2,11 +2,11 @@
 //!
 //! The input is split on `\n`: every line but the last is a config pattern,
 //! the last is a client's raw SNI bytes. The compiled matcher must agree with
-//! a plain string-compare model of DESIGN.md's rules (exact beats wildcard,
-//! `*.d` matches strictly below `d` on label boundaries, longest suffix wins,
-//! `*` alone matches any name and comes last), both for the best match and
-//! for the whole most-specific-first walk (`matches`), and normalising must
-//! be idempotent and produce lowercase, dot-free ends.
+//! a plain string-compare model of docs/design.md's "route" rules (exact
+//! beats wildcard, `*.d` matches strictly below `d` on label boundaries,
+//! longest suffix wins, `*` alone matches any name and comes last), both for
+//! the best match and for the whole most-specific-first walk (`matches`),
+//! and normalising must be idempotent and produce lowercase, dot-free ends.
 
 #![no_main]
 
