@@ -37,7 +37,8 @@
 //! Usage (see scripts/loadbench.sh, which builds and runs it):
 //! `loadbench --relay target/release/snirelay [--haproxy /usr/sbin/haproxy]
 //!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]
-//!  [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]`
+//!  [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]`;
+//! `loadbench --help` lists every option with its default.
 
 #[path = "support/proc.rs"]
 mod proc;
@@ -92,61 +93,96 @@ struct Args {
     admin: Option<(SocketAddr, &'static str)>,
 }
 
+/// Load benchmark: snirelay against HAProxy (and no proxy at all), side by
+/// side, on loopback.
+#[derive(clap::Parser)]
+#[command(name = "loadbench", args_override_self = true)]
+struct Cli {
+    /// The snirelay binary to run.
+    #[arg(long, value_name = "PATH", default_value = "target/release/snirelay")]
+    relay: PathBuf,
+    /// The HAProxy binary to compare with, or `none` to measure snirelay alone.
+    #[arg(long, value_name = "PATH|none", default_value = "/usr/sbin/haproxy")]
+    haproxy: String,
+    /// Runs, alternating which proxy goes first; the table gives medians.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    runs: usize,
+    /// Length of each phase (of each slice with `--slices`), in seconds.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    seconds: u64,
+    /// Worker threads of each proxy (`threads`, `nbthread`).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    threads: usize,
+    /// Quiet connections held open in the `idle` and `listing` phases.
+    #[arg(long, value_name = "N", default_value_t = 8000)]
+    idle: usize,
+    /// Phases to run, comma-separated: rate, up, down, ping, idle, listing.
+    #[arg(
+        long,
+        value_name = "PHASE,...",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        default_value = "rate,up,down,ping,idle"
+    )]
+    only: Vec<String>,
+    /// Turn splicing off on both proxies.
+    #[arg(long)]
+    no_splice: bool,
+    /// Pipe size for both proxies in bytes (`pipe_size`, `tune.pipesize`).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
+    pipe_size: usize,
+    /// Each proxy alone on CPU P, the load on CPU L; adds a census after each rate phase.
+    #[arg(long, value_name = "P,L", value_parser = cpu_pair)]
+    pin: Option<(usize, usize)>,
+    /// Who closes first in the rate phase: the client after the reply, or the backend.
+    #[arg(long, value_enum, default_value_t = Closer::Client)]
+    closer: Closer,
+    /// Both proxies send a PROXY v2 header to the backend.
+    #[arg(long)]
+    proxy_v2: bool,
+    /// Run snirelay with `tcp_keepalive = false` on both sides, as HAProxy runs here.
+    #[arg(long)]
+    no_keepalive: bool,
+    /// Run the rate phase as N ABBA pairs of `--seconds` slices (0: off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    slices: usize,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Closer {
+    Client,
+    Backend,
+}
+
+/// `--pin P,L`: two CPU numbers.
+fn cpu_pair(v: &str) -> Result<(usize, usize), String> {
+    let (p, l) = v.split_once(',').ok_or("expected PROXY_CPU,LOAD_CPU")?;
+    let cpu = |s: &str| s.parse::<usize>().map_err(|e| format!("{s}: {e}"));
+    Ok((cpu(p)?, cpu(l)?))
+}
+
 fn args() -> Args {
-    let mut args = Args {
-        relay: PathBuf::from("target/release/snirelay"),
-        haproxy: Some(PathBuf::from("/usr/sbin/haproxy")),
-        runs: 3,
-        seconds: 10,
-        threads: 1,
-        idle: 8000,
-        only: ["rate", "up", "down", "ping", "idle"]
-            .map(String::from)
-            .to_vec(),
-        splice: true,
-        pipe_size: 64 * 1024,
-        pin: None,
-        rate_mode: b'R',
-        proxy_v2: false,
-        keepalive: true,
-        slices: 0,
+    let cli = <Cli as clap::Parser>::parse();
+    Args {
+        relay: cli.relay,
+        haproxy: (cli.haproxy != "none").then(|| cli.haproxy.into()),
+        runs: cli.runs,
+        seconds: cli.seconds,
+        threads: cli.threads,
+        idle: cli.idle,
+        only: cli.only,
+        splice: !cli.no_splice,
+        pipe_size: cli.pipe_size,
+        pin: cli.pin,
+        rate_mode: match cli.closer {
+            Closer::Client => b'R',
+            Closer::Backend => b'C',
+        },
+        proxy_v2: cli.proxy_v2,
+        keepalive: !cli.no_keepalive,
+        slices: cli.slices,
         admin: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        match flag.as_str() {
-            "--relay" => args.relay = value().into(),
-            "--haproxy" => {
-                let v = value();
-                args.haproxy = (v != "none").then(|| v.into());
-            }
-            "--runs" => args.runs = value().parse().unwrap(),
-            "--seconds" => args.seconds = value().parse().unwrap(),
-            "--threads" => args.threads = value().parse().unwrap(),
-            "--idle" => args.idle = value().parse().unwrap(),
-            "--only" => args.only = value().split(',').map(String::from).collect(),
-            "--no-splice" => args.splice = false,
-            "--pipe-size" => args.pipe_size = value().parse().unwrap(),
-            "--pin" => {
-                let v = value();
-                let (p, l) = v.split_once(',').expect("--pin PROXY_CPU,LOAD_CPU");
-                args.pin = Some((p.parse().unwrap(), l.parse().unwrap()));
-            }
-            "--closer" => {
-                args.rate_mode = match value().as_str() {
-                    "client" => b'R',
-                    "backend" => b'C',
-                    other => panic!("--closer client|backend, not {other}"),
-                }
-            }
-            "--proxy-v2" => args.proxy_v2 = true,
-            "--no-keepalive" => args.keepalive = false,
-            "--slices" => args.slices = value().parse().unwrap(),
-            other => panic!("unknown argument {other}"),
-        }
     }
-    args
 }
 
 // ------------------------------------------------------------------ backend

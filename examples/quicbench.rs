@@ -32,7 +32,8 @@
 //!
 //! Usage (a release build: `cargo build --release --examples --bins`):
 //! `quicbench --relay target/release/snirelay [--runs 3] [--seconds 5]
-//!  [--flows 256] [--idle 8000] [--threads 1] [--only rate,idle]`
+//!  [--flows 256] [--idle 8000] [--threads 1] [--only rate,idle]`;
+//! `quicbench --help` lists every option with its default.
 
 #[path = "support/proc.rs"]
 mod proc;
@@ -58,41 +59,43 @@ const LOSS_WAIT: Duration = Duration::from_millis(200);
 const OPENING: usize = 128;
 const SIZES: [usize; 2] = [1200, 1350];
 
+/// QUIC load benchmark: datagrams through snirelay's `protocol = "quic"`
+/// listener against the same traffic sent straight to the backend, on
+/// loopback.
+#[derive(clap::Parser)]
+#[command(name = "quicbench", args_override_self = true)]
 struct Args {
+    /// The snirelay binary to run.
+    #[arg(long, value_name = "PATH", default_value = "target/release/snirelay")]
     relay: PathBuf,
+    /// Runs, relay and direct alternating order; the table gives medians.
+    #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
+    /// Length of each rate case, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 5)]
     seconds: u64,
+    /// Flows of the many-flows rate cases (the others use 1).
+    #[arg(long, value_name = "N", default_value_t = 256)]
     flows: usize,
+    /// Quiet flows opened in the `idle` phase (each costs the relay a descriptor).
+    #[arg(long, value_name = "N", default_value_t = 8000)]
     idle: usize,
+    /// The relay's worker threads (`threads`).
+    #[arg(long, value_name = "N", default_value_t = 1)]
     threads: usize,
+    /// Phases to run, comma-separated: rate, idle.
+    #[arg(
+        long,
+        value_name = "PHASE,...",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        default_value = "rate,idle"
+    )]
     only: Vec<String>,
 }
 
 fn args() -> Args {
-    let mut args = Args {
-        relay: PathBuf::from("target/release/snirelay"),
-        runs: 3,
-        seconds: 5,
-        flows: 256,
-        idle: 8000,
-        threads: 1,
-        only: vec!["rate".into(), "idle".into()],
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        match flag.as_str() {
-            "--relay" => args.relay = value().into(),
-            "--runs" => args.runs = value().parse().expect("--runs"),
-            "--seconds" => args.seconds = value().parse().expect("--seconds"),
-            "--flows" => args.flows = value().parse().expect("--flows"),
-            "--idle" => args.idle = value().parse().expect("--idle"),
-            "--threads" => args.threads = value().parse().expect("--threads"),
-            "--only" => args.only = value().split(',').map(String::from).collect(),
-            other => panic!("unknown argument {other}"),
-        }
-    }
-    args
+    <Args as clap::Parser>::parse()
 }
 
 // ------------------------------------------------------------------ backend

@@ -4,7 +4,8 @@
 //! security --offline`). CI's package check (scripts/package-check.sh)
 //! runs README's install commands word for word and expects every asset;
 //! the field test's mirror comes from the machine's apt sources and no
-//! packaging script names a host. Needs systemd-analyze (Debian package
+//! packaging script names a host. The benchmark tools (`loadbench`,
+//! `quicbench`) answer `--help`. Needs systemd-analyze (Debian package
 //! `systemd`) and python3; fails loudly without them.
 
 use std::path::{Path, PathBuf};
@@ -551,5 +552,42 @@ fn packaging_scripts_name_no_host() {
                 host.lines().next().unwrap()
             );
         }
+    }
+}
+
+/// An example built next to this test binary: target/<profile>/examples/NAME
+/// (this binary is target/<profile>/deps/packaging-HASH). `cargo test`
+/// builds the examples; `cargo test --test packaging` alone does not.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{}: not built; run `cargo build --examples` (plain `cargo test` builds it)",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn benchmark_tools_answer_help() {
+    for (name, option) in [("loadbench", "--haproxy"), ("quicbench", "--flows")] {
+        let out = Command::new(example(name)).arg("--help").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} --help: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(&format!("Usage: {name}")),
+            "{name} --help:\n{text}"
+        );
+        assert!(
+            text.contains(option),
+            "{name} --help names no {option}:\n{text}"
+        );
     }
 }
