@@ -375,3 +375,108 @@ fn token_files_hold_named_tokens_or_one_bare_token() {
         assert!(error.contains(says), "{bad:?}: {error}");
     }
 }
+
+/// The Markdown files a reader follows links through: README, docs/, the
+/// benchmark log and the other READMEs in the tree.
+fn documentation_files() -> Vec<PathBuf> {
+    let root = root();
+    let mut files = vec![root.join("README.md"), root.join("benches/README.md")];
+    for dir in ["docs", "tests/data", "packaging/debian"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A Markdown file's text outside fenced code blocks.
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The anchors GitHub gives a file's headings: lowercased, punctuation
+/// other than `-` and `_` dropped, spaces made `-`, a repeated heading
+/// suffixed `-1`, `-2`, ...
+fn heading_anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut anchors = BTreeSet::new();
+    for line in prose(text).lines() {
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let slug: String = line[hashes..]
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        anchors.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
+        *n += 1;
+    }
+    anchors
+}
+
+#[test]
+fn every_relative_link_in_the_documentation_resolves() {
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for file in documentation_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let body = prose(&text);
+        let mut rest = body.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let Some(end) = rest.find(|c: char| c == ')' || c.is_whitespace()) else {
+                break;
+            };
+            let link = &rest[..end];
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = link.split_once('#').unwrap_or((link, ""));
+            let target = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            checked += 1;
+            if !target.exists() {
+                broken.push(format!("{}: {link}: no such file", file.display()));
+            } else if !anchor.is_empty() && target.extension().is_some_and(|e| e == "md") {
+                let anchors = heading_anchors(&std::fs::read_to_string(&target).unwrap());
+                if !anchors.contains(anchor) {
+                    broken.push(format!("{}: {link}: no such heading", file.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    assert!(
+        checked > 50,
+        "only {checked} links found: is the scan broken?"
+    );
+}
