@@ -654,3 +654,41 @@ fn gerbil_fnv_index(client: &str, n: u32) -> usize {
     }
     (hash % n) as usize
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_exactly_as_a_docker_compose_node_makes_it() {
+    // As Pangolin's docker-compose installs a node: Gerbil's remoteConfig
+    // is `http://pangolin:3001/api/v1/` (a service name, a trailing slash),
+    // names come from the system resolver (the container's /etc/hosts and
+    // DNS), no extra request headers, and the answer is the exit node's
+    // `gerbil.base_endpoint`, a bare name given the default port. Here the
+    // relay's /etc/hosts is a test file in its own mount namespace.
+    let cp = Pangolin::start().await;
+    let node = node_at(2, 0, "node-b").await;
+    cp.set("app.example.com", Reply::endpoints(&["node-b.example.net"]));
+    let hosts = common::hosts::Hosts::new(&format!(
+        "127.0.0.1 localhost\n127.0.0.1 pangolin\n{} node-b.example.net\n",
+        node.ip()
+    ));
+    let url = format!("http://pangolin:{}/api/v1/", cp.addr.port());
+    let extra = format!("public_key = \"{KEY}\"\ndefault_port = {}", node.port());
+    let text = config_at(&url, &extra, "");
+    assert!(
+        !text.contains("resolver"),
+        "the system resolver, as deployed"
+    );
+    let relay = Relay::launch(&text, |path| hosts.wrap(&Relay::command(path))).await;
+
+    let (client, answer) = ask(&relay, "app.example.com").await;
+    assert_eq!(answer, "node-b");
+    let line = relay.closed_line(client).await;
+    assert_eq!(line["backend.addr"], node.to_string(), "{line}");
+    let log = cp.log();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].path, "/api/v1/gerbil/get-resolved-hostname");
+    assert_eq!(
+        body(&log[0]),
+        serde_json::json!({"hostname": "app.example.com", "publicKey": KEY})
+    );
+    assert_eq!(cp.malformed(), 0);
+}
