@@ -60,6 +60,19 @@ async fn node_at(last: u8, port: u16, tag: &'static str) -> SocketAddr {
     tagged_backend_on(listener, tag).0
 }
 
+/// Asks for `name` four times, from four client ports: each connection
+/// reaches `node`, which answers `tag`, whichever client it came from.
+async fn served_by(relay: &Relay, name: &str, tag: &str, node: SocketAddr) {
+    for _ in 0..4 {
+        let (client, answer) = ask(relay, name).await;
+        assert_eq!(answer, tag);
+        assert_eq!(
+            relay.closed_line(client).await["backend.addr"],
+            node.to_string()
+        );
+    }
+}
+
 /// Sends a hello for `name` through the relay and reads until it closes:
 /// the client's address and what the backend said ("" when nothing was
 /// relayed).
@@ -432,14 +445,7 @@ async fn a_name_that_does_not_resolve_is_skipped_and_the_others_are_used() {
     );
     let relay = relay_for(&cp, &format!("default_port = {port}"), "").await;
 
-    for _ in 0..4 {
-        let (client, answer) = ask(&relay, "www.example.com").await;
-        assert_eq!(answer, "node-2");
-        assert_eq!(
-            relay.closed_line(client).await["backend.addr"],
-            node.to_string()
-        );
-    }
+    served_by(&relay, "www.example.com", "node-2", node).await;
     let warn = logged(&relay, UNRESOLVED, "sni", "www.example.com").await;
     assert_eq!(warn["endpoint"], "gone.pangolin.test", "{warn}");
 
@@ -481,14 +487,7 @@ async fn a_name_resolving_to_a_forbidden_address_is_refused_for_that_address_onl
     );
     let relay = Relay::start(&text).await;
 
-    for _ in 0..4 {
-        let (client, answer) = ask(&relay, "www.example.com").await;
-        assert_eq!(answer, "node-2");
-        assert_eq!(
-            relay.closed_line(client).await["backend.addr"],
-            node.to_string()
-        );
-    }
+    served_by(&relay, "www.example.com", "node-2", node).await;
     let refused =
         "cluster answer names a host that resolves outside allowed_targets; this address dropped";
     let warn = logged(&relay, refused, "sni", "www.example.com").await;

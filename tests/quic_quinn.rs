@@ -682,15 +682,7 @@ async fn a_grease_ech_hello_over_quic_is_logged_and_counted_as_tcp_does() {
     assert_eq!(line["ech"], true, "{line}");
     assert_eq!(line["ech_kind"], kind, "{line}");
     let admin = relay.admin_addr().await;
-    let (_, text) = http_get(admin, "/metrics").await;
-    assert_eq!(
-        metric(
-            &text,
-            "snirelay_client_hellos_ech_total{listener=\"quic\",protocol=\"quic\"}"
-        ),
-        1.0,
-        "{text}"
-    );
+    assert_eq!(quic_ech_hellos(admin).await, 1.0);
 
     // A hello without ECH: `ech = false`, no `ech_kind`, no count.
     let mut tls =
@@ -705,13 +697,14 @@ async fn a_grease_ech_hello_over_quic_is_logged_and_counted_as_tcp_does() {
     assert_eq!(line["ech"], false, "{line}");
     assert_eq!(line["ech_kind"], Value::Null, "{line}");
     assert_eq!(line["alpn"], "h3", "{line}");
+    assert_eq!(quic_ech_hellos(admin).await, 1.0);
+}
+
+/// `snirelay_client_hellos_ech_total` of the listener `quic`.
+async fn quic_ech_hellos(admin: SocketAddr) -> f64 {
     let (_, text) = http_get(admin, "/metrics").await;
-    assert_eq!(
-        metric(
-            &text,
-            "snirelay_client_hellos_ech_total{listener=\"quic\",protocol=\"quic\"}"
-        ),
-        1.0,
-        "{text}"
-    );
+    metric(
+        &text,
+        "snirelay_client_hellos_ech_total{listener=\"quic\",protocol=\"quic\"}",
+    )
 }
