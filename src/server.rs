@@ -425,6 +425,10 @@ impl Server {
         {
             Ok(applied) => {
                 self.reloads_applied += 1;
+                // Counted before the admin listener shows the new
+                // generation: its page never shows a generation whose
+                // reload is not yet counted.
+                metrics::metrics().reload("ok");
                 // Applied, except what was fixed at start: said on every
                 // reload while the file and the process disagree.
                 let pending = effective::pending_restart(&self.started, &self.config.to_file());
@@ -454,7 +458,6 @@ impl Server {
                     reloads.failed = self.reloads_failed,
                     "reload applied"
                 );
-                metrics::metrics().reload("ok");
                 log_trusted_names(&self.config);
                 for p in &pending {
                     tracing::warn!(
