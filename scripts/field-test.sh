@@ -6,13 +6,13 @@
 #
 # Run by hand, not in CI (CI runs step 1's scripts/package-check.sh, not
 # the VM). Measured on a 2-core machine without VMX (so under TCG); see
-# README's "Field test" paragraph for the figures of the last run.
+# docs/operations.md's "Field test" paragraph for the figures of the last run.
 #
 # 1. Installs its Debian packages by name (QEMU's system emulator and
 #    qemu-utils together, debootstrap, genisoimage, lintian, file) and the
 #    cargo-deb that .ci/install-deps pins, then checks every tool it needs
 #    and stops naming any that is missing. Runs scripts/package-check.sh
-#    (the static binary and the .deb as README builds them: file/ldd, an
+#    (the static binary and the .deb as docs/operations.md builds them: file/ldd, an
 #    empty chroot, the package's contents and binary), then builds a second,
 #    different package: the binary rebuilt with SNIRELAY_VERSION=<version>+next
 #    and packed as <version>+next-1, so the upgrade in the guest goes from
@@ -132,7 +132,7 @@ fi
 record mirror PASS "debootstrap from $mirror ($( [ -n "${SNIRELAY_FIELD_MIRROR:-}" ] && echo SNIRELAY_FIELD_MIRROR || echo "this machine's apt sources"))"
 
 # The first package: scripts/package-check.sh builds the static binary and
-# the .deb as README does and checks them (static, the empty chroot, the
+# the .deb as docs/operations.md does and checks them (static, the empty chroot, the
 # package's contents and its binary).
 phase "building and checking the static binary and the package (scripts/package-check.sh)"
 t=$(date +%s)

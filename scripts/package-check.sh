@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Package check: builds the static binary and the .deb exactly as README's
+# Package check: builds the static binary and the .deb exactly as docs/operations.md's
 # "Install" section does, and checks them without booting anything. Run by
 # .ci/run after the tests, and by scripts/field-test.sh before it boots a VM.
 # Run as root (chroot) from anywhere in the repository:
@@ -16,7 +16,7 @@
 #    within 60 s, then SIGTERM to its PID: it logs `stopped` and exits 0
 #    within 60 s.
 # 3. The .deb: `cargo deb --no-build --target x86_64-unknown-linux-gnu
-#    --strip`. `dpkg-deb -c` lists exactly the files README says the
+#    --strip`. `dpkg-deb -c` lists exactly the files docs/operations.md says the
 #    package installs (EXPECTED_FILES below, no more, no fewer);
 #    `dpkg-deb -I` names /etc/snirelay/snirelay.toml as its one conffile,
 #    carries postinst, prerm and postrm, and depends on no library package.
@@ -44,7 +44,7 @@ checks=0
 pass() { checks=$((checks + 1)); echo "  [PASS] $1: $2"; }
 fail() { echo "  [FAIL] $1: $2" >&2; echo "package check failed at $1" >&2; exit 1; }
 
-# What README's "Install" section says the package installs, as dpkg-deb -c
+# What docs/operations.md's "Install" section says the package installs, as dpkg-deb -c
 # lists it (cargo-deb adds the copyright file and the units from packaging/).
 EXPECTED_FILES="\
 ./etc/snirelay/snirelay.toml
@@ -71,9 +71,9 @@ for tool in cargo cargo-deb file ldd chroot dpkg-deb timeout; do
 done
 [ "$(id -u)" = 0 ] || fail tools "run as root: the chroot check needs it"
 
-# --- 1. The static binary, as README builds it ---------------------------------
+# --- 1. The static binary, as docs/operations.md builds it --------------------
 t=$(date +%s)
-# README's command, word for word (tests/packaging.rs compares them).
+# docs/operations.md's command, word for word (tests/packaging.rs compares them).
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked \
     --target x86_64-unknown-linux-gnu --bin snirelay
 build_seconds=$(($(date +%s) - t))
@@ -124,18 +124,18 @@ relay_pid=""
 grep -q '"message":"stopped"' "$work/run.log" || fail chroot_run "no stopped line after SIGTERM; log: $(tail -5 "$work/run.log")"
 pass chroot_run "run logged ready in ${ready_ms} ms; after SIGTERM it logged stopped and exited 0"
 
-# --- 3. The .deb, as README builds it ----------------------------------------------
+# --- 3. The .deb, as docs/operations.md builds it -----------------------------
 t=$(date +%s)
-# README's command, word for word; it prints the package's path.
+# docs/operations.md's command, word for word; it prints the package's path.
 deb=$(cargo deb --no-build --target x86_64-unknown-linux-gnu --strip)
 [ -f "$deb" ] || fail deb "cargo deb printed no package path: $deb"
 pass deb "$(basename "$deb"), $(du -h "$deb" | cut -f1), packed in $(($(date +%s) - t)) s"
 listed=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ {print $6}' | sort)
 if [ "$listed" != "$EXPECTED_FILES" ]; then
-    fail deb_contents "dpkg-deb -c differs from README's list (< expected, > in the package):
+    fail deb_contents "dpkg-deb -c differs from docs/operations.md's list (< expected, > in the package):
 $(diff <(echo "$EXPECTED_FILES") <(echo "$listed") | grep '^[<>]')"
 fi
-pass deb_contents "$(echo "$listed" | wc -l) files, exactly those README names"
+pass deb_contents "$(echo "$listed" | wc -l) files, exactly those docs/operations.md names"
 info=$(dpkg-deb -I "$deb")
 conffiles=$(dpkg-deb -I "$deb" conffiles 2>/dev/null || true)
 [ "$conffiles" = /etc/snirelay/snirelay.toml ] || fail deb_control "conffiles: '$conffiles'"

@@ -7,7 +7,7 @@
 //! ([`Fault::level`]) and the `snirelay_client_hellos_total` outcome from
 //! the stage ([`CloseReason::hello_outcome`]); no match on reasons has a
 //! wildcard arm, so a new reason does not compile until its row is written.
-//! README.md's list of close reasons is checked against [`CloseReason::ALL`]
+//! docs/operations.md's list of close reasons is checked against [`CloseReason::ALL`]
 //! by `tests/close_reasons.rs`.
 //!
 //! A leaf: it imports nothing from the crate, so every stage can name the

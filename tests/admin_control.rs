@@ -2,7 +2,7 @@
 //! unless the caller can be named (a bearer token on TCP, or a Unix
 //! socket), bad input refused with a clear 4xx and nothing changed, drain
 //! and maint against live relayed connections, the state across SIGHUP
-//! (kept or changed backend; lost on restart, as README says),
+//! (kept or changed backend; lost on restart, as docs/operations.md says),
 //! `snirelay ctl`, and relaying undisturbed by a thousand slow admin
 //! clients.
 

@@ -1,38 +1,41 @@
-//! README.md's table of close reasons against the code's
+//! docs/operations.md's table of close reasons against the code's
 //! (`CloseReason::ALL` and each reason's row): every reason in one is in the
-//! other, with the same stage, fault and log level. An operator reads the
-//! README to write log queries and alerts, so a reason missing there, or
-//! one the code no longer has, is a bug.
+//! other, with the same stage, fault and log level. An operator reads that
+//! table to write log queries and alerts, so a reason missing there, or one
+//! the code no longer has, is a bug.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use snirelay::close::CloseReason;
 
-/// The heading of the README section that lists the close reasons.
+/// The heading of the docs/operations.md section that lists the close reasons.
 const HEADING: &str = "### Close reasons";
 
-/// (stage, fault, level) by reason name, as the README's table states them.
+/// (stage, fault, level) by reason name, as the docs' table states them.
 type Rows = BTreeMap<String, (String, String, String)>;
 
 fn readme_rows() -> Rows {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md");
     let readme = std::fs::read_to_string(&path).unwrap();
     let section = readme
         .split_once(&format!("\n{HEADING}\n"))
-        .unwrap_or_else(|| panic!("README.md has no `{HEADING}` section"))
+        .unwrap_or_else(|| panic!("docs/operations.md has no `{HEADING}` section"))
         .1;
     let section = section.split("\n#").next().unwrap();
     let mut rows = Rows::new();
     // Table rows that name a reason: | `name` | stage | fault | level | meaning |
     for line in section.lines().filter(|l| l.starts_with("| `")) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        assert!(cells.len() >= 6, "a short row in README.md: {line}");
+        assert!(
+            cells.len() >= 6,
+            "a short row in docs/operations.md: {line}"
+        );
         let name = cells[1].trim_matches('`').to_owned();
         let row = (cells[2].into(), cells[3].into(), cells[4].into());
         assert!(
             rows.insert(name.clone(), row).is_none(),
-            "`{name}` is listed twice in README.md"
+            "`{name}` is listed twice in docs/operations.md"
         );
     }
     assert!(!rows.is_empty(), "no reasons found under `{HEADING}`");
@@ -67,15 +70,15 @@ fn the_readme_lists_every_close_reason_as_the_code_defines_it() {
         .filter_map(|(name, row)| {
             let listed = readme.get(name)?;
             (listed != row).then(|| {
-                format!("{name}: README says (stage, fault, level) = {listed:?}, the code {row:?}")
+                format!("{name}: the docs say (stage, fault, level) = {listed:?}, the code {row:?}")
             })
         })
         .collect();
     assert!(
         only_in_code.is_empty() && only_in_readme.is_empty() && differ.is_empty(),
-        "README.md's close reasons and the code's disagree:\n\
-         missing from README.md: {only_in_code:?}\n\
-         in README.md but not in the code: {only_in_readme:?}\n\
+        "docs/operations.md's close reasons and the code's disagree:\n\
+         missing from docs/operations.md: {only_in_code:?}\n\
+         in docs/operations.md but not in the code: {only_in_readme:?}\n\
          {}",
         differ.join("\n")
     );

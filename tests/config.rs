@@ -88,7 +88,7 @@ fn the_shipped_example_is_what_the_readme_promises() {
     assert!(tls.matcher.find(&sni("example.com")).is_none());
 }
 
-/// README's "Migrating from HAProxy" section: its TOML block loads, and
+/// docs/migrating-from-haproxy.md: its TOML block loads, and
 /// says what the lines of the tls-edge-failover template it replaces say
 /// (tests/data/haproxy/tls-edge-failover.cfg: maxconn 2048, maxconnrate
 /// 400, backlog 2048, inspect-delay 5s, timeouts 5s / 5m / 15s,
@@ -98,12 +98,12 @@ fn the_shipped_example_is_what_the_readme_promises() {
 fn the_readme_migration_example_loads() {
     use std::num::NonZeroU32;
     use std::time::Duration;
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("docs/migrating-from-haproxy.md")).unwrap();
     let section = readme
-        .split_once("\n## Migrating from HAProxy\n")
-        .expect("README.md has a `## Migrating from HAProxy` section")
+        .split_once("# Migrating from HAProxy\n")
+        .expect("docs/migrating-from-haproxy.md has a `# Migrating from HAProxy` heading")
         .1;
-    // The template as README shows it is the fixture, line for line.
+    // The template as the guide shows it is the fixture, line for line.
     let shown = section
         .split_once("```haproxy\n")
         .and_then(|(_, rest)| rest.split_once("\n```"))
@@ -136,7 +136,7 @@ fn the_readme_migration_example_loads() {
             quoted
                 .iter()
                 .any(|q| *q == line || q.len() >= 8 && (line.starts_with(q) || line.ends_with(q))),
-            "README's line-by-line table does not translate `{line}`"
+            "the guide's line-by-line table does not translate `{line}`"
         );
     }
     let block = section
@@ -144,8 +144,8 @@ fn the_readme_migration_example_loads() {
         .and_then(|(_, rest)| rest.split_once("\n```"))
         .expect("the migration section has a ```toml block")
         .0;
-    let config = Config::from_toml(block, Path::new("README.md#migrating-from-haproxy"))
-        .unwrap_or_else(|e| panic!("the README's migration example does not load:\n{e}"));
+    let config = Config::from_toml(block, Path::new("docs/migrating-from-haproxy.md"))
+        .unwrap_or_else(|e| panic!("the guide's migration example does not load:\n{e}"));
     assert_eq!(config.global.max_connections, 2048);
     assert_eq!(config.global.max_connection_rate, NonZeroU32::new(400));
     assert_eq!(config.global.drain_timeout, Duration::from_secs(600));

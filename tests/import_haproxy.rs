@@ -70,19 +70,19 @@ fn the_seed_template_imports_completely_and_equals_the_readme_translation() {
     assert!(!toml.contains("NOT TRANSLATED"), "{toml}");
     let (code, out) = check(&toml);
     assert_eq!(code, 0, "{out}");
-    // The README's migration block is this translation, key for key.
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = readme
-        .split_once("\n## Migrating from HAProxy\n")
-        .unwrap()
-        .1;
+    // The migration guide's block is this translation, key for key.
+    let readme = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/migrating-from-haproxy.md"),
+    )
+    .unwrap();
+    let section = readme.split_once("# Migrating from HAProxy\n").unwrap().1;
     let block = section
         .split_once("```toml\n")
         .and_then(|(_, rest)| rest.split_once("\n```"))
         .unwrap()
         .0;
-    let from_readme = Config::from_toml(block, Path::new("README.md")).unwrap();
+    let from_readme =
+        Config::from_toml(block, Path::new("docs/migrating-from-haproxy.md")).unwrap();
     let imported = Config::from_toml(&toml, Path::new("imported.toml")).unwrap();
     assert_eq!(imported.to_file(), from_readme.to_file());
 }
@@ -433,7 +433,7 @@ async fn the_seed_template_routes_and_refuses_as_haproxy_does() {
 /// The one difference the translation's notes name: the template's regex
 /// admits labels of `[a-z0-9-]` only, and snirelay's `*.example.com` any
 /// host-name label, `_` included. Asserted so that it stays what the
-/// notes and README say.
+/// notes and docs/migrating-from-haproxy.md say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_underscore_label_is_the_documented_difference() {
     let results = compare(

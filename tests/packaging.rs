@@ -2,7 +2,7 @@
 //! check`, the committed man pages match the CLI, and the systemd units pass
 //! `systemd-analyze verify` and keep their sandbox (`systemd-analyze
 //! security --offline`). CI's package check (scripts/package-check.sh)
-//! runs README's install commands word for word and expects every asset;
+//! runs docs/operations.md's install commands word for word and expects every asset;
 //! the field test's mirror comes from the machine's apt sources and no
 //! packaging script names a host. The benchmark tools (`loadbench`,
 //! `quicbench`) answer `--help`. Needs systemd-analyze (Debian package
@@ -14,6 +14,7 @@ use std::process::Command;
 use snirelay::config::Config;
 
 include!("support/man_pages.rs");
+include!("support/command_reference.rs");
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -62,6 +63,41 @@ fn committed_man_pages_match_the_cli() {
             "{name} is stale: run `cargo run --example manpage` and commit packaging/"
         );
     }
+}
+
+/// docs/commands.md is the command reference generated from the same clap
+/// definition, and names every subcommand at any depth (`probe`, `ctl
+/// connections`, `ctl close` included) and every long option.
+#[test]
+fn committed_command_reference_matches_the_cli() {
+    use clap::CommandFactory;
+    let generated = snirelay_command_reference();
+    let committed =
+        std::fs::read_to_string(root().join(COMMAND_REFERENCE_PATH)).unwrap_or_else(|e| {
+            panic!("{COMMAND_REFERENCE_PATH}: {e}; run `cargo run --example manpage`")
+        });
+    assert!(
+        committed == generated,
+        "{COMMAND_REFERENCE_PATH} is stale: run `cargo run --example manpage` and commit it"
+    );
+    fn walk(command: &clap::Command, path: &str, text: &str) -> usize {
+        assert!(
+            text.contains(&format!("# {path}\n")),
+            "no heading for `{path}`"
+        );
+        for arg in command.get_arguments().filter_map(|a| a.get_long()) {
+            assert!(
+                text.contains(&format!("`--{arg}")),
+                "`{path}` lacks `--{arg}`"
+            );
+        }
+        1 + command
+            .get_subcommands()
+            .map(|sub| walk(sub, &format!("{path} {}", sub.get_name()), text))
+            .sum::<usize>()
+    }
+    let commands = walk(&snirelay::cli::Cli::command(), "snirelay", &committed);
+    assert!(commands >= 12, "only {commands} commands documented");
 }
 
 /// Copies the units into a scratch directory with ExecStart pointing at the
@@ -354,13 +390,14 @@ fn shell_commands(text: &str) -> Vec<String> {
     commands
 }
 
-/// The commands of README's "### Install" section (its first `sh` block).
+/// The commands of docs/operations.md's "## Install" section (its first
+/// `sh` block).
 fn readme_install_commands() -> Vec<String> {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
     let section = readme
-        .split("\n### Install\n")
+        .split("\n## Install\n")
         .nth(1)
-        .expect("README has an Install section");
+        .expect("docs/operations.md has an Install section");
     let block = section
         .split("```sh\n")
         .nth(1)
@@ -369,9 +406,9 @@ fn readme_install_commands() -> Vec<String> {
     shell_commands(block)
 }
 
-/// CI builds the package exactly as README tells an operator to:
-/// scripts/package-check.sh runs README's build and cargo-deb commands word
-/// for word, .ci/run runs it after the tests, and the cargo-deb README
+/// CI builds the package exactly as docs/operations.md tells an operator
+/// to: scripts/package-check.sh runs its build and cargo-deb commands word
+/// for word, .ci/run runs it after the tests, and the cargo-deb it
 /// installs is the one .ci/install-deps pins.
 #[test]
 fn ci_builds_the_package_as_readme_says() {
@@ -382,7 +419,9 @@ fn ci_builds_the_package_as_readme_says() {
         let command = readme
             .iter()
             .find(|c| c.starts_with(prefix))
-            .unwrap_or_else(|| panic!("README's Install has no `{prefix}` command: {readme:?}"));
+            .unwrap_or_else(|| {
+                panic!("docs/operations.md's Install has no `{prefix}` command: {readme:?}")
+            });
         // The same words, not a longer command that starts with them.
         let runs = script.iter().any(|line| {
             line.match_indices(command.as_str()).any(|(at, _)| {
@@ -413,13 +452,13 @@ fn ci_builds_the_package_as_readme_says() {
     let install = format!("cargo install --locked cargo-deb --version {pinned}");
     assert!(
         readme.contains(&install),
-        "README's Install does not say `{install}`: {readme:?}"
+        "docs/operations.md's Install does not say `{install}`: {readme:?}"
     );
 }
 
 /// The files scripts/package-check.sh requires in the .deb (EXPECTED_FILES)
 /// are the package's assets in Cargo.toml, the service unit and the
-/// copyright file cargo-deb adds, and README's count of them is right. The
+/// copyright file cargo-deb adds, and docs/operations.md's count of them is right. The
 /// .deb itself is compared with the list by the script (in CI).
 #[test]
 fn package_check_expects_every_asset() {
@@ -461,9 +500,12 @@ fn package_check_expects_every_asset() {
     let expected: Vec<String> = list.lines().map(str::to_owned).collect();
     assert_eq!(expected, from_cargo);
 
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
     let count = format!("lists exactly {} files", expected.len());
-    assert!(readme.contains(&count), "README does not say `{count}`");
+    assert!(
+        readme.contains(&count),
+        "docs/operations.md does not say `{count}`"
+    );
 }
 
 /// The field test's Debian mirror comes from the machine's apt sources

@@ -487,7 +487,7 @@ async fn a_reload_gives_new_flows_the_new_routes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backends_retry_passes_through_the_relay() {
-    // The relay does no Retry of its own (README, QUIC listener): address
+    // The relay does no Retry of its own (docs/quic.md, QUIC listener): address
     // validation is the backend's, and its Retry must reach the client
     // unchanged and the client's second Initial (new connection ID, the
     // token) continue the same flow.

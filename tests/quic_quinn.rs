@@ -322,7 +322,7 @@ async fn a_client_that_migrates_to_a_new_connection_id_is_not_followed() {
     // frame (RFC 9000 §9.5 forbids reusing one on a new path). The relay
     // cannot know it: the new path is a new flow of short headers, which
     // ends as `not_quic` with nothing forwarded, and the client's
-    // connection times out (README, "## QUIC listener").
+    // connection times out (docs/quic.md, "## QUIC listener").
     let pki = Pki::new(&[NAME]);
     let (_server, backend) = echo_server(&pki);
     let relay = Relay::start(&quic_config(backend, "", "idle_timeout = \"1s\"")).await;

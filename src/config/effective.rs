@@ -556,8 +556,8 @@ pub struct PendingRestart {
 /// how to read it from the file model. `admin.listen` also stands for the
 /// `[admin]` section itself (`null` without it): the admin listener is
 /// started, moved or removed only by a restart. (A kept listener socket's
-/// `backlog` and `reuse_port` are set when it is bound; see the README's
-/// reload section.)
+/// `backlog` and `reuse_port` are set when it is bound; see the reload
+/// section of docs/operations.md.)
 pub const RESTART_KEYS: [(&str, ReadKey); 4] = [
     ("global.threads", |f| json(f.global.threads)),
     ("global.pipe_size", |f| json(f.global.pipe_size)),

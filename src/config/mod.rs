@@ -2138,7 +2138,7 @@ impl Checker {
     /// A route of a QUIC listener: its keys that only mean something for
     /// TCP are refused, as the listener's are. `half_close_timeout` counts
     /// from a FIN, which a flow of datagrams never sees; every other route
-    /// key is read by the QUIC path (README, "QUIC listener").
+    /// key is read by the QUIC path (docs/quic.md, "QUIC listener").
     fn quic_route(&mut self, key: &str, section: &file::RouteSection, listener: &Listener) {
         if listener.protocol != Protocol::Quic {
             return;

@@ -30,7 +30,7 @@
 //!
 //! Not here: sockets and flows (the listener), Version Negotiation packets
 //! (version 0: their CIDs echo the client's), and IDs issued inside
-//! encrypted frames (not readable; see README, "## QUIC listener").
+//! encrypted frames (not readable; see docs/quic.md, "## QUIC listener").
 //!
 //! Cost: per backend datagram one byte test (short headers, the bulk of a
 //! connection, stop there) and for long headers a header read and a compare

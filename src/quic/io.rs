@@ -30,7 +30,7 @@
 //! that leaves slots free ends the readiness, as EAGAIN would.
 //!
 //! Performance: one busy flow costs about half the CPU per GB it cost with
-//! one system call per datagram (`examples/quicbench.rs`, README); a flow
+//! one system call per datagram (`examples/quicbench.rs`, benches/README.md); a flow
 //! with one datagram in flight at a time gains nothing to speak of.
 //!
 //! One [`UdpSocketState`] per listening socket serves its backend sockets
