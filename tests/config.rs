@@ -480,3 +480,166 @@ fn every_relative_link_in_the_documentation_resolves() {
         "only {checked} links found: is the scan broken?"
     );
 }
+
+/// The configuration a documentation fragment is merged into: one listener,
+/// one route and its backend.
+const DOCS_BASE_CONFIG: &str = r#"
+[[listener]]
+name = "tls"
+listen = "127.0.0.1:0"
+
+[[route]]
+sni = ["base.example"]
+backend = "base"
+
+[backend.base]
+addresses = ["127.0.0.1:9"]
+"#;
+
+/// Files the documentation's examples read from /etc/snirelay, stood in for
+/// by the fixtures of tests/config/valid.
+const DOCS_FILES_FROM_FIXTURES: [(&str, &str); 5] = [
+    ("/etc/snirelay/wg.pub", "wireguard.pub"),
+    ("/etc/snirelay/pangolin-ca.pem", "lookup-ca.pem"),
+    ("/etc/snirelay/edge.pem", "lookup-client.pem"),
+    ("/etc/snirelay/edge.key", "lookup-client.key"),
+    ("/etc/snirelay/lookup.token", "lookup.token"),
+];
+
+/// The fenced ```toml blocks of a Markdown file, with the line of each
+/// opening fence.
+fn toml_blocks(text: &str) -> Vec<(usize, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(usize, String)> = None;
+    for (at, line) in text.lines().enumerate() {
+        let fence = line.trim_start().starts_with("```");
+        match &mut open {
+            Some(_) if fence => blocks.push(open.take().unwrap()),
+            Some((_, body)) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            None if line.trim() == "```toml" => open = Some((at + 1, String::new())),
+            None => {}
+        }
+    }
+    blocks
+}
+
+/// A fragment laid over [`DOCS_BASE_CONFIG`]: its `[[route]]` list replaces
+/// the base's route; `[listener.KEY]` tables go into the base's listener;
+/// `[global]`, `[admin]` and `[backend.NAME]` are added to the base's; then
+/// every backend a route, listener or cluster names (`backend`, `no_sni`,
+/// `ech`, `local_backend`) and nothing defines is added as one address.
+fn merged_into_base(fragment: toml::Table) -> toml::Table {
+    use toml::Value;
+    let mut config: toml::Table = toml::from_str(DOCS_BASE_CONFIG).unwrap();
+    for (key, value) in fragment {
+        match (key.as_str(), value) {
+            ("listener", Value::Table(keys)) => {
+                let listener = config["listener"].as_array_mut().unwrap()[0]
+                    .as_table_mut()
+                    .unwrap();
+                listener.extend(keys);
+            }
+            (_, Value::Table(keys)) => match config.get_mut(&key) {
+                Some(Value::Table(base)) => base.extend(keys),
+                _ => {
+                    config.insert(key, Value::Table(keys));
+                }
+            },
+            (_, value) => {
+                config.insert(key, value);
+            }
+        }
+    }
+    let mut named = Vec::new();
+    let tables = |key: &str| -> Vec<toml::Table> {
+        match config.get(key) {
+            Some(Value::Array(items)) => {
+                items.iter().filter_map(|i| i.as_table().cloned()).collect()
+            }
+            Some(Value::Table(map)) => map.values().filter_map(|v| v.as_table().cloned()).collect(),
+            _ => Vec::new(),
+        }
+    };
+    for section in tables("route").iter().chain(&tables("listener")) {
+        for key in ["backend", "no_sni", "ech"] {
+            if let Some(name) = section.get(key).and_then(Value::as_str) {
+                named.push(name.to_owned());
+            }
+        }
+    }
+    for backend in tables("backend") {
+        let local = backend.get("cluster").and_then(|c| c.get("local_backend"));
+        if let Some(name) = local.and_then(Value::as_str) {
+            named.push(name.to_owned());
+        }
+    }
+    let backends = config
+        .entry("backend")
+        .or_insert_with(|| Value::Table(Default::default()))
+        .as_table_mut()
+        .unwrap();
+    for name in named {
+        if !matches!(name.as_str(), "reject" | "pass") && !backends.contains_key(&name) {
+            let stand_in: toml::Table = toml::from_str(r#"addresses = ["127.0.0.1:9"]"#).unwrap();
+            backends.insert(name, Value::Table(stand_in));
+        }
+    }
+    config
+}
+
+/// Every fenced ```toml block in README.md and docs/*.md passes what
+/// `snirelay check` runs (`Config::from_toml`). A block with a
+/// `[[listener]]` is a whole configuration and is checked as it stands. Any
+/// other block is a fragment of one (a backend, a route, a section) and is
+/// checked merged into a stated base, [`DOCS_BASE_CONFIG`], as
+/// [`merged_into_base`] says; the paths under /etc/snirelay that examples
+/// read are pointed at fixtures first ([`DOCS_FILES_FROM_FIXTURES`]). A
+/// block that does not pass fails the test naming its file and line.
+#[test]
+fn every_toml_block_in_the_documentation_passes_check() {
+    let root = root();
+    let mut files = vec![root.join("README.md")];
+    files.extend(
+        documentation_files()
+            .into_iter()
+            .filter(|f| f.parent() == Some(&root.join("docs"))),
+    );
+    let (mut whole, mut fragments, mut failed) = (0, 0, Vec::new());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.strip_prefix(&root).unwrap().display().to_string();
+        for (line, block) in toml_blocks(&text) {
+            let mut block = block;
+            for (path, fixture) in DOCS_FILES_FROM_FIXTURES {
+                let stand_in = root.join("tests/config/valid").join(fixture);
+                block = block.replace(&format!("\"{path}\""), &format!("{:?}", stand_in));
+            }
+            let where_ = format!("{name}:{line}");
+            let parsed: toml::Table = match toml::from_str(&block) {
+                Ok(table) => table,
+                Err(e) => {
+                    failed.push(format!("{where_}: not TOML: {e}"));
+                    continue;
+                }
+            };
+            let config = if parsed.get("listener").is_some_and(|l| l.is_array()) {
+                whole += 1;
+                block
+            } else {
+                fragments += 1;
+                toml::to_string(&merged_into_base(parsed)).unwrap()
+            };
+            if let Err(e) = Config::from_toml(&config, Path::new(&where_)) {
+                failed.push(format!("{where_}: does not pass check:\n{e}\n{config}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+    assert!(
+        whole >= 2 && fragments >= 10,
+        "only {whole} whole configurations and {fragments} fragments found: is the scan broken?"
+    );
+}
