@@ -113,10 +113,11 @@ use super::initial::{ConnectionId, Limits, Parser, QuicHello, Verdict};
 use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
 use super::pick::{self, Ask, Health, Picked};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
+use crate::accept;
 use crate::addr::PeerAddr;
-use crate::admit::{self, Admitted, RouteAdmitted, Source};
+use crate::admit::{self, Admitted, AtAccept, RouteAdmitted};
 use crate::backend::InFlight;
-use crate::close::{self, CloseReason, Fault};
+use crate::close::{self, CloseReason, ConnRecord, QuicFields};
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
@@ -229,7 +230,9 @@ impl Stats {
     }
 }
 
-/// What a flow's access line says.
+/// What a flow keeps for its access line, owned (the flow outlives any
+/// borrow); its close writes it as the one access record of both protocols
+/// (`close::ConnRecord`).
 struct FlowRecord {
     id: u64,
     listener: Arc<Listener>,
@@ -254,62 +257,39 @@ struct FlowRecord {
 }
 
 impl FlowRecord {
-    /// Counts the flow's end and writes its one access line.
-    fn close(&self, reason: CloseReason) {
+    /// Counts the flow's end and writes its one access line, at the level
+    /// the reason table gives (a flow always sent a datagram, so it is
+    /// never `silent`).
+    fn close(self, reason: CloseReason) {
         let s = &self.stats;
-        let bytes_up = s.bytes_up.load(Ordering::Relaxed);
-        let bytes_down = s.bytes_down.load(Ordering::Relaxed);
-        let backend = self.backend.as_ref().map(|b| b.name.as_str());
         let (last_peer, rebinds) = match &self.path {
             Some(path) => (path.client(), path.rebinds()),
             None => (self.peer, 0),
         };
-        self.metrics.closed(&metrics::Closed {
-            listener: &self.listener.name,
-            route: self.route.as_deref(),
-            backend,
-            reason,
-            sni: self.sni.is_some(),
-            ech: self.ech.is_some(),
-            bytes_up,
-            bytes_down,
-        });
-        macro_rules! line {
-            ($level:expr) => {
-                tracing::event!(
-                    target: "snirelay::access",
-                    $level,
-                    conn_id = self.id,
-                    listener = %self.listener.name,
-                    protocol = "quic",
-                    client.peer = %self.peer,
-                    client.last_peer = %last_peer,
-                    client.rebinds = rebinds,
-                    quic_version = self.version.map(Version::as_str),
-                    sni = self.sni.as_deref(),
-                    alpn = self.alpn.as_deref(),
-                    ech = self.ech.is_some(),
-                    ech_kind = self.ech.map(EchKind::as_str),
-                    route = self.route.as_deref(),
-                    backend,
-                    backend.addr = self.backend_addr.map(tracing::field::display),
-                    backend.local = self.backend_local.map(tracing::field::display),
-                    datagrams.up = s.datagrams_up.load(Ordering::Relaxed),
-                    datagrams.down = s.datagrams_down.load(Ordering::Relaxed),
-                    bytes.up = bytes_up,
-                    bytes.down = bytes_down,
-                    duration_ms = self.started.elapsed().as_millis() as u64,
-                    close = reason.as_str(),
-                    "connection closed"
-                )
-            };
-        }
-        // A flow always sent a datagram, so even `Nobody` gets its line.
-        match reason.fault() {
-            Fault::Normal | Fault::Client | Fault::Nobody => line!(tracing::Level::INFO),
-            Fault::Admission => line!(tracing::Level::DEBUG),
-            Fault::Ours => line!(tracing::Level::WARN),
-        }
+        let quic = QuicFields {
+            version: self.version.map(Version::as_str),
+            last_peer,
+            rebinds,
+            datagrams_up: s.datagrams_up.load(Ordering::Relaxed),
+            datagrams_down: s.datagrams_down.load(Ordering::Relaxed),
+            backend_local: self.backend_local,
+        };
+        let mut record = ConnRecord::arrived(
+            self.id,
+            &self.listener,
+            PeerAddr(self.peer),
+            self.started,
+            self.metrics,
+        );
+        record.sni = self.sni;
+        record.alpn = self.alpn;
+        record.ech = self.ech;
+        record.route = self.route.as_deref();
+        record.backend = self.backend;
+        record.backend_addr = self.backend_addr;
+        record.moved.up = s.bytes_up.load(Ordering::Relaxed);
+        record.moved.down = s.bytes_down.load(Ordering::Relaxed);
+        record.close_flow(reason, &quic);
     }
 }
 
@@ -320,7 +300,7 @@ struct Pending {
     held_bytes: usize,
     record: FlowRecord,
     _permit: OwnedSemaphorePermit,
-    _admitted: Admitted,
+    _admitted: Option<Admitted>,
 }
 
 /// A flow relaying to its backend.
@@ -354,7 +334,11 @@ struct Connecting {
     lifetime: Option<Duration>,
     /// The connection permit, and the listener's and route's admission
     /// slots.
-    held_slots: (OwnedSemaphorePermit, Admitted, Option<RouteAdmitted>),
+    held_slots: (
+        OwnedSemaphorePermit,
+        Option<Admitted>,
+        Option<RouteAdmitted>,
+    ),
 }
 
 /// What a flow's address lookup reports back to its socket task.
@@ -664,23 +648,33 @@ impl SocketTask {
                 metrics::metrics().listener(&listener.name, listener.protocol.as_str())
             })
             .clone();
-        let peer = PeerAddr(from);
-        let admitted = match generation.admission.admit(Source::Peer(peer)) {
-            Ok(admitted) => admitted,
-            Err(refusal) => {
-                // Counted and logged (at debug) like a TCP refusal, but
-                // without a flow: nothing is held for it.
-                metrics.accepted();
-                let record = flow_record(listener, from, metrics);
-                record.stats.up(datagram.len(), record.started);
-                let reason = CloseReason::from(refusal);
-                record.metrics.limit_refused(reason);
-                record.close(reason);
-                return false;
-            }
+        // The accept gate, as for a TCP connection; a refusal is closed
+        // there, without a flow: nothing is held for it.
+        let refused = QuicFields {
+            version: None,
+            last_peer: from,
+            rebinds: 0,
+            datagrams_up: 1,
+            datagrams_down: 0,
+            backend_local: None,
         };
-        close::log_dry_run(&listener, peer, &admitted);
-        metrics.accepted();
+        let admitted = match accept::gate(&generation, PeerAddr(from), &metrics, || {
+            let mut record = ConnRecord::arrived(
+                close::next_conn_id(),
+                &listener,
+                PeerAddr(from),
+                Instant::now(),
+                metrics.clone(),
+            );
+            record.moved.up = datagram.len() as u64;
+            (record, Some(&refused))
+        }) {
+            Ok(AtAccept::Admitted(admitted)) => Some(admitted),
+            // Never: a QUIC listener has no PROXY protocol, so no trusted
+            // peer to decide after a preface.
+            Ok(AtAccept::AfterPreface) => None,
+            Err(_refused) => return false,
+        };
         let limits = Limits::for_hello_bytes(listener.max_client_hello_bytes);
         let record = flow_record(listener, from, metrics);
         // Entries of flows that moved on stay until they reach the front;
@@ -1150,7 +1144,11 @@ struct FlowTask {
     in_flight: InFlight,
     /// The connection permit, and the listener's and route's admission
     /// slots, released when the flow ends.
-    _held: (OwnedSemaphorePermit, Admitted, Option<RouteAdmitted>),
+    _held: (
+        OwnedSemaphorePermit,
+        Option<Admitted>,
+        Option<RouteAdmitted>,
+    ),
 }
 
 /// Sends the backend's datagrams to the client until the flow ends, then
