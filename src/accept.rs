@@ -27,7 +27,7 @@
 //! lists and per-source limits) before its task starts and before any byte
 //! is read; a refused one is logged, counted and closed at once. That step
 //! is [`gate`], the one admission gate of both protocols: a QUIC listener
-//! puts each new flow through it too (`quic::listener`), so a refusal is
+//! puts each new flow through it too (`quic::flows`), so a refusal is
 //! counted, logged and closed the same way on TCP and QUIC.
 //!
 //! Each connection reads the listener's current [`Generation`] (settings,

@@ -9,12 +9,12 @@
 //! them and writes them once, at close ([`ConnRecord::close`]); a
 //! connection refused at admission is closed through the same record
 //! ([`refused`]). It is the one access record of both protocols: a QUIC
-//! flow's line is the same record, built when the flow closes from what the
-//! flow kept (`quic::listener`), closed with the fields only a flow has
-//! ([`ConnRecord::close_flow`], [`QuicFields`]: `protocol = "quic"`, the
-//! QUIC version, the client's last address and rebinds, datagrams each way,
-//! `backend.local`), which a TCP line leaves out. The level is the reason's, from the table in
-//! `reason`, whichever the protocol.
+//! flow's line is the same record, built when the flow closes from what
+//! the flow kept (`quic::flows::FlowRecord`), closed with the fields only a
+//! flow has ([`ConnRecord::close_flow`], [`QuicFields`]: `protocol =
+//! "quic"`, the QUIC version, the client's last address and rebinds,
+//! datagrams each way, `backend.local`), which a TCP line leaves out. The
+//! level is the reason's, from the table in `reason`, on either protocol.
 //!
 //! Cost: a close is atomic adds on series resolved ahead of the connection
 //! (see `metrics`) and, unless the reason is silent, one `tracing` event;
@@ -52,7 +52,7 @@ pub struct Accepted {
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh connection id, for a record made with [`ConnRecord::arrived`]
-/// (a QUIC flow's, see `quic::listener`, which needs its id before its
+/// (a QUIC flow's, see `quic::flows`, which needs its id before its
 /// record): one sequence for every protocol.
 pub fn next_conn_id() -> u64 {
     NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)

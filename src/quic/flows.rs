@@ -25,7 +25,7 @@
 //!   it;
 //! - *open*: relaying, after the socket task reported its backend socket
 //!   ([`FlowTable::opened`]). Its client datagrams are returned to the
-//!   socket task unread ([`Datagram::Open`]); the connection IDs its backend
+//!   socket task unread ([`FlowTable::open_mut`]); the connection IDs its backend
 //!   chose are learned ([`FlowTable::learned`]) so that a datagram from a
 //!   new address carrying one of them moves the flow there (NAT rebinding,
 //!   [`Datagram::Moved`] then [`FlowTable::rebind`]); it leaves the table
@@ -305,10 +305,12 @@ pub struct Opening {
 }
 
 /// What became of a datagram fed to [`FlowTable::handle`].
-#[derive(Debug)]
-pub enum Datagram<'a, B> {
-    /// An open flow's: relay it to the flow's backend, unread.
-    Open(&'a mut B),
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datagram {
+    /// An open flow's: relay it to the flow's backend, unread, through
+    /// [`FlowTable::open_mut`] (which the socket task asks first: an open
+    /// flow's datagram costs one lookup).
+    Open,
     /// Taken by a pending or connecting flow (held, or dropped at a bound).
     Taken,
     /// From an address no flow has, whose Destination Connection ID an
@@ -436,23 +438,29 @@ impl<B> FlowTable<B> {
         }
     }
 
-    /// A datagram from `from` at `now`: relayed, held or parsed (events may
-    /// follow), or from an address no flow has.
+    /// The open flow at `from`, if any: its client datagrams are relayed
+    /// unread, without [`FlowTable::handle`] (the hot path: one lookup).
+    pub fn open_mut(&mut self, from: SocketAddr) -> Option<&mut B> {
+        match self.flows.get_mut(&from) {
+            Some(Flow::Open(open)) => Some(&mut open.io),
+            _ => None,
+        }
+    }
+
+    /// A datagram from `from` at `now`: an open flow's, held or parsed
+    /// (events may follow), or from an address no flow has.
     pub fn handle(
         &mut self,
         now: Instant,
         from: SocketAddr,
         datagram: &[u8],
         generation: &Generation,
-    ) -> Datagram<'_, B> {
+    ) -> Datagram {
         match self.flows.get_mut(&from) {
-            // Reborrowed below: the borrow checker cannot yet return a
-            // borrow from one arm of a match on `get_mut` and use `self`
-            // in another.
-            Some(Flow::Open(_)) => {}
+            Some(Flow::Open(_)) => Datagram::Open,
             Some(Flow::Pending(_)) => {
                 self.feed(now, from, datagram, generation);
-                return Datagram::Taken;
+                Datagram::Taken
             }
             Some(Flow::Connecting(connecting)) => {
                 let record = &connecting.record;
@@ -465,14 +473,10 @@ impl<B> FlowTable<B> {
                     connecting.held_bytes += datagram.len();
                     self.held_bytes += datagram.len();
                 }
-                return Datagram::Taken;
+                Datagram::Taken
             }
-            None if self.cids.lookup(datagram).is_some() => return Datagram::Moved,
-            None => return Datagram::Unknown,
-        }
-        match self.flows.get_mut(&from) {
-            Some(Flow::Open(open)) => Datagram::Open(&mut open.io),
-            _ => unreachable!("matched as open just above"),
+            None if self.cids.lookup(datagram).is_some() => Datagram::Moved,
+            None => Datagram::Unknown,
         }
     }
 
@@ -1094,7 +1098,7 @@ mod tests {
         permits: &Arc<Semaphore>,
     ) {
         for datagram in datagrams {
-            if let Datagram::Unknown = table.handle(now, from, datagram, generation) {
+            if table.handle(now, from, datagram, generation) == Datagram::Unknown {
                 table.start(now, from, datagram, generation, permits);
             }
         }
@@ -1400,10 +1404,11 @@ mod tests {
         );
         let id = open(&mut table, now, first, &generation, &permits, 7);
         let datagram = short_to_backend();
-        assert!(matches!(
+        assert_eq!(
             table.handle(now, first, &datagram, &generation),
-            Datagram::Open(7)
-        ));
+            Datagram::Open
+        );
+        assert_eq!(table.open_mut(first), Some(&mut 7));
         // Not learned yet: from a new address it is a new source.
         assert!(matches!(
             table.handle(now, moved, &datagram, &generation),
@@ -1416,10 +1421,7 @@ mod tests {
         ));
         let (previous, io) = table.rebind(moved, &datagram).unwrap();
         assert_eq!((previous, *io), (first, 7));
-        assert!(matches!(
-            table.handle(now, moved, &datagram, &generation),
-            Datagram::Open(7)
-        ));
+        assert_eq!(table.open_mut(moved), Some(&mut 7));
         // The old address is free; a report from the old address is not
         // this flow's.
         assert!(table.open_at(first).is_none());
@@ -1503,10 +1505,11 @@ mod tests {
             panic!("a draining table still routes its flows");
         };
         assert_eq!(pick.from, pending_client);
-        assert!(matches!(
+        assert_eq!(
             table.handle(now, open_client, &flight[0], &generation),
-            Datagram::Open(1)
-        ));
+            Datagram::Open
+        );
+        assert_eq!(table.open_mut(open_client), Some(&mut 1));
         // At the end, what is not open closes here; open flows through
         // their tasks.
         table.close_all(CloseReason::Shutdown);
