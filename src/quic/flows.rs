@@ -214,7 +214,7 @@ impl FlowRecord {
 
 /// The places a flow holds while it lives: its connection permit, and the
 /// listener's and route's admission slots (released when dropped).
-pub type Slots = (
+pub type FlowSlots = (
     OwnedSemaphorePermit,
     Option<Admitted>,
     Option<RouteAdmitted>,
@@ -299,7 +299,7 @@ pub struct Opening {
     /// The route's `idle_timeout` and `max_connection_lifetime`.
     pub idle: Duration,
     pub lifetime: Option<Duration>,
-    pub slots: Slots,
+    pub slots: FlowSlots,
     pub picked: Picked,
     pub drain: DrainGuard,
 }
@@ -335,7 +335,7 @@ struct Pending {
 /// A routed flow waiting for its backend address: its datagrams are still
 /// held, within the same bounds as a pending flow's.
 #[derive(Debug)]
-struct Connecting {
+struct ConnectingFlow {
     held: Vec<Box<[u8]>>,
     held_bytes: usize,
     /// The most it may hold (the pending flow's `Limits::held_bytes`).
@@ -343,7 +343,7 @@ struct Connecting {
     record: FlowRecord,
     idle: Duration,
     lifetime: Option<Duration>,
-    slots: Slots,
+    slots: FlowSlots,
 }
 
 /// An open flow: the socket task's handle `B` (its backend socket and
@@ -356,9 +356,9 @@ struct Open<B> {
 }
 
 #[derive(Debug)]
-enum Flow<B> {
+enum FlowState<B> {
     Pending(Box<Pending>),
-    Connecting(Box<Connecting>),
+    Connecting(Box<ConnectingFlow>),
     Open(Open<B>),
 }
 
@@ -366,7 +366,7 @@ enum Flow<B> {
 /// per open flow.
 #[derive(Debug)]
 pub struct FlowTable<B> {
-    flows: HashMap<SocketAddr, Flow<B>>,
+    flows: HashMap<SocketAddr, FlowState<B>>,
     /// Pending flows by start, for the hello timeout (entries of flows
     /// that moved on are skipped).
     pending_order: VecDeque<(Instant, SocketAddr)>,
@@ -433,7 +433,7 @@ impl<B> FlowTable<B> {
     /// The open flow at `at`, if any (to relay datagrams gathered for it).
     pub fn open_at(&self, at: SocketAddr) -> Option<&B> {
         match self.flows.get(&at) {
-            Some(Flow::Open(open)) => Some(&open.io),
+            Some(FlowState::Open(open)) => Some(&open.io),
             _ => None,
         }
     }
@@ -442,7 +442,7 @@ impl<B> FlowTable<B> {
     /// unread, without [`FlowTable::handle`] (the hot path: one lookup).
     pub fn open_mut(&mut self, from: SocketAddr) -> Option<&mut B> {
         match self.flows.get_mut(&from) {
-            Some(Flow::Open(open)) => Some(&mut open.io),
+            Some(FlowState::Open(open)) => Some(&mut open.io),
             _ => None,
         }
     }
@@ -457,12 +457,12 @@ impl<B> FlowTable<B> {
         generation: &Generation,
     ) -> Datagram {
         match self.flows.get_mut(&from) {
-            Some(Flow::Open(_)) => Datagram::Open,
-            Some(Flow::Pending(_)) => {
+            Some(FlowState::Open(_)) => Datagram::Open,
+            Some(FlowState::Pending(_)) => {
                 self.feed(now, from, datagram, generation);
                 Datagram::Taken
             }
-            Some(Flow::Connecting(connecting)) => {
+            Some(FlowState::Connecting(connecting)) => {
                 let record = &connecting.record;
                 record.stats.up(datagram.len(), record.started, now);
                 // Beyond a bound it is dropped unread; the client retransmits.
@@ -487,7 +487,7 @@ impl<B> FlowTable<B> {
         let old = self.cids.lookup(datagram)?;
         // The table names open flows only; anything else is left alone.
         let open = match self.flows.remove(&old) {
-            Some(Flow::Open(open)) => open,
+            Some(FlowState::Open(open)) => open,
             Some(other) => {
                 self.flows.insert(old, other);
                 return None;
@@ -498,10 +498,10 @@ impl<B> FlowTable<B> {
         match self
             .flows
             .entry(from)
-            .insert_entry(Flow::Open(open))
+            .insert_entry(FlowState::Open(open))
             .into_mut()
         {
-            Flow::Open(open) => Some((old, &mut open.io)),
+            FlowState::Open(open) => Some((old, &mut open.io)),
             _ => unreachable!("inserted as open"),
         }
     }
@@ -588,14 +588,14 @@ impl<B> FlowTable<B> {
         if self.pending_order.len() >= 4 * MAX_PENDING_FLOWS {
             let flows = &self.flows;
             self.pending_order.retain(|(started, addr)| {
-                matches!(flows.get(addr), Some(Flow::Pending(p)) if p.record.started == *started)
+                matches!(flows.get(addr), Some(FlowState::Pending(p)) if p.record.started == *started)
             });
         }
         self.pending_order.push_back((record.started, from));
         self.pending += 1;
         self.flows.insert(
             from,
-            Flow::Pending(Box::new(Pending {
+            FlowState::Pending(Box::new(Pending {
                 parser: Parser::new(limits),
                 held: Vec::new(),
                 held_bytes: 0,
@@ -628,7 +628,7 @@ impl<B> FlowTable<B> {
 
     /// Feeds a pending flow's datagram to its parser.
     fn feed(&mut self, now: Instant, from: SocketAddr, datagram: &[u8], generation: &Generation) {
-        let Some(Flow::Pending(pending)) = self.flows.get_mut(&from) else {
+        let Some(FlowState::Pending(pending)) = self.flows.get_mut(&from) else {
             return;
         };
         if self.held_bytes + datagram.len() > MAX_HELD_BYTES {
@@ -681,7 +681,7 @@ impl<B> FlowTable<B> {
     /// Takes a pending flow out of the map and the pending counts.
     fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending>> {
         match self.flows.remove(&from) {
-            Some(Flow::Pending(pending)) => {
+            Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
                 self.held_bytes -= pending.held_bytes;
                 Some(pending)
@@ -702,7 +702,7 @@ impl<B> FlowTable<B> {
                 break;
             }
             self.pending_order.pop_front();
-            let same = matches!(self.flows.get(&from), Some(Flow::Pending(p)) if p.record.started == started);
+            let same = matches!(self.flows.get(&from), Some(FlowState::Pending(p)) if p.record.started == started);
             if same && let Some(pending) = self.take_pending(from) {
                 self.close(pending.record, CloseReason::HelloTimeout, None);
             }
@@ -789,7 +789,7 @@ impl<B> FlowTable<B> {
         };
         let drain = target.drain.enter();
         let id = record.id;
-        let connecting = Connecting {
+        let connecting = ConnectingFlow {
             held_bytes: held.iter().map(|d| d.len()).sum(),
             held,
             max_held_bytes: Limits::for_hello_bytes(record.listener.max_client_hello_bytes)
@@ -802,7 +802,7 @@ impl<B> FlowTable<B> {
         self.pending += 1;
         self.held_bytes += connecting.held_bytes;
         self.flows
-            .insert(from, Flow::Connecting(Box::new(connecting)));
+            .insert(from, FlowState::Connecting(Box::new(connecting)));
         self.events.push_back(Event::Pick(Box::new(PickFor {
             from,
             id,
@@ -822,7 +822,7 @@ impl<B> FlowTable<B> {
         outcome: Result<(Picked, DrainGuard), CloseReason>,
     ) {
         let connecting = match self.flows.remove(&from) {
-            Some(Flow::Connecting(connecting)) if connecting.record.id == id => connecting,
+            Some(FlowState::Connecting(connecting)) if connecting.record.id == id => connecting,
             Some(other) => {
                 self.flows.insert(from, other);
                 return;
@@ -831,7 +831,7 @@ impl<B> FlowTable<B> {
         };
         self.pending -= 1;
         self.held_bytes -= connecting.held_bytes;
-        let Connecting {
+        let ConnectingFlow {
             held,
             record,
             idle,
@@ -859,7 +859,7 @@ impl<B> FlowTable<B> {
     pub fn opened(&mut self, from: SocketAddr, id: u64, io: B) {
         self.flows.insert(
             from,
-            Flow::Open(Open {
+            FlowState::Open(Open {
                 id,
                 io,
                 cids: FlowCids::default(),
@@ -872,10 +872,10 @@ impl<B> FlowTable<B> {
     /// to another flow: then nothing happens.)
     pub fn ended(&mut self, at: SocketAddr, id: u64) -> Option<B> {
         match self.flows.get(&at) {
-            Some(Flow::Open(open)) if open.id == id => {}
+            Some(FlowState::Open(open)) if open.id == id => {}
             _ => return None,
         }
-        let Some(Flow::Open(open)) = self.flows.remove(&at) else {
+        let Some(FlowState::Open(open)) = self.flows.remove(&at) else {
             unreachable!("matched as open just above");
         };
         self.cids.forget(&open.cids);
@@ -885,7 +885,7 @@ impl<B> FlowTable<B> {
     /// The backend of the open flow `id`, now at `at`, showed connection ID
     /// `cid`: learned, within the flow's share.
     pub fn learned(&mut self, at: SocketAddr, id: u64, cid: ConnectionId) {
-        let Some(Flow::Open(open)) = self.flows.get_mut(&at) else {
+        let Some(FlowState::Open(open)) = self.flows.get_mut(&at) else {
             return;
         };
         if open.id == id
@@ -907,9 +907,9 @@ impl<B> FlowTable<B> {
         self.pending_order.clear();
         for (_, flow) in flows {
             match flow {
-                Flow::Pending(pending) => self.close(pending.record, reason, None),
-                Flow::Connecting(connecting) => self.close(connecting.record, reason, None),
-                Flow::Open(_) => {}
+                FlowState::Pending(pending) => self.close(pending.record, reason, None),
+                FlowState::Connecting(connecting) => self.close(connecting.record, reason, None),
+                FlowState::Open(_) => {}
             }
         }
     }

@@ -78,7 +78,7 @@ use tokio_util::task::TaskTracker;
 
 use super::cid::{self, FlowCids, Path};
 use super::flows::{
-    Datagram, Event, Expiry, FlowRecord, FlowTable, Opening, PickFor, Slots, Stats,
+    Datagram, Event, Expiry, FlowRecord, FlowSlots, FlowTable, Opening, PickFor, Stats,
 };
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::ConnectionId;
@@ -623,7 +623,7 @@ struct FlowTask {
     in_flight: InFlight,
     /// The connection permit, and the listener's and route's admission
     /// slots, released when the flow ends.
-    _held: Slots,
+    _held: FlowSlots,
 }
 
 /// Sends the backend's datagrams to the client until the flow ends, then
