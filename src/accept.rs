@@ -25,7 +25,10 @@
 //!
 //! Each accepted connection is then put to admission (`admit`: allow/deny
 //! lists and per-source limits) before its task starts and before any byte
-//! is read; a refused one is logged, counted and closed at once.
+//! is read; a refused one is logged, counted and closed at once. That step
+//! is [`gate`], the one admission gate of both protocols: a QUIC listener
+//! puts each new flow through it too (`quic::flows`), so a refusal is
+//! counted, logged and closed the same way on TCP and QUIC.
 //!
 //! Each connection reads the listener's current [`Generation`] (settings,
 //! routes, admission, backends, pacing: one value, published by a reload in
@@ -43,9 +46,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
 use crate::admit::AtAccept;
-use crate::close::Accepted;
+use crate::close::{Accepted, CloseReason, ConnRecord, QuicFields};
 use crate::conn;
 use crate::generation::Generation;
+use crate::metrics::ListenerMetrics;
 use crate::{close, metrics, sockopt};
 
 /// Connections a loop accepts in a row before it yields to the other tasks
@@ -176,30 +180,15 @@ impl AcceptLoop {
         permit: OwnedSemaphorePermit,
         close_mine: &CancellationToken,
     ) {
-        let Generation {
-            listener,
-            admission,
-            ..
-        } = &**generation;
-        // Counted (and `active`) before admission: a refused connection is
-        // closed through the same record.
-        accepted.metrics.accepted();
-        let trusted_peer = listener
-            .proxy_protocol
-            .as_ref()
-            .is_some_and(|inbound| inbound.trusts(accepted.peer.0.ip()));
-        let admitted = match admission.at_accept(accepted.peer, trusted_peer) {
+        let listener = &generation.listener;
+        let admitted = match gate(generation, accepted.peer, &accepted.metrics, || {
+            (ConnRecord::new(listener, &accepted), None)
+        }) {
             Ok(AtAccept::Admitted(admitted)) => Some(admitted),
             Ok(AtAccept::AfterPreface) => None,
-            Err(refusal) => {
-                // Closed unread: dropping the socket and the permit.
-                close::refused(&accepted, listener, refusal);
-                return;
-            }
+            // Closed unread: dropping the socket and the permit.
+            Err(_refused) => return,
         };
-        if let Some(admitted) = &admitted {
-            close::log_dry_run(listener, accepted.peer, admitted);
-        }
         // The loop's own token, shared: a connection is only ever cancelled
         // with all of its loop's, so it needs no node (an allocation) of
         // its own. Boxed before it is spawned: the future is moved once,
@@ -214,6 +203,50 @@ impl AcceptLoop {
                 admitted,
             },
         )));
+    }
+}
+
+/// The admission gate, for a TCP connection just accepted or a QUIC flow's
+/// first datagram, before a byte of it is read: the one place where a new
+/// arrival is admitted (`admit::Admission::at_accept`), on its measured
+/// `peer`, under `generation`'s listener limits.
+///
+/// The arrival is counted first (`accepted`, and `active` until its close),
+/// so that a refused one is closed through the same close stage: its record
+/// (and a QUIC flow's fields), made by `refused_record` only then, counts
+/// the refusal and writes its access line (`close::refused`), and `Err`
+/// carries the reason; the caller
+/// drops the arrival unread. Admitted, a dry run's would-be refusal is
+/// logged, and the slot is returned, to be held for the arrival's life; a
+/// trusted peer relay is decided after its preface instead (`conn`).
+pub fn gate<'r>(
+    generation: &Generation,
+    peer: PeerAddr,
+    metrics: &ListenerMetrics,
+    refused_record: impl FnOnce() -> (ConnRecord<'r>, Option<&'r QuicFields>),
+) -> Result<AtAccept, CloseReason> {
+    let Generation {
+        listener,
+        admission,
+        ..
+    } = generation;
+    metrics.accepted();
+    let trusted_peer = listener
+        .proxy_protocol
+        .as_ref()
+        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
+    match admission.at_accept(peer, trusted_peer) {
+        Ok(at_accept) => {
+            if let AtAccept::Admitted(admitted) = &at_accept {
+                close::log_dry_run(listener, peer, admitted);
+            }
+            Ok(at_accept)
+        }
+        Err(refusal) => {
+            let (record, quic) = refused_record();
+            close::refused(record, quic, refusal);
+            Err(refusal.into())
+        }
     }
 }
 

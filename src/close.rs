@@ -8,7 +8,13 @@
 //! The [`ConnRecord`] collects a connection's log fields as the stages learn
 //! them and writes them once, at close ([`ConnRecord::close`]); a
 //! connection refused at admission is closed through the same record
-//! ([`refused`]).
+//! ([`refused`]). It is the one access record of both protocols: a QUIC
+//! flow's line is the same record, built when the flow closes from what
+//! the flow kept (`quic::flows::FlowRecord`), closed with the fields only a
+//! flow has ([`ConnRecord::close_flow`], [`QuicFields`]: `protocol =
+//! "quic"`, the QUIC version, the client's last address and rebinds,
+//! datagrams each way, `backend.local`), which a TCP line leaves out. The
+//! level is the reason's, from the table in `reason`, on either protocol.
 //!
 //! Cost: a close is atomic adds on series resolved ahead of the connection
 //! (see `metrics`) and, unless the reason is silent, one `tracing` event;
@@ -17,6 +23,7 @@
 //! Not here: deciding that a connection ends (each stage does), nor the
 //! order of stages (`conn`).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -44,10 +51,28 @@ pub struct Accepted {
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A fresh connection id, for a record that is not a [`ConnRecord`] (a
-/// QUIC flow's, see `quic::listener`): one sequence for every protocol.
+/// A fresh connection id, for a record made with [`ConnRecord::arrived`]
+/// (a QUIC flow's, see `quic::flows`, which needs its id before its
+/// record): one sequence for every protocol.
 pub fn next_conn_id() -> u64 {
     NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What a QUIC flow's access line says beyond what a TCP connection's says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicFields {
+    /// The QUIC version of the flow's Initials, once read (`quic_version`).
+    pub version: Option<&'static str>,
+    /// The client's address when the flow ended (`client.last_peer`): the
+    /// first one unless the flow followed it (NAT rebinding).
+    pub last_peer: SocketAddr,
+    /// How often the flow followed its client (`client.rebinds`).
+    pub rebinds: u32,
+    pub datagrams_up: u64,
+    pub datagrams_down: u64,
+    /// The relay's end of the flow's backend socket (`backend.local`): the
+    /// client address the backend sees (no PROXY header on UDP).
+    pub backend_local: Option<SocketAddr>,
 }
 
 /// What the connection's log line says; filled in stage by stage. Names
@@ -75,11 +100,28 @@ pub struct ConnRecord<'l> {
 
 impl<'l> ConnRecord<'l> {
     pub fn new(listener: &'l Listener, accepted: &Accepted) -> Self {
-        ConnRecord {
-            id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+        Self::arrived(
+            next_conn_id(),
             listener,
-            peer: accepted.peer,
-            started: accepted.at,
+            accepted.peer,
+            accepted.at,
+            accepted.metrics.clone(),
+        )
+    }
+
+    /// The record of connection `id` from `peer`, which arrived `at`.
+    pub fn arrived(
+        id: u64,
+        listener: &'l Listener,
+        peer: PeerAddr,
+        at: Instant,
+        metrics: Arc<ListenerMetrics>,
+    ) -> Self {
+        ConnRecord {
+            id,
+            listener,
+            peer,
+            started: at,
             sni: None,
             alpn: None,
             ech: None,
@@ -88,7 +130,7 @@ impl<'l> ConnRecord<'l> {
             backend_addr: None,
             moved: Transferred::default(),
             claimed: None,
-            metrics: accepted.metrics.clone(),
+            metrics,
         }
     }
 
@@ -115,6 +157,18 @@ impl<'l> ConnRecord<'l> {
     /// Counts the connection's close and writes its one log line, at the
     /// level of the reason's fault (none for a silent connection).
     pub fn close(&self, reason: CloseReason) {
+        self.write(reason, None);
+    }
+
+    /// [`ConnRecord::close`] for a QUIC flow, whose line also has `quic`'s
+    /// fields. (Passed here rather than kept in the record, which would
+    /// make every TCP connection's task a pointer larger.)
+    pub fn close_flow(&self, reason: CloseReason, quic: &QuicFields) {
+        self.write(reason, Some(quic));
+    }
+
+    /// Counts the close and writes the one access line of either protocol.
+    fn write(&self, reason: CloseReason, quic: Option<&QuicFields>) {
         self.metrics.closed(&metrics::Closed {
             listener: &self.listener.name,
             route: self.route,
@@ -138,8 +192,12 @@ impl<'l> ConnRecord<'l> {
                     LEVEL,
                     conn_id = self.id,
                     listener = %self.listener.name,
+                    protocol = quic.map(|_| "quic"),
                     client.peer = %self.peer,
                     client.claimed = self.claimed.map(tracing::field::display),
+                    client.last_peer = quic.map(|q| tracing::field::display(q.last_peer)),
+                    client.rebinds = quic.map(|q| q.rebinds),
+                    quic_version = quic.and_then(|q| q.version),
                     sni = self.sni.as_deref(),
                     alpn = self.alpn.as_deref(),
                     ech = self.ech.is_some(),
@@ -147,6 +205,11 @@ impl<'l> ConnRecord<'l> {
                     route = self.route,
                     backend = self.backend_name(),
                     backend.addr = self.backend_addr.map(tracing::field::display),
+                    backend.local = quic
+                        .and_then(|q| q.backend_local)
+                        .map(tracing::field::display),
+                    datagrams.up = quic.map(|q| q.datagrams_up),
+                    datagrams.down = quic.map(|q| q.datagrams_down),
                     bytes.up = self.moved.up,
                     bytes.down = self.moved.down,
                     duration_ms = self.started.elapsed().as_millis() as u64,
@@ -177,12 +240,13 @@ pub fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
     Some(names.join(",").escape_debug().to_string().into_boxed_str())
 }
 
-/// Closes a connection refused at admission: counts the refusal and logs
-/// it; the caller closes the socket without reading from it (so there is
-/// no TLS alert to send).
-pub fn refused(accepted: &Accepted, listener: &Listener, refusal: Refusal) {
-    let record = ConnRecord::new(listener, accepted);
-    record.close(record.refuse(refusal));
+/// Closes a connection (or QUIC flow) refused at admission through its
+/// `record`: counts the refusal and logs it; the caller closes the socket
+/// (or drops the datagram) without reading from it, so there is no TLS
+/// alert to send. `quic`: a QUIC flow's fields. Called by the admission
+/// gate (`accept::gate`) only.
+pub fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, refusal: Refusal) {
+    record.write(record.refuse(refusal), quic);
 }
 
 /// Under `dry_run`, logs the refusal admission would have made.

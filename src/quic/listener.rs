@@ -1,73 +1,44 @@
 //! A `protocol = "quic"` listener at run time: UDP sockets on the
-//! listener's addresses, and the flows of the clients that send to them.
+//! listener's addresses, and the I/O of the flows of the clients that send
+//! to them.
 //!
-//! A flow is one client address and port. Each socket has one task
-//! ([`run_socket`]) that reads every datagram and keeps the socket's flows
-//! in a map:
-//! - a new source starts a *pending* flow, if admission lets it (the
-//!   listener's `[listener.limits]`, a process-wide connection permit of
-//!   `[global] max_connections`, and the pending caps below); otherwise its
-//!   datagram is dropped (counted, and summarised in a log line at most once
-//!   a second);
-//! - a pending flow's datagrams go to its [`Parser`] and are held (bounded
-//!   per flow by [`Limits`], per socket by [`MAX_HELD_BYTES`]) until the
-//!   parser gives a verdict or `client_hello_timeout` passes since the
-//!   first one (`hello_timeout`, checked every [`SWEEP`]);
-//! - on a hello, the flow is routed by the listener's route table exactly as
-//!   a TCP connection (`route::RouteTable::decide`, then the route's
-//!   admission); a refusal answers the client with the QUIC refusal
-//!   ([`super::refusal`], the TLS alert the TCP path would send) and ends the
-//!   flow; a route's backend address is chosen as TCP chooses it
-//!   ([`super::pick`]: fixed, DNS or cluster addresses, policy, health, caps,
-//!   operator states), at once when the addresses are known, otherwise by a
-//!   task while the flow is *connecting* (its datagrams still held, within
-//!   the same bounds) that reports back over a channel; then one UDP socket
-//!   is connected to that address, the held datagrams are forwarded in
-//!   arrival order and the flow is *open*, holding its address's slot (caps
-//!   and `least_connections` count flows) until it ends;
-//! - an open flow's client datagrams are sent on its backend socket without
-//!   being read; a task per flow (`relay_back`) sends the backend's
-//!   datagrams to the client from the listening socket (the first one, or
-//!   an ICMP port unreachable before it, is the address's passive health
-//!   verdict), and ends the flow at `idle_timeout` with no datagram either
-//!   way, at its route's `max_connection_lifetime` (`max_lifetime`, at the
-//!   moment a TCP connection draws, in the last tenth of the lifetime,
-//!   counted from the flow's first datagram), when its route drains after
-//!   a reload or its address is put in `maint` (`address_maint`), on
-//!   shutdown, or when an operator closes or
-//!   drains it: an open flow is in the connection registry
-//!   (`crate::registry`, admin `/connections` and the status page) like a
-//!   TCP connection, with protocol `quic`, and ends with the same reasons
-//!   (`admin`, `drained`; `moved` for a flow sent to a cluster's
-//!   `local_backend` when a push of local names drops its name);
-//! - other verdicts end the flow silently (`not_quic`, `unknown_version`,
-//!   `malformed`, `too_large`, `no_sni`...);
-//! - NAT rebinding ([`super::cid`]): `relay_back` learns the backend's
-//!   connection IDs from its long-header packets (at most four per flow);
-//!   a datagram from an address no flow has, whose Destination Connection
-//!   ID is one of them, moves that open flow to the new address (the old
-//!   address's entry is gone, the backend's datagrams go to the new one,
-//!   the access line counts `client.rebinds` and names `client.last_peer`);
-//!   a new address that matches nothing starts a pending flow as above
-//!   (or, in a process being replaced, goes to its successor: a client of
-//!   one of this process's flows is matched before that).
+//! Each socket has one task ([`run_socket`]) that only moves bytes: it
+//! reads every datagram, feeds it to the socket's flow table
+//! ([`super::flows::FlowTable`], which decides everything about flows:
+//! admission through the accept gate, caps, held bytes, the hello, routing,
+//! refusals, rebinding, hello timeouts, drain) and performs what the table
+//! returns:
+//! - an open flow's datagram goes out on the flow's backend socket,
+//!   unread, gathered per flow for one send;
+//! - a refusal (the QUIC answer the TCP path's TLS alert stands for,
+//!   [`super::refusal`]) is sent to the client before the flow's close;
+//! - a close writes the flow's access line (`close::ConnRecord`, as a TCP
+//!   connection's) and its close metrics;
+//! - a routed flow's backend address is chosen as TCP chooses it
+//!   ([`super::pick`]: fixed, DNS or cluster addresses, policy, health,
+//!   caps, operator states), at once when the addresses are known,
+//!   otherwise by a task that reports back over a channel while the table
+//!   holds the flow's datagrams;
+//! - a flow handed over to open gets one UDP socket connected to its
+//!   address, its held datagrams in arrival order, a registry entry
+//!   (`crate::registry`, admin `/connections` and the status page, protocol
+//!   `quic`) and a task (`relay_back`) that sends the backend's datagrams to
+//!   the client from the listening socket (the first one, or an ICMP port
+//!   unreachable before it, is the address's passive health verdict), tells
+//!   the table the connection IDs the backend chose (NAT rebinding,
+//!   [`super::cid`]), and ends the flow at its bounds (idle, lifetime:
+//!   [`super::flows::Expiry`]), when its route drains after a reload or its
+//!   address is put in `maint` (`address_maint`), on shutdown, or when an
+//!   operator closes or drains it (`admin`, `drained`; `moved` for a flow
+//!   sent to a cluster's `local_backend` when a push of local names drops
+//!   its name); it holds its address's slot (caps and `least_connections`
+//!   count flows), its connection permit and admission slots until then,
+//!   and reports its end to the table.
 //!
 //! Every flow that sent a datagram ends with one access line (the TCP
 //! fields, `alpn`, `ech` and `ech_kind` included, `protocol = "quic"`, the
-//! QUIC version, datagrams and bytes each
-//! way, and `backend.local`, the address the backend sees the flow come
-//! from) and the TCP close metrics.
-//!
-//! Bounds: pending flows (connecting ones included) per socket at most
-//! [`MAX_PENDING_FLOWS`] and never
-//! more than the connection permits still free (so a flood of spoofed
-//! Initials can take at most half of what is free, and established flows
-//! and TCP connections keep the rest); held bytes per socket at most
-//! [`MAX_HELD_BYTES`]; open and pending flows together hold one permit each.
-//! New flows are paced by `[global] max_connection_rate` (shared with
-//! TCP's accept loops): above it a new flow's datagram is dropped.
-//! Datagrams that would break a bound are dropped, which a QUIC client
-//! survives by retransmitting.
+//! QUIC version, datagrams and bytes each way, and `backend.local`, the
+//! address the backend sees the flow come from) and the TCP close metrics.
 //!
 //! Drain: on stop, no new flow starts; open flows run until they idle out
 //! or the drain timeout closes them. A listener (or address) a reload
@@ -89,56 +60,43 @@
 //! or GRO get one datagram per send or per slot, nothing else changes.
 //! Stats count datagrams, not batches.
 //!
-//! Not here (yet): following a client that migrates to a connection ID
+//! Not here: what becomes of a flow (the table, [`super::flows`]). Not
+//! here (yet): following a client that migrates to a connection ID
 //! issued later in an encrypted frame (see [`super::cid`]); Retry and PROXY
 //! headers (not asked; a cluster's hop header is not sent over UDP).
 
-use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::Version;
-use super::cid::{self, CidTable, FlowCids, Path};
+use super::cid::{self, FlowCids, Path};
+use super::flows::{
+    Datagram, Event, Expiry, FlowRecord, FlowSlots, FlowTable, Opening, PickFor, Stats,
+};
 use super::handover::{self, Handover, Predecessor, Successor};
-use super::initial::{ConnectionId, Limits, Parser, QuicHello, Verdict};
+use super::initial::ConnectionId;
 use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
-use super::pick::{self, Ask, Health, Picked};
-use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
-use crate::addr::PeerAddr;
-use crate::admit::{self, Admitted, RouteAdmitted, Source};
+use super::pick::{self, Health, Picked};
 use crate::backend::InFlight;
-use crate::close::{self, CloseReason, Fault};
-use crate::config::{Backend, Listener};
+use crate::close::CloseReason;
+use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::generation::Generation;
-use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::{Activity, Side};
-use crate::pump::relay::lifetime_end;
 use crate::registry::{self, Entry, Registered};
-use crate::route::{EchKind, NoRoute};
 
-/// Pending flows (hello not complete yet) per listening socket.
-pub const MAX_PENDING_FLOWS: usize = 1024;
-/// Bytes held for pending flows per listening socket (16 MiB): with the
-/// per-flow limit (64 KiB for the default `max_client_hello_bytes`) a
-/// flood cannot make the held datagrams grow past this.
-pub const MAX_HELD_BYTES: usize = 16 << 20;
 /// How often pending flows are checked against `client_hello_timeout`.
 pub const SWEEP: Duration = Duration::from_millis(100);
 /// The largest UDP payload (a datagram forwarded by the process this one
 /// replaced, after its header).
 const MAX_DATAGRAM: usize = 65_535;
-/// TLS alert `protocol_version`.
-const PROTOCOL_VERSION: u8 = 70;
 
 /// What every QUIC socket task of the process shares with the TCP side.
 #[derive(Clone)]
@@ -199,132 +157,9 @@ pub async fn run_socket(
     task.run(handover.predecessor).await;
 }
 
-/// Datagrams and bytes each way, and the last activity, of one flow.
-#[derive(Debug, Default)]
-struct Stats {
-    datagrams_up: AtomicU64,
-    bytes_up: AtomicU64,
-    datagrams_down: AtomicU64,
-    bytes_down: AtomicU64,
-    /// Milliseconds from the flow's start to its last datagram.
-    last: AtomicU64,
-}
-
-impl Stats {
-    fn up(&self, len: usize, started: Instant) {
-        self.datagrams_up.fetch_add(1, Ordering::Relaxed);
-        self.bytes_up.fetch_add(len as u64, Ordering::Relaxed);
-        self.touch(started);
-    }
-
-    fn down(&self, len: usize, started: Instant) {
-        self.datagrams_down.fetch_add(1, Ordering::Relaxed);
-        self.bytes_down.fetch_add(len as u64, Ordering::Relaxed);
-        self.touch(started);
-    }
-
-    fn touch(&self, started: Instant) {
-        let ms = started.elapsed().as_millis() as u64;
-        self.last.fetch_max(ms, Ordering::Relaxed);
-    }
-}
-
-/// What a flow's access line says.
-struct FlowRecord {
-    id: u64,
-    listener: Arc<Listener>,
-    peer: SocketAddr,
-    started: Instant,
-    version: Option<Version>,
-    sni: Option<Box<str>>,
-    /// The hello's ALPN list and ECH extension, logged as TCP logs them.
-    alpn: Option<Box<str>>,
-    ech: Option<EchKind>,
-    route: Option<Box<str>>,
-    backend: Option<Arc<Backend>>,
-    backend_addr: Option<SocketAddr>,
-    /// The relay's end of the flow's backend socket: the client address
-    /// the backend sees, logged so that its lines can be matched to this
-    /// flow (no PROXY header on UDP carries the real one).
-    backend_local: Option<SocketAddr>,
-    stats: Arc<Stats>,
-    metrics: Arc<ListenerMetrics>,
-    /// The client's current address once the flow is open (NAT rebinding).
-    path: Option<Arc<Path>>,
-}
-
-impl FlowRecord {
-    /// Counts the flow's end and writes its one access line.
-    fn close(&self, reason: CloseReason) {
-        let s = &self.stats;
-        let bytes_up = s.bytes_up.load(Ordering::Relaxed);
-        let bytes_down = s.bytes_down.load(Ordering::Relaxed);
-        let backend = self.backend.as_ref().map(|b| b.name.as_str());
-        let (last_peer, rebinds) = match &self.path {
-            Some(path) => (path.client(), path.rebinds()),
-            None => (self.peer, 0),
-        };
-        self.metrics.closed(&metrics::Closed {
-            listener: &self.listener.name,
-            route: self.route.as_deref(),
-            backend,
-            reason,
-            sni: self.sni.is_some(),
-            ech: self.ech.is_some(),
-            bytes_up,
-            bytes_down,
-        });
-        macro_rules! line {
-            ($level:expr) => {
-                tracing::event!(
-                    target: "snirelay::access",
-                    $level,
-                    conn_id = self.id,
-                    listener = %self.listener.name,
-                    protocol = "quic",
-                    client.peer = %self.peer,
-                    client.last_peer = %last_peer,
-                    client.rebinds = rebinds,
-                    quic_version = self.version.map(Version::as_str),
-                    sni = self.sni.as_deref(),
-                    alpn = self.alpn.as_deref(),
-                    ech = self.ech.is_some(),
-                    ech_kind = self.ech.map(EchKind::as_str),
-                    route = self.route.as_deref(),
-                    backend,
-                    backend.addr = self.backend_addr.map(tracing::field::display),
-                    backend.local = self.backend_local.map(tracing::field::display),
-                    datagrams.up = s.datagrams_up.load(Ordering::Relaxed),
-                    datagrams.down = s.datagrams_down.load(Ordering::Relaxed),
-                    bytes.up = bytes_up,
-                    bytes.down = bytes_down,
-                    duration_ms = self.started.elapsed().as_millis() as u64,
-                    close = reason.as_str(),
-                    "connection closed"
-                )
-            };
-        }
-        // A flow always sent a datagram, so even `Nobody` gets its line.
-        match reason.fault() {
-            Fault::Normal | Fault::Client | Fault::Nobody => line!(tracing::Level::INFO),
-            Fault::Admission => line!(tracing::Level::DEBUG),
-            Fault::Ours => line!(tracing::Level::WARN),
-        }
-    }
-}
-
-/// A flow whose hello is not complete yet.
-struct Pending {
-    parser: Parser,
-    held: Vec<Box<[u8]>>,
-    held_bytes: usize,
-    record: FlowRecord,
-    _permit: OwnedSemaphorePermit,
-    _admitted: Admitted,
-}
-
-/// A flow relaying to its backend.
-struct Open {
+/// The socket task's handle on an open flow (kept in the flow table).
+#[derive(Debug)]
+struct OpenFlow {
     /// The backend socket its task reads, written here without waiting
     /// ([`Offload::send`]): a datagram it cannot take now is dropped, as
     /// the network would drop it.
@@ -334,27 +169,8 @@ struct Open {
     started: Instant,
     /// The flow's registry entry (admin `/connections`), for its counts.
     entry: Arc<Entry>,
-    /// Where the flow's task sends, and the connection IDs the flow taught
-    /// the socket's table (forgotten when it ends).
+    /// Where the flow's task sends (NAT rebinding moves it).
     path: Arc<Path>,
-    cids: FlowCids,
-}
-
-/// A flow whose hello is routed, waiting for its backend address (a DNS
-/// answer, a cluster lookup): its datagrams are still held, within the
-/// same bounds as a pending flow's.
-struct Connecting {
-    held: Vec<Box<[u8]>>,
-    held_bytes: usize,
-    /// The most it may hold (the pending flow's `Limits::held_bytes`).
-    max_held_bytes: usize,
-    record: FlowRecord,
-    idle: Duration,
-    /// The route's `max_connection_lifetime` (`None`: no limit).
-    lifetime: Option<Duration>,
-    /// The connection permit, and the listener's and route's admission
-    /// slots.
-    held_slots: (OwnedSemaphorePermit, Admitted, Option<RouteAdmitted>),
 }
 
 /// What a flow's address lookup reports back to its socket task.
@@ -365,49 +181,34 @@ struct Chosen {
     outcome: Result<(Picked, DrainGuard), CloseReason>,
 }
 
-enum Flow {
-    Pending(Box<Pending>),
-    Connecting(Box<Connecting>),
-    Open(Open),
-}
-
 struct SocketTask {
     socket: Arc<UdpSocket>,
     /// The same socket (a duplicate descriptor), for sends that must not
-    /// wait (see [`Open::now`]).
+    /// wait (a refusal).
     now: std::net::UdpSocket,
     generation: watch::Receiver<Arc<Generation>>,
+    /// The newest generation, re-read when a reload publishes one.
+    current: Arc<Generation>,
     runtime: Runtime,
     stop: CancellationToken,
-    flows: HashMap<SocketAddr, Flow>,
-    /// Pending flows by start, for the hello timeout (entries of flows
-    /// that moved on are skipped).
-    pending_order: VecDeque<(Instant, SocketAddr)>,
-    /// Flows not open yet (pending and connecting): they hold datagrams.
-    pending: usize,
-    held_bytes: usize,
-    /// Open flows report their end here, so the map lets go of them.
-    ended_tx: mpsc::UnboundedSender<Arc<Path>>,
-    ended_rx: mpsc::UnboundedReceiver<Arc<Path>>,
-    /// NAT rebinding: connection IDs the backends chose, by flow, and the
-    /// channel the flow tasks report them on (at most
-    /// `cid::MAX_CIDS_PER_FLOW` messages per flow).
-    cids: CidTable,
-    learned_tx: mpsc::UnboundedSender<(Arc<Path>, ConnectionId)>,
-    learned_rx: mpsc::UnboundedReceiver<(Arc<Path>, ConnectionId)>,
+    /// The flows: every decision about them is the table's.
+    table: FlowTable<OpenFlow>,
+    /// Open flows report their end here (their path and id), so the table
+    /// lets go of them.
+    ended_tx: mpsc::UnboundedSender<(Arc<Path>, u64)>,
+    ended_rx: mpsc::UnboundedReceiver<(Arc<Path>, u64)>,
+    /// NAT rebinding: the connection IDs the backends chose, reported by
+    /// the flow tasks (at most `cid::MAX_CIDS_PER_FLOW` messages per flow).
+    learned_tx: mpsc::UnboundedSender<(Arc<Path>, u64, ConnectionId)>,
+    learned_rx: mpsc::UnboundedReceiver<(Arc<Path>, u64, ConnectionId)>,
     /// Closes the open flows of this socket (its stop, not a drain).
     close_flows: CancellationToken,
-    /// New flows dropped at a bound since the last summary line.
-    dropped: usize,
-    last_summary: Option<Instant>,
     /// Connecting flows' address lookups report here.
     chosen_tx: mpsc::UnboundedSender<Chosen>,
     chosen_rx: mpsc::UnboundedReceiver<Chosen>,
     /// The process that replaces this one, once a binary upgrade handed
     /// the socket over: datagrams of flows not held here go there.
     successor: Arc<Successor>,
-    /// The listener's metric series, made on the first flow.
-    metrics: Option<Arc<ListenerMetrics>>,
     /// Batched I/O: the kernel's offloads, and the open flows' client
     /// datagrams of one receive gathered per flow for one send.
     offload: Arc<Offload>,
@@ -419,7 +220,7 @@ impl SocketTask {
         socket: Arc<UdpSocket>,
         now: std::net::UdpSocket,
         offload: Arc<Offload>,
-        generation: watch::Receiver<Arc<Generation>>,
+        mut generation: watch::Receiver<Arc<Generation>>,
         runtime: Runtime,
         stop: CancellationToken,
     ) -> SocketTask {
@@ -427,30 +228,34 @@ impl SocketTask {
         let (learned_tx, learned_rx) = mpsc::unbounded_channel();
         let (chosen_tx, chosen_rx) = mpsc::unbounded_channel();
         let close_flows = runtime.close_connections.child_token();
+        let current = generation.borrow_and_update().clone();
+        let table = FlowTable::new(socket.local_addr().ok());
         SocketTask {
             socket,
             now,
             generation,
+            current,
             runtime,
             stop,
-            flows: HashMap::new(),
-            pending_order: VecDeque::new(),
-            pending: 0,
-            held_bytes: 0,
+            table,
             ended_tx,
             ended_rx,
-            cids: CidTable::default(),
             learned_tx,
             learned_rx,
             close_flows,
-            dropped: 0,
-            last_summary: None,
             chosen_tx,
             chosen_rx,
             successor: Arc::default(),
-            metrics: None,
             offload,
             up: SendBatch::default(),
+        }
+    }
+
+    /// Takes the newest generation if a reload has published one (an
+    /// atomic version check, as in the TCP accept loop).
+    fn refresh(&mut self) {
+        if self.generation.has_changed().unwrap_or(false) {
+            self.current = self.generation.borrow_and_update().clone();
         }
     }
 
@@ -471,24 +276,27 @@ impl SocketTask {
             }
             // Not while a predecessor still reads the socket: whoever
             // replaces this process would then read it alongside.
-            if draining && self.flows.is_empty() && predecessor.is_none() {
+            if draining && self.table.is_empty() && predecessor.is_none() {
                 break;
             }
             tokio::select! {
                 received = async { predecessor.as_ref().expect("guarded").recv(&mut forwarded).await }, if predecessor.is_some() => match received {
                     Some((from, end)) => {
-                        self.datagram(&forwarded[handover::HEADER..end], from);
+                        self.refresh();
+                        self.datagram(Instant::now(), &forwarded[handover::HEADER..end], from);
                         self.flush_up();
                     }
                     None => {
                         predecessor = None;
-                        tracing::info!(listener = %self.generation.borrow().listener.name, "the previous process let go of the QUIC socket; reading it now");
+                        tracing::info!(listener = %self.current.listener.name, "the previous process let go of the QUIC socket; reading it now");
                     }
                 },
                 received = self.offload.recv(&self.socket, &mut batch), if predecessor.is_none() => match received {
                     Ok(_) => {
+                        self.refresh();
+                        let now = Instant::now();
                         for (from, datagram) in batch.datagrams() {
-                            self.datagram(datagram, from);
+                            self.datagram(now, datagram, from);
                         }
                         self.flush_up();
                     }
@@ -496,415 +304,138 @@ impl SocketTask {
                     // socket itself still works.
                     Err(error) => tracing::debug!(%error, "QUIC socket receive error"),
                 },
-                Some(path) = self.ended_rx.recv() => self.ended(&path),
-                Some((path, id)) = self.learned_rx.recv() => self.learned(&path, id),
-                Some(chosen) = self.chosen_rx.recv() => self.chosen(chosen),
-                _ = sweep.tick() => self.sweep(),
+                Some((path, id)) = self.ended_rx.recv() => {
+                    self.table.ended(path.client(), id);
+                }
+                Some((path, id, cid)) = self.learned_rx.recv() => {
+                    self.table.learned(path.client(), id, cid);
+                }
+                Some(Chosen { from, id, outcome }) = self.chosen_rx.recv() => {
+                    self.table.chosen(from, id, outcome);
+                    self.perform(Instant::now());
+                }
+                _ = sweep.tick() => {
+                    self.refresh();
+                    let now = Instant::now();
+                    self.table.sweep(now, self.current.listener.client_hello_timeout);
+                    self.perform(now);
+                }
                 () = self.stop.cancelled(), if !self.stop.is_cancelled() => {}
                 () = self.runtime.close_connections.cancelled() => break,
             }
         }
-        // Pending flows end here; open ones through their tasks.
+        // Flows not open yet end here; open ones through their tasks.
         self.close_flows.cancel();
-        for (_, flow) in self.flows.drain() {
-            match flow {
-                Flow::Pending(pending) => pending.record.close(CloseReason::Shutdown),
-                Flow::Connecting(connecting) => connecting.record.close(CloseReason::Shutdown),
-                Flow::Open(_) => {}
-            }
-        }
+        self.table.close_all(CloseReason::Shutdown);
+        self.perform(Instant::now());
     }
 
-    fn datagram(&mut self, datagram: &[u8], from: SocketAddr) {
-        match self.flows.get_mut(&from) {
-            Some(Flow::Open(open)) => {
-                open.stats.up(datagram.len(), open.started);
-                moved(&open.entry.activity, Side::Up, datagram.len());
-                // Gathered with the flow's next datagrams of this receive,
-                // for one send (`flush_up`).
-                let (flows, offload) = (&self.flows, &self.offload);
-                self.up.push(
-                    from,
-                    datagram,
-                    offload.max_segments(),
-                    |client, contents, segment| send_up(flows, offload, client, contents, segment),
-                );
-            }
-            Some(Flow::Pending(_)) => self.feed(datagram, from),
-            Some(Flow::Connecting(connecting)) => {
-                let record = &connecting.record;
-                record.stats.up(datagram.len(), record.started);
-                // Beyond a bound it is dropped unread; the client retransmits.
-                if connecting.held_bytes + datagram.len() <= connecting.max_held_bytes
-                    && self.held_bytes + datagram.len() <= MAX_HELD_BYTES
-                {
-                    connecting.held.push(datagram.into());
-                    connecting.held_bytes += datagram.len();
-                    self.held_bytes += datagram.len();
-                }
-            }
-            None => {
-                // A client of an open flow that moved (NAT rebinding).
-                if self.rebind(datagram, from) {
-                    return;
-                }
+    /// One datagram from `from`, received at `now`: through the table, then
+    /// what the table asks for.
+    fn datagram(&mut self, now: Instant, datagram: &[u8], from: SocketAddr) {
+        if let Some(open) = self.table.open_mut(from) {
+            open.stats.up(datagram.len(), open.started, now);
+            moved(&open.entry.activity, Side::Up, datagram.len());
+            // Gathered with the flow's next datagrams of this receive, for
+            // one send (`flush_up`).
+            let (table, offload) = (&self.table, &self.offload);
+            self.up.push(
+                from,
+                datagram,
+                offload.max_segments(),
+                |client, contents, segment| send_up(table, offload, client, contents, segment),
+            );
+            return;
+        }
+        match self.table.handle(now, from, datagram, &self.current) {
+            Datagram::Open | Datagram::Taken => {}
+            // A client of an open flow that moved (NAT rebinding).
+            Datagram::Moved if self.rebind(now, datagram, from) => {}
+            Datagram::Moved | Datagram::Unknown => {
                 // Replaced (a binary upgrade): a new flow is the new
                 // process's, which reads the socket once this one is done.
                 if self.successor.forward(from, datagram) {
                     return;
                 }
-                if self.start(datagram, from) {
-                    self.feed(datagram, from);
+                if self.runtime.stop_accepting.is_cancelled() || self.stop.is_cancelled() {
+                    self.table.drain();
                 }
+                self.table
+                    .start(now, from, datagram, &self.current, &self.runtime.permits);
             }
         }
+        self.perform(now);
     }
 
-    /// An open flow ended: its address and its connection IDs are free.
-    fn ended(&mut self, path: &Arc<Path>) {
-        if let Some((at, open)) = open_at(&mut self.flows, path) {
-            let cids = std::mem::take(&mut open.cids);
-            self.flows.remove(&at);
-            self.cids.forget(&cids);
-        }
-    }
-
-    /// An open flow's backend showed a connection ID: learned, within the
-    /// flow's share (its task stops at the same bound; this is the guard).
-    fn learned(&mut self, path: &Arc<Path>, id: ConnectionId) {
-        let Some((at, open)) = open_at(&mut self.flows, path) else {
-            return;
-        };
-        if open.cids.len() < cid::MAX_CIDS_PER_FLOW
-            && !open.cids.contains(&id)
-            && self.cids.learn(id, at)
-        {
-            open.cids.add(id);
-        }
-    }
-
-    /// A datagram from an address no flow has: if its Destination
-    /// Connection ID is one an open flow's backend chose, that client moved
-    /// (NAT rebinding): the flow continues from `from`.
-    fn rebind(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
-        let Some(old) = self.cids.lookup(datagram) else {
-            return false;
-        };
-        // The table names open flows only; anything else is left alone.
+    /// Moves the open flow whose backend chose the datagram's Destination
+    /// Connection ID to `from`, and relays the datagram; false if no open
+    /// flow has that ID.
+    fn rebind(&mut self, now: Instant, datagram: &[u8], from: SocketAddr) -> bool {
         // What this receive gathered for the old address goes first.
         self.flush_up();
-        let open = match self.flows.remove(&old) {
-            Some(Flow::Open(open)) => open,
-            Some(other) => {
-                self.flows.insert(old, other);
-                return false;
-            }
-            None => return false,
+        let Some((old, open)) = self.table.rebind(from, datagram) else {
+            return false;
         };
         open.path.moved(from);
-        self.cids.moved(&open.cids, from);
-        open.stats.up(datagram.len(), open.started);
+        open.stats.up(datagram.len(), open.started, now);
         moved(&open.entry.activity, Side::Up, datagram.len());
         let _ = self
             .offload
             .send_connected(&open.backend, open.backend_addr, datagram, None);
         tracing::debug!(
-            listener = %self.generation.borrow().listener.name,
+            listener = %self.current.listener.name,
             client.previous = %old,
             client.last_peer = %from,
             client.rebinds = open.path.rebinds(),
             "QUIC flow followed to a new client address"
         );
-        self.flows.insert(from, Flow::Open(open));
         true
     }
 
-    /// Sends the open flows' datagrams gathered from the last receive.
-    fn flush_up(&mut self) {
-        let (flows, offload) = (&self.flows, &self.offload);
-        self.up
-            .flush(|client, contents, segment| send_up(flows, offload, client, contents, segment));
+    /// Performs what the table asked for, in order.
+    fn perform(&mut self, now: Instant) {
+        while let Some(event) = self.table.poll_event() {
+            match event {
+                Event::Close {
+                    record,
+                    reason,
+                    answer,
+                } => {
+                    if let Some((to, answer)) = answer
+                        && self.now.send_to(&answer, to).is_ok()
+                    {
+                        record.stats.down(answer.len(), record.started, now);
+                    }
+                    record.close(reason);
+                }
+                Event::Pick(pick) => self.pick(*pick),
+                Event::Open(opening) => self.open(*opening),
+            }
+        }
     }
 
-    /// Starts a pending flow for `from`, if every bound lets it.
-    fn start(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
-        if self.runtime.stop_accepting.is_cancelled() || self.stop.is_cancelled() {
-            return false;
-        }
-        let free = self.runtime.permits.available_permits();
-        if self.pending >= MAX_PENDING_FLOWS
-            || self.pending >= free
-            || self.held_bytes + datagram.len() > MAX_HELD_BYTES
-        {
-            self.drop_new_flow();
-            return false;
-        }
-        let generation = self.generation.borrow().clone();
-        // `[global] max_connection_rate`: TCP clients above it wait in the
-        // backlog; a UDP socket has none, so a new flow's datagram is
-        // dropped and the client's retransmission tries again.
-        if generation
-            .pace
-            .as_ref()
-            .is_some_and(|pace| pace.check().is_err())
-        {
-            self.drop_new_flow();
-            return false;
-        }
-        let Ok(permit) = self.runtime.permits.clone().try_acquire_owned() else {
-            self.drop_new_flow();
-            return false;
-        };
-        let listener = generation.listener.clone();
-        // One handle per socket (a listener keeps its name and protocol),
-        // so a flow's metrics cost atomic adds, as a TCP connection's.
-        let metrics = self
-            .metrics
-            .get_or_insert_with(|| {
-                metrics::metrics().listener(&listener.name, listener.protocol.as_str())
-            })
-            .clone();
-        let peer = PeerAddr(from);
-        let admitted = match generation.admission.admit(Source::Peer(peer)) {
-            Ok(admitted) => admitted,
-            Err(refusal) => {
-                // Counted and logged (at debug) like a TCP refusal, but
-                // without a flow: nothing is held for it.
-                metrics.accepted();
-                let record = flow_record(listener, from, metrics);
-                record.stats.up(datagram.len(), record.started);
-                let reason = CloseReason::from(refusal);
-                record.metrics.limit_refused(reason);
-                record.close(reason);
-                return false;
-            }
-        };
-        close::log_dry_run(&listener, peer, &admitted);
-        metrics.accepted();
-        let limits = Limits::for_hello_bytes(listener.max_client_hello_bytes);
-        let record = flow_record(listener, from, metrics);
-        // Entries of flows that moved on stay until they reach the front;
-        // compacted when they outnumber the live ones, so the queue stays
-        // within a few times MAX_PENDING_FLOWS however fast flows finish.
-        if self.pending_order.len() >= 4 * MAX_PENDING_FLOWS {
-            let flows = &self.flows;
-            self.pending_order.retain(|(started, addr)| {
-                matches!(flows.get(addr), Some(Flow::Pending(p)) if p.record.started == *started)
-            });
-        }
-        self.pending_order.push_back((record.started, from));
-        self.pending += 1;
-        self.flows.insert(
+    /// Chooses a routed flow's address: at once when the backend's
+    /// addresses are known; otherwise (a first DNS answer, a cluster
+    /// lookup) a task finds it while the flow waits in the table.
+    fn pick(&mut self, pick: PickFor) {
+        let PickFor {
             from,
-            Flow::Pending(Box::new(Pending {
-                parser: Parser::new(limits),
-                held: Vec::new(),
-                held_bytes: 0,
-                record,
-                _permit: permit,
-                _admitted: admitted,
-            })),
-        );
-        true
-    }
-
-    fn drop_new_flow(&mut self) {
-        self.dropped += 1;
-        let now = Instant::now();
-        if self
-            .last_summary
-            .is_none_or(|at| now >= at + Duration::from_secs(1))
-        {
-            tracing::warn!(
-                listener = %self.generation.borrow().listener.name,
-                dropped = self.dropped,
-                pending = self.pending,
-                held_bytes = self.held_bytes,
-                "QUIC datagrams of new flows dropped: pending flows, connection permits or max_connection_rate at their bound"
-            );
-            self.last_summary = Some(now);
-            self.dropped = 0;
-        }
-    }
-
-    /// Feeds a pending flow's datagram to its parser.
-    fn feed(&mut self, datagram: &[u8], from: SocketAddr) {
-        let Some(Flow::Pending(pending)) = self.flows.get_mut(&from) else {
+            id,
+            backend,
+            ask,
+            drain,
+        } = pick;
+        let generation = self.current.clone();
+        let backends = &generation.backends;
+        let Some(runtime) = backends.get(&backend) else {
+            self.table.chosen(from, id, Err(CloseReason::NoAddress));
             return;
         };
-        if self.held_bytes + datagram.len() > MAX_HELD_BYTES {
-            // Dropped unread; the client retransmits.
-            return;
-        }
-        pending
-            .record
-            .stats
-            .up(datagram.len(), pending.record.started);
-        let verdict = pending.parser.feed(datagram);
-        pending.record.version = pending.parser.version();
-        match verdict {
-            Err(Verdict::Incomplete) => {
-                pending.held.push(datagram.into());
-                pending.held_bytes += datagram.len();
-                self.held_bytes += datagram.len();
-            }
-            Err(verdict) => {
-                let reason = match verdict {
-                    Verdict::NotQuic => CloseReason::NotQuic,
-                    Verdict::UnknownVersion(_) => CloseReason::UnknownVersion,
-                    Verdict::TooLarge => CloseReason::TooLarge,
-                    Verdict::Malformed | Verdict::Incomplete => CloseReason::Malformed,
-                };
-                if let Some(pending) = self.take_pending(from) {
-                    pending.record.close(reason);
-                }
-            }
-            Ok(hello) => {
-                if let Some(mut pending) = self.take_pending(from) {
-                    pending.held.push(datagram.into());
-                    self.route(*pending, hello, from);
-                }
-            }
-        }
-    }
-
-    /// Takes a pending flow out of the map and the pending counts.
-    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending>> {
-        match self.flows.remove(&from) {
-            Some(Flow::Pending(pending)) => {
-                self.pending -= 1;
-                self.held_bytes -= pending.held_bytes;
-                Some(pending)
-            }
-            Some(other) => {
-                self.flows.insert(from, other);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Ends pending flows past `client_hello_timeout`.
-    fn sweep(&mut self) {
-        let timeout = self.generation.borrow().listener.client_hello_timeout;
-        let now = Instant::now();
-        while let Some(&(started, from)) = self.pending_order.front() {
-            if now < started + timeout {
-                break;
-            }
-            self.pending_order.pop_front();
-            let same = matches!(self.flows.get(&from), Some(Flow::Pending(p)) if p.record.started == started);
-            if same && let Some(pending) = self.take_pending(from) {
-                pending.record.close(CloseReason::HelloTimeout);
-            }
-        }
-    }
-
-    /// Routes a complete hello: refuses it, or opens the flow.
-    fn route(&mut self, pending: Pending, hello: QuicHello, from: SocketAddr) {
-        let Pending {
-            held,
-            mut record,
-            _permit: permit,
-            _admitted: admitted,
-            ..
-        } = pending;
-        let generation = self.generation.borrow().clone();
-        let decision = generation.routes.decide(&hello.hello);
-        record.sni = decision.sni;
-        record.ech = decision.ech;
-        record.alpn = close::alpn_field(&hello.hello.alpn);
-        let target = match decision.target {
-            Ok(target) => target,
-            Err(no_route) => {
-                let alert = match no_route {
-                    NoRoute::NoSni | NoRoute::Unmatched => UNRECOGNIZED_NAME,
-                    NoRoute::TlsVersion => PROTOCOL_VERSION,
-                    NoRoute::EchRejected => HANDSHAKE_FAILURE,
-                };
-                let answer = refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
-                if self.now.send_to(&answer, from).is_ok() {
-                    record.stats.down(answer.len(), record.started);
-                }
-                record.close(no_route.into());
-                return;
-            }
-        };
-        // Only the no-SNI fallback of a `no_sni = "reject"` listener is
-        // missing; a hello without a name that reached a route is routed.
-        record.route = Some(target.route.clone());
-        record.backend = Some(target.backend.clone());
-        let route_admitted = match generation.route_gates.get(&target.route) {
-            None => None,
-            Some(gate) => {
-                let source = admit::route_source(PeerAddr(from), false, None);
-                match gate.admit(source) {
-                    Ok(admitted) => {
-                        if let Some(held) = &admitted.source {
-                            close::log_route_dry_run(
-                                &record.listener,
-                                PeerAddr(from),
-                                &target.route,
-                                held,
-                            );
-                        }
-                        Some(admitted)
-                    }
-                    Err(refusal) => {
-                        let reason = CloseReason::from(refusal);
-                        record.metrics.limit_refused(reason);
-                        record.close(reason);
-                        return;
-                    }
-                }
-            }
-        };
-        // The address: chosen at once when the backend's addresses are
-        // known; otherwise (a first DNS answer, a cluster lookup) the flow
-        // waits in `Connecting` while a task finds it.
-        let Some(runtime) = generation.backends.get(&target.backend.name) else {
-            record.close(CloseReason::NoAddress);
-            return;
-        };
-        // The listening socket's address stands for the one the client
-        // dialled: a cluster answer naming it is this node.
-        let local = match runtime.cluster {
-            Some(_) => match self.socket.local_addr() {
-                Ok(local) => Some(local.ip()),
-                Err(_) => {
-                    record.close(CloseReason::ConnectFailed);
-                    return;
-                }
-            },
-            None => None,
-        };
-        let ask = Ask {
-            client: from,
-            sni: record.sni.clone(),
-            local,
-        };
-        let drain = target.drain.enter();
-        let connecting = Connecting {
-            held_bytes: held.iter().map(|d| d.len()).sum(),
-            held,
-            max_held_bytes: Limits::for_hello_bytes(record.listener.max_client_hello_bytes)
-                .held_bytes,
-            record,
-            idle: target.timeouts.idle,
-            lifetime: target.timeouts.lifetime,
-            held_slots: (permit, admitted, route_admitted),
-        };
-        if let Some(picked) = pick::pick_now(&generation.backends, runtime, &ask) {
+        if let Some(picked) = pick::pick_now(backends, runtime, &ask) {
             let outcome = picked.map(|p| (p, drain)).map_err(CloseReason::from);
-            self.open(connecting, from, outcome);
+            self.table.chosen(from, id, outcome);
             return;
         }
-        self.pending += 1;
-        self.held_bytes += connecting.held_bytes;
-        let id = connecting.record.id;
-        let backend = target.backend.name.clone();
-        self.flows
-            .insert(from, Flow::Connecting(Box::new(connecting)));
         let chosen = self.chosen_tx.clone();
         let close = self.close_flows.clone();
         self.runtime.connections.spawn(async move {
@@ -923,46 +454,20 @@ impl SocketTask {
         });
     }
 
-    /// A connecting flow's address is known (or why not): it opens or closes.
-    fn chosen(&mut self, chosen: Chosen) {
-        let Chosen { from, id, outcome } = chosen;
-        let connecting = match self.flows.remove(&from) {
-            Some(Flow::Connecting(connecting)) if connecting.record.id == id => connecting,
-            Some(other) => {
-                self.flows.insert(from, other);
-                return;
-            }
-            None => return,
-        };
-        self.pending -= 1;
-        self.held_bytes -= connecting.held_bytes;
-        self.open(*connecting, from, outcome);
-    }
-
     /// Opens a flow on its chosen address: one UDP socket connected to it,
     /// the held datagrams forwarded in arrival order, and the task that
-    /// relays the backend's answers; or closes it with the reason.
-    fn open(
-        &mut self,
-        connecting: Connecting,
-        from: SocketAddr,
-        outcome: Result<(Picked, DrainGuard), CloseReason>,
-    ) {
-        let Connecting {
-            held,
+    /// relays the backend's answers; or closes it `connect_failed`.
+    fn open(&mut self, opening: Opening) {
+        let Opening {
+            from,
             mut record,
+            held,
             idle,
             lifetime,
-            held_slots,
-            ..
-        } = connecting;
-        let (picked, drain) = match outcome {
-            Ok(chosen) => chosen,
-            Err(reason) => {
-                record.close(reason);
-                return;
-            }
-        };
+            slots,
+            picked,
+            drain,
+        } = opening;
         let Picked {
             addr: backend_addr,
             in_flight,
@@ -1019,75 +524,44 @@ impl SocketTask {
         moved(
             registered.activity(),
             Side::Up,
-            stats.bytes_up.load(Ordering::Relaxed) as usize,
+            stats.bytes_up.load(std::sync::atomic::Ordering::Relaxed) as usize,
         );
-        self.flows.insert(
+        self.table.opened(
             from,
-            Flow::Open(Open {
+            record.id,
+            OpenFlow {
                 backend: backend.clone(),
                 backend_addr,
                 stats,
                 started,
                 entry: registered.shared(),
                 path: path.clone(),
-                cids: FlowCids::default(),
-            }),
+            },
         );
+        let expiry = Expiry::new(started, idle, lifetime, record.id);
         let flow = FlowTask {
             record,
             backend,
             socket: self.socket.clone(),
             offload: self.offload.clone(),
             path,
-            idle,
-            lifetime,
+            expiry,
             registered,
             ended: self.ended_tx.clone(),
             learned: self.learned_tx.clone(),
             drain,
             health,
             in_flight,
-            _held: held_slots,
+            _held: slots,
         };
         self.runtime.connections.spawn(relay_back(flow));
     }
-}
 
-/// The open flow at `path`'s current address, if it is that flow (its
-/// task's messages may arrive after its address went to another flow).
-fn open_at<'a>(
-    flows: &'a mut HashMap<SocketAddr, Flow>,
-    path: &Arc<Path>,
-) -> Option<(SocketAddr, &'a mut Open)> {
-    let at = path.client();
-    match flows.get_mut(&at) {
-        Some(Flow::Open(open)) if Arc::ptr_eq(&open.path, path) => Some((at, open)),
-        _ => None,
-    }
-}
-
-/// A fresh record for a flow from `peer`.
-fn flow_record(
-    listener: Arc<Listener>,
-    peer: SocketAddr,
-    metrics: Arc<ListenerMetrics>,
-) -> FlowRecord {
-    FlowRecord {
-        id: close::next_conn_id(),
-        listener,
-        peer,
-        started: Instant::now(),
-        version: None,
-        sni: None,
-        alpn: None,
-        ech: None,
-        route: None,
-        backend: None,
-        backend_addr: None,
-        backend_local: None,
-        stats: Arc::default(),
-        metrics,
-        path: None,
+    /// Sends the open flows' datagrams gathered from the last receive.
+    fn flush_up(&mut self) {
+        let (table, offload) = (&self.table, &self.offload);
+        self.up
+            .flush(|client, contents, segment| send_up(table, offload, client, contents, segment));
     }
 }
 
@@ -1100,13 +574,13 @@ fn moved(activity: &Activity, side: Side, len: usize) {
 /// Sends an open flow's gathered client datagrams on its backend socket;
 /// dropped if the flow is gone or the socket cannot take them now.
 fn send_up(
-    flows: &HashMap<SocketAddr, Flow>,
+    table: &FlowTable<OpenFlow>,
     offload: &Offload,
     client: SocketAddr,
     contents: &[u8],
     segment: Option<usize>,
 ) {
-    if let Some(Flow::Open(open)) = flows.get(&client) {
+    if let Some(open) = table.open_at(client) {
         let _ = offload.send_connected(&open.backend, open.backend_addr, contents, segment);
     }
 }
@@ -1135,14 +609,13 @@ struct FlowTask {
     offload: Arc<Offload>,
     /// The client's address, which moves with NAT rebinding.
     path: Arc<Path>,
-    idle: Duration,
-    /// `max_connection_lifetime`, counted from the flow's first datagram.
-    lifetime: Option<Duration>,
+    /// Its idle and lifetime bounds.
+    expiry: Expiry,
     /// Its registry entry: removed when the flow ends; its stop fires on
     /// this socket's close or an operator's `DELETE /connections`.
     registered: Registered,
-    ended: mpsc::UnboundedSender<Arc<Path>>,
-    learned: mpsc::UnboundedSender<(Arc<Path>, ConnectionId)>,
+    ended: mpsc::UnboundedSender<(Arc<Path>, u64)>,
+    learned: mpsc::UnboundedSender<(Arc<Path>, u64, ConnectionId)>,
     drain: DrainGuard,
     /// What the flow tells its address's passive health.
     health: Health,
@@ -1150,7 +623,7 @@ struct FlowTask {
     in_flight: InFlight,
     /// The connection permit, and the listener's and route's admission
     /// slots, released when the flow ends.
-    _held: (OwnedSemaphorePermit, Admitted, Option<RouteAdmitted>),
+    _held: FlowSlots,
 }
 
 /// Sends the backend's datagrams to the client until the flow ends, then
@@ -1162,8 +635,7 @@ async fn relay_back(flow: FlowTask) {
         socket,
         offload,
         path,
-        idle,
-        lifetime,
+        expiry,
         registered,
         ended,
         learned,
@@ -1177,15 +649,11 @@ async fn relay_back(flow: FlowTask) {
     // The connection IDs reported to the socket task, so each goes once.
     let mut taught = FlowCids::default();
     let started = record.started;
-    let closing = drain.closing(record.id);
+    let id = record.id;
+    let closing = drain.closing(id);
     tokio::pin!(closing);
-    // The same moment a TCP connection with this id would draw: in the
-    // last tenth of the lifetime, so flows opened together end apart.
-    let end_of_life = lifetime_end(started, lifetime, record.id);
     let reason = loop {
-        let last = Duration::from_millis(record.stats.last.load(Ordering::Relaxed));
-        let idle_at = started + last + idle;
-        let deadline = end_of_life.map_or(idle_at, |end| end.min(idle_at));
+        let deadline = expiry.deadline(record.stats.last());
         tokio::select! {
             // ERROR too: an ICMP port unreachable alone makes the socket
             // report an error, not readability.
@@ -1196,10 +664,10 @@ async fn relay_back(flow: FlowTask) {
                         client = path.client();
                     }
                     relay_down(&offload, &backend, &socket, client, &record.stats, started, |datagram| {
-                        if let Some(id) = cid::backend_scid(datagram)
-                            && taught.add(id)
+                        if let Some(cid) = cid::backend_scid(datagram)
+                            && taught.add(cid)
                         {
-                            let _ = learned.send((path.clone(), id));
+                            let _ = learned.send((path.clone(), id, cid));
                         }
                     })
                 } else {
@@ -1225,13 +693,8 @@ async fn relay_back(flow: FlowTask) {
                 }
             },
             () = tokio::time::sleep_until(deadline) => {
-                let now = Instant::now();
-                if end_of_life.is_some_and(|end| now >= end) {
-                    break CloseReason::MaxLifetime;
-                }
-                let last = Duration::from_millis(record.stats.last.load(Ordering::Relaxed));
-                if now >= started + last + idle {
-                    break CloseReason::IdleTimeout;
+                if let Some(reason) = expiry.expired(Instant::now(), record.stats.last()) {
+                    break reason;
                 }
             }
             // Its route drained by a reload, or its address put in `maint`.
@@ -1244,7 +707,7 @@ async fn relay_back(flow: FlowTask) {
     drop(in_flight);
     drop(registered);
     record.close(reason);
-    let _ = ended.send(path);
+    let _ = ended.send((path, id));
 }
 
 /// Takes the error a backend socket reports (SO_ERROR: an ICMP error of an
@@ -1279,9 +742,10 @@ fn relay_down(
     with_scratch(|recv, send| {
         offload.try_recv(backend, recv)?;
         let max_segments = offload.max_segments();
+        let now = Instant::now();
         let mut bytes = 0;
         for (_, datagram) in recv.datagrams() {
-            stats.down(datagram.len(), started);
+            stats.down(datagram.len(), started, now);
             bytes += datagram.len();
             learn(datagram);
             send.push(client, datagram, max_segments, |to, contents, segment| {

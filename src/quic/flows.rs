@@ -1,0 +1,1528 @@
+//! The flow table of one QUIC listening socket, as a sans-I/O state
+//! machine: fed datagrams, time and the results of the I/O it asked for, it
+//! decides what each flow does and returns it as events. It reads no clock
+//! (every call takes `now`) and touches no socket; the socket task
+//! (`super::listener`) reads datagrams, feeds them here, performs the
+//! returned [`Event`]s and reports back (in the spirit of quinn-proto's
+//! `Endpoint::handle`).
+//!
+//! A flow is one client address and port, in one of three states:
+//! - *pending*: its hello is not complete. A new source starts one if the
+//!   table accepts new flows (not draining), the socket's pending caps
+//!   ([`MAX_PENDING_FLOWS`], never more than half the free connection
+//!   permits' worth, [`MAX_HELD_BYTES`]) and `[global]
+//!   max_connection_rate` leave room, and the accept gate admits it
+//!   (`crate::accept::gate`, the same gate and close as a TCP connection's);
+//!   otherwise its datagram is dropped (counted, and summarised in a log
+//!   line at most once a second). Its datagrams go to its [`Parser`] and
+//!   are held (bounded per flow by [`Limits`]) until the parser gives a
+//!   verdict or `client_hello_timeout` passes ([`FlowTable::sweep`]);
+//! - *connecting*: its hello is routed (`route::RouteTable::decide`, then
+//!   the route's admission) and the socket task was asked to choose its
+//!   backend address ([`Event::Pick`]); its datagrams are still held,
+//!   within the same bounds, until the answer ([`FlowTable::chosen`]), which
+//!   hands the flow to the socket task to open ([`Event::Open`]), or closes
+//!   it;
+//! - *open*: relaying, after the socket task reported its backend socket
+//!   ([`FlowTable::opened`]). Its client datagrams are returned to the
+//!   socket task unread ([`FlowTable::open_mut`]); the connection IDs its backend
+//!   chose are learned ([`FlowTable::learned`]) so that a datagram from a
+//!   new address carrying one of them moves the flow there (NAT rebinding,
+//!   [`Datagram::Moved`] then [`FlowTable::rebind`]); it leaves the table
+//!   when the socket task reports its end ([`FlowTable::ended`]).
+//!
+//! A refused hello closes with the QUIC refusal the client understands
+//! ([`Event::Close`] with an answer: the TLS alert the TCP path would
+//! send). Every close carries the flow's [`FlowRecord`], which the socket
+//! task writes (`close::ConnRecord`, the access record of both protocols).
+//!
+//! Drain ([`FlowTable::drain`]): no new flow starts; pending flows still
+//! end at their hello timeout, open ones at their own bounds;
+//! [`FlowTable::close_all`] ends what is left. An open flow's idle and
+//! lifetime bounds are [`Expiry`], which the flow's task (holding the
+//! backend socket, whose datagrams it relays without a hop through the
+//! socket task) asks with the times it saw.
+//!
+//! Not here: sockets, tasks, channels, the backend choice itself
+//! (`super::pick`), the refusal's bytes (`super::refusal`) or the Initial
+//! parser (`super::initial`).
+//!
+//! Cost: one hash lookup per datagram of an open flow; a pending flow's
+//! datagram is parsed and copied once into its held list.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::Version;
+use super::cid::{self, CidTable, FlowCids, Path};
+use super::initial::{ConnectionId, Limits, Parser, QuicHello, Verdict};
+use super::pick::{Ask, Picked};
+use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
+use crate::accept;
+use crate::addr::PeerAddr;
+use crate::admit::{self, Admitted, AtAccept, RouteAdmitted};
+use crate::close::{self, CloseReason, ConnRecord, QuicFields};
+use crate::config::{Backend, Listener};
+use crate::drain::DrainGuard;
+use crate::generation::Generation;
+use crate::metrics::{self, ListenerMetrics};
+use crate::pump::relay::lifetime_end;
+use crate::route::{EchKind, NoRoute};
+
+/// Pending flows (hello not complete yet) per listening socket.
+pub const MAX_PENDING_FLOWS: usize = 1024;
+/// Bytes held for pending flows per listening socket (16 MiB): with the
+/// per-flow limit (64 KiB for the default `max_client_hello_bytes`) a
+/// flood cannot make the held datagrams grow past this.
+pub const MAX_HELD_BYTES: usize = 16 << 20;
+/// TLS alert `protocol_version`.
+const PROTOCOL_VERSION: u8 = 70;
+
+/// Datagrams and bytes each way, and the last activity, of one flow;
+/// shared with the flow's task, which counts what it relays.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub datagrams_up: AtomicU64,
+    pub bytes_up: AtomicU64,
+    pub datagrams_down: AtomicU64,
+    pub bytes_down: AtomicU64,
+    /// Milliseconds from the flow's start to its last datagram.
+    pub last: AtomicU64,
+}
+
+impl Stats {
+    /// A client datagram of `len` bytes at `now`.
+    pub fn up(&self, len: usize, started: Instant, now: Instant) {
+        self.datagrams_up.fetch_add(1, Ordering::Relaxed);
+        self.bytes_up.fetch_add(len as u64, Ordering::Relaxed);
+        self.touch(started, now);
+    }
+
+    /// A backend datagram of `len` bytes at `now`.
+    pub fn down(&self, len: usize, started: Instant, now: Instant) {
+        self.datagrams_down.fetch_add(1, Ordering::Relaxed);
+        self.bytes_down.fetch_add(len as u64, Ordering::Relaxed);
+        self.touch(started, now);
+    }
+
+    /// The time from the flow's start to its last datagram.
+    pub fn last(&self) -> Duration {
+        Duration::from_millis(self.last.load(Ordering::Relaxed))
+    }
+
+    fn touch(&self, started: Instant, now: Instant) {
+        let ms = now.saturating_duration_since(started).as_millis() as u64;
+        self.last.fetch_max(ms, Ordering::Relaxed);
+    }
+}
+
+/// What a flow keeps for its access line, owned (the flow outlives any
+/// borrow); [`FlowRecord::close`] writes it as the one access record of
+/// both protocols (`close::ConnRecord`).
+#[derive(Debug)]
+pub struct FlowRecord {
+    pub id: u64,
+    pub listener: Arc<Listener>,
+    pub peer: SocketAddr,
+    pub started: Instant,
+    pub version: Option<Version>,
+    pub sni: Option<Box<str>>,
+    /// The hello's ALPN list and ECH extension, logged as TCP logs them.
+    pub alpn: Option<Box<str>>,
+    pub ech: Option<EchKind>,
+    pub route: Option<Box<str>>,
+    pub backend: Option<Arc<Backend>>,
+    pub backend_addr: Option<SocketAddr>,
+    /// The relay's end of the flow's backend socket: the client address
+    /// the backend sees, logged so that its lines can be matched to this
+    /// flow (no PROXY header on UDP carries the real one).
+    pub backend_local: Option<SocketAddr>,
+    pub stats: Arc<Stats>,
+    pub metrics: Arc<ListenerMetrics>,
+    /// The client's current address once the flow is open (NAT rebinding).
+    pub path: Option<Arc<Path>>,
+}
+
+impl FlowRecord {
+    /// A fresh record for a flow from `peer` that started `now`.
+    pub fn new(
+        listener: Arc<Listener>,
+        peer: SocketAddr,
+        now: Instant,
+        metrics: Arc<ListenerMetrics>,
+    ) -> FlowRecord {
+        FlowRecord {
+            id: close::next_conn_id(),
+            listener,
+            peer,
+            started: now,
+            version: None,
+            sni: None,
+            alpn: None,
+            ech: None,
+            route: None,
+            backend: None,
+            backend_addr: None,
+            backend_local: None,
+            stats: Arc::default(),
+            metrics,
+            path: None,
+        }
+    }
+
+    /// Counts the flow's end and writes its one access line, at the level
+    /// the reason table gives (a flow always sent a datagram, so it is
+    /// never `silent`).
+    pub fn close(self, reason: CloseReason) {
+        let s = &self.stats;
+        let (last_peer, rebinds) = match &self.path {
+            Some(path) => (path.client(), path.rebinds()),
+            None => (self.peer, 0),
+        };
+        let quic = QuicFields {
+            version: self.version.map(Version::as_str),
+            last_peer,
+            rebinds,
+            datagrams_up: s.datagrams_up.load(Ordering::Relaxed),
+            datagrams_down: s.datagrams_down.load(Ordering::Relaxed),
+            backend_local: self.backend_local,
+        };
+        let mut record = ConnRecord::arrived(
+            self.id,
+            &self.listener,
+            PeerAddr(self.peer),
+            self.started,
+            self.metrics,
+        );
+        record.sni = self.sni;
+        record.alpn = self.alpn;
+        record.ech = self.ech;
+        record.route = self.route.as_deref();
+        record.backend = self.backend;
+        record.backend_addr = self.backend_addr;
+        record.moved.up = s.bytes_up.load(Ordering::Relaxed);
+        record.moved.down = s.bytes_down.load(Ordering::Relaxed);
+        record.close_flow(reason, &quic);
+    }
+}
+
+/// The places a flow holds while it lives: its connection permit, and the
+/// listener's and route's admission slots (released when dropped).
+pub type FlowSlots = (
+    OwnedSemaphorePermit,
+    Option<Admitted>,
+    Option<RouteAdmitted>,
+);
+
+/// An open flow's idle and lifetime bounds: `idle_timeout` with no
+/// datagram either way, and the route's `max_connection_lifetime` at the
+/// moment a TCP connection with this id would draw (in the last tenth of
+/// the lifetime, counted from the flow's first datagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    started: Instant,
+    idle: Duration,
+    end_of_life: Option<Instant>,
+}
+
+impl Expiry {
+    pub fn new(started: Instant, idle: Duration, lifetime: Option<Duration>, id: u64) -> Expiry {
+        Expiry {
+            started,
+            idle,
+            end_of_life: lifetime_end(started, lifetime, id),
+        }
+    }
+
+    /// When to look again, the last datagram having come `last` after the
+    /// start.
+    pub fn deadline(&self, last: Duration) -> Instant {
+        let idle_at = self.started + last + self.idle;
+        self.end_of_life.map_or(idle_at, |end| end.min(idle_at))
+    }
+
+    /// Why the flow ends at `now`, if it does: its lifetime first.
+    pub fn expired(&self, now: Instant, last: Duration) -> Option<CloseReason> {
+        if self.end_of_life.is_some_and(|end| now >= end) {
+            return Some(CloseReason::MaxLifetime);
+        }
+        (now >= self.started + last + self.idle).then_some(CloseReason::IdleTimeout)
+    }
+}
+
+/// What the socket task is asked to do, or told happened.
+#[derive(Debug)]
+pub enum Event {
+    /// Choose the backend address of the flow from `from` (`super::pick`:
+    /// at once when the addresses are known, else in a task) and report it
+    /// with [`FlowTable::chosen`].
+    Pick(Box<PickFor>),
+    /// The flow's address is chosen: open its backend socket, send the held
+    /// datagrams in arrival order, start its relay and report it with
+    /// [`FlowTable::opened`] (or close it `connect_failed`).
+    Open(Box<Opening>),
+    /// The flow ended: send `answer` to the client first, if any (a
+    /// refusal: counted as a datagram down once sent), then close `record`.
+    Close {
+        record: Box<FlowRecord>,
+        reason: CloseReason,
+        answer: Option<(SocketAddr, Vec<u8>)>,
+    },
+}
+
+/// A routed flow whose backend address is to be chosen.
+#[derive(Debug)]
+pub struct PickFor {
+    pub from: SocketAddr,
+    pub id: u64,
+    /// The backend's name (`Generation::backends`).
+    pub backend: String,
+    pub ask: Ask,
+    /// The route's drain signal, entered: a reload that drains the route
+    /// while the address is being chosen ends the flow (`drained`).
+    pub drain: DrainGuard,
+}
+
+/// A flow handed to the socket task to open on its chosen address.
+#[derive(Debug)]
+pub struct Opening {
+    pub from: SocketAddr,
+    pub record: FlowRecord,
+    /// Its datagrams so far, in arrival order.
+    pub held: Vec<Box<[u8]>>,
+    /// The route's `idle_timeout` and `max_connection_lifetime`.
+    pub idle: Duration,
+    pub lifetime: Option<Duration>,
+    pub slots: FlowSlots,
+    pub picked: Picked,
+    pub drain: DrainGuard,
+}
+
+/// What became of a datagram fed to [`FlowTable::handle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datagram {
+    /// An open flow's: relay it to the flow's backend, unread, through
+    /// [`FlowTable::open_mut`] (which the socket task asks first: an open
+    /// flow's datagram costs one lookup).
+    Open,
+    /// Taken by a pending or connecting flow (held, or dropped at a bound).
+    Taken,
+    /// From an address no flow has, whose Destination Connection ID an
+    /// open flow's backend chose: the client moved; [`FlowTable::rebind`].
+    Moved,
+    /// From an address no flow has: a new flow ([`FlowTable::start`]), or
+    /// a successor's after an upgrade.
+    Unknown,
+}
+
+/// A flow whose hello is not complete yet.
+#[derive(Debug)]
+struct Pending {
+    parser: Parser,
+    held: Vec<Box<[u8]>>,
+    held_bytes: usize,
+    record: FlowRecord,
+    permit: OwnedSemaphorePermit,
+    admitted: Option<Admitted>,
+}
+
+/// A routed flow waiting for its backend address: its datagrams are still
+/// held, within the same bounds as a pending flow's.
+#[derive(Debug)]
+struct ConnectingFlow {
+    held: Vec<Box<[u8]>>,
+    held_bytes: usize,
+    /// The most it may hold (the pending flow's `Limits::held_bytes`).
+    max_held_bytes: usize,
+    record: FlowRecord,
+    idle: Duration,
+    lifetime: Option<Duration>,
+    slots: FlowSlots,
+}
+
+/// An open flow: the socket task's handle `B` (its backend socket and
+/// counters) and the connection IDs it taught the table.
+#[derive(Debug)]
+struct Open<B> {
+    id: u64,
+    io: B,
+    cids: FlowCids,
+}
+
+#[derive(Debug)]
+enum FlowState<B> {
+    Pending(Box<Pending>),
+    Connecting(Box<ConnectingFlow>),
+    Open(Open<B>),
+}
+
+/// The flows of one listening socket; `B` is what the socket task keeps
+/// per open flow.
+#[derive(Debug)]
+pub struct FlowTable<B> {
+    flows: HashMap<SocketAddr, FlowState<B>>,
+    /// Pending flows by start, for the hello timeout (entries of flows
+    /// that moved on are skipped).
+    pending_order: VecDeque<(Instant, SocketAddr)>,
+    /// Flows not open yet (pending and connecting): they hold datagrams.
+    pending: usize,
+    held_bytes: usize,
+    /// Connection IDs the open flows' backends chose (NAT rebinding).
+    cids: CidTable,
+    /// No new flows (the process drains, or the socket stops).
+    draining: bool,
+    /// The listening socket's address: it stands for the address a
+    /// client dialled when a cluster answer must recognise this node.
+    local: Option<SocketAddr>,
+    /// New flows dropped at a bound since the last summary line.
+    dropped: usize,
+    last_summary: Option<Instant>,
+    /// The listener's metric series, made on the first flow.
+    metrics: Option<Arc<ListenerMetrics>>,
+    events: VecDeque<Event>,
+}
+
+impl<B> FlowTable<B> {
+    /// An empty table for a socket bound to `local`.
+    pub fn new(local: Option<SocketAddr>) -> FlowTable<B> {
+        FlowTable {
+            flows: HashMap::new(),
+            pending_order: VecDeque::new(),
+            pending: 0,
+            held_bytes: 0,
+            cids: CidTable::default(),
+            draining: false,
+            local,
+            dropped: 0,
+            last_summary: None,
+            metrics: None,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The next event to perform, in the order they happened.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Flows of every state.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    /// Flows not open yet, and the bytes they hold.
+    pub fn pending(&self) -> (usize, usize) {
+        (self.pending, self.held_bytes)
+    }
+
+    /// No new flow starts from now on.
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// The open flow at `at`, if any (to relay datagrams gathered for it).
+    pub fn open_at(&self, at: SocketAddr) -> Option<&B> {
+        match self.flows.get(&at) {
+            Some(FlowState::Open(open)) => Some(&open.io),
+            _ => None,
+        }
+    }
+
+    /// The open flow at `from`, if any: its client datagrams are relayed
+    /// unread, without [`FlowTable::handle`] (the hot path: one lookup).
+    pub fn open_mut(&mut self, from: SocketAddr) -> Option<&mut B> {
+        match self.flows.get_mut(&from) {
+            Some(FlowState::Open(open)) => Some(&mut open.io),
+            _ => None,
+        }
+    }
+
+    /// A datagram from `from` at `now`: an open flow's, held or parsed
+    /// (events may follow), or from an address no flow has.
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+        generation: &Generation,
+    ) -> Datagram {
+        match self.flows.get_mut(&from) {
+            Some(FlowState::Open(_)) => Datagram::Open,
+            Some(FlowState::Pending(_)) => {
+                self.feed(now, from, datagram, generation);
+                Datagram::Taken
+            }
+            Some(FlowState::Connecting(connecting)) => {
+                let record = &connecting.record;
+                record.stats.up(datagram.len(), record.started, now);
+                // Beyond a bound it is dropped unread; the client retransmits.
+                if connecting.held_bytes + datagram.len() <= connecting.max_held_bytes
+                    && self.held_bytes + datagram.len() <= MAX_HELD_BYTES
+                {
+                    connecting.held.push(datagram.into());
+                    connecting.held_bytes += datagram.len();
+                    self.held_bytes += datagram.len();
+                }
+                Datagram::Taken
+            }
+            None if self.cids.lookup(datagram).is_some() => Datagram::Moved,
+            None => Datagram::Unknown,
+        }
+    }
+
+    /// Moves the open flow whose backend chose the datagram's Destination
+    /// Connection ID to `from` (its client's new address); returns its
+    /// handle and its previous address, or `None` if no open flow has it.
+    pub fn rebind(&mut self, from: SocketAddr, datagram: &[u8]) -> Option<(SocketAddr, &mut B)> {
+        let old = self.cids.lookup(datagram)?;
+        // The table names open flows only; anything else is left alone.
+        let open = match self.flows.remove(&old) {
+            Some(FlowState::Open(open)) => open,
+            Some(other) => {
+                self.flows.insert(old, other);
+                return None;
+            }
+            None => return None,
+        };
+        self.cids.moved(&open.cids, from);
+        match self
+            .flows
+            .entry(from)
+            .insert_entry(FlowState::Open(open))
+            .into_mut()
+        {
+            FlowState::Open(open) => Some((old, &mut open.io)),
+            _ => unreachable!("inserted as open"),
+        }
+    }
+
+    /// Starts a pending flow for `from`'s first datagram, if every bound
+    /// and the accept gate let it, and feeds it the datagram. `permits`
+    /// are the process-wide connection permits (`[global]
+    /// max_connections`); a flow holds one until it ends.
+    pub fn start(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+        generation: &Generation,
+        permits: &Arc<Semaphore>,
+    ) -> bool {
+        if self.draining {
+            return false;
+        }
+        let free = permits.available_permits();
+        if self.pending >= MAX_PENDING_FLOWS
+            || self.pending >= free
+            || self.held_bytes + datagram.len() > MAX_HELD_BYTES
+        {
+            self.drop_new_flow(now, &generation.listener);
+            return false;
+        }
+        // `[global] max_connection_rate`: TCP clients above it wait in the
+        // backlog; a UDP socket has none, so a new flow's datagram is
+        // dropped and the client's retransmission tries again.
+        if generation
+            .pace
+            .as_ref()
+            .is_some_and(|pace| pace.check().is_err())
+        {
+            self.drop_new_flow(now, &generation.listener);
+            return false;
+        }
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            self.drop_new_flow(now, &generation.listener);
+            return false;
+        };
+        let listener = generation.listener.clone();
+        // One handle per socket (a listener keeps its name and protocol),
+        // so a flow's metrics cost atomic adds, as a TCP connection's.
+        let metrics = self
+            .metrics
+            .get_or_insert_with(|| {
+                metrics::metrics().listener(&listener.name, listener.protocol.as_str())
+            })
+            .clone();
+        // The accept gate, as for a TCP connection; a refusal is closed
+        // there, without a flow: nothing is held for it.
+        let refused = QuicFields {
+            version: None,
+            last_peer: from,
+            rebinds: 0,
+            datagrams_up: 1,
+            datagrams_down: 0,
+            backend_local: None,
+        };
+        let admitted = match accept::gate(generation, PeerAddr(from), &metrics, || {
+            let mut record = ConnRecord::arrived(
+                close::next_conn_id(),
+                &listener,
+                PeerAddr(from),
+                now,
+                metrics.clone(),
+            );
+            record.moved.up = datagram.len() as u64;
+            (record, Some(&refused))
+        }) {
+            Ok(AtAccept::Admitted(admitted)) => Some(admitted),
+            // Never: a QUIC listener has no PROXY protocol, so no trusted
+            // peer to decide after a preface.
+            Ok(AtAccept::AfterPreface) => None,
+            Err(_refused) => return false,
+        };
+        let limits = Limits::for_hello_bytes(listener.max_client_hello_bytes);
+        let record = FlowRecord::new(listener, from, now, metrics);
+        // Entries of flows that moved on stay until they reach the front;
+        // compacted when they outnumber the live ones, so the queue stays
+        // within a few times MAX_PENDING_FLOWS however fast flows finish.
+        if self.pending_order.len() >= 4 * MAX_PENDING_FLOWS {
+            let flows = &self.flows;
+            self.pending_order.retain(|(started, addr)| {
+                matches!(flows.get(addr), Some(FlowState::Pending(p)) if p.record.started == *started)
+            });
+        }
+        self.pending_order.push_back((record.started, from));
+        self.pending += 1;
+        self.flows.insert(
+            from,
+            FlowState::Pending(Box::new(Pending {
+                parser: Parser::new(limits),
+                held: Vec::new(),
+                held_bytes: 0,
+                record,
+                permit,
+                admitted,
+            })),
+        );
+        self.feed(now, from, datagram, generation);
+        true
+    }
+
+    fn drop_new_flow(&mut self, now: Instant, listener: &Listener) {
+        self.dropped += 1;
+        if self
+            .last_summary
+            .is_none_or(|at| now >= at + Duration::from_secs(1))
+        {
+            tracing::warn!(
+                listener = %listener.name,
+                dropped = self.dropped,
+                pending = self.pending,
+                held_bytes = self.held_bytes,
+                "QUIC datagrams of new flows dropped: pending flows, connection permits or max_connection_rate at their bound"
+            );
+            self.last_summary = Some(now);
+            self.dropped = 0;
+        }
+    }
+
+    /// Feeds a pending flow's datagram to its parser.
+    fn feed(&mut self, now: Instant, from: SocketAddr, datagram: &[u8], generation: &Generation) {
+        let Some(FlowState::Pending(pending)) = self.flows.get_mut(&from) else {
+            return;
+        };
+        if self.held_bytes + datagram.len() > MAX_HELD_BYTES {
+            // Dropped unread; the client retransmits.
+            return;
+        }
+        let record = &mut pending.record;
+        record.stats.up(datagram.len(), record.started, now);
+        let verdict = pending.parser.feed(datagram);
+        pending.record.version = pending.parser.version();
+        match verdict {
+            Err(Verdict::Incomplete) => {
+                pending.held.push(datagram.into());
+                pending.held_bytes += datagram.len();
+                self.held_bytes += datagram.len();
+            }
+            Err(verdict) => {
+                let reason = match verdict {
+                    Verdict::NotQuic => CloseReason::NotQuic,
+                    Verdict::UnknownVersion(_) => CloseReason::UnknownVersion,
+                    Verdict::TooLarge => CloseReason::TooLarge,
+                    Verdict::Malformed | Verdict::Incomplete => CloseReason::Malformed,
+                };
+                if let Some(pending) = self.take_pending(from) {
+                    self.close(pending.record, reason, None);
+                }
+            }
+            Ok(hello) => {
+                if let Some(mut pending) = self.take_pending(from) {
+                    pending.held.push(datagram.into());
+                    self.route(*pending, hello, from, generation);
+                }
+            }
+        }
+    }
+
+    fn close(
+        &mut self,
+        record: FlowRecord,
+        reason: CloseReason,
+        answer: Option<(SocketAddr, Vec<u8>)>,
+    ) {
+        self.events.push_back(Event::Close {
+            record: Box::new(record),
+            reason,
+            answer,
+        });
+    }
+
+    /// Takes a pending flow out of the map and the pending counts.
+    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending>> {
+        match self.flows.remove(&from) {
+            Some(FlowState::Pending(pending)) => {
+                self.pending -= 1;
+                self.held_bytes -= pending.held_bytes;
+                Some(pending)
+            }
+            Some(other) => {
+                self.flows.insert(from, other);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Ends pending flows `client_hello_timeout` (`timeout`) after their
+    /// first datagram.
+    pub fn sweep(&mut self, now: Instant, timeout: Duration) {
+        while let Some(&(started, from)) = self.pending_order.front() {
+            if now < started + timeout {
+                break;
+            }
+            self.pending_order.pop_front();
+            let same = matches!(self.flows.get(&from), Some(FlowState::Pending(p)) if p.record.started == started);
+            if same && let Some(pending) = self.take_pending(from) {
+                self.close(pending.record, CloseReason::HelloTimeout, None);
+            }
+        }
+    }
+
+    /// Routes a complete hello: refuses it, or asks for its address.
+    fn route(
+        &mut self,
+        pending: Pending,
+        hello: QuicHello,
+        from: SocketAddr,
+        generation: &Generation,
+    ) {
+        let Pending {
+            held,
+            mut record,
+            permit,
+            admitted,
+            ..
+        } = pending;
+        let decision = generation.routes.decide(&hello.hello);
+        record.sni = decision.sni;
+        record.ech = decision.ech;
+        record.alpn = close::alpn_field(&hello.hello.alpn);
+        let target = match decision.target {
+            Ok(target) => target,
+            Err(no_route) => {
+                let alert = match no_route {
+                    NoRoute::NoSni | NoRoute::Unmatched => UNRECOGNIZED_NAME,
+                    NoRoute::TlsVersion => PROTOCOL_VERSION,
+                    NoRoute::EchRejected => HANDSHAKE_FAILURE,
+                };
+                let answer = refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
+                self.close(record, no_route.into(), Some((from, answer)));
+                return;
+            }
+        };
+        record.route = Some(target.route.clone());
+        record.backend = Some(target.backend.clone());
+        let route_admitted = match generation.route_gates.get(&target.route) {
+            None => None,
+            Some(gate) => {
+                let source = admit::route_source(PeerAddr(from), false, None);
+                match gate.admit(source) {
+                    Ok(admitted) => {
+                        if let Some(held) = &admitted.source {
+                            close::log_route_dry_run(
+                                &record.listener,
+                                PeerAddr(from),
+                                &target.route,
+                                held,
+                            );
+                        }
+                        Some(admitted)
+                    }
+                    Err(refusal) => {
+                        let reason = CloseReason::from(refusal);
+                        record.metrics.limit_refused(reason);
+                        self.close(record, reason, None);
+                        return;
+                    }
+                }
+            }
+        };
+        let Some(runtime) = generation.backends.get(&target.backend.name) else {
+            self.close(record, CloseReason::NoAddress, None);
+            return;
+        };
+        let local = match runtime.cluster {
+            Some(_) => match self.local {
+                Some(local) => Some(local.ip()),
+                None => {
+                    self.close(record, CloseReason::ConnectFailed, None);
+                    return;
+                }
+            },
+            None => None,
+        };
+        let ask = Ask {
+            client: from,
+            sni: record.sni.clone(),
+            local,
+        };
+        let drain = target.drain.enter();
+        let id = record.id;
+        let connecting = ConnectingFlow {
+            held_bytes: held.iter().map(|d| d.len()).sum(),
+            held,
+            max_held_bytes: Limits::for_hello_bytes(record.listener.max_client_hello_bytes)
+                .held_bytes,
+            record,
+            idle: target.timeouts.idle,
+            lifetime: target.timeouts.lifetime,
+            slots: (permit, admitted, route_admitted),
+        };
+        self.pending += 1;
+        self.held_bytes += connecting.held_bytes;
+        self.flows
+            .insert(from, FlowState::Connecting(Box::new(connecting)));
+        self.events.push_back(Event::Pick(Box::new(PickFor {
+            from,
+            id,
+            backend: target.backend.name.clone(),
+            ask,
+            drain,
+        })));
+    }
+
+    /// The address of the connecting flow `id` from `from` is chosen (with
+    /// its route's drain guard), or why not: it is handed over to open, or
+    /// closes.
+    pub fn chosen(
+        &mut self,
+        from: SocketAddr,
+        id: u64,
+        outcome: Result<(Picked, DrainGuard), CloseReason>,
+    ) {
+        let connecting = match self.flows.remove(&from) {
+            Some(FlowState::Connecting(connecting)) if connecting.record.id == id => connecting,
+            Some(other) => {
+                self.flows.insert(from, other);
+                return;
+            }
+            None => return,
+        };
+        self.pending -= 1;
+        self.held_bytes -= connecting.held_bytes;
+        let ConnectingFlow {
+            held,
+            record,
+            idle,
+            lifetime,
+            slots,
+            ..
+        } = *connecting;
+        match outcome {
+            Err(reason) => self.close(record, reason, None),
+            Ok((picked, drain)) => self.events.push_back(Event::Open(Box::new(Opening {
+                from,
+                record,
+                held,
+                idle,
+                lifetime,
+                slots,
+                picked,
+                drain,
+            }))),
+        }
+    }
+
+    /// The flow `id` handed over by [`Event::Open`] relays from `from`
+    /// through `io`.
+    pub fn opened(&mut self, from: SocketAddr, id: u64, io: B) {
+        self.flows.insert(
+            from,
+            FlowState::Open(Open {
+                id,
+                io,
+                cids: FlowCids::default(),
+            }),
+        );
+    }
+
+    /// The open flow `id`, now at `at`, ended: its address and its
+    /// connection IDs are free. (Its task may report after its address went
+    /// to another flow: then nothing happens.)
+    pub fn ended(&mut self, at: SocketAddr, id: u64) -> Option<B> {
+        match self.flows.get(&at) {
+            Some(FlowState::Open(open)) if open.id == id => {}
+            _ => return None,
+        }
+        let Some(FlowState::Open(open)) = self.flows.remove(&at) else {
+            unreachable!("matched as open just above");
+        };
+        self.cids.forget(&open.cids);
+        Some(open.io)
+    }
+
+    /// The backend of the open flow `id`, now at `at`, showed connection ID
+    /// `cid`: learned, within the flow's share.
+    pub fn learned(&mut self, at: SocketAddr, id: u64, cid: ConnectionId) {
+        let Some(FlowState::Open(open)) = self.flows.get_mut(&at) else {
+            return;
+        };
+        if open.id == id
+            && open.cids.len() < cid::MAX_CIDS_PER_FLOW
+            && !open.cids.contains(&cid)
+            && self.cids.learn(cid, at)
+        {
+            open.cids.add(cid);
+        }
+    }
+
+    /// Ends every flow not open yet with `reason` (the socket stops); open
+    /// flows end through their tasks. No new flow starts after.
+    pub fn close_all(&mut self, reason: CloseReason) {
+        self.draining = true;
+        let flows: Vec<_> = self.flows.drain().collect();
+        self.pending = 0;
+        self.held_bytes = 0;
+        self.pending_order.clear();
+        for (_, flow) in flows {
+            match flow {
+                FlowState::Pending(pending) => self.close(pending.record, reason, None),
+                FlowState::Connecting(connecting) => self.close(connecting.record, reason, None),
+                FlowState::Open(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use rustls::pki_types::ServerName;
+
+    use crate::backend::Backends;
+    use crate::config::Config;
+    use crate::quic::initial_keys;
+    use crate::quic::pick::pick_now;
+    use crate::quic::seal::seal_initial;
+
+    const DCID: &[u8] = &[0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];
+    const SCID: &[u8] = &[0x11, 0x22, 0x33, 0x44];
+    /// The connection ID the backend chooses (long enough to be followed).
+    const BACKEND_CID: &[u8] = &[0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7, 0xb8];
+
+    /// A quic listener `h3` with `limits` (a `[listener.limits]` body), a
+    /// route for example.com to `origin` (fixed, nothing listening) and one
+    /// for `*.nowhere.test` to `empty`, a DNS backend never resolved.
+    fn generation(limits: &str) -> Arc<Generation> {
+        let config = Config::from_toml(
+            &format!(
+                r#"
+                [[listener]]
+                name = "h3"
+                protocol = "quic"
+                listen = ["127.0.0.1:0"]
+                client_hello_timeout = "5s"
+                [listener.limits]
+                {limits}
+                [[route]]
+                sni = ["example.com"]
+                backend = "origin"
+                idle_timeout = "30s"
+                max_connection_lifetime = "100s"
+                [backend.origin]
+                addresses = ["127.0.0.1:9"]
+                "#
+            ),
+            std::path::Path::new("flows.toml"),
+        )
+        .expect("the test configuration is valid");
+        let backends = Arc::new(Backends::start(&config.backends, None));
+        Arc::new(Generation::first(
+            config.listeners[0].clone(),
+            &backends,
+            &None,
+        ))
+    }
+
+    /// A ClientHello as rustls' QUIC client sends it, with SNI unless
+    /// `name` is an IP address.
+    fn client_hello(name: &str) -> Vec<u8> {
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let name = ServerName::try_from(name.to_owned()).unwrap();
+        let params = vec![0x04, 0x01, 0x00];
+        let mut conn = rustls::quic::ClientConnection::new(
+            Arc::new(config),
+            rustls::quic::Version::V1,
+            name,
+            params,
+        )
+        .unwrap();
+        let mut hello = Vec::new();
+        conn.write_hs(&mut hello);
+        hello
+    }
+
+    fn varint(value: u64, out: &mut Vec<u8>) {
+        match value {
+            0..0x40 => out.push(value as u8),
+            0x40..0x4000 => out.extend_from_slice(&(value as u16 | 0x4000).to_be_bytes()),
+            _ => out.extend_from_slice(&(value as u32 | 0x8000_0000).to_be_bytes()),
+        }
+    }
+
+    /// The client's first flight for `name`, its hello cut into `pieces`
+    /// Initial datagrams of 1,200 bytes.
+    fn initials(name: &str, pieces: usize) -> Vec<Vec<u8>> {
+        let hello = client_hello(name);
+        let keys = initial_keys(Version::V1, DCID, rustls::Side::Client);
+        let size = hello.len().div_ceil(pieces);
+        hello
+            .chunks(size)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut frame = vec![0x06];
+                varint((i * size) as u64, &mut frame);
+                varint(chunk.len() as u64, &mut frame);
+                frame.extend_from_slice(chunk);
+                seal_initial(Version::V1, &keys.local, DCID, SCID, i as u32, &frame, 1200).unwrap()
+            })
+            .collect()
+    }
+
+    /// A 1-RTT (short header) datagram to the backend's connection ID.
+    fn short_to_backend() -> Vec<u8> {
+        let mut datagram = vec![0x40];
+        datagram.extend_from_slice(BACKEND_CID);
+        datagram.extend_from_slice(&[0; 40]);
+        datagram
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    /// What an event says, in short.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Seen {
+        Pick {
+            from: SocketAddr,
+            backend: String,
+        },
+        Open {
+            from: SocketAddr,
+            held: usize,
+        },
+        Close {
+            peer: SocketAddr,
+            reason: CloseReason,
+            answer_to: Option<SocketAddr>,
+        },
+    }
+
+    /// Drains the table's events; picks are answered at once, as the
+    /// socket task answers them for fixed addresses.
+    fn events(table: &mut FlowTable<u32>, generation: &Generation) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        while let Some(event) = table.poll_event() {
+            seen.push(match event {
+                Event::Pick(pick) => {
+                    let PickFor {
+                        from,
+                        id,
+                        backend,
+                        ask,
+                        drain,
+                    } = *pick;
+                    let backends = &generation.backends;
+                    let picked = pick_now(backends, backends.get(&backend).unwrap(), &ask)
+                        .expect("fixed addresses are chosen at once")
+                        .map(|picked| (picked, drain))
+                        .map_err(CloseReason::from);
+                    table.chosen(from, id, picked);
+                    Seen::Pick { from, backend }
+                }
+                Event::Open(opening) => Seen::Open {
+                    from: opening.from,
+                    held: opening.held.len(),
+                },
+                Event::Close {
+                    record,
+                    reason,
+                    answer,
+                } => Seen::Close {
+                    peer: record.peer,
+                    reason,
+                    answer_to: answer.map(|(to, _)| to),
+                },
+            });
+        }
+        seen
+    }
+
+    fn permits(n: usize) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(n))
+    }
+
+    /// Feeds `datagrams` from `from` the way the socket task does: a new
+    /// address starts a flow.
+    fn feed(
+        table: &mut FlowTable<u32>,
+        now: Instant,
+        from: SocketAddr,
+        datagrams: &[Vec<u8>],
+        generation: &Generation,
+        permits: &Arc<Semaphore>,
+    ) {
+        for datagram in datagrams {
+            if table.handle(now, from, datagram, generation) == Datagram::Unknown {
+                table.start(now, from, datagram, generation, permits);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
+        let generation = generation("");
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let client = addr("192.0.2.1:5000");
+        let flight = initials("example.com", 3);
+        assert!(table.start(now, client, &flight[0], &generation, &permits));
+        assert_eq!(table.pending(), (1, 1200));
+        assert!(matches!(
+            table.handle(now, client, &flight[1], &generation),
+            Datagram::Taken
+        ));
+        assert_eq!(events(&mut table, &generation), []);
+        assert_eq!(table.pending(), (1, 2400));
+        assert!(matches!(
+            table.handle(now, client, &flight[2], &generation),
+            Datagram::Taken
+        ));
+        // Routed, its address chosen at once, then handed over to open
+        // with its three datagrams, in order.
+        assert_eq!(
+            events(&mut table, &generation),
+            [
+                Seen::Pick {
+                    from: client,
+                    backend: "origin".into()
+                },
+                Seen::Open {
+                    from: client,
+                    held: 3
+                },
+            ]
+        );
+        assert_eq!(table.pending(), (0, 0));
+        assert!(table.is_empty());
+        // The flow's permit went with the Open event, dropped here.
+        assert_eq!(permits.available_permits(), 10);
+    }
+
+    #[tokio::test]
+    async fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
+        let generation = generation("");
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let (other, no_name, allowed) = (
+            addr("192.0.2.1:5000"),
+            addr("192.0.2.2:5000"),
+            addr("192.0.2.3:5000"),
+        );
+        feed(
+            &mut table,
+            now,
+            other,
+            &initials("other.test", 1),
+            &generation,
+            &permits,
+        );
+        feed(
+            &mut table,
+            now,
+            no_name,
+            &initials("192.0.2.9", 1),
+            &generation,
+            &permits,
+        );
+        feed(
+            &mut table,
+            now,
+            allowed,
+            &initials("example.com", 2),
+            &generation,
+            &permits,
+        );
+        assert_eq!(
+            events(&mut table, &generation),
+            [
+                Seen::Close {
+                    peer: other,
+                    reason: CloseReason::Unmatched,
+                    answer_to: Some(other)
+                },
+                Seen::Close {
+                    peer: no_name,
+                    reason: CloseReason::NoSni,
+                    answer_to: Some(no_name)
+                },
+                Seen::Pick {
+                    from: allowed,
+                    backend: "origin".into()
+                },
+                Seen::Open {
+                    from: allowed,
+                    held: 2
+                },
+            ]
+        );
+        // The refused flows gave back their permits.
+        assert_eq!(permits.available_permits(), 10);
+    }
+
+    #[tokio::test]
+    async fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
+        let generation = generation("");
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let client = addr("192.0.2.1:5000");
+        let flight = initials("example.com", 1);
+        feed(&mut table, now, client, &flight, &generation, &permits);
+        let Some(Event::Pick(pick)) = table.poll_event() else {
+            panic!("a routed hello asks for its address");
+        };
+        assert_eq!(
+            table.pending(),
+            (1, flight[0].len()),
+            "held while connecting"
+        );
+        table.chosen(pick.from, pick.id, Err(CloseReason::NoAddress));
+        assert_eq!(
+            events(&mut table, &generation),
+            [Seen::Close {
+                peer: client,
+                reason: CloseReason::NoAddress,
+                answer_to: None
+            }]
+        );
+        assert_eq!(table.pending(), (0, 0));
+        assert_eq!(permits.available_permits(), 10);
+    }
+
+    #[tokio::test]
+    async fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
+        let generation = generation("");
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let start = Instant::now();
+        let (noise, slow) = (addr("192.0.2.1:5000"), addr("192.0.2.2:5000"));
+        feed(
+            &mut table,
+            start,
+            noise,
+            &[b"GET / HTTP/1.1\r\n".to_vec()],
+            &generation,
+            &permits,
+        );
+        feed(
+            &mut table,
+            start,
+            slow,
+            &initials("example.com", 2)[..1],
+            &generation,
+            &permits,
+        );
+        assert_eq!(
+            events(&mut table, &generation),
+            [Seen::Close {
+                peer: noise,
+                reason: CloseReason::NotQuic,
+                answer_to: None
+            }]
+        );
+        let timeout = generation.listener.client_hello_timeout;
+        table.sweep(start + timeout - Duration::from_millis(1), timeout);
+        assert_eq!(events(&mut table, &generation), []);
+        table.sweep(start + timeout, timeout);
+        assert_eq!(
+            events(&mut table, &generation),
+            [Seen::Close {
+                peer: slow,
+                reason: CloseReason::HelloTimeout,
+                answer_to: None
+            }]
+        );
+        assert!(table.is_empty());
+        assert_eq!(table.pending(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
+        // Per source, through the accept gate: one flow per address.
+        let generation_1 = generation("connections_per_source = 1");
+        let permits_10 = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let flight = initials("example.com", 2);
+        assert!(table.start(
+            now,
+            addr("192.0.2.1:5000"),
+            &flight[0],
+            &generation_1,
+            &permits_10
+        ));
+        assert!(!table.start(
+            now,
+            addr("192.0.2.1:5001"),
+            &flight[0],
+            &generation_1,
+            &permits_10
+        ));
+        assert!(table.start(
+            now,
+            addr("192.0.2.2:5000"),
+            &flight[0],
+            &generation_1,
+            &permits_10
+        ));
+        // The refusal was closed by the gate, not held as a flow.
+        assert_eq!(events(&mut table, &generation_1), []);
+        assert_eq!(table.len(), 2);
+        assert_eq!(permits_10.available_permits(), 8);
+
+        // Globally: pending flows never take more than half the free
+        // connection permits.
+        let generation = generation("");
+        let permits_4 = permits(4);
+        let mut table = FlowTable::<u32>::new(None);
+        assert!(table.start(
+            now,
+            addr("192.0.2.1:5000"),
+            &flight[0],
+            &generation,
+            &permits_4
+        ));
+        assert!(table.start(
+            now,
+            addr("192.0.2.2:5000"),
+            &flight[0],
+            &generation,
+            &permits_4
+        ));
+        assert!(!table.start(
+            now,
+            addr("192.0.2.3:5000"),
+            &flight[0],
+            &generation,
+            &permits_4
+        ));
+        assert_eq!(table.pending(), (2, 2400));
+        assert_eq!(permits_4.available_permits(), 2);
+        // A flow that ends makes room again.
+        table.sweep(now + Duration::from_secs(60), Duration::from_secs(5));
+        assert_eq!(events(&mut table, &generation).len(), 2);
+        assert!(table.start(
+            now,
+            addr("192.0.2.3:5000"),
+            &flight[0],
+            &generation,
+            &permits_4
+        ));
+    }
+
+    /// Opens a flow for example.com from `client`; returns its id.
+    fn open(
+        table: &mut FlowTable<u32>,
+        now: Instant,
+        client: SocketAddr,
+        generation: &Generation,
+        permits: &Arc<Semaphore>,
+        io: u32,
+    ) -> u64 {
+        feed(
+            table,
+            now,
+            client,
+            &initials("example.com", 1),
+            generation,
+            permits,
+        );
+        let Some(Event::Pick(pick)) = table.poll_event() else {
+            panic!("a routed hello asks for its address");
+        };
+        let backends = &generation.backends;
+        let picked = pick_now(backends, backends.get(&pick.backend).unwrap(), &pick.ask)
+            .unwrap()
+            .unwrap();
+        table.chosen(pick.from, pick.id, Ok((picked, pick.drain)));
+        let Some(Event::Open(opening)) = table.poll_event() else {
+            panic!("a chosen address opens the flow");
+        };
+        let id = opening.record.id;
+        table.opened(client, id, io);
+        id
+    }
+
+    #[tokio::test]
+    async fn an_open_flow_follows_its_client_by_the_backend_s_connection_id() {
+        let generation = generation("");
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let (first, moved, stranger) = (
+            addr("192.0.2.1:5000"),
+            addr("198.51.100.7:6000"),
+            addr("203.0.113.5:7000"),
+        );
+        let id = open(&mut table, now, first, &generation, &permits, 7);
+        let datagram = short_to_backend();
+        assert_eq!(
+            table.handle(now, first, &datagram, &generation),
+            Datagram::Open
+        );
+        assert_eq!(table.open_mut(first), Some(&mut 7));
+        // Not learned yet: from a new address it is a new source.
+        assert!(matches!(
+            table.handle(now, moved, &datagram, &generation),
+            Datagram::Unknown
+        ));
+        table.learned(first, id, ConnectionId::new(BACKEND_CID).unwrap());
+        assert!(matches!(
+            table.handle(now, moved, &datagram, &generation),
+            Datagram::Moved
+        ));
+        let (previous, io) = table.rebind(moved, &datagram).unwrap();
+        assert_eq!((previous, *io), (first, 7));
+        assert_eq!(table.open_mut(moved), Some(&mut 7));
+        // The old address is free; a report from the old address is not
+        // this flow's.
+        assert!(table.open_at(first).is_none());
+        assert_eq!(table.ended(first, id), None);
+        assert_eq!(table.len(), 1);
+        // Its end frees the address and forgets the connection ID.
+        assert_eq!(table.ended(moved, id), Some(7));
+        assert!(table.is_empty());
+        assert!(matches!(
+            table.handle(now, stranger, &datagram, &generation),
+            Datagram::Unknown
+        ));
+        assert_eq!(events(&mut table, &generation), []);
+    }
+
+    #[test]
+    fn an_open_flow_expires_idle_or_at_its_lifetime_moment() {
+        let start = Instant::now();
+        let idle = Duration::from_secs(30);
+        let expiry = Expiry::new(start, idle, None, 1);
+        assert_eq!(expiry.deadline(Duration::ZERO), start + idle);
+        assert_eq!(
+            expiry.expired(start + idle - Duration::from_millis(1), Duration::ZERO),
+            None
+        );
+        assert_eq!(
+            expiry.expired(start + idle, Duration::ZERO),
+            Some(CloseReason::IdleTimeout)
+        );
+        // A datagram 20 s in moves the idle deadline.
+        let last = Duration::from_secs(20);
+        assert_eq!(expiry.deadline(last), start + last + idle);
+        assert_eq!(expiry.expired(start + idle, last), None);
+
+        // With a lifetime of 100 s, the end comes in its last tenth (the
+        // moment a TCP connection with this id draws), before the idle
+        // deadline of a busy flow.
+        let lifetime = Duration::from_secs(100);
+        let expiry = Expiry::new(start, idle, Some(lifetime), 1);
+        let end = lifetime_end(start, Some(lifetime), 1).unwrap();
+        assert!(end >= start + lifetime.mul_f64(0.9) && end <= start + lifetime);
+        let busy = end - start;
+        assert_eq!(expiry.deadline(busy), end);
+        assert_eq!(expiry.expired(end - Duration::from_millis(1), busy), None);
+        assert_eq!(expiry.expired(end, busy), Some(CloseReason::MaxLifetime));
+    }
+
+    #[tokio::test]
+    async fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
+        let generation = generation("");
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let (open_client, pending_client, late) = (
+            addr("192.0.2.1:5000"),
+            addr("192.0.2.2:5000"),
+            addr("192.0.2.3:5000"),
+        );
+        let id = open(&mut table, now, open_client, &generation, &permits, 1);
+        let flight = initials("example.com", 2);
+        feed(
+            &mut table,
+            now,
+            pending_client,
+            &flight[..1],
+            &generation,
+            &permits,
+        );
+        table.drain();
+        assert!(!table.start(now, late, &flight[0], &generation, &permits));
+        // Flows already there go on: the pending one completes its hello.
+        feed(
+            &mut table,
+            now,
+            pending_client,
+            &flight[1..],
+            &generation,
+            &permits,
+        );
+        let Some(Event::Pick(pick)) = table.poll_event() else {
+            panic!("a draining table still routes its flows");
+        };
+        assert_eq!(pick.from, pending_client);
+        assert_eq!(
+            table.handle(now, open_client, &flight[0], &generation),
+            Datagram::Open
+        );
+        assert_eq!(table.open_mut(open_client), Some(&mut 1));
+        // At the end, what is not open closes here; open flows through
+        // their tasks.
+        table.close_all(CloseReason::Shutdown);
+        assert_eq!(
+            events(&mut table, &generation),
+            [Seen::Close {
+                peer: pending_client,
+                reason: CloseReason::Shutdown,
+                answer_to: None
+            }]
+        );
+        assert!(table.is_empty());
+        assert_eq!(table.pending(), (0, 0));
+        assert_eq!(table.ended(open_client, id), None);
+    }
+}
