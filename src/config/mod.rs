@@ -24,6 +24,8 @@
 
 pub mod effective;
 pub mod file;
+pub mod keys;
+pub mod reference;
 
 /// `[backend.*] policy`: its names, own keys and ordering live with the
 /// rest of what a policy is, in `backend::policy`.
@@ -2113,15 +2115,11 @@ impl Checker {
             }
         };
         if protocol == Protocol::Quic {
-            let tcp_only = [
-                ("backlog", section.backlog.is_some()),
-                ("proxy_protocol", section.proxy_protocol.is_some()),
-                ("splice", section.splice.is_some()),
-                ("tcp_keepalive", section.tcp_keepalive.is_some()),
-                ("half_close_timeout", section.half_close_timeout.is_some()),
-            ];
-            for (name, set) in tcp_only {
-                if set {
+            // The listener keys declared TCP-only (`keys::Applies::Tcp`).
+            let written = toml::Value::try_from(section).ok();
+            let is_set = |name: &str| written.as_ref().and_then(|t| t.get(name)).is_some();
+            for name in keys::tcp_only("listener") {
+                if is_set(name) {
                     self.problem(
                         format!("{key}.{name}"),
                         format!(
@@ -2143,9 +2141,12 @@ impl Checker {
         if listener.protocol != Protocol::Quic {
             return;
         }
-        if section.half_close_timeout.is_some() {
+        // The route keys declared TCP-only (`keys::Applies::Tcp`).
+        let written = toml::Value::try_from(section).ok();
+        let is_set = |name: &str| written.as_ref().and_then(|t| t.get(name)).is_some();
+        for name in keys::tcp_only("route").filter(|name| is_set(name)) {
             self.problem(
-                format!("{key}.half_close_timeout"),
+                format!("{key}.{name}"),
                 format!(
                     "is a TCP setting (it counts from a FIN); route {:?} is on protocol = \"quic\" listener {:?}, whose flows have none",
                     section.name.as_deref().unwrap_or_else(|| section.sni.first().map_or("", String::as_str)),
