@@ -10,6 +10,13 @@
 //! [`effective`] is the way back: `Config::to_file` writes every key with its
 //! value in force (what `/config` shows, and what a round trip re-reads).
 //!
+//! The parts: [`keys`] declares every key once (type, default, range,
+//! unit, doc, TCP/QUIC), and the reference and man page are written from it
+//! ([`mod@reference`]); `check` (one file per section) builds [`Config`];
+//! [`settings`] holds the validated settings the runtime modules read, as
+//! plain data, so that configuration imports no runtime module
+//! (`tests/module_graph.rs` holds it to that).
+//!
 //! Precedence: a value set in a section wins; otherwise the `DEFAULT_*`
 //! constant below applies. (Later settings that exist both globally and per
 //! listener resolve as section beats global beats default; a route's relay
@@ -27,20 +34,15 @@ pub mod effective;
 pub mod file;
 pub mod keys;
 pub mod reference;
+pub mod settings;
 
-/// `[backend.*] policy`: its names, own keys and ordering live with the
-/// rest of what a policy is, in `backend::policy`.
-pub use crate::backend::policy::Policy;
-// The validated backend settings are the backend runtime's own types (so
-// that `backend` depends on nothing here); validation builds them.
-pub use crate::backend::{
-    AddressSource, Backend, Cluster, ClusterLookup, DEFAULT_CONNECT_ATTEMPTS_CAP, DnsSource,
-    HealthCheck,
+/// The validated settings, plain data the runtime modules read (see
+/// [`settings`]).
+pub use settings::{
+    AddressSource, Backend, Cluster, ClusterLookup, ClusterProtocol, DEFAULT_CONNECT_ATTEMPTS_CAP,
+    DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, Keepalive, Limits, LookupHeader,
+    LookupTls, Member, Mode, NodeChoice, Outbound, Policy, Rate, Timeouts, TrustedName,
 };
-pub use crate::backend::{ClusterProtocol, LookupHeader, LookupTls, node_choice::NodeChoice};
-pub use crate::backend::{FastestMeasure, HealthKind, Member};
-/// A connection's relay timeouts, the relay's own type (see `pump::relay`).
-pub use crate::pump::relay::Timeouts;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -51,13 +53,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::admit::Limits;
 use crate::cidr::Cidr;
 use crate::matcher::SniMatcher;
-use crate::proxy::inbound::{Inbound, Mode};
-use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
-use crate::sockopt::Keepalive;
 use check::Checker;
 pub use check::TRUSTED_NAME_TIMEOUT;
 use file::FileConfig;
@@ -350,6 +348,30 @@ impl ForwardTo {
             port,
         })
     }
+}
+
+/// The longest host name (RFC 1035), without its trailing dot.
+const MAX_NAME_LEN: usize = 253;
+
+/// Whether `text` is a host name: dot-separated labels of 1 to 63 letters,
+/// digits, `-` or `_`, not starting or ending with `-`, at most
+/// 253 bytes (a trailing dot allowed), and a last label that
+/// is not all digits (that would be a mistyped IPv4 address, not a name).
+pub fn is_host_name(text: &str) -> bool {
+    let text = text.strip_suffix('.').unwrap_or(text);
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    (1..=MAX_NAME_LEN).contains(&text.len())
+        && text.split('.').all(label)
+        && !text
+            .rsplit('.')
+            .next()
+            .is_some_and(|last| last.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Where the admin listener listens.

@@ -4,6 +4,7 @@
 //! Not here: the lookups themselves (`backend`).
 
 use super::*;
+use crate::system_roots::add_system_roots;
 
 impl Checker {
     pub(super) fn cluster(&mut self, key: &str, section: &ClusterSection) -> Option<Cluster> {
@@ -401,7 +402,7 @@ impl Checker {
         let client = paths[1]
             .as_ref()
             .map(|_| (&contents[1][..], &contents[2][..]));
-        match crate::backend::cluster_http::tls_client(ca, client) {
+        match tls_client(ca, client) {
             Ok(client) => {
                 let [ca_file, client_cert_file, client_key_file] = paths;
                 Some(Some(Arc::new(LookupTls {
@@ -418,4 +419,61 @@ impl Checker {
             }
         }
     }
+}
+
+/// The TLS client of an `https://` lookup: `ca` (PEM) or, when `None`, the
+/// system's roots; a client certificate chain and key (PEM) when given.
+/// Errors are for the configuration to report, with the key they concern.
+fn tls_client(
+    ca: Option<&[u8]>,
+    client: Option<(&[u8], &[u8])>,
+) -> Result<Arc<rustls::ClientConfig>, (&'static str, String)> {
+    use rustls::RootCertStore;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = |pem: &[u8]| {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        if certs.is_empty() {
+            return Err("no PEM certificate in the file".to_owned());
+        }
+        Ok(certs)
+    };
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(pem) => {
+            for cert in certs(pem).map_err(|e| ("ca_file", e))? {
+                roots
+                    .add(cert)
+                    .map_err(|e| ("ca_file", format!("not a usable CA certificate: {e}")))?;
+            }
+        }
+        None => add_system_roots(&mut roots).map_err(|why| {
+            (
+                "ca_file",
+                format!("no system CA certificates ({why}); set it"),
+            )
+        })?,
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ("ca_file", e.to_string()))?
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((chain, key)) => {
+            let chain = certs(chain).map_err(|e| ("client_cert_file", e))?;
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| ("client_key_file", format!("no usable private key: {e}")))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                (
+                    "client_key_file",
+                    format!("does not go with client_cert_file: {e}"),
+                )
+            })?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
 }

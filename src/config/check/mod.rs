@@ -30,14 +30,9 @@ use super::file::{
 use super::file::{HeaderFile, HeaderValueSetting};
 use super::file::{KeepaliveSection, KeepaliveSetting};
 use super::*;
-use crate::admit::{Limits, Rate};
-use crate::backend::cluster_http::is_host_name;
 use crate::cidr::{Cidr, CidrSet};
 use crate::matcher::SniMatcher;
-use crate::proxy::inbound::{Inbound, Mode, TrustedName};
-use crate::proxy::outbound::Outbound;
 use crate::sni::Pattern;
-use crate::sockopt::Keepalive;
 
 pub use listener::TRUSTED_NAME_TIMEOUT;
 
