@@ -670,11 +670,15 @@ fn values_at(value: &Value, path: &[&str], into: &mut Vec<Value>) {
 /// A configuration that sets only what each section needs to exist, so
 /// every other key takes its default.
 const MINIMAL_SECTIONS: &str = r#"
+[global]
+
 [admin]
 
 [[listener]]
 name = "tcp"
 listen = "127.0.0.1:0"
+tcp_keepalive = {}
+[listener.limits]
 
 [[listener]]
 name = "peers"
@@ -705,6 +709,7 @@ backend = "a_fixed"
 
 [backend.a_fixed]
 addresses = [{ address = "127.0.0.1:9", max_connections = 5 }, { address = "127.0.0.1:10", weight = 2 }]
+tcp_keepalive = {}
 [backend.a_fixed.health]
 
 [backend.b_fastest]
@@ -805,4 +810,83 @@ fn the_generated_reference_and_man_page_are_current() {
             key.name
         );
     }
+}
+
+/// JSON pointers to every table at `path` (declared-style) in `value`.
+fn table_pointers(value: &Value, path: &[&str], at: &str, into: &mut Vec<String>) {
+    match value {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                table_pointers(item, path, &format!("{at}/{i}"), into);
+            }
+        }
+        Value::Object(map) => match path.split_first() {
+            None => into.push(at.to_owned()),
+            Some((&"*", rest)) => {
+                for (name, v) in map {
+                    table_pointers(v, rest, &format!("{at}/{name}"), into);
+                }
+            }
+            Some((head, rest)) => {
+                if let Some(v) = map.get(*head) {
+                    table_pointers(v, rest, &format!("{at}/{head}"), into);
+                }
+            }
+        },
+        _ => {}
+    }
+}
+
+/// Each declared integer range is the one the parser enforces: one past
+/// either end is refused as out of that range, under the key's name, in
+/// some table of the minimal configuration that holds the key.
+#[test]
+fn declared_ranges_are_the_ranges_the_parser_enforces() {
+    let raw =
+        serde_json::to_value(toml::from_str::<toml::Table>(MINIMAL_SECTIONS).unwrap()).unwrap();
+    let mut checked = 0;
+    for key in KEYS
+        .iter()
+        .filter(|k| matches!(k.kind, Kind::Integer | Kind::CountOrOff))
+    {
+        let Some((low, high)) = key.range else {
+            continue;
+        };
+        let (table, last) = key.name.rsplit_once('.').unwrap();
+        let mut pointers = Vec::new();
+        table_pointers(
+            &raw,
+            &table.split('.').collect::<Vec<_>>(),
+            "",
+            &mut pointers,
+        );
+        assert!(
+            !pointers.is_empty(),
+            "{}: no table for it in the minimal config",
+            key.name
+        );
+        for value in [low - 1, high + 1] {
+            let want = format!("{last}: {value} is out of range ({low}..={high})");
+            let refused = pointers.iter().any(|pointer| {
+                let mut probe = raw.clone();
+                probe
+                    .pointer_mut(pointer)
+                    .and_then(Value::as_object_mut)
+                    .unwrap()
+                    .insert(last.to_owned(), Value::from(value));
+                let text = toml::to_string(&toml::Value::try_from(&probe).unwrap()).unwrap();
+                match Config::from_toml(&text, Path::new("range.toml")) {
+                    Ok(_) => false,
+                    Err(e) => e.to_string().contains(&want),
+                }
+            });
+            assert!(
+                refused,
+                "{}: {value} is not refused with `{want}`",
+                key.name
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "only {checked} ranges compared");
 }
