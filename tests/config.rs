@@ -890,3 +890,23 @@ fn declared_ranges_are_the_ranges_the_parser_enforces() {
     }
     assert!(checked >= 30, "only {checked} ranges compared");
 }
+
+/// The shipped example (config/snirelay.toml) shows every declared key,
+/// set or commented out, as the reference says it does.
+#[test]
+fn the_shipped_example_shows_every_declared_key() {
+    let text = std::fs::read_to_string(root().join("config/snirelay.toml")).unwrap();
+    let missing: Vec<&str> = KEYS
+        .iter()
+        .filter(|k| k.name != "backend.*")
+        .filter(|k| {
+            let last = k.name.rsplit('.').next().unwrap();
+            !text.contains(&format!("{last} =")) && !text.contains(&format!("{last}]"))
+        })
+        .map(|k| k.name)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "config/snirelay.toml does not show {missing:?}"
+    );
+}
