@@ -910,3 +910,48 @@ fn the_shipped_example_shows_every_declared_key() {
         "config/snirelay.toml does not show {missing:?}"
     );
 }
+
+/// `/config` leaves out, on a QUIC listener and its routes, exactly the
+/// keys declared TCP-only: they are refused there, so a round trip must
+/// not write them.
+#[test]
+fn the_effective_view_of_a_quic_listener_leaves_out_the_tcp_only_keys() {
+    // Leaves out *exactly* those: every TCP-only key is shown on a TCP
+    // listener of the same file.
+    use snirelay::config::keys::tcp_only;
+    private_token_files();
+    let effective =
+        serde_json::to_value(Config::load(&every_key_file()).unwrap().to_file()).unwrap();
+    let listener = effective["listener"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["protocol"] == "quic")
+        .expect("every_key.toml has a quic listener");
+    let route = effective["route"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["listener"] == listener["name"])
+        .expect("and a route on it");
+    for (table, shown) in [("listener", listener), ("route", route)] {
+        let tcp: BTreeSet<&str> = tcp_only(table).collect();
+        assert!(!tcp.is_empty(), "{table}: no TCP-only key declared");
+        for (key, value) in shown.as_object().unwrap() {
+            if tcp.contains(key.as_str()) {
+                assert!(
+                    value.is_null(),
+                    "{table}.{key} is TCP-only but shown: {value}"
+                );
+            }
+        }
+    }
+    let tcp_listener = &effective["listener"][0];
+    assert_eq!(tcp_listener["protocol"], "tcp");
+    for key in tcp_only("listener") {
+        assert!(
+            !tcp_listener[key].is_null(),
+            "listener.{key} on a TCP listener"
+        );
+    }
+}
