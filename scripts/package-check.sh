@@ -56,6 +56,18 @@ EXPECTED_FILES="\
 ./usr/sbin/snirelay-upgrade
 ./usr/share/doc/snirelay/README.md
 ./usr/share/doc/snirelay/copyright
+./usr/share/doc/snirelay/docs/admission.md
+./usr/share/doc/snirelay/docs/backends.md
+./usr/share/doc/snirelay/docs/commands.md
+./usr/share/doc/snirelay/docs/config-keys.md
+./usr/share/doc/snirelay/docs/configuration.md
+./usr/share/doc/snirelay/docs/design.md
+./usr/share/doc/snirelay/docs/layout.md
+./usr/share/doc/snirelay/docs/migrating-from-haproxy.md
+./usr/share/doc/snirelay/docs/operations.md
+./usr/share/doc/snirelay/docs/pangolin.md
+./usr/share/doc/snirelay/docs/proxy-protocol.md
+./usr/share/doc/snirelay/docs/quic.md
 ./usr/share/doc/snirelay/examples/cloud-init.yaml
 ./usr/share/doc/snirelay/examples/grafana-dashboard.json
 ./usr/share/man/man1/snirelay-check.1.gz
@@ -64,6 +76,7 @@ EXPECTED_FILES="\
 ./usr/share/man/man1/snirelay-probe.1.gz
 ./usr/share/man/man1/snirelay-run.1.gz
 ./usr/share/man/man1/snirelay.1.gz
+./usr/share/man/man5/snirelay.toml.5.gz
 ./usr/share/man/man8/snirelay-upgrade.8.gz"
 
 for tool in cargo cargo-deb file ldd chroot dpkg-deb timeout; do

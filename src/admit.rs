@@ -82,7 +82,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::cidr::{self, CidrSet, canonical};
+use crate::cidr::{self, canonical};
 use crate::reason::CloseReason;
 
 /// How often the per-source tables are swept.
@@ -90,63 +90,8 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 // ------------------------------------------------------------------ config
 
-/// A listener's admission settings (`[listener.limits]`), validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Open connections per source key; `None` is unlimited.
-    ///
-    /// Memory: ~40 bytes per key with an open connection, removed when its
-    /// last connection closes (so at most `max_connections` entries). Hot
-    /// path: one mutex hold and one SipHash of the key on admit, again on
-    /// close.
-    pub connections_per_source: Option<NonZeroU32>,
-    /// New connections per source key; `None` is unlimited.
-    ///
-    /// Memory: ~50 bytes per key seen within `burst / per_second` seconds
-    /// plus one [`SWEEP_INTERVAL`]; quiet keys are dropped by the sweep.
-    /// Hot path: one sharded-lock lookup and one compare-and-swap (GCRA).
-    pub rate_per_source: Option<Rate>,
-    /// Bits of an IPv4 source that form its key (1..=32).
-    pub source_prefix_v4: u8,
-    /// Bits of an IPv6 source that form its key (1..=128).
-    pub source_prefix_v6: u8,
-    /// Count and report, but do not refuse, on the counting limits.
-    pub dry_run: bool,
-    /// When not empty, only these sources are admitted.
-    ///
-    /// Memory: one hash-set entry per block, fixed per snapshot. Hot path:
-    /// one hash lookup per distinct prefix length in the list.
-    pub allow: CidrSet,
-    /// These sources are never admitted; beats `allow`. Costs as `allow`.
-    pub deny: CidrSet,
-    /// Refused attempts spend rate too (HAProxy `conn_rate` semantics): a
-    /// source that keeps trying faster than its rate stays refused instead
-    /// of getting exactly its rate through. Costs nothing extra.
-    pub rate_counts_refused: bool,
-}
-
-/// A GCRA rate: `per_second` new connections, up to `burst` at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    pub per_second: NonZeroU32,
-    pub burst: NonZeroU32,
-}
-
-impl Limits {
-    /// No limits at all: what a listener without `[listener.limits]` gets.
-    pub fn unlimited() -> Limits {
-        Limits {
-            connections_per_source: None,
-            rate_per_source: None,
-            source_prefix_v4: 32,
-            source_prefix_v6: 64,
-            dry_run: false,
-            allow: CidrSet::default(),
-            deny: CidrSet::default(),
-            rate_counts_refused: false,
-        }
-    }
-}
+/// A listener's admission settings: plain settings, defined with the rest.
+pub use crate::config::settings::{Limits, Rate};
 
 // --------------------------------------------------------------- the key
 
@@ -904,6 +849,7 @@ pub fn spawn_sweeper<T: Send + Sync + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cidr::CidrSet;
     use governor::clock::FakeRelativeClock;
     use std::net::SocketAddr;
 

@@ -55,18 +55,8 @@ pub fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
 
 // ------------------------------------------------------------ TCP keepalive
 
-/// TCP keepalive settings (`tcp_keepalive`): after `idle` with nothing
-/// sent or received, probe every `interval`; after `count` unanswered
-/// probes (or unacknowledged data for as long, see [`set_keepalive`]) the
-/// kernel fails the socket with ETIMEDOUT. The kernel counts
-/// in whole seconds (TCP_KEEPIDLE, TCP_KEEPINTVL: 1..=32767), so `config`
-/// accepts nothing else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
-    pub idle: std::time::Duration,
-    pub interval: std::time::Duration,
-    pub count: u32,
-}
+/// TCP keepalive settings (`tcp_keepalive`): plain settings.
+pub use crate::config::settings::Keepalive;
 
 impl Keepalive {
     /// How long the peer may leave data unacknowledged: the same horizon

@@ -643,3 +643,478 @@ fn every_toml_block_in_the_documentation_passes_check() {
         "only {whole} whole configurations and {fragments} fragments found: is the scan broken?"
     );
 }
+
+// ------------------------------------------------ the key declarations
+
+use serde_json::Value;
+use snirelay::config::keys::{KEYS, KeyDefault, Kind};
+
+/// Every key path in `value`, named as the declarations name them: arrays
+/// of tables without brackets (`listener.backlog`), the names of
+/// `[backend.NAME]` as `*`, and a cluster's `headers` as one key (its names
+/// are the operator's).
+fn declared_style_paths(value: &Value, prefix: &str, into: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                let key = if prefix == "backend" { "*" } else { key };
+                let path = if prefix.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                if path != "backend" {
+                    into.insert(path.clone());
+                }
+                if !(prefix.ends_with(".cluster") && key == "headers") {
+                    declared_style_paths(value, &path, into);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                declared_style_paths(item, prefix, into);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn declared_names() -> BTreeSet<String> {
+    KEYS.iter().map(|k| k.name.to_owned()).collect()
+}
+
+fn every_key_file() -> PathBuf {
+    root().join("tests/config/valid/every_key.toml")
+}
+
+fn every_key_raw() -> Value {
+    let text = std::fs::read_to_string(every_key_file()).unwrap();
+    serde_json::to_value(toml::from_str::<toml::Table>(&text).unwrap()).unwrap()
+}
+
+/// Compares two key sets, naming what is only on either side.
+fn assert_same_keys(declared: &BTreeSet<String>, other: &BTreeSet<String>, what: &str) {
+    let undeclared: Vec<_> = other.difference(declared).collect();
+    let missing: Vec<_> = declared.difference(other).collect();
+    assert!(
+        undeclared.is_empty() && missing.is_empty(),
+        "{what} and src/config/keys.rs disagree:\n  not declared: {undeclared:?}\n  declared but missing: {missing:?}"
+    );
+}
+
+#[test]
+fn each_key_is_declared_once_inside_a_declared_table() {
+    let mut seen = BTreeSet::new();
+    for key in KEYS {
+        assert!(seen.insert(key.name), "{} is declared twice", key.name);
+        if let Some((parent, _)) = key.name.rsplit_once('.') {
+            assert!(
+                seen.contains(parent) || parent == "backend",
+                "{}: its table {parent} is not declared before it",
+                key.name
+            );
+        }
+        assert!(
+            !key.doc.is_empty() && key.doc.ends_with('.'),
+            "{}: one line of doc, a sentence",
+            key.name
+        );
+    }
+}
+
+#[test]
+fn the_every_key_fixture_sets_exactly_the_declared_keys() {
+    let mut set = BTreeSet::new();
+    declared_style_paths(&every_key_raw(), "", &mut set);
+    assert_same_keys(&declared_names(), &set, "tests/config/valid/every_key.toml");
+}
+
+#[test]
+fn the_effective_view_shows_exactly_the_declared_keys() {
+    private_token_files();
+    let effective = Config::load(&every_key_file()).unwrap().to_file();
+    let mut shown = BTreeSet::new();
+    declared_style_paths(&serde_json::to_value(effective).unwrap(), "", &mut shown);
+    assert_same_keys(&declared_names(), &shown, "/config (the effective view)");
+}
+
+/// The first table at `path` (declared-style) in `value`.
+fn first_table<'a>(
+    value: &'a mut Value,
+    path: &[&str],
+) -> Option<&'a mut serde_json::Map<String, Value>> {
+    match value {
+        Value::Array(items) => items.iter_mut().find_map(|item| first_table(item, path)),
+        Value::Object(map) => match path.split_first() {
+            None => Some(map),
+            Some((&"*", rest)) => map.values_mut().find_map(|v| first_table(v, rest)),
+            Some((head, rest)) => map.get_mut(*head).and_then(|v| first_table(v, rest)),
+        },
+        _ => None,
+    }
+}
+
+/// The serde model's keys of each table, read from what it answers to a
+/// key it does not know ("unknown field `x`, expected one of `a`, `b`"),
+/// against the keys declared in that table.
+#[test]
+fn the_file_model_accepts_exactly_the_declared_keys() {
+    let mut tables: Vec<&str> = vec![""];
+    tables.extend(
+        KEYS.iter()
+            .filter(|k| k.kind.is_table() || matches!(k.kind, Kind::Keepalive))
+            .map(|k| k.name),
+    );
+    // An `addresses` entry may be a table of its own keys.
+    tables.push("backend.*.addresses");
+    for table in tables {
+        let mut probe = every_key_raw();
+        let path: Vec<&str> = if table.is_empty() {
+            Vec::new()
+        } else {
+            table.split('.').collect()
+        };
+        first_table(&mut probe, &path)
+            .unwrap_or_else(|| panic!("every_key.toml has no table at {table:?}"))
+            .insert("zz_undeclared".into(), Value::from(1));
+        let error = serde_json::from_value::<FileConfig>(probe)
+            .expect_err(&format!("{table:?} took an unknown key"))
+            .to_string();
+        assert!(error.contains("unknown field `zz_undeclared`"), "{error}");
+        let expected = error.split_once("expected").map_or("", |(_, list)| list);
+        let accepted: BTreeSet<String> = expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|field| match (table, field) {
+                ("", "backend") => "backend.*".to_owned(),
+                ("", _) => field.to_owned(),
+                _ => format!("{table}.{field}"),
+            })
+            .collect();
+        let declared: BTreeSet<String> = KEYS
+            .iter()
+            .filter(|k| match table {
+                "" => !k.name.contains('.') || k.name == "backend.*",
+                _ => k.child_of(table).is_some(),
+            })
+            .map(|k| k.name.to_owned())
+            .collect();
+        assert_same_keys(
+            &declared,
+            &accepted,
+            &format!("the serde model of {table:?}"),
+        );
+    }
+}
+
+/// Every value at `path` (declared-style) in `value`, one per table that
+/// could hold it (`Null` where the table leaves it out).
+fn values_at(value: &Value, path: &[&str], into: &mut Vec<Value>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|item| values_at(item, path, into)),
+        Value::Object(map) => match path {
+            [] => into.push(value.clone()),
+            [last] => into.push(map.get(*last).cloned().unwrap_or(Value::Null)),
+            [first, rest @ ..] if *first == "*" => {
+                map.values().for_each(|v| values_at(v, rest, into))
+            }
+            [first, rest @ ..] => {
+                if let Some(v) = map.get(*first) {
+                    values_at(v, rest, into)
+                }
+            }
+        },
+        _ => {}
+    }
+}
+
+/// A configuration that sets only what each section needs to exist, so
+/// every other key takes its default.
+const MINIMAL_SECTIONS: &str = r#"
+[global]
+
+[admin]
+
+[[listener]]
+name = "tcp"
+listen = "127.0.0.1:0"
+tcp_keepalive = {}
+[listener.limits]
+
+[[listener]]
+name = "peers"
+listen = "127.0.0.1:0"
+[listener.proxy_protocol]
+trusted = ["10.0.0.0/8"]
+
+[[listener]]
+name = "quic"
+protocol = "quic"
+listen = "127.0.0.1:0"
+
+[[route]]
+listener = "tcp"
+sni = ["a.example"]
+backend = "a_fixed"
+[route.limits]
+
+[[route]]
+listener = "peers"
+sni = ["a.example"]
+backend = "a_fixed"
+
+[[route]]
+listener = "quic"
+sni = ["a.example"]
+backend = "a_fixed"
+
+[backend.a_fixed]
+addresses = [{ address = "127.0.0.1:9", max_connections = 5 }, { address = "127.0.0.1:10", weight = 2 }]
+tcp_keepalive = {}
+[backend.a_fixed.health]
+
+[backend.b_fastest]
+addresses = ["127.0.0.1:9"]
+policy = "fastest"
+
+[backend.c_resolve]
+resolve = "origin.example:443"
+
+[backend.d_resolver]
+resolve = "origin.example:443"
+resolver = "127.0.0.1:53"
+
+[backend.e_dns_cluster.cluster]
+dns_server = "127.0.0.1:53"
+allowed_targets = ["10.0.0.0/8"]
+
+[backend.f_http_cluster.cluster]
+lookup_url = "http://127.0.0.1:9/"
+allowed_targets = ["10.0.0.0/8"]
+
+[backend.g_pangolin_cluster.cluster]
+lookup_url = "http://127.0.0.1:9/"
+protocol = "pangolin"
+public_key = "key"
+allowed_targets = ["10.0.0.0/8"]
+"#;
+
+fn toml_value(text: &str) -> Value {
+    let table: toml::Table = toml::from_str(&format!("v = {text}")).unwrap();
+    serde_json::to_value(&table["v"]).unwrap()
+}
+
+#[test]
+fn declared_defaults_are_the_defaults_the_parser_applies() {
+    let config = Config::from_toml(MINIMAL_SECTIONS, Path::new("minimal-sections.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let effective = serde_json::to_value(config.to_file()).unwrap();
+    let at = |name: &str| {
+        let mut found = Vec::new();
+        values_at(&effective, &name.split('.').collect::<Vec<_>>(), &mut found);
+        assert!(
+            !found.is_empty(),
+            "{name}: no table holds it in the minimal config"
+        );
+        found
+    };
+    let mut checked = 0;
+    for key in KEYS.iter().filter(|k| !k.kind.is_table()) {
+        let found = at(key.name);
+        let holds = |want: &Value| found.contains(want);
+        match key.default {
+            KeyDefault::Value(text) => assert!(
+                holds(&toml_value(text)),
+                "{}: declared default {text}, the parser gives {found:?}",
+                key.name
+            ),
+            KeyDefault::ByProtocol { tcp, quic } => assert!(
+                holds(&toml_value(tcp)) && holds(&toml_value(quic)),
+                "{}: declared defaults {tcp} (tcp) and {quic} (quic), the parser gives {found:?}",
+                key.name
+            ),
+            KeyDefault::Unset(_) => assert!(
+                holds(&Value::Null),
+                "{}: declared unset by default, the parser gives {found:?}",
+                key.name
+            ),
+            KeyDefault::Inherit(from) => assert!(
+                at(from).iter().any(|v| !v.is_null() && holds(v)),
+                "{}: declared to follow {from}, the parser gives {found:?} against {:?}",
+                key.name,
+                at(from)
+            ),
+            KeyDefault::Computed(_) | KeyDefault::Required(_) | KeyDefault::Table => continue,
+        }
+        checked += 1;
+    }
+    assert!(checked > 80, "only {checked} defaults compared");
+}
+
+#[test]
+fn the_generated_reference_and_man_page_are_current() {
+    for (name, text) in snirelay::config::reference::generated_files() {
+        let committed = std::fs::read_to_string(root().join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}; run `cargo run --example docgen`"));
+        assert!(
+            committed == text,
+            "{name} is stale: run `cargo run --example docgen` and commit it"
+        );
+    }
+    // Each key has its row in the reference (by its name in its section).
+    let reference = std::fs::read_to_string(root().join("docs/config-keys.md")).unwrap();
+    for key in KEYS.iter().filter(|k| !k.kind.is_table()) {
+        let last = key.name.rsplit('.').next().unwrap();
+        assert!(
+            reference.contains(&format!("{last}` |")),
+            "docs/config-keys.md has no row for {}",
+            key.name
+        );
+    }
+}
+
+/// JSON pointers to every table at `path` (declared-style) in `value`.
+fn table_pointers(value: &Value, path: &[&str], at: &str, into: &mut Vec<String>) {
+    match value {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                table_pointers(item, path, &format!("{at}/{i}"), into);
+            }
+        }
+        Value::Object(map) => match path.split_first() {
+            None => into.push(at.to_owned()),
+            Some((&"*", rest)) => {
+                for (name, v) in map {
+                    table_pointers(v, rest, &format!("{at}/{name}"), into);
+                }
+            }
+            Some((head, rest)) => {
+                if let Some(v) = map.get(*head) {
+                    table_pointers(v, rest, &format!("{at}/{head}"), into);
+                }
+            }
+        },
+        _ => {}
+    }
+}
+
+/// Each declared integer range is the one the parser enforces: one past
+/// either end is refused as out of that range, under the key's name, in
+/// some table of the minimal configuration that holds the key.
+#[test]
+fn declared_ranges_are_the_ranges_the_parser_enforces() {
+    let raw =
+        serde_json::to_value(toml::from_str::<toml::Table>(MINIMAL_SECTIONS).unwrap()).unwrap();
+    let mut checked = 0;
+    for key in KEYS
+        .iter()
+        .filter(|k| matches!(k.kind, Kind::Integer | Kind::CountOrOff))
+    {
+        let Some((low, high)) = key.range else {
+            continue;
+        };
+        let (table, last) = key.name.rsplit_once('.').unwrap();
+        let mut pointers = Vec::new();
+        table_pointers(
+            &raw,
+            &table.split('.').collect::<Vec<_>>(),
+            "",
+            &mut pointers,
+        );
+        assert!(
+            !pointers.is_empty(),
+            "{}: no table for it in the minimal config",
+            key.name
+        );
+        for value in [low - 1, high + 1] {
+            let want = format!("{last}: {value} is out of range ({low}..={high})");
+            let refused = pointers.iter().any(|pointer| {
+                let mut probe = raw.clone();
+                probe
+                    .pointer_mut(pointer)
+                    .and_then(Value::as_object_mut)
+                    .unwrap()
+                    .insert(last.to_owned(), Value::from(value));
+                let text = toml::to_string(&toml::Value::try_from(&probe).unwrap()).unwrap();
+                match Config::from_toml(&text, Path::new("range.toml")) {
+                    Ok(_) => false,
+                    Err(e) => e.to_string().contains(&want),
+                }
+            });
+            assert!(
+                refused,
+                "{}: {value} is not refused with `{want}`",
+                key.name
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "only {checked} ranges compared");
+}
+
+/// The shipped example (config/snirelay.toml) shows every declared key,
+/// set or commented out, as the reference says it does.
+#[test]
+fn the_shipped_example_shows_every_declared_key() {
+    let text = std::fs::read_to_string(root().join("config/snirelay.toml")).unwrap();
+    let missing: Vec<&str> = KEYS
+        .iter()
+        .filter(|k| k.name != "backend.*")
+        .filter(|k| {
+            let last = k.name.rsplit('.').next().unwrap();
+            !text.contains(&format!("{last} =")) && !text.contains(&format!("{last}]"))
+        })
+        .map(|k| k.name)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "config/snirelay.toml does not show {missing:?}"
+    );
+}
+
+/// `/config` leaves out, on a QUIC listener and its routes, exactly the
+/// keys declared TCP-only: they are refused there, so a round trip must
+/// not write them.
+#[test]
+fn the_effective_view_of_a_quic_listener_leaves_out_the_tcp_only_keys() {
+    // Leaves out *exactly* those: every TCP-only key is shown on a TCP
+    // listener of the same file.
+    use snirelay::config::keys::tcp_only;
+    private_token_files();
+    let effective =
+        serde_json::to_value(Config::load(&every_key_file()).unwrap().to_file()).unwrap();
+    let listener = effective["listener"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["protocol"] == "quic")
+        .expect("every_key.toml has a quic listener");
+    let route = effective["route"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["listener"] == listener["name"])
+        .expect("and a route on it");
+    for (table, shown) in [("listener", listener), ("route", route)] {
+        let tcp: BTreeSet<&str> = tcp_only(table).collect();
+        assert!(!tcp.is_empty(), "{table}: no TCP-only key declared");
+        for (key, value) in shown.as_object().unwrap() {
+            if tcp.contains(key.as_str()) {
+                assert!(
+                    value.is_null(),
+                    "{table}.{key} is TCP-only but shown: {value}"
+                );
+            }
+        }
+    }
+    let tcp_listener = &effective["listener"][0];
+    assert_eq!(tcp_listener["protocol"], "tcp");
+    for key in tcp_only("listener") {
+        assert!(
+            !tcp_listener[key].is_null(),
+            "listener.{key} on a TCP listener"
+        );
+    }
+}

@@ -72,6 +72,47 @@ fn src_has_no_import_cycle() {
     assert!(graph.top.contains_key(&("conn".into(), "pump".into())));
 }
 
+/// The modules the configuration may reach, directly or through others:
+/// pure helpers (addresses and networks, names and patterns, the SNI
+/// matcher, the system's CA store). The validated settings are plain data
+/// in `config::settings`; the runtime (`backend`, `pump`, `admit`, `proxy`,
+/// `sockopt`, ...) imports them from `config`, never the reverse.
+const CONFIG_MAY_REACH: &[&str] = &["cidr", "matcher", "sni", "system_roots"];
+
+#[test]
+fn config_imports_no_runtime_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = Graph::of(&read_modules(&root));
+    let mut reached = BTreeSet::from(["config".to_owned()]);
+    let mut queue = vec!["config".to_owned()];
+    while let Some(from) = queue.pop() {
+        for (edge_from, to) in graph.top.keys() {
+            if *edge_from == from && reached.insert(to.clone()) {
+                queue.push(to.clone());
+            }
+        }
+    }
+    reached.remove("config");
+    let runtime: Vec<String> = reached
+        .iter()
+        .filter(|m| !CONFIG_MAY_REACH.contains(&m.as_str()))
+        .map(|m| {
+            let path = graph
+                .top
+                .iter()
+                .find(|((from, to), _)| to == m && (reached.contains(from) || from == "config"))
+                .map_or("", |(_, at)| at.as_str());
+            format!("{m} ({path})")
+        })
+        .collect();
+    assert!(
+        runtime.is_empty(),
+        "config reaches runtime modules: {runtime:?}"
+    );
+    // The check sees the graph at all: the runtime reads its settings here.
+    assert!(graph.top.contains_key(&("admit".into(), "config".into())));
+}
+
 fn describe(scope: &str, (members, cycle): &(Vec<String>, Vec<String>), edges: &Edges) -> String {
     let mut steps = Vec::new();
     for (i, from) in cycle.iter().enumerate() {

@@ -499,6 +499,15 @@ fn package_check_expects_every_asset() {
         .expect("scripts/package-check.sh has EXPECTED_FILES");
     let expected: Vec<String> = list.lines().map(str::to_owned).collect();
     assert_eq!(expected, from_cargo);
+    // README's links into docs/ resolve in the installed package too.
+    for page in std::fs::read_dir(root().join("docs")).unwrap() {
+        let name = page.unwrap().file_name().into_string().unwrap();
+        let installed = format!("./usr/share/doc/snirelay/docs/{name}");
+        assert!(
+            !name.ends_with(".md") || expected.contains(&installed),
+            "docs/{name} is not in the package (Cargo.toml's deb assets)"
+        );
+    }
 
     let readme = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
     let count = format!("lists exactly {} files", expected.len());

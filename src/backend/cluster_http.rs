@@ -40,7 +40,6 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -53,8 +52,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::{Cluster, ClusterProtocol};
+use crate::config::is_host_name;
 use crate::sockopt;
-use crate::system_roots::add_system_roots;
 
 /// The largest lookup reply read (an answer is a short list of endpoints).
 pub const MAX_REPLY_BYTES: usize = 64 * 1024;
@@ -64,9 +63,6 @@ pub const PANGOLIN_PATH: &str = "/gerbil/get-resolved-hostname";
 
 /// Same-origin redirects followed by one lookup; one more fails it.
 pub const MAX_REDIRECTS: usize = 5;
-
-/// The longest host name taken as an endpoint (RFC 1035's limit).
-const MAX_NAME_LEN: usize = 253;
 
 /// One endpoint of an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -453,84 +449,6 @@ fn endpoint(text: &str, default_port: Option<u16>) -> Option<Target> {
         host: host.to_ascii_lowercase(),
         port: port.or(default_port)?,
     })
-}
-
-/// Whether `text` is a host name: dot-separated labels of 1 to 63 letters,
-/// digits, `-` or `_`, not starting or ending with `-`, at most
-/// 253 bytes (a trailing dot allowed), and a last label that
-/// is not all digits (that would be a mistyped IPv4 address, not a name).
-pub fn is_host_name(text: &str) -> bool {
-    let text = text.strip_suffix('.').unwrap_or(text);
-    let label = |l: &str| {
-        (1..=63).contains(&l.len())
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    (1..=MAX_NAME_LEN).contains(&text.len())
-        && text.split('.').all(label)
-        && !text
-            .rsplit('.')
-            .next()
-            .is_some_and(|last| last.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// The TLS client of an `https://` lookup: `ca` (PEM) or, when `None`, the
-/// system's roots; a client certificate chain and key (PEM) when given.
-/// Errors are for the configuration to report, with the key they concern.
-pub fn tls_client(
-    ca: Option<&[u8]>,
-    client: Option<(&[u8], &[u8])>,
-) -> Result<Arc<rustls::ClientConfig>, (&'static str, String)> {
-    use rustls::RootCertStore;
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = |pem: &[u8]| {
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        if certs.is_empty() {
-            return Err("no PEM certificate in the file".to_owned());
-        }
-        Ok(certs)
-    };
-    let mut roots = RootCertStore::empty();
-    match ca {
-        Some(pem) => {
-            for cert in certs(pem).map_err(|e| ("ca_file", e))? {
-                roots
-                    .add(cert)
-                    .map_err(|e| ("ca_file", format!("not a usable CA certificate: {e}")))?;
-            }
-        }
-        None => add_system_roots(&mut roots).map_err(|why| {
-            (
-                "ca_file",
-                format!("no system CA certificates ({why}); set it"),
-            )
-        })?,
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ("ca_file", e.to_string()))?
-        .with_root_certificates(roots);
-    let config = match client {
-        Some((chain, key)) => {
-            let chain = certs(chain).map_err(|e| ("client_cert_file", e))?;
-            let key = PrivateKeyDer::from_pem_slice(key)
-                .map_err(|e| ("client_key_file", format!("no usable private key: {e}")))?;
-            builder.with_client_auth_cert(chain, key).map_err(|e| {
-                (
-                    "client_key_file",
-                    format!("does not go with client_cert_file: {e}"),
-                )
-            })?
-        }
-        None => builder.with_no_client_auth(),
-    };
-    Ok(Arc::new(config))
 }
 
 #[cfg(test)]

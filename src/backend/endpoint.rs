@@ -70,24 +70,8 @@ impl Endpoint {
     }
 }
 
-/// A configured address: where, its weight and its own cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Member {
-    pub addr: SocketAddr,
-    pub weight: u32,
-    pub max_connections: Option<u32>,
-}
-
-impl Member {
-    /// An address with weight 1 and no cap of its own (a resolved one).
-    pub fn plain(addr: SocketAddr) -> Member {
-        Member {
-            addr,
-            weight: 1,
-            max_connections: None,
-        }
-    }
-}
+/// A configured address: plain settings.
+pub use crate::config::settings::Member;
 
 /// The addresses a connection may choose from, in configured (or answered)
 /// order. Cloning is one reference count.

@@ -37,39 +37,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::cidr::canonical;
 
-/// `[backend.*.cluster] node_choice`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NodeChoice {
-    #[default]
-    SourceHash,
-    GerbilFnv,
-}
-
-impl NodeChoice {
-    pub const ALL: &'static [NodeChoice] = &[NodeChoice::SourceHash, NodeChoice::GerbilFnv];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeChoice::SourceHash => "source_hash",
-            NodeChoice::GerbilFnv => "gerbil_fnv",
-        }
-    }
-
-    /// The choice named `name`; the error names every choice.
-    pub fn parse(name: &str) -> Result<NodeChoice, String> {
-        NodeChoice::ALL
-            .iter()
-            .copied()
-            .find(|c| c.as_str() == name)
-            .ok_or_else(|| {
-                let names: Vec<String> = NodeChoice::ALL
-                    .iter()
-                    .map(|c| format!("{:?}", c.as_str()))
-                    .collect();
-                format!("{name:?} is not one of {}", names.join(", "))
-            })
-    }
-}
+/// `[backend.*.cluster] node_choice`: plain settings.
+pub use crate::config::settings::NodeChoice;
 
 /// FNV-1a, 32 bit (offset basis 2166136261, prime 16777619), as Go's
 /// `hash/fnv.New32a`.

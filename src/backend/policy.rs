@@ -18,9 +18,10 @@
 //! layout ([`affinity_hash`]), and the weighting is integer fixed-point
 //! arithmetic ([`affinity_rank`]), no floating point; a test pins outputs.
 //!
-//! Adding a policy happens in this file: a line in the `policies!` table
-//! (variant and name; parsing, `/config` and the error listing follow from
-//! it), an arm in [`Policy::ranker`] and, when it ranks in a way no
+//! Adding a policy: a line in the `policies!` table (variant and name;
+//! parsing, `/config` and the error listing follow from it), which is
+//! plain settings and lives in `config::settings` with the rest of them,
+//! then, here, an arm in [`Policy::ranker`] and, when it ranks in a way no
 //! [`Ranker`] does yet, a variant and an arm in [`Ranker::rank`]. The
 //! compiler points at every match that needs an arm (`Policy::start` for a
 //! task that keeps state fresh; the state itself is a field of [`State`]).
@@ -53,106 +54,11 @@ use tokio_util::sync::CancellationToken;
 use super::{BackendRuntime, Endpoint, fastest};
 use crate::cidr::canonical;
 
-/// Declares [`Policy`] from one table of variants and names, so that a
-/// name cannot be parsed without being displayed, or the reverse.
-macro_rules! policies {
-    ($($(#[$doc:meta])* $variant:ident => $name:literal,)+) => {
-        /// `[backend.*] policy`: how a connection's addresses are ordered.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Policy {
-            $($(#[$doc])* $variant,)+
-        }
-
-        impl Policy {
-            /// Every policy, in the order errors list them.
-            pub const ALL: &'static [Policy] = &[$(Policy::$variant),+];
-
-            /// The name in the file, in `/config` and in errors.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Policy::$variant => $name,)+
-                }
-            }
-        }
-    };
-}
-
-policies! {
-    /// The first healthy address in list order.
-    Ordered => "ordered",
-    /// A rotating first choice, in proportion to the weights.
-    RoundRobin => "round_robin",
-    /// The fewest open relayed connections per unit of weight; ties rotate.
-    LeastConnections => "least_connections",
-    /// Sticky on the client's IP address (never its port), weighted.
-    SourceHash => "source_hash",
-    /// The address with the lowest measured connect time.
-    Fastest => "fastest",
-}
-
-/// `[backend.*]` keys that belong to one policy: set with any other policy
-/// (or with a policy name that is not valid) they are a configuration
-/// error, since they would silently do nothing.
-pub const OWN_KEYS: &[OwnKey] = &[
-    OwnKey {
-        key: "fastest_interval",
-        policy: Policy::Fastest,
-    },
-    OwnKey {
-        key: "fastest_measure",
-        policy: Policy::Fastest,
-    },
-];
-
-/// A key only one policy accepts.
-#[derive(Debug, Clone, Copy)]
-pub struct OwnKey {
-    /// Its name in a `[backend.*]` table.
-    pub key: &'static str,
-    pub policy: Policy,
-}
+// The policies' names, and the keys only one of them accepts, are plain
+// settings in `config::settings`; the run-time side of each is here.
+pub use crate::config::settings::{OWN_KEYS, OwnKey, Policy};
 
 impl Policy {
-    /// The policy of a `[cluster]` backend, whatever the file says: a site's
-    /// nodes are chosen by the client's address, so a client keeps its node
-    /// and every relay of a fleet makes the same choice. (A cluster's
-    /// `node_choice = "gerbil_fnv"` ranks another node's addresses instead,
-    /// see `super::node_choice`.)
-    pub const CLUSTER: Policy = Policy::SourceHash;
-
-    /// The policy named `name`; the error names every policy.
-    pub fn parse(name: &str) -> Result<Policy, String> {
-        Policy::ALL
-            .iter()
-            .copied()
-            .find(|p| p.as_str() == name)
-            .ok_or_else(|| {
-                let names: Vec<String> = Policy::ALL
-                    .iter()
-                    .map(|p| format!("{:?}", p.as_str()))
-                    .collect();
-                format!("{name:?} is not one of {}", names.join(", "))
-            })
-    }
-
-    /// The keys a `[backend.*]` table sets (`is_set`, by key name) that
-    /// `policy` does not accept (`None`: the policy named was not valid, so
-    /// no policy's own key applies), each with the reason.
-    pub fn misplaced_keys(
-        policy: Option<Policy>,
-        is_set: impl Fn(&str) -> bool,
-    ) -> impl Iterator<Item = (&'static str, String)> {
-        OWN_KEYS
-            .iter()
-            .filter(move |own| is_set(own.key) && policy != Some(own.policy))
-            .map(|own| {
-                (
-                    own.key,
-                    format!("only applies with policy = {:?}", own.policy.as_str()),
-                )
-            })
-    }
-
     /// Starts the task that keeps this policy's [`State`] fresh, if it has
     /// one; it stops with `tasks`.
     pub(super) fn start(self, runtime: &Arc<BackendRuntime>, tasks: &CancellationToken) {

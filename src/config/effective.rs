@@ -52,10 +52,7 @@ use super::{
     Listener, NoSni, Policy, Route, Timeouts,
 };
 use super::{HealthKind, Member};
-use crate::admit::{Limits, Rate};
-use crate::proxy::inbound::{Inbound, Mode};
-use crate::proxy::outbound::Outbound;
-use crate::sockopt::Keepalive;
+use super::{Inbound, Keepalive, Limits, Mode, Outbound, Rate};
 
 impl Config {
     /// This configuration as the file model, every key set to its value in

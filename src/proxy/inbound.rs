@@ -53,39 +53,15 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::cidr::{Cidr, canonical};
+use crate::cidr::canonical;
 use crate::proxy::wire::{Announced, Header, Invalid, Parse, Sniff, check_claim, parse, sniff};
 use crate::reason::CloseReason;
 
 /// Bytes asked for per read while sniffing or reading a header.
 pub const PREFACE_READ_CHUNK: usize = 4096;
 
-/// What the listener expects from trusted sources.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Require,
-    Optional,
-}
-
-/// A listener's validated `[listener.proxy_protocol]` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inbound {
-    /// The networks `trusted` lists as such.
-    pub trusted: Vec<Cidr>,
-    /// The host names `trusted` lists, each with its addresses.
-    pub trusted_names: Vec<TrustedName>,
-    pub mode: Mode,
-    pub max_hops: u8,
-}
-
-/// A host name in `trusted`, resolved when the configuration was loaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrustedName {
-    /// As configured (lowercase, no trailing dot).
-    pub name: String,
-    /// Its addresses then (IPv4-mapped ones as IPv4), never empty.
-    pub addrs: Vec<IpAddr>,
-}
+/// A listener's validated `[listener.proxy_protocol]`: plain settings.
+pub use crate::config::settings::{Inbound, Mode, TrustedName};
 
 impl Inbound {
     pub fn trusts(&self, ip: IpAddr) -> bool {

@@ -33,14 +33,8 @@ use ppp::v2;
 use crate::cidr::canonical;
 use crate::proxy::wire::{self, Announced, TLV_AUTHORITY, TLV_CRC32C, TLV_HOPS, TLV_UNIQUE_ID};
 
-/// A backend's `proxy_protocol` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Outbound {
-    #[default]
-    None,
-    V1,
-    V2,
-}
+/// A backend's `proxy_protocol` setting: plain settings.
+pub use crate::config::settings::Outbound;
 
 /// What the header for one client connection says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -78,19 +78,8 @@ use crate::pump::splice;
 use crate::reason::CloseReason;
 use crate::sockopt;
 
-/// A connection's relay timeouts: its listener's, or its route's where the
-/// route sets its own. Built by the configuration; the relay borrows them
-/// from the route table for the connection's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// `idle_timeout`: no byte moved either way for this long.
-    pub idle: Duration,
-    /// `half_close_timeout`: once a side has sent FIN, no byte moved for
-    /// this long. Only shortens `idle`: a longer value never bites.
-    pub half_close: Duration,
-    /// `max_connection_lifetime`, counted from accept; `None`: no limit.
-    pub lifetime: Option<Duration>,
-}
+/// A connection's relay timeouts: plain settings, defined with the rest.
+pub use crate::config::settings::Timeouts;
 
 /// A lifetime ends at a moment drawn per connection in
 /// [`LIFETIME_FLOOR`, 1] × `max_connection_lifetime`, so sessions opened

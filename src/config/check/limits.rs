@@ -1,0 +1,79 @@
+//! Checks `[listener.limits]` and `[route.limits]`: per-source admission.
+//!
+//! Not here: admission itself (`admit`).
+
+use super::*;
+
+impl Checker {
+    /// `[listener.limits]` or `[route.limits]`; an unset concurrency limit
+    /// takes `default_per_source`, unset rate limits are off.
+    pub(super) fn limits(
+        &mut self,
+        key: &str,
+        section: &LimitsSection,
+        default_per_source: Option<NonZeroU32>,
+    ) -> Option<Limits> {
+        let problems = self.problems.len();
+        let connections_key = format!("{key}.connections_per_source");
+        let connections_per_source = match section.connections_per_source {
+            None => default_per_source,
+            Some(CountOrOff::Switch(false)) => None,
+            Some(CountOrOff::Switch(true)) => {
+                self.problem(
+                    connections_key,
+                    "true names no count: give a number, or false to turn the limit off",
+                );
+                None
+            }
+            Some(CountOrOff::Count(n)) => {
+                self.optional_nonzero(&connections_key, Some(n), MAX_CONNECTIONS_RANGE)
+            }
+        };
+        let rate = self.optional_nonzero(
+            &format!("{key}.connection_rate_per_source"),
+            section.connection_rate_per_source,
+            RATE_RANGE,
+        );
+        let burst = self.optional_nonzero(
+            &format!("{key}.connection_burst_per_source"),
+            section.connection_burst_per_source,
+            RATE_RANGE,
+        );
+        if let (None, Some(b)) = (section.connection_rate_per_source, burst) {
+            self.problem(
+                format!("{key}.connection_burst_per_source"),
+                format!("{b} is set without connection_rate_per_source"),
+            );
+        }
+        let prefix_v4 = self.ranged(
+            &format!("{key}.source_prefix_v4"),
+            section.source_prefix_v4,
+            PREFIX_V4_RANGE,
+            i64::from(DEFAULT_SOURCE_PREFIX_V4),
+        );
+        let prefix_v6 = self.ranged(
+            &format!("{key}.source_prefix_v6"),
+            section.source_prefix_v6,
+            PREFIX_V6_RANGE,
+            i64::from(DEFAULT_SOURCE_PREFIX_V6),
+        );
+        let allow = self.cidrs(&format!("{key}.allow"), &section.allow);
+        let deny = self.cidrs(&format!("{key}.deny"), &section.deny);
+        if self.problems.len() > problems {
+            return None;
+        }
+        Some(Limits {
+            connections_per_source,
+            rate_per_source: rate.map(|per_second| Rate {
+                per_second,
+                burst: burst.unwrap_or(per_second),
+            }),
+            source_prefix_v4: prefix_v4? as u8,
+            source_prefix_v6: prefix_v6? as u8,
+            dry_run: section.dry_run.unwrap_or(false),
+            allow,
+            deny,
+            rate_counts_refused: section.rate_counts_refused.unwrap_or(false),
+        })
+    }
+}

@@ -1,0 +1,157 @@
+//! Turns the file model into the validated [`Config`], checking every
+//! section and collecting *every* problem, each under its key, so that
+//! `snirelay check` lists them all at once. One file per section:
+//! [`global`], [`listener`] (with its PROXY protocol peers), [`limits`],
+//! [`route`], [`backend`], [`cluster`], [`admin`]; [`values`] holds the
+//! checks of values they share. Error messages name the key and the bad
+//! value; tests pin them.
+//!
+//! Not here: the defaults and ranges (`config`, declared in `config::keys`)
+//! or reading the file.
+
+mod admin;
+mod backend;
+mod cluster;
+mod global;
+mod limits;
+mod listener;
+mod route;
+mod values;
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::file::GlobalSection;
+use super::file::{AddressEntry, AddressTable};
+use super::file::{
+    AdminSection, BackendSection, ClusterSection, CountOrOff, DurationOrOff, FileConfig,
+    HealthSection, LimitsSection, ListenerSection, ProxyProtocolSection,
+};
+use super::file::{HeaderFile, HeaderValueSetting};
+use super::file::{KeepaliveSection, KeepaliveSetting};
+use super::*;
+use crate::cidr::{Cidr, CidrSet};
+use crate::matcher::SniMatcher;
+use crate::sni::Pattern;
+
+pub use listener::TRUSTED_NAME_TIMEOUT;
+
+/// Collects problems while building the snapshot; each helper returns `None`
+/// (after recording why) when its value is unusable.
+#[derive(Default)]
+pub(super) struct Checker {
+    pub(super) problems: Vec<Problem>,
+    declared_backends: HashSet<String>,
+    /// The configuration file's directory: a relative `token_file` is
+    /// found from there.
+    dir: PathBuf,
+}
+
+impl Checker {
+    /// A checker for a file in `dir` (where relative paths are found).
+    pub(super) fn new(dir: PathBuf) -> Checker {
+        Checker {
+            dir,
+            ..Checker::default()
+        }
+    }
+
+    pub(super) fn problem(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn config(&mut self, file: &FileConfig) -> Option<Config> {
+        self.declared_backends = file.backends.keys().cloned().collect();
+        let global = self.global(&file.global);
+
+        let backends: BTreeMap<String, Arc<Backend>> = file
+            .backends
+            .iter()
+            .filter_map(|(name, section)| {
+                let backend = self.backend(name, section)?;
+                Some((name.clone(), Arc::new(backend)))
+            })
+            .collect();
+        for (name, section) in &file.backends {
+            let local = section
+                .cluster
+                .as_ref()
+                .and_then(|c| c.local_backend.as_ref());
+            if let Some(local) = local
+                && file
+                    .backends
+                    .get(local)
+                    .is_some_and(|b| b.cluster.is_some())
+            {
+                self.problem(
+                    format!("backend.{name}.cluster.local_backend"),
+                    format!("{local:?} is itself a [cluster] backend; name one with fixed or resolved addresses"),
+                );
+            }
+        }
+
+        if file.listeners.is_empty() {
+            self.problem("listener", "at least one [[listener]] is required");
+        }
+        let mut names = HashSet::new();
+        let mut binds = HashSet::new();
+        let mut listeners = Vec::new();
+        for (index, section) in file.listeners.iter().enumerate() {
+            let key = format!("listener[{index}]");
+            if !names.insert(section.name.as_str()) {
+                self.problem(
+                    format!("{key}.name"),
+                    format!("listener name {:?} is used twice", section.name),
+                );
+            }
+            if let Some(mut listener) = self.listener(&key, section, &backends, &mut binds) {
+                listener.splice = section.splice.unwrap_or(global.splice);
+                // QUIC listeners (issue 18): their own fallbacks too.
+                if let NoSni::Backend(backend) = &listener.no_sni {
+                    self.quic_backend(
+                        &format!("{key}.no_sni"),
+                        &listener,
+                        &backend.clone(),
+                        &backends,
+                    );
+                }
+                if let EchPolicy::Backend(backend) = &listener.ech {
+                    self.quic_backend(
+                        &format!("{key}.ech"),
+                        &listener,
+                        &backend.clone(),
+                        &backends,
+                    );
+                }
+                listeners.push(listener);
+            }
+        }
+        self.routes(file, &mut listeners, &backends);
+        for listener in &listeners {
+            // A route dropped for its own problem (reported already) still names it.
+            let named = file.routes.iter().any(|r| match &r.listener {
+                Some(name) => name == &listener.name,
+                None => file.listeners.len() == 1,
+            });
+            if !named && listener.routes.is_empty() && matches!(listener.no_sni, NoSni::Reject) {
+                self.problem(
+                    format!("listener {:?}", listener.name),
+                    "no [[route]] names this listener, so it would refuse every connection",
+                );
+            }
+        }
+        let admin = match &file.admin {
+            None => None,
+            Some(section) => Some(self.admin(section)?),
+        };
+        Some(Config {
+            global,
+            listeners: listeners.into_iter().map(Arc::new).collect(),
+            backends,
+            admin,
+        })
+    }
+}

@@ -1,0 +1,267 @@
+//! Checks `[[route]]` and attaches each route to its listener, compiling
+//! the listener's SNI matcher; two routes that would take the same hello
+//! are an error.
+//!
+//! Not here: routing a connection (`route`).
+
+use super::*;
+
+impl Checker {
+    /// Attaches every `[[route]]` to its listener and compiles the matchers.
+    pub(super) fn routes(
+        &mut self,
+        file: &FileConfig,
+        listeners: &mut [Listener],
+        backends: &BTreeMap<String, Arc<Backend>>,
+    ) {
+        for (index, section) in file.routes.iter().enumerate() {
+            let key = format!("route[{index}]");
+            let backend = backends.get(&section.backend).cloned();
+            if backend.is_none() && !file.backends.contains_key(&section.backend) {
+                self.problem(
+                    format!("{key}.backend"),
+                    format!("{:?} names no [backend.*] section", section.backend),
+                );
+            }
+            let listener = match (&section.listener, file.listeners.len()) {
+                (Some(name), _) => {
+                    if !file.listeners.iter().any(|l| &l.name == name) {
+                        self.problem(
+                            format!("{key}.listener"),
+                            format!("{name:?} names no [[listener]]"),
+                        );
+                    }
+                    listeners.iter_mut().find(|l| &l.name == name)
+                }
+                (None, 1) => listeners.first_mut(),
+                (None, _) => {
+                    self.problem(
+                        format!("{key}.listener"),
+                        "required when there is more than one [[listener]]",
+                    );
+                    None
+                }
+            };
+            if section.sni.is_empty() {
+                self.problem(
+                    format!("{key}.sni"),
+                    "at least one name or pattern is required",
+                );
+            }
+            let mut patterns = Vec::new();
+            for (i, text) in section.sni.iter().enumerate() {
+                match Pattern::parse(text) {
+                    Ok(pattern) => patterns.push(pattern),
+                    Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
+                }
+            }
+            // Per-route admission: the listener's limit keys, no default cap.
+            let limits = match &section.limits {
+                None => Some(None),
+                Some(limits) => self
+                    .limits(&format!("{key}.limits"), limits, None)
+                    .map(Some),
+            };
+            let max_connections = self.optional_nonzero(
+                &format!("{key}.max_connections"),
+                section.max_connections,
+                MAX_CONNECTIONS_RANGE,
+            );
+            // The route's relay timeouts, checked even when the route is
+            // unusable, so that every problem is reported.
+            let overrides = self.route_timeouts(&key, section);
+            let alpn = self.alpn(&key, section.alpn.as_deref());
+            let ech = match section.ech.as_deref() {
+                None => Some(None),
+                Some(text) => self
+                    .ech_policy(&format!("{key}.ech"), text, backends)
+                    .map(Some),
+            };
+            // QUIC listeners: keys their flows cannot honour.
+            if let Some(listener) = &listener {
+                self.quic_route(&key, section, listener);
+            }
+            let (Some(listener), Some(backend), Some(limits), Some(alpn), Some(ech)) =
+                (listener, backend, limits, alpn, ech)
+            else {
+                continue;
+            };
+            let Some(overrides) = overrides else {
+                continue;
+            };
+            // QUIC listeners (issue 18).
+            self.quic_backend(&format!("{key}.backend"), listener, &backend, backends);
+            if let Some(EchPolicy::Backend(diverted)) = &ech {
+                self.quic_backend(&format!("{key}.ech"), listener, diverted, backends);
+            }
+            let timeouts = overrides(listener.timeouts());
+            let route_id = listener.routes.len();
+            for (i, pattern) in patterns.iter().enumerate() {
+                let taken = listener.matcher.get(pattern).and_then(|ids| {
+                    ids.iter()
+                        .find(|&&id| id == route_id || overlap(&listener.routes[id].alpn, &alpn))
+                });
+                match taken {
+                    None => match listener.matcher.get_mut(pattern) {
+                        Some(ids) => ids.push(route_id),
+                        None => {
+                            let _ = listener.matcher.insert(pattern, vec![route_id]);
+                        }
+                    },
+                    Some(&id) if id == route_id => self.problem(
+                        format!("{key}.sni[{i}]"),
+                        format!("pattern `{pattern}` is listed twice in this route"),
+                    ),
+                    // Two routes of one pattern that would both take the
+                    // same hello: which one wins would be an accident.
+                    Some(&id) => {
+                        let other = &listener.routes[id];
+                        let why = if alpn.is_empty() {
+                            "; give one of them an `alpn` list".to_owned()
+                        } else {
+                            format!(
+                                " with an overlapping alpn ({:?} and {:?})",
+                                other.alpn, alpn
+                            )
+                        };
+                        self.problem(
+                            format!("{key}.sni[{i}]"),
+                            format!(
+                                "pattern `{pattern}` is already taken by another route on listener {:?} (route {:?}{why})",
+                                listener.name, other.name
+                            ),
+                        );
+                    }
+                }
+            }
+            let name = section
+                .name
+                .clone()
+                .or_else(|| patterns.first().map(|p| p.to_string()))
+                .unwrap_or_else(|| key.clone());
+            // Per-route admission state is kept across reloads by route
+            // name, so a route with limits needs a name of its own.
+            let gated = |limits: &Option<Limits>, max: &Option<NonZeroU32>| {
+                limits.is_some() || max.is_some()
+            };
+            if listener.routes.iter().any(|r| {
+                r.name == name
+                    && (gated(&r.limits, &r.max_connections) || gated(&limits, &max_connections))
+            }) {
+                self.problem(
+                    format!("{key}.name"),
+                    format!(
+                        "{name:?} is also the name of another route on listener {:?}; a route with limits or max_connections needs a name of its own",
+                        listener.name
+                    ),
+                );
+            }
+            listener.routes.push(Route {
+                name,
+                patterns,
+                backend,
+                limits,
+                max_connections,
+                timeouts,
+                alpn,
+                ech,
+            });
+        }
+    }
+
+    /// A route's own `idle_timeout`, `half_close_timeout` and
+    /// `max_connection_lifetime`, as a function that lays them over its
+    /// listener's timeouts.
+    pub(super) fn route_timeouts(
+        &mut self,
+        key: &str,
+        section: &file::RouteSection,
+    ) -> Option<impl FnOnce(Timeouts) -> Timeouts + use<>> {
+        let mut duration = |name: &str, value: &Option<String>| match value {
+            None => Some(None),
+            Some(_) => self
+                .duration(&format!("{key}.{name}"), value, Duration::ZERO)
+                .map(Some),
+        };
+        let idle = duration("idle_timeout", &section.idle_timeout);
+        let half_close = duration("half_close_timeout", &section.half_close_timeout);
+        let lifetime = match &section.max_connection_lifetime {
+            None => Some(None),
+            Some(_) => self
+                .duration_or_off(
+                    &format!("{key}.max_connection_lifetime"),
+                    &section.max_connection_lifetime,
+                    None,
+                )
+                .map(Some),
+        };
+        let (idle, half_close, lifetime) = (idle?, half_close?, lifetime?);
+        Some(move |listener: Timeouts| Timeouts {
+            idle: idle.unwrap_or(listener.idle),
+            half_close: half_close.unwrap_or(listener.half_close),
+            lifetime: lifetime.unwrap_or(listener.lifetime),
+        })
+    }
+
+    /// A route's `alpn`: distinct protocol names of 1–255 bytes; unset is
+    /// none (the route takes any hello).
+    pub(super) fn alpn(&mut self, key: &str, names: Option<&[String]>) -> Option<Vec<String>> {
+        let key = format!("{key}.alpn");
+        let Some(names) = names else {
+            return Some(Vec::new());
+        };
+        if names.is_empty() {
+            self.problem(
+                key,
+                "[] matches no hello; leave the key out for a route that takes any ALPN",
+            );
+            return None;
+        }
+        let problems = self.problems.len();
+        for (i, name) in names.iter().enumerate() {
+            if name.is_empty() || name.len() > 255 {
+                self.problem(
+                    format!("{key}[{i}]"),
+                    format!("{name:?}: an ALPN protocol name is 1 to 255 bytes"),
+                );
+            } else if names[..i].contains(name) {
+                self.problem(format!("{key}[{i}]"), format!("{name:?} is listed twice"));
+            }
+        }
+        (self.problems.len() == problems).then(|| names.to_vec())
+    }
+
+    /// A route of a QUIC listener: its keys that only mean something for
+    /// TCP are refused, as the listener's are. `half_close_timeout` counts
+    /// from a FIN, which a flow of datagrams never sees; every other route
+    /// key is read by the QUIC path (docs/quic.md, "QUIC listener").
+    pub(super) fn quic_route(
+        &mut self,
+        key: &str,
+        section: &file::RouteSection,
+        listener: &Listener,
+    ) {
+        if listener.protocol != Protocol::Quic {
+            return;
+        }
+        // The route keys declared TCP-only (`keys::Applies::Tcp`).
+        let written = toml::Value::try_from(section).ok();
+        let is_set = |name: &str| written.as_ref().and_then(|t| t.get(name)).is_some();
+        for name in keys::tcp_only("route").filter(|name| is_set(name)) {
+            self.problem(
+                format!("{key}.{name}"),
+                format!(
+                    "is a TCP setting (it counts from a FIN); route {:?} is on protocol = \"quic\" listener {:?}, whose flows have none",
+                    section.name.as_deref().unwrap_or_else(|| section.sni.first().map_or("", String::as_str)),
+                    listener.name
+                ),
+            );
+        }
+    }
+}
+
+/// Whether two routes' `alpn` lists would both take some hello: both empty
+/// (any hello), or a protocol in common.
+fn overlap(a: &[String], b: &[String]) -> bool {
+    (a.is_empty() && b.is_empty()) || a.iter().any(|p| b.contains(p))
+}

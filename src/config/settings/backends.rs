@@ -1,0 +1,451 @@
+//! A backend's validated settings: what `[backend.NAME]` (with its
+//! `health` and `cluster` tables) says once `config::check` has checked
+//! it, the policies' and node choices' names, and the keys only one policy
+//! accepts. Plain data: the backend runtime (`backend`) reads these and
+//! adds its behaviour (ranking, hashing, lookups) in its own `impl` blocks.
+//!
+//! Not here: choosing, connecting or looking anything up (`backend`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Keepalive, Outbound};
+use crate::cidr::Cidr;
+use crate::sni::Pattern;
+
+/// `[backend.*] connect_attempts` when unset: every address, but at most
+/// this many (the effective default is min(addresses, 3)).
+pub const DEFAULT_CONNECT_ATTEMPTS_CAP: usize = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub name: String,
+    /// The fixed address list; empty when the addresses are found at run
+    /// time (`source` says how).
+    pub addresses: Vec<SocketAddr>,
+    pub connect_timeout: Duration,
+    /// The PROXY header sent to this backend before the client's bytes.
+    pub proxy_protocol: Outbound,
+    /// Whether that (v2) header carries a CRC32C TLV.
+    pub proxy_protocol_crc32c: bool,
+    /// Where the addresses come from.
+    pub source: AddressSource,
+    pub policy: Policy,
+    /// Addresses tried per connection; `None` means min(addresses, 3),
+    /// counted against the address set in force at connect time.
+    pub connect_attempts: Option<usize>,
+    /// Passive health: consecutive failed connects that mark an address
+    /// down (0: never), and for how long.
+    pub max_fails: u32,
+    pub fail_backoff: Duration,
+    /// Active health checks; `None` without `[backend.*.health]`.
+    pub health: Option<HealthCheck>,
+    /// `policy = "fastest"`: the re-measurement interval (full jitter).
+    pub fastest_interval: Duration,
+    // TCP keepalive on backend sockets (issue 15).
+    /// `tcp_keepalive`: set on each connected socket; `None`: off.
+    pub tcp_keepalive: Option<Keepalive>,
+    // Weights, connection caps and the fastest measure (issue 15).
+    /// The fixed addresses with their weight and own cap: the same
+    /// addresses as `addresses`, in the same order (empty when the
+    /// addresses are found at run time).
+    pub members: Vec<Member>,
+    /// `max_connections_per_address`: the cap of every address without
+    /// one of its own (`None`: no cap).
+    pub max_connections_per_address: Option<u32>,
+    /// `policy = "fastest"`: what is timed.
+    pub fastest_measure: FastestMeasure,
+}
+
+/// `[backend.*] fastest_measure`: what `policy = "fastest"` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastestMeasure {
+    /// The TCP connect.
+    Connect,
+    /// From connect until the ServerHello of a TLS health probe (needs
+    /// `[backend.*.health] kind = "tls"`, whose `sni` it sends).
+    Tls,
+}
+
+impl FastestMeasure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FastestMeasure::Connect => "connect",
+            FastestMeasure::Tls => "tls",
+        }
+    }
+}
+
+impl Backend {
+    /// Attempts for a connection when `n` addresses are known.
+    pub fn attempts(&self, n: usize) -> usize {
+        self.connect_attempts
+            .unwrap_or(n.min(DEFAULT_CONNECT_ATTEMPTS_CAP))
+            .max(1)
+    }
+
+    /// The cluster settings of a cluster-resolved backend.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match &self.source {
+            AddressSource::Cluster(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
+}
+
+/// Where a backend's addresses come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressSource {
+    /// `addresses = [...]`.
+    Fixed,
+    /// `resolve = "host:port"`: the A/AAAA set.
+    Dns(DnsSource),
+    /// `[backend.*.cluster]`: looked up per SNI.
+    Cluster(Cluster),
+}
+
+/// `resolve` and its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSource {
+    pub host: String,
+    pub port: u16,
+    /// `resolver = "IP:53"`: ask this server and follow record TTLs
+    /// (clamped to `min_ttl..=max_ttl`); `None`: the system resolver every
+    /// `interval`.
+    pub resolver: Option<SocketAddr>,
+    pub interval: Duration,
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+}
+
+/// `[backend.*.health]`: active checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that mark a down address up.
+    pub rise: u32,
+    /// Consecutive failures that mark an up address down.
+    pub fall: u32,
+    /// What a check is: a TCP connect, or a TLS ClientHello answered.
+    pub kind: HealthKind,
+}
+
+/// `[backend.*.health] kind` (and `sni`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthKind {
+    /// A TCP connect (and a clean close).
+    Tcp,
+    /// A ClientHello for `sni`, passed when a ServerHello (or a
+    /// HelloRetryRequest) comes back; the connection is then closed with
+    /// an alert. The handshake is never completed.
+    Tls { sni: String },
+}
+
+impl HealthKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HealthKind::Tcp => "tcp",
+            HealthKind::Tls { .. } => "tls",
+        }
+    }
+
+    /// The SNI of a TLS check.
+    pub fn sni(&self) -> Option<&str> {
+        match self {
+            HealthKind::Tcp => None,
+            HealthKind::Tls { sni } => Some(sni),
+        }
+    }
+}
+
+/// `[backend.*.cluster]`: the node that holds a site, looked up per SNI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    pub lookup: ClusterLookup,
+    /// The backend that serves sites this node holds itself.
+    pub local_backend: Option<String>,
+    pub positive_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub lookup_timeout: Duration,
+    /// Where an answer may send traffic; any other address is refused.
+    pub allowed_targets: Vec<Cidr>,
+    // Pangolin lookups and Gerbil's node choice (issue 17).
+    /// What a `lookup_url` speaks (DNS lookups: always `Snirelay`).
+    pub protocol: ClusterProtocol,
+    /// Request headers of every HTTP lookup, in file order.
+    pub headers: Vec<LookupHeader>,
+    /// An `https://` lookup's trust and client certificate (shared: it is
+    /// large, and the same across clones of the settings).
+    pub tls: Option<Arc<LookupTls>>,
+    /// How a connection chooses among a site's nodes.
+    pub node_choice: NodeChoice,
+    // Pangolin nodes (issue 17).
+    /// Names always sent to `local_backend`, before the pushed set and any
+    /// lookup (exact names and `*.suffix` patterns).
+    pub local_overrides: Vec<Pattern>,
+    /// The PROXY header towards other nodes (the backend's
+    /// `proxy_protocol` follows it): v2 carries the hop count, v1 is what
+    /// Gerbil nodes read.
+    pub hop_proxy_protocol: Outbound,
+}
+
+/// `[backend.*.cluster] protocol`: the lookup's request and reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterProtocol {
+    /// POST `{"hostname"}` to `lookup_url` itself; endpoints are `ip:port`
+    /// or `host:port`.
+    Snirelay,
+    /// Pangolin's Gerbil route: POST `{"hostname", "publicKey"}` to
+    /// `{lookup_url}/gerbil/get-resolved-hostname`; endpoints without a
+    /// port get `default_port`.
+    Pangolin {
+        /// The node's WireGuard public key, as Pangolin knows the exit node.
+        public_key: String,
+        /// Where `public_key` was read from, when it came from a file.
+        public_key_file: Option<std::path::PathBuf>,
+        default_port: u16,
+    },
+}
+
+impl ClusterProtocol {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ClusterProtocol::Snirelay => "snirelay",
+            ClusterProtocol::Pangolin { .. } => "pangolin",
+        }
+    }
+}
+
+/// One `[backend.*.cluster.headers]` entry, its value read (from the file
+/// at load and at every reload when it names one).
+#[derive(Clone, PartialEq, Eq)]
+pub struct LookupHeader {
+    pub name: String,
+    /// Never logged or shown when it came from a file.
+    pub value: String,
+    pub file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for LookupHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("LookupHeader");
+        d.field("name", &self.name);
+        match &self.file {
+            Some(path) => d.field("file", path),
+            None => d.field("value", &self.value),
+        };
+        d.finish()
+    }
+}
+
+/// The TLS client of an `https://` lookup: the files it was built from
+/// (compared, with their contents, to tell a reload what changed) and the
+/// rustls configuration built from them at load.
+#[derive(Clone)]
+pub struct LookupTls {
+    /// `ca_file`; `None`: the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub client_cert_file: Option<std::path::PathBuf>,
+    pub client_key_file: Option<std::path::PathBuf>,
+    /// The contents of the three files, in that order (empty when unset).
+    pub contents: [Arc<[u8]>; 3],
+    pub client: Arc<rustls::ClientConfig>,
+}
+
+impl PartialEq for LookupTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.ca_file == other.ca_file
+            && self.client_cert_file == other.client_cert_file
+            && self.client_key_file == other.client_key_file
+            && self.contents == other.contents
+    }
+}
+
+impl Eq for LookupTls {}
+
+impl std::fmt::Debug for LookupTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LookupTls")
+            .field("ca_file", &self.ca_file)
+            .field("client_cert_file", &self.client_cert_file)
+            .field("client_key_file", &self.client_key_file)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterLookup {
+    /// Ask the cluster's authoritative DNS for the SNI's A/AAAA records and
+    /// connect to `port` on them.
+    Dns { server: SocketAddr, port: u16 },
+    /// POST to this `http://` or `https://` URL (the request and reply are
+    /// [`Cluster::protocol`]'s); an empty endpoint list means this node.
+    /// Host names in the answer are resolved through `resolver` (`IP:53`)
+    /// when set, else the system resolver, as a `resolve` backend's.
+    Http {
+        url: String,
+        resolver: Option<SocketAddr>,
+    },
+}
+
+// ------------------------------------------------------------ addresses
+
+/// A configured address: where, its weight and its own cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub addr: SocketAddr,
+    pub weight: u32,
+    pub max_connections: Option<u32>,
+}
+
+impl Member {
+    /// An address with weight 1 and no cap of its own (a resolved one).
+    pub fn plain(addr: SocketAddr) -> Member {
+        Member {
+            addr,
+            weight: 1,
+            max_connections: None,
+        }
+    }
+}
+
+// ------------------------------------------------------------- policies
+
+/// Declares [`Policy`] from one table of variants and names, so that a
+/// name cannot be parsed without being displayed, or the reverse.
+macro_rules! policies {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)+) => {
+        /// `[backend.*] policy`: how a connection's addresses are ordered.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Policy {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Policy {
+            /// Every policy, in the order errors list them.
+            pub const ALL: &'static [Policy] = &[$(Policy::$variant),+];
+
+            /// The name in the file, in `/config` and in errors.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Policy::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+policies! {
+    /// The first healthy address in list order.
+    Ordered => "ordered",
+    /// A rotating first choice, in proportion to the weights.
+    RoundRobin => "round_robin",
+    /// The fewest open relayed connections per unit of weight; ties rotate.
+    LeastConnections => "least_connections",
+    /// Sticky on the client's IP address (never its port), weighted.
+    SourceHash => "source_hash",
+    /// The address with the lowest measured connect time.
+    Fastest => "fastest",
+}
+
+/// `[backend.*]` keys that belong to one policy: set with any other policy
+/// (or with a policy name that is not valid) they are a configuration
+/// error, since they would silently do nothing.
+pub const OWN_KEYS: &[OwnKey] = &[
+    OwnKey {
+        key: "fastest_interval",
+        policy: Policy::Fastest,
+    },
+    OwnKey {
+        key: "fastest_measure",
+        policy: Policy::Fastest,
+    },
+];
+
+/// A key only one policy accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnKey {
+    /// Its name in a `[backend.*]` table.
+    pub key: &'static str,
+    pub policy: Policy,
+}
+
+impl Policy {
+    /// The policy of a `[cluster]` backend, whatever the file says: a site's
+    /// nodes are chosen by the client's address, so a client keeps its node
+    /// and every relay of a fleet makes the same choice. (A cluster's
+    /// `node_choice = "gerbil_fnv"` ranks another node's addresses instead,
+    /// see `super::node_choice`.)
+    pub const CLUSTER: Policy = Policy::SourceHash;
+
+    /// The policy named `name`; the error names every policy.
+    pub fn parse(name: &str) -> Result<Policy, String> {
+        Policy::ALL
+            .iter()
+            .copied()
+            .find(|p| p.as_str() == name)
+            .ok_or_else(|| {
+                let names: Vec<String> = Policy::ALL
+                    .iter()
+                    .map(|p| format!("{:?}", p.as_str()))
+                    .collect();
+                format!("{name:?} is not one of {}", names.join(", "))
+            })
+    }
+
+    /// The keys a `[backend.*]` table sets (`is_set`, by key name) that
+    /// `policy` does not accept (`None`: the policy named was not valid, so
+    /// no policy's own key applies), each with the reason.
+    pub fn misplaced_keys(
+        policy: Option<Policy>,
+        is_set: impl Fn(&str) -> bool,
+    ) -> impl Iterator<Item = (&'static str, String)> {
+        OWN_KEYS
+            .iter()
+            .filter(move |own| is_set(own.key) && policy != Some(own.policy))
+            .map(|own| {
+                (
+                    own.key,
+                    format!("only applies with policy = {:?}", own.policy.as_str()),
+                )
+            })
+    }
+}
+
+// ---------------------------------------------------------- node choice
+
+/// `[backend.*.cluster] node_choice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeChoice {
+    #[default]
+    SourceHash,
+    GerbilFnv,
+}
+
+impl NodeChoice {
+    pub const ALL: &'static [NodeChoice] = &[NodeChoice::SourceHash, NodeChoice::GerbilFnv];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeChoice::SourceHash => "source_hash",
+            NodeChoice::GerbilFnv => "gerbil_fnv",
+        }
+    }
+
+    /// The choice named `name`; the error names every choice.
+    pub fn parse(name: &str) -> Result<NodeChoice, String> {
+        NodeChoice::ALL
+            .iter()
+            .copied()
+            .find(|c| c.as_str() == name)
+            .ok_or_else(|| {
+                let names: Vec<String> = NodeChoice::ALL
+                    .iter()
+                    .map(|c| format!("{:?}", c.as_str()))
+                    .collect();
+                format!("{name:?} is not one of {}", names.join(", "))
+            })
+    }
+}

@@ -1,0 +1,147 @@
+//! The validated settings that runtime modules read: plain data, built by
+//! the checker (`config::check`) and shown by `/config`
+//! (`config::effective`). The modules that act on them (`admit`, `proxy`,
+//! `sockopt`, `pump`, `backend`) import them from here and add their behaviour in
+//! their own `impl` blocks, so that configuration imports no runtime
+//! module.
+//!
+//! Not here: checking values (`config::check`), defaults (`config`), or any
+//! behaviour beyond plain constructors.
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::cidr::{Cidr, CidrSet};
+
+mod backends;
+pub use backends::*;
+
+// ------------------------------------------------------------- the relay
+
+/// A connection's relay timeouts: its listener's, or its route's where the
+/// route sets its own. Built by the configuration; the relay borrows them
+/// from the route table for the connection's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// `idle_timeout`: no byte moved either way for this long.
+    pub idle: Duration,
+    /// `half_close_timeout`: once a side has sent FIN, no byte moved for
+    /// this long. Only shortens `idle`: a longer value never bites.
+    pub half_close: Duration,
+    /// `max_connection_lifetime`, counted from accept; `None`: no limit.
+    pub lifetime: Option<Duration>,
+}
+
+// ------------------------------------------------------------- admission
+
+/// A listener's admission settings (`[listener.limits]`), validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections per source key; `None` is unlimited.
+    ///
+    /// Memory: ~40 bytes per key with an open connection, removed when its
+    /// last connection closes (so at most `max_connections` entries). Hot
+    /// path: one mutex hold and one SipHash of the key on admit, again on
+    /// close.
+    pub connections_per_source: Option<NonZeroU32>,
+    /// New connections per source key; `None` is unlimited.
+    ///
+    /// Memory: ~50 bytes per key seen within `burst / per_second` seconds
+    /// plus one `admit::SWEEP_INTERVAL`; quiet keys are dropped by the sweep.
+    /// Hot path: one sharded-lock lookup and one compare-and-swap (GCRA).
+    pub rate_per_source: Option<Rate>,
+    /// Bits of an IPv4 source that form its key (1..=32).
+    pub source_prefix_v4: u8,
+    /// Bits of an IPv6 source that form its key (1..=128).
+    pub source_prefix_v6: u8,
+    /// Count and report, but do not refuse, on the counting limits.
+    pub dry_run: bool,
+    /// When not empty, only these sources are admitted.
+    ///
+    /// Memory: one hash-set entry per block, fixed per snapshot. Hot path:
+    /// one hash lookup per distinct prefix length in the list.
+    pub allow: CidrSet,
+    /// These sources are never admitted; beats `allow`. Costs as `allow`.
+    pub deny: CidrSet,
+    /// Refused attempts spend rate too (HAProxy `conn_rate` semantics): a
+    /// source that keeps trying faster than its rate stays refused instead
+    /// of getting exactly its rate through. Costs nothing extra.
+    pub rate_counts_refused: bool,
+}
+
+/// A GCRA rate: `per_second` new connections, up to `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub per_second: NonZeroU32,
+    pub burst: NonZeroU32,
+}
+
+impl Limits {
+    /// No limits at all: what a listener without `[listener.limits]` gets.
+    pub fn unlimited() -> Limits {
+        Limits {
+            connections_per_source: None,
+            rate_per_source: None,
+            source_prefix_v4: 32,
+            source_prefix_v6: 64,
+            dry_run: false,
+            allow: CidrSet::default(),
+            deny: CidrSet::default(),
+            rate_counts_refused: false,
+        }
+    }
+}
+
+// ------------------------------------------------------ the PROXY protocol
+
+/// What the listener expects from trusted sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Require,
+    Optional,
+}
+
+/// A listener's validated `[listener.proxy_protocol]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inbound {
+    /// The networks `trusted` lists as such.
+    pub trusted: Vec<Cidr>,
+    /// The host names `trusted` lists, each with its addresses.
+    pub trusted_names: Vec<TrustedName>,
+    pub mode: Mode,
+    pub max_hops: u8,
+}
+
+/// A host name in `trusted`, resolved when the configuration was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedName {
+    /// As configured (lowercase, no trailing dot).
+    pub name: String,
+    /// Its addresses then (IPv4-mapped ones as IPv4), never empty.
+    pub addrs: Vec<IpAddr>,
+}
+
+/// A backend's `proxy_protocol` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Outbound {
+    #[default]
+    None,
+    V1,
+    V2,
+}
+
+// ------------------------------------------------------------ TCP sockets
+
+/// TCP keepalive settings (`tcp_keepalive`): after `idle` with nothing
+/// sent or received, probe every `interval`; after `count` unanswered
+/// probes (or unacknowledged data for as long, see `sockopt::set_keepalive`) the
+/// kernel fails the socket with ETIMEDOUT. The kernel counts
+/// in whole seconds (TCP_KEEPIDLE, TCP_KEEPINTVL: 1..=32767), so `config`
+/// accepts nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub idle: Duration,
+    pub interval: Duration,
+    pub count: u32,
+}
