@@ -1,7 +1,7 @@
 //! Writes the man pages generated from the clap command line into
 //! `packaging/`: `snirelay.1` and one `snirelay-SUBCOMMAND.1` per
 //! subcommand. The Debian package ships them; a test
-//! (`tests/packaging.rs`) fails when they are stale.
+//! (`tests/it/packaging.rs`) fails when they are stale.
 //!
 //! Run with: `cargo run --example manpage`
 
@@ -17,4 +17,4 @@ fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-include!("../tests/support/man_pages.rs");
+include!("../tests/it/common/man_pages.rs");
