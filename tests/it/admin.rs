@@ -574,10 +574,6 @@ async fn probe(admin: SocketAddr, rounds: usize) -> Vec<Duration> {
 /// closed to make room, fails. Loopback answers take milliseconds.
 const PROBE_BOUND: Duration = Duration::from_millis(500);
 
-/// One heavy test at a time: each holds a thousand connections, and the
-/// latency it measures should be the relay's, not its neighbours'.
-static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// A thousand `kind` connections open; probes answer within
 /// [`PROBE_BOUND`], a TLS session is relayed, and every hostile
 /// connection is closed later with the close its kind earns.

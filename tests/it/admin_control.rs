@@ -570,6 +570,7 @@ fn free_addr() -> SocketAddr {
 async fn a_thousand_slow_admin_clients_do_not_disturb_relaying() {
     const SLOW: usize = 1000;
     const RUN: Duration = Duration::from_secs(4);
+    let _heavy = HEAVY.lock().await;
     // A thousand client sockets here (and as many in the relay, which
     // raises its own limit): the soft limit up to the hard one.
     snirelay::sockopt::raise_nofile_limit().expect("RLIMIT_NOFILE");

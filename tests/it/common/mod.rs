@@ -184,6 +184,13 @@ impl Drop for Relay {
     }
 }
 
+/// One heavy test at a time, across every area of the suite: each holds a
+/// thousand connections, and the latency it measures should be the
+/// relay's, not its neighbours'. Taken by the thousand held connections of
+/// `admin` and the thousand slow control clients of `admin_control`, which
+/// in one test binary could otherwise run side by side.
+pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Raises this process's soft descriptor limit to its hard limit, once,
 /// before the first relay starts. Every area's tests share this process
 /// and hold their client sockets in it at once (a thousand each for the
