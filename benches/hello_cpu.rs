@@ -27,7 +27,7 @@
 //! `HELLO_CPU_SCALE` (multiplies the connections per batch, default 1).
 
 // The integration tests' harness: the relay as a child process on port 0.
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/hello.rs"]
 mod hello;

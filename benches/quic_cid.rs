@@ -13,7 +13,7 @@ use snirelay::quic::cid::{CidTable, backend_scid};
 use snirelay::quic::initial::ConnectionId;
 use std::hint::black_box;
 
-include!("../tests/support/quic_capture.rs");
+include!("../tests/it/common/quic_capture.rs");
 
 const FLOWS: u64 = 8000;
 

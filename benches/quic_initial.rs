@@ -13,7 +13,7 @@ use snirelay::quic::initial::{Limits, Parser, Verdict, parse};
 use snirelay::quic::{Version, initial_keys};
 use std::hint::black_box;
 
-include!("../tests/support/quic_capture.rs");
+include!("../tests/it/common/quic_capture.rs");
 
 fn quic_initial(c: &mut Criterion) {
     let limits = Limits::for_hello_bytes(16 * 1024);

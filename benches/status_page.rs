@@ -18,7 +18,7 @@
 //! phase, default 300), `STATUS_RUNS`, `STATUS_VIEWERS`, `STATUS_EVERY_MS`.
 
 // The integration tests' harness: the relay as a child process on port 0.
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! Writes the configuration reference generated from the key declarations
 //! (`src/config/keys.rs`): `docs/config-keys.md` and the
 //! `snirelay.toml(5)` man page, `packaging/snirelay.toml.5`. A test
-//! (`tests/config.rs`) fails when the committed files are stale.
+//! (`tests/it/config.rs`) fails when the committed files are stale.
 //!
 //! Run with: `cargo run --example docgen`
 

@@ -1,7 +1,7 @@
 //! Writes what is generated from the clap command line: the man pages into
 //! `packaging/` (`snirelay.1` and one `snirelay-SUBCOMMAND.1` per
 //! subcommand), which the Debian package ships, and the command reference
-//! `docs/commands.md`. Tests (`tests/packaging.rs`) fail when either is
+//! `docs/commands.md`. Tests (`tests/it/packaging.rs`) fail when either is
 //! stale.
 //!
 //! Run with: `cargo run --example manpage`
@@ -22,5 +22,5 @@ fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-include!("../tests/support/man_pages.rs");
-include!("../tests/support/command_reference.rs");
+include!("../tests/it/common/man_pages.rs");
+include!("../tests/it/common/command_reference.rs");

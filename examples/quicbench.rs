@@ -198,7 +198,7 @@ addresses = ["{backend}"]
 
 // -------------------------------------------------------------------- flows
 
-include!("../tests/support/quic_capture.rs");
+include!("../tests/it/common/quic_capture.rs");
 
 /// A flow's client socket, its hello sent and echoed (retransmitted every
 /// [`LOSS_WAIT`], at most 25 times).

@@ -86,7 +86,7 @@ done
 
 # --- 1. The static binary, as docs/operations.md builds it --------------------
 t=$(date +%s)
-# docs/operations.md's command, word for word (tests/packaging.rs compares them).
+# docs/operations.md's command, word for word (tests/it/packaging.rs compares them).
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked \
     --target x86_64-unknown-linux-gnu --bin snirelay
 build_seconds=$(($(date +%s) - t))

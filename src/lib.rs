@@ -39,7 +39,7 @@
 //! its `SAFETY` comment ([`pump::splice`] needs none: it uses nix's safe
 //! wrappers).
 //!
-//! Imports between modules run one way: `tests/module_graph.rs` reads the
+//! Imports between modules run one way: `tests/it/module_graph.rs` reads the
 //! source and fails, naming the loop, when two top-level modules (or two
 //! submodules of a folder) depend on each other, directly or through
 //! others. There is none: [`config`] depends on [`backend`] (it builds the

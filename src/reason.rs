@@ -8,7 +8,7 @@
 //! the stage ([`CloseReason::hello_outcome`]); no match on reasons has a
 //! wildcard arm, so a new reason does not compile until its row is written.
 //! docs/operations.md's list of close reasons is checked against [`CloseReason::ALL`]
-//! by `tests/close_reasons.rs`.
+//! by `tests/it/close_reasons.rs`.
 //!
 //! A leaf: it imports nothing from the crate, so every stage can name the
 //! reason it ends a connection with while the close stage (`close`), which

@@ -2,7 +2,7 @@
 //! file model ([`FileConfig`]) with every key set to the value in force,
 //! defaults filled in. `/config` serves it as JSON, and a round trip
 //! (parse → validate → write back → parse) gives the same configuration
-//! (`tests/config.rs`).
+//! (`tests/it/config.rs`).
 //!
 //! **It cannot forget a key.** Every validated struct is destructured
 //! without `..`, so a field added to [`Config`] that is not written here

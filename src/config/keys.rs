@@ -7,7 +7,7 @@
 //! by [`super::reference`], run `cargo run --example docgen`), the keys a
 //! `protocol = "quic"` listener or its routes refuse (the checker reads
 //! [`Applies::Tcp`] here), and the ranges the checker enforces (each entry
-//! names the same range constant the checker uses). `tests/config.rs` holds
+//! names the same range constant the checker uses). `tests/it/config.rs` holds
 //! the rest together: the serde file model accepts exactly these keys,
 //! `every_key.toml` sets exactly these keys, `/config` shows exactly these
 //! keys, and each declared default is the value a minimal configuration

@@ -15,7 +15,7 @@
 //! ([`mod@reference`]); `check` (one file per section) builds [`Config`];
 //! [`settings`] holds the validated settings the runtime modules read, as
 //! plain data, so that configuration imports no runtime module
-//! (`tests/module_graph.rs` holds it to that).
+//! (`tests/it/module_graph.rs` holds it to that).
 //!
 //! Precedence: a value set in a section wins; otherwise the `DEFAULT_*`
 //! constant below applies. (Later settings that exist both globally and per

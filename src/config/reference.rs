@@ -2,7 +2,7 @@
 //! ([`super::keys::KEYS`]): as Markdown (`docs/config-keys.md`) and as the
 //! `snirelay.toml(5)` man page (`packaging/snirelay.toml.5`).
 //!
-//! `cargo run --example docgen` writes both files; `tests/config.rs` fails
+//! `cargo run --example docgen` writes both files; `tests/it/config.rs` fails
 //! when a committed one differs from what these functions write, so the
 //! reference cannot drift from the declarations.
 //!
@@ -102,7 +102,7 @@ pub fn markdown() -> String {
     let mut out = String::new();
     out.push_str(
         "<!-- Generated from src/config/keys.rs by `cargo run --example docgen`: \
-         do not edit by hand (tests/config.rs fails when this file is stale). -->\n\n",
+         do not edit by hand (tests/it/config.rs fails when this file is stale). -->\n\n",
     );
     out.push_str("# Configuration keys\n\n");
     out.push_str(INTRO);
