@@ -65,7 +65,7 @@ impl Checker {
                 }
             },
         };
-        if let Some(path) = text.strip_prefix("unix:") {
+        let listen = if let Some(path) = text.strip_prefix("unix:") {
             if !path.starts_with('/') {
                 self.problem(
                     "admin.listen",
@@ -83,34 +83,24 @@ impl Checker {
                 );
                 return None;
             }
-            return Some(Admin {
-                listen: AdminListen::Unix(PathBuf::from(path)),
-                allow_public,
-                expose_config: section.expose_config.unwrap_or(DEFAULT_ADMIN_EXPOSE_CONFIG),
-                address_labels: section
-                    .address_labels
-                    .unwrap_or(DEFAULT_ADMIN_ADDRESS_LABELS),
-                token_file,
-                local_names_file,
-                moved_close_window: moved_close_window?,
-                push_unauthenticated_from,
-                forward_unmatched_to,
-            });
-        }
-        let listen = self.socket_addr("admin.listen", text)?;
-        if !listen.ip().is_loopback() && !allow_public {
-            self.problem(
-                "admin.listen",
-                format!(
-                    "{text:?} is not a loopback address; the admin listener exposes \
-                     metrics (and the configuration with expose_config), so set \
-                     admin.allow_public = true to mean it"
-                ),
-            );
-            return None;
-        }
+            AdminListen::Unix(PathBuf::from(path))
+        } else {
+            let listen = self.socket_addr("admin.listen", text)?;
+            if !listen.ip().is_loopback() && !allow_public {
+                self.problem(
+                    "admin.listen",
+                    format!(
+                        "{text:?} is not a loopback address; the admin listener exposes \
+                         metrics (and the configuration with expose_config), so set \
+                         admin.allow_public = true to mean it"
+                    ),
+                );
+                return None;
+            }
+            AdminListen::Tcp(listen)
+        };
         Some(Admin {
-            listen: AdminListen::Tcp(listen),
+            listen,
             allow_public,
             expose_config: section.expose_config.unwrap_or(DEFAULT_ADMIN_EXPOSE_CONFIG),
             address_labels: section
