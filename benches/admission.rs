@@ -12,6 +12,8 @@
 //! panics if the tables do not empty or the heap does not come back to
 //! within 1 MiB of where it started.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
 
@@ -23,8 +25,8 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group};
 use governor::clock::FakeRelativeClock;
 use snirelay::addr::PeerAddr;
-use snirelay::admit::{Admission, Limits, Rate, Source};
-use snirelay::cidr::CidrSet;
+use snirelay::admission::{Admission, Limits, Rate, Source};
+use snirelay::wire::cidr::CidrSet;
 
 /// The system allocator, counting live bytes.
 struct Counting;

@@ -8,6 +8,8 @@
 //!
 //! Run: `cargo bench --bench drain_part`.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};

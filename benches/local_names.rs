@@ -7,6 +7,8 @@
 //!
 //! Run: `cargo bench --bench local_names`.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -14,7 +16,7 @@ use snirelay::backend::cluster::Cache;
 use snirelay::backend::local_names;
 use snirelay::backend::{Cluster, ClusterLookup, ClusterProtocol};
 use snirelay::proxy::outbound::Outbound;
-use snirelay::sni::Pattern;
+use snirelay::wire::sni::Pattern;
 
 fn cluster(overrides: &[&str]) -> Cluster {
     Cluster {

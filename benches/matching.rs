@@ -6,9 +6,11 @@
 //!
 //! Run: `cargo bench --bench matching`.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use criterion::{Criterion, criterion_group, criterion_main};
-use snirelay::matcher::SniMatcher;
-use snirelay::sni::{Pattern, Sni};
+use snirelay::wire::matcher::SniMatcher;
+use snirelay::wire::sni::{Pattern, Sni};
 
 fn matcher() -> SniMatcher<usize> {
     let mut m = SniMatcher::new();

@@ -3,8 +3,10 @@
 //! "incomplete" verdict on a prefix in one shot (the relay itself walks only
 //! the bytes each read adds: see `benches/reassembly.rs`).
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use snirelay::client_hello;
+use snirelay::wire::client_hello;
 use std::hint::black_box;
 
 const LIMIT: usize = 16 * 1024;

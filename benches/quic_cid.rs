@@ -6,6 +6,8 @@
 //! IDs: a short-header hit, a miss, and a client's first Initial, whose DCID
 //! is its own random choice).
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use std::net::SocketAddr;
 
 use criterion::{Criterion, criterion_group, criterion_main};

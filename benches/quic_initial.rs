@@ -7,16 +7,18 @@
 //! parser fed only the first datagram (keys, one header-protection removal
 //! and one AES-GCM opening, half the CRYPTO bytes).
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rustls::Side;
-use snirelay::quic::initial::{Limits, Parser, Verdict, parse};
+use snirelay::quic::initial::{HelloLimits, Parser, Verdict, parse};
 use snirelay::quic::{Version, initial_keys};
 use std::hint::black_box;
 
 include!("../tests/it/common/quic_capture.rs");
 
 fn quic_initial(c: &mut Criterion) {
-    let limits = Limits::for_hello_bytes(16 * 1024);
+    let limits = HelloLimits::for_hello_bytes(16 * 1024);
     let datagrams = capture("chromium");
     let bytes: usize = datagrams.iter().map(Vec::len).sum();
     assert!(parse(datagrams.iter().map(Vec::as_slice), limits).is_ok());

@@ -12,9 +12,11 @@
 //! time per hello and, as throughput, per stream byte. The relay process's
 //! own CPU for the same cases over real sockets is `benches/hello_cpu.rs`.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use snirelay::client_hello::{Inspect, Reassembler};
-use snirelay::inspect::READ_CHUNK;
+use snirelay::tcp::inspect::READ_CHUNK;
+use snirelay::wire::client_hello::{Inspect, Reassembler};
 use std::hint::black_box;
 
 #[path = "support/hello.rs"]

@@ -7,12 +7,14 @@
 //! Run: `cargo bench --bench registry`. The listing's effect on relaying
 //! under load is measured by `scripts/loadbench.sh --only listing`.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use snirelay::config::Config;
-use snirelay::registry::{self, Filter, Meta};
+use snirelay::flow::registry::{self, Filter, Meta};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -1,4 +1,4 @@
-//! Planning one connection's backend addresses (`select::plan`): what each
+//! Planning one connection's backend addresses (`plan::plan`): what each
 //! policy costs per connection, for a set of 3 and of 16 addresses, with 3
 //! attempts, equal and unequal weights. `source_hash` pays a SipHash-2-4 and
 //! a 32-step fixed-point log2 per ranked address and comparison;
@@ -6,11 +6,13 @@
 //!
 //! Run: `cargo bench --bench select`.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use std::net::{IpAddr, SocketAddr};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use snirelay::backend::policy::{Policy, State};
-use snirelay::backend::{Member, carry_members, select};
+use snirelay::backend::balance::{Policy, State};
+use snirelay::backend::{Member, carry_members, plan};
 
 fn set(n: u16, weighted: bool) -> std::sync::Arc<[snirelay::backend::Endpoint]> {
     let members: Vec<Member> = (0..n)
@@ -45,7 +47,7 @@ fn bench(c: &mut Criterion) {
                     b.iter(|| {
                         client = client.wrapping_add(1);
                         let ip = IpAddr::from(client.to_be_bytes());
-                        let plan = select::plan(policy, &state, &set, 3, ip, None);
+                        let plan = plan::plan(policy, &state, &set, 3, ip, None);
                         std::hint::black_box(plan.len())
                     })
                 });

@@ -5,6 +5,8 @@
 //!
 //! Run: `cargo bench --bench sockopt`.
 
+#![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
+
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 

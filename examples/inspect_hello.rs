@@ -6,9 +6,9 @@
 //! A capture is the raw bytes a client sent first on a TCP connection, e.g.
 //! from `tshark -w` or a listener that writes what it receives.
 
-use snirelay::client_hello::{Ech, parse};
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES;
-use snirelay::sni::Sni;
+use snirelay::wire::client_hello::{Ech, parse};
+use snirelay::wire::sni::Sni;
 
 fn main() {
     let mut status = 0;

@@ -39,7 +39,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::reason::CloseReason;
+use crate::close_reason::CloseReason;
 
 /// The drain switch of one route identity.
 #[derive(Debug, Default)]

@@ -1,89 +1,79 @@
 //! snirelay: a layer-4 relay that routes TLS connections by their SNI
 //! without terminating TLS.
 //!
-//! A connection's life, one module per stage (see docs/design.md): `accept` →
-//! [`admit`] (the one admission gate: per-source limits, at accept and on a
-//! trusted peer's claim) → preface ([`proxy::inbound`], PROXY protocol in)
-//! → [`inspect`] (over the pure [`client_hello`] parser and its incremental
-//! reassembler) → `route` (the generation's route table, over [`sni`] and
-//! [`matcher`]) → `connect` (over the run-time state of [`backend`]:
-//! address sets, health, the selection [`backend::policy`]) → announce
-//! ([`proxy::outbound`], PROXY protocol out) → the byte pump ([`pump`]: the
-//! [`pump::relay`] future over the [`pump::copy`] and [`pump::splice`]
-//! paths) → [`close`] (the record, its one log line and metrics; the
-//! reasons' table is the leaf [`reason`]), strung
-//! together in `conn`. [`proxy::wire`] is the PROXY protocol's format,
-//! shared by both directions. [`quic`] reads the ClientHello of a QUIC
-//! flow from its Initial packets (the `quic` listener's inspect stage) and
-//! hands it to the same [`client_hello`] decoder.
+//! The source is laid out by job, one folder per layer (docs/design.md,
+//! "Structure"); imports run down the list, never up:
 //!
-//! [`config`] turns the TOML file into an immutable, validated snapshot
-//! (and back: [`config::effective`]). [`server`] runs the operator's
-//! intents; `bind` opens and inherits listening sockets; `listeners` runs
-//! each listener as one `generation` per reload (settings, route table,
-//! admission, backends: one value, one swap) with its accept loops;
-//! `reload` diffs snapshots for the log line and `drain` signals wind down
-//! what changed. [`signals`] turns signals into intents, [`notify`] speaks
-//! sd_notify and [`takeover`] hands listening sockets to a new binary.
-//! [`probe`] is the operator's client-side monitor (it and https cluster
-//! lookups trust the system's CAs through `system_roots`); `metrics` and [`admin`]
-//! are the relay's own observability, and [`admin`] also its run-time
-//! control (`snirelay ctl` is its client). [`haproxy_import`] translates
-//! an HAProxy configuration into this crate's TOML (`snirelay
-//! import-haproxy`), text to text. Modules no test, bench, example or
-//! fuzz target needs are `pub(crate)`.
+//! - [`wire`]: parsers and wire formats without I/O: the ClientHello, server
+//!   names and the compiled allowlist matcher, CIDR notation, the PROXY
+//!   protocol's format.
+//! - [`config`]: the TOML file turned once into an immutable, validated
+//!   snapshot (and back, for `/config`).
+//! - the leaves every layer names, at the root: [`addr`] (measured and
+//!   claimed client addresses), [`close_reason`] (why a connection ended, and
+//!   its one table), [`drain`] (drain signals), `metrics`, [`logging`],
+//!   [`sockopt`] (every socket option, the one file that may hold `unsafe`)
+//!   and `system_roots`.
+//! - [`admission`]: who may connect: allow and deny lists, per-source
+//!   limits and rates, built once per snapshot.
+//! - [`proxy`]: the PROXY protocol's two stages, inbound (preface) and
+//!   outbound (announce); [`pump`]: the byte pump of a TCP connection.
+//! - [`backend`]: backends at run time: address sets, health, balancing
+//!   policies, cluster lookups.
+//! - [`flow`]: the stages a TCP connection and a QUIC flow share: route,
+//!   close, the registry of open connections, a listener's generation.
+//! - [`tcp`]: a TCP connection's own stages, read top to bottom in
+//!   `tcp::connection`: accept loop → preface → inspect → route → dial →
+//!   announce → pump → close. [`quic`]: the same for a QUIC flow.
+//! - [`admin`]: the admin listener (metrics, status page, control API).
+//! - [`run`]: the process: server, listeners, binding, reload, takeover,
+//!   signals, sd_notify. [`cli`]: the operator's other commands (`check`,
+//!   `probe`, `ctl`, `import-haproxy`).
+//!
+//! `tests/it/module_graph.rs` reads the source and fails when two modules (or
+//! two submodules of a folder) import each other, directly or through
+//! others, or when a module imports one of a higher layer.
 //!
 //! Syscalls live in two places: socket options and descriptor handling in
 //! [`sockopt`], splice(2) and its pipe pool in [`pump::splice`]. `unsafe`
 //! is denied crate-wide; [`sockopt`] alone allows it, per block, each with
 //! its `SAFETY` comment ([`pump::splice`] needs none: it uses nix's safe
 //! wrappers).
-//!
-//! Imports between modules run one way: `tests/it/module_graph.rs` reads the
-//! source and fails, naming the loop, when two top-level modules (or two
-//! submodules of a folder) depend on each other, directly or through
-//! others. There is none: [`config`] depends on [`backend`] (it builds the
-//! backends' validated settings, which [`backend`] defines), never the
-//! reverse.
 
 #![deny(unsafe_code)]
-
-pub(crate) mod accept;
+#[doc(hidden)]
 pub mod addr;
+#[doc(hidden)]
 pub mod admin;
-pub mod admit;
+#[doc(hidden)]
+pub mod admission;
+#[doc(hidden)]
 pub mod backend;
-pub(crate) mod bind;
-pub mod cidr;
 pub mod cli;
-pub mod client_hello;
-pub mod close;
+#[doc(hidden)]
+pub mod close_reason;
+#[doc(hidden)]
 pub mod config;
-pub(crate) mod conn;
-pub(crate) mod connect;
+#[doc(hidden)]
 pub mod drain;
-pub(crate) mod generation;
-pub mod haproxy_import;
-pub mod inspect;
-pub(crate) mod listeners;
+#[doc(hidden)]
+pub mod flow;
 pub mod logging;
-pub mod matcher;
 pub(crate) mod metrics;
-pub mod notify;
-pub mod probe;
+#[doc(hidden)]
 pub mod proxy;
+#[doc(hidden)]
 pub mod pump;
+#[doc(hidden)]
 pub mod quic;
-pub mod reason;
-pub mod registry;
-pub(crate) mod reload;
-pub(crate) mod route;
-pub mod server;
-pub mod signals;
-pub mod sni;
+pub mod run;
+#[doc(hidden)]
 pub mod sockopt;
 pub(crate) mod system_roots;
-pub mod takeover;
+#[doc(hidden)]
+pub mod tcp;
+#[doc(hidden)]
+pub mod wire;
 
 /// The version this build reports (`snirelay --version`, the
 /// `snirelay_build_info` metric, the status page): `SNIRELAY_VERSION` when it

@@ -13,6 +13,7 @@ use tracing_subscriber::EnvFilter;
 /// Dependencies whose debug output is noise to an operator.
 const QUIET_DEPENDENCIES: &str = "hickory_net=warn,hickory_proto=warn";
 
+#[allow(missing_docs)] // clap would print doc comments as help text
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -21,6 +22,7 @@ pub enum LogFormat {
 
 #[derive(Debug, thiserror::Error)]
 #[error("--log-level {directives:?}: {message}")]
+/// `--log-level` directives that do not parse.
 pub struct LogSetupError {
     directives: String,
     message: String,

@@ -24,10 +24,15 @@ use anyhow::Context;
 use clap::Parser;
 use snirelay::cli::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs};
 use snirelay::config::Config;
-use snirelay::notify::Notifier;
 use snirelay::pump::splice;
-use snirelay::server::ServeOptions;
-use snirelay::{logging, probe, server, signals, sockopt, takeover};
+use snirelay::run::notify::Notifier;
+use snirelay::run::server::ServeOptions;
+use snirelay::{
+    cli::probe,
+    logging,
+    run::{server, signals, takeover},
+    sockopt,
+};
 
 /// mimalloc: tokio's task cells and per-socket readiness slots are
 /// 128-byte aligned, and glibc's memalign leaves slack around each, which
@@ -79,7 +84,7 @@ fn import_haproxy(args: &ImportHaproxyArgs) -> ExitCode {
         }
     };
     let source = args.file.display().to_string();
-    match snirelay::haproxy_import::translate(&text, &source) {
+    match snirelay::cli::haproxy_import::translate(&text, &source) {
         Ok(translation) => {
             print!("{}", translation.toml);
             if translation.not_translated.is_empty() {
@@ -203,7 +208,7 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
 }
 
 fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
-    use snirelay::admin::client;
+    use snirelay::cli::ctl;
     let config = Config::load(&cli.config)?;
     let admin = config
         .admin
@@ -211,7 +216,7 @@ fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
         .with_context(|| format!("{} has no [admin] section", cli.config.display()))?;
     let (target, state) = match &args.action {
         CtlAction::Addresses => {
-            return client::request(admin, "GET", "/backends", None).context("admin request");
+            return ctl::request(admin, "GET", "/backends", None).context("admin request");
         }
         CtlAction::Drain(a) => (a, "drain"),
         CtlAction::Maint(a) => (a, "maint"),
@@ -219,7 +224,7 @@ fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
         CtlAction::Connections(filter) => return ctl_connections(admin, &filter.query()),
         CtlAction::Close(filter) => {
             let path = format!("/connections?{}", filter.query());
-            return client::request(admin, "DELETE", &path, None).context("admin request");
+            return ctl::request(admin, "DELETE", &path, None).context("admin request");
         }
     };
     let backend = match &target.backend {
@@ -227,7 +232,7 @@ fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
         None => {
             // The backends whose addresses include ADDR, as the relay sees them now.
             let (status, body) =
-                client::request(admin, "GET", "/backends", None).context("admin request")?;
+                ctl::request(admin, "GET", "/backends", None).context("admin request")?;
             if !(200..300).contains(&status) {
                 return Ok((status, body));
             }
@@ -258,13 +263,13 @@ fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
     };
     let path = format!("/backends/{backend}/addresses/{}/state", target.addr);
     let body = serde_json::json!({ "state": state }).to_string();
-    client::request(admin, "POST", &path, Some(&body)).context("admin request")
+    ctl::request(admin, "POST", &path, Some(&body)).context("admin request")
 }
 
 /// Every page of `GET /connections?QUERY`, as one answer: `{"connections":
 /// [...]}`, or the first refusal.
 fn ctl_connections(admin: &snirelay::config::Admin, query: &str) -> anyhow::Result<(u16, String)> {
-    use snirelay::admin::client;
+    use snirelay::cli::ctl;
     let mut all = Vec::new();
     let mut after: Option<u64> = None;
     // Bounded: a million connections at the largest page.
@@ -273,7 +278,7 @@ fn ctl_connections(admin: &snirelay::config::Admin, query: &str) -> anyhow::Resu
         if let Some(id) = after {
             path.push_str(&format!("&after={id}"));
         }
-        let (status, body) = client::request(admin, "GET", &path, None).context("admin request")?;
+        let (status, body) = ctl::request(admin, "GET", &path, None).context("admin request")?;
         if !(200..300).contains(&status) {
             return Ok((status, body));
         }

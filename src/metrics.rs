@@ -63,7 +63,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::reason::{CloseReason, HelloOutcome};
+use crate::close_reason::{CloseReason, HelloOutcome};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
@@ -165,7 +165,7 @@ fn connect_histogram() -> Histogram {
 }
 
 /// Every metric snirelay exports. Get it with [`metrics()`].
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     accepted: Family<ListenerLabels, Counter>,
     active: Family<ListenerLabels, Gauge>,
@@ -234,7 +234,7 @@ impl BackendSeries {
 /// must not stay forever. Memory: one map entry (about 50 bytes) and one
 /// series per address, so at most this many per backend; cost: a report
 /// for a new address when the backend is at the cap scans its entries.
-pub const MAX_ADDRESS_SERIES_PER_BACKEND: usize = 64;
+pub(crate) const MAX_ADDRESS_SERIES_PER_BACKEND: usize = 64;
 
 /// Backend → address → (up, when last reported): the state behind the
 /// address health series, kept so that they can be dropped, counted and
@@ -249,7 +249,7 @@ struct AddressBook {
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
 /// The process-wide metrics.
-pub fn metrics() -> &'static Metrics {
+pub(crate) fn metrics() -> &'static Metrics {
     &METRICS
 }
 
@@ -606,7 +606,7 @@ impl Metrics {
 
     /// A listener's series exist (at zero) from start-up, so dashboards and
     /// `rate()` see them before the first connection.
-    pub fn listener_started(&self, listener: &str, protocol: &'static str) {
+    pub(crate) fn listener_started(&self, listener: &str, protocol: &'static str) {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
             protocol,
@@ -619,7 +619,7 @@ impl Metrics {
     /// once per accept loop, not per connection (it allocates). A listener
     /// has one `protocol` (`tcp` or `quic`, the config's word), so the
     /// label is fixed in the handle and costs nothing per connection.
-    pub fn listener(&self, listener: &str, protocol: &'static str) -> Arc<ListenerMetrics> {
+    pub(crate) fn listener(&self, listener: &str, protocol: &'static str) -> Arc<ListenerMetrics> {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
             protocol,
@@ -638,7 +638,7 @@ impl Metrics {
     }
 
     /// The connect series of `backend` (created at zero if new).
-    pub fn backend_series(&self, backend: &str) -> BackendSeries {
+    pub(crate) fn backend_series(&self, backend: &str) -> BackendSeries {
         let labels = BackendLabels {
             backend: backend.to_owned(),
         };
@@ -654,7 +654,7 @@ impl Metrics {
     // `kind` and `outcome` are fixed words (hence `&'static str`).
 
     /// A configuration reload finished; `outcome` is `ok` or `failed`.
-    pub fn reload(&self, outcome: &'static str) {
+    pub(crate) fn reload(&self, outcome: &'static str) {
         self.reloads.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
@@ -664,31 +664,31 @@ impl Metrics {
     /// forwarded (`ok`: the upstream answered, whatever its status) or not
     /// (`too_large`, `request_timeout`, `unreachable`, `upstream_error`,
     /// `timeout`, `loop`, `bad_method`).
-    pub fn admin_forwarded(&self, outcome: &'static str) {
+    pub(crate) fn admin_forwarded(&self, outcome: &'static str) {
         self.admin_forwarded
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 
-    pub fn local_name_push(&self, outcome: &'static str) {
+    pub(crate) fn local_name_push(&self, outcome: &'static str) {
         self.local_name_pushes
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 
     /// How many pushed local names are in force.
-    pub fn set_local_names(&self, names: usize) {
+    pub(crate) fn set_local_names(&self, names: usize) {
         self.local_names.set(names as i64);
     }
 
     /// The number of connections being drained now (stop or reload).
-    pub fn set_draining(&self, connections: i64) {
+    pub(crate) fn set_draining(&self, connections: i64) {
         self.draining.set(connections);
     }
 
     /// One backend address lookup: `kind` is `dns` or `cluster`, `outcome`
     /// is `ok`, `error`, `empty` or `cache_hit`.
-    pub fn lookup(&self, kind: &'static str, outcome: &'static str) {
+    pub(crate) fn lookup(&self, kind: &'static str, outcome: &'static str) {
         self.lookups
             .get_or_create(&LookupLabels { kind, outcome })
             .inc();
@@ -697,7 +697,7 @@ impl Metrics {
     /// The health of one address of `backend`. At most
     /// [`MAX_ADDRESS_SERIES_PER_BACKEND`] addresses per backend are kept:
     /// a new one past that replaces the address reported least recently.
-    pub fn backend_address_health(&self, backend: &str, address: SocketAddr, up: bool) {
+    pub(crate) fn backend_address_health(&self, backend: &str, address: SocketAddr, up: bool) {
         let mut book = self.addresses.lock().unwrap_or_else(|e| e.into_inner());
         let book = &mut *book;
         book.reports += 1;
@@ -746,7 +746,7 @@ impl Metrics {
     /// `[admin] address_labels`: whether `snirelay_backend_address_up` is
     /// exported (by address). Turned off, its series go at once; turned on,
     /// they come back with the last reported states.
-    pub fn set_address_labels(&self, on: bool) {
+    pub(crate) fn set_address_labels(&self, on: bool) {
         let mut book = self.addresses.lock().unwrap_or_else(|e| e.into_inner());
         if book.labels == on {
             return;
@@ -772,13 +772,13 @@ impl Metrics {
     }
 
     /// A connection to the admin listener was accepted.
-    pub fn admin_opened(&self) {
+    pub(crate) fn admin_opened(&self) {
         self.admin_open.inc();
     }
 
     /// A connection to the admin listener closed; `reason` is a fixed word
     /// of `admin`.
-    pub fn admin_closed(&self, reason: &'static str) {
+    pub(crate) fn admin_closed(&self, reason: &'static str) {
         self.admin_open.dec();
         self.admin_closed
             .get_or_create(&ReasonLabels { reason })
@@ -788,7 +788,7 @@ impl Metrics {
     /// A control request: `kind` names the action (`address_state`, ...),
     /// `outcome` how it ended (`ok`, `unauthorized`, `forbidden`,
     /// `bad_request`, `not_found`, ...). Both are fixed words.
-    pub fn control_action(&self, kind: &'static str, outcome: &'static str) {
+    pub(crate) fn control_action(&self, kind: &'static str, outcome: &'static str) {
         self.control_actions
             .get_or_create(&ControlLabels { kind, outcome })
             .inc();
@@ -800,7 +800,7 @@ impl Metrics {
     /// set it, at most [`MAX_ADDRESS_SERIES_PER_BACKEND`] per backend (a
     /// new one past that drops the series of the one set longest ago);
     /// nothing is exported with `address_labels = false`.
-    pub fn backend_address_state(
+    pub(crate) fn backend_address_state(
         &self,
         backend: &str,
         address: SocketAddr,
@@ -846,7 +846,7 @@ impl Metrics {
     // ---------------------------------------------------------------
 
     /// The Prometheus text exposition, with process gauges read now.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         self.sample_process();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

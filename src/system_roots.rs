@@ -10,7 +10,7 @@ use rustls::RootCertStore;
 /// Adds the certificates of the system store (rustls-native-certs) to
 /// `roots`; an error, with the first reason one could not be loaded, when
 /// none could.
-pub fn add_system_roots(roots: &mut RootCertStore) -> Result<(), String> {
+pub(crate) fn add_system_roots(roots: &mut RootCertStore) -> Result<(), String> {
     let found = rustls_native_certs::load_native_certs();
     let (added, _ignored) = roots.add_parsable_certificates(found.certs);
     if added == 0 {

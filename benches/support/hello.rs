@@ -8,7 +8,7 @@
 /// The stream a client sends: `name` as SNI, the handshake message cut into
 /// records of `record_payload` bytes, as long as fits in `cap` bytes (and
 /// as a ClientHello can be).
-pub fn stream(name: &str, cap: usize, record_payload: usize) -> Vec<u8> {
+pub(crate) fn stream(name: &str, cap: usize, record_payload: usize) -> Vec<u8> {
     let base = message(name, 0).len();
     let size = |m: usize| m + 5 * m.div_ceil(record_payload);
     // The largest message whose records fit the cap.
@@ -27,7 +27,7 @@ pub fn stream(name: &str, cap: usize, record_payload: usize) -> Vec<u8> {
 }
 
 /// `message` cut into handshake records of `size` payload bytes.
-pub fn records(message: &[u8], size: usize) -> Vec<u8> {
+pub(crate) fn records(message: &[u8], size: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(message.len() + 5 * message.len().div_ceil(size));
     for chunk in message.chunks(size) {
         out.extend_from_slice(&[22, 3, 1]);
@@ -111,7 +111,7 @@ fn max_message(name: &str) -> usize {
 
 /// Read or write sizes of 1..=64 bytes adding up to `total`, the same
 /// sequence every run (a fixed xorshift).
-pub fn segment_sizes(total: usize) -> Vec<usize> {
+pub(crate) fn segment_sizes(total: usize) -> Vec<usize> {
     let mut state = 0x2545_f491_u32;
     let mut sizes = Vec::new();
     let mut sum = 0;

@@ -6,7 +6,7 @@
 //! traffic.
 
 /// A process's user + system CPU time in seconds.
-pub fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name, which is in parentheses and may hold
     // spaces: state is field 3, utime 14, stime 15 (in clock ticks).
@@ -29,7 +29,7 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 /// processes sent), and idle (idle + iowait).
 #[derive(Clone, Copy, Default)]
 #[allow(dead_code)] // loadbench's only
-pub struct CoreTicks {
+pub(crate) struct CoreTicks {
     pub user: u64,
     pub system: u64,
     pub interrupts: u64,
@@ -39,7 +39,7 @@ pub struct CoreTicks {
 #[allow(dead_code)] // loadbench's only
 impl CoreTicks {
     /// `cpu`'s counters now.
-    pub fn read(cpu: usize) -> CoreTicks {
+    pub(crate) fn read(cpu: usize) -> CoreTicks {
         let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         let name = format!("cpu{cpu}");
         let v: Vec<u64> = stat
@@ -62,7 +62,7 @@ impl CoreTicks {
     }
 
     /// The ticks from `earlier` to `self`.
-    pub fn since(self, earlier: CoreTicks) -> CoreTicks {
+    pub(crate) fn since(self, earlier: CoreTicks) -> CoreTicks {
         CoreTicks {
             user: self.user - earlier.user,
             system: self.system - earlier.system,
@@ -72,12 +72,12 @@ impl CoreTicks {
     }
 
     /// Every tick counted.
-    pub fn total(self) -> u64 {
+    pub(crate) fn total(self) -> u64 {
         self.user + self.system + self.interrupts + self.idle
     }
 
     /// Share of `total` (0..1) of a count.
-    pub fn share(self, ticks: u64) -> f64 {
+    pub(crate) fn share(self, ticks: u64) -> f64 {
         ticks as f64 / self.total().max(1) as f64
     }
 }
@@ -86,7 +86,7 @@ impl CoreTicks {
 /// blocked, e.g. in epoll_wait with nothing ready, and had to be woken)
 /// and involuntary (preempted).
 #[allow(dead_code)] // loadbench's only
-pub fn context_switches(pid: u32) -> (u64, u64) {
+pub(crate) fn context_switches(pid: u32) -> (u64, u64) {
     let mut total = (0, 0);
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return total;
@@ -103,7 +103,7 @@ pub fn context_switches(pid: u32) -> (u64, u64) {
 /// (another CPU woke a task here) and function-call ones, from
 /// /proc/interrupts. In a virtual machine each costs an exit to the host.
 #[allow(dead_code)] // loadbench's only
-pub fn ipis(cpu: usize) -> u64 {
+pub(crate) fn ipis(cpu: usize) -> u64 {
     let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
     text.lines()
         .filter(|l| matches!(l.split_whitespace().next(), Some("RES:" | "CAL:")))
@@ -112,14 +112,14 @@ pub fn ipis(cpu: usize) -> u64 {
 }
 
 /// A process's resident set in KiB.
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     field_value(&status, "VmRSS:")
 }
 
 /// A /proc/meminfo value in KiB.
 #[allow(dead_code)] // loadbench's only
-pub fn meminfo_kib(key: &str) -> u64 {
+pub(crate) fn meminfo_kib(key: &str) -> u64 {
     field_value(&std::fs::read_to_string("/proc/meminfo").unwrap(), key)
 }
 
@@ -133,14 +133,14 @@ fn field_value(text: &str, key: &str) -> u64 {
 }
 
 /// How many descriptors a process holds.
-pub fn fd_count(pid: u32) -> usize {
+pub(crate) fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
 }
 
 /// The median of `v` (NaN when empty).
-pub fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     if v.is_empty() {

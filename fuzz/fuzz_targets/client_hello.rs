@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snirelay::client_hello::{Inspect, parse};
-use snirelay::sni::Sni;
+use snirelay::wire::client_hello::{Inspect, parse};
+use snirelay::wire::sni::Sni;
 
 fuzz_target!(|data: &[u8]| {
     // The first two bytes choose the limit (the config allows 512..=262144;

@@ -8,11 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snirelay::proxy::wire::{
-    Announced, MAX_AUTHORITY_BYTES, Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, Version, check_claim,
-    parse, sniff,
-};
-use snirelay::sni::Sni;
+use snirelay::wire::proxy::{Announced, MAX_AUTHORITY_BYTES, Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, ProxyVersion, check_claim, parse, sniff};
+use snirelay::wire::sni::Sni;
 
 fuzz_target!(|data: &[u8]| {
     let verdict = parse(data);
@@ -23,8 +20,8 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(version, h.version);
             assert!(h.len <= data.len());
             let cap = match h.version {
-                Version::V1 => V1_MAX_BYTES,
-                Version::V2 => V2_MAX_BYTES,
+                ProxyVersion::V1 => V1_MAX_BYTES,
+                ProxyVersion::V2 => V2_MAX_BYTES,
             };
             assert!(h.len <= cap);
             assert!(h.hops >= 1);

@@ -18,7 +18,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rustls::Side;
-use snirelay::quic::initial::{Limits, Parser, Verdict, parse};
+use snirelay::quic::initial::{HelloLimits, Parser, Verdict, parse};
 use snirelay::quic::seal::seal_initial;
 use snirelay::quic::{Version, initial_keys};
 
@@ -54,9 +54,9 @@ fuzz_target!(|data: &[u8]| {
         };
         datagrams.push(datagram);
     }
-    let limits = Limits {
+    let limits = HelloLimits {
         datagrams: cap,
-        ..Limits::for_hello_bytes(limit)
+        ..HelloLimits::for_hello_bytes(limit)
     };
     let mut parser = Parser::new(limits);
     let mut answer = Err(Verdict::Incomplete);

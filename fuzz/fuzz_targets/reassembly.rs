@@ -12,7 +12,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snirelay::client_hello::{Inspect, Reassembler, parse};
+use snirelay::wire::client_hello::{Inspect, Reassembler, parse};
 
 fuzz_target!(|data: &[u8]| {
     // Bytes 0-1: the limit (small ones reach the too-large paths); byte 2:

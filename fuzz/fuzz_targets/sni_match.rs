@@ -11,8 +11,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snirelay::matcher::SniMatcher;
-use snirelay::sni::{Pattern, Sni};
+use snirelay::wire::matcher::SniMatcher;
+use snirelay::wire::sni::{Pattern, Sni};
 
 fuzz_target!(|data: &[u8]| {
     let mut parts: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();

@@ -30,45 +30,45 @@ use hyper::HeaderMap;
 use hyper::header::AUTHORIZATION;
 
 use super::Peer;
-use crate::cidr::Cidr;
 use crate::config::TokenFile;
+use crate::wire::cidr::Cidr;
 
 /// Why a control request is refused before it is looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum AuthRefusal {
     /// TCP, and no token file: control is off on this listener (403).
     NoTokenFile,
     /// TCP, and no token or a wrong one (401).
     BadToken,
 }
 
-impl Refusal {
+impl AuthRefusal {
     /// The `outcome` of `snirelay_admin_control_actions_total`.
-    pub fn outcome(self) -> &'static str {
+    pub(crate) fn outcome(self) -> &'static str {
         match self {
-            Refusal::NoTokenFile => "forbidden",
-            Refusal::BadToken => "unauthorized",
+            AuthRefusal::NoTokenFile => "forbidden",
+            AuthRefusal::BadToken => "unauthorized",
         }
     }
 }
 
 /// The name a control request acts under (`who` in the log), or why it may
 /// not act.
-pub fn authorize(
+pub(crate) fn authorize(
     headers: &HeaderMap,
     peer: &Peer,
     tokens: Option<&TokenFile>,
-) -> Result<String, Refusal> {
+) -> Result<String, AuthRefusal> {
     if let Peer::Unix { .. } = peer {
         return Ok(peer.to_string());
     }
-    let tokens = tokens.ok_or(Refusal::NoTokenFile)?;
+    let tokens = tokens.ok_or(AuthRefusal::NoTokenFile)?;
     let presented = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
-        .ok_or(Refusal::BadToken)?;
+        .ok_or(AuthRefusal::BadToken)?;
     let mut found = None;
     for (name, token) in &tokens.tokens {
         // No short-circuit: every token is compared whatever matched.
@@ -76,12 +76,14 @@ pub fn authorize(
             found = Some(name);
         }
     }
-    found.map(|n| format!("token:{n}")).ok_or(Refusal::BadToken)
+    found
+        .map(|n| format!("token:{n}"))
+        .ok_or(AuthRefusal::BadToken)
 }
 
 /// How a push of local names was let in: the `authenticated` log field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admitted {
+pub(crate) enum Admitted {
     /// A valid token, or a Unix socket caller.
     Authenticated,
     /// No credential, from a source in `push_unauthenticated_from`.
@@ -90,7 +92,7 @@ pub enum Admitted {
 
 impl Admitted {
     /// The `authenticated` log field (`"false"` is a refusal).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Admitted::Authenticated => "true",
             Admitted::Allowlisted => "allowlisted",
@@ -101,12 +103,12 @@ impl Admitted {
 /// [`authorize`] for `POST /update-local-snis`: also lets in a request
 /// without an `Authorization` header from a TCP source in `allowlisted`.
 /// A request with one is authorized by it alone.
-pub fn authorize_push(
+pub(crate) fn authorize_push(
     headers: &HeaderMap,
     peer: &Peer,
     tokens: Option<&TokenFile>,
     allowlisted: &[Cidr],
-) -> Result<(String, Admitted), Refusal> {
+) -> Result<(String, Admitted), AuthRefusal> {
     if let Peer::Tcp(addr) = peer
         && !headers.contains_key(AUTHORIZATION)
         && allowlisted.iter().any(|net| net.contains(addr.ip()))
@@ -159,17 +161,17 @@ mod tests {
         for bad in ["Bearer s3cre", "Bearer s3cret0", "Basic s3cret", "Bearer "] {
             assert_eq!(
                 authorize(&bearer(bad), &tcp, Some(&f)),
-                Err(Refusal::BadToken),
+                Err(AuthRefusal::BadToken),
                 "{bad}"
             );
         }
         assert_eq!(
             authorize(&HeaderMap::new(), &tcp, Some(&f)),
-            Err(Refusal::BadToken)
+            Err(AuthRefusal::BadToken)
         );
         assert_eq!(
             authorize(&bearer("Bearer s3cret"), &tcp, None),
-            Err(Refusal::NoTokenFile)
+            Err(AuthRefusal::NoTokenFile)
         );
         let unix = Peer::Unix {
             uid: Some(1000),
@@ -206,13 +208,13 @@ mod tests {
         for bad in ["Bearer wrong", "Basic s3cret", "Bearer "] {
             assert_eq!(
                 push(&bearer(bad), &from("10.1.2.3:5000"), Some(&f)),
-                Err(Refusal::BadToken),
+                Err(AuthRefusal::BadToken),
                 "{bad}"
             );
         }
         assert_eq!(
             push(&bearer("Bearer s3cret"), &from("10.1.2.3:5000"), None),
-            Err(Refusal::NoTokenFile)
+            Err(AuthRefusal::NoTokenFile)
         );
         assert_eq!(
             push(&bearer("Bearer s3cret"), &from("192.0.2.1:5000"), Some(&f)),
@@ -221,11 +223,11 @@ mod tests {
         // Unlisted sources are as before.
         assert_eq!(
             push(&none, &from("192.0.2.1:5000"), Some(&f)),
-            Err(Refusal::BadToken)
+            Err(AuthRefusal::BadToken)
         );
         assert_eq!(
             push(&none, &from("11.0.0.1:5000"), None),
-            Err(Refusal::NoTokenFile)
+            Err(AuthRefusal::NoTokenFile)
         );
     }
 

@@ -15,7 +15,7 @@
 //!   `backend`, `client` (an IP or CIDR prefix, matching the measured or
 //!   the claimed client) and `id`. `DELETE /connections` with
 //!   at least one filter closes the matching ones with reason `admin` and
-//!   answers how many. See `crate::registry`.
+//!   answers how many. See `crate::flow::registry`.
 //! - `POST /routes/{route}/drain` with `{"window": "30s"}` (optional;
 //!   default and longest: `drain_timeout`): closes the route's open
 //!   connections at moments spread over the window (reason `drained`); the
@@ -34,7 +34,7 @@
 //!   [`MAX_LOCAL_NAMES_BODY_BYTES`]. Answers `{"status": "Local SNIs
 //!   updated successfully", ...}` as Gerbil does, with counts.
 //!
-//! Every request is authorized first ([`super::auth`]; a push of local
+//! Every request is authorized first (`super::auth`; a push of local
 //! names from a source in `[admin] push_unauthenticated_from` needs no
 //! token, and every push, refused or not, is logged at info with its
 //! source, `admin.peer`, and `authenticated`: `true`, `allowlisted` or
@@ -63,24 +63,24 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::{self, Admitted, Refusal};
+use super::auth::{self, Admitted, AuthRefusal};
 use super::{AdminState, Peer, text};
 use crate::backend::{AddressSource, AddressState, BackendRuntime, local_names};
-use crate::cidr::Cidr;
 use crate::config::DEFAULT_MOVED_CLOSE_WINDOW;
-use crate::{metrics, registry};
+use crate::wire::cidr::Cidr;
+use crate::{flow::registry, metrics};
 use std::str::FromStr;
 
 /// Largest request body a control endpoint reads; past it, 413.
-pub const MAX_BODY_BYTES: usize = 4 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 4 * 1024;
 /// Largest body of `POST /update-local-snis`: a control plane pushes every
 /// name this node serves at once (about 20,000 names of 40 bytes). Read
 /// within the same `REQUEST_TIMEOUT` as any request, so it costs at most
 /// this much memory per admin connection for two seconds.
-pub const MAX_LOCAL_NAMES_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_LOCAL_NAMES_BODY_BYTES: usize = 1024 * 1024;
 
 /// Whether `path` is served by this module (and so needs authorization).
-pub fn is_control(path: &str) -> bool {
+pub(crate) fn is_control(path: &str) -> bool {
     route(&segments(path), &Method::GET).is_some()
 }
 
@@ -90,7 +90,7 @@ fn segments(path: &str) -> Vec<&str> {
 
 /// What a control handler is given: the request, its caller's name (for
 /// the log), and the run-time state to act on.
-pub struct Call<'a> {
+pub(crate) struct Call<'a> {
     pub state: &'a AdminState,
     /// The path's segments (`["backends", NAME, ...]`).
     pub segments: &'a [&'a str],
@@ -130,7 +130,7 @@ fn route(segments: &[&str], method: &Method) -> Option<(&'static str, Method, Ha
 
 /// A request refused after authorization: its status, a message, and the
 /// `outcome` it is counted under.
-pub struct Refused {
+pub(crate) struct Refused {
     status: StatusCode,
     outcome: &'static str,
     message: String,
@@ -159,7 +159,7 @@ impl Refused {
 }
 
 /// Answers a control request from `peer`.
-pub async fn respond(
+pub(crate) async fn respond(
     req: Request<Incoming>,
     state: &AdminState,
     peer: &Peer,
@@ -284,13 +284,13 @@ pub async fn respond(
     }
 }
 
-fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
+fn refused(refusal: AuthRefusal) -> Response<Full<Bytes>> {
     match refusal {
-        Refusal::NoTokenFile => text(
+        AuthRefusal::NoTokenFile => text(
             StatusCode::FORBIDDEN,
             "control needs [admin] token_file or a unix socket\n",
         ),
-        Refusal::BadToken => {
+        AuthRefusal::BadToken => {
             let mut response = text(
                 StatusCode::UNAUTHORIZED,
                 "a valid `Authorization: Bearer <token>` is required\n",

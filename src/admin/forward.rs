@@ -70,7 +70,7 @@ use crate::{metrics, sockopt};
 
 /// Largest request body forwarded: the largest the admin listener takes for
 /// itself (`POST /update-local-snis`). Streamed, never held whole.
-pub const MAX_BODY_BYTES: usize = control::MAX_LOCAL_NAMES_BODY_BYTES;
+pub(crate) const MAX_BODY_BYTES: usize = control::MAX_LOCAL_NAMES_BODY_BYTES;
 
 /// The key, as failures name it.
 const KEY: &str = "admin.forward_unmatched_to";
@@ -92,7 +92,7 @@ const HOP_BY_HOP: [&str; 8] = [
 ];
 
 /// An admin answer's body: made here, or streamed from the upstream.
-pub type AdminBody = Either<Full<Bytes>, Streamed>;
+pub(crate) type AdminBody = Either<Full<Bytes>, Streamed>;
 
 /// How long before the connection's deadline a forwarded request gives up
 /// waiting for the upstream's answer, so that its 504 can still be written.
@@ -101,7 +101,7 @@ const ANSWER_MARGIN: Duration = Duration::from_millis(250);
 /// Forwards `req` from `peer` to `to` and answers with the upstream's
 /// answer, or with why not, before `deadline`: the connection's own (the
 /// admin listener's `REQUEST_TIMEOUT` from the request's first byte).
-pub async fn forward(
+pub(crate) async fn forward(
     req: Request<Incoming>,
     to: &ForwardTo,
     peer: &Peer,
@@ -340,7 +340,7 @@ fn without_hop_by_hop(headers: HeaderMap) -> HeaderMap {
 
 /// The upstream's answer body, passed on as it comes, cut when the
 /// forwarded request's deadline passes.
-pub struct Streamed {
+pub(crate) struct Streamed {
     inner: Incoming,
     deadline: Pin<Box<Sleep>>,
 }

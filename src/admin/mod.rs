@@ -14,14 +14,14 @@
 //!   a reload changed that only a restart applies. 404 unless
 //!   `expose_config` is set, so whoever may scrape `/metrics` does not also
 //!   read every route and backend.
-//! - `/`: the status page ([`status`]), HTML for people, rendered on
+//! - `/`: the status page (`status`), HTML for people, rendered on
 //!   request from the metrics, the configuration and the backends' state.
 //!
 //! Loopback only unless `admin.allow_public = true` (enforced in config).
 //! Only GET and HEAD, but for control endpoints.
 //!
 //! **Any other path** is 404, or, with `[admin] forward_unmatched_to`,
-//! forwarded to that upstream and its answer streamed back ([`forward`]:
+//! forwarded to that upstream and its answer streamed back (`forward`:
 //! Gerbil's API behind the base address Pangolin posts to). The paths
 //! above and the control endpoints are never forwarded.
 //!
@@ -45,17 +45,17 @@
 //! state it writes). Each close is counted in
 //! `snirelay_admin_connections_closed_total{reason}` and logged at debug.
 //!
-//! **Control** (issue 16; [`control`]): `GET /backends` and `POST
+//! **Control** (issue 16; `control`): `GET /backends` and `POST
 //! /backends/{backend}/addresses/{addr}/state` change what the relay does
-//! at run time. They are refused unless the caller is known ([`auth`]): on
+//! at run time. They are refused unless the caller is known (`auth`): on
 //! a Unix socket (`listen = "unix:/path"`, mode 0660: whoever may open it
 //! may control) every caller is, named by its peer credentials; on TCP only
 //! with a bearer token from `[admin] token_file` (401 without a good one,
 //! 403 when no token file is configured; a push of local names without a
 //! token from a source in `[admin] push_unauthenticated_from` is let in).
 //! The read-only endpoints stay open on either. A control request's body
-//! is bounded ([`control::MAX_BODY_BYTES`];
-//! [`control::MAX_LOCAL_NAMES_BODY_BYTES`] for the pushed local names; 413
+//! is bounded (`control::MAX_BODY_BYTES`;
+//! `control::MAX_LOCAL_NAMES_BODY_BYTES` for the pushed local names; 413
 //! past it) and read within the same [`REQUEST_TIMEOUT`]. Adding a control endpoint is one entry in
 //! `control::route`.
 //!
@@ -94,11 +94,10 @@ use crate::config::Config;
 use crate::config::effective::PendingRestart;
 use crate::metrics;
 
-pub mod auth;
-pub mod client;
-pub mod control;
-pub mod forward;
-pub mod status;
+pub(crate) mod auth;
+pub(crate) mod control;
+pub(crate) mod forward;
+pub(crate) mod status;
 
 use forward::AdminBody;
 

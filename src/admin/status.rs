@@ -51,16 +51,16 @@ use crate::metrics;
 use super::AdminState;
 
 /// The page reloads itself this often.
-pub const REFRESH_SECONDS: u32 = 5;
+pub(crate) const REFRESH_SECONDS: u32 = 5;
 /// Renders closer together than this reuse the previous rates, so several
 /// viewers (or a quick reload) do not divide by a tiny interval.
-pub const MIN_RATE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const MIN_RATE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The counters the rates are computed from, as of the last render that
 /// took a sample, and the rates it computed. Memory: one entry per
 /// listener and per backend.
 #[derive(Debug, Default)]
-pub struct Rates(Mutex<Option<RateSample>>);
+pub(crate) struct Rates(Mutex<Option<RateSample>>);
 
 #[derive(Debug)]
 struct RateSample {
@@ -212,7 +212,7 @@ fn series(name: &str, labels: &[(&str, &str)]) -> String {
 }
 
 /// `text` safe inside an HTML element or a double-quoted attribute.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -269,7 +269,7 @@ dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:0}dt{
 small{color:#666}";
 
 /// The page, as of now.
-pub fn render(state: &AdminState) -> String {
+pub(crate) fn render(state: &AdminState) -> String {
     let samples = Samples(parse_exposition(&metrics::metrics().render()));
     let (config, pending) = state.config();
     let (generation, loaded_at) = state.loaded();
@@ -392,7 +392,7 @@ pub fn render(state: &AdminState) -> String {
     // second row).
     // Open connections per route come from the connection registry (those
     // relaying, not those still connecting), counted once per render.
-    let open_by_route = crate::registry::per_route();
+    let open_by_route = crate::flow::registry::per_route();
     h.push_str(
         "<h2>Routes</h2><div class=\"scroll\"><table id=\"routes\"><tr><th>listener</th><th>route</th>\
          <th>names</th><th>open</th><th>backend</th><th>bytes up</th><th>bytes down</th></tr>",

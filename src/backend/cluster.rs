@@ -11,7 +11,7 @@
 //!   taken literally: a node may serve on another port of this node's own
 //!   address. Host-name endpoints (Pangolin answers its exit nodes'
 //!   `endpoint`, usually a name) are resolved as a `resolve` backend
-//!   resolves ([`super::resolve::resolve_once`]: the system resolver, or
+//!   resolves (`super::resolve::resolve_once`: the system resolver, or
 //!   the cluster's `resolver`), all at once, within what is left of
 //!   `lookup_timeout`. A name that does not resolve (in time) is skipped
 //!   and logged; the others are used; an answer none of whose endpoints
@@ -59,7 +59,7 @@
 //! Cost on the hot path: a cached answer is two short mutex sections (the
 //! name table, then the entry) and one `Arc` clone; no await.
 //!
-//! Not here: connecting to the answer (`crate::connect`, which chooses
+//! Not here: connecting to the answer (`crate::tcp::dial`, which chooses
 //! among a site's nodes by `node_choice` and sends `hop_proxy_protocol`
 //! towards them), the HTTP lookup (`super::cluster_http`) or the DNS wire
 //! protocol (`super::dns`).
@@ -72,14 +72,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::cluster_http::{self, HttpTarget, Target};
-use super::node_choice::{NodeChoice, gerbil_index};
 use super::resolve;
 use super::{AddressSet, carry, same_addresses};
 use super::{Cluster, ClusterLookup};
-use crate::cidr::canonical;
-use crate::matcher::SniMatcher;
+use crate::backend::node_order::{NodeChoice, gerbil_index};
 use crate::metrics;
-use crate::sni::Sni;
+use crate::wire::cidr::canonical;
+use crate::wire::matcher::SniMatcher;
+use crate::wire::sni::Sni;
 
 /// Names cached per cluster backend.
 pub const MAX_ENTRIES: usize = 10_000;
@@ -726,8 +726,8 @@ mod tests {
     async fn overrides_are_local_without_a_lookup_and_forget_drops_answers() {
         let mut config = cache("http://127.0.0.1:1/resolve").config;
         config.local_overrides = vec![
-            crate::sni::Pattern::parse("exact.override.test").unwrap(),
-            crate::sni::Pattern::parse("*.below.override.test").unwrap(),
+            crate::wire::sni::Pattern::parse("exact.override.test").unwrap(),
+            crate::wire::sni::Pattern::parse("*.below.override.test").unwrap(),
         ];
         let without_local = Cache::new("c", &config);
         assert!(!without_local.is_local_name("exact.override.test"));
@@ -889,7 +889,7 @@ mod tests {
         for port in 40_000..40_200u16 {
             let client = SocketAddr::from(([192, 0, 2, 7], port));
             let k =
-                (super::super::node_choice::fnv1a_32(client.to_string().as_bytes()) % 6) as usize;
+                (super::super::node_order::fnv1a_32(client.to_string().as_bytes()) % 6) as usize;
             let want = [0, 2, 3, 3, 1, 4][k] % 4;
             assert_eq!(nodes.gerbil_first(client, false), want, "{client}");
         }

@@ -56,17 +56,17 @@ use crate::config::is_host_name;
 use crate::sockopt;
 
 /// The largest lookup reply read (an answer is a short list of endpoints).
-pub const MAX_REPLY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_REPLY_BYTES: usize = 64 * 1024;
 
 /// Pangolin's route, appended to `lookup_url` with protocol `pangolin`.
-pub const PANGOLIN_PATH: &str = "/gerbil/get-resolved-hostname";
+pub(crate) const PANGOLIN_PATH: &str = "/gerbil/get-resolved-hostname";
 
 /// Same-origin redirects followed by one lookup; one more fails it.
-pub const MAX_REDIRECTS: usize = 5;
+pub(crate) const MAX_REDIRECTS: usize = 5;
 
 /// One endpoint of an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// An address, taken as it is.
     Addr(SocketAddr),
     /// A host name (lowercase, without a trailing dot) and the port to
@@ -85,7 +85,7 @@ impl std::fmt::Display for Target {
 
 /// What one lookup said.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// Node endpoints, in answer order.
     Nodes(Vec<Target>),
     /// An empty endpoint list: this node.
@@ -96,7 +96,7 @@ pub enum Reply {
 
 /// Why one HTTP lookup failed.
 #[derive(Debug, thiserror::Error)]
-pub enum HttpError {
+pub(crate) enum HttpError {
     #[error("cannot connect to the lookup service: {0}")]
     Connect(io::Error),
     #[error("TLS handshake with the lookup service failed: {0}")]
@@ -122,7 +122,7 @@ pub enum HttpError {
 }
 
 /// Where and how to ask, taken apart once per cluster backend.
-pub struct HttpTarget {
+pub(crate) struct HttpTarget {
     host: String,
     port: u16,
     /// The `Host` header.
@@ -155,7 +155,7 @@ impl std::fmt::Debug for HttpTarget {
 impl HttpTarget {
     /// `url` was validated by the config as an `http://` or `https://` URL
     /// with a host, and the headers as HTTP names and values.
-    pub fn new(url: &str, config: &Cluster) -> HttpTarget {
+    pub(crate) fn new(url: &str, config: &Cluster) -> HttpTarget {
         let uri: hyper::Uri = url.parse().unwrap_or_default();
         let https = uri.scheme_str() == Some("https");
         let host = uri
@@ -207,7 +207,7 @@ impl HttpTarget {
 
     /// Asks once for `sni` (unbounded: the caller bounds it), following
     /// same-origin redirects.
-    pub async fn lookup(&self, sni: &str) -> Result<Reply, HttpError> {
+    pub(crate) async fn lookup(&self, sni: &str) -> Result<Reply, HttpError> {
         let mut path = self.path.clone();
         let mut redirects = 0;
         loop {
@@ -411,7 +411,10 @@ where
 
 /// The endpoints of a `{"endpoints": [...]}` reply; with `default_port`
 /// (protocol `pangolin`), an endpoint without a port gets it.
-pub fn parse_reply(body: &[u8], default_port: Option<u16>) -> Result<Vec<Target>, HttpError> {
+pub(crate) fn parse_reply(
+    body: &[u8],
+    default_port: Option<u16>,
+) -> Result<Vec<Target>, HttpError> {
     #[derive(serde::Deserialize)]
     struct Reply {
         endpoints: Vec<String>,

@@ -4,9 +4,9 @@
 //! [`query`] sends the A and AAAA questions side by side over UDP (hickory's
 //! client: random query id and source port, answers checked against the
 //! server address and the question), repeats a question over TCP when the
-//! UDP answer is truncated, and folds the two answers into one [`Answer`].
+//! UDP answer is truncated, and folds the two answers into one [`DnsAnswer`].
 //! It tells a negative answer (NXDOMAIN, or NOERROR with no A/AAAA record:
-//! `Answer.addrs` empty) from a failure ([`DnsError`]: timeout, SERVFAIL,
+//! `DnsAnswer.addrs` empty) from a failure ([`DnsError`]: timeout, SERVFAIL,
 //! REFUSED, transport). When either question fails the whole query fails:
 //! half an answer cannot be told from a change of the set, and callers keep
 //! their last good set on failure anyway.
@@ -14,7 +14,7 @@
 //! Not here: caching, retries across calls, TTL clamping, search domains
 //! (the name is always taken as fully qualified) or recursion of our own
 //! (the server is expected to answer, as a recursive resolver or the zone's
-//! authority does). Callers cache ([`super::resolve`], the cluster lookups).
+//! authority does). Callers cache (`super::resolve`, the cluster lookups).
 //!
 //! Cost: one UDP socket per question (two per call), opened and closed by
 //! the call; nothing is kept between calls. It runs on background tasks or
@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 /// What the server said about a name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub struct DnsAnswer {
     /// The A and AAAA addresses, A first, in the server's order, without
     /// duplicates. Empty: a negative answer (the name does not exist, or
     /// has no address record).
@@ -73,7 +73,11 @@ pub enum DnsError {
 /// Asks `server` for the A and AAAA records of `name`, both within
 /// `timeout` (UDP retransmissions and a TCP retry for a truncated answer
 /// included).
-pub async fn query(server: SocketAddr, name: &str, timeout: Duration) -> Result<Answer, DnsError> {
+pub async fn query(
+    server: SocketAddr,
+    name: &str,
+    timeout: Duration,
+) -> Result<DnsAnswer, DnsError> {
     let mut fqdn = Name::from_ascii(name).map_err(|_| DnsError::InvalidName {
         name: name.to_owned(),
     })?;
@@ -160,7 +164,7 @@ async fn ask(
 }
 
 /// The A and AAAA answers as one.
-fn fold(responses: &[DnsResponse]) -> Answer {
+fn fold(responses: &[DnsResponse]) -> DnsAnswer {
     let mut addrs = Vec::new();
     let mut ttl: Option<u32> = None;
     for response in responses {
@@ -182,12 +186,12 @@ fn fold(responses: &[DnsResponse]) -> Answer {
     }
     if addrs.is_empty() {
         let negative = responses.iter().filter_map(|r| r.negative_ttl()).min();
-        return Answer {
+        return DnsAnswer {
             addrs,
             ttl: Duration::from_secs(negative.unwrap_or(0).into()),
         };
     }
-    Answer {
+    DnsAnswer {
         addrs,
         ttl: Duration::from_secs(ttl.unwrap_or(0).into()),
     }

@@ -480,11 +480,17 @@ mod tests {
         state.set_operator(AddressState::Maint);
         assert_eq!(state.maint(Duration::from_millis(10)), 1);
         open.closing(1).await;
-        assert_eq!(open.reason(), crate::reason::CloseReason::AddressMaint);
+        assert_eq!(
+            open.reason(),
+            crate::close_reason::CloseReason::AddressMaint
+        );
         // Planned before the change, connected after: closed as well.
         let late = state.drain_part(&route).enter();
         late.closing(2).await;
-        assert_eq!(late.reason(), crate::reason::CloseReason::AddressMaint);
+        assert_eq!(
+            late.reason(),
+            crate::close_reason::CloseReason::AddressMaint
+        );
         // Ready again: a fresh part, not fired.
         state.set_operator(AddressState::Ready);
         assert!(!state.drain_part(&route).is_fired());

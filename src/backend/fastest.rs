@@ -20,7 +20,7 @@
 //! drops the ranking and is measured at once. With fewer than two addresses
 //! there is nothing to rank: no probes, no preference.
 //!
-//! Probes are health checks' ([`super::health::Probe`]): a connect, the PROXY
+//! Probes are health checks' (`super::health::Probe`): a connect, the PROXY
 //! LOCAL header for a backend that speaks PROXY, the ClientHello of a
 //! `kind = "tls"` check, a clean close.
 //!
@@ -41,23 +41,23 @@ use super::BackendRuntime;
 use super::health::{Probe, round};
 
 /// Another address must be faster than the current choice by at least this…
-pub const MARGIN: Duration = Duration::from_millis(20);
+pub(crate) const MARGIN: Duration = Duration::from_millis(20);
 /// …and by at least this share of the current choice's connect time…
-pub const MARGIN_PERCENT: u32 = 25;
+pub(crate) const MARGIN_PERCENT: u32 = 25;
 /// …in this many consecutive rounds before the choice moves.
-pub const ROUNDS_TO_SWITCH: u32 = 2;
+pub(crate) const ROUNDS_TO_SWITCH: u32 = 2;
 /// An address that failed this recently is not chosen while another will do.
-pub const RECENT_FAILURE: Duration = Duration::from_secs(60);
+pub(crate) const RECENT_FAILURE: Duration = Duration::from_secs(60);
 
 /// The current choice of a `fastest` backend.
 #[derive(Debug, Default)]
-pub struct Ranking {
+pub(crate) struct Ranking {
     preferred: Mutex<Option<SocketAddr>>,
 }
 
 impl Ranking {
     /// The address connections should try first, if any is ranked.
-    pub fn preferred(&self) -> Option<SocketAddr> {
+    pub(crate) fn preferred(&self) -> Option<SocketAddr> {
         *self.preferred.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -68,7 +68,7 @@ impl Ranking {
 
 /// One address measured in one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub addr: SocketAddr,
     /// The connect time; `None` when the probe failed.
     pub latency: Option<Duration>,
@@ -79,7 +79,7 @@ pub struct Sample {
 
 /// What a round decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum RoundDecision {
     /// No address answered and nothing was chosen before: no preference.
     Nothing,
     /// The choice stays.
@@ -96,7 +96,7 @@ pub enum Decision {
 }
 
 /// Whether `candidate` is faster than `current` by both margins.
-pub fn clearly_faster(candidate: Duration, current: Duration) -> bool {
+pub(crate) fn clearly_faster(candidate: Duration, current: Duration) -> bool {
     let percent = u128::from(MARGIN_PERCENT);
     candidate + MARGIN <= current
         && candidate.as_nanos() * 100 <= current.as_nanos() * (100 - percent)
@@ -104,7 +104,7 @@ pub fn clearly_faster(candidate: Duration, current: Duration) -> bool {
 
 /// The choice and the streaks of the addresses beating it.
 #[derive(Debug, Default, Clone)]
-pub struct Chooser {
+pub(crate) struct Chooser {
     current: Option<SocketAddr>,
     /// Consecutive rounds in which each address beat the choice by both
     /// margins; an address missing from here did not beat it last round.
@@ -112,12 +112,12 @@ pub struct Chooser {
 }
 
 impl Chooser {
-    pub fn current(&self) -> Option<SocketAddr> {
+    pub(crate) fn current(&self) -> Option<SocketAddr> {
         self.current
     }
 
     /// Takes one round's samples and decides.
-    pub fn round(&mut self, samples: &[Sample]) -> Decision {
+    pub(crate) fn round(&mut self, samples: &[Sample]) -> RoundDecision {
         let current = self
             .current
             .and_then(|c| samples.iter().find(|s| s.addr == c));
@@ -129,11 +129,11 @@ impl Chooser {
             return match pick {
                 Some((to, latency)) => {
                     self.current = Some(to);
-                    Decision::First { to, latency }
+                    RoundDecision::First { to, latency }
                 }
                 None => {
                     self.current = None;
-                    Decision::Nothing
+                    RoundDecision::Nothing
                 }
             };
         };
@@ -148,7 +148,7 @@ impl Chooser {
             return match pick {
                 Some((to, to_latency)) => {
                     self.current = Some(to);
-                    Decision::Switch {
+                    RoundDecision::Switch {
                         from,
                         from_latency: None,
                         to,
@@ -156,7 +156,7 @@ impl Chooser {
                     }
                 }
                 // Nothing answered: no address is known to be better.
-                None => Decision::Keep(from),
+                None => RoundDecision::Keep(from),
             };
         };
         let previous = std::mem::take(&mut self.wins);
@@ -181,14 +181,14 @@ impl Chooser {
             Some((to, to_latency)) => {
                 self.wins.clear();
                 self.current = Some(to);
-                Decision::Switch {
+                RoundDecision::Switch {
                     from,
                     from_latency: Some(from_latency),
                     to,
                     to_latency,
                 }
             }
-            None => Decision::Keep(from),
+            None => RoundDecision::Keep(from),
         }
     }
 }
@@ -205,7 +205,7 @@ fn fastest(samples: &[Sample], filter: impl Fn(&Sample) -> bool) -> Option<(Sock
 
 /// A uniformly random moment in `[0, max)` (full jitter). The randomness
 /// comes from std's per-process random hash keys.
-pub fn full_jitter(max: Duration) -> Duration {
+pub(crate) fn full_jitter(max: Duration) -> Duration {
     let mut hasher = RandomState::new().build_hasher();
     hasher.write_u128(
         std::time::SystemTime::now()
@@ -223,7 +223,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Ranks `runtime`'s addresses until `cancel` fires.
-pub async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
+pub(crate) async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
     let config = runtime.config.clone();
     let backend = config.name.as_str();
     let probe = Probe::new(&config, config.connect_timeout).timing(config.fastest_measure);
@@ -289,13 +289,13 @@ pub async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
 }
 
 /// Logs a decision that changes the choice.
-fn announce(backend: &str, decision: &Decision) {
+fn announce(backend: &str, decision: &RoundDecision) {
     match *decision {
-        Decision::Nothing | Decision::Keep(_) => {}
-        Decision::First { to, latency } => {
+        RoundDecision::Nothing | RoundDecision::Keep(_) => {}
+        RoundDecision::First { to, latency } => {
             tracing::info!(%backend, addr = %to, latency_ms = ms(latency), "fastest backend address chosen");
         }
-        Decision::Switch {
+        RoundDecision::Switch {
             from,
             from_latency,
             to,
@@ -343,8 +343,8 @@ mod tests {
             .collect()
     }
 
-    fn chosen(port: u16, latency: u64) -> Decision {
-        Decision::First {
+    fn chosen(port: u16, latency: u64) -> RoundDecision {
+        RoundDecision::First {
             to: addr(port),
             latency: Duration::from_millis(latency),
         }
@@ -384,33 +384,33 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(
                 c.round(&samples(&[ms(130), ms(100)], &[])),
-                Decision::Keep(addr(1))
+                RoundDecision::Keep(addr(1))
             );
         }
         // 50 % but 5 ms faster: never.
         for _ in 0..5 {
             assert_eq!(
                 c.round(&samples(&[ms(10), ms(5)], &[])),
-                Decision::Keep(addr(1))
+                RoundDecision::Keep(addr(1))
             );
         }
         // Both margins, one round; then a round inside the margins resets it.
         assert_eq!(
             c.round(&samples(&[ms(200), ms(100)], &[])),
-            Decision::Keep(addr(1))
+            RoundDecision::Keep(addr(1))
         );
         assert_eq!(
             c.round(&samples(&[ms(110), ms(100)], &[])),
-            Decision::Keep(addr(1))
+            RoundDecision::Keep(addr(1))
         );
         assert_eq!(
             c.round(&samples(&[ms(200), ms(100)], &[])),
-            Decision::Keep(addr(1))
+            RoundDecision::Keep(addr(1))
         );
         // Second consecutive round: the choice moves.
         assert_eq!(
             c.round(&samples(&[ms(200), ms(100)], &[])),
-            Decision::Switch {
+            RoundDecision::Switch {
                 from: addr(1),
                 from_latency: ms(200),
                 to: addr(2),
@@ -421,7 +421,7 @@ mod tests {
         // And stays while the old choice is not clearly faster.
         assert_eq!(
             c.round(&samples(&[ms(90), ms(100)], &[])),
-            Decision::Keep(addr(2))
+            RoundDecision::Keep(addr(2))
         );
     }
 
@@ -434,16 +434,16 @@ mod tests {
         // than 200 ms: inside the margins): no address won twice.
         assert_eq!(
             c.round(&samples(&[ms(200), ms(50), ms(160)], &[])),
-            Decision::Keep(addr(1))
+            RoundDecision::Keep(addr(1))
         );
         assert_eq!(
             c.round(&samples(&[ms(200), ms(160), ms(50)], &[])),
-            Decision::Keep(addr(1))
+            RoundDecision::Keep(addr(1))
         );
         // Address 3 wins its second round in a row.
         assert_eq!(
             c.round(&samples(&[ms(200), ms(160), ms(50)], &[])),
-            Decision::Switch {
+            RoundDecision::Switch {
                 from: addr(1),
                 from_latency: ms(200),
                 to: addr(3),
@@ -460,7 +460,7 @@ mod tests {
         // Address 3 is faster but failed within the minute: address 2.
         assert_eq!(
             c.round(&samples(&[None, ms(50), ms(30)], &[3])),
-            Decision::Switch {
+            RoundDecision::Switch {
                 from: addr(1),
                 from_latency: None,
                 to: addr(2),
@@ -472,17 +472,17 @@ mod tests {
         for _ in 0..4 {
             assert_eq!(
                 c.round(&samples(&[ms(1), ms(50), ms(30)], &[1, 3])),
-                Decision::Keep(addr(2))
+                RoundDecision::Keep(addr(2))
             );
         }
         // Once its failure is old, it wins back by the rules.
         assert_eq!(
             c.round(&samples(&[ms(1), ms(50), ms(30)], &[])),
-            Decision::Keep(addr(2))
+            RoundDecision::Keep(addr(2))
         );
         assert!(matches!(
             c.round(&samples(&[ms(1), ms(50), ms(30)], &[])),
-            Decision::Switch { to, .. } if to == addr(1)
+            RoundDecision::Switch { to, .. } if to == addr(1)
         ));
     }
 
@@ -492,12 +492,12 @@ mod tests {
         c.round(&samples(&[ms(10), ms(50), ms(30)], &[]));
         assert!(matches!(
             c.round(&samples(&[None, None, ms(30)], &[3])),
-            Decision::Switch { to, from_latency: None, .. } if to == addr(3)
+            RoundDecision::Switch { to, from_latency: None, .. } if to == addr(3)
         ));
         // Nothing answers: the choice stays (no address is known better).
         assert_eq!(
             c.round(&samples(&[None, None, None], &[])),
-            Decision::Keep(addr(3))
+            RoundDecision::Keep(addr(3))
         );
     }
 
@@ -508,7 +508,10 @@ mod tests {
         let mut c = Chooser::default();
         assert_eq!(c.round(&samples(&[ms(5), None], &[1])), chosen(1, 5));
         let mut c = Chooser::default();
-        assert_eq!(c.round(&samples(&[None, None], &[])), Decision::Nothing);
+        assert_eq!(
+            c.round(&samples(&[None, None], &[])),
+            RoundDecision::Nothing
+        );
         assert_eq!(c.current(), None);
     }
 

@@ -53,7 +53,7 @@ use crate::proxy::outbound::local_header;
 
 /// Why a probe of one address failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
+pub(crate) enum CheckError {
     #[error("connect failed: {0}")]
     Connect(io::Error),
     #[error("no connection within {0:?}")]
@@ -102,18 +102,18 @@ impl TlsHello {
 
     /// Sends a ClientHello on `stream` and reads the first record back;
     /// Ok when it is a ServerHello (or HelloRetryRequest).
-    async fn exchange(&self, stream: &mut TcpStream) -> Result<(), ProbeError> {
+    async fn exchange(&self, stream: &mut TcpStream) -> Result<(), CheckError> {
         let mut conn = ClientConnection::new(self.config.clone(), self.name.clone())
-            .map_err(|e| ProbeError::NoServerHello(format!("cannot build a ClientHello: {e}")))?;
+            .map_err(|e| CheckError::NoServerHello(format!("cannot build a ClientHello: {e}")))?;
         let mut hello = Vec::with_capacity(2048);
         while conn.wants_write() {
-            conn.write_tls(&mut hello).map_err(ProbeError::Hello)?;
+            conn.write_tls(&mut hello).map_err(CheckError::Hello)?;
         }
-        stream.write_all(&hello).await.map_err(ProbeError::Hello)?;
+        stream.write_all(&hello).await.map_err(CheckError::Hello)?;
         // The record header and the first byte of its body.
         let mut head = [0u8; 6];
         if let Err(e) = stream.read_exact(&mut head).await {
-            return Err(ProbeError::NoServerHello(match e.kind() {
+            return Err(CheckError::NoServerHello(match e.kind() {
                 io::ErrorKind::UnexpectedEof => "the backend closed the connection".to_owned(),
                 io::ErrorKind::ConnectionReset => "the backend reset the connection".to_owned(),
                 _ => e.to_string(),
@@ -121,20 +121,20 @@ impl TlsHello {
         }
         let length = u16::from_be_bytes([head[3], head[4]]);
         match (head[0], head[5]) {
-            _ if length == 0 => Err(ProbeError::NoServerHello("an empty record".to_owned())),
+            _ if length == 0 => Err(CheckError::NoServerHello("an empty record".to_owned())),
             (HANDSHAKE, SERVER_HELLO) => Ok(()),
-            (HANDSHAKE, other) => Err(ProbeError::NoServerHello(format!(
+            (HANDSHAKE, other) => Err(CheckError::NoServerHello(format!(
                 "a handshake message of type {other} instead"
             ))),
             (ALERT, _) => {
                 let mut description = [0u8; 1];
                 let _ = stream.read_exact(&mut description).await;
-                Err(ProbeError::NoServerHello(format!(
+                Err(CheckError::NoServerHello(format!(
                     "alert {} instead",
                     description[0]
                 )))
             }
-            (other, _) => Err(ProbeError::NoServerHello(format!(
+            (other, _) => Err(CheckError::NoServerHello(format!(
                 "a record of content type {other} instead"
             ))),
         }
@@ -144,7 +144,7 @@ impl TlsHello {
 /// How one backend's addresses are probed: the budget of one probe and the
 /// bytes sent once connected.
 #[derive(Debug, Clone)]
-pub struct Probe {
+pub(crate) struct Probe {
     budget: Duration,
     /// The LOCAL header of a backend that speaks PROXY.
     header: Option<Arc<[u8]>>,
@@ -158,7 +158,7 @@ pub struct Probe {
 impl Probe {
     /// Probes for `backend` (a TLS check when its health check is one),
     /// each bounded by `budget`; they time the connect.
-    pub fn new(backend: &Backend, budget: Duration) -> Probe {
+    pub(crate) fn new(backend: &Backend, budget: Duration) -> Probe {
         let tls = backend
             .health
             .as_ref()
@@ -178,7 +178,7 @@ impl Probe {
 
     /// The same probes, timing what `measure` says (`tls`: until the
     /// ServerHello; without a TLS check that is the connect time).
-    pub fn timing(mut self, measure: FastestMeasure) -> Probe {
+    pub(crate) fn timing(mut self, measure: FastestMeasure) -> Probe {
         self.measure = measure;
         self
     }
@@ -187,13 +187,13 @@ impl Probe {
     /// check the ClientHello, waiting for the ServerHello) and closes; the
     /// whole probe stays within the budget. Returns the connect time, or
     /// the time until the ServerHello when the probe times that.
-    pub async fn run(&self, addr: SocketAddr) -> Result<Duration, ProbeError> {
+    pub(crate) async fn run(&self, addr: SocketAddr) -> Result<Duration, CheckError> {
         let started = Instant::now();
         let deadline = started + self.budget;
         let mut stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => return Err(ProbeError::Connect(error)),
-            Err(_) => return Err(ProbeError::TimedOut(self.budget)),
+            Ok(Err(error)) => return Err(CheckError::Connect(error)),
+            Err(_) => return Err(CheckError::TimedOut(self.budget)),
         };
         let connected = started.elapsed();
         let exchange = async {
@@ -201,7 +201,7 @@ impl Probe {
                 stream
                     .write_all(header)
                     .await
-                    .map_err(ProbeError::Announce)?;
+                    .map_err(CheckError::Announce)?;
             }
             let mut measured = connected;
             if let Some(tls) = &self.tls {
@@ -212,25 +212,28 @@ impl Probe {
                 // Best effort: the verdict is already in.
                 let _ = stream.write_all(&FAREWELL_ALERTS).await;
             }
-            stream.shutdown().await.map_err(ProbeError::Announce)?;
+            stream.shutdown().await.map_err(CheckError::Announce)?;
             Ok(measured)
         };
         match tokio::time::timeout_at(deadline, exchange).await {
             Ok(result) => result,
-            Err(_) => Err(ProbeError::TimedOut(self.budget)),
+            Err(_) => Err(CheckError::TimedOut(self.budget)),
         }
     }
 }
 
 /// Probes every address of `addrs` at once; the results come in the same
 /// order. Takes at most one probe budget.
-pub async fn round(probe: &Probe, addrs: &[SocketAddr]) -> Vec<Result<Duration, ProbeError>> {
+pub(crate) async fn round(
+    probe: &Probe,
+    addrs: &[SocketAddr],
+) -> Vec<Result<Duration, CheckError>> {
     let mut tasks = JoinSet::new();
     for (i, &addr) in addrs.iter().enumerate() {
         let probe = probe.clone();
         tasks.spawn(async move { (i, probe.run(addr).await) });
     }
-    let mut results: Vec<Option<Result<Duration, ProbeError>>> =
+    let mut results: Vec<Option<Result<Duration, CheckError>>> =
         addrs.iter().map(|_| None).collect();
     while let Some(joined) = tasks.join_next().await {
         if let Ok((i, result)) = joined {
@@ -239,7 +242,7 @@ pub async fn round(probe: &Probe, addrs: &[SocketAddr]) -> Vec<Result<Duration, 
     }
     results
         .into_iter()
-        .map(|r| r.unwrap_or(Err(ProbeError::Aborted)))
+        .map(|r| r.unwrap_or(Err(CheckError::Aborted)))
         .collect()
 }
 
@@ -278,7 +281,11 @@ impl Streak {
 }
 
 /// Checks `runtime`'s addresses until `cancel` fires.
-pub async fn run(runtime: Arc<BackendRuntime>, check: HealthCheck, cancel: CancellationToken) {
+pub(crate) async fn run(
+    runtime: Arc<BackendRuntime>,
+    check: HealthCheck,
+    cancel: CancellationToken,
+) {
     if let (HealthKind::Tls { sni }, None) = (&check.kind, check.kind.sni().and_then(TlsHello::new))
     {
         // Validation accepts only names rustls accepts; say so if not.
@@ -455,9 +462,9 @@ pub(crate) mod tests {
         let backend = backend(open, "");
         let probe = Probe::new(&backend, Duration::from_secs(2));
         let results = round(&probe, &[closed, open, closed]).await;
-        assert!(matches!(results[0], Err(ProbeError::Connect(_))));
+        assert!(matches!(results[0], Err(CheckError::Connect(_))));
         assert!(results[1].is_ok());
-        assert!(matches!(results[2], Err(ProbeError::Connect(_))));
+        assert!(matches!(results[2], Err(CheckError::Connect(_))));
     }
 
     /// The `random` of a HelloRetryRequest (RFC 8446, 4.1.3).
@@ -578,8 +585,8 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn a_tls_check_fails_on_a_close_an_alert_or_other_bytes() {
-        let failure = |r: Result<Duration, ProbeError>| match r {
-            Err(ProbeError::NoServerHello(why)) => why,
+        let failure = |r: Result<Duration, CheckError>| match r {
+            Err(CheckError::NoServerHello(why)) => why,
             other => panic!("{other:?}"),
         };
         // Accepts TCP, closes: what a forwarder with a dead downstream does.
@@ -616,7 +623,7 @@ pub(crate) mod tests {
         let probe = Probe::new(&backend, Duration::from_millis(200));
         // Accepted (by the kernel) and never answered.
         let (result, _held) = tokio::join!(probe.run(addr), listener.accept());
-        assert!(matches!(result, Err(ProbeError::TimedOut(_))), "{result:?}");
+        assert!(matches!(result, Err(CheckError::TimedOut(_))), "{result:?}");
     }
 
     #[tokio::test]

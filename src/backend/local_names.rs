@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock};
 
 use crate::metrics;
-use crate::sni::Sni;
+use crate::wire::sni::Sni;
 
 type Names = Arc<HashSet<Box<str>>>;
 

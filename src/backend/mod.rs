@@ -21,32 +21,32 @@
 //!
 //! Where the addresses come from ([`AddressSource`]):
 //! - fixed: the configured list, known from the start;
-//! - DNS (`resolve`): [`resolve`] publishes each answer; until the first
+//! - DNS (`resolve`): `resolve` publishes each answer; until the first
 //!   one a connection waits up to its `connect_timeout`, then closes
 //!   `no_address`; a failed re-resolution keeps the last good set;
 //! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`]
-//!   (over HTTP, in snirelay's protocol or Pangolin's, by [`cluster_http`]),
+//!   (over HTTP, in snirelay's protocol or Pangolin's, by `cluster_http`),
 //!   whose answer is either another node or this one (`local_backend`);
-//!   [`node_choice`] says which of several nodes comes first; names pushed
+//!   [`node_order`] says which of several nodes comes first; names pushed
 //!   as local ([`local_names`]) or listed in `local_overrides` go to
 //!   `local_backend` without a lookup.
 //!
-//! Not here: choosing among addresses ([`select`], [`policy`]) or
-//! connecting (`crate::connect`). This module names no policy: what one
-//! needs at run time is [`policy::State`] and [`policy::Policy`]'s start
+//! Not here: choosing among addresses ([`plan`], [`balance`]) or
+//! connecting (`crate::tcp::dial`). This module names no policy: what one
+//! needs at run time is [`balance::State`] and [`balance::Policy`]'s start
 //! hook.
 
+pub mod balance;
 pub mod cluster;
-pub mod cluster_http;
+pub(crate) mod cluster_http;
 pub mod dns;
 mod endpoint;
-pub mod fastest;
-pub mod health;
+pub(crate) mod fastest;
+pub(crate) mod health;
 pub mod local_names;
-pub mod node_choice;
-pub mod policy;
-pub mod resolve;
-pub mod select;
+pub mod node_order;
+pub mod plan;
+pub(crate) mod resolve;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -89,7 +89,7 @@ pub struct BackendRuntime {
     addresses: watch::Sender<Resolved>,
     /// What the backend's policy keeps between connections (a rotation,
     /// a latency ranking).
-    pub selection: policy::State,
+    pub selection: balance::State,
     /// Per-SNI answers of a cluster-resolved backend.
     pub cluster: Option<cluster::Cache>,
     /// Stops this runtime's background tasks.
@@ -131,7 +131,7 @@ impl BackendRuntime {
                 .map(|c| cluster::Cache::new(&config.name, c)),
             config,
             addresses: watch::channel(resolved).0,
-            selection: policy::State::default(),
+            selection: balance::State::default(),
             tasks: CancellationToken::new(),
             metrics,
         }

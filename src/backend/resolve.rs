@@ -40,23 +40,27 @@ use crate::metrics;
 
 /// How long one resolution through `resolver` may take (A and AAAA side
 /// by side, UDP retransmissions included). Longer counts as failed.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one getaddrinfo call may take: glibc's own worst case with the
 /// default resolv.conf (3 nameservers × 2 attempts × 5 s), so a dead first
 /// nameserver is waited out rather than counted as a failure. The call
 /// runs on a blocking thread, which a timeout cannot stop; the retry
 /// back-off bounds how many can be left behind.
-pub const SYSTEM_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SYSTEM_TIMEOUT: Duration = Duration::from_secs(30);
 /// The first retry after a failure with the system resolver (or sooner
 /// when `resolve_interval` is shorter).
-pub const FIRST_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between retries of a failing resolution (or
 /// `max_ttl` / `resolve_interval` when shorter, `min_ttl` when longer).
-pub const RETRY_CAP: Duration = Duration::from_secs(30);
+pub(crate) const RETRY_CAP: Duration = Duration::from_secs(30);
 
 /// Resolves `source` now and then until `cancel` fires, publishing each
 /// answer to `runtime`.
-pub async fn run(runtime: Arc<BackendRuntime>, source: DnsSource, cancel: CancellationToken) {
+pub(crate) async fn run(
+    runtime: Arc<BackendRuntime>,
+    source: DnsSource,
+    cancel: CancellationToken,
+) {
     let mut tracker = Tracker {
         backend: runtime.config.name.clone(),
         runtime,
@@ -191,7 +195,7 @@ impl Tracker {
 
 /// What one resolution of a name found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     /// The addresses, each with the port asked for, in the resolver's
     /// order, without duplicates. Empty: a negative answer.
     pub addrs: Vec<SocketAddr>,
@@ -202,7 +206,7 @@ pub struct Resolution {
 
 /// Why a resolution learnt nothing.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     #[error(transparent)]
     Dns(#[from] dns::DnsError),
     #[error("{0}")]
@@ -217,7 +221,7 @@ pub enum ResolveError {
 /// [`SYSTEM_TIMEOUT`]). Also what a cluster lookup resolves the host names
 /// of its answer with (`super::cluster`), so both kinds of backend see a
 /// name the same way.
-pub async fn resolve_once(
+pub(crate) async fn resolve_once(
     host: &str,
     port: u16,
     resolver: Option<SocketAddr>,

@@ -53,9 +53,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::cidr::Cidr;
-use crate::matcher::SniMatcher;
-use crate::sni::Pattern;
+use crate::wire::cidr::Cidr;
+use crate::wire::matcher::SniMatcher;
+use crate::wire::sni::Pattern;
 use check::Checker;
 pub use check::TRUSTED_NAME_TIMEOUT;
 use file::FileConfig;
@@ -328,7 +328,7 @@ impl ForwardTo {
             let host = if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
                 ip.to_string()
             } else {
-                match crate::sni::Sni::parse(host.as_bytes()) {
+                match crate::wire::sni::Sni::parse(host.as_bytes()) {
                     Ok(name) => name.as_str().to_owned(),
                     Err(e) => return Err(format!("{text:?}: host {host:?}: {e}")),
                 }

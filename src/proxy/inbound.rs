@@ -53,9 +53,9 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::cidr::canonical;
-use crate::proxy::wire::{Announced, Header, Invalid, Parse, Sniff, check_claim, parse, sniff};
-use crate::reason::CloseReason;
+use crate::close_reason::CloseReason;
+use crate::wire::cidr::canonical;
+use crate::wire::proxy::{Announced, Header, Invalid, Parse, Sniff, check_claim, parse, sniff};
 
 /// Bytes asked for per read while sniffing or reading a header.
 pub const PREFACE_READ_CHUNK: usize = 4096;

@@ -1,6 +1,6 @@
 //! The PROXY protocol (v2 and v1), split by role:
 //!
-//! - [`wire`]: the format itself: signatures, the header parser, TLV
+//! - [`crate::wire::proxy`]: the format itself: signatures, the header parser, TLV
 //!   reading, the claim check and our hop-count value. Pure, no I/O.
 //! - [`inbound`]: the preface stage: reading a header from a trusted peer
 //!   relay off the socket, under the ClientHello deadline, and the
@@ -13,4 +13,3 @@
 
 pub mod inbound;
 pub mod outbound;
-pub mod wire;

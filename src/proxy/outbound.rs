@@ -15,7 +15,7 @@
 //!   peer relay, carried through); UNIQUE_ID = the decimal `conn_id` of the
 //!   connection's log line; CRC32C when `proxy_protocol_crc32c = true`; the
 //!   hop count when the connection itself arrived with a header
-//!   (incremented), as [`TLV_HOPS`] with the [`wire::HOPS_MAGIC`]
+//!   (incremented), as [`TLV_HOPS`] with the [`proxy::HOPS_MAGIC`]
 //!   sub-type (the one wire format, defined in `wire`). No SSL TLV: the
 //!   relay negotiated no TLS.
 //! - v1 carries addresses only (`PROXY TCP4|TCP6 …\r\n`).
@@ -30,8 +30,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use ppp::v2;
 
-use crate::cidr::canonical;
-use crate::proxy::wire::{self, Announced, TLV_AUTHORITY, TLV_CRC32C, TLV_HOPS, TLV_UNIQUE_ID};
+use crate::wire::cidr::canonical;
+use crate::wire::proxy::{self, Announced, TLV_AUTHORITY, TLV_CRC32C, TLV_HOPS, TLV_UNIQUE_ID};
 
 /// A backend's `proxy_protocol` setting: plain settings.
 pub use crate::config::settings::Outbound;
@@ -53,7 +53,7 @@ impl Announcement {
     pub fn new(
         peer: SocketAddr,
         local: SocketAddr,
-        inbound: Option<&wire::Header>,
+        inbound: Option<&proxy::Header>,
         sni: Option<&str>,
         conn_id: u64,
     ) -> Announcement {
@@ -115,7 +115,7 @@ pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> O
                 tlvs.push((TLV_AUTHORITY, authority));
             }
             tlvs.push((TLV_UNIQUE_ID, unique_id.as_bytes()));
-            let hops = announcement.hops.map(wire::hops_value);
+            let hops = announcement.hops.map(proxy::hops_value);
             if let Some(hops) = &hops {
                 tlvs.push((TLV_HOPS, hops));
             }
@@ -177,20 +177,20 @@ fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -> Vec<u8> {
 }
 
 /// ppp's writer fails only past 65,535 payload bytes; ours holds two
-/// addresses, an AUTHORITY of at most `wire::V2_MAX_BYTES`, a u64 in
+/// addresses, an AUTHORITY of at most `proxy::V2_MAX_BYTES`, a u64 in
 /// decimal, a 14-byte hop value and a checksum.
 const BOUNDED: &str = "a PROXY v2 header of bounded size always encodes";
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::wire::{Parse, Version, parse};
+    use crate::wire::proxy::{Parse, ProxyVersion, parse};
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().unwrap()
     }
 
-    fn parsed(bytes: &[u8]) -> wire::Header {
+    fn parsed(bytes: &[u8]) -> proxy::Header {
         match parse(bytes) {
             Parse::Header(h) => h,
             other => panic!("{other:?} for {bytes:?}"),
@@ -210,7 +210,7 @@ mod tests {
             let bytes = header(Outbound::V2, crc, &a).unwrap();
             let h = parsed(&bytes);
             assert_eq!(h.len, bytes.len());
-            assert_eq!(h.version, Version::V2);
+            assert_eq!(h.version, ProxyVersion::V2);
             assert_eq!(
                 h.addresses,
                 Announced::Proxy {
@@ -244,7 +244,7 @@ mod tests {
         );
         let mut bytes = header(Outbound::V2, true, &a).unwrap();
         bytes[17] ^= 1;
-        assert_eq!(parse(&bytes), Parse::Invalid(wire::Invalid::Checksum));
+        assert_eq!(parse(&bytes), Parse::Invalid(proxy::Invalid::Checksum));
     }
 
     #[test]
@@ -280,9 +280,9 @@ mod tests {
 
     #[test]
     fn a_relayed_connection_carries_client_authority_and_one_more_hop() {
-        let inbound = wire::Header {
+        let inbound = proxy::Header {
             len: 0,
-            version: Version::V2,
+            version: ProxyVersion::V2,
             addresses: Announced::Proxy {
                 source: addr("203.0.113.9:4000"),
                 destination: addr("192.0.2.80:443"),

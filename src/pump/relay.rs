@@ -71,11 +71,11 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::close_reason::CloseReason;
 use crate::drain::{DrainGuard, unit_fraction};
 use crate::pump::copy::{Copied, copy_burst, copy_once, write_rest};
 use crate::pump::ready::{Activity, Burst, BurstError, Side};
 use crate::pump::splice;
-use crate::reason::CloseReason;
 use crate::sockopt;
 
 /// A connection's relay timeouts: plain settings, defined with the rest.

@@ -12,10 +12,10 @@
 //!   ([`MAX_PENDING_FLOWS`], never more than half the free connection
 //!   permits' worth, [`MAX_HELD_BYTES`]) and `[global]
 //!   max_connection_rate` leave room, and the accept gate admits it
-//!   (`crate::accept::gate`, the same gate and close as a TCP connection's);
+//!   (`crate::tcp::accept_loop::gate`, the same gate and close as a TCP connection's);
 //!   otherwise its datagram is dropped (counted, and summarised in a log
 //!   line at most once a second). Its datagrams go to its [`Parser`] and
-//!   are held (bounded per flow by [`Limits`]) until the parser gives a
+//!   are held (bounded per flow by [`HelloLimits`]) until the parser gives a
 //!   verdict or `client_hello_timeout` passes ([`FlowTable::sweep`]);
 //! - *connecting*: its hello is routed (`route::RouteTable::decide`, then
 //!   the route's admission) and the socket task was asked to choose its
@@ -44,7 +44,7 @@
 //! socket task) asks with the times it saw.
 //!
 //! Not here: sockets, tasks, channels, the backend choice itself
-//! (`super::pick`), the refusal's bytes (`super::refusal`) or the Initial
+//! (`super::backend_address`), the refusal's bytes (`super::refusal`) or the Initial
 //! parser (`super::initial`).
 //!
 //! Cost: one hash lookup per datagram of an open flow; a pending flow's
@@ -61,19 +61,19 @@ use tokio::time::Instant;
 
 use super::Version;
 use super::cid::{self, CidTable, FlowCids, Path};
-use super::initial::{ConnectionId, Limits, Parser, QuicHello, Verdict};
-use super::pick::{Ask, Picked};
+use super::initial::{ConnectionId, HelloLimits, Parser, QuicHello, Verdict};
 use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
-use crate::accept;
 use crate::addr::PeerAddr;
-use crate::admit::{self, Admitted, AtAccept, RouteAdmitted};
-use crate::close::{self, CloseReason, ConnRecord, QuicFields};
+use crate::admission::{self, Admitted, AtAccept, RouteAdmitted};
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
-use crate::generation::Generation;
+use crate::flow::close::{self, CloseReason, ConnRecord, QuicFields};
+use crate::flow::generation::Generation;
+use crate::flow::route::{EchKind, NoRoute};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::relay::lifetime_end;
-use crate::route::{EchKind, NoRoute};
+use crate::quic::backend_address::{Ask, Picked};
+use crate::tcp::accept_loop;
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub const MAX_PENDING_FLOWS: usize = 1024;
@@ -259,7 +259,7 @@ impl Expiry {
 /// What the socket task is asked to do, or told happened.
 #[derive(Debug)]
 pub enum Event {
-    /// Choose the backend address of the flow from `from` (`super::pick`:
+    /// Choose the backend address of the flow from `from` (`super::backend_address`:
     /// at once when the addresses are known, else in a task) and report it
     /// with [`FlowTable::chosen`].
     Pick(Box<PickFor>),
@@ -338,7 +338,7 @@ struct Pending {
 struct ConnectingFlow {
     held: Vec<Box<[u8]>>,
     held_bytes: usize,
-    /// The most it may hold (the pending flow's `Limits::held_bytes`).
+    /// The most it may hold (the pending flow's `HelloLimits::held_bytes`).
     max_held_bytes: usize,
     record: FlowRecord,
     idle: Duration,
@@ -563,7 +563,7 @@ impl<B> FlowTable<B> {
             datagrams_down: 0,
             backend_local: None,
         };
-        let admitted = match accept::gate(generation, PeerAddr(from), &metrics, || {
+        let admitted = match accept_loop::gate(generation, PeerAddr(from), &metrics, || {
             let mut record = ConnRecord::arrived(
                 close::next_conn_id(),
                 &listener,
@@ -580,7 +580,7 @@ impl<B> FlowTable<B> {
             Ok(AtAccept::AfterPreface) => None,
             Err(_refused) => return false,
         };
-        let limits = Limits::for_hello_bytes(listener.max_client_hello_bytes);
+        let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
         let record = FlowRecord::new(listener, from, now, metrics);
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
@@ -746,7 +746,7 @@ impl<B> FlowTable<B> {
         let route_admitted = match generation.route_gates.get(&target.route) {
             None => None,
             Some(gate) => {
-                let source = admit::route_source(PeerAddr(from), false, None);
+                let source = admission::route_source(PeerAddr(from), false, None);
                 match gate.admit(source) {
                     Ok(admitted) => {
                         if let Some(held) = &admitted.source {
@@ -792,7 +792,7 @@ impl<B> FlowTable<B> {
         let connecting = ConnectingFlow {
             held_bytes: held.iter().map(|d| d.len()).sum(),
             held,
-            max_held_bytes: Limits::for_hello_bytes(record.listener.max_client_hello_bytes)
+            max_held_bytes: HelloLimits::for_hello_bytes(record.listener.max_client_hello_bytes)
                 .held_bytes,
             record,
             idle: target.timeouts.idle,
@@ -923,8 +923,8 @@ mod tests {
 
     use crate::backend::Backends;
     use crate::config::Config;
+    use crate::quic::backend_address::pick_now;
     use crate::quic::initial_keys;
-    use crate::quic::pick::pick_now;
     use crate::quic::seal::seal_initial;
 
     const DCID: &[u8] = &[0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];

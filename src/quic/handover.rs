@@ -54,12 +54,12 @@ use std::sync::{Arc, Mutex};
 use crate::sockopt;
 
 /// Bytes before a forwarded datagram: family, address, port.
-pub const HEADER: usize = 1 + 16 + 2;
+pub(crate) const HEADER: usize = 1 + 16 + 2;
 
 /// The old process's side: where datagrams of flows it does not hold go
 /// once it drains. Empty until a binary upgrade hands the socket over.
 #[derive(Debug, Default)]
-pub struct Successor {
+pub(crate) struct Successor {
     channel: Mutex<Channel>,
 }
 
@@ -75,7 +75,7 @@ impl Successor {
     /// Makes a channel for a handover: this side keeps one end, the other
     /// is sent with the socket. Nothing goes through it before
     /// [`Successor::ready`].
-    pub fn open(&self) -> io::Result<OwnedFd> {
+    pub(crate) fn open(&self) -> io::Result<OwnedFd> {
         let (ours, theirs) = sockopt::seqpacket_pair()?;
         self.lock().offered = Some(UnixDatagram::from(ours));
         Ok(theirs)
@@ -84,7 +84,7 @@ impl Successor {
     /// The new process is ready: from now on every datagram of a client
     /// this process holds no flow for is forwarded. Set before this
     /// process starts its drain, so no new flow starts here after it.
-    pub fn ready(&self) {
+    pub(crate) fn ready(&self) {
         let mut channel = self.lock();
         if let Some(offered) = channel.offered.take() {
             channel.ready = Some(offered);
@@ -93,13 +93,13 @@ impl Successor {
 
     /// Forgets an offered channel (the handover was abandoned: the new
     /// process is gone or never became ready).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().offered = None;
     }
 
     /// Forwards one datagram from `from`; false when no successor is
     /// ready (the caller then treats it as its own).
-    pub fn forward(&self, from: SocketAddr, datagram: &[u8]) -> bool {
+    pub(crate) fn forward(&self, from: SocketAddr, datagram: &[u8]) -> bool {
         let channel = self.lock();
         let Some(channel) = channel.ready.as_ref() else {
             return false;
@@ -119,13 +119,13 @@ impl Successor {
 
 /// The new process's side: the channel its predecessor forwards on.
 #[derive(Debug)]
-pub struct Predecessor {
+pub(crate) struct Predecessor {
     channel: tokio::net::UnixDatagram,
 }
 
 impl Predecessor {
     /// Adopts the channel received with a UDP socket.
-    pub fn adopt(fd: OwnedFd) -> io::Result<Predecessor> {
+    pub(crate) fn adopt(fd: OwnedFd) -> io::Result<Predecessor> {
         let socket = UnixDatagram::from(sockopt::adopt_seqpacket(fd)?);
         Ok(Predecessor {
             channel: tokio::net::UnixDatagram::from_std(socket)?,
@@ -137,7 +137,7 @@ impl Predecessor {
     /// payload ends in `buf` (it starts at [`HEADER`]). `None` once the
     /// predecessor has closed the channel (or it failed): read the
     /// socket from now on.
-    pub async fn recv(&self, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+    pub(crate) async fn recv(&self, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
         loop {
             match self.channel.recv(buf).await {
                 Ok(0) => return None,
@@ -158,7 +158,7 @@ impl Predecessor {
 /// Every QUIC socket's part in an upgrade: the channel it reads first,
 /// if it was handed over, and where it forwards once it is replaced.
 #[derive(Debug, Default)]
-pub struct Handover {
+pub(crate) struct Handover {
     pub predecessor: Option<Predecessor>,
     pub successor: Arc<Successor>,
 }

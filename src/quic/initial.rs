@@ -34,7 +34,7 @@
 //!   non-zero reserved bits, an empty payload — but once an Initial of the
 //!   flow has been authenticated, a later datagram that fails any of these
 //!   checks *before* its packet is authenticated is discarded instead (the
-//!   datagram is counted against [`Limits`], nothing of it is kept), as a
+//!   datagram is counted against [`HelloLimits`], nothing of it is kept), as a
 //!   server discards packets it cannot authenticate (RFC 9000 §12.2, RFC
 //!   9001 §5.2): otherwise anyone who can send from the client's address
 //!   and port could end its pending flow with one datagram of noise; — a
@@ -47,8 +47,8 @@
 //!   of the flow's version (a client has no other keys before the server
 //!   answers);
 //! - `too_large`: the message, or a CRYPTO frame's end offset, exceeds
-//!   [`Limits::hello_bytes`] (`max_client_hello_bytes`), or the flow sent
-//!   more datagrams or bytes than [`Limits`] lets it hold before the hello
+//!   [`HelloLimits::hello_bytes`] (`max_client_hello_bytes`), or the flow sent
+//!   more datagrams or bytes than [`HelloLimits`] lets it hold before the hello
 //!   is complete;
 //! - `no_sni` is not a verdict: a complete hello without a name is a
 //!   [`QuicHello`] whose `hello.server_name` is `None`, for the caller's
@@ -83,7 +83,7 @@ use rustls::Side;
 use rustls::quic::Keys;
 
 use super::{PacketType, Version, initial_keys};
-use crate::client_hello::{self, ClientHello, Inspect};
+use crate::wire::client_hello::{self, ClientHello, Inspect};
 
 /// A client's datagram carrying an Initial packet must be at least this
 /// long (RFC 9000 §14.1); servers discard shorter ones.
@@ -156,7 +156,7 @@ impl From<Inspect> for Verdict {
 
 /// What a flow may send before its hello is complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct HelloLimits {
     /// The handshake message's length and the highest CRYPTO offset
     /// (`max_client_hello_bytes`).
     pub hello_bytes: usize,
@@ -166,7 +166,7 @@ pub struct Limits {
     pub held_bytes: usize,
 }
 
-impl Limits {
+impl HelloLimits {
     /// The limits for a listener's `max_client_hello_bytes`: the flow may
     /// send four times the hello's bytes (at least 8 KiB) before it is
     /// complete, in as many datagrams as that holds at the 1200 bytes a
@@ -175,7 +175,7 @@ impl Limits {
     /// hello, so retransmitted Initials and coalesced 0-RTT fit.
     pub fn for_hello_bytes(hello_bytes: usize) -> Self {
         let held_bytes = hello_bytes.saturating_mul(4).max(8 * 1024);
-        Limits {
+        HelloLimits {
             hello_bytes,
             datagrams: held_bytes / MIN_INITIAL_DATAGRAM,
             held_bytes,
@@ -233,7 +233,7 @@ impl std::fmt::Debug for ConnectionId {
 /// Parses a whole flow's datagrams at once (tests, benches, fuzzing).
 pub fn parse<'a>(
     datagrams: impl IntoIterator<Item = &'a [u8]>,
-    limits: Limits,
+    limits: HelloLimits,
 ) -> Result<QuicHello, Verdict> {
     let mut parser = Parser::new(limits);
     let mut answer = Err(Verdict::Incomplete);
@@ -260,7 +260,7 @@ struct Flow {
 
 /// The incremental reader of one flow's Initials. See the module header.
 pub struct Parser {
-    limits: Limits,
+    limits: HelloLimits,
     flow: Option<Flow>,
     crypto: Crypto,
     datagrams: usize,
@@ -290,7 +290,7 @@ impl std::fmt::Debug for Parser {
 }
 
 impl Parser {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(limits: HelloLimits) -> Self {
         Parser {
             limits,
             flow: None,

@@ -56,39 +56,39 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 /// Slots per receive call (quinn-udp's `recvmmsg` batch: 32 on Linux).
-pub const BATCH: usize = quinn_udp::BATCH_SIZE;
+pub(crate) const BATCH: usize = quinn_udp::BATCH_SIZE;
 /// One slot: the largest UDP payload, which also bounds a GRO slot.
 const SLOT: usize = 65_535;
 /// The largest datagram gathered into a GSO send: a 1,500-byte path's UDP
 /// payload over IPv6 (1,500 − 40 − 8). The kernel refuses a segment that
 /// does not fit the path's MTU, where unsegmented it would only have been
 /// dropped further on.
-pub const MAX_GSO_SEGMENT: usize = 1_452;
+pub(crate) const MAX_GSO_SEGMENT: usize = 1_452;
 /// The most bytes one GSO send carries (the IPv4 UDP payload limit).
 const MAX_GSO_BYTES: usize = 65_507;
 
 /// What the kernel offers for batching, shared by a listening socket and
 /// its flows' backend sockets.
 #[derive(Debug)]
-pub struct Offload {
+pub(crate) struct Offload {
     state: UdpSocketState,
 }
 
 impl Offload {
     /// Sets up `socket` (a listening socket) for batched I/O: GRO where the
     /// kernel has it, non-blocking, and the kernel's GSO probed.
-    pub fn new(socket: &impl AsFd) -> io::Result<Offload> {
+    pub(crate) fn new(socket: &impl AsFd) -> io::Result<Offload> {
         let state = UdpSocketState::new(UdpSockRef::from(socket))?;
         Ok(Offload { state })
     }
 
     /// The most datagrams one send may carry (1 without GSO).
-    pub fn max_segments(&self) -> usize {
+    pub(crate) fn max_segments(&self) -> usize {
         self.state.max_gso_segments()
     }
 
     /// The most datagrams one receive slot may hold (1 without GRO).
-    pub fn gro_segments(&self) -> usize {
+    pub(crate) fn gro_segments(&self) -> usize {
         self.state.gro_segments()
     }
 
@@ -101,7 +101,7 @@ impl Offload {
     /// saves the empty call per wake-up that a quiet flow would otherwise
     /// make. A datagram arriving after the call raises a new readiness
     /// event, which the clearing does not hide.
-    pub fn try_recv(&self, socket: &UdpSocket, batch: &mut RecvBatch) -> io::Result<usize> {
+    pub(crate) fn try_recv(&self, socket: &UdpSocket, batch: &mut RecvBatch) -> io::Result<usize> {
         batch.count = 0;
         let RecvBatch { buf, meta, count } = batch;
         let mut slots = buf.chunks_mut(SLOT);
@@ -123,7 +123,11 @@ impl Offload {
     }
 
     /// Waits until `socket` is readable and receives one batch.
-    pub async fn recv(&self, socket: &UdpSocket, batch: &mut RecvBatch) -> io::Result<usize> {
+    pub(crate) async fn recv(
+        &self,
+        socket: &UdpSocket,
+        batch: &mut RecvBatch,
+    ) -> io::Result<usize> {
         loop {
             socket.readable().await?;
             let n = self.try_recv(socket, batch)?;
@@ -138,7 +142,7 @@ impl Offload {
     /// (the last may be shorter) in one GSO `sendmsg` through quinn-udp.
     /// Errors are for the caller to count or ignore: the datagrams are
     /// dropped.
-    pub fn send(
+    pub(crate) fn send(
         &self,
         socket: &impl AsFd,
         destination: SocketAddr,
@@ -166,7 +170,7 @@ impl Offload {
     /// kernel keeps using the socket's cached route (an address or an IP
     /// control message, which quinn-udp always passes, makes it look the
     /// route up again); several through [`Offload::send`].
-    pub fn send_connected(
+    pub(crate) fn send_connected(
         &self,
         socket: &UdpSocket,
         destination: SocketAddr,
@@ -180,7 +184,7 @@ impl Offload {
     }
 
     /// Sends what `batch` gathered (see [`SendBatch::flush`]).
-    pub fn flush(&self, socket: &impl AsFd, destination: SocketAddr, batch: &mut SendBatch) {
+    pub(crate) fn flush(&self, socket: &impl AsFd, destination: SocketAddr, batch: &mut SendBatch) {
         batch.flush(|_, contents, segment| {
             let _ = self.send(socket, destination, contents, segment);
         });
@@ -188,7 +192,7 @@ impl Offload {
 }
 
 /// The slots of one receive call and what the kernel said of each.
-pub struct RecvBatch {
+pub(crate) struct RecvBatch {
     buf: Box<[u8]>,
     meta: [RecvMeta; BATCH],
     count: usize,
@@ -201,7 +205,7 @@ impl Default for RecvBatch {
 }
 
 impl RecvBatch {
-    pub fn new() -> RecvBatch {
+    pub(crate) fn new() -> RecvBatch {
         RecvBatch {
             // Zeroed fresh from the allocator: pages are touched only as
             // datagrams land in them.
@@ -213,7 +217,7 @@ impl RecvBatch {
 
     /// The datagrams of the last receive, in arrival order, each with its
     /// source: a GRO slot gives its datagrams one by one.
-    pub fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
+    pub(crate) fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
         self.meta[..self.count]
             .iter()
             .zip(self.buf.chunks(SLOT))
@@ -235,7 +239,7 @@ impl RecvBatch {
 
 /// Datagrams to one destination gathered for one GSO send.
 #[derive(Default)]
-pub struct SendBatch {
+pub(crate) struct SendBatch {
     buf: Vec<u8>,
     key: Option<SocketAddr>,
     segment: usize,
@@ -250,7 +254,7 @@ impl SendBatch {
     /// one). When it cannot join what is gathered (another key, another
     /// size, the batch full or closed), what is gathered goes to `send`
     /// first. `max_segments` is [`Offload::max_segments`].
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         key: SocketAddr,
         datagram: &[u8],
@@ -282,7 +286,7 @@ impl SendBatch {
 
     /// Hands what is gathered to `send` (key, bytes, segment size when
     /// there are several datagrams) and empties the batch.
-    pub fn flush(&mut self, mut send: impl FnMut(SocketAddr, &[u8], Option<usize>)) {
+    pub(crate) fn flush(&mut self, mut send: impl FnMut(SocketAddr, &[u8], Option<usize>)) {
         if let Some(key) = self.key.take()
             && self.segments > 0
         {
@@ -308,7 +312,7 @@ thread_local! {
 
 /// Runs `f` with this thread's scratch batches (made on first use). `f`
 /// must not call `with_scratch` again.
-pub fn with_scratch<R>(f: impl FnOnce(&mut RecvBatch, &mut SendBatch) -> R) -> R {
+pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut RecvBatch, &mut SendBatch) -> R) -> R {
     SCRATCH.with_borrow_mut(|scratch| {
         let scratch = scratch.get_or_insert_with(|| {
             Box::new(Scratch {

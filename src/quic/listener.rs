@@ -15,13 +15,13 @@
 //! - a close writes the flow's access line (`close::ConnRecord`, as a TCP
 //!   connection's) and its close metrics;
 //! - a routed flow's backend address is chosen as TCP chooses it
-//!   ([`super::pick`]: fixed, DNS or cluster addresses, policy, health,
+//!   (`super::backend_address`: fixed, DNS or cluster addresses, policy, health,
 //!   caps, operator states), at once when the addresses are known,
 //!   otherwise by a task that reports back over a channel while the table
 //!   holds the flow's datagrams;
 //! - a flow handed over to open gets one UDP socket connected to its
 //!   address, its held datagrams in arrival order, a registry entry
-//!   (`crate::registry`, admin `/connections` and the status page, protocol
+//!   (`crate::flow::registry`, admin `/connections` and the status page, protocol
 //!   `quic`) and a task (`relay_back`) that sends the backend's datagrams to
 //!   the client from the listening socket (the first one, or an ICMP port
 //!   unreachable before it, is the address's passive health verdict), tells
@@ -44,7 +44,7 @@
 //! or the drain timeout closes them. A listener (or address) a reload
 //! removes ends its flows at once.
 //!
-//! Binary upgrade ([`super::handover`]): the socket is handed to the new
+//! Binary upgrade (`super::handover`): the socket is handed to the new
 //! process, but only one process reads it at a time. A replaced process
 //! keeps reading while it drains, relays its own flows as before and
 //! forwards the datagrams of any other client to its successor (instead of
@@ -52,7 +52,7 @@
 //! instead of the socket until it closes (the old one's last flow ended),
 //! then the socket.
 //!
-//! Datagram I/O is batched ([`super::io`]): the listening socket and each
+//! Datagram I/O is batched (`super::io`): the listening socket and each
 //! backend socket are read with `recvmmsg` (and GRO, where a slot holds
 //! several datagrams of one source, handed out one by one, so a pending
 //! flow's parser is still fed single datagrams); consecutive datagrams of
@@ -83,24 +83,24 @@ use super::flows::{
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::ConnectionId;
 use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
-use super::pick::{self, Health, Picked};
 use crate::backend::InFlight;
-use crate::close::CloseReason;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
-use crate::generation::Generation;
+use crate::flow::close::CloseReason;
+use crate::flow::generation::Generation;
+use crate::flow::registry::{self, Entry, Registered};
 use crate::pump::ready::{Activity, Side};
-use crate::registry::{self, Entry, Registered};
+use crate::quic::backend_address::{self, Health, Picked};
 
 /// How often pending flows are checked against `client_hello_timeout`.
-pub const SWEEP: Duration = Duration::from_millis(100);
+pub(crate) const SWEEP: Duration = Duration::from_millis(100);
 /// The largest UDP payload (a datagram forwarded by the process this one
 /// replaced, after its header).
 const MAX_DATAGRAM: usize = 65_535;
 
 /// What every QUIC socket task of the process shares with the TCP side.
 #[derive(Clone)]
-pub struct Runtime {
+pub(crate) struct Runtime {
     /// Process-wide connection permits (`global.max_connections`).
     pub permits: Arc<Semaphore>,
     /// Flow and socket tasks, so a drain can wait for them.
@@ -112,15 +112,15 @@ pub struct Runtime {
 }
 
 /// Binds a UDP socket for `listener` on `addr` (options in `sockopt`).
-pub fn bind(listener: &Listener, addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+pub(crate) fn bind(listener: &Listener, addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     crate::sockopt::bind_udp_with(addr, listener.reuse_port)
 }
 
 /// Runs `socket` until `stop` fires (the address or listener went away:
 /// every flow ends at once) or the process drains and its last flow ended
 /// (and, after an upgrade, its predecessor let go of the socket: see
-/// [`handover`]).
-pub async fn run_socket(
+/// `handover`).
+pub(crate) async fn run_socket(
     socket: std::net::UdpSocket,
     generation: watch::Receiver<Arc<Generation>>,
     runtime: Runtime,
@@ -431,7 +431,7 @@ impl SocketTask {
             self.table.chosen(from, id, Err(CloseReason::NoAddress));
             return;
         };
-        if let Some(picked) = pick::pick_now(backends, runtime, &ask) {
+        if let Some(picked) = backend_address::pick_now(backends, runtime, &ask) {
             let outcome = picked.map(|p| (p, drain)).map_err(CloseReason::from);
             self.table.chosen(from, id, outcome);
             return;
@@ -443,7 +443,7 @@ impl SocketTask {
             let outcome = match backends.get(&backend) {
                 None => Err(CloseReason::NoAddress),
                 Some(runtime) => tokio::select! {
-                    picked = pick::pick(backends, runtime, &ask) => picked.map_err(CloseReason::from),
+                    picked = backend_address::pick(backends, runtime, &ask) => picked.map_err(CloseReason::from),
                     () = drain.closing(id) => Err(drain.reason()),
                     () = close.cancelled() => Err(CloseReason::Shutdown),
                 },

@@ -17,7 +17,7 @@ use std::time::Duration;
 use common::control_plane::{ControlPlane, Reply};
 use common::dns::{DnsServer, Mode};
 use common::*;
-use snirelay::proxy::wire::{self, Announced, Parse};
+use snirelay::wire::proxy::{self, Announced, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 /// What a node saw on one connection.
 #[derive(Debug)]
 struct Seen {
-    header: Option<wire::Header>,
+    header: Option<proxy::Header>,
     hello: Vec<u8>,
 }
 
@@ -81,7 +81,7 @@ async fn serve_node(mut stream: TcpStream, name: &str, tx: mpsc::UnboundedSender
             return;
         }
         buf.extend_from_slice(&chunk[..n]);
-        let header = match wire::parse(&buf) {
+        let header = match proxy::parse(&buf) {
             Parse::Header(h) => Some(h),
             Parse::Incomplete => continue,
             _ => None,
@@ -433,7 +433,7 @@ async fn forwarding_to_another_node_sends_proxy_v2_with_client_and_sni() {
     drop(tcp);
     let seen = a.next().await;
     let header = seen.header.expect("no PROXY header towards the node");
-    assert_eq!(header.version, wire::Version::V2);
+    assert_eq!(header.version, proxy::ProxyVersion::V2);
     assert_eq!(
         header.addresses,
         Announced::Proxy {

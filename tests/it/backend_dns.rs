@@ -16,7 +16,7 @@ use common::{
 };
 use hickory_proto::op::ResponseCode;
 use serde_json::Value;
-use snirelay::backend::dns::{self, Answer, DnsError};
+use snirelay::backend::dns::{self, DnsAnswer, DnsError};
 use tokio::net::{TcpListener, TcpStream};
 
 fn ip(text: &str) -> IpAddr {
@@ -41,7 +41,7 @@ async fn query_returns_a_and_aaaa_with_the_smallest_ttl() {
         .unwrap();
     assert_eq!(
         answer,
-        Answer {
+        DnsAnswer {
             addrs: vec![ip("192.0.2.1"), ip("192.0.2.2"), ip("2001:db8::1")],
             ttl: Duration::from_secs(60),
         }
@@ -67,7 +67,7 @@ async fn query_tells_a_negative_answer_from_a_failure() {
         .unwrap();
     assert_eq!(
         answer,
-        Answer {
+        DnsAnswer {
             addrs: vec![],
             ttl: Duration::from_secs(NEGATIVE_TTL.into()),
         }

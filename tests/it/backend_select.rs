@@ -333,7 +333,7 @@ async fn weighted_round_robin_is_smooth_and_in_proportion_to_the_weights() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_hash_is_the_specified_weighted_rendezvous_choice() {
-    use snirelay::backend::policy::{affinity_hash, affinity_rank};
+    use snirelay::backend::balance::{affinity_hash, affinity_rank};
     let backends = [
         (tagged_backend("A").await, 1u32),
         (tagged_backend("B").await, 4u32),

@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use snirelay::client_hello::{Inspect, parse};
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES as LIMIT;
+use snirelay::wire::client_hello::{Inspect, parse};
 
 struct Golden {
     file: &'static str,
@@ -55,7 +55,7 @@ fn check_prefixes(bytes: &[u8]) {
     assert_eq!(hello.len, bytes.len());
 }
 
-fn alpn_of(hello: &snirelay::client_hello::ClientHello) -> Vec<String> {
+fn alpn_of(hello: &snirelay::wire::client_hello::ClientHello) -> Vec<String> {
     hello
         .alpn
         .iter()

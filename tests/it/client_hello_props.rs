@@ -8,7 +8,9 @@
 //! what tls-parser's handshake parser accepts.
 
 use proptest::prelude::*;
-use snirelay::client_hello::{ClientHello, Ech, Inspect, Reassembler, decode_handshake, parse};
+use snirelay::wire::client_hello::{
+    ClientHello, Ech, Inspect, Reassembler, decode_handshake, parse,
+};
 
 const LIMIT: usize = 64 * 1024;
 

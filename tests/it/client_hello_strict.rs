@@ -9,8 +9,8 @@ use crate::common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use snirelay::client_hello::{ClientHello, Inspect, Reassembler, parse};
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES as LIMIT;
+use snirelay::wire::client_hello::{ClientHello, Inspect, Reassembler, parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -661,7 +661,7 @@ fn ech_outer(config_id: u8, enc: &[u8], payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn the_ech_extension_is_read_as_the_draft_frames_it() {
-    use snirelay::client_hello::Ech;
+    use snirelay::wire::client_hello::Ech;
     let with = |body: Vec<u8>| {
         parse(
             &Hello::typical("a.example.com").with(0xfe0d, body).bytes(),

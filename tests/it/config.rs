@@ -82,7 +82,7 @@ fn the_shipped_example_is_what_the_readme_promises() {
     assert_eq!(tls.listen, ["127.0.0.1:8443".parse().unwrap()]);
     let backend = &tls.routes[0].backend;
     assert_eq!(backend.addresses, ["127.0.0.1:9443".parse().unwrap()]);
-    let sni = |s: &str| snirelay::sni::Sni::parse(s.as_bytes()).unwrap();
+    let sni = |s: &str| snirelay::wire::sni::Sni::parse(s.as_bytes()).unwrap();
     assert!(tls.matcher.find(&sni("localhost")).is_some());
     assert!(tls.matcher.find(&sni("app.localhost")).is_some());
     assert!(tls.matcher.find(&sni("example.com")).is_none());
@@ -164,7 +164,7 @@ fn the_readme_migration_example_loads() {
     );
     assert!(tls.limits.rate_counts_refused);
     assert_eq!(tls.limits.source_prefix_v4, 32);
-    let sni = |s: &str| snirelay::sni::Sni::parse(s.as_bytes()).unwrap();
+    let sni = |s: &str| snirelay::wire::sni::Sni::parse(s.as_bytes()).unwrap();
     assert!(tls.matcher.find(&sni("example.com")).is_some());
     assert!(tls.matcher.find(&sni("a.b.example.com")).is_some());
     assert!(tls.matcher.find(&sni("badexample.com")).is_none());

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::path::Path;
 
-use snirelay::admit::{Limits, Rate};
+use snirelay::admission::{Limits, Rate};
 use snirelay::config::{
     Config, ConfigError, DEFAULT_CONNECTIONS_PER_SOURCE, DEFAULT_SOURCE_PREFIX_V4,
     DEFAULT_SOURCE_PREFIX_V6,

@@ -1,7 +1,7 @@
 //! The allowlist rules of docs/design.md "route", as a table.
 
-use snirelay::matcher::SniMatcher;
-use snirelay::sni::{Pattern, Sni};
+use snirelay::wire::matcher::SniMatcher;
+use snirelay::wire::sni::{Pattern, Sni};
 
 fn matcher(patterns: &[&'static str]) -> SniMatcher<&'static str> {
     let mut m = SniMatcher::new();

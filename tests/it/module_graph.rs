@@ -14,6 +14,10 @@
 //! A cycle is reported by name with the file and path that make each edge,
 //! e.g. `pump -> close (src/pump/relay.rs: crate::close::CloseReason)`.
 //!
+//! Top-level modules also sit in layers ([`LAYERS`], docs/design.md
+//! "Structure"): an import may go to its own layer or a lower one, never
+//! up; [`KNOWN_UPWARD`] lists the imports that still go up, and shrinks.
+//!
 //! [`KNOWN`] lists the edges of the cycles that were in `src/` before this
 //! check existed and are not broken yet; they are left out of the graph, and
 //! each must still exist (the test fails when one is gone, so the list can
@@ -69,15 +73,15 @@ fn src_has_no_import_cycle() {
     // The check sees the graph at all: the byte pump's one-way layering.
     assert!(graph.folders["pump"].contains_key(&("relay".into(), "splice".into())));
     assert!(graph.folders["pump"].contains_key(&("splice".into(), "ready".into())));
-    assert!(graph.top.contains_key(&("conn".into(), "pump".into())));
+    assert!(graph.top.contains_key(&("tcp".into(), "pump".into())));
 }
 
 /// The modules the configuration may reach, directly or through others:
-/// pure helpers (addresses and networks, names and patterns, the SNI
-/// matcher, the system's CA store). The validated settings are plain data
-/// in `config::settings`; the runtime (`backend`, `pump`, `admit`, `proxy`,
+/// pure helpers (`wire`: networks, names and patterns, the SNI matcher;
+/// the system's CA store). The validated settings are plain data
+/// in `config::settings`; the runtime (`backend`, `pump`, `admission`, `proxy`,
 /// `sockopt`, ...) imports them from `config`, never the reverse.
-const CONFIG_MAY_REACH: &[&str] = &["cidr", "matcher", "sni", "system_roots"];
+const CONFIG_MAY_REACH: &[&str] = &["system_roots", "wire"];
 
 #[test]
 fn config_imports_no_runtime_module() {
@@ -110,7 +114,11 @@ fn config_imports_no_runtime_module() {
         "config reaches runtime modules: {runtime:?}"
     );
     // The check sees the graph at all: the runtime reads its settings here.
-    assert!(graph.top.contains_key(&("admit".into(), "config".into())));
+    assert!(
+        graph
+            .top
+            .contains_key(&("admission".into(), "config".into()))
+    );
 }
 
 fn describe(scope: &str, (members, cycle): &(Vec<String>, Vec<String>), edges: &Edges) -> String {
@@ -569,4 +577,66 @@ mod tests { use crate::z; }
         )
     );
     assert!(cycles(&[edge("x", "y")].into_iter().collect()).is_empty());
+}
+
+/// The layers of `src/`, lowest first: a module may import its own layer
+/// and those below, never one above (docs/design.md, "Structure"). Wire
+/// formats and the configuration are the foundation and import no runtime
+/// module; the flow stages and the transports sit above admission and
+/// backends; the process (`run`) and the commands sit above all.
+const LAYERS: &[&[&str]] = &[
+    &["wire", "system_roots"],
+    &["config"],
+    &[
+        "addr",
+        "close_reason",
+        "drain",
+        "logging",
+        "metrics",
+        "sockopt",
+    ],
+    &["admission", "proxy", "pump"],
+    &["backend"],
+    &["flow"],
+    &["tcp", "quic"],
+    &["admin"],
+    &["run", "cli"],
+];
+
+/// Imports that still run upward, each with what it waits for. Do not add
+/// to this list: move the type down instead. The test fails when one is
+/// gone, so the list can only shrink.
+const KNOWN_UPWARD: &[(&str, &str)] = &[
+    // None: the settings are plain data in config; keep it so.
+];
+
+#[test]
+fn imports_run_down_the_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = Graph::of(&read_modules(&root));
+    let layer = |m: &str| LAYERS.iter().position(|l| l.contains(&m));
+    let mut problems = Vec::new();
+    for ((from, to), at) in &graph.top {
+        let (Some(f), Some(t)) = (layer(from), layer(to)) else {
+            problems.push(format!(
+                "{from} -> {to} ({at}): put every top-level module in LAYERS"
+            ));
+            continue;
+        };
+        let known = KNOWN_UPWARD.contains(&(from.as_str(), to.as_str()));
+        if t > f && !known {
+            problems.push(format!("{from} (layer {f}) imports {to} (layer {t}): {at}"));
+        }
+    }
+    for &(from, to) in KNOWN_UPWARD {
+        if !graph.top.contains_key(&(from.to_string(), to.to_string())) {
+            problems.push(format!(
+                "known upward import {from} -> {to} is gone: remove it from KNOWN_UPWARD"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check sees the layers at all.
+    assert!(graph.top.contains_key(&("tcp".into(), "flow".into())));
+    assert!(graph.top.contains_key(&("run".into(), "tcp".into())));
 }

@@ -19,7 +19,7 @@ use std::path::Path;
 use common::control_plane::{ControlPlane, Reply};
 use common::pangolin::Pangolin;
 use common::*;
-use snirelay::proxy::wire::{self, Parse};
+use snirelay::wire::proxy::{self, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -39,7 +39,7 @@ async fn site(name: &'static str) -> SocketAddr {
             }
             buf.extend_from_slice(&chunk[..n]);
             // A node behind a cluster hop gets a PROXY header first.
-            let skip = match wire::parse(&buf) {
+            let skip = match proxy::parse(&buf) {
                 Parse::Header(h) => h.len,
                 Parse::Incomplete => continue,
                 _ => 0,

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use snirelay::proxy::outbound::{self, Announcement, Outbound};
-use snirelay::proxy::wire::{Announced, Invalid, Parse, Sniff, Version, parse, sniff};
+use snirelay::wire::proxy::{Announced, Invalid, Parse, ProxyVersion, Sniff, parse, sniff};
 
 fn addr(text: &str) -> SocketAddr {
     text.parse().unwrap()
@@ -156,7 +156,7 @@ fn headers_report_version_authority_hops_and_checksum() {
         Parse::Header(h) => h,
         other => panic!("{other:?}"),
     };
-    assert_eq!(h.version, Version::V2);
+    assert_eq!(h.version, ProxyVersion::V2);
     assert_eq!(h.authority.as_deref(), Some(&b"app.example.com"[..]));
     assert_eq!(h.hops, 2);
     assert!(h.checksummed);
@@ -166,7 +166,7 @@ fn headers_report_version_authority_hops_and_checksum() {
     };
     assert_eq!(
         (h.version, h.hops, h.authority, h.checksummed),
-        (Version::V1, 1, None, false)
+        (ProxyVersion::V1, 1, None, false)
     );
 }
 
@@ -188,9 +188,9 @@ fn anything_that_cannot_start_a_signature_is_not_proxy_at_once() {
     }
     assert_eq!(
         sniff(b"\r\n\r\n\0\r\nQUIT\n"),
-        Sniff::Signature(Version::V2)
+        Sniff::Signature(ProxyVersion::V2)
     );
-    assert_eq!(sniff(b"PROXY "), Sniff::Signature(Version::V1));
+    assert_eq!(sniff(b"PROXY "), Sniff::Signature(ProxyVersion::V1));
     assert_eq!(sniff(b"PROX"), Sniff::Incomplete);
     assert_eq!(sniff(b""), Sniff::Incomplete);
 }
@@ -412,7 +412,7 @@ fn hostile_v1_headers_get_exact_verdicts() {
 #[test]
 fn per_source_limits_key_on_the_claim_and_exempt_a_trusted_peer_itself() {
     use snirelay::addr::{ClaimedAddr, PeerAddr};
-    use snirelay::admit::{Admission, AtAccept, Limits};
+    use snirelay::admission::{Admission, AtAccept, Limits};
     use snirelay::proxy::inbound::Sender;
     let peer = PeerAddr(addr("10.0.0.2:40000"));
     let claimed = ClaimedAddr(addr("203.0.113.9:5555"));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use snirelay::proxy::outbound::{self, Announcement, Outbound};
-use snirelay::proxy::wire::{self, Announced, Parse};
+use snirelay::wire::proxy::{self, Announced, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -35,8 +35,8 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Recorded>) -> Recorded {
         .unwrap()
 }
 
-fn header_of(bytes: &[u8]) -> wire::Header {
-    match wire::parse(bytes) {
+fn header_of(bytes: &[u8]) -> proxy::Header {
+    match proxy::parse(bytes) {
         Parse::Header(h) => h,
         other => panic!("backend did not get a PROXY header: {other:?}"),
     }
@@ -48,7 +48,7 @@ fn unique_id(bytes: &[u8]) -> String {
     let id = header
         .tlvs()
         .map(|t| t.unwrap())
-        .find(|t| t.kind == wire::TLV_UNIQUE_ID)
+        .find(|t| t.kind == proxy::TLV_UNIQUE_ID)
         .expect("no UNIQUE_ID TLV");
     String::from_utf8(id.value.to_vec()).unwrap()
 }
@@ -346,7 +346,7 @@ async fn hop_count_above_max_hops_is_refused() {
 /// A v2 PROXY-command header built byte by byte: `family_protocol`, an
 /// address `block` and raw `tlvs` (for what `announce` never writes).
 fn v2_raw(version_command: u8, family_protocol: u8, block: &[u8], tlvs: &[u8]) -> Vec<u8> {
-    let mut h = wire::V2_SIGNATURE.to_vec();
+    let mut h = proxy::V2_SIGNATURE.to_vec();
     h.extend([version_command, family_protocol]);
     h.extend(((block.len() + tlvs.len()) as u16).to_be_bytes());
     h.extend(block);
@@ -492,7 +492,7 @@ async fn local_and_protocols_the_relay_does_not_carry_use_the_connection_address
         v2_raw(0x20, 0x21, &udp, &[]),
         v2_raw(0x20, 0xFF, &[1, 2, 3], &[]),
         // PROXY over UDP, AF_UNIX stream, and UNSPEC: fall back to UNSPEC.
-        v2_raw(0x21, 0x12, &udp, &tlv(wire::TLV_UNIQUE_ID, b"x")),
+        v2_raw(0x21, 0x12, &udp, &tlv(proxy::TLV_UNIQUE_ID, b"x")),
         v2_raw(0x21, 0x31, &[0; 216], &[]),
         v2_raw(0x21, 0x00, &[], &[]),
     ];
@@ -526,7 +526,7 @@ async fn only_our_0xe0_sub_type_is_a_hop_count_and_it_goes_out_in_that_format() 
     .await;
     let hello = capture("openssl_sni.bin");
     let block = tcp4_block([203, 0, 113, 9], 4000);
-    let ours = |n: u8| tlv(0xE0, &[&wire::HOPS_MAGIC[..], &[n]].concat());
+    let ours = |n: u8| tlv(0xE0, &[&proxy::HOPS_MAGIC[..], &[n]].concat());
     let cases = [
         // Another product's 0xE0 (or an old relay's bare count, 9 > max):
         // ignored, one hop.
@@ -608,7 +608,7 @@ async fn a_peers_authority_is_carried_only_when_it_is_a_host_name() {
         (&long[..], SNI),
     ];
     for (authority, expected) in cases {
-        let header = v2_raw(0x21, 0x11, &block, &tlv(wire::TLV_AUTHORITY, authority));
+        let header = v2_raw(0x21, 0x11, &block, &tlv(proxy::TLV_AUTHORITY, authority));
         let (client, _) = send_and_finish(relay.addr(), &[header, hello.clone()].concat()).await;
         let line = relay.closed_line(client).await;
         assert_eq!(line["close"], "done");
@@ -623,8 +623,8 @@ async fn a_peers_authority_is_carried_only_when_it_is_a_host_name() {
     }
     // Two AUTHORITY TLVs: which name? Refused.
     let twice = [
-        tlv(wire::TLV_AUTHORITY, b"a.example"),
-        tlv(wire::TLV_AUTHORITY, b"a.example"),
+        tlv(proxy::TLV_AUTHORITY, b"a.example"),
+        tlv(proxy::TLV_AUTHORITY, b"a.example"),
     ]
     .concat();
     let refused = vec![(

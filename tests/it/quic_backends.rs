@@ -26,7 +26,7 @@ use common::dns::{DnsServer, Mode};
 use common::udp::{echoed_flow, next_seen, send_flow, udp_echo_backends, udp_echo_on};
 use common::{NO_SOURCE_LIMIT, Relay, WAIT, http_request_text, http_tcp, token_file};
 use serde_json::Value;
-use snirelay::backend::policy::{affinity_hash, affinity_rank};
+use snirelay::backend::balance::{affinity_hash, affinity_rank};
 use tokio::net::{TcpListener, UdpSocket};
 
 include!("common/quic_capture.rs");

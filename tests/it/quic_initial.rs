@@ -9,17 +9,17 @@ use std::sync::Arc;
 use rustls::Side;
 use rustls::pki_types::ServerName;
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES as LIMIT;
-use snirelay::quic::initial::{Limits, Parser, QuicHello, Verdict, parse};
+use snirelay::quic::initial::{HelloLimits, Parser, QuicHello, Verdict, parse};
 use snirelay::quic::seal::seal_initial;
 use snirelay::quic::{Version, initial_keys};
 
-fn limits() -> Limits {
-    Limits::for_hello_bytes(LIMIT)
+fn limits() -> HelloLimits {
+    HelloLimits::for_hello_bytes(LIMIT)
 }
 
 include!("common/quic_capture.rs");
 
-fn parse_all(datagrams: &[Vec<u8>], limits: Limits) -> Result<QuicHello, Verdict> {
+fn parse_all(datagrams: &[Vec<u8>], limits: HelloLimits) -> Result<QuicHello, Verdict> {
     parse(datagrams.iter().map(Vec::as_slice), limits)
 }
 
@@ -484,7 +484,7 @@ fn limits_on_hello_bytes_offsets_and_datagrams_answer_too_large() {
     let hello = rustls_hello(Version::V1, "large.example.com");
     let datagrams = split_hello(Version::V1, &hello, 2);
     // The message announces more than the limit.
-    let small = Limits::for_hello_bytes(hello.len() - 1);
+    let small = HelloLimits::for_hello_bytes(hello.len() - 1);
     assert_eq!(parse_all(&datagrams, small), Err(Verdict::TooLarge));
     // A CRYPTO frame ending past the limit, before any header is in.
     let far = seal(
@@ -499,7 +499,7 @@ fn limits_on_hello_bytes_offsets_and_datagrams_answer_too_large() {
     let ping = seal(Version::V1, DCID, 0, &[0x01], 1200);
     let limits = limits();
     for cap in [
-        Limits {
+        HelloLimits {
             datagrams: 3,
             ..limits
         },
@@ -511,7 +511,7 @@ fn limits_on_hello_bytes_offsets_and_datagrams_answer_too_large() {
         }
         assert_eq!(parser.feed(&ping), Err(Verdict::TooLarge));
     }
-    let mut parser = Parser::new(Limits {
+    let mut parser = Parser::new(HelloLimits {
         datagrams: 1,
         ..limits
     });

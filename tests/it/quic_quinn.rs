@@ -28,7 +28,7 @@ use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, Endpoint, Runtime, TokioRuntime, UdpPoller};
 use serde_json::Value;
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES;
-use snirelay::quic::initial::{Limits, Parser, Verdict};
+use snirelay::quic::initial::{HelloLimits, Parser, Verdict};
 
 include!("common/quic_capture.rs");
 
@@ -383,7 +383,7 @@ async fn a_post_quantum_hello_in_two_initial_packets_is_routed() {
     // The first datagram alone is an incomplete hello; with the second, it
     // is the hello the relay routed.
     let sent = nat.sent();
-    let limits = Limits::for_hello_bytes(DEFAULT_MAX_CLIENT_HELLO_BYTES);
+    let limits = HelloLimits::for_hello_bytes(DEFAULT_MAX_CLIENT_HELLO_BYTES);
     let mut parser = Parser::new(limits);
     assert_eq!(parser.feed(&sent[0]), Err(Verdict::Incomplete));
     let hello = parser.feed(&sent[1]).expect("the hello in two datagrams");
@@ -660,12 +660,12 @@ async fn a_grease_ech_hello_over_quic_is_logged_and_counted_as_tcp_does() {
     // The config id the client drew, read from its own Initials: GREASE
     // lands on a listed id one time in 256, and is then taken for real.
     let sent = nat.sent();
-    let mut parser = Parser::new(Limits::for_hello_bytes(DEFAULT_MAX_CLIENT_HELLO_BYTES));
+    let mut parser = Parser::new(HelloLimits::for_hello_bytes(DEFAULT_MAX_CLIENT_HELLO_BYTES));
     let hello = sent
         .iter()
         .find_map(|datagram| parser.feed(datagram).ok())
         .expect("the client's hello");
-    let Some(snirelay::client_hello::Ech::Outer { config_id }) = hello.hello.ech else {
+    let Some(snirelay::wire::client_hello::Ech::Outer { config_id }) = hello.hello.ech else {
         panic!("no outer ECH in the hello: {:?}", hello.hello.ech);
     };
     let kind = if config_id == LISTED {

@@ -17,7 +17,7 @@ use std::time::Instant;
 use common::WAIT;
 use snirelay::config::DEFAULT_MAX_CLIENT_HELLO_BYTES;
 use snirelay::quic::Version;
-use snirelay::quic::initial::{Limits, Parser, Verdict};
+use snirelay::quic::initial::{HelloLimits, Parser, Verdict};
 use snirelay::quic::refusal::{UNRECOGNIZED_NAME, refusal};
 
 /// The client of Debian's `ngtcp2-client` package (built with GnuTLS).
@@ -59,7 +59,7 @@ fn ngtcp2_client_reports_the_refusal_at_once() {
         let _ = exited.send(text);
     });
 
-    let mut parser = Parser::new(Limits::for_hello_bytes(DEFAULT_MAX_CLIENT_HELLO_BYTES));
+    let mut parser = Parser::new(HelloLimits::for_hello_bytes(DEFAULT_MAX_CLIENT_HELLO_BYTES));
     let mut buf = [0u8; 65536];
     let (hello, client) = loop {
         let (len, from) = socket

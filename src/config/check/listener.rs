@@ -398,7 +398,7 @@ fn resolve_trusted_name(text: &str) -> Result<TrustedName, String> {
     };
     let mut addrs: Vec<IpAddr> = Vec::new();
     for ip in found {
-        let ip = crate::cidr::canonical(ip);
+        let ip = crate::wire::cidr::canonical(ip);
         if !addrs.contains(&ip) {
             addrs.push(ip);
         }

@@ -30,9 +30,9 @@ use super::file::{
 use super::file::{HeaderFile, HeaderValueSetting};
 use super::file::{KeepaliveSection, KeepaliveSetting};
 use super::*;
-use crate::cidr::{Cidr, CidrSet};
-use crate::matcher::SniMatcher;
-use crate::sni::Pattern;
+use crate::wire::cidr::{Cidr, CidrSet};
+use crate::wire::matcher::SniMatcher;
+use crate::wire::sni::Pattern;
 
 pub use listener::TRUSTED_NAME_TIMEOUT;
 

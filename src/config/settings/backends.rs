@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Keepalive, Outbound};
-use crate::cidr::Cidr;
-use crate::sni::Pattern;
+use crate::wire::cidr::Cidr;
+use crate::wire::sni::Pattern;
 
 /// `[backend.*] connect_attempts` when unset: every address, but at most
 /// this many (the effective default is min(addresses, 3)).

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::cidr::{Cidr, CidrSet};
+use crate::wire::cidr::{Cidr, CidrSet};
 
 mod backends;
 pub use backends::*;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::{Pki, base64};
 
 /// What a chromium run printed, and how long it took.
-pub struct BrowserRun {
+pub(crate) struct BrowserRun {
     pub stdout: String,
     /// Chromium's own log (a failed page load says why here, e.g.
     /// `Page load failed: net::ERR_QUIC_PROTOCOL_ERROR`).
@@ -24,13 +24,13 @@ pub struct BrowserRun {
 /// Runs Debian's chromium headless with `args` (and a profile of its own
 /// in a scratch directory) and returns its stdout. Fails loudly when
 /// chromium is missing (`.ci/install-deps` installs it): never skipped.
-pub async fn chromium(args: &[String]) -> String {
+pub(crate) async fn chromium(args: &[String]) -> String {
     chromium_run(args).await.stdout
 }
 
 /// As [`chromium`], with stderr and the time taken. The run must exit with
 /// success (chromium does, even when the page failed to load) within 60 s.
-pub async fn chromium_run(args: &[String]) -> BrowserRun {
+pub(crate) async fn chromium_run(args: &[String]) -> BrowserRun {
     let profile = super::scratch_dir("chromium-profile");
     let mut command = std::process::Command::new("chromium");
     command
@@ -95,7 +95,7 @@ pub async fn chromium_run(args: &[String]) -> BrowserRun {
 
 /// SHA-256 of `bytes` (rustls's default provider: no hashing crate of the
 /// tests' own).
-pub fn sha256(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn sha256(bytes: &[u8]) -> Vec<u8> {
     let rustls::SupportedCipherSuite::Tls13(suite) =
         rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256
     else {
@@ -105,7 +105,7 @@ pub fn sha256(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -115,7 +115,7 @@ impl Pki {
     /// SHA-256 of the SubjectPublicKeyInfo. With it chromium accepts the
     /// test certificate without a trusted root (it honours the flag only
     /// with its own `--user-data-dir`, which [`chromium_run`] gives it).
-    pub fn server_spki_pin(&self) -> String {
+    pub(crate) fn server_spki_pin(&self) -> String {
         use rcgen::PublicKeyData;
         let key = rcgen::KeyPair::try_from(self.server_key.as_slice()).unwrap();
         base64(&sha256(&key.subject_public_key_info()))

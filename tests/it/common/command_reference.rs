@@ -1,6 +1,6 @@
 // Shared by examples/manpage.rs (writes docs/commands.md) and
 // tests/it/packaging.rs (checks the committed file is current): the command
-// reference in Markdown, generated from the clap definition in src/cli.rs
+// reference in Markdown, generated from the clap definition in src/cli/mod.rs
 // as the man pages are (see man_pages.rs beside it). Every subcommand, at
 // any depth, gets a heading (`## snirelay check`, `### snirelay ctl
 // drain`), its description, its usage line as clap prints it, and a table
@@ -8,14 +8,14 @@
 // on the command that defines them.
 
 /// Where the command reference is committed, relative to the repository.
-pub const COMMAND_REFERENCE_PATH: &str = "docs/commands.md";
+pub(crate) const COMMAND_REFERENCE_PATH: &str = "docs/commands.md";
 
 /// The whole of docs/commands.md.
-pub fn snirelay_command_reference() -> String {
+pub(crate) fn snirelay_command_reference() -> String {
     use clap::CommandFactory;
     let command = snirelay::cli::Cli::command();
     let mut out = String::from(
-        "<!-- Generated from src/cli.rs by `cargo run --example manpage`; \
+        "<!-- Generated from src/cli/mod.rs by `cargo run --example manpage`; \
          do not edit (tests/it/packaging.rs fails when it is stale). -->\n\n\
          # Commands\n\n\
          Every subcommand and option of `snirelay`, generated from the\n\

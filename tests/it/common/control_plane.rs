@@ -24,7 +24,7 @@ use super::WAIT;
 
 /// What the control plane answers.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// 200 with `{"endpoints": [...]}`; an empty list means "your node".
     Endpoints(Vec<String>),
     /// This status with an empty body.
@@ -36,7 +36,7 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub fn endpoints<T: ToString>(addrs: &[T]) -> Reply {
+    pub(crate) fn endpoints<T: ToString>(addrs: &[T]) -> Reply {
         Reply::Endpoints(addrs.iter().map(ToString::to_string).collect())
     }
 }
@@ -51,7 +51,7 @@ struct State {
 }
 
 /// A running control plane; stops when dropped.
-pub struct ControlPlane {
+pub(crate) struct ControlPlane {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
     changed: Arc<Notify>,
@@ -60,7 +60,7 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    pub async fn start() -> ControlPlane {
+    pub(crate) async fn start() -> ControlPlane {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
@@ -89,40 +89,40 @@ impl ControlPlane {
     }
 
     /// The `lookup_url` to configure.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/resolve", self.addr)
     }
 
     /// Answers `hostname` with `reply` from now on.
-    pub fn set(&self, hostname: &str, reply: Reply) {
+    pub(crate) fn set(&self, hostname: &str, reply: Reply) {
         let mut state = self.state.lock().unwrap();
         state.answers.insert(hostname.to_owned(), reply);
     }
 
     /// Answers every request with `reply` (`None`: back to normal).
-    pub fn fail(&self, reply: Option<Reply>) {
+    pub(crate) fn fail(&self, reply: Option<Reply>) {
         self.state.lock().unwrap().failure = reply;
     }
 
     /// Holds (true) or releases (false) every answer; requests are still
     /// counted as they arrive.
-    pub fn hold(&self, held: bool) {
+    pub(crate) fn hold(&self, held: bool) {
         self.hold.send_replace(held);
     }
 
     /// Requests received for `hostname` so far.
-    pub fn requests(&self, hostname: &str) -> usize {
+    pub(crate) fn requests(&self, hostname: &str) -> usize {
         let state = self.state.lock().unwrap();
         state.requests.get(hostname).copied().unwrap_or(0)
     }
 
     /// Requests that were not a JSON POST to /resolve.
-    pub fn malformed(&self) -> usize {
+    pub(crate) fn malformed(&self) -> usize {
         self.state.lock().unwrap().malformed
     }
 
     /// Waits (bounded by [`WAIT`]) until `hostname` got at least `n` requests.
-    pub async fn wait_requests(&self, hostname: &str, n: usize) {
+    pub(crate) async fn wait_requests(&self, hostname: &str, n: usize) {
         let waited = super::wait_notified(&self.changed, || self.requests(hostname) >= n).await;
         assert!(
             waited,
@@ -202,7 +202,12 @@ fn status(code: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
 /// A relay config routing `*.example.com` to a cluster backend named
 /// `cluster` that asks `url`: `top` goes before the listener,
 /// `cluster_extra` into `[backend.cluster.cluster]`, `after` after it.
-pub fn cluster_relay_config(url: &str, top: &str, cluster_extra: &str, after: &str) -> String {
+pub(crate) fn cluster_relay_config(
+    url: &str,
+    top: &str,
+    cluster_extra: &str,
+    after: &str,
+) -> String {
     format!(
         r#"
 {top}

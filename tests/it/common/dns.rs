@@ -30,11 +30,11 @@ use tokio::task::JoinHandle;
 use super::WAIT;
 
 /// The negative TTL (SOA minimum) of NXDOMAIN and empty answers, seconds.
-pub const NEGATIVE_TTL: u32 = 1;
+pub(crate) const NEGATIVE_TTL: u32 = 1;
 
 /// How the server treats the questions it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Answer,
     /// Read, count, and drop: the client times out.
     Silent,
@@ -57,7 +57,7 @@ struct Shared {
 }
 
 /// The running server; stops when dropped.
-pub struct DnsServer {
+pub(crate) struct DnsServer {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
@@ -69,7 +69,7 @@ fn key(name: &str) -> String {
 
 impl DnsServer {
     /// Binds 127.0.0.1:0 (UDP, then TCP on the same port) and serves.
-    pub async fn start() -> DnsServer {
+    pub(crate) async fn start() -> DnsServer {
         for _ in 0..50 {
             let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind dns");
             let addr = socket.local_addr().unwrap();
@@ -92,22 +92,22 @@ impl DnsServer {
 
     /// Sets `name`'s address records (A for IPv4, AAAA for IPv6), with `ttl`
     /// seconds.
-    pub fn set(&self, name: &str, addrs: Vec<IpAddr>, ttl: u32) {
+    pub(crate) fn set(&self, name: &str, addrs: Vec<IpAddr>, ttl: u32) {
         let mut zone = self.shared.zone.lock().unwrap();
         zone.records.insert(key(name), (addrs, ttl));
     }
 
     /// Removes `name`: NXDOMAIN from now on.
-    pub fn remove(&self, name: &str) {
+    pub(crate) fn remove(&self, name: &str) {
         self.shared.zone.lock().unwrap().records.remove(&key(name));
     }
 
-    pub fn set_mode(&self, mode: Mode) {
+    pub(crate) fn set_mode(&self, mode: Mode) {
         self.shared.zone.lock().unwrap().mode = Some(mode);
     }
 
     /// Questions received for `name`, of every type.
-    pub fn queries(&self, name: &str) -> usize {
+    pub(crate) fn queries(&self, name: &str) -> usize {
         let name = key(name);
         let zone = self.shared.zone.lock().unwrap();
         zone.asked
@@ -120,7 +120,7 @@ impl DnsServer {
     /// Questions of `record_type` received for `name`. A lookup through
     /// `snirelay::backend::dns::query` asks A once and AAAA once, so the A
     /// count is the number of lookups.
-    pub fn queries_of(&self, name: &str, record_type: RecordType) -> usize {
+    pub(crate) fn queries_of(&self, name: &str, record_type: RecordType) -> usize {
         let zone = self.shared.zone.lock().unwrap();
         zone.asked
             .get(&(key(name), record_type))
@@ -129,13 +129,13 @@ impl DnsServer {
     }
 
     /// Lookups of `name`: its A questions.
-    pub fn lookups(&self, name: &str) -> usize {
+    pub(crate) fn lookups(&self, name: &str) -> usize {
         self.queries_of(name, RecordType::A)
     }
 
     /// Waits (up to [`WAIT`], then panics) until `name` was looked up at
     /// least `n` times.
-    pub async fn wait_lookups(&self, name: &str, n: usize) {
+    pub(crate) async fn wait_lookups(&self, name: &str, n: usize) {
         let waited = tokio::time::timeout(WAIT, async {
             loop {
                 let notified = self.shared.asked.notified();

@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A hosts file and a files-only nsswitch.conf for the relay's namespace.
-pub struct Hosts {
+pub(crate) struct Hosts {
     pub dir: PathBuf,
     hosts: PathBuf,
     nsswitch: PathBuf,
 }
 
 impl Hosts {
-    pub fn new(text: &str) -> Hosts {
+    pub(crate) fn new(text: &str) -> Hosts {
         let dir = super::scratch_dir("hosts");
         let hosts = dir.join("hosts");
         let nsswitch = dir.join("nsswitch.conf");
@@ -33,13 +33,13 @@ impl Hosts {
 
     /// Rewrites the hosts file in place (the same inode: the bind mount
     /// shows the new text).
-    pub fn set(&self, text: &str) {
+    pub(crate) fn set(&self, text: &str) {
         std::fs::write(&self.hosts, text).unwrap();
     }
 
     /// `command` run in a new mount namespace with the test files mounted
     /// over the system's; `exec`, so the relay keeps the spawned PID.
-    pub fn wrap(&self, command: &Command) -> Command {
+    pub(crate) fn wrap(&self, command: &Command) -> Command {
         let mut wrapped = Command::new("unshare");
         wrapped
             .args(["--mount", "--propagation", "private", "sh", "-c"])
@@ -57,7 +57,7 @@ impl Hosts {
 
     /// `snirelay check --config path` in the namespace: exit code, stdout
     /// and stderr.
-    pub fn check(&self, path: &Path) -> (Option<i32>, String, String) {
+    pub(crate) fn check(&self, path: &Path) -> (Option<i32>, String, String) {
         let mut check = Command::new(env!("CARGO_BIN_EXE_snirelay"));
         check.arg("check").arg("--config").arg(path);
         let out = self.wrap(&check).output().expect("cannot run unshare");

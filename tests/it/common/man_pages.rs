@@ -1,9 +1,9 @@
 // Shared by examples/manpage.rs (writes the pages) and tests/it/packaging.rs
 // (checks the committed pages are current): the man pages generated from
-// the clap definition in src/cli.rs, as (file name, roff text).
+// the clap definition in src/cli/mod.rs, as (file name, roff text).
 
 /// Every man page: `snirelay.1`, then `snirelay-SUB.1` per subcommand.
-pub fn snirelay_man_pages() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn snirelay_man_pages() -> Vec<(String, Vec<u8>)> {
     use clap::CommandFactory;
     let command = snirelay::cli::Cli::command();
     let mut pages = Vec::new();

@@ -33,12 +33,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 /// How long any wait in a test may take before the test fails.
-pub const WAIT: Duration = Duration::from_secs(10);
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------- the relay
 
 /// A running `snirelay` child process.
-pub struct Relay {
+pub(crate) struct Relay {
     child: Child,
     dir: PathBuf,
     pub config_path: PathBuf,
@@ -49,18 +49,18 @@ pub struct Relay {
 
 /// Every JSON line the relay has written to stderr so far.
 #[derive(Default)]
-pub struct LogBook {
+pub(crate) struct LogBook {
     lines: Mutex<Vec<Value>>,
     changed: Notify,
 }
 
 impl Relay {
     /// Starts the relay on `config` (TOML text) and waits for `ready`.
-    pub async fn start(config: &str) -> Relay {
+    pub(crate) async fn start(config: &str) -> Relay {
         Relay::start_with_args(config, &[]).await
     }
 
-    pub async fn start_with_args(config: &str, args: &[&str]) -> Relay {
+    pub(crate) async fn start_with_args(config: &str, args: &[&str]) -> Relay {
         Relay::launch(config, |path| {
             let mut command = Relay::command(path);
             command.args(args);
@@ -70,30 +70,30 @@ impl Relay {
     }
 
     /// The first address of the first listener.
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr_of("tls")
     }
 
-    pub fn addr_of(&self, listener: &str) -> SocketAddr {
+    pub(crate) fn addr_of(&self, listener: &str) -> SocketAddr {
         self.listening[listener][0]
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    pub fn log_lines(&self) -> Vec<Value> {
+    pub(crate) fn log_lines(&self) -> Vec<Value> {
         self.log.lines.lock().unwrap().clone()
     }
 
     /// Waits until a log line satisfies `pred`, and returns it.
-    pub async fn wait_log(&self, pred: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn wait_log(&self, pred: impl Fn(&Value) -> bool) -> Value {
         self.wait_lines(|lines| lines.iter().find(|l| pred(l)).cloned())
             .await
     }
 
     /// The admin listener's address, from its `admin listening` line.
-    pub async fn admin_addr(&self) -> SocketAddr {
+    pub(crate) async fn admin_addr(&self) -> SocketAddr {
         self.wait_log(|l| l["message"] == "admin listening").await["addr"]
             .as_str()
             .unwrap()
@@ -102,14 +102,14 @@ impl Relay {
     }
 
     /// Waits until at least `count` log lines satisfy `pred`.
-    pub async fn wait_count(&self, count: usize, pred: impl Fn(&Value) -> bool) {
+    pub(crate) async fn wait_count(&self, count: usize, pred: impl Fn(&Value) -> bool) {
         self.wait_lines(|lines| (lines.iter().filter(|l| pred(l)).count() >= count).then_some(()))
             .await
     }
 
     /// Waits until `look` finds something in the log so far. `look` runs
     /// with the log locked, so it must not call back into the relay.
-    pub async fn wait_lines<T>(&self, look: impl Fn(&[Value]) -> Option<T>) -> T {
+    pub(crate) async fn wait_lines<T>(&self, look: impl Fn(&[Value]) -> Option<T>) -> T {
         let book = self.log.clone();
         let found = tokio::time::timeout(WAIT, async {
             loop {
@@ -133,14 +133,14 @@ impl Relay {
     }
 
     /// Waits for the `connection closed` line of the connection from `peer`.
-    pub async fn closed_line(&self, peer: SocketAddr) -> Value {
+    pub(crate) async fn closed_line(&self, peer: SocketAddr) -> Value {
         let peer = peer.to_string();
         self.wait_log(|l| l["message"] == "connection closed" && l["client.peer"] == peer.as_str())
             .await
     }
 
     /// Lines about closed connections.
-    pub fn closed_lines(&self) -> Vec<Value> {
+    pub(crate) fn closed_lines(&self) -> Vec<Value> {
         self.log_lines()
             .into_iter()
             .filter(|l| l["message"] == "connection closed")
@@ -148,14 +148,14 @@ impl Relay {
     }
 
     /// Open descriptors of the relay process.
-    pub fn open_fds(&self) -> usize {
+    pub(crate) fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
             .unwrap()
             .count()
     }
 
     /// Sends a signal to the relay.
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args(["-s", signal, &self.pid().to_string()])
             .status()
@@ -164,7 +164,7 @@ impl Relay {
     }
 
     /// Waits for the process to exit and returns its exit code.
-    pub async fn wait_exit(&mut self) -> Option<i32> {
+    pub(crate) async fn wait_exit(&mut self) -> Option<i32> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -192,7 +192,7 @@ impl Drop for Relay {
 /// 23 s for a fetch bounded at 10 s) and the reload whose closes are timed
 /// over `drain_timeout` (`reload`), which in one test binary could
 /// otherwise run side by side.
-pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Raises this process's soft descriptor limit to its hard limit, once,
 /// before the first relay starts. Every area's tests share this process
@@ -208,7 +208,7 @@ fn raise_descriptor_limit() {
 }
 
 /// A fresh directory for one test's files.
-pub fn scratch_dir(tag: &str) -> PathBuf {
+pub(crate) fn scratch_dir(tag: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -221,7 +221,11 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 }
 
 /// A one-listener config routing `patterns` to `backend`.
-pub fn simple_config(patterns: &[&str], backend: SocketAddr, listener_extra: &str) -> String {
+pub(crate) fn simple_config(
+    patterns: &[&str],
+    backend: SocketAddr,
+    listener_extra: &str,
+) -> String {
     one_route_config(
         patterns,
         listener_extra,
@@ -232,7 +236,11 @@ pub fn simple_config(patterns: &[&str], backend: SocketAddr, listener_extra: &st
 /// A one-listener config (named `tls`, on a free loopback port, with
 /// `listener_extra` in its table) routing `patterns` to backend `b`, whose
 /// table is `backend_body`.
-pub fn one_route_config(patterns: &[&str], listener_extra: &str, backend_body: &str) -> String {
+pub(crate) fn one_route_config(
+    patterns: &[&str],
+    listener_extra: &str,
+    backend_body: &str,
+) -> String {
     let sni = patterns
         .iter()
         .map(|p| format!("{p:?}"))
@@ -258,7 +266,7 @@ backend = "b"
 // ------------------------------------------------------------ certificates
 
 /// A CA, a server certificate for some names, and a client certificate.
-pub struct Pki {
+pub(crate) struct Pki {
     pub ca: CertificateDer<'static>,
     pub server_chain: Vec<CertificateDer<'static>>,
     server_key: Vec<u8>,
@@ -267,7 +275,7 @@ pub struct Pki {
 }
 
 impl Pki {
-    pub fn new(server_names: &[&str]) -> Pki {
+    pub(crate) fn new(server_names: &[&str]) -> Pki {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -308,7 +316,7 @@ impl Pki {
     }
 
     /// A server that requires a client certificate signed by the CA.
-    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+    pub(crate) fn server_config(&self) -> Arc<rustls::ServerConfig> {
         let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(self.roots()))
             .build()
             .unwrap();
@@ -321,7 +329,7 @@ impl Pki {
     }
 
     /// A client that trusts the CA and presents the client certificate.
-    pub fn client_config(&self) -> rustls::ClientConfig {
+    pub(crate) fn client_config(&self) -> rustls::ClientConfig {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.client_key.clone()));
         rustls::ClientConfig::builder()
             .with_root_certificates(self.roots())
@@ -331,7 +339,7 @@ impl Pki {
 
     /// [`Pki::client_config`] on `provider` (TLS 1.3 only, as QUIC needs),
     /// for a test that picks the key exchange groups.
-    pub fn client_config_with_provider(
+    pub(crate) fn client_config_with_provider(
         &self,
         provider: Arc<rustls::crypto::CryptoProvider>,
     ) -> rustls::ClientConfig {
@@ -346,7 +354,7 @@ impl Pki {
 
     /// As [`Pki::client_config_with_provider`], with ECH as `ech` says
     /// (TLS 1.3 only, as ECH is).
-    pub fn client_config_with_ech(
+    pub(crate) fn client_config_with_ech(
         &self,
         provider: Arc<rustls::crypto::CryptoProvider>,
         ech: rustls::client::EchMode,
@@ -367,7 +375,7 @@ type Handler<S> = Arc<dyn Fn(S) -> Pin<Box<dyn Future<Output = ()> + Send>> + Se
 
 /// A TLS backend (requires client certificates) on 127.0.0.1:0 that runs
 /// `handler` on every accepted, handshaken connection.
-pub async fn tls_backend<F, Fut>(pki: &Pki, handler: F) -> SocketAddr
+pub(crate) async fn tls_backend<F, Fut>(pki: &Pki, handler: F) -> SocketAddr
 where
     F: Fn(tokio_rustls::server::TlsStream<TcpStream>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -377,7 +385,7 @@ where
 }
 
 /// [`tls_backend`] on a listener the caller bound (another address).
-pub fn tls_backend_on<F, Fut>(listener: TcpListener, pki: &Pki, handler: F) -> SocketAddr
+pub(crate) fn tls_backend_on<F, Fut>(listener: TcpListener, pki: &Pki, handler: F) -> SocketAddr
 where
     F: Fn(tokio_rustls::server::TlsStream<TcpStream>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -396,7 +404,7 @@ where
 }
 
 /// A plain TCP backend on 127.0.0.1:0 that runs `handler` per connection.
-pub async fn raw_backend<F, Fut>(handler: F) -> SocketAddr
+pub(crate) async fn raw_backend<F, Fut>(handler: F) -> SocketAddr
 where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -406,7 +414,7 @@ where
 }
 
 /// [`raw_backend`] on a listener the caller bound (another address).
-pub fn raw_backend_on<F, Fut>(listener: TcpListener, handler: F) -> SocketAddr
+pub(crate) fn raw_backend_on<F, Fut>(listener: TcpListener, handler: F) -> SocketAddr
 where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -423,7 +431,7 @@ where
 }
 
 /// An address on which nothing listens (connects are refused).
-pub fn closed_port() -> SocketAddr {
+pub(crate) fn closed_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()
 }
@@ -431,7 +439,7 @@ pub fn closed_port() -> SocketAddr {
 // ----------------------------------------------------------------- clients
 
 /// Connects a rustls client through `relay_addr` with SNI `name`.
-pub async fn tls_connect<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn tls_connect<S: AsyncRead + AsyncWrite + Unpin>(
     config: rustls::ClientConfig,
     name: &str,
     stream: S,
@@ -443,7 +451,7 @@ pub async fn tls_connect<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// A real ClientHello captured from a client, by file name in tests/data.
-pub fn capture(name: &str) -> Vec<u8> {
+pub(crate) fn capture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name);
@@ -451,7 +459,7 @@ pub fn capture(name: &str) -> Vec<u8> {
 }
 
 /// The ClientHello rustls sends for `name`, made in memory.
-pub fn hello_for(name: &str) -> Vec<u8> {
+pub(crate) fn hello_for(name: &str) -> Vec<u8> {
     let config = rustls::ClientConfig::builder()
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
@@ -465,7 +473,7 @@ pub fn hello_for(name: &str) -> Vec<u8> {
 }
 
 /// Closes `stream` with a reset (SO_LINGER 0), as a peer that aborts does.
-pub fn reset(stream: TcpStream) {
+pub(crate) fn reset(stream: TcpStream) {
     socket2::SockRef::from(&stream)
         .set_linger(Some(Duration::ZERO))
         .unwrap();
@@ -474,7 +482,7 @@ pub fn reset(stream: TcpStream) {
 
 /// A stream wrapper that writes at most `max` bytes per write call and
 /// flushes each, so every TLS byte leaves in its own small segment.
-pub struct Trickle<S> {
+pub(crate) struct Trickle<S> {
     pub inner: S,
     pub max: usize,
 }
@@ -512,7 +520,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Trickle<S> {
 
 /// A third-party program (HAProxy, nginx) run as a child for interop tests,
 /// its stdout and stderr collected line by line.
-pub struct Tool {
+pub(crate) struct Tool {
     child: Child,
     pub dir: PathBuf,
     log: Arc<LogBook>,
@@ -521,7 +529,7 @@ pub struct Tool {
 impl Tool {
     /// Finds `program` on PATH or in /usr/sbin and starts it in `dir`.
     /// Panics (never skips) when the program is not installed.
-    pub fn spawn(program: &str, args: &[&str], dir: PathBuf, package: &str) -> Tool {
+    pub(crate) fn spawn(program: &str, args: &[&str], dir: PathBuf, package: &str) -> Tool {
         let path = ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
             .iter()
             .map(|d| PathBuf::from(d).join(program))
@@ -554,7 +562,7 @@ impl Tool {
         Tool { child, dir, log }
     }
 
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.log
             .lines
             .lock()
@@ -567,7 +575,7 @@ impl Tool {
     /// Waits until an output line satisfies `pred`, and returns it; fails
     /// the test (with the output so far) if the program exits first or
     /// after [`WAIT`].
-    pub async fn wait_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) async fn wait_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let changed = self.log.changed.notified();
@@ -608,7 +616,7 @@ impl Drop for Tool {
 
 /// A loopback port the kernel just chose (bound on port 0, then released),
 /// for programs that must be told their port in a config file.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -618,7 +626,7 @@ pub fn free_port() -> u16 {
 
 /// A loopback UDP port the kernel just chose (bound on port 0, then
 /// released), for programs that must be told their port.
-pub fn free_udp_port() -> u16 {
+pub(crate) fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -629,7 +637,7 @@ pub fn free_udp_port() -> u16 {
 /// A loopback port free for both TCP and UDP just now (the kernel's choice
 /// for TCP, kept if UDP can bind it too; bounded tries), for servers such
 /// as Caddy that serve HTTP/1-2 and HTTP/3 on one port.
-pub fn free_tcp_udp_port() -> u16 {
+pub(crate) fn free_tcp_udp_port() -> u16 {
     for _ in 0..100 {
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = tcp.local_addr().unwrap().port();
@@ -671,7 +679,7 @@ where
 
 /// Waits (bounded) until some socket is bound to UDP `port` on loopback
 /// (read from /proc/net/udp), for programs that log no readiness line.
-pub async fn wait_udp_bound(port: u16, tool: &mut Tool) {
+pub(crate) async fn wait_udp_bound(port: u16, tool: &mut Tool) {
     let local = format!(":{port:04X} ");
     let what = format!("bound UDP port {port}");
     wait_tool_ready(tool, &what, || {
@@ -689,7 +697,7 @@ pub async fn wait_udp_bound(port: u16, tool: &mut Tool) {
 
 /// Waits (bounded) until something accepts connections on `addr`, for
 /// programs that log no readiness line.
-pub async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
+pub(crate) async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
     let what = format!("accepted on {addr}");
     wait_tool_ready(tool, &what, || async move {
         TcpStream::connect(addr).await.is_ok()
@@ -700,7 +708,7 @@ pub async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
 /// Waits (bounded) until a socket listens on TCP `port` (read from
 /// /proc/net/tcp and tcp6, state 0A), without connecting: for a tool that
 /// would route a probe connection on to a backend the test watches.
-pub async fn wait_listening(port: u16, tool: &mut Tool) {
+pub(crate) async fn wait_listening(port: u16, tool: &mut Tool) {
     let local = format!(":{port:04X} ");
     let what = format!("listened on TCP port {port}");
     wait_tool_ready(tool, &what, || {
@@ -719,7 +727,7 @@ pub async fn wait_listening(port: u16, tool: &mut Tool) {
 
 /// Headless chromium as a client (`browser::chromium`), and the key pin
 /// that makes it trust a [`Pki`] server certificate.
-pub mod browser;
+pub(crate) mod browser;
 
 // ------------------------------------------ reload, stop, upgrade (issue 5)
 
@@ -728,7 +736,10 @@ impl Relay {
     /// config path and returns the command to spawn (it must run snirelay
     /// itself, or `exec` it, so that [`Relay::pid`] is the relay's). Waits
     /// for `ready` like [`Relay::start`].
-    pub async fn launch(config: &str, build: impl FnOnce(&std::path::Path) -> Command) -> Relay {
+    pub(crate) async fn launch(
+        config: &str,
+        build: impl FnOnce(&std::path::Path) -> Command,
+    ) -> Relay {
         raise_descriptor_limit();
         let dir = scratch_dir("relay");
         let config_path = dir.join("snirelay.toml");
@@ -783,7 +794,7 @@ impl Relay {
     }
 
     /// The relay binary with `run --config PATH` and JSON debug logs.
-    pub fn command(config_path: &std::path::Path) -> Command {
+    pub(crate) fn command(config_path: &std::path::Path) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_snirelay"));
         command.arg("run").arg("--config").arg(config_path).args([
             "--log-format",
@@ -795,14 +806,14 @@ impl Relay {
     }
 
     /// Waits until at least `n` log lines satisfy `pred`; returns the n-th.
-    pub async fn wait_nth(&self, n: usize, pred: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn wait_nth(&self, n: usize, pred: impl Fn(&Value) -> bool) -> Value {
         self.wait_lines(|lines| lines.iter().filter(|l| pred(l)).nth(n - 1).cloned())
             .await
     }
 
     /// Replaces the config file, sends SIGHUP and waits for the reload's
     /// outcome line (the `n`-th reload of this relay); returns it.
-    pub async fn reload(&self, config: &str, n: usize) -> Value {
+    pub(crate) async fn reload(&self, config: &str, n: usize) -> Value {
         std::fs::write(&self.config_path, config).unwrap();
         self.signal("HUP");
         self.wait_nth(n, |l| {
@@ -815,17 +826,17 @@ impl Relay {
     }
 
     /// Whether the process has exited (without waiting).
-    pub fn exited(&mut self) -> bool {
+    pub(crate) fn exited(&mut self) -> bool {
         self.child.try_wait().unwrap().is_some()
     }
 }
 
 /// A listener's `[listener.limits]` with the per-source connection cap off,
 /// for tests that play a load or many clients from one loopback address.
-pub const NO_SOURCE_LIMIT: &str = "[listener.limits]\nconnections_per_source = false\n";
+pub(crate) const NO_SOURCE_LIMIT: &str = "[listener.limits]\nconnections_per_source = false\n";
 
 /// A TLS backend that echoes everything it reads (mutual TLS).
-pub async fn tls_echo_backend(pki: &Pki) -> SocketAddr {
+pub(crate) async fn tls_echo_backend(pki: &Pki) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     serve_tls_echo(pki, Arc::new(listener));
@@ -834,7 +845,7 @@ pub async fn tls_echo_backend(pki: &Pki) -> SocketAddr {
 
 /// Serves mutual-TLS echo on `listener` (bound by the caller, e.g. on a
 /// chosen address or port) until the returned task is aborted.
-pub fn serve_tls_echo(pki: &Pki, listener: Arc<TcpListener>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn serve_tls_echo(pki: &Pki, listener: Arc<TcpListener>) -> tokio::task::JoinHandle<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config());
     tokio::spawn(async move {
@@ -858,7 +869,7 @@ pub fn serve_tls_echo(pki: &Pki, listener: Arc<TcpListener>) -> tokio::task::Joi
 
 /// One relayed echo session for `name`; returns the backend address the
 /// relay logged for it (`backend.addr`).
-pub async fn relayed_backend_addr(relay: &Relay, pki: &Pki, name: &str) -> String {
+pub(crate) async fn relayed_backend_addr(relay: &Relay, pki: &Pki, name: &str) -> String {
     let tls = echo_session(pki, relay.addr(), name)
         .await
         .expect("relayed echo session");
@@ -869,7 +880,7 @@ pub async fn relayed_backend_addr(relay: &Relay, pki: &Pki, name: &str) -> Strin
 }
 
 /// A relayed TLS session through `addr` with SNI `name`, proven by one echo.
-pub async fn echo_session(
+pub(crate) async fn echo_session(
     pki: &Pki,
     addr: SocketAddr,
     name: &str,
@@ -881,7 +892,7 @@ pub async fn echo_session(
 }
 
 /// One echo round trip.
-pub async fn echo_once<S>(tls: &mut S, message: &[u8]) -> std::io::Result<()>
+pub(crate) async fn echo_once<S>(tls: &mut S, message: &[u8]) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -898,7 +909,7 @@ where
 
 /// What a [`load`] run did.
 #[derive(Debug, Default, Clone)]
-pub struct LoadReport {
+pub(crate) struct LoadReport {
     pub attempted: u64,
     pub succeeded: u64,
     pub failures: Vec<String>,
@@ -910,7 +921,7 @@ pub struct LoadReport {
 /// relay and one echo, then closes. Stops when `stop` fires, waits for the
 /// connections in flight, and reports. Bounded: at most `rate * 60`
 /// connections and 512 in flight.
-pub fn load(
+pub(crate) fn load(
     pki: &Pki,
     target: Arc<Mutex<SocketAddr>>,
     name: &'static str,
@@ -969,7 +980,10 @@ pub fn load(
 
 /// Connects to `to` from the loopback address `from` (127.0.0.2, …), so
 /// tests can play several clients with distinct sources.
-pub async fn connect_from(from: std::net::IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect_from(
+    from: std::net::IpAddr,
+    to: SocketAddr,
+) -> std::io::Result<TcpStream> {
     let socket = match from {
         std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -980,7 +994,7 @@ pub async fn connect_from(from: std::net::IpAddr, to: SocketAddr) -> std::io::Re
 
 /// CPU time (user + system, in clock ticks) a process has used so far,
 /// from /proc/PID/stat.
-pub fn cpu_ticks(pid: u32) -> u64 {
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the parenthesised command name; utime and stime are the
     // 14th and 15th fields of the whole line.
@@ -991,7 +1005,7 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 
 /// How many connections wait in the kernel accept queue of the IPv4
 /// listening socket on `addr` (rx_queue of a LISTEN row in /proc/net/tcp).
-pub fn accept_queue_len(addr: SocketAddr) -> u32 {
+pub(crate) fn accept_queue_len(addr: SocketAddr) -> u32 {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
     let port = format!(":{:04X}", addr.port());
     for row in table.lines().skip(1) {
@@ -1005,7 +1019,7 @@ pub fn accept_queue_len(addr: SocketAddr) -> u32 {
 }
 
 /// Waits (polling, with the usual deadline) until `cond` holds.
-pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !cond() {
         assert!(
@@ -1018,7 +1032,11 @@ pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 
 impl Relay {
     /// Waits until at least `n` log lines satisfy `pred`; returns them all.
-    pub async fn wait_matching(&self, n: usize, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+    pub(crate) async fn wait_matching(
+        &self,
+        n: usize,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
         self.wait_lines(|lines| {
             let found: Vec<Value> = lines.iter().filter(|l| pred(l)).cloned().collect();
             (found.len() >= n).then_some(found)
@@ -1031,7 +1049,7 @@ impl Relay {
 
 /// The PEM files a command-line TLS client needs: the CA to trust and the
 /// client certificate and key to present.
-pub struct PemFiles {
+pub(crate) struct PemFiles {
     pub ca: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
@@ -1039,7 +1057,7 @@ pub struct PemFiles {
 
 impl Pki {
     /// Writes the CA and the client certificate and key as PEM into `dir`.
-    pub fn write_pem(&self, dir: &std::path::Path) -> PemFiles {
+    pub(crate) fn write_pem(&self, dir: &std::path::Path) -> PemFiles {
         let files = PemFiles {
             ca: dir.join("ca.pem"),
             client_cert: dir.join("client.pem"),
@@ -1060,7 +1078,7 @@ impl Pki {
 impl Pki {
     /// Writes the server certificate chain and its key as PEM into `dir`
     /// (`server.pem`, `server.key`), for a server run as a child process.
-    pub fn write_server_pem(&self, dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    pub(crate) fn write_server_pem(&self, dir: &std::path::Path) -> (PathBuf, PathBuf) {
         let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
         let chain: String = self
             .server_chain
@@ -1074,7 +1092,7 @@ impl Pki {
 }
 
 /// PEM armour (RFC 7468) around DER bytes.
-pub fn pem(label: &str, der: &[u8]) -> String {
+pub(crate) fn pem(label: &str, der: &[u8]) -> String {
     let b64 = base64(der);
     let mut out = format!("-----BEGIN {label}-----\n");
     for line in b64.as_bytes().chunks(64) {
@@ -1086,7 +1104,7 @@ pub fn pem(label: &str, der: &[u8]) -> String {
 }
 
 /// Standard base64 (RFC 4648 §4, padded).
-pub fn base64(bytes: &[u8]) -> String {
+pub(crate) fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut b64 = String::new();
     for chunk in bytes.chunks(3) {
@@ -1106,7 +1124,7 @@ pub fn base64(bytes: &[u8]) -> String {
 }
 
 /// `snirelay ctl ARGS --config CONFIG`: its exit code, stdout and stderr.
-pub async fn ctl(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+pub(crate) async fn ctl(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
     let mut all = vec!["ctl".to_owned()];
     all.extend(args.iter().map(|s| s.to_string()));
     all.extend(["--config".to_owned(), config.display().to_string()]);
@@ -1115,7 +1133,7 @@ pub async fn ctl(config: &std::path::Path, args: &[&str]) -> (Option<i32>, Strin
 
 /// Runs the snirelay binary with `args` off the async runtime and returns
 /// its exit code, stdout and stderr.
-pub async fn run_snirelay(args: Vec<String>) -> (Option<i32>, String, String) {
+pub(crate) async fn run_snirelay(args: Vec<String>) -> (Option<i32>, String, String) {
     let output = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_snirelay"))
             .args(&args)
@@ -1136,7 +1154,7 @@ pub async fn run_snirelay(args: Vec<String>) -> (Option<i32>, String, String) {
 
 /// A plain HTTP/1.1 GET (`Connection: close`) to the admin listener:
 /// returns the status code and the body.
-pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     // Bodies from a fixed-length `Full` are never chunked.
     let answer = http_tcp(addr, &request).await;
@@ -1145,7 +1163,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 /// The value of one sample in a Prometheus text exposition, by its full
 /// series text (`name{labels}`); 0 when the series is absent.
-pub fn metric(text: &str, series: &str) -> f64 {
+pub(crate) fn metric(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0.0, |v| v.trim().parse().unwrap())
@@ -1154,13 +1172,13 @@ pub fn metric(text: &str, series: &str) -> f64 {
 // ------------------------------------------------------ reload fixtures
 
 /// The names the two routes of [`two_routes`] serve.
-pub const NAMES: &[&str] = &["app.example.com", "r.example.com", "s.example.com"];
+pub(crate) const NAMES: &[&str] = &["app.example.com", "r.example.com", "s.example.com"];
 
 /// Listener `tls` with route `r` (r.example.com, app.example.com) → `r` and
 /// route `s` (s.example.com) → `s`; `extra` is appended verbatim. Every
 /// client of these tests comes from 127.0.0.1, and a load can hold more
 /// than the default per-source cap in flight, so that limit is off.
-pub fn two_routes(r: SocketAddr, s: SocketAddr, extra: &str) -> String {
+pub(crate) fn two_routes(r: SocketAddr, s: SocketAddr, extra: &str) -> String {
     format!(
         r#"
 [global]
@@ -1195,7 +1213,7 @@ addresses = ["{s}"]
 
 /// Starts a relay that offers its listening sockets at `path` for a binary
 /// upgrade, and waits until it does.
-pub async fn start_with_takeover(config: &str, path: &std::path::Path) -> Relay {
+pub(crate) async fn start_with_takeover(config: &str, path: &std::path::Path) -> Relay {
     let relay = Relay::launch(config, |config_path| {
         let mut command = Relay::command(config_path);
         command.arg("--takeover").arg(path);
@@ -1213,14 +1231,14 @@ pub async fn start_with_takeover(config: &str, path: &std::path::Path) -> Relay 
 /// A listener that never accepts, its tiny backlog filled: further SYNs are
 /// dropped, so connects to it hang until the connector gives up (a
 /// black-holed address, as seen from the relay).
-pub struct BlackHole {
+pub(crate) struct BlackHole {
     pub addr: SocketAddr,
     _listener: socket2::Socket,
     _fillers: Vec<socket2::Socket>,
 }
 
 impl BlackHole {
-    pub fn new() -> BlackHole {
+    pub(crate) fn new() -> BlackHole {
         use socket2::{Domain, Socket, Type};
         let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -1251,7 +1269,7 @@ impl Default for BlackHole {
 /// A plain TCP backend that writes `tag` to every connection, then reads
 /// until the client closes. Returns its address and a count of accepted
 /// connections.
-pub async fn tagged_backend(
+pub(crate) async fn tagged_backend(
     tag: &'static str,
 ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     tagged_backend_on(TcpListener::bind("127.0.0.1:0").await.unwrap(), tag)
@@ -1259,7 +1277,7 @@ pub async fn tagged_backend(
 
 /// [`tagged_backend`] on a listener the caller bound (another loopback
 /// address, a chosen port).
-pub fn tagged_backend_on(
+pub(crate) fn tagged_backend_on(
     listener: TcpListener,
     tag: &'static str,
 ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
@@ -1282,22 +1300,25 @@ pub fn tagged_backend_on(
 }
 
 /// The test DNS server (`dns::DnsServer`).
-pub mod dns;
+pub(crate) mod dns;
 
 /// A test hosts file for a child's resolver (`hosts::Hosts`).
-pub mod hosts;
+pub(crate) mod hosts;
 
 /// UDP echo backends and clients for the QUIC listener's tests.
-pub mod udp;
+pub(crate) mod udp;
 
 // ------------------------------------------- cluster lookups (issue 6)
 
-pub mod control_plane;
+pub(crate) mod control_plane;
 
 /// Waits (bounded by [`WAIT`]) until `done()` holds, checking again each
 /// time `changed` is notified (the lookup doubles notify on every request).
 /// `false` when [`WAIT`] passed first.
-pub async fn wait_notified(changed: &tokio::sync::Notify, mut done: impl FnMut() -> bool) -> bool {
+pub(crate) async fn wait_notified(
+    changed: &tokio::sync::Notify,
+    mut done: impl FnMut() -> bool,
+) -> bool {
     tokio::time::timeout(WAIT, async {
         loop {
             let notified = changed.notified();
@@ -1316,7 +1337,7 @@ pub async fn wait_notified(changed: &tokio::sync::Notify, mut done: impl FnMut()
 // ------------------------------- Pangolin's lookup protocol (issue 17)
 
 /// A Pangolin control plane double (`pangolin::Pangolin`).
-pub mod pangolin;
+pub(crate) mod pangolin;
 
 // ------------------------------------------------ per-route limits (issue 15)
 
@@ -1326,7 +1347,7 @@ pub mod pangolin;
 /// the relay forwarded it; `None` when the relay closed it instead. The
 /// stream is returned open, so a relayed connection stays counted until the
 /// caller drops it.
-pub async fn replay_hello_from(
+pub(crate) async fn replay_hello_from(
     from: std::net::IpAddr,
     to: SocketAddr,
     name: &str,
@@ -1340,7 +1361,7 @@ pub async fn replay_hello_from(
 
 /// What came back on a client connection whose hello was sent: the first
 /// bytes from the backend, or `None` when the relay closed it.
-pub async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
+pub(crate) async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; 256];
     let read = tokio::time::timeout(WAIT, stream.read(&mut buf))
@@ -1353,14 +1374,14 @@ pub async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
 }
 // ---------------------------------------- network namespaces (issue 15)
 
-pub mod netns;
+pub(crate) mod netns;
 
 // ------------------------------------------------ run-time control (issue 16)
 
 /// An HTTP/1.1 request (`Connection: close`) as text: `method path`, the
 /// `headers` (`Name: value`), and `body` with its Content-Length when not
 /// empty.
-pub fn http_request_text(method: &str, path: &str, headers: &[&str], body: &str) -> String {
+pub(crate) fn http_request_text(method: &str, path: &str, headers: &[&str], body: &str) -> String {
     let mut text = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n");
     for header in headers {
         text.push_str(header);
@@ -1376,7 +1397,7 @@ pub fn http_request_text(method: &str, path: &str, headers: &[&str], body: &str)
 
 /// An admin answer: status, head (status line and headers) and body.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: u16,
     pub head: String,
     pub body: String,
@@ -1384,14 +1405,14 @@ pub struct Answer {
 
 impl Answer {
     /// The body as JSON.
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.head, self.body))
     }
 }
 
 /// Sends `request` on `stream` and reads the answer until the server closes.
-pub async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     request: &str,
 ) -> Answer {
@@ -1420,12 +1441,12 @@ pub async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// [`http_exchange`] on a new TCP connection to `addr`.
-pub async fn http_tcp(addr: SocketAddr, request: &str) -> Answer {
+pub(crate) async fn http_tcp(addr: SocketAddr, request: &str) -> Answer {
     http_exchange(TcpStream::connect(addr).await.unwrap(), request).await
 }
 
 /// [`http_exchange`] on a new connection to the Unix socket `path`.
-pub async fn http_unix(path: &std::path::Path, request: &str) -> Answer {
+pub(crate) async fn http_unix(path: &std::path::Path, request: &str) -> Answer {
     http_exchange(
         tokio::net::UnixStream::connect(path).await.unwrap(),
         request,
@@ -1435,7 +1456,7 @@ pub async fn http_unix(path: &std::path::Path, request: &str) -> Answer {
 
 /// Writes a token file (mode 0600, as `[admin] token_file` requires) in a
 /// fresh scratch directory; returns its path.
-pub fn token_file(text: &str) -> PathBuf {
+pub(crate) fn token_file(text: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let path = scratch_dir("tokens").join("admin.tokens");
     std::fs::write(&path, text).unwrap();
@@ -1447,7 +1468,7 @@ pub fn token_file(text: &str) -> PathBuf {
 
 /// What a recording backend saw on one connection.
 #[derive(Debug)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// The bytes of the first read: header and hello arrive together.
     pub first_read: Vec<u8>,
     /// Everything until the relay's FIN.
@@ -1455,7 +1476,8 @@ pub struct Recorded {
 }
 
 /// A plain TCP backend that records each connection until EOF.
-pub async fn recording_backend() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Recorded>) {
+pub(crate) async fn recording_backend()
+-> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Recorded>) {
     use tokio::io::AsyncReadExt;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let addr = raw_backend(move |mut stream| {
@@ -1474,7 +1496,7 @@ pub async fn recording_backend() -> (SocketAddr, tokio::sync::mpsc::UnboundedRec
 }
 
 /// Sends `bytes`, half-closes, and reads until the relay closes.
-pub async fn send_and_finish(addr: SocketAddr, bytes: &[u8]) -> (SocketAddr, Vec<u8>) {
+pub(crate) async fn send_and_finish(addr: SocketAddr, bytes: &[u8]) -> (SocketAddr, Vec<u8>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut client = TcpStream::connect(addr).await.unwrap();
     let local = client.local_addr().unwrap();
@@ -1489,7 +1511,7 @@ pub async fn send_and_finish(addr: SocketAddr, bytes: &[u8]) -> (SocketAddr, Vec
 
 /// The first flight (the ClientHello) a rustls client with `config` sends
 /// for `name`, made in memory.
-pub fn hello_bytes(config: rustls::ClientConfig, name: &str) -> Vec<u8> {
+pub(crate) fn hello_bytes(config: rustls::ClientConfig, name: &str) -> Vec<u8> {
     let name = ServerName::try_from(name.to_owned()).unwrap();
     let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
     let mut out = Vec::new();
@@ -1500,7 +1522,7 @@ pub fn hello_bytes(config: rustls::ClientConfig, name: &str) -> Vec<u8> {
 }
 
 /// A rustls ClientHello for `name` offering the ALPN protocols `alpn`.
-pub fn client_hello(name: &str, alpn: &[&str]) -> Vec<u8> {
+pub(crate) fn client_hello(name: &str, alpn: &[&str]) -> Vec<u8> {
     let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
@@ -1511,7 +1533,7 @@ pub fn client_hello(name: &str, alpn: &[&str]) -> Vec<u8> {
 /// An ECHConfigList (draft-ietf-tls-esni §4) holding one configuration:
 /// `config_id`, a fresh DHKEM(X25519) key, HKDF-SHA256 with AES-128-GCM,
 /// and `public_name` (the outer SNI clients send).
-pub fn ech_config_list(config_id: u8, public_name: &str) -> Vec<u8> {
+pub(crate) fn ech_config_list(config_id: u8, public_name: &str) -> Vec<u8> {
     use rustls::crypto::aws_lc_rs::hpke::DH_KEM_X25519_HKDF_SHA256_AES_128 as SUITE;
     use rustls::crypto::hpke::Hpke;
     let (public, _private) = SUITE.generate_key_pair().unwrap();
@@ -1534,7 +1556,7 @@ pub fn ech_config_list(config_id: u8, public_name: &str) -> Vec<u8> {
 /// The ClientHello of a rustls client doing real ECH with the configuration
 /// [`ech_config_list`] makes: the outer hello names `public_name`, the
 /// encrypted inner one `inner_name`.
-pub fn ech_hello(config_id: u8, public_name: &str, inner_name: &str) -> Vec<u8> {
+pub(crate) fn ech_hello(config_id: u8, public_name: &str, inner_name: &str) -> Vec<u8> {
     use rustls::client::{EchConfig, EchMode};
     use rustls::crypto::aws_lc_rs;
     let list = ech_config_list(config_id, public_name);
@@ -1553,7 +1575,7 @@ pub fn ech_hello(config_id: u8, public_name: &str, inner_name: &str) -> Vec<u8> 
 /// A UDP backend that echoes every datagram to its sender (a stand-in for
 /// a QUIC server once a flow is open: the relay no longer reads its
 /// datagrams).
-pub async fn udp_echo_backend() -> SocketAddr {
+pub(crate) async fn udp_echo_backend() -> SocketAddr {
     let backend = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = backend.local_addr().unwrap();
     tokio::spawn(async move {
@@ -1569,7 +1591,7 @@ pub async fn udp_echo_backend() -> SocketAddr {
 /// sending it again every 200 ms (as a QUIC endpoint retransmits) until
 /// its echo arrives, within [`WAIT`]. Other datagrams are skipped. Returns
 /// how many times it was sent.
-pub async fn udp_round_trip(
+pub(crate) async fn udp_round_trip(
     client: &tokio::net::UdpSocket,
     to: SocketAddr,
     message: &[u8],
@@ -1608,7 +1630,7 @@ pub async fn udp_round_trip(
 /// `hello` (a captured one-datagram first flight) from a fresh socket and
 /// waits for its echo from a [`udp_echo_backend`]. The flow is open (and
 /// listed by the admin listener) once the echo is back.
-pub async fn open_quic_flow(relay: SocketAddr, hello: &[u8]) -> tokio::net::UdpSocket {
+pub(crate) async fn open_quic_flow(relay: SocketAddr, hello: &[u8]) -> tokio::net::UdpSocket {
     let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     udp_round_trip(&client, relay, hello).await;
     client

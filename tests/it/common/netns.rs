@@ -17,7 +17,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A namespace, its veth pair and its addresses.
-pub struct NetNs {
+pub(crate) struct NetNs {
     pub name: String,
     /// The test's end of the veth pair (in the test's namespace).
     pub outer: Ipv4Addr,
@@ -30,7 +30,7 @@ pub struct NetNs {
 const ATTEMPTS: u32 = 64;
 
 impl NetNs {
-    pub fn new() -> NetNs {
+    pub(crate) fn new() -> NetNs {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let pid = std::process::id();
         for _ in 0..ATTEMPTS {
@@ -99,7 +99,7 @@ impl NetNs {
 
     /// `command` (program and arguments), run inside the namespace with
     /// `ip netns exec`, which execs it: the child's pid is the program's.
-    pub fn wrap(&self, command: &Command) -> Command {
+    pub(crate) fn wrap(&self, command: &Command) -> Command {
         let mut wrapped = Command::new("ip");
         wrapped
             .args(["netns", "exec", &self.name])
@@ -109,7 +109,7 @@ impl NetNs {
     }
 
     /// Runs `args` inside the namespace; panics unless it succeeds.
-    pub fn exec(&self, args: &[&str]) -> String {
+    pub(crate) fn exec(&self, args: &[&str]) -> String {
         let mut all = vec!["ip", "netns", "exec", &self.name];
         all.extend_from_slice(args);
         output(&all)
@@ -118,7 +118,7 @@ impl NetNs {
     /// From now on, every TCP segment from the outer address's `port`
     /// (a peer the relay talks to) is dropped as it reaches the namespace:
     /// the peer has vanished, no FIN, no reset, no ICMP.
-    pub fn drop_from(&self, port: u16) {
+    pub(crate) fn drop_from(&self, port: u16) {
         self.exec(&["nft", "add", "table", "inet", "vanish"]);
         self.exec(&[
             "nft",

@@ -48,16 +48,16 @@ use super::dns::DnsServer;
 use super::{Answer, Pki, WAIT, http_request_text, http_tcp};
 
 /// The TTL, seconds, of the exit nodes' names in the double's DNS.
-pub const NODE_TTL: u32 = 300;
+pub(crate) const NODE_TTL: u32 = 300;
 
 /// The API base Gerbil is given as `remoteConfig`.
-pub const BASE: &str = "/api/v1";
+pub(crate) const BASE: &str = "/api/v1";
 /// The route under [`BASE`].
-pub const ROUTE: &str = "/gerbil/get-resolved-hostname";
+pub(crate) const ROUTE: &str = "/gerbil/get-resolved-hostname";
 
 /// What the control plane answers for one hostname.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// 200 with `{"endpoints": [...]}` (as Pangolin writes them: host
     /// addresses without a port).
     Endpoints(Vec<String>),
@@ -66,14 +66,14 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub fn endpoints<T: ToString>(hosts: &[T]) -> Reply {
+    pub(crate) fn endpoints<T: ToString>(hosts: &[T]) -> Reply {
         Reply::Endpoints(hosts.iter().map(ToString::to_string).collect())
     }
 }
 
 /// One request as received.
 #[derive(Debug, Clone)]
-pub struct Logged {
+pub(crate) struct Logged {
     pub method: String,
     pub path: String,
     pub headers: HashMap<String, String>,
@@ -96,7 +96,7 @@ struct State {
 }
 
 /// A running Pangolin double; stops when dropped.
-pub struct Pangolin {
+pub(crate) struct Pangolin {
     pub addr: SocketAddr,
     /// Where the exit nodes' names resolve (`resolver` in the relay's
     /// cluster section).
@@ -109,13 +109,13 @@ pub struct Pangolin {
 
 impl Pangolin {
     /// Plain HTTP.
-    pub async fn start() -> Pangolin {
+    pub(crate) async fn start() -> Pangolin {
         Pangolin::serve(None).await
     }
 
     /// HTTPS with `pki`'s server certificate, requiring a client
     /// certificate signed by `pki`'s CA (rustls `WebPkiClientVerifier`).
-    pub async fn start_tls(pki: &Pki) -> Pangolin {
+    pub(crate) async fn start_tls(pki: &Pki) -> Pangolin {
         Pangolin::serve(Some(pki.server_config())).await
     }
 
@@ -163,27 +163,27 @@ impl Pangolin {
 
     /// The `lookup_url` to configure (the API base, as Gerbil's
     /// `remoteConfig`).
-    pub fn base_url(&self) -> String {
+    pub(crate) fn base_url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}{BASE}", self.addr)
     }
 
     /// The `resolver` to configure: the double's DNS server.
-    pub fn resolver(&self) -> SocketAddr {
+    pub(crate) fn resolver(&self) -> SocketAddr {
         self.dns.addr
     }
 
     /// An exit node whose `endpoint` is `name`, at `addrs` (A and AAAA
     /// records, in that order, TTL [`NODE_TTL`]); returns `name`, to
     /// answer with.
-    pub fn exit_node(&self, name: &str, addrs: &[IpAddr]) -> String {
+    pub(crate) fn exit_node(&self, name: &str, addrs: &[IpAddr]) -> String {
         self.dns.set(name, addrs.to_vec(), NODE_TTL);
         name.to_owned()
     }
 
     /// Answers every request for `path` with `status` and `Location:
     /// location` from now on.
-    pub fn redirect(&self, path: &str, status: u16, location: &str) {
+    pub(crate) fn redirect(&self, path: &str, status: u16, location: &str) {
         let mut state = self.state.lock().unwrap();
         state
             .redirects
@@ -191,20 +191,20 @@ impl Pangolin {
     }
 
     /// Answers `hostname` with `reply` from now on.
-    pub fn set(&self, hostname: &str, reply: Reply) {
+    pub(crate) fn set(&self, hostname: &str, reply: Reply) {
         let mut state = self.state.lock().unwrap();
         state.answers.insert(hostname.to_owned(), reply);
     }
 
     /// Answers every well-formed request with `reply` (`None`: back to the
     /// table).
-    pub fn fail(&self, reply: Option<Reply>) {
+    pub(crate) fn fail(&self, reply: Option<Reply>) {
         self.state.lock().unwrap().failure = reply;
     }
 
     /// Requires header `name` with `value` on every lookup (401 otherwise),
     /// in place of any value required for `name` before.
-    pub fn require_header(&self, name: &str, value: &str) {
+    pub(crate) fn require_header(&self, name: &str, value: &str) {
         let name = name.to_ascii_lowercase();
         let mut state = self.state.lock().unwrap();
         state.required.retain(|(n, _)| *n != name);
@@ -212,23 +212,23 @@ impl Pangolin {
     }
 
     /// Well-formed lookups received for `hostname` so far.
-    pub fn requests(&self, hostname: &str) -> usize {
+    pub(crate) fn requests(&self, hostname: &str) -> usize {
         let state = self.state.lock().unwrap();
         state.requests.get(hostname).copied().unwrap_or(0)
     }
 
     /// Requests answered 400.
-    pub fn malformed(&self) -> usize {
+    pub(crate) fn malformed(&self) -> usize {
         self.state.lock().unwrap().malformed
     }
 
     /// Every request so far, in arrival order.
-    pub fn log(&self) -> Vec<Logged> {
+    pub(crate) fn log(&self) -> Vec<Logged> {
         self.state.lock().unwrap().log.clone()
     }
 
     /// Waits (bounded by [`WAIT`]) until `hostname` got at least `n` lookups.
-    pub async fn wait_requests(&self, hostname: &str, n: usize) {
+    pub(crate) async fn wait_requests(&self, hostname: &str, n: usize) {
         let waited = super::wait_notified(&self.changed, || self.requests(hostname) >= n).await;
         assert!(
             waited,
@@ -240,7 +240,11 @@ impl Pangolin {
     /// Sends what Pangolin sends a Gerbil node when the names tunnelled to
     /// it change: `POST /update-local-snis` `{"fullDomains": [...]}` to
     /// `to` (plain HTTP), with `Authorization: Bearer token` when given.
-    pub async fn push_local_snis(to: SocketAddr, token: Option<&str>, domains: &[&str]) -> Answer {
+    pub(crate) async fn push_local_snis(
+        to: SocketAddr,
+        token: Option<&str>,
+        domains: &[&str],
+    ) -> Answer {
         let body = serde_json::json!({ "fullDomains": domains }).to_string();
         let auth = token.map(|t| format!("Authorization: Bearer {t}"));
         let mut headers = vec!["Content-Type: application/json"];
@@ -263,7 +267,7 @@ impl Drop for Pangolin {
 
 /// What Express's `express.json()` and the zod schema make of a request:
 /// the hostname, or why it is a 400.
-pub fn validate(content_type: Option<&str>, body: &[u8]) -> Result<String, String> {
+pub(crate) fn validate(content_type: Option<&str>, body: &[u8]) -> Result<String, String> {
     // `type-is` matching of "application/json": the media type, parameters
     // (a charset) allowed. Any other type: the parser skips the body and
     // `req.body` is `{}`.

@@ -3,7 +3,7 @@
 // tests/data/quic.
 
 /// A capture of tests/data/quic: one datagram per line, hex.
-pub fn capture(name: &str) -> Vec<Vec<u8>> {
+pub(crate) fn capture(name: &str) -> Vec<Vec<u8>> {
     let path = format!("{}/tests/data/quic/{name}.hex", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{path}: {e}"))

@@ -16,7 +16,10 @@ use super::WAIT;
 
 /// Echoes every datagram on `socket` back to its sender and reports the
 /// socket's own address on `seen` for each one.
-pub fn udp_echo_on(socket: UdpSocket, seen: mpsc::UnboundedSender<SocketAddr>) -> SocketAddr {
+pub(crate) fn udp_echo_on(
+    socket: UdpSocket,
+    seen: mpsc::UnboundedSender<SocketAddr>,
+) -> SocketAddr {
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
         let mut buf = vec![0u8; 65536];
@@ -30,7 +33,9 @@ pub fn udp_echo_on(socket: UdpSocket, seen: mpsc::UnboundedSender<SocketAddr>) -
 
 /// `n` echo backends on 127.0.0.1, and the channel on which each reports
 /// a datagram it received (by its address).
-pub async fn udp_echo_backends(n: usize) -> (Vec<SocketAddr>, mpsc::UnboundedReceiver<SocketAddr>) {
+pub(crate) async fn udp_echo_backends(
+    n: usize,
+) -> (Vec<SocketAddr>, mpsc::UnboundedReceiver<SocketAddr>) {
     let (seen, rx) = mpsc::unbounded_channel();
     let mut addrs = Vec::with_capacity(n);
     for _ in 0..n {
@@ -41,7 +46,7 @@ pub async fn udp_echo_backends(n: usize) -> (Vec<SocketAddr>, mpsc::UnboundedRec
 }
 
 /// The backend that reports next (bounded by WAIT).
-pub async fn next_seen(seen: &mut mpsc::UnboundedReceiver<SocketAddr>) -> SocketAddr {
+pub(crate) async fn next_seen(seen: &mut mpsc::UnboundedReceiver<SocketAddr>) -> SocketAddr {
     tokio::time::timeout(WAIT, seen.recv())
         .await
         .expect("no backend received a datagram within the wait")
@@ -51,7 +56,7 @@ pub async fn next_seen(seen: &mut mpsc::UnboundedReceiver<SocketAddr>) -> Socket
 /// Sends `flight` to `relay` from a new socket on `from` (an IP of the
 /// loopback network, port 0) and waits for the echo of its last
 /// datagram; returns the socket (whose address is the flow's).
-pub async fn echoed_flow(relay: SocketAddr, from: &str, flight: &[Vec<u8>]) -> UdpSocket {
+pub(crate) async fn echoed_flow(relay: SocketAddr, from: &str, flight: &[Vec<u8>]) -> UdpSocket {
     let client = UdpSocket::bind((from, 0)).await.unwrap();
     for datagram in flight {
         client.send_to(datagram, relay).await.unwrap();
@@ -76,7 +81,7 @@ pub async fn echoed_flow(relay: SocketAddr, from: &str, flight: &[Vec<u8>]) -> U
 
 /// Sends `flight` to `relay` from a new socket on 127.0.0.1, without
 /// waiting for anything; returns the socket.
-pub async fn send_flow(relay: SocketAddr, flight: &[Vec<u8>]) -> UdpSocket {
+pub(crate) async fn send_flow(relay: SocketAddr, flight: &[Vec<u8>]) -> UdpSocket {
     let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     for datagram in flight {
         client.send_to(datagram, relay).await.unwrap();
@@ -86,7 +91,7 @@ pub async fn send_flow(relay: SocketAddr, flight: &[Vec<u8>]) -> UdpSocket {
 
 /// The QUIC listener's summary of new flows' datagrams dropped at a bound
 /// (a WARN at most once a second).
-pub fn is_new_flow_drop_summary(line: &serde_json::Value) -> bool {
+pub(crate) fn is_new_flow_drop_summary(line: &serde_json::Value) -> bool {
     line["message"]
         .as_str()
         .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))

@@ -1,0 +1,1300 @@
+//! Admission: whether a freshly accepted connection may go on, decided
+//! before a single byte is read from it.
+//!
+//! Checks run cheapest first, each on the connection's [`SourceKey`] (the
+//! source address cut to `source_prefix_v4` / `source_prefix_v6` bits, with
+//! IPv4-mapped IPv6 counted as IPv4):
+//! 1. the listener's `deny` list, then its `allow` list (deny wins) →
+//!    [`Refusal::Denied`];
+//! 2. `connections_per_source`, open connections per key → [`Refusal::Concurrent`];
+//! 3. `connection_rate_per_source` / `connection_burst_per_source`, a keyed
+//!    GCRA → [`Refusal::Rate`]. A connection refused at step 2 spends no
+//!    rate token, so a client parked at its concurrency cap does not also
+//!    burn its rate; with `rate_counts_refused` every refused attempt (at
+//!    step 2 or 3) spends one, as HAProxy's `conn_rate` counts them (see
+//!    `KeyedGcra` for the bound that keeps this from locking a source out
+//!    for long).
+//!
+//! With `dry_run` the counting limits (2 and 3) still count and report what
+//! they would refuse, but refuse nothing; `deny`/`allow` are policy, not
+//! sizing, and always apply. Unset limits cost nothing: no table exists.
+//!
+//! This is the one admission gate, with two doors. [`Admission::at_accept`]
+//! decides a direct client on its measured [`PeerAddr`] before a byte is
+//! read, and defers a trusted peer relay (the budget rule: a peer's own
+//! address is exempt, since one peer carries many clients).
+//! [`Admission::after_preface`] decides the client such a peer claims, on
+//! its [`ClaimedAddr`], as if it had connected directly, and counts nothing
+//! for a connection that claims nobody (LOCAL, UNKNOWN, a v2 fallback, no
+//! header in `optional` mode). Either way the key is a typed value built
+//! from a [`Source`].
+//!
+//! Memory (both tables are bounded and swept by [`Admission::sweep`], which
+//! the server runs every [`SWEEP_INTERVAL`]):
+//! - the concurrency table holds one entry (17-byte key + `u32`, ~40 bytes
+//!   with hash-table overhead) per key with an open connection; an entry is
+//!   removed when its last connection closes (RAII [`SourceGuard`]), so it
+//!   never holds more than `max_connections` entries; the sweep gives back
+//!   spare capacity after a burst;
+//! - the rate table holds one entry (~50 bytes in governor's sharded
+//!   `DashMap` store) per key seen within the last `burst / rate` seconds
+//!   plus up to one sweep interval; `retain_recent` drops keys whose bucket
+//!   is full again, and `shrink_to_fit` returns the space.
+//!
+//! Hot path: one hash of a 17-byte key per table, one short mutex hold for
+//! the concurrency table and one sharded lock + CAS for the rate table; no
+//! allocation except when a new key enters a table. Measured in
+//! `benches/admission.rs`.
+//!
+//! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
+//! what was refused since the last one.
+//!
+//! Per route: a [`RouteGate`] applies a route's `[route.limits]` (the same
+//! steps, on the same kind of [`Admission`]) and its `max_connections` once
+//! the ClientHello has named the route, refusing with a [`RouteRefusal`].
+//!
+//! Across reloads: [`Admission::next`] builds the state for changed limits
+//! on the tables of the previous one where they mean the same thing (same
+//! source prefixes; for the rate table, the same rate), so the per-source
+//! counts of connections still open carry over and a lowered cap holds at
+//! once; [`RouteGate::next`] does the same for a route, its open count
+//! included. The concurrency table therefore keeps no cap of its own.
+//!
+//! Not here: accepting, the global connection cap and rate (see `accept`),
+//! reading the connection, or routing (`route`; `conn` calls the route's
+//! gate once the route is known, and `generation` keeps the gates by route
+//! name).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock, Reference};
+use governor::nanos::Nanos;
+use governor::state::StateStore;
+use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::close_reason::CloseReason;
+use crate::wire::cidr::{self, canonical};
+
+/// How often the per-source tables are swept.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+
+// ------------------------------------------------------------------ config
+
+/// A listener's admission settings: plain settings, defined with the rest.
+pub use crate::config::settings::{Limits, Rate};
+
+// --------------------------------------------------------------- the key
+
+/// What the gate at accept decided for an admitted connection.
+#[derive(Debug)]
+pub enum AtAccept {
+    /// Admitted on its measured address; the slot is held for its life.
+    Admitted(Admitted),
+    /// A trusted peer relay: decided after its preface.
+    AfterPreface,
+}
+
+/// Whose address a connection is admitted on: the measured peer, or (for a
+/// trusted peer relay, once the PROXY preface is read) the claimed client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Peer(PeerAddr),
+    Claimed(ClaimedAddr),
+}
+
+impl From<PeerAddr> for Source {
+    fn from(peer: PeerAddr) -> Self {
+        Source::Peer(peer)
+    }
+}
+
+impl From<ClaimedAddr> for Source {
+    fn from(claimed: ClaimedAddr) -> Self {
+        Source::Claimed(claimed)
+    }
+}
+
+impl Source {
+    /// The address limits apply to, with IPv4-mapped IPv6 turned into IPv4
+    /// so that a dual-stack socket cannot give one client two keys.
+    pub fn ip(self) -> IpAddr {
+        let ip = match self {
+            Source::Peer(PeerAddr(addr)) | Source::Claimed(ClaimedAddr(addr)) => addr.ip(),
+        };
+        canonical(ip)
+    }
+}
+
+/// The per-source table key: a source address cut to its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKey {
+    V4([u8; 4]),
+    V6([u8; 16]),
+}
+
+impl SourceKey {
+    pub fn new(source: Source, prefix_v4: u8, prefix_v6: u8) -> SourceKey {
+        match source.ip() {
+            IpAddr::V4(v4) => {
+                SourceKey::V4((u32::from(v4) & cidr::mask32(prefix_v4)).to_be_bytes())
+            }
+            IpAddr::V6(v6) => {
+                SourceKey::V6((u128::from(v6) & cidr::mask128(prefix_v6)).to_be_bytes())
+            }
+        }
+    }
+}
+
+impl fmt::Display for SourceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceKey::V4(b) => Ipv4Addr::from(*b).fmt(f),
+            SourceKey::V6(b) => Ipv6Addr::from(*b).fmt(f),
+        }
+    }
+}
+
+// -------------------------------------------------------------- decisions
+
+/// Why a connection was refused at admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("source is denied on this listener")]
+    Denied,
+    #[error("source has too many open connections")]
+    Concurrent,
+    #[error("source opens connections too fast")]
+    Rate,
+}
+
+impl From<Refusal> for CloseReason {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Denied => CloseReason::Denied,
+            Refusal::Concurrent => CloseReason::LimitConcurrent,
+            Refusal::Rate => CloseReason::LimitRate,
+        }
+    }
+}
+
+/// An admitted connection: hold it for the connection's life.
+#[derive(Debug)]
+pub struct Admitted {
+    /// Releases the connection's slot in the concurrency table on drop.
+    pub guard: Option<SourceGuard>,
+    /// Under `dry_run`: the refusal the limits would have made.
+    pub would_refuse: Option<Refusal>,
+    pub key: SourceKey,
+}
+
+/// Counts of admission outcomes since start.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub admitted: AtomicU64,
+    pub denied: AtomicU64,
+    pub limit_concurrent: AtomicU64,
+    pub limit_rate: AtomicU64,
+    pub dry_run_concurrent: AtomicU64,
+    pub dry_run_rate: AtomicU64,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub admitted: u64,
+    pub denied: u64,
+    pub limit_concurrent: u64,
+    pub limit_rate: u64,
+    pub dry_run_concurrent: u64,
+    pub dry_run_rate: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> Counts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Counts {
+            admitted: get(&self.admitted),
+            denied: get(&self.denied),
+            limit_concurrent: get(&self.limit_concurrent),
+            limit_rate: get(&self.limit_rate),
+            dry_run_concurrent: get(&self.dry_run_concurrent),
+            dry_run_rate: get(&self.dry_run_rate),
+        }
+    }
+}
+
+impl Counts {
+    /// Refusals (real and dry-run) between `earlier` and `self`.
+    pub fn refused_since(&self, earlier: &Counts) -> Counts {
+        Counts {
+            admitted: self.admitted - earlier.admitted,
+            denied: self.denied - earlier.denied,
+            limit_concurrent: self.limit_concurrent - earlier.limit_concurrent,
+            limit_rate: self.limit_rate - earlier.limit_rate,
+            dry_run_concurrent: self.dry_run_concurrent - earlier.dry_run_concurrent,
+            dry_run_rate: self.dry_run_rate - earlier.dry_run_rate,
+        }
+    }
+
+    pub fn any_refused(&self) -> bool {
+        self.denied
+            + self.limit_concurrent
+            + self.limit_rate
+            + self.dry_run_concurrent
+            + self.dry_run_rate
+            > 0
+    }
+}
+
+/// One listener's admission state: its limits and per-source tables.
+///
+/// Shared by every accept loop of the listener (its IPv4 and IPv6 sockets
+/// count against the same keys).
+pub struct Admission<C: Clock = DefaultClock> {
+    limits: Limits,
+    /// Shared with the generations before and after this one whose source
+    /// keys are cut the same way, so open connections stay counted across
+    /// a reload ([`Admission::next`]).
+    concurrent: Option<Arc<ConcurrencyTable>>,
+    rate: Option<Arc<KeyedGcra<C>>>,
+    pub counters: Counters,
+}
+
+impl<C: Clock> fmt::Debug for Admission<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("limits", &self.limits)
+            .field("tracked", &self.tracked())
+            .finish()
+    }
+}
+
+/// Sizes of the per-source tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tracked {
+    /// Keys with open connections.
+    pub concurrent_keys: usize,
+    /// Slots allocated in the concurrency table.
+    pub concurrent_capacity: usize,
+    /// Keys with a rate-limiter cell.
+    pub rate_keys: usize,
+}
+
+impl Admission<DefaultClock> {
+    pub fn new(limits: &Limits) -> Admission {
+        Admission::with_clock(limits, DefaultClock::default())
+    }
+}
+
+impl<C: Clock> Admission<C> {
+    /// Builds the state for `limits`, reading time from `clock` (tests pass
+    /// a fake one to step through rate windows).
+    pub fn with_clock(limits: &Limits, clock: C) -> Admission<C> {
+        let concurrent = limits
+            .connections_per_source
+            .map(|_| Arc::new(ConcurrencyTable::default()));
+        let rate = limits.rate_per_source.map(|rate| {
+            let mut gcra = KeyedGcra::new(rate, clock);
+            gcra.counts_refused = limits.rate_counts_refused;
+            Arc::new(gcra)
+        });
+        Admission {
+            limits: limits.clone(),
+            concurrent,
+            rate,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The state for changed `limits` after `self` (a reload): the tables
+    /// that can mean the same thing carry over, so the per-source counts of
+    /// connections still open are kept and a lowered cap applies to them
+    /// at once. The concurrency table carries over when the source
+    /// prefixes are unchanged (its keys are cut by them) and both set a
+    /// cap; the rate table when the prefixes and the rate are unchanged.
+    /// A table that cannot carry over starts empty: a limit turned on by
+    /// the reload counts from then on, since an unset limit keeps no table.
+    pub fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
+        let same_keys = self.limits.source_prefix_v4 == limits.source_prefix_v4
+            && self.limits.source_prefix_v6 == limits.source_prefix_v6;
+        let mut next = Admission::with_clock(limits, clock);
+        if same_keys && next.concurrent.is_some() {
+            if let Some(table) = &self.concurrent {
+                next.concurrent = Some(table.clone());
+            }
+        }
+        if same_keys && next.rate.is_some() && self.limits.rate_per_source == limits.rate_per_source
+        {
+            if let Some(rate) = &self.rate {
+                next.rate = Some(Arc::new(
+                    rate.with_counts_refused(limits.rate_counts_refused),
+                ));
+            }
+        }
+        next
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The table key for `source` under this listener's prefixes.
+    pub fn key(&self, source: Source) -> SourceKey {
+        SourceKey::new(
+            source,
+            self.limits.source_prefix_v4,
+            self.limits.source_prefix_v6,
+        )
+    }
+
+    /// Decides one new connection. Counts the outcome.
+    pub fn admit(&self, source: Source) -> Result<Admitted, Refusal> {
+        let ip = source.ip();
+        let key = self.key(source);
+        if self.limits.deny.contains(ip)
+            || (!self.limits.allow.is_empty() && !self.limits.allow.contains(ip))
+        {
+            self.counters.denied.fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal::Denied);
+        }
+        let dry_run = self.limits.dry_run;
+        let mut would_refuse = None;
+
+        let cap = self
+            .limits
+            .connections_per_source
+            .map_or(u32::MAX, |c| c.get());
+        let guard = match &self.concurrent {
+            None => None,
+            Some(table) => match table.acquire(key, cap, dry_run) {
+                (guard, true) => Some(guard),
+                (guard, false) => {
+                    if !dry_run {
+                        drop(guard);
+                        if self.limits.rate_counts_refused {
+                            // The attempt counts against the rate, as in
+                            // HAProxy's conn_rate; the refusal stays
+                            // `Concurrent`.
+                            if let Some(rate) = &self.rate {
+                                rate.check(&key);
+                            }
+                        }
+                        self.counters
+                            .limit_concurrent
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Err(Refusal::Concurrent);
+                    }
+                    self.counters
+                        .dry_run_concurrent
+                        .fetch_add(1, Ordering::Relaxed);
+                    would_refuse = Some(Refusal::Concurrent);
+                    Some(guard)
+                }
+            },
+        };
+
+        if let Some(rate) = &self.rate {
+            if !rate.check(&key) {
+                if !dry_run {
+                    // `guard` drops here, giving back the concurrency slot.
+                    self.counters.limit_rate.fetch_add(1, Ordering::Relaxed);
+                    return Err(Refusal::Rate);
+                }
+                self.counters.dry_run_rate.fetch_add(1, Ordering::Relaxed);
+                would_refuse.get_or_insert(Refusal::Rate);
+            }
+        }
+        self.counters.admitted.fetch_add(1, Ordering::Relaxed);
+        Ok(Admitted {
+            guard,
+            would_refuse,
+            key,
+        })
+    }
+
+    /// The gate at accept, before a byte is read. A direct client is
+    /// decided now, on its measured address. A trusted peer relay is not
+    /// counted on its own address (one peer carries many clients): it is
+    /// decided after its preface, on the client it claims
+    /// ([`Admission::after_preface`]).
+    pub fn at_accept(&self, peer: PeerAddr, trusted_peer: bool) -> Result<AtAccept, Refusal> {
+        if trusted_peer {
+            return Ok(AtAccept::AfterPreface);
+        }
+        self.admit(Source::Peer(peer)).map(AtAccept::Admitted)
+    }
+
+    /// The gate after a trusted peer's preface. A claimed client is
+    /// decided as if it had connected directly, on the claimed address; a
+    /// connection that claims nobody (LOCAL, UNKNOWN, a v2 fallback, or no
+    /// header in `optional` mode) is the peer's own and is not counted as a
+    /// client (`global.max_connections` still bounds it).
+    pub fn after_preface(&self, claimed: Option<ClaimedAddr>) -> Result<Option<Admitted>, Refusal> {
+        claimed
+            .map(|claimed| self.admit(Source::Claimed(claimed)))
+            .transpose()
+    }
+
+    /// Drops rate cells of sources that are quiet again and returns spare
+    /// table capacity. Cost: linear in the tracked keys, run off the hot
+    /// path every [`SWEEP_INTERVAL`].
+    pub fn sweep(&self) {
+        if let Some(rate) = &self.rate {
+            rate.sweep();
+        }
+        if let Some(table) = &self.concurrent {
+            table.shrink();
+        }
+    }
+
+    pub fn tracked(&self) -> Tracked {
+        let (concurrent_keys, concurrent_capacity) = self
+            .concurrent
+            .as_ref()
+            .map(|t| t.size())
+            .unwrap_or_default();
+        Tracked {
+            concurrent_keys,
+            concurrent_capacity,
+            rate_keys: self.rate.as_ref().map_or(0, |r| r.len()),
+        }
+    }
+}
+
+// --------------------------------------------------------------- per route
+
+/// Why a connection was refused by its route's admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RouteRefusal {
+    #[error("route's limits: {0}")]
+    Source(Refusal),
+    #[error("route has max_connections open")]
+    Full,
+}
+
+impl From<RouteRefusal> for CloseReason {
+    fn from(refusal: RouteRefusal) -> Self {
+        match refusal {
+            RouteRefusal::Source(Refusal::Denied) => CloseReason::RouteDenied,
+            RouteRefusal::Source(Refusal::Concurrent) => CloseReason::RouteLimitConcurrent,
+            RouteRefusal::Source(Refusal::Rate) => CloseReason::RouteLimitRate,
+            RouteRefusal::Full => CloseReason::RouteFull,
+        }
+    }
+}
+
+/// The source a route's limits apply to: the claimed client behind a
+/// trusted peer relay, or the measured peer of a direct client; `None` for
+/// a trusted peer's own connection (it claims nobody), which per-source
+/// limits do not count, as at accept.
+pub fn route_source(
+    peer: PeerAddr,
+    trusted_peer: bool,
+    claimed: Option<ClaimedAddr>,
+) -> Option<Source> {
+    match claimed {
+        Some(claimed) => Some(Source::Claimed(claimed)),
+        None if trusted_peer => None,
+        None => Some(Source::Peer(peer)),
+    }
+}
+
+/// One route's admission: `[route.limits]` per source within the route
+/// and `max_connections` for the route as a whole, decided once the
+/// ClientHello has named the route.
+///
+/// Memory and hot path: those of an [`Admission`] for the limits, plus one
+/// shared `AtomicU32` and one compare-and-swap loop for `max_connections`;
+/// nothing when the route sets neither (no gate exists).
+#[derive(Debug)]
+pub struct RouteGate {
+    sources: Option<Admission>,
+    max_connections: Option<NonZeroU32>,
+    /// Open connections on the route, counted while `max_connections` is
+    /// set; shared with the route's gates before and after a reload.
+    open: Option<Arc<AtomicU32>>,
+}
+
+/// A connection's hold on its route's admission: released on drop.
+#[derive(Debug)]
+pub struct RouteAdmitted {
+    /// The per-source slot (and, under `dry_run`, what would be refused).
+    pub source: Option<Admitted>,
+    _open: Option<OpenGuard>,
+}
+
+/// One connection counted in a route's `max_connections`.
+#[derive(Debug)]
+struct OpenGuard(Arc<AtomicU32>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl RouteGate {
+    /// A route's gate; `None` when it sets neither limits nor
+    /// `max_connections`.
+    pub fn new(limits: Option<&Limits>, max_connections: Option<NonZeroU32>) -> Option<RouteGate> {
+        RouteGate::next(None, limits, max_connections)
+    }
+
+    /// The gate for a route's (possibly changed) settings after
+    /// `previous`, the same route's gate before a reload: the counts of
+    /// connections still open carry over (see [`Admission::next`]), and so
+    /// does the route's open count while `max_connections` stays set.
+    pub fn next(
+        previous: Option<&RouteGate>,
+        limits: Option<&Limits>,
+        max_connections: Option<NonZeroU32>,
+    ) -> Option<RouteGate> {
+        if limits.is_none() && max_connections.is_none() {
+            return None;
+        }
+        let sources = limits.map(|limits| match previous.and_then(|p| p.sources.as_ref()) {
+            Some(was) => was.next(limits, DefaultClock::default()),
+            None => Admission::new(limits),
+        });
+        let open =
+            max_connections.map(|_| previous.and_then(|p| p.open.clone()).unwrap_or_default());
+        Some(RouteGate {
+            sources,
+            max_connections,
+            open,
+        })
+    }
+
+    /// Decides one connection on the route, `source` as [`route_source`]
+    /// gives it. The per-source limits go first, so a denied source is
+    /// told so even on a full route.
+    pub fn admit(&self, source: Option<Source>) -> Result<RouteAdmitted, RouteRefusal> {
+        let admitted = match (&self.sources, source) {
+            (Some(sources), Some(source)) => {
+                Some(sources.admit(source).map_err(RouteRefusal::Source)?)
+            }
+            _ => None,
+        };
+        let open = match (&self.open, self.max_connections) {
+            (Some(open), Some(max)) => {
+                let taken = open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max.get()).then_some(n + 1)
+                });
+                if taken.is_err() {
+                    // `admitted` drops here, giving back its source slot.
+                    return Err(RouteRefusal::Full);
+                }
+                Some(OpenGuard(open.clone()))
+            }
+            _ => None,
+        };
+        Ok(RouteAdmitted {
+            source: admitted,
+            _open: open,
+        })
+    }
+
+    /// Sweeps the per-source tables (see [`Admission::sweep`]).
+    pub fn sweep(&self) {
+        if let Some(sources) = &self.sources {
+            sources.sweep();
+        }
+    }
+
+    /// Open connections counted on the route (0 without `max_connections`).
+    pub fn open(&self) -> u32 {
+        self.open.as_ref().map_or(0, |o| o.load(Ordering::Acquire))
+    }
+}
+
+// ------------------------------------------------------------- rate table
+
+/// The keyed GCRA behind `connection_rate_per_source`: governor's sharded
+/// per-key store, driven by the same arithmetic as governor's own keyed
+/// limiter (emission interval `t` = 1 s / rate, tolerance `tau` =
+/// (burst − 1) · `t`) plus one thing governor cannot do: with
+/// `rate_counts_refused` a refused attempt also moves the key's
+/// theoretical arrival time on by `t`, so attempts, refused ones included,
+/// must stay under the rate for any to be admitted (HAProxy's `conn_rate`).
+/// That push is bounded to `t` past the point where the key would be
+/// admitted again, so a source that stops is let in after at most one
+/// burst window (`burst / rate` seconds), never locked out for as long as
+/// it flooded.
+struct KeyedGcra<C: Clock> {
+    cells: Arc<Cells<C>>,
+    t: Nanos,
+    tau: Nanos,
+    counts_refused: bool,
+}
+
+/// The per-key times and the clock they are read from, shared by the
+/// generations a reload carries the table over to.
+struct Cells<C: Clock> {
+    store: DashMapStateStore<SourceKey>,
+    clock: C,
+    start: C::Instant,
+}
+
+impl<C: Clock> KeyedGcra<C> {
+    fn new(rate: Rate, clock: C) -> KeyedGcra<C> {
+        let t = Nanos::from(Duration::from_secs(1) / rate.per_second.get());
+        let start = clock.now();
+        KeyedGcra {
+            cells: Arc::new(Cells {
+                store: DashMapStateStore::default(),
+                clock,
+                start,
+            }),
+            t,
+            tau: t * u64::from(rate.burst.get() - 1),
+            counts_refused: false,
+        }
+    }
+
+    /// The same keys and times, read with another `rate_counts_refused`.
+    fn with_counts_refused(&self, counts_refused: bool) -> KeyedGcra<C> {
+        KeyedGcra {
+            cells: self.cells.clone(),
+            t: self.t,
+            tau: self.tau,
+            counts_refused,
+        }
+    }
+
+    fn now(&self) -> Nanos {
+        self.cells.clock.now().duration_since(self.cells.start)
+    }
+
+    /// One attempt by `key`: whether it is within the rate.
+    fn check(&self, key: &SourceKey) -> bool {
+        let now = self.now();
+        let (t, tau) = (self.t, self.tau);
+        let decided: Result<bool, ()> = self.cells.store.measure_and_replace(key, |tat| {
+            let tat = tat.unwrap_or(now);
+            if now >= tat.saturating_sub(tau) {
+                Ok((true, tat.max(now) + t))
+            } else if self.counts_refused {
+                Ok((false, (tat + t).min(now + tau + t)))
+            } else {
+                Err(())
+            }
+        });
+        decided.unwrap_or(false)
+    }
+
+    /// Drops keys whose state is that of a fresh key again (as governor's
+    /// `retain_recent`) and returns the space.
+    fn sweep(&self) {
+        let drop_below = self.now().saturating_sub(self.t);
+        self.cells.store.retain_recent(drop_below);
+        self.cells.store.shrink_to_fit();
+    }
+
+    fn len(&self) -> usize {
+        ShrinkableKeyedStateStore::len(&self.cells.store)
+    }
+}
+
+// ------------------------------------------------------ concurrency table
+
+/// Open connections per key. An entry exists only while its count is above
+/// zero, so the table never outgrows the connections that are open.
+///
+/// The cap is the caller's (the [`Limits`] of the generation admitting),
+/// not the table's: a reload that changes it shares the table, so the
+/// counts of connections still open carry over.
+#[derive(Debug, Default)]
+struct ConcurrencyTable {
+    open: Mutex<HashMap<SourceKey, u32>>,
+}
+
+impl ConcurrencyTable {
+    /// Takes a slot for `key`. Returns the guard and whether the key was
+    /// under `cap`. Over the cap the count is raised only when `force`
+    /// (dry run), so that the reported numbers stay true.
+    fn acquire(self: &Arc<Self>, key: SourceKey, cap: u32, force: bool) -> (SourceGuard, bool) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(key).or_insert(0);
+        let under = *count < cap;
+        if under || force {
+            *count += 1;
+        }
+        drop(open);
+        let guard = SourceGuard {
+            table: Arc::clone(self),
+            key,
+            counted: under || force,
+        };
+        (guard, under)
+    }
+
+    fn release(&self, key: &SourceKey) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(key);
+            }
+        }
+    }
+
+    fn shrink(&self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        // Keep headroom so a steady load does not reallocate every sweep.
+        if open.capacity() > 64 && open.capacity() > 4 * open.len() {
+            let keep = 2 * open.len();
+            open.shrink_to(keep);
+        }
+    }
+
+    fn size(&self) -> (usize, usize) {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        (open.len(), open.capacity())
+    }
+}
+
+/// One connection's slot in the concurrency table; released on drop.
+pub struct SourceGuard {
+    table: Arc<ConcurrencyTable>,
+    key: SourceKey,
+    counted: bool,
+}
+
+impl fmt::Debug for SourceGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceGuard")
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl Drop for SourceGuard {
+    fn drop(&mut self) {
+        if self.counted {
+            self.table.release(&self.key);
+        }
+    }
+}
+
+/// Sweeps a listener's per-source tables every [`SWEEP_INTERVAL`] and logs,
+/// at warn, how many connections admission refused (or, in dry run, would
+/// have refused) since the last sweep: refusals are logged one by one only
+/// at debug, since a flood makes many. Follows `published` (the listener's
+/// generation, whose admission state `admission_of` picks out): most
+/// reloads carry the state over, and only a new one starts the counts
+/// afresh. `sweep_routes` sweeps the generation's route gates (their
+/// refusals are counted in metrics, not in this summary). Ends when the listener is gone (the sender dropped) or `stop`
+/// fires.
+pub fn spawn_sweeper<T: Send + Sync + 'static>(
+    listener: String,
+    mut published: watch::Receiver<T>,
+    admission_of: fn(&T) -> Arc<Admission>,
+    sweep_routes: fn(&T),
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut current = admission_of(&published.borrow_and_update());
+        let mut last = current.counters.snapshot();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = published.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let admission = admission_of(&published.borrow_and_update());
+                    if !Arc::ptr_eq(&admission, &current) {
+                        current = admission;
+                        last = current.counters.snapshot();
+                    }
+                    continue;
+                }
+                () = stop.cancelled() => return,
+            }
+            current.sweep();
+            sweep_routes(&published.borrow());
+            let now = current.counters.snapshot();
+            let delta = now.refused_since(&last);
+            if delta.any_refused() {
+                let tracked = current.tracked();
+                tracing::warn!(
+                    listener = %listener,
+                    admitted = delta.admitted,
+                    denied = delta.denied,
+                    limit_concurrent = delta.limit_concurrent,
+                    limit_rate = delta.limit_rate,
+                    dry_run_concurrent = delta.dry_run_concurrent,
+                    dry_run_rate = delta.dry_run_rate,
+                    tracked_sources = tracked.concurrent_keys.max(tracked.rate_keys),
+                    "admission refused connections"
+                );
+            }
+            last = now;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::admission::*;
+    use crate::wire::cidr::CidrSet;
+    use governor::clock::FakeRelativeClock;
+    use std::net::SocketAddr;
+
+    fn peer(text: &str) -> Source {
+        Source::Peer(PeerAddr(text.parse::<SocketAddr>().unwrap()))
+    }
+
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).unwrap()
+    }
+
+    fn set(blocks: &[&str]) -> CidrSet {
+        let mut set = CidrSet::default();
+        for b in blocks {
+            set.insert(b.parse().unwrap());
+        }
+        set
+    }
+
+    #[test]
+    fn keys_cut_sources_to_their_prefix_and_fold_mapped_ipv4() {
+        let key = |s, v4, v6| SourceKey::new(peer(s), v4, v6);
+        assert_eq!(key("192.0.2.77:1", 32, 64), SourceKey::V4([192, 0, 2, 77]));
+        assert_eq!(key("192.0.2.77:1", 24, 64), SourceKey::V4([192, 0, 2, 0]));
+        assert_eq!(
+            key("[::ffff:192.0.2.77]:1", 32, 64),
+            key("192.0.2.77:9", 32, 64),
+            "IPv4-mapped IPv6 is the same source as IPv4"
+        );
+        assert_eq!(
+            key("[2001:db8:1:2:aaaa::1]:1", 32, 64),
+            key("[2001:db8:1:2:bbbb::9]:1", 32, 64),
+            "one /64 is one source"
+        );
+        assert_ne!(
+            key("[2001:db8:1:2::1]:1", 32, 64),
+            key("[2001:db8:1:3::1]:1", 32, 64)
+        );
+        let claimed = Source::Claimed(ClaimedAddr("198.51.100.1:5".parse().unwrap()));
+        assert_eq!(
+            SourceKey::new(claimed, 32, 64),
+            SourceKey::V4([198, 51, 100, 1])
+        );
+    }
+
+    #[test]
+    fn deny_beats_allow_and_allow_excludes_the_rest() {
+        let mut limits = Limits::unlimited();
+        limits.allow = set(&["127.0.0.0/8"]);
+        limits.deny = set(&["127.0.0.3"]);
+        let a = Admission::new(&limits);
+        assert!(a.admit(peer("127.0.0.2:1")).is_ok());
+        assert_eq!(a.admit(peer("127.0.0.3:1")).unwrap_err(), Refusal::Denied);
+        assert_eq!(a.admit(peer("10.0.0.1:1")).unwrap_err(), Refusal::Denied);
+        assert_eq!(a.counters.snapshot().denied, 2);
+    }
+
+    #[test]
+    fn concurrency_is_per_key_and_released_on_drop() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(2));
+        let a = Admission::new(&limits);
+        let one = a.admit(peer("127.0.0.2:1")).unwrap();
+        let _two = a.admit(peer("127.0.0.2:2")).unwrap();
+        assert_eq!(
+            a.admit(peer("127.0.0.2:3")).unwrap_err(),
+            Refusal::Concurrent
+        );
+        let _other = a.admit(peer("127.0.0.3:1")).unwrap();
+        drop(one);
+        let _three = a.admit(peer("127.0.0.2:4")).unwrap();
+        assert_eq!(a.counters.snapshot().limit_concurrent, 1);
+        assert_eq!(a.tracked().concurrent_keys, 2);
+    }
+
+    #[test]
+    fn rate_refusal_gives_back_the_concurrency_slot() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(5));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(1),
+        });
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        let first = a.admit(peer("127.0.0.2:1")).unwrap();
+        assert_eq!(a.admit(peer("127.0.0.2:2")).unwrap_err(), Refusal::Rate);
+        drop(first);
+        assert_eq!(a.tracked().concurrent_keys, 0);
+        clock.advance(Duration::from_secs(1));
+        assert!(a.admit(peer("127.0.0.2:3")).is_ok());
+    }
+
+    #[test]
+    fn rate_admits_the_burst_then_refills() {
+        let mut limits = Limits::unlimited();
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(20),
+            burst: nz(20),
+        });
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        let admitted = (0..100)
+            .filter(|i| a.admit(peer(&format!("127.0.0.2:{}", 1000 + i))).is_ok())
+            .count();
+        assert_eq!(admitted, 20);
+        assert!(
+            a.admit(peer("127.0.0.3:1")).is_ok(),
+            "other sources unaffected"
+        );
+        clock.advance(Duration::from_secs(1));
+        let again = (0..100)
+            .filter(|i| a.admit(peer(&format!("127.0.0.2:{}", 2000 + i))).is_ok())
+            .count();
+        assert_eq!(again, 20);
+    }
+
+    #[test]
+    fn dry_run_counts_but_refuses_nothing_except_deny() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(2),
+        });
+        limits.deny = set(&["127.0.0.9"]);
+        limits.dry_run = true;
+        let a = Admission::with_clock(&limits, FakeRelativeClock::default());
+        let first = a.admit(peer("127.0.0.2:1")).unwrap();
+        assert_eq!(first.would_refuse, None);
+        let second = a.admit(peer("127.0.0.2:2")).unwrap();
+        assert_eq!(second.would_refuse, Some(Refusal::Concurrent));
+        let third = a.admit(peer("127.0.0.2:3")).unwrap();
+        assert_eq!(third.would_refuse, Some(Refusal::Concurrent));
+        assert_eq!(a.tracked().concurrent_keys, 1);
+        assert_eq!(a.admit(peer("127.0.0.9:1")).unwrap_err(), Refusal::Denied);
+        let counts = a.counters.snapshot();
+        assert_eq!(counts.dry_run_concurrent, 2);
+        assert_eq!(counts.dry_run_rate, 1);
+        assert_eq!((counts.limit_concurrent, counts.limit_rate), (0, 0));
+        drop((first, second, third));
+        assert_eq!(
+            a.tracked().concurrent_keys,
+            0,
+            "dry-run slots are released too"
+        );
+    }
+
+    /// A flood from many distinct sources (IPv4 and IPv6 /64s): while it
+    /// lasts the tables grow with it; once the sources are gone and one
+    /// sweep has run, both tables are empty and give their space back.
+    /// (`benches/admission.rs` runs the same flood with 1,000,000 sources in
+    /// a release build and reports the memory.)
+    #[test]
+    fn a_flood_of_distinct_sources_leaves_the_tables_empty_after_a_sweep() {
+        flood(100_000);
+    }
+
+    fn flood(sources: u32) {
+        let n = sources;
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(10));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(10),
+            burst: nz(20),
+        });
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        let mut held = Vec::new();
+        for i in 0..n {
+            let ip = if i % 2 == 0 {
+                IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + i))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i) << 64))
+            };
+            let admitted = a.admit(Source::Peer(PeerAddr(SocketAddr::new(ip, 443))));
+            let admitted = admitted.expect("every new source is admitted");
+            // Keep a slice of them open at any time, like real connections.
+            held.push(admitted);
+            if held.len() > 1000 {
+                held.drain(..500);
+            }
+        }
+        let during = a.tracked();
+        assert_eq!(during.rate_keys, n as usize);
+        assert!(during.concurrent_keys <= 1001);
+        drop(held);
+        clock.advance(Duration::from_secs(3)); // burst / rate = 2 s
+        a.sweep();
+        let after = a.tracked();
+        assert_eq!(after.rate_keys, 0);
+        assert_eq!(after.concurrent_keys, 0);
+        assert!(after.concurrent_capacity <= 64, "{after:?}");
+        eprintln!("during the flood: {during:?}; after one sweep: {after:?}");
+    }
+
+    // ------------------------------------------- the gate's budget rule
+
+    fn sock(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    /// One connection and one new connection per second per source.
+    fn tight_gate(clock: FakeRelativeClock) -> Admission<FakeRelativeClock> {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(1),
+        });
+        Admission::with_clock(&limits, clock)
+    }
+
+    #[test]
+    fn a_direct_client_is_decided_at_accept_on_its_measured_address() {
+        let gate = tight_gate(FakeRelativeClock::default());
+        let client = PeerAddr(sock("198.51.100.7:40000"));
+        let held = match gate.at_accept(client, false) {
+            Ok(AtAccept::Admitted(admitted)) => admitted,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(held.key.to_string(), "198.51.100.7");
+        assert_eq!(
+            gate.at_accept(PeerAddr(sock("198.51.100.7:40001")), false)
+                .unwrap_err(),
+            Refusal::Concurrent
+        );
+    }
+
+    #[test]
+    fn a_trusted_peer_is_never_counted_on_its_own_address() {
+        let gate = tight_gate(FakeRelativeClock::default());
+        let relay = PeerAddr(sock("10.0.0.2:40000"));
+        // Far past both limits on the peer's own address: all deferred.
+        for _ in 0..100 {
+            assert!(matches!(
+                gate.at_accept(relay, true),
+                Ok(AtAccept::AfterPreface)
+            ));
+            // And its own connections (LOCAL, UNKNOWN, no header) are not
+            // counted after the preface either.
+            assert!(gate.after_preface(None).unwrap().is_none());
+        }
+        assert_eq!(gate.tracked().concurrent_keys, 0);
+        assert_eq!(gate.tracked().rate_keys, 0);
+    }
+
+    #[test]
+    fn a_claimed_client_is_limited_as_if_it_had_connected_directly() {
+        let clock = FakeRelativeClock::default();
+        let gate = tight_gate(clock.clone());
+        let claimed = ClaimedAddr(sock("203.0.113.9:5555"));
+        let first = gate.after_preface(Some(claimed)).unwrap().unwrap();
+        assert_eq!(first.key.to_string(), "203.0.113.9");
+        // Its concurrency slot is taken...
+        assert_eq!(
+            gate.after_preface(Some(claimed)).unwrap_err(),
+            Refusal::Concurrent
+        );
+        // ...and shared with the same client connecting directly.
+        assert_eq!(
+            gate.at_accept(PeerAddr(sock("203.0.113.9:6000")), false)
+                .unwrap_err(),
+            Refusal::Concurrent
+        );
+        drop(first);
+        // Slot free, but the rate (1/s, burst 1) is spent until a second passes.
+        assert_eq!(
+            gate.after_preface(Some(claimed)).unwrap_err(),
+            Refusal::Rate
+        );
+        clock.advance(Duration::from_secs(1));
+        assert!(gate.after_preface(Some(claimed)).unwrap().is_some());
+        // Another client behind the same peer has a budget of its own.
+        assert!(
+            gate.after_preface(Some(ClaimedAddr(sock("203.0.113.10:5555"))))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn deny_lists_apply_to_claims_too() {
+        let mut limits = Limits::unlimited();
+        limits.deny = set(&["203.0.113.0/24"]);
+        let gate = Admission::new(&limits);
+        assert_eq!(
+            gate.after_preface(Some(ClaimedAddr(sock("203.0.113.9:1"))))
+                .unwrap_err(),
+            Refusal::Denied
+        );
+        assert!(matches!(
+            gate.at_accept(PeerAddr(sock("203.0.113.9:1")), true),
+            Ok(AtAccept::AfterPreface)
+        ));
+    }
+
+    // ------------------------------------ reloads, refused attempts, routes
+
+    #[test]
+    fn a_reload_that_lowers_the_cap_keeps_the_open_connections_counted() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(5));
+        let before = Admission::new(&limits);
+        let mut held: Vec<_> = (0..5)
+            .map(|i| before.admit(peer(&format!("127.0.0.2:{i}"))).unwrap())
+            .collect();
+        limits.connections_per_source = Some(nz(3));
+        let after = before.next(&limits, DefaultClock::default());
+        assert_eq!(
+            after.admit(peer("127.0.0.2:9")).unwrap_err(),
+            Refusal::Concurrent
+        );
+        assert!(
+            after.admit(peer("127.0.0.3:1")).is_ok(),
+            "others unaffected"
+        );
+        held.truncate(2);
+        // 2 still open under a cap of 3: one more fits.
+        let _third = after.admit(peer("127.0.0.2:10")).unwrap();
+        assert_eq!(
+            after.admit(peer("127.0.0.2:11")).unwrap_err(),
+            Refusal::Concurrent
+        );
+    }
+
+    #[test]
+    fn new_source_prefixes_start_the_counts_afresh() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        let before = Admission::new(&limits);
+        let _held = before.admit(peer("127.0.0.2:1")).unwrap();
+        limits.source_prefix_v4 = 24;
+        let after = before.next(&limits, DefaultClock::default());
+        assert!(after.admit(peer("127.0.0.2:2")).is_ok());
+    }
+
+    /// A flooder at ten times its rate: plain GCRA lets the rate through,
+    /// `rate_counts_refused` lets nothing through until it slows down, and
+    /// then at most one burst window later.
+    #[test]
+    fn refused_attempts_spend_rate_only_with_rate_counts_refused() {
+        let admitted_by = |counts_refused: bool| {
+            let mut limits = Limits::unlimited();
+            limits.rate_per_source = Some(Rate {
+                per_second: nz(10),
+                burst: nz(10),
+            });
+            limits.rate_counts_refused = counts_refused;
+            let clock = FakeRelativeClock::default();
+            let a = Admission::with_clock(&limits, clock.clone());
+            // 100 attempts a second for 5 seconds.
+            let mut admitted = 0;
+            for i in 0..500 {
+                if a.admit(peer(&format!("127.0.0.2:{i}"))).is_ok() {
+                    admitted += 1;
+                }
+                clock.advance(Duration::from_millis(10));
+            }
+            // The flood stops; one burst window (1 s) and one interval later
+            // the source is admitted again either way.
+            clock.advance(Duration::from_millis(1100));
+            assert!(a.admit(peer("127.0.0.2:9999")).is_ok());
+            admitted
+        };
+        let plain = admitted_by(false);
+        assert!(
+            (55..=62).contains(&plain),
+            "GCRA lets the rate through: {plain}"
+        );
+        // The burst of 10, and the one token refilled during it (the 11th
+        // attempt comes 100 ms in); every attempt after that is refused.
+        assert_eq!(admitted_by(true), 11, "only the first burst");
+    }
+
+    #[test]
+    fn a_concurrency_refusal_spends_rate_with_rate_counts_refused() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(1));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(3),
+        });
+        limits.rate_counts_refused = true;
+        let a = Admission::with_clock(&limits, FakeRelativeClock::default());
+        let first = a.admit(peer("127.0.0.2:1")).unwrap();
+        for i in 0..2 {
+            assert_eq!(
+                a.admit(peer(&format!("127.0.0.2:{}", 10 + i))).unwrap_err(),
+                Refusal::Concurrent
+            );
+        }
+        drop(first);
+        // The burst of 3 went on one admitted and two refused attempts.
+        assert_eq!(a.admit(peer("127.0.0.2:20")).unwrap_err(), Refusal::Rate);
+    }
+
+    #[test]
+    fn a_route_gate_counts_its_total_and_its_sources() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(2));
+        limits.deny = set(&["127.0.0.9"]);
+        let gate = RouteGate::new(Some(&limits), Some(nz(3))).unwrap();
+        let a = gate.admit(Some(peer("127.0.0.2:1"))).unwrap();
+        let _b = gate.admit(Some(peer("127.0.0.2:2"))).unwrap();
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.2:3"))).unwrap_err(),
+            RouteRefusal::Source(Refusal::Concurrent)
+        );
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.9:3"))).unwrap_err(),
+            RouteRefusal::Source(Refusal::Denied)
+        );
+        let _c = gate.admit(Some(peer("127.0.0.3:1"))).unwrap();
+        assert_eq!(
+            gate.admit(Some(peer("127.0.0.4:1"))).unwrap_err(),
+            RouteRefusal::Full
+        );
+        // A trusted peer's own connection: no source slot, still counted.
+        drop(a);
+        let own = gate.admit(None).unwrap();
+        assert!(own.source.is_none());
+        assert_eq!(gate.open(), 3);
+        // A reload that lowers max_connections keeps the three counted.
+        let lower = RouteGate::next(Some(&gate), Some(&limits), Some(nz(2))).unwrap();
+        assert_eq!(lower.open(), 3);
+        assert_eq!(
+            lower.admit(Some(peer("127.0.0.5:1"))).unwrap_err(),
+            RouteRefusal::Full
+        );
+        assert!(RouteGate::new(None, None).is_none(), "no settings, no gate");
+    }
+
+    #[test]
+    fn a_route_counts_the_claimed_client_and_not_a_peers_own_connection() {
+        let peer_addr = PeerAddr(sock("10.0.0.2:40000"));
+        let claimed = ClaimedAddr(sock("203.0.113.9:5555"));
+        assert_eq!(
+            route_source(peer_addr, true, Some(claimed)),
+            Some(Source::Claimed(claimed))
+        );
+        assert_eq!(route_source(peer_addr, true, None), None);
+        assert_eq!(
+            route_source(peer_addr, false, None),
+            Some(Source::Peer(peer_addr))
+        );
+    }
+}

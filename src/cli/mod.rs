@@ -1,0 +1,260 @@
+//! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`,
+//! `snirelay probe NAME --sni HOST`, `snirelay ctl ...` (the control API
+//! of the admin listener named in the configuration file), `snirelay
+//! import-haproxy FILE`.
+//!
+//! Kept in the library so that documentation (a man page) can be generated
+//! from the same definition the binary parses; so is what `check` prints
+//! about a valid file ([`check_summary`]).
+
+pub mod ctl;
+pub mod haproxy_import;
+pub mod probe;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::logging::LogFormat;
+use crate::wire::sni::Pattern;
+
+/// Where the packaged configuration lives.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/snirelay/snirelay.toml";
+
+/// snirelay: a layer-4 relay that routes TLS connections by SNI without
+/// terminating TLS.
+#[derive(Debug, Parser)]
+#[command(name = "snirelay", version = crate::VERSION, about, long_about = None)]
+pub struct Cli {
+    /// What to do; `run` when left out.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// The configuration file.
+    #[arg(long, short = 'c', global = true, default_value = DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter: a level (`info`, `debug`) or RUST_LOG-style directives.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+
+    /// Binary upgrade: take the listening sockets of the relay serving this
+    /// Unix socket (if one does), tell it to drain once this one accepts,
+    /// then serve the socket for the next upgrade.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub takeover: Option<PathBuf>,
+}
+
+#[allow(missing_docs)] // clap would print doc comments as help text
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Serve the configuration (the default).
+    Run,
+    /// Validate the configuration: prints `ok` (then a line per default route), or every problem found; exits 1 on error.
+    Check,
+    /// Time TCP connect and TLS handshake per address of NAME, as a client sees them.
+    ///
+    /// For each address NAME resolves to (system resolver), in parallel and
+    /// each within --timeout: connect, then a full TLS handshake on the same
+    /// socket. A relay whose backend is down still accepts TCP, so only a
+    /// completed handshake counts as healthy. Exits 0 when every address is
+    /// healthy, 1 when some are, 2 when none is (or NAME does not resolve).
+    Probe(ProbeArgs),
+    /// Control a running relay through its admin listener (`[admin]` listen
+    /// and `token_file` of `--config`).
+    ///
+    /// Exits 0 when the relay accepted the request, 1 when it refused it
+    /// (the answer is printed), 2 when it could not be asked.
+    Ctl(CtlArgs),
+    /// Translate an HAProxy configuration (the mode tcp subset of an SNI edge) into snirelay TOML on stdout.
+    ///
+    /// Every HAProxy line is accounted for in a comment: beside the key it
+    /// became, as needing no key, or as not translated (with its line
+    /// number and why). Exits 0 when every line was translated, 1 when
+    /// some were not (the TOML is still printed), 2 when FILE cannot be
+    /// read or has no mode tcp frontend. `--config` is not used.
+    ImportHaproxy(ImportHaproxyArgs),
+}
+
+/// `snirelay import-haproxy FILE`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ImportHaproxyArgs {
+    /// The HAProxy configuration file (haproxy.cfg).
+    pub file: PathBuf,
+}
+
+/// `snirelay ctl [--json] SUBCOMMAND`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlArgs {
+    /// Print the relay's JSON answer instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[allow(missing_docs)] // clap would print doc comments as help text
+    #[command(subcommand)]
+    pub action: CtlAction,
+}
+
+#[allow(missing_docs)] // clap would print doc comments as help text
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum CtlAction {
+    /// List every backend address with its state, health and open connections.
+    Addresses,
+    /// Take ADDR (IP:port) out of new connections; open ones continue.
+    Drain(CtlAddress),
+    /// Take ADDR out of new connections and close open ones within drain_timeout.
+    Maint(CtlAddress),
+    /// Put ADDR back into service.
+    Ready(CtlAddress),
+    // Connections (issue 16, point 3).
+    /// List the open relayed connections (every page), filtered.
+    Connections(CtlFilter),
+    /// Close the matching connections now (close reason `admin`); needs a filter.
+    Close(CtlFilter),
+}
+
+/// Which connections `ctl connections` lists and `ctl close` closes; the
+/// filters combine.
+#[derive(Debug, Clone, PartialEq, Eq, Default, clap::Args)]
+pub struct CtlFilter {
+    /// The server name (exact).
+    #[arg(long)]
+    pub sni: Option<String>,
+    /// The route's name.
+    #[arg(long)]
+    pub route: Option<String>,
+    /// The backend's name.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// The listener's name.
+    #[arg(long)]
+    pub listener: Option<String>,
+    /// An IP or CIDR prefix: the measured or the claimed client.
+    #[arg(long)]
+    pub client: Option<String>,
+    /// One connection, by the id of its log line.
+    #[arg(long)]
+    pub id: Option<u64>,
+    /// `tcp` (connections) or `quic` (QUIC flows).
+    #[arg(long)]
+    pub protocol: Option<String>,
+}
+
+impl CtlFilter {
+    /// The filters as a query string (`sni=a.example&route=web`), values
+    /// percent-encoded; empty when no filter is set.
+    pub fn query(&self) -> String {
+        let id = self.id.map(|id| id.to_string());
+        [
+            ("sni", &self.sni),
+            ("route", &self.route),
+            ("backend", &self.backend),
+            ("listener", &self.listener),
+            ("client", &self.client),
+            ("id", &id),
+            ("protocol", &self.protocol),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", encode(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+    }
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters.
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An address of a backend, named by IP:port.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlAddress {
+    /// The address, as `IP:port` (`[v6]:port`).
+    pub addr: String,
+    /// The backend; needed only when several backends have ADDR.
+    #[arg(long)]
+    pub backend: Option<String>,
+}
+
+/// `snirelay probe NAME --sni HOST [--port 443] [--json] ...`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ProbeArgs {
+    /// Host name (resolved through the system resolver, as real clients do) or IP address.
+    pub name: String,
+
+    /// Server name sent in the ClientHello and verified in the certificate; NAME when left out.
+    #[arg(long)]
+    pub sni: Option<String>,
+
+    /// TCP port.
+    #[arg(long, default_value_t = 443)]
+    pub port: u16,
+
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Trust only the CA certificates in this PEM file (default: the system store).
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub ca: Option<PathBuf>,
+
+    /// Do not verify the server certificate (the handshake still completes).
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// Client certificate chain (PEM) for origins that require mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --client-cert.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+
+    /// Budget per address for TCP connect plus TLS handshake.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+
+    /// Also write the result in Prometheus text format to this file
+    /// (atomically: a temporary file renamed over it), for node_exporter's
+    /// textfile collector.
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+}
+
+/// What `check` prints after `ok` for a valid file: one line per default
+/// route (`sni = ["*"]`), since such a listener relays names it does not
+/// list instead of refusing them. Nothing for a file without one.
+pub fn check_summary(config: &Config) -> Vec<String> {
+    let mut lines = Vec::new();
+    for listener in &config.listeners {
+        for route in &listener.routes {
+            if !route.patterns.contains(&Pattern::Any) {
+                continue;
+            }
+            let alpn = if route.alpn.is_empty() {
+                String::new()
+            } else {
+                format!(" for alpn {}", route.alpn.join(","))
+            };
+            lines.push(format!(
+                "listener {}: default route {}{alpn} -> backend {} (names matching no other route are relayed)",
+                listener.name, route.name, route.backend.name
+            ));
+        }
+    }
+    lines
+}

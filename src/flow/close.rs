@@ -1,0 +1,278 @@
+//! The close stage: why a connection ended, and the one log line and the
+//! metrics that say so.
+//!
+//! Every stage's error folds into exactly one [`CloseReason`], whose table
+//! (name, whose fault, which stage; the log level and the hello-outcome
+//! metric derived from it) is the leaf module `reason`, re-exported here.
+//!
+//! The [`ConnRecord`] collects a connection's log fields as the stages learn
+//! them and writes them once, at close ([`ConnRecord::close`]); a
+//! connection refused at admission is closed through the same record
+//! ([`refused`]). It is the one access record of both protocols: a QUIC
+//! flow's line is the same record, built when the flow closes from what
+//! the flow kept (`quic::flows::FlowRecord`), closed with the fields only a
+//! flow has ([`ConnRecord::close_flow`], [`QuicFields`]: `protocol =
+//! "quic"`, the QUIC version, the client's last address and rebinds,
+//! datagrams each way, `backend.local`), which a TCP line leaves out. The
+//! level is the reason's, from the table in `reason`, on either protocol.
+//!
+//! Cost: a close is atomic adds on series resolved ahead of the connection
+//! (see `metrics`) and, unless the reason is silent, one `tracing` event;
+//! the table lookups are `const fn` matches. Nothing is allocated here.
+//!
+//! Not here: deciding that a connection ends (each stage does), nor the
+//! order of stages (`conn`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::Level;
+
+use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::admission::{Admitted, Refusal, RouteRefusal};
+pub use crate::close_reason::{CloseReason, Fault, HelloOutcome, Row, Stage};
+use crate::config::{Backend, Listener};
+use crate::flow::route::EchKind;
+use crate::metrics::{self, ListenerMetrics};
+use crate::pump::ready::Transferred;
+
+/// A freshly accepted client connection.
+#[derive(Debug)]
+pub struct Accepted {
+    pub stream: TcpStream,
+    pub peer: PeerAddr,
+    pub at: Instant,
+    /// The listener's pre-resolved metric series.
+    pub metrics: Arc<ListenerMetrics>,
+}
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh connection id, for a record made with [`ConnRecord::arrived`]
+/// (a QUIC flow's, see `quic::flows`, which needs its id before its
+/// record): one sequence for every protocol.
+pub fn next_conn_id() -> u64 {
+    NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What a QUIC flow's access line says beyond what a TCP connection's says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicFields {
+    /// The QUIC version of the flow's Initials, once read (`quic_version`).
+    pub version: Option<&'static str>,
+    /// The client's address when the flow ended (`client.last_peer`): the
+    /// first one unless the flow followed it (NAT rebinding).
+    pub last_peer: SocketAddr,
+    /// How often the flow followed its client (`client.rebinds`).
+    pub rebinds: u32,
+    pub datagrams_up: u64,
+    pub datagrams_down: u64,
+    /// The relay's end of the flow's backend socket (`backend.local`): the
+    /// client address the backend sees (no PROXY header on UDP).
+    pub backend_local: Option<SocketAddr>,
+}
+
+/// What the connection's log line says; filled in stage by stage. Names
+/// are borrowed from the connection's snapshot (`'l`) or shared with it
+/// (`Arc`), never copied per connection.
+#[derive(Debug)]
+pub struct ConnRecord<'l> {
+    pub id: u64,
+    pub listener: &'l Listener,
+    pub peer: PeerAddr,
+    pub started: Instant,
+    pub sni: Option<Box<str>>,
+    pub alpn: Option<Box<str>>,
+    /// What the hello's ECH extension was (see `route::EchKind`).
+    pub ech: Option<EchKind>,
+    pub route: Option<&'l str>,
+    pub backend: Option<Arc<Backend>>,
+    pub backend_addr: Option<std::net::SocketAddr>,
+    pub moved: Transferred,
+    /// The client address a trusted peer's PROXY header claims (`client.claimed`).
+    pub claimed: Option<ClaimedAddr>,
+    /// The listener's metric series (see `metrics::ListenerMetrics`).
+    pub metrics: Arc<ListenerMetrics>,
+}
+
+impl<'l> ConnRecord<'l> {
+    pub fn new(listener: &'l Listener, accepted: &Accepted) -> Self {
+        Self::arrived(
+            next_conn_id(),
+            listener,
+            accepted.peer,
+            accepted.at,
+            accepted.metrics.clone(),
+        )
+    }
+
+    /// The record of connection `id` from `peer`, which arrived `at`.
+    pub fn arrived(
+        id: u64,
+        listener: &'l Listener,
+        peer: PeerAddr,
+        at: Instant,
+        metrics: Arc<ListenerMetrics>,
+    ) -> Self {
+        ConnRecord {
+            id,
+            listener,
+            peer,
+            started: at,
+            sni: None,
+            alpn: None,
+            ech: None,
+            route: None,
+            backend: None,
+            backend_addr: None,
+            moved: Transferred::default(),
+            claimed: None,
+            metrics,
+        }
+    }
+
+    fn backend_name(&self) -> Option<&str> {
+        self.backend.as_ref().map(|b| b.name.as_str())
+    }
+
+    /// Counts an admission refusal; the connection ends with the reason
+    /// returned.
+    pub fn refuse(&self, refusal: Refusal) -> CloseReason {
+        let reason = CloseReason::from(refusal);
+        self.metrics.limit_refused(reason);
+        reason
+    }
+
+    /// Counts a refusal by the route's admission; the connection ends with
+    /// the reason returned.
+    pub fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
+        let reason = CloseReason::from(refusal);
+        self.metrics.limit_refused(reason);
+        reason
+    }
+
+    /// Counts the connection's close and writes its one log line, at the
+    /// level of the reason's fault (none for a silent connection).
+    pub fn close(&self, reason: CloseReason) {
+        self.write(reason, None);
+    }
+
+    /// [`ConnRecord::close`] for a QUIC flow, whose line also has `quic`'s
+    /// fields. (Passed here rather than kept in the record, which would
+    /// make every TCP connection's task a pointer larger.)
+    pub fn close_flow(&self, reason: CloseReason, quic: &QuicFields) {
+        self.write(reason, Some(quic));
+    }
+
+    /// Counts the close and writes the one access line of either protocol.
+    fn write(&self, reason: CloseReason, quic: Option<&QuicFields>) {
+        self.metrics.closed(&metrics::Closed {
+            listener: &self.listener.name,
+            route: self.route,
+            backend: self.backend_name(),
+            reason,
+            sni: self.sni.is_some(),
+            ech: self.ech.is_some(),
+            bytes_up: self.moved.up,
+            bytes_down: self.moved.down,
+        });
+        // An event's level is part of its static callsite, so it must be a
+        // constant: one callsite per fault, each at `Fault::level`.
+        macro_rules! line {
+            ($fault:expr) => {{
+                const LEVEL: Level = match $fault.level() {
+                    Some(level) => level,
+                    None => panic!("this fault writes no line"),
+                };
+                tracing::event!(
+                    target: "snirelay::access",
+                    LEVEL,
+                    conn_id = self.id,
+                    listener = %self.listener.name,
+                    protocol = quic.map(|_| "quic"),
+                    client.peer = %self.peer,
+                    client.claimed = self.claimed.map(tracing::field::display),
+                    client.last_peer = quic.map(|q| tracing::field::display(q.last_peer)),
+                    client.rebinds = quic.map(|q| q.rebinds),
+                    quic_version = quic.and_then(|q| q.version),
+                    sni = self.sni.as_deref(),
+                    alpn = self.alpn.as_deref(),
+                    ech = self.ech.is_some(),
+                    ech_kind = self.ech.map(EchKind::as_str),
+                    route = self.route,
+                    backend = self.backend_name(),
+                    backend.addr = self.backend_addr.map(tracing::field::display),
+                    backend.local = quic
+                        .and_then(|q| q.backend_local)
+                        .map(tracing::field::display),
+                    datagrams.up = quic.map(|q| q.datagrams_up),
+                    datagrams.down = quic.map(|q| q.datagrams_down),
+                    bytes.up = self.moved.up,
+                    bytes.down = self.moved.down,
+                    duration_ms = self.started.elapsed().as_millis() as u64,
+                    close = reason.as_str(),
+                    "connection closed"
+                )
+            }};
+        }
+        match reason.fault() {
+            Fault::Normal => line!(Fault::Normal),
+            Fault::Client => line!(Fault::Client),
+            Fault::Admission => line!(Fault::Admission),
+            Fault::Ours => line!(Fault::Ours),
+            Fault::Nobody => {}
+        }
+    }
+}
+
+/// The `alpn` log field: the hello's ALPN protocols, comma-separated and
+/// escaped (a hostile name cannot forge log lines); `None` when the hello
+/// offered none or no access line can be written (formatting allocates,
+/// and WARN is the most verbose level an access line is written at).
+pub fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
+    if alpn.is_empty() || !tracing::enabled!(target: "snirelay::access", Level::WARN) {
+        return None;
+    }
+    let names: Vec<_> = alpn.iter().map(|p| String::from_utf8_lossy(p)).collect();
+    Some(names.join(",").escape_debug().to_string().into_boxed_str())
+}
+
+/// Closes a connection (or QUIC flow) refused at admission through its
+/// `record`: counts the refusal and logs it; the caller closes the socket
+/// (or drops the datagram) without reading from it, so there is no TLS
+/// alert to send. `quic`: a QUIC flow's fields. Called by the admission
+/// gate (`accept::gate`) only.
+pub fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, refusal: Refusal) {
+    record.write(record.refuse(refusal), quic);
+}
+
+/// Under `dry_run`, logs the refusal admission would have made.
+pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
+    if let Some(would) = admitted.would_refuse {
+        tracing::debug!(
+            listener = %listener.name,
+            client.peer = %peer,
+            source = %admitted.key,
+            would_refuse = CloseReason::from(would).as_str(),
+            "dry run: admission would refuse this connection"
+        );
+    }
+}
+
+/// Under a route's `dry_run`, logs the refusal the route's limits would
+/// have made.
+pub fn log_route_dry_run(listener: &Listener, peer: PeerAddr, route: &str, admitted: &Admitted) {
+    if let Some(would) = admitted.would_refuse {
+        tracing::debug!(
+            listener = %listener.name,
+            route,
+            client.peer = %peer,
+            source = %admitted.key,
+            would_refuse = CloseReason::from(RouteRefusal::Source(would)).as_str(),
+            "dry run: admission would refuse this connection"
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! A listener's generation: everything one accept reads, published as one
+//! value.
+//!
+//! A reload used to publish a listener's settings and routes, its admission
+//! state, the backends' run-time state and the accept pacing on four
+//! separate channels, one after another, so an accept on another worker
+//! could pair a new route table with the old backends (a route whose
+//! backend the reload added then found no backend and closed with
+//! `no_address`). A [`Generation`] holds all four; the server builds the
+//! whole value and publishes it with one `watch::Sender::send_replace`, and
+//! an accept loop reads exactly one generation per accepted connection,
+//! which the connection keeps for life.
+//!
+//! [`Generation::first`] and [`Generation::next`] build one from the
+//! validated listener and the previous generation, the way
+//! `Backends::start` carries backend state over: the route table keeps the
+//! drain signals of unchanged identities, the admission state stays unless
+//! the limits changed, and when they changed the per-source counts of
+//! connections still open carry over (`Admission::next`), so a lowered
+//! cap holds at once. Each route's admission (`[route.limits]`,
+//! `max_connections`) is carried the same way, by route name.
+//!
+//! Not here: building the parts (`config`, `route`, `admit`, `backend`),
+//! the reload's diff for the log (`reload`), or publishing (`listeners`).
+//!
+//! Cost: one `Arc` clone per accept (the loop re-reads the generation only
+//! when a reload has published a new one: an atomic version check).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use governor::clock::DefaultClock;
+
+use crate::admission::{Admission, RouteGate};
+use crate::backend::Backends;
+use crate::config::Listener;
+use crate::flow::route::RouteTable;
+
+/// Process-wide accept pacing (`global.max_connection_rate`).
+pub(crate) type Pace = Arc<governor::DefaultDirectRateLimiter>;
+
+/// One listener's state as of one reload (or the start).
+pub struct Generation {
+    /// The listener's validated settings.
+    pub listener: Arc<Listener>,
+    /// Its routes: each pattern (and the no-SNI fallback) with its backend
+    /// and drain signal, carried over from the previous generation where
+    /// the identity is unchanged.
+    pub routes: RouteTable,
+    /// Its admission state: carried over from the previous generation
+    /// unless the reload changed `[listener.limits]`, and even then built
+    /// on the same per-source counts (`Admission::next`).
+    pub admission: Arc<Admission>,
+    /// Per-route admission, by route name; only routes with
+    /// `[route.limits]` or `max_connections` have a gate.
+    pub route_gates: RouteGates,
+    /// Every backend's run-time state (shared by all listeners).
+    pub backends: Arc<Backends>,
+    /// Accept pacing, shared by every listener; `None` when unpaced.
+    pub pace: Option<Pace>,
+}
+
+impl Generation {
+    /// A listener's first generation: fresh admission tables and drain
+    /// signals.
+    pub fn first(
+        listener: Arc<Listener>,
+        backends: &Arc<Backends>,
+        pace: &Option<Pace>,
+    ) -> Generation {
+        Generation {
+            routes: RouteTable::build(&listener, None),
+            admission: Arc::new(Admission::new(&listener.limits)),
+            route_gates: RouteGates::build(&listener, None),
+            listener,
+            backends: backends.clone(),
+            pace: pace.clone(),
+        }
+    }
+
+    /// For unit tests: listener `edge` on 127.0.0.1:0 with one route,
+    /// `example.com`, to backend `origin` at 127.0.0.1:9 (nothing there).
+    #[cfg(test)]
+    pub fn for_tests() -> Arc<Generation> {
+        let config = crate::config::Config::from_toml(
+            r#"
+            [[listener]]
+            name = "edge"
+            listen = ["127.0.0.1:0"]
+            [[route]]
+            sni = ["example.com"]
+            backend = "origin"
+            [backend.origin]
+            addresses = ["127.0.0.1:9"]
+            "#,
+            std::path::Path::new("tests.toml"),
+        )
+        .expect("the test configuration is valid");
+        let backends = Arc::new(Backends::start(&config.backends, None));
+        Arc::new(Generation::first(
+            config.listeners[0].clone(),
+            &backends,
+            &None,
+        ))
+    }
+
+    /// The generation after `self` for a reloaded `listener` of the same
+    /// name: route identities that are unchanged keep their drain signals,
+    /// the admission state carries over unless `[listener.limits]`
+    /// changed, and then its per-source counts still carry over.
+    pub fn next(
+        &self,
+        listener: Arc<Listener>,
+        backends: &Arc<Backends>,
+        pace: &Option<Pace>,
+    ) -> Generation {
+        let admission = if self.admission.limits() == &listener.limits {
+            self.admission.clone()
+        } else {
+            tracing::info!(listener = %listener.name, "admission limits changed; open connections stay counted");
+            Arc::new(
+                self.admission
+                    .next(&listener.limits, DefaultClock::default()),
+            )
+        };
+        Generation {
+            routes: RouteTable::build(&listener, Some(&self.routes)),
+            admission,
+            route_gates: RouteGates::build(&listener, Some(&self.route_gates)),
+            listener,
+            backends: backends.clone(),
+            pace: pace.clone(),
+        }
+    }
+}
+
+/// A listener's route gates, by route name (route names are unique per
+/// listener among routes with limits; validation sees to it).
+#[derive(Debug, Default)]
+pub struct RouteGates {
+    gates: HashMap<Box<str>, Arc<GateFor>>,
+}
+
+/// A gate and the settings it was built from, to tell whether a reload
+/// changed them.
+#[derive(Debug)]
+struct GateFor {
+    limits: Option<crate::admission::Limits>,
+    max_connections: Option<std::num::NonZeroU32>,
+    gate: RouteGate,
+}
+
+impl RouteGates {
+    /// The gates of `listener`'s routes: a route whose settings are
+    /// unchanged from `previous` keeps its gate; a changed one gets a new
+    /// gate that keeps the counts of open connections.
+    pub fn build(listener: &Listener, previous: Option<&RouteGates>) -> RouteGates {
+        let mut gates = HashMap::new();
+        for route in &listener.routes {
+            let was = previous.and_then(|p| p.gates.get(route.name.as_str()));
+            let kept = was.filter(|was| {
+                was.limits == route.limits && was.max_connections == route.max_connections
+            });
+            let gate = match kept {
+                Some(kept) => kept.clone(),
+                None => {
+                    let next = RouteGate::next(
+                        was.map(|w| &w.gate),
+                        route.limits.as_ref(),
+                        route.max_connections,
+                    );
+                    let Some(gate) = next else { continue };
+                    Arc::new(GateFor {
+                        limits: route.limits.clone(),
+                        max_connections: route.max_connections,
+                        gate,
+                    })
+                }
+            };
+            gates.insert(route.name.as_str().into(), gate);
+        }
+        RouteGates { gates }
+    }
+
+    /// The gate of the route named `route`, if it has one. Costs a hash of
+    /// the name, and nothing when no route of the listener has a gate.
+    pub fn get(&self, route: &str) -> Option<&RouteGate> {
+        if self.gates.is_empty() {
+            return None;
+        }
+        self.gates.get(route).map(|g| &g.gate)
+    }
+
+    /// Sweeps every gate's per-source tables.
+    pub fn sweep(&self) {
+        for gate in self.gates.values() {
+            gate.gate.sweep();
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! The registry of open connections: what `GET /connections` lists and
+//! `DELETE /connections` closes.
+//!
+//! A connection registers once it is relaying (its backend connected and
+//! the hello replayed), with what its log line will name: id, listener,
+//! route, SNI, backend and address, measured and claimed client, accept
+//! time. Its [`Activity`] (bytes each way, last byte moved) lives in the
+//! entry, so a listing reads the relay's own counters. The [`Registered`]
+//! guard removes the entry when the connection ends.
+//!
+//! The table is sharded by id ([`SHARDS`] mutex-guarded ordered maps): a
+//! registration or removal locks one shard for a map insert or remove, and
+//! a listing locks one shard at a time only to copy out at most one page of
+//! `Arc`s; JSON is formatted after every lock is released, so a full
+//! listing of thousands of connections never holds a shard for long.
+//!
+//! Closing one connection: each entry holds a child of its accept loop's
+//! shutdown token, which the relay waits on in place of the shared one (no
+//! extra waiter in the task); [`close`] marks the entry as closed by an
+//! operator and cancels its token, and the connection ends with
+//! [`CloseReason::Admin`] instead of `shutdown`.
+//!
+//! Cost per connection: the entry (one allocation, with copies of the
+//! route name and SNI; listener and backend are shared `Arc`s), the child token (one allocation and a short lock
+//! of the accept loop's token), and one shard lock at register and at
+//! remove (`cargo bench --bench registry`).
+//!
+//! An operator's route drain ([`drain`]) closes the route's registered
+//! connections at moments spread over its window, like a reload's drain,
+//! but without firing the route's drain signal: the route stays in the
+//! configuration and keeps taking new connections.
+//!
+//! A push of the local name set (`POST /update-local-snis`) closes, the same
+//! way, the connections a cluster backend sent to its `local_backend` whose
+//! name is no longer local ([`move_out`], reason `moved`); an entry says
+//! whether it went local in one `bool`.
+//!
+//! QUIC flows register the same way once they are open (`quic::listener`:
+//! the hello routed and the backend socket connected), with their
+//! listener's protocol, so an operator lists, filters (`protocol`), closes
+//! and drains them like TCP connections; the flow's task waits on the same
+//! per-entry token and its byte counts go to the entry's [`Activity`].
+//!
+//! Not here: connections still in setup (preface, inspect, connect) and
+//! QUIC flows still pending (hello incomplete) are not listed, closed or
+//! drained; reload drains (see `drain`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::close_reason::CloseReason;
+use crate::config::{Backend, Listener, Protocol};
+use crate::drain::unit_fraction;
+use crate::pump::ready::Activity;
+use crate::wire::cidr::Cidr;
+
+/// Shards of the table; a power of two, so the shard is the id's low bits.
+pub const SHARDS: usize = 16;
+
+/// One open connection, as listed.
+#[derive(Debug)]
+pub struct Entry {
+    pub id: u64,
+    pub listener: Arc<Listener>,
+    pub route: Box<str>,
+    pub sni: Option<Box<str>>,
+    pub backend: Arc<Backend>,
+    pub backend_addr: SocketAddr,
+    /// The TCP peer, as measured.
+    pub client: SocketAddr,
+    /// The client a trusted peer's PROXY header claims, if any.
+    pub claimed: Option<SocketAddr>,
+    pub accepted: Instant,
+    /// Sent to a cluster backend's `local_backend` (this node holds the
+    /// site): a push that no longer lists the name closes it ([`move_out`]).
+    pub local: bool,
+    /// The relay's byte counts and last activity.
+    pub activity: Activity,
+    /// The relay's stop: a child of its accept loop's shutdown token.
+    closer: CancellationToken,
+    /// Why an operator stopped it ([`ADMIN`], [`DRAINED`] or [`MOVED`]), set before
+    /// `closer` is cancelled; 0 while it runs.
+    closed_as: AtomicU8,
+}
+
+/// What a connection registers with (see [`register`]).
+pub struct Meta<'a> {
+    pub id: u64,
+    pub listener: &'a Arc<Listener>,
+    pub route: &'a str,
+    pub sni: Option<&'a str>,
+    pub backend: &'a Arc<Backend>,
+    pub backend_addr: SocketAddr,
+    pub client: SocketAddr,
+    pub claimed: Option<SocketAddr>,
+    pub accepted: Instant,
+    pub local: bool,
+}
+
+type Shard = Mutex<BTreeMap<u64, Arc<Entry>>>;
+
+fn table() -> &'static [Shard; SHARDS] {
+    static TABLE: OnceLock<[Shard; SHARDS]> = OnceLock::new();
+    TABLE.get_or_init(|| std::array::from_fn(|_| Mutex::new(BTreeMap::new())))
+}
+
+fn shard(id: u64) -> &'static Shard {
+    &table()[id as usize % SHARDS]
+}
+
+fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Entry>>> {
+    // A panic while holding a shard leaves a valid map: keep serving.
+    shard
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A registered connection; dropping it removes the entry.
+#[derive(Debug)]
+pub struct Registered {
+    entry: Arc<Entry>,
+}
+
+/// Registers a relaying connection; `shutdown` is its accept loop's token.
+pub fn register(meta: Meta<'_>, shutdown: &CancellationToken) -> Registered {
+    let entry = Arc::new(Entry {
+        id: meta.id,
+        listener: meta.listener.clone(),
+        route: meta.route.into(),
+        sni: meta.sni.map(Into::into),
+        backend: meta.backend.clone(),
+        backend_addr: meta.backend_addr,
+        client: meta.client,
+        claimed: meta.claimed,
+        accepted: meta.accepted,
+        local: meta.local,
+        activity: Activity::new(),
+        closer: shutdown.child_token(),
+        closed_as: AtomicU8::new(0),
+    });
+    lock(shard(meta.id)).insert(meta.id, entry.clone());
+    Registered { entry }
+}
+
+impl Registered {
+    pub fn activity(&self) -> &Activity {
+        &self.entry.activity
+    }
+
+    /// What the relay waits on to stop: shutdown, or an operator's close.
+    pub fn stop(&self) -> &CancellationToken {
+        &self.entry.closer
+    }
+
+    /// The entry itself, for a second holder that only counts activity
+    /// (a QUIC flow's socket task counts the client's datagrams while the
+    /// flow's own task holds this guard). Holding it does not keep the
+    /// connection listed: the guard's drop removes it from the table.
+    pub fn shared(&self) -> Arc<Entry> {
+        self.entry.clone()
+    }
+
+    /// The relay's reason, told apart: a stop by an operator is `admin`.
+    pub fn reason(&self, relay: CloseReason) -> CloseReason {
+        match (relay, self.entry.closed_as.load(Ordering::Acquire)) {
+            (CloseReason::Shutdown, ADMIN) => CloseReason::Admin,
+            (CloseReason::Shutdown, DRAINED) => CloseReason::Drained,
+            (CloseReason::Shutdown, MOVED) => CloseReason::Moved,
+            _ => relay,
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(shard(self.entry.id)).remove(&self.entry.id);
+    }
+}
+
+/// Which connections a listing or a close selects; every set field must
+/// match.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub id: Option<u64>,
+    pub listener: Option<String>,
+    pub route: Option<String>,
+    /// Exact, lowercase.
+    pub sni: Option<String>,
+    pub backend: Option<String>,
+    /// Matches the measured client or the claimed one.
+    pub client: Option<Cidr>,
+    /// The listener's protocol: TCP connections or QUIC flows.
+    pub protocol: Option<Protocol>,
+}
+
+impl Filter {
+    pub fn is_empty(&self) -> bool {
+        self.id.is_none()
+            && self.listener.is_none()
+            && self.route.is_none()
+            && self.sni.is_none()
+            && self.backend.is_none()
+            && self.client.is_none()
+            && self.protocol.is_none()
+    }
+
+    fn matches(&self, e: &Entry) -> bool {
+        self.id.is_none_or(|id| id == e.id)
+            && self
+                .listener
+                .as_deref()
+                .is_none_or(|l| l == e.listener.name)
+            && self.route.as_deref().is_none_or(|r| r == &*e.route)
+            && self
+                .sni
+                .as_deref()
+                .is_none_or(|s| Some(s) == e.sni.as_deref())
+            && self.backend.as_deref().is_none_or(|b| b == e.backend.name)
+            && self.client.as_ref().is_none_or(|c| {
+                c.contains(e.client.ip()) || e.claimed.is_some_and(|a| c.contains(a.ip()))
+            })
+            && self.protocol.is_none_or(|p| p == e.listener.protocol)
+    }
+}
+
+/// One page of matching connections, by ascending id, after `after`: at
+/// most `limit`, and whether more match past the page.
+pub fn list(filter: &Filter, after: u64, limit: usize) -> (Vec<Arc<Entry>>, bool) {
+    let mut page = Vec::with_capacity(limit.min(1024) + 1);
+    for shard in table() {
+        // Each shard gives at most limit + 1 (to know whether more follow);
+        // the lock is held only for this copy.
+        let map = lock(shard);
+        page.extend(
+            map.range(after.saturating_add(1)..)
+                .map(|(_, e)| e)
+                .filter(|e| filter.matches(e))
+                .take(limit + 1)
+                .cloned(),
+        );
+    }
+    page.sort_unstable_by_key(|e| e.id);
+    let more = page.len() > limit;
+    page.truncate(limit);
+    (page, more)
+}
+
+/// Closes every matching connection (reason `admin`); returns how many.
+pub fn close(filter: &Filter) -> usize {
+    let mut chosen = Vec::new();
+    for shard in table() {
+        chosen.extend(lock(shard).values().filter(|e| filter.matches(e)).cloned());
+    }
+    for entry in &chosen {
+        entry.stop(ADMIN);
+    }
+    chosen.len()
+}
+
+/// Closes every matching connection at its own moment within `window`
+/// from now (reason `drained`), as a reload drains a changed route: the
+/// moments are drawn per connection id, and one task closes them in turn.
+/// Returns how many will be closed.
+pub fn drain(filter: &Filter, window: Duration) -> usize {
+    spread(|e| filter.matches(e), window, DRAINED)
+}
+
+/// Closes, at moments spread over `window` (reason `moved`), every
+/// connection sent to a cluster's `local_backend` whose name is in
+/// `names` (names a push no longer lists as local), but for those that
+/// `still_local(backend, sni)` says its backend still sends there (a
+/// `local_overrides` name). Returns how many.
+pub fn move_out(
+    names: &HashSet<Box<str>>,
+    window: Duration,
+    still_local: impl Fn(&str, &str) -> bool,
+) -> usize {
+    if names.is_empty() {
+        return 0;
+    }
+    spread(
+        |e| {
+            e.local
+                && e.sni
+                    .as_deref()
+                    .is_some_and(|s| names.contains(s) && !still_local(&e.backend.name, s))
+        },
+        window,
+        MOVED,
+    )
+}
+
+/// Closes the entries `pick` selects, each at its moment within `window`
+/// (drawn per connection id), as `why`; one task closes them in turn.
+fn spread(pick: impl Fn(&Entry) -> bool, window: Duration, why: u8) -> usize {
+    let start = Instant::now();
+    let mut chosen: Vec<(Instant, Weak<Entry>)> = Vec::new();
+    for shard in table() {
+        chosen.extend(lock(shard).values().filter(|e| pick(e)).map(|e| {
+            (
+                start + window.mul_f64(DRAIN_SPREAD * unit_fraction(e.id)),
+                Arc::downgrade(e),
+            )
+        }));
+    }
+    chosen.sort_unstable_by_key(|(at, _)| *at);
+    let count = chosen.len();
+    if count > 0 {
+        // Weak: a connection that ends on its own meanwhile is not kept.
+        tokio::spawn(async move {
+            for (at, entry) in chosen {
+                tokio::time::sleep_until(at).await;
+                if let Some(entry) = entry.upgrade() {
+                    entry.stop(why);
+                }
+            }
+        });
+    }
+    count
+}
+
+/// The share of the window over which a drain spreads its closes (as
+/// `drain` does: the last connection is gone before the window ends).
+const DRAIN_SPREAD: f64 = 0.99;
+const ADMIN: u8 = 1;
+const DRAINED: u8 = 2;
+const MOVED: u8 = 3;
+
+/// Open relaying connections per route name, for a summary (status page).
+pub fn per_route() -> BTreeMap<Box<str>, usize> {
+    let mut counts = BTreeMap::new();
+    for shard in table() {
+        for e in lock(shard).values() {
+            *counts.entry(e.route.clone()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+impl Entry {
+    /// Stops the relay, as `why`; the first reason given wins.
+    fn stop(&self, why: u8) {
+        let _ = self
+            .closed_as
+            .compare_exchange(0, why, Ordering::AcqRel, Ordering::Acquire);
+        self.closer.cancel();
+    }
+
+    pub fn age(&self) -> Duration {
+        self.accepted.elapsed()
+    }
+
+    pub fn idle(&self) -> Duration {
+        self.activity.last().elapsed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::flow::registry::*;
+    use std::path::Path;
+
+    use crate::config::Config;
+
+    #[tokio::test]
+    async fn pages_filters_and_closes() {
+        let config = Config::from_toml(
+            r#"
+            [[listener]]
+            name = "edge"
+            listen = ["127.0.0.1:0"]
+            [[route]]
+            sni = ["a.test"]
+            backend = "origin"
+            [backend.origin]
+            addresses = ["127.0.0.1:9"]
+            "#,
+            Path::new("registry.toml"),
+        )
+        .unwrap();
+        let listener = Arc::new(config.listeners[0].clone());
+        let backend = config.backends.values().next().unwrap().clone();
+        let shutdown = CancellationToken::new();
+        let base = 1u64 << 60;
+        let mut held = Vec::new();
+        for i in 0..40 {
+            held.push(register(
+                Meta {
+                    id: base + i,
+                    listener: &listener,
+                    route: "r",
+                    sni: Some(if i % 2 == 0 { "a.test" } else { "b.test" }),
+                    backend: &backend,
+                    backend_addr: "127.0.0.1:9".parse().unwrap(),
+                    client: "10.0.0.1:1".parse().unwrap(),
+                    claimed: Some("192.0.2.7:2".parse().unwrap()),
+                    accepted: Instant::now(),
+                    local: i % 4 == 1,
+                },
+                &shutdown,
+            ));
+        }
+        let filter = Filter {
+            sni: Some("a.test".into()),
+            ..Filter::default()
+        };
+        let (page, more) = list(&filter, base - 1, 15);
+        assert_eq!(page.len(), 15);
+        assert!(more);
+        assert!(page.windows(2).all(|w| w[0].id < w[1].id));
+        let (rest, more) = list(&filter, page[14].id, 15);
+        assert_eq!((rest.len(), more), (5, false));
+        let by_claim = Filter {
+            client: Some("192.0.2.0/24".parse().unwrap()),
+            id: Some(base + 3),
+            ..Filter::default()
+        };
+        assert_eq!(close(&by_claim), 1);
+        assert!(held[3].stop().is_cancelled());
+        assert_eq!(held[3].reason(CloseReason::Shutdown), CloseReason::Admin);
+        assert!(!held[2].stop().is_cancelled());
+        assert_eq!(held[2].reason(CloseReason::Shutdown), CloseReason::Shutdown);
+        // A drain: every `b.test` one, within the window, as `drained`.
+        let b = Filter {
+            sni: Some("b.test".into()),
+            ..Filter::default()
+        };
+        assert_eq!(drain(&b, Duration::from_millis(50)), 20);
+        for (i, h) in held.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+            tokio::time::timeout(Duration::from_secs(5), h.stop().cancelled())
+                .await
+                .unwrap();
+            let want = if i == 3 {
+                CloseReason::Admin
+            } else {
+                CloseReason::Drained
+            };
+            assert_eq!(h.reason(CloseReason::Shutdown), want);
+        }
+        drop(held);
+        assert!(list(&filter, base - 1, 10).0.is_empty());
+
+        // Moved: only connections sent to a local backend, by name.
+        let mut held = Vec::new();
+        for i in 0..4u64 {
+            held.push(register(
+                Meta {
+                    id: base + 100 + i,
+                    listener: &listener,
+                    route: "r",
+                    sni: Some(if i < 2 { "gone.test" } else { "kept.test" }),
+                    backend: &backend,
+                    backend_addr: "127.0.0.1:9".parse().unwrap(),
+                    client: "10.0.0.1:1".parse().unwrap(),
+                    claimed: None,
+                    accepted: Instant::now(),
+                    local: i != 1,
+                },
+                &shutdown,
+            ));
+        }
+        let gone: HashSet<Box<str>> = ["gone.test".into()].into();
+        assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| true), 0);
+        assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| false), 1);
+        tokio::time::timeout(Duration::from_secs(5), held[0].stop().cancelled())
+            .await
+            .unwrap();
+        assert_eq!(held[0].reason(CloseReason::Shutdown), CloseReason::Moved);
+        assert!(!held[1].stop().is_cancelled(), "a remote answer stays");
+        assert!(!held[2].stop().is_cancelled(), "another name stays");
+    }
+}

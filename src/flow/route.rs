@@ -1,0 +1,663 @@
+//! Routing: from the ClientHello's server name (and ALPN, TLS version and
+//! ECH) to a route and its backend, or to a refusal the client can
+//! understand.
+//!
+//! A listener generation holds one compiled [`RouteTable`]: every
+//! (pattern, `alpn` set) of its routes, and the no-SNI fallback, leads to
+//! one [`RouteEntry`] that owns the route's name, its backend, its relay
+//! timeouts and the drain signal of that identity (listener, pattern, alpn
+//! set → backend); an entry whose `ech` sends ECH hellos elsewhere owns a
+//! second entry for them, identity (listener, pattern, alpn set, ECH →
+//! backend). [`RouteTable::build`] compiles it from the validated listener
+//! and the previous generation's table: an identity that leads to an equal
+//! backend keeps its drain signal (so connections started under any
+//! earlier generation stay reachable), the others get fresh ones, and
+//! [`RouteTable::retired_by`] names the signals a reload must fire. The
+//! validated configuration holds no run-time state.
+//!
+//! Per connection the name is normalised into an [`Sni`] once and looked up
+//! once ([`RouteTable::decide`]); the same parse gives the name for the log
+//! line. The rules, in order:
+//! 1. `min_tls_version`: a hello whose highest offered version is older is
+//!    refused with a fatal `protocol_version` alert (`tls_version`).
+//! 2. No SNI: the listener's `no_sni` policy; the default route (`*`) does
+//!    not apply.
+//! 3. A name that is not a valid host name is refused, default route or
+//!    not (`unmatched`): garbage is not "any other name".
+//! 4. The matching patterns, most specific first (exact, longest
+//!    wildcard, `*`): within a pattern, the route whose `alpn` shares a
+//!    protocol with the hello wins, else the pattern's route without
+//!    `alpn`; a pattern with neither is passed over for the next one, so a
+//!    TLS-ALPN-01 route never swallows the name's other traffic. No pattern
+//!    left: `unmatched`, with a fatal `unrecognized_name` alert (RFC 6066
+//!    §3), which TLS clients report as such instead of a bare reset.
+//! 5. ECH: the route's `ech` (else the listener's) applies to a hello whose
+//!    outer ECH is real (its config id is in `ech_config_ids`) or, without
+//!    configured ids, to every outer ECH; GREASE and an inner hello in the
+//!    clear pass. `reject` answers a fatal `handshake_failure` alert
+//!    (`ech_rejected`); a backend name relays the hello there.
+//!
+//! Not here: connecting, or any per-source policy; what else a reload
+//! changed (`reload`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use crate::close_reason::CloseReason;
+use crate::config::{Backend, EchPolicy, Listener, NoSni, Route, Timeouts, TlsVersion};
+use crate::drain::DrainSignal;
+use crate::wire::client_hello::{ClientHello, Ech};
+use crate::wire::matcher::SniMatcher;
+use crate::wire::sni::{Pattern, Sni};
+
+/// Alert descriptions (RFC 8446 §6) the relay refuses hellos with.
+const ALERT_HANDSHAKE_FAILURE: u8 = 40;
+const ALERT_PROTOCOL_VERSION: u8 = 70;
+const ALERT_UNRECOGNIZED_NAME: u8 = 112;
+
+/// A TLS 1.2-framed fatal alert record with this description.
+const fn alert(description: u8) -> [u8; 7] {
+    [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, description]
+}
+
+/// How long a refused client may take to read the alert and close, and how
+/// much it may send meanwhile, before the relay closes regardless.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+const REFUSAL_LINGER_BYTES: usize = 64 * 1024;
+
+/// Where a routed connection goes: one identity (listener, pattern and
+/// alpn set, or no SNI → backend) of a generation's route table.
+#[derive(Debug)]
+pub struct RouteEntry {
+    /// The route's name, or `no_sni` for the listener's fallback.
+    pub route: Box<str>,
+    pub backend: Arc<Backend>,
+    /// The drain signal of this identity.
+    pub drain: Arc<DrainSignal>,
+    /// The relay timeouts of connections on this route (the listener's for
+    /// `no_sni`). Not part of the identity: a reload that changes only them
+    /// applies them to new connections and drains none.
+    pub timeouts: Timeouts,
+    // Hello rules (ALPN, ECH).
+    /// The protocols of which a hello must offer one; empty: any hello.
+    pub alpn: Box<[Box<[u8]>]>,
+    /// What an ECH hello the policy concerns does here.
+    pub ech: EchAction,
+}
+
+/// A route's `ech` policy, compiled.
+#[derive(Debug)]
+pub enum EchAction {
+    Pass,
+    Reject,
+    /// Relay to this entry's backend, under its own drain signal.
+    Divert(Box<RouteEntry>),
+}
+
+/// What an `encrypted_client_hello` extension was, as far as the relay can
+/// tell: the `ech_kind` log field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EchKind {
+    /// An outer ECH whose config id is one of `ech_config_ids`. A GREASE
+    /// one picks its id at random, so it lands here with odds of one in
+    /// 256 per configured id.
+    Real,
+    /// An outer ECH whose config id is none of `ech_config_ids`.
+    Grease,
+    /// An outer ECH on a listener without `ech_config_ids`.
+    Unknown,
+    /// An inner hello in the clear (a client-facing server in front has
+    /// decrypted it); its SNI is the true name.
+    Inner,
+}
+
+impl EchKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EchKind::Real => "real",
+            EchKind::Grease => "grease",
+            EchKind::Unknown => "unknown",
+            EchKind::Inner => "inner",
+        }
+    }
+
+    /// Whether the ECH policy concerns a hello of this kind: real ECH, or
+    /// any outer ECH when real cannot be told from GREASE.
+    const fn concerned(self) -> bool {
+        matches!(self, EchKind::Real | EchKind::Unknown)
+    }
+}
+
+/// A listener's routes as one generation runs them.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    /// Pattern → indices into `entries`: the pattern's entries with `alpn`
+    /// first, then the one without (if any).
+    matcher: SniMatcher<Vec<usize>>,
+    entries: Vec<RouteEntry>,
+    no_sni: Option<RouteEntry>,
+    // Hello rules (TLS version, ECH).
+    min_tls_version: Option<TlsVersion>,
+    /// `ech_config_ids`, ascending.
+    ech_config_ids: Box<[u8]>,
+}
+
+/// What routing decided for one hello.
+#[derive(Debug)]
+pub struct Decision<'a> {
+    /// The server name as it should be logged: normalised when valid,
+    /// otherwise the raw bytes escaped so that a hostile name cannot forge
+    /// log lines; `None` without SNI.
+    pub sni: Option<Box<str>>,
+    /// What the hello's ECH extension was; `None` without one.
+    pub ech: Option<EchKind>,
+    pub target: Result<&'a RouteEntry, NoRoute>,
+}
+
+impl RouteTable {
+    /// Compiles `listener`'s routes. An identity `previous` also has,
+    /// leading to an equal backend and not yet drained, keeps its drain
+    /// signal; every other one gets a fresh signal.
+    pub fn build(listener: &Listener, previous: Option<&RouteTable>) -> RouteTable {
+        let mut table = RouteTable {
+            min_tls_version: listener.min_tls_version,
+            ech_config_ids: listener.ech_config_ids.as_slice().into(),
+            ..RouteTable::default()
+        };
+        for route in &listener.routes {
+            let alpn: Box<[Box<[u8]>]> = route.alpn.iter().map(|p| p.as_bytes().into()).collect();
+            let policy = route.ech.as_ref().unwrap_or(&listener.ech);
+            for pattern in &route.patterns {
+                let kept = previous.and_then(|p| p.entry_for(pattern, &alpn));
+                let entry = entry(
+                    route.name.as_str(),
+                    &route.backend,
+                    alpn.clone(),
+                    policy,
+                    route.timeouts,
+                    kept,
+                );
+                let index = table.entries.len();
+                table.entries.push(entry);
+                // Validation made (pattern, alpn) unique and kept alpn
+                // sets of one pattern apart.
+                match table.matcher.get_mut(pattern) {
+                    Some(group) if alpn.is_empty() => group.push(index),
+                    Some(group) => group.insert(0, index),
+                    None => {
+                        let _ = table.matcher.insert(pattern, vec![index]);
+                    }
+                }
+            }
+        }
+        if let NoSni::Backend(backend) = &listener.no_sni {
+            let kept = previous.and_then(|p| p.no_sni.as_ref());
+            table.no_sni = Some(entry(
+                "no_sni",
+                backend,
+                Box::default(),
+                &listener.ech,
+                listener.timeouts(),
+                kept,
+            ));
+        }
+        table
+    }
+
+    /// The drain signals of `self` that `next` (the same listener's next
+    /// table, or `None` when the listener is gone) does not carry on: the
+    /// connections on them must drain.
+    pub fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
+        let carried: HashSet<*const DrainSignal> = next
+            .map(|next| next.signals().map(Arc::as_ptr).collect())
+            .unwrap_or_default();
+        self.signals()
+            .filter(|signal| !carried.contains(&Arc::as_ptr(signal)))
+            .cloned()
+            .collect()
+    }
+
+    /// Routes one hello: parses its name once, looks it up once (see the
+    /// module header for the order of the rules).
+    pub fn decide(&self, hello: &ClientHello) -> Decision<'_> {
+        let ech = hello.ech.map(|ech| self.ech_kind(ech));
+        let (sni, found) = match hello.server_name.as_deref() {
+            None => (None, self.no_sni.as_ref().ok_or(NoRoute::NoSni)),
+            Some(raw) => match Sni::parse(raw) {
+                Ok(sni) => {
+                    let found = self.find(&sni, &hello.alpn).ok_or(NoRoute::Unmatched);
+                    (Some(sni.into_boxed_str()), found)
+                }
+                Err(_) => (
+                    Some(
+                        String::from_utf8_lossy(raw)
+                            .escape_debug()
+                            .to_string()
+                            .into_boxed_str(),
+                    ),
+                    Err(NoRoute::Unmatched),
+                ),
+            },
+        };
+        let too_old = self
+            .min_tls_version
+            .is_some_and(|min| hello.version.is_none_or(|offered| offered < min.wire()));
+        let target = if too_old {
+            Err(NoRoute::TlsVersion)
+        } else {
+            found.and_then(|entry| match (&entry.ech, ech) {
+                (EchAction::Reject, Some(kind)) if kind.concerned() => Err(NoRoute::EchRejected),
+                (EchAction::Divert(to), Some(kind)) if kind.concerned() => Ok(&**to),
+                _ => Ok(entry),
+            })
+        };
+        Decision { sni, ech, target }
+    }
+
+    /// The entry of the most specific pattern that has one for `alpn`.
+    fn find(&self, sni: &Sni, alpn: &[Vec<u8>]) -> Option<&RouteEntry> {
+        self.matcher.matches(sni).find_map(|group| {
+            group.iter().map(|&i| &self.entries[i]).find(|entry| {
+                entry.alpn.is_empty()
+                    || entry
+                        .alpn
+                        .iter()
+                        .any(|wanted| alpn.iter().any(|offered| **wanted == **offered))
+            })
+        })
+    }
+
+    fn ech_kind(&self, ech: Ech) -> EchKind {
+        match ech {
+            Ech::Inner => EchKind::Inner,
+            Ech::Outer { .. } if self.ech_config_ids.is_empty() => EchKind::Unknown,
+            Ech::Outer { config_id } if self.ech_config_ids.contains(&config_id) => EchKind::Real,
+            Ech::Outer { .. } => EchKind::Grease,
+        }
+    }
+
+    /// The entry stored for exactly this pattern and alpn set.
+    fn entry_for(&self, pattern: &Pattern, alpn: &[Box<[u8]>]) -> Option<&RouteEntry> {
+        self.matcher
+            .get(pattern)?
+            .iter()
+            .map(|&i| &self.entries[i])
+            .find(|entry| *entry.alpn == *alpn)
+    }
+
+    fn signals(&self) -> impl Iterator<Item = &Arc<DrainSignal>> {
+        self.entries
+            .iter()
+            .chain(self.no_sni.as_ref())
+            .flat_map(|entry| {
+                let diverted = match &entry.ech {
+                    EchAction::Divert(to) => Some(&to.drain),
+                    _ => None,
+                };
+                std::iter::once(&entry.drain).chain(diverted)
+            })
+    }
+}
+
+/// One identity's entry, with its drain signal carried from `kept` (the
+/// previous generation's entry of the same identity) where it may be.
+fn entry(
+    route: &str,
+    backend: &Arc<Backend>,
+    alpn: Box<[Box<[u8]>]>,
+    ech: &EchPolicy,
+    timeouts: Timeouts,
+    kept: Option<&RouteEntry>,
+) -> RouteEntry {
+    let ech = match ech {
+        EchPolicy::Pass => EchAction::Pass,
+        EchPolicy::Reject => EchAction::Reject,
+        EchPolicy::Backend(to) => {
+            let kept = kept.and_then(|k| match &k.ech {
+                EchAction::Divert(was) => Some(&**was),
+                _ => None,
+            });
+            EchAction::Divert(Box::new(RouteEntry {
+                route: route.into(),
+                backend: to.clone(),
+                drain: carried(kept, to),
+                timeouts,
+                alpn: alpn.clone(),
+                ech: EchAction::Pass,
+            }))
+        }
+    };
+    RouteEntry {
+        route: route.into(),
+        backend: backend.clone(),
+        drain: carried(kept, backend),
+        timeouts,
+        alpn,
+        ech,
+    }
+}
+
+/// The previous identity's signal when it led to an equal backend and has
+/// not been fired; a fresh one otherwise.
+fn carried(previous: Option<&RouteEntry>, backend: &Arc<Backend>) -> Arc<DrainSignal> {
+    match previous {
+        Some(was) if *was.backend == **backend && !was.drain.is_fired() => was.drain.clone(),
+        _ => DrainSignal::new(),
+    }
+}
+
+/// A route's identity for reload diffs, as [`RouteTable::build`] keys
+/// drain signals: its pattern, with its `alpn` set when it has one
+/// (`acme.example.com[alpn=acme-tls/1]`).
+pub(crate) fn identity(pattern: &Pattern, route: &Route) -> String {
+    if route.alpn.is_empty() {
+        pattern.to_string()
+    } else {
+        format!("{pattern}[alpn={}]", route.alpn.join(","))
+    }
+}
+
+/// The backend ECH hellos of `route` are diverted to, if any: the
+/// identity (`identity` + `[ech]`) with a drain signal of its own.
+pub(crate) fn ech_backend<'a>(
+    route: Option<&'a Route>,
+    listener: &'a Listener,
+) -> Option<&'a Arc<Backend>> {
+    match route.and_then(|r| r.ech.as_ref()).unwrap_or(&listener.ech) {
+        EchPolicy::Backend(backend) => Some(backend),
+        EchPolicy::Pass | EchPolicy::Reject => None,
+    }
+}
+
+/// Why a connection may not go anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoRoute {
+    #[error("no SNI, and the listener rejects hellos without one")]
+    NoSni,
+    #[error("the SNI matches no route")]
+    Unmatched,
+    #[error("the hello offers no TLS version as new as min_tls_version")]
+    TlsVersion,
+    #[error("the hello carries ECH and its route rejects ECH")]
+    EchRejected,
+}
+
+impl NoRoute {
+    /// The fatal alert the client is sent.
+    pub const fn alert(self) -> [u8; 7] {
+        alert(match self {
+            NoRoute::NoSni | NoRoute::Unmatched => ALERT_UNRECOGNIZED_NAME,
+            NoRoute::TlsVersion => ALERT_PROTOCOL_VERSION,
+            NoRoute::EchRejected => ALERT_HANDSHAKE_FAILURE,
+        })
+    }
+}
+
+impl From<NoRoute> for CloseReason {
+    fn from(r: NoRoute) -> Self {
+        match r {
+            NoRoute::NoSni => CloseReason::NoSni,
+            NoRoute::Unmatched => CloseReason::Unmatched,
+            NoRoute::TlsVersion => CloseReason::TlsVersion,
+            NoRoute::EchRejected => CloseReason::EchRejected,
+        }
+    }
+}
+
+/// Sends the refusal's alert, half-closes, and lingers briefly so the alert
+/// is read rather than destroyed by a reset (closing a socket with unread
+/// input makes the kernel send RST).
+pub(crate) async fn refuse(client: &mut TcpStream, refusal: NoRoute) {
+    if client.write_all(&refusal.alert()).await.is_err() {
+        return;
+    }
+    if client.shutdown().await.is_err() {
+        return;
+    }
+    let _ = timeout(REFUSAL_LINGER, async {
+        let mut sink = [0u8; 1024];
+        let mut drained = 0;
+        while drained < REFUSAL_LINGER_BYTES {
+            match client.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::Config;
+    use crate::flow::route::*;
+
+    const RULES: &str = r#"
+[[listener]]
+name = "tls"
+listen = "127.0.0.1:0"
+ech_config_ids = [7]
+
+[[route]]
+name = "site"
+sni = ["example.com", "*.example.com"]
+backend = "web"
+
+[[route]]
+name = "acme"
+sni = ["example.com"]
+alpn = ["acme-tls/1"]
+backend = "certs"
+
+[[route]]
+name = "acme_only"
+sni = ["*.acme.example.com"]
+alpn = ["acme-tls/1"]
+backend = "certs"
+
+[[route]]
+name = "private"
+sni = ["private.example.com"]
+ech = "reject"
+backend = "web"
+
+[[route]]
+name = "ech"
+sni = ["ech.example.com"]
+ech = "frontend"
+backend = "web"
+
+[[route]]
+name = "default"
+sni = ["*"]
+backend = "fallback"
+
+[backend.web]
+addresses = ["127.0.0.1:1001"]
+
+[backend.certs]
+addresses = ["127.0.0.1:1002"]
+
+[backend.fallback]
+addresses = ["127.0.0.1:1003"]
+
+[backend.frontend]
+addresses = ["127.0.0.1:1004"]
+"#;
+
+    fn table(text: &str) -> RouteTable {
+        let config = Config::from_toml(text, Path::new("test.toml")).unwrap();
+        RouteTable::build(&config.listeners[0], None)
+    }
+
+    fn hello(name: Option<&str>, alpn: &[&str], ech: Option<Ech>) -> ClientHello {
+        ClientHello {
+            server_name: name.map(|n| n.as_bytes().to_vec()),
+            alpn: alpn.iter().map(|p| p.as_bytes().to_vec()).collect(),
+            ech,
+            version: Some(0x0304),
+            len: 0,
+        }
+    }
+
+    /// Where `hello` goes: (route, backend), or the refusal.
+    fn goes(table: &RouteTable, hello: &ClientHello) -> Result<(String, String), NoRoute> {
+        table
+            .decide(hello)
+            .target
+            .map(|e| (e.route.to_string(), e.backend.name.clone()))
+    }
+
+    fn to(route: &str, backend: &str) -> Result<(String, String), NoRoute> {
+        Ok((route.to_owned(), backend.to_owned()))
+    }
+
+    #[test]
+    fn exact_and_wildcard_routes_beat_the_default_route() {
+        let t = table(RULES);
+        let go = |name| goes(&t, &hello(Some(name), &[], None));
+        assert_eq!(go("example.com"), to("site", "web"));
+        assert_eq!(go("a.b.example.com"), to("site", "web"));
+        assert_eq!(go("other.test"), to("default", "fallback"));
+        assert_eq!(go("example.org"), to("default", "fallback"));
+        // Not a host name: refused, default route or not.
+        assert_eq!(go("bad name"), Err(NoRoute::Unmatched));
+        assert_eq!(go("10.0.0.1"), Err(NoRoute::Unmatched));
+        // No SNI: the listener's no_sni (reject), never the default route.
+        assert_eq!(goes(&t, &hello(None, &[], None)), Err(NoRoute::NoSni));
+    }
+
+    #[test]
+    fn a_route_with_a_matching_alpn_wins_over_the_same_name_without() {
+        let t = table(RULES);
+        let go = |name, alpn: &[&str]| goes(&t, &hello(Some(name), alpn, None));
+        assert_eq!(go("example.com", &["acme-tls/1"]), to("acme", "certs"));
+        // Any offered protocol matches.
+        assert_eq!(
+            go("example.com", &["h2", "acme-tls/1"]),
+            to("acme", "certs")
+        );
+        assert_eq!(go("example.com", &["h2"]), to("site", "web"));
+        assert_eq!(go("example.com", &[]), to("site", "web"));
+        // A pattern with only an alpn route is passed over for the next
+        // matching pattern (here `*.example.com`).
+        assert_eq!(
+            go("x.acme.example.com", &["acme-tls/1"]),
+            to("acme_only", "certs")
+        );
+        assert_eq!(go("x.acme.example.com", &["h2"]), to("site", "web"));
+    }
+
+    #[test]
+    fn min_tls_version_refuses_hellos_offering_nothing_as_new() {
+        let t = table(&RULES.replace(
+            "ech_config_ids = [7]",
+            "ech_config_ids = [7]\nmin_tls_version = \"1.3\"",
+        ));
+        let mut h = hello(Some("example.com"), &[], None);
+        assert_eq!(goes(&t, &h), to("site", "web"));
+        h.version = Some(0x0303);
+        assert_eq!(goes(&t, &h), Err(NoRoute::TlsVersion));
+        h.version = None;
+        assert_eq!(goes(&t, &h), Err(NoRoute::TlsVersion));
+        // The version is judged before the name.
+        h.server_name = Some(b"bad name".to_vec());
+        assert_eq!(goes(&t, &h), Err(NoRoute::TlsVersion));
+        assert_eq!(
+            NoRoute::TlsVersion.alert(),
+            [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 70]
+        );
+        // Unset: every version.
+        let t = table(RULES);
+        assert_eq!(goes(&t, &h), Err(NoRoute::Unmatched));
+    }
+
+    #[test]
+    fn ech_policy_concerns_real_ech_and_lets_grease_pass() {
+        let t = table(RULES);
+        let real = Some(Ech::Outer { config_id: 7 });
+        let grease = Some(Ech::Outer { config_id: 8 });
+        let decide = |name, ech| {
+            let d = t.decide(&hello(Some(name), &[], ech));
+            (d.ech, d.target.map(|e| e.backend.name.clone()))
+        };
+        assert_eq!(
+            decide("private.example.com", real),
+            (Some(EchKind::Real), Err(NoRoute::EchRejected))
+        );
+        assert_eq!(
+            decide("private.example.com", grease),
+            (Some(EchKind::Grease), Ok("web".into()))
+        );
+        assert_eq!(
+            decide("private.example.com", None),
+            (None, Ok("web".into()))
+        );
+        assert_eq!(
+            decide("ech.example.com", real),
+            (Some(EchKind::Real), Ok("frontend".into()))
+        );
+        assert_eq!(
+            decide("ech.example.com", grease),
+            (Some(EchKind::Grease), Ok("web".into()))
+        );
+        assert_eq!(
+            decide("ech.example.com", Some(Ech::Inner)),
+            (Some(EchKind::Inner), Ok("web".into()))
+        );
+        assert_eq!(NoRoute::EchRejected.alert()[6], 40);
+        // Without configured ids every outer ECH is concerned.
+        let t = table(&RULES.replace("ech_config_ids = [7]", ""));
+        let d = t.decide(&hello(Some("private.example.com"), &[], grease));
+        assert_eq!(
+            (d.ech, d.target.err()),
+            (Some(EchKind::Unknown), Some(NoRoute::EchRejected))
+        );
+    }
+
+    #[test]
+    fn the_alpn_set_and_the_ech_backend_are_part_of_the_drain_identity() {
+        let old = table(RULES);
+        let config = Config::from_toml(
+            &RULES
+                .replace("alpn = [\"acme-tls/1\"]\nbackend = \"certs\"\n\n[[route]]\nname = \"acme_only\"", "alpn = [\"acme-tls/1\"]\nbackend = \"web\"\n\n[[route]]\nname = \"acme_only\"")
+                .replace("[backend.frontend]\naddresses = [\"127.0.0.1:1004\"]", "[backend.frontend]\naddresses = [\"127.0.0.1:1005\"]"),
+            Path::new("test.toml"),
+        )
+        .unwrap();
+        let new = RouteTable::build(&config.listeners[0], Some(&old));
+        let signal = |t: &RouteTable, name, alpn: &[&str], ech| {
+            t.decide(&hello(Some(name), alpn, ech))
+                .target
+                .unwrap()
+                .drain
+                .clone()
+        };
+        let retired = old.retired_by(Some(&new));
+        let is_retired = |s: &Arc<DrainSignal>| retired.iter().any(|r| Arc::ptr_eq(r, s));
+        // The acme route of example.com changed backend; the site did not.
+        assert!(is_retired(&signal(
+            &old,
+            "example.com",
+            &["acme-tls/1"],
+            None
+        )));
+        assert!(!is_retired(&signal(&old, "example.com", &["h2"], None)));
+        assert!(Arc::ptr_eq(
+            &signal(&old, "example.com", &["h2"], None),
+            &signal(&new, "example.com", &["h2"], None)
+        ));
+        // The ECH backend of ech.example.com changed; its own route did not.
+        let real = Some(Ech::Outer { config_id: 7 });
+        assert!(is_retired(&signal(&old, "ech.example.com", &[], real)));
+        assert!(!is_retired(&signal(&old, "ech.example.com", &[], None)));
+        assert_eq!(retired.len(), 2);
+    }
+}

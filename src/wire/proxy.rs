@@ -1,0 +1,843 @@
+//! The PROXY protocol's wire format (v2 and v1): recognising a signature
+//! ([`sniff`]), parsing a header ([`parse`]), and the value of our hop-count
+//! TLV ([`hops_value`]), shared by the inbound stage that reads headers
+//! (`inbound`) and the outbound announcement that writes them (`outbound`).
+//!
+//! Pure functions over `&[u8]`: no I/O, no deadlines, no configuration.
+//!
+//! Validation follows the spec (haproxy's proxy-protocol.txt, quoted where
+//! it decides behaviour):
+//! - v2 needs version 2 and command LOCAL or PROXY. A LOCAL header is
+//!   valid whatever its family byte and length say: the declared length is
+//!   skipped and nothing in it is read. A PROXY header needs a defined
+//!   family and protocol, a length that holds the family's addresses, TLVs
+//!   that tile the rest exactly, and a matching CRC32C when that TLV is
+//!   present. TCP over IPv4/IPv6 carries a claim; any other valid
+//!   combination (UNSPEC, AF_UNIX, DGRAM) falls back to the connection's
+//!   own addresses, as the spec asks of receivers that do not carry it
+//!   (under the UNSPEC family the block has no defined address size, so
+//!   the whole of it is opaque and no TLV is read).
+//! - v1 is at most 107 bytes, ends in CRLF, and a TCP4/TCP6 line is six
+//!   fields one space apart with ports in plain decimal (no sign, no
+//!   leading zero, at most 65535); UNKNOWN ignores the rest of its line.
+//! - TLVs the relay reads appear at most once (a repeat is refused);
+//!   the others are skipped. AUTHORITY is kept only when it is a valid host
+//!   name of at most [`MAX_AUTHORITY_BYTES`]; otherwise it is ignored.
+//!
+//! Field parsing is the `ppp` crate's (so is encoding, in `outbound`);
+//! framing, the v1
+//! field grammar `ppp` is lenient about, the CRC32C check (the `crc32c`
+//! crate) and the hop guard are ours.
+//!
+//! # Claims and hops
+//! A PROXY command with TCP over IPv4/IPv6 yields the addresses a peer
+//! claims ([`Announced::Proxy`]), unless its source cannot be a client
+//! ([`check_claim`]: unspecified, multicast, broadcast, or the relay's own
+//! listening socket), which is refused as invalid. LOCAL (v2), UNKNOWN
+//! (v1), and the v2 fallbacks above claim nothing. Our hop count travels in
+//! the custom TLV [`TLV_HOPS`] behind the [`HOPS_MAGIC`] sub-type; a header
+//! without it (or with another product's 0xE0 TLV only) counts as one hop.
+//!
+//! Not here: reading from a socket, trust, modes and `max_hops` (see
+//! `inbound`), or building the headers the relay sends (see `outbound`).
+//!
+//! Cost: a header is parsed once when complete (framing is re-checked per
+//! read, which is a few comparisons).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use crate::wire::cidr::canonical;
+use crate::wire::sni::Sni;
+
+/// The v2 signature (12 bytes).
+pub const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+/// The v1 signature, with its separating space.
+pub const V1_SIGNATURE: &[u8; 6] = b"PROXY ";
+/// Longest v1 header, CRLF included (spec §2.1).
+pub const V1_MAX_BYTES: usize = 107;
+/// Longest v2 header accepted, fixed part included. The spec allows up to
+/// 16 + 65535; no peer sends more than a few hundred bytes, and buffering
+/// 64 KiB per connection for a header would be a gift to an attacker.
+pub const V2_MAX_BYTES: usize = 4096;
+
+/// TLV types (spec §2.2.1–2.2.7) and our custom hop count.
+pub const TLV_AUTHORITY: u8 = 0x02;
+pub const TLV_CRC32C: u8 = 0x03;
+pub const TLV_UNIQUE_ID: u8 = 0x05;
+/// The custom type the hop count travels in. §2.2.8 reserves 0xE0–0xEF
+/// "for application-specific data" and says "If you need more values
+/// consider extending the range with a type field in your TLVs": any
+/// product may use 0xE0, so ours is told apart by [`HOPS_MAGIC`].
+pub const TLV_HOPS: u8 = 0xE0;
+/// The sub-type of a [`TLV_HOPS`] value that makes it our hop count. The
+/// whole value is these 13 ASCII bytes and then one byte, the hops so far
+/// (at least 1): `E0 00 0E "snirelay-hops" NN`. A 0xE0 TLV that does not
+/// start with them is another product's and is ignored.
+pub const HOPS_MAGIC: &[u8; 13] = b"snirelay-hops";
+/// Length of a hop-count value: the magic and one count byte.
+pub const HOPS_VALUE_LEN: usize = HOPS_MAGIC.len() + 1;
+/// Longest AUTHORITY used: a DNS name is at most 253 bytes (255 on the
+/// wire); anything longer is not a host name.
+pub const MAX_AUTHORITY_BYTES: usize = 255;
+
+/// What a complete, valid header says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Bytes the header occupies at the start of the stream.
+    pub len: usize,
+    pub version: ProxyVersion,
+    pub addresses: Announced,
+    /// The AUTHORITY TLV (v2 PROXY only): the original SNI as the sender
+    /// saw it, normalised like an SNI; `None` when absent or when it is not
+    /// a valid host name of at most [`MAX_AUTHORITY_BYTES`].
+    pub authority: Option<Vec<u8>>,
+    /// The hop count: our [`TLV_HOPS`] if present, else 1.
+    pub hops: u8,
+    /// Whether a CRC32C TLV was present (and therefore matched).
+    pub checksummed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyVersion {
+    V1,
+    V2,
+}
+
+/// The header's command and addresses, reduced to what the relay uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announced {
+    /// PROXY over TCP: who the client is and what it connected to.
+    Proxy {
+        source: SocketAddr,
+        destination: SocketAddr,
+    },
+    /// v2 LOCAL: the peer's own connection (e.g. a health check); the
+    /// rest of the header is ignored.
+    Local,
+    /// v1 UNKNOWN, or v2 PROXY for anything but TCP over IPv4/IPv6 (UNSPEC,
+    /// AF_UNIX, DGRAM): a client whose address the peer could not say, or
+    /// that the relay does not carry. The socket's addresses are used.
+    Unknown,
+}
+
+/// The verdict of [`parse`] on the bytes read so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parse {
+    /// A complete, valid header.
+    Header(Header),
+    /// A prefix of something that may still become a valid header.
+    Incomplete,
+    /// The bytes cannot start a PROXY header (e.g. a TLS record).
+    NotProxy,
+    /// A PROXY signature followed by something the spec forbids.
+    Invalid(Invalid),
+}
+
+/// How a header broke the spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("v2 version nibble {0:#x} is not 2")]
+    Version(u8),
+    #[error("v2 command {0:#x} is neither LOCAL nor PROXY")]
+    Command(u8),
+    #[error("v2 family/protocol byte {0:#04x} is not defined")]
+    FamilyProtocol(u8),
+    #[error("v2 header of {0} bytes exceeds the {V2_MAX_BYTES}-byte cap")]
+    TooLarge(usize),
+    #[error("v2 addresses or TLVs inconsistent with the length: {0}")]
+    Layout(String),
+    #[error("v2 TLV {0:#04x} has a bad length or value, or appears twice")]
+    Tlv(u8),
+    #[error("v2 CRC32C mismatch")]
+    Checksum,
+    #[error("v1 header longer than {V1_MAX_BYTES} bytes or not CRLF-terminated")]
+    V1Framing,
+    #[error("v1 header: {0}")]
+    V1Syntax(String),
+    #[error("v1 TCP4/TCP6 header is not six non-empty fields one space apart")]
+    V1Fields,
+    #[error("v1 port {0:?} is not a decimal 0..=65535 without sign or leading zero")]
+    V1Port(String),
+    #[error("claimed source {claimed} cannot be a client: {why}")]
+    ImpossibleClaim {
+        claimed: SocketAddr,
+        why: Impossible,
+    },
+}
+
+/// Why a claimed source address cannot be a client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Impossible {
+    #[error("unspecified address")]
+    Unspecified,
+    #[error("multicast address")]
+    Multicast,
+    #[error("broadcast address")]
+    Broadcast,
+    #[error("the relay's own listening address")]
+    RelayItself,
+}
+
+/// Checks the source a trusted peer claims against what a TCP client can
+/// be: never an unspecified, multicast or broadcast address (a TCP peer
+/// cannot have one), nor the address and port the peer itself connected to
+/// (`local`, the relay's listening socket: a forged or looped claim).
+/// IPv4-mapped IPv6 forms count as the IPv4 address they carry. The port
+/// matters for the last check only: a client may share the relay's IP
+/// (a relay chain on one host), never its listening socket.
+pub fn check_claim(source: SocketAddr, local: SocketAddr) -> Result<(), Invalid> {
+    let ip = canonical(source.ip());
+    let why = if ip.is_unspecified() {
+        Impossible::Unspecified
+    } else if ip.is_multicast() {
+        Impossible::Multicast
+    } else if ip == IpAddr::V4(Ipv4Addr::BROADCAST) {
+        Impossible::Broadcast
+    } else if ip == canonical(local.ip()) && source.port() == local.port() {
+        Impossible::RelayItself
+    } else {
+        return Ok(());
+    };
+    Err(Invalid::ImpossibleClaim {
+        claimed: source,
+        why,
+    })
+}
+
+/// What the first bytes are, as far as a PROXY signature goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sniff {
+    /// A prefix of a signature (or nothing yet).
+    Incomplete,
+    /// Cannot start a PROXY header (e.g. a TLS record, first byte 0x16).
+    NotProxy,
+    /// A whole signature of this version: a PROXY header, valid or not.
+    Signature(ProxyVersion),
+}
+
+/// Whether the first bytes start a PROXY signature: decided on the first
+/// byte for anything that is not one.
+pub fn sniff(bytes: &[u8]) -> Sniff {
+    let Some(&first) = bytes.first() else {
+        return Sniff::Incomplete;
+    };
+    let (signature, version): (&[u8], _) = match first {
+        b'\r' => (V2_SIGNATURE, ProxyVersion::V2),
+        b'P' => (V1_SIGNATURE, ProxyVersion::V1),
+        _ => return Sniff::NotProxy,
+    };
+    let n = bytes.len().min(signature.len());
+    if bytes[..n] != signature[..n] {
+        Sniff::NotProxy
+    } else if n < signature.len() {
+        Sniff::Incomplete
+    } else {
+        Sniff::Signature(version)
+    }
+}
+
+/// Parses a PROXY header at the start of `bytes`. Pure: every strict prefix
+/// of a valid header is [`Parse::Incomplete`].
+pub fn parse(bytes: &[u8]) -> Parse {
+    match sniff(bytes) {
+        Sniff::Incomplete => Parse::Incomplete,
+        Sniff::NotProxy => Parse::NotProxy,
+        Sniff::Signature(ProxyVersion::V2) => parse_v2(bytes),
+        Sniff::Signature(ProxyVersion::V1) => parse_v1(bytes),
+    }
+}
+
+fn parse_v2(bytes: &[u8]) -> Parse {
+    use ppp::v2;
+    const FIXED: usize = 16;
+    if bytes.len() < FIXED {
+        return Parse::Incomplete;
+    }
+    let version_command = bytes[12];
+    if version_command >> 4 != 2 {
+        return Parse::Invalid(Invalid::Version(version_command >> 4));
+    }
+    let command = version_command & 0x0F;
+    if command > 1 {
+        return Parse::Invalid(Invalid::Command(command));
+    }
+    let family_protocol = bytes[13];
+    // §2.2: family and protocol values other than those listed "must not be
+    // emitted in version 2 of this protocol and must be rejected as invalid
+    // by receivers". LOCAL is the exception: its block, family included, is
+    // ignored (below), so an unassigned value there is not refused.
+    if command == COMMAND_PROXY && (family_protocol >> 4 > 3 || family_protocol & 0x0F > 2) {
+        return Parse::Invalid(Invalid::FamilyProtocol(family_protocol));
+    }
+    let total = FIXED + usize::from(u16::from_be_bytes([bytes[14], bytes[15]]));
+    if total > V2_MAX_BYTES {
+        return Parse::Invalid(Invalid::TooLarge(total));
+    }
+    if bytes.len() < total {
+        return Parse::Incomplete;
+    }
+    if command == COMMAND_LOCAL {
+        // §2.2, LOCAL: "The receiver must accept this connection as valid
+        // and must use the real connection endpoints and discard the
+        // protocol block including the family which is ignored", and
+        // "Receivers MUST always consider this field to skip the
+        // appropriate number of bytes and must not assume zero is presented
+        // for LOCAL connections". So the declared length is skipped whatever
+        // the family byte says, and nothing in the block (addresses or TLVs,
+        // a CRC32C or a hop count among them) is read.
+        return Parse::Header(Header {
+            len: total,
+            version: ProxyVersion::V2,
+            addresses: Announced::Local,
+            authority: None,
+            hops: 1,
+            checksummed: false,
+        });
+    }
+    let raw = &bytes[..total];
+    let header = match v2::Header::try_from(raw) {
+        Ok(header) => header,
+        Err(e) => return Parse::Invalid(Invalid::Layout(e.to_string())),
+    };
+
+    let tlvs = match read_tlvs(&header, total) {
+        Ok(tlvs) => tlvs,
+        Err(invalid) => return Parse::Invalid(invalid),
+    };
+    if let Some(at) = tlvs.crc_at {
+        let claimed = u32::from_be_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
+        let computed = crc32c::crc32c_append(crc32c::crc32c(&raw[..at]), &[0; 4]);
+        let computed = crc32c::crc32c_append(computed, &raw[at + 4..]);
+        if computed != claimed {
+            return Parse::Invalid(Invalid::Checksum);
+        }
+    }
+
+    let stream = header.protocol == v2::Protocol::Stream;
+    let addresses = match header.addresses {
+        v2::Addresses::IPv4(a) if stream => Announced::Proxy {
+            source: (a.source_address, a.source_port).into(),
+            destination: (a.destination_address, a.destination_port).into(),
+        },
+        v2::Addresses::IPv6(a) if stream => Announced::Proxy {
+            source: (a.source_address, a.source_port).into(),
+            destination: (a.destination_address, a.destination_port).into(),
+        },
+        // §2.2: "Only the UNSPEC protocol byte (\x00) is mandatory to
+        // implement on the receiver. A receiver is not required to implement
+        // other ones, provided that it automatically falls back to the
+        // UNSPEC mode for the valid combinations above that it does not
+        // support." The relay carries TCP only: DGRAM, AF_UNIX and UNSPEC
+        // fall back to the connection's own addresses (no claim). Their
+        // TLVs, the hop count among them, are still read, except under the
+        // UNSPEC family: its address block has no defined size, so `ppp`
+        // takes the whole rest as addresses, and so do we (no TLV is read).
+        _ => Announced::Unknown,
+    };
+    Parse::Header(Header {
+        len: total,
+        version: ProxyVersion::V2,
+        addresses,
+        authority: tlvs.authority,
+        hops: tlvs.hops.unwrap_or(1),
+        checksummed: tlvs.crc_at.is_some(),
+    })
+}
+
+/// The v2 command nibbles (§2.2).
+const COMMAND_LOCAL: u8 = 0x0;
+const COMMAND_PROXY: u8 = 0x1;
+
+/// What the TLVs of a PROXY-command header say, as far as the relay reads
+/// them.
+struct Tlvs {
+    authority: Option<Vec<u8>>,
+    /// Where the CRC32C value starts in the header, if there is one.
+    crc_at: Option<usize>,
+    hops: Option<u8>,
+}
+
+/// Reads the TLVs of `header` (`total` bytes long). Each TLV type the
+/// relay reads may appear once: a second AUTHORITY, CRC32C or hop count is
+/// ambiguous (which name, which checksum, which count?), so the header is
+/// refused. Types it does not read (UNIQUE_ID, NOOP, ALPN, another
+/// product's 0xE0 …) are skipped however often they appear.
+fn read_tlvs(header: &ppp::v2::Header<'_>, total: usize) -> Result<Tlvs, Invalid> {
+    let mut tlvs = Tlvs {
+        authority: None,
+        crc_at: None,
+        hops: None,
+    };
+    let mut seen_authority = false;
+    let mut offset = total - header.tlv_bytes().len();
+    for tlv in header.tlvs() {
+        let tlv = tlv.map_err(|e| Invalid::Layout(e.to_string()))?;
+        let value_at = offset + 3;
+        offset = value_at + tlv.value.len();
+        let twice = match tlv.kind {
+            TLV_AUTHORITY => {
+                // A claim like the addresses: an invalid name is ignored
+                // (the relay's own SNI is announced instead), never refused,
+                // since nothing is decided on it.
+                tlvs.authority = authority(&tlv.value);
+                std::mem::replace(&mut seen_authority, true)
+            }
+            TLV_CRC32C if tlv.value.len() == 4 => tlvs.crc_at.replace(value_at).is_some(),
+            TLV_CRC32C => return Err(Invalid::Tlv(TLV_CRC32C)),
+            TLV_HOPS => match hop_count(&tlv.value) {
+                Some(Ok(hops)) => tlvs.hops.replace(hops).is_some(),
+                Some(Err(())) => return Err(Invalid::Tlv(TLV_HOPS)),
+                // Another product's use of the shared custom type.
+                None => false,
+            },
+            _ => false,
+        };
+        if twice {
+            return Err(Invalid::Tlv(tlv.kind));
+        }
+    }
+    Ok(tlvs)
+}
+
+/// An AUTHORITY value the relay will use: a valid host name (the same
+/// check as a client's SNI) of at most [`MAX_AUTHORITY_BYTES`], normalised
+/// (lowercased, trailing dot removed). Anything else is `None`.
+fn authority(value: &[u8]) -> Option<Vec<u8>> {
+    if value.len() > MAX_AUTHORITY_BYTES {
+        return None;
+    }
+    Sni::parse(value)
+        .ok()
+        .map(|sni| sni.as_str().as_bytes().to_vec())
+}
+
+/// The value of our hop-count TLV: [`HOPS_MAGIC`] then the count, one byte.
+pub fn hops_value(hops: u8) -> [u8; HOPS_VALUE_LEN] {
+    let mut value = [0; HOPS_VALUE_LEN];
+    value[..HOPS_MAGIC.len()].copy_from_slice(HOPS_MAGIC);
+    value[HOPS_MAGIC.len()] = hops;
+    value
+}
+
+/// Reads a [`TLV_HOPS`] value: `None` when it is not ours (no
+/// [`HOPS_MAGIC`] prefix), `Err` when it is ours but not exactly the magic
+/// and one count byte of at least 1.
+fn hop_count(value: &[u8]) -> Option<Result<u8, ()>> {
+    let count = value.strip_prefix(HOPS_MAGIC)?;
+    Some(match count {
+        &[hops] if hops >= 1 => Ok(hops),
+        _ => Err(()),
+    })
+}
+
+fn parse_v1(bytes: &[u8]) -> Parse {
+    use ppp::v1;
+    let window = &bytes[..bytes.len().min(V1_MAX_BYTES)];
+    let end = match window.iter().position(|&b| b == b'\r') {
+        // The CR must be followed by LF, and both must fit in 107 bytes.
+        Some(cr) if cr + 1 < V1_MAX_BYTES => match bytes.get(cr + 1) {
+            Some(b'\n') => cr + 2,
+            Some(_) => return Parse::Invalid(Invalid::V1Framing),
+            None => return Parse::Incomplete,
+        },
+        Some(_) => return Parse::Invalid(Invalid::V1Framing),
+        None if bytes.len() >= V1_MAX_BYTES - 1 => return Parse::Invalid(Invalid::V1Framing),
+        None => {
+            // Fail early on bytes no v1 header contains.
+            if window.iter().all(|b| (0x20..0x7F).contains(b)) {
+                return Parse::Incomplete;
+            }
+            return Parse::Invalid(Invalid::V1Framing);
+        }
+    };
+    let line = &bytes[..end];
+    if !line[..end - 2].iter().all(|b| (0x20..0x7F).contains(b)) {
+        return Parse::Invalid(Invalid::V1Framing);
+    }
+    if let Err(invalid) = check_v1_fields(&line[..end - 2]) {
+        return Parse::Invalid(invalid);
+    }
+    let header = match v1::Header::try_from(line) {
+        Ok(header) => header,
+        Err(e) => return Parse::Invalid(Invalid::V1Syntax(e.to_string())),
+    };
+    let addresses = match header.addresses {
+        v1::Addresses::Tcp4(a) => Announced::Proxy {
+            source: (a.source_address, a.source_port).into(),
+            destination: (a.destination_address, a.destination_port).into(),
+        },
+        v1::Addresses::Tcp6(a) => Announced::Proxy {
+            source: (a.source_address, a.source_port).into(),
+            destination: (a.destination_address, a.destination_port).into(),
+        },
+        v1::Addresses::Unknown => Announced::Unknown,
+    };
+    Parse::Header(Header {
+        len: end,
+        version: ProxyVersion::V1,
+        addresses,
+        authority: None,
+        hops: 1,
+        checksummed: false,
+    })
+}
+
+/// The parts of §2.1's grammar for a `TCP4`/`TCP6` line that `ppp` leaves
+/// to Rust's integer parsing, which takes a leading `+`: "exactly one
+/// space" between fields (so six fields, none empty), and each port "a
+/// decimal integer in the range [0..65535] inclusive. Heading zeroes are not
+/// permitted". `line` is the header without its CRLF. `UNKNOWN` lines are
+/// left alone: "the receiver must ignore anything presented before the
+/// CRLF". Addresses are left to `ppp`, which uses the standard library's
+/// parsers (no leading zeros in IPv4; IPv6 as `inet_pton` reads it).
+fn check_v1_fields(line: &[u8]) -> Result<(), Invalid> {
+    let fields = || line.split(|&b| b == b' ');
+    if !matches!(fields().nth(1), Some(b"TCP4" | b"TCP6")) {
+        return Ok(());
+    }
+    let count = fields().count();
+    if count != 6 || fields().any(<[u8]>::is_empty) {
+        return Err(Invalid::V1Fields);
+    }
+    for port in fields().skip(4) {
+        let decimal = (1..=5).contains(&port.len())
+            && port.iter().all(u8::is_ascii_digit)
+            && (port == b"0" || port[0] != b'0')
+            && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65535;
+        if !decimal {
+            return Err(Invalid::V1Port(String::from_utf8_lossy(port).into_owned()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::wire::proxy::*;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    fn header(bytes: &[u8]) -> Header {
+        match parse(bytes) {
+            Parse::Header(h) => h,
+            other => panic!("{other:?} for {:?}", String::from_utf8_lossy(bytes)),
+        }
+    }
+
+    /// A v2 header: command, family/protocol byte, address block, TLVs.
+    fn v2(command: u8, family: u8, addresses: &[u8], tlvs: &[u8]) -> Vec<u8> {
+        let mut h = V2_SIGNATURE.to_vec();
+        h.extend([0x20 | command, family]);
+        h.extend(((addresses.len() + tlvs.len()) as u16).to_be_bytes());
+        h.extend(addresses);
+        h.extend(tlvs);
+        h
+    }
+
+    const TCP4: [u8; 12] = [192, 0, 2, 1, 198, 51, 100, 2, 0x1F, 0x90, 0x01, 0xBB];
+
+    fn tlv(kind: u8, value: &[u8]) -> Vec<u8> {
+        let mut t = vec![kind];
+        t.extend((value.len() as u16).to_be_bytes());
+        t.extend(value);
+        t
+    }
+
+    fn hops(n: u8) -> Vec<u8> {
+        tlv(TLV_HOPS, &hops_value(n))
+    }
+
+    #[test]
+    fn v1_ports_are_plain_decimal_only() {
+        let line = |sport: &str, dport: &str| {
+            format!("PROXY TCP4 198.51.100.7 192.0.2.1 {sport} {dport}\r\n").into_bytes()
+        };
+        for (sport, dport) in [("0", "443"), ("65535", "1"), ("1", "0"), ("50000", "65535")] {
+            let h = header(&line(sport, dport));
+            let Announced::Proxy {
+                source,
+                destination,
+            } = h.addresses
+            else {
+                panic!("{h:?}")
+            };
+            assert_eq!(source.port().to_string(), sport);
+            assert_eq!(destination.port().to_string(), dport);
+        }
+        // §2.1: "a decimal integer in the range [0..65535] inclusive.
+        // Heading zeroes are not permitted".
+        for bad in [
+            "+80", "080", "00", "65536", "99999", "100000", "-1", "8o", "0x50",
+        ] {
+            let verdict = Parse::Invalid(Invalid::V1Port(bad.into()));
+            assert_eq!(parse(&line(bad, "443")), verdict, "source {bad}");
+            assert_eq!(parse(&line("80", bad)), verdict, "destination {bad}");
+        }
+    }
+
+    #[test]
+    fn v1_fields_are_exactly_one_space_apart() {
+        for bad in [
+            "PROXY TCP4 198.51.100.7 192.0.2.1  80 443\r\n",
+            "PROXY TCP4 198.51.100.7 192.0.2.1 80  443\r\n",
+            "PROXY TCP4  198.51.100.7 192.0.2.1 80 443\r\n",
+            "PROXY TCP4 198.51.100.7 192.0.2.1 80 443 \r\n",
+            "PROXY TCP4 198.51.100.7 192.0.2.1 80 \r\n",
+            "PROXY TCP4 198.51.100.7 192.0.2.1 80\r\n",
+            "PROXY TCP6 2001:db8::7 2001:db8::1 80 443 x\r\n",
+            "PROXY TCP4 198.51.100.7 192.0.2.1 80 443\t\r\n",
+        ] {
+            let verdict = parse(bad.as_bytes());
+            assert!(
+                matches!(
+                    verdict,
+                    Parse::Invalid(Invalid::V1Fields | Invalid::V1Port(_) | Invalid::V1Framing)
+                ),
+                "{bad:?}: {verdict:?}"
+            );
+        }
+        assert_eq!(
+            parse(b"PROXY TCP4 198.51.100.7 192.0.2.1  80 443\r\n"),
+            Parse::Invalid(Invalid::V1Fields)
+        );
+        // The address grammar: no leading zeros in IPv4 (left to ppp,
+        // which uses the standard library's parser).
+        assert!(matches!(
+            parse(b"PROXY TCP4 198.51.100.07 192.0.2.1 80 443\r\n"),
+            Parse::Invalid(Invalid::V1Syntax(_))
+        ));
+        // UNKNOWN: "the receiver must ignore anything presented before the
+        // CRLF", double spaces and signs included.
+        assert_eq!(
+            header(b"PROXY UNKNOWN  +1 080\r\n").addresses,
+            Announced::Unknown
+        );
+    }
+
+    #[test]
+    fn v2_local_is_valid_whatever_its_family_and_length_say() {
+        let garbage_tlvs = [0x03, 0, 9, 1];
+        for (family, block) in [
+            (0x00, &[][..]),
+            (0x00, &TCP4[..]),
+            // IPv6 family over a 12-byte block.
+            (0x21, &TCP4[..]),
+            // Unassigned family and protocol nibbles.
+            (0x41, &TCP4[..]),
+            (0xFF, &[][..]),
+            // A block that is no TLV list at all, including a bad CRC32C.
+            (0x11, &garbage_tlvs[..]),
+        ] {
+            let bytes = v2(0, family, block, &[]);
+            let h = header(&bytes);
+            assert_eq!(h.len, bytes.len(), "the declared length is skipped");
+            assert_eq!(h.addresses, Announced::Local);
+            assert_eq!((h.hops, h.authority, h.checksummed), (1, None, false));
+            for end in 0..bytes.len() {
+                assert_eq!(parse(&bytes[..end]), Parse::Incomplete);
+            }
+        }
+        // The cap still holds: a LOCAL block is buffered too.
+        let mut huge = v2(0, 0x00, &[], &[]);
+        huge[14..16].copy_from_slice(&5000u16.to_be_bytes());
+        assert_eq!(parse(&huge), Parse::Invalid(Invalid::TooLarge(5016)));
+    }
+
+    #[test]
+    fn v2_proxy_for_a_protocol_the_relay_does_not_carry_falls_back_to_unspec() {
+        let tcp6 = [&[0x20; 32][..], &[0, 1, 0, 2]].concat();
+        let unix = [0u8; 216];
+        for (family, block) in [
+            (0x12, &TCP4[..]),
+            (0x22, &tcp6[..]),
+            (0x31, &unix[..]),
+            (0x32, &unix[..]),
+            (0x10, &TCP4[..]),
+        ] {
+            let bytes = v2(1, family, block, &hops(2));
+            let h = header(&bytes);
+            assert_eq!(h.addresses, Announced::Unknown, "{family:#04x}");
+            assert_eq!(h.hops, 2, "TLVs are still read");
+            assert_eq!(h.len, bytes.len());
+        }
+        // The UNSPEC family has no address size, so its whole block is
+        // opaque: no TLV in it is read, even a bad CRC32C.
+        for family in [0x00, 0x01, 0x02] {
+            let bytes = v2(
+                1,
+                family,
+                &[],
+                &[hops(2), tlv(TLV_CRC32C, &[1; 4])].concat(),
+            );
+            let h = header(&bytes);
+            assert_eq!(h.addresses, Announced::Unknown, "{family:#04x}");
+            assert_eq!((h.hops, h.checksummed), (1, false));
+            assert_eq!(h.len, bytes.len());
+        }
+        // Unassigned values under PROXY: "must be rejected as invalid".
+        for family in [0x41, 0x13, 0x1F, 0xF1] {
+            assert_eq!(
+                parse(&v2(1, family, &TCP4, &[])),
+                Parse::Invalid(Invalid::FamilyProtocol(family))
+            );
+        }
+        // A fallback still needs a block that holds its family's addresses.
+        assert!(matches!(
+            parse(&v2(1, 0x22, &TCP4, &[])),
+            Parse::Invalid(Invalid::Layout(_))
+        ));
+    }
+
+    #[test]
+    fn only_a_0xe0_tlv_with_our_magic_is_a_hop_count() {
+        let with = |tlvs: &[u8]| parse(&v2(1, 0x11, &TCP4, tlvs));
+        assert_eq!(header(&v2(1, 0x11, &TCP4, &hops(3))).hops, 3);
+        assert_eq!(
+            hops(3),
+            [&[0xE0, 0, 14][..], b"snirelay-hops", &[3]].concat(),
+            "the documented wire format"
+        );
+        // Another product's 0xE0, of any length and however often: ignored.
+        for foreign in [
+            tlv(0xE0, &[]),
+            tlv(0xE0, &[9]),
+            tlv(0xE0, &[0]),
+            tlv(0xE0, b"snirelay"),
+            tlv(0xE0, b"SNIRELAY-HOPS\x05"),
+            [tlv(0xE0, &[1]), tlv(0xE0, &[2])].concat(),
+        ] {
+            let Parse::Header(h) = with(&foreign) else {
+                panic!("{foreign:?} refused")
+            };
+            assert_eq!(h.hops, 1, "{foreign:?}");
+            let Parse::Header(h) = with(&[foreign.clone(), hops(2)].concat()) else {
+                panic!("{foreign:?} refused")
+            };
+            assert_eq!(h.hops, 2, "{foreign:?} next to ours");
+        }
+        // Ours but broken: refused.
+        let bad = Parse::Invalid(Invalid::Tlv(TLV_HOPS));
+        assert_eq!(with(&tlv(0xE0, &hops_value(0))), bad);
+        assert_eq!(with(&tlv(0xE0, HOPS_MAGIC)), bad);
+        assert_eq!(with(&tlv(0xE0, &[&hops_value(1)[..], &[1]].concat())), bad);
+        // Ours twice, even with the same count: refused (first-wins would
+        // let a looping sender hide a higher count behind a lower one).
+        assert_eq!(with(&[hops(1), hops(1)].concat()), bad);
+        assert_eq!(with(&[hops(4), hops(1)].concat()), bad);
+    }
+
+    #[test]
+    fn repeated_tlvs_the_relay_reads_are_refused_and_others_skipped() {
+        let with = |tlvs: &[u8]| parse(&v2(1, 0x11, &TCP4, tlvs));
+        let authority = tlv(TLV_AUTHORITY, b"a.example");
+        assert_eq!(
+            with(&[authority.clone(), tlv(TLV_AUTHORITY, b"b.example")].concat()),
+            Parse::Invalid(Invalid::Tlv(TLV_AUTHORITY))
+        );
+        // A repeat counts even when one of them is not a usable name.
+        assert_eq!(
+            with(&[tlv(TLV_AUTHORITY, b"-"), authority.clone()].concat()),
+            Parse::Invalid(Invalid::Tlv(TLV_AUTHORITY))
+        );
+        // Two CRC32C TLVs: refused before any checksum is computed.
+        let crc = tlv(TLV_CRC32C, &[0; 4]);
+        assert_eq!(
+            with(&[crc.clone(), crc].concat()),
+            Parse::Invalid(Invalid::Tlv(TLV_CRC32C))
+        );
+        // UNIQUE_ID and NOOP are not read: repeats are skipped.
+        let ids = [
+            tlv(TLV_UNIQUE_ID, b"1"),
+            tlv(TLV_UNIQUE_ID, b"2"),
+            tlv(0x04, &[]),
+            tlv(0x04, &[]),
+            authority,
+        ]
+        .concat();
+        assert_eq!(
+            header(&v2(1, 0x11, &TCP4, &ids)).authority.as_deref(),
+            Some(&b"a.example"[..])
+        );
+    }
+
+    #[test]
+    fn authority_is_used_only_when_it_is_a_host_name_of_at_most_255_bytes() {
+        let authority =
+            |value: &[u8]| header(&v2(1, 0x11, &TCP4, &tlv(TLV_AUTHORITY, value))).authority;
+        assert_eq!(
+            authority(b"App.Example.COM."),
+            Some(b"app.example.com".to_vec())
+        );
+        let longest = [
+            &[b'a'; 63][..],
+            b".",
+            &[b'b'; 63],
+            b".",
+            &[b'c'; 63],
+            b".",
+            &[b'd'; 61],
+        ]
+        .concat();
+        assert_eq!(longest.len(), 253);
+        assert_eq!(authority(&longest), Some(longest.clone()));
+        for bad in [
+            &b""[..],
+            b"192.0.2.1",
+            b"a..example",
+            b"bad name.example",
+            b"caf\xc3\xa9.example",
+            b"a\x00.example",
+            &[b'a'; 64],
+            &[b'a'; 256],
+            &[&longest[..], b".x"].concat()[..],
+        ] {
+            assert_eq!(authority(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn claims_that_cannot_be_a_client_are_refused() {
+        let local = addr("192.0.2.1:443");
+        let impossible = |source: &str, why| {
+            assert_eq!(
+                check_claim(addr(source), local),
+                Err(Invalid::ImpossibleClaim {
+                    claimed: addr(source),
+                    why
+                }),
+                "{source}"
+            );
+        };
+        impossible("0.0.0.0:1", Impossible::Unspecified);
+        impossible("[::]:1", Impossible::Unspecified);
+        impossible("[::ffff:0.0.0.0]:1", Impossible::Unspecified);
+        impossible("224.0.0.1:1", Impossible::Multicast);
+        impossible("239.255.255.250:1900", Impossible::Multicast);
+        impossible("[ff02::1]:1", Impossible::Multicast);
+        impossible("[::ffff:224.0.0.251]:5353", Impossible::Multicast);
+        impossible("255.255.255.255:1", Impossible::Broadcast);
+        impossible("[::ffff:255.255.255.255]:1", Impossible::Broadcast);
+        impossible("192.0.2.1:443", Impossible::RelayItself);
+        impossible("[::ffff:192.0.2.1]:443", Impossible::RelayItself);
+        assert_eq!(
+            check_claim(addr("192.0.2.1:443"), addr("[::ffff:192.0.2.1]:443")),
+            Err(Invalid::ImpossibleClaim {
+                claimed: addr("192.0.2.1:443"),
+                why: Impossible::RelayItself
+            })
+        );
+        for fine in [
+            "198.51.100.7:50000",
+            // The relay's IP from another port: a client on the same host.
+            "192.0.2.1:50000",
+            "[2001:db8::7]:1",
+            "192.0.2.255:1",
+            "[::1]:1",
+            "127.0.0.1:443",
+        ] {
+            assert_eq!(check_claim(addr(fine), local), Ok(()), "{fine}");
+        }
+    }
+}
