@@ -400,6 +400,7 @@ async fn a_post_quantum_hello_in_two_initial_packets_is_routed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_initial_flood_from_many_addresses_is_bounded_and_a_connection_goes_on() {
+    let _heavy = common::HEAVY.lock().await;
     const MAX_CONNECTIONS: usize = 40;
     const PER_SOURCE: usize = 2;
     const PORTS_PER_SOURCE: usize = 5;

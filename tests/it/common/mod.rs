@@ -190,8 +190,10 @@ impl Drop for Relay {
 /// thousand slow control clients of `admin_control`, the two tests that
 /// drive a browser (`quic_browser`, `admin_status`: a loaded Chromium took
 /// 23 s for a fetch bounded at 10 s) and the reload whose closes are timed
-/// over `drain_timeout` (`reload`), which in one test binary could
-/// otherwise run side by side.
+/// over `drain_timeout` (`reload`), and the Initial flood whose one real
+/// connection must finish within its hello timeout (`quic_quinn`: seen
+/// timing out beside other areas' tests at load 8), which in one test
+/// binary could otherwise run side by side.
 pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Raises this process's soft descriptor limit to its hard limit, once,
