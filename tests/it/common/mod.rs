@@ -679,20 +679,28 @@ where
     }
 }
 
+/// Whether a socket in one of the /proc/net `tables` is bound to local
+/// `port`, in `state` when given (`0A`: a TCP socket listening). Field 2 of
+/// each row is `local_address` (`HEXIP:HEXPORT`), field 4 `st`.
+fn proc_net_has(tables: &[&str], port: u16, state: Option<&str>) -> bool {
+    let local = format!(":{port:04X}");
+    tables.iter().any(|path| {
+        let table = std::fs::read_to_string(path).unwrap_or_default();
+        table.lines().skip(1).any(|row| {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            fields.len() > 3
+                && fields[1].ends_with(&local)
+                && state.is_none_or(|state| fields[3] == state)
+        })
+    })
+}
+
 /// Waits (bounded) until some socket is bound to UDP `port` on loopback
 /// (read from /proc/net/udp), for programs that log no readiness line.
 pub(crate) async fn wait_udp_bound(port: u16, tool: &mut Tool) {
-    let local = format!(":{port:04X} ");
     let what = format!("bound UDP port {port}");
     wait_tool_ready(tool, &what, || {
-        let table = std::fs::read_to_string("/proc/net/udp").unwrap();
-        // Field 2 is `local_address`, `HEXIP:HEXPORT`.
-        let bound = table.lines().skip(1).any(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|a| format!("{a} ").ends_with(&local))
-        });
-        std::future::ready(bound)
+        std::future::ready(proc_net_has(&["/proc/net/udp"], port, None))
     })
     .await;
 }
@@ -708,21 +716,16 @@ pub(crate) async fn wait_accepting(addr: SocketAddr, tool: &mut Tool) {
 }
 
 /// Waits (bounded) until a socket listens on TCP `port` (read from
-/// /proc/net/tcp and tcp6, state 0A), without connecting: for a tool that
-/// would route a probe connection on to a backend the test watches.
+/// /proc/net/tcp and tcp6), without connecting: for a tool that would route
+/// a probe connection on to a backend the test watches.
 pub(crate) async fn wait_listening(port: u16, tool: &mut Tool) {
-    let local = format!(":{port:04X} ");
     let what = format!("listened on TCP port {port}");
     wait_tool_ready(tool, &what, || {
-        let listening = ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|path| {
-            let table = std::fs::read_to_string(path).unwrap_or_default();
-            // Field 2 is `local_address` (`HEXIP:HEXPORT`), field 4 `st`.
-            table.lines().skip(1).any(|l| {
-                let fields: Vec<&str> = l.split_whitespace().collect();
-                fields.len() > 3 && format!("{} ", fields[1]).ends_with(&local) && fields[3] == "0A"
-            })
-        });
-        std::future::ready(listening)
+        std::future::ready(proc_net_has(
+            &["/proc/net/tcp", "/proc/net/tcp6"],
+            port,
+            Some("0A"),
+        ))
     })
     .await;
 }
