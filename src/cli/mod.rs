@@ -7,9 +7,12 @@
 //! from the same definition the binary parses; so is what `check` prints
 //! about a valid file ([`check_summary`]).
 
+mod commands;
 pub mod ctl;
 pub mod haproxy_import;
 pub mod probe;
+
+pub use commands::main;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -600,7 +600,8 @@ const LAYERS: &[&[&str]] = &[
     &["flow"],
     &["tcp", "quic"],
     &["admin"],
-    &["run", "cli"],
+    &["run"],
+    &["cli"],
 ];
 
 /// Imports that still run upward, each with what it waits for. Do not add
