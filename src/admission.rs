@@ -86,7 +86,7 @@ use crate::close_reason::CloseReason;
 use crate::wire::cidr::{self, canonical};
 
 /// How often the per-source tables are swept.
-pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 // ------------------------------------------------------------------ config
 
@@ -127,7 +127,7 @@ impl From<ClaimedAddr> for Source {
 impl Source {
     /// The address limits apply to, with IPv4-mapped IPv6 turned into IPv4
     /// so that a dual-stack socket cannot give one client two keys.
-    pub fn ip(self) -> IpAddr {
+    pub(crate) fn ip(self) -> IpAddr {
         let ip = match self {
             Source::Peer(PeerAddr(addr)) | Source::Claimed(ClaimedAddr(addr)) => addr.ip(),
         };
@@ -200,27 +200,27 @@ pub struct Admitted {
 /// Counts of admission outcomes since start.
 #[derive(Debug, Default)]
 pub struct Counters {
-    pub admitted: AtomicU64,
-    pub denied: AtomicU64,
-    pub limit_concurrent: AtomicU64,
-    pub limit_rate: AtomicU64,
-    pub dry_run_concurrent: AtomicU64,
-    pub dry_run_rate: AtomicU64,
+    pub(crate) admitted: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) limit_concurrent: AtomicU64,
+    pub(crate) limit_rate: AtomicU64,
+    pub(crate) dry_run_concurrent: AtomicU64,
+    pub(crate) dry_run_rate: AtomicU64,
 }
 
 /// A snapshot of [`Counters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
-    pub admitted: u64,
-    pub denied: u64,
-    pub limit_concurrent: u64,
-    pub limit_rate: u64,
-    pub dry_run_concurrent: u64,
-    pub dry_run_rate: u64,
+    pub(crate) admitted: u64,
+    pub(crate) denied: u64,
+    pub(crate) limit_concurrent: u64,
+    pub(crate) limit_rate: u64,
+    pub(crate) dry_run_concurrent: u64,
+    pub(crate) dry_run_rate: u64,
 }
 
 impl Counters {
-    pub fn snapshot(&self) -> Counts {
+    pub(crate) fn snapshot(&self) -> Counts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Counts {
             admitted: get(&self.admitted),
@@ -235,7 +235,7 @@ impl Counters {
 
 impl Counts {
     /// Refusals (real and dry-run) between `earlier` and `self`.
-    pub fn refused_since(&self, earlier: &Counts) -> Counts {
+    pub(crate) fn refused_since(&self, earlier: &Counts) -> Counts {
         Counts {
             admitted: self.admitted - earlier.admitted,
             denied: self.denied - earlier.denied,
@@ -246,7 +246,7 @@ impl Counts {
         }
     }
 
-    pub fn any_refused(&self) -> bool {
+    pub(crate) fn any_refused(&self) -> bool {
         self.denied
             + self.limit_concurrent
             + self.limit_rate
@@ -267,7 +267,7 @@ pub struct Admission<C: Clock = DefaultClock> {
     /// a reload ([`Admission::next`]).
     concurrent: Option<Arc<ConcurrencyTable>>,
     rate: Option<Arc<KeyedGcra<C>>>,
-    pub counters: Counters,
+    pub(crate) counters: Counters,
 }
 
 impl<C: Clock> fmt::Debug for Admission<C> {
@@ -324,7 +324,7 @@ impl<C: Clock> Admission<C> {
     /// cap; the rate table when the prefixes and the rate are unchanged.
     /// A table that cannot carry over starts empty: a limit turned on by
     /// the reload counts from then on, since an unset limit keeps no table.
-    pub fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
+    pub(crate) fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
         let same_keys = self.limits.source_prefix_v4 == limits.source_prefix_v4
             && self.limits.source_prefix_v6 == limits.source_prefix_v6;
         let mut next = Admission::with_clock(limits, clock);
@@ -344,12 +344,12 @@ impl<C: Clock> Admission<C> {
         next
     }
 
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.limits
     }
 
     /// The table key for `source` under this listener's prefixes.
-    pub fn key(&self, source: Source) -> SourceKey {
+    pub(crate) fn key(&self, source: Source) -> SourceKey {
         SourceKey::new(
             source,
             self.limits.source_prefix_v4,
@@ -475,7 +475,7 @@ impl<C: Clock> Admission<C> {
 
 /// Why a connection was refused by its route's admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum RouteRefusal {
+pub(crate) enum RouteRefusal {
     #[error("route's limits: {0}")]
     Source(Refusal),
     #[error("route has max_connections open")]
@@ -497,7 +497,7 @@ impl From<RouteRefusal> for CloseReason {
 /// trusted peer relay, or the measured peer of a direct client; `None` for
 /// a trusted peer's own connection (it claims nobody), which per-source
 /// limits do not count, as at accept.
-pub fn route_source(
+pub(crate) fn route_source(
     peer: PeerAddr,
     trusted_peer: bool,
     claimed: Option<ClaimedAddr>,
@@ -517,7 +517,7 @@ pub fn route_source(
 /// shared `AtomicU32` and one compare-and-swap loop for `max_connections`;
 /// nothing when the route sets neither (no gate exists).
 #[derive(Debug)]
-pub struct RouteGate {
+pub(crate) struct RouteGate {
     sources: Option<Admission>,
     max_connections: Option<NonZeroU32>,
     /// Open connections on the route, counted while `max_connections` is
@@ -527,7 +527,7 @@ pub struct RouteGate {
 
 /// A connection's hold on its route's admission: released on drop.
 #[derive(Debug)]
-pub struct RouteAdmitted {
+pub(crate) struct RouteAdmitted {
     /// The per-source slot (and, under `dry_run`, what would be refused).
     pub source: Option<Admitted>,
     _open: Option<OpenGuard>,
@@ -544,9 +544,13 @@ impl Drop for OpenGuard {
 }
 
 impl RouteGate {
+    #[cfg(test)]
     /// A route's gate; `None` when it sets neither limits nor
     /// `max_connections`.
-    pub fn new(limits: Option<&Limits>, max_connections: Option<NonZeroU32>) -> Option<RouteGate> {
+    pub(crate) fn new(
+        limits: Option<&Limits>,
+        max_connections: Option<NonZeroU32>,
+    ) -> Option<RouteGate> {
         RouteGate::next(None, limits, max_connections)
     }
 
@@ -554,7 +558,7 @@ impl RouteGate {
     /// `previous`, the same route's gate before a reload: the counts of
     /// connections still open carry over (see [`Admission::next`]), and so
     /// does the route's open count while `max_connections` stays set.
-    pub fn next(
+    pub(crate) fn next(
         previous: Option<&RouteGate>,
         limits: Option<&Limits>,
         max_connections: Option<NonZeroU32>,
@@ -578,7 +582,7 @@ impl RouteGate {
     /// Decides one connection on the route, `source` as [`route_source`]
     /// gives it. The per-source limits go first, so a denied source is
     /// told so even on a full route.
-    pub fn admit(&self, source: Option<Source>) -> Result<RouteAdmitted, RouteRefusal> {
+    pub(crate) fn admit(&self, source: Option<Source>) -> Result<RouteAdmitted, RouteRefusal> {
         let admitted = match (&self.sources, source) {
             (Some(sources), Some(source)) => {
                 Some(sources.admit(source).map_err(RouteRefusal::Source)?)
@@ -605,14 +609,15 @@ impl RouteGate {
     }
 
     /// Sweeps the per-source tables (see [`Admission::sweep`]).
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         if let Some(sources) = &self.sources {
             sources.sweep();
         }
     }
 
+    #[cfg(test)]
     /// Open connections counted on the route (0 without `max_connections`).
-    pub fn open(&self) -> u32 {
+    pub(crate) fn open(&self) -> u32 {
         self.open.as_ref().map_or(0, |o| o.load(Ordering::Acquire))
     }
 }
@@ -795,7 +800,7 @@ impl Drop for SourceGuard {
 /// afresh. `sweep_routes` sweeps the generation's route gates (their
 /// refusals are counted in metrics, not in this summary). Ends when the listener is gone (the sender dropped) or `stop`
 /// fires.
-pub fn spawn_sweeper<T: Send + Sync + 'static>(
+pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
     listener: String,
     mut published: watch::Receiver<T>,
     admission_of: fn(&T) -> Arc<Admission>,

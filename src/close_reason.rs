@@ -324,11 +324,11 @@ impl CloseReason {
         self.row().name
     }
 
-    pub const fn fault(self) -> Fault {
+    pub(crate) const fn fault(self) -> Fault {
         self.row().fault
     }
 
-    pub const fn stage(self) -> Stage {
+    pub(crate) const fn stage(self) -> Stage {
         self.row().stage
     }
 
@@ -341,7 +341,7 @@ impl CloseReason {
     /// `routed` when a route was chosen, `sni` when the hello carried one.
     /// A routed hello, or one refused by the routes, was complete; before
     /// that, the stage says how far the hello got.
-    pub const fn hello_outcome(self, routed: bool, sni: bool) -> HelloOutcome {
+    pub(crate) const fn hello_outcome(self, routed: bool, sni: bool) -> HelloOutcome {
         let complete = if sni {
             HelloOutcome::Sni
         } else {

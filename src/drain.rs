@@ -74,7 +74,7 @@ impl DrainSignal {
     /// A new part of this signal, for its connections on one backend
     /// address: fired with this one, or on its own
     /// (`EndpointState::maint`).
-    pub fn part(self: &Arc<Self>) -> Arc<DrainSignal> {
+    pub(crate) fn part(self: &Arc<Self>) -> Arc<DrainSignal> {
         Arc::new(DrainSignal {
             fired: self.fired.child_token(),
             window: OnceLock::new(),
@@ -84,25 +84,26 @@ impl DrainSignal {
     }
 
     /// Whether this is a part of `route`.
-    pub fn is_part_of(&self, route: &Arc<DrainSignal>) -> bool {
+    pub(crate) fn is_part_of(&self, route: &Arc<DrainSignal>) -> bool {
         self.parent.as_ref().is_some_and(|p| Arc::ptr_eq(p, route))
     }
 
     /// Marks every connection on this identity for drain over `window`,
     /// starting now. Returns how many connections were open. Firing twice
     /// keeps the first window.
-    pub fn fire(&self, window: Duration) -> usize {
+    pub(crate) fn fire(&self, window: Duration) -> usize {
         let _ = self.window.set((Instant::now(), window));
         self.fired.cancel();
         self.live.load(Ordering::Relaxed)
     }
 
-    pub fn is_fired(&self) -> bool {
+    pub(crate) fn is_fired(&self) -> bool {
         self.fired.is_cancelled()
     }
 
+    #[cfg(test)]
     /// Connections currently registered.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 
@@ -126,21 +127,21 @@ impl DrainGuard {
     /// identity is kept; after a drain, at a point of the window chosen at
     /// random (per `seed`, the connection id). A connection routed after the
     /// window began may find its moment already past and close at once.
-    pub async fn closing(&self, seed: u64) {
+    pub(crate) async fn closing(&self, seed: u64) {
         self.fired().await;
         tokio::time::sleep_until(self.moment(seed)).await;
     }
 
     /// Resolves when the identity is drained (its moment may still be
     /// ahead; see [`moment`](Self::moment)).
-    pub fn fired(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+    pub(crate) fn fired(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.signal.fired.cancelled()
     }
 
     /// This connection's moment to close once [`fired`](Self::fired) has
     /// resolved: `seed` picks a point of the drain window. Before the
     /// signal fires there is no window, and the moment is now.
-    pub fn moment(&self, seed: u64) -> Instant {
+    pub(crate) fn moment(&self, seed: u64) -> Instant {
         match self.signal.window() {
             // The first 99 % of the window: the timer fires on a
             // millisecond tick and the close takes a moment more, and the
@@ -154,7 +155,7 @@ impl DrainGuard {
 
     /// Why the connection closes at its moment: `address_maint` when its
     /// address went to maintenance, `drained` when its route was drained.
-    pub fn reason(&self) -> CloseReason {
+    pub(crate) fn reason(&self) -> CloseReason {
         match self.signal.window() {
             Some((_, true)) => CloseReason::AddressMaint,
             _ => CloseReason::Drained,

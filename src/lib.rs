@@ -41,38 +41,24 @@
 //! wrappers).
 
 #![deny(unsafe_code)]
-#[doc(hidden)]
 pub mod addr;
-#[doc(hidden)]
 pub mod admin;
-#[doc(hidden)]
 pub mod admission;
-#[doc(hidden)]
 pub mod backend;
 pub mod cli;
-#[doc(hidden)]
-pub mod close_reason;
-#[doc(hidden)]
+mod close_reason;
 pub mod config;
-#[doc(hidden)]
 pub mod drain;
-#[doc(hidden)]
 pub mod flow;
-pub mod logging;
-pub(crate) mod metrics;
-#[doc(hidden)]
+mod logging;
+mod metrics;
 pub mod proxy;
-#[doc(hidden)]
-pub mod pump;
-#[doc(hidden)]
+mod pump;
 pub mod quic;
-pub mod run;
-#[doc(hidden)]
+mod run;
 pub mod sockopt;
-pub(crate) mod system_roots;
-#[doc(hidden)]
+mod system_roots;
 pub mod tcp;
-#[doc(hidden)]
 pub mod wire;
 
 /// The version this build reports (`snirelay --version`, the
@@ -80,7 +66,7 @@ pub mod wire;
 /// was set at build time (a packager's or the field test's second build, so
 /// two builds of one commit can tell themselves apart), else the crate's
 /// version from Cargo.toml. Cargo rebuilds when that variable changes.
-pub const VERSION: &str = match option_env!("SNIRELAY_VERSION") {
+pub(crate) const VERSION: &str = match option_env!("SNIRELAY_VERSION") {
     Some(version) => version,
     None => env!("CARGO_PKG_VERSION"),
 };

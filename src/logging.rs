@@ -23,14 +23,14 @@ pub enum LogFormat {
 #[derive(Debug, thiserror::Error)]
 #[error("--log-level {directives:?}: {message}")]
 /// `--log-level` directives that do not parse.
-pub struct LogSetupError {
+pub(crate) struct LogSetupError {
     directives: String,
     message: String,
 }
 
 /// Installs the global subscriber. `directives` uses `RUST_LOG` syntax
 /// (`info`, `debug`, `info,snirelay::access=warn`).
-pub fn init(format: LogFormat, directives: &str) -> Result<(), LogSetupError> {
+pub(crate) fn init(format: LogFormat, directives: &str) -> Result<(), LogSetupError> {
     // The DNS client's own debug lines (every query) would drown ours at
     // `--log-level debug`; it speaks at warn unless the directives name it.
     let filter = EnvFilter::try_new(format!("{QUIET_DEPENDENCIES},{directives}"));

@@ -217,7 +217,7 @@ pub struct BackendSeries {
 impl BackendSeries {
     /// One connect attempt: `Ok(time to connect)` or `Err(())` for a
     /// failure or timeout.
-    pub fn connect_attempt(&self, outcome: Result<Duration, ()>) {
+    pub(crate) fn connect_attempt(&self, outcome: Result<Duration, ()>) {
         self.attempts.inc();
         match outcome {
             Ok(took) => self.duration.observe(took.as_secs_f64()),
@@ -256,8 +256,7 @@ pub(crate) fn metrics() -> &'static Metrics {
 /// What a closed connection contributes to the metrics; built by
 /// `ConnRecord::close` from what the stages learned.
 #[derive(Debug, Clone, Copy)]
-pub struct Closed<'a> {
-    pub listener: &'a str,
+pub(crate) struct Closed<'a> {
     pub route: Option<&'a str>,
     pub backend: Option<&'a str>,
     pub reason: CloseReason,
@@ -270,13 +269,14 @@ pub struct Closed<'a> {
 
 impl Closed<'_> {
     /// The ClientHello's outcome (see `CloseReason::hello_outcome`).
-    pub fn hello(&self) -> HelloOutcome {
+    pub(crate) fn hello(&self) -> HelloOutcome {
         self.reason.hello_outcome(self.route.is_some(), self.sni)
     }
 
+    #[cfg(test)]
     /// The ClientHello's outcome, a fixed word: `sni` and `no_sni` for a
     /// complete hello, otherwise why none was read.
-    pub fn hello_outcome(&self) -> &'static str {
+    pub(crate) fn hello_outcome(&self) -> &'static str {
         self.hello().as_str()
     }
 }
@@ -321,14 +321,14 @@ impl std::fmt::Debug for ListenerMetrics {
 
 impl ListenerMetrics {
     /// A connection was accepted (it is now active).
-    pub fn accepted(&self) {
+    pub(crate) fn accepted(&self) {
         self.accepted.inc();
         self.active.inc();
     }
 
     /// A connection ended: its close reason, hello outcome, bytes; it is no
     /// longer active. Called exactly once per accepted connection.
-    pub fn closed(&self, c: &Closed<'_>) {
+    pub(crate) fn closed(&self, c: &Closed<'_>) {
         let m = metrics();
         self.active.dec();
         let reason = c.reason;
@@ -393,7 +393,7 @@ impl ListenerMetrics {
 
     /// A connection refused at admission; `reason` is `limit_concurrent`,
     /// `limit_rate` or `denied` (the `kind` label).
-    pub fn limit_refused(&self, reason: CloseReason) {
+    pub(crate) fn limit_refused(&self, reason: CloseReason) {
         self.count(&self.refused, reason, |listener| {
             metrics().limit_refusals.get_or_create_owned(&LimitLabels {
                 listener,
@@ -900,7 +900,6 @@ mod tests {
         series.accepted();
         series.accepted();
         let closed = Closed {
-            listener: "unit_handles",
             route: Some("r"),
             backend: Some("b"),
             reason: CloseReason::Done,
@@ -1015,7 +1014,6 @@ mod tests {
     #[test]
     fn hello_outcome_words() {
         let closed = |reason, route: Option<&'static str>, sni| Closed {
-            listener: "tls",
             route,
             backend: None,
             reason,

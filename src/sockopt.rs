@@ -49,7 +49,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 /// Disables Nagle's algorithm on a relayed socket. Client sockets need no
 /// call: listening sockets get TCP_NODELAY and accepted ones inherit it.
-pub fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
+pub(crate) fn set_nodelay(stream: &tokio::net::TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)
 }
 
@@ -61,7 +61,7 @@ pub use crate::config::settings::Keepalive;
 impl Keepalive {
     /// How long the peer may leave data unacknowledged: the same horizon
     /// as the probes', idle + interval × count (TCP_USER_TIMEOUT).
-    pub fn user_timeout(&self) -> std::time::Duration {
+    pub(crate) fn user_timeout(&self) -> std::time::Duration {
         self.idle + self.interval * self.count
     }
 }
@@ -82,7 +82,7 @@ pub const KEEPALIVE_ARM_DELAY: std::time::Duration = std::time::Duration::from_s
 /// [`KEEPALIVE_ARM_DELAY`] has passed without growing (see
 /// `pump::relay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeepaliveSecs {
+pub(crate) struct KeepaliveSecs {
     idle: u16,
     interval: u16,
     // Non-zero, so that `Option<KeepaliveSecs>` needs no tag byte.
@@ -92,7 +92,7 @@ pub struct KeepaliveSecs {
 impl KeepaliveSecs {
     /// `keepalive`, each value clamped to what the kernel accepts (the
     /// configuration's bounds: 1..=32767 s, 1..=127 probes).
-    pub fn new(keepalive: Keepalive) -> KeepaliveSecs {
+    pub(crate) fn new(keepalive: Keepalive) -> KeepaliveSecs {
         let secs = |d: std::time::Duration| d.as_secs().clamp(1, 32_767) as u16;
         KeepaliveSecs {
             idle: secs(keepalive.idle),
@@ -103,7 +103,7 @@ impl KeepaliveSecs {
     }
 
     /// The settings again, as [`set_keepalive`] takes them.
-    pub fn keepalive(self) -> Keepalive {
+    pub(crate) fn keepalive(self) -> Keepalive {
         Keepalive {
             idle: std::time::Duration::from_secs(self.idle.into()),
             interval: std::time::Duration::from_secs(self.interval.into()),
@@ -156,10 +156,11 @@ pub fn set_keepalive(
     }
 }
 
+#[cfg(test)]
 /// The keepalive settings in force on `socket` (`None`: off), read back
 /// to check what [`set_keepalive`] did; an error if the user timeout does
 /// not go with them.
-pub fn keepalive(socket: &impl std::os::fd::AsFd) -> io::Result<Option<Keepalive>> {
+pub(crate) fn keepalive(socket: &impl std::os::fd::AsFd) -> io::Result<Option<Keepalive>> {
     let socket = socket2::SockRef::from(socket);
     let user_timeout = socket.tcp_user_timeout()?;
     if !socket.keepalive()? {
@@ -189,7 +190,7 @@ pub fn keepalive(socket: &impl std::os::fd::AsFd) -> io::Result<Option<Keepalive
 /// errors arrived meanwhile, Linux reports the last of them instead
 /// (EHOSTUNREACH, ENETUNREACH); on an established socket it reports them
 /// only then, since without IP_RECVERR they are soft errors.
-pub fn is_peer_timeout(error: &io::Error) -> bool {
+pub(crate) fn is_peer_timeout(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::TimedOut
@@ -214,7 +215,7 @@ sockopt_impl!(
 /// socket readable until `bytes` are queued (or the peer closes, or the
 /// receive buffer is under pressure). `inspect` uses it while a client
 /// trickles its hello, and sets it back to 1 before relaying.
-pub fn set_recv_lowat(stream: &tokio::net::TcpStream, bytes: usize) -> io::Result<()> {
+pub(crate) fn set_recv_lowat(stream: &tokio::net::TcpStream, bytes: usize) -> io::Result<()> {
     nix::sys::socket::setsockopt(stream, RecvLowat, &bytes.max(1)).map_err(io::Error::from)
 }
 
@@ -222,7 +223,7 @@ pub fn set_recv_lowat(stream: &tokio::net::TcpStream, bytes: usize) -> io::Resul
 /// (descriptors, buffers, memory): an accept loop must back off rather
 /// than retry at once, and a failed connect is not the backend's fault
 /// ([`is_local_connect_failure`]).
-pub fn is_resource_exhaustion(error: &io::Error) -> bool {
+pub(crate) fn is_resource_exhaustion(error: &io::Error) -> bool {
     const EMFILE: i32 = 24;
     const ENFILE: i32 = 23;
     const ENOBUFS: i32 = 105;
@@ -237,7 +238,7 @@ pub fn is_resource_exhaustion(error: &io::Error) -> bool {
 /// free local port toward that address, descriptors, buffers, memory,
 /// epoll watches) rather than hearing from the backend: such a failure
 /// says nothing about the backend, and passive health must not count it.
-pub fn is_local_connect_failure(error: &io::Error) -> bool {
+pub(crate) fn is_local_connect_failure(error: &io::Error) -> bool {
     use nix::libc::{EADDRNOTAVAIL, ENOSPC};
     is_resource_exhaustion(error) || matches!(error.raw_os_error(), Some(EADDRNOTAVAIL | ENOSPC))
 }
@@ -259,7 +260,7 @@ pub fn is_local_connect_failure(error: &io::Error) -> bool {
 ///
 /// IPv6 sockets are v6-only, so `0.0.0.0:443` and `[::]:443` can be listed
 /// side by side, each explicit, as the config contract intends.
-pub fn bind_listener_with(
+pub(crate) fn bind_listener_with(
     addr: SocketAddr,
     backlog: u32,
     reuse_port: bool,
@@ -285,7 +286,7 @@ pub fn bind_listener_with(
 /// Binds a non-blocking UDP socket for a `protocol = "quic"` listener, with
 /// SO_REUSEPORT when its `reuse_port` asks for it; IPv6 sockets are
 /// v6-only, as TCP listening sockets are.
-pub fn bind_udp_with(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
+pub(crate) fn bind_udp_with(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if reuse_port {
         socket.set_reuse_port(true)?;
@@ -302,7 +303,7 @@ pub fn bind_udp_with(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net:
 /// Checks that `fd` is a bound UDP socket (a QUIC listener's, handed over
 /// by the process being replaced) and makes it non-blocking and
 /// close-on-exec.
-pub fn adopt_udp(fd: std::os::fd::OwnedFd) -> io::Result<std::net::UdpSocket> {
+pub(crate) fn adopt_udp(fd: std::os::fd::OwnedFd) -> io::Result<std::net::UdpSocket> {
     let socket = Socket::from(fd);
     let domain = socket.domain()?;
     if socket.r#type()? != Type::DGRAM || !(domain == Domain::IPV4 || domain == Domain::IPV6) {
@@ -320,7 +321,7 @@ pub fn adopt_udp(fd: std::os::fd::OwnedFd) -> io::Result<std::net::UdpSocket> {
 /// close-on-exec: message boundaries are kept (one datagram per message)
 /// and, unlike SOCK_DGRAM, a reader sees end-of-file once the other end
 /// is closed.
-pub fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+pub(crate) fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     let (a, b) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None)?;
     for socket in [&a, &b] {
         socket.set_cloexec(true)?;
@@ -332,7 +333,7 @@ pub fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedF
 /// Checks that `fd` is a Unix SOCK_SEQPACKET socket (the far end of
 /// [`seqpacket_pair`], handed over) and makes it non-blocking and
 /// close-on-exec.
-pub fn adopt_seqpacket(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn adopt_seqpacket(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
     let socket = Socket::from(fd);
     if socket.r#type()? != Type::SEQPACKET || socket.domain()? != Domain::UNIX {
         return Err(io::Error::new(
@@ -349,14 +350,14 @@ pub fn adopt_seqpacket(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::Owne
 /// (UDP_GRO, Linux 5.0 and later) on a QUIC flow's backend socket. An
 /// error means the kernel cannot: the socket then reads one datagram per
 /// slot, which changes nothing else.
-pub fn enable_udp_gro(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
+pub(crate) fn enable_udp_gro(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
     nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::UdpGroSegment, &true)
         .map_err(io::Error::from)
 }
 
 /// Checks that `fd` is a listening TCP socket and prepares it for the
 /// accept loop (non-blocking, close-on-exec).
-pub fn adopt_listener(fd: std::os::fd::OwnedFd) -> io::Result<TcpListener> {
+pub(crate) fn adopt_listener(fd: std::os::fd::OwnedFd) -> io::Result<TcpListener> {
     let socket = Socket::from(fd);
     let domain = socket.domain()?;
     if socket.r#type()? != Type::STREAM || !(domain == Domain::IPV4 || domain == Domain::IPV6) {
@@ -382,21 +383,13 @@ pub fn adopt_listener(fd: std::os::fd::OwnedFd) -> io::Result<TcpListener> {
 /// `ListenStream=` one for a tcp listener, a `ListenDatagram=` one for a
 /// quic listener.
 #[derive(Debug)]
-pub enum ActivatedSocket {
+pub(crate) enum ActivatedSocket {
     Stream(TcpListener),
     Datagram(std::net::UdpSocket),
 }
 
 impl ActivatedSocket {
-    /// How a socket unit declares a socket of this type.
-    pub fn unit_key(&self) -> &'static str {
-        match self {
-            ActivatedSocket::Stream(_) => "ListenStream=",
-            ActivatedSocket::Datagram(_) => "ListenDatagram=",
-        }
-    }
-
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             ActivatedSocket::Stream(socket) => socket.local_addr(),
             ActivatedSocket::Datagram(socket) => socket.local_addr(),
@@ -408,7 +401,7 @@ impl ActivatedSocket {
 /// ([`adopt_listener`]) or a bound UDP socket ([`adopt_udp`]), told apart
 /// by SO_TYPE; anything else (a Unix or SEQPACKET socket, a FIFO) is an
 /// error.
-pub fn adopt_activated(fd: std::os::fd::OwnedFd) -> io::Result<ActivatedSocket> {
+pub(crate) fn adopt_activated(fd: std::os::fd::OwnedFd) -> io::Result<ActivatedSocket> {
     let socket = Socket::from(fd);
     let kind = socket.r#type()?;
     let fd = std::os::fd::OwnedFd::from(socket);
@@ -421,7 +414,7 @@ pub fn adopt_activated(fd: std::os::fd::OwnedFd) -> io::Result<ActivatedSocket> 
 
 /// A descriptor passed in by systemd, with its LISTEN_FDNAMES name.
 #[derive(Debug)]
-pub struct ActivatedFd {
+pub(crate) struct ActivatedFd {
     pub name: String,
     pub fd: std::os::fd::OwnedFd,
 }
@@ -436,7 +429,7 @@ const LISTEN_FDS_START: i32 = 3;
 ///
 /// Must be called before any thread is started (the environment is changed).
 #[allow(unsafe_code)]
-pub fn take_activated_fds() -> io::Result<Vec<ActivatedFd>> {
+pub(crate) fn take_activated_fds() -> io::Result<Vec<ActivatedFd>> {
     let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
     let Ok(pid) = std::env::var("LISTEN_PID") else {
         return Ok(Vec::new());
@@ -479,7 +472,7 @@ pub fn take_activated_fds() -> io::Result<Vec<ActivatedFd>> {
 }
 
 /// Sends `fds` and `payload` over a Unix stream socket in one message.
-pub fn send_fds(
+pub(crate) fn send_fds(
     stream: &std::os::unix::net::UnixStream,
     payload: &[u8],
     fds: &[std::os::fd::BorrowedFd<'_>],
@@ -500,12 +493,12 @@ pub fn send_fds(
 }
 
 /// Most descriptors one message may carry (Linux SCM_MAX_FD).
-pub const MAX_PASSED_FDS: usize = 253;
+pub(crate) const MAX_PASSED_FDS: usize = 253;
 
 /// Receives one message from a Unix stream socket: some payload bytes and
 /// the descriptors that came with them (close-on-exec).
 #[allow(unsafe_code)]
-pub fn recv_fds(
+pub(crate) fn recv_fds(
     stream: &std::os::unix::net::UnixStream,
     buf: &mut [u8],
 ) -> io::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
@@ -536,7 +529,7 @@ pub fn recv_fds(
 }
 
 /// CLOCK_MONOTONIC in microseconds, as systemd's MONOTONIC_USEC wants it.
-pub fn monotonic_usec() -> u64 {
+pub(crate) fn monotonic_usec() -> u64 {
     match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
         Ok(ts) => ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1_000,
         Err(_) => 0,
@@ -545,7 +538,7 @@ pub fn monotonic_usec() -> u64 {
 
 /// Sends FIN on `stream` (shutdown for writing) through a shared reference,
 /// so the opposite direction of a relay can keep reading the same socket.
-pub fn shutdown_write(stream: &tokio::net::TcpStream) -> io::Result<()> {
+pub(crate) fn shutdown_write(stream: &tokio::net::TcpStream) -> io::Result<()> {
     socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write)
 }
 
@@ -556,7 +549,10 @@ pub fn shutdown_write(stream: &tokio::net::TcpStream) -> io::Result<()> {
 /// bytes of a direction whose end is already known: corked bytes wait
 /// for the next write or that FIN. Non-blocking, like `try_write`: a full
 /// send buffer gives `WouldBlock` and clears the write readiness.
-pub fn try_write_before_fin(stream: &tokio::net::TcpStream, bytes: &[u8]) -> io::Result<usize> {
+pub(crate) fn try_write_before_fin(
+    stream: &tokio::net::TcpStream,
+    bytes: &[u8],
+) -> io::Result<usize> {
     stream.try_io(tokio::io::Interest::WRITABLE, || {
         socket2::SockRef::from(stream)
             .send_with_flags(bytes, nix::libc::MSG_MORE | nix::libc::MSG_NOSIGNAL)
@@ -570,7 +566,7 @@ pub fn try_write_before_fin(stream: &tokio::net::TcpStream, bytes: &[u8]) -> io:
 /// readiness tokio already holds. `true` means the FIN is queued behind
 /// whatever data is left to read, so a read that returns less than asked
 /// has drained the stream up to its end.
-pub fn fin_queued(stream: &tokio::net::TcpStream) -> bool {
+pub(crate) fn fin_queued(stream: &tokio::net::TcpStream) -> bool {
     use std::future::Future;
     use tokio::io::Interest;
     // `ready()` answers at once from the readiness tokio holds when any
@@ -599,7 +595,7 @@ pub fn fin_queued(stream: &tokio::net::TcpStream) -> bool {
 /// edge-triggered, so any that arrive after this read are a new event,
 /// and tokio only clears readiness no newer than what it held before
 /// (end of stream, a final state, is never cleared).
-pub fn recv_now(stream: &tokio::net::TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn recv_now(stream: &tokio::net::TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     use std::io::Read;
     let socket = socket2::SockRef::from(stream);
     let n = (&*socket).read(buf)?;
@@ -615,7 +611,7 @@ pub fn recv_now(stream: &tokio::net::TcpStream, buf: &mut [u8]) -> io::Result<us
 
 /// A backend socket whose connect has been started ([`start_connect`]).
 #[derive(Debug)]
-pub struct Connecting {
+pub(crate) struct Connecting {
     pub socket: std::net::TcpStream,
     /// The handshake is already complete: nothing to wait for.
     pub connected: bool,
@@ -629,7 +625,7 @@ pub struct Connecting {
 /// getsockopt(SO_ERROR) that wait would end with is skipped too, so the
 /// count of calls is the same). Elsewhere the handshake takes a round
 /// trip, and `connected` is false without a probe.
-pub fn start_connect(addr: SocketAddr) -> io::Result<Connecting> {
+pub(crate) fn start_connect(addr: SocketAddr) -> io::Result<Connecting> {
     let socket = Socket::new(
         Domain::for_address(addr),
         Type::STREAM.nonblocking().cloexec(),
@@ -652,16 +648,16 @@ pub fn start_connect(addr: SocketAddr) -> io::Result<Connecting> {
 /// One send(2) on `stream` now, whatever readiness the runtime holds for it
 /// (a socket [`start_connect`] found connected has none yet: tokio's own
 /// writes would wait for the event loop to report it writable). No SIGPIPE.
-pub fn send_now(stream: &tokio::net::TcpStream, bytes: &[u8]) -> io::Result<usize> {
+pub(crate) fn send_now(stream: &tokio::net::TcpStream, bytes: &[u8]) -> io::Result<usize> {
     socket2::SockRef::from(stream).send_with_flags(bytes, nix::libc::MSG_NOSIGNAL)
 }
 
 /// The descriptor limit before and after [`raise_nofile_limit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NofileLimit {
-    pub soft_before: u64,
-    pub soft: u64,
-    pub hard: u64,
+    pub(crate) soft_before: u64,
+    pub(crate) soft: u64,
+    pub(crate) hard: u64,
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit: every relayed connection

@@ -115,7 +115,7 @@ pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
 /// scheduled, and then a probe's SYN dropped from a short queue (std's
 /// 128) costs the probe a one-second retransmit. Cost: kernel memory for
 /// pending connections only.
-pub const ADMIN_BACKLOG: u32 = 1024;
+pub(crate) const ADMIN_BACKLOG: u32 = 1024;
 /// A connection must send its first byte within this long, or it is closed
 /// (`silent`). It holds no HTTP state meanwhile, and is the first evicted.
 pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -129,10 +129,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request line plus headers (hyper's `max_buf_size`, and its
 /// minimum): the read buffer a connection may hold. Larger heads get 431.
-pub const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
 /// Headers per request; more get 431. Parsed into a heap array of this
 /// many entries per request.
-pub const MAX_REQUEST_HEADERS: usize = 32;
+pub(crate) const MAX_REQUEST_HEADERS: usize = 32;
 
 /// Whether the relay should receive new connections: what `/readyz` says.
 /// Starts not ready.
@@ -140,18 +140,18 @@ pub const MAX_REQUEST_HEADERS: usize = 32;
 pub struct Readiness(AtomicBool);
 
 impl Readiness {
-    pub fn set(&self, ready: bool) {
+    pub(crate) fn set(&self, ready: bool) {
         self.0.store(ready, Ordering::Release);
     }
 
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
 
 /// What the admin endpoints read.
 pub struct AdminState {
-    pub readiness: Arc<Readiness>,
+    pub(crate) readiness: Arc<Readiness>,
     /// The configuration in force, and the keys of it that wait for a restart.
     config: Mutex<(Arc<Config>, Arc<[PendingRestart]>)>,
     // Run-time control (issue 16).
@@ -184,7 +184,7 @@ impl AdminState {
     }
 
     /// The backends a reload published: control acts on these from now.
-    pub fn set_backends(&self, backends: Arc<Backends>) {
+    pub(crate) fn set_backends(&self, backends: Arc<Backends>) {
         *self.backends.lock().unwrap_or_else(|e| e.into_inner()) = backends;
     }
 
@@ -198,7 +198,7 @@ impl AdminState {
     /// Replaces the configuration `/config` shows (after a reload) and the
     /// keys of it that wait for a restart, and applies its `expose_config`
     /// and `address_labels` from now on. Counts a new generation, loaded now.
-    pub fn set_config(&self, config: Arc<Config>, pending: Vec<PendingRestart>) {
+    pub(crate) fn set_config(&self, config: Arc<Config>, pending: Vec<PendingRestart>) {
         apply_metrics_settings(&config);
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = (config, pending.into());
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
@@ -206,7 +206,7 @@ impl AdminState {
     }
 
     /// The configuration's generation and when it was loaded.
-    pub fn loaded(&self) -> (u64, SystemTime) {
+    pub(crate) fn loaded(&self) -> (u64, SystemTime) {
         *self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -465,7 +465,11 @@ enum AdminStream {
 }
 
 /// Serves admin requests on `socket` until `shutdown` fires.
-pub async fn serve(socket: AdminSocket, state: Arc<AdminState>, shutdown: CancellationToken) {
+pub(crate) async fn serve(
+    socket: AdminSocket,
+    state: Arc<AdminState>,
+    shutdown: CancellationToken,
+) {
     let table = Arc::new(Table::new(MAX_ADMIN_CONNECTIONS));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.max_buf_size(MAX_REQUEST_HEAD_BYTES)
@@ -835,7 +839,7 @@ pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<
 /// ([`Config::to_file`]: every key with its value in force, in the shape of
 /// the TOML file), plus `pending_restart`, the keys whose new value waits
 /// for a restart (see [`crate::config::effective::pending_restart`]).
-pub fn config_view(config: &Config, pending: &[PendingRestart]) -> Value {
+pub(crate) fn config_view(config: &Config, pending: &[PendingRestart]) -> Value {
     let mut view = serde_json::to_value(config.to_file()).unwrap_or_else(|_| json!({}));
     if let Value::Object(map) = &mut view {
         map.insert("pending_restart".to_owned(), json!(pending));

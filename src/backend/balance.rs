@@ -56,7 +56,7 @@ use crate::wire::cidr::canonical;
 
 // The policies' names, and the keys only one of them accepts, are plain
 // settings in `config::settings`; the run-time side of each is here.
-pub use crate::config::settings::{OWN_KEYS, OwnKey, Policy};
+pub use crate::config::settings::Policy;
 
 impl Policy {
     /// Starts the task that keeps this policy's [`State`] fresh, if it has
@@ -77,7 +77,7 @@ impl Policy {
     /// `client`, read once from `state`. `eligible` says which addresses
     /// may take the connection now (up and under their cap); a weighted
     /// rotation picks among those, or among all when none is.
-    pub fn ranker(
+    pub(crate) fn ranker(
         self,
         state: &State,
         set: &[Endpoint],
@@ -136,7 +136,7 @@ pub struct State {
 /// One connection's view of its policy: how to rank the addresses of the
 /// set it was made for.
 #[derive(Debug, Clone, Copy)]
-pub enum Ranker {
+pub(crate) enum Ranker {
     /// List order.
     ListOrder,
     /// List order, rotated to begin at `start` of `n`.
@@ -152,7 +152,7 @@ pub enum Ranker {
 
 impl Ranker {
     /// The rank of `set[i]`: lower ranks are tried first.
-    pub fn rank(&self, set: &[Endpoint], i: usize) -> u128 {
+    pub(crate) fn rank(&self, set: &[Endpoint], i: usize) -> u128 {
         let rotated = |start: usize, n: usize| ((i + n - start) % n) as u128;
         match *self {
             Ranker::ListOrder => i as u128,

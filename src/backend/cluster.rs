@@ -82,12 +82,12 @@ use crate::wire::matcher::SniMatcher;
 use crate::wire::sni::Sni;
 
 /// Names cached per cluster backend.
-pub const MAX_ENTRIES: usize = 10_000;
+pub(crate) const MAX_ENTRIES: usize = 10_000;
 /// Entries dropped at once when the cache is full of live answers.
-pub const EVICT_BATCH: usize = MAX_ENTRIES / 8;
+pub(crate) const EVICT_BATCH: usize = MAX_ENTRIES / 8;
 /// How long past its expiry an answer may still be served while lookups
 /// fail (RFC 8767 suggests one to three days for DNS).
-pub const MAX_STALE: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const MAX_STALE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Where a cluster lookup sends a connection.
 #[derive(Debug, Clone)]
@@ -119,7 +119,7 @@ impl Nodes {
     /// among the `n` endpoints as answered, names unresolved, and dials it;
     /// its addresses come first here, then the next endpoints' in answer
     /// order, wrapping round. `set` must not be empty.
-    pub fn gerbil_first(&self, client: SocketAddr, claimed: bool) -> usize {
+    pub(crate) fn gerbil_first(&self, client: SocketAddr, claimed: bool) -> usize {
         let n = self.set.len().max(1);
         let endpoint = gerbil_index(client, claimed, self.starts.len());
         self.starts.get(endpoint).map_or(0, |&start| start % n)
@@ -316,7 +316,7 @@ impl Cache {
     /// Drops the cached answers of `names` (their next connection looks
     /// up afresh). A lookup in flight finishes into its own slot, which is
     /// no longer in the table, and its waiters take its outcome.
-    pub fn forget<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
+    pub(crate) fn forget<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         names
             .into_iter()
@@ -657,7 +657,8 @@ impl Cache {
             .len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -685,7 +685,7 @@ mod tests {
             public_key_file: None,
             default_port: 443,
         });
-        config.headers = vec![super::super::LookupHeader {
+        config.headers = vec![crate::config::settings::LookupHeader {
             name: "X-Token".into(),
             value: "s3cret".into(),
             file: None,

@@ -41,7 +41,7 @@ pub struct Endpoint {
     /// Its own `max_connections`; `None` leaves the backend's
     /// `max_connections_per_address` (if any) in force.
     pub max_connections: Option<u32>,
-    pub state: Arc<EndpointState>,
+    pub(crate) state: Arc<EndpointState>,
 }
 
 impl Endpoint {
@@ -59,12 +59,12 @@ impl Endpoint {
     }
 
     /// This address's cap, given the backend-wide one.
-    pub fn cap(&self, per_address: Option<u32>) -> Option<u32> {
+    pub(crate) fn cap(&self, per_address: Option<u32>) -> Option<u32> {
         self.max_connections.or(per_address)
     }
 
     /// Whether this address has `cap` connections open (or opening).
-    pub fn is_full(&self, per_address: Option<u32>) -> bool {
+    pub(crate) fn is_full(&self, per_address: Option<u32>) -> bool {
         self.cap(per_address)
             .is_some_and(|cap| self.state.active() >= cap as usize)
     }
@@ -75,12 +75,12 @@ pub use crate::config::settings::Member;
 
 /// The addresses a connection may choose from, in configured (or answered)
 /// order. Cloning is one reference count.
-pub type AddressSet = Arc<[Endpoint]>;
+pub(crate) type AddressSet = Arc<[Endpoint]>;
 
 /// A new set for `addrs` (duplicates dropped, order kept, weight 1, no
 /// cap of their own) that keeps the state of every address `previous`
 /// already had.
-pub fn carry(previous: &[Endpoint], addrs: &[SocketAddr]) -> AddressSet {
+pub(crate) fn carry(previous: &[Endpoint], addrs: &[SocketAddr]) -> AddressSet {
     let members: Vec<Member> = addrs.iter().map(|&a| Member::plain(a)).collect();
     carry_members(previous, &members)
 }
@@ -102,7 +102,7 @@ pub fn carry_members(previous: &[Endpoint], members: &[Member]) -> AddressSet {
 }
 
 /// Whether two sets hold the same addresses, in any order.
-pub fn same_addresses(a: &[Endpoint], b: &[Endpoint]) -> bool {
+pub(crate) fn same_addresses(a: &[Endpoint], b: &[Endpoint]) -> bool {
     a.len() == b.len() && a.iter().all(|x| b.iter().any(|y| y.addr == x.addr))
 }
 
@@ -144,7 +144,7 @@ pub struct EndpointState {
 /// reload that keeps the backend), and lost on restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum AddressState {
+pub(crate) enum AddressState {
     /// Chosen as health and policy say.
     Ready,
     /// Not chosen for new connections; open ones continue.
@@ -155,13 +155,13 @@ pub enum AddressState {
 }
 
 impl AddressState {
-    pub const ALL: [AddressState; 3] = [
+    pub(crate) const ALL: [AddressState; 3] = [
         AddressState::Ready,
         AddressState::Drain,
         AddressState::Maint,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AddressState::Ready => "ready",
             AddressState::Drain => "drain",
@@ -183,7 +183,7 @@ impl EndpointState {
     /// count of open connections, and keeps the operator's state of the
     /// address and the drain parts of its open connections (so a `maint`
     /// set after the reload still reaches them).
-    pub fn counting_with(other: &EndpointState) -> EndpointState {
+    pub(crate) fn counting_with(other: &EndpointState) -> EndpointState {
         EndpointState {
             active: other.active.clone(),
             operator: AtomicU8::new(other.operator.load(Ordering::Relaxed)),
@@ -194,7 +194,7 @@ impl EndpointState {
     }
 
     /// Whether neither passive nor active health has this address down.
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         // 0 (never marked down) is the common case: no clock read for it,
         // as this runs per candidate address on every connection.
         let down_until = self.down_until.load(Ordering::Relaxed);
@@ -202,12 +202,12 @@ impl EndpointState {
     }
 
     /// The operator's state of this address.
-    pub fn operator(&self) -> AddressState {
+    pub(crate) fn operator(&self) -> AddressState {
         AddressState::from_u8(self.operator.load(Ordering::Relaxed))
     }
 
     /// Sets the operator's state; returns the previous one.
-    pub fn set_operator(&self, state: AddressState) -> AddressState {
+    pub(crate) fn set_operator(&self, state: AddressState) -> AddressState {
         AddressState::from_u8(self.operator.swap(state as u8, Ordering::Relaxed))
     }
 
@@ -235,7 +235,7 @@ impl EndpointState {
     /// Maintenance: the connections open on this address close at moments
     /// spread over `window`; new ones get new parts (and are not planned
     /// while the state says so). Returns how many were open.
-    pub fn maint(&self, window: Duration) -> usize {
+    pub(crate) fn maint(&self, window: Duration) -> usize {
         self.maint_window_ms
             .store(window.as_millis() as u64, Ordering::Relaxed);
         let parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
@@ -244,23 +244,23 @@ impl EndpointState {
 
     /// Whether new connections may choose this address (the operator has
     /// not drained it or put it in maintenance). One relaxed load.
-    pub fn selectable(&self) -> bool {
+    pub(crate) fn selectable(&self) -> bool {
         self.operator.load(Ordering::Relaxed) == AddressState::Ready as u8
     }
 
     /// When the last connect or check failed, as an age; `None` for never.
-    pub fn last_failure_age(&self) -> Option<Duration> {
+    pub(crate) fn last_failure_age(&self) -> Option<Duration> {
         let last = self.last_failure.load(Ordering::Relaxed);
         (last != 0).then(|| Duration::from_millis(now_ms().saturating_sub(last)))
     }
 
     /// Open connections through this address.
-    pub fn active(&self) -> usize {
+    pub(crate) fn active(&self) -> usize {
         self.active.load(Ordering::Relaxed)
     }
 
     /// Whether a connect or check to this address failed within `window`.
-    pub fn failed_within(&self, window: Duration) -> bool {
+    pub(crate) fn failed_within(&self, window: Duration) -> bool {
         let last = self.last_failure.load(Ordering::Relaxed);
         last != 0 && now_ms().saturating_sub(last) < window.as_millis() as u64
     }
@@ -274,7 +274,7 @@ impl EndpointState {
     /// Like [`EndpointState::enter`], but only while fewer than `cap`
     /// connections are open (`None`: no cap). The slot is taken before the
     /// connect, so concurrent connections cannot overshoot the cap.
-    pub fn try_enter(self: &Arc<Self>, cap: Option<u32>) -> Option<InFlight> {
+    pub(crate) fn try_enter(self: &Arc<Self>, cap: Option<u32>) -> Option<InFlight> {
         let Some(cap) = cap else {
             return Some(self.enter());
         };
@@ -287,7 +287,7 @@ impl EndpointState {
     }
 
     /// A connect to `addr` of `backend` succeeded.
-    pub fn connect_succeeded(&self, backend: &str, addr: SocketAddr) {
+    pub(crate) fn connect_succeeded(&self, backend: &str, addr: SocketAddr) {
         let had = self.fails.swap(0, Ordering::Relaxed);
         if self.down_until.swap(0, Ordering::Relaxed) != 0 {
             tracing::info!(%backend, %addr, after_failures = had, "backend address up again (a connect succeeded)");
@@ -297,7 +297,7 @@ impl EndpointState {
 
     /// A connect to `addr` failed; after `max_fails` in a row (0: never)
     /// the address is down for `backoff`. Returns whether this marked it down.
-    pub fn connect_failed(
+    pub(crate) fn connect_failed(
         &self,
         backend: &str,
         addr: SocketAddr,
@@ -321,7 +321,7 @@ impl EndpointState {
     }
 
     /// The active checker's verdict; returns whether it changed.
-    pub fn set_checked_down(&self, down: bool) -> bool {
+    pub(crate) fn set_checked_down(&self, down: bool) -> bool {
         if down {
             self.last_failure.store(now_ms(), Ordering::Relaxed);
         }
@@ -329,18 +329,18 @@ impl EndpointState {
     }
 
     /// Whether the active checker has this address down.
-    pub fn checked_down(&self) -> bool {
+    pub(crate) fn checked_down(&self) -> bool {
         self.checked_down.load(Ordering::Relaxed)
     }
 
     /// Records a failure seen by a prober (active check, latency round)
     /// without touching the passive counters.
-    pub fn note_failure(&self) {
+    pub(crate) fn note_failure(&self) {
         self.last_failure.store(now_ms(), Ordering::Relaxed);
     }
 
     /// An active health check of this address ended (`passed` or not).
-    pub fn note_check(&self, passed: bool) {
+    pub(crate) fn note_check(&self, passed: bool) {
         // At least 1 ms, so a check is never mistaken for "none yet".
         let at = now_ms().max(1);
         self.last_check
@@ -348,7 +348,7 @@ impl EndpointState {
     }
 
     /// The last active check: how long ago, and whether it passed.
-    pub fn last_check(&self) -> Option<(Duration, bool)> {
+    pub(crate) fn last_check(&self) -> Option<(Duration, bool)> {
         let v = self.last_check.load(Ordering::Relaxed);
         (v != 0).then(|| {
             let age = Duration::from_millis(now_ms().saturating_sub(v >> 1));
@@ -364,7 +364,7 @@ pub struct InFlight(Arc<EndpointState>);
 
 impl InFlight {
     /// The state of the address this connection is on.
-    pub fn state(&self) -> &Arc<EndpointState> {
+    pub(crate) fn state(&self) -> &Arc<EndpointState> {
         &self.0
     }
 }

@@ -43,11 +43,6 @@ pub fn contains(sni: &str) -> bool {
         .contains(sni)
 }
 
-/// The set in force.
-pub fn current() -> Names {
-    set().read().unwrap_or_else(PoisonError::into_inner).clone()
-}
-
 /// What a push changed.
 #[derive(Debug, Default)]
 pub struct Change {
@@ -77,7 +72,7 @@ pub fn replace(names: HashSet<Box<str>>) -> Change {
 /// Puts a pushed set in force, saving it to `file` first when one is
 /// configured: if it cannot be written, nothing changes. Pushes are
 /// serialised, so the file and the set in force are always the same push.
-pub fn push(names: HashSet<Box<str>>, file: Option<&Path>) -> io::Result<Change> {
+pub(crate) fn push(names: HashSet<Box<str>>, file: Option<&Path>) -> io::Result<Change> {
     static PUSHING: Mutex<()> = Mutex::new(());
     let _one_at_a_time = PUSHING.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(path) = file {
@@ -111,7 +106,7 @@ struct Stored {
 
 /// Writes `names` to `path` atomically: a reader (or a crash) sees the old
 /// file or the new one, never a part.
-pub fn save(path: &Path, names: &HashSet<Box<str>>) -> io::Result<()> {
+pub(crate) fn save(path: &Path, names: &HashSet<Box<str>>) -> io::Result<()> {
     let mut sorted: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     sorted.sort_unstable();
     let text = serde_json::to_vec_pretty(&Stored {

@@ -44,7 +44,7 @@ mod endpoint;
 pub(crate) mod fastest;
 pub(crate) mod health;
 pub mod local_names;
-pub mod node_order;
+pub(crate) mod node_order;
 pub mod plan;
 pub(crate) mod resolve;
 
@@ -56,10 +56,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use endpoint::{
-    AddressSet, AddressState, Endpoint, EndpointState, InFlight, Member, carry, carry_members,
-    same_addresses,
-};
+pub use endpoint::{Endpoint, EndpointState, Member};
+
+pub(crate) use endpoint::carry;
+pub use endpoint::carry_members;
+
+pub(crate) use endpoint::{AddressSet, AddressState, InFlight, same_addresses};
 
 use crate::metrics;
 
@@ -67,17 +69,17 @@ use crate::metrics;
 // A backend's validated settings (`Backend`, `AddressSource`, `Cluster`,
 // ...) are plain data defined with the rest of the settings, in
 // `config::settings`; the runtime here reads them.
-pub use crate::config::settings::{
-    AddressSource, Backend, Cluster, ClusterLookup, ClusterProtocol, DEFAULT_CONNECT_ATTEMPTS_CAP,
-    DnsSource, FastestMeasure, HealthCheck, HealthKind, LookupHeader, LookupTls,
+pub(crate) use crate::config::settings::{
+    AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind,
 };
+pub use crate::config::settings::{Backend, Cluster, ClusterLookup, ClusterProtocol};
 
 // ------------------------------------------------------------- run time
 
 /// What a backend's address source has said so far.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    pub set: AddressSet,
+    pub(crate) set: AddressSet,
     /// False until the source answered once (a DNS backend at start).
     pub known: bool,
 }
@@ -85,7 +87,7 @@ pub struct Resolved {
 /// One backend's run-time state.
 #[derive(Debug)]
 pub struct BackendRuntime {
-    pub config: Arc<Backend>,
+    pub(crate) config: Arc<Backend>,
     addresses: watch::Sender<Resolved>,
     /// What the backend's policy keeps between connections (a rotation,
     /// a latency ranking).
@@ -139,7 +141,7 @@ impl BackendRuntime {
 
     /// Starts the tasks this backend needs: re-resolution, active health
     /// checks, and the policy's own (latency ranking).
-    pub fn start(self: &Arc<Self>) {
+    pub(crate) fn start(self: &Arc<Self>) {
         if let AddressSource::Dns(source) = &self.config.source {
             tokio::spawn(resolve::run(
                 self.clone(),
@@ -154,24 +156,24 @@ impl BackendRuntime {
     }
 
     /// Stops the background tasks (the backend was removed or changed).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.tasks.cancel();
     }
 
     /// The set in force now.
-    pub fn current(&self) -> Resolved {
+    pub(crate) fn current(&self) -> Resolved {
         self.addresses.borrow().clone()
     }
 
     /// Follows changes of the set (for checkers and rankers).
-    pub fn subscribe(&self) -> watch::Receiver<Resolved> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Resolved> {
         self.addresses.subscribe()
     }
 
     /// Publishes a newly resolved address list, keeping what is known about
     /// the addresses it shares with the current set. Returns whether the
     /// set of addresses changed.
-    pub fn publish(&self, addrs: &[SocketAddr]) -> bool {
+    pub(crate) fn publish(&self, addrs: &[SocketAddr]) -> bool {
         self.addresses.send_if_modified(|resolved| {
             let next = carry(&resolved.set, addrs);
             // A set that only changed order is kept as it is, so `ordered`
@@ -187,7 +189,7 @@ impl BackendRuntime {
 
     /// The set to connect to: at once when known, otherwise after waiting
     /// up to `wait` for the first answer; `None` when there is none.
-    pub async fn addresses(&self, wait: Duration) -> Option<AddressSet> {
+    pub(crate) async fn addresses(&self, wait: Duration) -> Option<AddressSet> {
         // The usual case, a known set: one read lock, no subscription or timer.
         {
             let resolved = self.addresses.borrow();
@@ -216,7 +218,7 @@ impl Backends {
     /// `[backend.*]` tables by name), reusing those of `previous` whose
     /// backend is unchanged and starting the others. Stopping the runtimes
     /// `previous` no longer needs is [`Backends::retire`]'s job.
-    pub fn start(
+    pub(crate) fn start(
         backends: &BTreeMap<String, Arc<Backend>>,
         previous: Option<&Backends>,
     ) -> Backends {
@@ -240,7 +242,7 @@ impl Backends {
     }
 
     /// Stops the runtimes of `self` that `next` does not use.
-    pub fn retire(&self, next: &Backends) {
+    pub(crate) fn retire(&self, next: &Backends) {
         for (name, runtime) in &self.by_name {
             let kept = next
                 .by_name
@@ -252,17 +254,12 @@ impl Backends {
         }
     }
 
-    /// Stops every runtime's tasks.
-    pub fn stop(&self) {
-        self.by_name.values().for_each(|r| r.stop());
-    }
-
-    pub fn get(&self, name: &str) -> Option<&Arc<BackendRuntime>> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<BackendRuntime>> {
         self.by_name.get(name)
     }
 
     /// Every runtime, by name in order (for the admin listener).
-    pub fn sorted(&self) -> Vec<(&str, &Arc<BackendRuntime>)> {
+    pub(crate) fn sorted(&self) -> Vec<(&str, &Arc<BackendRuntime>)> {
         let mut all: Vec<_> = self.by_name.iter().map(|(n, r)| (n.as_str(), r)).collect();
         all.sort_by(|a, b| a.0.cmp(b.0));
         all

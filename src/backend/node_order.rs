@@ -38,11 +38,12 @@ use std::net::{IpAddr, SocketAddr};
 use crate::wire::cidr::canonical;
 
 /// `[backend.*.cluster] node_choice`: plain settings.
-pub use crate::config::settings::NodeChoice;
+pub(crate) use crate::config::settings::NodeChoice;
 
+#[cfg(test)]
 /// FNV-1a, 32 bit (offset basis 2166136261, prime 16777619), as Go's
 /// `hash/fnv.New32a`.
-pub fn fnv1a_32(bytes: &[u8]) -> u32 {
+pub(crate) fn fnv1a_32(bytes: &[u8]) -> u32 {
     let mut hash = Fnv(FNV_OFFSET);
     hash.add(bytes);
     hash.0
@@ -51,9 +52,10 @@ pub fn fnv1a_32(bytes: &[u8]) -> u32 {
 const FNV_OFFSET: u32 = 0x811c_9dc5;
 const FNV_PRIME: u32 = 0x0100_0193;
 
+#[cfg(test)]
 /// The text Gerbil hashes for a client at `client`; `claimed` when the
 /// address came from a trusted relay's PROXY header.
-pub fn gerbil_key(client: SocketAddr, claimed: bool) -> String {
+pub(crate) fn gerbil_key(client: SocketAddr, claimed: bool) -> String {
     let mut text = String::with_capacity(48);
     write_key(&mut text, client, claimed).expect("writing to a String");
     text
@@ -88,7 +90,7 @@ impl Write for Fnv {
 
 /// The index among `n` endpoints Gerbil picks for a client at `client`
 /// (0 when `n` is 0).
-pub fn gerbil_index(client: SocketAddr, claimed: bool, n: usize) -> usize {
+pub(crate) fn gerbil_index(client: SocketAddr, claimed: bool, n: usize) -> usize {
     if n == 0 {
         return 0;
     }

@@ -27,7 +27,7 @@ use super::Endpoint;
 use crate::backend::balance::{Policy, Ranker, State};
 
 /// Upper bound of `connect_attempts` (the configuration enforces it).
-pub const MAX_ATTEMPTS: usize = 64;
+pub(crate) const MAX_ATTEMPTS: usize = 64;
 /// Addresses whose rank a plan computes once and keeps (on the stack).
 const RANKED: usize = 64;
 
@@ -41,7 +41,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn as_slice(&self) -> &[u16] {
+    pub(crate) fn as_slice(&self) -> &[u16] {
         &self.order[..self.len]
     }
 
@@ -49,12 +49,12 @@ impl Plan {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Whether the plan is empty because every address is at its cap.
-    pub fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.len == 0 && self.full > 0
     }
 
@@ -85,7 +85,12 @@ pub fn plan(
 /// [`plan`] with the ranking given: for a choice that is not a backend
 /// policy (a cluster's `node_choice = "gerbil_fnv"`, a rotation that
 /// starts at Gerbil's pick).
-pub fn plan_ranked(ranker: Ranker, set: &[Endpoint], attempts: usize, cap: Option<u32>) -> Plan {
+pub(crate) fn plan_ranked(
+    ranker: Ranker,
+    set: &[Endpoint],
+    attempts: usize,
+    cap: Option<u32>,
+) -> Plan {
     let set = &set[..set.len().min(usize::from(u16::MAX))];
     let n = set.len();
     let full = set.iter().filter(|e| e.is_full(cap)).count();

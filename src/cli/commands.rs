@@ -7,19 +7,19 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
-use clap::Parser;
+use super::probe;
 use super::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs};
 use crate::config::Config;
 use crate::pump::splice;
 use crate::run::notify::Notifier;
 use crate::run::server::ServeOptions;
-use super::probe;
 use crate::{
     logging,
     run::{server, signals, takeover},
     sockopt,
 };
+use anyhow::Context;
+use clap::Parser;
 
 /// Runs the command line: what the `snirelay` binary does (its exit codes
 /// are in `src/main.rs`).

@@ -20,7 +20,7 @@ const MAX_ANSWER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Sends `method path` (with a JSON `body`) to `admin`; returns the status
 /// and the body.
-pub fn request(
+pub(crate) fn request(
     admin: &Admin,
     method: &str,
     path: &str,

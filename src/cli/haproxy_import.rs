@@ -35,7 +35,7 @@ const HAPROXY_DEFAULT_FALL: u64 = 3;
 
 /// The translated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Translation {
+pub(crate) struct Translation {
     /// The TOML, with its comments.
     pub toml: String,
     /// The lines that were not translated: (line number, line, why).
@@ -45,14 +45,14 @@ pub struct Translation {
 /// Why nothing could be translated at all.
 #[allow(missing_docs)] // each variant's #[error] text documents it
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     #[error("no frontend or listen section in mode tcp: nothing for an SNI relay to take over")]
     NoTcpFrontend,
 }
 
 /// Translates an HAProxy configuration's text; `source` names it in the
 /// output's first comment.
-pub fn translate(text: &str, source: &str) -> Result<Translation, ImportError> {
+pub(crate) fn translate(text: &str, source: &str) -> Result<Translation, ImportError> {
     let sections = parse_sections(text);
     let mut t = Translator::default();
     t.run(&sections)?;

@@ -8,9 +8,9 @@
 //! about a valid file ([`check_summary`]).
 
 mod commands;
-pub mod ctl;
-pub mod haproxy_import;
-pub mod probe;
+pub(crate) mod ctl;
+pub(crate) mod haproxy_import;
+pub(crate) mod probe;
 
 pub use commands::main;
 
@@ -24,7 +24,7 @@ use crate::logging::LogFormat;
 use crate::wire::sni::Pattern;
 
 /// Where the packaged configuration lives.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/snirelay/snirelay.toml";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/snirelay/snirelay.toml";
 
 /// snirelay: a layer-4 relay that routes TLS connections by SNI without
 /// terminating TLS.
@@ -241,7 +241,7 @@ pub struct ProbeArgs {
 /// What `check` prints after `ok` for a valid file: one line per default
 /// route (`sni = ["*"]`), since such a listener relays names it does not
 /// list instead of refusing them. Nothing for a file without one.
-pub fn check_summary(config: &Config) -> Vec<String> {
+pub(crate) fn check_summary(config: &Config) -> Vec<String> {
     let mut lines = Vec::new();
     for listener in &config.listeners {
         for route in &listener.routes {

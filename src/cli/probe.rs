@@ -41,7 +41,7 @@ use crate::system_roots::add_system_roots;
 /// Why a probe could not run at all (as opposed to an unhealthy address).
 #[allow(missing_docs)] // each variant's #[error] text documents it
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
+pub(crate) enum ProbeError {
     #[error("--sni {0:?}: not a valid server name")]
     ServerName(String),
     #[error("{path}: cannot read: {source}")]
@@ -69,7 +69,7 @@ pub enum ProbeError {
 /// What happened at one address; names are a contract with dashboards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     /// TCP connect and TLS handshake both completed.
     Healthy,
     /// The address actively refused the TCP connection.
@@ -86,7 +86,7 @@ pub enum Status {
 
 impl Status {
     /// Every status, in the order the metrics list them.
-    pub const ALL: [Status; 6] = [
+    pub(crate) const ALL: [Status; 6] = [
         Status::Healthy,
         Status::Refused,
         Status::ConnectTimeout,
@@ -96,7 +96,7 @@ impl Status {
     ];
 
     /// The status's name in the report and the metrics.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Healthy => "healthy",
             Status::Refused => "refused",
@@ -110,7 +110,7 @@ impl Status {
 
 /// The result for one address.
 #[derive(Debug, Clone, Serialize)]
-pub struct AddressReport {
+pub(crate) struct AddressReport {
     /// The address probed.
     pub address: SocketAddr,
     /// How the probe of this address ended.
@@ -127,7 +127,7 @@ pub struct AddressReport {
 
 /// The result for one run.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// The NAME probed, as given.
     pub name: String,
     /// The server name sent in the ClientHello.
@@ -170,7 +170,7 @@ impl Report {
     }
 
     /// Human-readable lines for a terminal.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut out = format!(
             "probe {}:{} sni={}: {}/{} address(es) healthy\n",
             self.name, self.port, self.sni, self.healthy, self.total
@@ -197,13 +197,13 @@ impl Report {
     }
 
     /// The report as pretty-printed JSON (`--json`).
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a report always serializes")
     }
 
     /// The Prometheus text exposition format, for node_exporter's textfile
     /// collector. Labels: `name`, `sni`, `address` (and `status`).
-    pub fn to_prometheus(&self, now: SystemTime) -> String {
+    pub(crate) fn to_prometheus(&self, now: SystemTime) -> String {
         let base = format!(
             "name=\"{}\",sni=\"{}\"",
             escape_label(&self.name),
@@ -297,7 +297,7 @@ fn escape_label(value: &str) -> String {
 }
 
 /// Resolves NAME and probes every address in parallel.
-pub async fn run(args: &ProbeArgs) -> Result<Report, ProbeError> {
+pub(crate) async fn run(args: &ProbeArgs) -> Result<Report, ProbeError> {
     let sni = args.sni.clone().unwrap_or_else(|| args.name.clone());
     let server_name =
         ServerName::try_from(sni.clone()).map_err(|_| ProbeError::ServerName(sni.clone()))?;
@@ -482,7 +482,7 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ProbeError> {
 
 /// Writes `text` to `path` atomically: a temporary file in the same
 /// directory, flushed to disk, then renamed over `path`.
-pub fn write_textfile(path: &Path, text: &str) -> Result<(), ProbeError> {
+pub(crate) fn write_textfile(path: &Path, text: &str) -> Result<(), ProbeError> {
     let fail = |source| ProbeError::Textfile {
         path: path.to_owned(),
         source,

@@ -540,7 +540,7 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
 /// A key whose value in the file differs from the value the process runs
 /// with, and that only a restart applies.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PendingRestart {
+pub(crate) struct PendingRestart {
     /// The key in TOML path form (`global.threads`).
     pub key: &'static str,
     /// The value in force, as `/config` would show it (`null`: not set).
@@ -555,7 +555,7 @@ pub struct PendingRestart {
 /// started, moved or removed only by a restart. (A kept listener socket's
 /// `backlog` and `reuse_port` are set when it is bound; see the reload
 /// section of docs/operations.md.)
-pub const RESTART_KEYS: [(&str, ReadKey); 4] = [
+pub(crate) const RESTART_KEYS: [(&str, ReadKey); 4] = [
     ("global.threads", |f| json(f.global.threads)),
     ("global.pipe_size", |f| json(f.global.pipe_size)),
     ("global.max_pipes", |f| json(f.global.max_pipes)),
@@ -565,7 +565,7 @@ pub const RESTART_KEYS: [(&str, ReadKey); 4] = [
 ];
 
 /// Reads one key's value from the file model, as `/config` shows it.
-pub type ReadKey = fn(&FileConfig) -> Value;
+pub(crate) type ReadKey = fn(&FileConfig) -> Value;
 
 fn json(value: impl Serialize) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
@@ -575,7 +575,7 @@ fn json(value: impl Serialize) -> Value {
 /// process started with (`running`, kept as the file model: data only, so
 /// holding it keeps no compiled state of the first snapshot alive), in
 /// that order.
-pub fn pending_restart(running: &FileConfig, file: &FileConfig) -> Vec<PendingRestart> {
+pub(crate) fn pending_restart(running: &FileConfig, file: &FileConfig) -> Vec<PendingRestart> {
     RESTART_KEYS
         .into_iter()
         .filter_map(|(key, read)| {

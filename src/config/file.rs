@@ -35,10 +35,10 @@ pub struct FileConfig {
 pub struct GlobalSection {
     pub max_connections: Option<i64>,
     pub drain_timeout: Option<String>,
-    pub threads: Option<i64>,
-    pub splice: Option<bool>,
-    pub pipe_size: Option<i64>,
-    pub max_pipes: Option<i64>,
+    pub(crate) threads: Option<i64>,
+    pub(crate) splice: Option<bool>,
+    pub(crate) pipe_size: Option<i64>,
+    pub(crate) max_pipes: Option<i64>,
     /// New connections per second for the whole process (unset: unlimited).
     pub max_connection_rate: Option<i64>,
 }
@@ -51,11 +51,11 @@ pub struct ListenerSection {
     pub backlog: Option<i64>,
     pub client_hello_timeout: Option<String>,
     pub idle_timeout: Option<String>,
-    pub max_client_hello_bytes: Option<i64>,
-    pub no_sni: Option<String>,
-    pub proxy_protocol: Option<ProxyProtocolSection>,
-    pub reuse_port: Option<bool>,
-    pub splice: Option<bool>,
+    pub(crate) max_client_hello_bytes: Option<i64>,
+    pub(crate) no_sni: Option<String>,
+    pub(crate) proxy_protocol: Option<ProxyProtocolSection>,
+    pub(crate) reuse_port: Option<bool>,
+    pub(crate) splice: Option<bool>,
     /// `[listener.limits]`: admission limits and source lists.
     pub limits: Option<LimitsSection>,
     // Relay timeouts beside `idle_timeout` (issue 15, point 2).
@@ -82,10 +82,10 @@ pub struct ListenerSection {
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ProxyProtocolSection {
-    pub trusted: Vec<String>,
-    pub mode: Option<String>,
-    pub max_hops: Option<i64>,
+pub(crate) struct ProxyProtocolSection {
+    pub(crate) trusted: Vec<String>,
+    pub(crate) mode: Option<String>,
+    pub(crate) max_hops: Option<i64>,
 }
 
 /// `[listener.limits]`; an unset limit takes its default (see
@@ -93,16 +93,16 @@ pub struct ProxyProtocolSection {
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {
-    pub connections_per_source: Option<CountOrOff>,
-    pub connection_rate_per_source: Option<i64>,
-    pub connection_burst_per_source: Option<i64>,
-    pub source_prefix_v4: Option<i64>,
-    pub source_prefix_v6: Option<i64>,
-    pub dry_run: Option<bool>,
+    pub(crate) connections_per_source: Option<CountOrOff>,
+    pub(crate) connection_rate_per_source: Option<i64>,
+    pub(crate) connection_burst_per_source: Option<i64>,
+    pub(crate) source_prefix_v4: Option<i64>,
+    pub(crate) source_prefix_v6: Option<i64>,
+    pub(crate) dry_run: Option<bool>,
     #[serde(default)]
-    pub allow: Vec<String>,
+    pub(crate) allow: Vec<String>,
     #[serde(default)]
-    pub deny: Vec<String>,
+    pub(crate) deny: Vec<String>,
     /// Refused attempts spend rate tokens too (HAProxy `conn_rate`).
     pub rate_counts_refused: Option<bool>,
 }
@@ -111,7 +111,7 @@ pub struct LimitsSection {
 /// it names no count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
-pub enum CountOrOff {
+pub(crate) enum CountOrOff {
     Count(i64),
     Switch(bool),
 }
@@ -132,7 +132,7 @@ pub struct RouteSection {
     // Per-route relay timeouts (issue 15, point 2); unset: the listener's.
     pub idle_timeout: Option<String>,
     pub half_close_timeout: Option<String>,
-    pub max_connection_lifetime: Option<DurationOrOff>,
+    pub(crate) max_connection_lifetime: Option<DurationOrOff>,
     // Hello rules (ALPN, ECH).
     /// The route takes only hellos offering one of these ALPN protocols.
     pub alpn: Option<Vec<String>>,
@@ -147,10 +147,10 @@ pub struct BackendSection {
     /// Each entry is `"IP:port"` or `{ address, weight, max_connections }`.
     pub addresses: Option<Vec<AddressEntry>>,
     pub connect_timeout: Option<String>,
-    pub proxy_protocol: Option<String>,
-    pub proxy_protocol_crc32c: Option<bool>,
-    pub policy: Option<String>,
-    pub connect_attempts: Option<i64>,
+    pub(crate) proxy_protocol: Option<String>,
+    pub(crate) proxy_protocol_crc32c: Option<bool>,
+    pub(crate) policy: Option<String>,
+    pub(crate) connect_attempts: Option<i64>,
     /// Passive health: consecutive failed connects that mark an address down.
     pub max_fails: Option<i64>,
     /// Passive health: how long such an address stays down.
@@ -159,9 +159,9 @@ pub struct BackendSection {
     pub resolve: Option<String>,
     /// `IP:53`: ask this DNS server (and follow TTLs) instead of the system resolver.
     pub resolver: Option<String>,
-    pub resolve_interval: Option<String>,
-    pub min_ttl: Option<String>,
-    pub max_ttl: Option<String>,
+    pub(crate) resolve_interval: Option<String>,
+    pub(crate) min_ttl: Option<String>,
+    pub(crate) max_ttl: Option<String>,
     /// `policy = "fastest"`: how often connect times are measured again.
     pub fastest_interval: Option<String>,
     /// `[backend.NAME.health]`: active TCP checks.
@@ -216,20 +216,11 @@ impl<'de> Deserialize<'de> for AddressEntry {
     }
 }
 
-impl AddressEntry {
-    pub fn address(&self) -> &str {
-        match self {
-            AddressEntry::Plain(address) => address,
-            AddressEntry::Table(table) => &table.address,
-        }
-    }
-}
-
 /// `{ address = "IP:port", weight = 3, max_connections = 100 }`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AddressTable {
-    pub address: String,
+    pub(crate) address: String,
     pub weight: Option<i64>,
     pub max_connections: Option<i64>,
 }
@@ -239,9 +230,9 @@ pub struct AddressTable {
 #[serde(deny_unknown_fields)]
 pub struct HealthSection {
     pub interval: Option<String>,
-    pub timeout: Option<String>,
-    pub rise: Option<i64>,
-    pub fall: Option<i64>,
+    pub(crate) timeout: Option<String>,
+    pub(crate) rise: Option<i64>,
+    pub(crate) fall: Option<i64>,
     // TLS checks (issue 15).
     /// `"tcp"` (a connect) or `"tls"` (a ClientHello answered).
     pub kind: Option<String>,
@@ -253,23 +244,23 @@ pub struct HealthSection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
-    pub dns_server: Option<String>,
-    pub port: Option<i64>,
-    pub lookup_url: Option<String>,
+    pub(crate) dns_server: Option<String>,
+    pub(crate) port: Option<i64>,
+    pub(crate) lookup_url: Option<String>,
     /// `IP:53`: resolve host names in `lookup_url` answers there instead
     /// of through the system resolver (as `[backend.*] resolver`).
     pub resolver: Option<String>,
-    pub local_backend: Option<String>,
+    pub(crate) local_backend: Option<String>,
     pub positive_ttl: Option<String>,
     pub negative_ttl: Option<String>,
     pub lookup_timeout: Option<String>,
-    pub allowed_targets: Option<Vec<String>>,
+    pub(crate) allowed_targets: Option<Vec<String>>,
     // Pangolin lookups and Gerbil's node choice (issue 17).
     /// `"snirelay"` (the default) or `"pangolin"`.
     pub protocol: Option<String>,
     /// `pangolin`: the node's WireGuard public key, or the file holding it.
     pub public_key: Option<String>,
-    pub public_key_file: Option<String>,
+    pub(crate) public_key_file: Option<String>,
     /// `pangolin`: the port of an endpoint answered without one.
     pub default_port: Option<i64>,
     /// Request headers of every lookup: a value, or `{ file = "/path" }`.
@@ -277,8 +268,8 @@ pub struct ClusterSection {
     /// `https://` lookups: the CA (PEM; the system roots when unset) and
     /// a client certificate and key (PEM).
     pub ca_file: Option<String>,
-    pub client_cert_file: Option<String>,
-    pub client_key_file: Option<String>,
+    pub(crate) client_cert_file: Option<String>,
+    pub(crate) client_key_file: Option<String>,
     /// `"source_hash"` (the default) or `"gerbil_fnv"`.
     pub node_choice: Option<String>,
     // Pangolin nodes (issue 17).
@@ -301,7 +292,7 @@ pub enum HeaderValueSetting {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeaderFile {
-    pub file: String,
+    pub(crate) file: String,
 }
 
 /// A duration (`"24h"`), or `false` to turn the limit off (`true` is an
@@ -371,7 +362,7 @@ pub enum OneOrMany {
 }
 
 impl OneOrMany {
-    pub fn as_slice(&self) -> &[String] {
+    pub(crate) fn as_slice(&self) -> &[String] {
         match self {
             OneOrMany::One(one) => std::slice::from_ref(one),
             OneOrMany::Many(many) => many,

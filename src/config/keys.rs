@@ -96,7 +96,7 @@ pub enum Kind {
 
 impl Kind {
     /// As the reference writes it.
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         let quoted = |names: &[&str]| {
             names
                 .iter()
@@ -159,7 +159,7 @@ pub enum KeyDefault {
 
 impl KeyDefault {
     /// As the reference writes it.
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         match self {
             KeyDefault::Value(value) => format!("`{value}`"),
             KeyDefault::ByProtocol { tcp, quic } => format!("`{tcp}` (tcp), `{quic}` (quic)"),
@@ -184,7 +184,7 @@ pub enum Applies {
 
 impl Applies {
     /// As the reference writes it.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Applies::Both => "tcp, quic",
             Applies::Tcp => "tcp",
@@ -230,11 +230,6 @@ impl Key {
         let rest = self.name.strip_prefix(prefix)?.strip_prefix('.')?;
         (!rest.contains('.')).then_some(rest)
     }
-}
-
-/// The key with this dotted name.
-pub fn get(name: &str) -> Option<&'static Key> {
-    KEYS.iter().find(|k| k.name == name)
 }
 
 /// The keys set directly in table `prefix` that only TCP listeners take.

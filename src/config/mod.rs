@@ -30,18 +30,22 @@
 //! Not here: binding sockets or any other I/O beyond reading the file.
 
 mod check;
-pub mod effective;
-pub mod file;
+pub(crate) mod effective;
+pub(crate) mod file;
 pub mod keys;
 pub mod reference;
-pub mod settings;
+pub(crate) mod settings;
 
 /// The validated settings, plain data the runtime modules read (see
 /// [`settings`]).
+pub use file::FileConfig;
+pub(crate) use settings::{
+    AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, LookupHeader,
+    LookupTls, NodeChoice, Timeouts, TrustedName,
+};
 pub use settings::{
-    AddressSource, Backend, Cluster, ClusterLookup, ClusterProtocol, DEFAULT_CONNECT_ATTEMPTS_CAP,
-    DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, Keepalive, Limits, LookupHeader,
-    LookupTls, Member, Mode, NodeChoice, Outbound, Policy, Rate, Timeouts, TrustedName,
+    Backend, Cluster, ClusterLookup, ClusterProtocol, Keepalive, Limits, Member, Mode, Outbound,
+    Policy, Rate,
 };
 
 use std::collections::BTreeMap;
@@ -57,110 +61,108 @@ use crate::wire::cidr::Cidr;
 use crate::wire::matcher::SniMatcher;
 use crate::wire::sni::Pattern;
 use check::Checker;
-pub use check::TRUSTED_NAME_TIMEOUT;
-use file::FileConfig;
 
 /// Open client connections the whole process accepts before it pauses accepting.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// How long draining connections (on stop, or on reload for changed routes) may live on.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Kernel accept queue length per listening socket.
-pub const DEFAULT_BACKLOG: u32 = 1024;
+pub(crate) const DEFAULT_BACKLOG: u32 = 1024;
 /// Time from accept until the ClientHello must be complete.
-pub const DEFAULT_CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A relayed connection on which no byte moved either way for this long is closed.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// How long a connection one side has half-closed (sent FIN) may stay
 /// quiet; HAProxy's `timeout client-fin`/`server-fin`.
-pub const DEFAULT_HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection may live: no limit unless set.
-pub const DEFAULT_MAX_CONNECTION_LIFETIME: Option<Duration> = None;
+pub(crate) const DEFAULT_MAX_CONNECTION_LIFETIME: Option<Duration> = None;
 /// Bytes the relay buffers while waiting for a complete ClientHello.
 pub const DEFAULT_MAX_CLIENT_HELLO_BYTES: usize = 16 * 1024;
 /// Per backend address connect attempt.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `[listener.proxy_protocol] mode`: a trusted source must send a header.
-pub const DEFAULT_PROXY_PROTOCOL_MODE: Mode = Mode::Require;
+pub(crate) const DEFAULT_PROXY_PROTOCOL_MODE: Mode = Mode::Require;
 /// `[listener.proxy_protocol] max_hops`: relay-to-relay hops a connection may
 /// have crossed before this listener refuses it (`hop_limit`).
 pub const DEFAULT_MAX_HOPS: u8 = 3;
 /// `[backend.*] proxy_protocol`: no header is sent.
-pub const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
+pub(crate) const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
 /// `[backend.*] proxy_protocol_crc32c`: no checksum TLV.
-pub const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
+pub(crate) const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
 /// `[backend.*] policy`: the first healthy address, failing over down the list.
-pub const DEFAULT_POLICY: Policy = Policy::Ordered;
+pub(crate) const DEFAULT_POLICY: Policy = Policy::Ordered;
 /// `[backend.*] max_fails`: consecutive failed connects that mark an
 /// address down (passive health). 0 turns passive health off.
-pub const DEFAULT_MAX_FAILS: u32 = 3;
+pub(crate) const DEFAULT_MAX_FAILS: u32 = 3;
 /// `[backend.*] fail_backoff`: how long passive health keeps an address down.
-pub const DEFAULT_FAIL_BACKOFF: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_FAIL_BACKOFF: Duration = Duration::from_secs(10);
 /// `[backend.*] resolve_interval`: how often the system resolver is asked again.
-pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 /// `[backend.*] min_ttl` / `max_ttl`: the bounds on a record's TTL when
 /// `resolver` is set (a TTL of 0 must not become a query storm; a TTL of a
 /// day must not pin a dead address).
-pub const DEFAULT_MIN_TTL: Duration = Duration::from_secs(5);
-pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_MIN_TTL: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_MAX_TTL: Duration = Duration::from_secs(300);
 /// `[backend.*] fastest_interval`: connect times are measured again after a
 /// random moment within this interval (full jitter).
-pub const DEFAULT_FASTEST_INTERVAL: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_FASTEST_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// `[backend.*.health]` defaults.
-pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
-pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-pub const DEFAULT_HEALTH_RISE: u32 = 2;
-pub const DEFAULT_HEALTH_FALL: u32 = 3;
+pub(crate) const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_HEALTH_RISE: u32 = 2;
+pub(crate) const DEFAULT_HEALTH_FALL: u32 = 3;
 /// `[backend.*.health] kind`: a TCP connect.
-pub const DEFAULT_HEALTH_KIND: &str = "tcp";
+pub(crate) const DEFAULT_HEALTH_KIND: &str = "tcp";
 /// `[backend.*] fastest_measure`: the TCP connect time.
-pub const DEFAULT_FASTEST_MEASURE: FastestMeasure = FastestMeasure::Connect;
+pub(crate) const DEFAULT_FASTEST_MEASURE: FastestMeasure = FastestMeasure::Connect;
 /// An address's `weight` when unset (`addresses` entries as plain strings).
-pub const DEFAULT_WEIGHT: u32 = 1;
+pub(crate) const DEFAULT_WEIGHT: u32 = 1;
 // `max_connections` (per address) and `max_connections_per_address`
 // default to no cap.
 /// `[backend.*.cluster]` defaults.
-pub const DEFAULT_CLUSTER_PORT: u16 = 443;
-pub const DEFAULT_POSITIVE_TTL: Duration = Duration::from_secs(30);
-pub const DEFAULT_NEGATIVE_TTL: Duration = Duration::from_secs(2);
-pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_CLUSTER_PORT: u16 = 443;
+pub(crate) const DEFAULT_POSITIVE_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_NEGATIVE_TTL: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 // Pangolin nodes (issue 17).
 /// `[backend.*.cluster] hop_proxy_protocol`: v2, which carries the hop count.
-pub const DEFAULT_HOP_PROXY_PROTOCOL: Outbound = Outbound::V2;
+pub(crate) const DEFAULT_HOP_PROXY_PROTOCOL: Outbound = Outbound::V2;
 
 /// Where `[admin]` listens when the section leaves `listen` out: loopback
 /// only. A non-loopback address needs `allow_public = true`.
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
+pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
 /// `[admin] allow_public`: a non-loopback `listen` is refused unless set.
-pub const DEFAULT_ADMIN_ALLOW_PUBLIC: bool = false;
+pub(crate) const DEFAULT_ADMIN_ALLOW_PUBLIC: bool = false;
 /// `[admin] expose_config`: `/config` (every route and backend) is not
 /// served to whoever may scrape `/metrics` unless the operator says so.
-pub const DEFAULT_ADMIN_EXPOSE_CONFIG: bool = false;
+pub(crate) const DEFAULT_ADMIN_EXPOSE_CONFIG: bool = false;
 /// `[admin] address_labels`: `snirelay_backend_address_up` carries an
 /// `address` label (bounded per backend, see `metrics`). Off, no metric
 /// names an origin address.
-pub const DEFAULT_ADMIN_ADDRESS_LABELS: bool = true;
+pub(crate) const DEFAULT_ADMIN_ADDRESS_LABELS: bool = true;
 // Pushed local names (issue 17).
 /// `[admin] moved_close_window`: connections of names a push no longer
 /// lists as local close at moments spread over this long, so a site that
 /// moves does not make all its clients reconnect in the same instant.
-pub const DEFAULT_MOVED_CLOSE_WINDOW: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_MOVED_CLOSE_WINDOW: Duration = Duration::from_secs(5);
 
 /// Whether listening sockets set SO_REUSEPORT. Off: the binary upgrade
 /// hands the listening sockets over (`run --takeover`), which needs no
 /// second bind, and with the option off a second snirelay started by
 /// mistake on the same address fails to bind instead of silently taking
 /// half of the connections.
-pub const DEFAULT_REUSE_PORT: bool = false;
+pub(crate) const DEFAULT_REUSE_PORT: bool = false;
 /// Relay through splice(2) and a kernel pipe per direction (Linux) rather
 /// than a userspace copy. A listener's `splice` beats `[global] splice`.
-pub const DEFAULT_SPLICE: bool = true;
+pub(crate) const DEFAULT_SPLICE: bool = true;
 /// Bytes a pooled pipe holds (F_SETPIPE_SZ); the kernel rounds up to a power
 /// of two pages. 64 KiB is the kernel's own default and HAProxy's.
 pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 /// Pipes the whole process may have open at once, in use or pooled; each is
 /// two descriptors. A direction that finds the pool empty copies through
 /// userspace for that burst instead of waiting.
-pub const DEFAULT_MAX_PIPES: usize = 512;
+pub(crate) const DEFAULT_MAX_PIPES: usize = 512;
 /// Runtime worker threads when
 /// `[global] threads` is not set: the cores this process may run on.
 pub fn default_threads() -> usize {
@@ -186,7 +188,7 @@ pub const DEFAULT_CONNECTIONS_PER_SOURCE: NonZeroU32 = NonZeroU32::new(256).unwr
 /// descriptors until `idle_timeout`. (HAProxy `clitcpka`/`srvtcpka`, nginx
 /// `so_keepalive` and Envoy `tcp_keepalive` take the system's timings
 /// unless told otherwise: a 2-hour idle, too late to matter at an edge.)
-pub const DEFAULT_TCP_KEEPALIVE: Keepalive = Keepalive {
+pub(crate) const DEFAULT_TCP_KEEPALIVE: Keepalive = Keepalive {
     idle: Duration::from_secs(60),
     interval: Duration::from_secs(10),
     count: 6,
@@ -199,9 +201,9 @@ const KEEPALIVE_COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
 // unlimited; a burst defaults to one second's worth of its rate.
 
 /// `[[listener]] min_tls_version`: unset, every version is accepted.
-pub const DEFAULT_MIN_TLS_VERSION: Option<TlsVersion> = None;
+pub(crate) const DEFAULT_MIN_TLS_VERSION: Option<TlsVersion> = None;
 /// `[[listener]] ech`: ECH hellos are routed like any other.
-pub const DEFAULT_ECH: EchPolicy = EchPolicy::Pass;
+pub(crate) const DEFAULT_ECH: EchPolicy = EchPolicy::Pass;
 
 /// Bounds that keep a setting meaningful.
 const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
@@ -357,7 +359,7 @@ const MAX_NAME_LEN: usize = 253;
 /// digits, `-` or `_`, not starting or ending with `-`, at most
 /// 253 bytes (a trailing dot allowed), and a last label that
 /// is not all digits (that would be a mistyped IPv4 address, not a name).
-pub fn is_host_name(text: &str) -> bool {
+pub(crate) fn is_host_name(text: &str) -> bool {
     let text = text.strip_suffix('.').unwrap_or(text);
     let label = |l: &str| {
         (1..=63).contains(&l.len())
@@ -394,7 +396,7 @@ impl std::fmt::Display for AdminListen {
 /// `[admin] token_file`, read: the bearer tokens by name.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TokenFile {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// (name, token); names are unique. Never logged or shown.
     pub tokens: Vec<(String, String)>,
 }
@@ -467,7 +469,7 @@ pub fn parse_tokens(text: &str) -> Result<Vec<(String, String)>, String> {
 
 /// Reads and checks `[admin] token_file`: it must exist, not be readable
 /// by others (mode & 0o004), and hold at least one token.
-pub fn read_tokens(path: &Path) -> Result<TokenFile, String> {
+pub(crate) fn read_tokens(path: &Path) -> Result<TokenFile, String> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mode = meta.permissions().mode();
@@ -514,8 +516,8 @@ pub struct Listener {
     pub backlog: u32,
     pub client_hello_timeout: Duration,
     pub idle_timeout: Duration,
-    pub max_client_hello_bytes: usize,
-    pub no_sni: NoSni,
+    pub(crate) max_client_hello_bytes: usize,
+    pub(crate) no_sni: NoSni,
     pub routes: Vec<Route>,
     /// Pattern → indices into `routes`: one, or several routes of the same
     /// pattern that differ in `alpn`.
@@ -577,12 +579,12 @@ impl Protocol {
 /// usual idle timeout (RFC 9000 §10.1 leaves it to the endpoints; 30 s is
 /// what quiche, ngtcp2's examples and browsers settle near), since a flow
 /// has no FIN and only idleness ends it.
-pub const DEFAULT_QUIC_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_QUIC_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Listener {
     /// The listener's relay timeouts: those of its routes that set none,
     /// and of its `no_sni` backend.
-    pub fn timeouts(&self) -> Timeouts {
+    pub(crate) fn timeouts(&self) -> Timeouts {
         Timeouts {
             idle: self.idle_timeout,
             half_close: self.half_close_timeout,
@@ -601,7 +603,7 @@ pub enum TlsVersion {
 }
 
 impl TlsVersion {
-    pub const ALL: [TlsVersion; 4] = [
+    pub(crate) const ALL: [TlsVersion; 4] = [
         TlsVersion::V1_0,
         TlsVersion::V1_1,
         TlsVersion::V1_2,
@@ -619,7 +621,7 @@ impl TlsVersion {
     }
 
     /// On the wire (`ProtocolVersion`): 0x0301 … 0x0304.
-    pub const fn wire(self) -> u16 {
+    pub(crate) const fn wire(self) -> u16 {
         match self {
             TlsVersion::V1_0 => 0x0301,
             TlsVersion::V1_1 => 0x0302,
@@ -676,7 +678,7 @@ pub enum NoSni {
 #[derive(Debug, Clone)]
 pub struct Route {
     pub name: String,
-    pub patterns: Vec<Pattern>,
+    pub(crate) patterns: Vec<Pattern>,
     pub backend: Arc<Backend>,
     // Per-route admission (see `admit::RouteGate`).
     /// `[route.limits]`; `None` without the table. Unlike a listener's,
@@ -701,7 +703,7 @@ pub struct Route {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub key: String,
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for Problem {
@@ -747,9 +749,9 @@ fn list(problems: &[Problem]) -> String {
 /// How long reading the configuration file may take before the load (or
 /// reload) is refused. The file is read on a thread of its own, so a file
 /// that never answers holds that thread, never the event loop.
-pub const CONFIG_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONFIG_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest configuration file read; a real one is a few kilobytes.
-pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Reads of the configuration file that timed out and are still blocked;
 /// while one is, no new read starts (each would strand another thread).
@@ -763,7 +765,7 @@ static STUCK_READS: AtomicUsize = AtomicUsize::new(0);
 /// [`ConfigError::ReadTimeout`]. A read that outlives its timeout is counted
 /// in `STUCK_READS` until it ends; while one is stuck, later reads are
 /// refused with [`ConfigError::ReadStuck`] instead of stranding a thread each.
-pub fn read_file(
+pub(crate) fn read_file(
     path: &Path,
     deliver: impl FnOnce(Result<String, ConfigError>) + Send + 'static,
 ) -> Result<ReadTicket, ConfigError> {
@@ -795,11 +797,11 @@ pub fn read_file(
 
 /// Held by whoever waits for a [`read_file`]; [`ReadTicket::abandon`] when
 /// the wait times out.
-pub struct ReadTicket(Arc<AtomicBool>);
+pub(crate) struct ReadTicket(Arc<AtomicBool>);
 
 impl ReadTicket {
     /// Marks the read as given up on: it counts as stuck until it returns.
-    pub fn abandon(self) {
+    pub(crate) fn abandon(self) {
         if !self.0.swap(true, Ordering::AcqRel) {
             STUCK_READS.fetch_add(1, Ordering::AcqRel);
         }

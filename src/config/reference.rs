@@ -98,7 +98,7 @@ which wins over the default; a route's timeouts over its listener's. Keys that a
 only are an error on a `protocol = \"quic\"` listener and its routes.";
 
 /// The Markdown reference.
-pub fn markdown() -> String {
+pub(crate) fn markdown() -> String {
     let mut out = String::new();
     out.push_str(
         "<!-- Generated from src/config/keys.rs by `cargo run --example docgen`: \
@@ -159,7 +159,7 @@ fn roff(text: &str) -> String {
 }
 
 /// The `snirelay.toml(5)` man page.
-pub fn man_page() -> String {
+pub(crate) fn man_page() -> String {
     let mut out = String::new();
     out.push_str(
         ".\\\" Generated from src/config/keys.rs by `cargo run --example docgen`: do not edit.\n",

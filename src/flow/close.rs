@@ -33,7 +33,8 @@ use tracing::Level;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::admission::{Admitted, Refusal, RouteRefusal};
-pub use crate::close_reason::{CloseReason, Fault, HelloOutcome, Row, Stage};
+pub use crate::close_reason::CloseReason;
+pub(crate) use crate::close_reason::Fault;
 use crate::config::{Backend, Listener};
 use crate::flow::route::EchKind;
 use crate::metrics::{self, ListenerMetrics};
@@ -42,9 +43,9 @@ use crate::pump::ready::Transferred;
 /// A freshly accepted client connection.
 #[derive(Debug)]
 pub struct Accepted {
-    pub stream: TcpStream,
-    pub peer: PeerAddr,
-    pub at: Instant,
+    pub(crate) stream: TcpStream,
+    pub(crate) peer: PeerAddr,
+    pub(crate) at: Instant,
     /// The listener's pre-resolved metric series.
     pub metrics: Arc<ListenerMetrics>,
 }
@@ -54,7 +55,7 @@ static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 /// A fresh connection id, for a record made with [`ConnRecord::arrived`]
 /// (a QUIC flow's, see `quic::flows`, which needs its id before its
 /// record): one sequence for every protocol.
-pub fn next_conn_id() -> u64 {
+pub(crate) fn next_conn_id() -> u64 {
     NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -68,8 +69,8 @@ pub struct QuicFields {
     pub last_peer: SocketAddr,
     /// How often the flow followed its client (`client.rebinds`).
     pub rebinds: u32,
-    pub datagrams_up: u64,
-    pub datagrams_down: u64,
+    pub(crate) datagrams_up: u64,
+    pub(crate) datagrams_down: u64,
     /// The relay's end of the flow's backend socket (`backend.local`): the
     /// client address the backend sees (no PROXY header on UDP).
     pub backend_local: Option<SocketAddr>,
@@ -82,16 +83,16 @@ pub struct QuicFields {
 pub struct ConnRecord<'l> {
     pub id: u64,
     pub listener: &'l Listener,
-    pub peer: PeerAddr,
-    pub started: Instant,
+    pub(crate) peer: PeerAddr,
+    pub(crate) started: Instant,
     pub sni: Option<Box<str>>,
-    pub alpn: Option<Box<str>>,
+    pub(crate) alpn: Option<Box<str>>,
     /// What the hello's ECH extension was (see `route::EchKind`).
     pub ech: Option<EchKind>,
     pub route: Option<&'l str>,
     pub backend: Option<Arc<Backend>>,
     pub backend_addr: Option<std::net::SocketAddr>,
-    pub moved: Transferred,
+    pub(crate) moved: Transferred,
     /// The client address a trusted peer's PROXY header claims (`client.claimed`).
     pub claimed: Option<ClaimedAddr>,
     /// The listener's metric series (see `metrics::ListenerMetrics`).
@@ -110,7 +111,7 @@ impl<'l> ConnRecord<'l> {
     }
 
     /// The record of connection `id` from `peer`, which arrived `at`.
-    pub fn arrived(
+    pub(crate) fn arrived(
         id: u64,
         listener: &'l Listener,
         peer: PeerAddr,
@@ -140,7 +141,7 @@ impl<'l> ConnRecord<'l> {
 
     /// Counts an admission refusal; the connection ends with the reason
     /// returned.
-    pub fn refuse(&self, refusal: Refusal) -> CloseReason {
+    pub(crate) fn refuse(&self, refusal: Refusal) -> CloseReason {
         let reason = CloseReason::from(refusal);
         self.metrics.limit_refused(reason);
         reason
@@ -148,7 +149,7 @@ impl<'l> ConnRecord<'l> {
 
     /// Counts a refusal by the route's admission; the connection ends with
     /// the reason returned.
-    pub fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
+    pub(crate) fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
         let reason = CloseReason::from(refusal);
         self.metrics.limit_refused(reason);
         reason
@@ -156,21 +157,20 @@ impl<'l> ConnRecord<'l> {
 
     /// Counts the connection's close and writes its one log line, at the
     /// level of the reason's fault (none for a silent connection).
-    pub fn close(&self, reason: CloseReason) {
+    pub(crate) fn close(&self, reason: CloseReason) {
         self.write(reason, None);
     }
 
     /// [`ConnRecord::close`] for a QUIC flow, whose line also has `quic`'s
     /// fields. (Passed here rather than kept in the record, which would
     /// make every TCP connection's task a pointer larger.)
-    pub fn close_flow(&self, reason: CloseReason, quic: &QuicFields) {
+    pub(crate) fn close_flow(&self, reason: CloseReason, quic: &QuicFields) {
         self.write(reason, Some(quic));
     }
 
     /// Counts the close and writes the one access line of either protocol.
     fn write(&self, reason: CloseReason, quic: Option<&QuicFields>) {
         self.metrics.closed(&metrics::Closed {
-            listener: &self.listener.name,
             route: self.route,
             backend: self.backend_name(),
             reason,
@@ -232,7 +232,7 @@ impl<'l> ConnRecord<'l> {
 /// escaped (a hostile name cannot forge log lines); `None` when the hello
 /// offered none or no access line can be written (formatting allocates,
 /// and WARN is the most verbose level an access line is written at).
-pub fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
+pub(crate) fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
     if alpn.is_empty() || !tracing::enabled!(target: "snirelay::access", Level::WARN) {
         return None;
     }
@@ -245,12 +245,12 @@ pub fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
 /// (or drops the datagram) without reading from it, so there is no TLS
 /// alert to send. `quic`: a QUIC flow's fields. Called by the admission
 /// gate (`accept::gate`) only.
-pub fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, refusal: Refusal) {
+pub(crate) fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, refusal: Refusal) {
     record.write(record.refuse(refusal), quic);
 }
 
 /// Under `dry_run`, logs the refusal admission would have made.
-pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
+pub(crate) fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
     if let Some(would) = admitted.would_refuse {
         tracing::debug!(
             listener = %listener.name,
@@ -264,7 +264,12 @@ pub fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
 
 /// Under a route's `dry_run`, logs the refusal the route's limits would
 /// have made.
-pub fn log_route_dry_run(listener: &Listener, peer: PeerAddr, route: &str, admitted: &Admitted) {
+pub(crate) fn log_route_dry_run(
+    listener: &Listener,
+    peer: PeerAddr,
+    route: &str,
+    admitted: &Admitted,
+) {
     if let Some(would) = admitted.would_refuse {
         tracing::debug!(
             listener = %listener.name,

@@ -40,7 +40,7 @@ use crate::flow::route::RouteTable;
 pub(crate) type Pace = Arc<governor::DefaultDirectRateLimiter>;
 
 /// One listener's state as of one reload (or the start).
-pub struct Generation {
+pub(crate) struct Generation {
     /// The listener's validated settings.
     pub listener: Arc<Listener>,
     /// Its routes: each pattern (and the no-SNI fallback) with its backend
@@ -63,7 +63,7 @@ pub struct Generation {
 impl Generation {
     /// A listener's first generation: fresh admission tables and drain
     /// signals.
-    pub fn first(
+    pub(crate) fn first(
         listener: Arc<Listener>,
         backends: &Arc<Backends>,
         pace: &Option<Pace>,
@@ -81,7 +81,7 @@ impl Generation {
     /// For unit tests: listener `edge` on 127.0.0.1:0 with one route,
     /// `example.com`, to backend `origin` at 127.0.0.1:9 (nothing there).
     #[cfg(test)]
-    pub fn for_tests() -> Arc<Generation> {
+    pub(crate) fn for_tests() -> Arc<Generation> {
         let config = crate::config::Config::from_toml(
             r#"
             [[listener]]
@@ -108,7 +108,7 @@ impl Generation {
     /// name: route identities that are unchanged keep their drain signals,
     /// the admission state carries over unless `[listener.limits]`
     /// changed, and then its per-source counts still carry over.
-    pub fn next(
+    pub(crate) fn next(
         &self,
         listener: Arc<Listener>,
         backends: &Arc<Backends>,
@@ -137,7 +137,7 @@ impl Generation {
 /// A listener's route gates, by route name (route names are unique per
 /// listener among routes with limits; validation sees to it).
 #[derive(Debug, Default)]
-pub struct RouteGates {
+pub(crate) struct RouteGates {
     gates: HashMap<Box<str>, Arc<GateFor>>,
 }
 
@@ -154,7 +154,7 @@ impl RouteGates {
     /// The gates of `listener`'s routes: a route whose settings are
     /// unchanged from `previous` keeps its gate; a changed one gets a new
     /// gate that keeps the counts of open connections.
-    pub fn build(listener: &Listener, previous: Option<&RouteGates>) -> RouteGates {
+    pub(crate) fn build(listener: &Listener, previous: Option<&RouteGates>) -> RouteGates {
         let mut gates = HashMap::new();
         for route in &listener.routes {
             let was = previous.and_then(|p| p.gates.get(route.name.as_str()));
@@ -184,7 +184,7 @@ impl RouteGates {
 
     /// The gate of the route named `route`, if it has one. Costs a hash of
     /// the name, and nothing when no route of the listener has a gate.
-    pub fn get(&self, route: &str) -> Option<&RouteGate> {
+    pub(crate) fn get(&self, route: &str) -> Option<&RouteGate> {
         if self.gates.is_empty() {
             return None;
         }
@@ -192,7 +192,7 @@ impl RouteGates {
     }
 
     /// Sweeps every gate's per-source tables.
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         for gate in self.gates.values() {
             gate.gate.sweep();
         }

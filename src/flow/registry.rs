@@ -61,7 +61,7 @@ use crate::pump::ready::Activity;
 use crate::wire::cidr::Cidr;
 
 /// Shards of the table; a power of two, so the shard is the id's low bits.
-pub const SHARDS: usize = 16;
+pub(crate) const SHARDS: usize = 16;
 
 /// One open connection, as listed.
 #[derive(Debug)]
@@ -149,12 +149,12 @@ pub fn register(meta: Meta<'_>, shutdown: &CancellationToken) -> Registered {
 }
 
 impl Registered {
-    pub fn activity(&self) -> &Activity {
+    pub(crate) fn activity(&self) -> &Activity {
         &self.entry.activity
     }
 
     /// What the relay waits on to stop: shutdown, or an operator's close.
-    pub fn stop(&self) -> &CancellationToken {
+    pub(crate) fn stop(&self) -> &CancellationToken {
         &self.entry.closer
     }
 
@@ -162,12 +162,12 @@ impl Registered {
     /// (a QUIC flow's socket task counts the client's datagrams while the
     /// flow's own task holds this guard). Holding it does not keep the
     /// connection listed: the guard's drop removes it from the table.
-    pub fn shared(&self) -> Arc<Entry> {
+    pub(crate) fn shared(&self) -> Arc<Entry> {
         self.entry.clone()
     }
 
     /// The relay's reason, told apart: a stop by an operator is `admin`.
-    pub fn reason(&self, relay: CloseReason) -> CloseReason {
+    pub(crate) fn reason(&self, relay: CloseReason) -> CloseReason {
         match (relay, self.entry.closed_as.load(Ordering::Acquire)) {
             (CloseReason::Shutdown, ADMIN) => CloseReason::Admin,
             (CloseReason::Shutdown, DRAINED) => CloseReason::Drained,
@@ -200,7 +200,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.id.is_none()
             && self.listener.is_none()
             && self.route.is_none()
@@ -252,7 +252,7 @@ pub fn list(filter: &Filter, after: u64, limit: usize) -> (Vec<Arc<Entry>>, bool
 }
 
 /// Closes every matching connection (reason `admin`); returns how many.
-pub fn close(filter: &Filter) -> usize {
+pub(crate) fn close(filter: &Filter) -> usize {
     let mut chosen = Vec::new();
     for shard in table() {
         chosen.extend(lock(shard).values().filter(|e| filter.matches(e)).cloned());
@@ -267,7 +267,7 @@ pub fn close(filter: &Filter) -> usize {
 /// from now (reason `drained`), as a reload drains a changed route: the
 /// moments are drawn per connection id, and one task closes them in turn.
 /// Returns how many will be closed.
-pub fn drain(filter: &Filter, window: Duration) -> usize {
+pub(crate) fn drain(filter: &Filter, window: Duration) -> usize {
     spread(|e| filter.matches(e), window, DRAINED)
 }
 
@@ -276,7 +276,7 @@ pub fn drain(filter: &Filter, window: Duration) -> usize {
 /// `names` (names a push no longer lists as local), but for those that
 /// `still_local(backend, sni)` says its backend still sends there (a
 /// `local_overrides` name). Returns how many.
-pub fn move_out(
+pub(crate) fn move_out(
     names: &HashSet<Box<str>>,
     window: Duration,
     still_local: impl Fn(&str, &str) -> bool,
@@ -333,7 +333,7 @@ const DRAINED: u8 = 2;
 const MOVED: u8 = 3;
 
 /// Open relaying connections per route name, for a summary (status page).
-pub fn per_route() -> BTreeMap<Box<str>, usize> {
+pub(crate) fn per_route() -> BTreeMap<Box<str>, usize> {
     let mut counts = BTreeMap::new();
     for shard in table() {
         for e in lock(shard).values() {
@@ -352,11 +352,11 @@ impl Entry {
         self.closer.cancel();
     }
 
-    pub fn age(&self) -> Duration {
+    pub(crate) fn age(&self) -> Duration {
         self.accepted.elapsed()
     }
 
-    pub fn idle(&self) -> Duration {
+    pub(crate) fn idle(&self) -> Duration {
         self.activity.last().elapsed()
     }
 }

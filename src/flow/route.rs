@@ -73,7 +73,7 @@ const REFUSAL_LINGER_BYTES: usize = 64 * 1024;
 /// Where a routed connection goes: one identity (listener, pattern and
 /// alpn set, or no SNI → backend) of a generation's route table.
 #[derive(Debug)]
-pub struct RouteEntry {
+pub(crate) struct RouteEntry {
     /// The route's name, or `no_sni` for the listener's fallback.
     pub route: Box<str>,
     pub backend: Arc<Backend>,
@@ -92,7 +92,7 @@ pub struct RouteEntry {
 
 /// A route's `ech` policy, compiled.
 #[derive(Debug)]
-pub enum EchAction {
+pub(crate) enum EchAction {
     Pass,
     Reject,
     /// Relay to this entry's backend, under its own drain signal.
@@ -135,7 +135,7 @@ impl EchKind {
 
 /// A listener's routes as one generation runs them.
 #[derive(Debug, Default)]
-pub struct RouteTable {
+pub(crate) struct RouteTable {
     /// Pattern → indices into `entries`: the pattern's entries with `alpn`
     /// first, then the one without (if any).
     matcher: SniMatcher<Vec<usize>>,
@@ -149,7 +149,7 @@ pub struct RouteTable {
 
 /// What routing decided for one hello.
 #[derive(Debug)]
-pub struct Decision<'a> {
+pub(crate) struct Decision<'a> {
     /// The server name as it should be logged: normalised when valid,
     /// otherwise the raw bytes escaped so that a hostile name cannot forge
     /// log lines; `None` without SNI.
@@ -163,7 +163,7 @@ impl RouteTable {
     /// Compiles `listener`'s routes. An identity `previous` also has,
     /// leading to an equal backend and not yet drained, keeps its drain
     /// signal; every other one gets a fresh signal.
-    pub fn build(listener: &Listener, previous: Option<&RouteTable>) -> RouteTable {
+    pub(crate) fn build(listener: &Listener, previous: Option<&RouteTable>) -> RouteTable {
         let mut table = RouteTable {
             min_tls_version: listener.min_tls_version,
             ech_config_ids: listener.ech_config_ids.as_slice().into(),
@@ -212,7 +212,7 @@ impl RouteTable {
     /// The drain signals of `self` that `next` (the same listener's next
     /// table, or `None` when the listener is gone) does not carry on: the
     /// connections on them must drain.
-    pub fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
+    pub(crate) fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
         let carried: HashSet<*const DrainSignal> = next
             .map(|next| next.signals().map(Arc::as_ptr).collect())
             .unwrap_or_default();
@@ -224,7 +224,7 @@ impl RouteTable {
 
     /// Routes one hello: parses its name once, looks it up once (see the
     /// module header for the order of the rules).
-    pub fn decide(&self, hello: &ClientHello) -> Decision<'_> {
+    pub(crate) fn decide(&self, hello: &ClientHello) -> Decision<'_> {
         let ech = hello.ech.map(|ech| self.ech_kind(ech));
         let (sni, found) = match hello.server_name.as_deref() {
             None => (None, self.no_sni.as_ref().ok_or(NoRoute::NoSni)),
@@ -376,7 +376,7 @@ pub(crate) fn ech_backend<'a>(
 
 /// Why a connection may not go anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum NoRoute {
+pub(crate) enum NoRoute {
     #[error("no SNI, and the listener rejects hellos without one")]
     NoSni,
     #[error("the SNI matches no route")]
@@ -389,7 +389,7 @@ pub enum NoRoute {
 
 impl NoRoute {
     /// The fatal alert the client is sent.
-    pub const fn alert(self) -> [u8; 7] {
+    pub(crate) const fn alert(self) -> [u8; 7] {
         alert(match self {
             NoRoute::NoSni | NoRoute::Unmatched => ALERT_UNRECOGNIZED_NAME,
             NoRoute::TlsVersion => ALERT_PROTOCOL_VERSION,

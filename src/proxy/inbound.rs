@@ -58,10 +58,11 @@ use crate::wire::cidr::canonical;
 use crate::wire::proxy::{Announced, Header, Invalid, Parse, Sniff, check_claim, parse, sniff};
 
 /// Bytes asked for per read while sniffing or reading a header.
-pub const PREFACE_READ_CHUNK: usize = 4096;
+pub(crate) const PREFACE_READ_CHUNK: usize = 4096;
 
+pub(crate) use crate::config::settings::Inbound;
 /// A listener's validated `[listener.proxy_protocol]`: plain settings.
-pub use crate::config::settings::{Inbound, Mode, TrustedName};
+pub use crate::config::settings::Mode;
 
 impl Inbound {
     pub fn trusts(&self, ip: IpAddr) -> bool {
@@ -101,7 +102,7 @@ impl Sender {
 /// The outcome of the preface stage.
 #[derive(Debug)]
 pub struct Preface {
-    pub sender: Sender,
+    pub(crate) sender: Sender,
     /// The header, when a trusted source sent one.
     pub header: Option<Header>,
     /// Bytes read past the header: the start of the ClientHello.
@@ -158,7 +159,7 @@ impl From<PrefaceError> for CloseReason {
 
 /// Reads the preface of a connection from `peer` on a listener with
 /// `config`, all before `deadline` (the ClientHello deadline).
-pub async fn read(
+pub(crate) async fn read(
     client: &mut TcpStream,
     peer: PeerAddr,
     config: &Inbound,

@@ -39,10 +39,10 @@ pub use crate::config::settings::Outbound;
 /// What the header for one client connection says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Announcement {
-    pub source: SocketAddr,
-    pub destination: SocketAddr,
-    pub authority: Option<Vec<u8>>,
-    pub unique_id: u64,
+    pub(crate) source: SocketAddr,
+    pub(crate) destination: SocketAddr,
+    pub(crate) authority: Option<Vec<u8>>,
+    pub(crate) unique_id: u64,
     /// Set when the connection arrived with a PROXY header.
     pub hops: Option<u8>,
 }
@@ -79,7 +79,7 @@ impl Announcement {
 
 /// Both addresses in one family: IPv4 when both are (or map to) IPv4,
 /// otherwise IPv6 with IPv4-mapped addresses.
-pub fn same_family(source: SocketAddr, destination: SocketAddr) -> (SocketAddr, SocketAddr) {
+pub(crate) fn same_family(source: SocketAddr, destination: SocketAddr) -> (SocketAddr, SocketAddr) {
     let (s, d) = (canonical(source.ip()), canonical(destination.ip()));
     let (s, d) = match (s, d) {
         (IpAddr::V4(_), IpAddr::V4(_)) => (s, d),
@@ -146,7 +146,7 @@ pub fn local_header(version: Outbound, crc32c: bool) -> Option<Vec<u8>> {
 
 /// Puts `header` in front of `replay`, for one write; returns the header's
 /// length so byte counts can leave it out.
-pub fn prepend(header: Option<Vec<u8>>, replay: Vec<u8>) -> (Vec<u8>, usize) {
+pub(crate) fn prepend(header: Option<Vec<u8>>, replay: Vec<u8>) -> (Vec<u8>, usize) {
     match header {
         None => (replay, 0),
         Some(mut header) => {

@@ -21,7 +21,7 @@
 //! Not here: reading the ClientHello (see `inspect`) or anything a PROXY
 //! header says (see `proxy`); the caller writes the replayed hello first.
 
-pub mod copy;
-pub mod ready;
-pub mod relay;
-pub mod splice;
+pub(crate) mod copy;
+pub(crate) mod ready;
+pub(crate) mod relay;
+pub(crate) mod splice;

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 /// Bytes moved so far, by direction.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Transferred {
+pub(crate) struct Transferred {
     /// Client → backend, including the replayed hello.
     pub up: u64,
     /// Backend → client.
@@ -84,7 +84,7 @@ impl Activity {
     }
 
     /// Bytes moved so far.
-    pub fn moved(&self) -> Transferred {
+    pub(crate) fn moved(&self) -> Transferred {
         Transferred {
             up: self.up.load(Ordering::Relaxed),
             down: self.down.load(Ordering::Relaxed),
@@ -93,14 +93,14 @@ impl Activity {
 
     /// When a byte last moved.
     #[inline]
-    pub fn last(&self) -> Instant {
+    pub(crate) fn last(&self) -> Instant {
         epoch() + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }
 
 /// A direction of the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     /// Client → backend.
     Up,
     /// Backend → client.
@@ -122,7 +122,7 @@ pub(crate) async fn writable(stream: &TcpStream) -> io::Result<()> {
 
 /// How one burst of a direction ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Burst {
+pub(crate) enum Burst {
     /// The source has nothing more to read for now.
     Idle,
     /// The source sent FIN; everything before it was delivered.
@@ -131,7 +131,7 @@ pub enum Burst {
 
 /// Which side of a burst failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BurstError {
+pub(crate) enum BurstError {
     #[error("reading the source failed: {0}")]
     Read(io::Error),
     #[error("writing the destination failed: {0}")]

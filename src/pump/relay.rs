@@ -79,19 +79,23 @@ use crate::pump::splice;
 use crate::sockopt;
 
 /// A connection's relay timeouts: plain settings, defined with the rest.
-pub use crate::config::settings::Timeouts;
+pub(crate) use crate::config::settings::Timeouts;
 
 /// A lifetime ends at a moment drawn per connection in
 /// [`LIFETIME_FLOOR`, 1] × `max_connection_lifetime`, so sessions opened
 /// together (after a deploy, a network blip) are not all closed, and do not
 /// all reconnect, at once.
-pub const LIFETIME_FLOOR: f64 = 0.9;
+pub(crate) const LIFETIME_FLOOR: f64 = 0.9;
 
 /// When a connection started at `started` reaches its `lifetime`: the
 /// moment `seed` (the connection id) draws in its last tenth (see
 /// [`LIFETIME_FLOOR`]); `None` without a lifetime. QUIC flows take theirs
 /// from here too, so both protocols spread their ends the same way.
-pub fn lifetime_end(started: Instant, lifetime: Option<Duration>, seed: u64) -> Option<Instant> {
+pub(crate) fn lifetime_end(
+    started: Instant,
+    lifetime: Option<Duration>,
+    seed: u64,
+) -> Option<Instant> {
     lifetime.map(|life| {
         // Another draw than the drain moment's for the same seed.
         let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
@@ -377,7 +381,7 @@ pin_project_lite::pin_project! {
 /// the backend's, is set on `backend` once the relay has run for
 /// [`sockopt::KEEPALIVE_ARM_DELAY`] (if it is still open then).
 #[allow(clippy::too_many_arguments)]
-pub fn relay<'a>(
+pub(crate) fn relay<'a>(
     client: &'a TcpStream,
     backend: &'a TcpStream,
     activity: &'a Activity,

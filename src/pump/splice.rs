@@ -60,7 +60,7 @@ const SHARDS: usize = 16;
 
 /// A kernel pipe used as the zero-copy buffer of one burst.
 #[derive(Debug)]
-pub struct Pipe {
+pub(crate) struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
     /// What the kernel granted (F_SETPIPE_SZ rounds up; may refuse).
@@ -85,20 +85,23 @@ impl Pipe {
         })
     }
 
+    #[cfg(test)]
     /// Bytes the kernel lets this pipe hold.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
+    #[cfg(test)]
     /// Bytes still in the pipe.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.pending
     }
 }
 
+#[cfg(test)]
 /// Pool sizes, for tests and diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolStats {
+pub(crate) struct PoolStats {
     /// Pipes open: leased plus idle.
     pub open: usize,
     /// Pipes waiting in the pool.
@@ -107,7 +110,7 @@ pub struct PoolStats {
 
 /// A bounded, sharded pool of empty pipes.
 #[derive(Debug)]
-pub struct PipePool {
+pub(crate) struct PipePool {
     shards: Box<[Mutex<Vec<Pipe>>]>,
     open: AtomicUsize,
     max: usize,
@@ -116,7 +119,7 @@ pub struct PipePool {
 
 impl PipePool {
     /// A pool of at most `max` pipes of `size` bytes each; none is made yet.
-    pub fn new(size: usize, max: usize) -> PipePool {
+    pub(crate) fn new(size: usize, max: usize) -> PipePool {
         PipePool {
             shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
             open: AtomicUsize::new(0),
@@ -135,7 +138,7 @@ impl PipePool {
 
     /// An empty pipe, or `None` when `max` pipes are open (or the kernel
     /// refuses another): the caller copies through userspace instead.
-    pub fn lease(&self) -> Option<Lease<'_>> {
+    pub(crate) fn lease(&self) -> Option<Lease<'_>> {
         let pooled = self.shard().lock().unwrap_or_else(|e| e.into_inner()).pop();
         let pipe = match pooled {
             Some(pipe) => pipe,
@@ -180,7 +183,8 @@ impl PipePool {
         }
     }
 
-    pub fn stats(&self) -> PoolStats {
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> PoolStats {
         let idle = self
             .shards
             .iter()
@@ -196,13 +200,14 @@ impl PipePool {
 /// A pipe on loan; goes back to its pool on drop if it is empty, else is
 /// closed.
 #[derive(Debug)]
-pub struct Lease<'a> {
+pub(crate) struct Lease<'a> {
     pool: &'a PipePool,
     pipe: Option<Pipe>,
 }
 
 impl Lease<'_> {
-    pub fn pipe(&self) -> &Pipe {
+    #[cfg(test)]
+    pub(crate) fn pipe(&self) -> &Pipe {
         self.pipe
             .as_ref()
             .expect("a lease holds its pipe until dropped")
@@ -228,13 +233,13 @@ static POOL: OnceLock<PipePool> = OnceLock::new();
 /// Makes the process-wide pool, with pipes of `size` bytes and at most
 /// `max` of them; call once at startup, before the first connection.
 /// Returns false if the pool already exists.
-pub fn configure(size: usize, max: usize) -> bool {
+pub(crate) fn configure(size: usize, max: usize) -> bool {
     POOL.set(PipePool::new(size, max)).is_ok()
 }
 
 /// The process-wide pool (pipes are a process resource, like descriptors),
 /// or `None` before [`configure`]: the relay then copies every burst.
-pub fn pool() -> Option<&'static PipePool> {
+pub(crate) fn pool() -> Option<&'static PipePool> {
     POOL.get()
 }
 
@@ -242,7 +247,7 @@ pub fn pool() -> Option<&'static PipePool> {
 /// more to read now (`Burst::Idle`) or has sent FIN (`Burst::Eof`).
 /// Touches `activity` whenever bytes move and counts bytes written to `to`
 /// on `side`.
-pub async fn burst(
+pub(crate) async fn burst(
     from: &TcpStream,
     to: &TcpStream,
     lease: &mut Lease<'_>,

@@ -42,7 +42,7 @@ use crate::tcp::dial::{self, ConnectError};
 /// What a flow asks of the backend choice (owned: it crosses into the
 /// task that waits for DNS or a cluster lookup).
 #[derive(Debug, Clone)]
-pub struct Ask {
+pub(crate) struct Ask {
     /// The client's address and port (QUIC flows carry no claim).
     pub client: SocketAddr,
     /// The normalised SNI, for cluster lookups.
@@ -54,7 +54,7 @@ pub struct Ask {
 
 /// The address a flow goes to, with its slot taken.
 #[derive(Debug)]
-pub struct Picked {
+pub(crate) struct Picked {
     pub addr: SocketAddr,
     /// Counts the flow on its address until dropped.
     pub in_flight: InFlight,
@@ -135,7 +135,7 @@ pub(crate) fn pick_now(
 
 /// A flow's report to its address's passive health: one verdict per flow.
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     /// The backend whose address it is (a cluster's `local_backend` for a
     /// local flow): its name, `max_fails` and `fail_backoff`.
     backend: Arc<Backend>,
@@ -147,7 +147,7 @@ pub struct Health {
 
 impl Health {
     /// The backend sent a datagram: a successful connect (the first time).
-    pub fn answered(&mut self, in_flight: &InFlight, started: Instant) {
+    pub(crate) fn answered(&mut self, in_flight: &InFlight, started: Instant) {
         if self.verdict == Some(true) {
             return;
         }
@@ -163,7 +163,7 @@ impl Health {
     /// The backend's socket reported a refusal (ICMP port unreachable):
     /// a failed connect if the backend never answered and the flow had not
     /// reported one yet. Returns whether it counted.
-    pub fn refused(&mut self, in_flight: &InFlight) -> bool {
+    pub(crate) fn refused(&mut self, in_flight: &InFlight) -> bool {
         if self.verdict.is_some() {
             return false;
         }

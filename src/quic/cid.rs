@@ -60,15 +60,15 @@ const LONG_HEADER: u8 = 0x80;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LongHeader<'a> {
     pub version: u32,
-    pub dcid: &'a [u8],
-    pub scid: &'a [u8],
+    pub(crate) dcid: &'a [u8],
+    pub(crate) scid: &'a [u8],
 }
 
 /// The connection IDs of the long header that begins `datagram`, of any
 /// version (the layout up to the SCID is invariant, RFC 8999 §5.1); `None`
 /// for a short header or a header cut short. IDs longer than 20 bytes
 /// (possible in other versions) are `None` too: they are never learned.
-pub fn long_header(datagram: &[u8]) -> Option<LongHeader<'_>> {
+pub(crate) fn long_header(datagram: &[u8]) -> Option<LongHeader<'_>> {
     let (&first, rest) = datagram.split_first()?;
     if first & LONG_HEADER == 0 {
         return None;
@@ -119,7 +119,7 @@ pub struct FlowCids {
 impl FlowCids {
     /// Adds `id`; false when it is already there or the flow has taught as
     /// many as it may.
-    pub fn add(&mut self, id: ConnectionId) -> bool {
+    pub(crate) fn add(&mut self, id: ConnectionId) -> bool {
         if self.contains(&id) {
             return false;
         }
@@ -132,19 +132,20 @@ impl FlowCids {
         }
     }
 
-    pub fn contains(&self, id: &ConnectionId) -> bool {
+    pub(crate) fn contains(&self, id: &ConnectionId) -> bool {
         self.ids.iter().flatten().any(|known| known == id)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &ConnectionId> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ConnectionId> {
         self.ids.iter().flatten()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.iter().count()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.ids.iter().all(Option::is_none)
     }
 }
@@ -174,7 +175,7 @@ impl CidTable {
     }
 
     /// Forgets the IDs of a flow that ended.
-    pub fn forget(&mut self, ids: &FlowCids) {
+    pub(crate) fn forget(&mut self, ids: &FlowCids) {
         for id in ids.iter() {
             if self.flows.remove(id).is_some() {
                 self.lengths[id.as_bytes().len()] -= 1;
@@ -183,7 +184,7 @@ impl CidTable {
     }
 
     /// Points a moved flow's IDs at its new address.
-    pub fn moved(&mut self, ids: &FlowCids, to: SocketAddr) {
+    pub(crate) fn moved(&mut self, ids: &FlowCids, to: SocketAddr) {
         for id in ids.iter() {
             if let Some(flow) = self.flows.get_mut(id) {
                 *flow = to;
@@ -210,11 +211,13 @@ impl CidTable {
             })
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.flows.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.flows.is_empty()
     }
 }
@@ -238,18 +241,18 @@ impl Path {
     }
 
     /// The client's current address.
-    pub fn client(&self) -> SocketAddr {
+    pub(crate) fn client(&self) -> SocketAddr {
         *self.client.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// How many times the flow moved.
-    pub fn rebinds(&self) -> u32 {
+    pub(crate) fn rebinds(&self) -> u32 {
         // Acquire: a reader that sees the new count sees the new address.
         self.rebinds.load(Ordering::Acquire)
     }
 
     /// The flow moved to `to`.
-    pub fn moved(&self, to: SocketAddr) {
+    pub(crate) fn moved(&self, to: SocketAddr) {
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = to;
         self.rebinds.fetch_add(1, Ordering::Release);
     }

@@ -76,18 +76,18 @@ use crate::quic::backend_address::{Ask, Picked};
 use crate::tcp::accept_loop;
 
 /// Pending flows (hello not complete yet) per listening socket.
-pub const MAX_PENDING_FLOWS: usize = 1024;
+pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
 /// Bytes held for pending flows per listening socket (16 MiB): with the
 /// per-flow limit (64 KiB for the default `max_client_hello_bytes`) a
 /// flood cannot make the held datagrams grow past this.
-pub const MAX_HELD_BYTES: usize = 16 << 20;
+pub(crate) const MAX_HELD_BYTES: usize = 16 << 20;
 /// TLS alert `protocol_version`.
 const PROTOCOL_VERSION: u8 = 70;
 
 /// Datagrams and bytes each way, and the last activity, of one flow;
 /// shared with the flow's task, which counts what it relays.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub datagrams_up: AtomicU64,
     pub bytes_up: AtomicU64,
     pub datagrams_down: AtomicU64,
@@ -98,21 +98,21 @@ pub struct Stats {
 
 impl Stats {
     /// A client datagram of `len` bytes at `now`.
-    pub fn up(&self, len: usize, started: Instant, now: Instant) {
+    pub(crate) fn up(&self, len: usize, started: Instant, now: Instant) {
         self.datagrams_up.fetch_add(1, Ordering::Relaxed);
         self.bytes_up.fetch_add(len as u64, Ordering::Relaxed);
         self.touch(started, now);
     }
 
     /// A backend datagram of `len` bytes at `now`.
-    pub fn down(&self, len: usize, started: Instant, now: Instant) {
+    pub(crate) fn down(&self, len: usize, started: Instant, now: Instant) {
         self.datagrams_down.fetch_add(1, Ordering::Relaxed);
         self.bytes_down.fetch_add(len as u64, Ordering::Relaxed);
         self.touch(started, now);
     }
 
     /// The time from the flow's start to its last datagram.
-    pub fn last(&self) -> Duration {
+    pub(crate) fn last(&self) -> Duration {
         Duration::from_millis(self.last.load(Ordering::Relaxed))
     }
 
@@ -126,7 +126,7 @@ impl Stats {
 /// borrow); [`FlowRecord::close`] writes it as the one access record of
 /// both protocols (`close::ConnRecord`).
 #[derive(Debug)]
-pub struct FlowRecord {
+pub(crate) struct FlowRecord {
     pub id: u64,
     pub listener: Arc<Listener>,
     pub peer: SocketAddr,
@@ -151,7 +151,7 @@ pub struct FlowRecord {
 
 impl FlowRecord {
     /// A fresh record for a flow from `peer` that started `now`.
-    pub fn new(
+    pub(crate) fn new(
         listener: Arc<Listener>,
         peer: SocketAddr,
         now: Instant,
@@ -179,7 +179,7 @@ impl FlowRecord {
     /// Counts the flow's end and writes its one access line, at the level
     /// the reason table gives (a flow always sent a datagram, so it is
     /// never `silent`).
-    pub fn close(self, reason: CloseReason) {
+    pub(crate) fn close(self, reason: CloseReason) {
         let s = &self.stats;
         let (last_peer, rebinds) = match &self.path {
             Some(path) => (path.client(), path.rebinds()),
@@ -214,7 +214,7 @@ impl FlowRecord {
 
 /// The places a flow holds while it lives: its connection permit, and the
 /// listener's and route's admission slots (released when dropped).
-pub type FlowSlots = (
+pub(crate) type FlowSlots = (
     OwnedSemaphorePermit,
     Option<Admitted>,
     Option<RouteAdmitted>,
@@ -225,14 +225,19 @@ pub type FlowSlots = (
 /// moment a TCP connection with this id would draw (in the last tenth of
 /// the lifetime, counted from the flow's first datagram).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Expiry {
+pub(crate) struct Expiry {
     started: Instant,
     idle: Duration,
     end_of_life: Option<Instant>,
 }
 
 impl Expiry {
-    pub fn new(started: Instant, idle: Duration, lifetime: Option<Duration>, id: u64) -> Expiry {
+    pub(crate) fn new(
+        started: Instant,
+        idle: Duration,
+        lifetime: Option<Duration>,
+        id: u64,
+    ) -> Expiry {
         Expiry {
             started,
             idle,
@@ -242,13 +247,13 @@ impl Expiry {
 
     /// When to look again, the last datagram having come `last` after the
     /// start.
-    pub fn deadline(&self, last: Duration) -> Instant {
+    pub(crate) fn deadline(&self, last: Duration) -> Instant {
         let idle_at = self.started + last + self.idle;
         self.end_of_life.map_or(idle_at, |end| end.min(idle_at))
     }
 
     /// Why the flow ends at `now`, if it does: its lifetime first.
-    pub fn expired(&self, now: Instant, last: Duration) -> Option<CloseReason> {
+    pub(crate) fn expired(&self, now: Instant, last: Duration) -> Option<CloseReason> {
         if self.end_of_life.is_some_and(|end| now >= end) {
             return Some(CloseReason::MaxLifetime);
         }
@@ -258,7 +263,7 @@ impl Expiry {
 
 /// What the socket task is asked to do, or told happened.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     /// Choose the backend address of the flow from `from` (`super::backend_address`:
     /// at once when the addresses are known, else in a task) and report it
     /// with [`FlowTable::chosen`].
@@ -278,7 +283,7 @@ pub enum Event {
 
 /// A routed flow whose backend address is to be chosen.
 #[derive(Debug)]
-pub struct PickFor {
+pub(crate) struct PickFor {
     pub from: SocketAddr,
     pub id: u64,
     /// The backend's name (`Generation::backends`).
@@ -291,7 +296,7 @@ pub struct PickFor {
 
 /// A flow handed to the socket task to open on its chosen address.
 #[derive(Debug)]
-pub struct Opening {
+pub(crate) struct Opening {
     pub from: SocketAddr,
     pub record: FlowRecord,
     /// Its datagrams so far, in arrival order.
@@ -306,7 +311,7 @@ pub struct Opening {
 
 /// What became of a datagram fed to [`FlowTable::handle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Datagram {
+pub(crate) enum Datagram {
     /// An open flow's: relay it to the flow's backend, unread, through
     /// [`FlowTable::open_mut`] (which the socket task asks first: an open
     /// flow's datagram costs one lookup).
@@ -365,7 +370,7 @@ enum FlowState<B> {
 /// The flows of one listening socket; `B` is what the socket task keeps
 /// per open flow.
 #[derive(Debug)]
-pub struct FlowTable<B> {
+pub(crate) struct FlowTable<B> {
     flows: HashMap<SocketAddr, FlowState<B>>,
     /// Pending flows by start, for the hello timeout (entries of flows
     /// that moved on are skipped).
@@ -390,7 +395,7 @@ pub struct FlowTable<B> {
 
 impl<B> FlowTable<B> {
     /// An empty table for a socket bound to `local`.
-    pub fn new(local: Option<SocketAddr>) -> FlowTable<B> {
+    pub(crate) fn new(local: Option<SocketAddr>) -> FlowTable<B> {
         FlowTable {
             flows: HashMap::new(),
             pending_order: VecDeque::new(),
@@ -407,31 +412,33 @@ impl<B> FlowTable<B> {
     }
 
     /// The next event to perform, in the order they happened.
-    pub fn poll_event(&mut self) -> Option<Event> {
+    pub(crate) fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
+    #[cfg(test)]
     /// Flows of every state.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.flows.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.flows.is_empty()
     }
 
+    #[cfg(test)]
     /// Flows not open yet, and the bytes they hold.
-    pub fn pending(&self) -> (usize, usize) {
+    pub(crate) fn pending(&self) -> (usize, usize) {
         (self.pending, self.held_bytes)
     }
 
     /// No new flow starts from now on.
-    pub fn drain(&mut self) {
+    pub(crate) fn drain(&mut self) {
         self.draining = true;
     }
 
     /// The open flow at `at`, if any (to relay datagrams gathered for it).
-    pub fn open_at(&self, at: SocketAddr) -> Option<&B> {
+    pub(crate) fn open_at(&self, at: SocketAddr) -> Option<&B> {
         match self.flows.get(&at) {
             Some(FlowState::Open(open)) => Some(&open.io),
             _ => None,
@@ -440,7 +447,7 @@ impl<B> FlowTable<B> {
 
     /// The open flow at `from`, if any: its client datagrams are relayed
     /// unread, without [`FlowTable::handle`] (the hot path: one lookup).
-    pub fn open_mut(&mut self, from: SocketAddr) -> Option<&mut B> {
+    pub(crate) fn open_mut(&mut self, from: SocketAddr) -> Option<&mut B> {
         match self.flows.get_mut(&from) {
             Some(FlowState::Open(open)) => Some(&mut open.io),
             _ => None,
@@ -449,7 +456,7 @@ impl<B> FlowTable<B> {
 
     /// A datagram from `from` at `now`: an open flow's, held or parsed
     /// (events may follow), or from an address no flow has.
-    pub fn handle(
+    pub(crate) fn handle(
         &mut self,
         now: Instant,
         from: SocketAddr,
@@ -483,7 +490,11 @@ impl<B> FlowTable<B> {
     /// Moves the open flow whose backend chose the datagram's Destination
     /// Connection ID to `from` (its client's new address); returns its
     /// handle and its previous address, or `None` if no open flow has it.
-    pub fn rebind(&mut self, from: SocketAddr, datagram: &[u8]) -> Option<(SocketAddr, &mut B)> {
+    pub(crate) fn rebind(
+        &mut self,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Option<(SocketAddr, &mut B)> {
         let old = self.cids.lookup(datagram)?;
         // The table names open flows only; anything else is left alone.
         let open = match self.flows.remove(&old) {
@@ -510,7 +521,7 @@ impl<B> FlowTable<B> {
     /// and the accept gate let it, and feeds it the datagram. `permits`
     /// are the process-wide connection permits (`[global]
     /// max_connections`); a flow holds one until it ends.
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         now: Instant,
         from: SocketAddr,
@@ -696,7 +707,7 @@ impl<B> FlowTable<B> {
 
     /// Ends pending flows `client_hello_timeout` (`timeout`) after their
     /// first datagram.
-    pub fn sweep(&mut self, now: Instant, timeout: Duration) {
+    pub(crate) fn sweep(&mut self, now: Instant, timeout: Duration) {
         while let Some(&(started, from)) = self.pending_order.front() {
             if now < started + timeout {
                 break;
@@ -815,7 +826,7 @@ impl<B> FlowTable<B> {
     /// The address of the connecting flow `id` from `from` is chosen (with
     /// its route's drain guard), or why not: it is handed over to open, or
     /// closes.
-    pub fn chosen(
+    pub(crate) fn chosen(
         &mut self,
         from: SocketAddr,
         id: u64,
@@ -856,7 +867,7 @@ impl<B> FlowTable<B> {
 
     /// The flow `id` handed over by [`Event::Open`] relays from `from`
     /// through `io`.
-    pub fn opened(&mut self, from: SocketAddr, id: u64, io: B) {
+    pub(crate) fn opened(&mut self, from: SocketAddr, id: u64, io: B) {
         self.flows.insert(
             from,
             FlowState::Open(Open {
@@ -870,7 +881,7 @@ impl<B> FlowTable<B> {
     /// The open flow `id`, now at `at`, ended: its address and its
     /// connection IDs are free. (Its task may report after its address went
     /// to another flow: then nothing happens.)
-    pub fn ended(&mut self, at: SocketAddr, id: u64) -> Option<B> {
+    pub(crate) fn ended(&mut self, at: SocketAddr, id: u64) -> Option<B> {
         match self.flows.get(&at) {
             Some(FlowState::Open(open)) if open.id == id => {}
             _ => return None,
@@ -884,7 +895,7 @@ impl<B> FlowTable<B> {
 
     /// The backend of the open flow `id`, now at `at`, showed connection ID
     /// `cid`: learned, within the flow's share.
-    pub fn learned(&mut self, at: SocketAddr, id: u64, cid: ConnectionId) {
+    pub(crate) fn learned(&mut self, at: SocketAddr, id: u64, cid: ConnectionId) {
         let Some(FlowState::Open(open)) = self.flows.get_mut(&at) else {
             return;
         };
@@ -899,7 +910,7 @@ impl<B> FlowTable<B> {
 
     /// Ends every flow not open yet with `reason` (the socket stops); open
     /// flows end through their tasks. No new flow starts after.
-    pub fn close_all(&mut self, reason: CloseReason) {
+    pub(crate) fn close_all(&mut self, reason: CloseReason) {
         self.draining = true;
         let flows: Vec<_> = self.flows.drain().collect();
         self.pending = 0;

@@ -87,12 +87,12 @@ use crate::wire::client_hello::{self, ClientHello, Inspect};
 
 /// A client's datagram carrying an Initial packet must be at least this
 /// long (RFC 9000 §14.1); servers discard shorter ones.
-pub const MIN_INITIAL_DATAGRAM: usize = 1200;
+pub(crate) const MIN_INITIAL_DATAGRAM: usize = 1200;
 /// The longest connection ID in v1 and v2 (RFC 9000 §17.2).
-pub const MAX_CID_LEN: usize = 20;
+pub(crate) const MAX_CID_LEN: usize = 20;
 /// The shortest Destination Connection ID of a client's first Initial
 /// (RFC 9000 §7.2).
-pub const MIN_CLIENT_DCID_LEN: usize = 8;
+pub(crate) const MIN_CLIENT_DCID_LEN: usize = 8;
 /// Header protection samples 16 bytes, taken 4 bytes after the start of the
 /// packet number field (RFC 9001 §5.4.2).
 const SAMPLE_OFFSET: usize = 4;
@@ -335,7 +335,7 @@ impl Parser {
     }
 
     /// The flow's version, once its first long header was read.
-    pub fn version(&self) -> Option<Version> {
+    pub(crate) fn version(&self) -> Option<Version> {
         self.flow.as_ref().map(|flow| flow.version)
     }
 

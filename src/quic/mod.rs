@@ -27,7 +27,7 @@
 
 pub(crate) mod backend_address;
 pub mod cid;
-pub mod flows;
+pub(crate) mod flows;
 pub(crate) mod handover;
 pub mod initial;
 pub(crate) mod io;
@@ -59,7 +59,7 @@ pub(crate) enum PacketType {
 
 impl Version {
     /// The version of a long header's 32-bit field, if it is one of ours.
-    pub const fn from_wire(version: u32) -> Option<Version> {
+    pub(crate) const fn from_wire(version: u32) -> Option<Version> {
         match version {
             0x0000_0001 => Some(Version::V1),
             0x6b33_43cf => Some(Version::V2),
@@ -68,7 +68,7 @@ impl Version {
     }
 
     /// The version as it appears on the wire.
-    pub const fn wire(self) -> u32 {
+    pub(crate) const fn wire(self) -> u32 {
         match self {
             Version::V1 => 0x0000_0001,
             Version::V2 => 0x6b33_43cf,

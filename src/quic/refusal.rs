@@ -49,7 +49,7 @@ use super::{Version, initial_keys};
 /// that no route serves, as over TCP.
 pub const UNRECOGNIZED_NAME: u8 = 112;
 /// TLS alert `handshake_failure`, for refusals that name no cause.
-pub const HANDSHAKE_FAILURE: u8 = 40;
+pub(crate) const HANDSHAKE_FAILURE: u8 = 40;
 /// QUIC carries a TLS alert as transport error `CRYPTO_ERROR` + the alert
 /// (RFC 9001 §4.8): 0x0100-0x01ff.
 pub const CRYPTO_ERROR: u64 = 0x0100;
@@ -60,7 +60,7 @@ const FRAME_CONNECTION_CLOSE: u64 = 0x1c;
 const FRAME_CRYPTO: u64 = 0x06;
 /// Longest reason phrase written; longer ones are cut (at a character
 /// boundary). It is a debugging aid in plaintext to anyone on the path.
-pub const MAX_REASON: usize = 64;
+pub(crate) const MAX_REASON: usize = 64;
 
 /// The datagram that refuses the connection whose client sent its first
 /// Initial of `version` from `client_scid` to `client_dcid`, with TLS

@@ -26,7 +26,7 @@ use crate::{run::takeover, sockopt};
 
 /// Why a listener's sockets could not be had.
 #[derive(Debug, thiserror::Error)]
-pub enum BindError {
+pub(crate) enum BindError {
     #[error("listener {listener:?}: cannot listen on {addr}: {source}")]
     Bind {
         listener: String,

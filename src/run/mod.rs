@@ -7,8 +7,8 @@
 
 pub(crate) mod bind;
 pub(crate) mod listener_set;
-pub mod notify;
+pub(crate) mod notify;
 pub(crate) mod reload;
-pub mod server;
-pub mod signals;
-pub mod takeover;
+pub(crate) mod server;
+pub(crate) mod signals;
+pub(crate) mod takeover;

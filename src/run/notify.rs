@@ -22,13 +22,13 @@ use crate::sockopt;
 
 /// Where to send notifications, read once at start.
 #[derive(Debug)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     target: Option<(UnixDatagram, SocketAddr)>,
 }
 
 impl Notifier {
     /// Reads `NOTIFY_SOCKET`; no socket means every call does nothing.
-    pub fn from_env() -> Notifier {
+    pub(crate) fn from_env() -> Notifier {
         let target = std::env::var_os("NOTIFY_SOCKET").and_then(|name| {
             let addr = match target_addr(name.as_encoded_bytes()) {
                 Ok(addr) => addr,
@@ -44,7 +44,7 @@ impl Notifier {
     }
 
     /// A notifier that never sends (tests, embedders).
-    pub fn disabled() -> Notifier {
+    pub(crate) fn disabled() -> Notifier {
         Notifier { target: None }
     }
 
@@ -57,7 +57,7 @@ impl Notifier {
     }
 
     /// Listeners are bound and accepting.
-    pub fn ready(&self, status: &str) {
+    pub(crate) fn ready(&self, status: &str) {
         self.send(&format!(
             "READY=1\nSTATUS={}\nMAINPID={}",
             one_line(status),
@@ -66,7 +66,7 @@ impl Notifier {
     }
 
     /// A reload starts now.
-    pub fn reloading(&self) {
+    pub(crate) fn reloading(&self) {
         self.send(&format!(
             "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading",
             sockopt::monotonic_usec()
@@ -74,7 +74,7 @@ impl Notifier {
     }
 
     /// Draining: no new connections.
-    pub fn stopping(&self, status: &str) {
+    pub(crate) fn stopping(&self, status: &str) {
         self.send(&format!("STOPPING=1\nSTATUS={}", one_line(status)));
     }
 }

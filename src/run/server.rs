@@ -68,7 +68,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 #[allow(missing_docs)] // each variant's #[error] text documents it
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     #[error(transparent)]
     Bind(#[from] BindError),
     #[error("admin.listen: cannot listen on {addr}: {source}")]
@@ -121,7 +121,7 @@ fn admin_socket(
 /// Why a reload was rejected (the running snapshot stays).
 #[allow(missing_docs)] // each variant's #[error] text documents it
 #[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
+pub(crate) enum ReloadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
@@ -130,7 +130,7 @@ pub enum ReloadError {
 
 /// Everything `serve` needs besides the first snapshot.
 #[derive(Debug)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// Re-read on reload.
     pub config_path: PathBuf,
     /// Sockets passed by systemd (socket activation), by listener name.
@@ -145,7 +145,7 @@ pub struct ServeOptions {
 
 impl ServeOptions {
     /// Options for serving `config_path` with nothing inherited or handed over.
-    pub fn new(config_path: PathBuf) -> ServeOptions {
+    pub(crate) fn new(config_path: PathBuf) -> ServeOptions {
         ServeOptions {
             config_path,
             activated: Vec::new(),
@@ -198,7 +198,7 @@ struct Applied {
 
 /// Binds (or inherits) every listener in `config` and serves until a drain
 /// or stop completes. Logs `listening` once per socket, then `ready`.
-pub async fn serve(
+pub(crate) async fn serve(
     config: Config,
     mut options: ServeOptions,
     mut intents: mpsc::Receiver<Intent>,

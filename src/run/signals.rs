@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 /// What the operator asked the process to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Intent {
+pub(crate) enum Intent {
     /// Re-read the configuration file.
     Reload,
     /// Stop accepting, let connections finish within `drain_timeout`, exit.
@@ -22,7 +22,7 @@ pub enum Intent {
 }
 
 /// Installs the signal handlers and returns the channel they feed.
-pub fn intents() -> io::Result<mpsc::Receiver<Intent>> {
+pub(crate) fn intents() -> io::Result<mpsc::Receiver<Intent>> {
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

@@ -62,11 +62,11 @@ const MAX_MESSAGE: usize = 256 * 1024;
 /// How long the new relay waits for the old one to send its sockets.
 const RECEIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the old relay waits for `ready` before it gives up and keeps serving.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A listening socket received from the previous process.
 #[derive(Debug)]
-pub struct Received {
+pub(crate) struct Received {
     /// The listener name, escaped as on the wire.
     pub listener: String,
     /// The bind key (see `server::BindKey`'s text form).
@@ -77,7 +77,7 @@ pub struct Received {
 
 /// The new process's side of a handoff in progress.
 #[derive(Debug)]
-pub struct Incoming {
+pub(crate) struct Incoming {
     /// The sockets received, one per bind key.
     pub sockets: Vec<Received>,
     stream: UnixStream,
@@ -85,7 +85,7 @@ pub struct Incoming {
 
 #[allow(missing_docs)] // each variant's #[error] text documents it
 #[derive(Debug, thiserror::Error)]
-pub enum TakeoverError {
+pub(crate) enum TakeoverError {
     #[error("takeover socket {path}: {source}")]
     Io { path: String, source: io::Error },
     #[error("takeover socket {path}: malformed handoff message: {why}")]
@@ -97,28 +97,28 @@ pub enum TakeoverError {
 /// process does not fail binding an address the old one still holds.
 /// [`escape`] doubles every backslash of a real listener name, so no
 /// listener can appear on the wire as `\admin`.
-pub const ADMIN: &str = r"\admin";
+pub(crate) const ADMIN: &str = r"\admin";
 
 // Binary upgrade of QUIC listeners.
 /// Key prefix of a QUIC listener's UDP socket on the wire (`udp config
 /// 127.0.0.1:443`): such entries are not TCP listening sockets, and the
 /// new process takes them out ([`Incoming::take_keyed`]) before adopting
 /// the rest.
-pub const UDP: &str = "udp ";
+pub(crate) const UDP: &str = "udp ";
 /// Key prefix of the Unix SOCK_SEQPACKET socket that goes with a UDP
 /// socket (`udp-forward config 127.0.0.1:443`): the old process forwards
 /// the socket's datagrams of flows it does not hold through it until it
 /// lets go of the socket (see `quic::handover`).
-pub const UDP_FORWARD: &str = "udp-forward ";
+pub(crate) const UDP_FORWARD: &str = "udp-forward ";
 
 /// Escapes a listener name for the wire.
-pub fn escape(name: &str) -> String {
+pub(crate) fn escape(name: &str) -> String {
     name.escape_default().to_string()
 }
 
 /// Connects to the relay serving PATH and receives its listening sockets.
 /// `Ok(None)` when no relay listens there.
-pub fn receive(path: &Path) -> Result<Option<Incoming>, TakeoverError> {
+pub(crate) fn receive(path: &Path) -> Result<Option<Incoming>, TakeoverError> {
     let io_err = |source| TakeoverError::Io {
         path: path.display().to_string(),
         source,
@@ -200,7 +200,7 @@ impl Incoming {
     /// when it is bound to `addr` (this process's `[admin] listen`); one
     /// bound elsewhere is closed. Either way no entry named [`ADMIN`] is
     /// left for the relay's listeners.
-    pub fn take_admin(&mut self, addr: Option<std::net::SocketAddr>) -> Option<OwnedFd> {
+    pub(crate) fn take_admin(&mut self, addr: Option<std::net::SocketAddr>) -> Option<OwnedFd> {
         let mut found = None;
         let mut i = 0;
         while i < self.sockets.len() {
@@ -219,7 +219,7 @@ impl Incoming {
     /// Takes out of the handoff every entry whose key starts with
     /// `prefix` ([`UDP`], [`UDP_FORWARD`]), with the prefix removed from
     /// its key.
-    pub fn take_keyed(&mut self, prefix: &str) -> Vec<Received> {
+    pub(crate) fn take_keyed(&mut self, prefix: &str) -> Vec<Received> {
         let mut taken = Vec::new();
         let mut i = 0;
         while i < self.sockets.len() {
@@ -235,14 +235,17 @@ impl Incoming {
     }
 
     /// Tells the old process that this one accepts now, so it may drain.
-    pub fn ready(mut self) -> io::Result<()> {
+    pub(crate) fn ready(mut self) -> io::Result<()> {
         self.stream.write_all(READY)
     }
 }
 
 /// The old process's side: sends `sockets` (escaped listener name, bind
 /// key, descriptor) over a connection from a new process.
-pub fn send(stream: &UnixStream, sockets: &[(String, String, BorrowedFd<'_>)]) -> io::Result<()> {
+pub(crate) fn send(
+    stream: &UnixStream,
+    sockets: &[(String, String, BorrowedFd<'_>)],
+) -> io::Result<()> {
     if sockets.len() > sockopt::MAX_PASSED_FDS {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -265,7 +268,7 @@ pub fn send(stream: &UnixStream, sockets: &[(String, String, BorrowedFd<'_>)]) -
 
 /// Waits (blocking, bounded by [`READY_TIMEOUT`]) for the new process to
 /// say `ready`. False when it closed or timed out instead.
-pub fn wait_ready(mut stream: UnixStream) -> bool {
+pub(crate) fn wait_ready(mut stream: UnixStream) -> bool {
     if stream.set_read_timeout(Some(READY_TIMEOUT)).is_err() {
         return false;
     }
@@ -275,7 +278,7 @@ pub fn wait_ready(mut stream: UnixStream) -> bool {
 
 /// The old process's listening side: offers this process's sockets at
 /// `path` (owner only: whoever can connect can take the sockets).
-pub fn offer(path: &Path) -> io::Result<tokio::net::UnixListener> {
+pub(crate) fn offer(path: &Path) -> io::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -289,7 +292,7 @@ pub fn offer(path: &Path) -> io::Result<tokio::net::UnixListener> {
 
 /// The next new process to ask for the sockets; pending forever when no
 /// takeover is offered.
-pub async fn next_request(
+pub(crate) async fn next_request(
     offered: Option<&tokio::net::UnixListener>,
 ) -> io::Result<tokio::net::UnixStream> {
     match offered {
@@ -301,7 +304,7 @@ pub async fn next_request(
 /// Sends `sockets` to the new process on `stream`, then waits (on a
 /// blocking thread, bounded by [`READY_TIMEOUT`]) for it to say `ready`
 /// and reports the outcome on `done`. False when nothing was sent.
-pub fn hand_over(
+pub(crate) fn hand_over(
     stream: tokio::net::UnixStream,
     sockets: &[(String, String, BorrowedFd<'_>)],
     done: tokio::sync::mpsc::Sender<bool>,

@@ -93,7 +93,7 @@ pub(crate) struct Pick<'a> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     #[error("none of {attempts} backend address(es) accepted a connection; last: {last}")]
     Failed { attempts: usize, last: io::Error },
     #[error("the backend has no address (never resolved, or the lookup found none)")]

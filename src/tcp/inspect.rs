@@ -63,14 +63,14 @@ pub const READ_CHUNK: usize = 16 * 1024;
 /// Reads that may leave the hello incomplete before the next ones are
 /// paced. A real client's hello takes one to a few segments (a 16 KiB hello
 /// at a 536-byte MSS: 31), so only a trickling client reaches this.
-pub const UNPACED_READS: u32 = 32;
+pub(crate) const UNPACED_READS: u32 = 32;
 
 /// The pause before each read past [`UNPACED_READS`]: whatever the client
 /// sent meanwhile is then taken in one read, so a client cutting its hello
 /// into one-byte records, one per segment, costs at most one read per
 /// pause instead of one per segment (a read and its wake-up cost far more
 /// than the bytes they carry). SO_RCVLOWAT spares the wake-ups too.
-pub const TRICKLE_PAUSE: Duration = Duration::from_millis(2);
+pub(crate) const TRICKLE_PAUSE: Duration = Duration::from_millis(2);
 
 thread_local! {
     /// Per worker thread; borrowed only inside synchronous sections.
@@ -80,14 +80,14 @@ thread_local! {
 /// A complete ClientHello and every byte that came with it.
 #[derive(Debug)]
 pub struct Hello {
-    pub info: ClientHello,
+    pub(crate) info: ClientHello,
     /// All bytes read from the client so far, to be replayed first.
     pub bytes: Vec<u8>,
 }
 
 /// Why no usable ClientHello was read.
 #[derive(Debug, thiserror::Error)]
-pub enum HelloError {
+pub(crate) enum HelloError {
     #[error("closed without sending a byte")]
     Silent,
     #[error("closed before the ClientHello was complete")]
@@ -114,7 +114,7 @@ impl From<HelloError> for CloseReason {
 /// Reads from `client` until a ClientHello is complete or a bound is hit,
 /// starting from bytes an earlier stage already read (the preface sniffer;
 /// empty without one): they are parsed first and kept for the replay.
-pub async fn read_hello(
+pub(crate) async fn read_hello(
     client: &mut TcpStream,
     already: Vec<u8>,
     limit: usize,

@@ -39,7 +39,7 @@ pub enum CidrError {
 
 impl Cidr {
     /// The prefix length (0 matches every address of its family).
-    pub fn prefix(&self) -> u8 {
+    pub(crate) fn prefix(&self) -> u8 {
         self.prefix
     }
 
@@ -59,7 +59,7 @@ impl Cidr {
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it carries.
-pub fn canonical(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -134,14 +134,14 @@ impl CidrSet {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.blocks == 0
     }
 
     /// The distinct blocks, IPv4 first, each family by prefix length then
     /// network (a list given twice is shown once). For showing the set
     /// (`/config`), not for matching.
-    pub fn blocks(&self) -> Vec<Cidr> {
+    pub(crate) fn blocks(&self) -> Vec<Cidr> {
         fn sorted<T: Copy + Ord>(set: &HashSet<T>) -> Vec<T> {
             let mut v: Vec<T> = set.iter().copied().collect();
             v.sort_unstable();

@@ -76,9 +76,9 @@
 use tls_parser::{TlsExtension, parse_tls_extension_unknown};
 
 /// TLS record header: type (1), legacy version (2), length (2).
-pub const RECORD_HEADER_LEN: usize = 5;
+pub(crate) const RECORD_HEADER_LEN: usize = 5;
 /// Largest plaintext record payload a peer may send (RFC 8446 §5.1).
-pub const MAX_RECORD_PAYLOAD: usize = 1 << 14;
+pub(crate) const MAX_RECORD_PAYLOAD: usize = 1 << 14;
 /// Handshake header: type (1), length (3).
 const HANDSHAKE_HEADER_LEN: usize = 4;
 const CONTENT_TYPE_HANDSHAKE: u8 = 22;

@@ -99,7 +99,7 @@ impl<T> SniMatcher<T> {
     }
 
     /// The value stored for exactly this pattern (not a match: a lookup).
-    pub fn get(&self, pattern: &Pattern) -> Option<&T> {
+    pub(crate) fn get(&self, pattern: &Pattern) -> Option<&T> {
         match pattern {
             Pattern::Exact(name) => self.exact.get(name.as_str()),
             Pattern::Below(suffix) => self.below.get(suffix.as_str()),
@@ -108,7 +108,7 @@ impl<T> SniMatcher<T> {
     }
 
     /// The value stored for exactly this pattern, to change it.
-    pub fn get_mut(&mut self, pattern: &Pattern) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, pattern: &Pattern) -> Option<&mut T> {
         match pattern {
             Pattern::Exact(name) => self.exact.get_mut(name.as_str()),
             Pattern::Below(suffix) => self.below.get_mut(suffix.as_str()),
@@ -121,7 +121,7 @@ impl<T> SniMatcher<T> {
         self.exact.len() + self.below.len() + usize::from(self.any.is_some())
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -52,7 +52,7 @@ use crate::wire::sni::Sni;
 /// The v2 signature (12 bytes).
 pub const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 /// The v1 signature, with its separating space.
-pub const V1_SIGNATURE: &[u8; 6] = b"PROXY ";
+pub(crate) const V1_SIGNATURE: &[u8; 6] = b"PROXY ";
 /// Longest v1 header, CRLF included (spec §2.1).
 pub const V1_MAX_BYTES: usize = 107;
 /// Longest v2 header accepted, fixed part included. The spec allows up to
@@ -62,20 +62,20 @@ pub const V2_MAX_BYTES: usize = 4096;
 
 /// TLV types (spec §2.2.1–2.2.7) and our custom hop count.
 pub const TLV_AUTHORITY: u8 = 0x02;
-pub const TLV_CRC32C: u8 = 0x03;
+pub(crate) const TLV_CRC32C: u8 = 0x03;
 pub const TLV_UNIQUE_ID: u8 = 0x05;
 /// The custom type the hop count travels in. §2.2.8 reserves 0xE0–0xEF
 /// "for application-specific data" and says "If you need more values
 /// consider extending the range with a type field in your TLVs": any
 /// product may use 0xE0, so ours is told apart by [`HOPS_MAGIC`].
-pub const TLV_HOPS: u8 = 0xE0;
+pub(crate) const TLV_HOPS: u8 = 0xE0;
 /// The sub-type of a [`TLV_HOPS`] value that makes it our hop count. The
 /// whole value is these 13 ASCII bytes and then one byte, the hops so far
 /// (at least 1): `E0 00 0E "snirelay-hops" NN`. A 0xE0 TLV that does not
 /// start with them is another product's and is ignored.
 pub const HOPS_MAGIC: &[u8; 13] = b"snirelay-hops";
 /// Length of a hop-count value: the magic and one count byte.
-pub const HOPS_VALUE_LEN: usize = HOPS_MAGIC.len() + 1;
+pub(crate) const HOPS_VALUE_LEN: usize = HOPS_MAGIC.len() + 1;
 /// Longest AUTHORITY used: a DNS name is at most 253 bytes (255 on the
 /// wire); anything longer is not a host name.
 pub const MAX_AUTHORITY_BYTES: usize = 255;
@@ -185,7 +185,7 @@ pub enum Impossible {
 /// IPv4-mapped IPv6 forms count as the IPv4 address they carry. The port
 /// matters for the last check only: a client may share the relay's IP
 /// (a relay chain on one host), never its listening socket.
-pub fn check_claim(source: SocketAddr, local: SocketAddr) -> Result<(), Invalid> {
+pub(crate) fn check_claim(source: SocketAddr, local: SocketAddr) -> Result<(), Invalid> {
     let ip = canonical(source.ip());
     let why = if ip.is_unspecified() {
         Impossible::Unspecified
@@ -412,7 +412,7 @@ fn authority(value: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The value of our hop-count TLV: [`HOPS_MAGIC`] then the count, one byte.
-pub fn hops_value(hops: u8) -> [u8; HOPS_VALUE_LEN] {
+pub(crate) fn hops_value(hops: u8) -> [u8; HOPS_VALUE_LEN] {
     let mut value = [0; HOPS_VALUE_LEN];
     value[..HOPS_MAGIC.len()].copy_from_slice(HOPS_MAGIC);
     value[HOPS_MAGIC.len()] = hops;

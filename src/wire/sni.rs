@@ -23,9 +23,9 @@
 use std::fmt;
 
 /// Longest DNS name, in bytes, without the trailing dot (RFC 1035 §2.3.4).
-pub const MAX_NAME_BYTES: usize = 253;
+pub(crate) const MAX_NAME_BYTES: usize = 253;
 /// Longest DNS label, in bytes.
-pub const MAX_LABEL_BYTES: usize = 63;
+pub(crate) const MAX_LABEL_BYTES: usize = 63;
 
 /// Why a server name or pattern is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,13 +65,13 @@ impl Sni {
         normalise_host(text).map(Sni)
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The name as a boxed `str`, without a copy (the normaliser allocates
     /// exactly the name's length).
-    pub fn into_boxed_str(self) -> Box<str> {
+    pub(crate) fn into_boxed_str(self) -> Box<str> {
         self.0.into_boxed_str()
     }
 }

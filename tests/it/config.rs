@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use snirelay::config::Config;
-use snirelay::config::file::FileConfig;
+use snirelay::config::FileConfig;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -368,7 +368,7 @@ impl Checker {
 /// serving task at a reload, so a dead DNS server must not hold it for
 /// glibc's own worst case (30 s); past this the name counts as not
 /// resolving. The lookup runs on a thread of its own, left to finish.
-pub const TRUSTED_NAME_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const TRUSTED_NAME_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A host name in `[listener.proxy_protocol] trusted`, resolved now through
 /// the system resolver (getaddrinfo: /etc/hosts, then DNS), as Gerbil

@@ -34,8 +34,6 @@ use crate::wire::cidr::{Cidr, CidrSet};
 use crate::wire::matcher::SniMatcher;
 use crate::wire::sni::Pattern;
 
-pub use listener::TRUSTED_NAME_TIMEOUT;
-
 /// Collects problems while building the snapshot; each helper returns `None`
 /// (after recording why) when its value is unusable.
 #[derive(Default)]

@@ -16,7 +16,7 @@ use crate::wire::sni::Pattern;
 
 /// `[backend.*] connect_attempts` when unset: every address, but at most
 /// this many (the effective default is min(addresses, 3)).
-pub const DEFAULT_CONNECT_ATTEMPTS_CAP: usize = 3;
+pub(crate) const DEFAULT_CONNECT_ATTEMPTS_CAP: usize = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
@@ -31,14 +31,14 @@ pub struct Backend {
     pub proxy_protocol_crc32c: bool,
     /// Where the addresses come from.
     pub source: AddressSource,
-    pub policy: Policy,
+    pub(crate) policy: Policy,
     /// Addresses tried per connection; `None` means min(addresses, 3),
     /// counted against the address set in force at connect time.
     pub connect_attempts: Option<usize>,
     /// Passive health: consecutive failed connects that mark an address
     /// down (0: never), and for how long.
     pub max_fails: u32,
-    pub fail_backoff: Duration,
+    pub(crate) fail_backoff: Duration,
     /// Active health checks; `None` without `[backend.*.health]`.
     pub health: Option<HealthCheck>,
     /// `policy = "fastest"`: the re-measurement interval (full jitter).
@@ -79,14 +79,14 @@ impl FastestMeasure {
 
 impl Backend {
     /// Attempts for a connection when `n` addresses are known.
-    pub fn attempts(&self, n: usize) -> usize {
+    pub(crate) fn attempts(&self, n: usize) -> usize {
         self.connect_attempts
             .unwrap_or(n.min(DEFAULT_CONNECT_ATTEMPTS_CAP))
             .max(1)
     }
 
     /// The cluster settings of a cluster-resolved backend.
-    pub fn cluster(&self) -> Option<&Cluster> {
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
         match &self.source {
             AddressSource::Cluster(cluster) => Some(cluster),
             _ => None,
@@ -152,7 +152,7 @@ impl HealthKind {
     }
 
     /// The SNI of a TLS check.
-    pub fn sni(&self) -> Option<&str> {
+    pub(crate) fn sni(&self) -> Option<&str> {
         match self {
             HealthKind::Tcp => None,
             HealthKind::Tls { sni } => Some(sni),
@@ -302,7 +302,7 @@ pub struct Member {
 
 impl Member {
     /// An address with weight 1 and no cap of its own (a resolved one).
-    pub fn plain(addr: SocketAddr) -> Member {
+    pub(crate) fn plain(addr: SocketAddr) -> Member {
         Member {
             addr,
             weight: 1,
@@ -353,7 +353,7 @@ policies! {
 /// `[backend.*]` keys that belong to one policy: set with any other policy
 /// (or with a policy name that is not valid) they are a configuration
 /// error, since they would silently do nothing.
-pub const OWN_KEYS: &[OwnKey] = &[
+pub(crate) const OWN_KEYS: &[OwnKey] = &[
     OwnKey {
         key: "fastest_interval",
         policy: Policy::Fastest,
@@ -366,7 +366,7 @@ pub const OWN_KEYS: &[OwnKey] = &[
 
 /// A key only one policy accepts.
 #[derive(Debug, Clone, Copy)]
-pub struct OwnKey {
+pub(crate) struct OwnKey {
     /// Its name in a `[backend.*]` table.
     pub key: &'static str,
     pub policy: Policy,
@@ -378,7 +378,7 @@ impl Policy {
     /// and every relay of a fleet makes the same choice. (A cluster's
     /// `node_choice = "gerbil_fnv"` ranks another node's addresses instead,
     /// see `super::node_choice`.)
-    pub const CLUSTER: Policy = Policy::SourceHash;
+    pub(crate) const CLUSTER: Policy = Policy::SourceHash;
 
     /// The policy named `name`; the error names every policy.
     pub fn parse(name: &str) -> Result<Policy, String> {
@@ -398,7 +398,7 @@ impl Policy {
     /// The keys a `[backend.*]` table sets (`is_set`, by key name) that
     /// `policy` does not accept (`None`: the policy named was not valid, so
     /// no policy's own key applies), each with the reason.
-    pub fn misplaced_keys(
+    pub(crate) fn misplaced_keys(
         policy: Option<Policy>,
         is_set: impl Fn(&str) -> bool,
     ) -> impl Iterator<Item = (&'static str, String)> {
