@@ -86,6 +86,9 @@ pub struct ProxyProtocolSection {
     pub trusted: Vec<String>,
     pub mode: Option<String>,
     pub max_hops: Option<i64>,
+    // PROXY v2 TLVs.
+    /// TLV types copied from a peer's header to a v2 backend's.
+    pub pass_through_tlvs: Option<Vec<i64>>,
 }
 
 /// `[listener.limits]`; an unset limit takes its default (see
@@ -149,6 +152,9 @@ pub struct BackendSection {
     pub connect_timeout: Option<String>,
     pub proxy_protocol: Option<String>,
     pub proxy_protocol_crc32c: Option<bool>,
+    // PROXY v2 TLVs.
+    /// TLVs the v2 header adds: `{ type, value | text | bytes }` each.
+    pub proxy_protocol_tlvs: Option<Vec<ProxyTlvEntry>>,
     pub policy: Option<String>,
     pub connect_attempts: Option<i64>,
     /// Passive health: consecutive failed connects that mark an address down.
@@ -232,6 +238,19 @@ pub struct AddressTable {
     pub address: String,
     pub weight: Option<i64>,
     pub max_connections: Option<i64>,
+}
+
+/// One entry of `proxy_protocol_tlvs`: a type, and one of `value` (a
+/// source the connection supplies), `text` or `bytes` (hex). The checker
+/// reports which of the three is missing or doubled.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyTlvEntry {
+    #[serde(rename = "type")]
+    pub kind: i64,
+    pub value: Option<String>,
+    pub text: Option<String>,
+    pub bytes: Option<String>,
 }
 
 /// `[backend.NAME.health]`.

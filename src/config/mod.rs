@@ -41,7 +41,8 @@ pub mod settings;
 pub use settings::{
     AddressSource, Backend, Cluster, ClusterLookup, ClusterProtocol, DEFAULT_CONNECT_ATTEMPTS_CAP,
     DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, Keepalive, Limits, LookupHeader,
-    LookupTls, Member, Mode, NodeChoice, Outbound, Policy, Rate, Timeouts, TrustedName,
+    LookupTls, Member, Mode, NodeChoice, Outbound, Policy, ProxyTlv, Rate, Timeouts, TlvSource,
+    TlvValue, TrustedName,
 };
 
 use std::collections::BTreeMap;
@@ -224,6 +225,8 @@ const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
 const WEIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=256;
 /// `max_connections` of an address and `max_connections_per_address`.
 const ADDRESS_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+/// A PROXY v2 TLV type is one byte.
+const TLV_TYPE_RANGE: std::ops::RangeInclusive<i64> = 0..=255;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
