@@ -475,7 +475,7 @@ mod tests {
             let mut got = tlvs_of(&bytes);
             if crc {
                 assert_eq!(got.pop().map(|t| t.0), Some(TLV_CRC32C));
-                assert_eq!(parsed(&bytes).checksummed, true);
+                assert!(parsed(&bytes).checksummed);
             }
             assert_eq!(got, want);
             // No ALPN offered, no SNI: those two are left out.
