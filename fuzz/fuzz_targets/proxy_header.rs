@@ -3,12 +3,16 @@
 //! no input may panic, and the verdicts must agree with each other, with
 //! the stream they came from, and with the rules of `proxy::wire` (LOCAL
 //! reads nothing, an AUTHORITY kept is a normalised host name of at most
-//! 255 bytes, a hop count is at least 1).
+//! 255 bytes, a hop count is at least 1); and the pass-through of a valid
+//! header's TLVs (`wire::proxy_tlv::passed_tlvs`), which keeps every type
+//! asked for within its bound and never our hop count.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use snirelay::wire::proxy::{Announced, MAX_AUTHORITY_BYTES, Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, ProxyVersion, check_claim, parse, sniff};
+use snirelay::wire::proxy::{HOPS_MAGIC, TLV_HOPS};
+use snirelay::wire::proxy_tlv::{MAX_PASSED_TLV_BYTES, TlvTypes, passed_tlvs};
 use snirelay::wire::sni::Sni;
 
 fuzz_target!(|data: &[u8]| {
@@ -42,6 +46,17 @@ fuzz_target!(|data: &[u8]| {
                 assert!(authority.len() <= MAX_AUTHORITY_BYTES);
                 let sni = Sni::parse(authority).expect("a kept AUTHORITY is a host name");
                 assert_eq!(sni.as_str().as_bytes(), &authority[..], "kept normalised");
+            }
+            let every_type: TlvTypes = (0..=u8::MAX).collect();
+            let passed = passed_tlvs(data, h, &every_type);
+            let mut bytes = 0;
+            for (kind, value) in passed.tlvs.iter() {
+                assert!(!(kind == TLV_HOPS && value.starts_with(HOPS_MAGIC)));
+                bytes += 3 + value.len();
+            }
+            assert!(bytes <= MAX_PASSED_TLV_BYTES);
+            if h.addresses == Announced::Local {
+                assert!(passed.tlvs.is_empty());
             }
             // The header alone parses the same; bytes after it change nothing.
             assert_eq!(parse(&data[..h.len]), verdict);

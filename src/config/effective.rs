@@ -53,6 +53,9 @@ use super::{
 };
 use super::{HealthKind, Member};
 use super::{Inbound, Keepalive, Limits, Mode, Outbound, Rate};
+// PROXY v2 TLVs.
+use super::file::ProxyTlvEntry;
+use super::{ProxyTlv, TlvValue};
 
 impl Config {
     /// This configuration as the file model, every key set to its value in
@@ -236,6 +239,7 @@ fn proxy_protocol_section(inbound: &Inbound) -> ProxyProtocolSection {
         trusted_names,
         mode,
         max_hops,
+        pass_through_tlvs,
     } = inbound;
     ProxyProtocolSection {
         // Names as configured (they are resolved again at every load).
@@ -252,7 +256,25 @@ fn proxy_protocol_section(inbound: &Inbound) -> ProxyProtocolSection {
             .to_owned(),
         ),
         max_hops: count(*max_hops),
+        pass_through_tlvs: Some(pass_through_tlvs.iter().map(i64::from).collect()),
     }
+}
+
+fn tlv_entry(tlv: &ProxyTlv) -> ProxyTlvEntry {
+    let mut entry = ProxyTlvEntry {
+        kind: i64::from(tlv.kind),
+        value: None,
+        text: None,
+        bytes: None,
+    };
+    match &tlv.value {
+        TlvValue::From(source) => entry.value = Some(source.as_str().to_owned()),
+        TlvValue::Text(text) => entry.text = Some(text.clone()),
+        TlvValue::Bytes(bytes) => {
+            entry.bytes = Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        }
+    }
+    entry
 }
 
 fn limits_section(limits: &Limits) -> LimitsSection {
@@ -333,6 +355,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         connect_timeout,
         proxy_protocol,
         proxy_protocol_crc32c,
+        proxy_protocol_tlvs,
         source,
         policy,
         connect_attempts,
@@ -357,6 +380,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
             .to_owned(),
         ),
         proxy_protocol_crc32c: Some(*proxy_protocol_crc32c),
+        proxy_protocol_tlvs: Some(proxy_protocol_tlvs.iter().map(tlv_entry).collect()),
         policy: Some(policy.as_str().to_owned()),
         // None: min(addresses, 3), counted when connecting.
         connect_attempts: connect_attempts.and_then(count),

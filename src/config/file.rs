@@ -83,9 +83,12 @@ pub struct ListenerSection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProxyProtocolSection {
-    pub(crate) trusted: Vec<String>,
-    pub(crate) mode: Option<String>,
-    pub(crate) max_hops: Option<i64>,
+    pub trusted: Vec<String>,
+    pub mode: Option<String>,
+    pub max_hops: Option<i64>,
+    // PROXY v2 TLVs.
+    /// TLV types copied from a peer's header to a v2 backend's.
+    pub pass_through_tlvs: Option<Vec<i64>>,
 }
 
 /// `[listener.limits]`; an unset limit takes its default (see
@@ -147,10 +150,13 @@ pub struct BackendSection {
     /// Each entry is `"IP:port"` or `{ address, weight, max_connections }`.
     pub addresses: Option<Vec<AddressEntry>>,
     pub connect_timeout: Option<String>,
-    pub(crate) proxy_protocol: Option<String>,
-    pub(crate) proxy_protocol_crc32c: Option<bool>,
-    pub(crate) policy: Option<String>,
-    pub(crate) connect_attempts: Option<i64>,
+    pub proxy_protocol: Option<String>,
+    pub proxy_protocol_crc32c: Option<bool>,
+    // PROXY v2 TLVs.
+    /// TLVs the v2 header adds: `{ type, value | text | bytes }` each.
+    pub proxy_protocol_tlvs: Option<Vec<ProxyTlvEntry>>,
+    pub policy: Option<String>,
+    pub connect_attempts: Option<i64>,
     /// Passive health: consecutive failed connects that mark an address down.
     pub max_fails: Option<i64>,
     /// Passive health: how long such an address stays down.
@@ -223,6 +229,19 @@ pub struct AddressTable {
     pub(crate) address: String,
     pub weight: Option<i64>,
     pub max_connections: Option<i64>,
+}
+
+/// One entry of `proxy_protocol_tlvs`: a type, and one of `value` (a
+/// source the connection supplies), `text` or `bytes` (hex). The checker
+/// reports which of the three is missing or doubled.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyTlvEntry {
+    #[serde(rename = "type")]
+    pub kind: i64,
+    pub value: Option<String>,
+    pub text: Option<String>,
+    pub bytes: Option<String>,
 }
 
 /// `[backend.NAME.health]`.

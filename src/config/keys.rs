@@ -27,7 +27,7 @@ use super::{
     ADDRESS_CONNECTIONS_RANGE, BACKLOG_RANGE, CONNECT_ATTEMPTS_RANGE, KEEPALIVE_COUNT_RANGE,
     KEEPALIVE_SECS_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE, MAX_FAILS_RANGE,
     MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE,
-    RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, WEIGHT_RANGE,
+    RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
 };
 
 /// One key of the file.
@@ -334,6 +334,9 @@ pub static KEYS: &[Key] = &[
     key("listener.proxy_protocol.max_hops", Kind::Integer, Value("3"),
         "Relay-to-relay hops a connection may have crossed before it is refused (`hop_limit`).")
         .range(MAX_HOPS_RANGE).unit("hops").tcp(),
+    key("listener.proxy_protocol.pass_through_tlvs", Kind::Integers, Value("[]"),
+        "TLV types copied from a peer's header into the header a v2 backend receives (0x01, 0x20, 0x30, 0xE0-0xF7).")
+        .range(TLV_TYPE_RANGE).tcp(),
     key("listener.limits", Kind::Table, KeyDefault::Table,
         "Admission per source, decided before a byte is read."),
     key("listener.limits.connections_per_source", Kind::CountOrOff, Value("256"),
@@ -454,6 +457,17 @@ pub static KEYS: &[Key] = &[
         "The PROXY header sent before the hello (a `[cluster]` backend: its `hop_proxy_protocol`)."),
     key("backend.*.proxy_protocol_crc32c", Kind::Bool, Value("false"),
         "Add a CRC32C checksum TLV to v2 headers."),
+    key("backend.*.proxy_protocol_tlvs", Kind::Tables, Unset("only the relay's own TLVs"),
+        "TLVs the v2 header adds, each `{ type, value }`, `{ type, text }` or `{ type, bytes }`."),
+    key("backend.*.proxy_protocol_tlvs.type", Kind::Integer, Required("required"),
+        "The TLV type: 0x01 (with `value = \"alpn\"`), a custom 0xE1-0xEF or an experimental 0xF0-0xF7.")
+        .range(TLV_TYPE_RANGE),
+    key("backend.*.proxy_protocol_tlvs.value", Kind::Choice(&["alpn", "sni"]), Required("one of `value`, `text` and `bytes`"),
+        "Learnt from the connection: the client's first offered ALPN protocol, or the SNI; left out when it has none."),
+    key("backend.*.proxy_protocol_tlvs.text", Kind::String, Required("one of `value`, `text` and `bytes`"),
+        "A fixed value, as UTF-8."),
+    key("backend.*.proxy_protocol_tlvs.bytes", Kind::String, Required("one of `value`, `text` and `bytes`"),
+        "A fixed value, in hex (`\"0a1b\"`)."),
     key("backend.*.tcp_keepalive", Kind::Keepalive, Value("{ idle = \"1m\", interval = \"10s\", count = 6 }"),
         "TCP keepalive on backend sockets, as the listener's."),
     key("backend.*.tcp_keepalive.idle", Kind::Duration, Value("\"1m\""),

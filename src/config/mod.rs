@@ -41,7 +41,7 @@ pub(crate) mod settings;
 pub use file::FileConfig;
 pub(crate) use settings::{
     AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, LookupHeader,
-    LookupTls, NodeChoice, Timeouts, TrustedName,
+    LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
 };
 pub use settings::{
     Backend, Cluster, ClusterLookup, ClusterProtocol, Keepalive, Limits, Member, Mode, Outbound,
@@ -226,6 +226,8 @@ const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
 const WEIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=256;
 /// `max_connections` of an address and `max_connections_per_address`.
 const ADDRESS_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+/// A PROXY v2 TLV type is one byte.
+const TLV_TYPE_RANGE: std::ops::RangeInclusive<i64> = 0..=255;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]

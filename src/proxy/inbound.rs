@@ -16,6 +16,11 @@
 //!   starts with 0x16) means "no header" and the connection goes on as is,
 //!   so a fleet can migrate without a flag day.
 //!
+//! TLVs of the types the listener's `pass_through_tlvs` lists are copied
+//! from a valid v2 PROXY header into [`Preface::passed_tlvs`] (bounded; our
+//! hop count never among them: see `wire::proxy_tlv`), for the outbound
+//! header.
+//!
 //! Every byte read past the header is kept in [`Preface::buffered`] and
 //! handed to `inspect`, which starts from it: sniffing never loses or
 //! re-reads a byte.
@@ -56,6 +61,7 @@ use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::close_reason::CloseReason;
 use crate::wire::cidr::canonical;
 use crate::wire::proxy::{Announced, Header, Invalid, Parse, Sniff, check_claim, parse, sniff};
+use crate::wire::proxy_tlv::{PassedTlvs, passed_tlvs};
 
 /// Bytes asked for per read while sniffing or reading a header.
 pub(crate) const PREFACE_READ_CHUNK: usize = 4096;
@@ -107,6 +113,9 @@ pub struct Preface {
     pub header: Option<Header>,
     /// Bytes read past the header: the start of the ClientHello.
     pub buffered: Vec<u8>,
+    /// The header's TLVs of the types `pass_through_tlvs` lists, for the
+    /// outbound header.
+    pub passed_tlvs: PassedTlvs,
 }
 
 /// Why the preface closed the connection.
@@ -178,6 +187,7 @@ pub(crate) async fn read(
                         sender: Sender::Direct(peer),
                         header: None,
                         buffered,
+                        passed_tlvs: PassedTlvs::NONE,
                     });
                 }
                 Sniff::Signature(_) => return Err(PrefaceError::Untrusted),
@@ -197,6 +207,7 @@ pub(crate) async fn read(
                     sender: Sender::TrustedPeer(peer),
                     header: None,
                     buffered,
+                    passed_tlvs: PassedTlvs::NONE,
                 });
             }
             Parse::Invalid(invalid) => return Err(PrefaceError::Invalid(invalid)),
@@ -222,11 +233,20 @@ pub(crate) async fn read(
             claimed: sender.claimed(),
         });
     }
+    let passed = passed_tlvs(&buffered, &header, &config.pass_through_tlvs);
+    if passed.dropped > 0 {
+        tracing::debug!(
+            client.peer = %peer.0,
+            dropped = passed.dropped,
+            "PROXY TLVs past the pass-through bound were not passed on"
+        );
+    }
     buffered.drain(..header.len);
     Ok(Preface {
         sender,
         header: Some(header),
         buffered,
+        passed_tlvs: passed.tlvs,
     })
 }
 

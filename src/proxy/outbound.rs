@@ -18,13 +18,24 @@
 //!   (incremented), as [`TLV_HOPS`] with the [`proxy::HOPS_MAGIC`]
 //!   sub-type (the one wire format, defined in `wire`). No SSL TLV: the
 //!   relay negotiated no TLS.
+//! - Then the backend's `proxy_protocol_tlvs`, in the order configured
+//!   ([`AddedTlvs::configured`]): a value learnt from the connection (the
+//!   client's first offered ALPN, the SNI; left out when the connection
+//!   has none, or when it is longer than its source's bound), fixed text or
+//!   fixed bytes; then the TLVs the listener's `pass_through_tlvs` copied
+//!   from the inbound header ([`AddedTlvs::passed`]), except those of a
+//!   type the backend's list sends: the relay's own value wins over a
+//!   peer's claim, whether or not it has one for this connection. CRC32C,
+//!   when on, is last and covers them all.
 //! - v1 carries addresses only (`PROXY TCP4|TCP6 …\r\n`).
 //! - [`local_header`] encodes the LOCAL command (v1: `PROXY UNKNOWN`) for
 //!   anything the relay sends on its own behalf, such as health checks.
 //!
 //! Encoding is the `ppp` crate's; the CRC32C (the `crc32c` crate) is filled
 //! in here. Not here: reading headers (see `inbound`, over `wire`'s parser). Cost: one header of
-//! well under 512 bytes per connection, copied once with the hello.
+//! well under 512 bytes per connection, copied once with the hello; with
+//! added and passed TLVs, at most `wire::proxy_tlv`'s bounds more (the
+//! whole header stays within the 4,096 bytes a receiving snirelay takes).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -32,9 +43,68 @@ use ppp::v2;
 
 use crate::wire::cidr::canonical;
 use crate::wire::proxy::{self, Announced, TLV_AUTHORITY, TLV_CRC32C, TLV_HOPS, TLV_UNIQUE_ID};
+use crate::wire::proxy_tlv::PassedTlvs;
 
 /// A backend's `proxy_protocol` setting: plain settings.
 pub use crate::config::settings::Outbound;
+/// A backend's `proxy_protocol_tlvs` entries: plain settings.
+pub use crate::config::settings::{ProxyTlv, TlvSource, TlvValue};
+
+/// The TLVs a v2 header carries beyond the relay's own.
+#[derive(Debug, Clone, Copy)]
+pub struct AddedTlvs<'a> {
+    /// The backend's `proxy_protocol_tlvs`.
+    pub configured: &'a [ProxyTlv],
+    /// What the connection says, for the configured values learnt from it.
+    pub learnt: Learnt<'a>,
+    /// TLVs the listener's `pass_through_tlvs` copied from the inbound
+    /// header.
+    pub passed: &'a PassedTlvs,
+}
+
+impl AddedTlvs<'_> {
+    /// Nothing beyond the relay's own TLVs.
+    pub const NONE: AddedTlvs<'static> = AddedTlvs {
+        configured: &[],
+        learnt: Learnt {
+            sni: None,
+            alpn: None,
+        },
+        passed: &PassedTlvs::NONE,
+    };
+}
+
+/// What one connection tells the [`TlvSource`]s, borrowed from its hello.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Learnt<'a> {
+    /// The SNI, normalised.
+    pub sni: Option<&'a str>,
+    /// The first ALPN protocol the client offered.
+    pub alpn: Option<&'a [u8]>,
+}
+
+impl TlvSource {
+    /// This source's value for a connection: `None` when it has none, or
+    /// one longer than [`TlvSource::max_len`] (the bound the configuration
+    /// was checked against; a value is left out, never cut).
+    pub fn value<'a>(self, learnt: &Learnt<'a>) -> Option<&'a [u8]> {
+        let value = match self {
+            TlvSource::Alpn => learnt.alpn,
+            TlvSource::Sni => learnt.sni.map(str::as_bytes),
+        }?;
+        (value.len() <= self.max_len()).then_some(value)
+    }
+}
+
+impl TlvValue {
+    fn bytes<'a>(&'a self, learnt: &Learnt<'a>) -> Option<&'a [u8]> {
+        match self {
+            TlvValue::From(source) => source.value(learnt),
+            TlvValue::Text(text) => Some(text.as_bytes()),
+            TlvValue::Bytes(bytes) => Some(bytes),
+        }
+    }
+}
 
 /// What the header for one client connection says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +170,16 @@ fn v6(ip: IpAddr) -> IpAddr {
 
 /// The header for `announcement`, or nothing when the backend takes none.
 pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> Option<Vec<u8>> {
+    header_with(version, crc32c, announcement, &AddedTlvs::NONE)
+}
+
+/// [`header`], with `added` after the relay's own TLVs in a v2 header.
+pub fn header_with(
+    version: Outbound,
+    crc32c: bool,
+    announcement: &Announcement,
+    added: &AddedTlvs<'_>,
+) -> Option<Vec<u8>> {
     let (source, destination) = same_family(announcement.source, announcement.destination);
     match version {
         Outbound::None => None,
@@ -110,7 +190,7 @@ pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> O
         ),
         Outbound::V2 => {
             let unique_id = announcement.unique_id.to_string();
-            let mut tlvs: Vec<(u8, &[u8])> = Vec::with_capacity(4);
+            let mut tlvs: Vec<(u8, &[u8])> = Vec::with_capacity(3 + added.configured.len());
             if let Some(authority) = &announcement.authority {
                 tlvs.push((TLV_AUTHORITY, authority));
             }
@@ -119,6 +199,13 @@ pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> O
             if let Some(hops) = &hops {
                 tlvs.push((TLV_HOPS, hops));
             }
+            for tlv in added.configured {
+                if let Some(value) = tlv.value.bytes(&added.learnt) {
+                    tlvs.push((tlv.kind, value));
+                }
+            }
+            let configured = |kind| added.configured.iter().any(|t| t.kind == kind);
+            tlvs.extend(added.passed.iter().filter(|&(kind, _)| !configured(kind)));
             let builder = v2::Builder::with_addresses(
                 v2::Version::Two | v2::Command::Proxy,
                 v2::Protocol::Stream,
@@ -178,7 +265,9 @@ fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -> Vec<u8> {
 
 /// ppp's writer fails only past 65,535 payload bytes; ours holds two
 /// addresses, an AUTHORITY of at most `proxy::V2_MAX_BYTES`, a u64 in
-/// decimal, a 14-byte hop value and a checksum.
+/// decimal, a 14-byte hop value, the added TLVs within
+/// `proxy_tlv::MAX_ADDED_TLV_BYTES` and `MAX_PASSED_TLV_BYTES`, and a
+/// checksum.
 const BOUNDED: &str = "a PROXY v2 header of bounded size always encodes";
 
 #[cfg(test)]
@@ -313,6 +402,109 @@ mod tests {
             .map(|t| t.value.to_vec())
             .collect();
         assert_eq!(hops, vec![b"snirelay-hops\x03".to_vec()]);
+    }
+
+    fn tlvs_of(bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+        v2::Header::try_from(bytes)
+            .unwrap()
+            .tlvs()
+            .map(|t| t.unwrap())
+            .map(|t| (t.kind, t.value.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn added_tlvs_follow_the_relays_own_in_order_and_configured_types_win() {
+        let a = Announcement::new(
+            addr("198.51.100.7:50000"),
+            addr("192.0.2.1:443"),
+            None,
+            Some("app.example.com"),
+            9,
+        );
+        let configured = [
+            ProxyTlv {
+                kind: 0x01,
+                value: TlvValue::From(TlvSource::Alpn),
+            },
+            ProxyTlv {
+                kind: 0xE2,
+                value: TlvValue::From(TlvSource::Sni),
+            },
+            ProxyTlv {
+                kind: 0xE3,
+                value: TlvValue::Text("edge-7".into()),
+            },
+            ProxyTlv {
+                kind: 0xE4,
+                value: TlvValue::Bytes(vec![0, 0xFF]),
+            },
+        ];
+        // A peer's 0xE3 loses to the configured one; its 0xEA passes.
+        let inbound = {
+            let mut h = proxy::V2_SIGNATURE.to_vec();
+            let tlvs = [&[0xE3, 0, 4][..], b"peer", &[0xEA, 0, 3], b"vpc"].concat();
+            h.extend([0x21, 0x11]);
+            h.extend(((12 + tlvs.len()) as u16).to_be_bytes());
+            h.extend([203, 0, 113, 9, 192, 0, 2, 80, 0x0F, 0xA0, 0x01, 0xBB]);
+            h.extend(tlvs);
+            h
+        };
+        let header_in = parsed(&inbound);
+        let keep = [0xE3, 0xEA].into_iter().collect();
+        let passed = crate::wire::proxy_tlv::passed_tlvs(&inbound, &header_in, &keep).tlvs;
+        for crc in [false, true] {
+            let added = AddedTlvs {
+                configured: &configured,
+                learnt: Learnt {
+                    sni: Some("app.example.com"),
+                    alpn: Some(b"h2"),
+                },
+                passed: &passed,
+            };
+            let bytes = header_with(Outbound::V2, crc, &a, &added).unwrap();
+            let mut want = vec![
+                (TLV_AUTHORITY, b"app.example.com".to_vec()),
+                (TLV_UNIQUE_ID, b"9".to_vec()),
+                (0x01, b"h2".to_vec()),
+                (0xE2, b"app.example.com".to_vec()),
+                (0xE3, b"edge-7".to_vec()),
+                (0xE4, vec![0, 0xFF]),
+                (0xEA, b"vpc".to_vec()),
+            ];
+            let mut got = tlvs_of(&bytes);
+            if crc {
+                assert_eq!(got.pop().map(|t| t.0), Some(TLV_CRC32C));
+                assert!(parsed(&bytes).checksummed);
+            }
+            assert_eq!(got, want);
+            // No ALPN offered, no SNI: those two are left out.
+            let bare = AddedTlvs {
+                learnt: Learnt::default(),
+                ..added
+            };
+            want.retain(|t| t.0 != 0x01 && t.0 != 0xE2);
+            let mut got = tlvs_of(&header_with(Outbound::V2, crc, &a, &bare).unwrap());
+            if crc {
+                got.pop();
+            }
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn a_learnt_value_past_its_bound_is_left_out_not_cut() {
+        let long = vec![b'a'; 256];
+        let learnt = Learnt {
+            sni: None,
+            alpn: Some(&long),
+        };
+        assert_eq!(TlvSource::Alpn.value(&learnt), None);
+        let ok = Learnt {
+            alpn: Some(&long[..255]),
+            ..learnt
+        };
+        assert_eq!(TlvSource::Alpn.value(&ok), Some(&long[..255]));
     }
 
     #[test]

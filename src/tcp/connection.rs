@@ -43,6 +43,7 @@ use crate::flow::close::{self, Accepted, CloseReason, ConnRecord};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
+use crate::wire::proxy_tlv::PassedTlvs;
 use crate::{
     flow::{registry, route},
     sockopt,
@@ -180,8 +181,8 @@ async fn setup<'g>(
 
     // preface (only on listeners with [listener.proxy_protocol])
     let deadline = accepted.at + listener.client_hello_timeout;
-    let (inbound, buffered) = match &listener.proxy_protocol {
-        None => (None, Vec::new()),
+    let (inbound, buffered, passed) = match &listener.proxy_protocol {
+        None => (None, Vec::new(), PassedTlvs::NONE),
         Some(config) => {
             let preface = tokio::select! {
                 biased;
@@ -199,7 +200,7 @@ async fn setup<'g>(
                 // Held for the connection's life, like a direct client's.
                 *per_source = Some(admitted);
             }
-            (preface.header, preface.buffered)
+            (preface.header, preface.buffered, preface.passed_tlvs)
         }
     };
 
@@ -299,7 +300,20 @@ async fn setup<'g>(
                 record.sni.as_deref(),
                 record.id,
             );
-            outbound::header(version, backend.proxy_protocol_crc32c, &announcement)
+            let added = outbound::AddedTlvs {
+                configured: backend.proxy_protocol_tlvs.as_deref().unwrap_or_default(),
+                learnt: outbound::Learnt {
+                    sni: record.sni.as_deref(),
+                    alpn: hello.info.alpn.first().map(Vec::as_slice),
+                },
+                passed: &passed,
+            };
+            outbound::header_with(
+                version,
+                backend.proxy_protocol_crc32c,
+                &announcement,
+                &added,
+            )
         }
     };
     let (replay, header_len) = outbound::prepend(header, hello.bytes);

@@ -42,6 +42,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
@@ -51,7 +52,7 @@ use crate::backend::cluster::{Answer, LookupError};
 use crate::backend::node_order::NodeChoice;
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, plan};
 use crate::close_reason::CloseReason;
-use crate::proxy::outbound::Outbound;
+use crate::proxy::outbound::{Outbound, ProxyTlv};
 use crate::sockopt;
 
 /// An open connection to one of a backend's addresses.
@@ -63,6 +64,9 @@ pub(crate) struct Connected {
     /// a CRC32C (a cluster's local backend may differ from the cluster's).
     pub proxy_protocol: Outbound,
     pub proxy_protocol_crc32c: bool,
+    /// The TLVs its v2 header adds (`None` when there are none, so the
+    /// common case takes no reference count).
+    pub proxy_protocol_tlvs: Option<Arc<[ProxyTlv]>>,
     /// Counts this connection on its address until dropped.
     pub in_flight: InFlight,
     /// The backend's `tcp_keepalive`, not yet set on `stream`: the relay
@@ -294,6 +298,8 @@ async fn try_in_order(
                     addr,
                     proxy_protocol: backend.proxy_protocol,
                     proxy_protocol_crc32c: backend.proxy_protocol_crc32c,
+                    proxy_protocol_tlvs: (!backend.proxy_protocol_tlvs.is_empty())
+                        .then(|| backend.proxy_protocol_tlvs.clone()),
                     in_flight,
                     // A new socket has keepalive off already: nothing to
                     // undo when the backend has it off.

@@ -11,4 +11,5 @@ pub mod cidr;
 pub mod client_hello;
 pub mod matcher;
 pub mod proxy;
+pub mod proxy_tlv;
 pub mod sni;

@@ -68,7 +68,7 @@ pub const TLV_UNIQUE_ID: u8 = 0x05;
 /// "for application-specific data" and says "If you need more values
 /// consider extending the range with a type field in your TLVs": any
 /// product may use 0xE0, so ours is told apart by [`HOPS_MAGIC`].
-pub(crate) const TLV_HOPS: u8 = 0xE0;
+pub const TLV_HOPS: u8 = 0xE0;
 /// The sub-type of a [`TLV_HOPS`] value that makes it our hop count. The
 /// whole value is these 13 ASCII bytes and then one byte, the hops so far
 /// (at least 1): `E0 00 0E "snirelay-hops" NN`. A 0xE0 TLV that does not
@@ -412,7 +412,7 @@ fn authority(value: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The value of our hop-count TLV: [`HOPS_MAGIC`] then the count, one byte.
-pub(crate) fn hops_value(hops: u8) -> [u8; HOPS_VALUE_LEN] {
+pub fn hops_value(hops: u8) -> [u8; HOPS_VALUE_LEN] {
     let mut value = [0; HOPS_VALUE_LEN];
     value[..HOPS_MAGIC.len()].copy_from_slice(HOPS_MAGIC);
     value[HOPS_MAGIC.len()] = hops;

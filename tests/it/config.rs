@@ -899,6 +899,11 @@ lookup_url = "http://127.0.0.1:9/"
 protocol = "pangolin"
 public_key = "key"
 allowed_targets = ["10.0.0.0/8"]
+
+[backend.h_tlvs]
+addresses = ["127.0.0.1:9"]
+proxy_protocol = "v2"
+proxy_protocol_tlvs = [{ type = 0xE1, value = "sni" }]
 "#;
 
 fn toml_value(text: &str) -> Value {

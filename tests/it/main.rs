@@ -48,6 +48,7 @@ mod proxy_config;
 mod proxy_header;
 mod proxy_interop;
 mod proxy_protocol;
+mod proxy_tlvs;
 mod proxy_trusted_names;
 
 // QUIC.

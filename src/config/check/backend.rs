@@ -95,6 +95,8 @@ impl Checker {
                  leave it unset or set the same version",
             );
         }
+        let proxy_protocol_tlvs =
+            self.proxy_tlvs(&key, section.proxy_protocol_tlvs.as_deref(), proxy_protocol);
         let policy = self.policy(&key, section);
         let connect_attempts = match section.connect_attempts {
             None => Some(None),
@@ -201,6 +203,7 @@ impl Checker {
             connect_timeout: connect_timeout?,
             proxy_protocol: proxy_protocol?,
             proxy_protocol_crc32c,
+            proxy_protocol_tlvs: proxy_protocol_tlvs?,
             source: source?,
             policy,
             connect_attempts: connect_attempts?,

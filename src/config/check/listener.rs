@@ -180,7 +180,8 @@ impl Checker {
     /// (`dns_server`) needs the listener bound to its node's own addresses,
     /// since a flow knows the address it came to only from its socket and
     /// an answer naming this node must be recognised. A cluster backend's
-    /// `hop_proxy_protocol` is not sent over UDP: it is no reason to refuse.
+    /// `hop_proxy_protocol` is not sent over UDP: it is no reason to refuse,
+    /// but `proxy_protocol_tlvs` added to it would be set and never sent.
     pub(super) fn quic_backend(
         &mut self,
         key: &str,
@@ -204,6 +205,17 @@ impl Checker {
         let Some(cluster) = cluster else {
             return;
         };
+        // A flow sends no header over UDP, so these would never be sent.
+        if !backend.proxy_protocol_tlvs.is_empty() {
+            self.problem(
+                key.to_owned(),
+                format!(
+                    "backend {:?} adds proxy_protocol_tlvs to the PROXY headers it sends other \
+                     nodes, which a protocol = \"quic\" listener cannot send over UDP",
+                    backend.name
+                ),
+            );
+        }
         let local = cluster
             .local_backend
             .as_deref()
@@ -351,6 +363,7 @@ impl Checker {
             MAX_HOPS_RANGE,
             i64::from(DEFAULT_MAX_HOPS),
         );
+        let pass_through_tlvs = self.pass_through_tlvs(key, section.pass_through_tlvs.as_deref());
         (trusted.len() + trusted_names.len() == section.trusted.len()
             && !section.trusted.is_empty())
         .then_some(())?;
@@ -359,6 +372,7 @@ impl Checker {
             trusted_names,
             mode: mode?,
             max_hops: max_hops? as u8,
+            pass_through_tlvs: pass_through_tlvs?,
         })
     }
 }

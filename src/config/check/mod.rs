@@ -2,6 +2,7 @@
 //! section and collecting *every* problem, each under its key, so that
 //! `snirelay check` lists them all at once. One file per section:
 //! [`global`], [`listener`] (with its PROXY protocol peers), [`limits`],
+//! [`proxy_tlvs`] (the PROXY v2 TLV keys of backends and listeners),
 //! [`route`], [`backend`], [`cluster`], [`admin`]; [`values`] holds the
 //! checks of values they share. Error messages name the key and the bad
 //! value; tests pin them.
@@ -15,6 +16,7 @@ mod cluster;
 mod global;
 mod limits;
 mod listener;
+mod proxy_tlvs;
 mod route;
 mod values;
 
@@ -25,7 +27,7 @@ use super::file::GlobalSection;
 use super::file::{AddressEntry, AddressTable};
 use super::file::{
     AdminSection, BackendSection, ClusterSection, CountOrOff, DurationOrOff, FileConfig,
-    HealthSection, LimitsSection, ListenerSection, ProxyProtocolSection,
+    HealthSection, LimitsSection, ListenerSection, ProxyProtocolSection, ProxyTlvEntry,
 };
 use super::file::{HeaderFile, HeaderValueSetting};
 use super::file::{KeepaliveSection, KeepaliveSetting};

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Keepalive, Outbound};
+use super::{Keepalive, Outbound, ProxyTlv};
 use crate::wire::cidr::Cidr;
 use crate::wire::sni::Pattern;
 
@@ -29,6 +29,9 @@ pub struct Backend {
     pub proxy_protocol: Outbound,
     /// Whether that (v2) header carries a CRC32C TLV.
     pub proxy_protocol_crc32c: bool,
+    /// `proxy_protocol_tlvs`: the TLVs that (v2) header adds, in order,
+    /// each type once. Shared, so a connection holds it without a copy.
+    pub proxy_protocol_tlvs: Arc<[ProxyTlv]>,
     /// Where the addresses come from.
     pub source: AddressSource,
     pub(crate) policy: Policy,

@@ -13,6 +13,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::wire::cidr::{Cidr, CidrSet};
+use crate::wire::proxy_tlv::TlvTypes;
 
 mod backends;
 pub use backends::*;
@@ -111,6 +112,9 @@ pub struct Inbound {
     pub trusted_names: Vec<TrustedName>,
     pub mode: Mode,
     pub max_hops: u8,
+    /// `pass_through_tlvs`: the types copied from a header into the one a
+    /// v2 backend receives.
+    pub pass_through_tlvs: TlvTypes,
 }
 
 /// A host name in `trusted`, resolved when the configuration was loaded.
@@ -129,6 +133,72 @@ pub enum Outbound {
     None,
     V1,
     V2,
+}
+
+/// One entry of a backend's `proxy_protocol_tlvs`: a TLV its v2 header
+/// carries, of a type the checker allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyTlv {
+    pub kind: u8,
+    pub value: TlvValue,
+}
+
+/// Where a [`ProxyTlv`]'s value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlvValue {
+    /// Learnt from the connection (`value = "…"`).
+    From(TlvSource),
+    /// `text = "…"`: these UTF-8 bytes.
+    Text(String),
+    /// `bytes = "…"` (hex): these bytes.
+    Bytes(Vec<u8>),
+}
+
+impl TlvValue {
+    /// The most bytes the value can take.
+    pub fn max_len(&self) -> usize {
+        match self {
+            TlvValue::From(source) => source.max_len(),
+            TlvValue::Text(text) => text.len(),
+            TlvValue::Bytes(bytes) => bytes.len(),
+        }
+    }
+}
+
+/// A value learnt from the connection, by its name in `value = "…"`.
+/// Each is omitted from a header when the connection has none (no ALPN
+/// offered, no SNI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlvSource {
+    /// The first ALPN protocol the client offered.
+    Alpn,
+    /// The SNI, normalised (lowercase, no trailing dot).
+    Sni,
+}
+
+impl TlvSource {
+    /// Every source, as `value` names it.
+    pub const ALL: &[TlvSource] = &[TlvSource::Alpn, TlvSource::Sni];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlvSource::Alpn => "alpn",
+            TlvSource::Sni => "sni",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<TlvSource> {
+        TlvSource::ALL.iter().copied().find(|s| s.as_str() == name)
+    }
+
+    /// The longest value: an ALPN protocol name is at most 255 bytes (RFC
+    /// 7301), a host name 253.
+    pub fn max_len(self) -> usize {
+        match self {
+            TlvSource::Alpn => 255,
+            TlvSource::Sni => 253,
+        }
+    }
 }
 
 // ------------------------------------------------------------ TCP sockets
