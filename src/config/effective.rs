@@ -53,6 +53,7 @@ use super::{
 };
 use super::{HealthKind, Member};
 use super::{Inbound, Keepalive, Limits, Mode, Outbound, Rate};
+use super::{Log, file::LogSection};
 
 impl Config {
     /// This configuration as the file model, every key set to its value in
@@ -63,6 +64,7 @@ impl Config {
             listeners,
             backends,
             admin,
+            log,
         } = self;
         FileConfig {
             global: global_section(global),
@@ -76,7 +78,25 @@ impl Config {
                 .map(|(name, b)| (name.clone(), backend_section(b)))
                 .collect(),
             admin: admin.as_ref().map(admin_section),
+            log: log_section(log),
         }
+    }
+}
+
+fn log_section(log: &Log) -> LogSection {
+    let Log {
+        target,
+        syslog,
+        facility,
+        syslog_format,
+        queue,
+    } = log;
+    LogSection {
+        target: Some(target.name().to_owned()),
+        syslog: Some(syslog.to_string()),
+        facility: Some(facility.name().to_owned()),
+        syslog_format: Some(syslog_format.name().to_owned()),
+        queue: count(*queue),
     }
 }
 
@@ -552,16 +572,24 @@ pub struct PendingRestart {
 /// The keys read once, at start: what a reload leaves as it was, each with
 /// how to read it from the file model. `admin.listen` also stands for the
 /// `[admin]` section itself (`null` without it): the admin listener is
-/// started, moved or removed only by a restart. (A kept listener socket's
+/// started, moved or removed only by a restart; so is every `[log]` key.
+/// (A kept listener socket's
 /// `backlog` and `reuse_port` are set when it is bound; see the reload
 /// section of docs/operations.md.)
-pub const RESTART_KEYS: [(&str, ReadKey); 4] = [
+pub const RESTART_KEYS: [(&str, ReadKey); 9] = [
     ("global.threads", |f| json(f.global.threads)),
     ("global.pipe_size", |f| json(f.global.pipe_size)),
     ("global.max_pipes", |f| json(f.global.max_pipes)),
     ("admin.listen", |f| {
         json(f.admin.as_ref().and_then(|a| a.listen.as_deref()))
     }),
+    // The log writer (and the subscriber in front of it) is set up once,
+    // before the first line: a changed `[log]` takes a restart.
+    ("log.target", |f| json(&f.log.target)),
+    ("log.syslog", |f| json(&f.log.syslog)),
+    ("log.facility", |f| json(&f.log.facility)),
+    ("log.syslog_format", |f| json(&f.log.syslog_format)),
+    ("log.queue", |f| json(f.log.queue)),
 ];
 
 /// Reads one key's value from the file model, as `/config` shows it.

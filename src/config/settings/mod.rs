@@ -16,6 +16,8 @@ use crate::wire::cidr::{Cidr, CidrSet};
 
 mod backends;
 pub use backends::*;
+mod log;
+pub use log::*;
 
 // ------------------------------------------------------------- the relay
 
