@@ -649,6 +649,24 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_log_section_is_pending_key_by_key() {
+        let running = config("[log]\ntarget = \"syslog\"\n");
+        let file = config("[log]\ntarget = \"syslog\"\nfacility = \"daemon\"\n");
+        assert_eq!(
+            pending_restart(&running, &file),
+            [PendingRestart {
+                key: "log.facility",
+                running: json!("local0"),
+                file: json!("daemon"),
+            }]
+        );
+        // No section is the defaults: nothing pending against a written-out one.
+        let stderr = config("[log]\ntarget = \"stderr\"\nqueue = 4096\n");
+        assert_eq!(pending_restart(&config(""), &stderr), []);
+        assert_eq!(pending_restart(&stderr, &running)[0].key, "log.target");
+    }
+
+    #[test]
     fn an_admin_section_added_or_removed_is_pending_as_admin_listen() {
         let with = config("[global]\nthreads = 2\n[admin]\n");
         let without = config("[global]\nthreads = 2\n");

@@ -1,11 +1,13 @@
 //! `[log] target = "syslog"` against a real syslog daemon: rsyslogd, started
-//! here in a private directory (its own config, a Unix socket of its own
-//! and a TCP port, output to a file), receives the relay's lines; the tests
+//! here in a private directory (its own config, a Unix socket of its own,
+//! a TCP and a UDP port, output to a file), receives the relay's lines
+//! over each of the three transports; the tests
 //! read what rsyslog parsed (facility, severity, app, pid, MSGID) and the
 //! JSON message, and compare its fields with the stderr JSON line. A
 //! receiver that stopped reading, or none at all, must neither block nor
 //! slow relaying: connections still relay at once, the drop counter
-//! rises, and the console gets at most one WARN per interval.
+//! rises, and the console gets at most one WARN per interval. And
+//! `target = "stdout"` moves every line from stderr to stdout.
 //!
 //! With a socket target the console carries only the log writer's own
 //! reports, so these relays get their listening socket the way systemd
@@ -29,23 +31,27 @@ use serde_json::Value;
 
 /// An rsyslogd of the test's own: a Unix datagram socket (`log.sock`), a
 /// TCP input on `tcp_port` (octet counting or LF framing, as rsyslog
-/// detects it), every message written to `out.log` as
-/// `facility severity host app pid msgid msg`.
+/// detects it), a UDP input on `udp_port`, every message written to
+/// `out.log` as `facility severity host app pid msgid msg`.
 struct Rsyslog {
     tool: Tool,
     tcp_port: u16,
+    udp_port: u16,
 }
 
 impl Rsyslog {
     async fn start(tcp_port: Option<u16>) -> Rsyslog {
         let dir = scratch_dir("rsyslog");
         let tcp_port = tcp_port.unwrap_or_else(free_port);
+        let udp_port = free_udp_port();
         let config = format!(
             r#"global(workDirectory="{dir}")
 module(load="imuxsock" SysSock.Use="off")
 module(load="imtcp")
+module(load="imudp")
 input(type="imuxsock" Socket="{dir}/log.sock" UseSpecialParser="off" ParseHostname="on")
 input(type="imtcp" port="{tcp_port}" address="127.0.0.1")
+input(type="imudp" port="{udp_port}" address="127.0.0.1")
 template(name="fields" type="string"
          string="%syslogfacility-text%\t%syslogseverity-text%\t%hostname%\t%app-name%\t%procid%\t%msgid%\t%msg%\n")
 action(type="omfile" file="{dir}/out.log" template="fields")
@@ -60,9 +66,14 @@ action(type="omfile" file="{dir}/out.log" template="fields")
             "rsyslog",
         );
         wait_listening(tcp_port, &mut tool).await;
+        wait_udp_bound(udp_port, &mut tool).await;
         let socket = dir.join("log.sock");
         wait_until("rsyslogd's socket", || socket.exists()).await;
-        Rsyslog { tool, tcp_port }
+        Rsyslog {
+            tool,
+            tcp_port,
+            udp_port,
+        }
     }
 
     fn socket(&self) -> PathBuf {
@@ -138,6 +149,7 @@ struct SyslogRelay {
     dir: PathBuf,
     addr: std::net::SocketAddr,
     console: Arc<Mutex<Vec<Value>>>,
+    stdout: Arc<Mutex<Vec<Value>>>,
     /// Held so the listening socket outlives the relay's start.
     _listener: std::net::TcpListener,
 }
@@ -164,26 +176,34 @@ impl SyslogRelay {
             .args(relay.get_args());
         let mut child = command
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("cannot start snirelay");
         let console = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
-        let book = console.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let value = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "raw": line }));
-                book.lock().unwrap().push(value);
-            }
-        });
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        for (pipe, book) in [
+            (
+                Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>,
+                console.clone(),
+            ),
+            (Box::new(child.stdout.take().unwrap()), stdout.clone()),
+        ] {
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    let value = serde_json::from_str(&line)
+                        .unwrap_or_else(|_| serde_json::json!({ "raw": line }));
+                    book.lock().unwrap().push(value);
+                }
+            });
+        }
         SyslogRelay {
             child,
             dir,
             addr: listener.local_addr().unwrap(),
             console,
+            stdout,
             _listener: listener,
         }
     }
@@ -501,5 +521,64 @@ async fn a_dead_syslog_address_is_reported_and_relaying_goes_on() {
         .await;
     assert!(dropped >= warning["dropped"].as_u64().unwrap(), "{dropped}");
     drop(relay);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// RFC 5424 over UDP: one datagram per line, parsed whole by rsyslog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_lines_reach_rsyslog_over_udp() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    let rsyslog = Rsyslog::start(None).await;
+    let dir = scratch_dir("syslog-udp");
+    let log = format!(
+        "target = \"syslog\"\nsyslog = \"udp://127.0.0.1:{}\"\nfacility = \"local7\"\n",
+        rsyslog.udp_port
+    );
+    let relay = SyslogRelay::start(&config_with_log(backend, &log, &dir));
+    let (peer, _) = one_session(&pki, relay.addr).await;
+    let line = rsyslog.wait_message(|m| m.is_access_line_of(peer)).await;
+    assert_eq!(line.facility, "local7");
+    assert_eq!(line.severity, "info");
+    assert_eq!(line.msgid, "access");
+    assert_eq!(line.pid, relay.pid().to_string());
+    assert_eq!(line.json["sni"], "app.example.com");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `target = "stdout"`: the same lines on stdout, none on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stdout_target_moves_every_line_to_stdout() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    let dir = scratch_dir("log-stdout");
+    let relay = SyslogRelay::start(&config_with_log(backend, "target = \"stdout\"", &dir));
+    let (peer, _) = one_session(&pki, relay.addr).await;
+    let deadline = Instant::now() + WAIT;
+    while !relay
+        .stdout
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l["message"] == "connection closed" && l["client.peer"] == peer.to_string())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no access line on stdout: {:#?}",
+            relay.stdout.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        relay
+            .stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l["message"] == "ready"),
+        "{:#?}",
+        relay.stdout.lock().unwrap()
+    );
+    assert_eq!(relay.console(), Vec::<Value>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
