@@ -46,7 +46,9 @@
 //! the local name set by outcome, with a gauge of the names in force
 //! (`snirelay_local_name_pushes_total`, `snirelay_local_names`), and
 //! requests the admin listener forwarded by outcome
-//! (`snirelay_admin_forwarded_total`).
+//! (`snirelay_admin_forwarded_total`), and log lines written to or dropped
+//! before a syslog or journald target (`snirelay_log_lines_sent_total`,
+//! `snirelay_log_lines_dropped_total`, counters the log writer holds).
 //!
 //! Not here: the HTTP side (see `admin`), though its own connection counts
 //! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).
