@@ -9,8 +9,8 @@
 //! can be filtered on their own (`--log-level info,snirelay::access=off`).
 //!
 //! With a socket target (`journald`, `syslog`) every line is formatted as
-//! that JSON object and handed to [`sink`]'s bounded queue, which a thread
-//! of its own writes out ([`syslog`] frames it); a logging thread never
+//! that JSON object and handed to `sink`'s bounded queue, which a thread
+//! of its own writes out (`syslog` frames it); a logging thread never
 //! waits for the socket. The console then carries only the sink's own
 //! reports (dropped lines, an unreachable target), so they never go back
 //! into a target that fails.
