@@ -283,7 +283,8 @@ fn hostname() -> String {
 
 /// RFC 5424 over the local Unix socket: the access line arrives with its
 /// facility, severity, app, pid and MSGID `access`, and its message holds
-/// the same fields as the stderr JSON line of the same connection.
+/// the same fields as the stderr JSON line of the same connection. A
+/// reload that changes `[log]` is reported there as needing a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_lines_reach_rsyslog_over_a_unix_socket_in_rfc5424() {
     let pki = Pki::new(&["app.example.com"]);
@@ -326,6 +327,22 @@ async fn access_lines_reach_rsyslog_over_a_unix_socket_in_rfc5424() {
             .collect::<std::collections::BTreeSet<_>>()
     };
     assert_eq!(keys(&line.json), keys(&plain_line));
+
+    // A reload that changes [log] is applied otherwise; the target stays
+    // as it started, and says so where it writes.
+    let changed = config_with_log(backend, &log.replace("local3", "local5"), &dir);
+    std::fs::write(relay.dir.join("snirelay.toml"), changed).unwrap();
+    let status = Command::new("kill")
+        .args(["-s", "HUP", &relay.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let pending = rsyslog
+        .wait_message(|m| m.json["message"] == "needs a restart; the running value stays")
+        .await;
+    assert_eq!(pending.json["key"], "log.facility");
+    assert_eq!(pending.facility, "local3");
+    assert_eq!(pending.severity, "warning");
 
     // The console carried none of it: only the log writer's own line.
     let console = relay.console();
