@@ -462,6 +462,44 @@ mod tests {
     }
 
     #[test]
+    fn journald_gets_one_native_datagram_per_line() {
+        let dir = dir("journal");
+        let path = dir.join("socket");
+        let journal = UnixDatagram::bind(&path).unwrap();
+        journal
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let sink = Sink::start(
+            Destination::Journald(path),
+            origin(),
+            16,
+            |_| Counter::default(),
+            Counter::default(),
+        )
+        .unwrap();
+        let mut l = line(0);
+        l.json =
+            br#"{"message":"connection closed","client.peer":"127.0.0.1:5","sni":"a.example"}"#
+                .to_vec();
+        sink.offer(l);
+        let mut buf = [0u8; 4096];
+        let n = journal.recv(&mut buf).unwrap();
+        let text = std::str::from_utf8(&buf[..n]).unwrap();
+        for field in [
+            "PRIORITY=6\n",
+            "SYSLOG_FACILITY=3\n",
+            "SYSLOG_IDENTIFIER=snirelay\n",
+            "SYSLOG_PID=7\n",
+            "CLIENT_PEER=127.0.0.1:5\n",
+            "MESSAGE=connection closed\n",
+            "SNI=a.example\n",
+        ] {
+            assert!(text.contains(field), "{field:?} missing from {text:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn tcp_frames_are_octet_counted() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -212,3 +212,62 @@ pub struct Log {
     /// nothing is allocated for empty slots.
     pub queue: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syslog_addresses_parse_and_print_back() {
+        for (text, want) in [
+            (
+                "unix:/dev/log",
+                SyslogAddress::Unix(PathBuf::from("/dev/log")),
+            ),
+            (
+                "udp://logs.example:5514",
+                SyslogAddress::Udp {
+                    host: "logs.example".into(),
+                    port: 5514,
+                },
+            ),
+            (
+                "tcp://[2001:db8::1]:601",
+                SyslogAddress::Tcp {
+                    host: "2001:db8::1".into(),
+                    port: 601,
+                },
+            ),
+        ] {
+            assert_eq!(SyslogAddress::parse(text), Ok(want.clone()), "{text}");
+            assert_eq!(want.to_string(), text);
+        }
+        // The port defaults to 514 and is then written out.
+        let bare = SyslogAddress::parse("udp://10.0.0.5").unwrap();
+        assert_eq!(bare.to_string(), "udp://10.0.0.5:514");
+        for bad in [
+            "unix:dev/log",
+            "syslog://h:514",
+            "tcp://",
+            "tcp://h:0",
+            "tcp://h:x",
+            "udp://[not-v6]:514",
+            "udp://a b:514",
+            "logs.example:514",
+        ] {
+            assert!(SyslogAddress::parse(bad).is_err(), "{bad} was taken");
+        }
+    }
+
+    #[test]
+    fn facilities_are_the_24_codes_in_order() {
+        assert_eq!(Facility::from_name("kern").map(Facility::code), Some(0));
+        assert_eq!(Facility::from_name("daemon").map(Facility::code), Some(3));
+        assert_eq!(Facility::from_name("local0").map(Facility::code), Some(16));
+        assert_eq!(Facility::from_name("local7").map(Facility::code), Some(23));
+        assert_eq!(Facility::from_name("local8"), None);
+        for name in Facility::NAMES {
+            assert_eq!(Facility::from_name(name).unwrap().name(), name);
+        }
+    }
+}
