@@ -153,15 +153,23 @@ pub fn start_output(log: &Log) -> io::Result<()> {
     )?;
     if SINK.set(sink).is_ok() {
         CONSOLE.store(CONSOLE_REPORTS, Ordering::Relaxed);
-        tracing::info!(
-            target: SINK_TARGET,
-            target_kind = name,
-            syslog = %log.syslog,
-            facility = log.facility.name(),
-            format = log.syslog_format.name(),
-            queue = log.queue,
-            "log lines go to {name} from now on"
-        );
+        match log.target {
+            LogTarget::Syslog => tracing::info!(
+                target: SINK_TARGET,
+                syslog = %log.syslog,
+                facility = log.facility.name(),
+                format = log.syslog_format.name(),
+                queue = log.queue,
+                "log lines go to syslog from now on"
+            ),
+            _ => tracing::info!(
+                target: SINK_TARGET,
+                socket = sink::JOURNAL_SOCKET,
+                facility = log.facility.name(),
+                queue = log.queue,
+                "log lines go to journald from now on"
+            ),
+        }
     }
     Ok(())
 }

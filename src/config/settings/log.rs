@@ -40,11 +40,6 @@ impl LogTarget {
             .find(|(_, t)| *t == self)
             .map_or("", |e| e.0)
     }
-
-    /// A socket target: lines go through the bounded queue.
-    pub fn is_socket(self) -> bool {
-        matches!(self, LogTarget::Journald | LogTarget::Syslog)
-    }
 }
 
 /// Where a syslog server listens (`[log] syslog`).
