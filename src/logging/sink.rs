@@ -500,6 +500,41 @@ mod tests {
     }
 
     #[test]
+    fn a_unix_stream_socket_gets_nul_terminated_messages() {
+        let dir = dir("stream");
+        let path = dir.join("log.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let sink = Sink::start(
+            Destination::Syslog {
+                address: SyslogAddress::Unix(path),
+                format: SyslogFormat::Rfc5424,
+            },
+            origin(),
+            16,
+            |_| Counter::default(),
+            Counter::default(),
+        )
+        .unwrap();
+        sink.offer(line(1));
+        sink.offer(line(2));
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while got.iter().filter(|b| **b == 0).count() < 2 {
+            let n = io::Read::read(&mut stream, &mut buf).unwrap();
+            assert!(n > 0, "closed early: {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let messages: Vec<&[u8]> = got.split(|b| *b == 0).collect();
+        assert!(messages[0].starts_with(b"<30>1 ") && messages[0].ends_with(b"{\"n\":1}"));
+        assert!(messages[1].ends_with(b"{\"n\":2}"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn tcp_frames_are_octet_counted() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
