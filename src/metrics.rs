@@ -46,7 +46,9 @@
 //! the local name set by outcome, with a gauge of the names in force
 //! (`snirelay_local_name_pushes_total`, `snirelay_local_names`), and
 //! requests the admin listener forwarded by outcome
-//! (`snirelay_admin_forwarded_total`).
+//! (`snirelay_admin_forwarded_total`), and log lines written to or dropped
+//! before a syslog or journald target (`snirelay_log_lines_sent_total`,
+//! `snirelay_log_lines_dropped_total`, counters the log writer holds).
 //!
 //! Not here: the HTTP side (see `admin`), though its own connection counts
 //! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).
@@ -128,6 +130,18 @@ struct AddressStateLabels {
     state: &'static str,
 }
 
+/// A socket log target's series (`target` is `syslog` or `journald`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LogTargetLabels {
+    target: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LogDropLabels {
+    target: &'static str,
+    reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
@@ -202,6 +216,9 @@ pub(crate) struct Metrics {
     local_names: Gauge,
     // One base address for a Pangolin node (issue 30).
     admin_forwarded: Family<OutcomeLabels, Counter>,
+    // Log lines sent to and dropped before syslog or journald.
+    log_sent: Family<LogTargetLabels, Counter>,
+    log_dropped: Family<LogDropLabels, Counter>,
 }
 
 /// One backend's connect series (clones share the family's atomics),
@@ -455,6 +472,8 @@ impl Metrics {
             local_name_pushes: Family::default(),
             local_names: Gauge::default(),
             admin_forwarded: Family::default(),
+            log_sent: Family::default(),
+            log_dropped: Family::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -590,6 +609,16 @@ impl Metrics {
             m.admin_forwarded.clone(),
         );
         r.register(
+            "snirelay_log_lines_sent",
+            "Log lines written to the syslog or journald target",
+            m.log_sent.clone(),
+        );
+        r.register(
+            "snirelay_log_lines_dropped",
+            "Log lines dropped before the syslog or journald target: queue_full, send_failed",
+            m.log_dropped.clone(),
+        );
+        r.register(
             "snirelay_local_names",
             "Names pushed as served by this node's local backend, in force now",
             m.local_names.clone(),
@@ -668,6 +697,22 @@ impl Metrics {
         self.admin_forwarded
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+
+    /// The counter of lines written to the socket log `target`
+    /// (`syslog`, `journald`), for the writer thread to hold.
+    pub(crate) fn log_lines_sent(&self, target: &'static str) -> Counter {
+        self.log_sent
+            .get_or_create(&LogTargetLabels { target })
+            .clone()
+    }
+
+    /// The counter of lines dropped before the socket log `target`, for
+    /// `reason` (`queue_full`, `send_failed`).
+    pub(crate) fn log_lines_dropped(&self, target: &'static str, reason: &'static str) -> Counter {
+        self.log_dropped
+            .get_or_create(&LogDropLabels { target, reason })
+            .clone()
     }
 
     pub(crate) fn local_name_push(&self, outcome: &'static str) {

@@ -93,6 +93,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let activated = sockopt::take_activated_fds().context("socket activation")?;
     logging::init(cli.log_format, &cli.log_level)?;
     let config = Config::load(&cli.config)?;
+    // `[log]`: from here on lines may go to journald or syslog.
+    logging::start_output(&config.log).context("cannot start the log target")?;
     match sockopt::raise_nofile_limit() {
         Ok(limit) => tracing::info!(
             soft_before = limit.soft_before,
@@ -129,6 +131,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         server::serve(config, options, intents).await?;
         anyhow::Ok(())
     })?;
+    // The last lines (the stop) to a live socket target; a dead one is
+    // not waited for past this.
+    logging::flush(std::time::Duration::from_secs(2));
     Ok(())
 }
 

@@ -826,7 +826,7 @@ impl Translator {
                     }
                     _ => self.not(l, "not a positive number"),
                 },
-                "log" => self.no_key(l, "snirelay writes its log lines to stderr; under systemd journald keeps them (forward them to syslog from there if needed)"),
+                "log" => self.no_key(l, "snirelay writes its log lines to stderr, which journald keeps under systemd; to send them to syslog as this line does, add [log] target = \"syslog\" with syslog = \"unix:/dev/log\" and its facility"),
                 "user" | "group" | "uid" | "gid" => self.no_key(l, "the packaged systemd unit runs snirelay as its own unprivileged user"),
                 "daemon" | "master-worker" | "pidfile" => self.no_key(l, "snirelay stays in the foreground under systemd (Type=notify)"),
                 "chroot" => self.no_key(l, "the packaged systemd unit sandboxes snirelay instead"),

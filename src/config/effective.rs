@@ -55,6 +55,7 @@ use super::{HealthKind, Member};
 use super::{Inbound, Keepalive, Limits, Mode, Outbound, Rate};
 // PROXY v2 TLVs.
 use super::file::ProxyTlvEntry;
+use super::{Log, file::LogSection};
 use super::{ProxyTlv, TlvValue};
 
 impl Config {
@@ -66,6 +67,7 @@ impl Config {
             listeners,
             backends,
             admin,
+            log,
         } = self;
         FileConfig {
             global: global_section(global),
@@ -79,7 +81,25 @@ impl Config {
                 .map(|(name, b)| (name.clone(), backend_section(b)))
                 .collect(),
             admin: admin.as_ref().map(admin_section),
+            log: log_section(log),
         }
+    }
+}
+
+fn log_section(log: &Log) -> LogSection {
+    let Log {
+        target,
+        syslog,
+        facility,
+        syslog_format,
+        queue,
+    } = log;
+    LogSection {
+        target: Some(target.name().to_owned()),
+        syslog: Some(syslog.to_string()),
+        facility: Some(facility.name().to_owned()),
+        syslog_format: Some(syslog_format.name().to_owned()),
+        queue: count(*queue),
     }
 }
 
@@ -576,16 +596,24 @@ pub(crate) struct PendingRestart {
 /// The keys read once, at start: what a reload leaves as it was, each with
 /// how to read it from the file model. `admin.listen` also stands for the
 /// `[admin]` section itself (`null` without it): the admin listener is
-/// started, moved or removed only by a restart. (A kept listener socket's
+/// started, moved or removed only by a restart; so is every `[log]` key.
+/// (A kept listener socket's
 /// `backlog` and `reuse_port` are set when it is bound; see the reload
 /// section of docs/operations.md.)
-pub(crate) const RESTART_KEYS: [(&str, ReadKey); 4] = [
+pub(crate) const RESTART_KEYS: [(&str, ReadKey); 9] = [
     ("global.threads", |f| json(f.global.threads)),
     ("global.pipe_size", |f| json(f.global.pipe_size)),
     ("global.max_pipes", |f| json(f.global.max_pipes)),
     ("admin.listen", |f| {
         json(f.admin.as_ref().and_then(|a| a.listen.as_deref()))
     }),
+    // The log writer (and the subscriber in front of it) is set up once,
+    // before the first line: a changed `[log]` takes a restart.
+    ("log.target", |f| json(&f.log.target)),
+    ("log.syslog", |f| json(&f.log.syslog)),
+    ("log.facility", |f| json(&f.log.facility)),
+    ("log.syslog_format", |f| json(&f.log.syslog_format)),
+    ("log.queue", |f| json(f.log.queue)),
 ];
 
 /// Reads one key's value from the file model, as `/config` shows it.
@@ -642,6 +670,24 @@ mod tests {
                 file: json!(3),
             }]
         );
+    }
+
+    #[test]
+    fn a_changed_log_section_is_pending_key_by_key() {
+        let running = config("[log]\ntarget = \"syslog\"\n");
+        let file = config("[log]\ntarget = \"syslog\"\nfacility = \"daemon\"\n");
+        assert_eq!(
+            pending_restart(&running, &file),
+            [PendingRestart {
+                key: "log.facility",
+                running: json!("local0"),
+                file: json!("daemon"),
+            }]
+        );
+        // No section is the defaults: nothing pending against a written-out one.
+        let stderr = config("[log]\ntarget = \"stderr\"\nqueue = 4096\n");
+        assert_eq!(pending_restart(&config(""), &stderr), []);
+        assert_eq!(pending_restart(&stderr, &running)[0].key, "log.target");
     }
 
     #[test]

@@ -28,6 +28,25 @@ pub struct FileConfig {
     pub backends: BTreeMap<String, BackendSection>,
     /// `[admin]`: the optional metrics/health listener.
     pub admin: Option<AdminSection>,
+    /// `[log]`: where log lines go.
+    #[serde(default)]
+    pub log: LogSection,
+}
+
+/// `[log]`: where log lines go (stderr when absent).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// `"stderr"`, `"stdout"`, `"journald"` or `"syslog"`.
+    pub target: Option<String>,
+    /// `"unix:/dev/log"`, `"udp://host:514"` or `"tcp://host:514"`.
+    pub syslog: Option<String>,
+    /// An RFC 5424 facility by name (`"local0"`).
+    pub facility: Option<String>,
+    /// `"rfc5424"` or `"rfc3164"`.
+    pub syslog_format: Option<String>,
+    /// Lines held for a socket target.
+    pub queue: Option<i64>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]

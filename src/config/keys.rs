@@ -25,9 +25,9 @@ use std::ops::RangeInclusive;
 
 use super::{
     ADDRESS_CONNECTIONS_RANGE, BACKLOG_RANGE, CONNECT_ATTEMPTS_RANGE, KEEPALIVE_COUNT_RANGE,
-    KEEPALIVE_SECS_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE, MAX_FAILS_RANGE,
-    MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE,
-    RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
+    KEEPALIVE_SECS_RANGE, LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE,
+    MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE,
+    PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
 };
 
 /// One key of the file.
@@ -560,4 +560,22 @@ pub static KEYS: &[Key] = &[
         "Sources whose `POST /update-local-snis` is taken without a token (TCP admin listener only)."),
     key("admin.forward_unmatched_to", Kind::Url, Unset("unknown paths are 404"),
         "`http://host:port`: requests for paths the admin listener does not serve are forwarded there."),
+    // ------------------------------------------------------------------- log
+    key("log", Kind::Table, KeyDefault::Table,
+        "Where log lines go; the whole section is read at start (a change takes a restart)."),
+    key("log.target", Kind::Choice(&["stderr", "stdout", "journald", "syslog"]), Value("\"stderr\""),
+        "`stderr` or `stdout` (text or JSON per `--log-format`), journald's native socket, or the `syslog` server."),
+    key("log.syslog", Kind::String, Value("\"unix:/dev/log\""),
+        "With `target = \"syslog\"`: `unix:/path`, `udp://host:port` or `tcp://host:port` (host names allowed, port 514 by default)."),
+    key("log.facility", Kind::Choice(&[
+        "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron",
+        "authpriv", "ftp", "ntp", "audit", "alert", "clock", "local0", "local1", "local2",
+        "local3", "local4", "local5", "local6", "local7",
+    ]), Value("\"local0\""),
+        "The syslog facility of every line (journald: `SYSLOG_FACILITY`)."),
+    key("log.syslog_format", Kind::Choice(&["rfc5424", "rfc3164"]), Value("\"rfc5424\""),
+        "The syslog header: RFC 5424, or the older BSD format of RFC 3164."),
+    key("log.queue", Kind::Integer, Value("4096"),
+        "Lines held while syslog or journald is slow or down; past it lines are dropped and counted, never waited for.")
+        .range(LOG_QUEUE_RANGE).unit("lines"),
 ];

@@ -47,6 +47,7 @@ pub use settings::{
     Backend, Cluster, ClusterLookup, ClusterProtocol, Keepalive, Limits, Member, Mode, Outbound,
     Policy, Rate,
 };
+pub use settings::{Facility, Log, LogTarget, SyslogAddress, SyslogFormat};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -147,6 +148,20 @@ pub(crate) const DEFAULT_ADMIN_ADDRESS_LABELS: bool = true;
 /// moves does not make all its clients reconnect in the same instant.
 pub(crate) const DEFAULT_MOVED_CLOSE_WINDOW: Duration = Duration::from_secs(5);
 
+/// `[log] target`: standard error, as journald and container runtimes
+/// expect.
+pub const DEFAULT_LOG_TARGET: LogTarget = LogTarget::Stderr;
+/// `[log] syslog`: the local syslog daemon's socket.
+pub const DEFAULT_SYSLOG: &str = "unix:/dev/log";
+/// `[log] facility`: what an HAProxy edge logs to (`log /dev/log local0`).
+pub const DEFAULT_LOG_FACILITY: &str = "local0";
+/// `[log] syslog_format`: RFC 5424 (full timestamp, host, app, pid).
+pub const DEFAULT_SYSLOG_FORMAT: SyslogFormat = SyslogFormat::Rfc5424;
+/// `[log] queue`: lines held while a syslog or journald target is slow
+/// or down (a few hundred bytes each, only while held): about two seconds
+/// of access lines at 2,000 connections a second.
+pub const DEFAULT_LOG_QUEUE: usize = 4096;
+
 /// Whether listening sockets set SO_REUSEPORT. Off: the binary upgrade
 /// hands the listening sockets over (`run --takeover`), which needs no
 /// second bind, and with the option off a second snirelay started by
@@ -224,6 +239,8 @@ const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
 /// An address's `weight`: 0 is refused (remove the address instead), and
 /// 256 is HAProxy's maximum.
 const WEIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=256;
+/// `[log] queue`, in lines.
+const LOG_QUEUE_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 /// `max_connections` of an address and `max_connections_per_address`.
 const ADDRESS_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
 /// A PROXY v2 TLV type is one byte.
@@ -238,6 +255,8 @@ pub struct Config {
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`, and `/config`
     /// with `expose_config`); none without `[admin]`.
     pub admin: Option<Admin>,
+    /// `[log]`: where log lines go; read at start.
+    pub log: Log,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

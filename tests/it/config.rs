@@ -835,6 +835,8 @@ fn values_at(value: &Value, path: &[&str], into: &mut Vec<Value>) {
 const MINIMAL_SECTIONS: &str = r#"
 [global]
 
+[log]
+
 [admin]
 
 [[listener]]

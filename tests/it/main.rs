@@ -84,6 +84,9 @@ mod systemd;
 mod upgrade;
 mod upgrade_load;
 
+// Log output: syslog through a real rsyslogd.
+mod syslog;
+
 // Configuration, import, packaging and the code's own structure.
 mod config;
 mod import_haproxy;

@@ -3,7 +3,7 @@
 //! `snirelay check` lists them all at once. One file per section:
 //! [`global`], [`listener`] (with its PROXY protocol peers), [`limits`],
 //! [`proxy_tlvs`] (the PROXY v2 TLV keys of backends and listeners),
-//! [`route`], [`backend`], [`cluster`], [`admin`]; [`values`] holds the
+//! [`route`], [`backend`], [`cluster`], [`admin`], [`log`]; [`values`] holds the
 //! checks of values they share. Error messages name the key and the bad
 //! value; tests pin them.
 //!
@@ -16,6 +16,7 @@ mod cluster;
 mod global;
 mod limits;
 mod listener;
+mod log;
 mod proxy_tlvs;
 mod route;
 mod values;
@@ -147,11 +148,13 @@ impl Checker {
             None => None,
             Some(section) => Some(self.admin(section)?),
         };
+        let log = self.log(&file.log)?;
         Some(Config {
             global,
             listeners: listeners.into_iter().map(Arc::new).collect(),
             backends,
             admin,
+            log,
         })
     }
 }

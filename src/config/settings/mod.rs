@@ -17,6 +17,8 @@ use crate::wire::proxy_tlv::TlvTypes;
 
 mod backends;
 pub use backends::*;
+mod log;
+pub use log::*;
 
 // ------------------------------------------------------------- the relay
 
