@@ -7,7 +7,9 @@
 //! - `/healthz`: 200 while the process runs its event loop.
 //! - `/readyz`: 200 once the listeners are bound and the configuration is
 //!   loaded, 503 before that and while draining. The flag is a
-//!   [`Readiness`] that the server (or anything else) flips.
+//!   [`Readiness`] that the server (or anything else) flips. With `[admin]
+//!   ready_requires`, also 503 while a listed backend has no usable
+//!   address, with a JSON body naming it (`ready`).
 //! - `/config`: the effective configuration as JSON, in the shape of the
 //!   TOML file with every key filled in ([`Config::to_file`], the one
 //!   source: it cannot leave a key out), plus `pending_restart`: the keys
@@ -97,6 +99,7 @@ use crate::metrics;
 pub(crate) mod auth;
 pub(crate) mod control;
 pub(crate) mod forward;
+pub(crate) mod ready;
 pub(crate) mod status;
 
 use forward::AdminBody;
@@ -215,6 +218,13 @@ impl AdminState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What `/readyz` says now: listening, and `[admin] ready_requires`
+    /// judged against the backends in force (`ready`).
+    pub(crate) fn ready(&self) -> ready::Verdict {
+        let (config, _) = self.config();
+        ready::judge(self.readiness.is_ready(), &config, &self.backends())
     }
 
     /// `[admin] forward_unmatched_to` in force.
@@ -791,13 +801,7 @@ fn read_only(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>
             response
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => {
-            if state.readiness.is_ready() {
-                text(StatusCode::OK, "ready\n")
-            } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-            }
-        }
+        "/readyz" => readyz(state),
         // Not served unless configured: the routes and backends are not for
         // whoever may scrape /metrics. Answered like any unknown path.
         "/config" if state.expose_config() => {
@@ -818,6 +822,40 @@ fn read_only(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>
     if req.method() == Method::HEAD {
         *response.body_mut() = Full::new(Bytes::new());
     }
+    response
+}
+
+/// `/readyz`: plain text (`ready`, `not ready`) without `[admin]
+/// ready_requires`, as before; with it, JSON naming what is down
+/// (`ready::Verdict::to_json`), 200 or 503 alike.
+fn readyz(state: &AdminState) -> Response<Full<Bytes>> {
+    let verdict = state.ready();
+    let status = if verdict.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let (config, _) = state.config();
+    let requires = config
+        .admin
+        .as_ref()
+        .map_or(&[][..], |a| &a.ready_requires[..]);
+    if requires.is_empty() {
+        return text(
+            status,
+            if verdict.ready() {
+                "ready\n"
+            } else {
+                "not ready\n"
+            },
+        );
+    }
+    let body = serde_json::to_string_pretty(&verdict.to_json(requires))
+        .expect("a JSON value always serializes");
+    let mut response = text(status, body + "\n");
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 

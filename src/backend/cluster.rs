@@ -660,6 +660,26 @@ impl Cache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Whether lookups fail with nothing to serve instead: some name's
+    /// last lookup failed without an earlier answer, and no cached name
+    /// has an answer it may still serve (fresh or stale). A cache that has
+    /// looked nothing up yet is not failing. Read by `/readyz`; a scan of
+    /// at most `MAX_ENTRIES` entries under the table's lock.
+    pub fn failing(&self) -> bool {
+        let now = Instant::now();
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut failing = false;
+        for slot in slots.values() {
+            let entry = slot.entry();
+            match &entry.stored {
+                Some(Stored::NoNode) => failing |= entry.failing,
+                Some(_) if now < entry.fresh_until || now < entry.stale_until => return false,
+                _ => {}
+            }
+        }
+        failing
+    }
 }
 
 /// Makes room in a full table: drops entries that can no longer serve,

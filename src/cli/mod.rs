@@ -117,6 +117,58 @@ pub enum CtlAction {
     Connections(CtlFilter),
     /// Close the matching connections now (close reason `admin`); needs a filter.
     Close(CtlFilter),
+    /// Whether the relay is ready (`/readyz`) and, with `[admin] ready_requires`, which backends are down; exits 1 when not ready.
+    Status,
+    /// The per-source admission table: open connections, recent rate, refusals by reason, last seen.
+    Sources(CtlSources),
+    /// Clear one source's counters (its open connections stay counted).
+    ClearSource(CtlSourceKey),
+}
+
+/// `snirelay ctl sources [--sort open|rate|refused] [--limit N]`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlSources {
+    /// Order: `open` connections, recent `rate`, or `refused` connections, highest first.
+    #[arg(long, default_value = "refused", value_parser = ["open", "rate", "refused"])]
+    pub sort: String,
+    /// Rows shown.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Only this listener's table.
+    #[arg(long)]
+    pub listener: Option<String>,
+}
+
+/// `snirelay ctl clear-source KEY`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlSourceKey {
+    /// The source's key, as `ctl sources` shows it.
+    pub key: String,
+    /// Only in this listener's table (default: every listener's).
+    #[arg(long)]
+    pub listener: Option<String>,
+}
+
+impl CtlSources {
+    /// The query string of `GET /sources`.
+    pub fn query(&self) -> String {
+        let mut query = format!("sort={}&limit={}", self.sort, self.limit);
+        if let Some(listener) = &self.listener {
+            query.push_str(&format!("&listener={}", encode(listener)));
+        }
+        query
+    }
+}
+
+impl CtlSourceKey {
+    /// The path and query of `DELETE /sources/{key}`.
+    pub fn path(&self) -> String {
+        let mut path = format!("/sources/{}", encode(&self.key));
+        if let Some(listener) = &self.listener {
+            path.push_str(&format!("?listener={}", encode(listener)));
+        }
+        path
+    }
 }
 
 /// Which connections `ctl connections` lists and `ctl close` closes; the
