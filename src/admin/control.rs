@@ -34,6 +34,9 @@
 //!   [`MAX_LOCAL_NAMES_BODY_BYTES`]. Answers `{"status": "Local SNIs
 //!   updated successfully", ...}` as Gerbil does, with counts.
 //!
+//! - `GET /sources` and `DELETE /sources/{key}`: the per-source admission
+//!   tables (`super::sources`).
+//!
 //! Every request is authorized first (`super::auth`; a push of local
 //! names from a source in `[admin] push_unauthenticated_from` needs no
 //! token, and every push, refused or not, is logged at info with its
@@ -124,6 +127,9 @@ fn route(segments: &[&str], method: &Method) -> Option<(&'static str, Method, Ha
         ["routes", _, "drain"] => ("route_drain", Method::POST, drain_route),
         // Pushed local names (issue 17), at the path Gerbil serves them on.
         ["update-local-snis"] => ("update_local_snis", Method::POST, update_local_snis),
+        // The source table.
+        ["sources"] => ("sources", Method::GET, super::sources::list),
+        ["sources", _] => ("clear_source", Method::DELETE, super::sources::clear),
         _ => return None,
     })
 }
@@ -830,7 +836,7 @@ fn apply_local_names(
 
 /// `%XX` escapes decoded (for `[`, `]` and `:` in an IPv6 address);
 /// anything malformed is kept as it is, and fails to parse as an address.
-fn percent_decode(text: &str) -> String {
+pub(super) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

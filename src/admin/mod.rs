@@ -87,19 +87,23 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admission::Admission;
 use crate::backend::Backends;
 use crate::config::Config;
 use crate::config::effective::PendingRestart;
+use crate::flow::generation::Generation;
 use crate::metrics;
 
 pub(crate) mod auth;
 pub(crate) mod control;
 pub(crate) mod forward;
 pub(crate) mod ready;
+pub(crate) mod sources;
 pub(crate) mod status;
 
 use forward::AdminBody;
@@ -166,6 +170,9 @@ pub struct AdminState {
     loaded: Mutex<(u64, SystemTime)>,
     /// The page's connection rates: the counters of its last sample.
     rates: status::Rates,
+    /// Each listener's published generation, by name: `/sources` reads
+    /// the admission state in force from it.
+    listeners: Mutex<Vec<(String, watch::Receiver<Arc<Generation>>)>>,
 }
 
 impl AdminState {
@@ -183,7 +190,24 @@ impl AdminState {
             backends: Mutex::new(backends),
             loaded: Mutex::new((1, SystemTime::now())),
             rates: status::Rates::default(),
+            listeners: Mutex::default(),
         }
+    }
+
+    /// The listeners running now (after start and after each reload),
+    /// each by the receiver of its generations.
+    pub fn set_listeners(&self, listeners: Vec<(String, watch::Receiver<Arc<Generation>>)>) {
+        *self.listeners.lock().unwrap_or_else(|e| e.into_inner()) = listeners;
+    }
+
+    /// Each listener's admission state in force, by listener name.
+    pub(crate) fn admissions(&self) -> Vec<(String, Arc<Admission>)> {
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(name, generation)| (name.clone(), generation.borrow().admission.clone()))
+            .collect()
     }
 
     /// The backends a reload published: control acts on these from now.
