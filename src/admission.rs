@@ -31,19 +31,27 @@
 //!
 //! Memory (both tables are bounded and swept by [`Admission::sweep`], which
 //! the server runs every [`SWEEP_INTERVAL`]):
-//! - the concurrency table holds one entry (17-byte key + `u32`, ~40 bytes
-//!   with hash-table overhead) per key with an open connection; an entry is
-//!   removed when its last connection closes (RAII [`SourceGuard`]), so it
-//!   never holds more than `max_connections` entries; the sweep gives back
-//!   spare capacity after a burst;
+//! - the source table ([`SourceTable`], present when either counting limit
+//!   is set) holds one entry (17-byte key + counters, ~100 bytes with
+//!   hash-table overhead) per key with an open connection (the count is
+//!   released by the RAII [`SourceGuard`]), plus the sources seen recently:
+//!   one rate window (`burst / rate`; none without a rate) after their
+//!   last attempt, or [`REFUSED_SOURCE_MEMORY`] if they were ever refused,
+//!   and never more than [`MAX_REMEMBERED_SOURCES`] of those; the sweep
+//!   forgets them and gives back spare capacity after a burst. The entry
+//!   keeps what the admin listener's `GET /sources` shows of a source
+//!   (attempts, refusals by reason, recent rate, last attempt:
+//!   [`Admission::sources`], [`Admission::clear_source`]), so that listing
+//!   is the limiter's own state;
 //! - the rate table holds one entry (~50 bytes in governor's sharded
 //!   `DashMap` store) per key seen within the last `burst / rate` seconds
 //!   plus up to one sweep interval; `retain_recent` drops keys whose bucket
 //!   is full again, and `shrink_to_fit` returns the space.
 //!
 //! Hot path: one hash of a 17-byte key per table, one short mutex hold for
-//! the concurrency table and one sharded lock + CAS for the rate table; no
-//! allocation except when a new key enters a table. Measured in
+//! the source table and one sharded lock + CAS for the rate table; no
+//! allocation except when a new key enters a table. A refusal takes the
+//! source table's lock once more to count it. Measured in
 //! `benches/admission.rs`.
 //!
 //! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
@@ -332,9 +340,10 @@ impl<C: Clock + Clone> Admission<C> {
     /// The state for changed `limits` after `self` (a reload): the tables
     /// that can mean the same thing carry over, so the per-source counts of
     /// connections still open are kept and a lowered cap applies to them
-    /// at once. The concurrency table carries over when the source
-    /// prefixes are unchanged (its keys are cut by them) and both set a
-    /// cap; the rate table when the prefixes and the rate are unchanged.
+    /// at once. The source table (with the counts of open connections and
+    /// what `/sources` shows) carries over when the source prefixes are
+    /// unchanged (its keys are cut by them) and both set a counting limit;
+    /// the rate table when the prefixes and the rate are unchanged.
     /// A table that cannot carry over starts empty: a limit turned on by
     /// the reload counts from then on, since an unset limit keeps no table.
     pub fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
@@ -672,6 +681,11 @@ impl RouteGate {
             source: admitted,
             _open: open,
         })
+    }
+
+    /// The route's per-source admission state (`[route.limits]`), if set.
+    pub fn sources(&self) -> Option<&Admission> {
+        self.sources.as_ref()
     }
 
     /// Sweeps the per-source tables (see [`Admission::sweep`]).

@@ -415,8 +415,12 @@ fn ctl_text(action: &CtlAction, v: &serde_json::Value) -> String {
                     .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
                     .map(|(reason, n)| format!("{reason}={n}"))
                     .collect();
+                let table = match s["route"].as_str() {
+                    Some(route) => format!("{}/{route}", s["listener"].as_str().unwrap_or("")),
+                    None => s["listener"].as_str().unwrap_or("").to_owned(),
+                };
                 out.push_str(&row([
-                    s["listener"].as_str().unwrap_or(""),
+                    &table,
                     s["key"].as_str().unwrap_or(""),
                     &s["open"].to_string(),
                     &format!("{:.1}", s["rate_per_second"].as_f64().unwrap_or(0.0)),

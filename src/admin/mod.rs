@@ -92,7 +92,6 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admission::Admission;
 use crate::backend::Backends;
 use crate::config::Config;
 use crate::config::effective::PendingRestart;
@@ -200,13 +199,14 @@ impl AdminState {
         *self.listeners.lock().unwrap_or_else(|e| e.into_inner()) = listeners;
     }
 
-    /// Each listener's admission state in force, by listener name.
-    pub(crate) fn admissions(&self) -> Vec<(String, Arc<Admission>)> {
+    /// Each listener's generation in force (its admission state and its
+    /// routes' gates), by listener name.
+    pub(crate) fn generations(&self) -> Vec<(String, Arc<Generation>)> {
         self.listeners
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|(name, generation)| (name.clone(), generation.borrow().admission.clone()))
+            .map(|(name, generation)| (name.clone(), generation.borrow().clone()))
             .collect()
     }
 

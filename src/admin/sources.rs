@@ -1,16 +1,18 @@
 //! The source table of the control API (in the manner of HAProxy's `show
 //! table` and `clear table`):
 //!
-//! - `GET /sources?sort=open|rate|refused&limit=N&listener=NAME`: every
-//!   listener's per-source admission table (`admission::SourceRow`), one
-//!   row per source key with its listener, open connections, attempts per
+//! - `GET /sources?sort=open|rate|refused&limit=N&listener=NAME&route=NAME`:
+//!   every listener's per-source admission table, and every route's with
+//!   `[route.limits]` (`admission::SourceRow`), one row per source key with
+//!   its listener (and route, or `null`), open connections, attempts per
 //!   second over the last `admission::RATE_WINDOW`, admitted attempts,
 //!   refusals by reason and in all, and the age of its last attempt;
 //!   highest first by `sort` (default `refused`), at most `limit` rows
 //!   (default 100, at most [`MAX_LIMIT`]). `total` counts the rows before
 //!   the limit.
-//! - `DELETE /sources/{key}?listener=NAME`: clears that source's counters
-//!   and its rate limiter's cell in every listener's table (or one), so a
+//! - `DELETE /sources/{key}?listener=NAME&route=NAME`: clears that
+//!   source's counters and its rate limiter's cell in every table (or the
+//!   listener's, or the route's), so a
 //!   rate-limited source is let in again at once; its open connections stay
 //!   counted. 404 when no table holds the key.
 //!
@@ -24,15 +26,25 @@
 //! between requests. A listener without per-source counting limits keeps
 //! no table and lists nothing.
 //!
-//! Not here: the tables themselves (`admission`), authorization
-//! (`control`, `auth`).
+//! Not here: the tables themselves (`admission`), authorization, the
+//! request's decoding and counting (`control`, `auth`).
 
 use std::cmp::Ordering;
 
 use serde_json::{Value, json};
 
-use super::control::{Call, Refused, percent_decode};
-use crate::admission::{REFUSAL_REASONS, SourceRow};
+use std::sync::Arc;
+
+use crate::admission::{Admission, REFUSAL_REASONS, SourceRow};
+use crate::flow::generation::Generation;
+
+/// A request this module refuses: bad parameters (400), or nothing by
+/// that name (404).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Invalid {
+    Bad(String),
+    NotFound(String),
+}
 
 /// Most rows one listing returns.
 pub(crate) const MAX_LIMIT: usize = 10_000;
@@ -51,17 +63,49 @@ struct Query {
     sort: Sort,
     limit: usize,
     listener: Option<String>,
+    /// `Some("")` never matches: a route is named.
+    route: Option<String>,
 }
 
-fn query(text: Option<&str>) -> Result<Query, Refused> {
+/// One per-source table: its listener, its route (`None`: the listener's
+/// own), and the admission state that holds it.
+type Table<'a> = (&'a str, Option<&'a str>, &'a Admission);
+
+impl Query {
+    fn selects(&self, (listener, route, _): &Table<'_>) -> bool {
+        self.listener.as_deref().is_none_or(|l| l == *listener)
+            && self.route.as_deref().is_none_or(|r| Some(r) == *route)
+    }
+}
+
+/// Every per-source table of `generations`, listeners first.
+fn tables(
+    generations: &[(String, std::sync::Arc<crate::flow::generation::Generation>)],
+) -> Vec<Table<'_>> {
+    let mut tables: Vec<Table<'_>> = Vec::new();
+    for (listener, generation) in generations {
+        tables.push((listener, None, &generation.admission));
+        let mut routes: Vec<(&str, &Admission)> = generation.route_gates.sources().collect();
+        routes.sort_by_key(|(name, _)| *name);
+        tables.extend(
+            routes
+                .into_iter()
+                .map(|(route, a)| (listener.as_str(), Some(route), a)),
+        );
+    }
+    tables
+}
+
+/// The query's parameters, decoded (`control` decodes them).
+fn query(params: &[(String, String)]) -> Result<Query, Invalid> {
     let mut q = Query {
         sort: Sort::Refused,
         limit: DEFAULT_LIMIT,
         listener: None,
+        route: None,
     };
-    for pair in text.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(&raw.replace('+', " "));
+    for (key, value) in params {
+        let (key, value) = (key.as_str(), value.clone());
         match key {
             "sort" => {
                 q.sort = match value.as_str() {
@@ -69,7 +113,7 @@ fn query(text: Option<&str>) -> Result<Query, Refused> {
                     "rate" => Sort::Rate,
                     "refused" => Sort::Refused,
                     _ => {
-                        return Err(Refused::bad(format!(
+                        return Err(Invalid::Bad(format!(
                             "sort={value:?}: use open, rate or refused"
                         )));
                     }
@@ -81,13 +125,14 @@ fn query(text: Option<&str>) -> Result<Query, Refused> {
                     .ok()
                     .filter(|n| (1..=MAX_LIMIT).contains(n))
                     .ok_or_else(|| {
-                        Refused::bad(format!("limit={value:?}: a number from 1 to {MAX_LIMIT}"))
+                        Invalid::Bad(format!("limit={value:?}: a number from 1 to {MAX_LIMIT}"))
                     })?;
             }
             "listener" => q.listener = Some(value),
+            "route" => q.route = Some(value),
             _ => {
-                return Err(Refused::bad(format!(
-                    "unknown parameter {key:?}: use sort, limit, listener"
+                return Err(Invalid::Bad(format!(
+                    "unknown parameter {key:?}: use sort, limit, listener, route"
                 )));
             }
         }
@@ -106,7 +151,7 @@ fn order(sort: Sort, a: &SourceRow, b: &SourceRow) -> Ordering {
         .then_with(|| a.key.to_string().cmp(&b.key.to_string()))
 }
 
-fn row_json(listener: &str, row: &SourceRow) -> Value {
+fn row_json((listener, route): (&str, Option<&str>), row: &SourceRow) -> Value {
     let refused: serde_json::Map<String, Value> = REFUSAL_REASONS
         .iter()
         .zip(row.refused)
@@ -114,6 +159,7 @@ fn row_json(listener: &str, row: &SourceRow) -> Value {
         .collect();
     json!({
         "listener": listener,
+        "route": route,
         "key": row.key.to_string(),
         "open": row.open,
         "rate_per_second": (row.rate_per_second * 100.0).round() / 100.0,
@@ -124,50 +170,57 @@ fn row_json(listener: &str, row: &SourceRow) -> Value {
     })
 }
 
-/// `GET /sources`.
-pub(crate) fn list(call: &Call<'_>) -> Result<Value, Refused> {
-    let q = query(call.query)?;
-    let listeners = call.state.admissions();
+/// `GET /sources` over the listeners' `generations`, with the query's
+/// `params`.
+pub(crate) fn list(
+    generations: &[(String, Arc<Generation>)],
+    params: &[(String, String)],
+) -> Result<Value, Invalid> {
+    let q = query(params)?;
+    let tables = tables(generations);
     if let Some(name) = &q.listener
-        && !listeners.iter().any(|(l, _)| l == name)
+        && !tables.iter().any(|(l, _, _)| l == name)
     {
-        return Err(Refused::not_found(format!("no listener is named {name:?}")));
+        return Err(Invalid::NotFound(format!("no listener is named {name:?}")));
     }
-    let mut rows: Vec<(String, SourceRow)> = Vec::new();
-    for (listener, admission) in &listeners {
-        if q.listener.as_ref().is_some_and(|name| name != listener) {
-            continue;
-        }
+    let mut rows: Vec<((&str, Option<&str>), SourceRow)> = Vec::new();
+    for table in tables.iter().filter(|t| q.selects(t)) {
+        let (listener, route, admission) = *table;
         rows.extend(
             admission
                 .sources()
                 .into_iter()
-                .map(|row| (listener.clone(), row)),
+                .map(|row| ((listener, route), row)),
         );
     }
     let total = rows.len();
-    rows.sort_by(|(la, a), (lb, b)| order(q.sort, a, b).then_with(|| la.cmp(lb)));
+    rows.sort_by(|(wa, a), (wb, b)| order(q.sort, a, b).then_with(|| wa.cmp(wb)));
     rows.truncate(q.limit);
-    let sources: Vec<Value> = rows.iter().map(|(l, row)| row_json(l, row)).collect();
+    let sources: Vec<Value> = rows.iter().map(|(w, row)| row_json(*w, row)).collect();
     Ok(json!({ "total": total, "sources": sources }))
 }
 
-/// `DELETE /sources/{key}`.
-pub(crate) fn clear(call: &Call<'_>) -> Result<Value, Refused> {
-    let key = percent_decode(call.segments[1]);
-    let q = query(call.query)?;
+/// `DELETE /sources/{key}` (`key` decoded) over the listeners'
+/// `generations`; returns the answer and the tables cleared.
+pub(crate) fn clear(
+    generations: &[(String, Arc<Generation>)],
+    key: &str,
+    params: &[(String, String)],
+) -> Result<(Value, Vec<String>), Invalid> {
+    let q = query(params)?;
     let mut cleared = Vec::new();
-    for (listener, admission) in call.state.admissions() {
-        if q.listener.as_ref().is_some_and(|name| name != &listener) {
-            continue;
-        }
-        if admission.clear_source(&key) {
-            cleared.push(listener);
+    for table in tables(generations).iter().filter(|t| q.selects(t)) {
+        let (listener, route, admission) = *table;
+        if admission.clear_source(key) {
+            cleared.push(match route {
+                Some(route) => format!("{listener}/{route}"),
+                None => listener.to_owned(),
+            });
         }
     }
     if cleared.is_empty() {
-        return Err(Refused::not_found(format!("no source table holds {key:?}")));
+        return Err(Invalid::NotFound(format!("no source table holds {key:?}")));
     }
-    tracing::info!(who = call.who, key = %key, listeners = %cleared.join(","), "source counters cleared");
-    Ok(json!({ "key": key, "cleared": cleared.len(), "listeners": cleared }))
+    let answer = json!({ "key": key, "cleared": cleared.len(), "tables": cleared });
+    Ok((answer, cleared))
 }

@@ -1,5 +1,5 @@
 //! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`,
-//! `snirelay probe NAME --sni HOST`, `snirelay ctl ...` (the control API
+//! `snirelay probe NAME --sni HOST [--readyz URL]`, `snirelay ctl ...` (the control API
 //! of the admin listener named in the configuration file), `snirelay
 //! import-haproxy FILE`.
 //!
@@ -10,6 +10,7 @@
 pub mod ctl;
 pub mod haproxy_import;
 pub mod probe;
+pub mod readyz;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -134,9 +135,12 @@ pub struct CtlSources {
     /// Rows shown.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
-    /// Only this listener's table.
+    /// Only this listener's tables.
     #[arg(long)]
     pub listener: Option<String>,
+    /// Only this route's table (`[route.limits]`).
+    #[arg(long)]
+    pub route: Option<String>,
 }
 
 /// `snirelay ctl clear-source KEY`
@@ -144,17 +148,22 @@ pub struct CtlSources {
 pub struct CtlSourceKey {
     /// The source's key, as `ctl sources` shows it.
     pub key: String,
-    /// Only in this listener's table (default: every listener's).
+    /// Only in this listener's tables (default: every table).
     #[arg(long)]
     pub listener: Option<String>,
+    /// Only in this route's table.
+    #[arg(long)]
+    pub route: Option<String>,
 }
 
 impl CtlSources {
     /// The query string of `GET /sources`.
     pub fn query(&self) -> String {
         let mut query = format!("sort={}&limit={}", self.sort, self.limit);
-        if let Some(listener) = &self.listener {
-            query.push_str(&format!("&listener={}", encode(listener)));
+        for (key, value) in [("listener", &self.listener), ("route", &self.route)] {
+            if let Some(value) = value {
+                query.push_str(&format!("&{key}={}", encode(value)));
+            }
         }
         query
     }
@@ -163,9 +172,14 @@ impl CtlSources {
 impl CtlSourceKey {
     /// The path and query of `DELETE /sources/{key}`.
     pub fn path(&self) -> String {
+        let filters: Vec<String> = [("listener", &self.listener), ("route", &self.route)]
+            .into_iter()
+            .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", encode(v))))
+            .collect();
         let mut path = format!("/sources/{}", encode(&self.key));
-        if let Some(listener) = &self.listener {
-            path.push_str(&format!("?listener={}", encode(listener)));
+        if !filters.is_empty() {
+            path.push('?');
+            path.push_str(&filters.join("&"));
         }
         path
     }
@@ -279,6 +293,10 @@ pub struct ProbeArgs {
     /// Budget per address for TCP connect plus TLS handshake.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+
+    /// Also ask the edge's admin listener whether it is ready (`http://HOST:PORT[/readyz]`); an answer other than 200 makes the exit code 2.
+    #[arg(long, value_name = "URL")]
+    pub readyz: Option<String>,
 
     /// Also write the result in Prometheus text format to this file
     /// (atomically: a temporary file renamed over it), for node_exporter's

@@ -186,6 +186,38 @@ async fn readyz_goes_503_within_fall_when_the_backend_dies_and_200_within_rise_w
         "not ready\n  backend:b: backend b health_down\n  route:web: backend b health_down\n"
     );
 
+    // `snirelay probe --readyz` carries the edge's answer; an edge that is
+    // not ready makes the exit code 2.
+    let probe = |url: String| {
+        run_snirelay(
+            [
+                "probe",
+                "127.0.0.1",
+                "--port",
+                &relay.addr().port().to_string(),
+                "--sni",
+                "app.localhost",
+                "--insecure",
+                "--timeout",
+                "2s",
+                "--json",
+                "--readyz",
+                &url,
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        )
+    };
+    let (code, out, err) = probe(format!("http://{admin}/readyz")).await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["readyz"]["status"], 503, "{report}");
+    assert_eq!(report["readyz"]["ready"], false);
+    assert_eq!(
+        report["readyz"]["down"],
+        serde_json::json!(["backend:b: b health_down", "route:web: b health_down"])
+    );
+
     // Restarted on the same port: two good checks, and ready again.
     let (task, _) = backend_on(a).await;
     let (verdict, took) = readyz_until(admin, 200).await;
@@ -196,6 +228,10 @@ async fn readyz_goes_503_within_fall_when_the_backend_dies_and_200_within_rise_w
     );
     let (code, out, _) = ctl(&file, &["status"]).await;
     assert_eq!((code, out.as_str()), (Some(0), "ready\n"));
+    let (_, out, err) = probe(format!("http://{admin}")).await;
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    assert_eq!(report["readyz"]["status"], 200, "{report}");
+    assert_eq!(report["readyz"]["ready"], true);
 
     // Every address of spare in maintenance: any_backend still holds (b
     // is up), and spare is not required by name.
