@@ -31,7 +31,7 @@
 //!
 //! Memory (both tables are bounded and swept by [`Admission::sweep`], which
 //! the server runs every [`SWEEP_INTERVAL`]):
-//! - the source table ([`SourceTable`], present when either counting limit
+//! - the source table (`SourceTable`, present when either counting limit
 //!   is set) holds one entry (17-byte key + counters, ~100 bytes with
 //!   hash-table overhead) per key with an open connection (the count is
 //!   released by the RAII [`SourceGuard`]), plus the sources seen recently:
@@ -304,7 +304,7 @@ pub struct Tracked {
     /// Keys with a rate-limiter cell.
     pub rate_keys: usize,
     /// Keys in the source table: those with open connections, and those
-    /// remembered for `/sources` since (see [`SourceTable`]).
+    /// remembered for `/sources` since (see `SourceTable`).
     pub sources: usize,
 }
 
