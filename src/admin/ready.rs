@@ -146,3 +146,97 @@ pub(crate) fn why_down(runtime: &BackendRuntime) -> Option<&'static str> {
         .any(|e| e.state.selectable() && e.state.is_up());
     (!usable).then_some("health_down")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backends;
+
+    fn config(requires: &str) -> Config {
+        Config::from_toml(
+            &format!(
+                r#"
+[admin]
+listen = "127.0.0.1:0"
+ready_requires = [{requires}]
+
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+name = "web"
+sni = ["web.example.com"]
+backend = "fixed"
+
+[[route]]
+name = "named"
+sni = ["named.example.com"]
+backend = "named"
+
+[backend.fixed]
+addresses = ["127.0.0.1:9", "127.0.0.1:10"]
+
+[backend.named]
+resolve = "origin.invalid:443"
+"#
+            ),
+            std::path::Path::new("ready.toml"),
+        )
+        .unwrap()
+    }
+
+    fn verdict(
+        config: &Config,
+        backends: &Backends,
+    ) -> Vec<(String, Option<String>, &'static str)> {
+        judge(true, config, backends)
+            .down
+            .into_iter()
+            .map(|d| (d.requirement, d.backend, d.why))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn each_requirement_names_its_backend_and_why() {
+        let config = config(r#""route:web", "backend:named", "any_backend""#);
+        // The DNS backend has no answer yet (`.invalid` never resolves).
+        let backends = Backends::start(&config.backends, None);
+        let named = Some("named".to_owned());
+        assert_eq!(
+            verdict(&config, &backends),
+            [("backend:named".to_owned(), named.clone(), "unresolved")],
+            "route:web holds, and so does any_backend"
+        );
+        let fixed = backends.get("fixed").unwrap().current().set;
+        fixed[0].state.set_checked_down(true);
+        assert!(
+            why_down(backends.get("fixed").unwrap()).is_none(),
+            "one address is up"
+        );
+        fixed[1]
+            .state
+            .set_operator(crate::backend::AddressState::Drain);
+        let web = Some("fixed".to_owned());
+        assert_eq!(
+            verdict(&config, &backends),
+            [
+                ("route:web".to_owned(), web.clone(), "health_down"),
+                ("backend:named".to_owned(), named.clone(), "unresolved"),
+                ("any_backend".to_owned(), None, "no_usable_backend"),
+            ]
+        );
+        fixed[0]
+            .state
+            .set_operator(crate::backend::AddressState::Maint);
+        assert_eq!(verdict(&config, &backends)[0].2, "drained");
+        // An answer for the DNS name: it is usable.
+        backends
+            .get("named")
+            .unwrap()
+            .publish(&["127.0.0.1:443".parse().unwrap()]);
+        assert_eq!(verdict(&config, &backends).len(), 1);
+        assert!(!judge(false, &config, &backends).ready(), "not listening");
+        backends.stop();
+    }
+}

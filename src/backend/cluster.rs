@@ -934,6 +934,34 @@ mod tests {
     }
 
     #[test]
+    fn lookups_are_failing_only_while_no_name_has_an_answer_to_serve() {
+        let cache = cache("http://127.0.0.1:1/resolve");
+        assert!(!cache.failing(), "nothing looked up yet");
+        {
+            let slot = cache.slot("down.example.com");
+            let mut entry = slot.entry();
+            entry.stored = Some(Stored::NoNode);
+            entry.failing = true;
+        }
+        assert!(cache.failing());
+        let answered = set(
+            &cache,
+            "up.example.com",
+            Some(Duration::from_secs(30)),
+            false,
+        );
+        assert!(!cache.failing(), "one name still has an answer");
+        {
+            let mut entry = answered.entry();
+            entry.fresh_until = Instant::now() - Duration::from_millis(1);
+            entry.stale_until = entry.fresh_until + MAX_STALE;
+        }
+        assert!(!cache.failing(), "a stale answer is still served");
+        answered.entry().stale_until = Instant::now() - Duration::from_millis(1);
+        assert!(cache.failing(), "nothing left to serve");
+    }
+
+    #[test]
     fn a_full_cache_drops_dead_entries_then_the_soonest_to_expire() {
         let cache = cache("http://127.0.0.1:1/resolve");
         // Half dead (expired, nothing to serve stale), a quarter stale,
