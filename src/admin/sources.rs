@@ -224,3 +224,97 @@ pub(crate) fn clear(
     let answer = json!({ "key": key, "cleared": cleared.len(), "tables": cleared });
     Ok((answer, cleared))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::PeerAddr;
+    use crate::admission::Source;
+    use crate::backend::Backends;
+    use crate::config::Config;
+
+    fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_route_s_table_is_listed_beside_its_listener_s_and_cleared_alone() {
+        let config = Config::from_toml(
+            r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[listener.limits]
+connections_per_source = 5
+
+[[route]]
+name = "web"
+sni = ["web.example.com"]
+backend = "b"
+
+[route.limits]
+connections_per_source = 1
+
+[backend.b]
+addresses = ["127.0.0.1:9"]
+"#,
+            std::path::Path::new("sources.toml"),
+        )
+        .unwrap();
+        let backends = Arc::new(Backends::start(&config.backends, None));
+        let generation = Arc::new(Generation::first(
+            config.listeners[0].clone(),
+            &backends,
+            &None,
+        ));
+        let source = Source::Peer(PeerAddr("127.0.0.2:1".parse().unwrap()));
+        let _listener_slot = generation.admission.admit(source).unwrap();
+        let gate = generation.route_gates.get("web").unwrap();
+        let _route_slot = gate.admit(Some(source)).unwrap();
+        assert!(
+            gate.admit(Some(source)).is_err(),
+            "one per source on the route"
+        );
+        let generations = vec![("tls".to_owned(), generation)];
+
+        let all = list(&generations, &[]).unwrap();
+        assert_eq!(all["total"], 2, "{all}");
+        let first = &all["sources"][0];
+        assert_eq!(
+            (&first["route"], &first["key"]),
+            (&json!("web"), &json!("127.0.0.2"))
+        );
+        assert_eq!(first["refused"]["limit_concurrent"], 1);
+        assert_eq!(all["sources"][1]["route"], Value::Null);
+        assert_eq!(all["sources"][1]["refused_total"], 0);
+
+        let route_only = list(&generations, &params(&[("route", "web")])).unwrap();
+        assert_eq!(route_only["total"], 1);
+        assert_eq!(
+            list(&generations, &params(&[("sort", "bytes")])).unwrap_err(),
+            Invalid::Bad("sort=\"bytes\": use open, rate or refused".to_owned())
+        );
+        assert!(matches!(
+            list(&generations, &params(&[("listener", "nope")])),
+            Err(Invalid::NotFound(_))
+        ));
+
+        let (_, cleared) = clear(&generations, "127.0.0.2", &params(&[("route", "web")])).unwrap();
+        assert_eq!(cleared, ["tls/web"]);
+        let after = list(&generations, &params(&[("route", "web")])).unwrap();
+        assert_eq!(after["sources"][0]["refused_total"], 0);
+        assert_eq!(
+            after["sources"][0]["open"], 1,
+            "its connection stays counted"
+        );
+        assert!(matches!(
+            clear(&generations, "192.0.2.1", &[]),
+            Err(Invalid::NotFound(_))
+        ));
+        backends.stop();
+    }
+}
