@@ -153,6 +153,33 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // Each counting limit alone: with a rate only, the source table is
+    // kept too (it is what `/sources` lists), so this is the case it costs.
+    let rate_only = Admission::new(&Limits {
+        connections_per_source: None,
+        allow: CidrSet::default(),
+        deny: CidrSet::default(),
+        ..limits()
+    });
+    c.bench_function("admit: rate only", |b| {
+        b.iter(|| {
+            i = (i + 1) % sources.len();
+            std::hint::black_box(rate_only.admit(sources[i]).unwrap());
+        })
+    });
+    let concurrent_only = Admission::new(&Limits {
+        rate_per_source: None,
+        allow: CidrSet::default(),
+        deny: CidrSet::default(),
+        ..limits()
+    });
+    c.bench_function("admit: concurrent only", |b| {
+        b.iter(|| {
+            i = (i + 1) % sources.len();
+            std::hint::black_box(concurrent_only.admit(sources[i]).unwrap());
+        })
+    });
+
     let unlimited = Admission::new(&Limits::unlimited());
     c.bench_function("admit: no limits configured", |b| {
         b.iter(|| {

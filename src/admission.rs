@@ -31,19 +31,27 @@
 //!
 //! Memory (both tables are bounded and swept by [`Admission::sweep`], which
 //! the server runs every [`SWEEP_INTERVAL`]):
-//! - the concurrency table holds one entry (17-byte key + `u32`, ~40 bytes
-//!   with hash-table overhead) per key with an open connection; an entry is
-//!   removed when its last connection closes (RAII [`SourceGuard`]), so it
-//!   never holds more than `max_connections` entries; the sweep gives back
-//!   spare capacity after a burst;
+//! - the source table (`SourceTable`, present when either counting limit
+//!   is set) holds one entry (17-byte key + counters, ~100 bytes with
+//!   hash-table overhead) per key with an open connection (the count is
+//!   released by the RAII [`SourceGuard`]), plus the sources seen recently:
+//!   one rate window (`burst / rate`; none without a rate) after their
+//!   last attempt, or [`REFUSED_SOURCE_MEMORY`] if they were ever refused,
+//!   and never more than [`MAX_REMEMBERED_SOURCES`] of those; the sweep
+//!   forgets them and gives back spare capacity after a burst. The entry
+//!   keeps what the admin listener's `GET /sources` shows of a source
+//!   (attempts, refusals by reason, recent rate, last attempt:
+//!   [`Admission::sources`], [`Admission::clear_source`]), so that listing
+//!   is the limiter's own state;
 //! - the rate table holds one entry (~50 bytes in governor's sharded
 //!   `DashMap` store) per key seen within the last `burst / rate` seconds
 //!   plus up to one sweep interval; `retain_recent` drops keys whose bucket
 //!   is full again, and `shrink_to_fit` returns the space.
 //!
 //! Hot path: one hash of a 17-byte key per table, one short mutex hold for
-//! the concurrency table and one sharded lock + CAS for the rate table; no
-//! allocation except when a new key enters a table. Measured in
+//! the source table and one sharded lock + CAS for the rate table; no
+//! allocation except when a new key enters a table. A refusal takes the
+//! source table's lock once more to count it. Measured in
 //! `benches/admission.rs`.
 //!
 //! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
@@ -265,12 +273,19 @@ pub struct Admission<C: Clock = DefaultClock> {
     /// Shared with the generations before and after this one whose source
     /// keys are cut the same way, so open connections stay counted across
     /// a reload ([`Admission::next`]).
-    concurrent: Option<Arc<ConcurrencyTable>>,
+    ///
+    /// The source table: open connections per key (what
+    /// `connections_per_source` caps) and what `/sources` shows of each
+    /// key; present when either counting limit is set.
+    concurrent: Option<Arc<SourceTable>>,
     rate: Option<Arc<KeyedGcra<C>>>,
-    pub(crate) counters: Counters,
+    /// What the source table's times count from (carried over with it).
+    clock: C,
+    epoch: C::Instant,
+    pub counters: Counters,
 }
 
-impl<C: Clock> fmt::Debug for Admission<C> {
+impl<C: Clock + Clone> fmt::Debug for Admission<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Admission")
             .field("limits", &self.limits)
@@ -288,6 +303,9 @@ pub struct Tracked {
     pub concurrent_capacity: usize,
     /// Keys with a rate-limiter cell.
     pub rate_keys: usize,
+    /// Keys in the source table: those with open connections, and those
+    /// remembered for `/sources` since (see `SourceTable`).
+    pub sources: usize,
 }
 
 impl Admission<DefaultClock> {
@@ -296,15 +314,16 @@ impl Admission<DefaultClock> {
     }
 }
 
-impl<C: Clock> Admission<C> {
+impl<C: Clock + Clone> Admission<C> {
     /// Builds the state for `limits`, reading time from `clock` (tests pass
     /// a fake one to step through rate windows).
     pub fn with_clock(limits: &Limits, clock: C) -> Admission<C> {
-        let concurrent = limits
-            .connections_per_source
-            .map(|_| Arc::new(ConcurrencyTable::default()));
+        let concurrent = (limits.connections_per_source.is_some()
+            || limits.rate_per_source.is_some())
+        .then(|| Arc::new(SourceTable::default()));
+        let epoch = clock.now();
         let rate = limits.rate_per_source.map(|rate| {
-            let mut gcra = KeyedGcra::new(rate, clock);
+            let mut gcra = KeyedGcra::new(rate, clock.clone());
             gcra.counts_refused = limits.rate_counts_refused;
             Arc::new(gcra)
         });
@@ -312,6 +331,8 @@ impl<C: Clock> Admission<C> {
             limits: limits.clone(),
             concurrent,
             rate,
+            clock,
+            epoch,
             counters: Counters::default(),
         }
     }
@@ -319,9 +340,10 @@ impl<C: Clock> Admission<C> {
     /// The state for changed `limits` after `self` (a reload): the tables
     /// that can mean the same thing carry over, so the per-source counts of
     /// connections still open are kept and a lowered cap applies to them
-    /// at once. The concurrency table carries over when the source
-    /// prefixes are unchanged (its keys are cut by them) and both set a
-    /// cap; the rate table when the prefixes and the rate are unchanged.
+    /// at once. The source table (with the counts of open connections and
+    /// what `/sources` shows) carries over when the source prefixes are
+    /// unchanged (its keys are cut by them) and both set a counting limit;
+    /// the rate table when the prefixes and the rate are unchanged.
     /// A table that cannot carry over starts empty: a limit turned on by
     /// the reload counts from then on, since an unset limit keeps no table.
     pub(crate) fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
@@ -331,6 +353,7 @@ impl<C: Clock> Admission<C> {
         if same_keys && next.concurrent.is_some() {
             if let Some(table) = &self.concurrent {
                 next.concurrent = Some(table.clone());
+                next.epoch = self.epoch;
             }
         }
         if same_keys && next.rate.is_some() && self.limits.rate_per_source == limits.rate_per_source
@@ -365,6 +388,9 @@ impl<C: Clock> Admission<C> {
             || (!self.limits.allow.is_empty() && !self.limits.allow.contains(ip))
         {
             self.counters.denied.fetch_add(1, Ordering::Relaxed);
+            if let Some(table) = &self.concurrent {
+                table.refused(key, Reason::Denied, self.now());
+            }
             return Err(Refusal::Denied);
         }
         let dry_run = self.limits.dry_run;
@@ -374,9 +400,10 @@ impl<C: Clock> Admission<C> {
             .limits
             .connections_per_source
             .map_or(u32::MAX, |c| c.get());
+        let now = self.now();
         let guard = match &self.concurrent {
             None => None,
-            Some(table) => match table.acquire(key, cap, dry_run) {
+            Some(table) => match table.acquire(key, cap, dry_run, now) {
                 (guard, true) => Some(guard),
                 (guard, false) => {
                     if !dry_run {
@@ -392,11 +419,13 @@ impl<C: Clock> Admission<C> {
                         self.counters
                             .limit_concurrent
                             .fetch_add(1, Ordering::Relaxed);
+                        table.count(&key, Reason::Concurrent);
                         return Err(Refusal::Concurrent);
                     }
                     self.counters
                         .dry_run_concurrent
                         .fetch_add(1, Ordering::Relaxed);
+                    table.count(&key, Reason::DryRunConcurrent);
                     would_refuse = Some(Refusal::Concurrent);
                     Some(guard)
                 }
@@ -405,12 +434,19 @@ impl<C: Clock> Admission<C> {
 
         if let Some(rate) = &self.rate {
             if !rate.check(&key) {
+                let table = self.concurrent.as_ref();
                 if !dry_run {
                     // `guard` drops here, giving back the concurrency slot.
                     self.counters.limit_rate.fetch_add(1, Ordering::Relaxed);
+                    if let Some(table) = table {
+                        table.count(&key, Reason::Rate);
+                    }
                     return Err(Refusal::Rate);
                 }
                 self.counters.dry_run_rate.fetch_add(1, Ordering::Relaxed);
+                if let Some(table) = table {
+                    table.count(&key, Reason::DryRunRate);
+                }
                 would_refuse.get_or_insert(Refusal::Rate);
             }
         }
@@ -453,8 +489,50 @@ impl<C: Clock> Admission<C> {
             rate.sweep();
         }
         if let Some(table) = &self.concurrent {
-            table.shrink();
+            table.sweep(self.now(), self.forget_after());
         }
+    }
+
+    /// Time since the source table's epoch, by this admission's clock.
+    fn now(&self) -> Nanos {
+        self.clock.now().duration_since(self.epoch)
+    }
+
+    /// How long a source with no open connection and no refusal stays in
+    /// the source table: as long as the rate table keeps its cell (one
+    /// burst window, `burst / rate`), and not at all without a rate (as
+    /// before, its entry goes with its last connection, at the next sweep).
+    fn forget_after(&self) -> Nanos {
+        self.rate
+            .as_ref()
+            .map_or(Nanos::from(0u64), |r| r.tau + r.t)
+    }
+
+    /// The source table's rows (see [`SourceRow`]); empty when neither
+    /// counting limit is set (no table exists). Cost: one pass over the
+    /// table under its lock, a row copied per key.
+    pub fn sources(&self) -> Vec<SourceRow> {
+        match &self.concurrent {
+            Some(table) => table.rows(self.now()),
+            None => Vec::new(),
+        }
+    }
+
+    /// Clears the counters of the source whose key reads `key` (as a row
+    /// shows it): its refusals, admitted count, recent rate, and its rate
+    /// limiter's cell, so a rate-limited source is let in again at once;
+    /// its open connections stay counted. Returns whether it was there.
+    pub fn clear_source(&self, key: &str) -> bool {
+        let Some(table) = &self.concurrent else {
+            return false;
+        };
+        let Some(found) = table.clear(key) else {
+            return false;
+        };
+        if let Some(rate) = &self.rate {
+            rate.cells.store.remove(&found);
+        }
+        true
     }
 
     pub fn tracked(&self) -> Tracked {
@@ -467,6 +545,7 @@ impl<C: Clock> Admission<C> {
             concurrent_keys,
             concurrent_capacity,
             rate_keys: self.rate.as_ref().map_or(0, |r| r.len()),
+            sources: self.concurrent.as_ref().map_or(0, |t| t.len()),
         }
     }
 }
@@ -608,6 +687,11 @@ impl RouteGate {
         })
     }
 
+    /// The route's per-source admission state (`[route.limits]`), if set.
+    pub(crate) fn sources(&self) -> Option<&Admission> {
+        self.sources.as_ref()
+    }
+
     /// Sweeps the per-source tables (see [`Admission::sweep`]).
     pub(crate) fn sweep(&self) {
         if let Some(sources) = &self.sources {
@@ -710,31 +794,184 @@ impl<C: Clock> KeyedGcra<C> {
     }
 }
 
-// ------------------------------------------------------ concurrency table
+// ------------------------------------------------------------ source table
 
-/// Open connections per key. An entry exists only while its count is above
-/// zero, so the table never outgrows the connections that are open.
+/// How long a source with no open connection is remembered after its last
+/// attempt when it has been refused (a source that was only admitted is
+/// forgotten sooner, see `Admission::forget_after`): long enough for an
+/// operator to find who was hammering after the flood stops.
+pub const REFUSED_SOURCE_MEMORY: Duration = Duration::from_secs(60);
+/// Sources kept with no open connection, at most: past it, a source whose
+/// last connection closes is forgotten at once and a refused source not
+/// yet in the table is not entered (its refusal is still counted in the
+/// listener's counters and metrics). Bounds the table at the keys with
+/// open connections plus this many (about 100 bytes each: 6.5 MiB).
+pub const MAX_REMEMBERED_SOURCES: usize = 65_536;
+/// The window the recent connection rate is measured over (a sliding
+/// window estimated from this window's attempts and the previous one's).
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// Why a source's attempt was refused (or, under `dry_run`, would have
+/// been): the columns of a row's refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    Denied,
+    Concurrent,
+    Rate,
+    DryRunConcurrent,
+    DryRunRate,
+}
+
+/// The refusal reasons' names in a [`SourceRow`], in its `refused` order:
+/// the same words as the listener's counters and close reasons.
+pub const REFUSAL_REASONS: [&str; 5] = [
+    "denied",
+    "limit_concurrent",
+    "limit_rate",
+    "dry_run_concurrent",
+    "dry_run_rate",
+];
+
+/// One source as the table knows it.
+#[derive(Debug, Default)]
+struct SourceEntry {
+    /// Open connections (what `connections_per_source` caps).
+    open: u32,
+    /// Attempts (admitted or refused) since the entry was made or cleared.
+    attempts: u64,
+    /// Refusals by [`Reason`] (its index).
+    refused: [u64; 5],
+    /// The last attempt, as time since the table's epoch.
+    last_seen: Nanos,
+    /// The rate window of `this_window` (time since the epoch divided by
+    /// [`RATE_WINDOW`]), and the attempts in it and in the one before.
+    window: u64,
+    this_window: u32,
+    last_window: u32,
+}
+
+impl SourceEntry {
+    fn touch(&mut self, now: Nanos) {
+        self.attempts += 1;
+        self.last_seen = now;
+        let window = window_of(now);
+        if window != self.window {
+            self.last_window = if window == self.window + 1 {
+                self.this_window
+            } else {
+                0
+            };
+            self.this_window = 0;
+            self.window = window;
+        }
+        self.this_window = self.this_window.saturating_add(1);
+    }
+
+    fn refusals(&self) -> u64 {
+        // Dry-run refusals were admitted: they are not refusals here.
+        self.refused[..3].iter().sum()
+    }
+
+    /// Attempts per second over the last [`RATE_WINDOW`]: this window's
+    /// attempts plus the previous window's, weighted by how much of it the
+    /// sliding window still covers.
+    fn rate(&self, now: Nanos) -> f64 {
+        let window_ns = RATE_WINDOW.as_nanos() as f64;
+        let into = (u64::from(now) % RATE_WINDOW.as_nanos() as u64) as f64 / window_ns;
+        let (this, last) = match window_of(now) {
+            w if w == self.window => (self.this_window, self.last_window),
+            w if w == self.window + 1 => (0, self.this_window),
+            _ => (0, 0),
+        };
+        (f64::from(this) + f64::from(last) * (1.0 - into)) / RATE_WINDOW.as_secs_f64()
+    }
+}
+
+fn window_of(now: Nanos) -> u64 {
+    u64::from(now) / RATE_WINDOW.as_nanos() as u64
+}
+
+/// One row of the source table, as `GET /sources` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceRow {
+    /// The source's key (its address cut to the listener's prefix).
+    pub key: SourceKey,
+    pub open: u32,
+    /// Attempts per second over the last [`RATE_WINDOW`].
+    pub rate_per_second: f64,
+    /// Attempts that were let in (those refused only in dry run included).
+    pub admitted: u64,
+    /// Refusals by reason, in [`REFUSAL_REASONS`] order.
+    pub refused: [u64; 5],
+    /// Since the last attempt.
+    pub last_seen_ago: Duration,
+}
+
+impl SourceRow {
+    /// Real refusals (not dry-run ones).
+    pub fn refused_total(&self) -> u64 {
+        self.refused[..3].iter().sum()
+    }
+}
+
+/// The per-source table: open connections per key, which
+/// `connections_per_source` caps, and what an operator sees of each
+/// source (`GET /sources`): its attempts, refusals by reason, recent rate
+/// and last attempt. This is the limiter's own state, not a copy: the
+/// entry the cap reads is the entry the page shows.
+///
+/// An entry is made at a source's first attempt and kept while it has
+/// open connections; after that the sweep forgets it once it has been
+/// quiet for `forget_after` (the rate table's window; none without a rate)
+/// or, if it was ever refused, for [`REFUSED_SOURCE_MEMORY`]; and never more
+/// than [`MAX_REMEMBERED_SOURCES`] entries without an open connection are
+/// kept.
 ///
 /// The cap is the caller's (the [`Limits`] of the generation admitting),
 /// not the table's: a reload that changes it shares the table, so the
 /// counts of connections still open carry over.
+///
+/// Hot path: one lock, one hash of the 17-byte key and a few integer
+/// updates per attempt, as the bare count was; one lock per close.
 #[derive(Debug, Default)]
-struct ConcurrencyTable {
-    open: Mutex<HashMap<SourceKey, u32>>,
+struct SourceTable {
+    inner: Mutex<SourceMap>,
 }
 
-impl ConcurrencyTable {
+#[derive(Debug, Default)]
+struct SourceMap {
+    entries: HashMap<SourceKey, SourceEntry>,
+    /// Entries whose `open` is above zero.
+    with_open: usize,
+}
+
+impl SourceTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SourceMap> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Takes a slot for `key`. Returns the guard and whether the key was
     /// under `cap`. Over the cap the count is raised only when `force`
     /// (dry run), so that the reported numbers stay true.
-    fn acquire(self: &Arc<Self>, key: SourceKey, cap: u32, force: bool) -> (SourceGuard, bool) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let count = open.entry(key).or_insert(0);
-        let under = *count < cap;
+    fn acquire(
+        self: &Arc<Self>,
+        key: SourceKey,
+        cap: u32,
+        force: bool,
+        now: Nanos,
+    ) -> (SourceGuard, bool) {
+        let mut map = self.lock();
+        let SourceMap { entries, with_open } = &mut *map;
+        let entry = entries.entry(key).or_default();
+        entry.touch(now);
+        let under = entry.open < cap;
         if under || force {
-            *count += 1;
+            if entry.open == 0 {
+                *with_open += 1;
+            }
+            entry.open += 1;
         }
-        drop(open);
+        drop(map);
         let guard = SourceGuard {
             table: Arc::clone(self),
             key,
@@ -743,34 +980,107 @@ impl ConcurrencyTable {
         (guard, under)
     }
 
+    /// Counts a refusal of an attempt already entered by `acquire`.
+    fn count(&self, key: &SourceKey, reason: Reason) {
+        if let Some(entry) = self.lock().entries.get_mut(key) {
+            entry.refused[reason as usize] += 1;
+        }
+    }
+
+    /// An attempt refused before it reached the cap (`deny`): entered
+    /// unless the table already remembers its fill of quiet sources.
+    fn refused(&self, key: SourceKey, reason: Reason, now: Nanos) {
+        let mut map = self.lock();
+        let remembered = map.entries.len() - map.with_open;
+        let entry = match map.entries.get_mut(&key) {
+            Some(entry) => entry,
+            None if remembered >= MAX_REMEMBERED_SOURCES => return,
+            None => map.entries.entry(key).or_default(),
+        };
+        entry.touch(now);
+        entry.refused[reason as usize] += 1;
+    }
+
     fn release(&self, key: &SourceKey) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = open.get_mut(key) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                open.remove(key);
+        let mut map = self.lock();
+        let SourceMap { entries, with_open } = &mut *map;
+        let Some(entry) = entries.get_mut(key) else {
+            return;
+        };
+        entry.open = entry.open.saturating_sub(1);
+        if entry.open == 0 {
+            *with_open -= 1;
+            if entries.len() - *with_open > MAX_REMEMBERED_SOURCES {
+                entries.remove(key);
             }
         }
     }
 
-    fn shrink(&self) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+    /// Forgets quiet sources (see the type) and returns spare capacity.
+    fn sweep(&self, now: Nanos, forget_after: Nanos) {
+        let refused_memory = Nanos::from(REFUSED_SOURCE_MEMORY);
+        let mut map = self.lock();
+        map.entries.retain(|_, e| {
+            let quiet = now.saturating_sub(e.last_seen);
+            e.open > 0
+                || (e.refusals() > 0 && quiet < refused_memory)
+                || (e.refusals() == 0 && quiet < forget_after)
+        });
+        let entries = &mut map.entries;
         // Keep headroom so a steady load does not reallocate every sweep.
-        if open.capacity() > 64 && open.capacity() > 4 * open.len() {
-            let keep = 2 * open.len();
-            open.shrink_to(keep);
+        if entries.capacity() > 64 && entries.capacity() > 4 * entries.len() {
+            let keep = 2 * entries.len();
+            entries.shrink_to(keep);
         }
     }
 
+    /// Keys with open connections, and slots allocated.
     fn size(&self) -> (usize, usize) {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        (open.len(), open.capacity())
+        let map = self.lock();
+        (map.with_open, map.entries.capacity())
+    }
+
+    fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    fn rows(&self, now: Nanos) -> Vec<SourceRow> {
+        let map = self.lock();
+        map.entries
+            .iter()
+            .map(|(key, e)| SourceRow {
+                key: *key,
+                open: e.open,
+                rate_per_second: e.rate(now),
+                admitted: e.attempts - e.refusals(),
+                refused: e.refused,
+                last_seen_ago: now.saturating_sub(e.last_seen).into(),
+            })
+            .collect()
+    }
+
+    /// Clears the counters of the key that reads `text`; forgets it when
+    /// it has no open connection. Returns the key found.
+    fn clear(&self, text: &str) -> Option<SourceKey> {
+        let mut map = self.lock();
+        let key = *map.entries.keys().find(|k| k.to_string() == text)?;
+        let entry = map.entries.get_mut(&key)?;
+        if entry.open == 0 {
+            map.entries.remove(&key);
+        } else {
+            *entry = SourceEntry {
+                open: entry.open,
+                last_seen: entry.last_seen,
+                ..SourceEntry::default()
+            };
+        }
+        Some(key)
     }
 }
 
-/// One connection's slot in the concurrency table; released on drop.
+/// One connection's slot in the source table; released on drop.
 pub struct SourceGuard {
-    table: Arc<ConcurrencyTable>,
+    table: Arc<SourceTable>,
     key: SourceKey,
     counted: bool,
 }
@@ -1286,6 +1596,104 @@ mod tests {
             RouteRefusal::Full
         );
         assert!(RouteGate::new(None, None).is_none(), "no settings, no gate");
+    }
+
+    // ------------------------------------------------------- source table
+
+    #[test]
+    fn the_source_table_shows_a_flooder_s_refusals_and_a_normal_source_s_connection() {
+        let mut limits = Limits::unlimited();
+        limits.connections_per_source = Some(nz(2));
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(5),
+            burst: nz(5),
+        });
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        let _normal = a.admit(peer("127.0.0.3:1")).unwrap();
+        let mut held = Vec::new();
+        for i in 0..50 {
+            if let Ok(admitted) = a.admit(peer(&format!("127.0.0.2:{i}"))) {
+                held.push(admitted);
+            }
+        }
+        clock.advance(Duration::from_secs(1));
+        let rows = a.sources();
+        assert_eq!(rows.len(), 2);
+        let row = |key: &str| rows.iter().find(|r| r.key.to_string() == key).unwrap();
+        let flooder = row("127.0.0.2");
+        assert_eq!((flooder.open, flooder.admitted), (2, 2));
+        assert_eq!(flooder.refused, [0, 48, 0, 0, 0]);
+        assert_eq!(flooder.refused_total(), 48);
+        assert!(
+            (4.9..=5.1).contains(&flooder.rate_per_second),
+            "50 attempts over a 10 s window: {}",
+            flooder.rate_per_second
+        );
+        assert_eq!(flooder.last_seen_ago, Duration::from_secs(1));
+        let normal = row("127.0.0.3");
+        assert_eq!(
+            (normal.open, normal.admitted, normal.refused_total()),
+            (1, 1, 0)
+        );
+        // Every refusal is in the listener's counters too.
+        assert_eq!(a.counters.snapshot().limit_concurrent, 48);
+    }
+
+    #[test]
+    fn clearing_a_source_resets_its_counters_and_its_rate_but_not_its_open_count() {
+        let mut limits = Limits::unlimited();
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(1),
+            burst: nz(1),
+        });
+        let a = Admission::with_clock(&limits, FakeRelativeClock::default());
+        let held = a.admit(peer("127.0.0.2:1")).unwrap();
+        assert_eq!(a.admit(peer("127.0.0.2:2")).unwrap_err(), Refusal::Rate);
+        assert!(!a.clear_source("127.0.0.9"), "unknown key");
+        assert!(a.clear_source("127.0.0.2"));
+        let rows = a.sources();
+        assert_eq!(rows[0].open, 1, "its connection stays counted");
+        assert_eq!((rows[0].admitted, rows[0].refused_total()), (0, 0));
+        let again = a.admit(peer("127.0.0.2:3"));
+        assert!(again.is_ok(), "its rate cell went with its counters");
+        drop(held);
+        assert_eq!(a.sources()[0].open, 1);
+        assert_eq!(a.sources()[0].admitted, 1);
+    }
+
+    #[test]
+    fn quiet_sources_are_forgotten_refused_ones_later() {
+        let mut limits = Limits::unlimited();
+        limits.rate_per_source = Some(Rate {
+            per_second: nz(10),
+            burst: nz(10),
+        });
+        limits.deny = set(&["127.0.0.9"]);
+        let clock = FakeRelativeClock::default();
+        let a = Admission::with_clock(&limits, clock.clone());
+        drop(a.admit(peer("127.0.0.2:1")).unwrap());
+        assert_eq!(a.admit(peer("127.0.0.9:1")).unwrap_err(), Refusal::Denied);
+        let held = a.admit(peer("127.0.0.3:1")).unwrap();
+        assert_eq!(a.tracked().sources, 3);
+        clock.advance(Duration::from_secs(2));
+        a.sweep();
+        let keys = |a: &Admission<FakeRelativeClock>| {
+            let mut keys: Vec<String> = a.sources().iter().map(|r| r.key.to_string()).collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(
+            keys(&a),
+            ["127.0.0.3", "127.0.0.9"],
+            "the admitted one went with its rate cell"
+        );
+        clock.advance(REFUSED_SOURCE_MEMORY);
+        a.sweep();
+        assert_eq!(keys(&a), ["127.0.0.3"], "open connections keep a source");
+        drop(held);
+        a.sweep();
+        assert_eq!(a.tracked().sources, 0);
     }
 
     #[test]

@@ -34,6 +34,9 @@
 //!   [`MAX_LOCAL_NAMES_BODY_BYTES`]. Answers `{"status": "Local SNIs
 //!   updated successfully", ...}` as Gerbil does, with counts.
 //!
+//! - `GET /sources` and `DELETE /sources/{key}`: the per-source admission
+//!   tables (`super::sources`).
+//!
 //! Every request is authorized first (`super::auth`; a push of local
 //! names from a source in `[admin] push_unauthenticated_from` needs no
 //! token, and every push, refused or not, is logged at info with its
@@ -64,6 +67,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::{self, Admitted, AuthRefusal};
+use super::sources;
 use super::{AdminState, Peer, text};
 use crate::backend::{AddressSource, AddressState, BackendRuntime, local_names};
 use crate::config::DEFAULT_MOVED_CLOSE_WINDOW;
@@ -124,6 +128,9 @@ fn route(segments: &[&str], method: &Method) -> Option<(&'static str, Method, Ha
         ["routes", _, "drain"] => ("route_drain", Method::POST, drain_route),
         // Pushed local names (issue 17), at the path Gerbil serves them on.
         ["update-local-snis"] => ("update_local_snis", Method::POST, update_local_snis),
+        // The source table.
+        ["sources"] => ("sources", Method::GET, list_sources),
+        ["sources", _] => ("clear_source", Method::DELETE, clear_source),
         _ => return None,
     })
 }
@@ -826,6 +833,41 @@ fn apply_local_names(
         "closing": closing,
         "ignored": ignored,
     }))
+}
+
+/// The query's `key=value` pairs, `+` and `%XX` decoded.
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
+            (key.to_owned(), percent_decode(&raw.replace('+', " ")))
+        })
+        .collect()
+}
+
+fn sources_refused(invalid: sources::Invalid) -> Refused {
+    match invalid {
+        sources::Invalid::Bad(message) => Refused::bad(message),
+        sources::Invalid::NotFound(message) => Refused::not_found(message),
+    }
+}
+
+/// `GET /sources` (see `sources`).
+fn list_sources(call: &Call<'_>) -> Result<Value, Refused> {
+    sources::list(&call.state.generations(), &query_pairs(call.query)).map_err(sources_refused)
+}
+
+/// `DELETE /sources/{key}` (see `sources`).
+fn clear_source(call: &Call<'_>) -> Result<Value, Refused> {
+    let key = percent_decode(call.segments[1]);
+    let (answer, cleared) =
+        sources::clear(&call.state.generations(), &key, &query_pairs(call.query))
+            .map_err(sources_refused)?;
+    tracing::info!(who = call.who, key = %key, tables = %cleared.join(","), "source counters cleared");
+    Ok(answer)
 }
 
 /// `%XX` escapes decoded (for `[`, `]` and `:` in an IPv6 address);

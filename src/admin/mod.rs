@@ -7,7 +7,9 @@
 //! - `/healthz`: 200 while the process runs its event loop.
 //! - `/readyz`: 200 once the listeners are bound and the configuration is
 //!   loaded, 503 before that and while draining. The flag is a
-//!   [`Readiness`] that the server (or anything else) flips.
+//!   [`Readiness`] that the server (or anything else) flips. With `[admin]
+//!   ready_requires`, also 503 while a listed backend has no usable
+//!   address, with a JSON body naming it (`ready`).
 //! - `/config`: the effective configuration as JSON, in the shape of the
 //!   TOML file with every key filled in ([`Config::to_file`], the one
 //!   source: it cannot leave a key out), plus `pending_restart`: the keys
@@ -85,6 +87,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -92,11 +95,14 @@ use tokio_util::task::TaskTracker;
 use crate::backend::Backends;
 use crate::config::Config;
 use crate::config::effective::PendingRestart;
+use crate::flow::generation::Generation;
 use crate::metrics;
 
 pub(crate) mod auth;
 pub(crate) mod control;
 pub(crate) mod forward;
+pub(crate) mod ready;
+pub(crate) mod sources;
 pub(crate) mod status;
 
 use forward::AdminBody;
@@ -163,6 +169,9 @@ pub struct AdminState {
     loaded: Mutex<(u64, SystemTime)>,
     /// The page's connection rates: the counters of its last sample.
     rates: status::Rates,
+    /// Each listener's published generation, by name: `/sources` reads
+    /// the admission state in force from it.
+    listeners: Mutex<Vec<(String, watch::Receiver<Arc<Generation>>)>>,
 }
 
 impl AdminState {
@@ -180,7 +189,25 @@ impl AdminState {
             backends: Mutex::new(backends),
             loaded: Mutex::new((1, SystemTime::now())),
             rates: status::Rates::default(),
+            listeners: Mutex::default(),
         }
+    }
+
+    /// The listeners running now (after start and after each reload),
+    /// each by the receiver of its generations.
+    pub(crate) fn set_listeners(&self, listeners: Vec<(String, watch::Receiver<Arc<Generation>>)>) {
+        *self.listeners.lock().unwrap_or_else(|e| e.into_inner()) = listeners;
+    }
+
+    /// Each listener's generation in force (its admission state and its
+    /// routes' gates), by listener name.
+    pub(crate) fn generations(&self) -> Vec<(String, Arc<Generation>)> {
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(name, generation)| (name.clone(), generation.borrow().clone()))
+            .collect()
     }
 
     /// The backends a reload published: control acts on these from now.
@@ -215,6 +242,13 @@ impl AdminState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What `/readyz` says now: listening, and `[admin] ready_requires`
+    /// judged against the backends in force (`ready`).
+    pub(crate) fn ready(&self) -> ready::Verdict {
+        let (config, _) = self.config();
+        ready::judge(self.readiness.is_ready(), &config, &self.backends())
     }
 
     /// `[admin] forward_unmatched_to` in force.
@@ -795,13 +829,7 @@ fn read_only(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>
             response
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => {
-            if state.readiness.is_ready() {
-                text(StatusCode::OK, "ready\n")
-            } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-            }
-        }
+        "/readyz" => readyz(state),
         // Not served unless configured: the routes and backends are not for
         // whoever may scrape /metrics. Answered like any unknown path.
         "/config" if state.expose_config() => {
@@ -822,6 +850,40 @@ fn read_only(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>
     if req.method() == Method::HEAD {
         *response.body_mut() = Full::new(Bytes::new());
     }
+    response
+}
+
+/// `/readyz`: plain text (`ready`, `not ready`) without `[admin]
+/// ready_requires`, as before; with it, JSON naming what is down
+/// (`ready::Verdict::to_json`), 200 or 503 alike.
+fn readyz(state: &AdminState) -> Response<Full<Bytes>> {
+    let verdict = state.ready();
+    let status = if verdict.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let (config, _) = state.config();
+    let requires = config
+        .admin
+        .as_ref()
+        .map_or(&[][..], |a| &a.ready_requires[..]);
+    if requires.is_empty() {
+        return text(
+            status,
+            if verdict.ready() {
+                "ready\n"
+            } else {
+                "not ready\n"
+            },
+        );
+    }
+    let body = serde_json::to_string_pretty(&verdict.to_json(requires))
+        .expect("a JSON value always serializes");
+    let mut response = text(status, body + "\n");
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 

@@ -50,6 +50,25 @@ use crate::metrics;
 
 use super::AdminState;
 
+/// The overview's `ready` cell: `yes`, or `no` and why (`/readyz`'s
+/// verdict: not listening, or each requirement that is down).
+fn ready_text(verdict: &super::ready::Verdict) -> String {
+    if verdict.ready() {
+        return "yes".to_owned();
+    }
+    let mut why: Vec<String> = Vec::new();
+    if !verdict.listening {
+        why.push("not listening".to_owned());
+    }
+    for down in &verdict.down {
+        why.push(match &down.backend {
+            Some(backend) => format!("{}: backend {backend} {}", down.requirement, down.why),
+            None => format!("{}: {}", down.requirement, down.why),
+        });
+    }
+    format!("no <small>({})</small>", escape(&why.join("; ")))
+}
+
 /// The page reloads itself this often.
 pub(crate) const REFRESH_SECONDS: u32 = 5;
 /// Renders closer together than this reuse the previous rates, so several
@@ -335,11 +354,7 @@ pub(crate) fn render(state: &AdminState) -> String {
          <dt>page</dt><dd><small>rendered {now}, refreshed every {REFRESH_SECONDS}s; rates over the last ≥{min}s</small></dd>\
          </dl>",
         version = escape(crate::VERSION),
-        ready = if state.readiness.is_ready() {
-            "yes"
-        } else {
-            "no"
-        },
+        ready = ready_text(&state.ready()),
         loaded = humantime::format_rfc3339_seconds(loaded_at),
         ago = age(loaded_age),
         ok_s = escape(&series("snirelay_reloads_total", &[("outcome", "ok")])),

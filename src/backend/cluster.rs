@@ -661,6 +661,26 @@ impl Cache {
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Whether lookups fail with nothing to serve instead: some name's
+    /// last lookup failed without an earlier answer, and no cached name
+    /// has an answer it may still serve (fresh or stale). A cache that has
+    /// looked nothing up yet is not failing. Read by `/readyz`; a scan of
+    /// at most `MAX_ENTRIES` entries under the table's lock.
+    pub fn failing(&self) -> bool {
+        let now = Instant::now();
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut failing = false;
+        for slot in slots.values() {
+            let entry = slot.entry();
+            match &entry.stored {
+                Some(Stored::NoNode) => failing |= entry.failing,
+                Some(_) if now < entry.fresh_until || now < entry.stale_until => return false,
+                _ => {}
+            }
+        }
+        failing
+    }
 }
 
 /// Makes room in a full table: drops entries that can no longer serve,
@@ -912,6 +932,34 @@ mod tests {
         };
         drop(entry);
         slot
+    }
+
+    #[test]
+    fn lookups_are_failing_only_while_no_name_has_an_answer_to_serve() {
+        let cache = cache("http://127.0.0.1:1/resolve");
+        assert!(!cache.failing(), "nothing looked up yet");
+        {
+            let slot = cache.slot("down.example.com");
+            let mut entry = slot.entry();
+            entry.stored = Some(Stored::NoNode);
+            entry.failing = true;
+        }
+        assert!(cache.failing());
+        let answered = set(
+            &cache,
+            "up.example.com",
+            Some(Duration::from_secs(30)),
+            false,
+        );
+        assert!(!cache.failing(), "one name still has an answer");
+        {
+            let mut entry = answered.entry();
+            entry.fresh_until = Instant::now() - Duration::from_millis(1);
+            entry.stale_until = entry.fresh_until + MAX_STALE;
+        }
+        assert!(!cache.failing(), "a stale answer is still served");
+        answered.entry().stale_until = Instant::now() - Duration::from_millis(1);
+        assert!(cache.failing(), "nothing left to serve");
     }
 
     #[test]

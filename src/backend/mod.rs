@@ -254,6 +254,12 @@ impl Backends {
         }
     }
 
+    /// Stops every runtime's tasks.
+    #[cfg(test)]
+    pub(crate) fn stop(&self) {
+        self.by_name.values().for_each(|r| r.stop());
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<BackendRuntime>> {
         self.by_name.get(name)
     }

@@ -175,6 +175,16 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Ok((status, body)) => {
             let ok = (200..300).contains(&status);
             let value: Option<serde_json::Value> = serde_json::from_str(&body).ok();
+            if args.action == CtlAction::Status {
+                // Ready or not, the answer is the report; without
+                // `ready_requires` it is one word.
+                match (&value, args.json) {
+                    (Some(v), true) => println!("{v:#}"),
+                    (Some(v), false) => print!("{}", ctl_text(&args.action, v)),
+                    (None, _) => print!("{body}"),
+                }
+                return ExitCode::from(if ok { 0 } else { 1 });
+            }
             match (&value, args.json, ok) {
                 (Some(v), true, _) => println!("{v:#}"),
                 (Some(v), false, true) => print!("{}", ctl_text(&args.action, v)),
@@ -211,6 +221,16 @@ fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
         CtlAction::Close(filter) => {
             let path = format!("/connections?{}", filter.query());
             return ctl::request(admin, "DELETE", &path, None).context("admin request");
+        }
+        CtlAction::Status => {
+            return ctl::request(admin, "GET", "/readyz", None).context("admin request");
+        }
+        CtlAction::Sources(sources) => {
+            let path = format!("/sources?{}", sources.query());
+            return ctl::request(admin, "GET", &path, None).context("admin request");
+        }
+        CtlAction::ClearSource(source) => {
+            return ctl::request(admin, "DELETE", &source.path(), None).context("admin request");
         }
     };
     let backend = match &target.backend {
@@ -334,6 +354,71 @@ fn ctl_text(action: &CtlAction, v: &serde_json::Value) -> String {
             out
         }
         CtlAction::Close(_) => format!("closed {}\n", v["closed"]),
+        CtlAction::Status => {
+            let mut out = format!(
+                "{}\n",
+                if v["ready"] == true {
+                    "ready"
+                } else {
+                    "not ready"
+                }
+            );
+            if v["listening"] == false {
+                out.push_str("  not listening (starting or draining)\n");
+            }
+            for d in v["down"].as_array().into_iter().flatten() {
+                out.push_str(&format!(
+                    "  {}: backend {} {}\n",
+                    d["requirement"].as_str().unwrap_or(""),
+                    d["backend"].as_str().unwrap_or("-"),
+                    d["why"].as_str().unwrap_or("")
+                ));
+            }
+            out
+        }
+        CtlAction::Sources(_) => {
+            let row = |c: [&str; 8]| {
+                format!(
+                    "{:<12} {:<40} {:>6} {:>8} {:>9} {:>9} {:>9} {}\n",
+                    c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+                )
+            };
+            let mut out = row([
+                "LISTENER",
+                "KEY",
+                "OPEN",
+                "RATE/S",
+                "ADMITTED",
+                "REFUSED",
+                "LAST",
+                "BY REASON",
+            ]);
+            for s in v["sources"].as_array().into_iter().flatten() {
+                let reasons: Vec<String> = s["refused"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
+                    .map(|(reason, n)| format!("{reason}={n}"))
+                    .collect();
+                let table = match s["route"].as_str() {
+                    Some(route) => format!("{}/{route}", s["listener"].as_str().unwrap_or("")),
+                    None => s["listener"].as_str().unwrap_or("").to_owned(),
+                };
+                out.push_str(&row([
+                    &table,
+                    s["key"].as_str().unwrap_or(""),
+                    &s["open"].to_string(),
+                    &format!("{:.1}", s["rate_per_second"].as_f64().unwrap_or(0.0)),
+                    &s["admitted"].to_string(),
+                    &s["refused_total"].to_string(),
+                    &format!("{:.0}s", s["last_seen_seconds_ago"].as_f64().unwrap_or(0.0)),
+                    &reasons.join(" "),
+                ]));
+            }
+            out
+        }
+        CtlAction::ClearSource(_) => format!("cleared {}\n", v["cleared"]),
         _ => format!(
             "{} {}: {} (was {}), {} open\n",
             v["backend"].as_str().unwrap_or(""),

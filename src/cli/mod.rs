@@ -1,5 +1,5 @@
 //! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`,
-//! `snirelay probe NAME --sni HOST`, `snirelay ctl ...` (the control API
+//! `snirelay probe NAME --sni HOST [--readyz URL]`, `snirelay ctl ...` (the control API
 //! of the admin listener named in the configuration file), `snirelay
 //! import-haproxy FILE`.
 //!
@@ -11,6 +11,7 @@ mod commands;
 pub(crate) mod ctl;
 pub(crate) mod haproxy_import;
 pub(crate) mod probe;
+pub(crate) mod readyz;
 
 pub use commands::main;
 
@@ -120,6 +121,71 @@ pub enum CtlAction {
     Connections(CtlFilter),
     /// Close the matching connections now (close reason `admin`); needs a filter.
     Close(CtlFilter),
+    /// Whether the relay is ready (`/readyz`) and, with `[admin] ready_requires`, which backends are down; exits 1 when not ready.
+    Status,
+    /// The per-source admission table: open connections, recent rate, refusals by reason, last seen.
+    Sources(CtlSources),
+    /// Clear one source's counters (its open connections stay counted).
+    ClearSource(CtlSourceKey),
+}
+
+/// `snirelay ctl sources [--sort open|rate|refused] [--limit N]`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlSources {
+    /// Order: `open` connections, recent `rate`, or `refused` connections, highest first.
+    #[arg(long, default_value = "refused", value_parser = ["open", "rate", "refused"])]
+    pub sort: String,
+    /// Rows shown.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Only this listener's tables.
+    #[arg(long)]
+    pub listener: Option<String>,
+    /// Only this route's table (`[route.limits]`).
+    #[arg(long)]
+    pub route: Option<String>,
+}
+
+/// `snirelay ctl clear-source KEY`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CtlSourceKey {
+    /// The source's key, as `ctl sources` shows it.
+    pub key: String,
+    /// Only in this listener's tables (default: every table).
+    #[arg(long)]
+    pub listener: Option<String>,
+    /// Only in this route's table.
+    #[arg(long)]
+    pub route: Option<String>,
+}
+
+impl CtlSources {
+    /// The query string of `GET /sources`.
+    pub fn query(&self) -> String {
+        let mut query = format!("sort={}&limit={}", self.sort, self.limit);
+        for (key, value) in [("listener", &self.listener), ("route", &self.route)] {
+            if let Some(value) = value {
+                query.push_str(&format!("&{key}={}", encode(value)));
+            }
+        }
+        query
+    }
+}
+
+impl CtlSourceKey {
+    /// The path and query of `DELETE /sources/{key}`.
+    pub fn path(&self) -> String {
+        let filters: Vec<String> = [("listener", &self.listener), ("route", &self.route)]
+            .into_iter()
+            .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", encode(v))))
+            .collect();
+        let mut path = format!("/sources/{}", encode(&self.key));
+        if !filters.is_empty() {
+            path.push('?');
+            path.push_str(&filters.join("&"));
+        }
+        path
+    }
 }
 
 /// Which connections `ctl connections` lists and `ctl close` closes; the
@@ -230,6 +296,10 @@ pub struct ProbeArgs {
     /// Budget per address for TCP connect plus TLS handshake.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+
+    /// Also ask the edge's admin listener whether it is ready (`http://HOST:PORT[/readyz]`); an answer other than 200 makes the exit code 2.
+    #[arg(long, value_name = "URL")]
+    pub readyz: Option<String>,
 
     /// Also write the result in Prometheus text format to this file
     /// (atomically: a temporary file renamed over it), for node_exporter's

@@ -13,7 +13,11 @@
 //! target, so a collector never reads half a file). Exit code: 0 when every
 //! address is healthy, 1 when some are, 2 when none is.
 //!
-//! Not here: retries, HTTP requests, or anything after the handshake; the
+//! With `--readyz URL` the edge's admin listener is asked too (`readyz`):
+//! an edge that answers anything but 200 wants no clients, and the exit
+//! code is 2.
+//!
+//! Not here: retries, HTTP requests to the origin, or anything after the handshake; the
 //! probe closes the connection with a TLS close_notify once it is done.
 //! Cost: one TCP connection and one handshake per address per run.
 
@@ -36,6 +40,7 @@ use tokio::time::{Instant, timeout};
 use tokio_rustls::TlsConnector;
 
 use crate::cli::ProbeArgs;
+use crate::cli::readyz::{self, ReadyzReport};
 use crate::system_roots::add_system_roots;
 
 /// Why a probe could not run at all (as opposed to an unhealthy address).
@@ -142,6 +147,9 @@ pub(crate) struct Report {
     pub exit_code: u8,
     /// One result per address, in resolver order.
     pub addresses: Vec<AddressReport>,
+    /// With `--readyz`: what the edge's `/readyz` said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readyz: Option<ReadyzReport>,
 }
 
 impl Report {
@@ -166,7 +174,19 @@ impl Report {
             total,
             exit_code,
             addresses,
+            readyz: None,
         }
+    }
+
+    /// Adds what the edge's `/readyz` said: an edge that is not ready
+    /// wants no clients, so the exit code is 2 whatever the handshakes
+    /// did.
+    pub(crate) fn with_readyz(mut self, readyz: ReadyzReport) -> Report {
+        if !readyz.ready {
+            self.exit_code = 2;
+        }
+        self.readyz = Some(readyz);
+        self
     }
 
     /// Human-readable lines for a terminal.
@@ -192,6 +212,9 @@ impl Report {
                 let _ = write!(out, "  error: {e}");
             }
             out.push('\n');
+        }
+        if let Some(readyz) = &self.readyz {
+            out.push_str(&readyz.to_text());
         }
         out
     }
@@ -277,6 +300,17 @@ impl Report {
             "Addresses that completed the handshake.",
             vec![(base.clone(), self.healthy.to_string())],
         );
+        if let Some(readyz) = &self.readyz {
+            family(
+                "snirelay_probe_readyz_up",
+                "gauge",
+                "1 when the edge's /readyz (--readyz) answered 200.",
+                vec![(
+                    format!("{base},url=\"{}\"", escape_label(&readyz.url)),
+                    u8::from(readyz.ready).to_string(),
+                )],
+            );
+        }
         let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         family(
             "snirelay_probe_last_run_timestamp_seconds",
@@ -336,7 +370,11 @@ pub(crate) async fn run(args: &ProbeArgs) -> Result<Report, ProbeError> {
         reports[index] = Some(report);
     }
     let reports = reports.into_iter().flatten().collect();
-    Ok(Report::new(args.name.clone(), sni, args.port, reports))
+    let report = Report::new(args.name.clone(), sni, args.port, reports);
+    Ok(match &args.readyz {
+        Some(url) => report.with_readyz(readyz::check(url, args.timeout).await),
+        None => report,
+    })
 }
 
 /// One address, one socket: connect, then handshake, within `budget` overall.
@@ -592,6 +630,31 @@ mod tests {
             2
         );
         assert_eq!(report(&[]).exit_code, 2);
+    }
+
+    #[test]
+    fn an_edge_that_is_not_ready_makes_the_exit_code_2() {
+        let readyz = |ready: bool| ReadyzReport {
+            url: "http://192.0.2.1:9901/readyz".into(),
+            ready,
+            status: Some(if ready { 200 } else { 503 }),
+            down: Vec::new(),
+            error: None,
+        };
+        let healthy = report(&[Status::Healthy]);
+        assert_eq!(healthy.clone().with_readyz(readyz(true)).exit_code, 0);
+        let not_ready = healthy.with_readyz(readyz(false));
+        assert_eq!(not_ready.exit_code, 2);
+        assert!(
+            not_ready
+                .to_prometheus(UNIX_EPOCH)
+                .contains("snirelay_probe_readyz_up{name=\"edge\",sni=\"a\\\"b\",url=\"http://192.0.2.1:9901/readyz\"} 0\n")
+        );
+        assert!(
+            not_ready
+                .to_text()
+                .ends_with("readyz http://192.0.2.1:9901/readyz: 503 not ready\n")
+        );
     }
 
     #[test]

@@ -152,6 +152,7 @@ fn admin_section(admin: &Admin) -> AdminSection {
         moved_close_window,
         push_unauthenticated_from,
         forward_unmatched_to,
+        ready_requires,
     } = admin;
     AdminSection {
         listen: Some(listen.to_string()),
@@ -171,6 +172,7 @@ fn admin_section(admin: &Admin) -> AdminSection {
                 .collect(),
         ),
         forward_unmatched_to: forward_unmatched_to.as_ref().map(|f| f.url.clone()),
+        ready_requires: Some(ready_requires.iter().map(|r| r.to_string()).collect()),
     }
 }
 

@@ -436,4 +436,7 @@ pub struct AdminSection {
     /// `http://host:port`: where requests for paths the admin listener
     /// does not serve are forwarded (Gerbil's API, moved behind it).
     pub forward_unmatched_to: Option<String>,
+    /// `"backend:NAME"`, `"route:NAME"`, `"any_backend"`: what must have a
+    /// usable address for `/readyz` to answer 200.
+    pub ready_requires: Option<Vec<String>>,
 }

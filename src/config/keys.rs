@@ -560,6 +560,8 @@ pub static KEYS: &[Key] = &[
         "Sources whose `POST /update-local-snis` is taken without a token (TCP admin listener only)."),
     key("admin.forward_unmatched_to", Kind::Url, Unset("unknown paths are 404"),
         "`http://host:port`: requests for paths the admin listener does not serve are forwarded there."),
+    key("admin.ready_requires", Kind::Strings, Value("[]"),
+        "`\"backend:NAME\"`, `\"route:NAME\"`, `\"any_backend\"`: `/readyz` answers 503 while one of these has no usable address."),
     // ------------------------------------------------------------------- log
     key("log", Kind::Table, KeyDefault::Table,
         "Where log lines go; the whole section is read at start (a change takes a restart)."),

@@ -289,6 +289,58 @@ pub struct Admin {
     /// Where requests for paths the admin listener does not serve go;
     /// `None`: they are answered 404 as before.
     pub forward_unmatched_to: Option<ForwardTo>,
+    /// `ready_requires`: what must have a usable address for `/readyz` to
+    /// answer 200; empty (the default): ready once listening.
+    pub ready_requires: Vec<ReadyRequirement>,
+}
+
+/// One entry of `[admin] ready_requires`: a backend, or the backend of a
+/// route, that must have a usable address (up, not drained or in
+/// maintenance, resolved) for `/readyz` to answer 200; `any_backend`: at
+/// least one backend must.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadyRequirement {
+    /// `"backend:NAME"`.
+    Backend(String),
+    /// `"route:NAME"`: the backend of every route of that name.
+    Route(String),
+    /// `"any_backend"`.
+    AnyBackend,
+}
+
+impl ReadyRequirement {
+    /// Parses `backend:NAME`, `route:NAME` or `any_backend` (names are not
+    /// checked here).
+    pub fn parse(text: &str) -> Result<ReadyRequirement, String> {
+        let named = |name: &str, what: &str| {
+            if name.is_empty() {
+                Err(format!("{text:?} names no {what}"))
+            } else {
+                Ok(name.to_owned())
+            }
+        };
+        if text == "any_backend" {
+            Ok(ReadyRequirement::AnyBackend)
+        } else if let Some(name) = text.strip_prefix("backend:") {
+            named(name, "backend").map(ReadyRequirement::Backend)
+        } else if let Some(name) = text.strip_prefix("route:") {
+            named(name, "route").map(ReadyRequirement::Route)
+        } else {
+            Err(format!(
+                "{text:?}: write \"backend:NAME\", \"route:NAME\" or \"any_backend\""
+            ))
+        }
+    }
+}
+
+impl fmt::Display for ReadyRequirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadyRequirement::Backend(name) => write!(f, "backend:{name}"),
+            ReadyRequirement::Route(name) => write!(f, "route:{name}"),
+            ReadyRequirement::AnyBackend => f.write_str("any_backend"),
+        }
+    }
 }
 
 /// `[admin] forward_unmatched_to`, checked: a plain-HTTP upstream named by

@@ -191,6 +191,14 @@ impl RouteGates {
         self.gates.get(route).map(|g| &g.gate)
     }
 
+    /// The routes whose `[route.limits]` keep a per-source table, each
+    /// with its admission state (for `/sources`).
+    pub(crate) fn sources(&self) -> impl Iterator<Item = (&str, &crate::admission::Admission)> {
+        self.gates
+            .iter()
+            .filter_map(|(name, g)| Some((&**name, g.gate.sources()?)))
+    }
+
     /// Sweeps every gate's per-source tables.
     pub(crate) fn sweep(&self) {
         for gate in self.gates.values() {

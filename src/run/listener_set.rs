@@ -410,6 +410,15 @@ impl Listeners {
         }
     }
 
+    /// Each running listener's generations, by name (for the admin
+    /// listener's `/sources`).
+    pub(crate) fn generations(&self) -> Vec<(String, watch::Receiver<Arc<Generation>>)> {
+        self.running
+            .iter()
+            .map(|(name, running)| (name.clone(), running.generation.subscribe()))
+            .collect()
+    }
+
     /// Every listening socket, named for a new binary (`takeover`); a
     /// QUIC listener's UDP sockets keyed with [`takeover::UDP`].
     pub(crate) fn for_handover(&self) -> Vec<(String, String, BorrowedFd<'_>)> {

@@ -307,6 +307,9 @@ pub(crate) async fn serve(
     }
     pool.close_unclaimed();
     server.listeners.close_unclaimed_udp();
+    if let Some(admin) = &server.admin {
+        admin.set_listeners(server.listeners.generations());
+    }
     // Ready for /readyz before the `ready` line, so whoever waits for the
     // line finds the endpoint agreeing.
     server.readiness.set(true);
@@ -446,6 +449,7 @@ impl Server {
                 if let Some(admin) = &self.admin {
                     admin.set_config(Arc::new(self.config.clone()), pending.clone());
                     admin.set_backends(self.backends.clone());
+                    admin.set_listeners(self.listeners.generations());
                 }
                 let d = &applied.diff;
                 tracing::info!(

@@ -72,6 +72,8 @@ mod pangolin_lookup;
 mod admin;
 mod admin_connections;
 mod admin_control;
+mod admin_ready;
+mod admin_sources;
 mod admin_status;
 mod probe;
 

@@ -6,7 +6,12 @@
 use super::*;
 
 impl Checker {
-    pub(super) fn admin(&mut self, section: &AdminSection) -> Option<Admin> {
+    /// `routes`: the names of the file's routes (`ready_requires` may name them).
+    pub(super) fn admin(
+        &mut self,
+        section: &AdminSection,
+        routes: &HashSet<&str>,
+    ) -> Option<Admin> {
         let text = section.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN);
         let allow_public = section.allow_public.unwrap_or(DEFAULT_ADMIN_ALLOW_PUBLIC);
         // Run-time control (issue 16): a Unix socket, and the token file.
@@ -65,6 +70,23 @@ impl Checker {
                 }
             },
         };
+        let mut ready_requires = Vec::new();
+        for (i, text) in section.ready_requires.iter().flatten().enumerate() {
+            let key = format!("admin.ready_requires[{i}]");
+            match ReadyRequirement::parse(text) {
+                Ok(ReadyRequirement::Backend(name)) if !self.declared_backends.contains(&name) => {
+                    self.problem(key, format!("{text:?}: there is no [backend.{name}]"));
+                }
+                Ok(ReadyRequirement::Route(name)) if !routes.contains(name.as_str()) => {
+                    self.problem(key, format!("{text:?}: no [[route]] is named {name:?}"));
+                }
+                Ok(requirement) if ready_requires.contains(&requirement) => {
+                    self.problem(key, format!("{text:?} is listed twice"));
+                }
+                Ok(requirement) => ready_requires.push(requirement),
+                Err(message) => self.problem(key, message),
+            }
+        }
         let listen = if let Some(path) = text.strip_prefix("unix:") {
             if !path.starts_with('/') {
                 self.problem(
@@ -111,6 +133,7 @@ impl Checker {
             moved_close_window: moved_close_window?,
             push_unauthenticated_from,
             forward_unmatched_to,
+            ready_requires,
         })
     }
 }

@@ -146,7 +146,20 @@ impl Checker {
         }
         let admin = match &file.admin {
             None => None,
-            Some(section) => Some(self.admin(section)?),
+            Some(section) => {
+                // Named in the file, or given a name by the checker.
+                let routes = file
+                    .routes
+                    .iter()
+                    .filter_map(|r| r.name.as_deref())
+                    .chain(
+                        listeners
+                            .iter()
+                            .flat_map(|l| l.routes.iter().map(|r| r.name.as_str())),
+                    )
+                    .collect();
+                Some(self.admin(section, &routes)?)
+            }
         };
         let log = self.log(&file.log)?;
         Some(Config {
