@@ -327,6 +327,14 @@ pub static KEYS: &[Key] = &[
     key("listener.ech_config_ids", Kind::Integers, Unset("none known"),
         "Config ids of the ECH configurations your origins publish; with them `ech` concerns real ECH only.")
         .range(0..=255),
+    key("listener.fingerprints", Kind::Bool, Value("false"),
+        "Compute each hello's JA4 and JA3 and log them (`tls.ja4`, `tls.ja3`); `match` rules compute them anyway."),
+    key("listener.match", Kind::Table, Unset("no rule"),
+        "JA4 rules every hello on the listener must pass; else `ja4_refused`."),
+    key("listener.match.ja4", Kind::Strings, Unset("any fingerprint"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) of which a hello must match one."),
+    key("listener.match.ja4_deny", Kind::Strings, Unset("none"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) a hello must match none of."),
     key("listener.proxy_protocol", Kind::Table, Unset("no PROXY header is read"),
         "Inbound PROXY headers (v2 or v1) from trusted peer relays.")
         .tcp(),
@@ -379,6 +387,12 @@ pub static KEYS: &[Key] = &[
         "The `[backend.NAME]` to relay to."),
     key("route.ech", Kind::ChoiceOrBackend(&["pass", "reject"]), Unset("the listener's `ech`"),
         "This route's ECH policy."),
+    key("route.match", Kind::Table, Unset("no rule"),
+        "JA4 rules a hello on this route must pass, after the listener's; else `ja4_refused`."),
+    key("route.match.ja4", Kind::Strings, Unset("any fingerprint"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) of which a hello must match one."),
+    key("route.match.ja4_deny", Kind::Strings, Unset("none"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) a hello must match none of."),
     key("route.max_connections", Kind::Integer, Unset("unlimited"),
         "Open connections on the route, all sources together; over it: `route_full`.")
         .range(MAX_CONNECTIONS_RANGE).unit("connections"),

@@ -74,6 +74,7 @@ use crate::metrics::{self, ListenerMetrics};
 use crate::pump::relay::lifetime_end;
 use crate::quic::backend_address::{Ask, Picked};
 use crate::tcp::accept_loop;
+use crate::wire::fingerprint::Fingerprints;
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub const MAX_PENDING_FLOWS: usize = 1024;
@@ -147,6 +148,8 @@ pub struct FlowRecord {
     pub metrics: Arc<ListenerMetrics>,
     /// The client's current address once the flow is open (NAT rebinding).
     pub path: Option<Arc<Path>>,
+    /// The hello's JA4 and JA3, when the listener computes them.
+    pub fingerprints: Option<Arc<Fingerprints>>,
 }
 
 impl FlowRecord {
@@ -173,6 +176,7 @@ impl FlowRecord {
             stats: Arc::default(),
             metrics,
             path: None,
+            fingerprints: None,
         }
     }
 
@@ -206,6 +210,7 @@ impl FlowRecord {
         record.route = self.route.as_deref();
         record.backend = self.backend;
         record.backend_addr = self.backend_addr;
+        record.fingerprints = self.fingerprints;
         record.moved.up = s.bytes_up.load(Ordering::Relaxed);
         record.moved.down = s.bytes_down.load(Ordering::Relaxed);
         record.close_flow(reason, &quic);
@@ -596,7 +601,7 @@ impl<B> FlowTable<B> {
         self.flows.insert(
             from,
             FlowState::Pending(Box::new(Pending {
-                parser: Parser::new(limits),
+                parser: Parser::new(limits).fingerprinting(generation.routes.wants_fingerprints()),
                 held: Vec::new(),
                 held_bytes: 0,
                 record,
@@ -724,17 +729,19 @@ impl<B> FlowTable<B> {
             admitted,
             ..
         } = pending;
-        let decision = generation.routes.decide(&hello.hello);
+        let ja4 = hello.fingerprints.as_deref().map(Fingerprints::ja4);
+        let decision = generation.routes.decide_with(&hello.hello, ja4);
         record.sni = decision.sni;
         record.ech = decision.ech;
         record.alpn = close::alpn_field(&hello.hello.alpn);
+        record.fingerprints = hello.fingerprints.clone();
         let target = match decision.target {
             Ok(target) => target,
             Err(no_route) => {
                 let alert = match no_route {
                     NoRoute::NoSni | NoRoute::Unmatched => UNRECOGNIZED_NAME,
                     NoRoute::TlsVersion => PROTOCOL_VERSION,
-                    NoRoute::EchRejected => HANDSHAKE_FAILURE,
+                    NoRoute::EchRejected | NoRoute::Ja4Refused => HANDSHAKE_FAILURE,
                 };
                 let answer = refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
                 self.close(record, no_route.into(), Some((from, answer)));

@@ -43,6 +43,7 @@ use crate::flow::close::{self, Accepted, CloseReason, ConnRecord};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
+use crate::wire::fingerprint::Fingerprints;
 use crate::{
     flow::{registry, route},
     sockopt,
@@ -210,15 +211,17 @@ async fn setup<'g>(
     // completes always makes way for the next select, which sees a stop.
     let hello = tokio::select! {
         biased;
-        hello = inspect::read_hello(client, buffered, limit, deadline) => hello?,
+        hello = inspect::read_hello(client, buffered, limit, deadline, routes.wants_fingerprints()) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     // route: the name is parsed and matched once; the same parse names it
     // in the log line, whatever the outcome.
-    let decision = routes.decide(&hello.info);
+    let ja4 = hello.fingerprints.as_deref().map(Fingerprints::ja4);
+    let decision = routes.decide_with(&hello.info, ja4);
     record.sni = decision.sni;
     record.ech = decision.ech;
     record.alpn = close::alpn_field(&hello.info.alpn);
+    record.fingerprints = hello.fingerprints.clone();
 
     let target = match decision.target {
         Ok(target) => target,
