@@ -270,6 +270,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         allow,
         deny,
         rate_counts_refused,
+        limit_key,
     } = limits;
     let (rate, burst) = match rate_per_source {
         Some(Rate { per_second, burst }) => (
@@ -291,6 +292,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         allow: allow.blocks().iter().map(|c| c.to_string()).collect(),
         deny: deny.blocks().iter().map(|c| c.to_string()).collect(),
         rate_counts_refused: Some(*rate_counts_refused),
+        limit_key: Some(limit_key.as_str().to_owned()),
     }
 }
 

@@ -122,6 +122,9 @@ pub struct LimitsSection {
     pub deny: Vec<String>,
     /// Refused attempts spend rate tokens too (HAProxy `conn_rate`).
     pub rate_counts_refused: Option<bool>,
+    /// What the counting limits count by: `"source"`, `"ja4"` or
+    /// `"source+ja4"`.
+    pub limit_key: Option<String>,
 }
 
 /// A limit given as a count, or `false` to turn it off (`true` is an error:

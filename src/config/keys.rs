@@ -373,6 +373,8 @@ pub static KEYS: &[Key] = &[
     key("listener.limits.rate_counts_refused", Kind::Bool, Value("false"),
         "Refused attempts spend rate tokens too (HAProxy `conn_rate`)."),
     // ----------------------------------------------------------------- route
+    key("listener.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
+        "What the counting limits count by; with the JA4 they are decided once the hello is read."),
     key("route", Kind::Tables, KeyDefault::Table, "A route: names on a listener, and the backend they go to."),
     key("route.name", Kind::String, Computed("the first pattern"),
         "The route's name in logs, and its identity for per-route limits."),
@@ -428,6 +430,8 @@ pub static KEYS: &[Key] = &[
         "Sources refused on this route (`route_denied`)."),
     key("route.limits.rate_counts_refused", Kind::Bool, Value("false"),
         "Refused attempts spend the route's rate tokens too."),
+    key("route.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
+        "What the route's counting limits count by."),
     // --------------------------------------------------------------- backend
     key("backend.*", Kind::NamedTables, KeyDefault::Table, "A backend: where routed connections go, and how."),
     key("backend.*.addresses", Kind::Strings, Required("one of `addresses`, `resolve` or `[cluster]`"),

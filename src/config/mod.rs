@@ -40,8 +40,9 @@ pub mod settings;
 /// [`settings`]).
 pub use settings::{
     AddressSource, Backend, Cluster, ClusterLookup, ClusterProtocol, DEFAULT_CONNECT_ATTEMPTS_CAP,
-    DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, Keepalive, Limits, LookupHeader,
-    LookupTls, Member, Mode, NodeChoice, Outbound, Policy, Rate, Timeouts, TrustedName,
+    DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, Keepalive, LimitKey, Limits,
+    LookupHeader, LookupTls, Member, Mode, NodeChoice, Outbound, Policy, Rate, Timeouts,
+    TrustedName,
 };
 
 use std::collections::BTreeMap;

@@ -184,6 +184,11 @@ impl RouteTable {
             ech_config_ids: listener.ech_config_ids.as_slice().into(),
             hello_match: listener.hello_match.clone(),
             fingerprints: listener.fingerprints
+                || listener.limits.limit_key.needs_ja4()
+                || listener
+                    .routes
+                    .iter()
+                    .any(|r| r.limits.as_ref().is_some_and(|l| l.limit_key.needs_ja4()))
                 || !listener.hello_match.is_empty()
                 || listener.routes.iter().any(|r| !r.hello_match.is_empty()),
             ..RouteTable::default()

@@ -726,10 +726,27 @@ impl<B> FlowTable<B> {
             held,
             mut record,
             permit,
-            admitted,
+            mut admitted,
             ..
         } = pending;
         let ja4 = hello.fingerprints.as_deref().map(Fingerprints::ja4);
+        // A `limit_key` with the JA4 counts now, the hello read (the lists
+        // were judged at the gate); refused: ended, nothing forwarded.
+        let source = admission::route_source(PeerAddr(from), false, None);
+        match generation.admission.after_hello(source, ja4) {
+            Ok(None) => {}
+            Ok(Some(counted)) => {
+                close::log_dry_run(&record.listener, PeerAddr(from), &counted);
+                admitted = Some(counted);
+            }
+            Err(refusal) => {
+                let reason = CloseReason::from(refusal);
+                record.metrics.limit_refused(reason);
+                record.fingerprints = hello.fingerprints.clone();
+                self.close(record, reason, None);
+                return;
+            }
+        }
         let decision = generation.routes.decide_with(&hello.hello, ja4);
         record.sni = decision.sni;
         record.ech = decision.ech;
@@ -752,28 +769,25 @@ impl<B> FlowTable<B> {
         record.backend = Some(target.backend.clone());
         let route_admitted = match generation.route_gates.get(&target.route) {
             None => None,
-            Some(gate) => {
-                let source = admission::route_source(PeerAddr(from), false, None);
-                match gate.admit(source) {
-                    Ok(admitted) => {
-                        if let Some(held) = &admitted.source {
-                            close::log_route_dry_run(
-                                &record.listener,
-                                PeerAddr(from),
-                                &target.route,
-                                held,
-                            );
-                        }
-                        Some(admitted)
+            Some(gate) => match gate.admit_with(source, ja4) {
+                Ok(admitted) => {
+                    if let Some(held) = &admitted.source {
+                        close::log_route_dry_run(
+                            &record.listener,
+                            PeerAddr(from),
+                            &target.route,
+                            held,
+                        );
                     }
-                    Err(refusal) => {
-                        let reason = CloseReason::from(refusal);
-                        record.metrics.limit_refused(reason);
-                        self.close(record, reason, None);
-                        return;
-                    }
+                    Some(admitted)
                 }
-            }
+                Err(refusal) => {
+                    let reason = CloseReason::from(refusal);
+                    record.metrics.limit_refused(reason);
+                    self.close(record, reason, None);
+                    return;
+                }
+            },
         };
         let Some(runtime) = generation.backends.get(&target.backend.name) else {
             self.close(record, CloseReason::NoAddress, None);

@@ -90,6 +90,11 @@ pub struct Hello {
 }
 
 impl Hello {
+    /// Its JA4, when its fingerprints were computed.
+    pub fn ja4(&self) -> Option<&str> {
+        self.fingerprints.as_deref().map(Fingerprints::ja4)
+    }
+
     /// The hello `reader` answered from `bytes`, with its fingerprints when
     /// `fingerprints` asks: computed now, while the reassembled message
     /// (if the hello spanned records) is still held.

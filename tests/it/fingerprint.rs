@@ -303,3 +303,104 @@ addresses = ["{backend}"]
     assert_eq!(line["close"], "ja4_refused", "{line}");
     assert_eq!(line["tls.ja4"], ja4, "{line}");
 }
+
+/// A backend that reports each connection's first read and then holds the
+/// connection until the relay closes it.
+async fn holding_backend() -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let n = stream.read(&mut buf).await.unwrap_or(0);
+                let _ = tx.send(buf[..n].to_vec());
+                let mut rest = Vec::new();
+                let _ = stream.read_to_end(&mut rest).await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_key_ja4_counts_each_tls_stack_apart_after_the_hello() {
+    use tokio::io::AsyncWriteExt;
+    let chromium = capture("chromium_pq.bin");
+    let curl = capture("curl.bin");
+    let (backend, mut relayed) = holding_backend().await;
+    let config = format!(
+        r#"
+[[listener]]
+name = "by_ja4"
+listen = ["127.0.0.1:0"]
+
+[listener.limits]
+connections_per_source = 1
+limit_key = "ja4"
+
+[[listener]]
+name = "by_source"
+listen = ["127.0.0.1:0"]
+
+[listener.limits]
+connections_per_source = 1
+
+[[route]]
+listener = "by_ja4"
+sni = ["*.example.com"]
+backend = "b"
+
+[[route]]
+listener = "by_source"
+sni = ["*.example.com"]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend}"]
+"#
+    );
+    let relay = Relay::start(&config).await;
+    // One Chromium connection held open on each listener.
+    let mut held = Vec::new();
+    for name in ["by_ja4", "by_source"] {
+        let mut client = tokio::net::TcpStream::connect(relay.addr_of(name))
+            .await
+            .unwrap();
+        client.write_all(&chromium).await.unwrap();
+        assert_eq!(relayed.recv().await.unwrap(), chromium, "{name}");
+        held.push(client);
+    }
+
+    // Keyed by JA4: a second Chromium is over its stack's one connection,
+    // refused once its hello is read (the line names its JA4) ...
+    let (local, back) = send_and_finish(relay.addr_of("by_ja4"), &chromium).await;
+    assert_eq!(back, b"");
+    let line = relay.closed_line(local).await;
+    assert_eq!(line["close"], "limit_concurrent", "{line}");
+    assert_eq!(
+        line["tls.ja4"],
+        reference_ja4("chromium_pq.bin").as_str(),
+        "{line}"
+    );
+    // ... while curl, from the same address, is another key and goes through.
+    let (local, _) = send_and_finish(relay.addr_of("by_ja4"), &curl).await;
+    let line = relay.closed_line(local).await;
+    assert_eq!(line["close"], "done", "{line}");
+    assert_eq!(relayed.recv().await.unwrap(), curl);
+
+    // Keyed by source (the default), curl is refused at accept: same
+    // address, before a byte is read, so no fingerprint.
+    let (local, _) = send_and_finish(relay.addr_of("by_source"), &curl).await;
+    let line = relay.closed_line(local).await;
+    assert_eq!(line["close"], "limit_concurrent", "{line}");
+    assert_eq!(line["tls.ja4"], Value::Null, "{line}");
+    assert!(relayed.try_recv().is_err(), "a refused hello was relayed");
+    drop(held);
+}
