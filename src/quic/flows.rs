@@ -1306,6 +1306,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
+        // One open flow per JA4: a second client of the same TLS stack is
+        // refused once its hello is complete, whatever its address, with no
+        // answer (as at the gate); the first flow keeps its slot.
+        let generation = generation("connections_per_source = 1\nlimit_key = \"ja4\"");
+        assert!(generation.routes.wants_fingerprints());
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let (first, second) = (addr("192.0.2.1:5000"), addr("198.51.100.2:5000"));
+        let flight = initials("example.com", 1);
+        // The first flow waits for its address (its events are not
+        // drained yet: an opened flow's slots go to its task).
+        feed(&mut table, now, first, &flight, &generation, &permits);
+        feed(&mut table, now, second, &flight, &generation, &permits);
+        let seen = events(&mut table, &generation);
+        assert!(
+            seen.contains(&Seen::Close {
+                peer: second,
+                reason: CloseReason::LimitConcurrent,
+                answer_to: None
+            }),
+            "{seen:?}"
+        );
+        assert!(
+            seen.contains(&Seen::Open {
+                from: first,
+                held: 1
+            }),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         // Per source, through the accept gate: one flow per address.
         let generation_1 = generation("connections_per_source = 1");
