@@ -73,7 +73,7 @@ impl Fingerprints {
         let ja3 = hello.ja3();
         Fingerprints {
             ja4: hello.ja4(transport, false),
-            ja3_hash: format!("{:x}", md5::compute(ja3.as_bytes())),
+            ja3_hash: hex(&md5::compute(ja3.as_bytes()).0),
             ja3,
         }
     }
@@ -216,7 +216,7 @@ impl<'a> Fields<'a> {
 
     fn ja3(&self) -> String {
         let mut out = String::with_capacity(256);
-        let _ = write!(out, "{}", self.legacy_version);
+        push_decimal(self.legacy_version, &mut out);
         for list in [&self.ciphers, &self.extensions, &self.groups] {
             out.push(',');
             decimal_list(list.iter().copied(), &mut out);
@@ -273,23 +273,57 @@ fn alpn_code(first: Option<&[u8]>, out: &mut String) {
     }
 }
 
-fn hex_list(values: &[u16]) -> String {
-    let mut out = String::with_capacity(values.len() * 5);
-    for (i, value) in values.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "{value:04x}");
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `bytes` as lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
     out
 }
 
+/// `values` as 4-digit lowercase hex joined by `,` (by hand: `write!` per
+/// item was most of the fingerprint's cost).
+fn hex_list(values: &[u16]) -> String {
+    let mut out = String::with_capacity(values.len() * 5);
+    for (i, &value) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        for shift in [12, 8, 4, 0] {
+            out.push(char::from(HEX[usize::from((value >> shift) & 0xf)]));
+        }
+    }
+    out
+}
+
+/// `values` (GREASE left out) in decimal joined by `-`.
 fn decimal_list(values: impl Iterator<Item = u16>, out: &mut String) {
     for (i, value) in values.filter(|&v| !grease(v)).enumerate() {
         if i > 0 {
             out.push('-');
         }
-        let _ = write!(out, "{value}");
+        push_decimal(value, out);
+    }
+}
+
+fn push_decimal(value: u16, out: &mut String) {
+    let mut digits = [0u8; 5];
+    let mut n = value;
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[at..] {
+        out.push(char::from(digit));
     }
 }
 
@@ -302,7 +336,8 @@ fn hash12(text: &str, empty: bool) -> String {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
     let mut out = String::with_capacity(12);
     for byte in &digest.as_ref()[..6] {
-        let _ = write!(out, "{byte:02x}");
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
     out
 }
