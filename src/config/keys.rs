@@ -328,7 +328,7 @@ pub static KEYS: &[Key] = &[
         "Config ids of the ECH configurations your origins publish; with them `ech` concerns real ECH only.")
         .range(0..=255),
     key("listener.fingerprints", Kind::Bool, Value("false"),
-        "Compute each hello's JA4 and JA3 and log them (`tls.ja4`, `tls.ja3`); `match` rules compute them anyway."),
+        "Compute each hello's JA4 and JA3 and log them (`tls.ja4`, `tls.ja3`); `match` rules and a JA4 `limit_key` compute them anyway."),
     key("listener.match", Kind::Table, Unset("no rule"),
         "JA4 rules every hello on the listener must pass; else `ja4_refused`."),
     key("listener.match.ja4", Kind::Strings, Unset("any fingerprint"),
