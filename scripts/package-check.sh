@@ -62,6 +62,7 @@ EXPECTED_FILES="\
 ./usr/share/doc/snirelay/docs/config-keys.md
 ./usr/share/doc/snirelay/docs/configuration.md
 ./usr/share/doc/snirelay/docs/design.md
+./usr/share/doc/snirelay/docs/fingerprints.md
 ./usr/share/doc/snirelay/docs/migrating-from-haproxy.md
 ./usr/share/doc/snirelay/docs/operations.md
 ./usr/share/doc/snirelay/docs/pangolin.md

@@ -15,6 +15,18 @@
 //!    `KeyedGcra` for the bound that keeps this from locking a source out
 //!    for long).
 //!
+//! `limit_key` chooses what steps 2 and 3 count by: the source key (the
+//! default), the hello's JA4, or both. With the JA4 those steps cannot run
+//! before a byte is read: the door at accept (or after the preface) then
+//! applies the lists alone, and [`Admission::after_hello`] counts right
+//! after inspection, before routing, on the key the hello completes; a
+//! refusal there closes the connection as at accept, with nothing
+//! forwarded and no alert. A JA4 is keyed by 48 bits of a SipHash of it
+//! ([`Ja4Key`]), 6 bytes beside the address: a `SourceKey` grows from 17
+//! to 23 bytes, which every connection's held slot absorbs in padding (the
+//! 36 bytes of a JA4 inline, or 8 of a 64-bit hash, took the connection
+//! task past its 896-byte allocation step, see `tcp::connection`).
+//!
 //! With `dry_run` the counting limits (2 and 3) still count and report what
 //! they would refuse, but refuse nothing; `deny`/`allow` are policy, not
 //! sizing, and always apply. Unset limits cost nothing: no table exists.
@@ -99,7 +111,7 @@ pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 // ------------------------------------------------------------------ config
 
 /// A listener's admission settings: plain settings, defined with the rest.
-pub use crate::config::settings::{Limits, Rate};
+pub use crate::config::settings::{LimitKey, Limits, Rate};
 
 // --------------------------------------------------------------- the key
 
@@ -143,14 +155,53 @@ impl Source {
     }
 }
 
-/// The per-source table key: a source address cut to its prefix.
+/// The per-source table key: a source address cut to its prefix, or (by
+/// `limit_key`) a hello's JA4, alone or with that source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKey {
     V4([u8; 4]),
     V6([u8; 16]),
+    Ja4(Ja4Key),
+    V4Ja4([u8; 4], Ja4Key),
+    V6Ja4([u8; 16], Ja4Key),
+}
+
+/// A JA4 fingerprint as a table key: 48 bits of a SipHash-1-3 of it with
+/// fixed keys (the same on every run), as bytes so the key keeps an
+/// alignment of 1. Two JA4s share a key with odds of 2^-48, and a limit
+/// then counts them together, nothing worse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ja4Key([u8; 6]);
+
+impl Ja4Key {
+    /// The key of `ja4`.
+    pub fn new(ja4: &str) -> Ja4Key {
+        use std::hash::Hasher;
+        let mut hasher = siphasher::sip::SipHasher13::new_with_keys(0, 0);
+        hasher.write(ja4.as_bytes());
+        let [a, b, c, d, e, f, ..] = hasher.finish().to_be_bytes();
+        Ja4Key([a, b, c, d, e, f])
+    }
+}
+
+impl fmt::Display for Ja4Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ja4#")?;
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
 }
 
 impl SourceKey {
+    /// This key with `ja4` beside its address.
+    pub fn with_ja4(self, ja4: &str) -> SourceKey {
+        let ja4 = Ja4Key::new(ja4);
+        match self {
+            SourceKey::V4(ip) | SourceKey::V4Ja4(ip, _) => SourceKey::V4Ja4(ip, ja4),
+            SourceKey::V6(ip) | SourceKey::V6Ja4(ip, _) => SourceKey::V6Ja4(ip, ja4),
+            SourceKey::Ja4(_) => SourceKey::Ja4(ja4),
+        }
+    }
+
     pub fn new(source: Source, prefix_v4: u8, prefix_v6: u8) -> SourceKey {
         match source.ip() {
             IpAddr::V4(v4) => {
@@ -168,6 +219,9 @@ impl fmt::Display for SourceKey {
         match self {
             SourceKey::V4(b) => Ipv4Addr::from(*b).fmt(f),
             SourceKey::V6(b) => Ipv6Addr::from(*b).fmt(f),
+            SourceKey::Ja4(ja4) => ja4.fmt(f),
+            SourceKey::V4Ja4(b, ja4) => write!(f, "{}+{ja4}", Ipv4Addr::from(*b)),
+            SourceKey::V6Ja4(b, ja4) => write!(f, "{}+{ja4}", Ipv6Addr::from(*b)),
         }
     }
 }
@@ -380,7 +434,9 @@ impl<C: Clock + Clone> Admission<C> {
         )
     }
 
-    /// Decides one new connection. Counts the outcome.
+    /// Decides one new connection. Counts the outcome. With a `limit_key`
+    /// that needs the hello, only the lists are judged here and nothing is
+    /// counted: [`Admission::after_hello`] counts.
     pub fn admit(&self, source: Source) -> Result<Admitted, Refusal> {
         let ip = source.ip();
         let key = self.key(source);
@@ -393,6 +449,42 @@ impl<C: Clock + Clone> Admission<C> {
             }
             return Err(Refusal::Denied);
         }
+        if self.limits.limit_key.needs_ja4() {
+            return Ok(Admitted {
+                guard: None,
+                would_refuse: None,
+                key,
+            });
+        }
+        self.count(key)
+    }
+
+    /// The door right after inspection, for a `limit_key` with the JA4:
+    /// counts `source`'s connection (already past the lists) on the key
+    /// its hello completes. `None` when there is nothing to count here: the
+    /// key is the source alone (counted at accept), or the connection is a
+    /// trusted peer's own (`source` is `None`). Without a fingerprint
+    /// (`ja4` is `None`, which a listener with such a key never passes)
+    /// the source alone is counted.
+    pub fn after_hello(
+        &self,
+        source: Option<Source>,
+        ja4: Option<&str>,
+    ) -> Result<Option<Admitted>, Refusal> {
+        let (Some(source), true) = (source, self.limits.limit_key.needs_ja4()) else {
+            return Ok(None);
+        };
+        let key = self.key(source);
+        let key = match (self.limits.limit_key, ja4) {
+            (LimitKey::Ja4, Some(ja4)) => SourceKey::Ja4(Ja4Key::new(ja4)),
+            (_, Some(ja4)) => key.with_ja4(ja4),
+            (_, None) => key,
+        };
+        self.count(key).map(Some)
+    }
+
+    /// Steps 2 and 3 on `key`.
+    fn count(&self, key: SourceKey) -> Result<Admitted, Refusal> {
         let dry_run = self.limits.dry_run;
         let mut would_refuse = None;
 
@@ -661,10 +753,25 @@ impl RouteGate {
     /// Decides one connection on the route, `source` as [`route_source`]
     /// gives it. The per-source limits go first, so a denied source is
     /// told so even on a full route.
+    #[cfg(test)]
     pub(crate) fn admit(&self, source: Option<Source>) -> Result<RouteAdmitted, RouteRefusal> {
+        self.admit_with(source, None)
+    }
+
+    /// [`RouteGate::admit`] for a hello whose JA4 is `ja4`: a route's
+    /// `limit_key` with the JA4 counts by it (the hello is read by now).
+    pub(crate) fn admit_with(
+        &self,
+        source: Option<Source>,
+        ja4: Option<&str>,
+    ) -> Result<RouteAdmitted, RouteRefusal> {
         let admitted = match (&self.sources, source) {
             (Some(sources), Some(source)) => {
-                Some(sources.admit(source).map_err(RouteRefusal::Source)?)
+                let listed = sources.admit(source).map_err(RouteRefusal::Source)?;
+                let counted = sources
+                    .after_hello(Some(source), ja4)
+                    .map_err(RouteRefusal::Source)?;
+                Some(counted.unwrap_or(listed))
             }
             _ => None,
         };
@@ -1709,5 +1816,60 @@ mod tests {
             route_source(peer_addr, false, None),
             Some(Source::Peer(peer_addr))
         );
+    }
+
+    #[test]
+    fn a_ja4_limit_key_lists_at_accept_and_counts_after_the_hello() {
+        let mut deny = crate::wire::cidr::CidrSet::default();
+        deny.insert("192.0.2.66/32".parse().unwrap());
+        let limits = Limits {
+            connections_per_source: NonZeroU32::new(1),
+            limit_key: LimitKey::Ja4,
+            deny,
+            ..Limits::unlimited()
+        };
+        let gate = Admission::new(&limits);
+        let client = Source::Peer(PeerAddr(sock("192.0.2.1:40000")));
+        // At accept: the lists only, nothing counted.
+        let at_accept = gate.admit(client).unwrap();
+        assert!(at_accept.guard.is_none());
+        assert_eq!(
+            gate.admit(Source::Peer(PeerAddr(sock("192.0.2.66:1"))))
+                .unwrap_err(),
+            Refusal::Denied
+        );
+        assert_eq!(gate.tracked().concurrent_keys, 0);
+        // After the hello: one open connection per JA4, whatever the source.
+        let chromium = "t13d1517h2_8daaf6152771_cb7bf5808d99";
+        let held = gate
+            .after_hello(Some(client), Some(chromium))
+            .unwrap()
+            .unwrap();
+        assert_eq!(held.key, SourceKey::Ja4(Ja4Key::new(chromium)));
+        let elsewhere = Source::Peer(PeerAddr(sock("198.51.100.9:1")));
+        assert_eq!(
+            gate.after_hello(Some(elsewhere), Some(chromium))
+                .unwrap_err(),
+            Refusal::Concurrent
+        );
+        let curl = "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6";
+        assert!(gate.after_hello(Some(client), Some(curl)).is_ok());
+        drop(held);
+        assert!(gate.after_hello(Some(elsewhere), Some(chromium)).is_ok());
+        // A trusted peer's own connection counts nowhere.
+        assert!(gate.after_hello(None, Some(chromium)).unwrap().is_none());
+        // "source+ja4" keys the two together; "source" counts at accept.
+        let both = SourceKey::new(client, 32, 64).with_ja4(chromium);
+        assert!(matches!(both, SourceKey::V4Ja4([192, 0, 2, 1], _)));
+        assert!(both.to_string().starts_with("192.0.2.1+ja4#"));
+        let by_source = Admission::new(&Limits::unlimited());
+        assert!(
+            by_source
+                .after_hello(Some(client), Some(chromium))
+                .unwrap()
+                .is_none()
+        );
+        // The key stays small enough for a held slot's padding.
+        assert!(std::mem::size_of::<SourceKey>() <= 23);
     }
 }

@@ -233,6 +233,9 @@ close_reasons! {
     /// The hello carries ECH and its route's `ech` is `reject` (a
     /// `handshake_failure` alert was sent).
     EchRejected => "ech_rejected", Fault::Client, Stage::Route;
+    /// The hello's JA4 fingerprint is refused by its listener's or route's
+    /// `match` rules (a `handshake_failure` alert was sent).
+    Ja4Refused => "ja4_refused", Fault::Client, Stage::Route;
     /// No backend address accepted a connection within its budget.
     ConnectFailed => "connect_failed", Fault::Ours, Stage::Connect;
     /// No byte moved in either direction for `idle_timeout`.

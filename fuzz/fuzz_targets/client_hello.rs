@@ -3,12 +3,15 @@
 //! Beyond "never panics", it checks the guarantees `inspect` relies on: a
 //! hello never claims more bytes than it was given or than the limit, the
 //! bytes it claims parse to the same answer on their own, and every name it
-//! returns goes through the SNI normaliser without panicking.
+//! returns goes through the SNI normaliser without panicking, and the
+//! fingerprints of every hello it accepts compute without panicking into a
+//! JA4 of 36 characters and a 32-digit JA3 hash.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snirelay::wire::client_hello::{Inspect, parse};
+use snirelay::wire::client_hello::{Inspect, Reassembler, parse};
+use snirelay::wire::fingerprint::{Fingerprints, Transport};
 use snirelay::wire::sni::Sni;
 
 fuzz_target!(|data: &[u8]| {
@@ -26,6 +29,13 @@ fuzz_target!(|data: &[u8]| {
             if let Some(name) = &hello.server_name {
                 let _ = Sni::parse(name);
             }
+            let mut reader = Reassembler::new(limit);
+            let held = &input[..hello.len];
+            assert!(reader.feed(held).is_ok());
+            let (message, layout) = reader.hello_message(held).expect("a layout");
+            let prints = Fingerprints::compute(message, &layout, Transport::Tcp);
+            assert_eq!(prints.ja4().len(), 36, "{}", prints.ja4());
+            assert_eq!(prints.ja3_hash().len(), 32);
         }
         Err(Inspect::Incomplete) => {
             // More bytes are wanted, so the limit must not be spent yet:

@@ -46,12 +46,13 @@ use super::file::{KeepaliveSection, KeepaliveSetting};
 // Pangolin lookups (issue 17).
 use super::ClusterProtocol;
 use super::Protocol;
+use super::file::MatchSection;
 use super::file::{HeaderFile, HeaderValueSetting};
 use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route, Timeouts,
 };
-use super::{HealthKind, Member};
+use super::{HealthKind, HelloMatch, Member};
 use super::{Inbound, Keepalive, Limits, Mode, Outbound, Rate};
 // PROXY v2 TLVs.
 use super::file::ProxyTlvEntry;
@@ -200,6 +201,8 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         ech,
         ech_config_ids,
         protocol,
+        fingerprints,
+        hello_match,
     } = listener;
     let mut section = ListenerSection {
         name: name.clone(),
@@ -227,6 +230,8 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         max_connection_lifetime: duration_or_off(*max_connection_lifetime),
         tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
         protocol: Some(protocol.as_str().to_owned()),
+        fingerprints: Some(*fingerprints),
+        hello_match: match_section(hello_match),
     };
     // QUIC listeners (issue 18): the TCP-only keys are refused there, so
     // they are not written back either.
@@ -309,6 +314,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         allow,
         deny,
         rate_counts_refused,
+        limit_key,
     } = limits;
     let (rate, burst) = match rate_per_source {
         Some(Rate { per_second, burst }) => (
@@ -330,6 +336,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         allow: allow.blocks().iter().map(|c| c.to_string()).collect(),
         deny: deny.blocks().iter().map(|c| c.to_string()).collect(),
         rate_counts_refused: Some(*rate_counts_refused),
+        limit_key: Some(limit_key.as_str().to_owned()),
     }
 }
 
@@ -343,6 +350,7 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         timeouts,
         alpn,
         ech,
+        hello_match,
     } = route;
     // The route's timeouts in force, its listener's where it sets none.
     let Timeouts {
@@ -365,7 +373,20 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         alpn: (!alpn.is_empty()).then(|| alpn.clone()),
         // Unset: the listener's, which may change without this route.
         ech: ech.as_ref().map(|e| e.as_str().to_owned()),
+        hello_match: match_section(hello_match),
     }
+}
+
+/// A `match` table as written, always present so that `/config` shows its
+/// keys; a list without a rule is unset (an empty one would be refused).
+fn match_section(rules: &HelloMatch) -> Option<MatchSection> {
+    let list = |patterns: &[crate::wire::fingerprint::Ja4Pattern]| {
+        (!patterns.is_empty()).then(|| patterns.iter().map(ToString::to_string).collect())
+    };
+    Some(MatchSection {
+        ja4: list(&rules.ja4),
+        ja4_deny: list(&rules.ja4_deny),
+    })
 }
 
 fn backend_section(backend: &Backend) -> BackendSection {

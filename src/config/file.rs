@@ -96,6 +96,23 @@ pub struct ListenerSection {
     // QUIC listeners (issue 18).
     /// `"tcp"` (default) or `"quic"`: what the listener binds and reads.
     pub protocol: Option<String>,
+    // Client fingerprints (JA4, JA3).
+    /// Compute every hello's JA4 and JA3 and log them.
+    pub fingerprints: Option<bool>,
+    /// `[listener.match]`: fingerprints every hello on the listener must
+    /// (or must not) have.
+    #[serde(rename = "match")]
+    pub hello_match: Option<MatchSection>,
+}
+
+/// `[listener.match]` and `[route.match]`: JA4 patterns (exact, or a
+/// prefix ending in `*`) a hello must match one of (`ja4`) and must match
+/// none of (`ja4_deny`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSection {
+    pub ja4: Option<Vec<String>>,
+    pub ja4_deny: Option<Vec<String>>,
 }
 
 /// `[listener.proxy_protocol]`: inbound PROXY headers from trusted peers.
@@ -127,6 +144,9 @@ pub struct LimitsSection {
     pub(crate) deny: Vec<String>,
     /// Refused attempts spend rate tokens too (HAProxy `conn_rate`).
     pub rate_counts_refused: Option<bool>,
+    /// What the counting limits count by: `"source"`, `"ja4"` or
+    /// `"source+ja4"`.
+    pub limit_key: Option<String>,
 }
 
 /// A limit given as a count, or `false` to turn it off (`true` is an error:
@@ -160,6 +180,11 @@ pub struct RouteSection {
     pub alpn: Option<Vec<String>>,
     /// The listener's `ech`, for this route.
     pub ech: Option<String>,
+    // Client fingerprints (JA4).
+    /// `[route.match]`: fingerprints a hello on this route must (or must
+    /// not) have.
+    #[serde(rename = "match")]
+    pub hello_match: Option<MatchSection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

@@ -322,6 +322,14 @@ pub static KEYS: &[Key] = &[
     key("listener.ech_config_ids", Kind::Integers, Unset("none known"),
         "Config ids of the ECH configurations your origins publish; with them `ech` concerns real ECH only.")
         .range(0..=255),
+    key("listener.fingerprints", Kind::Bool, Value("false"),
+        "Compute each hello's JA4 and JA3 and log them (`tls.ja4`, `tls.ja3`); `match` rules and a JA4 `limit_key` compute them anyway."),
+    key("listener.match", Kind::Table, Unset("no rule"),
+        "JA4 rules every hello on the listener must pass; else `ja4_refused`."),
+    key("listener.match.ja4", Kind::Strings, Unset("any fingerprint"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) of which a hello must match one."),
+    key("listener.match.ja4_deny", Kind::Strings, Unset("none"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) a hello must match none of."),
     key("listener.proxy_protocol", Kind::Table, Unset("no PROXY header is read"),
         "Inbound PROXY headers (v2 or v1) from trusted peer relays.")
         .tcp(),
@@ -363,6 +371,8 @@ pub static KEYS: &[Key] = &[
     key("listener.limits.rate_counts_refused", Kind::Bool, Value("false"),
         "Refused attempts spend rate tokens too (HAProxy `conn_rate`)."),
     // ----------------------------------------------------------------- route
+    key("listener.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
+        "What the counting limits count by; with the JA4 they are decided once the hello is read."),
     key("route", Kind::Tables, KeyDefault::Table, "A route: names on a listener, and the backend they go to."),
     key("route.name", Kind::String, Computed("the first pattern"),
         "The route's name in logs, and its identity for per-route limits."),
@@ -377,6 +387,12 @@ pub static KEYS: &[Key] = &[
         "The `[backend.NAME]` to relay to."),
     key("route.ech", Kind::ChoiceOrBackend(&["pass", "reject"]), Unset("the listener's `ech`"),
         "This route's ECH policy."),
+    key("route.match", Kind::Table, Unset("no rule"),
+        "JA4 rules a hello on this route must pass, after the listener's; else `ja4_refused`."),
+    key("route.match.ja4", Kind::Strings, Unset("any fingerprint"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) of which a hello must match one."),
+    key("route.match.ja4_deny", Kind::Strings, Unset("none"),
+        "JA4 fingerprints (exact, or a prefix ending in `*`) a hello must match none of."),
     key("route.max_connections", Kind::Integer, Unset("unlimited"),
         "Open connections on the route, all sources together; over it: `route_full`.")
         .range(MAX_CONNECTIONS_RANGE).unit("connections"),
@@ -412,6 +428,8 @@ pub static KEYS: &[Key] = &[
         "Sources refused on this route (`route_denied`)."),
     key("route.limits.rate_counts_refused", Kind::Bool, Value("false"),
         "Refused attempts spend the route's rate tokens too."),
+    key("route.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
+        "What the route's counting limits count by."),
     // --------------------------------------------------------------- backend
     key("backend.*", Kind::NamedTables, KeyDefault::Table, "A backend: where routed connections go, and how."),
     key("backend.*.addresses", Kind::Strings, Required("one of `addresses`, `resolve` or `[cluster]`"),

@@ -40,14 +40,14 @@ pub(crate) mod settings;
 /// [`settings`]).
 pub use file::FileConfig;
 pub(crate) use settings::{
-    AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, LookupHeader,
-    LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
+    AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, LimitKey,
+    LookupHeader, LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
 };
 pub use settings::{
     Backend, Cluster, ClusterLookup, ClusterProtocol, Keepalive, Limits, Member, Mode, Outbound,
     Policy, Rate,
 };
-pub use settings::{Facility, Log, LogTarget, SyslogAddress, SyslogFormat};
+pub(crate) use settings::{Facility, Log, LogTarget, SyslogAddress, SyslogFormat};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -59,6 +59,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::wire::cidr::Cidr;
+use crate::wire::fingerprint::Ja4Pattern;
 use crate::wire::matcher::SniMatcher;
 use crate::wire::sni::Pattern;
 use check::Checker;
@@ -625,6 +626,45 @@ pub struct Listener {
     // QUIC listeners (issue 18).
     /// `protocol`: TCP (TLS over TCP) or QUIC (UDP datagrams).
     pub protocol: Protocol,
+    // Client fingerprints (see `wire::fingerprint`).
+    /// `fingerprints`: compute and log every hello's JA4 and JA3
+    /// ([`DEFAULT_FINGERPRINTS`]); matches and a JA4 limit key compute
+    /// them whatever this says.
+    pub fingerprints: bool,
+    /// `[listener.match]`: JA4 rules every hello on the listener obeys.
+    pub hello_match: HelloMatch,
+}
+
+/// `fingerprints` when unset: off, so a hello costs no fingerprint unless
+/// something reads it (Envoy's `tls_inspector` defaults the same way).
+pub const DEFAULT_FINGERPRINTS: bool = false;
+
+/// `[listener.match]` / `[route.match]`: JA4 patterns a hello must match one
+/// of (`ja4`, when not empty) and none of (`ja4_deny`). Empty: any hello.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HelloMatch {
+    pub ja4: Vec<Ja4Pattern>,
+    pub ja4_deny: Vec<Ja4Pattern>,
+}
+
+impl HelloMatch {
+    /// Whether the rules say nothing (no fingerprint is needed for them).
+    pub fn is_empty(&self) -> bool {
+        self.ja4.is_empty() && self.ja4_deny.is_empty()
+    }
+
+    /// Whether a hello with this JA4 passes (`None`: no fingerprint, which
+    /// passes only rules that say nothing).
+    pub fn allows(&self, ja4: Option<&str>) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        let Some(ja4) = ja4 else {
+            return false;
+        };
+        (self.ja4.is_empty() || self.ja4.iter().any(|p| p.matches(ja4)))
+            && !self.ja4_deny.iter().any(|p| p.matches(ja4))
+    }
 }
 
 // QUIC listeners (issue 18).
@@ -769,6 +809,9 @@ pub struct Route {
     pub alpn: Vec<String>,
     /// The route's own `ech`; `None` follows the listener's.
     pub ech: Option<EchPolicy>,
+    /// `[route.match]`: JA4 rules a hello on this route obeys, after the
+    /// listener's.
+    pub hello_match: HelloMatch,
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and

@@ -39,6 +39,7 @@ use crate::config::{Backend, Listener};
 use crate::flow::route::EchKind;
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
+use crate::wire::fingerprint::Fingerprints;
 
 /// A freshly accepted client connection.
 #[derive(Debug)]
@@ -97,6 +98,10 @@ pub struct ConnRecord<'l> {
     pub claimed: Option<ClaimedAddr>,
     /// The listener's metric series (see `metrics::ListenerMetrics`).
     pub metrics: Arc<ListenerMetrics>,
+    /// The hello's JA4 and JA3 (`tls.ja4`, `tls.ja3`, `tls.ja3_string`),
+    /// when the listener computes them (see
+    /// `route::RouteTable::wants_fingerprints`).
+    pub fingerprints: Option<Arc<Fingerprints>>,
 }
 
 impl<'l> ConnRecord<'l> {
@@ -132,6 +137,7 @@ impl<'l> ConnRecord<'l> {
             moved: Transferred::default(),
             claimed: None,
             metrics,
+            fingerprints: None,
         }
     }
 
@@ -202,6 +208,9 @@ impl<'l> ConnRecord<'l> {
                     alpn = self.alpn.as_deref(),
                     ech = self.ech.is_some(),
                     ech_kind = self.ech.map(EchKind::as_str),
+                    tls.ja4 = self.fingerprints.as_deref().map(Fingerprints::ja4),
+                    tls.ja3 = self.fingerprints.as_deref().map(Fingerprints::ja3_hash),
+                    tls.ja3_string = self.fingerprints.as_deref().map(Fingerprints::ja3),
                     route = self.route,
                     backend = self.backend_name(),
                     backend.addr = self.backend_addr.map(tracing::field::display),

@@ -36,6 +36,12 @@
 //!    configured ids, to every outer ECH; GREASE and an inner hello in the
 //!    clear pass. `reject` answers a fatal `handshake_failure` alert
 //!    (`ech_rejected`); a backend name relays the hello there.
+//! 6. JA4 ([`RouteTable::decide_with`]): the listener's `[listener.match]`
+//!    and then the chosen route's `[route.match]` (`ja4`: one must match;
+//!    `ja4_deny`: none may) refuse a hello they exclude with a fatal
+//!    `handshake_failure` alert (`ja4_refused`). The rules filter the route
+//!    the name chose; they never choose another one. The caller computes
+//!    the fingerprint only when [`RouteTable::wants_fingerprints`] says.
 //!
 //! Not here: connecting, or any per-source policy; what else a reload
 //! changed (`reload`).
@@ -49,7 +55,7 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use crate::close_reason::CloseReason;
-use crate::config::{Backend, EchPolicy, Listener, NoSni, Route, Timeouts, TlsVersion};
+use crate::config::{Backend, EchPolicy, HelloMatch, Listener, NoSni, Route, Timeouts, TlsVersion};
 use crate::drain::DrainSignal;
 use crate::wire::client_hello::{ClientHello, Ech};
 use crate::wire::matcher::SniMatcher;
@@ -88,6 +94,9 @@ pub(crate) struct RouteEntry {
     pub alpn: Box<[Box<[u8]>]>,
     /// What an ECH hello the policy concerns does here.
     pub ech: EchAction,
+    /// The route's `[route.match]` JA4 rules (the listener's are the
+    /// table's).
+    pub hello_match: HelloMatch,
 }
 
 /// A route's `ech` policy, compiled.
@@ -145,6 +154,12 @@ pub(crate) struct RouteTable {
     min_tls_version: Option<TlsVersion>,
     /// `ech_config_ids`, ascending.
     ech_config_ids: Box<[u8]>,
+    // Client fingerprints.
+    /// `[listener.match]`.
+    hello_match: HelloMatch,
+    /// Whether a hello's fingerprints are read here or logged: the
+    /// listener's `fingerprints`, or any `match` rule.
+    fingerprints: bool,
 }
 
 /// What routing decided for one hello.
@@ -167,6 +182,15 @@ impl RouteTable {
         let mut table = RouteTable {
             min_tls_version: listener.min_tls_version,
             ech_config_ids: listener.ech_config_ids.as_slice().into(),
+            hello_match: listener.hello_match.clone(),
+            fingerprints: listener.fingerprints
+                || listener.limits.limit_key.needs_ja4()
+                || listener
+                    .routes
+                    .iter()
+                    .any(|r| r.limits.as_ref().is_some_and(|l| l.limit_key.needs_ja4()))
+                || !listener.hello_match.is_empty()
+                || listener.routes.iter().any(|r| !r.hello_match.is_empty()),
             ..RouteTable::default()
         };
         for route in &listener.routes {
@@ -182,6 +206,10 @@ impl RouteTable {
                     route.timeouts,
                     kept,
                 );
+                let entry = RouteEntry {
+                    hello_match: route.hello_match.clone(),
+                    ..entry
+                };
                 let index = table.entries.len();
                 table.entries.push(entry);
                 // Validation made (pattern, alpn) unique and kept alpn
@@ -222,8 +250,28 @@ impl RouteTable {
             .collect()
     }
 
+    /// Whether connections of this table need their hello's fingerprints:
+    /// for the log (`fingerprints = true`) or for `match` rules.
+    pub(crate) fn wants_fingerprints(&self) -> bool {
+        self.fingerprints
+    }
+
+    /// [`RouteTable::decide`], then the JA4 rules (rule 6): `ja4` is the
+    /// hello's fingerprint, `None` when none was computed (which only rules
+    /// that say nothing let pass).
+    pub(crate) fn decide_with(&self, hello: &ClientHello, ja4: Option<&str>) -> Decision<'_> {
+        let mut decision = self.decide(hello);
+        if let Ok(entry) = decision.target {
+            if !(self.hello_match.allows(ja4) && entry.hello_match.allows(ja4)) {
+                decision.target = Err(NoRoute::Ja4Refused);
+            }
+        }
+        decision
+    }
+
     /// Routes one hello: parses its name once, looks it up once (see the
-    /// module header for the order of the rules).
+    /// module header for the order of the rules; JA4 rules are
+    /// [`RouteTable::decide_with`]'s).
     pub(crate) fn decide(&self, hello: &ClientHello) -> Decision<'_> {
         let ech = hello.ech.map(|ech| self.ech_kind(ech));
         let (sni, found) = match hello.server_name.as_deref() {
@@ -329,6 +377,7 @@ fn entry(
                 timeouts,
                 alpn: alpn.clone(),
                 ech: EchAction::Pass,
+                hello_match: HelloMatch::default(),
             }))
         }
     };
@@ -339,6 +388,7 @@ fn entry(
         timeouts,
         alpn,
         ech,
+        hello_match: HelloMatch::default(),
     }
 }
 
@@ -385,6 +435,8 @@ pub(crate) enum NoRoute {
     TlsVersion,
     #[error("the hello carries ECH and its route rejects ECH")]
     EchRejected,
+    #[error("the hello's JA4 fingerprint is refused by its listener's or route's match rules")]
+    Ja4Refused,
 }
 
 impl NoRoute {
@@ -393,7 +445,7 @@ impl NoRoute {
         alert(match self {
             NoRoute::NoSni | NoRoute::Unmatched => ALERT_UNRECOGNIZED_NAME,
             NoRoute::TlsVersion => ALERT_PROTOCOL_VERSION,
-            NoRoute::EchRejected => ALERT_HANDSHAKE_FAILURE,
+            NoRoute::EchRejected | NoRoute::Ja4Refused => ALERT_HANDSHAKE_FAILURE,
         })
     }
 }
@@ -405,6 +457,7 @@ impl From<NoRoute> for CloseReason {
             NoRoute::Unmatched => CloseReason::Unmatched,
             NoRoute::TlsVersion => CloseReason::TlsVersion,
             NoRoute::EchRejected => CloseReason::EchRejected,
+            NoRoute::Ja4Refused => CloseReason::Ja4Refused,
         }
     }
 }

@@ -74,6 +74,7 @@ use crate::metrics::{self, ListenerMetrics};
 use crate::pump::relay::lifetime_end;
 use crate::quic::backend_address::{Ask, Picked};
 use crate::tcp::accept_loop;
+use crate::wire::fingerprint::Fingerprints;
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
@@ -147,6 +148,8 @@ pub(crate) struct FlowRecord {
     pub metrics: Arc<ListenerMetrics>,
     /// The client's current address once the flow is open (NAT rebinding).
     pub path: Option<Arc<Path>>,
+    /// The hello's JA4 and JA3, when the listener computes them.
+    pub fingerprints: Option<Arc<Fingerprints>>,
 }
 
 impl FlowRecord {
@@ -173,6 +176,7 @@ impl FlowRecord {
             stats: Arc::default(),
             metrics,
             path: None,
+            fingerprints: None,
         }
     }
 
@@ -206,6 +210,7 @@ impl FlowRecord {
         record.route = self.route.as_deref();
         record.backend = self.backend;
         record.backend_addr = self.backend_addr;
+        record.fingerprints = self.fingerprints;
         record.moved.up = s.bytes_up.load(Ordering::Relaxed);
         record.moved.down = s.bytes_down.load(Ordering::Relaxed);
         record.close_flow(reason, &quic);
@@ -607,7 +612,7 @@ impl<B> FlowTable<B> {
         self.flows.insert(
             from,
             FlowState::Pending(Box::new(Pending {
-                parser: Parser::new(limits),
+                parser: Parser::new(limits).fingerprinting(generation.routes.wants_fingerprints()),
                 held: Vec::new(),
                 held_bytes: 0,
                 record,
@@ -732,20 +737,39 @@ impl<B> FlowTable<B> {
             held,
             mut record,
             permit,
-            admitted,
+            mut admitted,
             ..
         } = pending;
-        let decision = generation.routes.decide(&hello.hello);
+        let ja4 = hello.fingerprints.as_deref().map(Fingerprints::ja4);
+        // A `limit_key` with the JA4 counts now, the hello read (the lists
+        // were judged at the gate); refused: ended, nothing forwarded.
+        let source = admission::route_source(PeerAddr(from), false, None);
+        match generation.admission.after_hello(source, ja4) {
+            Ok(None) => {}
+            Ok(Some(counted)) => {
+                close::log_dry_run(&record.listener, PeerAddr(from), &counted);
+                admitted = Some(counted);
+            }
+            Err(refusal) => {
+                let reason = CloseReason::from(refusal);
+                record.metrics.limit_refused(reason);
+                record.fingerprints = hello.fingerprints.clone();
+                self.close(record, reason, None);
+                return;
+            }
+        }
+        let decision = generation.routes.decide_with(&hello.hello, ja4);
         record.sni = decision.sni;
         record.ech = decision.ech;
         record.alpn = close::alpn_field(&hello.hello.alpn);
+        record.fingerprints = hello.fingerprints.clone();
         let target = match decision.target {
             Ok(target) => target,
             Err(no_route) => {
                 let alert = match no_route {
                     NoRoute::NoSni | NoRoute::Unmatched => UNRECOGNIZED_NAME,
                     NoRoute::TlsVersion => PROTOCOL_VERSION,
-                    NoRoute::EchRejected => HANDSHAKE_FAILURE,
+                    NoRoute::EchRejected | NoRoute::Ja4Refused => HANDSHAKE_FAILURE,
                 };
                 let answer = refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
                 self.close(record, no_route.into(), Some((from, answer)));
@@ -756,28 +780,25 @@ impl<B> FlowTable<B> {
         record.backend = Some(target.backend.clone());
         let route_admitted = match generation.route_gates.get(&target.route) {
             None => None,
-            Some(gate) => {
-                let source = admission::route_source(PeerAddr(from), false, None);
-                match gate.admit(source) {
-                    Ok(admitted) => {
-                        if let Some(held) = &admitted.source {
-                            close::log_route_dry_run(
-                                &record.listener,
-                                PeerAddr(from),
-                                &target.route,
-                                held,
-                            );
-                        }
-                        Some(admitted)
+            Some(gate) => match gate.admit_with(source, ja4) {
+                Ok(admitted) => {
+                    if let Some(held) = &admitted.source {
+                        close::log_route_dry_run(
+                            &record.listener,
+                            PeerAddr(from),
+                            &target.route,
+                            held,
+                        );
                     }
-                    Err(refusal) => {
-                        let reason = CloseReason::from(refusal);
-                        record.metrics.limit_refused(reason);
-                        self.close(record, reason, None);
-                        return;
-                    }
+                    Some(admitted)
                 }
-            }
+                Err(refusal) => {
+                    let reason = CloseReason::from(refusal);
+                    record.metrics.limit_refused(reason);
+                    self.close(record, reason, None);
+                    return;
+                }
+            },
         };
         let Some(runtime) = generation.backends.get(&target.backend.name) else {
             self.close(record, CloseReason::NoAddress, None);
@@ -1293,6 +1314,40 @@ mod tests {
         );
         assert!(table.is_empty());
         assert_eq!(table.pending(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
+        // One open flow per JA4: a second client of the same TLS stack is
+        // refused once its hello is complete, whatever its address, with no
+        // answer (as at the gate); the first flow keeps its slot.
+        let generation = generation("connections_per_source = 1\nlimit_key = \"ja4\"");
+        assert!(generation.routes.wants_fingerprints());
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let (first, second) = (addr("192.0.2.1:5000"), addr("198.51.100.2:5000"));
+        let flight = initials("example.com", 1);
+        // The first flow waits for its address (its events are not
+        // drained yet: an opened flow's slots go to its task).
+        feed(&mut table, now, first, &flight, &generation, &permits);
+        feed(&mut table, now, second, &flight, &generation, &permits);
+        let seen = events(&mut table, &generation);
+        assert!(
+            seen.contains(&Seen::Close {
+                peer: second,
+                reason: CloseReason::LimitConcurrent,
+                answer_to: None
+            }),
+            "{seen:?}"
+        );
+        assert!(
+            seen.contains(&Seen::Open {
+                from: first,
+                held: 1
+            }),
+            "{seen:?}"
+        );
     }
 
     #[tokio::test]

@@ -79,11 +79,14 @@
 //! buffers and the keys are freed as soon as a verdict is given; the
 //! [`Parser`] itself is 360 bytes.
 
+use std::sync::Arc;
+
 use rustls::Side;
 use rustls::quic::Keys;
 
 use super::{PacketType, Version, initial_keys};
 use crate::wire::client_hello::{self, ClientHello, Inspect};
+use crate::wire::fingerprint::{Fingerprints, Transport};
 
 /// A client's datagram carrying an Initial packet must be at least this
 /// long (RFC 9000 §14.1); servers discard shorter ones.
@@ -196,6 +199,9 @@ pub struct QuicHello {
     pub scid: ConnectionId,
     /// Datagrams fed up to the one that completed the hello.
     pub datagrams: usize,
+    /// The hello's JA4 and JA3 (transport `q`), computed only when the
+    /// parser was asked to ([`Parser::fingerprinting`]).
+    pub fingerprints: Option<Arc<Fingerprints>>,
 }
 
 /// A connection ID: at most [`MAX_CID_LEN`] bytes, held inline.
@@ -228,6 +234,25 @@ impl std::fmt::Debug for ConnectionId {
         }
         Ok(())
     }
+}
+
+/// The reassembled ClientHello handshake message of a whole flow's
+/// datagrams, as [`parse`] reads them (tests and tools: a listener never
+/// keeps the message past its verdict).
+pub fn hello_message<'a>(
+    datagrams: impl IntoIterator<Item = &'a [u8]>,
+    limits: HelloLimits,
+) -> Result<Vec<u8>, Verdict> {
+    let mut parser = Parser::new(limits);
+    parser.keep_message = true;
+    for datagram in datagrams {
+        match parser.feed(datagram) {
+            Err(Verdict::Incomplete) => {}
+            Ok(_) => return parser.crypto.message().map(<[u8]>::to_vec),
+            Err(verdict) => return Err(verdict),
+        }
+    }
+    Err(Verdict::Incomplete)
 }
 
 /// Parses a whole flow's datagrams at once (tests, benches, fuzzing).
@@ -275,6 +300,10 @@ pub struct Parser {
     discarded: usize,
     /// The verdict, once given (a hello or a refusal).
     answer: Option<Result<QuicHello, Verdict>>,
+    /// Whether a hello's fingerprints are computed (see `fingerprinting`).
+    fingerprinting: bool,
+    /// Keep the CRYPTO stream past the verdict (`hello_message` only).
+    keep_message: bool,
 }
 
 impl std::fmt::Debug for Parser {
@@ -301,7 +330,17 @@ impl Parser {
             reading_frames: false,
             discarded: 0,
             answer: None,
+            fingerprinting: false,
+            keep_message: false,
         }
+    }
+
+    /// Also computes the hello's fingerprints ([`QuicHello::fingerprints`])
+    /// when `on`: from the reassembled message, before it is freed, which
+    /// is the only moment it is whole. Off, nothing is spent on them.
+    pub fn fingerprinting(mut self, on: bool) -> Self {
+        self.fingerprinting = on;
+        self
     }
 
     /// Reads the flow's next datagram and answers as [`parse`] would on all
@@ -314,7 +353,9 @@ impl Parser {
         if answer != Err(Verdict::Incomplete) {
             // Nothing is needed past a verdict: free the buffers and the
             // keys now, not when the flow ends.
-            self.crypto = Crypto::default();
+            if !self.keep_message {
+                self.crypto = Crypto::default();
+            }
             if let Some(flow) = &mut self.flow {
                 flow.keys = None;
             }
@@ -463,14 +504,18 @@ impl Parser {
     /// The hello, once the CRYPTO stream holds the whole message.
     fn complete(&self) -> Result<QuicHello, Verdict> {
         let message = self.crypto.message()?;
-        let hello = client_hello::decode_handshake(message)?;
+        let (hello, layout) = client_hello::decode_handshake_with_layout(message)?;
         let flow = self.flow.as_ref().ok_or(Verdict::Malformed)?;
+        let fingerprints = self
+            .fingerprinting
+            .then(|| Arc::new(Fingerprints::compute(message, &layout, Transport::Quic)));
         Ok(QuicHello {
             hello,
             version: flow.version,
             dcid: flow.dcid,
             scid: flow.scid,
             datagrams: self.datagrams,
+            fingerprints,
         })
     }
 }

@@ -159,6 +159,21 @@ struct Established<'g> {
     _route_slot: Option<Box<RouteAdmitted>>,
 }
 
+/// Whom per-source limits count after the hello: the claimed client, the
+/// measured peer of a direct client, or nobody for a trusted peer's own
+/// connection (see `admission::route_source`).
+fn source_of(
+    peer: crate::addr::PeerAddr,
+    record: &ConnRecord<'_>,
+    listener: &crate::config::Listener,
+) -> Option<admission::Source> {
+    let trusted_peer = listener
+        .proxy_protocol
+        .as_ref()
+        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
+    admission::route_source(peer, trusted_peer, record.claimed)
+}
+
 /// The stages before the relay: preface → inspect → route → connect →
 /// announce, ending with the hello replayed to the backend.
 async fn setup<'g>(
@@ -211,12 +226,24 @@ async fn setup<'g>(
     // completes always makes way for the next select, which sees a stop.
     let hello = tokio::select! {
         biased;
-        hello = inspect::read_hello(client, buffered, limit, deadline) => hello?,
+        hello = inspect::read_hello(client, buffered, limit, deadline, routes.wants_fingerprints()) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     // route: the name is parsed and matched once; the same parse names it
     // in the log line, whatever the outcome.
-    let decision = routes.decide(&hello.info);
+    record.fingerprints = hello.fingerprints.clone();
+    // admit on the hello, for a `limit_key` with the JA4 (the lists were
+    // judged at accept or after the preface); refused: closed at once, no
+    // alert, nothing forwarded. (The source and JA4 are not kept in locals
+    // past this: the task's state holds what lives across an await.)
+    if let Some(admitted) = admission
+        .after_hello(source_of(accepted.peer, record, listener), hello.ja4())
+        .map_err(|refusal| record.refuse(refusal))?
+    {
+        close::log_dry_run(listener, accepted.peer, &admitted);
+        *per_source = Some(admitted);
+    }
+    let decision = routes.decide_with(&hello.info, hello.ja4());
     record.sni = decision.sni;
     record.ech = decision.ech;
     record.alpn = close::alpn_field(&hello.info.alpn);
@@ -237,13 +264,8 @@ async fn setup<'g>(
     let route_slot = match route_gates.get(&target.route) {
         None => None,
         Some(gate) => {
-            let trusted_peer = listener
-                .proxy_protocol
-                .as_ref()
-                .is_some_and(|inbound| inbound.trusts(accepted.peer.0.ip()));
-            let source = admission::route_source(accepted.peer, trusted_peer, record.claimed);
             let admitted = gate
-                .admit(source)
+                .admit_with(source_of(accepted.peer, record, listener), hello.ja4())
                 .map_err(|refusal| record.refuse_on_route(refusal))?;
             if let Some(held) = &admitted.source {
                 close::log_route_dry_run(listener, accepted.peer, &target.route, held);

@@ -45,6 +45,7 @@
 //! Not here: deciding where the name may go (see `route`).
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::Interest;
@@ -55,6 +56,7 @@ use crate::close_reason::CloseReason;
 use crate::pump::ready;
 use crate::sockopt;
 use crate::wire::client_hello::{self, ClientHello, Inspect};
+use crate::wire::fingerprint::{Fingerprints, Transport};
 
 /// Bytes read at most per read; `max_client_hello_bytes` is at most this
 /// by default, and a larger limit just takes more reads.
@@ -83,6 +85,38 @@ pub struct Hello {
     pub(crate) info: ClientHello,
     /// All bytes read from the client so far, to be replayed first.
     pub bytes: Vec<u8>,
+    /// Its JA4 and JA3, when [`read_hello`] was asked for them.
+    pub fingerprints: Option<Arc<Fingerprints>>,
+}
+
+impl Hello {
+    /// Its JA4, when its fingerprints were computed.
+    pub fn ja4(&self) -> Option<&str> {
+        self.fingerprints.as_deref().map(Fingerprints::ja4)
+    }
+
+    /// The hello `reader` answered from `bytes`, with its fingerprints when
+    /// `fingerprints` asks: computed now, while the reassembled message
+    /// (if the hello spanned records) is still held.
+    fn read(
+        info: ClientHello,
+        bytes: Vec<u8>,
+        reader: &client_hello::Reassembler,
+        fingerprints: bool,
+    ) -> Hello {
+        let fingerprints = if fingerprints {
+            reader.hello_message(&bytes).map(|(message, layout)| {
+                Arc::new(Fingerprints::compute(message, &layout, Transport::Tcp))
+            })
+        } else {
+            None
+        };
+        Hello {
+            info,
+            bytes,
+            fingerprints,
+        }
+    }
 }
 
 /// Why no usable ClientHello was read.
@@ -119,6 +153,7 @@ pub(crate) async fn read_hello(
     already: Vec<u8>,
     limit: usize,
     deadline: Instant,
+    fingerprints: bool,
 ) -> Result<Hello, HelloError> {
     // `bytes` holds exactly what was read: each read goes into the worker
     // thread's scratch buffer and only the bytes that came are appended.
@@ -126,7 +161,7 @@ pub(crate) async fn read_hello(
     let mut reader = client_hello::Reassembler::new(limit);
     if !bytes.is_empty() {
         match reader.feed(&bytes) {
-            Ok(info) => return Ok(Hello { info, bytes }),
+            Ok(info) => return Ok(Hello::read(info, bytes, &reader, fingerprints)),
             Err(Inspect::Incomplete) => {}
             Err(verdict) => return Err(HelloError::Invalid(verdict)),
         }
@@ -148,7 +183,7 @@ pub(crate) async fn read_hello(
         match first {
             Ok(0) => return Err(HelloError::Silent),
             Ok(_) => match reader.feed(&bytes) {
-                Ok(info) => return Ok(Hello { info, bytes }),
+                Ok(info) => return Ok(Hello::read(info, bytes, &reader, fingerprints)),
                 Err(Inspect::Incomplete) => reads += 1,
                 Err(verdict) => return Err(HelloError::Invalid(verdict)),
             },
@@ -212,7 +247,7 @@ pub(crate) async fn read_hello(
                 if lowat != 1 {
                     sockopt::set_recv_lowat(client, 1).map_err(closed_or)?;
                 }
-                return Ok(Hello { info, bytes });
+                return Ok(Hello::read(info, bytes, &reader, fingerprints));
             }
             Err(Inspect::Incomplete) => reads += 1,
             Err(verdict) => return Err(HelloError::Invalid(verdict)),

@@ -61,6 +61,13 @@
 //! to 2,093 instructions per connection (callgrind, the load benchmark's
 //! hello).
 //!
+//! Fingerprints (JA4, JA3; `wire::fingerprint`) read fields this parser
+//! otherwise only checks: the cipher suites, every extension type in order,
+//! `supported_groups`, `ec_point_formats` and `signature_algorithms`. The
+//! decoder notes where they sit in the message as a [`HelloLayout`] (a few
+//! offsets, no allocation), so a fingerprint is computed from the bytes
+//! already held, when something asks for one, without a second parse.
+//!
 //! Not here: reading sockets, deadlines, or deciding what a name may reach.
 //!
 //! Cost: linear in the bytes received, however they are cut. Each feed walks
@@ -115,6 +122,60 @@ pub struct ClientHello {
     /// Bytes of the stream, from its start, up to the end of the record that
     /// completed the hello.
     pub len: usize,
+}
+
+/// Where, inside a complete ClientHello handshake message, the fields a
+/// fingerprint reads sit: offsets into the message (type and length
+/// included) whose framing the decoder has already checked. Plain data,
+/// `Copy`, filled in while decoding at no extra cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HelloLayout {
+    /// The hello's `legacy_version`.
+    pub legacy_version: u16,
+    /// The `cipher_suites` entries (two bytes each).
+    pub ciphers: Span,
+    /// The extensions block (each extension's type, length and data), empty
+    /// when the hello has none.
+    pub extensions: Span,
+    /// The `supported_groups` entries, when the extension is present.
+    pub supported_groups: Option<Span>,
+    /// The `ec_point_formats` entries (one byte each), when present.
+    pub ec_point_formats: Option<Span>,
+    /// The `signature_algorithms` entries, when present.
+    pub signature_algorithms: Option<Span>,
+    /// The first ALPN protocol name, when ALPN is present.
+    pub first_alpn: Option<Span>,
+}
+
+/// A range of bytes inside a handshake message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    /// Offset of the first byte from the message's start.
+    pub start: u32,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+impl Span {
+    /// The bytes of `message` this span covers (empty if the span does not
+    /// lie inside it, which a layout from the same message never does).
+    pub fn of(self, message: &[u8]) -> &[u8] {
+        let start = self.start as usize;
+        message
+            .get(start..start + self.len as usize)
+            .unwrap_or_default()
+    }
+
+    /// Where `part`, a subslice of `message`, sits in it.
+    fn within(message: &[u8], part: &[u8]) -> Span {
+        let start = (part.as_ptr() as usize).wrapping_sub(message.as_ptr() as usize);
+        debug_assert!(start + part.len() <= message.len(), "not a subslice");
+        // A message is at most 2^24 + 3 bytes: both fit.
+        Span {
+            start: start as u32,
+            len: part.len() as u32,
+        }
+    }
 }
 
 /// The `ECHClientHello` of an `encrypted_client_hello` extension.
@@ -178,6 +239,8 @@ pub struct Reassembler {
     failed: Option<Inspect>,
     /// Whether the whole message is in (and `total` bytes of it held).
     complete: bool,
+    /// Where the fingerprinted fields sit, once the hello is decoded.
+    layout: Option<HelloLayout>,
 }
 
 impl Reassembler {
@@ -194,6 +257,7 @@ impl Reassembler {
             message: Vec::new(),
             failed: None,
             complete: false,
+            layout: None,
         }
     }
 
@@ -271,7 +335,9 @@ impl Reassembler {
                     return Err(Inspect::Malformed);
                 }
                 self.complete = true;
-                return self.decode(stream);
+                let (hello, layout) = self.decode_with_layout(stream)?;
+                self.layout = Some(layout);
+                return Ok(hello);
             }
         }
     }
@@ -279,14 +345,31 @@ impl Reassembler {
     /// Decodes the complete message: in place when it sits in the first
     /// record, else from the reassembly buffer.
     fn decode(&self, stream: &[u8]) -> Result<ClientHello, Inspect> {
-        let message = if self.records == 1 {
+        Ok(self.decode_with_layout(stream)?.0)
+    }
+
+    fn decode_with_layout(&self, stream: &[u8]) -> Result<(ClientHello, HelloLayout), Inspect> {
+        let (mut hello, layout) = decode(self.message_in(stream))?;
+        hello.len = self.walked;
+        Ok((hello, layout))
+    }
+
+    /// The handshake message: in place in `stream` when it sits in the
+    /// first record, else the reassembly buffer.
+    fn message_in<'a>(&'a self, stream: &'a [u8]) -> &'a [u8] {
+        if self.records == 1 {
             &stream[RECORD_HEADER_LEN..RECORD_HEADER_LEN + self.message_len]
         } else {
             &self.message[..]
-        };
-        let mut hello = decode(message)?;
-        hello.len = self.walked;
-        Ok(hello)
+        }
+    }
+
+    /// The complete hello's message and where its fingerprinted fields sit,
+    /// once [`feed`](Self::feed) has answered with a hello; `stream` is the
+    /// stream last fed. `None` before that.
+    pub fn hello_message<'a>(&'a self, stream: &'a [u8]) -> Option<(&'a [u8], HelloLayout)> {
+        let layout = self.layout?;
+        Some((self.message_in(stream), layout))
     }
 
     /// Reads the record header at `walked`, or answers why it cannot yet.
@@ -380,9 +463,15 @@ impl Reassembler {
 /// message's length. `Incomplete` is never answered: the message must be
 /// whole.
 pub fn decode_handshake(message: &[u8]) -> Result<ClientHello, Inspect> {
-    let mut hello = decode(message)?;
+    Ok(decode_handshake_with_layout(message)?.0)
+}
+
+/// [`decode_handshake`], also answering where the fields a fingerprint
+/// reads sit in `message`.
+pub fn decode_handshake_with_layout(message: &[u8]) -> Result<(ClientHello, HelloLayout), Inspect> {
+    let (mut hello, layout) = decode(message)?;
     hello.len = message.len();
-    Ok(hello)
+    Ok((hello, layout))
 }
 
 /// Decodes one complete ClientHello handshake message.
@@ -393,8 +482,14 @@ pub fn decode_handshake(message: &[u8]) -> Result<ClientHello, Inspect> {
 /// holds the two together) but collects the cipher suites and compression
 /// methods into two vectors this relay never reads, a third of the hello's
 /// decoding cost.
-fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
-    let (legacy_version, extensions) = fixed_fields(message)?;
+fn decode(message: &[u8]) -> Result<(ClientHello, HelloLayout), Inspect> {
+    let (legacy_version, ciphers, extensions) = fixed_fields(message)?;
+    let mut layout = HelloLayout {
+        legacy_version,
+        ciphers: Span::within(message, ciphers),
+        extensions: Span::within(message, extensions),
+        ..HelloLayout::default()
+    };
     let mut found = ClientHello {
         server_name: None,
         alpn: Vec::new(),
@@ -418,13 +513,33 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
         kinds.push(kind.0);
         match kind.0 {
             EXTENSION_SERVER_NAME => found.server_name = host_name(data)?.map(<[u8]>::to_vec),
-            EXTENSION_ALPN => found.alpn = alpn(data)?,
+            EXTENSION_ALPN => {
+                found.alpn = alpn(data)?;
+                // The first name follows the list's two-byte length and its
+                // own one-byte length.
+                let first = found.alpn.first().map_or(0, Vec::len);
+                layout.first_alpn = Some(Span::within(message, &data[3..3 + first]));
+            }
             EXTENSION_ENCRYPTED_CLIENT_HELLO => found.ech = Some(ech(data)?),
             EXTENSION_SUPPORTED_VERSIONS => found.version = supported_versions(data)?,
-            EXTENSION_SUPPORTED_GROUPS
-            | EXTENSION_SIGNATURE_ALGORITHMS
-            | EXTENSION_SIGNATURE_ALGORITHMS_CERT => list16(data, 2, 2)?,
-            EXTENSION_EC_POINT_FORMATS | EXTENSION_PSK_KEY_EXCHANGE_MODES => list8(data, 1, 1)?,
+            EXTENSION_SUPPORTED_GROUPS => {
+                let list = list16(data, 2, 2)?;
+                layout.supported_groups = Some(Span::within(message, list));
+            }
+            EXTENSION_SIGNATURE_ALGORITHMS => {
+                let list = list16(data, 2, 2)?;
+                layout.signature_algorithms = Some(Span::within(message, list));
+            }
+            EXTENSION_SIGNATURE_ALGORITHMS_CERT => {
+                list16(data, 2, 2)?;
+            }
+            EXTENSION_EC_POINT_FORMATS => {
+                let list = list8(data, 1, 1)?;
+                layout.ec_point_formats = Some(Span::within(message, list));
+            }
+            EXTENSION_PSK_KEY_EXCHANGE_MODES => {
+                list8(data, 1, 1)?;
+            }
             EXTENSION_KEY_SHARE => key_share(data)?,
             _ => {}
         }
@@ -433,13 +548,13 @@ fn decode(message: &[u8]) -> Result<ClientHello, Inspect> {
     if kinds.windows(2).any(|pair| pair[0] == pair[1]) {
         return Err(Inspect::Malformed);
     }
-    Ok(found)
+    Ok((found, layout))
 }
 
-/// The fixed fields of a ClientHello message: its `legacy_version` and its
-/// extensions block (empty when it has none), every field checked for
-/// framing and nothing left over.
-fn fixed_fields(message: &[u8]) -> Result<(u16, &[u8]), Inspect> {
+/// The fixed fields of a ClientHello message: its `legacy_version`, its
+/// cipher suites and its extensions block (empty when it has none), every
+/// field checked for framing and nothing left over.
+fn fixed_fields(message: &[u8]) -> Result<(u16, &[u8], &[u8]), Inspect> {
     let mut message = Field(message);
     if message.u8()? != HANDSHAKE_CLIENT_HELLO {
         return Err(Inspect::Malformed);
@@ -467,13 +582,14 @@ fn fixed_fields(message: &[u8]) -> Result<(u16, &[u8]), Inspect> {
     // Extensions are optional (a TLS 1.2 hello may end here); when present,
     // the block must fill the rest of the body exactly.
     let extensions = if body.is_empty() {
-        &[][..]
+        // Empty, at the body's end (so its offset still lies in the message).
+        body.0
     } else {
         let block = body.vec16()?;
         body.end()?;
         block.0
     };
-    Ok((legacy_version, extensions))
+    Ok((legacy_version, ciphers.0, extensions))
 }
 
 /// A cursor over one length-delimited field: every read is bounds-checked,
@@ -622,20 +738,22 @@ fn ech(data: &[u8]) -> Result<Ech, Inspect> {
 }
 
 /// An extension that is exactly one vector with a one-byte length prefix,
-/// of at least `min` bytes, made of `item`-byte entries.
-fn list8(data: &[u8], min: usize, item: usize) -> Result<(), Inspect> {
+/// of at least `min` bytes, made of `item`-byte entries: its entries.
+fn list8(data: &[u8], min: usize, item: usize) -> Result<&[u8], Inspect> {
     let mut data = Field(data);
     let list = data.vec8()?;
     data.end()?;
-    framed_items(&list, min, item)
+    framed_items(&list, min, item)?;
+    Ok(list.0)
 }
 
 /// As [`list8`], with a two-byte length prefix.
-fn list16(data: &[u8], min: usize, item: usize) -> Result<(), Inspect> {
+fn list16(data: &[u8], min: usize, item: usize) -> Result<&[u8], Inspect> {
     let mut data = Field(data);
     let list = data.vec16()?;
     data.end()?;
-    framed_items(&list, min, item)
+    framed_items(&list, min, item)?;
+    Ok(list.0)
 }
 
 fn framed_items(list: &Field<'_>, min: usize, item: usize) -> Result<(), Inspect> {

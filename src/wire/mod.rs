@@ -9,6 +9,7 @@
 
 pub mod cidr;
 pub mod client_hello;
+pub mod fingerprint;
 pub mod matcher;
 pub mod proxy;
 pub mod proxy_tlv;

@@ -29,6 +29,7 @@ mod client_hello;
 mod client_hello_props;
 mod client_hello_strict;
 mod close_reasons;
+mod fingerprint;
 mod hostile;
 mod keepalive;
 mod leaks;

@@ -57,6 +57,19 @@ impl Checker {
             PREFIX_V6_RANGE,
             i64::from(DEFAULT_SOURCE_PREFIX_V6),
         );
+        let limit_key = match section.limit_key.as_deref() {
+            None => Some(LimitKey::Source),
+            Some(text) => {
+                let found = LimitKey::ALL.into_iter().find(|k| k.as_str() == text);
+                if found.is_none() {
+                    self.problem(
+                        format!("{key}.limit_key"),
+                        format!("{text:?} is none of \"source\", \"ja4\", \"source+ja4\""),
+                    );
+                }
+                found
+            }
+        };
         let allow = self.cidrs(&format!("{key}.allow"), &section.allow);
         let deny = self.cidrs(&format!("{key}.deny"), &section.deny);
         if self.problems.len() > problems {
@@ -74,6 +87,7 @@ impl Checker {
             allow,
             deny,
             rate_counts_refused: section.rate_counts_refused.unwrap_or(false),
+            limit_key: limit_key?,
         })
     }
 }

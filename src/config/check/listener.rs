@@ -114,6 +114,7 @@ impl Checker {
             &format!("{key}.ech_config_ids"),
             section.ech_config_ids.as_deref(),
         );
+        let hello_match = self.hello_match(key, section.hello_match.as_ref());
         Some(Listener {
             name: section.name.clone(),
             listen: (listen.len() == raw_listen.len()).then_some(listen)?,
@@ -136,6 +137,8 @@ impl Checker {
             ech: ech?,
             ech_config_ids: ech_config_ids?,
             protocol: protocol?,
+            fingerprints: section.fingerprints.unwrap_or(DEFAULT_FINGERPRINTS),
+            hello_match: hello_match?,
         })
     }
 

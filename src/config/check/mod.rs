@@ -14,6 +14,7 @@ mod admin;
 mod backend;
 mod cluster;
 mod global;
+mod hello_match;
 mod limits;
 mod listener;
 mod log;

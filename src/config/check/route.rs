@@ -77,6 +77,7 @@ impl Checker {
                     .ech_policy(&format!("{key}.ech"), text, backends)
                     .map(Some),
             };
+            let hello_match = self.hello_match(&key, section.hello_match.as_ref());
             // QUIC listeners: keys their flows cannot honour.
             if let Some(listener) = &listener {
                 self.quic_route(&key, section, listener);
@@ -86,7 +87,7 @@ impl Checker {
             else {
                 continue;
             };
-            let Some(overrides) = overrides else {
+            let (Some(overrides), Some(hello_match)) = (overrides, hello_match) else {
                 continue;
             };
             // QUIC listeners (issue 18).
@@ -165,6 +166,7 @@ impl Checker {
                 timeouts,
                 alpn,
                 ech,
+                hello_match,
             });
         }
     }

@@ -18,7 +18,7 @@ use crate::wire::proxy_tlv::TlvTypes;
 mod backends;
 pub use backends::*;
 mod log;
-pub use log::*;
+pub(crate) use log::*;
 
 // ------------------------------------------------------------- the relay
 
@@ -71,6 +71,43 @@ pub struct Limits {
     /// source that keeps trying faster than its rate stays refused instead
     /// of getting exactly its rate through. Costs nothing extra.
     pub rate_counts_refused: bool,
+    /// What the counting limits (open connections, rate) count by: the
+    /// source, the hello's JA4, or both (`limit_key`).
+    pub limit_key: LimitKey,
+}
+
+/// `limit_key`: what `connections_per_source` and the rate count by.
+/// `deny` and `allow` always judge the source address, before a byte is
+/// read; a key with the JA4 can only be counted once the hello is parsed,
+/// so those limits are decided right after inspection instead of at
+/// accept (see `admission`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LimitKey {
+    /// The source address cut to its prefix (the default).
+    #[default]
+    Source,
+    /// The hello's JA4 fingerprint: every client of one TLS stack together.
+    Ja4,
+    /// The source cut to its prefix and the JA4 together.
+    SourceJa4,
+}
+
+impl LimitKey {
+    pub const ALL: [LimitKey; 3] = [LimitKey::Source, LimitKey::Ja4, LimitKey::SourceJa4];
+
+    /// As written in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LimitKey::Source => "source",
+            LimitKey::Ja4 => "ja4",
+            LimitKey::SourceJa4 => "source+ja4",
+        }
+    }
+
+    /// Whether the key needs the hello's fingerprint.
+    pub const fn needs_ja4(self) -> bool {
+        !matches!(self, LimitKey::Source)
+    }
 }
 
 /// A GCRA rate: `per_second` new connections, up to `burst` at once.
@@ -92,6 +129,7 @@ impl Limits {
             allow: CidrSet::default(),
             deny: CidrSet::default(),
             rate_counts_refused: false,
+            limit_key: LimitKey::Source,
         }
     }
 }
