@@ -480,7 +480,7 @@ pub static KEYS: &[Key] = &[
     key("backend.*.proxy_protocol_tlvs.type", Kind::Integer, Required("required"),
         "The TLV type: 0x01 (with `value = \"alpn\"`), a custom 0xE1-0xEF or an experimental 0xF0-0xF7.")
         .range(TLV_TYPE_RANGE),
-    key("backend.*.proxy_protocol_tlvs.value", Kind::Choice(&["alpn", "sni"]), Required("one of `value`, `text` and `bytes`"),
+    key("backend.*.proxy_protocol_tlvs.value", Kind::Choice(&["alpn", "sni", "ja4", "ja3"]), Required("one of `value`, `text` and `bytes`"),
         "Learnt from the connection: the client's first offered ALPN protocol, or the SNI; left out when it has none."),
     key("backend.*.proxy_protocol_tlvs.text", Kind::String, Required("one of `value`, `text` and `bytes`"),
         "A fixed value, as UTF-8."),

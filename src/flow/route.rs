@@ -55,7 +55,10 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use crate::close_reason::CloseReason;
-use crate::config::{Backend, EchPolicy, HelloMatch, Listener, NoSni, Route, Timeouts, TlsVersion};
+use crate::config::{
+    Backend, EchPolicy, HelloMatch, Listener, NoSni, Route, Timeouts, TlsVersion, TlvSource,
+    TlvValue,
+};
 use crate::drain::DrainSignal;
 use crate::wire::client_hello::{ClientHello, Ech};
 use crate::wire::matcher::SniMatcher;
@@ -174,6 +177,15 @@ pub(crate) struct Decision<'a> {
     pub target: Result<&'a RouteEntry, NoRoute>,
 }
 
+/// Whether `backend`'s PROXY v2 header carries a fingerprint TLV
+/// (`value = "ja4"` or `"ja3"`), so its connections need the hello's.
+fn sends_fingerprint_tlv(backend: &Backend) -> bool {
+    backend
+        .proxy_protocol_tlvs
+        .iter()
+        .any(|tlv| matches!(tlv.value, TlvValue::From(TlvSource::Ja4 | TlvSource::Ja3)))
+}
+
 impl RouteTable {
     /// Compiles `listener`'s routes. An identity `previous` also has,
     /// leading to an equal backend and not yet drained, keeps its drain
@@ -190,7 +202,11 @@ impl RouteTable {
                     .iter()
                     .any(|r| r.limits.as_ref().is_some_and(|l| l.limit_key.needs_ja4()))
                 || !listener.hello_match.is_empty()
-                || listener.routes.iter().any(|r| !r.hello_match.is_empty()),
+                || listener.routes.iter().any(|r| !r.hello_match.is_empty())
+                || listener
+                    .routes
+                    .iter()
+                    .any(|r| sends_fingerprint_tlv(&r.backend)),
             ..RouteTable::default()
         };
         for route in &listener.routes {

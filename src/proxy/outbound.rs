@@ -69,6 +69,8 @@ impl AddedTlvs<'_> {
         learnt: Learnt {
             sni: None,
             alpn: None,
+            ja4: None,
+            ja3: None,
         },
         passed: &PassedTlvs::NONE,
     };
@@ -81,6 +83,10 @@ pub struct Learnt<'a> {
     pub sni: Option<&'a str>,
     /// The first ALPN protocol the client offered.
     pub alpn: Option<&'a [u8]>,
+    /// The hello's JA4, when its fingerprints were computed.
+    pub ja4: Option<&'a str>,
+    /// The hello's JA3 hash, when its fingerprints were computed.
+    pub ja3: Option<&'a str>,
 }
 
 impl TlvSource {
@@ -91,6 +97,8 @@ impl TlvSource {
         let value = match self {
             TlvSource::Alpn => learnt.alpn,
             TlvSource::Sni => learnt.sni.map(str::as_bytes),
+            TlvSource::Ja4 => learnt.ja4.map(str::as_bytes),
+            TlvSource::Ja3 => learnt.ja3.map(str::as_bytes),
         }?;
         (value.len() <= self.max_len()).then_some(value)
     }
@@ -459,6 +467,8 @@ mod tests {
                 learnt: Learnt {
                     sni: Some("app.example.com"),
                     alpn: Some(b"h2"),
+                    ja4: None,
+                    ja3: None,
                 },
                 passed: &passed,
             };
@@ -498,6 +508,8 @@ mod tests {
         let learnt = Learnt {
             sni: None,
             alpn: Some(&long),
+            ja4: None,
+            ja3: None,
         };
         assert_eq!(TlvSource::Alpn.value(&learnt), None);
         let ok = Learnt {
@@ -505,6 +517,22 @@ mod tests {
             ..learnt
         };
         assert_eq!(TlvSource::Alpn.value(&ok), Some(&long[..255]));
+    }
+
+    #[test]
+    fn fingerprint_sources_give_the_hello_s_fingerprints() {
+        let ja4 = "t13d1516h2_8daaf6152771_e5627efa2ab1";
+        let ja3 = "e7d705a3286e19ea42f587b344ee6865";
+        let learnt = Learnt {
+            ja4: Some(ja4),
+            ja3: Some(ja3),
+            ..Learnt::default()
+        };
+        assert_eq!(TlvSource::Ja4.value(&learnt), Some(ja4.as_bytes()));
+        assert_eq!(TlvSource::Ja3.value(&learnt), Some(ja3.as_bytes()));
+        // No fingerprints computed: no TLV, as with no SNI.
+        assert_eq!(TlvSource::Ja4.value(&Learnt::default()), None);
+        assert_eq!(TlvSource::Ja3.value(&Learnt::default()), None);
     }
 
     #[test]

@@ -43,6 +43,7 @@ use crate::flow::close::{self, Accepted, CloseReason, ConnRecord};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
+use crate::wire::fingerprint::Fingerprints;
 use crate::wire::proxy_tlv::PassedTlvs;
 use crate::{
     flow::{registry, route},
@@ -327,6 +328,8 @@ async fn setup<'g>(
                 learnt: outbound::Learnt {
                     sni: record.sni.as_deref(),
                     alpn: hello.info.alpn.first().map(Vec::as_slice),
+                    ja4: record.fingerprints.as_deref().map(Fingerprints::ja4),
+                    ja3: record.fingerprints.as_deref().map(Fingerprints::ja3_hash),
                 },
                 passed: &passed,
             };

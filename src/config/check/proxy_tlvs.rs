@@ -12,7 +12,6 @@ use crate::wire::proxy_tlv::{MAX_ADDED_TLV_BYTES, TLV_ALPN, TlvRole, TlvTypes};
 
 /// Value sources a later build knows: refused by name, so that a file
 /// written for it fails here rather than sending nothing.
-const NOT_YET_SOURCES: &[&str] = &["ja4", "ja3"];
 
 impl Checker {
     /// `proxy_protocol_tlvs` of backend `key`, whose header is `version`.
@@ -91,11 +90,7 @@ impl Checker {
                         .map(|s| format!("{:?}", s.as_str()))
                         .collect::<Vec<_>>()
                         .join(", ");
-                    let why = if NOT_YET_SOURCES.contains(&name.as_str()) {
-                        "is not supported by this build"
-                    } else {
-                        "is not a value source"
-                    };
+                    let why = "is not a value source";
                     self.problem(
                         format!("{at}.value"),
                         format!("{name:?} {why} (one of {known})"),

@@ -214,16 +214,27 @@ pub enum TlvSource {
     Alpn,
     /// The SNI, normalised (lowercase, no trailing dot).
     Sni,
+    /// The hello's JA4 fingerprint (`t…` on TCP), 36 characters.
+    Ja4,
+    /// The hello's JA3 fingerprint, its MD5 form: 32 hex digits.
+    Ja3,
 }
 
 impl TlvSource {
     /// Every source, as `value` names it.
-    pub const ALL: &[TlvSource] = &[TlvSource::Alpn, TlvSource::Sni];
+    pub const ALL: &[TlvSource] = &[
+        TlvSource::Alpn,
+        TlvSource::Sni,
+        TlvSource::Ja4,
+        TlvSource::Ja3,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             TlvSource::Alpn => "alpn",
             TlvSource::Sni => "sni",
+            TlvSource::Ja4 => "ja4",
+            TlvSource::Ja3 => "ja3",
         }
     }
 
@@ -232,11 +243,13 @@ impl TlvSource {
     }
 
     /// The longest value: an ALPN protocol name is at most 255 bytes (RFC
-    /// 7301), a host name 253.
+    /// 7301), a host name 253, a JA4 36 characters, a JA3 hash 32.
     pub fn max_len(self) -> usize {
         match self {
             TlvSource::Alpn => 255,
             TlvSource::Sni => 253,
+            TlvSource::Ja4 => 36,
+            TlvSource::Ja3 => 32,
         }
     }
 }
