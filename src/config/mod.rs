@@ -230,14 +230,18 @@ const ADDRESS_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `[global]`: process-wide settings.
     pub global: Global,
+    /// The `[[listener]]` tables, in file order.
     pub listeners: Vec<Arc<Listener>>,
+    /// The `[backend.NAME]` tables, by name.
     pub backends: BTreeMap<String, Arc<Backend>>,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`, and `/config`
     /// with `expose_config`); none without `[admin]`.
     pub admin: Option<Admin>,
 }
 
+/// `[admin]`: the admin listener and who may use its control endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     /// A loopback (or, with `allow_public`, any) TCP address, or
@@ -379,6 +383,7 @@ pub(crate) fn is_host_name(text: &str) -> bool {
 /// Where the admin listener listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminListen {
+    /// A TCP address: loopback, or any with `allow_public`.
     Tcp(SocketAddr),
     /// `unix:/path`: a Unix stream socket, created with mode 0660.
     Unix(PathBuf),
@@ -488,9 +493,14 @@ pub(crate) fn read_tokens(path: &Path) -> Result<TokenFile, String> {
     })
 }
 
+/// `[global]`: process-wide settings; each listener's own keys beat them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Global {
+    /// `max_connections`: open client connections for the whole process; at the
+    /// cap accepting pauses (clients wait in the kernel backlog).
     pub max_connections: usize,
+    /// `drain_timeout`: how long open connections may finish on stop; after a
+    /// reload, the window over which changed routes' connections close.
     pub drain_timeout: Duration,
     /// Runtime worker threads.
     pub threads: usize,
@@ -509,15 +519,25 @@ pub struct Global {
     pub max_connection_rate: Option<NonZeroU32>,
 }
 
+/// One `[[listener]]`: where clients connect, how their hellos are read, and
+/// the routes they may take.
 #[derive(Debug, Clone)]
 pub struct Listener {
+    /// `name`: the listener's name, used by routes and in logs.
     pub name: String,
+    /// `listen`: the addresses bound (IPv6 sockets are v6-only).
     pub listen: Vec<SocketAddr>,
+    /// `backlog`: kernel accept queue per address, in connections.
     pub backlog: u32,
+    /// `client_hello_timeout`: from accept until the ClientHello is complete;
+    /// else `hello_timeout`.
     pub client_hello_timeout: Duration,
+    /// `idle_timeout`: close a relayed connection when no byte moved either way
+    /// for this long.
     pub idle_timeout: Duration,
     pub(crate) max_client_hello_bytes: usize,
     pub(crate) no_sni: NoSni,
+    /// The `[[route]]` tables of this listener.
     pub routes: Vec<Route>,
     /// Pattern → indices into `routes`: one, or several routes of the same
     /// pattern that differ in `alpn`.
@@ -546,6 +566,8 @@ pub struct Listener {
     pub tcp_keepalive: Option<Keepalive>,
     // Relay timeouts beside `idle_timeout`; a route may override all three
     // (`Route::timeouts`).
+    /// `half_close_timeout`: once one side has sent FIN, close when no byte moved
+    /// for this long.
     pub half_close_timeout: Duration,
     /// `None`: connections live as long as they like.
     pub max_connection_lifetime: Option<Duration>,
@@ -596,9 +618,13 @@ impl Listener {
 /// `min_tls_version`: a TLS version a hello must offer (or a newer one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TlsVersion {
+    /// TLS 1.0 (`0x0301`).
     V1_0,
+    /// TLS 1.1 (`0x0302`).
     V1_1,
+    /// TLS 1.2 (`0x0303`).
     V1_2,
+    /// TLS 1.3 (`0x0304`).
     V1_3,
 }
 
@@ -675,10 +701,14 @@ pub enum NoSni {
     Backend(Arc<Backend>),
 }
 
+/// One `[[route]]`: names on a listener, and the backend they go to.
 #[derive(Debug, Clone)]
 pub struct Route {
+    /// `name`: the route's name in logs, and its identity for per-route limits
+    /// (default: its first pattern).
     pub name: String,
     pub(crate) patterns: Vec<Pattern>,
+    /// `backend`: the `[backend.NAME]` to relay to.
     pub backend: Arc<Backend>,
     // Per-route admission (see `admit::RouteGate`).
     /// `[route.limits]`; `None` without the table. Unlike a listener's,
@@ -702,6 +732,7 @@ pub struct Route {
 /// what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The key, in TOML path form.
     pub key: String,
     pub(crate) message: String,
 }
@@ -715,25 +746,50 @@ impl fmt::Display for Problem {
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be opened or read.
     #[error("{path}: cannot read: {source}")]
     Read {
+        /// The configuration file.
         path: PathBuf,
+        /// What the read failed with.
         source: std::io::Error,
     },
+    /// Reading took longer than `CONFIG_READ_TIMEOUT` (a FIFO with no writer, a hung mount).
     #[error(
         "{path}: reading did not finish within {}s (a FIFO with no writer, or a hung mount?)",
         CONFIG_READ_TIMEOUT.as_secs()
     )]
-    ReadTimeout { path: PathBuf },
+    ReadTimeout {
+        /// The configuration file.
+        path: PathBuf,
+    },
+    /// An earlier read that timed out is still blocked, so no new one starts.
     #[error("{path}: an earlier read of the file has not finished yet; not reading it again")]
-    ReadStuck { path: PathBuf },
+    ReadStuck {
+        /// The configuration file.
+        path: PathBuf,
+    },
+    /// The file is larger than `MAX_CONFIG_BYTES`.
     #[error("{path}: larger than {} bytes", MAX_CONFIG_BYTES)]
-    TooLarge { path: PathBuf },
+    TooLarge {
+        /// The configuration file.
+        path: PathBuf,
+    },
+    /// The file is not valid TOML, or does not fit the file model (an
+    /// unknown key, a value of the wrong type).
     #[error("{path}: {message}")]
-    Syntax { path: PathBuf, message: String },
+    Syntax {
+        /// The configuration file.
+        path: PathBuf,
+        /// The parser's message, with the line and column.
+        message: String,
+    },
+    /// The file parsed but some values are out of range or disagree.
     #[error("{path}: {} problem(s):\n{}", problems.len(), list(problems))]
     Invalid {
+        /// The configuration file.
         path: PathBuf,
+        /// Every problem found.
         problems: Vec<Problem>,
     },
 }

@@ -66,16 +66,23 @@ pub(crate) const SHARDS: usize = 16;
 /// One open connection, as listed.
 #[derive(Debug)]
 pub struct Entry {
+    /// The connection's id, as its log lines name it.
     pub id: u64,
+    /// The listener that accepted it.
     pub listener: Arc<Listener>,
+    /// The name of the route it took (`no_sni` when its hello had no SNI).
     pub route: Box<str>,
+    /// The SNI its hello named; `None` without one.
     pub sni: Option<Box<str>>,
+    /// The backend it is relayed to.
     pub backend: Arc<Backend>,
+    /// The backend address it connected to.
     pub backend_addr: SocketAddr,
     /// The TCP peer, as measured.
     pub client: SocketAddr,
     /// The client a trusted peer's PROXY header claims, if any.
     pub claimed: Option<SocketAddr>,
+    /// When it was accepted.
     pub accepted: Instant,
     /// Sent to a cluster backend's `local_backend` (this node holds the
     /// site): a push that no longer lists the name closes it ([`move_out`]).
@@ -91,15 +98,25 @@ pub struct Entry {
 
 /// What a connection registers with (see [`register`]).
 pub struct Meta<'a> {
+    /// The connection's id.
     pub id: u64,
+    /// The listener that accepted it.
     pub listener: &'a Arc<Listener>,
+    /// The name of the route it took.
     pub route: &'a str,
+    /// The SNI its hello named; `None` without one.
     pub sni: Option<&'a str>,
+    /// The backend it is relayed to.
     pub backend: &'a Arc<Backend>,
+    /// The backend address it connected to.
     pub backend_addr: SocketAddr,
+    /// The TCP peer (or QUIC source), as measured.
     pub client: SocketAddr,
+    /// The client a trusted peer's PROXY header claims, if any.
     pub claimed: Option<SocketAddr>,
+    /// When it was accepted.
     pub accepted: Instant,
+    /// Sent to a cluster backend's `local_backend` (see [`Entry::local`]).
     pub local: bool,
 }
 
@@ -187,11 +204,15 @@ impl Drop for Registered {
 /// match.
 #[derive(Debug, Default, Clone)]
 pub struct Filter {
+    /// Only the connection with this id.
     pub id: Option<u64>,
+    /// Only connections on the listener of this name.
     pub listener: Option<String>,
+    /// Only connections on the route of this name.
     pub route: Option<String>,
     /// Exact, lowercase.
     pub sni: Option<String>,
+    /// Only connections to the backend of this name.
     pub backend: Option<String>,
     /// Matches the measured client or the claimed one.
     pub client: Option<Cidr>,

@@ -63,6 +63,7 @@ pub const V2_MAX_BYTES: usize = 4096;
 /// TLV types (spec §2.2.1–2.2.7) and our custom hop count.
 pub const TLV_AUTHORITY: u8 = 0x02;
 pub(crate) const TLV_CRC32C: u8 = 0x03;
+/// UNIQUE_ID (spec §2.2.5): an opaque connection id of up to 128 bytes.
 pub const TLV_UNIQUE_ID: u8 = 0x05;
 /// The custom type the hop count travels in. §2.2.8 reserves 0xE0–0xEF
 /// "for application-specific data" and says "If you need more values
@@ -85,7 +86,9 @@ pub const MAX_AUTHORITY_BYTES: usize = 255;
 pub struct Header {
     /// Bytes the header occupies at the start of the stream.
     pub len: usize,
+    /// Which protocol version the header was written in.
     pub version: ProxyVersion,
+    /// The command and addresses it announces.
     pub addresses: Announced,
     /// The AUTHORITY TLV (v2 PROXY only): the original SNI as the sender
     /// saw it, normalised like an SNI; `None` when absent or when it is not
@@ -98,7 +101,9 @@ pub struct Header {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A text header (`PROXY TCP4 ...\r\n`).
 pub enum ProxyVersion {
+    /// A binary header (the 12-byte signature, then version 2).
     V1,
     V2,
 }
@@ -108,7 +113,9 @@ pub enum ProxyVersion {
 pub enum Announced {
     /// PROXY over TCP: who the client is and what it connected to.
     Proxy {
+        /// The client's address and port, as the peer claims it.
         source: SocketAddr,
+        /// The address and port the client connected to.
         destination: SocketAddr,
     },
     /// v2 LOCAL: the peer's own connection (e.g. a health check); the
@@ -137,30 +144,46 @@ pub enum Parse {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
     #[error("v2 version nibble {0:#x} is not 2")]
+    /// The version nibble (the high four bits of byte 13) is not 2.
     Version(u8),
     #[error("v2 command {0:#x} is neither LOCAL nor PROXY")]
+    /// The command nibble is neither 0 (LOCAL) nor 1 (PROXY).
     Command(u8),
     #[error("v2 family/protocol byte {0:#04x} is not defined")]
+    /// The family/protocol byte (byte 14) is not one the spec defines.
     FamilyProtocol(u8),
     #[error("v2 header of {0} bytes exceeds the {V2_MAX_BYTES}-byte cap")]
+    /// The declared length makes the header longer than [`V2_MAX_BYTES`].
     TooLarge(usize),
     #[error("v2 addresses or TLVs inconsistent with the length: {0}")]
+    /// The address block or the TLVs do not fit the declared length exactly.
     Layout(String),
     #[error("v2 TLV {0:#04x} has a bad length or value, or appears twice")]
+    /// A TLV the relay reads has a bad length or value, or appears twice.
     Tlv(u8),
     #[error("v2 CRC32C mismatch")]
+    /// The CRC32C TLV does not match the header's checksum.
     Checksum,
     #[error("v1 header longer than {V1_MAX_BYTES} bytes or not CRLF-terminated")]
+    /// A v1 line longer than [`V1_MAX_BYTES`], not ended by CRLF, or holding a
+    /// byte outside printable ASCII.
     V1Framing,
     #[error("v1 header: {0}")]
+    /// A v1 line `ppp` refuses (an unknown protocol, an address that does not
+    /// parse); the text is its error.
     V1Syntax(String),
     #[error("v1 TCP4/TCP6 header is not six non-empty fields one space apart")]
+    /// A v1 TCP4/TCP6 line that is not six non-empty fields one space apart.
     V1Fields,
     #[error("v1 port {0:?} is not a decimal 0..=65535 without sign or leading zero")]
+    /// A v1 port with a sign, a leading zero, or above 65535.
     V1Port(String),
     #[error("claimed source {claimed} cannot be a client: {why}")]
+    /// A PROXY command whose source cannot be a client (see `check_claim`).
     ImpossibleClaim {
+        /// The source address and port the peer claimed.
         claimed: SocketAddr,
+        /// Why it cannot be a client.
         why: Impossible,
     },
 }
@@ -169,12 +192,17 @@ pub enum Invalid {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Impossible {
     #[error("unspecified address")]
+    /// `0.0.0.0` or `::` (IPv4-mapped forms included).
     Unspecified,
     #[error("multicast address")]
+    /// An IPv4 or IPv6 multicast address.
     Multicast,
     #[error("broadcast address")]
+    /// `255.255.255.255`.
     Broadcast,
     #[error("the relay's own listening address")]
+    /// The address and port the claiming peer connected to (the relay's own
+    /// listening socket).
     RelayItself,
 }
 
