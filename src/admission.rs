@@ -108,7 +108,9 @@ pub enum AtAccept {
 /// trusted peer relay, once the PROXY preface is read) the claimed client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
+    /// The measured TCP peer: a client, or an untrusted relay.
     Peer(PeerAddr),
+    /// The client a trusted peer relay's PROXY header claims.
     Claimed(ClaimedAddr),
 }
 
@@ -138,11 +140,15 @@ impl Source {
 /// The per-source table key: a source address cut to its prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKey {
+    /// An IPv4 source cut to `source_prefix_v4` bits.
     V4([u8; 4]),
+    /// An IPv6 source cut to `source_prefix_v6` bits.
     V6([u8; 16]),
 }
 
 impl SourceKey {
+    /// The key of `source`: its address (IPv4-mapped IPv6 as IPv4) with the
+    /// bits past `prefix_v4` or `prefix_v6` zeroed.
     pub fn new(source: Source, prefix_v4: u8, prefix_v6: u8) -> SourceKey {
         match source.ip() {
             IpAddr::V4(v4) => {
@@ -169,10 +175,13 @@ impl fmt::Display for SourceKey {
 /// Why a connection was refused at admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// The source is on the listener's `deny` list, or not on a non-empty `allow` list.
     #[error("source is denied on this listener")]
     Denied,
+    /// The source already has `connections_per_source` connections open.
     #[error("source has too many open connections")]
     Concurrent,
+    /// The source is over `connection_rate_per_source`.
     #[error("source opens connections too fast")]
     Rate,
 }
@@ -194,6 +203,7 @@ pub struct Admitted {
     pub guard: Option<SourceGuard>,
     /// Under `dry_run`: the refusal the limits would have made.
     pub would_refuse: Option<Refusal>,
+    /// The source's table key (`source` in log lines).
     pub key: SourceKey,
 }
 
@@ -291,6 +301,7 @@ pub struct Tracked {
 }
 
 impl Admission<DefaultClock> {
+    /// The admission stage of one listener (or route) `limits`, on the system clock.
     pub fn new(limits: &Limits) -> Admission {
         Admission::with_clock(limits, DefaultClock::default())
     }
@@ -457,6 +468,7 @@ impl<C: Clock> Admission<C> {
         }
     }
 
+    /// How many sources the tables track now (their memory, in keys).
     pub fn tracked(&self) -> Tracked {
         let (concurrent_keys, concurrent_capacity) = self
             .concurrent

@@ -56,6 +56,7 @@ pub struct DrainSignal {
 }
 
 impl DrainSignal {
+    /// A signal that has not fired, with no parent.
     pub fn new() -> Arc<DrainSignal> {
         Arc::new(DrainSignal::default())
     }

@@ -407,10 +407,13 @@ impl Drop for Entry {
 /// Who is on the other end of an admin connection.
 #[derive(Debug, Clone)]
 pub enum Peer {
+    /// A TCP peer's address and port.
     Tcp(SocketAddr),
     /// SO_PEERCRED of a Unix socket peer (`None`s when unavailable).
     Unix {
+        /// The peer process's user id.
         uid: Option<u32>,
+        /// The peer process's id.
         pid: Option<i32>,
     },
 }
@@ -434,7 +437,9 @@ impl std::fmt::Display for Peer {
 
 /// The admin listening socket: TCP or Unix.
 pub enum AdminSocket {
+    /// A TCP listener (`listen = "IP:port"`).
     Tcp(TcpListener),
+    /// A Unix stream socket (`listen = "unix:/path"`).
     Unix(UnixListener),
 }
 

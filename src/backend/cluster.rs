@@ -126,11 +126,15 @@ impl Nodes {
     }
 }
 
+/// Why a cluster backend has no address to connect to for a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
     #[error("the lookup found no node for this name")]
+    /// The lookup found no node for the name, or failed with no older answer
+    /// to serve.
     NoAddress,
     #[error("the answer points outside allowed_targets")]
+    /// Every address the answer gave is outside `allowed_targets`.
     TargetNotAllowed,
 }
 

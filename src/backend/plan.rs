@@ -45,6 +45,7 @@ impl Plan {
         &self.order[..self.len]
     }
 
+    /// How many addresses the plan tries.
     pub fn len(&self) -> usize {
         self.len
     }

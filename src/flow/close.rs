@@ -81,16 +81,22 @@ pub struct QuicFields {
 /// (`Arc`), never copied per connection.
 #[derive(Debug)]
 pub struct ConnRecord<'l> {
+    /// The connection's id (`conn_id` in log lines), unique in this process.
     pub id: u64,
+    /// The listener that accepted it.
     pub listener: &'l Listener,
     pub(crate) peer: PeerAddr,
     pub(crate) started: Instant,
+    /// The SNI its hello named, once read; `None` before, or without one.
     pub sni: Option<Box<str>>,
     pub(crate) alpn: Option<Box<str>>,
     /// What the hello's ECH extension was (see `route::EchKind`).
     pub ech: Option<EchKind>,
+    /// The name of the route it took; `None` until routed.
     pub route: Option<&'l str>,
+    /// The backend chosen; `None` until routed.
     pub backend: Option<Arc<Backend>>,
+    /// The backend address connected to; `None` until connected.
     pub backend_addr: Option<std::net::SocketAddr>,
     pub(crate) moved: Transferred,
     /// The client address a trusted peer's PROXY header claims (`client.claimed`).
@@ -100,6 +106,7 @@ pub struct ConnRecord<'l> {
 }
 
 impl<'l> ConnRecord<'l> {
+    /// A record for a connection just accepted, with a fresh id.
     pub fn new(listener: &'l Listener, accepted: &Accepted) -> Self {
         Self::arrived(
             next_conn_id(),

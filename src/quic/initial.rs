@@ -188,6 +188,7 @@ impl HelloLimits {
 pub struct QuicHello {
     /// The decoded hello; `len` is the handshake message's length.
     pub hello: ClientHello,
+    /// The QUIC version of the client's Initials.
     pub version: Version,
     /// The Destination Connection ID of the client's Initials (the one the
     /// Initial keys are derived from).
@@ -216,6 +217,7 @@ impl ConnectionId {
         })
     }
 
+    /// The ID's bytes (empty for a zero-length ID).
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
@@ -290,6 +292,7 @@ impl std::fmt::Debug for Parser {
 }
 
 impl Parser {
+    /// A parser for a new flow, holding at most what `limits` allow.
     pub fn new(limits: HelloLimits) -> Self {
         Parser {
             limits,

@@ -100,11 +100,12 @@ pub struct Header {
     pub checksummed: bool,
 }
 
+/// The PROXY protocol version a header was written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-/// A text header (`PROXY TCP4 ...\r\n`).
 pub enum ProxyVersion {
-    /// A binary header (the 12-byte signature, then version 2).
+    /// A text header (`PROXY TCP4 ...\r\n`).
     V1,
+    /// A binary header (the 12-byte signature, then version 2).
     V2,
 }
 
@@ -143,43 +144,43 @@ pub enum Parse {
 /// How a header broke the spec.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
-    #[error("v2 version nibble {0:#x} is not 2")]
     /// The version nibble (the high four bits of byte 13) is not 2.
+    #[error("v2 version nibble {0:#x} is not 2")]
     Version(u8),
-    #[error("v2 command {0:#x} is neither LOCAL nor PROXY")]
     /// The command nibble is neither 0 (LOCAL) nor 1 (PROXY).
+    #[error("v2 command {0:#x} is neither LOCAL nor PROXY")]
     Command(u8),
-    #[error("v2 family/protocol byte {0:#04x} is not defined")]
     /// The family/protocol byte (byte 14) is not one the spec defines.
+    #[error("v2 family/protocol byte {0:#04x} is not defined")]
     FamilyProtocol(u8),
-    #[error("v2 header of {0} bytes exceeds the {V2_MAX_BYTES}-byte cap")]
     /// The declared length makes the header longer than [`V2_MAX_BYTES`].
+    #[error("v2 header of {0} bytes exceeds the {V2_MAX_BYTES}-byte cap")]
     TooLarge(usize),
-    #[error("v2 addresses or TLVs inconsistent with the length: {0}")]
     /// The address block or the TLVs do not fit the declared length exactly.
+    #[error("v2 addresses or TLVs inconsistent with the length: {0}")]
     Layout(String),
-    #[error("v2 TLV {0:#04x} has a bad length or value, or appears twice")]
     /// A TLV the relay reads has a bad length or value, or appears twice.
+    #[error("v2 TLV {0:#04x} has a bad length or value, or appears twice")]
     Tlv(u8),
-    #[error("v2 CRC32C mismatch")]
     /// The CRC32C TLV does not match the header's checksum.
+    #[error("v2 CRC32C mismatch")]
     Checksum,
-    #[error("v1 header longer than {V1_MAX_BYTES} bytes or not CRLF-terminated")]
     /// A v1 line longer than [`V1_MAX_BYTES`], not ended by CRLF, or holding a
     /// byte outside printable ASCII.
+    #[error("v1 header longer than {V1_MAX_BYTES} bytes or not CRLF-terminated")]
     V1Framing,
-    #[error("v1 header: {0}")]
     /// A v1 line `ppp` refuses (an unknown protocol, an address that does not
     /// parse); the text is its error.
+    #[error("v1 header: {0}")]
     V1Syntax(String),
-    #[error("v1 TCP4/TCP6 header is not six non-empty fields one space apart")]
     /// A v1 TCP4/TCP6 line that is not six non-empty fields one space apart.
+    #[error("v1 TCP4/TCP6 header is not six non-empty fields one space apart")]
     V1Fields,
-    #[error("v1 port {0:?} is not a decimal 0..=65535 without sign or leading zero")]
     /// A v1 port with a sign, a leading zero, or above 65535.
+    #[error("v1 port {0:?} is not a decimal 0..=65535 without sign or leading zero")]
     V1Port(String),
-    #[error("claimed source {claimed} cannot be a client: {why}")]
     /// A PROXY command whose source cannot be a client (see `check_claim`).
+    #[error("claimed source {claimed} cannot be a client: {why}")]
     ImpossibleClaim {
         /// The source address and port the peer claimed.
         claimed: SocketAddr,
@@ -191,18 +192,18 @@ pub enum Invalid {
 /// Why a claimed source address cannot be a client's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Impossible {
-    #[error("unspecified address")]
     /// `0.0.0.0` or `::` (IPv4-mapped forms included).
+    #[error("unspecified address")]
     Unspecified,
-    #[error("multicast address")]
     /// An IPv4 or IPv6 multicast address.
+    #[error("multicast address")]
     Multicast,
-    #[error("broadcast address")]
     /// `255.255.255.255`.
+    #[error("broadcast address")]
     Broadcast,
-    #[error("the relay's own listening address")]
     /// The address and port the claiming peer connected to (the relay's own
     /// listening socket).
+    #[error("the relay's own listening address")]
     RelayItself,
 }
 
