@@ -30,7 +30,7 @@
 //! from a [`Source`].
 //!
 //! Memory (both tables are bounded and swept by [`Admission::sweep`], which
-//! the server runs every [`SWEEP_INTERVAL`]):
+//! the server runs every `SWEEP_INTERVAL`):
 //! - the concurrency table holds one entry (17-byte key + `u32`, ~40 bytes
 //!   with hash-table overhead) per key with an open connection; an entry is
 //!   removed when its last connection closes (RAII [`SourceGuard`]), so it
@@ -46,18 +46,18 @@
 //! allocation except when a new key enters a table. Measured in
 //! `benches/admission.rs`.
 //!
-//! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
+//! `spawn_sweeper` runs the sweep for one listener and logs a summary of
 //! what was refused since the last one.
 //!
-//! Per route: a [`RouteGate`] applies a route's `[route.limits]` (the same
+//! Per route: a `RouteGate` applies a route's `[route.limits]` (the same
 //! steps, on the same kind of [`Admission`]) and its `max_connections` once
-//! the ClientHello has named the route, refusing with a [`RouteRefusal`].
+//! the ClientHello has named the route, refusing with a `RouteRefusal`.
 //!
-//! Across reloads: [`Admission::next`] builds the state for changed limits
+//! Across reloads: `Admission::next` builds the state for changed limits
 //! on the tables of the previous one where they mean the same thing (same
 //! source prefixes; for the rate table, the same rate), so the per-source
 //! counts of connections still open carry over and a lowered cap holds at
-//! once; [`RouteGate::next`] does the same for a route, its open count
+//! once; `RouteGate::next` does the same for a route, its open count
 //! included. The concurrency table therefore keeps no cap of its own.
 //!
 //! Not here: accepting, the global connection cap and rate (see `accept`),
@@ -458,7 +458,7 @@ impl<C: Clock> Admission<C> {
 
     /// Drops rate cells of sources that are quiet again and returns spare
     /// table capacity. Cost: linear in the tracked keys, run off the hot
-    /// path every [`SWEEP_INTERVAL`].
+    /// path every `SWEEP_INTERVAL`.
     pub fn sweep(&self) {
         if let Some(rate) = &self.rate {
             rate.sweep();

@@ -39,7 +39,7 @@
 //! oldest mid-request. The newest connection is never the one dropped, so a
 //! probe gets its answer however many connections an attacker holds; the
 //! attacker only churns its own. Request heads are bounded
-//! ([`MAX_REQUEST_HEAD_BYTES`], [`MAX_REQUEST_HEADERS`]). Every connection
+//! (`MAX_REQUEST_HEAD_BYTES`, `MAX_REQUEST_HEADERS`). Every connection
 //! runs on its own task, and nothing here is shared with the relay path but
 //! the runtime (and, for control, the atomics of the backends' address
 //! state it writes). Each close is counted in
@@ -106,7 +106,7 @@ use forward::AdminBody;
 /// Memory at the cap: a silent connection is a descriptor, its task (about
 /// 1 KiB, hyper's connection state included) and a slot of a few hundred
 /// bytes; one that has sent a byte adds hyper's read buffer (at most
-/// [`MAX_REQUEST_HEAD_BYTES`]) and its response, so about 10 MiB for a full
+/// `MAX_REQUEST_HEAD_BYTES`) and its response, so about 10 MiB for a full
 /// table at worst. Cost: picking whom to evict scans the table (at most
 /// this many entries, under one lock), only when it is full.
 pub const MAX_ADMIN_CONNECTIONS: usize = 1024;

@@ -87,7 +87,7 @@ pub(crate) fn carry(previous: &[Endpoint], addrs: &[SocketAddr]) -> AddressSet {
     carry_members(previous, &members)
 }
 
-/// [`carry`] for configured addresses: each keeps its weight and cap.
+/// `carry` for configured addresses: each keeps its weight and cap.
 pub fn carry_members(previous: &[Endpoint], members: &[Member]) -> AddressSet {
     let mut set: Vec<Endpoint> = Vec::with_capacity(members.len());
     for member in members {

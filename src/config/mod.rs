@@ -7,13 +7,13 @@
 //! matchers and resolved backend references. [`Config::from_toml`] is the only
 //! way from one to the other and reports *every* problem it finds, each naming
 //! its key and the bad value, so `snirelay check` can list them all at once.
-//! [`effective`] is the way back: `Config::to_file` writes every key with its
+//! `effective` is the way back: `Config::to_file` writes every key with its
 //! value in force (what `/config` shows, and what a round trip re-reads).
 //!
 //! The parts: [`keys`] declares every key once (type, default, range,
 //! unit, doc, TCP/QUIC), and the reference and man page are written from it
 //! ([`mod@reference`]); `check` (one file per section) builds [`Config`];
-//! [`settings`] holds the validated settings the runtime modules read, as
+//! `settings` holds the validated settings the runtime modules read, as
 //! plain data, so that configuration imports no runtime module
 //! (`tests/it/module_graph.rs` holds it to that).
 //!
@@ -23,7 +23,7 @@
 //! timeouts as route beats listener beats default.)
 //!
 //! Reading the file happens on a thread of its own with a timeout
-//! ([`read_file`], [`CONFIG_READ_TIMEOUT`]): the path may name a FIFO with
+//! (`read_file`, `CONFIG_READ_TIMEOUT`): the path may name a FIFO with
 //! no writer or sit on a hung mount, and neither may stop the event loop
 //! from handling SIGTERM.
 //!
@@ -36,9 +36,9 @@ pub mod keys;
 pub mod reference;
 pub(crate) mod settings;
 
-/// The validated settings, plain data the runtime modules read (see
-/// [`settings`]).
 pub use file::FileConfig;
+/// The validated settings, plain data the runtime modules read (see
+/// `settings`).
 pub(crate) use settings::{
     AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, LookupHeader,
     LookupTls, NodeChoice, Timeouts, TrustedName,
@@ -250,9 +250,9 @@ pub struct Admin {
     /// `allow_public`: a non-loopback `listen` was meant (checked here;
     /// kept so the effective configuration shows it).
     pub allow_public: bool,
-    /// Serve `/config` ([`DEFAULT_ADMIN_EXPOSE_CONFIG`]).
+    /// Serve `/config` (`DEFAULT_ADMIN_EXPOSE_CONFIG`).
     pub expose_config: bool,
-    /// Backend address metrics by address ([`DEFAULT_ADMIN_ADDRESS_LABELS`]).
+    /// Backend address metrics by address (`DEFAULT_ADMIN_ADDRESS_LABELS`).
     pub address_labels: bool,
     // Run-time control (issue 16).
     /// `token_file` and the tokens it held when the configuration was
@@ -262,7 +262,7 @@ pub struct Admin {
     /// Where the pushed local names are kept across restarts (relative to
     /// the configuration file's directory); `None`: in memory only.
     pub local_names_file: Option<PathBuf>,
-    /// [`DEFAULT_MOVED_CLOSE_WINDOW`].
+    /// `DEFAULT_MOVED_CLOSE_WINDOW`.
     pub moved_close_window: Duration,
     // One base address for a Pangolin node (issue 30).
     /// Sources whose `POST /update-local-snis` needs no token (TCP only;
@@ -547,15 +547,15 @@ pub struct Listener {
     pub proxy_protocol: Option<Inbound>,
     /// Set SO_REUSEPORT on this listener's sockets.
     pub reuse_port: bool,
-    /// Relay with splice(2) (listener beats global beats [`DEFAULT_SPLICE`]).
+    /// Relay with splice(2) (listener beats global beats `DEFAULT_SPLICE`).
     pub splice: bool,
     /// `[listener.limits]`: admission (see `admit`).
     pub limits: Limits,
     // Hello rules (TLS version, ECH); see `route`.
     /// Hellos offering nothing newer are refused (`tls_version`); `None`
-    /// accepts every version ([`DEFAULT_MIN_TLS_VERSION`]).
+    /// accepts every version (`DEFAULT_MIN_TLS_VERSION`).
     pub min_tls_version: Option<TlsVersion>,
-    /// What a hello with ECH does, on routes that do not say ([`DEFAULT_ECH`]).
+    /// What a hello with ECH does, on routes that do not say (`DEFAULT_ECH`).
     pub ech: EchPolicy,
     /// The config ids of the edge's real ECH configurations, ascending and
     /// distinct; empty: real and GREASE ECH cannot be told apart.
@@ -886,7 +886,7 @@ fn read_capped(path: &Path) -> Result<String, ConfigError> {
 
 impl Config {
     /// Reads and validates a configuration file, waiting for the read at
-    /// most [`CONFIG_READ_TIMEOUT`] (see [`read_file`]). Blocks the calling
+    /// most `CONFIG_READ_TIMEOUT` (see `read_file`). Blocks the calling
     /// thread: for use before the event loop runs (`check`, start-up).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);

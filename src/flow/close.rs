@@ -6,12 +6,12 @@
 //! metric derived from it) is the leaf module `reason`, re-exported here.
 //!
 //! The [`ConnRecord`] collects a connection's log fields as the stages learn
-//! them and writes them once, at close ([`ConnRecord::close`]); a
+//! them and writes them once, at close (`ConnRecord::close`); a
 //! connection refused at admission is closed through the same record
-//! ([`refused`]). It is the one access record of both protocols: a QUIC
+//! (`refused`). It is the one access record of both protocols: a QUIC
 //! flow's line is the same record, built when the flow closes from what
 //! the flow kept (`quic::flows::FlowRecord`), closed with the fields only a
-//! flow has ([`ConnRecord::close_flow`], [`QuicFields`]: `protocol =
+//! flow has (`ConnRecord::close_flow`, [`QuicFields`]: `protocol =
 //! "quic"`, the QUIC version, the client's last address and rebinds,
 //! datagrams each way, `backend.local`), which a TCP line leaves out. The
 //! level is the reason's, from the table in `reason`, on either protocol.

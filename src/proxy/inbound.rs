@@ -39,7 +39,7 @@
 //! only. Because the claim is known only after the preface, admission for a
 //! trusted source happens after this stage, not before the first read.
 //!
-//! Cost: at most one small buffer ([`PREFACE_READ_CHUNK`]) per connection, moved on to
+//! Cost: at most one small buffer (`PREFACE_READ_CHUNK`) per connection, moved on to
 //! `inspect`; a header is parsed once when complete (see `wire`).
 //!
 //! Not here: the header grammar, TLVs and the hop-count format (see

@@ -199,7 +199,7 @@ pub struct QuicHello {
     pub datagrams: usize,
 }
 
-/// A connection ID: at most [`MAX_CID_LEN`] bytes, held inline.
+/// A connection ID: at most `MAX_CID_LEN` bytes, held inline.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnectionId {
     len: u8,
@@ -207,7 +207,7 @@ pub struct ConnectionId {
 }
 
 impl ConnectionId {
-    /// `None` when `id` is longer than [`MAX_CID_LEN`].
+    /// `None` when `id` is longer than `MAX_CID_LEN`.
     pub fn new(id: &[u8]) -> Option<Self> {
         let mut bytes = [0; MAX_CID_LEN];
         bytes.get_mut(..id.len())?.copy_from_slice(id);

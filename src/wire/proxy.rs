@@ -1,6 +1,6 @@
 //! The PROXY protocol's wire format (v2 and v1): recognising a signature
 //! ([`sniff`]), parsing a header ([`parse`]), and the value of our hop-count
-//! TLV ([`hops_value`]), shared by the inbound stage that reads headers
+//! TLV (`hops_value`), shared by the inbound stage that reads headers
 //! (`inbound`) and the outbound announcement that writes them (`outbound`).
 //!
 //! Pure functions over `&[u8]`: no I/O, no deadlines, no configuration.
@@ -32,10 +32,10 @@
 //! # Claims and hops
 //! A PROXY command with TCP over IPv4/IPv6 yields the addresses a peer
 //! claims ([`Announced::Proxy`]), unless its source cannot be a client
-//! ([`check_claim`]: unspecified, multicast, broadcast, or the relay's own
+//! (`check_claim`: unspecified, multicast, broadcast, or the relay's own
 //! listening socket), which is refused as invalid. LOCAL (v2), UNKNOWN
 //! (v1), and the v2 fallbacks above claim nothing. Our hop count travels in
-//! the custom TLV [`TLV_HOPS`] behind the [`HOPS_MAGIC`] sub-type; a header
+//! the custom TLV `TLV_HOPS` behind the [`HOPS_MAGIC`] sub-type; a header
 //! without it (or with another product's 0xE0 TLV only) counts as one hop.
 //!
 //! Not here: reading from a socket, trust, modes and `max_hops` (see
@@ -70,7 +70,7 @@ pub const TLV_UNIQUE_ID: u8 = 0x05;
 /// consider extending the range with a type field in your TLVs": any
 /// product may use 0xE0, so ours is told apart by [`HOPS_MAGIC`].
 pub(crate) const TLV_HOPS: u8 = 0xE0;
-/// The sub-type of a [`TLV_HOPS`] value that makes it our hop count. The
+/// The sub-type of a `TLV_HOPS` value that makes it our hop count. The
 /// whole value is these 13 ASCII bytes and then one byte, the hops so far
 /// (at least 1): `E0 00 0E "snirelay-hops" NN`. A 0xE0 TLV that does not
 /// start with them is another product's and is ignored.
@@ -94,7 +94,7 @@ pub struct Header {
     /// saw it, normalised like an SNI; `None` when absent or when it is not
     /// a valid host name of at most [`MAX_AUTHORITY_BYTES`].
     pub authority: Option<Vec<u8>>,
-    /// The hop count: our [`TLV_HOPS`] if present, else 1.
+    /// The hop count: our `TLV_HOPS` if present, else 1.
     pub hops: u8,
     /// Whether a CRC32C TLV was present (and therefore matched).
     pub checksummed: bool,

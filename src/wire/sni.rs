@@ -15,7 +15,7 @@
 //! This module does not match names against routes (see `matcher`) and does
 //! no I/O. Normalising allocates one `String` per client name, because the
 //! name is logged with the connection anyway (the route decision hands that
-//! same allocation to the log record, [`Sni::into_boxed_str`]). It checks
+//! same allocation to the log record, `Sni::into_boxed_str`). It checks
 //! and lowercases in one pass over the bytes: splitting into labels and
 //! searching each cost 1,102 instructions for `www.example.com`, the one
 //! pass 595 (callgrind).
