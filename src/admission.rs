@@ -42,7 +42,7 @@
 //! from a [`Source`].
 //!
 //! Memory (both tables are bounded and swept by [`Admission::sweep`], which
-//! the server runs every [`SWEEP_INTERVAL`]):
+//! the server runs every `SWEEP_INTERVAL`):
 //! - the source table (`SourceTable`, present when either counting limit
 //!   is set) holds one entry (17-byte key + counters, ~100 bytes with
 //!   hash-table overhead) per key with an open connection (the count is
@@ -66,18 +66,18 @@
 //! source table's lock once more to count it. Measured in
 //! `benches/admission.rs`.
 //!
-//! [`spawn_sweeper`] runs the sweep for one listener and logs a summary of
+//! `spawn_sweeper` runs the sweep for one listener and logs a summary of
 //! what was refused since the last one.
 //!
-//! Per route: a [`RouteGate`] applies a route's `[route.limits]` (the same
+//! Per route: a `RouteGate` applies a route's `[route.limits]` (the same
 //! steps, on the same kind of [`Admission`]) and its `max_connections` once
-//! the ClientHello has named the route, refusing with a [`RouteRefusal`].
+//! the ClientHello has named the route, refusing with a `RouteRefusal`.
 //!
-//! Across reloads: [`Admission::next`] builds the state for changed limits
+//! Across reloads: `Admission::next` builds the state for changed limits
 //! on the tables of the previous one where they mean the same thing (same
 //! source prefixes; for the rate table, the same rate), so the per-source
 //! counts of connections still open carry over and a lowered cap holds at
-//! once; [`RouteGate::next`] does the same for a route, its open count
+//! once; `RouteGate::next` does the same for a route, its open count
 //! included. The concurrency table therefore keeps no cap of its own.
 //!
 //! Not here: accepting, the global connection cap and rate (see `accept`),
@@ -128,7 +128,9 @@ pub enum AtAccept {
 /// trusted peer relay, once the PROXY preface is read) the claimed client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
+    /// The measured TCP peer: a client, or an untrusted relay.
     Peer(PeerAddr),
+    /// The client a trusted peer relay's PROXY header claims.
     Claimed(ClaimedAddr),
 }
 
@@ -159,7 +161,9 @@ impl Source {
 /// `limit_key`) a hello's JA4, alone or with that source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKey {
+    /// An IPv4 source cut to `source_prefix_v4` bits.
     V4([u8; 4]),
+    /// An IPv6 source cut to `source_prefix_v6` bits.
     V6([u8; 16]),
     Ja4(Ja4Key),
     V4Ja4([u8; 4], Ja4Key),
@@ -202,6 +206,8 @@ impl SourceKey {
         }
     }
 
+    /// The key of `source`: its address (IPv4-mapped IPv6 as IPv4) with the
+    /// bits past `prefix_v4` or `prefix_v6` zeroed.
     pub fn new(source: Source, prefix_v4: u8, prefix_v6: u8) -> SourceKey {
         match source.ip() {
             IpAddr::V4(v4) => {
@@ -231,10 +237,13 @@ impl fmt::Display for SourceKey {
 /// Why a connection was refused at admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// The source is on the listener's `deny` list, or not on a non-empty `allow` list.
     #[error("source is denied on this listener")]
     Denied,
+    /// The source already has `connections_per_source` connections open.
     #[error("source has too many open connections")]
     Concurrent,
+    /// The source is over `connection_rate_per_source`.
     #[error("source opens connections too fast")]
     Rate,
 }
@@ -256,6 +265,7 @@ pub struct Admitted {
     pub guard: Option<SourceGuard>,
     /// Under `dry_run`: the refusal the limits would have made.
     pub would_refuse: Option<Refusal>,
+    /// The source's table key (`source` in log lines).
     pub key: SourceKey,
 }
 
@@ -363,6 +373,7 @@ pub struct Tracked {
 }
 
 impl Admission<DefaultClock> {
+    /// The admission stage of one listener (or route) `limits`, on the system clock.
     pub fn new(limits: &Limits) -> Admission {
         Admission::with_clock(limits, DefaultClock::default())
     }
@@ -575,7 +586,7 @@ impl<C: Clock + Clone> Admission<C> {
 
     /// Drops rate cells of sources that are quiet again and returns spare
     /// table capacity. Cost: linear in the tracked keys, run off the hot
-    /// path every [`SWEEP_INTERVAL`].
+    /// path every `SWEEP_INTERVAL`.
     pub fn sweep(&self) {
         if let Some(rate) = &self.rate {
             rate.sweep();
@@ -627,6 +638,7 @@ impl<C: Clock + Clone> Admission<C> {
         true
     }
 
+    /// How many sources the tables track now (their memory, in keys).
     pub fn tracked(&self) -> Tracked {
         let (concurrent_keys, concurrent_capacity) = self
             .concurrent

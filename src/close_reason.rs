@@ -323,6 +323,7 @@ close_reasons! {
 }
 
 impl CloseReason {
+    /// The reason's name, as log lines (`close`) and metrics show it.
     pub const fn as_str(self) -> &'static str {
         self.row().name
     }

@@ -6,21 +6,21 @@
 //! [`DrainGuard`]. A reload that keeps the identity unchanged hands the same
 //! signal on to the new snapshot, so connections started under any older
 //! snapshot stay reachable. A reload that changes or removes the identity
-//! [`fires`](DrainSignal::fire) the signal once: each connection then closes
+//! fires (`DrainSignal::fire`) the signal once: each connection then closes
 //! at its own random moment in `[fired, fired + drain_timeout)`, so clients
 //! do not all reconnect at once.
 //!
 //! An operator's `maint` on a backend address drains the connections on
 //! that address only, whatever their route: once connected, a connection
 //! moves its guard from the route's signal to a *part* of it, one per
-//! (route identity, address) ([`DrainSignal::part`], kept by the address's
+//! (route identity, address) (`DrainSignal::part`, kept by the address's
 //! `backend::EndpointState`). A part fires with its route (sharing the
 //! route's window), or alone when its address goes to maintenance; a
 //! connection then closes with [`CloseReason::AddressMaint`] instead of
 //! `drained`.
 //!
 //! Not here: deciding what changed (see `reload`), or closing sockets (the
-//! connection does that when [`DrainGuard::closing`] resolves).
+//! connection does that when `DrainGuard::closing` resolves).
 //!
 //! Cost: per connection, one more SNI-matcher lookup at route time (to find
 //! the pattern that matched), one `Arc` clone and two relaxed atomic adds;
@@ -56,6 +56,7 @@ pub struct DrainSignal {
 }
 
 impl DrainSignal {
+    /// A signal that has not fired, with no parent.
     pub fn new() -> Arc<DrainSignal> {
         Arc::new(DrainSignal::default())
     }

@@ -10,14 +10,14 @@
 //! - [`config`]: the TOML file turned once into an immutable, validated
 //!   snapshot (and back, for `/config`).
 //! - the leaves every layer names, at the root: [`addr`] (measured and
-//!   claimed client addresses), [`close_reason`] (why a connection ended, and
-//!   its one table), [`drain`] (drain signals), `metrics`, [`logging`],
+//!   claimed client addresses), `close_reason` (why a connection ended, and
+//!   its one table), [`drain`] (drain signals), `metrics`, `logging`,
 //!   [`sockopt`] (every socket option, the one file that may hold `unsafe`)
 //!   and `system_roots`.
 //! - [`admission`]: who may connect: allow and deny lists, per-source
 //!   limits and rates, built once per snapshot.
 //! - [`proxy`]: the PROXY protocol's two stages, inbound (preface) and
-//!   outbound (announce); [`pump`]: the byte pump of a TCP connection.
+//!   outbound (announce); `pump`: the byte pump of a TCP connection.
 //! - [`backend`]: backends at run time: address sets, health, balancing
 //!   policies, cluster lookups.
 //! - [`flow`]: the stages a TCP connection and a QUIC flow share: route,
@@ -26,7 +26,7 @@
 //!   `tcp::connection`: accept loop → preface → inspect → route → dial →
 //!   announce → pump → close. [`quic`]: the same for a QUIC flow.
 //! - [`admin`]: the admin listener (metrics, status page, control API).
-//! - [`run`]: the process: server, listeners, binding, reload, takeover,
+//! - `run`: the process: server, listeners, binding, reload, takeover,
 //!   signals, sd_notify. [`cli`]: the operator's other commands (`check`,
 //!   `probe`, `ctl`, `import-haproxy`).
 //!
@@ -35,9 +35,9 @@
 //! others, or when a module imports one of a higher layer.
 //!
 //! Syscalls live in two places: socket options and descriptor handling in
-//! [`sockopt`], splice(2) and its pipe pool in [`pump::splice`]. `unsafe`
+//! [`sockopt`], splice(2) and its pipe pool in `pump::splice`. `unsafe`
 //! is denied crate-wide; [`sockopt`] alone allows it, per block, each with
-//! its `SAFETY` comment ([`pump::splice`] needs none: it uses nix's safe
+//! its `SAFETY` comment (`pump::splice` needs none: it uses nix's safe
 //! wrappers).
 
 #![deny(unsafe_code)]

@@ -5,30 +5,30 @@
 //! explicit; relayed sockets get TCP_NODELAY, since the relay forwards TLS
 //! records whose latency matters more than segment count (set on listening
 //! sockets, whose accepted sockets inherit it, and on each backend socket).
-//! The relay's only flagged write is here too: [`try_write_before_fin`]
+//! The relay's only flagged write is here too: `try_write_before_fin`
 //! (MSG_MORE) corks a direction's last bytes so that its FIN goes out in
-//! the same segment; [`fin_queued`] tells whether a peer's FIN is queued;
-//! [`recv_now`] reads a new connection's first bytes without waiting for
+//! the same segment; `fin_queued` tells whether a peer's FIN is queued;
+//! `recv_now` reads a new connection's first bytes without waiting for
 //! the event loop to report them. Backend sockets are opened and their
-//! connect started here ([`start_connect`]), and the hello's replay is
-//! sent on them at once ([`send_now`]).
+//! connect started here (`start_connect`), and the hello's replay is
+//! sent on them at once (`send_now`).
 //! While a client trickles its ClientHello, `inspect` raises SO_RCVLOWAT
 //! so that the kernel wakes the relay only once enough bytes are queued.
 //! A `protocol = "quic"` listener's UDP sockets are bound here too
-//! ([`bind_udp_with`]: v6-only, optional SO_REUSEPORT), adopted after a
-//! binary upgrade ([`adopt_udp`]), with the Unix SOCK_SEQPACKET pair that
+//! (`bind_udp_with`: v6-only, optional SO_REUSEPORT), adopted after a
+//! binary upgrade (`adopt_udp`), with the Unix SOCK_SEQPACKET pair that
 //! carries datagrams from the old process to the new one meanwhile
-//! ([`seqpacket_pair`], [`adopt_seqpacket`]; see `quic::handover`); its
-//! flows' backend sockets ask for UDP GRO here ([`enable_udp_gro`]); the
+//! (`seqpacket_pair`, `adopt_seqpacket`; see `quic::handover`); its
+//! flows' backend sockets ask for UDP GRO here (`enable_udp_gro`); the
 //! options quinn-udp sets on a listening socket for batched I/O (GRO,
 //! IP_PKTINFO, no fragmentation) are set inside that crate (`quic::io`).
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
 //! accepted sockets inherit it, and on each backend socket once its
 //! connection has relayed for [`KEEPALIVE_ARM_DELAY`] (see
-//! [`KeepaliveSecs`]: most connections end before that and never pay the
+//! `KeepaliveSecs`: most connections end before that and never pay the
 //! five calls); with TCP_USER_TIMEOUT at the same horizon (see
-//! [`set_keepalive`] for why); [`is_peer_timeout`] tells the relay that a
+//! [`set_keepalive`] for why); `is_peer_timeout` tells the relay that a
 //! failed socket's peer stopped answering.
 //! The descriptor limit is raised here too, at startup (through nix's safe
 //! wrapper).
@@ -120,7 +120,7 @@ impl KeepaliveSecs {
 /// retransmissions give up only after `tcp_retries2` (about 15 minutes).
 /// That is the common case, not a corner one (the peer's network goes
 /// while a response is on its way), so TCP_USER_TIMEOUT is set to the
-/// probes' own horizon ([`Keepalive::user_timeout`]): a peer that answers
+/// probes' own horizon (`Keepalive::user_timeout`): a peer that answers
 /// nothing for that long is gone, whether it was being probed or sent data.
 /// With both set, the kernel also ends probing at that horizon (tcp(7)),
 /// which is where `count` probes end anyway. A peer that keeps a zero

@@ -41,7 +41,7 @@
 //! oldest mid-request. The newest connection is never the one dropped, so a
 //! probe gets its answer however many connections an attacker holds; the
 //! attacker only churns its own. Request heads are bounded
-//! ([`MAX_REQUEST_HEAD_BYTES`], [`MAX_REQUEST_HEADERS`]). Every connection
+//! (`MAX_REQUEST_HEAD_BYTES`, `MAX_REQUEST_HEADERS`). Every connection
 //! runs on its own task, and nothing here is shared with the relay path but
 //! the runtime (and, for control, the atomics of the backends' address
 //! state it writes). Each close is counted in
@@ -112,7 +112,7 @@ use forward::AdminBody;
 /// Memory at the cap: a silent connection is a descriptor, its task (about
 /// 1 KiB, hyper's connection state included) and a slot of a few hundred
 /// bytes; one that has sent a byte adds hyper's read buffer (at most
-/// [`MAX_REQUEST_HEAD_BYTES`]) and its response, so about 10 MiB for a full
+/// `MAX_REQUEST_HEAD_BYTES`) and its response, so about 10 MiB for a full
 /// table at worst. Cost: picking whom to evict scans the table (at most
 /// this many entries, under one lock), only when it is full.
 pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
@@ -441,10 +441,13 @@ impl Drop for Entry {
 /// Who is on the other end of an admin connection.
 #[derive(Debug, Clone)]
 pub enum Peer {
+    /// A TCP peer's address and port.
     Tcp(SocketAddr),
     /// SO_PEERCRED of a Unix socket peer (`None`s when unavailable).
     Unix {
+        /// The peer process's user id.
         uid: Option<u32>,
+        /// The peer process's id.
         pid: Option<i32>,
     },
 }
@@ -468,7 +471,9 @@ impl std::fmt::Display for Peer {
 
 /// The admin listening socket: TCP or Unix.
 pub enum AdminSocket {
+    /// A TCP listener (`listen = "IP:port"`).
     Tcp(TcpListener),
+    /// A Unix stream socket (`listen = "unix:/path"`).
     Unix(UnixListener),
 }
 

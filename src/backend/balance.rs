@@ -21,11 +21,11 @@
 //! Adding a policy: a line in the `policies!` table (variant and name;
 //! parsing, `/config` and the error listing follow from it), which is
 //! plain settings and lives in `config::settings` with the rest of them,
-//! then, here, an arm in [`Policy::ranker`] and, when it ranks in a way no
-//! [`Ranker`] does yet, a variant and an arm in [`Ranker::rank`]. The
+//! then, here, an arm in `Policy::ranker` and, when it ranks in a way no
+//! `Ranker` does yet, a variant and an arm in `Ranker::rank`. The
 //! compiler points at every match that needs an arm (`Policy::start` for a
 //! task that keeps state fresh; the state itself is a field of [`State`]).
-//! A policy with keys of its own also adds them to [`OWN_KEYS`], and needs
+//! A policy with keys of its own also adds them to `OWN_KEYS`, and needs
 //! the raw key in `config::file` and its checked value in
 //! [`super::Backend`] (the file model and the settings have one home each;
 //! `config` finds a set key by its name, so nothing here names the file
@@ -36,10 +36,10 @@
 //! (`super::plan`), connecting (`crate::tcp::dial`), measuring latency
 //! (`super::fastest`).
 //!
-//! Cost per connection: [`Policy::ranker`] reads the state once (one
+//! Cost per connection: `Policy::ranker` reads the state once (one
 //! relaxed atomic add for the rotating policies, one uncontended lock for
 //! `fastest` and for `round_robin` with unequal weights, nothing for the
-//! others); [`Ranker::rank`] is a match and integer arithmetic (for
+//! others); `Ranker::rank` is a match and integer arithmetic (for
 //! `source_hash` a SipHash of 34 bytes and a 32-step fixed-point log2). No
 //! allocation, no dynamic dispatch.
 

@@ -33,7 +33,7 @@
 //!   `negative_ttl`;
 //! - single flight: one lookup per SNI at a time; connections that arrive
 //!   while it runs wait for it and share its outcome, whatever it is;
-//! - serve stale: when a lookup fails, the last answer (up to [`MAX_STALE`]
+//! - serve stale: when a lookup fails, the last answer (up to `MAX_STALE`
 //!   past its expiry) keeps being served, and the lookup is retried after
 //!   `negative_ttl` (so a control plane that hangs costs one connection a
 //!   `lookup_timeout` per `negative_ttl`, not every connection). With no
@@ -44,9 +44,9 @@
 //!   in-flight counts) across refreshes, and a refresh that only reorders
 //!   the endpoints keeps the set as it was (with `node_choice =
 //!   "gerbil_fnv"`, which picks by position, it takes the new order);
-//! - bounded: at most [`MAX_ENTRIES`] names per cluster backend. When full,
+//! - bounded: at most `MAX_ENTRIES` names per cluster backend. When full,
 //!   entries that can no longer serve are dropped; if that is not enough,
-//!   the [`EVICT_BATCH`] entries that expire soonest go (an O(n) sweep,
+//!   the `EVICT_BATCH` entries that expire soonest go (an O(n) sweep,
 //!   paid once per batch of new names). Names with a lookup in flight are
 //!   never evicted; they are bounded by the connections waiting on them.
 //!   Memory: a few hundred bytes per name, ~3 MB when full.
@@ -54,7 +54,7 @@
 //! Before any of that, a name in `local_overrides` or in the pushed local
 //! names (`super::local_names`) is [`Answer::Local`] when the backend has a
 //! `local_backend`: no lookup, nothing cached. A push drops the cached
-//! answers of the names it changed ([`Cache::forget`]).
+//! answers of the names it changed (`Cache::forget`).
 //!
 //! Cost on the hot path: a cached answer is two short mutex sections (the
 //! name table, then the entry) and one `Arc` clone; no await.
@@ -126,11 +126,15 @@ impl Nodes {
     }
 }
 
+/// Why a cluster backend has no address to connect to for a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
     #[error("the lookup found no node for this name")]
+    /// The lookup found no node for the name, or failed with no older answer
+    /// to serve.
     NoAddress,
     #[error("the answer points outside allowed_targets")]
+    /// Every address the answer gave is outside `allowed_targets`.
     TargetNotAllowed,
 }
 

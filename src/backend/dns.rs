@@ -49,23 +49,40 @@ pub struct DnsAnswer {
 /// callers keep what they knew.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DnsError {
+    /// The name to look up is not a valid DNS name.
     #[error("{name:?} is not a valid DNS name")]
-    InvalidName { name: String },
+    InvalidName {
+        /// The name as given.
+        name: String,
+    },
+    /// The server did not answer within the lookup's timeout.
     #[error("no answer from {server} within {timeout:?}")]
     Timeout {
+        /// The DNS server asked.
         server: SocketAddr,
+        /// The time allowed, retries included.
         timeout: Duration,
     },
+    /// The server answered with an error code other than NXDOMAIN
+    /// (SERVFAIL, REFUSED, ...).
     #[error("{server} answered {record_type} with {code}")]
     Response {
+        /// The DNS server asked.
         server: SocketAddr,
+        /// A or AAAA.
         record_type: RecordType,
+        /// The response code it sent.
         code: ResponseCode,
     },
+    /// Sending the query or reading the reply failed (a socket error, a
+    /// reply that does not parse).
     #[error("asking {server} for {record_type} failed: {reason}")]
     Transport {
+        /// The DNS server asked.
         server: SocketAddr,
+        /// A or AAAA.
         record_type: RecordType,
+        /// The resolver library's error, as text.
         reason: String,
     },
 }

@@ -34,6 +34,7 @@ fn now_ms() -> u64 {
 /// An address of a backend with its shared state.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
+    /// The address connected to.
     pub addr: SocketAddr,
     /// Its share of new connections under `round_robin`, `least_connections`
     /// and `source_hash` (1 for resolved and looked-up addresses).
@@ -45,6 +46,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// An address with weight 1 and no cap of its own, and fresh state.
     pub fn new(addr: SocketAddr) -> Endpoint {
         Endpoint::with(Member::plain(addr))
     }
@@ -85,7 +87,7 @@ pub(crate) fn carry(previous: &[Endpoint], addrs: &[SocketAddr]) -> AddressSet {
     carry_members(previous, &members)
 }
 
-/// [`carry`] for configured addresses: each keeps its weight and cap.
+/// `carry` for configured addresses: each keeps its weight and cap.
 pub fn carry_members(previous: &[Endpoint], members: &[Member]) -> AddressSet {
     let mut set: Vec<Endpoint> = Vec::with_capacity(members.len());
     for member in members {
@@ -106,6 +108,8 @@ pub(crate) fn same_addresses(a: &[Endpoint], b: &[Endpoint]) -> bool {
     a.len() == b.len() && a.iter().all(|x| b.iter().any(|y| y.addr == x.addr))
 }
 
+/// The state of one address shared by every connection and runtime that
+/// uses it: open connections, passive and active health, operator state.
 #[derive(Debug, Default)]
 pub struct EndpointState {
     /// Relayed connections open through this address now. Shared with the

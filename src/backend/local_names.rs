@@ -5,7 +5,7 @@
 //!
 //! One set per process, replaced whole by each push ([`replace`]), kept
 //! across reloads (it is run-time state, not configuration) and, when
-//! `[admin] local_names_file` is set, across restarts: [`save`] writes it
+//! `[admin] local_names_file` is set, across restarts: `save` writes it
 //! atomically (a temporary file in the same directory, fsync'd, then
 //! renamed over the old one), and [`load`] reads it at start, so a restart
 //! serves the last pushed set until the next push.

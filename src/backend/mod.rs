@@ -15,11 +15,11 @@
 //! connection reads the registry it was accepted under.
 //!
 //! The validated settings a runtime is built from ([`Backend`],
-//! [`AddressSource`], [`HealthCheck`], [`Cluster`]) are plain data defined
+//! `AddressSource`, `HealthCheck`, [`Cluster`]) are plain data defined
 //! in `config::settings` and built by `config`; the dependency runs one
 //! way, from the runtime to the configuration.
 //!
-//! Where the addresses come from ([`AddressSource`]):
+//! Where the addresses come from (`AddressSource`):
 //! - fixed: the configured list, known from the start;
 //! - DNS (`resolve`): `resolve` publishes each answer; until the first
 //!   one a connection waits up to its `connect_timeout`, then closes
@@ -27,7 +27,7 @@
 //! - cluster (`[backend.*.cluster]`): looked up per SNI by [`cluster`]
 //!   (over HTTP, in snirelay's protocol or Pangolin's, by `cluster_http`),
 //!   whose answer is either another node or this one (`local_backend`);
-//!   [`node_order`] says which of several nodes comes first; names pushed
+//!   `node_order` says which of several nodes comes first; names pushed
 //!   as local ([`local_names`]) or listed in `local_overrides` go to
 //!   `local_backend` without a lookup.
 //!
@@ -101,7 +101,7 @@ pub struct BackendRuntime {
 }
 
 impl BackendRuntime {
-    /// A runtime for `config`; its tasks start with [`BackendRuntime::start`].
+    /// A runtime for `config`; its tasks start with `BackendRuntime::start`.
     pub fn new(config: Arc<Backend>) -> BackendRuntime {
         BackendRuntime::replacing(config, None)
     }

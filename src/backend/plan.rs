@@ -7,12 +7,12 @@
 //! still tried, in policy order (a checker that is wrong, or slower than a
 //! recovery, must not become the reason a client is turned away). A cap
 //! does refuse: an address with `max_connections` open is not planned at
-//! all, and a plan with no address left ([`Plan::full`]) closes the
+//! all, and a plan with no address left (`Plan::full`) closes the
 //! connection `backend_full` without a connect (the cap is the operator's
 //! statement of what the backend can take).
 //!
 //! An address the operator drained or put in maintenance
-//! ([`super::AddressState`]) is never planned either: that is a refusal
+//! (`super::AddressState`) is never planned either: that is a refusal
 //! the operator asked for, unlike health.
 //!
 //! Cost: no allocation; one rank per address (for the first 64; beyond,
@@ -45,6 +45,7 @@ impl Plan {
         &self.order[..self.len]
     }
 
+    /// How many addresses the plan tries.
     pub fn len(&self) -> usize {
         self.len
     }

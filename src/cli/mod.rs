@@ -5,7 +5,7 @@
 //!
 //! Kept in the library so that documentation (a man page) can be generated
 //! from the same definition the binary parses; so is what `check` prints
-//! about a valid file ([`check_summary`]).
+//! about a valid file (`check_summary`).
 
 mod commands;
 pub(crate) mod ctl;

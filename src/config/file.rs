@@ -15,15 +15,21 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The configuration file as written: every section, `None` or empty where
+/// not set, before any check.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    /// `[global]`; empty when absent.
     #[serde(default)]
     pub global: GlobalSection,
+    /// The `[[listener]]` tables, in file order.
     #[serde(default, rename = "listener")]
     pub listeners: Vec<ListenerSection>,
+    /// The `[[route]]` tables, in file order.
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteSection>,
+    /// The `[backend.NAME]` tables, by name.
     #[serde(default, rename = "backend")]
     pub backends: BTreeMap<String, BackendSection>,
     /// `[admin]`: the optional metrics/health listener.

@@ -58,7 +58,9 @@ pub enum Kind {
     Tables,
     /// A table per name (`[backend.NAME]`).
     NamedTables,
+    /// A whole number.
     Integer,
+    /// `true` or `false`.
     Bool,
     /// A string such as `"250ms"`, `"5s"`, `"1h"`.
     Duration,
@@ -142,7 +144,9 @@ pub enum KeyDefault {
     Value(&'static str),
     /// One value on a TCP listener, another on a QUIC listener.
     ByProtocol {
+        /// The value on a TCP listener.
         tcp: &'static str,
+        /// The value on a QUIC listener.
         quic: &'static str,
     },
     /// No value: the words say what that means (`/config` shows `null`).

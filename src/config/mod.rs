@@ -7,13 +7,13 @@
 //! matchers and resolved backend references. [`Config::from_toml`] is the only
 //! way from one to the other and reports *every* problem it finds, each naming
 //! its key and the bad value, so `snirelay check` can list them all at once.
-//! [`effective`] is the way back: `Config::to_file` writes every key with its
+//! `effective` is the way back: `Config::to_file` writes every key with its
 //! value in force (what `/config` shows, and what a round trip re-reads).
 //!
 //! The parts: [`keys`] declares every key once (type, default, range,
 //! unit, doc, TCP/QUIC), and the reference and man page are written from it
 //! ([`mod@reference`]); `check` (one file per section) builds [`Config`];
-//! [`settings`] holds the validated settings the runtime modules read, as
+//! `settings` holds the validated settings the runtime modules read, as
 //! plain data, so that configuration imports no runtime module
 //! (`tests/it/module_graph.rs` holds it to that).
 //!
@@ -23,7 +23,7 @@
 //! timeouts as route beats listener beats default.)
 //!
 //! Reading the file happens on a thread of its own with a timeout
-//! ([`read_file`], [`CONFIG_READ_TIMEOUT`]): the path may name a FIFO with
+//! (`read_file`, `CONFIG_READ_TIMEOUT`): the path may name a FIFO with
 //! no writer or sit on a hung mount, and neither may stop the event loop
 //! from handling SIGTERM.
 //!
@@ -36,9 +36,9 @@ pub mod keys;
 pub mod reference;
 pub(crate) mod settings;
 
-/// The validated settings, plain data the runtime modules read (see
-/// [`settings`]).
 pub use file::FileConfig;
+/// The validated settings, plain data the runtime modules read (see
+/// `settings`).
 pub(crate) use settings::{
     AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, LimitKey,
     LookupHeader, LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
@@ -250,8 +250,11 @@ const TLV_TYPE_RANGE: std::ops::RangeInclusive<i64> = 0..=255;
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `[global]`: process-wide settings.
     pub global: Global,
+    /// The `[[listener]]` tables, in file order.
     pub listeners: Vec<Arc<Listener>>,
+    /// The `[backend.NAME]` tables, by name.
     pub backends: BTreeMap<String, Arc<Backend>>,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`, and `/config`
     /// with `expose_config`); none without `[admin]`.
@@ -260,6 +263,7 @@ pub struct Config {
     pub log: Log,
 }
 
+/// `[admin]`: the admin listener and who may use its control endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     /// A loopback (or, with `allow_public`, any) TCP address, or
@@ -268,9 +272,9 @@ pub struct Admin {
     /// `allow_public`: a non-loopback `listen` was meant (checked here;
     /// kept so the effective configuration shows it).
     pub allow_public: bool,
-    /// Serve `/config` ([`DEFAULT_ADMIN_EXPOSE_CONFIG`]).
+    /// Serve `/config` (`DEFAULT_ADMIN_EXPOSE_CONFIG`).
     pub expose_config: bool,
-    /// Backend address metrics by address ([`DEFAULT_ADMIN_ADDRESS_LABELS`]).
+    /// Backend address metrics by address (`DEFAULT_ADMIN_ADDRESS_LABELS`).
     pub address_labels: bool,
     // Run-time control (issue 16).
     /// `token_file` and the tokens it held when the configuration was
@@ -280,7 +284,7 @@ pub struct Admin {
     /// Where the pushed local names are kept across restarts (relative to
     /// the configuration file's directory); `None`: in memory only.
     pub local_names_file: Option<PathBuf>,
-    /// [`DEFAULT_MOVED_CLOSE_WINDOW`].
+    /// `DEFAULT_MOVED_CLOSE_WINDOW`.
     pub moved_close_window: Duration,
     // One base address for a Pangolin node (issue 30).
     /// Sources whose `POST /update-local-snis` needs no token (TCP only;
@@ -453,6 +457,7 @@ pub(crate) fn is_host_name(text: &str) -> bool {
 /// Where the admin listener listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminListen {
+    /// A TCP address: loopback, or any with `allow_public`.
     Tcp(SocketAddr),
     /// `unix:/path`: a Unix stream socket, created with mode 0660.
     Unix(PathBuf),
@@ -562,9 +567,14 @@ pub(crate) fn read_tokens(path: &Path) -> Result<TokenFile, String> {
     })
 }
 
+/// `[global]`: process-wide settings; each listener's own keys beat them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Global {
+    /// `max_connections`: open client connections for the whole process; at the
+    /// cap accepting pauses (clients wait in the kernel backlog).
     pub max_connections: usize,
+    /// `drain_timeout`: how long open connections may finish on stop; after a
+    /// reload, the window over which changed routes' connections close.
     pub drain_timeout: Duration,
     /// Runtime worker threads.
     pub threads: usize,
@@ -583,15 +593,25 @@ pub struct Global {
     pub max_connection_rate: Option<NonZeroU32>,
 }
 
+/// One `[[listener]]`: where clients connect, how their hellos are read, and
+/// the routes they may take.
 #[derive(Debug, Clone)]
 pub struct Listener {
+    /// `name`: the listener's name, used by routes and in logs.
     pub name: String,
+    /// `listen`: the addresses bound (IPv6 sockets are v6-only).
     pub listen: Vec<SocketAddr>,
+    /// `backlog`: kernel accept queue per address, in connections.
     pub backlog: u32,
+    /// `client_hello_timeout`: from accept until the ClientHello is complete;
+    /// else `hello_timeout`.
     pub client_hello_timeout: Duration,
+    /// `idle_timeout`: close a relayed connection when no byte moved either way
+    /// for this long.
     pub idle_timeout: Duration,
     pub(crate) max_client_hello_bytes: usize,
     pub(crate) no_sni: NoSni,
+    /// The `[[route]]` tables of this listener.
     pub routes: Vec<Route>,
     /// Pattern → indices into `routes`: one, or several routes of the same
     /// pattern that differ in `alpn`.
@@ -601,15 +621,15 @@ pub struct Listener {
     pub proxy_protocol: Option<Inbound>,
     /// Set SO_REUSEPORT on this listener's sockets.
     pub reuse_port: bool,
-    /// Relay with splice(2) (listener beats global beats [`DEFAULT_SPLICE`]).
+    /// Relay with splice(2) (listener beats global beats `DEFAULT_SPLICE`).
     pub splice: bool,
     /// `[listener.limits]`: admission (see `admit`).
     pub limits: Limits,
     // Hello rules (TLS version, ECH); see `route`.
     /// Hellos offering nothing newer are refused (`tls_version`); `None`
-    /// accepts every version ([`DEFAULT_MIN_TLS_VERSION`]).
+    /// accepts every version (`DEFAULT_MIN_TLS_VERSION`).
     pub min_tls_version: Option<TlsVersion>,
-    /// What a hello with ECH does, on routes that do not say ([`DEFAULT_ECH`]).
+    /// What a hello with ECH does, on routes that do not say (`DEFAULT_ECH`).
     pub ech: EchPolicy,
     /// The config ids of the edge's real ECH configurations, ascending and
     /// distinct; empty: real and GREASE ECH cannot be told apart.
@@ -620,6 +640,8 @@ pub struct Listener {
     pub tcp_keepalive: Option<Keepalive>,
     // Relay timeouts beside `idle_timeout`; a route may override all three
     // (`Route::timeouts`).
+    /// `half_close_timeout`: once one side has sent FIN, close when no byte moved
+    /// for this long.
     pub half_close_timeout: Duration,
     /// `None`: connections live as long as they like.
     pub max_connection_lifetime: Option<Duration>,
@@ -709,9 +731,13 @@ impl Listener {
 /// `min_tls_version`: a TLS version a hello must offer (or a newer one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TlsVersion {
+    /// TLS 1.0 (`0x0301`).
     V1_0,
+    /// TLS 1.1 (`0x0302`).
     V1_1,
+    /// TLS 1.2 (`0x0303`).
     V1_2,
+    /// TLS 1.3 (`0x0304`).
     V1_3,
 }
 
@@ -788,10 +814,14 @@ pub enum NoSni {
     Backend(Arc<Backend>),
 }
 
+/// One `[[route]]`: names on a listener, and the backend they go to.
 #[derive(Debug, Clone)]
 pub struct Route {
+    /// `name`: the route's name in logs, and its identity for per-route limits
+    /// (default: its first pattern).
     pub name: String,
     pub(crate) patterns: Vec<Pattern>,
+    /// `backend`: the `[backend.NAME]` to relay to.
     pub backend: Arc<Backend>,
     // Per-route admission (see `admit::RouteGate`).
     /// `[route.limits]`; `None` without the table. Unlike a listener's,
@@ -818,6 +848,7 @@ pub struct Route {
 /// what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The key, in TOML path form.
     pub key: String,
     pub(crate) message: String,
 }
@@ -831,25 +862,50 @@ impl fmt::Display for Problem {
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be opened or read.
     #[error("{path}: cannot read: {source}")]
     Read {
+        /// The configuration file.
         path: PathBuf,
+        /// What the read failed with.
         source: std::io::Error,
     },
+    /// Reading took longer than `CONFIG_READ_TIMEOUT` (a FIFO with no writer, a hung mount).
     #[error(
         "{path}: reading did not finish within {}s (a FIFO with no writer, or a hung mount?)",
         CONFIG_READ_TIMEOUT.as_secs()
     )]
-    ReadTimeout { path: PathBuf },
+    ReadTimeout {
+        /// The configuration file.
+        path: PathBuf,
+    },
+    /// An earlier read that timed out is still blocked, so no new one starts.
     #[error("{path}: an earlier read of the file has not finished yet; not reading it again")]
-    ReadStuck { path: PathBuf },
+    ReadStuck {
+        /// The configuration file.
+        path: PathBuf,
+    },
+    /// The file is larger than `MAX_CONFIG_BYTES`.
     #[error("{path}: larger than {} bytes", MAX_CONFIG_BYTES)]
-    TooLarge { path: PathBuf },
+    TooLarge {
+        /// The configuration file.
+        path: PathBuf,
+    },
+    /// The file is not valid TOML, or does not fit the file model (an
+    /// unknown key, a value of the wrong type).
     #[error("{path}: {message}")]
-    Syntax { path: PathBuf, message: String },
+    Syntax {
+        /// The configuration file.
+        path: PathBuf,
+        /// The parser's message, with the line and column.
+        message: String,
+    },
+    /// The file parsed but some values are out of range or disagree.
     #[error("{path}: {} problem(s):\n{}", problems.len(), list(problems))]
     Invalid {
+        /// The configuration file.
         path: PathBuf,
+        /// Every problem found.
         problems: Vec<Problem>,
     },
 }
@@ -946,7 +1002,7 @@ fn read_capped(path: &Path) -> Result<String, ConfigError> {
 
 impl Config {
     /// Reads and validates a configuration file, waiting for the read at
-    /// most [`CONFIG_READ_TIMEOUT`] (see [`read_file`]). Blocks the calling
+    /// most `CONFIG_READ_TIMEOUT` (see `read_file`). Blocks the calling
     /// thread: for use before the event loop runs (`check`, start-up).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);

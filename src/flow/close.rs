@@ -6,12 +6,12 @@
 //! metric derived from it) is the leaf module `reason`, re-exported here.
 //!
 //! The [`ConnRecord`] collects a connection's log fields as the stages learn
-//! them and writes them once, at close ([`ConnRecord::close`]); a
+//! them and writes them once, at close (`ConnRecord::close`); a
 //! connection refused at admission is closed through the same record
-//! ([`refused`]). It is the one access record of both protocols: a QUIC
+//! (`refused`). It is the one access record of both protocols: a QUIC
 //! flow's line is the same record, built when the flow closes from what
 //! the flow kept (`quic::flows::FlowRecord`), closed with the fields only a
-//! flow has ([`ConnRecord::close_flow`], [`QuicFields`]: `protocol =
+//! flow has (`ConnRecord::close_flow`, [`QuicFields`]: `protocol =
 //! "quic"`, the QUIC version, the client's last address and rebinds,
 //! datagrams each way, `backend.local`), which a TCP line leaves out. The
 //! level is the reason's, from the table in `reason`, on either protocol.
@@ -82,16 +82,22 @@ pub struct QuicFields {
 /// (`Arc`), never copied per connection.
 #[derive(Debug)]
 pub struct ConnRecord<'l> {
+    /// The connection's id (`conn_id` in log lines), unique in this process.
     pub id: u64,
+    /// The listener that accepted it.
     pub listener: &'l Listener,
     pub(crate) peer: PeerAddr,
     pub(crate) started: Instant,
+    /// The SNI its hello named, once read; `None` before, or without one.
     pub sni: Option<Box<str>>,
     pub(crate) alpn: Option<Box<str>>,
     /// What the hello's ECH extension was (see `route::EchKind`).
     pub ech: Option<EchKind>,
+    /// The name of the route it took; `None` until routed.
     pub route: Option<&'l str>,
+    /// The backend chosen; `None` until routed.
     pub backend: Option<Arc<Backend>>,
+    /// The backend address connected to; `None` until connected.
     pub backend_addr: Option<std::net::SocketAddr>,
     pub(crate) moved: Transferred,
     /// The client address a trusted peer's PROXY header claims (`client.claimed`).
@@ -105,6 +111,7 @@ pub struct ConnRecord<'l> {
 }
 
 impl<'l> ConnRecord<'l> {
+    /// A record for a connection just accepted, with a fresh id.
     pub fn new(listener: &'l Listener, accepted: &Accepted) -> Self {
         Self::arrived(
             next_conn_id(),

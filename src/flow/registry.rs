@@ -4,11 +4,11 @@
 //! A connection registers once it is relaying (its backend connected and
 //! the hello replayed), with what its log line will name: id, listener,
 //! route, SNI, backend and address, measured and claimed client, accept
-//! time. Its [`Activity`] (bytes each way, last byte moved) lives in the
+//! time. Its `Activity` (bytes each way, last byte moved) lives in the
 //! entry, so a listing reads the relay's own counters. The [`Registered`]
 //! guard removes the entry when the connection ends.
 //!
-//! The table is sharded by id ([`SHARDS`] mutex-guarded ordered maps): a
+//! The table is sharded by id (`SHARDS` mutex-guarded ordered maps): a
 //! registration or removal locks one shard for a map insert or remove, and
 //! a listing locks one shard at a time only to copy out at most one page of
 //! `Arc`s; JSON is formatted after every lock is released, so a full
@@ -16,7 +16,7 @@
 //!
 //! Closing one connection: each entry holds a child of its accept loop's
 //! shutdown token, which the relay waits on in place of the shared one (no
-//! extra waiter in the task); [`close`] marks the entry as closed by an
+//! extra waiter in the task); `close` marks the entry as closed by an
 //! operator and cancels its token, and the connection ends with
 //! [`CloseReason::Admin`] instead of `shutdown`.
 //!
@@ -25,21 +25,21 @@
 //! of the accept loop's token), and one shard lock at register and at
 //! remove (`cargo bench --bench registry`).
 //!
-//! An operator's route drain ([`drain`]) closes the route's registered
+//! An operator's route drain (`drain`) closes the route's registered
 //! connections at moments spread over its window, like a reload's drain,
 //! but without firing the route's drain signal: the route stays in the
 //! configuration and keeps taking new connections.
 //!
 //! A push of the local name set (`POST /update-local-snis`) closes, the same
 //! way, the connections a cluster backend sent to its `local_backend` whose
-//! name is no longer local ([`move_out`], reason `moved`); an entry says
+//! name is no longer local (`move_out`, reason `moved`); an entry says
 //! whether it went local in one `bool`.
 //!
 //! QUIC flows register the same way once they are open (`quic::listener`:
 //! the hello routed and the backend socket connected), with their
 //! listener's protocol, so an operator lists, filters (`protocol`), closes
 //! and drains them like TCP connections; the flow's task waits on the same
-//! per-entry token and its byte counts go to the entry's [`Activity`].
+//! per-entry token and its byte counts go to the entry's `Activity`.
 //!
 //! Not here: connections still in setup (preface, inspect, connect) and
 //! QUIC flows still pending (hello incomplete) are not listed, closed or
@@ -66,19 +66,26 @@ pub(crate) const SHARDS: usize = 16;
 /// One open connection, as listed.
 #[derive(Debug)]
 pub struct Entry {
+    /// The connection's id, as its log lines name it.
     pub id: u64,
+    /// The listener that accepted it.
     pub listener: Arc<Listener>,
+    /// The name of the route it took (`no_sni` when its hello had no SNI).
     pub route: Box<str>,
+    /// The SNI its hello named; `None` without one.
     pub sni: Option<Box<str>>,
+    /// The backend it is relayed to.
     pub backend: Arc<Backend>,
+    /// The backend address it connected to.
     pub backend_addr: SocketAddr,
     /// The TCP peer, as measured.
     pub client: SocketAddr,
     /// The client a trusted peer's PROXY header claims, if any.
     pub claimed: Option<SocketAddr>,
+    /// When it was accepted.
     pub accepted: Instant,
     /// Sent to a cluster backend's `local_backend` (this node holds the
-    /// site): a push that no longer lists the name closes it ([`move_out`]).
+    /// site): a push that no longer lists the name closes it (`move_out`).
     pub local: bool,
     /// The relay's byte counts and last activity.
     pub activity: Activity,
@@ -91,15 +98,25 @@ pub struct Entry {
 
 /// What a connection registers with (see [`register`]).
 pub struct Meta<'a> {
+    /// The connection's id.
     pub id: u64,
+    /// The listener that accepted it.
     pub listener: &'a Arc<Listener>,
+    /// The name of the route it took.
     pub route: &'a str,
+    /// The SNI its hello named; `None` without one.
     pub sni: Option<&'a str>,
+    /// The backend it is relayed to.
     pub backend: &'a Arc<Backend>,
+    /// The backend address it connected to.
     pub backend_addr: SocketAddr,
+    /// The TCP peer (or QUIC source), as measured.
     pub client: SocketAddr,
+    /// The client a trusted peer's PROXY header claims, if any.
     pub claimed: Option<SocketAddr>,
+    /// When it was accepted.
     pub accepted: Instant,
+    /// Sent to a cluster backend's `local_backend` (see [`Entry::local`]).
     pub local: bool,
 }
 
@@ -187,11 +204,15 @@ impl Drop for Registered {
 /// match.
 #[derive(Debug, Default, Clone)]
 pub struct Filter {
+    /// Only the connection with this id.
     pub id: Option<u64>,
+    /// Only connections on the listener of this name.
     pub listener: Option<String>,
+    /// Only connections on the route of this name.
     pub route: Option<String>,
     /// Exact, lowercase.
     pub sni: Option<String>,
+    /// Only connections to the backend of this name.
     pub backend: Option<String>,
     /// Matches the measured client or the claimed one.
     pub client: Option<Cidr>,

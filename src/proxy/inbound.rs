@@ -44,7 +44,7 @@
 //! only. Because the claim is known only after the preface, admission for a
 //! trusted source happens after this stage, not before the first read.
 //!
-//! Cost: at most one small buffer ([`PREFACE_READ_CHUNK`]) per connection, moved on to
+//! Cost: at most one small buffer (`PREFACE_READ_CHUNK`) per connection, moved on to
 //! `inspect`; a header is parsed once when complete (see `wire`).
 //!
 //! Not here: the header grammar, TLVs and the hop-count format (see
@@ -88,7 +88,9 @@ pub enum Sender {
     Direct(PeerAddr),
     /// A trusted peer relaying a client whose address it claims.
     Relayed {
+        /// The trusted peer's socket address, as measured.
         peer: PeerAddr,
+        /// The client address its PROXY header claims.
         claimed: ClaimedAddr,
     },
     /// A trusted peer's connection without a claim: LOCAL, UNKNOWN, or no
@@ -97,6 +99,7 @@ pub enum Sender {
 }
 
 impl Sender {
+    /// The claimed client address; `None` unless [`Sender::Relayed`].
     pub fn claimed(&self) -> Option<ClaimedAddr> {
         match self {
             Sender::Relayed { claimed, .. } => Some(*claimed),
@@ -121,21 +124,34 @@ pub struct Preface {
 /// Why the preface closed the connection.
 #[derive(Debug, thiserror::Error)]
 pub enum PrefaceError {
+    /// The client closed (or reset) before sending a byte.
     #[error("closed without sending a byte")]
     Silent,
+    /// The peer closed (or reset) after some bytes, before a complete header.
     #[error("closed in the middle of a PROXY header")]
     Closed,
+    /// A source that owed no header sent nothing complete before the
+    /// hello deadline.
     #[error("no byte before the deadline")]
     Timeout,
+    /// A trusted source sent no header in `require` mode, or started one and
+    /// did not finish it before the deadline.
     #[error("a trusted source sent no complete PROXY header in time")]
     Missing,
+    /// A trusted source's header breaks the spec, or claims an impossible
+    /// source.
     #[error("invalid PROXY header: {0}")]
     Invalid(Invalid),
+    /// A source outside the trusted set sent a PROXY header.
     #[error("PROXY header from an untrusted source")]
     Untrusted,
+    /// The header's hop count is above the listener's `max_hops`: a loop
+    /// between relays.
     #[error("{hops} relay hops exceed max_hops = {max}")]
     HopLimit {
+        /// The hop count the header carries.
         hops: u8,
+        /// The listener's `max_hops`.
         max: u8,
         /// The client the looping connection carries, for the log line.
         claimed: Option<ClaimedAddr>,

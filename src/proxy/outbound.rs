@@ -15,7 +15,7 @@
 //!   peer relay, carried through); UNIQUE_ID = the decimal `conn_id` of the
 //!   connection's log line; CRC32C when `proxy_protocol_crc32c = true`; the
 //!   hop count when the connection itself arrived with a header
-//!   (incremented), as [`TLV_HOPS`] with the [`proxy::HOPS_MAGIC`]
+//!   (incremented), as `TLV_HOPS` with the [`proxy::HOPS_MAGIC`]
 //!   sub-type (the one wire format, defined in `wire`). No SSL TLV: the
 //!   relay negotiated no TLS.
 //! - Then the backend's `proxy_protocol_tlvs`, in the order configured

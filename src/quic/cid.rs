@@ -59,6 +59,7 @@ const LONG_HEADER: u8 = 0x80;
 /// A long header's connection IDs, borrowed from the datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LongHeader<'a> {
+    /// The header's version field (0 for Version Negotiation).
     pub version: u32,
     pub(crate) dcid: &'a [u8],
     pub(crate) scid: &'a [u8],
@@ -233,6 +234,7 @@ pub struct Path {
 }
 
 impl Path {
+    /// A path starting at the client's first address, with no move yet.
     pub fn new(client: SocketAddr) -> Path {
         Path {
             client: Mutex::new(client),

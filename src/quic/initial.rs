@@ -191,6 +191,7 @@ impl HelloLimits {
 pub struct QuicHello {
     /// The decoded hello; `len` is the handshake message's length.
     pub hello: ClientHello,
+    /// The QUIC version of the client's Initials.
     pub version: Version,
     /// The Destination Connection ID of the client's Initials (the one the
     /// Initial keys are derived from).
@@ -204,7 +205,7 @@ pub struct QuicHello {
     pub fingerprints: Option<Arc<Fingerprints>>,
 }
 
-/// A connection ID: at most [`MAX_CID_LEN`] bytes, held inline.
+/// A connection ID: at most `MAX_CID_LEN` bytes, held inline.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnectionId {
     len: u8,
@@ -212,7 +213,7 @@ pub struct ConnectionId {
 }
 
 impl ConnectionId {
-    /// `None` when `id` is longer than [`MAX_CID_LEN`].
+    /// `None` when `id` is longer than `MAX_CID_LEN`.
     pub fn new(id: &[u8]) -> Option<Self> {
         let mut bytes = [0; MAX_CID_LEN];
         bytes.get_mut(..id.len())?.copy_from_slice(id);
@@ -222,6 +223,7 @@ impl ConnectionId {
         })
     }
 
+    /// The ID's bytes (empty for a zero-length ID).
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
@@ -319,6 +321,7 @@ impl std::fmt::Debug for Parser {
 }
 
 impl Parser {
+    /// A parser for a new flow, holding at most what `limits` allow.
     pub fn new(limits: HelloLimits) -> Self {
         Parser {
             limits,

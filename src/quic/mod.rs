@@ -5,7 +5,7 @@
 //! the refusal built with it: the server Initial carrying CONNECTION_CLOSE
 //! with a TLS alert, which a client reports at once ([`refusal`]), the
 //! flow table that decides what each client's flow does, fed datagrams and
-//! time without I/O ([`flows`]), and the `protocol = "quic"` listener that
+//! time without I/O (`flows`), and the `protocol = "quic"` listener that
 //! runs it over UDP sockets (`listener`), with batched datagram I/O (`io`: recvmmsg, GSO, GRO
 //! through quinn-udp), following a flow to a client's new address by the
 //! connection IDs its backend chose ([`cid`]).
@@ -19,7 +19,7 @@
 //! held: those packets pass through unread.
 //!
 //! Not here, except in `listener`, `io` and `handover`: sockets and
-//! tasks; flows and their deadlines only in [`flows`] (see [`initial`] for
+//! tasks; flows and their deadlines only in `flows` (see [`initial`] for
 //! what the caller bounds). Not
 //! anywhere: version negotiation (a long header of another version is
 //! [`initial::Verdict::UnknownVersion`]; answering it is the backend's

@@ -64,7 +64,7 @@ pub(crate) const MAX_REASON: usize = 64;
 
 /// The datagram that refuses the connection whose client sent its first
 /// Initial of `version` from `client_scid` to `client_dcid`, with TLS
-/// `alert` and `reason` (cut to [`MAX_REASON`] bytes; empty is fine).
+/// `alert` and `reason` (cut to `MAX_REASON` bytes; empty is fine).
 pub fn refusal(
     version: Version,
     client_dcid: &ConnectionId,

@@ -32,8 +32,8 @@
 //!
 //! Once parsing is linear, what a trickling client (one-byte records, one
 //! per segment) still costs is a wake-up and a read per segment. So past
-//! [`UNPACED_READS`] reads that left the hello incomplete, each further
-//! read waits [`TRICKLE_PAUSE`] first, and SO_RCVLOWAT is set to the bytes
+//! `UNPACED_READS` reads that left the hello incomplete, each further
+//! read waits `TRICKLE_PAUSE` first, and SO_RCVLOWAT is set to the bytes
 //! the hello still needs at least ([`client_hello::Reassembler::needs`],
 //! never more than the room left under the limit, so an oversized hello is
 //! still read up to the limit and refused): the kernel then wakes the relay

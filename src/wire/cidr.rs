@@ -29,10 +29,13 @@ pub struct Cidr {
 /// Why a CIDR text is not one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CidrError {
+    /// The text is neither an IP address nor `address/prefix`.
     #[error("not an IP address or network (write e.g. \"10.0.0.0/8\" or \"2001:db8::/32\")")]
     Syntax,
+    /// The prefix is longer than 32 (IPv4) or 128 (IPv6) bits.
     #[error("prefix length {0} is too long for this address family")]
     PrefixTooLong(u8),
+    /// The address has bits set past the prefix; the value is the network meant.
     #[error("has host bits set; the network is {0}")]
     HostBits(Cidr),
 }
@@ -126,6 +129,7 @@ pub struct CidrSet {
 }
 
 impl CidrSet {
+    /// Adds a block to the set.
     pub fn insert(&mut self, cidr: Cidr) {
         self.blocks += 1;
         match cidr.network {

@@ -183,7 +183,10 @@ impl Span {
 pub enum Ech {
     /// An outer hello: the inner one is encrypted to the key of the ECH
     /// configuration with this id (or, for GREASE, the id is random).
-    Outer { config_id: u8 },
+    Outer {
+        /// The `config_id` of the ECH configuration the client used.
+        config_id: u8,
+    },
     /// An inner hello in the clear: a client-facing server decrypted it.
     Inner,
 }

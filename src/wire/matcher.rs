@@ -50,6 +50,7 @@ impl<T> Default for SniMatcher<T> {
 }
 
 impl<T> SniMatcher<T> {
+    /// An empty matcher: no name matches.
     pub fn new() -> Self {
         Self::default()
     }

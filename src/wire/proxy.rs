@@ -1,6 +1,6 @@
 //! The PROXY protocol's wire format (v2 and v1): recognising a signature
 //! ([`sniff`]), parsing a header ([`parse`]), and the value of our hop-count
-//! TLV ([`hops_value`]), shared by the inbound stage that reads headers
+//! TLV (`hops_value`), shared by the inbound stage that reads headers
 //! (`inbound`) and the outbound announcement that writes them (`outbound`).
 //!
 //! Pure functions over `&[u8]`: no I/O, no deadlines, no configuration.
@@ -32,10 +32,10 @@
 //! # Claims and hops
 //! A PROXY command with TCP over IPv4/IPv6 yields the addresses a peer
 //! claims ([`Announced::Proxy`]), unless its source cannot be a client
-//! ([`check_claim`]: unspecified, multicast, broadcast, or the relay's own
+//! (`check_claim`: unspecified, multicast, broadcast, or the relay's own
 //! listening socket), which is refused as invalid. LOCAL (v2), UNKNOWN
 //! (v1), and the v2 fallbacks above claim nothing. Our hop count travels in
-//! the custom TLV [`TLV_HOPS`] behind the [`HOPS_MAGIC`] sub-type; a header
+//! the custom TLV `TLV_HOPS` behind the [`HOPS_MAGIC`] sub-type; a header
 //! without it (or with another product's 0xE0 TLV only) counts as one hop.
 //!
 //! Not here: reading from a socket, trust, modes and `max_hops` (see
@@ -63,6 +63,7 @@ pub const V2_MAX_BYTES: usize = 4096;
 /// TLV types (spec §2.2.1–2.2.7) and our custom hop count.
 pub const TLV_AUTHORITY: u8 = 0x02;
 pub(crate) const TLV_CRC32C: u8 = 0x03;
+/// UNIQUE_ID (spec §2.2.5): an opaque connection id of up to 128 bytes.
 pub const TLV_UNIQUE_ID: u8 = 0x05;
 /// The custom type the hop count travels in. §2.2.8 reserves 0xE0–0xEF
 /// "for application-specific data" and says "If you need more values
@@ -85,21 +86,26 @@ pub const MAX_AUTHORITY_BYTES: usize = 255;
 pub struct Header {
     /// Bytes the header occupies at the start of the stream.
     pub len: usize,
+    /// Which protocol version the header was written in.
     pub version: ProxyVersion,
+    /// The command and addresses it announces.
     pub addresses: Announced,
     /// The AUTHORITY TLV (v2 PROXY only): the original SNI as the sender
     /// saw it, normalised like an SNI; `None` when absent or when it is not
     /// a valid host name of at most [`MAX_AUTHORITY_BYTES`].
     pub authority: Option<Vec<u8>>,
-    /// The hop count: our [`TLV_HOPS`] if present, else 1.
+    /// The hop count: our `TLV_HOPS` if present, else 1.
     pub hops: u8,
     /// Whether a CRC32C TLV was present (and therefore matched).
     pub checksummed: bool,
 }
 
+/// The PROXY protocol version a header was written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyVersion {
+    /// A text header (`PROXY TCP4 ...\r\n`).
     V1,
+    /// A binary header (the 12-byte signature, then version 2).
     V2,
 }
 
@@ -108,7 +114,9 @@ pub enum ProxyVersion {
 pub enum Announced {
     /// PROXY over TCP: who the client is and what it connected to.
     Proxy {
+        /// The client's address and port, as the peer claims it.
         source: SocketAddr,
+        /// The address and port the client connected to.
         destination: SocketAddr,
     },
     /// v2 LOCAL: the peer's own connection (e.g. a health check); the
@@ -136,31 +144,47 @@ pub enum Parse {
 /// How a header broke the spec.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
+    /// The version nibble (the high four bits of byte 13) is not 2.
     #[error("v2 version nibble {0:#x} is not 2")]
     Version(u8),
+    /// The command nibble is neither 0 (LOCAL) nor 1 (PROXY).
     #[error("v2 command {0:#x} is neither LOCAL nor PROXY")]
     Command(u8),
+    /// The family/protocol byte (byte 14) is not one the spec defines.
     #[error("v2 family/protocol byte {0:#04x} is not defined")]
     FamilyProtocol(u8),
+    /// The declared length makes the header longer than [`V2_MAX_BYTES`].
     #[error("v2 header of {0} bytes exceeds the {V2_MAX_BYTES}-byte cap")]
     TooLarge(usize),
+    /// The address block or the TLVs do not fit the declared length exactly.
     #[error("v2 addresses or TLVs inconsistent with the length: {0}")]
     Layout(String),
+    /// A TLV the relay reads has a bad length or value, or appears twice.
     #[error("v2 TLV {0:#04x} has a bad length or value, or appears twice")]
     Tlv(u8),
+    /// The CRC32C TLV does not match the header's checksum.
     #[error("v2 CRC32C mismatch")]
     Checksum,
+    /// A v1 line longer than [`V1_MAX_BYTES`], not ended by CRLF, or holding a
+    /// byte outside printable ASCII.
     #[error("v1 header longer than {V1_MAX_BYTES} bytes or not CRLF-terminated")]
     V1Framing,
+    /// A v1 line `ppp` refuses (an unknown protocol, an address that does not
+    /// parse); the text is its error.
     #[error("v1 header: {0}")]
     V1Syntax(String),
+    /// A v1 TCP4/TCP6 line that is not six non-empty fields one space apart.
     #[error("v1 TCP4/TCP6 header is not six non-empty fields one space apart")]
     V1Fields,
+    /// A v1 port with a sign, a leading zero, or above 65535.
     #[error("v1 port {0:?} is not a decimal 0..=65535 without sign or leading zero")]
     V1Port(String),
+    /// A PROXY command whose source cannot be a client (see `check_claim`).
     #[error("claimed source {claimed} cannot be a client: {why}")]
     ImpossibleClaim {
+        /// The source address and port the peer claimed.
         claimed: SocketAddr,
+        /// Why it cannot be a client.
         why: Impossible,
     },
 }
@@ -168,12 +192,17 @@ pub enum Invalid {
 /// Why a claimed source address cannot be a client's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Impossible {
+    /// `0.0.0.0` or `::` (IPv4-mapped forms included).
     #[error("unspecified address")]
     Unspecified,
+    /// An IPv4 or IPv6 multicast address.
     #[error("multicast address")]
     Multicast,
+    /// `255.255.255.255`.
     #[error("broadcast address")]
     Broadcast,
+    /// The address and port the claiming peer connected to (the relay's own
+    /// listening socket).
     #[error("the relay's own listening address")]
     RelayItself,
 }

@@ -15,7 +15,7 @@
 //! This module does not match names against routes (see `matcher`) and does
 //! no I/O. Normalising allocates one `String` per client name, because the
 //! name is logged with the connection anyway (the route decision hands that
-//! same allocation to the log record, [`Sni::into_boxed_str`]). It checks
+//! same allocation to the log record, `Sni::into_boxed_str`). It checks
 //! and lowercases in one pass over the bytes: splitting into labels and
 //! searching each cost 1,102 instructions for `www.example.com`, the one
 //! pass 595 (callgrind).
@@ -30,20 +30,28 @@ pub(crate) const MAX_LABEL_BYTES: usize = 63;
 /// Why a server name or pattern is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
+    /// The name or pattern is empty.
     #[error("empty name")]
     Empty,
+    /// Longer than `MAX_NAME_BYTES` (253) bytes, without the trailing dot.
     #[error("name is {0} bytes long; at most {MAX_NAME_BYTES} are allowed")]
     TooLong(usize),
+    /// Two dots in a row, or a leading dot.
     #[error("empty label (two dots in a row, or a leading dot)")]
     EmptyLabel,
+    /// A label longer than `MAX_LABEL_BYTES` (63) bytes.
     #[error("label `{0}` is longer than {MAX_LABEL_BYTES} bytes")]
     LabelTooLong(String),
+    /// A character outside letters, digits, `-` and `_` (or `*` where allowed).
     #[error("character {0:?} is not allowed in a host name (use punycode for non-ASCII names)")]
     BadChar(char),
+    /// An IPv4 or IPv6 address literal, which SNI may not carry (RFC 6066 §3).
     #[error("an IP address is not a server name")]
     IpLiteral,
+    /// `*.` with no domain after it.
     #[error("`*.` names no domain: write `*.domain`, or `*` alone for the default route")]
     BareWildcard,
+    /// A `*` anywhere but alone as the leftmost label.
     #[error("`*` may only stand alone as the leftmost label, as in `*.example.com`")]
     MisplacedWildcard,
 }

@@ -18,12 +18,15 @@ use crate::wire::sni::Pattern;
 /// this many (the effective default is min(addresses, 3)).
 pub(crate) const DEFAULT_CONNECT_ATTEMPTS_CAP: usize = 3;
 
+/// One `[backend.NAME]`: where routed connections go, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
+    /// The `NAME` of `[backend.NAME]`; routes name the backend by it.
     pub name: String,
     /// The fixed address list; empty when the addresses are found at run
     /// time (`source` says how).
     pub addresses: Vec<SocketAddr>,
+    /// `connect_timeout`: how long one address attempt may take.
     pub connect_timeout: Duration,
     /// The PROXY header sent to this backend before the client's bytes.
     pub proxy_protocol: Outbound,
@@ -166,11 +169,15 @@ impl HealthKind {
 /// `[backend.*.cluster]`: the node that holds a site, looked up per SNI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
+    /// How the node holding an SNI is found: `dns_server` or `lookup_url`.
     pub lookup: ClusterLookup,
     /// The backend that serves sites this node holds itself.
     pub local_backend: Option<String>,
+    /// `positive_ttl`: how long an answer is kept.
     pub positive_ttl: Duration,
+    /// `negative_ttl`: how long a failed or empty lookup is kept.
     pub negative_ttl: Duration,
+    /// `lookup_timeout`: how long one lookup may take.
     pub lookup_timeout: Duration,
     /// Where an answer may send traffic; any other address is refused.
     pub allowed_targets: Vec<Cidr>,
@@ -208,11 +215,13 @@ pub enum ClusterProtocol {
         public_key: String,
         /// Where `public_key` was read from, when it came from a file.
         public_key_file: Option<std::path::PathBuf>,
+        /// `default_port`: the port of an endpoint answered without one.
         default_port: u16,
     },
 }
 
 impl ClusterProtocol {
+    /// The `protocol` key's value: `snirelay` or `pangolin`.
     pub fn as_str(&self) -> &'static str {
         match self {
             ClusterProtocol::Snirelay => "snirelay",
@@ -278,17 +287,26 @@ impl std::fmt::Debug for LookupTls {
     }
 }
 
+/// `[backend.*.cluster]`: where the lookup goes (`dns_server` or `lookup_url`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterLookup {
     /// Ask the cluster's authoritative DNS for the SNI's A/AAAA records and
     /// connect to `port` on them.
-    Dns { server: SocketAddr, port: u16 },
+    Dns {
+        /// `dns_server`: the DNS server asked for the SNI's A/AAAA records.
+        server: SocketAddr,
+        /// `port`: the port connected to on the addresses found.
+        port: u16,
+    },
     /// POST to this `http://` or `https://` URL (the request and reply are
     /// [`Cluster::protocol`]'s); an empty endpoint list means this node.
     /// Host names in the answer are resolved through `resolver` (`IP:53`)
     /// when set, else the system resolver, as a `resolve` backend's.
     Http {
+        /// `lookup_url`: the `http://` or `https://` URL.
         url: String,
+        /// `resolver`: the DNS server that resolves host names in answers;
+        /// `None` uses the system resolver.
         resolver: Option<SocketAddr>,
     },
 }
@@ -298,8 +316,13 @@ pub enum ClusterLookup {
 /// A configured address: where, its weight and its own cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
+    /// The address (`address`, or the `"IP:port"` string).
     pub addr: SocketAddr,
+    /// `weight`: the address's share under `round_robin`, `least_connections`
+    /// and `source_hash` (1 to 256).
     pub weight: u32,
+    /// `max_connections`: open connections to this address, at the cap the next
+    /// address is used; `None` falls back to `max_connections_per_address`.
     pub max_connections: Option<u32>,
 }
 

@@ -113,7 +113,10 @@ impl LimitKey {
 /// A GCRA rate: `per_second` new connections, up to `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
+    /// `connection_rate_per_source`: new connections per second.
     pub per_second: NonZeroU32,
+    /// `connection_burst_per_source`: connections at once above the rate
+    /// (default: one second's worth of it).
     pub burst: NonZeroU32,
 }
 
@@ -139,7 +142,9 @@ impl Limits {
 /// What the listener expects from trusted sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// `require`: a trusted peer must send a header.
     Require,
+    /// `optional`: a trusted peer may send one, or start with the hello.
     Optional,
 }
 
@@ -169,9 +174,12 @@ pub struct TrustedName {
 /// A backend's `proxy_protocol` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outbound {
+    /// `none`: no header; the backend sees the relay's address.
     #[default]
     None,
+    /// `v1`: the text header.
     V1,
+    /// `v2`: the binary header, which carries TLVs (the hop count among them).
     V2,
 }
 
@@ -264,7 +272,10 @@ impl TlvSource {
 /// accepts nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keepalive {
+    /// `idle`: quiet time before the first probe, whole seconds.
     pub idle: Duration,
+    /// `interval`: time between probes, whole seconds.
     pub interval: Duration,
+    /// `count`: unanswered probes before the connection is closed.
     pub count: u32,
 }
