@@ -18,7 +18,7 @@
 //! `limit_key` chooses what steps 2 and 3 count by: the source key (the
 //! default), the hello's JA4, or both. With the JA4 those steps cannot run
 //! before a byte is read: the door at accept (or after the preface) then
-//! applies the lists alone, and [`Admission::after_hello`] counts right
+//! applies the lists alone, and `Admission::after_hello` counts right
 //! after inspection, before routing, on the key the hello completes; a
 //! refusal there closes the connection as at accept, with nothing
 //! forwarded and no alert. A JA4 is keyed by 48 bits of a SipHash of it
@@ -53,7 +53,7 @@
 //!   forgets them and gives back spare capacity after a burst. The entry
 //!   keeps what the admin listener's `GET /sources` shows of a source
 //!   (attempts, refusals by reason, recent rate, last attempt:
-//!   [`Admission::sources`], [`Admission::clear_source`]), so that listing
+//!   `Admission::sources`, `Admission::clear_source`), so that listing
 //!   is the limiter's own state;
 //! - the rate table holds one entry (~50 bytes in governor's sharded
 //!   `DashMap` store) per key seen within the last `burst / rate` seconds
@@ -165,8 +165,11 @@ pub enum SourceKey {
     V4([u8; 4]),
     /// An IPv6 source cut to `source_prefix_v6` bits.
     V6([u8; 16]),
+    /// A hello's JA4 alone (`limit_key = "ja4"`), as a 48-bit hash.
     Ja4(Ja4Key),
+    /// An IPv4 source cut to its prefix, with the hello's JA4 (`"source+ja4"`).
     V4Ja4([u8; 4], Ja4Key),
+    /// An IPv6 source cut to its prefix, with the hello's JA4 (`"source+ja4"`).
     V6Ja4([u8; 16], Ja4Key),
 }
 
@@ -197,7 +200,7 @@ impl fmt::Display for Ja4Key {
 
 impl SourceKey {
     /// This key with `ja4` beside its address.
-    pub fn with_ja4(self, ja4: &str) -> SourceKey {
+    pub(crate) fn with_ja4(self, ja4: &str) -> SourceKey {
         let ja4 = Ja4Key::new(ja4);
         match self {
             SourceKey::V4(ip) | SourceKey::V4Ja4(ip, _) => SourceKey::V4Ja4(ip, ja4),
@@ -346,6 +349,7 @@ pub struct Admission<C: Clock = DefaultClock> {
     /// What the source table's times count from (carried over with it).
     clock: C,
     epoch: C::Instant,
+    /// What this admission refused and admitted, for the metrics.
     pub counters: Counters,
 }
 
@@ -447,7 +451,7 @@ impl<C: Clock + Clone> Admission<C> {
 
     /// Decides one new connection. Counts the outcome. With a `limit_key`
     /// that needs the hello, only the lists are judged here and nothing is
-    /// counted: [`Admission::after_hello`] counts.
+    /// counted: `Admission::after_hello` counts.
     pub fn admit(&self, source: Source) -> Result<Admitted, Refusal> {
         let ip = source.ip();
         let key = self.key(source);
@@ -477,7 +481,7 @@ impl<C: Clock + Clone> Admission<C> {
     /// trusted peer's own (`source` is `None`). Without a fingerprint
     /// (`ja4` is `None`, which a listener with such a key never passes)
     /// the source alone is counted.
-    pub fn after_hello(
+    pub(crate) fn after_hello(
         &self,
         source: Option<Source>,
         ja4: Option<&str>,
@@ -614,7 +618,7 @@ impl<C: Clock + Clone> Admission<C> {
     /// The source table's rows (see [`SourceRow`]); empty when neither
     /// counting limit is set (no table exists). Cost: one pass over the
     /// table under its lock, a row copied per key.
-    pub fn sources(&self) -> Vec<SourceRow> {
+    pub(crate) fn sources(&self) -> Vec<SourceRow> {
         match &self.concurrent {
             Some(table) => table.rows(self.now()),
             None => Vec::new(),
@@ -625,7 +629,7 @@ impl<C: Clock + Clone> Admission<C> {
     /// shows it): its refusals, admitted count, recent rate, and its rate
     /// limiter's cell, so a rate-limited source is let in again at once;
     /// its open connections stay counted. Returns whether it was there.
-    pub fn clear_source(&self, key: &str) -> bool {
+    pub(crate) fn clear_source(&self, key: &str) -> bool {
         let Some(table) = &self.concurrent else {
             return false;
         };
@@ -1015,6 +1019,7 @@ fn window_of(now: Nanos) -> u64 {
 pub struct SourceRow {
     /// The source's key (its address cut to the listener's prefix).
     pub key: SourceKey,
+    /// The source's connections open now.
     pub open: u32,
     /// Attempts per second over the last [`RATE_WINDOW`].
     pub rate_per_second: f64,
@@ -1028,7 +1033,7 @@ pub struct SourceRow {
 
 impl SourceRow {
     /// Real refusals (not dry-run ones).
-    pub fn refused_total(&self) -> u64 {
+    pub(crate) fn refused_total(&self) -> u64 {
         self.refused[..3].iter().sum()
     }
 }

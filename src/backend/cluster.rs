@@ -661,8 +661,8 @@ impl Cache {
             .len()
     }
 
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no name is cached.
+    pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -671,7 +671,7 @@ impl Cache {
     /// has an answer it may still serve (fresh or stale). A cache that has
     /// looked nothing up yet is not failing. Read by `/readyz`; a scan of
     /// at most `MAX_ENTRIES` entries under the table's lock.
-    pub fn failing(&self) -> bool {
+    pub(crate) fn failing(&self) -> bool {
         let now = Instant::now();
         let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failing = false;

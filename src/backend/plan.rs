@@ -50,7 +50,8 @@ impl Plan {
         self.len
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether the plan has no address to try.
+    pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 

@@ -174,7 +174,7 @@ impl CtlSources {
 
 impl CtlSourceKey {
     /// The path and query of `DELETE /sources/{key}`.
-    pub fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         let filters: Vec<String> = [("listener", &self.listener), ("route", &self.route)]
             .into_iter()
             .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", encode(v))))

@@ -665,19 +665,21 @@ pub const DEFAULT_FINGERPRINTS: bool = false;
 /// of (`ja4`, when not empty) and none of (`ja4_deny`). Empty: any hello.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HelloMatch {
+    /// `ja4`: a hello must match one of these (when not empty).
     pub ja4: Vec<Ja4Pattern>,
+    /// `ja4_deny`: a hello matching one of these is refused.
     pub ja4_deny: Vec<Ja4Pattern>,
 }
 
 impl HelloMatch {
     /// Whether the rules say nothing (no fingerprint is needed for them).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ja4.is_empty() && self.ja4_deny.is_empty()
     }
 
     /// Whether a hello with this JA4 passes (`None`: no fingerprint, which
     /// passes only rules that say nothing).
-    pub fn allows(&self, ja4: Option<&str>) -> bool {
+    pub(crate) fn allows(&self, ja4: Option<&str>) -> bool {
         if self.is_empty() {
             return true;
         }

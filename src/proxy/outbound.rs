@@ -93,7 +93,7 @@ impl TlvSource {
     /// This source's value for a connection: `None` when it has none, or
     /// one longer than [`TlvSource::max_len`] (the bound the configuration
     /// was checked against; a value is left out, never cut).
-    pub fn value<'a>(self, learnt: &Learnt<'a>) -> Option<&'a [u8]> {
+    pub(crate) fn value<'a>(self, learnt: &Learnt<'a>) -> Option<&'a [u8]> {
         let value = match self {
             TlvSource::Alpn => learnt.alpn,
             TlvSource::Sni => learnt.sni.map(str::as_bytes),
@@ -182,7 +182,7 @@ pub fn header(version: Outbound, crc32c: bool, announcement: &Announcement) -> O
 }
 
 /// [`header`], with `added` after the relay's own TLVs in a v2 header.
-pub fn header_with(
+pub(crate) fn header_with(
     version: Outbound,
     crc32c: bool,
     announcement: &Announcement,

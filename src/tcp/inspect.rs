@@ -85,7 +85,7 @@ pub struct Hello {
     pub(crate) info: ClientHello,
     /// All bytes read from the client so far, to be replayed first.
     pub bytes: Vec<u8>,
-    /// Its JA4 and JA3, when [`read_hello`] was asked for them.
+    /// Its JA4 and JA3, when `read_hello` was asked for them.
     pub fingerprints: Option<Arc<Fingerprints>>,
 }
 

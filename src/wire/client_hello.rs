@@ -159,7 +159,7 @@ pub struct Span {
 impl Span {
     /// The bytes of `message` this span covers (empty if the span does not
     /// lie inside it, which a layout from the same message never does).
-    pub fn of(self, message: &[u8]) -> &[u8] {
+    pub(crate) fn of(self, message: &[u8]) -> &[u8] {
         let start = self.start as usize;
         message
             .get(start..start + self.len as usize)

@@ -122,7 +122,8 @@ impl<T> SniMatcher<T> {
         self.exact.len() + self.below.len() + usize::from(self.any.is_some())
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no pattern was inserted.
+    pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -3,12 +3,12 @@
 //!
 //! - [`TlvRole`]: what haproxy's proxy-protocol.txt (§2.2.1–2.2.8) says a
 //!   type is, and whether an operator may have the relay send it
-//!   ([`TlvRole::addable`]) or copy it through ([`TlvRole::passable`]).
+//!   (`TlvRole::addable`) or copy it through (`TlvRole::passable`).
 //! - [`TlvTypes`]: a set of types, 32 bytes, no allocation; a lookup is a
 //!   shift and a mask.
 //! - [`PassedTlvs`]: the TLVs of chosen types read from a valid header, in
 //!   their order, at most [`MAX_PASSED_TLV_BYTES`] encoded; our hop count
-//!   is never among them ([`passed_tlvs`]).
+//!   is never among them (`passed_tlvs`).
 //!
 //! Pure: no I/O and no configuration. Not here: parsing and validating a
 //! header (`wire::proxy`, which this reads only after it accepted the
@@ -93,7 +93,7 @@ pub enum TlvRole {
 }
 
 impl TlvRole {
-    pub fn of(kind: u8) -> TlvRole {
+    pub(crate) fn of(kind: u8) -> TlvRole {
         match kind {
             TLV_ALPN => TlvRole::Alpn,
             proxy::TLV_AUTHORITY => TlvRole::Authority,
@@ -117,7 +117,7 @@ impl TlvRole {
     /// relay writes itself (AUTHORITY, UNIQUE_ID, CRC32C, the hop count's
     /// 0xE0), NOOP, SSL and NETNS (the relay terminates no TLS and has no
     /// namespace to name), and unassigned and future values.
-    pub fn addable(self) -> bool {
+    pub(crate) fn addable(self) -> bool {
         matches!(
             self,
             TlvRole::Alpn | TlvRole::Custom | TlvRole::Experimental
@@ -130,7 +130,7 @@ impl TlvRole {
     /// count). Refused: what the relay writes itself (AUTHORITY, UNIQUE_ID,
     /// CRC32C), NOOP, the SSL sub-types (never top-level) and unassigned
     /// and future values.
-    pub fn passable(self) -> bool {
+    pub(crate) fn passable(self) -> bool {
         matches!(
             self,
             TlvRole::Alpn
@@ -143,7 +143,7 @@ impl TlvRole {
     }
 
     /// As the spec names it, for error messages.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             TlvRole::Alpn => "PP2_TYPE_ALPN",
             TlvRole::Authority => "PP2_TYPE_AUTHORITY, which the relay sends itself (the SNI)",
@@ -169,22 +169,25 @@ impl TlvRole {
 pub struct TlvTypes([u64; 4]);
 
 impl TlvTypes {
+    /// No type.
     pub const NONE: TlvTypes = TlvTypes([0; 4]);
 
+    /// Adds type `kind`.
     pub fn insert(&mut self, kind: u8) {
         self.0[usize::from(kind >> 6)] |= 1 << (kind & 63);
     }
 
+    /// Whether type `kind` is in the set.
     pub fn contains(&self, kind: u8) -> bool {
         self.0[usize::from(kind >> 6)] & (1 << (kind & 63)) != 0
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0 == [0; 4]
     }
 
     /// The types, lowest first.
-    pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u8> + '_ {
         (0..=u8::MAX).filter(|&kind| self.contains(kind))
     }
 }
@@ -203,14 +206,16 @@ impl FromIterator<u8> for TlvTypes {
 pub struct PassedTlvs(Vec<u8>);
 
 impl PassedTlvs {
+    /// No TLV passed through.
     pub const NONE: PassedTlvs = PassedTlvs(Vec::new());
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The TLVs as (type, value), in the order they arrived.
-    pub fn iter(&self) -> impl Iterator<Item = (u8, &[u8])> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u8, &[u8])> + '_ {
         let mut rest = &self.0[..];
         std::iter::from_fn(move || {
             let (&[kind, high, low], tail) = rest.split_first_chunk::<3>()?;
@@ -233,11 +238,13 @@ impl PassedTlvs {
     }
 }
 
-/// What [`passed_tlvs`] kept, and how many TLVs of a kept type it dropped
+/// What `passed_tlvs` kept, and how many TLVs of a kept type it dropped
 /// for the bound.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Passed {
+    /// The TLVs kept, encoded.
     pub tlvs: PassedTlvs,
+    /// TLVs of a kept type left out because the bound was reached.
     pub dropped: usize,
 }
 
@@ -247,7 +254,7 @@ pub struct Passed {
 /// opaque, as `wire::proxy` reads it); our hop count never passes, as it
 /// is counted, not carried. Repeats pass as they came; from the first TLV
 /// that would pass [`MAX_PASSED_TLV_BYTES`] on, nothing more is kept.
-pub fn passed_tlvs(raw: &[u8], header: &Header, keep: &TlvTypes) -> Passed {
+pub(crate) fn passed_tlvs(raw: &[u8], header: &Header, keep: &TlvTypes) -> Passed {
     let mut passed = Passed::default();
     if keep.is_empty() || header.version != ProxyVersion::V2 || header.addresses == Announced::Local
     {

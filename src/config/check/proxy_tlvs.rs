@@ -10,9 +10,6 @@
 use super::*;
 use crate::wire::proxy_tlv::{MAX_ADDED_TLV_BYTES, TLV_ALPN, TlvRole, TlvTypes};
 
-/// Value sources a later build knows: refused by name, so that a file
-/// written for it fails here rather than sending nothing.
-
 impl Checker {
     /// `proxy_protocol_tlvs` of backend `key`, whose header is `version`.
     pub(super) fn proxy_tlvs(

@@ -34,7 +34,7 @@ impl LogTarget {
     ];
 
     /// Its name in the file.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         Self::ALL
             .iter()
             .find(|(_, t)| *t == self)
@@ -155,18 +155,18 @@ impl Facility {
     ];
 
     /// The facility of this name.
-    pub fn from_name(name: &str) -> Option<Facility> {
+    pub(crate) fn from_name(name: &str) -> Option<Facility> {
         let code = Self::NAMES.iter().position(|n| *n == name)?;
         Some(Facility(code as u8))
     }
 
     /// Its code (0..=23).
-    pub fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         self.0
     }
 
     /// Its name in the file.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         Self::NAMES[usize::from(self.0)]
     }
 }
@@ -182,7 +182,7 @@ pub enum SyslogFormat {
 
 impl SyslogFormat {
     /// Its name in the file.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SyslogFormat::Rfc5424 => "rfc5424",
             SyslogFormat::Rfc3164 => "rfc3164",

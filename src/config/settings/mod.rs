@@ -93,6 +93,7 @@ pub enum LimitKey {
 }
 
 impl LimitKey {
+    /// Every key, in the order the reference lists them.
     pub const ALL: [LimitKey; 3] = [LimitKey::Source, LimitKey::Ja4, LimitKey::SourceJa4];
 
     /// As written in the file.
@@ -105,7 +106,7 @@ impl LimitKey {
     }
 
     /// Whether the key needs the hello's fingerprint.
-    pub const fn needs_ja4(self) -> bool {
+    pub(crate) const fn needs_ja4(self) -> bool {
         !matches!(self, LimitKey::Source)
     }
 }
@@ -187,7 +188,9 @@ pub enum Outbound {
 /// carries, of a type the checker allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyTlv {
+    /// The TLV's type byte (`type`).
     pub kind: u8,
+    /// Where its value comes from (`value`, `text` or `bytes`).
     pub value: TlvValue,
 }
 
@@ -204,7 +207,7 @@ pub enum TlvValue {
 
 impl TlvValue {
     /// The most bytes the value can take.
-    pub fn max_len(&self) -> usize {
+    pub(crate) fn max_len(&self) -> usize {
         match self {
             TlvValue::From(source) => source.max_len(),
             TlvValue::Text(text) => text.len(),
@@ -237,6 +240,7 @@ impl TlvSource {
         TlvSource::Ja3,
     ];
 
+    /// The source's name in `value = "…"`.
     pub fn as_str(self) -> &'static str {
         match self {
             TlvSource::Alpn => "alpn",
@@ -246,13 +250,13 @@ impl TlvSource {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<TlvSource> {
+    pub(crate) fn from_name(name: &str) -> Option<TlvSource> {
         TlvSource::ALL.iter().copied().find(|s| s.as_str() == name)
     }
 
     /// The longest value: an ALPN protocol name is at most 255 bytes (RFC
     /// 7301), a host name 253, a JA4 36 characters, a JA3 hash 32.
-    pub fn max_len(self) -> usize {
+    pub(crate) fn max_len(self) -> usize {
         match self {
             TlvSource::Alpn => 255,
             TlvSource::Sni => 253,
