@@ -4,7 +4,7 @@
 //! set of listeners, and a global avoids threading a handle through every
 //! stage signature. Recording happens in few places:
 //! [`ListenerMetrics::accepted`] from the accept loop,
-//! [`ListenerMetrics::closed`] once per connection from `close::ConnRecord::close`,
+//! [`ListenerMetrics::closed`] once per connection from `access::ConnRecord::close`,
 //! and [`BackendSeries::connect_attempt`] from `connect`.
 //! Hooks for stages built elsewhere (limits, reload, drain, DNS/cluster
 //! lookups, backend address health) are the documented methods at the end.

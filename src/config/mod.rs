@@ -698,7 +698,7 @@ pub enum Protocol {
     /// TCP sockets carrying TLS.
     #[default]
     Tcp,
-    /// UDP sockets carrying QUIC v1/v2; see `quic::listener`.
+    /// UDP sockets carrying QUIC v1/v2; see `quic::socket_task`.
     Quic,
 }
 

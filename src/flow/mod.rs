@@ -7,7 +7,7 @@
 //! reason is (`close_reason`, a leaf every layer names), or the admission
 //! limits (`admission`, which the configuration's settings build).
 
-pub mod close;
+pub mod access;
 pub(crate) mod generation;
 pub mod registry;
 pub(crate) mod route;

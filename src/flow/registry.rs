@@ -35,7 +35,7 @@
 //! name is no longer local (`move_out`, reason `moved`); an entry says
 //! whether it went local in one `bool`.
 //!
-//! QUIC flows register the same way once they are open (`quic::listener`:
+//! QUIC flows register the same way once they are open (`quic::socket_task`:
 //! the hello routed and the backend socket connected), with their
 //! listener's protocol, so an operator lists, filters (`protocol`), closes
 //! and drains them like TCP connections; the flow's task waits on the same

@@ -24,7 +24,7 @@
 //! backend's connect-time histogram. Later refusals are the backend's
 //! business (a restart): the flow goes on until it idles out.
 //!
-//! Not here: the flow's sockets and datagrams (`super::listener`), the
+//! Not here: the flow's sockets and datagrams (`super::socket_task`), the
 //! planning itself (`crate::backend::plan`).
 
 use std::io;

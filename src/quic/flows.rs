@@ -2,7 +2,7 @@
 //! machine: fed datagrams, time and the results of the I/O it asked for, it
 //! decides what each flow does and returns it as events. It reads no clock
 //! (every call takes `now`) and touches no socket; the socket task
-//! (`super::listener`) reads datagrams, feeds them here, performs the
+//! (`super::socket_task`) reads datagrams, feeds them here, performs the
 //! returned [`Event`]s and reports back (in the spirit of quinn-proto's
 //! `Endpoint::handle`).
 //!
@@ -34,7 +34,7 @@
 //! A refused hello closes with the QUIC refusal the client understands
 //! ([`Event::Close`] with an answer: the TLS alert the TCP path would
 //! send). Every close carries the flow's [`FlowRecord`], which the socket
-//! task writes (`close::ConnRecord`, the access record of both protocols).
+//! task writes (`access::ConnRecord`, the access record of both protocols).
 //!
 //! Drain ([`FlowTable::drain`]): no new flow starts; pending flows still
 //! end at their hello timeout, open ones at their own bounds;
@@ -67,7 +67,7 @@ use crate::addr::PeerAddr;
 use crate::admission::{self, Admitted, AtAccept, RouteAdmitted};
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
-use crate::flow::close::{self, CloseReason, ConnRecord, QuicFields};
+use crate::flow::access::{self, CloseReason, ConnRecord, QuicFields};
 use crate::flow::generation::Generation;
 use crate::flow::route::{EchKind, NoRoute};
 use crate::metrics::{self, ListenerMetrics};
@@ -125,7 +125,7 @@ impl Stats {
 
 /// What a flow keeps for its access line, owned (the flow outlives any
 /// borrow); [`FlowRecord::close`] writes it as the one access record of
-/// both protocols (`close::ConnRecord`).
+/// both protocols (`access::ConnRecord`).
 #[derive(Debug)]
 pub(crate) struct FlowRecord {
     pub id: u64,
@@ -161,7 +161,7 @@ impl FlowRecord {
         metrics: Arc<ListenerMetrics>,
     ) -> FlowRecord {
         FlowRecord {
-            id: close::next_conn_id(),
+            id: access::next_conn_id(),
             listener,
             peer,
             started: now,
@@ -581,7 +581,7 @@ impl<B> FlowTable<B> {
         };
         let admitted = match accept_loop::gate(generation, PeerAddr(from), &metrics, || {
             let mut record = ConnRecord::arrived(
-                close::next_conn_id(),
+                access::next_conn_id(),
                 &listener,
                 PeerAddr(from),
                 now,
@@ -747,7 +747,7 @@ impl<B> FlowTable<B> {
         match generation.admission.after_hello(source, ja4) {
             Ok(None) => {}
             Ok(Some(counted)) => {
-                close::log_dry_run(&record.listener, PeerAddr(from), &counted);
+                access::log_dry_run(&record.listener, PeerAddr(from), &counted);
                 admitted = Some(counted);
             }
             Err(refusal) => {
@@ -761,7 +761,7 @@ impl<B> FlowTable<B> {
         let decision = generation.routes.decide_with(&hello.hello, ja4);
         record.sni = decision.sni;
         record.ech = decision.ech;
-        record.alpn = close::alpn_field(&hello.hello.alpn);
+        record.alpn = access::alpn_field(&hello.hello.alpn);
         record.fingerprints = hello.fingerprints.clone();
         let target = match decision.target {
             Ok(target) => target,
@@ -783,7 +783,7 @@ impl<B> FlowTable<B> {
             Some(gate) => match gate.admit_with(source, ja4) {
                 Ok(admitted) => {
                     if let Some(held) = &admitted.source {
-                        close::log_route_dry_run(
+                        access::log_route_dry_run(
                             &record.listener,
                             PeerAddr(from),
                             &target.route,

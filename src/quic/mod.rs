@@ -6,7 +6,7 @@
 //! with a TLS alert, which a client reports at once ([`refusal`]), the
 //! flow table that decides what each client's flow does, fed datagrams and
 //! time without I/O (`flows`), and the `protocol = "quic"` listener that
-//! runs it over UDP sockets (`listener`), with batched datagram I/O (`io`: recvmmsg, GSO, GRO
+//! runs it over UDP sockets (`socket_task`), with batched datagram I/O (`io`: recvmmsg, GSO, GRO
 //! through quinn-udp), following a flow to a client's new address by the
 //! connection IDs its backend chose ([`cid`]).
 //!
@@ -18,7 +18,7 @@
 //! handshake that follows (Handshake and 1-RTT keys) is ever derivable or
 //! held: those packets pass through unread.
 //!
-//! Not here, except in `listener`, `io` and `handover`: sockets and
+//! Not here, except in `socket_task`, `io` and `handover`: sockets and
 //! tasks; flows and their deadlines only in `flows` (see [`initial`] for
 //! what the caller bounds). Not
 //! anywhere: version negotiation (a long header of another version is
@@ -31,9 +31,9 @@ pub(crate) mod flows;
 pub(crate) mod handover;
 pub mod initial;
 pub(crate) mod io;
-pub(crate) mod listener;
 pub mod refusal;
 pub mod seal;
+pub(crate) mod socket_task;
 
 use rustls::Side;
 use rustls::quic::Keys;

@@ -35,7 +35,7 @@
 //! UDP sockets it binds itself ([`Listeners::start`], and on reload for
 //! addresses the file adds) unless systemd passed it datagram sockets
 //! (`ListenDatagram=`, kept as they are across reloads like a tcp
-//! listener's activated sockets), each run by `quic::listener::run_socket`
+//! listener's activated sockets), each run by `quic::socket_task::run_socket`
 //! instead of accept loops. A binary upgrade hands them over too, each
 //! with a channel for the datagrams the old process forwards while it
 //! drains (`quic::handover`): [`Listeners::open_quic_channels`] and
@@ -61,7 +61,7 @@ use crate::config::{Listener, Protocol};
 use crate::drain::DrainSignal;
 use crate::flow::generation::{Generation, Pace};
 use crate::quic::handover::{Handover, Predecessor, Successor};
-use crate::quic::listener as quic;
+use crate::quic::socket_task as quic;
 use crate::run::bind::{BindError, BindKey, Sockets};
 use crate::tcp::accept_loop::AcceptLoop;
 use crate::{metrics, run::takeover, sockopt};

@@ -46,11 +46,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
-use crate::flow::close::{Accepted, CloseReason, ConnRecord, QuicFields};
+use crate::flow::access::{Accepted, CloseReason, ConnRecord, QuicFields};
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 use crate::tcp::connection;
-use crate::{flow::close, metrics, sockopt};
+use crate::{flow::access, metrics, sockopt};
 
 /// Connections a loop accepts in a row before it yields to the other tasks
 /// of its thread. Without a bound a loop drains the whole accept queue in
@@ -214,7 +214,7 @@ impl AcceptLoop {
 /// The arrival is counted first (`accepted`, and `active` until its close),
 /// so that a refused one is closed through the same close stage: its record
 /// (and a QUIC flow's fields), made by `refused_record` only then, counts
-/// the refusal and writes its access line (`close::refused`), and `Err`
+/// the refusal and writes its access line (`access::refused`), and `Err`
 /// carries the reason; the caller
 /// drops the arrival unread. Admitted, a dry run's would-be refusal is
 /// logged, and the slot is returned, to be held for the arrival's life; a
@@ -238,13 +238,13 @@ pub(crate) fn gate<'r>(
     match admission.at_accept(peer, trusted_peer) {
         Ok(at_accept) => {
             if let AtAccept::Admitted(admitted) = &at_accept {
-                close::log_dry_run(listener, peer, admitted);
+                access::log_dry_run(listener, peer, admitted);
             }
             Ok(at_accept)
         }
         Err(refusal) => {
             let (record, quic) = refused_record();
-            close::refused(record, quic, refusal);
+            access::refused(record, quic, refusal);
             Err(refusal.into())
         }
     }

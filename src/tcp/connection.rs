@@ -39,7 +39,7 @@ use crate::admission::{self, Admitted, RouteAdmitted};
 use crate::backend::InFlight;
 use crate::config::Timeouts;
 use crate::drain::DrainGuard;
-use crate::flow::close::{self, Accepted, CloseReason, ConnRecord};
+use crate::flow::access::{self, Accepted, CloseReason, ConnRecord};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
@@ -212,7 +212,7 @@ async fn setup<'g>(
                 .after_preface(record.claimed)
                 .map_err(|refusal| record.refuse(refusal))?;
             if let Some(admitted) = admitted {
-                close::log_dry_run(listener, accepted.peer, &admitted);
+                access::log_dry_run(listener, accepted.peer, &admitted);
                 // Held for the connection's life, like a direct client's.
                 *per_source = Some(admitted);
             }
@@ -241,13 +241,13 @@ async fn setup<'g>(
         .after_hello(source_of(accepted.peer, record, listener), hello.ja4())
         .map_err(|refusal| record.refuse(refusal))?
     {
-        close::log_dry_run(listener, accepted.peer, &admitted);
+        access::log_dry_run(listener, accepted.peer, &admitted);
         *per_source = Some(admitted);
     }
     let decision = routes.decide_with(&hello.info, hello.ja4());
     record.sni = decision.sni;
     record.ech = decision.ech;
-    record.alpn = close::alpn_field(&hello.info.alpn);
+    record.alpn = access::alpn_field(&hello.info.alpn);
 
     let target = match decision.target {
         Ok(target) => target,
@@ -269,7 +269,7 @@ async fn setup<'g>(
                 .admit_with(source_of(accepted.peer, record, listener), hello.ja4())
                 .map_err(|refusal| record.refuse_on_route(refusal))?;
             if let Some(held) = &admitted.source {
-                close::log_route_dry_run(listener, accepted.peer, &target.route, held);
+                access::log_route_dry_run(listener, accepted.peer, &target.route, held);
             }
             Some(Box::new(admitted))
         }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use snirelay::flow::close::CloseReason;
+use snirelay::flow::access::CloseReason;
 
 /// The heading of the docs/operations.md section that lists the close reasons.
 const HEADING: &str = "### Close reasons";

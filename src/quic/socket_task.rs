@@ -12,7 +12,7 @@
 //!   unread, gathered per flow for one send;
 //! - a refusal (the QUIC answer the TCP path's TLS alert stands for,
 //!   [`super::refusal`]) is sent to the client before the flow's close;
-//! - a close writes the flow's access line (`close::ConnRecord`, as a TCP
+//! - a close writes the flow's access line (`access::ConnRecord`, as a TCP
 //!   connection's) and its close metrics;
 //! - a routed flow's backend address is chosen as TCP chooses it
 //!   (`super::backend_address`: fixed, DNS or cluster addresses, policy, health,
@@ -86,7 +86,7 @@ use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
 use crate::backend::InFlight;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
-use crate::flow::close::CloseReason;
+use crate::flow::access::CloseReason;
 use crate::flow::generation::Generation;
 use crate::flow::registry::{self, Entry, Registered};
 use crate::pump::ready::{Activity, Side};
