@@ -61,15 +61,17 @@ const LONG_HEADER: u8 = 0x80;
 pub struct LongHeader<'a> {
     /// The header's version field (0 for Version Negotiation).
     pub version: u32,
-    pub(crate) dcid: &'a [u8],
-    pub(crate) scid: &'a [u8],
+    /// The destination connection ID.
+    pub dcid: &'a [u8],
+    /// The source connection ID.
+    pub scid: &'a [u8],
 }
 
 /// The connection IDs of the long header that begins `datagram`, of any
 /// version (the layout up to the SCID is invariant, RFC 8999 §5.1); `None`
 /// for a short header or a header cut short. IDs longer than 20 bytes
 /// (possible in other versions) are `None` too: they are never learned.
-pub(crate) fn long_header(datagram: &[u8]) -> Option<LongHeader<'_>> {
+pub fn long_header(datagram: &[u8]) -> Option<LongHeader<'_>> {
     let (&first, rest) = datagram.split_first()?;
     if first & LONG_HEADER == 0 {
         return None;
@@ -120,7 +122,7 @@ pub struct FlowCids {
 impl FlowCids {
     /// Adds `id`; false when it is already there or the flow has taught as
     /// many as it may.
-    pub(crate) fn add(&mut self, id: ConnectionId) -> bool {
+    pub fn add(&mut self, id: ConnectionId) -> bool {
         if self.contains(&id) {
             return false;
         }
@@ -133,20 +135,23 @@ impl FlowCids {
         }
     }
 
-    pub(crate) fn contains(&self, id: &ConnectionId) -> bool {
+    /// Whether `id` is one of them.
+    pub fn contains(&self, id: &ConnectionId) -> bool {
         self.ids.iter().flatten().any(|known| known == id)
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &ConnectionId> {
+    /// The IDs held, in the order learnt.
+    pub fn iter(&self) -> impl Iterator<Item = &ConnectionId> {
         self.ids.iter().flatten()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// How many IDs are held.
+    pub fn len(&self) -> usize {
         self.iter().count()
     }
 
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no ID is held.
+    pub fn is_empty(&self) -> bool {
         self.ids.iter().all(Option::is_none)
     }
 }
@@ -176,7 +181,7 @@ impl CidTable {
     }
 
     /// Forgets the IDs of a flow that ended.
-    pub(crate) fn forget(&mut self, ids: &FlowCids) {
+    pub fn forget(&mut self, ids: &FlowCids) {
         for id in ids.iter() {
             if self.flows.remove(id).is_some() {
                 self.lengths[id.as_bytes().len()] -= 1;
@@ -185,7 +190,7 @@ impl CidTable {
     }
 
     /// Points a moved flow's IDs at its new address.
-    pub(crate) fn moved(&mut self, ids: &FlowCids, to: SocketAddr) {
+    pub fn moved(&mut self, ids: &FlowCids, to: SocketAddr) {
         for id in ids.iter() {
             if let Some(flow) = self.flows.get_mut(id) {
                 *flow = to;
@@ -212,13 +217,13 @@ impl CidTable {
             })
     }
 
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    /// How many IDs the table follows.
+    pub fn len(&self) -> usize {
         self.flows.len()
     }
 
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether the table follows no ID.
+    pub fn is_empty(&self) -> bool {
         self.flows.is_empty()
     }
 }

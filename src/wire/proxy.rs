@@ -214,7 +214,7 @@ pub enum Impossible {
 /// IPv4-mapped IPv6 forms count as the IPv4 address they carry. The port
 /// matters for the last check only: a client may share the relay's IP
 /// (a relay chain on one host), never its listening socket.
-pub(crate) fn check_claim(source: SocketAddr, local: SocketAddr) -> Result<(), Invalid> {
+pub fn check_claim(source: SocketAddr, local: SocketAddr) -> Result<(), Invalid> {
     let ip = canonical(source.ip());
     let why = if ip.is_unspecified() {
         Impossible::Unspecified

@@ -187,7 +187,7 @@ impl TlvTypes {
     }
 
     /// The types, lowest first.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = u8> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
         (0..=u8::MAX).filter(|&kind| self.contains(kind))
     }
 }
@@ -209,13 +209,13 @@ impl PassedTlvs {
     /// No TLV passed through.
     pub const NONE: PassedTlvs = PassedTlvs(Vec::new());
 
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no TLV was passed through.
+    pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The TLVs as (type, value), in the order they arrived.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u8, &[u8])> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (u8, &[u8])> + '_ {
         let mut rest = &self.0[..];
         std::iter::from_fn(move || {
             let (&[kind, high, low], tail) = rest.split_first_chunk::<3>()?;
@@ -254,7 +254,7 @@ pub struct Passed {
 /// opaque, as `wire::proxy` reads it); our hop count never passes, as it
 /// is counted, not carried. Repeats pass as they came; from the first TLV
 /// that would pass [`MAX_PASSED_TLV_BYTES`] on, nothing more is kept.
-pub(crate) fn passed_tlvs(raw: &[u8], header: &Header, keep: &TlvTypes) -> Passed {
+pub fn passed_tlvs(raw: &[u8], header: &Header, keep: &TlvTypes) -> Passed {
     let mut passed = Passed::default();
     if keep.is_empty() || header.version != ProxyVersion::V2 || header.addresses == Announced::Local
     {

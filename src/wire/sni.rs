@@ -73,7 +73,8 @@ impl Sni {
         normalise_host(text).map(Sni)
     }
 
-    pub(crate) fn as_str(&self) -> &str {
+    /// The name, normalised (lowercase, no trailing dot).
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 
