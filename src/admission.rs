@@ -471,7 +471,7 @@ impl<C: Clock + Clone> Admission<C> {
                 key,
             });
         }
-        self.count(key)
+        self.count(key, None)
     }
 
     /// The door right after inspection, for a `limit_key` with the JA4:
@@ -495,11 +495,11 @@ impl<C: Clock + Clone> Admission<C> {
             (_, Some(ja4)) => key.with_ja4(ja4),
             (_, None) => key,
         };
-        self.count(key).map(Some)
+        self.count(key, ja4).map(Some)
     }
 
     /// Steps 2 and 3 on `key`.
-    fn count(&self, key: SourceKey) -> Result<Admitted, Refusal> {
+    fn count(&self, key: SourceKey, ja4: Option<&str>) -> Result<Admitted, Refusal> {
         let dry_run = self.limits.dry_run;
         let mut would_refuse = None;
 
@@ -510,7 +510,7 @@ impl<C: Clock + Clone> Admission<C> {
         let now = self.now();
         let guard = match &self.concurrent {
             None => None,
-            Some(table) => match table.acquire(key, cap, dry_run, now) {
+            Some(table) => match table.acquire(key, ja4, cap, dry_run, now) {
                 (guard, true) => Some(guard),
                 (guard, false) => {
                     if !dry_run {
@@ -971,6 +971,9 @@ struct SourceEntry {
     window: u64,
     this_window: u32,
     last_window: u32,
+    /// The JA4 itself, for an entry keyed by it (`limit_key` with `ja4`),
+    /// whose key keeps only a hash: what `/sources` shows.
+    ja4: Option<Box<str>>,
 }
 
 impl SourceEntry {
@@ -1029,6 +1032,9 @@ pub struct SourceRow {
     pub refused: [u64; 5],
     /// Since the last attempt.
     pub last_seen_ago: Duration,
+    /// The JA4 of a key that has one (`limit_key` with `ja4`; the key
+    /// itself keeps a hash of it).
+    pub ja4: Option<String>,
 }
 
 impl SourceRow {
@@ -1080,6 +1086,7 @@ impl SourceTable {
     fn acquire(
         self: &Arc<Self>,
         key: SourceKey,
+        ja4: Option<&str>,
         cap: u32,
         force: bool,
         now: Nanos,
@@ -1087,6 +1094,9 @@ impl SourceTable {
         let mut map = self.lock();
         let SourceMap { entries, with_open } = &mut *map;
         let entry = entries.entry(key).or_default();
+        if let (None, Some(ja4)) = (&entry.ja4, ja4) {
+            entry.ja4 = Some(ja4.into());
+        }
         entry.touch(now);
         let under = entry.open < cap;
         if under || force {
@@ -1179,6 +1189,7 @@ impl SourceTable {
                 admitted: e.attempts - e.refusals(),
                 refused: e.refused,
                 last_seen_ago: now.saturating_sub(e.last_seen).into(),
+                ja4: e.ja4.as_deref().map(str::to_owned),
             })
             .collect()
     }
@@ -1195,6 +1206,7 @@ impl SourceTable {
             *entry = SourceEntry {
                 open: entry.open,
                 last_seen: entry.last_seen,
+                ja4: entry.ja4.take(),
                 ..SourceEntry::default()
             };
         }

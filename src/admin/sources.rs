@@ -161,6 +161,7 @@ fn row_json((listener, route): (&str, Option<&str>), row: &SourceRow) -> Value {
         "listener": listener,
         "route": route,
         "key": row.key.to_string(),
+        "ja4": row.ja4,
         "open": row.open,
         "rate_per_second": (row.rate_per_second * 100.0).round() / 100.0,
         "admitted": row.admitted,

@@ -405,9 +405,15 @@ fn ctl_text(action: &CtlAction, v: &serde_json::Value) -> String {
                     Some(route) => format!("{}/{route}", s["listener"].as_str().unwrap_or("")),
                     None => s["listener"].as_str().unwrap_or("").to_owned(),
                 };
+                // A JA4 key keeps only a hash; the row carries the JA4 itself.
+                let key = s["key"].as_str().unwrap_or("");
+                let shown_key = match s["ja4"].as_str() {
+                    Some(ja4) => format!("{}{ja4}", key.split("ja4#").next().unwrap_or("")),
+                    None => key.to_owned(),
+                };
                 out.push_str(&row([
                     &table,
-                    s["key"].as_str().unwrap_or(""),
+                    &shown_key,
                     &s["open"].to_string(),
                     &format!("{:.1}", s["rate_per_second"].as_f64().unwrap_or(0.0)),
                     &s["admitted"].to_string(),

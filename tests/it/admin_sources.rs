@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use common::*;
 use serde_json::Value;
 
-const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+pub(crate) const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
@@ -41,7 +41,12 @@ addresses = ["{backend}"]
     )
 }
 
-async fn call(admin: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Answer {
+pub(crate) async fn call(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Answer {
     let auth = token.map(|t| format!("Authorization: Bearer {t}"));
     let headers: Vec<&str> = auth.iter().map(String::as_str).collect();
     http_tcp(admin, &http_request_text(method, path, &headers, "")).await

@@ -34,7 +34,7 @@ const TCP_CAPTURES: &[&str] = &[
 const QUIC_CAPTURES: &[&str] = &["chromium", "ngtcp2", "aioquic_v1", "aioquic_v2"];
 
 /// What the Python reference answers for each argument, in order.
-fn reference(args: &[String]) -> Vec<Value> {
+pub(crate) fn reference(args: &[String]) -> Vec<Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/fingerprint/ja4.py");
     let out = Command::new("python3")
         .arg(script)
@@ -335,8 +335,13 @@ async fn limit_key_ja4_counts_each_tls_stack_apart_after_the_hello() {
     let chromium = capture("chromium_pq.bin");
     let curl = capture("curl.bin");
     let (backend, mut relayed) = holding_backend().await;
+    let tokens = token_file(&format!("ops:{}\n", crate::admin_sources::TOKEN));
     let config = format!(
         r#"
+[admin]
+listen = "127.0.0.1:0"
+token_file = "{tokens}"
+
 [[listener]]
 name = "by_ja4"
 listen = ["127.0.0.1:0"]
@@ -364,7 +369,8 @@ backend = "b"
 
 [backend.b]
 addresses = ["{backend}"]
-"#
+"#,
+        tokens = tokens.display()
     );
     let relay = Relay::start(&config).await;
     // One Chromium connection held open on each listener.
@@ -394,6 +400,35 @@ addresses = ["{backend}"]
     let line = relay.closed_line(local).await;
     assert_eq!(line["close"], "done", "{line}");
     assert_eq!(relayed.recv().await.unwrap(), curl);
+
+    // The source table lists the stack by its JA4, with its open
+    // connection and its refusal.
+    let admin = relay.admin_addr().await;
+    let answer = crate::admin_sources::call(
+        admin,
+        "GET",
+        "/sources?listener=by_ja4",
+        Some(crate::admin_sources::TOKEN),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let table = answer.json();
+    let row_of = |ja4: &str| {
+        table["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["ja4"] == ja4)
+            .unwrap_or_else(|| panic!("{ja4} not listed: {table}"))
+            .clone()
+    };
+    let chromium_row = row_of(&reference_ja4("chromium_pq.bin"));
+    assert_eq!(chromium_row["open"], 1, "{table}");
+    assert_eq!(chromium_row["refused"]["limit_concurrent"], 1, "{table}");
+    assert!(
+        chromium_row["key"].as_str().unwrap().starts_with("ja4#"),
+        "{table}"
+    );
 
     // Keyed by source (the default), curl is refused at accept: same
     // address, before a byte is read, so no fingerprint.

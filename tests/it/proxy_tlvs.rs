@@ -188,6 +188,41 @@ async fn go_proxyproto_reads_each_added_tlv_after_the_relays_own() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fingerprint_tlvs_carry_the_hellos_ja4_and_ja3_as_the_reference_computes_them() {
+    let (mut reader, reader_addr) = reader().await;
+    // No `fingerprints = true` on the listener: a backend that sends a
+    // fingerprint TLV is enough for the relay to compute them.
+    let relay = Relay::start(&config(
+        "",
+        reader_addr,
+        r#"proxy_protocol_tlvs = [
+  { type = 0xE1, value = "ja4" },
+  { type = 0xE5, value = "ja3" },
+]"#,
+    ))
+    .await;
+    let hello = capture("openssl_sni.bin");
+    let path = format!("{}/tests/data/openssl_sni.bin", env!("CARGO_MANIFEST_DIR"));
+    let theirs = &crate::fingerprint::reference(&[path])[0];
+    let (client, _) = send_and_finish(relay.addr(), &hello).await;
+    let record = read_by(&mut reader, client).await;
+    let line = relay.closed_line(client).await;
+    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
+    let ja4 = theirs["ja4"].as_str().unwrap();
+    let ja3 = theirs["ja3_hash"].as_str().unwrap();
+    assert_eq!(
+        tlvs(&record),
+        [
+            (0x02, b"www.example.com".to_vec()),
+            (0x05, conn_id.into_bytes()),
+            (0xE1, ja4.as_bytes().to_vec()),
+            (0xE5, ja3.as_bytes().to_vec()),
+        ]
+    );
+    assert_eq!(line["tls.ja4"], ja4, "{line}");
+}
+
 /// A v2 header from 203.0.113.9:4000 to 192.0.2.80:443 carrying `tlvs`.
 fn peer_header(tlvs: &[(u8, &[u8])]) -> Vec<u8> {
     let source: SocketAddr = "203.0.113.9:4000".parse().unwrap();
