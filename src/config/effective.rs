@@ -231,7 +231,7 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         tcp_keepalive: Some(keepalive_setting(*tcp_keepalive)),
         protocol: Some(protocol.as_str().to_owned()),
         fingerprints: Some(*fingerprints),
-        hello_match: match_section(hello_match),
+        r#match: match_section(hello_match),
     };
     // QUIC listeners (issue 18): the TCP-only keys are refused there, so
     // they are not written back either.
@@ -373,7 +373,7 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         alpn: (!alpn.is_empty()).then(|| alpn.clone()),
         // Unset: the listener's, which may change without this route.
         ech: ech.as_ref().map(|e| e.as_str().to_owned()),
-        hello_match: match_section(hello_match),
+        r#match: match_section(hello_match),
     }
 }
 

@@ -107,8 +107,7 @@ pub struct ListenerSection {
     pub fingerprints: Option<bool>,
     /// `[listener.match]`: fingerprints every hello on the listener must
     /// (or must not) have.
-    #[serde(rename = "match")]
-    pub hello_match: Option<MatchSection>,
+    pub r#match: Option<MatchSection>,
 }
 
 /// `[listener.match]` and `[route.match]`: JA4 patterns (exact, or a
@@ -189,8 +188,7 @@ pub struct RouteSection {
     // Client fingerprints (JA4).
     /// `[route.match]`: fingerprints a hello on this route must (or must
     /// not) have.
-    #[serde(rename = "match")]
-    pub hello_match: Option<MatchSection>,
+    pub r#match: Option<MatchSection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

@@ -114,7 +114,7 @@ impl Checker {
             &format!("{key}.ech_config_ids"),
             section.ech_config_ids.as_deref(),
         );
-        let hello_match = self.hello_match(key, section.hello_match.as_ref());
+        let hello_match = self.hello_match(key, section.r#match.as_ref());
         Some(Listener {
             name: section.name.clone(),
             listen: (listen.len() == raw_listen.len()).then_some(listen)?,

@@ -77,7 +77,7 @@ impl Checker {
                     .ech_policy(&format!("{key}.ech"), text, backends)
                     .map(Some),
             };
-            let hello_match = self.hello_match(&key, section.hello_match.as_ref());
+            let hello_match = self.hello_match(&key, section.r#match.as_ref());
             // QUIC listeners: keys their flows cannot honour.
             if let Some(listener) = &listener {
                 self.quic_route(&key, section, listener);
