@@ -282,6 +282,36 @@ async fn listed_tlvs_of_a_peer_header_reach_the_reader_and_the_relays_own_win() 
     assert_eq!(record["aws_vpce"], "vpce-0123456789abcdef0");
 }
 
+/// A peer as most are deployed: trusted by host name, and its header
+/// carries no TLV at all (an AWS NLB outside PrivateLink, a relay without
+/// `proxy_protocol_tlvs`). Nothing is passed through and nothing made up:
+/// the reader sees the relay's own TLVs only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_header_without_tlvs_passes_nothing_through() {
+    let (mut reader, reader_addr) = reader().await;
+    let relay = Relay::start(&config(
+        "[listener.proxy_protocol]\ntrusted = [\"localhost\"]\n\
+         pass_through_tlvs = [0xEA, 0xE3]",
+        reader_addr,
+        "",
+    ))
+    .await;
+    let mut bytes = peer_header(&[]);
+    bytes.extend(capture("openssl_sni.bin"));
+    let (_peer, _) = send_and_finish(relay.addr(), &bytes).await;
+    let record = read_by(&mut reader, "203.0.113.9:4000".parse().unwrap()).await;
+    let line = closed_claiming(&relay, "203.0.113.9:4000").await;
+    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
+    assert_eq!(
+        tlvs(&record),
+        [
+            (0x02, b"www.example.com".to_vec()),
+            (0x05, conn_id.into_bytes()),
+            (TLV_HOPS, hops(2)),
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_send_proxy_v2s_ssl_tlv_passes_through_to_the_reader() {
     let (mut reader, reader_addr) = reader().await;

@@ -359,6 +359,31 @@ async fn access_lines_reach_rsyslog_over_a_unix_socket_in_rfc5424() {
 /// RFC 3164 over TCP to a host name, octet-counted: rsyslog parses each
 /// frame as one message; after rsyslog restarts, the relay reconnects and
 /// lines arrive again.
+/// As the seed's HAProxy edge is deployed (`log /dev/log local0`): only
+/// `target` and the local socket set, so the facility (`local0`) and the
+/// format (RFC 5424) are the defaults. The socket is rsyslog's own
+/// imuxsock input, as `/dev/log` is on a host; only its path differs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_defaults_log_as_haproxys_dev_log_local0_line_does() {
+    let pki = Pki::new(&["app.example.com"]);
+    let backend = tls_echo_backend(&pki).await;
+    let rsyslog = Rsyslog::start(None).await;
+    let dir = scratch_dir("syslog-defaults");
+    let log = format!(
+        "target = \"syslog\"\nsyslog = \"unix:{}\"\n",
+        rsyslog.socket().display()
+    );
+    let relay = SyslogRelay::start(&config_with_log(backend, &log, &dir));
+    let (peer, _) = one_session(&pki, relay.addr).await;
+    let line = rsyslog.wait_message(|m| m.is_access_line_of(peer)).await;
+    assert_eq!(line.facility, "local0");
+    assert_eq!(line.severity, "info");
+    assert_eq!(line.app, "snirelay");
+    assert_eq!(line.msgid, "access", "RFC 5424 by default: {line:?}");
+    assert_eq!(line.json["sni"], "app.example.com");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc3164_over_tcp_is_octet_counted_and_reconnects_after_a_restart() {
     let pki = Pki::new(&["app.example.com"]);
@@ -571,21 +596,15 @@ async fn the_stdout_target_moves_every_line_to_stdout() {
     let dir = scratch_dir("log-stdout");
     let relay = SyslogRelay::start(&config_with_log(backend, "target = \"stdout\"", &dir));
     let (peer, _) = one_session(&pki, relay.addr).await;
-    let deadline = Instant::now() + WAIT;
-    while !relay
-        .stdout
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|l| l["message"] == "connection closed" && l["client.peer"] == peer.to_string())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no access line on stdout: {:#?}",
-            relay.stdout.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the access line on stdout", || {
+        relay
+            .stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l["message"] == "connection closed" && l["client.peer"] == peer.to_string())
+    })
+    .await;
     assert!(
         relay
             .stdout
