@@ -499,14 +499,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn a_unix_stream_socket_gets_nul_terminated_messages() {
-        let dir = dir("stream");
-        let path = dir.join("log.sock");
-        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let sink = Sink::start(
+    /// A sink sending RFC 5424 to `address`, with a queue of 16.
+    fn rfc5424_sink(address: SyslogAddress) -> Sink {
+        Sink::start(
             Destination::Syslog {
-                address: SyslogAddress::Unix(path),
+                address,
                 format: SyslogFormat::Rfc5424,
             },
             origin(),
@@ -514,20 +511,35 @@ mod tests {
             |_| Counter::default(),
             Counter::default(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// Reads from `stream` (whose read timeout bounds each read) until it
+    /// has seen `byte` `count` times.
+    fn read_until(stream: &mut impl io::Read, byte: u8, count: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while got.iter().filter(|b| **b == byte).count() < count {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "closed early: {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    #[test]
+    fn a_unix_stream_socket_gets_nul_terminated_messages() {
+        let dir = dir("stream");
+        let path = dir.join("log.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let sink = rfc5424_sink(SyslogAddress::Unix(path));
         sink.offer(line(1));
         sink.offer(line(2));
         let (mut stream, _) = listener.accept().unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while got.iter().filter(|b| **b == 0).count() < 2 {
-            let n = io::Read::read(&mut stream, &mut buf).unwrap();
-            assert!(n > 0, "closed early: {got:?}");
-            got.extend_from_slice(&buf[..n]);
-        }
+        let got = read_until(&mut stream, 0, 2);
         let messages: Vec<&[u8]> = got.split(|b| *b == 0).collect();
         assert!(messages[0].starts_with(b"<30>1 ") && messages[0].ends_with(b"{\"n\":1}"));
         assert!(messages[1].ends_with(b"{\"n\":2}"));
@@ -538,33 +550,17 @@ mod tests {
     fn tcp_frames_are_octet_counted() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let sink = Sink::start(
-            Destination::Syslog {
-                address: SyslogAddress::Tcp {
-                    host: "localhost".to_owned(),
-                    port,
-                },
-                format: SyslogFormat::Rfc5424,
-            },
-            origin(),
-            16,
-            |_| Counter::default(),
-            Counter::default(),
-        )
-        .unwrap();
+        let sink = rfc5424_sink(SyslogAddress::Tcp {
+            host: "localhost".to_owned(),
+            port,
+        });
         sink.offer(line(1));
         sink.offer(line(22));
         let (mut stream, _) = listener.accept().unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while got.iter().filter(|b| **b == b'}').count() < 2 {
-            let n = io::Read::read(&mut stream, &mut buf).unwrap();
-            assert!(n > 0, "closed early: {got:?}");
-            got.extend_from_slice(&buf[..n]);
-        }
+        let got = read_until(&mut stream, b'}', 2);
         let text = String::from_utf8(got).unwrap();
         let (len, rest) = text.split_once(' ').unwrap();
         let len: usize = len.parse().unwrap();
