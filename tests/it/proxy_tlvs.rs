@@ -103,6 +103,31 @@ async fn closed_claiming(relay: &Relay, client: &str) -> Value {
         .await
 }
 
+/// Sends `bytes` through `relay`; returns the reader's record of the PROXY
+/// header, the relay's access line, and that line's `conn_id` (what the
+/// UNIQUE_ID TLV carries). `claimed`: the client a peer header in `bytes`
+/// names (the reader sees it as the source), else the socket's own.
+async fn through(
+    relay: &Relay,
+    reader: &mut Tool,
+    bytes: &[u8],
+    claimed: Option<&str>,
+) -> (Value, Value, String) {
+    let (client, _) = send_and_finish(relay.addr(), bytes).await;
+    let (record, line) = match claimed {
+        Some(claimed) => (
+            read_by(reader, claimed.parse().unwrap()).await,
+            closed_claiming(relay, claimed).await,
+        ),
+        None => (
+            read_by(reader, client).await,
+            relay.closed_line(client).await,
+        ),
+    };
+    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
+    (record, line, conn_id)
+}
+
 fn hops(n: u8) -> Vec<u8> {
     proxy::hops_value(n).to_vec()
 }
@@ -146,16 +171,13 @@ async fn go_proxyproto_reads_each_added_tlv_after_the_relays_own() {
 
     // openssl's capture offers h2 then http/1.1, for www.example.com.
     let hello = capture("openssl_sni.bin");
-    let (client, _) = send_and_finish(relay.addr(), &hello).await;
-    let record = read_by(&mut reader, client).await;
-    let line = relay.closed_line(client).await;
+    let (record, _, conn_id) = through(&relay, &mut reader, &hello, None).await;
     assert_eq!(record["destination"], relay.addr().to_string());
     let record_header: String = hello[..5].iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(record["after_hex"], record_header, "the hello follows");
     let mut seen = tlvs(&record);
     let (crc_type, crc) = seen.pop().unwrap();
     assert_eq!((crc_type, crc.len()), (0x03, 4), "CRC32C last: {seen:?}");
-    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
     assert_eq!(
         seen,
         [
@@ -170,12 +192,9 @@ async fn go_proxyproto_reads_each_added_tlv_after_the_relays_own() {
 
     // A hello without ALPN: the ALPN TLV is left out, the rest stay.
     let hello = hello_for("noalpn.example.com");
-    let (client, _) = send_and_finish(relay.addr(), &hello).await;
-    let record = read_by(&mut reader, client).await;
-    let line = relay.closed_line(client).await;
+    let (record, _, conn_id) = through(&relay, &mut reader, &hello, None).await;
     let mut seen = tlvs(&record);
     assert_eq!(seen.pop().map(|t| t.0), Some(0x03));
-    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
     assert_eq!(
         seen,
         [
@@ -205,10 +224,7 @@ async fn fingerprint_tlvs_carry_the_hellos_ja4_and_ja3_as_the_reference_computes
     let hello = capture("openssl_sni.bin");
     let path = format!("{}/tests/data/openssl_sni.bin", env!("CARGO_MANIFEST_DIR"));
     let theirs = &crate::fingerprint::reference(&[path])[0];
-    let (client, _) = send_and_finish(relay.addr(), &hello).await;
-    let record = read_by(&mut reader, client).await;
-    let line = relay.closed_line(client).await;
-    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
+    let (record, line, conn_id) = through(&relay, &mut reader, &hello, None).await;
     let ja4 = theirs["ja4"].as_str().unwrap();
     let ja3 = theirs["ja3_hash"].as_str().unwrap();
     assert_eq!(
@@ -260,11 +276,8 @@ async fn listed_tlvs_of_a_peer_header_reach_the_reader_and_the_relays_own_win() 
         (0x01, b"peer-alpn"),
     ]);
     bytes.extend(capture("openssl_sni.bin"));
-    let (_peer, _) = send_and_finish(relay.addr(), &bytes).await;
-    let record = read_by(&mut reader, "203.0.113.9:4000".parse().unwrap()).await;
-    let line = closed_claiming(&relay, "203.0.113.9:4000").await;
+    let (record, _, conn_id) = through(&relay, &mut reader, &bytes, Some("203.0.113.9:4000")).await;
     assert_eq!(record["destination"], "192.0.2.80:443");
-    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
     assert_eq!(
         tlvs(&record),
         [
@@ -298,10 +311,7 @@ async fn a_peer_header_without_tlvs_passes_nothing_through() {
     .await;
     let mut bytes = peer_header(&[]);
     bytes.extend(capture("openssl_sni.bin"));
-    let (_peer, _) = send_and_finish(relay.addr(), &bytes).await;
-    let record = read_by(&mut reader, "203.0.113.9:4000".parse().unwrap()).await;
-    let line = closed_claiming(&relay, "203.0.113.9:4000").await;
-    let conn_id = line["conn_id"].as_u64().unwrap().to_string();
+    let (record, _, conn_id) = through(&relay, &mut reader, &bytes, Some("203.0.113.9:4000")).await;
     assert_eq!(
         tlvs(&record),
         [
