@@ -303,3 +303,39 @@ async fn a_source_address_this_host_lacks_is_a_start_error_naming_the_key() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_reload_changes_the_source_and_refuses_an_address_this_host_lacks() {
+    let (backend, peers) = recording_backend("127.0.0.1:0").await;
+    let body = |source: &str| {
+        config(&format!(
+            "addresses = [\"{backend}\"]\nsource = {{ addresses = [\"{source}\"] }}"
+        ))
+    };
+    let relay = Relay::start(&body("127.0.0.2")).await;
+    let _first = relayed(relay.addr()).await;
+    assert_eq!(count_from(&peers, "127.0.0.2"), 1);
+    let applied = relay.reload(&body("127.0.0.3"), 1).await;
+    assert_eq!(applied["message"], "reload applied", "{applied}");
+    let _second = relayed(relay.addr()).await;
+    assert_eq!(
+        count_from(&peers, "127.0.0.3"),
+        1,
+        "{:?}",
+        peers.lock().unwrap()
+    );
+    let rejected = relay.reload(&body("192.0.2.77"), 2).await;
+    let message = rejected.to_string();
+    assert!(
+        message.contains("backend.b.source.addresses: cannot bind 192.0.2.77"),
+        "{message}"
+    );
+    // Still the previous configuration.
+    let _third = relayed(relay.addr()).await;
+    assert_eq!(
+        count_from(&peers, "127.0.0.3"),
+        2,
+        "{:?}",
+        peers.lock().unwrap()
+    );
+}

@@ -3,8 +3,9 @@
 //! backend, the backend routing the client's network through the relay,
 //! and on the relay the policy routing and nftables rule of
 //! docs/operations.md. The backend sees the client's own address and port,
-//! for a TCP connection and for a QUIC flow's datagrams, and its replies
-//! come back through the relay to the client. Without CAP_NET_ADMIN and
+//! for a TCP connection and for a QUIC flow's datagrams (and, behind a
+//! trusted PROXY peer, the claimed address and port), and its replies come
+//! back through the relay to the client. Without CAP_NET_ADMIN and
 //! CAP_NET_RAW (dropped with util-linux's `setpriv`) the relay refuses to
 //! start, naming the key and the capability.
 
@@ -32,6 +33,17 @@ listen = ["{relay_ip}:0"]
 
 [[route]]
 listener = "tls"
+sni = ["www.example.com"]
+backend = "b"
+
+[[listener]]
+name = "peers"
+listen = ["{relay_ip}:0"]
+[listener.proxy_protocol]
+trusted = ["10.211.0.0/16"]
+
+[[route]]
+listener = "peers"
 sni = ["www.example.com"]
 backend = "b"
 
@@ -128,6 +140,47 @@ async fn the_backend_sees_the_client_s_address_and_port_for_tcp_and_quic() {
         .expect("the backend's reply did not come back")
         .unwrap();
     assert_eq!(answer, client_addr.to_string());
+
+    // Behind a trusted PROXY peer the claimed address is the source (as
+    // HAProxy's `usesrc clientip` behind `accept-proxy`): one on the
+    // client's network, so the backend's route sends the reply back
+    // through the relay.
+    let relay_peers = relay.addr_of("peers");
+    let peer = net.in_ns(&net.client, move || {
+        let s = std::net::TcpStream::connect_timeout(&relay_peers, WAIT).unwrap();
+        s.set_nonblocking(true).unwrap();
+        s
+    });
+    let mut peer = TcpStream::from_std(peer).unwrap();
+    let claimed = SocketAddr::from((
+        std::net::Ipv4Addr::from(u32::from(net.client_ip) + 48),
+        40123,
+    ));
+    let header = format!(
+        "PROXY TCP4 {} {} {} {}\r\n",
+        claimed.ip(),
+        relay_peers.ip(),
+        claimed.port(),
+        relay_peers.port()
+    );
+    peer.write_all(header.as_bytes()).await.unwrap();
+    peer.write_all(&common::capture("openssl_sni.bin"))
+        .await
+        .unwrap();
+    let seen = tokio::time::timeout(WAIT, peers.recv())
+        .await
+        .expect("the backend was not reached through the PROXY peer")
+        .unwrap();
+    assert_eq!(
+        seen, claimed,
+        "the backend saw {seen}, not the claimed client"
+    );
+    let mut answer = String::new();
+    tokio::time::timeout(WAIT, peer.read_to_string(&mut answer))
+        .await
+        .expect("the backend's reply did not come back")
+        .unwrap();
+    assert_eq!(answer, claimed.to_string());
 
     // QUIC: a flow's first flight, from the client's namespace.
     let client_ip = net.client_ip;
