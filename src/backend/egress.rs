@@ -356,8 +356,8 @@ fn probe_one(key: &str, setting: &Setting) -> Result<(), SourceError> {
                         error,
                     });
                 }
-                if sources.ports.is_some()
-                    && let Err(error) = sockopt::probe_source(ip, sources.ports)
+                if let Some(ports) = sources.ports
+                    && let Err(error) = sockopt::probe_source(ip, Some(ports))
                 {
                     return Err(SourceError::PortRange {
                         key: key.to_owned(),
@@ -365,8 +365,33 @@ fn probe_one(key: &str, setting: &Setting) -> Result<(), SourceError> {
                     });
                 }
             }
+            if let Some((low, high)) = sources.ports {
+                warn_outside_system_range(key, low, high);
+            }
             Ok(())
         }
+    }
+}
+
+/// The kernel narrows its own `ip_local_port_range` to a socket's range
+/// and ignores a bound outside it: say so once, at start or reload.
+fn warn_outside_system_range(key: &str, low: u16, high: u16) {
+    let Ok(text) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
+        return;
+    };
+    let mut parts = text
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u16>().ok());
+    let (Some(system_low), Some(system_high)) = (parts.next(), parts.next()) else {
+        return;
+    };
+    if low < system_low || high > system_high {
+        tracing::warn!(
+            key = %format!("{key}.ports"),
+            ports = %format!("{low}-{high}"),
+            system = %format!("{system_low}-{system_high}"),
+            "`ports` reaches outside net.ipv4.ip_local_port_range; the kernel uses only the part inside it"
+        );
     }
 }
 
