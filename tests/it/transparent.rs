@@ -4,8 +4,9 @@
 //! and on the relay the policy routing and nftables rule of
 //! docs/operations.md. The backend sees the client's own address and port,
 //! for a TCP connection and for a QUIC flow's datagrams (and, behind a
-//! trusted PROXY peer, the claimed address and port), and its replies come
-//! back through the relay to the client. Without CAP_NET_ADMIN and
+//! trusted PROXY peer, the claimed address and port), over IPv4 and IPv6
+//! (the `ip -6` rules), and its replies come back through the relay to the
+//! client. Without CAP_NET_ADMIN and
 //! CAP_NET_RAW (dropped with util-linux's `setpriv`) the relay refuses to
 //! start, naming the key and the capability.
 
@@ -213,6 +214,75 @@ async fn the_backend_sees_the_client_s_address_and_port_for_tcp_and_quic() {
         .expect("the echo did not come back")
         .unwrap();
     assert_eq!(&buf[..len], &flight.last().unwrap()[..]);
+}
+
+#[tokio::test]
+async fn an_ipv6_client_is_seen_by_an_ipv6_backend_at_its_address_and_port() {
+    let net = Triangle::new();
+    let backend_ip6 = net.backend_ip6;
+    let tcp = net.in_ns(&net.backend, move || {
+        let l = std::net::TcpListener::bind((backend_ip6, 0)).unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    });
+    let tcp = TcpListener::from_std(tcp).unwrap();
+    let tcp_addr = tcp.local_addr().unwrap();
+    let (peer_tx, mut peers) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, peer)) = tcp.accept().await {
+            let _ = peer_tx.send(peer);
+            tokio::spawn(async move {
+                let _ = stream.write_all(peer.to_string().as_bytes()).await;
+                let _ = stream.shutdown().await;
+                let mut sink = [0u8; 4096];
+                while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let relay = Relay::launch(
+        &format!(
+            r#"
+[[listener]]
+name = "tls"
+listen = ["[{}]:0"]
+
+[[route]]
+sni = ["www.example.com"]
+backend = "b"
+
+[backend.b]
+addresses = ["{tcp_addr}"]
+source = "client"
+"#,
+            net.relay_ip6
+        ),
+        |path| net.wrap(&Relay::command(path)),
+    )
+    .await;
+    let relay_tcp = relay.addr_of("tls");
+    let client = net.in_ns(&net.client, move || {
+        let s = std::net::TcpStream::connect_timeout(&relay_tcp, WAIT).unwrap();
+        s.set_nonblocking(true).unwrap();
+        s
+    });
+    let mut client = TcpStream::from_std(client).unwrap();
+    let client_addr = client.local_addr().unwrap();
+    assert_eq!(client_addr.ip(), net.client_ip6);
+    client
+        .write_all(&common::capture("openssl_sni.bin"))
+        .await
+        .unwrap();
+    let seen = tokio::time::timeout(WAIT, peers.recv())
+        .await
+        .expect("the backend was not reached")
+        .unwrap();
+    assert_eq!(seen, client_addr, "the backend saw {seen}, not the client");
+    let mut answer = String::new();
+    tokio::time::timeout(WAIT, client.read_to_string(&mut answer))
+        .await
+        .expect("the backend's reply did not come back")
+        .unwrap();
+    assert_eq!(answer, client_addr.to_string());
 }
 
 #[tokio::test]

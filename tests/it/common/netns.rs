@@ -12,7 +12,7 @@
 //! Everything is removed on drop (on panic too). Needs root, `ip` and
 //! `nft`; a test that cannot set up fails loudly, it never skips.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -236,6 +236,11 @@ pub(crate) struct Triangle {
     pub client_ip: Ipv4Addr,
     pub relay_ip: Ipv4Addr,
     pub backend_ip: Ipv4Addr,
+    /// The same three in IPv6 (fd33:N:1::/64 client side, fd33:N:2::/64
+    /// backend side), added without duplicate address detection.
+    pub client_ip6: Ipv6Addr,
+    pub relay_ip6: Ipv6Addr,
+    pub backend_ip6: Ipv6Addr,
 }
 
 impl Triangle {
@@ -252,8 +257,12 @@ impl Triangle {
             client_ip: Ipv4Addr::new(10, 211, index, 2),
             relay_ip: Ipv4Addr::new(10, 211, index, 1),
             backend_ip: Ipv4Addr::new(10, 212, index, 2),
+            client_ip6: Ipv6Addr::new(0xfd33, index.into(), 1, 0, 0, 0, 0, 2),
+            relay_ip6: Ipv6Addr::new(0xfd33, index.into(), 1, 0, 0, 0, 0, 1),
+            backend_ip6: Ipv6Addr::new(0xfd33, index.into(), 2, 0, 0, 0, 0, 2),
         };
         let relay_back = Ipv4Addr::new(10, 212, index, 1);
+        let relay_back6 = Ipv6Addr::new(0xfd33, index.into(), 2, 0, 0, 0, 0, 1);
         for ns in [&triangle.client, &triangle.relay, &triangle.backend] {
             run(&["ip", "netns", "add", ns]);
             run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
@@ -283,6 +292,24 @@ impl Triangle {
         addr(&triangle.relay, triangle.relay_ip, "r0");
         addr(&triangle.relay, relay_back, "r1");
         addr(&triangle.backend, triangle.backend_ip, "b0");
+        let addr6 = |ns: &str, ip: Ipv6Addr, dev: &str| {
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "-6",
+                "addr",
+                "add",
+                &format!("{ip}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+        };
+        addr6(&triangle.client, triangle.client_ip6, "c0");
+        addr6(&triangle.relay, triangle.relay_ip6, "r0");
+        addr6(&triangle.relay, relay_back6, "r1");
+        addr6(&triangle.backend, triangle.backend_ip6, "b0");
         let via = |ns: &str, gw: Ipv4Addr| {
             run(&[
                 "ip",
@@ -298,6 +325,22 @@ impl Triangle {
         via(&triangle.client, triangle.relay_ip);
         // The backend answers the client through the relay.
         via(&triangle.backend, relay_back);
+        for (ns, gw) in [
+            (&triangle.client, triangle.relay_ip6),
+            (&triangle.backend, relay_back6),
+        ] {
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &gw.to_string(),
+            ]);
+        }
         // docs/operations.md, "Transparent source": replies to a
         // transparent socket are marked and routed to this host.
         let r = &triangle.relay;
@@ -314,6 +357,12 @@ impl Triangle {
             "lo",
             "table",
             "100",
+        ]);
+        run(&[
+            "ip", "-n", r, "-6", "rule", "add", "fwmark", "1", "lookup", "100",
+        ]);
+        run(&[
+            "ip", "-n", r, "-6", "route", "add", "local", "::/0", "dev", "lo", "table", "100",
         ]);
         run_with_input(&["ip", "netns", "exec", r, "nft", "-f", "-"], TPROXY_RULES);
         triangle
