@@ -794,7 +794,7 @@ pub(crate) fn probe_transparent(v6: bool) -> io::Result<()> {
 /// bound to (with `ports`, that the kernel takes IP_LOCAL_PORT_RANGE):
 /// binds a scratch socket to `ip` with IP_BIND_ADDRESS_NO_PORT, which
 /// reserves no port, and closes it.
-pub(crate) fn probe_source(ip: IpAddr, ports: Option<(u16, u16)>) -> io::Result<()> {
+pub fn probe_source(ip: IpAddr, ports: Option<(u16, u16)>) -> io::Result<()> {
     let socket = Socket::new(
         Domain::for_address(SocketAddr::new(ip, 0)),
         Type::STREAM.cloexec(),
