@@ -660,7 +660,7 @@ pub(crate) fn start_connect(addr: SocketAddr, bind: LocalBind) -> io::Result<Con
         Some(Protocol::TCP),
     )?;
     socket.set_tcp_nodelay(true)?;
-    bind_local(&socket, addr, bind)?;
+    bind_local(&socket, addr, bind, true)?;
     let connected = match socket.connect(&addr.into()) {
         Ok(()) => true,
         Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {
@@ -703,7 +703,14 @@ pub(crate) enum LocalBind {
 
 /// Binds `socket` (about to connect to `dest`) as `bind` says. A bind of
 /// the wrong family is refused here, as EAFNOSUPPORT, before any syscall.
-fn bind_local(socket: &Socket, dest: SocketAddr, bind: LocalBind) -> io::Result<()> {
+///
+/// A TCP socket (`stream`) is bound to a source address with
+/// IP_BIND_ADDRESS_NO_PORT: its port is picked at connect time, free per
+/// 4-tuple. A UDP socket is bound with its port at once: UDP ports are not
+/// shared between destinations anyway, and with the option a UDP socket
+/// that finds no port fails its connect with EAGAIN, which would not read
+/// as this host's shortage (EADDRINUSE, as the bind answers).
+fn bind_local(socket: &Socket, dest: SocketAddr, bind: LocalBind, stream: bool) -> io::Result<()> {
     let family_error = || io::Error::from_raw_os_error(nix::libc::EAFNOSUPPORT);
     match bind {
         LocalBind::Host => Ok(()),
@@ -711,11 +718,13 @@ fn bind_local(socket: &Socket, dest: SocketAddr, bind: LocalBind) -> io::Result<
             if ip.is_ipv4() != dest.is_ipv4() {
                 return Err(family_error());
             }
-            nix::sys::socket::setsockopt(
-                socket,
-                nix::sys::socket::sockopt::IpBindAddressNoPort,
-                &true,
-            )?;
+            if stream {
+                nix::sys::socket::setsockopt(
+                    socket,
+                    nix::sys::socket::sockopt::IpBindAddressNoPort,
+                    &true,
+                )?;
+            }
             if let Some((low, high)) = ports {
                 set_local_port_range(socket, low, high)?;
             }
@@ -776,7 +785,7 @@ pub(crate) fn udp_connect(dest: SocketAddr, bind: LocalBind) -> io::Result<std::
         Type::DGRAM.nonblocking().cloexec(),
         Some(Protocol::UDP),
     )?;
-    bind_local(&socket, dest, bind)?;
+    bind_local(&socket, dest, bind, false)?;
     socket.connect(&dest.into())?;
     Ok(socket.into())
 }
@@ -906,6 +915,31 @@ mod tests {
         assert!(is_local_connect_failure(&error), "{error}");
         assert!(probe_source(ip, Some((high - 9, high))).is_ok());
         assert!(probe_source("192.0.2.77".parse().unwrap(), None).is_err());
+    }
+
+    /// A UDP source bind takes its port at once, so a source with no free
+    /// port in its range says EADDRINUSE (a shortage on this host), not a
+    /// connect's EAGAIN.
+    #[test]
+    fn a_udp_source_with_no_free_port_is_a_source_shortage() {
+        let dest: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let high = {
+            let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+            text.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u16>()
+                .unwrap()
+        };
+        let port = high - 20;
+        let bind = LocalBind::Address {
+            ip: "127.0.0.6".parse().unwrap(),
+            ports: Some((port, port)),
+        };
+        let first = udp_connect(dest, bind).unwrap();
+        assert_eq!(first.local_addr().unwrap().port(), port);
+        let error = udp_connect(dest, bind).unwrap_err();
+        assert!(is_source_exhausted(&error), "{error}");
     }
 
     /// Whether the runtime holds read readiness for `stream`: `try_io`
