@@ -5,8 +5,10 @@
 //! QUIC flow's backend socket bound the same way; a source address that
 //! has no free port toward the backend (its `ports` all taken by another
 //! process's connections) skipped at once for the other, counted, warned
-//! about, and not blamed on the backend address; a source address this
-//! host lacks refused at start, naming the key.
+//! about, and not blamed on the backend address; QUIC flows the same way
+//! (two sources of one port each: two flows, then `connect_failed`); a
+//! source address this host lacks refused at start (and at a reload),
+//! naming the key.
 //!
 //! The backends record the peer address of each connection (or datagram)
 //! and hold the connection open. The transparent source (`"client"`) is
@@ -170,6 +172,75 @@ source = {{ addresses = ["127.0.0.3"] }}
         common::udp::echoed_flow(relay.addr_of("quic"), "127.0.0.1", &capture("ngtcp2")).await;
     let from = next_seen(&mut seen).await;
     assert_eq!(from.ip(), "127.0.0.3".parse::<IpAddr>().unwrap());
+}
+
+#[tokio::test]
+async fn quic_flows_skip_a_source_with_no_free_port_and_close_connect_failed_when_none_has() {
+    let backend = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((len, from)) = backend.recv_from(&mut buf).await {
+            let _ = seen_tx.send(from);
+            let _ = backend.send_to(&buf[..len], from).await;
+        }
+    });
+    // One port per source address: two flows fill both.
+    let (_, high) = system_port_range();
+    let port = high - 30;
+    let relay = Relay::start(&format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+name = "quic"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+listener = "quic"
+sni = ["localhost"]
+backend = "b"
+
+[backend.b]
+addresses = ["{backend_addr}"]
+max_fails = 1
+source = {{ addresses = ["127.0.0.2", "127.0.0.3"], ports = "{port}-{port}" }}
+"#
+    ))
+    .await;
+    let quic = relay.addr_of("quic");
+    let _first = common::udp::echoed_flow(quic, "127.0.0.1", &capture("ngtcp2")).await;
+    let _second = common::udp::echoed_flow(quic, "127.0.0.1", &capture("ngtcp2")).await;
+    let mut froms = [next_seen(&mut seen).await, next_seen(&mut seen).await];
+    froms.sort();
+    assert_eq!(
+        froms,
+        [
+            SocketAddr::from(([127, 0, 0, 2], port)),
+            SocketAddr::from(([127, 0, 0, 3], port))
+        ]
+    );
+    // A third flow finds no port on either source.
+    let third = common::udp::send_flow(quic, &capture("ngtcp2")).await;
+    let line = relay.closed_line(third.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "connect_failed", "{line}");
+    let (_, text) = http_get(relay.admin_addr().await, "/metrics").await;
+    let exhausted: f64 = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|ip| {
+            metric(
+                &text,
+                &format!(
+                    "snirelay_source_address_exhausted_total{{backend=\"b\",source=\"{ip}\"}}"
+                ),
+            )
+        })
+        .sum();
+    assert_eq!(exhausted, 2.0, "{text}");
+    assert_not_marked_down(&relay);
 }
 
 /// The kernel's ephemeral range: a per-socket `ports` range narrows it
