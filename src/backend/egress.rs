@@ -220,7 +220,7 @@ impl Pool {
         let mut of_family = 0;
         let mut last = None;
         for k in 0..n {
-            let source = &self.sources[(start + k) % n];
+            let source = &self.sources[start.wrapping_add(k) % n];
             if source.ip.is_ipv4() != dest.is_ipv4() {
                 continue;
             }
