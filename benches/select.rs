@@ -20,6 +20,7 @@ fn set(n: u16, weighted: bool) -> std::sync::Arc<[snirelay::backend::Endpoint]> 
             addr: SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 443)),
             weight: if weighted { u32::from(i % 4) + 1 } else { 1 },
             max_connections: None,
+            source: None,
         })
         .collect();
     carry_members(&[], &members)

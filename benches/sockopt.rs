@@ -3,6 +3,10 @@
 //! which every relayed socket already pays. Client sockets pay nothing:
 //! they inherit keepalive from the listening socket.
 //!
+//! And what a backend `source` adds to each connect: a socket made with
+//! IP_BIND_ADDRESS_NO_PORT set and bound to a source address (what
+//! `sockopt::probe_source` does), against the socket alone.
+//!
 //! Run: `cargo bench --bench sockopt`.
 
 #![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
@@ -29,6 +33,26 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("keepalive_off", |b| {
         b.iter(|| sockopt::set_keepalive(&stream, None).unwrap())
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("backend_socket");
+    let source = "127.0.0.2".parse().unwrap();
+    group.bench_function("socket_only", |b| {
+        b.iter(|| {
+            socket2::Socket::new(
+                socket2::Domain::IPV4,
+                socket2::Type::STREAM.cloexec(),
+                Some(socket2::Protocol::TCP),
+            )
+            .unwrap()
+        })
+    });
+    group.bench_function("socket_with_source", |b| {
+        b.iter(|| sockopt::probe_source(source, None).unwrap())
+    });
+    group.bench_function("socket_with_source_and_ports", |b| {
+        b.iter(|| sockopt::probe_source(source, Some((32768, 60999))).unwrap())
     });
     group.finish();
 }

@@ -54,7 +54,7 @@
 //! are recorded here ([`Metrics::admin_opened`], [`Metrics::admin_closed`]).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -134,6 +134,13 @@ struct AddressStateLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LogTargetLabels {
     target: &'static str,
+}
+
+/// A backend's `source` address (bounded by the configuration).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    backend: String,
+    source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -219,6 +226,8 @@ pub(crate) struct Metrics {
     // Log lines sent to and dropped before syslog or journald.
     log_sent: Family<LogTargetLabels, Counter>,
     log_dropped: Family<LogDropLabels, Counter>,
+    // Egress source addresses (issue 33).
+    source_exhausted: Family<SourceLabels, Counter>,
 }
 
 /// One backend's connect series (clones share the family's atomics),
@@ -474,6 +483,7 @@ impl Metrics {
             admin_forwarded: Family::default(),
             log_sent: Family::default(),
             log_dropped: Family::default(),
+            source_exhausted: Family::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -619,6 +629,11 @@ impl Metrics {
             m.log_dropped.clone(),
         );
         r.register(
+            "snirelay_source_address_exhausted",
+            "Backend connects (or QUIC flow sockets) whose `source` address had no free local port; the next source was tried",
+            m.source_exhausted.clone(),
+        );
+        r.register(
             "snirelay_local_names",
             "Names pushed as served by this node's local backend, in force now",
             m.local_names.clone(),
@@ -709,6 +724,15 @@ impl Metrics {
 
     /// The counter of lines dropped before the socket log `target`, for
     /// `reason` (`queue_full`, `send_failed`).
+    /// The counter of a backend `source` address that ran out of ports,
+    /// resolved once per backend runtime.
+    pub(crate) fn source_address_exhausted(&self, backend: &str, source: IpAddr) -> Counter {
+        self.source_exhausted.get_or_create_owned(&SourceLabels {
+            backend: backend.to_owned(),
+            source: source.to_string(),
+        })
+    }
+
     pub(crate) fn log_lines_dropped(&self, target: &'static str, reason: &'static str) -> Counter {
         self.log_dropped
             .get_or_create(&LogDropLabels { target, reason })

@@ -35,15 +35,23 @@
 //!
 //! Listening sockets may also be inherited (systemd socket activation, or a
 //! takeover from the process being replaced): the few functions that turn
-//! raw descriptor numbers into owned ones are the only `unsafe` in the
+//! raw descriptor numbers into owned ones are, with the one setsockopt(2)
+//! libc has no name for (IP_LOCAL_PORT_RANGE), the only `unsafe` in the
 //! crate, each allowed on that function alone, with its SAFETY argument.
+//!
+//! A backend socket may be bound before its connect (`LocalBind`): to a
+//! `source` address with IP_BIND_ADDRESS_NO_PORT (the port is picked per
+//! 4-tuple at connect time, so one source address serves the whole port
+//! range toward every destination) and optionally IP_LOCAL_PORT_RANGE, or
+//! to the client's address and port with IP_TRANSPARENT. One setsockopt(2)
+//! and a bind(2) more per connect when a `source` is set; none otherwise.
 //!
 //! Not here: anything that reads or writes data (the takeover's small
 //! message exchange is framed in `takeover`; only the sendmsg/recvmsg calls
 //! are here).
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -238,9 +246,29 @@ pub(crate) fn is_resource_exhaustion(error: &io::Error) -> bool {
 /// free local port toward that address, descriptors, buffers, memory,
 /// epoll watches) rather than hearing from the backend: such a failure
 /// says nothing about the backend, and passive health must not count it.
+///
+/// So is a failure to bind the socket's local side (a `source` address
+/// with no free port, EADDRNOTAVAIL or EADDRINUSE; a `source` of the
+/// wrong family, EAFNOSUPPORT).
 pub(crate) fn is_local_connect_failure(error: &io::Error) -> bool {
-    use nix::libc::{EADDRNOTAVAIL, ENOSPC};
-    is_resource_exhaustion(error) || matches!(error.raw_os_error(), Some(EADDRNOTAVAIL | ENOSPC))
+    use nix::libc::{EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, ENOSPC};
+    is_resource_exhaustion(error)
+        || matches!(
+            error.raw_os_error(),
+            Some(EADDRNOTAVAIL | EADDRINUSE | EAFNOSUPPORT | ENOSPC)
+        )
+        || matches!(
+            error.kind(),
+            io::ErrorKind::AddrNotAvailable | io::ErrorKind::AddrInUse
+        )
+}
+
+/// Whether a bind or connect from a `source` address failed because that
+/// address has no free local port (toward this destination, or in its
+/// `ports`): EADDRNOTAVAIL or EADDRINUSE. Another source may still work.
+pub(crate) fn is_source_exhausted(error: &io::Error) -> bool {
+    use nix::libc::{EADDRINUSE, EADDRNOTAVAIL};
+    matches!(error.raw_os_error(), Some(EADDRNOTAVAIL | EADDRINUSE))
 }
 
 // ------------------------------------------------- inherited listening sockets
@@ -625,13 +653,14 @@ pub(crate) struct Connecting {
 /// getsockopt(SO_ERROR) that wait would end with is skipped too, so the
 /// count of calls is the same). Elsewhere the handshake takes a round
 /// trip, and `connected` is false without a probe.
-pub(crate) fn start_connect(addr: SocketAddr) -> io::Result<Connecting> {
+pub(crate) fn start_connect(addr: SocketAddr, bind: LocalBind) -> io::Result<Connecting> {
     let socket = Socket::new(
         Domain::for_address(addr),
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::TCP),
     )?;
     socket.set_tcp_nodelay(true)?;
+    bind_local(&socket, addr, bind, true)?;
     let connected = match socket.connect(&addr.into()) {
         Ok(()) => true,
         Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {
@@ -643,6 +672,152 @@ pub(crate) fn start_connect(addr: SocketAddr) -> io::Result<Connecting> {
         socket: socket.into(),
         connected,
     })
+}
+
+// ------------------------------------------------------ egress source binds
+//
+// A backend socket (TCP, or a QUIC flow's UDP socket) may be bound before
+// its connect: to one of the backend's `source` addresses, or to the
+// client's own address and port (`source = "client"`, IP_TRANSPARENT).
+
+/// IP_LOCAL_PORT_RANGE (Linux 6.3, `include/uapi/linux/in.h`): the local
+/// port range of one socket, `low | high << 16`; libc does not name it.
+const IP_LOCAL_PORT_RANGE: nix::libc::c_int = 51;
+
+/// Where a backend socket is bound before its connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LocalBind {
+    /// Not bound: the routing table picks the address, connect(2) the port.
+    Host,
+    /// This local address, the port picked at connect time for the 4-tuple
+    /// (IP_BIND_ADDRESS_NO_PORT), within `ports` (IP_LOCAL_PORT_RANGE)
+    /// when set.
+    Address {
+        ip: IpAddr,
+        ports: Option<(u16, u16)>,
+    },
+    /// The client's address and port, not local to this host
+    /// (IP_TRANSPARENT / IPV6_TRANSPARENT, with SO_REUSEADDR).
+    Transparent(SocketAddr),
+}
+
+/// Binds `socket` (about to connect to `dest`) as `bind` says. A bind of
+/// the wrong family is refused here, as EAFNOSUPPORT, before any syscall.
+///
+/// A TCP socket (`stream`) is bound to a source address with
+/// IP_BIND_ADDRESS_NO_PORT: its port is picked at connect time, free per
+/// 4-tuple. A UDP socket is bound with its port at once: UDP ports are not
+/// shared between destinations anyway, and with the option a UDP socket
+/// that finds no port fails its connect with EAGAIN, which would not read
+/// as this host's shortage (EADDRINUSE, as the bind answers).
+fn bind_local(socket: &Socket, dest: SocketAddr, bind: LocalBind, stream: bool) -> io::Result<()> {
+    let family_error = || io::Error::from_raw_os_error(nix::libc::EAFNOSUPPORT);
+    match bind {
+        LocalBind::Host => Ok(()),
+        LocalBind::Address { ip, ports } => {
+            if ip.is_ipv4() != dest.is_ipv4() {
+                return Err(family_error());
+            }
+            if stream {
+                nix::sys::socket::setsockopt(
+                    socket,
+                    nix::sys::socket::sockopt::IpBindAddressNoPort,
+                    &true,
+                )?;
+            }
+            if let Some((low, high)) = ports {
+                set_local_port_range(socket, low, high)?;
+            }
+            socket.bind(&SocketAddr::new(ip, 0).into())
+        }
+        LocalBind::Transparent(client) => {
+            if client.is_ipv4() != dest.is_ipv4() {
+                return Err(family_error());
+            }
+            set_transparent(socket, client.is_ipv6())?;
+            socket.set_reuse_address(true)?;
+            socket.bind(&client.into())
+        }
+    }
+}
+
+/// IP_TRANSPARENT (IPV6_TRANSPARENT on an IPv6 socket): the socket may be
+/// bound to an address that is not local. Needs CAP_NET_ADMIN or
+/// CAP_NET_RAW (EPERM without either).
+fn set_transparent(socket: &Socket, v6: bool) -> io::Result<()> {
+    if v6 {
+        socket.set_ip_transparent_v6(true)
+    } else {
+        socket.set_ip_transparent_v4(true)
+    }
+}
+
+/// IP_LOCAL_PORT_RANGE on `socket`: ports the kernel picks from at bind or
+/// connect time; ENOPROTOOPT before Linux 6.3.
+#[allow(unsafe_code)]
+fn set_local_port_range(socket: &Socket, low: u16, high: u16) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value: u32 = u32::from(low) | (u32::from(high) << 16);
+    // SAFETY: `socket` is an open descriptor for the whole call; the value
+    // pointer and its length describe one live `u32`, which the kernel
+    // copies in and does not keep.
+    let rc = unsafe {
+        nix::libc::setsockopt(
+            socket.as_raw_fd(),
+            nix::libc::SOL_IP,
+            IP_LOCAL_PORT_RANGE,
+            (&raw const value).cast(),
+            std::mem::size_of::<u32>() as nix::libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A non-blocking UDP socket connected to `dest`, bound first as `bind`
+/// says (a QUIC flow's backend socket).
+pub(crate) fn udp_connect(dest: SocketAddr, bind: LocalBind) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(
+        Domain::for_address(dest),
+        Type::DGRAM.nonblocking().cloexec(),
+        Some(Protocol::UDP),
+    )?;
+    bind_local(&socket, dest, bind, false)?;
+    socket.connect(&dest.into())?;
+    Ok(socket.into())
+}
+
+/// Whether this process may bind sockets to non-local addresses: sets
+/// IP_TRANSPARENT (IPV6_TRANSPARENT for `v6`) on a scratch socket, which
+/// fails with EPERM without CAP_NET_ADMIN or CAP_NET_RAW.
+pub(crate) fn probe_transparent(v6: bool) -> io::Result<()> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let socket = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
+    set_transparent(&socket, v6)
+}
+
+/// Whether `ip` is an address of this host that a backend socket can be
+/// bound to (with `ports`, that the kernel takes IP_LOCAL_PORT_RANGE):
+/// binds a scratch socket to `ip` with IP_BIND_ADDRESS_NO_PORT, which
+/// reserves no port, and closes it.
+pub fn probe_source(ip: IpAddr, ports: Option<(u16, u16)>) -> io::Result<()> {
+    let socket = Socket::new(
+        Domain::for_address(SocketAddr::new(ip, 0)),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::IpBindAddressNoPort,
+        &true,
+    )?;
+    if let Some((low, high)) = ports {
+        set_local_port_range(&socket, low, high)?;
+    }
+    socket.bind(&SocketAddr::new(ip, 0).into())
 }
 
 /// One send(2) on `stream` now, whatever readiness the runtime holds for it
@@ -690,7 +865,7 @@ mod tests {
     fn a_loopback_connect_is_found_complete_at_once_and_a_refused_one_is_not() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let connecting = start_connect(addr).unwrap();
+        let connecting = start_connect(addr, LocalBind::Host).unwrap();
         assert!(connecting.connected);
         assert_eq!(connecting.socket.peer_addr().unwrap(), addr);
         assert!(connecting.socket.nodelay().unwrap());
@@ -701,7 +876,7 @@ mod tests {
         };
         // Linux answers EINPROGRESS and leaves the refusal on the socket;
         // a kernel that refused inside connect(2) would say so at once.
-        let refusal = match start_connect(closed) {
+        let refusal = match start_connect(closed, LocalBind::Host) {
             Ok(refused) => {
                 assert!(!refused.connected);
                 refused.socket.take_error().unwrap().map(|e| e.kind())
@@ -709,6 +884,62 @@ mod tests {
             Err(e) => Some(e.kind()),
         };
         assert_eq!(refusal, Some(io::ErrorKind::ConnectionRefused));
+    }
+
+    /// A `source` bind: the local address is the source, the port is in
+    /// `ports` (IP_LOCAL_PORT_RANGE), picked at connect time; a source of
+    /// the wrong family is refused before any syscall.
+    #[test]
+    fn a_source_bind_takes_the_address_and_a_port_in_the_range() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_, high) = {
+            let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+            let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().unwrap());
+            (parts.next().unwrap(), parts.next().unwrap())
+        };
+        let ip: IpAddr = "127.0.0.5".parse().unwrap();
+        let bind = LocalBind::Address {
+            ip,
+            ports: Some((high - 9, high)),
+        };
+        let connecting = start_connect(addr, bind).unwrap();
+        let local = connecting.socket.local_addr().unwrap();
+        assert_eq!(local.ip(), ip);
+        assert!((high - 9..=high).contains(&local.port()), "{local}");
+        let v6 = LocalBind::Address {
+            ip: "::1".parse().unwrap(),
+            ports: None,
+        };
+        let error = start_connect(addr, v6).unwrap_err();
+        assert!(is_local_connect_failure(&error), "{error}");
+        assert!(probe_source(ip, Some((high - 9, high))).is_ok());
+        assert!(probe_source("192.0.2.77".parse().unwrap(), None).is_err());
+    }
+
+    /// A UDP source bind takes its port at once, so a source with no free
+    /// port in its range says EADDRINUSE (a shortage on this host), not a
+    /// connect's EAGAIN.
+    #[test]
+    fn a_udp_source_with_no_free_port_is_a_source_shortage() {
+        let dest: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let high = {
+            let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+            text.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u16>()
+                .unwrap()
+        };
+        let port = high - 20;
+        let bind = LocalBind::Address {
+            ip: "127.0.0.6".parse().unwrap(),
+            ports: Some((port, port)),
+        };
+        let first = udp_connect(dest, bind).unwrap();
+        assert_eq!(first.local_addr().unwrap().port(), port);
+        let error = udp_connect(dest, bind).unwrap_err();
+        assert!(is_source_exhausted(&error), "{error}");
     }
 
     /// Whether the runtime holds read readiness for `stream`: `try_io`

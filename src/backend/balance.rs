@@ -301,6 +301,7 @@ mod tests {
                 addr: SocketAddr::from(([127, 0, 0, 1], i as u16 + 1)),
                 weight,
                 max_connections: None,
+                source: None,
             })
             .collect();
         carry_members(&[], &members)

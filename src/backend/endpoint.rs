@@ -48,10 +48,10 @@ pub struct Endpoint {
 impl Endpoint {
     /// An address with weight 1 and no cap of its own, and fresh state.
     pub fn new(addr: SocketAddr) -> Endpoint {
-        Endpoint::with(Member::plain(addr))
+        Endpoint::with(&Member::plain(addr))
     }
 
-    fn with(member: Member) -> Endpoint {
+    fn with(member: &Member) -> Endpoint {
         Endpoint {
             addr: member.addr,
             weight: member.weight,
@@ -94,7 +94,7 @@ pub fn carry_members(previous: &[Endpoint], members: &[Member]) -> AddressSet {
         if set.iter().any(|e| e.addr == member.addr) {
             continue;
         }
-        let mut endpoint = Endpoint::with(*member);
+        let mut endpoint = Endpoint::with(member);
         if let Some(kept) = previous.iter().find(|e| e.addr == member.addr) {
             endpoint.state = kept.state.clone();
         }
@@ -446,6 +446,7 @@ mod tests {
                 addr: addr(1),
                 weight: 3,
                 max_connections: Some(5),
+                source: None,
             }],
         );
         assert!(Arc::ptr_eq(&new[0].state, &old[0].state));

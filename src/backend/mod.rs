@@ -40,6 +40,7 @@ pub mod balance;
 pub mod cluster;
 pub(crate) mod cluster_http;
 pub mod dns;
+pub(crate) mod egress;
 mod endpoint;
 pub(crate) mod fastest;
 pub(crate) mod health;
@@ -98,6 +99,9 @@ pub struct BackendRuntime {
     tasks: CancellationToken,
     /// This backend's connect metrics, resolved once.
     pub metrics: metrics::BackendSeries,
+    /// Where its connections are made from (`source`), with each source
+    /// address's cooldown.
+    pub(crate) egress: egress::EgressRuntime,
 }
 
 impl BackendRuntime {
@@ -127,6 +131,7 @@ impl BackendRuntime {
             set: set.into(),
             known: fixed,
         };
+        let egress = egress::EgressRuntime::new(&config);
         BackendRuntime {
             cluster: config
                 .cluster()
@@ -136,6 +141,7 @@ impl BackendRuntime {
             selection: balance::State::default(),
             tasks: CancellationToken::new(),
             metrics,
+            egress,
         }
     }
 

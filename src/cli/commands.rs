@@ -93,6 +93,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let activated = sockopt::take_activated_fds().context("socket activation")?;
     logging::init(cli.log_format, &cli.log_level)?;
     let config = Config::load(&cli.config)?;
+    // Source addresses this host lacks, or `source = "client"` without the
+    // capability: a start error naming the key, not failed connects later.
+    crate::backend::egress::probe(&config)?;
     // `[log]`: from here on lines may go to journald or syslog.
     logging::start_output(&config.log).context("cannot start the log target")?;
     match sockopt::raise_nofile_limit() {

@@ -329,5 +329,20 @@ pub(crate) fn check_summary(config: &Config) -> Vec<String> {
             ));
         }
     }
+    // Known only where it runs: `check` may run elsewhere, unprivileged.
+    for backend in config.backends.values() {
+        let own = backend
+            .members
+            .iter()
+            .any(|m| m.source == Some(crate::config::Egress::Client));
+        if backend.egress == crate::config::Egress::Client || own {
+            lines.push(format!(
+                "note: backend {}: source = \"client\" needs CAP_NET_ADMIN (or CAP_NET_RAW) when \
+                 run, and policy routing that returns the backend's replies through this host \
+                 (docs/operations.md, \"Transparent source\")",
+                backend.name
+            ));
+        }
+    }
     lines
 }

@@ -58,6 +58,9 @@ use super::{Inbound, Keepalive, Limits, Mode, Outbound, Rate};
 use super::file::ProxyTlvEntry;
 use super::{Log, file::LogSection};
 use super::{ProxyTlv, TlvValue};
+// Egress source addresses (issue 33).
+use super::file::{SourceSetting, SourceTable};
+use super::{Egress, SourceAddresses};
 
 impl Config {
     /// This configuration as the file model, every key set to its value in
@@ -410,6 +413,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         members,
         max_connections_per_address,
         fastest_measure,
+        egress,
     } = backend;
     let mut section = BackendSection {
         addresses: None,
@@ -442,6 +446,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         max_connections_per_address: max_connections_per_address.map(i64::from),
         // Refused unless the policy is fastest, like fastest_interval.
         fastest_measure: (*policy == Policy::Fastest).then(|| fastest_measure.as_str().to_owned()),
+        source: source_setting(egress),
     };
     match source {
         AddressSource::Fixed => {
@@ -480,15 +485,31 @@ fn address_entry(member: &Member) -> AddressEntry {
         addr,
         weight,
         max_connections,
+        source,
     } = member;
-    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() {
+    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() && source.is_none() {
         AddressEntry::Plain(addr.to_string())
     } else {
         AddressEntry::Table(AddressTable {
             address: addr.to_string(),
             weight: Some(i64::from(*weight)),
             max_connections: max_connections.map(i64::from),
+            source: source.as_ref().and_then(source_setting),
         })
+    }
+}
+
+/// `source` as written; unset for the host's choice.
+fn source_setting(egress: &Egress) -> Option<SourceSetting> {
+    match egress {
+        Egress::Host => None,
+        Egress::Client => Some(SourceSetting::Word("client".to_owned())),
+        Egress::Addresses(SourceAddresses { addresses, ports }) => {
+            Some(SourceSetting::Table(SourceTable {
+                addresses: Some(addresses.iter().map(|a| a.to_string()).collect()),
+                ports: ports.map(|(low, high)| format!("{low}-{high}")),
+            }))
+        }
     }
 }
 
@@ -745,8 +766,8 @@ mod tests {
             shown,
             json!([
                 "127.0.0.1:9",
-                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null},
-                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7},
+                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null, "source": null},
+                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7, "source": null},
             ])
         );
     }

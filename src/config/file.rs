@@ -230,6 +230,52 @@ pub struct BackendSection {
     pub max_connections_per_address: Option<i64>,
     /// `policy = "fastest"`: `"connect"` or `"tls"` (the health ClientHello).
     pub fastest_measure: Option<String>,
+    // Egress source addresses and the transparent source (issue 33).
+    /// `source`: `{ addresses, ports }` or `"client"`.
+    pub source: Option<SourceSetting>,
+}
+
+/// `source = { addresses = ["10.0.0.2"], ports = "1024-65535" }` or
+/// `source = "client"`. Read by hand rather than `untagged`, so that a
+/// misspelt key in the table keeps serde's own message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum SourceSetting {
+    Word(String),
+    Table(SourceTable),
+}
+
+/// The table form of `source`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceTable {
+    /// Local addresses, IPv4 and IPv6.
+    pub addresses: Option<Vec<String>>,
+    /// `"LOW-HIGH"`: the local port range.
+    pub ports: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for SourceSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = SourceSetting;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table { addresses, ports } or \"client\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(SourceSetting::Word(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                SourceTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(SourceSetting::Table)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// One entry of `addresses`: a plain `"IP:port"`, or a table with its
@@ -250,7 +296,7 @@ impl<'de> Deserialize<'de> for AddressEntry {
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str(
-                    "\"IP:port\" or { address = \"IP:port\", weight = N, max_connections = N }",
+                    "\"IP:port\" or { address = \"IP:port\", weight = N, max_connections = N, source = ... }",
                 )
             }
 
@@ -277,6 +323,8 @@ pub struct AddressTable {
     pub(crate) address: String,
     pub weight: Option<i64>,
     pub max_connections: Option<i64>,
+    /// This address's own `source` (the backend's when unset).
+    pub source: Option<SourceSetting>,
 }
 
 /// One entry of `proxy_protocol_tlvs`: a type, and one of `value` (a

@@ -92,6 +92,8 @@ pub enum Kind {
     Path,
     /// `{ idle, interval, count }`, `true` or `false`.
     Keepalive,
+    /// `{ addresses, ports }` or `"client"`.
+    Source,
     /// A table of names the operator chooses, each a value or `{ file }`.
     Map,
 }
@@ -127,6 +129,7 @@ impl Kind {
             Kind::Url => "URL".into(),
             Kind::Path => "path".into(),
             Kind::Keepalive => "table, true or false".into(),
+            Kind::Source => "table or \"client\"".into(),
             Kind::Map => "table of names".into(),
         }
     }
@@ -446,6 +449,18 @@ pub static KEYS: &[Key] = &[
     key("backend.*.addresses.max_connections", Kind::Integer, Unset("`max_connections_per_address`"),
         "Open connections to this address; at the cap the next address is used.")
         .range(ADDRESS_CONNECTIONS_RANGE).unit("connections"),
+    key("backend.*.addresses.source", Kind::Source, Unset("the backend's `source`"),
+        "Where connections to this address are made from, as the backend's `source`."),
+    key("backend.*.addresses.source.addresses", Kind::Strings, Required("required in the table form"),
+        "Local addresses to connect from, in turn, those of the address's family."),
+    key("backend.*.addresses.source.ports", Kind::String, Unset("the kernel's `ip_local_port_range`"),
+        "`\"LOW-HIGH\"`: the local ports used (IP_LOCAL_PORT_RANGE, Linux 6.3+)."),
+    key("backend.*.source", Kind::Source, Unset("the host's routing picks the address"),
+        "`{ addresses, ports }`: connect from these local addresses in turn; `\"client\"`: from the client's address and port (needs CAP_NET_ADMIN)."),
+    key("backend.*.source.addresses", Kind::Strings, Required("required in the table form"),
+        "Local addresses (IPv4, IPv6) to connect from, in turn, those of the backend address's family."),
+    key("backend.*.source.ports", Kind::String, Unset("the kernel's `ip_local_port_range`"),
+        "`\"LOW-HIGH\"`: the local ports used (IP_LOCAL_PORT_RANGE, Linux 6.3+)."),
     key("backend.*.resolve", Kind::String, Required("one of `addresses`, `resolve` or `[cluster]`"),
         "`host:port` whose A/AAAA records are the address list."),
     key("backend.*.resolver", Kind::Address, Unset("the system resolver"),

@@ -44,8 +44,8 @@ pub(crate) use settings::{
     LookupHeader, LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
 };
 pub use settings::{
-    Backend, Cluster, ClusterLookup, ClusterProtocol, Keepalive, Limits, Member, Mode, Outbound,
-    Policy, Rate,
+    Backend, Cluster, ClusterLookup, ClusterProtocol, Egress, Keepalive, Limits, Member, Mode,
+    Outbound, Policy, Rate, SourceAddresses,
 };
 pub(crate) use settings::{Facility, Log, LogTarget, SyslogAddress, SyslogFormat};
 

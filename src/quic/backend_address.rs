@@ -24,6 +24,11 @@
 //! backend's connect-time histogram. Later refusals are the backend's
 //! business (a restart): the flow goes on until it idles out.
 //!
+//! The flow's backend socket is bound as the address's `source` says
+//! ([`Picked::egress`]: a source address in turn, or the client's own
+//! address and port); a socket that cannot be bound for want of a local
+//! port is not the backend's fault and is not counted against it.
+//!
 //! Not here: the flow's sockets and datagrams (`super::socket_task`), the
 //! planning itself (`crate::backend::plan`).
 
@@ -35,6 +40,7 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::time::Instant;
 
+use crate::backend::egress::Egress;
 use crate::backend::{Backend, BackendRuntime, Backends, InFlight};
 use crate::metrics::BackendSeries;
 use crate::tcp::dial::{self, ConnectError};
@@ -62,6 +68,9 @@ pub(crate) struct Picked {
     pub local: bool,
     /// What the flow reports to the address's passive health.
     pub health: Health,
+    /// Where the flow's backend socket is bound from (the address's
+    /// `source`, see `backend::egress`).
+    pub egress: Egress,
 }
 
 /// Chooses the address of `runtime`'s backend for a flow that asks `ask`.
@@ -95,6 +104,7 @@ pub(crate) async fn pick(
                     addr: endpoint.addr,
                     verdict: None,
                 },
+                egress: candidates.runtime.egress.for_addr(endpoint.addr).clone(),
             });
         }
     }

@@ -65,7 +65,7 @@
 //! issued later in an encrypted frame (see [`super::cid`]); Retry and PROXY
 //! headers (not asked; a cluster's hop header is not sent over UDP).
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -473,13 +473,16 @@ impl SocketTask {
             in_flight,
             mut health,
             local,
+            egress,
         } = picked;
         record.backend_addr = Some(backend_addr);
-        let backend = match connect(backend_addr) {
+        let backend = match connect(backend_addr, from, &egress) {
             Ok(socket) => Arc::new(socket),
             Err(error) => {
                 tracing::debug!(%error, backend.addr = %backend_addr, "cannot open a QUIC backend socket");
-                health.refused(&in_flight);
+                if !crate::sockopt::is_local_connect_failure(&error) {
+                    health.refused(&in_flight);
+                }
                 record.close(CloseReason::ConnectFailed);
                 return;
             }
@@ -585,16 +588,16 @@ fn send_up(
     }
 }
 
-/// One UDP socket of the backend's family, connected to `addr`, so that
-/// only its datagrams are read from it (with GRO where the kernel has it).
-fn connect(addr: SocketAddr) -> std::io::Result<UdpSocket> {
-    let local: SocketAddr = match addr {
-        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let socket = std::net::UdpSocket::bind(local)?;
-    socket.connect(addr)?;
-    socket.set_nonblocking(true)?;
+/// One UDP socket of the backend's family, connected to `addr` and bound
+/// as its `source` says for the client at `from` (`backend::egress`), so
+/// that only its datagrams are read from it (with GRO where the kernel has
+/// it).
+fn connect(
+    addr: SocketAddr,
+    from: SocketAddr,
+    egress: &crate::backend::egress::Egress,
+) -> std::io::Result<UdpSocket> {
+    let socket = egress.bind_each(addr, from, |bind| crate::sockopt::udp_connect(addr, bind))?;
     // Without GRO each receive slot holds one datagram: nothing else
     // changes.
     let _ = crate::sockopt::enable_udp_gro(&socket);

@@ -38,6 +38,13 @@
 //! connection skips its five calls. The client side inherits its
 //! keepalive from the listening socket at no cost per connection.
 //!
+//! A backend's `source` (or an address entry's) binds the socket before
+//! its connect: one of its source addresses, taken in turn, with the next
+//! tried at once when one has no free port (neither counted against the
+//! backend address), or the client's own address and port
+//! (`backend::egress`). The choice lives in the backend runtime, not in
+//! the connection.
+//!
 //! Not here: anything sent on the connection (`announce`).
 
 use std::io;
@@ -49,6 +56,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::backend::balance::Ranker;
 use crate::backend::cluster::{Answer, LookupError};
+use crate::backend::egress::Egress;
 use crate::backend::node_order::NodeChoice;
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, plan};
 use crate::close_reason::CloseReason;
@@ -245,9 +253,16 @@ pub(crate) async fn connect(
 
 /// One TCP connect: at once when the handshake completed inside connect(2)
 /// (a loopback backend, see `sockopt::start_connect`), else once the event
-/// loop reports the socket writable, as `TcpStream::connect` does.
-async fn connect_tcp(addr: SocketAddr) -> io::Result<TcpStream> {
-    let connecting = sockopt::start_connect(addr)?;
+/// loop reports the socket writable, as `TcpStream::connect` does. The
+/// socket is bound first as the address's `source` says, trying its
+/// source addresses in turn while they run out of ports
+/// (`backend::egress`).
+async fn connect_tcp(
+    addr: SocketAddr,
+    egress: &Egress,
+    client: SocketAddr,
+) -> io::Result<TcpStream> {
+    let connecting = egress.bind_each(addr, client, |bind| sockopt::start_connect(addr, bind))?;
     let stream = TcpStream::from_std(connecting.socket)?;
     if !connecting.connected {
         stream.writable().await?;
@@ -284,7 +299,11 @@ async fn try_in_order(
         tried += 1;
         // One clock read serves the deadline and the connect time.
         let started = Instant::now();
-        let attempt = timeout_at(started + backend.connect_timeout, connect_tcp(addr)).await;
+        let attempt = timeout_at(
+            started + backend.connect_timeout,
+            connect_tcp(addr, runtime.egress.for_addr(addr), pick.client_addr),
+        )
+        .await;
         let outcome = match &attempt {
             Ok(Ok(_)) => Ok(started.elapsed()),
             _ => Err(()),

@@ -763,7 +763,7 @@ fn the_file_model_accepts_exactly_the_declared_keys() {
     let mut tables: Vec<&str> = vec![""];
     tables.extend(
         KEYS.iter()
-            .filter(|k| k.kind.is_table() || matches!(k.kind, Kind::Keepalive))
+            .filter(|k| k.kind.is_table() || matches!(k.kind, Kind::Keepalive | Kind::Source))
             .map(|k| k.name),
     );
     // An `addresses` entry may be a table of its own keys.
@@ -873,8 +873,9 @@ sni = ["a.example"]
 backend = "a_fixed"
 
 [backend.a_fixed]
-addresses = [{ address = "127.0.0.1:9", max_connections = 5 }, { address = "127.0.0.1:10", weight = 2 }]
+addresses = [{ address = "127.0.0.1:9", max_connections = 5 }, { address = "127.0.0.1:10", weight = 2, source = { addresses = ["127.0.0.1"] } }]
 tcp_keepalive = {}
+source = { addresses = ["127.0.0.1"] }
 [backend.a_fixed.health]
 
 [backend.b_fastest]

@@ -65,9 +65,11 @@ mod backend_cluster;
 mod backend_dns;
 mod backend_health;
 mod backend_select;
+mod egress;
 mod pangolin_base_address;
 mod pangolin_local;
 mod pangolin_lookup;
+mod transparent;
 
 // The admin listener and runtime control.
 mod admin;

@@ -190,9 +190,14 @@ impl Checker {
             &format!("{key}.tcp_keepalive"),
             section.tcp_keepalive.as_ref(),
         );
+        let egress = self
+            .egress(&format!("{key}.source"), section.source.as_ref())
+            .map(Option::unwrap_or_default);
         if addresses.len() != texts.len() {
             return None;
         }
+        let egress = egress?;
+        self.egress_families(&key, &egress, &members);
         let policy = match (&source, policy) {
             (Some(AddressSource::Cluster(_)), _) => Policy::CLUSTER,
             (_, policy) => policy?,
@@ -215,18 +220,20 @@ impl Checker {
             members,
             max_connections_per_address: max_connections_per_address?,
             fastest_measure: fastest_measure?,
+            egress,
         })
     }
 
     /// One `addresses` entry: a plain `"IP:port"` or a table.
     pub(super) fn member(&mut self, key: &str, entry: &AddressEntry) -> Option<Member> {
-        let (text, weight, max_connections) = match entry {
-            AddressEntry::Plain(text) => (text, None, None),
+        let (text, weight, max_connections, source) = match entry {
+            AddressEntry::Plain(text) => (text, None, None, None),
             AddressEntry::Table(AddressTable {
                 address,
                 weight,
                 max_connections,
-            }) => (address, *weight, *max_connections),
+                source,
+            }) => (address, *weight, *max_connections, source.as_ref()),
         };
         let addr_key = match entry {
             AddressEntry::Plain(_) => key.to_owned(),
@@ -240,10 +247,12 @@ impl Checker {
             i64::from(DEFAULT_WEIGHT),
         );
         let max_connections = self.address_cap(&format!("{key}.max_connections"), max_connections);
+        let source = self.egress(&format!("{key}.source"), source);
         Some(Member {
             addr: addr?,
             weight: weight? as u32,
             max_connections: max_connections?,
+            source: source?,
         })
     }
 

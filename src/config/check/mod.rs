@@ -20,6 +20,7 @@ mod listener;
 mod log;
 mod proxy_tlvs;
 mod route;
+mod source;
 mod values;
 
 use std::collections::HashSet;

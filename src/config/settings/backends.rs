@@ -6,7 +6,7 @@
 //!
 //! Not here: choosing, connecting or looking anything up (`backend`).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,49 @@ pub struct Backend {
     pub max_connections_per_address: Option<u32>,
     /// `policy = "fastest"`: what is timed.
     pub fastest_measure: FastestMeasure,
+    // Egress source addresses and the transparent source (issue 33).
+    /// `source`: where connections to the addresses are made from (an
+    /// address entry's own `source` wins over it).
+    pub egress: Egress,
+}
+
+/// `source`: the local address a backend connection (or a QUIC flow's
+/// backend socket) is made from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Egress {
+    /// Unset: the host's routing picks the address, the kernel the port.
+    #[default]
+    Host,
+    /// `{ addresses, ports }`: one of these addresses (of the destination's
+    /// family), the port from `ports` or the kernel's range.
+    Addresses(SourceAddresses),
+    /// `"client"`: the client's own address and port (IP_TRANSPARENT).
+    Client,
+}
+
+impl Egress {
+    /// Whether a connection to `dest` can be made from this source at all
+    /// (the table form needs an address of its family; the client's
+    /// family is only known per connection).
+    pub(crate) fn can_reach(&self, dest: &SocketAddr) -> bool {
+        match self {
+            Egress::Addresses(sources) => sources
+                .addresses
+                .iter()
+                .any(|a| a.is_ipv4() == dest.is_ipv4()),
+            Egress::Host | Egress::Client => true,
+        }
+    }
+}
+
+/// The table form of `source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceAddresses {
+    /// `addresses`: local addresses, IPv4 and IPv6, each once.
+    pub addresses: Vec<IpAddr>,
+    /// `ports = "LOW-HIGH"`: the local port range (IP_LOCAL_PORT_RANGE);
+    /// `None`: the kernel's `ip_local_port_range`.
+    pub ports: Option<(u16, u16)>,
 }
 
 /// `[backend.*] fastest_measure`: what `policy = "fastest"` times.
@@ -313,8 +356,8 @@ pub enum ClusterLookup {
 
 // ------------------------------------------------------------ addresses
 
-/// A configured address: where, its weight and its own cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A configured address: where, its weight, its own cap and source.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     /// The address (`address`, or the `"IP:port"` string).
     pub addr: SocketAddr,
@@ -324,6 +367,8 @@ pub struct Member {
     /// `max_connections`: open connections to this address, at the cap the next
     /// address is used; `None` falls back to `max_connections_per_address`.
     pub max_connections: Option<u32>,
+    /// `source`: this address's own egress source; `None`: the backend's.
+    pub source: Option<Egress>,
 }
 
 impl Member {
@@ -333,6 +378,7 @@ impl Member {
             addr,
             weight: 1,
             max_connections: None,
+            source: None,
         }
     }
 }

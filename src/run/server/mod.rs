@@ -133,6 +133,8 @@ pub(crate) enum ReloadError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Bind(#[from] BindError),
+    #[error(transparent)]
+    Source(#[from] crate::backend::egress::SourceError),
 }
 
 /// Everything `serve` needs besides the first snapshot.

@@ -100,6 +100,8 @@ impl Server {
 
     fn try_reload(&mut self, new: Config) -> Result<Applied, ReloadError> {
         let diff = reload::diff(&self.config, &new);
+        // A source address this host lacks refuses the reload, as at start.
+        crate::backend::egress::probe(&new)?;
 
         // Bind everything new first; dropping `opened` on error closes it all.
         let mut opened: BTreeMap<String, Sockets> = BTreeMap::new();

@@ -1155,6 +1155,37 @@ pub(crate) async fn run_snirelay(args: Vec<String>) -> (Option<i32>, String, Str
     )
 }
 
+/// Runs `command` (one that should exit, such as a `run` refused at
+/// start) with its stderr captured; kills it and panics if it is still
+/// running after [`WAIT`]. Returns its exit code and stderr.
+pub(crate) async fn run_to_exit(mut command: Command) -> (Option<i32>, String) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} was still running after {WAIT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    (status.code(), reader.join().unwrap())
+}
+
 // ------------------------------------------------------------ HTTP client
 
 /// A plain HTTP/1.1 GET (`Connection: close`) to the admin listener:

@@ -12,7 +12,7 @@
 //! Everything is removed on drop (on panic too). Needs root, `ip` and
 //! `nft`; a test that cannot set up fails loudly, it never skips.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -160,6 +160,41 @@ impl Drop for NetNs {
     }
 }
 
+/// The relay's nftables rules for the transparent source, as
+/// docs/operations.md gives them.
+pub(crate) const TPROXY_RULES: &str = "table inet snirelay_tproxy {
+    chain prerouting {
+        type filter hook prerouting priority mangle; policy accept;
+        socket transparent 1 meta mark set 0x1
+    }
+}
+";
+
+/// Runs `args` with `input` on its standard input; panics unless it
+/// succeeds.
+fn run_with_input(args: &[&str], input: &str) {
+    use std::io::Write;
+    let mut child = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e} (the test needs root, ip and nft)"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs `args`; panics with its output unless it succeeds.
 fn run(args: &[&str]) {
     output(args);
@@ -177,4 +212,196 @@ fn output(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// ------------------------------------------------------- three namespaces
+
+/// Three namespaces in a row, for the transparent source
+/// (tests/it/transparent.rs): `client` — `relay` — `backend`, each link a
+/// veth pair with a /24 of its own (10.211.N.0/24 client side, 10.212.N.0/24
+/// backend side, the relay .1 on both), the client's and the backend's
+/// default routes through the relay, and on the relay the policy routing and
+/// nftables rule of docs/operations.md ("Transparent source") that deliver
+/// the backend's replies to the relay's transparent sockets. Sockets are
+/// made inside a namespace from a thread that joined it ([`Triangle::in_ns`]);
+/// the relay runs in its namespace through `ip netns exec` ([`Triangle::wrap`]).
+/// Everything is removed on drop. Names carry the branch's tag and the
+/// process id; needs root, `ip` and `nft`.
+pub(crate) struct Triangle {
+    pub client: String,
+    pub relay: String,
+    pub backend: String,
+    /// The client's address, the relay's on the client link, the
+    /// backend's.
+    pub client_ip: Ipv4Addr,
+    pub relay_ip: Ipv4Addr,
+    pub backend_ip: Ipv4Addr,
+    /// The same three in IPv6 (fd33:N:1::/64 client side, fd33:N:2::/64
+    /// backend side), added without duplicate address detection.
+    pub client_ip6: Ipv6Addr,
+    pub relay_ip6: Ipv6Addr,
+    pub backend_ip6: Ipv6Addr,
+}
+
+impl Triangle {
+    pub(crate) fn new() -> Triangle {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let index = (pid.wrapping_mul(8).wrapping_add(n) % 250) as u8;
+        let tag = format!("snr-egress-{pid}-{n}");
+        let triangle = Triangle {
+            client: format!("{tag}-c"),
+            relay: format!("{tag}-r"),
+            backend: format!("{tag}-b"),
+            client_ip: Ipv4Addr::new(10, 211, index, 2),
+            relay_ip: Ipv4Addr::new(10, 211, index, 1),
+            backend_ip: Ipv4Addr::new(10, 212, index, 2),
+            client_ip6: Ipv6Addr::new(0xfd33, index.into(), 1, 0, 0, 0, 0, 2),
+            relay_ip6: Ipv6Addr::new(0xfd33, index.into(), 1, 0, 0, 0, 0, 1),
+            backend_ip6: Ipv6Addr::new(0xfd33, index.into(), 2, 0, 0, 0, 0, 2),
+        };
+        let relay_back = Ipv4Addr::new(10, 212, index, 1);
+        let relay_back6 = Ipv6Addr::new(0xfd33, index.into(), 2, 0, 0, 0, 0, 1);
+        for ns in [&triangle.client, &triangle.relay, &triangle.backend] {
+            run(&["ip", "netns", "add", ns]);
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        let link = |a: &str, a_if: &str, b: &str, b_if: &str| {
+            run(&[
+                "ip", "link", "add", a_if, "netns", a, "type", "veth", "peer", "name", b_if,
+                "netns", b,
+            ]);
+        };
+        link(&triangle.client, "c0", &triangle.relay, "r0");
+        link(&triangle.relay, "r1", &triangle.backend, "b0");
+        let addr = |ns: &str, ip: Ipv4Addr, dev: &str| {
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{ip}/24"),
+                "dev",
+                dev,
+            ]);
+            run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        };
+        addr(&triangle.client, triangle.client_ip, "c0");
+        addr(&triangle.relay, triangle.relay_ip, "r0");
+        addr(&triangle.relay, relay_back, "r1");
+        addr(&triangle.backend, triangle.backend_ip, "b0");
+        let addr6 = |ns: &str, ip: Ipv6Addr, dev: &str| {
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "-6",
+                "addr",
+                "add",
+                &format!("{ip}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+        };
+        addr6(&triangle.client, triangle.client_ip6, "c0");
+        addr6(&triangle.relay, triangle.relay_ip6, "r0");
+        addr6(&triangle.relay, relay_back6, "r1");
+        addr6(&triangle.backend, triangle.backend_ip6, "b0");
+        let via = |ns: &str, gw: Ipv4Addr| {
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "route",
+                "add",
+                "default",
+                "via",
+                &gw.to_string(),
+            ]);
+        };
+        via(&triangle.client, triangle.relay_ip);
+        // The backend answers the client through the relay.
+        via(&triangle.backend, relay_back);
+        for (ns, gw) in [
+            (&triangle.client, triangle.relay_ip6),
+            (&triangle.backend, relay_back6),
+        ] {
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &gw.to_string(),
+            ]);
+        }
+        // docs/operations.md, "Transparent source": replies to a
+        // transparent socket are marked and routed to this host.
+        let r = &triangle.relay;
+        run(&["ip", "-n", r, "rule", "add", "fwmark", "1", "lookup", "100"]);
+        run(&[
+            "ip",
+            "-n",
+            r,
+            "route",
+            "add",
+            "local",
+            "0.0.0.0/0",
+            "dev",
+            "lo",
+            "table",
+            "100",
+        ]);
+        run(&[
+            "ip", "-n", r, "-6", "rule", "add", "fwmark", "1", "lookup", "100",
+        ]);
+        run(&[
+            "ip", "-n", r, "-6", "route", "add", "local", "::/0", "dev", "lo", "table", "100",
+        ]);
+        run_with_input(&["ip", "netns", "exec", r, "nft", "-f", "-"], TPROXY_RULES);
+        triangle
+    }
+
+    /// `command` run inside the relay's namespace (`ip netns exec` execs
+    /// it: the child's pid is the program's).
+    pub(crate) fn wrap(&self, command: &Command) -> Command {
+        let mut wrapped = Command::new("ip");
+        wrapped
+            .args(["netns", "exec", &self.relay])
+            .arg(command.get_program())
+            .args(command.get_args());
+        wrapped
+    }
+
+    /// Runs `make` on a thread that has joined namespace `ns`: a socket
+    /// made there stays in that namespace for its life.
+    pub(crate) fn in_ns<T: Send + 'static>(
+        &self,
+        ns: &str,
+        make: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        let path = format!("/run/netns/{ns}");
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .unwrap_or_else(|e| panic!("setns {path}: {e} (the test needs root)"));
+            make()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Triangle {
+    fn drop(&mut self) {
+        for ns in [&self.client, &self.relay, &self.backend] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
 }
