@@ -420,9 +420,12 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
     );
 }
 
+/// The datagrams a backend received, each with the address it came from.
+type Received = Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>>;
+
 /// A backend that records every datagram it receives with the address it
 /// came from (the relay's socket of one flow), and answers nothing.
-fn recording_backend() -> (SocketAddr, Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>>) {
+fn recording_backend() -> (SocketAddr, Received) {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = socket.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
