@@ -670,8 +670,12 @@ async fn relay_back(flow: FlowTask) {
     let id = record.id;
     let closing = drain.closing(id);
     tokio::pin!(closing);
+    // One timer for the flow's life, re-armed only when it fires: activity
+    // only moves the deadline later, so an early wake-up looks again
+    // (rather than a new timer entry per wake-up).
+    let expires = tokio::time::sleep_until(expiry.deadline(record.stats.last()));
+    tokio::pin!(expires);
     let reason = loop {
-        let deadline = expiry.deadline(record.stats.last());
         tokio::select! {
             // ERROR too: an ICMP port unreachable alone makes the socket
             // report an error, not readability.
@@ -710,10 +714,11 @@ async fn relay_back(flow: FlowTask) {
                     break CloseReason::BackendReset;
                 }
             },
-            () = tokio::time::sleep_until(deadline) => {
+            () = &mut expires => {
                 if let Some(reason) = expiry.expired(Instant::now(), record.stats.last()) {
                     break reason;
                 }
+                expires.as_mut().reset(expiry.deadline(record.stats.last()));
             }
             // Its route drained by a reload, or its address put in `maint`.
             () = &mut closing => break drain.reason(),
