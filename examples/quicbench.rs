@@ -30,9 +30,16 @@
 //! direct alternating order run by run. Everything stays on 127.0.0.1 and
 //! every phase is bounded in time.
 //!
+//! With `--baseline nginx` the rate phase runs through nginx's stream UDP
+//! proxy (`listen ... udp; proxy_pass ...`, one process, Debian's nginx
+//! and libnginx-mod-stream) instead of straight to the backend, on the same
+//! flows, alternating with snirelay run by run, and reports both relays'
+//! datagrams/s and CPU per GB and their ratios.
+//!
 //! Usage (a release build: `cargo build --release --examples --bins`):
 //! `quicbench --relay target/release/snirelay [--runs 3] [--seconds 5]
-//!  [--flows 256] [--idle 8000] [--threads 1] [--only rate,idle]`;
+//!  [--flows 256] [--idle 8000] [--threads 1] [--only rate,idle]
+//!  [--baseline nginx]`;
 //! `quicbench --help` lists every option with its default.
 
 #[path = "support/proc.rs"]
@@ -92,6 +99,21 @@ struct Args {
         default_value = "rate,idle"
     )]
     only: Vec<String>,
+    /// Another UDP relay to run the rate phase through as well, alternating
+    /// with snirelay run by run, instead of sending straight to the
+    /// backend: `nginx` (its stream UDP proxy, one worker).
+    #[arg(long, value_name = "NAME", value_parser = ["nginx"])]
+    baseline: Option<String>,
+    /// The nginx binary for `--baseline nginx`.
+    #[arg(long, value_name = "PATH", default_value = "/usr/sbin/nginx")]
+    nginx: PathBuf,
+    /// nginx's stream module (Debian's libnginx-mod-stream).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/usr/lib/nginx/modules/ngx_stream_module.so"
+    )]
+    nginx_stream_module: PathBuf,
 }
 
 fn args() -> Args {
@@ -188,6 +210,63 @@ addresses = ["{backend}"]
     let deadline = Instant::now() + Duration::from_secs(10);
     while !udp_bound(port) {
         assert!(Instant::now() < deadline, "snirelay did not bind {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Relay {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    }
+}
+
+/// nginx's stream UDP proxy in front of `backend`: one process
+/// (`master_process off`, so its pid is the one that works, for its CPU),
+/// sessions kept for the whole run (`proxy_timeout 10m`; `proxy_responses`
+/// and `proxy_requests` unset, so a session is not ended by datagram
+/// counts and relays both ways until it idles out), everything in `dir`.
+fn start_nginx(args: &Args, dir: &Path, backend: SocketAddr) -> Relay {
+    let port = free_udp_port();
+    let prefix = dir.join("nginx");
+    std::fs::create_dir_all(&prefix).unwrap();
+    let config = format!(
+        r#"load_module {module};
+daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile 20000;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{
+    worker_connections 16000;
+}}
+stream {{
+    server {{
+        listen 127.0.0.1:{port} udp;
+        proxy_pass {backend};
+        proxy_timeout 10m;
+    }}
+}}
+"#,
+        module = args.nginx_stream_module.display(),
+        prefix = prefix.display(),
+    );
+    let path = prefix.join("nginx.conf");
+    std::fs::write(&path, config).unwrap();
+    let log = std::fs::File::create(prefix.join("stderr.log")).unwrap();
+    let child = Command::new(&args.nginx)
+        .arg("-p")
+        .arg(&prefix)
+        .arg("-e")
+        .arg(prefix.join("error.log"))
+        .arg("-c")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("cannot start nginx (Debian nginx and libnginx-mod-stream)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !udp_bound(port) {
+        assert!(Instant::now() < deadline, "nginx did not bind {port}");
         std::thread::sleep(Duration::from_millis(20));
     }
     Relay {
@@ -453,14 +532,19 @@ async fn bench(args: Args) {
                 } else {
                     [false, true]
                 };
+                // The anchor: nginx in front of the same backend, or the
+                // backend itself.
+                let baseline = args
+                    .baseline
+                    .as_ref()
+                    .map(|_| start_nginx(&args, &dir, backend));
                 for through_relay in order {
-                    let (target, pid) = if through_relay {
-                        (relay.addr, Some(relay.child.id()))
-                    } else {
-                        (backend, None)
+                    let (target, pid, who) = match (through_relay, &baseline) {
+                        (true, _) => (relay.addr, Some(relay.child.id()), "relay"),
+                        (false, Some(nginx)) => (nginx.addr, Some(nginx.child.id()), "nginx"),
+                        (false, None) => (backend, None, "direct"),
                     };
                     let f = rate(target, pid, flows, size, args.seconds, &hello).await;
-                    let who = if through_relay { "relay" } else { "direct" };
                     let key = |what: &str| format!("{flows:>3} flows {size} B {who} {what}");
                     samples
                         .entry(key("datagrams/s"))
@@ -480,7 +564,7 @@ async fn bench(args: Args) {
                         f.bytes_per_s / 1e6,
                         f.lost,
                         f.cpu_per_gb
-                            .map(|c| format!(", relay CPU {c:.2} s/GB"))
+                            .map(|c| format!(", CPU {c:.2} s/GB"))
                             .unwrap_or_default()
                     );
                 }
@@ -513,7 +597,25 @@ fn print_table(samples: &Samples, args: &Args, cases: &[(usize, usize)], lost: u
         "medians of {} runs, {} s each, relay threads = {}, at most {IN_FLIGHT} datagrams in flight; datagrams lost: {lost}",
         args.runs, args.seconds, args.threads
     );
-    if args.only.iter().any(|o| o == "rate") {
+    if args.only.iter().any(|o| o == "rate")
+        && let Some(name) = &args.baseline
+    {
+        println!(
+            "| flows | size | relay datagrams/s | {name} datagrams/s | ratio | relay CPU s/GB | {name} CPU s/GB | CPU ratio |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
+        for &(flows, size) in cases {
+            let key = |who: &str, what: &str| format!("{flows:>3} flows {size} B {who} {what}");
+            let get = |who: &str, what: &str| m(key(who, what)).unwrap_or(f64::NAN);
+            let (rd, nd) = (get("relay", "datagrams/s"), get(name, "datagrams/s"));
+            let (rc, nc) = (get("relay", "CPU s/GB"), get(name, "CPU s/GB"));
+            println!(
+                "| {flows} | {size} | {rd:.0} | {nd:.0} | {:.2} | {rc:.2} | {nc:.2} | {:.2} |",
+                rd / nd,
+                rc / nc
+            );
+        }
+    } else if args.only.iter().any(|o| o == "rate") {
         println!(
             "| flows | size | relay datagrams/s | direct datagrams/s | ratio | relay MB/s | direct MB/s | relay CPU s/GB |"
         );

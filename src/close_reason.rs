@@ -269,6 +269,10 @@ close_reasons! {
     /// after a push to `POST /update-local-snis` no longer listed its name
     /// as local (it was relaying to a cluster backend's `local_backend`).
     Moved => "moved", Fault::Normal, Stage::Relay;
+    /// A QUIC flow whose hello was not complete yet, ended to make room for
+    /// a new flow: its socket's pending flows (or its source's share of
+    /// them) were at their bound. Nothing was forwarded.
+    Evicted => "evicted", Fault::Admission, Stage::Inspect(HelloOutcome::Incomplete);
     /// Refused at admission: the source already has
     /// `connections_per_source` connections open. Nothing was read.
     LimitConcurrent => "limit_concurrent", Fault::Admission, Stage::Admit;

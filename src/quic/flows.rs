@@ -8,15 +8,19 @@
 //!
 //! A flow is one client address and port, in one of three states:
 //! - *pending*: its hello is not complete. A new source starts one if the
-//!   table accepts new flows (not draining), the socket's pending caps
-//!   ([`MAX_PENDING_FLOWS`], never more than half the free connection
-//!   permits' worth, [`MAX_HELD_BYTES`]) and `[global]
-//!   max_connection_rate` leave room, and the accept gate admits it
-//!   (`crate::tcp::accept_loop::gate`, the same gate and close as a TCP connection's);
-//!   otherwise its datagram is dropped (counted, and summarised in a log
-//!   line at most once a second). Its datagrams go to its [`Parser`] and
-//!   are held (bounded per flow by [`HelloLimits`]) until the parser gives a
-//!   verdict or `client_hello_timeout` passes ([`FlowTable::sweep`]);
+//!   table accepts new flows (not draining), `[global]
+//!   max_connection_rate` leaves room and the accept gate admits it
+//!   (`crate::tcp::accept_loop::gate`, the same gate and close as a TCP
+//!   connection's); otherwise its datagram is dropped (counted, and
+//!   summarised in a log line at most once a second). At the socket's
+//!   pending caps ([`MAX_PENDING_FLOWS`], never more than half the free
+//!   connection permits' worth, [`MAX_HELD_BYTES`]) it takes the place of
+//!   the oldest pending flow, which closes `evicted` (and of its own
+//!   source's oldest once the source holds [`MAX_PENDING_PER_SOURCE`]), so
+//!   a half-hello flood cannot keep a new client's first datagram out.
+//!   Its datagrams go to its [`Parser`] and are held (bounded per flow by
+//!   [`HelloLimits`]) until the parser gives a verdict or
+//!   `client_hello_timeout` passes ([`FlowTable::sweep`]);
 //! - *connecting*: its hello is routed (`route::RouteTable::decide`, then
 //!   the route's admission) and the socket task was asked to choose its
 //!   backend address ([`Event::Pick`]); its datagrams are still held,
@@ -51,7 +55,7 @@
 //! datagram is parsed and copied once into its held list.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -82,6 +86,12 @@ pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
 /// per-flow limit (64 KiB for the default `max_client_hello_bytes`) a
 /// flood cannot make the held datagrams grow past this.
 pub(crate) const MAX_HELD_BYTES: usize = 16 << 20;
+/// Pending flows of one source (an IPv4 address, an IPv6 /64) per
+/// listening socket: a source at this bound evicts its own oldest pending
+/// flow for a new one, so one source cannot own the table. A client's
+/// handshake is pending for about one round trip: 64 is room for as many
+/// clients starting at once behind one NAT.
+pub(crate) const MAX_PENDING_PER_SOURCE: usize = 64;
 /// TLS alert `protocol_version`.
 const PROTOCOL_VERSION: u8 = 70;
 
@@ -382,6 +392,13 @@ pub(crate) struct FlowTable<B> {
     pending_order: VecDeque<(Instant, SocketAddr)>,
     /// Flows not open yet (pending and connecting): they hold datagrams.
     pending: usize,
+    /// Pending flows (not connecting ones) by [`source_key`].
+    pending_by_source: HashMap<IpAddr, usize>,
+    /// Pending flows evicted for new ones, in all, and since the last
+    /// summary line.
+    evicted: u64,
+    evicted_since_summary: usize,
+    last_eviction_summary: Option<Instant>,
     held_bytes: usize,
     /// Connection IDs the open flows' backends chose (NAT rebinding).
     cids: CidTable,
@@ -405,6 +422,10 @@ impl<B> FlowTable<B> {
             flows: HashMap::new(),
             pending_order: VecDeque::new(),
             pending: 0,
+            pending_by_source: HashMap::new(),
+            evicted: 0,
+            evicted_since_summary: 0,
+            last_eviction_summary: None,
             held_bytes: 0,
             cids: CidTable::default(),
             draining: false,
@@ -435,6 +456,12 @@ impl<B> FlowTable<B> {
     /// Flows not open yet, and the bytes they hold.
     pub(crate) fn pending(&self) -> (usize, usize) {
         (self.pending, self.held_bytes)
+    }
+
+    #[cfg(test)]
+    /// Pending flows evicted for new ones so far.
+    pub(crate) fn evicted(&self) -> u64 {
+        self.evicted
     }
 
     /// No new flow starts from now on.
@@ -537,14 +564,6 @@ impl<B> FlowTable<B> {
         if self.draining {
             return false;
         }
-        let free = permits.available_permits();
-        if self.pending >= MAX_PENDING_FLOWS
-            || self.pending >= free
-            || self.held_bytes + datagram.len() > MAX_HELD_BYTES
-        {
-            self.drop_new_flow(now, &generation.listener);
-            return false;
-        }
         // `[global] max_connection_rate`: TCP clients above it wait in the
         // backlog; a UDP socket has none, so a new flow's datagram is
         // dropped and the client's retransmission tries again.
@@ -556,10 +575,6 @@ impl<B> FlowTable<B> {
             self.drop_new_flow(now, &generation.listener);
             return false;
         }
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            self.drop_new_flow(now, &generation.listener);
-            return false;
-        };
         let listener = generation.listener.clone();
         // One handle per socket (a listener keeps its name and protocol),
         // so a flow's metrics cost atomic adds, as a TCP connection's.
@@ -596,6 +611,18 @@ impl<B> FlowTable<B> {
             Ok(AtAccept::AfterPreface) => None,
             Err(_refused) => return false,
         };
+        // Room for it: after the gate, so that a refused source evicts
+        // nobody. Nothing evictable (every place held by a connecting
+        // flow): dropped, the client retransmits.
+        let source = source_key(from);
+        if !self.make_room(now, source, datagram.len(), permits) {
+            self.drop_new_flow(now, &generation.listener);
+            return false;
+        }
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            self.drop_new_flow(now, &generation.listener);
+            return false;
+        };
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
         let record = FlowRecord::new(listener, from, now, metrics);
         // Entries of flows that moved on stay until they reach the front;
@@ -609,6 +636,7 @@ impl<B> FlowTable<B> {
         }
         self.pending_order.push_back((record.started, from));
         self.pending += 1;
+        *self.pending_by_source.entry(source).or_default() += 1;
         self.flows.insert(
             from,
             FlowState::Pending(Box::new(Pending {
@@ -621,6 +649,78 @@ impl<B> FlowTable<B> {
             })),
         );
         self.feed(now, from, datagram, generation);
+        true
+    }
+
+    /// Makes room for a new pending flow from `source` with a first
+    /// datagram of `len` bytes, evicting pending flows (oldest first) as
+    /// needed: the source's own oldest when it has
+    /// [`MAX_PENDING_PER_SOURCE`], then the table's oldest while a socket
+    /// bound (count, half the free permits, held bytes) is reached. False
+    /// if a bound is still reached with nothing left to evict.
+    fn make_room(&mut self, now: Instant, source: IpAddr, len: usize, permits: &Semaphore) -> bool {
+        if self.pending_by_source.get(&source).copied().unwrap_or(0) >= MAX_PENDING_PER_SOURCE {
+            self.evict_oldest(now, Some(source));
+        }
+        while self.pending >= MAX_PENDING_FLOWS
+            || self.pending >= permits.available_permits()
+            || self.held_bytes + len > MAX_HELD_BYTES
+        {
+            if !self.evict_oldest(now, None) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Ends the oldest pending flow (of `source`, if given) as `evicted`;
+    /// false if there is none. Connecting flows (their hello routed) are
+    /// never evicted.
+    fn evict_oldest(&mut self, now: Instant, source: Option<IpAddr>) -> bool {
+        let flows = &self.flows;
+        let live = |(started, addr): &(Instant, SocketAddr)| matches!(flows.get(addr), Some(FlowState::Pending(p)) if p.record.started == *started);
+        let found = match source {
+            // Entries of flows that moved on are dropped on the way.
+            None => loop {
+                match self.pending_order.front() {
+                    None => break None,
+                    Some(entry) if live(entry) => break self.pending_order.pop_front(),
+                    Some(_) => {
+                        self.pending_order.pop_front();
+                    }
+                }
+            },
+            // Left in the queue: its entry is stale once the flow is gone.
+            Some(source) => self
+                .pending_order
+                .iter()
+                .find(|entry| source_key(entry.1) == source && live(entry))
+                .copied(),
+        };
+        let Some((_, addr)) = found else {
+            return false;
+        };
+        let Some(pending) = self.take_pending(addr) else {
+            return false;
+        };
+        let listener = pending.record.listener.clone();
+        self.close(pending.record, CloseReason::Evicted, None);
+        self.evicted += 1;
+        self.evicted_since_summary += 1;
+        if self
+            .last_eviction_summary
+            .is_none_or(|at| now >= at + Duration::from_secs(1))
+        {
+            tracing::warn!(
+                listener = %listener.name,
+                evicted = self.evicted_since_summary,
+                pending = self.pending,
+                held_bytes = self.held_bytes,
+                "QUIC pending flows evicted to make room for new flows: pending flows, connection permits or held bytes at their bound"
+            );
+            self.last_eviction_summary = Some(now);
+            self.evicted_since_summary = 0;
+        }
         true
     }
 
@@ -700,6 +800,13 @@ impl<B> FlowTable<B> {
             Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
                 self.held_bytes -= pending.held_bytes;
+                let source = source_key(from);
+                if let Some(count) = self.pending_by_source.get_mut(&source) {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.pending_by_source.remove(&source);
+                    }
+                }
                 Some(pending)
             }
             Some(other) => {
@@ -937,6 +1044,7 @@ impl<B> FlowTable<B> {
         self.pending = 0;
         self.held_bytes = 0;
         self.pending_order.clear();
+        self.pending_by_source.clear();
         for (_, flow) in flows {
             match flow {
                 FlowState::Pending(pending) => self.close(pending.record, reason, None),
@@ -944,6 +1052,19 @@ impl<B> FlowTable<B> {
                 FlowState::Open(_) => {}
             }
         }
+    }
+}
+
+/// The source a pending flow counts against: its IPv4 address, or the /64
+/// of its IPv6 address (one host or one site's customer network; an
+/// IPv4-mapped address counts as IPv4).
+fn source_key(addr: SocketAddr) -> IpAddr {
+    match addr.ip() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        },
     }
 }
 
@@ -1403,7 +1524,8 @@ mod tests {
             &generation,
             &permits_4
         ));
-        assert!(!table.start(
+        // A third takes the place of the oldest, within the same bound.
+        assert!(table.start(
             now,
             addr("192.0.2.3:5000"),
             &flight[0],
@@ -1412,16 +1534,152 @@ mod tests {
         ));
         assert_eq!(table.pending(), (2, 2400));
         assert_eq!(permits_4.available_permits(), 2);
-        // A flow that ends makes room again.
-        table.sweep(now + Duration::from_secs(60), Duration::from_secs(5));
-        assert_eq!(events(&mut table, &generation).len(), 2);
-        assert!(table.start(
+        assert_eq!(
+            events(&mut table, &generation),
+            [Seen::Close {
+                peer: addr("192.0.2.1:5000"),
+                reason: CloseReason::Evicted,
+                answer_to: None
+            }]
+        );
+        // No free permit at all: nothing pending to give one back, the
+        // datagram is dropped.
+        let none = permits(0);
+        let mut table = FlowTable::<u32>::new(None);
+        assert!(!table.start(now, addr("192.0.2.4:5000"), &flight[0], &generation, &none));
+        assert_eq!(table.pending(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
+        // A half-hello flood: MAX_PENDING_FLOWS first datagrams of a
+        // two-datagram hello, from 200 addresses, then more.
+        let generation = generation("");
+        let permits = permits(100_000);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let half = &initials("example.com", 2)[..1];
+        let flood = |i: usize| {
+            SocketAddr::from((
+                [203, 0, (i % 200 / 100) as u8, (i % 100) as u8],
+                1000 + i as u16,
+            ))
+        };
+        for i in 0..MAX_PENDING_FLOWS + 500 {
+            feed(&mut table, now, flood(i), half, &generation, &permits);
+        }
+        assert_eq!(
+            table.pending(),
+            (MAX_PENDING_FLOWS, MAX_PENDING_FLOWS * 1200)
+        );
+        assert_eq!(table.evicted(), 500);
+        // The oldest went first, as `evicted`, unanswered.
+        let seen = events(&mut table, &generation);
+        let expected: Vec<_> = (0..500)
+            .map(|i| Seen::Close {
+                peer: flood(i),
+                reason: CloseReason::Evicted,
+                answer_to: None,
+            })
+            .collect();
+        assert_eq!(seen, expected);
+
+        // New clients: a one-datagram hello is routed and opened at once,
+        // a two-datagram one holds a place until its second datagram.
+        let (one, two) = (addr("192.0.2.1:443"), addr("192.0.2.2:443"));
+        feed(
+            &mut table,
             now,
-            addr("192.0.2.3:5000"),
-            &flight[0],
+            one,
+            &initials("example.com", 1),
             &generation,
-            &permits_4
-        ));
+            &permits,
+        );
+        let flight = initials("example.com", 2);
+        feed(&mut table, now, two, &flight[..1], &generation, &permits);
+        feed(&mut table, now, two, &flight[1..], &generation, &permits);
+        let seen = events(&mut table, &generation);
+        let evicted: Vec<_> = seen
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    Seen::Close {
+                        reason: CloseReason::Evicted,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        assert_eq!(evicted.len(), 2, "{seen:?}");
+        for (from, held) in [(one, 1), (two, 2)] {
+            assert!(seen.contains(&Seen::Open { from, held }), "{seen:?}");
+        }
+        assert_eq!(table.evicted(), 502);
+        // The bound held throughout; the openers' places are free again
+        // (their permits went with their `Open` events, dropped here).
+        assert_eq!(table.pending().0, MAX_PENDING_FLOWS - 2);
+        assert_eq!(
+            permits.available_permits(),
+            100_000 - (MAX_PENDING_FLOWS - 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_source_at_its_share_evicts_its_own_oldest_pending_flow() {
+        let generation = generation("");
+        let permits = permits(10_000);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let flight = initials("example.com", 2);
+        let half = &flight[..1];
+        let other = addr("[2001:db8:0:1::7]:443");
+        feed(&mut table, now, other, half, &generation, &permits);
+        // One /64: its addresses count together.
+        let source =
+            |i: usize| SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1 + i as u16], 443));
+        for i in 0..MAX_PENDING_PER_SOURCE {
+            feed(&mut table, now, source(i), half, &generation, &permits);
+        }
+        assert_eq!(table.evicted(), 0);
+        feed(
+            &mut table,
+            now,
+            source(MAX_PENDING_PER_SOURCE),
+            half,
+            &generation,
+            &permits,
+        );
+        assert_eq!(table.evicted(), 1);
+        assert_eq!(
+            events(&mut table, &generation),
+            [Seen::Close {
+                peer: source(0),
+                reason: CloseReason::Evicted,
+                answer_to: None
+            }]
+        );
+        assert_eq!(table.pending().0, MAX_PENDING_PER_SOURCE + 1);
+        // The other source's flow is still there: its hello completes.
+        feed(&mut table, now, other, &flight[1..], &generation, &permits);
+        let seen = events(&mut table, &generation);
+        assert!(
+            seen.contains(&Seen::Open {
+                from: other,
+                held: 2
+            }),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+        let key = |s: &str| source_key(addr(s));
+        assert_eq!(key("192.0.2.1:1"), key("192.0.2.1:2"));
+        assert_ne!(key("192.0.2.1:1"), key("192.0.2.2:1"));
+        assert_eq!(key("[2001:db8::1]:1"), key("[2001:db8::ffff:1]:2"));
+        assert_ne!(key("[2001:db8::1]:1"), key("[2001:db8:0:1::1]:1"));
+        assert_eq!(key("[::ffff:192.0.2.1]:1"), key("192.0.2.1:1"));
     }
 
     /// Opens a flow for example.com from `client`; returns its id.

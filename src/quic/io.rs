@@ -23,6 +23,11 @@
 //! slot holds one datagram. Neither changes what arrives: only how many
 //! system calls it takes.
 //!
+//! Toward the clients, [`Gather`] collects the lone datagrams of many
+//! flows (each flow's task sends from the shared listening socket) for one
+//! `sendmmsg` (through nix, which wraps the call) per [`MMSG`] datagrams,
+//! sent by the socket task once the flows woken with it have run.
+//!
 //! Sends never wait: a datagram the socket cannot take now is dropped, as
 //! the network would drop it (QUIC retransmits), and so is one the kernel
 //! refuses. Receives go through tokio's readiness (`readable` and
@@ -44,7 +49,7 @@
 //! buffer at all. The pages are touched only as far as datagrams fill them.
 //!
 //! Not here: what a datagram means, flows, bounds (`listener`); no
-//! `unsafe` (quinn-udp wraps the system calls).
+//! `unsafe` (quinn-udp and nix wrap the system calls).
 
 use std::cell::RefCell;
 use std::io::{self, IoSliceMut};
@@ -182,13 +187,6 @@ impl Offload {
             Some(_) => self.send(socket, destination, contents, segment),
         }
     }
-
-    /// Sends what `batch` gathered (see [`SendBatch::flush`]).
-    pub(crate) fn flush(&self, socket: &impl AsFd, destination: SocketAddr, batch: &mut SendBatch) {
-        batch.flush(|_, contents, segment| {
-            let _ = self.send(socket, destination, contents, segment);
-        });
-    }
 }
 
 /// The slots of one receive call and what the kernel said of each.
@@ -299,6 +297,172 @@ impl SendBatch {
     }
 }
 
+/// The most datagrams one `sendmmsg` of [`Gather`] carries.
+const MMSG: usize = 64;
+/// Bytes [`Gather`] holds before a flow's task sends them itself.
+const MAX_GATHERED_BYTES: usize = 1 << 20;
+/// While [`Gather`]'s flushes carry one flow's sends only (one busy flow), flows
+/// send themselves, and every this many sends one is gathered again, to
+/// see whether other flows now join it.
+const PROBE_EVERY: usize = 64;
+
+/// Sends of many flows to their clients, gathered from the flows' tasks and
+/// sent from the listening socket together: lone datagrams (each flow's
+/// one datagram of a wake-up, what many quiet flows make) in one
+/// `sendmmsg` per [`MMSG`], GSO runs each in their own send, in the order
+/// they were gathered. The socket task sends what is gathered once the
+/// flows woken with it have run ([`Gather::flush`]).
+///
+/// A flow's own order holds: a flow whose task finds nothing gathered
+/// sends a GSO run (several datagrams of its own) at once, itself; while
+/// anything is gathered, everything joins the queue behind it. Where
+/// gathering finds no other flow to join (one busy flow: each flush would
+/// carry its sends only, after an extra wake-up of the socket task), flows send
+/// themselves, gathering one send in [`PROBE_EVERY`] to look again.
+#[derive(Default)]
+pub(crate) struct Gather {
+    queue: std::sync::Mutex<Gathered>,
+    /// Wakes the socket task when the queue stops being empty.
+    pub(crate) wake: tokio::sync::Notify,
+    /// Whether flows send themselves (the last flush carried sends to one
+    /// client only: gathering only added a wake-up), and the sends made so, which
+    /// decide when to gather again for a try ([`PROBE_EVERY`]).
+    direct: std::sync::atomic::AtomicBool,
+    direct_sends: std::sync::atomic::AtomicUsize,
+}
+
+/// Gathered sends: their bytes, one after the other, and where each ends.
+#[derive(Default)]
+struct Gathered {
+    buf: Vec<u8>,
+    /// Destination, end in `buf`, segment size for a GSO run.
+    sends: Vec<(SocketAddr, usize, Option<usize>)>,
+}
+
+impl Gather {
+    /// Sends `contents` (one datagram, or several of `segment` bytes) to
+    /// `to`, now on `socket` when nothing is gathered and it is a GSO run,
+    /// otherwise by gathering it (and waking the socket task if it is the
+    /// first). Beyond [`MAX_GATHERED_BYTES`] the caller sends all that is
+    /// gathered itself.
+    pub(crate) fn send(
+        &self,
+        offload: &Offload,
+        socket: &impl AsFd,
+        to: SocketAddr,
+        contents: &[u8],
+        segment: Option<usize>,
+    ) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let first = queue.sends.is_empty();
+        let direct = self.direct.load(Relaxed)
+            && (self.direct_sends.fetch_add(1, Relaxed) + 1) % PROBE_EVERY != 0;
+        if first && (segment.is_some() || direct) {
+            drop(queue);
+            let _ = offload.send(socket, to, contents, segment);
+            return;
+        }
+        queue.buf.extend_from_slice(contents);
+        let end = queue.buf.len();
+        queue.sends.push((to, end, segment));
+        if queue.buf.len() > MAX_GATHERED_BYTES {
+            offload.send_gathered(socket, &mut queue);
+        } else if first {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Sends what is gathered on `socket`. The queue stays locked while it
+    /// goes out, so that a flow's GSO run sent at once never overtakes the
+    /// flow's datagrams still in the queue.
+    pub(crate) fn flush(&self, offload: &Offload, socket: &impl AsFd) {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        // Sends to one client only: no other flow joined.
+        let one_flow = queue.sends.windows(2).all(|pair| pair[0].0 == pair[1].0);
+        offload.send_gathered(socket, &mut queue);
+        self.direct
+            .store(one_flow, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Offload {
+    /// Sends `gathered` on `socket` and empties it: runs of lone datagrams
+    /// in `sendmmsg` calls of up to [`MMSG`], GSO runs one by one. A
+    /// datagram the kernel refuses is dropped and the rest go on; one the
+    /// socket cannot take now is dropped with what follows it in its call.
+    fn send_gathered(&self, socket: &impl AsFd, gathered: &mut Gathered) {
+        let Gathered { buf, sends } = gathered;
+        let mut start = 0;
+        let mut i = 0;
+        while i < sends.len() {
+            let (to, end, segment) = sends[i];
+            if segment.is_some() {
+                let _ = self.send(socket, to, &buf[start..end], segment);
+                start = end;
+                i += 1;
+                continue;
+            }
+            // A stretch of lone datagrams.
+            let stretch = sends[i..]
+                .iter()
+                .take(MMSG)
+                .take_while(|(_, _, segment)| segment.is_none())
+                .count();
+            let mut slices = Vec::with_capacity(stretch);
+            let mut addresses = Vec::with_capacity(stretch);
+            let mut from = start;
+            for &(to, end, _) in &sends[i..i + stretch] {
+                slices.push([io::IoSlice::new(&buf[from..end])]);
+                addresses.push(Some(nix::sys::socket::SockaddrStorage::from(to)));
+                from = end;
+            }
+            send_many(socket, &slices, &addresses);
+            start = from;
+            i += stretch;
+        }
+        buf.clear();
+        sends.clear();
+    }
+}
+
+/// One `sendmmsg` per try for `slices` (one datagram each) to `addresses`;
+/// a single datagram is a plain `sendto`.
+fn send_many(
+    socket: &impl AsFd,
+    slices: &[[io::IoSlice<'_>; 1]],
+    addresses: &[Option<nix::sys::socket::SockaddrStorage>],
+) {
+    use nix::sys::socket::{MsgFlags, MultiHeaders, sendmmsg};
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_fd().as_raw_fd();
+    let mut sent = 0;
+    while sent < slices.len() {
+        if slices.len() - sent == 1 {
+            let to = addresses[sent].as_ref().expect("an address per datagram");
+            let _ = nix::sys::socket::sendto(fd, &slices[sent][0], to, MsgFlags::empty());
+            return;
+        }
+        let mut headers = MultiHeaders::preallocate(slices.len() - sent, None);
+        match sendmmsg(
+            fd,
+            &mut headers,
+            &slices[sent..],
+            &addresses[sent..],
+            [] as [nix::sys::socket::ControlMessage<'_>; 0],
+            MsgFlags::empty(),
+        ) {
+            // The first datagram left is refused (it went nowhere): the
+            // rest go on.
+            Ok(results) => sent += results.count().max(1),
+            // The socket cannot take more now: dropped, as the network
+            // would drop them.
+            Err(nix::errno::Errno::EAGAIN) => return,
+            Err(_) => sent += 1,
+        }
+    }
+}
+
 /// What the flows' tasks of one worker thread share: a receive batch and a
 /// send batch, used between two awaits only.
 struct Scratch {
@@ -327,6 +491,58 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut RecvBatch, &mut SendBatch) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathered_sends_of_many_flows_arrive_each_in_its_order() {
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let offload = Offload::new(&sender).unwrap();
+        let receivers: Vec<_> = (0..3)
+            .map(|_| {
+                let r = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                r.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                    .unwrap();
+                r
+            })
+            .collect();
+        let to: Vec<_> = receivers.iter().map(|r| r.local_addr().unwrap()).collect();
+        let gso = offload.max_segments() > 1;
+        let gather = Gather::default();
+        let mut expected: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
+        // More lone datagrams than one sendmmsg carries, to the three in
+        // turn, with a GSO run in the middle (where the kernel has GSO).
+        for i in 0..MMSG + 10 {
+            let datagram = format!("datagram {i}").into_bytes();
+            gather.send(&offload, &sender, to[i % 3], &datagram, None);
+            expected[i % 3].push(datagram);
+            if i == 5 && gso {
+                let run = [[7u8; 100], [8u8; 100]].concat();
+                gather.send(&offload, &sender, to[0], &run, Some(100));
+                expected[0].push(vec![7u8; 100]);
+                expected[0].push(vec![8u8; 100]);
+            }
+        }
+        // Nothing left before the socket task's flush.
+        let mut buf = [0u8; 2048];
+        receivers[0].set_nonblocking(true).unwrap();
+        assert!(receivers[0].recv(&mut buf).is_err());
+        receivers[0].set_nonblocking(false).unwrap();
+        gather.flush(&offload, &sender);
+        for (receiver, expected) in receivers.iter().zip(expected) {
+            for datagram in expected {
+                let len = receiver.recv(&mut buf).unwrap();
+                assert_eq!(&buf[..len], &datagram[..]);
+            }
+        }
+        // A GSO run with nothing gathered goes at once.
+        if gso {
+            let run = [[1u8; 100], [2u8; 100]].concat();
+            gather.send(&offload, &sender, to[1], &run, Some(100));
+            for byte in [1u8, 2] {
+                let len = receivers[1].recv(&mut buf).unwrap();
+                assert_eq!(&buf[..len], &[byte; 100][..]);
+            }
+        }
+    }
 
     fn gathered(datagrams: &[&[u8]], max_segments: usize) -> Vec<(Vec<u8>, Option<usize>)> {
         let key: SocketAddr = "127.0.0.1:1".parse().unwrap();

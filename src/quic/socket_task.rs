@@ -56,7 +56,10 @@
 //! backend socket are read with `recvmmsg` (and GRO, where a slot holds
 //! several datagrams of one source, handed out one by one, so a pending
 //! flow's parser is still fed single datagrams); consecutive datagrams of
-//! one open flow, either way, go out in one GSO send. Kernels without GSO
+//! one open flow, either way, go out in one GSO send, and the lone
+//! datagrams of many flows toward their clients are gathered
+//! (`super::io::Gather`) and sent together by the socket task in
+//! `sendmmsg` calls. Kernels without GSO
 //! or GRO get one datagram per send or per slot, nothing else changes.
 //! Stats count datagrams, not batches.
 //!
@@ -82,7 +85,7 @@ use super::flows::{
 };
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::ConnectionId;
-use super::io::{Offload, RecvBatch, SendBatch, with_scratch};
+use super::io::{Gather, Offload, RecvBatch, SendBatch, with_scratch};
 use crate::backend::InFlight;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
@@ -213,6 +216,9 @@ struct SocketTask {
     /// datagrams of one receive gathered per flow for one send.
     offload: Arc<Offload>,
     up: SendBatch,
+    /// The open flows' datagrams to their clients, gathered for sends of
+    /// many flows at once.
+    down: Arc<Gather>,
 }
 
 impl SocketTask {
@@ -248,6 +254,7 @@ impl SocketTask {
             successor: Arc::default(),
             offload,
             up: SendBatch::default(),
+            down: Arc::default(),
         }
     }
 
@@ -319,6 +326,13 @@ impl SocketTask {
                     let now = Instant::now();
                     self.table.sweep(now, self.current.listener.client_hello_timeout);
                     self.perform(now);
+                }
+                // Flows gathered datagrams to their clients: sent once the
+                // flows woken with them have run (a yield: after the ready
+                // tasks), so that one call carries many flows' datagrams.
+                () = self.down.wake.notified() => {
+                    tokio::task::yield_now().await;
+                    self.down.flush(&self.offload, &*self.socket);
                 }
                 () = self.stop.cancelled(), if !self.stop.is_cancelled() => {}
                 () = self.runtime.close_connections.cancelled() => break,
@@ -547,6 +561,7 @@ impl SocketTask {
             backend,
             socket: self.socket.clone(),
             offload: self.offload.clone(),
+            down: self.down.clone(),
             path,
             expiry,
             registered,
@@ -610,6 +625,8 @@ struct FlowTask {
     backend: Arc<UdpSocket>,
     socket: Arc<UdpSocket>,
     offload: Arc<Offload>,
+    /// Where its datagrams to the client are gathered with other flows'.
+    down: Arc<Gather>,
     /// The client's address, which moves with NAT rebinding.
     path: Arc<Path>,
     /// Its idle and lifetime bounds.
@@ -637,6 +654,7 @@ async fn relay_back(flow: FlowTask) {
         backend,
         socket,
         offload,
+        down,
         path,
         expiry,
         registered,
@@ -655,8 +673,12 @@ async fn relay_back(flow: FlowTask) {
     let id = record.id;
     let closing = drain.closing(id);
     tokio::pin!(closing);
+    // One timer for the flow's life, re-armed only when it fires: activity
+    // only moves the deadline later, so an early wake-up looks again
+    // (rather than a new timer entry per wake-up).
+    let expires = tokio::time::sleep_until(expiry.deadline(record.stats.last()));
+    tokio::pin!(expires);
     let reason = loop {
-        let deadline = expiry.deadline(record.stats.last());
         tokio::select! {
             // ERROR too: an ICMP port unreachable alone makes the socket
             // report an error, not readability.
@@ -666,7 +688,7 @@ async fn relay_back(flow: FlowTask) {
                         rebinds = path.rebinds();
                         client = path.client();
                     }
-                    relay_down(&offload, &backend, &socket, client, &record.stats, started, |datagram| {
+                    relay_down(&offload, &down, &backend, &socket, client, &record.stats, started, |datagram| {
                         if let Some(cid) = cid::backend_scid(datagram)
                             && taught.add(cid)
                         {
@@ -695,10 +717,11 @@ async fn relay_back(flow: FlowTask) {
                     break CloseReason::BackendReset;
                 }
             },
-            () = tokio::time::sleep_until(deadline) => {
+            () = &mut expires => {
                 if let Some(reason) = expiry.expired(Instant::now(), record.stats.last()) {
                     break reason;
                 }
+                expires.as_mut().reset(expiry.deadline(record.stats.last()));
             }
             // Its route drained by a reload, or its address put in `maint`.
             () = &mut closing => break drain.reason(),
@@ -733,8 +756,10 @@ fn pending_error(backend: &UdpSocket) -> std::io::Result<usize> {
 /// await in between, so a flow holds no buffer while it waits). A datagram
 /// the listening socket cannot take now is dropped, as the network would.
 /// Returns the bytes it relayed (0: the socket was empty).
+#[allow(clippy::too_many_arguments)]
 fn relay_down(
     offload: &Offload,
+    down: &Gather,
     backend: &UdpSocket,
     socket: &UdpSocket,
     client: SocketAddr,
@@ -752,10 +777,10 @@ fn relay_down(
             bytes += datagram.len();
             learn(datagram);
             send.push(client, datagram, max_segments, |to, contents, segment| {
-                let _ = offload.send(socket, to, contents, segment);
+                down.send(offload, socket, to, contents, segment);
             });
         }
-        offload.flush(socket, client, send);
+        send.flush(|to, contents, segment| down.send(offload, socket, to, contents, segment));
         Ok(bytes)
     })
 }

@@ -20,12 +20,13 @@ use crate::common;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::udp::is_new_flow_drop_summary;
+use common::udp::{is_eviction_summary, is_new_flow_drop_summary};
 use common::{
     NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, http_get, metric, open_quic_flow,
-    scratch_dir, udp_echo_backend, udp_round_trip, wait_udp_bound,
+    scratch_dir, udp_echo_backend, udp_round_trip, wait_udp_bound, wait_until,
 };
 use serde_json::Value;
 use tokio::net::UdpSocket;
@@ -392,12 +393,13 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
     // endpoint retransmits, until its echo comes (bounded by WAIT).
     udp_round_trip(&open, relay_addr, b"still here").await;
 
-    // New flows were dropped at the bound, which never let more than half
-    // of the connection permits be pending.
-    let dropped = relay.wait_log(is_new_flow_drop_summary).await;
+    // New flows took the places of the oldest pending ones, within the
+    // bound, which never let more than half of the connection permits be
+    // pending.
+    let evicted = relay.wait_log(is_eviction_summary).await;
     assert!(
-        dropped["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
-        "{dropped}"
+        evicted["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
+        "{evicted}"
     );
     // Pending flows end at client_hello_timeout.
     let timed_out = relay
@@ -416,6 +418,148 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
         pending_lines < FLOOD / 2,
         "{pending_lines} of {FLOOD} flows were pending"
     );
+}
+
+/// The datagrams a backend received, each with the address it came from.
+type Received = Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>>;
+
+/// A backend that records every datagram it receives with the address it
+/// came from (the relay's socket of one flow), and answers nothing.
+fn recording_backend() -> (SocketAddr, Received) {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    // Ends with the test process (a blocking read on a socket of its own).
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((len, from)) = socket.recv_from(&mut buf) {
+            record.lock().unwrap().push((from, buf[..len].to_vec()));
+        }
+    });
+    (addr, seen)
+}
+
+/// One counter or gauge of the relay's metrics now.
+async fn metric_now(admin: SocketAddr, series: &str) -> f64 {
+    let (_, text) = http_get(admin, "/metrics").await;
+    metric(&text, series)
+}
+
+/// Polls the relay's metric `series` until it reaches `at_least` (bounded
+/// by WAIT); returns its value.
+async fn wait_metric(admin: SocketAddr, series: &str, at_least: f64) -> f64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let value = metric_now(admin, series).await;
+        if value >= at_least {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} is {value}, not {at_least}, after {WAIT:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// The relay's resident memory (VmRSS in /proc/PID/status), in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_hello_flood_does_not_hold_back_a_new_clients_first_datagram() {
+    // 3,000 flows that send only the first of Chromium's two hello
+    // datagrams, from 200 loopback addresses (15 ports each): more than
+    // the socket's 1,024 pending flows. Then new clients, each sending its
+    // complete hello once and never again: the backend receives every
+    // datagram of each, so each client's first datagram got in at once.
+    const FLOOD: usize = 3000;
+    const PENDING_BOUND: usize = 1024;
+    const CLIENTS: usize = 20;
+    const BURST: usize = 32;
+    let _heavy = common::HEAVY.lock().await;
+    snirelay::sockopt::raise_nofile_limit().expect("RLIMIT_NOFILE");
+    let (backend_addr, received) = recording_backend();
+    let config = quic_config(
+        &["*"],
+        backend_addr,
+        "max_connections = 8000",
+        &format!("client_hello_timeout = \"5m\"\n{NO_SOURCE_LIMIT}"),
+    );
+    let relay = Relay::start(&format!("{config}\n[admin]\nlisten = \"127.0.0.1:0\"\n")).await;
+    let relay_addr = relay.addr_of("quic");
+    let admin = relay.admin_addr().await;
+    let accepted = "snirelay_connections_accepted_total{listener=\"quic\",protocol=\"quic\"}";
+    let evicted =
+        "snirelay_connections_closed_total{listener=\"quic\",protocol=\"quic\",reason=\"evicted\"}";
+    let rss_before = rss_kib(relay.pid());
+
+    // The flood, in bursts the relay's receive buffer holds (it would drop
+    // the rest, as a network would): each burst is seen by the relay (one
+    // accepted flow per socket, each kept open so its address stays its
+    // own) before the next is sent.
+    let first = capture("chromium").remove(0);
+    let mut flood = Vec::with_capacity(FLOOD);
+    for i in 0..FLOOD {
+        let source = format!("127.0.{}.{}", i % 200 / 100, 1 + i % 100);
+        let socket = std::net::UdpSocket::bind((source.as_str(), 0)).unwrap();
+        socket.send_to(&first, relay_addr).unwrap();
+        flood.push(socket);
+        if flood.len() % BURST == 0 || flood.len() == FLOOD {
+            wait_metric(admin, accepted, flood.len() as f64).await;
+        }
+    }
+    // Every flow past the bound took the place of the oldest pending one.
+    let evictions = wait_metric(admin, evicted, (FLOOD - PENDING_BOUND) as f64).await;
+    assert_eq!(evictions, (FLOOD - PENDING_BOUND) as f64);
+    let rss_after = rss_kib(relay.pid());
+    eprintln!(
+        "relay RSS {rss_before} KiB before the flood, {rss_after} KiB after: +{} KiB",
+        rss_after.saturating_sub(rss_before)
+    );
+    // No pending flow forwarded anything.
+    assert!(received.lock().unwrap().is_empty());
+
+    // The new clients, one after the other: one-datagram hellos (ngtcp2's)
+    // and two-datagram ones (Chromium's), each flight sent once.
+    let flights = [capture("ngtcp2"), capture("chromium")];
+    let mut expected = 0;
+    for client in 0..CLIENTS {
+        let flight = &flights[client % 2];
+        let socket = UdpSocket::bind(("127.0.2.1", 0)).await.unwrap();
+        for datagram in flight {
+            socket.send_to(datagram, relay_addr).await.unwrap();
+        }
+        expected += flight.len();
+        wait_until(&format!("client {client}'s flight at the backend"), || {
+            received.lock().unwrap().len() >= expected
+        })
+        .await;
+        // Exactly its flight, in order, from one flow's socket.
+        let seen = received.lock().unwrap();
+        let got = &seen[expected - flight.len()..];
+        assert_eq!(got.len(), flight.len());
+        for ((from, datagram), sent) in got.iter().zip(flight) {
+            assert_eq!(from, &got[0].0);
+            assert_eq!(datagram, sent, "client {client}");
+        }
+    }
+    // Not a datagram more (none was sent twice), and each new flow made
+    // room by evicting at most one pending flow: the bound held.
+    assert_eq!(received.lock().unwrap().len(), expected);
+    let evictions = metric_now(admin, evicted).await;
+    assert!(
+        evictions <= (FLOOD - PENDING_BOUND + CLIENTS) as f64,
+        "{evictions} evictions"
+    );
+    drop(flood);
 }
 
 #[tokio::test]

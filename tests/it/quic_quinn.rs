@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use common::udp::is_new_flow_drop_summary;
+use common::udp::is_eviction_summary;
 use common::{Pki, Relay, WAIT, http_get, metric};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::udp::{RecvMeta, Transmit};
@@ -491,12 +491,26 @@ async fn an_initial_flood_from_many_addresses_is_bounded_and_a_connection_goes_o
         .copied()
         .filter(|l| l["close"] == "limit_concurrent")
         .collect();
+    let evicted = closed.iter().filter(|l| l["close"] == "evicted").count();
     // The global bound: one permit is the connection's, and a pending flow
     // starts only while fewer are pending than permits are free, so 20 of
-    // the other 39 (the flood is over long before client_hello_timeout).
+    // the other 39 (the flood is over long before client_hello_timeout);
+    // each admitted flow beyond them took the place of the oldest pending
+    // one, summarised.
     let bound = (MAX_CONNECTIONS - 1).div_ceil(2);
     assert_eq!(pending.len(), bound, "{pending:#?}");
-    // The per-source bound: no address had more than PER_SOURCE pending.
+    assert!(evicted > 0);
+    let summary = relay.wait_log(is_eviction_summary).await;
+    assert!(
+        summary["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
+        "{summary}"
+    );
+    // The per-source bound: no address had more than PER_SOURCE pending,
+    // and the gate, which comes before any eviction, refused each
+    // address's datagrams beyond PER_SOURCE (at most PORTS_PER_SOURCE -
+    // PER_SOURCE: evicted flows were other addresses' older ones). The
+    // kernel may drop part of the flood (the relay's receive buffer), so
+    // the count is bounded, not exact, past the first sources.
     let mut per_source = std::collections::HashMap::<String, usize>::new();
     for line in &pending {
         let peer: SocketAddr = line["client.peer"].as_str().unwrap().parse().unwrap();
@@ -506,28 +520,25 @@ async fn an_initial_flood_from_many_addresses_is_bounded_and_a_connection_goes_o
         per_source.values().all(|&n| n <= PER_SOURCE),
         "{per_source:?}"
     );
-    // Refused at admission: the sources before the bound was reached each
-    // sent PORTS_PER_SOURCE - PER_SOURCE datagrams too many (the tenth
-    // source's third met the bound first); counted once in the log and
-    // once in metrics.
-    let full_sources = bound / PER_SOURCE - 1;
-    assert_eq!(
-        refused.len(),
-        full_sources * (PORTS_PER_SOURCE - PER_SOURCE),
-        "{refused:#?}"
+    let mut refused_per_source = std::collections::HashMap::<String, usize>::new();
+    for line in &refused {
+        let peer: SocketAddr = line["client.peer"].as_str().unwrap().parse().unwrap();
+        *refused_per_source.entry(peer.ip().to_string()).or_default() += 1;
+    }
+    assert!(
+        refused_per_source
+            .values()
+            .all(|&n| n <= PORTS_PER_SOURCE - PER_SOURCE),
+        "{refused_per_source:?}"
     );
+    assert!(!refused.is_empty());
+    // Counted once in the log and once in metrics.
     assert_eq!(
         metric(
             &active,
             "snirelay_limit_refusals_total{listener=\"quic\",protocol=\"quic\",kind=\"limit_concurrent\"}"
         ),
         refused.len() as f64
-    );
-    // Everything else was dropped at the bound, summarised.
-    let dropped = relay.wait_log(is_new_flow_drop_summary).await;
-    assert!(
-        dropped["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
-        "{dropped}"
     );
     // No flood flow reached the backend: the only routed flow is the
     // connection's, still open.

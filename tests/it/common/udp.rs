@@ -1,7 +1,8 @@
 //! UDP peers for the QUIC listener's backend tests: echo backends that
 //! report which of them received each datagram, and a client that sends a
 //! captured first flight from a port of its own and waits for its echo,
-//! and the listener's summary line of dropped new flows.
+//! and the listener's summary lines of dropped new flows and of pending
+//! flows evicted for new ones.
 //!
 //! Not here: QUIC itself (the captures in tests/data/quic are replayed as
 //! they were recorded; a backend that must speak QUIC is ngtcp2's, see
@@ -95,4 +96,11 @@ pub(crate) fn is_new_flow_drop_summary(line: &serde_json::Value) -> bool {
     line["message"]
         .as_str()
         .is_some_and(|m| m.starts_with("QUIC datagrams of new flows dropped"))
+}
+
+/// The listener's summary line of pending flows evicted for new ones.
+pub(crate) fn is_eviction_summary(line: &serde_json::Value) -> bool {
+    line["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("QUIC pending flows evicted"))
 }
