@@ -21,6 +21,17 @@
 //!   client fetching the full `GET /connections` listing (pages of 1,000)
 //!   in a loop on the admin listener, in alternating order; reports both
 //!   rates and the time of one full listing.
+//! - `ceiling` (snirelay only, run alone, not run unless named): the
+//!   new-connection ceiling toward one backend address set by ephemeral
+//!   ports, with one egress source address (127.0.0.2) and with four
+//!   (127.0.0.2-5, `source = { addresses = [...] }`). Needs a network
+//!   namespace where a port in TIME_WAIT is held for the kernel's 60 s, as
+//!   on a real network (`tcp_tw_reuse = 0`) and the default port range:
+//!   scripts/loadbench.sh makes one when `--only ceiling` is given. Clients
+//!   come from 32 addresses of their own, so only the relay's backend-side
+//!   ports can run out; each set runs 60 s, during which no port is freed,
+//!   and what was relayed over 60 s is the sustained ceiling (it is one
+//!   only if connections then failed: the relay used up the ports).
 //!
 //! With `--slices N` the rate phase runs instead as N pairs of short
 //! `--seconds` slices, the two proxies taking turns in ABBA order, and the
@@ -91,6 +102,8 @@ struct Args {
     keepalive: bool,
     /// Where `listing` finds snirelay's admin listener, and its token.
     admin: Option<(SocketAddr, &'static str)>,
+    /// The backend's egress `source` addresses (the `ceiling` phase).
+    sources: Vec<&'static str>,
 }
 
 /// Load benchmark: snirelay against HAProxy (and no proxy at all), side by
@@ -116,7 +129,7 @@ struct Cli {
     /// Quiet connections held open in the `idle` and `listing` phases.
     #[arg(long, value_name = "N", default_value_t = 8000)]
     idle: usize,
-    /// Phases to run, comma-separated: rate, up, down, ping, idle, listing.
+    /// Phases to run, comma-separated: rate, up, down, ping, idle, listing, ceiling.
     #[arg(
         long,
         value_name = "PHASE,...",
@@ -182,6 +195,7 @@ fn args() -> Args {
         keepalive: !cli.no_keepalive,
         slices: cli.slices,
         admin: None,
+        sources: Vec::new(),
     }
 }
 
@@ -382,7 +396,13 @@ addresses = ["{backend}"]
 connect_timeout = "5s"
 proxy_protocol = "{proxy_protocol}"
 {keepalive}
+{source}
 "#,
+        source = if args.sources.is_empty() {
+            String::new()
+        } else {
+            format!("source = {{ addresses = {:?} }}", args.sources)
+        },
         keepalive = if args.keepalive {
             ""
         } else {
@@ -1013,6 +1033,153 @@ async fn idle(
     }
 }
 
+/// The kernel's TIME_WAIT length (`TCP_TIMEWAIT_LEN`), which no sysctl
+/// changes: a port the relay closed first stays taken this long.
+const TIME_WAIT_SECS: f64 = 60.0;
+
+/// What the `ceiling` phase measured for one set of source addresses.
+struct CeilingFigures {
+    /// Connections relayed in the 60 s.
+    relayed: u64,
+    /// Connections relayed before the first one failed.
+    before_first_failure: u64,
+    /// Connections that failed.
+    failed: u64,
+}
+
+/// Fails unless ports are held in TIME_WAIT for the full 60 s here, as on
+/// a real network; on loopback Linux reuses them after a second
+/// (`tcp_tw_reuse = 2`), which no deployment sees.
+fn check_ceiling_namespace() {
+    let reuse = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_tw_reuse").unwrap_or_default();
+    assert_eq!(
+        reuse.trim(),
+        "0",
+        "the ceiling phase needs tcp_tw_reuse = 0 in a network namespace of its own: \
+         run it as `scripts/loadbench.sh --only ceiling` (as root), which makes one"
+    );
+}
+
+/// Opens connections through `proxy` for `TIME_WAIT_SECS`, as fast as
+/// `RATE_CLIENTS` clients can, each closing after the reply. The relay
+/// passes the client's FIN on, so it closes its backend side first and
+/// that port stays in TIME_WAIT (a client that reset instead would have the
+/// relay reset the backend too, and no port would be held). No port is
+/// freed within the window, so what it relays is what the ports allow
+/// every 60 s, sustained, once the relay is fast enough to use them all;
+/// the failures that follow show it was.
+async fn ceiling(proxy: &Proxy, hello: Arc<Vec<u8>>) -> CeilingFigures {
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let first_failure = Arc::new(AtomicU64::new(u64::MAX));
+    let end = Instant::now() + Duration::from_secs_f64(TIME_WAIT_SECS);
+    let addr = proxy.addr;
+    let mut tasks = Vec::new();
+    for client in 0..RATE_CLIENTS {
+        // Each client from an address of its own in 127.0.1.1-32: it closes
+        // first and keeps its ports in TIME_WAIT too, and one source
+        // address toward the relay would run out before the relay's four.
+        // (Real clients are other hosts and take none of the relay's ports.)
+        let from = SocketAddr::from(([127, 0, 1, 1 + (client % 32) as u8], 0));
+        let (hello, done, failed, first_failure) = (
+            hello.clone(),
+            done.clone(),
+            failed.clone(),
+            first_failure.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut reply = vec![0u8; REPLY];
+            while Instant::now() < end {
+                let result = async {
+                    let socket = tokio::net::TcpSocket::new_v4()?;
+                    // The port is chosen at connect(2), per 4-tuple: a port
+                    // bind(2) took would be barred to the relay's connects
+                    // (the kernel skips ports bound without this option).
+                    nix::sys::socket::setsockopt(
+                        &socket,
+                        nix::sys::socket::sockopt::IpBindAddressNoPort,
+                        &true,
+                    )?;
+                    socket.bind(from)?;
+                    let mut stream = socket.connect(addr).await?;
+                    stream.set_nodelay(true)?;
+                    let mut first = Vec::with_capacity(hello.len() + 1);
+                    first.extend_from_slice(&hello);
+                    first.push(b'R');
+                    stream.write_all(&first).await?;
+                    stream.read_exact(&mut reply).await?;
+                    std::io::Result::Ok(())
+                };
+                match tokio::time::timeout_at(end.into(), result).await {
+                    Ok(Ok(())) => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Err(_)) => {
+                        first_failure.fetch_min(done.load(Ordering::Relaxed), Ordering::Relaxed);
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        // A failed connection costs the relay no port: pace
+                        // the retries so they do not take its CPU.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let done = done.load(Ordering::Relaxed);
+    CeilingFigures {
+        relayed: done,
+        before_first_failure: first_failure.load(Ordering::Relaxed).min(done),
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+/// The `ceiling` phase: one and four egress source addresses, each toward
+/// a backend address of its own, so neither inherits the other's ports.
+async fn ceiling_phase(
+    args: &mut Args,
+    dir: &Path,
+    hello: Arc<Vec<u8>>,
+    run: usize,
+    samples: &mut Samples,
+) {
+    let sets: [(&'static str, &[&'static str]); 2] = [
+        ("ceiling_1", &["127.0.0.2"]),
+        (
+            "ceiling_4",
+            &["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"],
+        ),
+    ];
+    for (metric, sources) in sets {
+        let stats = Arc::new(BackendStats::default());
+        let backend_addr = backend(stats, Arc::new(AtomicBool::new(false))).await;
+        args.sources = sources.to_vec();
+        let relay = start_snirelay(args, dir, backend_addr).await;
+        args.sources.clear();
+        let f = ceiling(&relay, hello.clone()).await;
+        let sustained = f.relayed as f64 / TIME_WAIT_SECS;
+        eprintln!(
+            "run {run} snirelay ceiling  {} source(s): {} relayed in {TIME_WAIT_SECS} s ({sustained:.0} conn/s sustained), {} before the first failure, {} failed",
+            sources.len(),
+            f.relayed,
+            f.before_first_failure,
+            f.failed
+        );
+        if f.failed == 0 {
+            eprintln!(
+                "  ceiling: no connection failed: the relay did not use up the ports, so the figure is its own rate, not the ceiling"
+            );
+        }
+        samples
+            .entry((metric, "snirelay"))
+            .or_default()
+            .push(sustained);
+    }
+}
+
 /// One `GET` on the admin listener (`Connection: close`); the body.
 async fn admin_get(admin: SocketAddr, token: &str, path: &str) -> String {
     let mut stream = TcpStream::connect(admin).await.unwrap();
@@ -1175,8 +1342,21 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
     let haproxy_backend = backend(stats.clone(), stop_download.clone()).await;
     let dir = std::env::temp_dir().join(format!("snirelay-loadbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let only = |s: &str| args.only.iter().any(|o| o == s);
     let mut samples: Samples = BTreeMap::new();
+    if args.only.iter().any(|o| o == "ceiling") {
+        assert!(
+            args.only.len() == 1,
+            "the ceiling phase runs alone (`--only ceiling`): it needs a network namespace \
+             whose ports are held in TIME_WAIT, which would starve the other phases"
+        );
+        check_ceiling_namespace();
+        for run in 0..args.runs {
+            ceiling_phase(&mut args, &dir, hello.clone(), run, &mut samples).await;
+        }
+        print_table(&samples, &args);
+        return;
+    }
+    let only = |s: &str| args.only.iter().any(|o| o == s);
     let secs = args.seconds;
     eprintln!(
         "loadbench: {} run(s), {secs} s phases, threads = {}, splice = {}, pipe_size = {}, idle = {}; logs in {}",
@@ -1603,6 +1783,12 @@ fn print_table(samples: &Samples, args: &Args) {
             "within noise of the one above",
         ),
         ("listing_ms", "ms per full GET /connections listing", ""),
+        (
+            "ceiling_1",
+            "sustained new connections/s to one backend address, 1 source address (ports / 60 s)",
+            "",
+        ),
+        ("ceiling_4", "same, 4 source addresses", "4x the line above"),
         ("", "", ""),
     ];
     for &(metric, label, target) in rows {

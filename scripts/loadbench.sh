@@ -14,6 +14,11 @@
 #                                        # the rate phase as 12 ABBA pairs of
 #                                        # 2 s slices: per-pair ratios with a
 #                                        # 95 % confidence interval
+#   scripts/loadbench.sh --only ceiling --runs 1
+#                                        # the new-connection ceiling toward
+#                                        # one backend address, 1 and 4
+#                                        # egress source addresses (as root:
+#                                        # a network namespace of its own)
 #
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.
@@ -25,9 +30,26 @@
 # then stalls every connection in flight for 30-60 ms. As root, this script
 # widens net.ipv4.ip_local_port_range to 1024-65535 for the run and puts
 # the old range back when it ends; otherwise loadbench warns.
+#
+# The ceiling phase runs in a network namespace this script makes, with the
+# kernel's default port range and tcp_tw_reuse = 0, so that a port the
+# relay closed first stays in TIME_WAIT for 60 s as on a real network
+# (loopback in the host namespace reuses it after a second). The namespace
+# is deleted when the script ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin snirelay --example loadbench
+case " $* " in
+*ceiling*)
+    ns="snirelay-ceiling-$$"
+    ip netns add "$ns"
+    trap 'ip netns del "$ns"' EXIT
+    ip netns exec "$ns" ip link set lo up
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_tw_reuse=0 net.ipv4.tcp_max_tw_buckets=1048576
+    ip netns exec "$ns" target/release/examples/loadbench --relay target/release/snirelay --haproxy none "$@"
+    exit
+    ;;
+esac
 ports=/proc/sys/net/ipv4/ip_local_port_range
 if [ -w "$ports" ]; then
     old_range=$(cat "$ports")
