@@ -1,7 +1,6 @@
 //! What listing connections costs each connection: registering with the
-//! registry once relaying starts (the entry's allocation with copies of the
-//! route name and SNI, a child of the accept loop's token, one shard lock
-//! and map insert) and leaving it at close (one shard lock and map remove),
+//! registry once relaying starts (the entry's allocation and one with the
+//! route name and SNI, one shard lock and map insert) and leaving it at close (one shard lock and map remove),
 //! with `open` other connections registered; and one page of a listing.
 //!
 //! Run: `cargo bench --bench registry`. The listing's effect on relaying
@@ -16,7 +15,6 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use snirelay::config::Config;
 use snirelay::flow::registry::{self, Filter, Meta};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 fn bench(c: &mut Criterion) {
     let config = Config::from_toml(
@@ -35,7 +33,6 @@ fn bench(c: &mut Criterion) {
     .unwrap();
     let listener = Arc::new(config.listeners[0].clone());
     let backend = config.backends.values().next().unwrap().clone();
-    let shutdown = CancellationToken::new();
     let accepted = Instant::now();
     let meta = |id| Meta {
         id,
@@ -55,7 +52,7 @@ fn bench(c: &mut Criterion) {
         let _held: Vec<_> = (0..open)
             .map(|_| {
                 next += 1;
-                registry::register(meta(next), &shutdown)
+                registry::register(meta(next))
             })
             .collect();
         group.bench_with_input(
@@ -64,7 +61,7 @@ fn bench(c: &mut Criterion) {
             |b, _| {
                 b.iter(|| {
                     next += 1;
-                    registry::register(meta(next), &shutdown)
+                    registry::register(meta(next))
                 })
             },
         );

@@ -14,16 +14,18 @@
 //! `Arc`s; JSON is formatted after every lock is released, so a full
 //! listing of thousands of connections never holds a shard for long.
 //!
-//! Closing one connection: each entry holds a child of its accept loop's
-//! shutdown token, which the relay waits on in place of the shared one (no
-//! extra waiter in the task); `close` marks the entry as closed by an
-//! operator and cancels its token, and the connection ends with
-//! [`CloseReason::Admin`] instead of `shutdown`.
+//! Closing one connection: `close` stops the entry's [`Activity`] with the
+//! operator's code, which wakes the relay (it waits on its accept loop's
+//! shutdown token and on that stop, both read from the same poll), and the
+//! connection ends with [`CloseReason::Admin`] instead of `shutdown`.
 //!
-//! Cost per connection: the entry (one allocation, with copies of the
-//! route name and SNI; listener and backend are shared `Arc`s), the child token (one allocation and a short lock
-//! of the accept loop's token), and one shard lock at register and at
-//! remove (`cargo bench --bench registry`).
+//! Cost per connection: the entry (one allocation of 208 bytes, in
+//! mimalloc's 224-byte class, holding its route name and SNI in one more
+//! allocation; listener and backend are shared `Arc`s), its place in a
+//! shard's map (a B-tree: about 27 bytes per entry), and one shard lock
+//! at register and at remove (`cargo bench --bench registry`). The entry
+//! once held a child of the accept loop's token as its stop: 112 bytes
+//! more per connection, and the route name and SNI in two allocations.
 //!
 //! An operator's route drain (`drain`) closes the route's registered
 //! connections at moments spread over its window, like a reload's drain,
@@ -47,7 +49,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ use tokio_util::sync::CancellationToken;
 use crate::close_reason::CloseReason;
 use crate::config::{Backend, Listener, Protocol};
 use crate::drain::unit_fraction;
-use crate::pump::ready::Activity;
+use crate::pump::ready::{self, Activity};
 use crate::wire::cidr::Cidr;
 
 /// Shards of the table; a power of two, so the shard is the id's low bits.
@@ -70,10 +71,13 @@ pub struct Entry {
     pub id: u64,
     /// The listener that accepted it.
     pub listener: Arc<Listener>,
-    /// The name of the route it took (`no_sni` when its hello had no SNI).
-    pub route: Box<str>,
-    /// The SNI its hello named; `None` without one.
-    pub sni: Option<Box<str>>,
+    /// The route's name then the SNI, in one allocation (see
+    /// [`route`](Self::route) and [`sni`](Self::sni)).
+    names: Box<str>,
+    /// The length of the route's name in `names`.
+    route_len: u32,
+    /// Whether its hello named an SNI (the rest of `names`).
+    has_sni: bool,
     /// The backend it is relayed to.
     pub backend: Arc<Backend>,
     /// The backend address it connected to.
@@ -82,18 +86,15 @@ pub struct Entry {
     pub client: SocketAddr,
     /// The client a trusted peer's PROXY header claims, if any.
     pub claimed: Option<SocketAddr>,
-    /// When it was accepted.
-    pub accepted: Instant,
+    /// When it was accepted, as an activity stamp (`ready::stamp`: eight
+    /// bytes, where an `Instant` takes sixteen); see [`age`](Self::age).
+    accepted: u64,
     /// Sent to a cluster backend's `local_backend` (this node holds the
     /// site): a push that no longer lists the name closes it (`move_out`).
     pub local: bool,
-    /// The relay's byte counts and last activity.
+    /// The relay's byte counts and last activity, and its stop: why an
+    /// operator stopped it ([`ADMIN`], [`DRAINED`] or [`MOVED`]).
     pub activity: Activity,
-    /// The relay's stop: a child of its accept loop's shutdown token.
-    closer: CancellationToken,
-    /// Why an operator stopped it ([`ADMIN`], [`DRAINED`] or [`MOVED`]), set before
-    /// `closer` is cancelled; 0 while it runs.
-    closed_as: AtomicU8,
 }
 
 /// What a connection registers with (see [`register`]).
@@ -144,22 +145,26 @@ pub struct Registered {
     entry: Arc<Entry>,
 }
 
-/// Registers a relaying connection; `shutdown` is its accept loop's token.
-pub fn register(meta: Meta<'_>, shutdown: &CancellationToken) -> Registered {
+/// Registers a relaying connection. Its relay waits on its own shutdown
+/// token beside the entry's stop (see [`Registered::stopped`]).
+pub fn register(meta: Meta<'_>) -> Registered {
+    let names = match meta.sni {
+        None => meta.route.into(),
+        Some(sni) => [meta.route, sni].concat().into_boxed_str(),
+    };
     let entry = Arc::new(Entry {
         id: meta.id,
         listener: meta.listener.clone(),
-        route: meta.route.into(),
-        sni: meta.sni.map(Into::into),
+        names,
+        route_len: u32::try_from(meta.route.len()).expect("a route name under 4 GiB"),
+        has_sni: meta.sni.is_some(),
         backend: meta.backend.clone(),
         backend_addr: meta.backend_addr,
         client: meta.client,
         claimed: meta.claimed,
-        accepted: meta.accepted,
+        accepted: ready::stamp(meta.accepted),
         local: meta.local,
         activity: Activity::new(),
-        closer: shutdown.child_token(),
-        closed_as: AtomicU8::new(0),
     });
     lock(shard(meta.id)).insert(meta.id, entry.clone());
     Registered { entry }
@@ -170,9 +175,15 @@ impl Registered {
         &self.entry.activity
     }
 
-    /// What the relay waits on to stop: shutdown, or an operator's close.
-    pub(crate) fn stop(&self) -> &CancellationToken {
-        &self.entry.closer
+    /// Resolves when the connection is to stop: `shutdown` (its accept
+    /// loop's or QUIC socket's token), or an operator's close, drain or
+    /// move (told apart by [`reason`](Self::reason)). The TCP relay reads
+    /// both in its own poll instead (`pump::relay`).
+    pub(crate) async fn stopped(&self, shutdown: &CancellationToken) {
+        tokio::select! {
+            _ = self.entry.activity.stopped() => {}
+            () = shutdown.cancelled() => {}
+        }
     }
 
     /// The entry itself, for a second holder that only counts activity
@@ -185,7 +196,7 @@ impl Registered {
 
     /// The relay's reason, told apart: a stop by an operator is `admin`.
     pub(crate) fn reason(&self, relay: CloseReason) -> CloseReason {
-        match (relay, self.entry.closed_as.load(Ordering::Acquire)) {
+        match (relay, self.entry.activity.stopped_as()) {
             (CloseReason::Shutdown, ADMIN) => CloseReason::Admin,
             (CloseReason::Shutdown, DRAINED) => CloseReason::Drained,
             (CloseReason::Shutdown, MOVED) => CloseReason::Moved,
@@ -237,11 +248,8 @@ impl Filter {
                 .listener
                 .as_deref()
                 .is_none_or(|l| l == e.listener.name)
-            && self.route.as_deref().is_none_or(|r| r == &*e.route)
-            && self
-                .sni
-                .as_deref()
-                .is_none_or(|s| Some(s) == e.sni.as_deref())
+            && self.route.as_deref().is_none_or(|r| r == e.route())
+            && self.sni.as_deref().is_none_or(|s| Some(s) == e.sni())
             && self.backend.as_deref().is_none_or(|b| b == e.backend.name)
             && self.client.as_ref().is_none_or(|c| {
                 c.contains(e.client.ip()) || e.claimed.is_some_and(|a| c.contains(a.ip()))
@@ -308,8 +316,7 @@ pub(crate) fn move_out(
     spread(
         |e| {
             e.local
-                && e.sni
-                    .as_deref()
+                && e.sni()
                     .is_some_and(|s| names.contains(s) && !still_local(&e.backend.name, s))
         },
         window,
@@ -358,7 +365,7 @@ pub(crate) fn per_route() -> BTreeMap<Box<str>, usize> {
     let mut counts = BTreeMap::new();
     for shard in table() {
         for e in lock(shard).values() {
-            *counts.entry(e.route.clone()).or_insert(0) += 1;
+            *counts.entry(e.route().into()).or_insert(0) += 1;
         }
     }
     counts
@@ -367,14 +374,23 @@ pub(crate) fn per_route() -> BTreeMap<Box<str>, usize> {
 impl Entry {
     /// Stops the relay, as `why`; the first reason given wins.
     fn stop(&self, why: u8) {
-        let _ = self
-            .closed_as
-            .compare_exchange(0, why, Ordering::AcqRel, Ordering::Acquire);
-        self.closer.cancel();
+        self.activity.stop(why);
     }
 
+    /// The name of the route it took (`no_sni` when its hello had no SNI).
+    pub fn route(&self) -> &str {
+        &self.names[..self.route_len as usize]
+    }
+
+    /// The SNI its hello named; `None` without one.
+    pub fn sni(&self) -> Option<&str> {
+        self.has_sni.then(|| &self.names[self.route_len as usize..])
+    }
+
+    /// How long ago it was accepted (a connection accepted before the
+    /// first activity stamp of the process counts from that stamp).
     pub(crate) fn age(&self) -> Duration {
-        self.accepted.elapsed()
+        ready::from_stamp(self.accepted).elapsed()
     }
 
     pub(crate) fn idle(&self) -> Duration {
@@ -411,21 +427,18 @@ mod tests {
         let base = 1u64 << 60;
         let mut held = Vec::new();
         for i in 0..40 {
-            held.push(register(
-                Meta {
-                    id: base + i,
-                    listener: &listener,
-                    route: "r",
-                    sni: Some(if i % 2 == 0 { "a.test" } else { "b.test" }),
-                    backend: &backend,
-                    backend_addr: "127.0.0.1:9".parse().unwrap(),
-                    client: "10.0.0.1:1".parse().unwrap(),
-                    claimed: Some("192.0.2.7:2".parse().unwrap()),
-                    accepted: Instant::now(),
-                    local: i % 4 == 1,
-                },
-                &shutdown,
-            ));
+            held.push(register(Meta {
+                id: base + i,
+                listener: &listener,
+                route: "r",
+                sni: Some(if i % 2 == 0 { "a.test" } else { "b.test" }),
+                backend: &backend,
+                backend_addr: "127.0.0.1:9".parse().unwrap(),
+                client: "10.0.0.1:1".parse().unwrap(),
+                claimed: Some("192.0.2.7:2".parse().unwrap()),
+                accepted: Instant::now(),
+                local: i % 4 == 1,
+            }));
         }
         let filter = Filter {
             sni: Some("a.test".into()),
@@ -443,9 +456,9 @@ mod tests {
             ..Filter::default()
         };
         assert_eq!(close(&by_claim), 1);
-        assert!(held[3].stop().is_cancelled());
+        assert_ne!(held[3].activity().stopped_as(), 0);
         assert_eq!(held[3].reason(CloseReason::Shutdown), CloseReason::Admin);
-        assert!(!held[2].stop().is_cancelled());
+        assert_eq!(held[2].activity().stopped_as(), 0);
         assert_eq!(held[2].reason(CloseReason::Shutdown), CloseReason::Shutdown);
         // A drain: every `b.test` one, within the window, as `drained`.
         let b = Filter {
@@ -454,7 +467,7 @@ mod tests {
         };
         assert_eq!(drain(&b, Duration::from_millis(50)), 20);
         for (i, h) in held.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
-            tokio::time::timeout(Duration::from_secs(5), h.stop().cancelled())
+            tokio::time::timeout(Duration::from_secs(5), h.stopped(&shutdown))
                 .await
                 .unwrap();
             let want = if i == 3 {
@@ -470,30 +483,27 @@ mod tests {
         // Moved: only connections sent to a local backend, by name.
         let mut held = Vec::new();
         for i in 0..4u64 {
-            held.push(register(
-                Meta {
-                    id: base + 100 + i,
-                    listener: &listener,
-                    route: "r",
-                    sni: Some(if i < 2 { "gone.test" } else { "kept.test" }),
-                    backend: &backend,
-                    backend_addr: "127.0.0.1:9".parse().unwrap(),
-                    client: "10.0.0.1:1".parse().unwrap(),
-                    claimed: None,
-                    accepted: Instant::now(),
-                    local: i != 1,
-                },
-                &shutdown,
-            ));
+            held.push(register(Meta {
+                id: base + 100 + i,
+                listener: &listener,
+                route: "r",
+                sni: Some(if i < 2 { "gone.test" } else { "kept.test" }),
+                backend: &backend,
+                backend_addr: "127.0.0.1:9".parse().unwrap(),
+                client: "10.0.0.1:1".parse().unwrap(),
+                claimed: None,
+                accepted: Instant::now(),
+                local: i != 1,
+            }));
         }
         let gone: HashSet<Box<str>> = ["gone.test".into()].into();
         assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| true), 0);
         assert_eq!(move_out(&gone, Duration::from_millis(20), |_, _| false), 1);
-        tokio::time::timeout(Duration::from_secs(5), held[0].stop().cancelled())
+        tokio::time::timeout(Duration::from_secs(5), held[0].stopped(&shutdown))
             .await
             .unwrap();
         assert_eq!(held[0].reason(CloseReason::Shutdown), CloseReason::Moved);
-        assert!(!held[1].stop().is_cancelled(), "a remote answer stays");
-        assert!(!held[2].stop().is_cancelled(), "another name stays");
+        assert_eq!(held[1].activity().stopped_as(), 0, "a remote answer stays");
+        assert_eq!(held[2].activity().stopped_as(), 0, "another name stays");
     }
 }

@@ -11,11 +11,15 @@
 //! Not here: moving bytes (see `copy` and `splice`) or deciding when a
 //! connection ends (see `relay`).
 //!
-//! Cost: [`Activity`] is three atomics touched per transfer; the readiness
-//! helpers hold no waiter node (see `readable`).
+//! Cost: [`Activity`] is three atomics touched per transfer, and an
+//! operator's stop (a code and one waker slot, locked once when the relay
+//! first waits and once when an operator stops it); the readiness helpers
+//! hold no waiter node (see `readable`).
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -30,14 +34,26 @@ pub(crate) struct Transferred {
     pub down: u64,
 }
 
-/// What moved and when: bytes per direction, and when a byte last moved.
+/// What moved and when: bytes per direction, and when a byte last moved;
+/// and whether an operator stopped the connection (the registry's
+/// `DELETE /connections`, a route drain, a push of local names).
 /// Atomics, so the relay and its boxed bursts can share it without locking.
+///
+/// The stop lives here, in the registry entry the relay already reads,
+/// rather than in a cancellation token of its own: a child token is one
+/// more allocation per connection (112 bytes, and a slot in its parent's
+/// list), where this is a byte and a waker slot in the entry.
 #[derive(Debug)]
 pub struct Activity {
     /// Milliseconds since [`epoch`].
     last_ms: AtomicU64,
     up: AtomicU64,
     down: AtomicU64,
+    /// Why an operator stopped it (a nonzero code of the registry's); 0
+    /// while it runs. The first code given wins.
+    stopped_as: AtomicU8,
+    /// The waker of the task that waits for the stop, once it has waited.
+    stop_waker: Mutex<Option<Waker>>,
 }
 
 /// The process-wide origin of [`Activity`] timestamps, so an activity
@@ -60,6 +76,8 @@ impl Activity {
             last_ms: AtomicU64::new(0),
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
+            stopped_as: AtomicU8::new(0),
+            stop_waker: Mutex::new(None),
         };
         activity.touch();
         activity
@@ -96,6 +114,65 @@ impl Activity {
     pub(crate) fn last(&self) -> Instant {
         epoch() + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
+
+    /// Stops the connection as `code` (nonzero; the first code given
+    /// wins) and wakes the task that waits for it, if it has waited.
+    pub(crate) fn stop(&self, code: u8) {
+        let _ = self
+            .stopped_as
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+        let waker = lock(&self.stop_waker).take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The code it was stopped as; 0 while it runs.
+    #[inline]
+    pub(crate) fn stopped_as(&self) -> u8 {
+        self.stopped_as.load(Ordering::Acquire)
+    }
+
+    /// Ready with the stop's code once stopped; otherwise keeps `cx`'s
+    /// waker to be woken by [`stop`](Self::stop). A task that is always
+    /// polled with the same waker (a connection's own task) may poll this
+    /// once and read [`stopped_as`](Self::stopped_as) after.
+    pub(crate) fn poll_stopped(&self, cx: &mut Context<'_>) -> Poll<u8> {
+        // The code is read under the lock `stop` takes after setting it:
+        // either it is seen here, or `stop` finds this waker.
+        let mut slot = lock(&self.stop_waker);
+        match self.stopped_as.load(Ordering::Acquire) {
+            0 => {
+                if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *slot = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            code => Poll::Ready(code),
+        }
+    }
+
+    /// Resolves with the stop's code once stopped (see
+    /// [`poll_stopped`](Self::poll_stopped)).
+    pub(crate) async fn stopped(&self) -> u8 {
+        std::future::poll_fn(|cx| self.poll_stopped(cx)).await
+    }
+}
+
+/// Milliseconds from the process-wide origin of [`Activity`] stamps to
+/// `at` (0 for a moment before it): a moment kept in eight bytes.
+pub(crate) fn stamp(at: Instant) -> u64 {
+    at.saturating_duration_since(epoch()).as_millis() as u64
+}
+
+/// The moment a [`stamp`] stands for.
+pub(crate) fn from_stamp(ms: u64) -> Instant {
+    epoch() + Duration::from_millis(ms)
+}
+
+/// A waker slot's lock; a panic while holding it leaves a valid slot.
+fn lock(slot: &Mutex<Option<Waker>>) -> std::sync::MutexGuard<'_, Option<Waker>> {
+    slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A direction of the relay.

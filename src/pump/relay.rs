@@ -376,7 +376,9 @@ pin_project_lite::pin_project! {
 /// Relays between `client` and `backend` (the caller has already written
 /// the replayed hello), with splice(2) when `use_splice` is set. `activity`
 /// collects the byte counts; `started` is when the connection was accepted
-/// (its lifetime counts from there); `seed` picks this connection's moment
+/// (its lifetime counts from there); `cancel` is the shutdown token and
+/// `activity`'s stop an operator's (both end the relay as `shutdown`, which
+/// the registry tells apart); `seed` picks this connection's moment
 /// in a drain window and in the last tenth of its lifetime. `keepalive`,
 /// the backend's, is set on `backend` once the relay has run for
 /// [`sockopt::KEEPALIVE_ARM_DELAY`] (if it is still open then).
@@ -541,10 +543,13 @@ impl Future for Relay<'_> {
         // would also take the Notify's lock to compare wakers: about 560
         // instructions per connection (callgrind). The relay is polled by
         // its connection's task only, so the waker never changes.
+        // An operator's stop (the registry) is read the same way from
+        // the activity record, whose waker slot the first wait fills.
         let stopped = if *this.waiting {
-            this.cancel.is_cancelled()
+            this.cancel.is_cancelled() || activity.stopped_as() != 0
         } else {
-            this.cancelled.as_mut().poll(cx).is_ready()
+            let shutdown = this.cancelled.as_mut().poll(cx).is_ready();
+            activity.poll_stopped(cx).is_ready() || shutdown
         };
         if stopped {
             return Poll::Ready(CloseReason::Shutdown);

@@ -517,27 +517,24 @@ impl SocketTask {
         record.path = Some(path.clone());
         // Listed, filtered and closable by the admin listener like a TCP
         // connection (a `local` one also by a push of local names); its
-        // stop is a child of this socket's `close_flows`.
+        // stop is this socket's `close_flows` or an operator's.
         let route = record.route.clone().unwrap_or_default();
         let routed = record
             .backend
             .clone()
             .expect("a flow is opened after it was routed to a backend");
-        let registered = registry::register(
-            registry::Meta {
-                id: record.id,
-                listener: &record.listener,
-                route: &route,
-                sni: record.sni.as_deref(),
-                backend: &routed,
-                backend_addr,
-                client: from,
-                claimed: None,
-                accepted: started,
-                local,
-            },
-            &self.close_flows,
-        );
+        let registered = registry::register(registry::Meta {
+            id: record.id,
+            listener: &record.listener,
+            route: &route,
+            sni: record.sni.as_deref(),
+            backend: &routed,
+            backend_addr,
+            client: from,
+            claimed: None,
+            accepted: started,
+            local,
+        });
         moved(
             registered.activity(),
             Side::Up,
@@ -565,6 +562,7 @@ impl SocketTask {
             path,
             expiry,
             registered,
+            close: self.close_flows.clone(),
             ended: self.ended_tx.clone(),
             learned: self.learned_tx.clone(),
             drain,
@@ -634,6 +632,8 @@ struct FlowTask {
     /// Its registry entry: removed when the flow ends; its stop fires on
     /// this socket's close or an operator's `DELETE /connections`.
     registered: Registered,
+    /// This socket's `close_flows`, which stops the flow with the entry.
+    close: CancellationToken,
     ended: mpsc::UnboundedSender<(Arc<Path>, u64)>,
     learned: mpsc::UnboundedSender<(Arc<Path>, u64, ConnectionId)>,
     drain: DrainGuard,
@@ -658,6 +658,7 @@ async fn relay_back(flow: FlowTask) {
         path,
         expiry,
         registered,
+        close,
         ended,
         learned,
         drain,
@@ -727,7 +728,7 @@ async fn relay_back(flow: FlowTask) {
             () = &mut closing => break drain.reason(),
             // Shutdown, or an operator's close or drain (told apart by
             // the entry, as for TCP).
-            () = registered.stop().cancelled() => break registered.reason(CloseReason::Shutdown),
+            () = registered.stopped(&close) => break registered.reason(CloseReason::Shutdown),
         }
     };
     drop(in_flight);

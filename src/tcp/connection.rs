@@ -20,9 +20,9 @@
 //! Allocations per connection: the task, the setup future, the hello's
 //! bytes and the SNI kept for the log line; all but the task and the SNI
 //! are freed before relaying begins. A relaying connection is also listed
-//! in the `registry` (its entry, holding the relay's byte counts and a
-//! child of the accept loop's token so an operator can close it alone,
-//! plus copies of the route name and SNI). On a route with limits, one more: the
+//! in the `registry` (its entry, holding the relay's byte counts and the
+//! operator's stop, plus one allocation with copies of the route name and
+//! SNI). On a route with limits, one more: the
 //! route's slot, held for the connection's life.
 //!
 //! Not here: socket options, parsing, policy, or what a close records
@@ -94,28 +94,25 @@ pub(crate) fn handle(
             Ok(established) => {
                 // Listed (and closable) by the admin listener while it
                 // relays; the entry holds the relay's byte counts.
-                let registered = registry::register(
-                    registry::Meta {
-                        id: record.id,
-                        listener,
-                        route: record.route.unwrap_or_default(),
-                        sni: record.sni.as_deref(),
-                        backend: record.backend.as_ref().expect("routed"),
-                        backend_addr: record.backend_addr.expect("connected"),
-                        client: accepted.peer.0,
-                        claimed: record.claimed.map(|c| c.0),
-                        accepted: accepted.at,
-                        local: established.local,
-                    },
-                    &cancel,
-                );
+                let registered = registry::register(registry::Meta {
+                    id: record.id,
+                    listener,
+                    route: record.route.unwrap_or_default(),
+                    sni: record.sni.as_deref(),
+                    backend: record.backend.as_ref().expect("routed"),
+                    backend_addr: record.backend_addr.expect("connected"),
+                    client: accepted.peer.0,
+                    claimed: record.claimed.map(|c| c.0),
+                    accepted: accepted.at,
+                    local: established.local,
+                });
                 let reason = relay::relay(
                     &accepted.stream,
                     &established.backend,
                     registered.activity(),
                     established.timeouts,
                     accepted.at,
-                    registered.stop(),
+                    &cancel,
                     &established.drain,
                     record.id,
                     listener.splice,
