@@ -55,6 +55,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -134,6 +135,14 @@ struct AddressStateLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LogTargetLabels {
     target: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThrottleLabels {
+    listener: String,
+    route: String,
+    /// `up` (client → backend) or `down`.
+    direction: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -219,6 +228,7 @@ pub(crate) struct Metrics {
     // Log lines sent to and dropped before syslog or journald.
     log_sent: Family<LogTargetLabels, Counter>,
     log_dropped: Family<LogDropLabels, Counter>,
+    throttled: Family<ThrottleLabels, Counter<f64, AtomicU64>>,
 }
 
 /// One backend's connect series (clones share the family's atomics),
@@ -474,6 +484,7 @@ impl Metrics {
             admin_forwarded: Family::default(),
             log_sent: Family::default(),
             log_dropped: Family::default(),
+            throttled: Family::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -618,6 +629,12 @@ impl Metrics {
             "Log lines dropped before the syslog or journald target: queue_full, send_failed",
             m.log_dropped.clone(),
         );
+        // Bandwidth limits (issue 33).
+        r.register(
+            "snirelay_throttled_seconds",
+            "Time a direction of a limited route's connections spent waiting for bandwidth tokens (rate_up, rate_down, rate_per_source_*), added per wait",
+            m.throttled.clone(),
+        );
         r.register(
             "snirelay_local_names",
             "Names pushed as served by this node's local backend, in force now",
@@ -712,6 +729,24 @@ impl Metrics {
     pub(crate) fn log_lines_dropped(&self, target: &'static str, reason: &'static str) -> Counter {
         self.log_dropped
             .get_or_create(&LogDropLabels { target, reason })
+            .clone()
+    }
+
+    /// The throttled-time counter of `direction` (`up`, `down`) on a
+    /// limited route, for its connections' throttles to hold (made when
+    /// the route table is built, so it shows at zero).
+    pub(crate) fn throttled(
+        &self,
+        listener: &str,
+        route: &str,
+        direction: &'static str,
+    ) -> Counter<f64, AtomicU64> {
+        self.throttled
+            .get_or_create(&ThrottleLabels {
+                listener: listener.to_owned(),
+                route: route.to_owned(),
+                direction,
+            })
             .clone()
     }
 

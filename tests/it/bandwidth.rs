@@ -1,0 +1,212 @@
+//! Bandwidth limits end to end (issue 33, point 3): `rate_down` per
+//! connection and `rate_per_source_down` shared by one source's
+//! connections, through the real relay on loopback, with the throttled
+//! time counted in `snirelay_throttled_seconds_total`. No speed claims: a
+//! limited transfer is only held to its correctness bound (N bytes at R
+//! bytes per second with a burst B take at least (N − B) / R), and an
+//! unlimited route beside it to getting every byte with no throttled time.
+
+use crate::common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Clock slack allowed against the bound: the relay and the test read
+/// different clocks, and a timer may fire a tick early in the test's view.
+const SLACK: Duration = Duration::from_millis(100);
+
+/// A backend that sends `bytes` bytes as soon as a client connects, then
+/// FIN, and reads whatever comes.
+async fn sending_backend(bytes: usize) -> SocketAddr {
+    raw_backend(move |mut stream| async move {
+        let payload = vec![0x5a; bytes];
+        let _ = stream.write_all(&payload).await;
+        let _ = stream.shutdown().await;
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+    })
+    .await
+}
+
+/// Listener `tls` with an admin listener; route `slow` (www.example.com)
+/// with `slow` keys, route `fast` (curl.example.com) with none.
+fn config(slow_backend: SocketAddr, fast_backend: SocketAddr, slow: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+[listener.limits]
+connections_per_source = false
+
+[[route]]
+name = "slow"
+sni = ["www.example.com"]
+backend = "slow"
+{slow}
+
+[[route]]
+name = "fast"
+sni = ["curl.example.com"]
+backend = "fast"
+
+[backend.slow]
+addresses = ["{slow_backend}"]
+
+[backend.fast]
+addresses = ["{fast_backend}"]
+"#
+    )
+}
+
+/// Connects from `from`, replays `hello` and reads to the end: the bytes
+/// read and how long from connect to the end.
+async fn download(from: IpAddr, relay: SocketAddr, hello: &[u8]) -> (usize, Duration) {
+    let started = Instant::now();
+    let mut client = connect_from(from, relay).await.unwrap();
+    client.write_all(hello).await.unwrap();
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    (got.len(), started.elapsed())
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+/// (N − B) / R, less the slack.
+fn bound(bytes: usize, burst: usize, rate: usize) -> Duration {
+    Duration::from_secs_f64((bytes - burst) as f64 / rate as f64).saturating_sub(SLACK)
+}
+
+async fn throttled(admin: SocketAddr, route: &str, direction: &str) -> f64 {
+    let (status, text) = http_get(admin, "/metrics").await;
+    assert_eq!(status, 200);
+    metric(
+        &text,
+        &format!(
+            "snirelay_throttled_seconds_total{{listener=\"tls\",route=\"{route}\",direction=\"{direction}\"}}"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_connection_keeps_to_its_rate_and_an_unlimited_route_is_not_throttled() {
+    const BYTES: usize = 300_000;
+    const RATE: usize = 200_000;
+    const BURST: usize = 20_000;
+    let slow = sending_backend(BYTES).await;
+    let fast = sending_backend(BYTES).await;
+    let relay = Relay::start(&config(
+        slow,
+        fast,
+        &format!("rate_down = {RATE}\nburst = {BURST}"),
+    ))
+    .await;
+    let admin = relay.admin_addr().await;
+    // Shown at zero before any traffic; the unlimited route has no series.
+    assert_eq!(throttled(admin, "slow", "down").await, 0.0);
+
+    let localhost = ip("127.0.0.1");
+    let (got, took) = download(localhost, relay.addr(), &capture("openssl_sni.bin")).await;
+    assert_eq!(got, BYTES);
+    let floor = bound(BYTES, BURST, RATE);
+    assert!(
+        took >= floor,
+        "{BYTES} bytes at {RATE} B/s in {took:?} (< {floor:?})"
+    );
+    let waited = throttled(admin, "slow", "down").await;
+    assert!(waited > 0.0, "no throttled time counted");
+    // The client → backend direction moved only the hello: never waited.
+    assert_eq!(throttled(admin, "slow", "up").await, 0.0);
+
+    // The unlimited route on the same relay: every byte, no bucket.
+    let (got, _) = download(localhost, relay.addr(), &capture("curl.bin")).await;
+    assert_eq!(got, BYTES);
+    let (_, text) = http_get(admin, "/metrics").await;
+    assert!(
+        !text.contains("route=\"fast\",direction="),
+        "the unlimited route has a throttle series"
+    );
+    // The slow route's count did not move with the fast transfer.
+    assert_eq!(throttled(admin, "slow", "down").await, waited);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sources_connections_share_its_bucket_and_another_source_has_its_own() {
+    const BYTES: usize = 150_000;
+    const RATE: usize = 200_000;
+    const BURST: usize = 20_000;
+    let slow = sending_backend(BYTES).await;
+    let fast = sending_backend(BYTES).await;
+    let relay = Relay::start(&config(
+        slow,
+        fast,
+        &format!("rate_per_source_down = {RATE}\nburst = {BURST}"),
+    ))
+    .await;
+    let admin = relay.admin_addr().await;
+    let hello = capture("openssl_sni.bin");
+
+    // Two connections of 127.0.0.2 and one of 127.0.0.3 at once.
+    let started = Instant::now();
+    let (a, b, other) = tokio::join!(
+        download(ip("127.0.0.2"), relay.addr(), &hello),
+        download(ip("127.0.0.2"), relay.addr(), &hello),
+        download(ip("127.0.0.3"), relay.addr(), &hello),
+    );
+    assert_eq!((a.0, b.0, other.0), (BYTES, BYTES, BYTES));
+    // Their sum went through one bucket: 2N bytes at R.
+    let pair = a.1.max(b.1);
+    let floor = bound(2 * BYTES, BURST, RATE);
+    assert!(
+        pair >= floor,
+        "two connections of one source moved {} bytes in {pair:?} (< {floor:?})",
+        2 * BYTES
+    );
+    // The other source had a bucket of its own (N bytes at R, not a
+    // third of a shared one): it too keeps to its bound, and got all.
+    let alone = bound(BYTES, BURST, RATE);
+    assert!(other.1 >= alone, "{:?} < {alone:?}", other.1);
+    assert!(started.elapsed() >= floor);
+    assert!(throttled(admin, "slow", "down").await > 0.0);
+}
+
+#[tokio::test]
+async fn bandwidth_keys_are_refused_on_a_quic_listener() {
+    let text = r#"
+[[listener]]
+name = "quic"
+listen = ["127.0.0.1:8443"]
+protocol = "quic"
+rate_down = 1000000
+
+[[route]]
+name = "app"
+sni = ["example.com"]
+backend = "b"
+rate_per_source_up = 500000
+
+[backend.b]
+addresses = ["127.0.0.1:9443"]
+"#;
+    let error = snirelay::config::Config::from_toml(text, std::path::Path::new("quic.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("listener[0].rate_down: is a TCP setting"),
+        "{error}"
+    );
+    assert!(
+        error.contains(
+            "route[0].rate_per_source_up: is a TCP setting (bandwidth limits pace a byte stream"
+        ),
+        "{error}"
+    );
+}
