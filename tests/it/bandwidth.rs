@@ -210,3 +210,55 @@ addresses = ["127.0.0.1:9443"]
         "{error}"
     );
 }
+
+#[test]
+fn a_routes_keys_replace_its_listeners_one_by_one() {
+    let text = r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:8443"]
+rate_up = 1000000
+rate_down = 2000000
+rate_per_source_down = 8000000
+burst = 100000
+
+[[route]]
+name = "inherits"
+sni = ["a.example.com"]
+backend = "b"
+
+[[route]]
+name = "own"
+sni = ["b.example.com"]
+backend = "b"
+rate_down = false
+rate_per_source_down = 4000000
+burst = 50000
+
+[backend.b]
+addresses = ["127.0.0.1:9443"]
+"#;
+    let config = snirelay::config::Config::from_toml(text, std::path::Path::new("bw.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let listener = &config.listeners[0];
+    let rate = |r: Option<snirelay::config::ByteRate>| {
+        r.map(|r| (r.bytes_per_second.get(), r.burst.get()))
+    };
+    let inherits = &listener.routes[0].bandwidth;
+    assert_eq!(rate(inherits.up), Some((1_000_000, 100_000)));
+    assert_eq!(rate(inherits.down), Some((2_000_000, 100_000)));
+    assert_eq!(rate(inherits.per_source_down), Some((8_000_000, 100_000)));
+    assert_eq!(rate(inherits.per_source_up), None);
+    assert!(!inherits.own_per_source);
+    let own = &listener.routes[1].bandwidth;
+    assert_eq!(rate(own.up), Some((1_000_000, 50_000)));
+    assert_eq!(rate(own.down), None);
+    assert_eq!(rate(own.per_source_down), Some((4_000_000, 50_000)));
+    assert!(own.own_per_source);
+    // Without `burst`, each bucket holds one second of its rate.
+    let text = text.replace("burst = 100000\n", "").replace("burst = 50000\n", "");
+    let config = snirelay::config::Config::from_toml(&text, std::path::Path::new("bw.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let inherits = &config.listeners[0].routes[0].bandwidth;
+    assert_eq!(rate(inherits.down), Some((2_000_000, 2_000_000)));
+}
