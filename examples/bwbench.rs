@@ -29,6 +29,8 @@
 //!  [--rate 50000000] [--connections 32] [--seconds 10] [--runs 3]
 //!  [--splice true]`
 
+// Shared with loadbench and quicbench; this one reads only CPU time.
+#[allow(dead_code)]
 #[path = "support/proc.rs"]
 mod proc;
 
@@ -304,7 +306,8 @@ async fn bench(args: Args) {
             into.push(f);
         }
     }
-    let med = |v: &[Figures], f: fn(&Figures) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    let med =
+        |v: &[Figures], f: &dyn Fn(&Figures) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
     println!("| phase | achieved B/s | achieved / limit | relay CPU s/GB |");
     println!("|---|---|---|---|");
     for (name, v) in [
@@ -312,15 +315,15 @@ async fn bench(args: Args) {
         ("connections of one source, rate_per_source_down", &many),
         ("1 connection, unlimited", &free),
     ] {
-        let rate = med(v, |f| f.rate);
+        let rate = med(v, &|f| f.rate);
         let ratio = if std::ptr::eq(v, &free) {
             "-".to_owned()
         } else {
-            format!("{:.4}", med(v, |f| f.rate / limit))
+            format!("{:.4}", med(v, &|f| f.rate / limit))
         };
         println!(
             "| {name} | {rate:.0} | {ratio} | {:.3} |",
-            med(v, |f| f.cpu_per_gb)
+            med(v, &|f| f.cpu_per_gb)
         );
     }
 }

@@ -16,7 +16,9 @@
 //!
 //! `relay → {copy, splice} → {throttle, ready}`; no module here reads the
 //! configuration (the pipe pool's size and bound are passed to
-//! [`splice::configure`]; the configuration builds `relay::Timeouts`).
+//! [`splice::configure`]; the configuration builds `relay::Timeouts`, and
+//! the route table builds each route's `throttle::RouteThrottle` from its
+//! plain `config::Bandwidth`).
 //! No module here uses `unsafe`: splice(2), pipe2(2) and fcntl(2) go
 //! through nix's safe wrappers.
 //!

@@ -122,7 +122,7 @@ fn take_from<S: StateStore>(
     quota: ByteRate,
     want: u64,
 ) -> Result<u64, Duration> {
-    let floor = want.min(quota.burst.get()).min(MIN_TAKE).max(1);
+    let floor = want.min(quota.burst.get()).clamp(1, MIN_TAKE);
     let now = now();
     store.measure_and_replace(key, |tat| take(quota, tat, now, want, floor))
 }

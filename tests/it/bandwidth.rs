@@ -256,7 +256,9 @@ addresses = ["127.0.0.1:9443"]
     assert_eq!(rate(own.per_source_down), Some((4_000_000, 50_000)));
     assert!(own.own_per_source);
     // Without `burst`, each bucket holds one second of its rate.
-    let text = text.replace("burst = 100000\n", "").replace("burst = 50000\n", "");
+    let text = text
+        .replace("burst = 100000\n", "")
+        .replace("burst = 50000\n", "");
     let config = snirelay::config::Config::from_toml(&text, std::path::Path::new("bw.toml"))
         .unwrap_or_else(|e| panic!("{e}"));
     let inherits = &config.listeners[0].routes[0].bandwidth;
