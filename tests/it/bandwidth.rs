@@ -264,3 +264,49 @@ addresses = ["127.0.0.1:9443"]
     let inherits = &config.listeners[0].routes[0].bandwidth;
     assert_eq!(rate(inherits.down), Some((2_000_000, 2_000_000)));
 }
+
+/// A backend that reads everything, then sends how many bytes it read
+/// (as text) and FIN.
+async fn counting_backend() -> SocketAddr {
+    raw_backend(|mut stream| async move {
+        let mut got = Vec::new();
+        let _ = stream.read_to_end(&mut got).await;
+        let _ = stream.write_all(got.len().to_string().as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await
+}
+
+// The userspace copy path (`splice = false`) and the client → backend
+// direction keep to the same bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_through_the_copy_path_keeps_to_its_rate() {
+    const BYTES: usize = 300_000;
+    const RATE: usize = 200_000;
+    const BURST: usize = 20_000;
+    let slow = counting_backend().await;
+    let fast = counting_backend().await;
+    let relay = Relay::start(&format!(
+        "[global]\nsplice = false\n{}",
+        config(slow, fast, &format!("rate_up = {RATE}\nburst = {BURST}"))
+    ))
+    .await;
+    let admin = relay.admin_addr().await;
+    let hello = capture("openssl_sni.bin");
+    let started = Instant::now();
+    let mut client = connect_from(ip("127.0.0.1"), relay.addr()).await.unwrap();
+    client.write_all(&hello).await.unwrap();
+    client.write_all(&vec![0x5a; BYTES]).await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(answer, (hello.len() + BYTES).to_string());
+    let floor = bound(BYTES, BURST, RATE);
+    assert!(
+        took >= floor,
+        "{BYTES} bytes at {RATE} B/s in {took:?} (< {floor:?})"
+    );
+    assert!(throttled(admin, "slow", "up").await > 0.0);
+    assert_eq!(throttled(admin, "slow", "down").await, 0.0);
+}
