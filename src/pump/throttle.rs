@@ -37,6 +37,7 @@
 //! configuration (`config::Bandwidth`).
 
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -256,6 +257,8 @@ impl RouteThrottle {
             source,
             up: InMemoryState::default(),
             down: InMemoryState::default(),
+            waited_up: AtomicU64::new(0),
+            waited_down: AtomicU64::new(0),
         }
     }
 }
@@ -268,6 +271,9 @@ pub(crate) struct Throttle {
     source: Option<SourceKey>,
     up: InMemoryState,
     down: InMemoryState,
+    /// Nanoseconds each direction waited, for the access line.
+    waited_up: AtomicU64,
+    waited_down: AtomicU64,
 }
 
 /// A reservation: bytes a read may move, from which buckets.
@@ -339,15 +345,23 @@ impl Throttle {
             }
         };
         if let Some(since) = waited {
-            let counter = match side {
-                Side::Up => &self.route.throttled_up,
-                Side::Down => &self.route.throttled_down,
+            let (counter, total) = match side {
+                Side::Up => (&self.route.throttled_up, &self.waited_up),
+                Side::Down => (&self.route.throttled_down, &self.waited_down),
             };
-            counter.inc_by(since.elapsed().as_secs_f64());
+            let waited = since.elapsed();
+            counter.inc_by(waited.as_secs_f64());
+            total.fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         }
         Reserved {
             bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
         }
+    }
+
+    /// How long each direction has waited for tokens so far: (up, down).
+    pub(crate) fn waited(&self) -> (Duration, Duration) {
+        let read = |n: &AtomicU64| Duration::from_nanos(n.load(Ordering::Relaxed));
+        (read(&self.waited_up), read(&self.waited_down))
     }
 
     /// Gives back what a read reserved with [`Throttle::reserve`] but did

@@ -132,6 +132,18 @@ pub(crate) fn handle(
             }
             Err(reason) => *reason,
         };
+        // Read after the last await, so the task's state does not hold it.
+        let throttled = established
+            .as_ref()
+            .ok()
+            .and_then(Established::throttle)
+            .map(|t| {
+                let (up, down) = t.waited();
+                access::Throttled {
+                    up_ms: up.as_millis() as u64,
+                    down_ms: down.as_millis() as u64,
+                }
+            });
         drop(established);
         // Both sockets are closed and the connection's places under
         // `max_connections` and its source's limit are released before the
@@ -139,7 +151,10 @@ pub(crate) fn handle(
         // are gone and its source may connect again.
         drop(accepted);
         drop(slots);
-        record.close(reason);
+        match throttled {
+            None => record.close(reason),
+            Some(throttled) => record.close_throttled(reason, throttled),
+        }
     }
 }
 

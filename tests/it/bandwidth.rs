@@ -66,14 +66,15 @@ addresses = ["{fast_backend}"]
 }
 
 /// Connects from `from`, replays `hello` and reads to the end: the bytes
-/// read and how long from connect to the end.
-async fn download(from: IpAddr, relay: SocketAddr, hello: &[u8]) -> (usize, Duration) {
+/// read, how long from connect to the end, and the client's address.
+async fn download(from: IpAddr, relay: SocketAddr, hello: &[u8]) -> (usize, Duration, SocketAddr) {
     let started = Instant::now();
     let mut client = connect_from(from, relay).await.unwrap();
+    let local = client.local_addr().unwrap();
     client.write_all(hello).await.unwrap();
     let mut got = Vec::new();
     client.read_to_end(&mut got).await.unwrap();
-    (got.len(), started.elapsed())
+    (got.len(), started.elapsed(), local)
 }
 
 fn ip(text: &str) -> IpAddr {
@@ -114,7 +115,7 @@ async fn a_limited_connection_keeps_to_its_rate_and_an_unlimited_route_is_not_th
     assert_eq!(throttled(admin, "slow", "down").await, 0.0);
 
     let localhost = ip("127.0.0.1");
-    let (got, took) = download(localhost, relay.addr(), &capture("openssl_sni.bin")).await;
+    let (got, took, client) = download(localhost, relay.addr(), &capture("openssl_sni.bin")).await;
     assert_eq!(got, BYTES);
     let floor = bound(BYTES, BURST, RATE);
     assert!(
@@ -125,10 +126,17 @@ async fn a_limited_connection_keeps_to_its_rate_and_an_unlimited_route_is_not_th
     assert!(waited > 0.0, "no throttled time counted");
     // The client → backend direction moved only the hello: never waited.
     assert_eq!(throttled(admin, "slow", "up").await, 0.0);
+    // The access line says how long the download waited; not the upload.
+    let line = relay.closed_line(client).await;
+    assert!(line["throttled_ms.down"].as_u64().unwrap() > 0, "{line}");
+    assert!(line.get("throttled_ms.up").is_none(), "{line}");
 
     // The unlimited route on the same relay: every byte, no bucket.
-    let (got, _) = download(localhost, relay.addr(), &capture("curl.bin")).await;
+    let (got, _, client) = download(localhost, relay.addr(), &capture("curl.bin")).await;
     assert_eq!(got, BYTES);
+    let line = relay.closed_line(client).await;
+    assert_eq!(line["route"], "fast");
+    assert!(line.get("throttled_ms.down").is_none(), "{line}");
     let (_, text) = http_get(admin, "/metrics").await;
     assert!(
         !text.contains("route=\"fast\",direction="),
