@@ -318,3 +318,53 @@ async fn an_upload_through_the_copy_path_keeps_to_its_rate() {
     assert!(throttled(admin, "slow", "up").await > 0.0);
     assert_eq!(throttled(admin, "slow", "down").await, 0.0);
 }
+
+// A reload that lifts the limit applies to new connections; an open one
+// keeps the buckets it started with (as HAProxy's filters do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reload_open_connections_keep_their_limit_and_new_ones_take_the_new() {
+    const BYTES: usize = 500_000;
+    const RATE: usize = 200_000;
+    const BURST: usize = 20_000;
+    let slow = sending_backend(BYTES).await;
+    let fast = sending_backend(BYTES).await;
+    let relay = Relay::start(&config(
+        slow,
+        fast,
+        &format!("rate_down = {RATE}\nburst = {BURST}"),
+    ))
+    .await;
+    let admin = relay.admin_addr().await;
+    let hello = capture("openssl_sni.bin");
+    let relay_addr = relay.addr();
+    let open = {
+        let hello = hello.clone();
+        tokio::spawn(async move { download(ip("127.0.0.1"), relay_addr, &hello).await })
+    };
+    // The open connection is relaying (it has waited for tokens) before
+    // the reload.
+    let deadline = Instant::now() + WAIT;
+    while throttled(admin, "slow", "down").await == 0.0 {
+        assert!(Instant::now() < deadline, "the download never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let line = relay.reload(&config(slow, fast, ""), 1).await;
+    assert_eq!(line["message"], "reload applied");
+
+    // A new connection on the route: no limit now.
+    let (got, _, client) = download(ip("127.0.0.1"), relay.addr(), &hello).await;
+    assert_eq!(got, BYTES);
+    let line = relay.closed_line(client).await;
+    assert!(line.get("throttled_ms.down").is_none(), "{line}");
+
+    // The open one kept its bucket to the end.
+    let (got, took, client) = open.await.unwrap();
+    assert_eq!(got, BYTES);
+    let floor = bound(BYTES, BURST, RATE);
+    assert!(
+        took >= floor,
+        "{BYTES} bytes at {RATE} B/s in {took:?} (< {floor:?})"
+    );
+    let line = relay.closed_line(client).await;
+    assert!(line["throttled_ms.down"].as_u64().unwrap() > 0, "{line}");
+}
