@@ -588,8 +588,9 @@ impl Future for Relay<'_> {
 }
 
 /// A limited direction, from the relay's start to its source's FIN: a
-/// burst whenever the source is readable, every read of it waiting for
-/// `throttle`'s buckets (see `throttle`). Holds no pipe between bursts.
+/// burst whenever the source is readable and the buckets hold a chunk,
+/// every read of it paced by `throttle` (see `throttle`). Waits for tokens
+/// holding no pipe.
 async fn throttled(
     from: &TcpStream,
     to: &TcpStream,
@@ -600,6 +601,7 @@ async fn throttled(
 ) -> Result<Burst, BurstError> {
     loop {
         readable(from).await.map_err(BurstError::Read)?;
+        throttle.until_ready(side).await;
         if let Burst::Eof = bulk(from, to, side, pipes, activity, Some(throttle)).await? {
             return Ok(Burst::Eof);
         }

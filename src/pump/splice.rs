@@ -250,9 +250,11 @@ pub(crate) fn pool() -> Option<&'static PipePool> {
 /// on `side`.
 ///
 /// With a `throttle` (a bandwidth limit), each splice from `from` first
-/// reserves what `side` may move now, waiting for it, and moves at most
-/// that (the splice length): still zero-copy. What it did not move is
-/// given back.
+/// takes what `side` may move now and moves at most that (the splice
+/// length): still zero-copy. What it did not move is given back. When the
+/// buckets hold too little, the burst ends (`Burst::Idle`, the pipe empty)
+/// rather than wait holding a pipe: the caller waits for tokens
+/// (`Throttle::until_ready`) and starts another.
 pub(crate) async fn burst(
     from: &TcpStream,
     to: &TcpStream,
@@ -273,7 +275,10 @@ pub(crate) async fn burst(
         first = false;
         let reserved = match throttle {
             None => None,
-            Some(throttle) => Some(throttle.reserve(side, pipe.capacity).await),
+            Some(throttle) => match throttle.try_take(side, pipe.capacity) {
+                Some(reserved) => Some(reserved),
+                None => return Ok(Burst::Idle),
+            },
         };
         let length = reserved.map_or(pipe.capacity, |r| r.bytes);
         let filled = from.try_io(Interest::READABLE, || {

@@ -2,14 +2,18 @@
 //! `rate_down`, `rate_per_source_up`, `rate_per_source_down`, `burst`).
 //!
 //! A limited connection's relay asks its [`Throttle`] before every read or
-//! splice from a source: [`Throttle::reserve`] waits until the buckets of
-//! that direction hold at least a chunk (the read's size, or the burst if
-//! smaller, capped at [`MIN_TAKE`]), then takes up to the read's size from
-//! them; the read or splice moves at most that many bytes (the splice
-//! path passes it as the splice length, so it stays zero-copy), and
-//! [`Throttle::settle`] gives back what the read did not use. So a bucket
-//! is never overdrawn, bytes are charged exactly, and a direction that
-//! waits holds no pipe and no buffer, only its burst's boxed future.
+//! splice from a source: the buckets of that direction must hold at least
+//! a chunk (the read's size, or the burst if smaller, capped at
+//! [`MIN_TAKE`]); then up to the read's size is taken from them, the read
+//! or splice moves at most that many bytes (the splice path passes it as
+//! the splice length, so it stays zero-copy), and [`Throttle::settle`]
+//! gives back what the read did not use. So a bucket is never overdrawn
+//! and bytes are charged exactly. A direction waits for tokens holding no
+//! pipe and no buffer, only its boxed future: the copy path waits in
+//! [`Throttle::reserve`] (its buffer is the thread's, never held across an
+//! await), the splice path ends its burst and gives its pipe back when
+//! [`Throttle::try_take`] finds too few tokens, and the relay then waits in
+//! [`Throttle::until_ready`] before leasing a pipe again.
 //!
 //! The buckets are GCRA cells in governor's state stores: the
 //! connection's own ([`InMemoryState`], one atomic) and its source's
@@ -356,6 +360,22 @@ impl Throttle {
         Reserved {
             bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
         }
+    }
+
+    /// Takes up to `want` bytes for `side` if its buckets hold a chunk now
+    /// (see [`Throttle::reserve`]); `None` without waiting otherwise.
+    pub(crate) fn try_take(&self, side: Side, want: usize) -> Option<Reserved> {
+        let bytes = self.try_reserve(side, want as u64).ok()?;
+        Some(Reserved {
+            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+        })
+    }
+
+    /// Waits, holding nothing, until `side`'s buckets hold a chunk (what
+    /// [`Throttle::try_take`] needs), and takes nothing.
+    pub(crate) async fn until_ready(&self, side: Side) {
+        let reserved = self.reserve(side, MIN_TAKE as usize).await;
+        self.settle(side, reserved, 0);
     }
 
     /// How long each direction has waited for tokens so far: (up, down).
