@@ -55,6 +55,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -144,6 +145,14 @@ struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThrottleLabels {
+    listener: String,
+    route: String,
+    /// `up` (client → backend) or `down`.
+    direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LogDropLabels {
     target: &'static str,
     reason: &'static str,
@@ -228,6 +237,7 @@ pub(crate) struct Metrics {
     log_dropped: Family<LogDropLabels, Counter>,
     // Egress source addresses (issue 33).
     source_exhausted: Family<SourceLabels, Counter>,
+    throttled: Family<ThrottleLabels, Counter<f64, AtomicU64>>,
 }
 
 /// One backend's connect series (clones share the family's atomics),
@@ -484,6 +494,7 @@ impl Metrics {
             log_sent: Family::default(),
             log_dropped: Family::default(),
             source_exhausted: Family::default(),
+            throttled: Family::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -628,6 +639,12 @@ impl Metrics {
             "Log lines dropped before the syslog or journald target: queue_full, send_failed",
             m.log_dropped.clone(),
         );
+        // Bandwidth limits (issue 33).
+        r.register(
+            "snirelay_throttled_seconds",
+            "Time a direction of a limited route's connections spent waiting for bandwidth tokens (rate_up, rate_down, rate_per_source_*), added per wait",
+            m.throttled.clone(),
+        );
         r.register(
             "snirelay_source_address_exhausted",
             "Backend connects (or QUIC flow sockets) whose `source` address had no free local port; the next source was tried",
@@ -736,6 +753,24 @@ impl Metrics {
     pub(crate) fn log_lines_dropped(&self, target: &'static str, reason: &'static str) -> Counter {
         self.log_dropped
             .get_or_create(&LogDropLabels { target, reason })
+            .clone()
+    }
+
+    /// The throttled-time counter of `direction` (`up`, `down`) on a
+    /// limited route, for its connections' throttles to hold (made when
+    /// the route table is built, so it shows at zero).
+    pub(crate) fn throttled(
+        &self,
+        listener: &str,
+        route: &str,
+        direction: &'static str,
+    ) -> Counter<f64, AtomicU64> {
+        self.throttled
+            .get_or_create(&ThrottleLabels {
+                listener: listener.to_owned(),
+                route: route.to_owned(),
+                direction,
+            })
             .clone()
     }
 

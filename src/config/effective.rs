@@ -52,8 +52,8 @@ use super::{
     AddressSource, Admin, Backend, Cluster, ClusterLookup, Config, DnsSource, Global, HealthCheck,
     Listener, NoSni, Policy, Route, Timeouts,
 };
+use super::{ByteRate, Inbound, Keepalive, Limits, Mode, Outbound, Rate};
 use super::{HealthKind, HelloMatch, Member};
-use super::{Inbound, Keepalive, Limits, Mode, Outbound, Rate};
 // PROXY v2 TLVs.
 use super::file::ProxyTlvEntry;
 use super::{Log, file::LogSection};
@@ -206,6 +206,7 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         protocol,
         fingerprints,
         hello_match,
+        bandwidth,
     } = listener;
     let mut section = ListenerSection {
         name: name.clone(),
@@ -235,6 +236,11 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         protocol: Some(protocol.as_str().to_owned()),
         fingerprints: Some(*fingerprints),
         r#match: match_section(hello_match),
+        rate_up: byte_rate(bandwidth.up),
+        rate_down: byte_rate(bandwidth.down),
+        rate_per_source_up: byte_rate(bandwidth.per_source_up),
+        rate_per_source_down: byte_rate(bandwidth.per_source_down),
+        burst: bandwidth.burst.map(|b| b.get() as i64),
     };
     // QUIC listeners (issue 18): the TCP-only keys are refused there, so
     // they are not written back either.
@@ -354,6 +360,7 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         alpn,
         ech,
         hello_match,
+        bandwidth,
     } = route;
     // The route's timeouts in force, its listener's where it sets none.
     let Timeouts {
@@ -377,6 +384,35 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         // Unset: the listener's, which may change without this route.
         ech: ech.as_ref().map(|e| e.as_str().to_owned()),
         r#match: match_section(hello_match),
+        // The rates in force, the listener's where the route sets none;
+        // `false` where there is none, so that the route does not take
+        // the listener's when read back.
+        // The rates in force; `false` where the route has none but its
+        // listener has, unset where neither has (so a QUIC listener's
+        // routes, which refuse the keys, never show them).
+        rate_up: rate_or_off(bandwidth.up, listener.bandwidth.up),
+        rate_down: rate_or_off(bandwidth.down, listener.bandwidth.down),
+        rate_per_source_up: rate_or_off(bandwidth.per_source_up, listener.bandwidth.per_source_up),
+        rate_per_source_down: rate_or_off(
+            bandwidth.per_source_down,
+            listener.bandwidth.per_source_down,
+        ),
+        burst: bandwidth.burst.map(|b| b.get() as i64),
+    }
+}
+
+/// A listener's bandwidth rate as written: unset is none.
+fn byte_rate(rate: Option<ByteRate>) -> Option<i64> {
+    rate.map(|r| r.bytes_per_second.get() as i64)
+}
+
+/// A route's bandwidth rate as written: unset when neither it nor its
+/// `listener` has one, `false` when only the listener has.
+fn rate_or_off(rate: Option<ByteRate>, listener: Option<ByteRate>) -> Option<CountOrOff> {
+    match (rate, listener) {
+        (Some(r), _) => Some(CountOrOff::Count(r.bytes_per_second.get() as i64)),
+        (None, Some(_)) => Some(CountOrOff::Switch(false)),
+        (None, None) => None,
     }
 }
 

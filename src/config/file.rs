@@ -108,6 +108,17 @@ pub struct ListenerSection {
     /// `[listener.match]`: fingerprints every hello on the listener must
     /// (or must not) have.
     pub r#match: Option<MatchSection>,
+    // Bandwidth limits (issue 33), in bytes per second; unset: none.
+    /// Each connection, client → backend.
+    pub rate_up: Option<i64>,
+    /// Each connection, backend → client.
+    pub rate_down: Option<i64>,
+    /// All of one source's connections together, client → backend.
+    pub rate_per_source_up: Option<i64>,
+    /// All of one source's connections together, backend → client.
+    pub rate_per_source_down: Option<i64>,
+    /// Bytes at once above a rate (default: one second's worth).
+    pub burst: Option<i64>,
 }
 
 /// `[listener.match]` and `[route.match]`: JA4 patterns (exact, or a
@@ -189,6 +200,13 @@ pub struct RouteSection {
     /// `[route.match]`: fingerprints a hello on this route must (or must
     /// not) have.
     pub r#match: Option<MatchSection>,
+    // Bandwidth limits (issue 33); unset: the listener's, `false`: none.
+    pub(crate) rate_up: Option<CountOrOff>,
+    pub(crate) rate_down: Option<CountOrOff>,
+    pub(crate) rate_per_source_up: Option<CountOrOff>,
+    pub(crate) rate_per_source_down: Option<CountOrOff>,
+    /// Bytes at once above a rate; unset: the listener's `burst`.
+    pub burst: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

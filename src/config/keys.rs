@@ -24,10 +24,11 @@
 use std::ops::RangeInclusive;
 
 use super::{
-    ADDRESS_CONNECTIONS_RANGE, BACKLOG_RANGE, CONNECT_ATTEMPTS_RANGE, KEEPALIVE_COUNT_RANGE,
-    KEEPALIVE_SECS_RANGE, LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE,
-    MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE,
-    PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
+    ADDRESS_CONNECTIONS_RANGE, BACKLOG_RANGE, BANDWIDTH_RANGE, BURST_RANGE, CONNECT_ATTEMPTS_RANGE,
+    KEEPALIVE_COUNT_RANGE, KEEPALIVE_SECS_RANGE, LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE,
+    MAX_CONNECTIONS_RANGE, MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE,
+    PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE,
+    TLV_TYPE_RANGE, WEIGHT_RANGE,
 };
 
 /// One key of the file.
@@ -300,6 +301,21 @@ pub static KEYS: &[Key] = &[
         .tcp(),
     key("listener.max_connection_lifetime", Kind::DurationOrOff, Value("false"),
         "Close a connection at a moment drawn in the last tenth of this, counted from accept; `false`: no limit."),
+    key("listener.rate_up", Kind::Integer, Unset("unlimited"),
+        "Bytes per second each connection may send client → backend (a token bucket; see `burst`).")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("listener.rate_down", Kind::Integer, Unset("unlimited"),
+        "Bytes per second each connection may send backend → client.")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("listener.rate_per_source_up", Kind::Integer, Unset("unlimited"),
+        "Bytes per second all of one source's connections together may send client → backend.")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("listener.rate_per_source_down", Kind::Integer, Unset("unlimited"),
+        "Bytes per second all of one source's connections together may send backend → client.")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("listener.burst", Kind::Integer, Unset("one second's worth of each rate"),
+        "Bytes a bucket may let through at once above its rate; needs a rate.")
+        .range(BURST_RANGE).unit("bytes").tcp(),
     key("listener.max_client_hello_bytes", Kind::Integer, Value("16384"),
         "Bytes buffered for the ClientHello, record headers included; else `too_large`.")
         .range(MAX_CLIENT_HELLO_BYTES_RANGE).unit("bytes"),
@@ -410,6 +426,21 @@ pub static KEYS: &[Key] = &[
         .tcp(),
     key("route.max_connection_lifetime", Kind::DurationOrOff, Inherit("listener.max_connection_lifetime"),
         "The route's own lifetime limit; `false` turns the listener's off for this route."),
+    key("route.rate_up", Kind::CountOrOff, Unset("the listener's `rate_up`"),
+        "The route's own `rate_up`; `false` turns the listener's off for this route.")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("route.rate_down", Kind::CountOrOff, Unset("the listener's `rate_down`"),
+        "The route's own `rate_down`; `false` turns the listener's off for this route.")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("route.rate_per_source_up", Kind::CountOrOff, Unset("the listener's `rate_per_source_up`"),
+        "The route's own per-source bucket, client → backend (else the listener's, shared by its routes).")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("route.rate_per_source_down", Kind::CountOrOff, Unset("the listener's `rate_per_source_down`"),
+        "The route's own per-source bucket, backend → client (else the listener's, shared by its routes).")
+        .range(BANDWIDTH_RANGE).unit("bytes per second").tcp(),
+    key("route.burst", Kind::Integer, Unset("the listener's `burst`"),
+        "The burst of the route's buckets.")
+        .range(BURST_RANGE).unit("bytes").tcp(),
     key("route.limits", Kind::Table, Unset("no per-route admission"),
         "The `[listener.limits]` keys, per source within the route once the hello names it."),
     key("route.limits.connections_per_source", Kind::CountOrOff, Value("false"),

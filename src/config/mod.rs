@@ -44,15 +44,15 @@ pub(crate) use settings::{
     LookupHeader, LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
 };
 pub use settings::{
-    Backend, Cluster, ClusterLookup, ClusterProtocol, Egress, Keepalive, Limits, Member, Mode,
-    Outbound, Policy, Rate, SourceAddresses,
+    Backend, Bandwidth, ByteRate, Cluster, ClusterLookup, ClusterProtocol, Egress, Keepalive,
+    Limits, Member, Mode, Outbound, Policy, Rate, SourceAddresses,
 };
 pub(crate) use settings::{Facility, Log, LogTarget, SyslogAddress, SyslogFormat};
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -231,6 +231,11 @@ const THREADS_RANGE: std::ops::RangeInclusive<i64> = 1..=1024;
 const PIPE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 4096..=1_048_576;
 const MAX_PIPES_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 const RATE_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+/// `rate_up` and the other bandwidth rates, in bytes per second: from
+/// 1 KB/s (below it a connection is stalled, not shaped) to 1 TB/s.
+const BANDWIDTH_RANGE: std::ops::RangeInclusive<i64> = 1_000..=1_000_000_000_000;
+/// `burst`, in bytes: at least one 1,500-byte packet, at most 1 TB.
+const BURST_RANGE: std::ops::RangeInclusive<i64> = 1_500..=1_000_000_000_000;
 const PREFIX_V4_RANGE: std::ops::RangeInclusive<i64> = 1..=32;
 const PREFIX_V6_RANGE: std::ops::RangeInclusive<i64> = 1..=128;
 const CONNECT_ATTEMPTS_RANGE: std::ops::RangeInclusive<i64> = 1..=64;
@@ -655,6 +660,11 @@ pub struct Listener {
     pub fingerprints: bool,
     /// `[listener.match]`: JA4 rules every hello on the listener obeys.
     pub hello_match: HelloMatch,
+    // Bandwidth limits (issue 33).
+    /// `rate_up`, `rate_down`, `rate_per_source_up`,
+    /// `rate_per_source_down` and `burst`: those of its routes that set
+    /// none, and of its `no_sni` backend.
+    pub bandwidth: Bandwidth,
 }
 
 /// `fingerprints` when unset: off, so a hello costs no fingerprint unless
@@ -844,6 +854,9 @@ pub struct Route {
     /// `[route.match]`: JA4 rules a hello on this route obeys, after the
     /// listener's.
     pub hello_match: HelloMatch,
+    /// The route's bandwidth limits: each its own where set, else the
+    /// listener's.
+    pub bandwidth: Bandwidth,
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and

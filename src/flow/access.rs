@@ -77,6 +77,17 @@ pub struct QuicFields {
     pub backend_local: Option<SocketAddr>,
 }
 
+/// How long each direction of a connection with bandwidth limits waited
+/// for tokens (`throttled_ms.up`, `throttled_ms.down`; written only when
+/// not zero).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Throttled {
+    /// Client → backend, in milliseconds.
+    pub up_ms: u64,
+    /// Backend → client, in milliseconds.
+    pub down_ms: u64,
+}
+
 /// What the connection's log line says; filled in stage by stage. Names
 /// are borrowed from the connection's snapshot (`'l`) or shared with it
 /// (`Arc`), never copied per connection.
@@ -171,18 +182,26 @@ impl<'l> ConnRecord<'l> {
     /// Counts the connection's close and writes its one log line, at the
     /// level of the reason's fault (none for a silent connection).
     pub(crate) fn close(&self, reason: CloseReason) {
-        self.write(reason, None);
+        self.write(reason, None, Throttled::default());
+    }
+
+    /// [`ConnRecord::close`] for a connection with bandwidth limits, whose
+    /// line also says how long each direction waited for tokens (passed
+    /// here, not kept in the record, for the same reason as `quic`'s).
+    pub(crate) fn close_throttled(&self, reason: CloseReason, throttled: Throttled) {
+        self.write(reason, None, throttled);
     }
 
     /// [`ConnRecord::close`] for a QUIC flow, whose line also has `quic`'s
     /// fields. (Passed here rather than kept in the record, which would
     /// make every TCP connection's task a pointer larger.)
     pub(crate) fn close_flow(&self, reason: CloseReason, quic: &QuicFields) {
-        self.write(reason, Some(quic));
+        self.write(reason, Some(quic), Throttled::default());
     }
 
     /// Counts the close and writes the one access line of either protocol.
-    fn write(&self, reason: CloseReason, quic: Option<&QuicFields>) {
+    fn write(&self, reason: CloseReason, quic: Option<&QuicFields>, throttled: Throttled) {
+        let nonzero = |ms: u64| (ms > 0).then_some(ms);
         self.metrics.closed(&metrics::Closed {
             route: self.route,
             backend: self.backend_name(),
@@ -228,6 +247,8 @@ impl<'l> ConnRecord<'l> {
                     datagrams.down = quic.map(|q| q.datagrams_down),
                     bytes.up = self.moved.up,
                     bytes.down = self.moved.down,
+                    throttled_ms.up = nonzero(throttled.up_ms),
+                    throttled_ms.down = nonzero(throttled.down_ms),
                     duration_ms = self.started.elapsed().as_millis() as u64,
                     close = reason.as_str(),
                     "connection closed"
@@ -262,7 +283,7 @@ pub(crate) fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
 /// alert to send. `quic`: a QUIC flow's fields. Called by the admission
 /// gate (`accept::gate`) only.
 pub(crate) fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, refusal: Refusal) {
-    record.write(record.refuse(refusal), quic);
+    record.write(record.refuse(refusal), quic, Throttled::default());
 }
 
 /// Under `dry_run`, logs the refusal admission would have made.

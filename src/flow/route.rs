@@ -60,6 +60,7 @@ use crate::config::{
     TlvValue,
 };
 use crate::drain::DrainSignal;
+use crate::pump::throttle::{ListenerBuckets, RouteThrottle};
 use crate::wire::client_hello::{ClientHello, Ech};
 use crate::wire::matcher::SniMatcher;
 use crate::wire::sni::{Pattern, Sni};
@@ -100,6 +101,11 @@ pub(crate) struct RouteEntry {
     /// The route's `[route.match]` JA4 rules (the listener's are the
     /// table's).
     pub hello_match: HelloMatch,
+    /// The route's bandwidth limits (the listener's for `no_sni`), shared
+    /// by the route's entries; `None` without any. Not part of the
+    /// identity: a reload that changes them applies them to new
+    /// connections, and open ones keep theirs.
+    pub throttle: Option<Arc<RouteThrottle>>,
 }
 
 /// A route's `ech` policy, compiled.
@@ -163,6 +169,8 @@ pub(crate) struct RouteTable {
     /// Whether a hello's fingerprints are read here or logged: the
     /// listener's `fingerprints`, or any `match` rule.
     fingerprints: bool,
+    /// Every limited route's throttle once (for the sweep).
+    throttles: Vec<Arc<RouteThrottle>>,
 }
 
 /// What routing decided for one hello.
@@ -209,7 +217,13 @@ impl RouteTable {
                     .any(|r| sends_fingerprint_tlv(&r.backend)),
             ..RouteTable::default()
         };
+        // The listener's per-source buckets, shared by its routes that
+        // have none of their own.
+        let shared = ListenerBuckets::new(&listener.bandwidth);
         for route in &listener.routes {
+            let throttle =
+                RouteThrottle::new(&listener.name, &route.name, &route.bandwidth, &shared);
+            table.throttles.extend(throttle.clone());
             let alpn: Box<[Box<[u8]>]> = route.alpn.iter().map(|p| p.as_bytes().into()).collect();
             let policy = route.ech.as_ref().unwrap_or(&listener.ech);
             for pattern in &route.patterns {
@@ -220,6 +234,7 @@ impl RouteTable {
                     alpn.clone(),
                     policy,
                     route.timeouts,
+                    throttle.clone(),
                     kept,
                 );
                 let entry = RouteEntry {
@@ -241,16 +256,28 @@ impl RouteTable {
         }
         if let NoSni::Backend(backend) = &listener.no_sni {
             let kept = previous.and_then(|p| p.no_sni.as_ref());
+            let throttle =
+                RouteThrottle::new(&listener.name, "no_sni", &listener.bandwidth, &shared);
+            table.throttles.extend(throttle.clone());
             table.no_sni = Some(entry(
                 "no_sni",
                 backend,
                 Box::default(),
                 &listener.ech,
                 listener.timeouts(),
+                throttle,
                 kept,
             ));
         }
         table
+    }
+
+    /// Sweeps the per-source bandwidth buckets of every limited route
+    /// (see `throttle::SourceBuckets::sweep`).
+    pub(crate) fn sweep_throttles(&self) {
+        for throttle in &self.throttles {
+            throttle.sweep();
+        }
     }
 
     /// The drain signals of `self` that `next` (the same listener's next
@@ -376,6 +403,7 @@ fn entry(
     alpn: Box<[Box<[u8]>]>,
     ech: &EchPolicy,
     timeouts: Timeouts,
+    throttle: Option<Arc<RouteThrottle>>,
     kept: Option<&RouteEntry>,
 ) -> RouteEntry {
     let ech = match ech {
@@ -394,6 +422,7 @@ fn entry(
                 alpn: alpn.clone(),
                 ech: EchAction::Pass,
                 hello_match: HelloMatch::default(),
+                throttle: throttle.clone(),
             }))
         }
     };
@@ -405,6 +434,7 @@ fn entry(
         alpn,
         ech,
         hello_match: HelloMatch::default(),
+        throttle,
     }
 }
 

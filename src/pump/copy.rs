@@ -27,6 +27,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::pump::ready::{Activity, Burst, BurstError, Side, readable, writable};
+use crate::pump::throttle::Throttle;
 use crate::sockopt;
 
 thread_local! {
@@ -75,12 +76,26 @@ pub(super) fn copy_once(
     side: Side,
     activity: &Activity,
 ) -> Result<Copied, BurstError> {
+    copy_up_to(from, to, side, activity, COPY_BUFFER)
+}
+
+/// [`copy_once`], reading at most `max` bytes (a bandwidth limit's
+/// allowance, see `throttle`); `Full` then means `max` bytes were read.
+#[inline]
+fn copy_up_to(
+    from: &TcpStream,
+    to: &TcpStream,
+    side: Side,
+    activity: &Activity,
+    max: usize,
+) -> Result<Copied, BurstError> {
     let mut outcome = None;
     // Looked at before the read: a FIN seen now is queued behind every byte
     // the read can return, so a short read then leaves nothing but the FIN.
     let fin_queued = sockopt::fin_queued(from);
     let read = from.try_io(Interest::READABLE, || {
         SCRATCH.with_borrow_mut(|buffer| {
+            let buffer = &mut buffer[..max.min(COPY_BUFFER)];
             let n = match from.try_read(buffer) {
                 Ok(0) => return Ok(Copied::Eof),
                 Ok(n) => n,
@@ -158,22 +173,49 @@ pub(super) async fn write_rest(
 }
 
 /// The userspace fallback of `splice::burst`: scratch reads until the
-/// source is drained.
+/// source is drained. With a `throttle`, each read first reserves what it
+/// may move (see `throttle`), and gives back what it did not.
 pub(super) async fn copy_burst(
     from: &TcpStream,
     to: &TcpStream,
     side: Side,
     activity: &Activity,
+    throttle: Option<&Throttle>,
 ) -> Result<Burst, BurstError> {
     loop {
         // Returns at once while readiness holds; yields when the task's
         // cooperative budget is spent.
         readable(from).await.map_err(BurstError::Read)?;
-        match copy_once(from, to, side, activity)? {
+        let copied = match throttle {
+            None => copy_once(from, to, side, activity)?,
+            Some(throttle) => throttled_copy(from, to, side, activity, throttle).await?,
+        };
+        match copied {
             Copied::Eof | Copied::Last => return Ok(Burst::Eof),
             Copied::Idle | Copied::Partial => return Ok(Burst::Idle),
             Copied::Stuck(rest) => write_rest(to, rest, side, activity).await?,
             Copied::Full => {}
         }
     }
+}
+
+/// One scratch read of at most what `throttle` allows `side` now (waiting
+/// for it), the unused rest given back.
+async fn throttled_copy(
+    from: &TcpStream,
+    to: &TcpStream,
+    side: Side,
+    activity: &Activity,
+    throttle: &Throttle,
+) -> Result<Copied, BurstError> {
+    let reserved = throttle.reserve(side, COPY_BUFFER).await;
+    let before = activity.on(side);
+    let copied = copy_up_to(from, to, side, activity, reserved.bytes);
+    // Read = written now + what is left to write.
+    let mut moved = activity.on(side) - before;
+    if let Ok(Copied::Stuck(rest)) = &copied {
+        moved += rest.len() as u64;
+    }
+    throttle.settle(side, reserved, usize::try_from(moved).unwrap_or(usize::MAX));
+    copied
 }

@@ -1,5 +1,5 @@
 //! The byte pump: everything that moves a connection's bytes once it is
-//! routed and connected, in four modules whose dependencies run one way:
+//! routed and connected, in five modules whose dependencies run one way:
 //!
 //! - [`ready`]: what the others share: the direction ([`ready::Side`]), how
 //!   a burst ends, the [`ready::Activity`] record, and the readiness helpers
@@ -7,14 +7,18 @@
 //! - [`copy`]: one scratch read written straight on, the start of every
 //!   burst, and the userspace fallback for the rest of a bulk burst.
 //! - [`splice`]: splice(2) through pipes from a bounded, process-wide pool.
+//! - [`throttle`]: the token buckets of the bandwidth limits, which a
+//!   limited connection's `copy` and `splice` ask before each read.
 //! - [`relay`]: the hand-written future a connection's task holds: both
 //!   directions, half-close, the idle and half-close timeouts, the
 //!   lifetime, drain and shutdown, and which resets end a connection as a
 //!   failure. It drives `copy` and `splice`, which never call back into it.
 //!
-//! `relay → {copy, splice} → ready`; no module here reads the
+//! `relay → {copy, splice} → {throttle, ready}`; no module here reads the
 //! configuration (the pipe pool's size and bound are passed to
-//! [`splice::configure`]; the configuration builds `relay::Timeouts`).
+//! [`splice::configure`]; the configuration builds `relay::Timeouts`, and
+//! the route table builds each route's `throttle::RouteThrottle` from its
+//! plain `config::Bandwidth`).
 //! No module here uses `unsafe`: splice(2), pipe2(2) and fcntl(2) go
 //! through nix's safe wrappers.
 //!
@@ -25,3 +29,4 @@ pub(crate) mod copy;
 pub(crate) mod ready;
 pub(crate) mod relay;
 pub(crate) mod splice;
+pub(crate) mod throttle;

@@ -109,6 +109,14 @@ impl Activity {
         }
     }
 
+    /// Bytes moved so far toward `side`'s destination.
+    pub(crate) fn on(&self, side: Side) -> u64 {
+        match side {
+            Side::Up => self.up.load(Ordering::Relaxed),
+            Side::Down => self.down.load(Ordering::Relaxed),
+        }
+    }
+
     /// When a byte last moved.
     #[inline]
     pub(crate) fn last(&self) -> Instant {

@@ -58,8 +58,13 @@
 //! types and readiness helpers (see `ready`), or where the timeouts come
 //! from (the configuration builds [`Timeouts`]).
 //!
+//! A connection with bandwidth limits (`throttle`) runs each direction as
+//! one boxed future for its whole life instead (`throttled`): bursts as
+//! above, each read first waiting for the buckets. The relay has no field
+//! for it, so connections without limits are laid out and run as before.
+//!
 //! Cost: no allocation for a small message; one boxed future per bulk
-//! burst.
+//! burst (per direction for the connection's life, when limited).
 
 use std::future::Future;
 use std::io;
@@ -74,8 +79,9 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::close_reason::CloseReason;
 use crate::drain::{DrainGuard, unit_fraction};
 use crate::pump::copy::{Copied, copy_burst, copy_once, write_rest};
-use crate::pump::ready::{Activity, Burst, BurstError, Side};
+use crate::pump::ready::{Activity, Burst, BurstError, Side, readable};
 use crate::pump::splice;
+use crate::pump::throttle::Throttle;
 use crate::sockopt;
 
 /// A connection's relay timeouts: plain settings, defined with the rest.
@@ -257,7 +263,7 @@ impl<'a> Direction<'a> {
             match copy_once(from, to, side, activity) {
                 // Bulk data: move the rest of the burst through a pipe.
                 Ok(Copied::Full) => {
-                    self.burst = Some(Box::pin(bulk(from, to, side, pipes, activity)));
+                    self.burst = Some(Box::pin(bulk(from, to, side, pipes, activity, None)));
                 }
                 Ok(Copied::Stuck(rest)) => {
                     self.burst = Some(Box::pin(async move {
@@ -382,6 +388,8 @@ pin_project_lite::pin_project! {
 /// in a drain window and in the last tenth of its lifetime. `keepalive`,
 /// the backend's, is set on `backend` once the relay has run for
 /// [`sockopt::KEEPALIVE_ARM_DELAY`] (if it is still open then).
+/// `throttle`, the connection's bandwidth limits, paces every read; the
+/// relay keeps no field for it (see `throttled`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn relay<'a>(
     client: &'a TcpStream,
@@ -394,6 +402,7 @@ pub(crate) fn relay<'a>(
     seed: u64,
     use_splice: bool,
     keepalive: Option<sockopt::KeepaliveSecs>,
+    throttle: Option<&'a Throttle>,
 ) -> Relay<'a> {
     let deadline = lifetime_end(started, timeouts.lifetime, seed);
     // The registry has just stamped the activity: the relay starts now.
@@ -403,11 +412,35 @@ pub(crate) fn relay<'a>(
     if keepalive.is_some() {
         wake = wake.min(started_relaying + sockopt::KEEPALIVE_ARM_DELAY);
     }
+    let (mut up, mut down) = (Direction::new(Side::Up), Direction::new(Side::Down));
+    // A bandwidth limit: each direction is one boxed future for the
+    // connection's life, every read of it paced by the buckets. Nothing is
+    // stored for it in the relay itself, so an unlimited connection pays
+    // neither memory nor a branch per read.
+    if let Some(throttle) = throttle {
+        let pipes = if use_splice { splice::pool() } else { None };
+        up.burst = Some(Box::pin(throttled(
+            client,
+            backend,
+            Side::Up,
+            pipes,
+            activity,
+            throttle,
+        )));
+        down.burst = Some(Box::pin(throttled(
+            backend,
+            client,
+            Side::Down,
+            pipes,
+            activity,
+            throttle,
+        )));
+    }
     Relay {
         client,
         backend,
-        up: Direction::new(Side::Up),
-        down: Direction::new(Side::Down),
+        up,
+        down,
         activity,
         timeouts,
         drain,
@@ -559,6 +592,27 @@ impl Future for Relay<'_> {
     }
 }
 
+/// A limited direction, from the relay's start to its source's FIN: a
+/// burst whenever the source is readable and the buckets hold a chunk,
+/// every read of it paced by `throttle` (see `throttle`). Waits for tokens
+/// holding no pipe.
+async fn throttled(
+    from: &TcpStream,
+    to: &TcpStream,
+    side: Side,
+    pipes: Option<&splice::PipePool>,
+    activity: &Activity,
+    throttle: &Throttle,
+) -> Result<Burst, BurstError> {
+    loop {
+        readable(from).await.map_err(BurstError::Read)?;
+        throttle.until_ready(side).await;
+        if let Burst::Eof = bulk(from, to, side, pipes, activity, Some(throttle)).await? {
+            return Ok(Burst::Eof);
+        }
+    }
+}
+
 /// The rest of a bulk burst: spliced when a pipe is free, else copied.
 async fn bulk(
     from: &TcpStream,
@@ -566,10 +620,11 @@ async fn bulk(
     side: Side,
     pipes: Option<&splice::PipePool>,
     activity: &Activity,
+    throttle: Option<&Throttle>,
 ) -> Result<Burst, BurstError> {
     match pipes.and_then(splice::PipePool::lease) {
-        Some(mut lease) => splice::burst(from, to, &mut lease, side, activity).await,
-        None => copy_burst(from, to, side, activity).await,
+        Some(mut lease) => splice::burst(from, to, &mut lease, side, activity, throttle).await,
+        None => copy_burst(from, to, side, activity, throttle).await,
     }
 }
 
@@ -696,6 +751,7 @@ mod tests {
                 1,
                 false,
                 keepalive,
+                None,
             )
         }
     }

@@ -52,6 +52,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::pump::ready::{Activity, Burst, BurstError, Side, readable, writable};
+use crate::pump::throttle::Throttle;
 
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_MOVE.union(SpliceFFlags::SPLICE_F_NONBLOCK);
 
@@ -247,12 +248,20 @@ pub(crate) fn pool() -> Option<&'static PipePool> {
 /// more to read now (`Burst::Idle`) or has sent FIN (`Burst::Eof`).
 /// Touches `activity` whenever bytes move and counts bytes written to `to`
 /// on `side`.
+///
+/// With a `throttle` (a bandwidth limit), each splice from `from` first
+/// takes what `side` may move now and moves at most that (the splice
+/// length): still zero-copy. What it did not move is given back. When the
+/// buckets hold too little, the burst ends (`Burst::Idle`, the pipe empty)
+/// rather than wait holding a pipe: the caller waits for tokens
+/// (`Throttle::until_ready`) and starts another.
 pub(crate) async fn burst(
     from: &TcpStream,
     to: &TcpStream,
     lease: &mut Lease<'_>,
     side: Side,
     activity: &Activity,
+    throttle: Option<&Throttle>,
 ) -> Result<Burst, BurstError> {
     let pipe = lease.pipe_mut();
     debug_assert_eq!(pipe.pending, 0, "pooled pipes are empty");
@@ -264,17 +273,22 @@ pub(crate) async fn burst(
             readable(from).await.map_err(BurstError::Read)?;
         }
         first = false;
+        let reserved = match throttle {
+            None => None,
+            Some(throttle) => match throttle.try_take(side, pipe.capacity) {
+                Some(reserved) => Some(reserved),
+                None => return Ok(Burst::Idle),
+            },
+        };
+        let length = reserved.map_or(pipe.capacity, |r| r.bytes);
         let filled = from.try_io(Interest::READABLE, || {
-            splice(
-                from.as_fd(),
-                None,
-                pipe.write.as_fd(),
-                None,
-                pipe.capacity,
-                FLAGS,
-            )
-            .map_err(io::Error::from)
+            splice(from.as_fd(), None, pipe.write.as_fd(), None, length, FLAGS)
+                .map_err(io::Error::from)
         });
+        if let (Some(throttle), Some(reserved)) = (throttle, reserved) {
+            let moved = *filled.as_ref().unwrap_or(&0);
+            throttle.settle(side, reserved, moved);
+        }
         match filled {
             Ok(0) => return Ok(Burst::Eof),
             Ok(n) => pipe.pending = n,
@@ -350,7 +364,7 @@ mod tests {
             a.write_all(&[round; 1000]).await.unwrap();
             a_relay.readable().await.unwrap();
             let mut lease = pool.lease().unwrap();
-            let outcome = burst(&a_relay, &b_relay, &mut lease, Side::Up, &activity).await;
+            let outcome = burst(&a_relay, &b_relay, &mut lease, Side::Up, &activity, None).await;
             assert!(matches!(outcome, Ok(Burst::Idle)), "{outcome:?}");
             assert_eq!(lease.pipe().pending(), 0);
             drop(lease);
@@ -364,7 +378,7 @@ mod tests {
         a.shutdown().await.unwrap();
         a_relay.readable().await.unwrap();
         let mut lease = pool.lease().unwrap();
-        let outcome = burst(&a_relay, &b_relay, &mut lease, Side::Up, &activity).await;
+        let outcome = burst(&a_relay, &b_relay, &mut lease, Side::Up, &activity, None).await;
         assert!(matches!(outcome, Ok(Burst::Eof)), "{outcome:?}");
         drop(lease);
         assert_eq!(pool.stats(), PoolStats { open: 1, idle: 1 });

@@ -243,7 +243,10 @@ impl Listeners {
             listener.name.clone(),
             generation.subscribe(),
             |g: &Arc<Generation>| g.admission.clone(),
-            |g: &Arc<Generation>| g.route_gates.sweep(),
+            |g: &Arc<Generation>| {
+                g.route_gates.sweep();
+                g.routes.sweep_throttles();
+            },
             self.shared.stop_accepting.clone(),
         );
         let mut running = Running {

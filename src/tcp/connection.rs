@@ -23,7 +23,8 @@
 //! in the `registry` (its entry, holding the relay's byte counts and the
 //! operator's stop, plus one allocation with copies of the route name and
 //! SNI). On a route with limits, one more: the
-//! route's slot, held for the connection's life.
+//! route's slot, held for the connection's life; on a route with bandwidth
+//! limits, its buckets (`pump::throttle`), likewise.
 //!
 //! Not here: socket options, parsing, policy, or what a close records
 //! (`close`); only the order of stages.
@@ -43,6 +44,7 @@ use crate::flow::access::{self, Accepted, CloseReason, ConnRecord};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
+use crate::pump::throttle::Throttle;
 use crate::wire::fingerprint::Fingerprints;
 use crate::wire::proxy_tlv::PassedTlvs;
 use crate::{
@@ -117,6 +119,7 @@ pub(crate) fn handle(
                     record.id,
                     listener.splice,
                     established.keepalive,
+                    established.throttle(),
                 )
                 .await;
                 let moved = registered.activity().moved();
@@ -126,6 +129,18 @@ pub(crate) fn handle(
             }
             Err(reason) => *reason,
         };
+        // Read after the last await, so the task's state does not hold it.
+        let throttled = established
+            .as_ref()
+            .ok()
+            .and_then(Established::throttle)
+            .map(|t| {
+                let (up, down) = t.waited();
+                access::Throttled {
+                    up_ms: up.as_millis() as u64,
+                    down_ms: down.as_millis() as u64,
+                }
+            });
         drop(established);
         // Both sockets are closed and the connection's places under
         // `max_connections` and its source's limit are released before the
@@ -133,7 +148,10 @@ pub(crate) fn handle(
         // are gone and its source may connect again.
         drop(accepted);
         drop(slots);
-        record.close(reason);
+        match throttled {
+            None => record.close(reason),
+            Some(throttled) => record.close_throttled(reason, throttled),
+        }
     }
 }
 
@@ -151,10 +169,25 @@ struct Established<'g> {
     keepalive: Option<sockopt::KeepaliveSecs>,
     /// Registered with the route's drain signal until the connection ends.
     drain: DrainGuard,
-    /// Its place under the route's limits, if the route has any. Boxed:
-    /// one pointer in every connection's task, the slot itself only on
-    /// routes with limits.
-    _route_slot: Option<Box<RouteAdmitted>>,
+    /// Its place under the route's limits and its bandwidth buckets, if
+    /// the route has either. Boxed: one pointer in every connection's task,
+    /// the rest only on routes with limits.
+    route_held: Option<Box<RouteHeld>>,
+}
+
+/// What a connection holds of its route's limits (see `Established`).
+struct RouteHeld {
+    /// Its place under `[route.limits]` / `max_connections`. Held, not read.
+    _slot: Option<RouteAdmitted>,
+    /// Its buckets, on a route with bandwidth limits (`pump::throttle`).
+    throttle: Option<Throttle>,
+}
+
+impl Established<'_> {
+    /// The connection's bandwidth buckets, if its route limits it.
+    fn throttle(&self) -> Option<&Throttle> {
+        self.route_held.as_ref()?.throttle.as_ref()
+    }
 }
 
 /// Whom per-source limits count after the hello: the claimed client, the
@@ -268,9 +301,14 @@ async fn setup<'g>(
             if let Some(held) = &admitted.source {
                 access::log_route_dry_run(listener, accepted.peer, &target.route, held);
             }
-            Some(Box::new(admitted))
+            Some(admitted)
         }
     };
+    // Its bandwidth buckets, keyed for `rate_per_source_*` on the same
+    // source as the connection limits.
+    let throttle = target.throttle.as_ref().map(|route| {
+        route.connection(source_of(accepted.peer, record, listener).map(|s| admission.key(s)))
+    });
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
     let drain = target.drain.enter();
@@ -360,7 +398,12 @@ async fn setup<'g>(
         _in_flight: backend.in_flight,
         keepalive: backend.keepalive,
         drain,
-        _route_slot: route_slot,
+        route_held: (route_slot.is_some() || throttle.is_some()).then(|| {
+            Box::new(RouteHeld {
+                _slot: route_slot,
+                throttle,
+            })
+        }),
     })
 }
 

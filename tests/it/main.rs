@@ -38,6 +38,9 @@ mod relay;
 mod splice;
 mod timeouts;
 
+// Bandwidth limits.
+mod bandwidth;
+
 // Admission and limits.
 mod admission;
 mod limits_config;

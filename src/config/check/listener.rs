@@ -115,6 +115,7 @@ impl Checker {
             section.ech_config_ids.as_deref(),
         );
         let hello_match = self.hello_match(key, section.r#match.as_ref());
+        let bandwidth = self.listener_bandwidth(key, section);
         Some(Listener {
             name: section.name.clone(),
             listen: (listen.len() == raw_listen.len()).then_some(listen)?,
@@ -139,6 +140,7 @@ impl Checker {
             protocol: protocol?,
             fingerprints: section.fingerprints.unwrap_or(DEFAULT_FINGERPRINTS),
             hello_match: hello_match?,
+            bandwidth: bandwidth?,
         })
     }
 

@@ -12,6 +12,7 @@
 
 mod admin;
 mod backend;
+mod bandwidth;
 mod cluster;
 mod global;
 mod hello_match;

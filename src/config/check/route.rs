@@ -70,6 +70,7 @@ impl Checker {
             // The route's relay timeouts, checked even when the route is
             // unusable, so that every problem is reported.
             let overrides = self.route_timeouts(&key, section);
+            let bandwidth = self.route_bandwidth(&key, section);
             let alpn = self.alpn(&key, section.alpn.as_deref());
             let ech = match section.ech.as_deref() {
                 None => Some(None),
@@ -87,7 +88,9 @@ impl Checker {
             else {
                 continue;
             };
-            let (Some(overrides), Some(hello_match)) = (overrides, hello_match) else {
+            let (Some(overrides), Some(hello_match), Some(bandwidth)) =
+                (overrides, hello_match, bandwidth)
+            else {
                 continue;
             };
             // QUIC listeners (issue 18).
@@ -96,6 +99,7 @@ impl Checker {
                 self.quic_backend(&format!("{key}.ech"), listener, diverted, backends);
             }
             let timeouts = overrides(listener.timeouts());
+            let bandwidth = bandwidth(listener.bandwidth);
             let route_id = listener.routes.len();
             for (i, pattern) in patterns.iter().enumerate() {
                 let taken = listener.matcher.get(pattern).and_then(|ids| {
@@ -167,6 +171,7 @@ impl Checker {
                 alpn,
                 ech,
                 hello_match,
+                bandwidth,
             });
         }
     }
@@ -249,15 +254,24 @@ impl Checker {
         // The route keys declared TCP-only (`keys::Applies::Tcp`).
         let written = toml::Value::try_from(section).ok();
         let is_set = |name: &str| written.as_ref().and_then(|t| t.get(name)).is_some();
+        let route = section
+            .name
+            .as_deref()
+            .unwrap_or_else(|| section.sni.first().map_or("", String::as_str));
         for name in keys::tcp_only("route").filter(|name| is_set(name)) {
-            self.problem(
-                format!("{key}.{name}"),
+            let message = if name == "half_close_timeout" {
                 format!(
-                    "is a TCP setting (it counts from a FIN); route {:?} is on protocol = \"quic\" listener {:?}, whose flows have none",
-                    section.name.as_deref().unwrap_or_else(|| section.sni.first().map_or("", String::as_str)),
+                    "is a TCP setting (it counts from a FIN); route {route:?} is on protocol = \"quic\" listener {:?}, whose flows have none",
                     listener.name
-                ),
-            );
+                )
+            } else {
+                // The bandwidth keys (docs/operations.md, "Bandwidth limits").
+                format!(
+                    "is a TCP setting (bandwidth limits pace a byte stream; QUIC flows are not throttled); route {route:?} is on protocol = \"quic\" listener {:?}",
+                    listener.name
+                )
+            };
+            self.problem(format!("{key}.{name}"), message);
         }
     }
 }

@@ -36,6 +36,52 @@ pub struct Timeouts {
     pub lifetime: Option<Duration>,
 }
 
+// ----------------------------------------------------- bandwidth limits
+
+/// One token bucket of bytes: `bytes_per_second`, up to `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRate {
+    /// The rate, in bytes per second.
+    pub bytes_per_second: std::num::NonZeroU64,
+    /// Bytes that may move at once above the rate (`burst`; default: one
+    /// second's worth of the rate).
+    pub burst: std::num::NonZeroU64,
+}
+
+/// A route's (or listener's) bandwidth limits (`rate_up`, `rate_down`,
+/// `rate_per_source_up`, `rate_per_source_down`, `burst`), validated: a
+/// route's own keys laid over its listener's. "Up" is client → backend,
+/// "down" backend → client. All `None`: the connection has no bucket and
+/// pays nothing (see `pump::throttle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bandwidth {
+    /// Each connection's own bucket, client → backend.
+    pub up: Option<ByteRate>,
+    /// Each connection's own bucket, backend → client.
+    pub down: Option<ByteRate>,
+    /// One bucket per source, shared by its connections, client → backend.
+    pub per_source_up: Option<ByteRate>,
+    /// One bucket per source, shared by its connections, backend → client.
+    pub per_source_down: Option<ByteRate>,
+    /// `burst` as written (the route's, else its listener's); `None`:
+    /// each bucket holds one second of its rate.
+    pub burst: Option<std::num::NonZeroU64>,
+    /// Whether the per-source buckets are the route's own (it sets a
+    /// `rate_per_source_*` key) rather than its listener's, which all the
+    /// listener's routes without their own share.
+    pub own_per_source: bool,
+}
+
+impl Bandwidth {
+    /// Whether any limit is set.
+    pub fn is_limited(&self) -> bool {
+        self.up.is_some()
+            || self.down.is_some()
+            || self.per_source_up.is_some()
+            || self.per_source_down.is_some()
+    }
+}
+
 // ------------------------------------------------------------- admission
 
 /// A listener's admission settings (`[listener.limits]`), validated.
