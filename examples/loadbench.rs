@@ -1126,9 +1126,26 @@ async fn ceiling(proxy: &Proxy, hello: Arc<Vec<u8>>) -> CeilingFigures {
             }
         }));
     }
+    // Every 10 s, how many went through: the rate falls as the ports run
+    // out, since connect(2) then searches longer for a free one.
+    let progress = {
+        let (done, failed) = (done.clone(), failed.clone());
+        tokio::spawn(async move {
+            for tenth in 1.. {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                eprintln!(
+                    "  ceiling: {:3} s  {:6} relayed  {:6} failed",
+                    tenth * 10,
+                    done.load(Ordering::Relaxed),
+                    failed.load(Ordering::Relaxed)
+                );
+            }
+        })
+    };
     for task in tasks {
         task.await.unwrap();
     }
+    progress.abort();
     let done = done.load(Ordering::Relaxed);
     CeilingFigures {
         relayed: done,
