@@ -116,31 +116,7 @@ async fn the_backend_sees_the_client_s_address_and_port_for_tcp_and_quic() {
     .await;
 
     // TCP: the client, in its namespace, sends a hello.
-    let relay_tcp = relay.addr_of("tls");
-    let client = net.in_ns(&net.client, move || {
-        let s = std::net::TcpStream::connect_timeout(&relay_tcp, WAIT).unwrap();
-        s.set_nonblocking(true).unwrap();
-        s
-    });
-    let mut client = TcpStream::from_std(client).unwrap();
-    let client_addr = client.local_addr().unwrap();
-    assert_eq!(client_addr.ip(), net.client_ip);
-    client
-        .write_all(&common::capture("openssl_sni.bin"))
-        .await
-        .unwrap();
-    let seen = tokio::time::timeout(WAIT, peers.recv())
-        .await
-        .expect("the backend was not reached")
-        .unwrap();
-    assert_eq!(seen, client_addr, "the backend saw {seen}, not the client");
-    // The backend's answer came back through the relay.
-    let mut answer = String::new();
-    tokio::time::timeout(WAIT, client.read_to_string(&mut answer))
-        .await
-        .expect("the backend's reply did not come back")
-        .unwrap();
-    assert_eq!(answer, client_addr.to_string());
+    backend_sees_the_client(&net, relay.addr_of("tls"), net.client_ip.into(), &mut peers).await;
 
     // Behind a trusted PROXY peer the claimed address is the source (as
     // HAProxy's `usesrc clientip` behind `accept-proxy`): one on the
@@ -259,7 +235,25 @@ source = "client"
         |path| net.wrap(&Relay::command(path)),
     )
     .await;
-    let relay_tcp = relay.addr_of("tls");
+    backend_sees_the_client(
+        &net,
+        relay.addr_of("tls"),
+        net.client_ip6.into(),
+        &mut peers,
+    )
+    .await;
+}
+
+/// The client, in its namespace, connects to `relay_tcp` from `client_ip`
+/// and sends a hello: the backend reports the client's own address and
+/// port on `peers`, and its answer (that address) comes back through the
+/// relay.
+async fn backend_sees_the_client(
+    net: &Triangle,
+    relay_tcp: SocketAddr,
+    client_ip: std::net::IpAddr,
+    peers: &mut mpsc::UnboundedReceiver<SocketAddr>,
+) {
     let client = net.in_ns(&net.client, move || {
         let s = std::net::TcpStream::connect_timeout(&relay_tcp, WAIT).unwrap();
         s.set_nonblocking(true).unwrap();
@@ -267,7 +261,7 @@ source = "client"
     });
     let mut client = TcpStream::from_std(client).unwrap();
     let client_addr = client.local_addr().unwrap();
-    assert_eq!(client_addr.ip(), net.client_ip6);
+    assert_eq!(client_addr.ip(), client_ip);
     client
         .write_all(&common::capture("openssl_sni.bin"))
         .await
