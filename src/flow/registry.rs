@@ -14,7 +14,7 @@
 //! `Arc`s; JSON is formatted after every lock is released, so a full
 //! listing of thousands of connections never holds a shard for long.
 //!
-//! Closing one connection: `close` stops the entry's [`Activity`] with the
+//! Closing one connection: `close` stops the entry's `Activity` with the
 //! operator's code, which wakes the relay (it waits on its accept loop's
 //! shutdown token and on that stop, both read from the same poll), and the
 //! connection ends with [`CloseReason::Admin`] instead of `shutdown`.
@@ -93,7 +93,7 @@ pub struct Entry {
     /// site): a push that no longer lists the name closes it (`move_out`).
     pub local: bool,
     /// The relay's byte counts and last activity, and its stop: why an
-    /// operator stopped it ([`ADMIN`], [`DRAINED`] or [`MOVED`]).
+    /// operator stopped it (`ADMIN`, `DRAINED` or `MOVED`).
     pub activity: Activity,
 }
 
@@ -146,7 +146,7 @@ pub struct Registered {
 }
 
 /// Registers a relaying connection. Its relay waits on its own shutdown
-/// token beside the entry's stop (see [`Registered::stopped`]).
+/// token beside the entry's stop (see `Registered::stopped`).
 pub fn register(meta: Meta<'_>) -> Registered {
     let names = match meta.sni {
         None => meta.route.into(),
