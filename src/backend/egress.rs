@@ -50,6 +50,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
+use crate::backend::endpoint::now_ms;
 use crate::config::{Backend, Config, Egress as Setting, SourceAddresses};
 use crate::metrics;
 use crate::sockopt::{self, LocalBind};
@@ -179,13 +180,6 @@ struct Source {
     exhausted: Counter,
 }
 
-/// Milliseconds since a process-wide origin, so instants fit in an atomic.
-fn now_ms() -> u64 {
-    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let origin = *ORIGIN.get_or_init(|| std::time::Instant::now() - Duration::from_millis(1));
-    origin.elapsed().as_millis() as u64
-}
-
 impl Pool {
     fn new(backend: &str, setting: &SourceAddresses) -> Pool {
         let quota = governor::Quota::with_period(WARN_INTERVAL)
@@ -216,7 +210,6 @@ impl Pool {
     ) -> io::Result<T> {
         let n = self.sources.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let now = now_ms();
         let mut of_family = 0;
         let mut last = None;
         for k in 0..n {
@@ -225,7 +218,9 @@ impl Pool {
                 continue;
             }
             of_family += 1;
-            if source.cooling_until.load(Ordering::Relaxed) > now {
+            // The clock is read only for a source that ran out lately.
+            let cooling_until = source.cooling_until.load(Ordering::Relaxed);
+            if cooling_until != 0 && cooling_until > now_ms() {
                 continue;
             }
             let bind = LocalBind::Address {

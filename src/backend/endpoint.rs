@@ -24,8 +24,8 @@ use crate::drain::DrainSignal;
 use crate::metrics;
 
 /// Milliseconds since a process-wide origin, so instants fit in an atomic.
-/// 0 is reserved for "never".
-fn now_ms() -> u64 {
+/// 0 is reserved for "never". (Also the clock of `egress`'s cooldowns.)
+pub(crate) fn now_ms() -> u64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     let origin = *ORIGIN.get_or_init(|| Instant::now() - Duration::from_millis(1));
     origin.elapsed().as_millis() as u64
