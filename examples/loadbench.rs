@@ -508,7 +508,11 @@ backend b
 // ---------------------------------------------------------------- scenarios
 
 async fn open(addr: SocketAddr, hello: &[u8], mode: u8) -> std::io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await?;
+    send_hello(TcpStream::connect(addr).await?, hello, mode).await
+}
+
+/// Sends the captured hello and the mode byte on a connected `stream`.
+async fn send_hello(mut stream: TcpStream, hello: &[u8], mode: u8) -> std::io::Result<TcpStream> {
     stream.set_nodelay(true)?;
     let mut first = Vec::with_capacity(hello.len() + 1);
     first.extend_from_slice(hello);
@@ -1101,12 +1105,7 @@ async fn ceiling(proxy: &Proxy, hello: Arc<Vec<u8>>) -> CeilingFigures {
                         &true,
                     )?;
                     socket.bind(from)?;
-                    let mut stream = socket.connect(addr).await?;
-                    stream.set_nodelay(true)?;
-                    let mut first = Vec::with_capacity(hello.len() + 1);
-                    first.extend_from_slice(&hello);
-                    first.push(b'R');
-                    stream.write_all(&first).await?;
+                    let mut stream = send_hello(socket.connect(addr).await?, &hello, b'R').await?;
                     stream.read_exact(&mut reply).await?;
                     std::io::Result::Ok(())
                 };
