@@ -119,7 +119,7 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
         stop.clone(),
     );
     // Traffic is flowing before the page is read.
-    wait_until_metric(admin, accepted, 20.0).await;
+    wait_metric(admin, accepted, 20.0).await;
     // Not a readiness wait: a rate needs its interval (at least a second
     // after the previous sample) to have passed.
     tokio::time::sleep_until(first_sample + Duration::from_millis(1100)).await;
@@ -179,7 +179,7 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
     assert!(report.failures.is_empty(), "{report:?}");
     let closed =
         "snirelay_connections_closed_total{listener=\"tls\",protocol=\"tcp\",reason=\"done\"}";
-    wait_until_metric(admin, closed, report.succeeded as f64).await;
+    wait_metric(admin, closed, report.succeeded as f64).await;
     let dom = rendered_dom(&url).await;
     let (_, now) = http_get(admin, "/metrics").await;
     for (series, value) in tagged_numbers(&dom) {
@@ -215,23 +215,6 @@ async fn the_page_in_a_browser_shows_what_metrics_says_while_traffic_flows() {
     let bytes = std::fs::read(&png).expect("the screenshot was written");
     assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
     drop(held);
-}
-
-/// Polls `/metrics` (bounded by the usual deadline) until `series` reaches
-/// `at_least`.
-async fn wait_until_metric(admin: SocketAddr, series: &str, at_least: f64) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (_, text) = http_get(admin, "/metrics").await;
-        if metric(&text, series) >= at_least {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{series} stayed below {at_least}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]

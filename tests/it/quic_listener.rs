@@ -25,8 +25,9 @@ use std::time::Instant;
 
 use common::udp::{is_eviction_summary, is_new_flow_drop_summary};
 use common::{
-    NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, http_get, metric, open_quic_flow,
-    scratch_dir, udp_echo_backend, udp_round_trip, wait_udp_bound, wait_until,
+    NO_SOURCE_LIMIT, Pki, Relay, Tool, WAIT, free_udp_port, http_get, metric, metric_now,
+    open_quic_flow, scratch_dir, udp_echo_backend, udp_round_trip, wait_metric, wait_udp_bound,
+    wait_until,
 };
 use serde_json::Value;
 use tokio::net::UdpSocket;
@@ -438,29 +439,6 @@ fn recording_backend() -> (SocketAddr, Received) {
         }
     });
     (addr, seen)
-}
-
-/// One counter or gauge of the relay's metrics now.
-async fn metric_now(admin: SocketAddr, series: &str) -> f64 {
-    let (_, text) = http_get(admin, "/metrics").await;
-    metric(&text, series)
-}
-
-/// Polls the relay's metric `series` until it reaches `at_least` (bounded
-/// by WAIT); returns its value.
-async fn wait_metric(admin: SocketAddr, series: &str, at_least: f64) -> f64 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let value = metric_now(admin, series).await;
-        if value >= at_least {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{series} is {value}, not {at_least}, after {WAIT:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
 }
 
 /// The relay's resident memory (VmRSS in /proc/PID/status), in KiB.

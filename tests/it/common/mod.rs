@@ -1205,6 +1205,29 @@ pub(crate) fn metric(text: &str, series: &str) -> f64 {
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
+/// One counter or gauge of the relay's metrics now.
+pub(crate) async fn metric_now(admin: SocketAddr, series: &str) -> f64 {
+    let (_, text) = http_get(admin, "/metrics").await;
+    metric(&text, series)
+}
+
+/// Polls the relay's metric `series` until it reaches `at_least` (bounded
+/// by WAIT); returns its value.
+pub(crate) async fn wait_metric(admin: SocketAddr, series: &str, at_least: f64) -> f64 {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let value = metric_now(admin, series).await;
+        if value >= at_least {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} is {value}, not {at_least}, after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 // ------------------------------------------------------ reload fixtures
 
 /// The names the two routes of [`two_routes`] serve.
