@@ -251,56 +251,73 @@ fn system_port_range() -> (u16, u16) {
     (parts.next().unwrap(), parts.next().unwrap())
 }
 
+/// One port of the kernel's range that only connect(2) picks: near its
+/// top, an even distance from its bottom. bind(2) to port 0 (every test's
+/// listener) draws an odd distance, and a port some socket is bound to is
+/// one connect(2) skips toward any destination, so a port of the other
+/// parity could be taken from under the test by a listener elsewhere in
+/// the suite; connect(2) itself picks the even ones but shares them
+/// between distinct 4-tuples.
+fn connect_only_port() -> u16 {
+    let (low, high) = system_port_range();
+    high - (high - low) % 2
+}
+
 #[tokio::test]
 async fn an_exhausted_source_is_skipped_counted_and_not_blamed_on_the_backend() {
     let (backend, peers) = recording_backend("127.0.0.1:0").await;
-    // Two ports only, at the top of the kernel's range.
-    let (_, high) = system_port_range();
-    let ports = format!("{}-{high}", high - 1);
-    // Another relay takes both ports of 127.0.0.2 toward the backend.
+    // One port per source address toward this backend.
+    let port = connect_only_port();
+    let ports = format!("{port}-{port}");
+    // Another relay takes the port of 127.0.0.2 toward the backend.
     let hog = Relay::start(&config(&format!(
         "addresses = [\"{backend}\"]\nsource = {{ addresses = [\"127.0.0.2\"], ports = \"{ports}\" }}"
     )))
     .await;
-    let _hogged = [relayed(hog.addr()).await, relayed(hog.addr()).await];
-    assert_eq!(count_from(&peers, "127.0.0.2"), 2);
+    let _hogged = relayed(hog.addr()).await;
+    assert_eq!(count_from(&peers, "127.0.0.2"), 1);
     let relay = Relay::start(&config(&format!(
         "addresses = [\"{backend}\"]\nmax_fails = 1\n\
          source = {{ addresses = [\"127.0.0.2\", \"127.0.0.3\"], ports = \"{ports}\" }}"
     )))
     .await;
-    // Whichever source the rotation starts at, both connections go out
-    // from 127.0.0.3: 127.0.0.2 is tried, has no port, and cools down.
-    let _held = [relayed(relay.addr()).await, relayed(relay.addr()).await];
+    // Whichever source the rotation starts at, the connection goes out
+    // from 127.0.0.3: 127.0.0.2, if tried first, has no port and is
+    // skipped within the same attempt.
+    let _held = relayed(relay.addr()).await;
     assert_eq!(
         count_from(&peers, "127.0.0.3"),
-        2,
+        1,
         "{:?}",
         peers.lock().unwrap()
     );
+    // Tried from one source and then the other within the attempt: not a
+    // failure of the backend's.
     let admin = relay.admin_addr().await;
+    let failures = "snirelay_backend_connect_failures_total{backend=\"b\"}";
+    let (_, text) = http_get(admin, "/metrics").await;
+    assert_eq!(metric(&text, failures), 0.0, "{text}");
+    // Both sources full now: the next connection closes connect_failed
+    // (127.0.0.2 tried now if it was not before), and the backend address
+    // is not blamed.
+    let mut client = TcpStream::connect(relay.addr()).await.unwrap();
+    client
+        .write_all(&common::capture("openssl_sni.bin"))
+        .await
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let got = tokio::time::timeout(WAIT, client.read(&mut byte))
+        .await
+        .unwrap();
+    assert!(!matches!(got, Ok(1)), "a second connection got through");
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "connect_failed", "{line}");
     let (_, text) = http_get(admin, "/metrics").await;
     let exhausted = metric(
         &text,
         "snirelay_source_address_exhausted_total{backend=\"b\",source=\"127.0.0.2\"}",
     );
     assert!(exhausted >= 1.0, "{text}");
-    assert_eq!(
-        metric(
-            &text,
-            "snirelay_source_address_exhausted_total{backend=\"b\",source=\"127.0.0.3\"}"
-        ),
-        0.0
-    );
-    // Tried from 127.0.0.2 and then from 127.0.0.3 within one attempt.
-    assert_eq!(
-        metric(
-            &text,
-            "snirelay_backend_connect_failures_total{backend=\"b\"}"
-        ),
-        0.0,
-        "{text}"
-    );
     // With max_fails = 1 one blamed failure would have marked it down.
     assert_not_marked_down(&relay);
     let warn = relay
@@ -312,21 +329,7 @@ async fn an_exhausted_source_is_skipped_counted_and_not_blamed_on_the_backend() 
         })
         .await;
     assert_eq!(warn["source"], "127.0.0.2", "{warn}");
-    // Both sources full now: the next connection closes connect_failed,
-    // and the backend address is still not blamed.
-    let mut client = TcpStream::connect(relay.addr()).await.unwrap();
-    client
-        .write_all(&common::capture("openssl_sni.bin"))
-        .await
-        .unwrap();
-    let mut byte = [0u8; 1];
-    let got = tokio::time::timeout(WAIT, client.read(&mut byte))
-        .await
-        .unwrap();
-    assert!(!matches!(got, Ok(1)), "a third connection got through");
-    let line = relay.closed_line(client.local_addr().unwrap()).await;
-    assert_eq!(line["close"], "connect_failed", "{line}");
-    assert_not_marked_down(&relay);
+    assert_eq!(count_from(&peers, "127.0.0.3"), 1, "nothing more got out");
 }
 
 /// No line says the backend address was marked down.
