@@ -52,7 +52,10 @@ fn loopback(last: u8) -> IpAddr {
 }
 
 /// A node answering `tag` on `127.0.0.{last}:port` (0: any port). The
-/// relay listens on 127.0.0.1, so a node elsewhere is another node.
+/// relay listens on 127.0.0.1, so a node elsewhere is another node. Nodes
+/// that share a port take it from the first one, bound on port 0 and held:
+/// a port found free and released (`free_port`) may be taken by another
+/// test's listener before it is bound again, and was.
 async fn node_at(last: u8, port: u16, tag: &'static str) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind((loopback(last), port))
         .await
@@ -359,8 +362,9 @@ const UNRESOLVED: &str =
 async fn an_answer_mixing_addresses_and_names_routes_each_and_orders_as_gerbil() {
     // One node per kind of endpoint: a bare address (default port), an
     // `ip:port`, a name (default port) and a `name:port`.
-    let port = free_port();
-    let lit = node_at(2, port, "node-lit").await;
+    // The first node takes a port (held); the others share it.
+    let lit = node_at(2, 0, "node-lit").await;
+    let port = lit.port();
     let lit_port = node_at(3, 0, "node-lit-port").await;
     let named = node_at(4, port, "node-name").await;
     let named_port = node_at(5, 0, "node-name-port").await;
@@ -431,8 +435,9 @@ async fn an_answer_mixing_addresses_and_names_routes_each_and_orders_as_gerbil()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_that_does_not_resolve_is_skipped_and_the_others_are_used() {
-    let port = free_port();
-    let node = node_at(2, port, "node-2").await;
+    // The first node takes a port (held); the others share it.
+    let node = node_at(2, 0, "node-2").await;
+    let port = node.port();
     let cp = Pangolin::start().await;
     let name = cp.exit_node("node-2.pangolin.test", &[node.ip()]);
     cp.set(
@@ -466,8 +471,9 @@ async fn a_name_that_does_not_resolve_is_skipped_and_the_others_are_used() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_resolving_to_a_forbidden_address_is_refused_for_that_address_only() {
-    let port = free_port();
-    let node = node_at(2, port, "node-2").await;
+    // The first node takes a port (held); the others share it.
+    let node = node_at(2, 0, "node-2").await;
+    let port = node.port();
     // Something listens on the forbidden address too: a relay that
     // ignored allowed_targets would reach it.
     let forbidden = node_at(9, port, "forbidden").await;
@@ -514,10 +520,11 @@ async fn a_name_resolving_to_this_node_goes_to_local_backend() {
     // The relay is dialled on 127.0.0.1. `localhost` is 127.0.0.1 in
     // /etc/hosts: through the system resolver (no `resolver`), a
     // `resolve` backend's way.
-    let port = free_port();
     let (local, _) = tagged_backend("local-traefik").await;
     // A node on this node's own address: an IP literal would reach it.
-    let own = node_at(1, port, "own-address").await;
+    // It takes a port (held); the other node shares it.
+    let own = node_at(1, 0, "own-address").await;
+    let port = own.port();
     let cp = Pangolin::start().await;
     cp.set("hosts.example.com", Reply::endpoints(&["localhost"]));
     cp.set("literal.example.com", Reply::endpoints(&["127.0.0.1"]));
@@ -558,8 +565,9 @@ async fn a_name_resolving_to_this_node_goes_to_local_backend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_follow_same_origin_redirects_up_to_five_and_refuse_others() {
-    let port = free_port();
-    let node = node_at(2, port, "node-2").await;
+    // The first node takes a port (held); the others share it.
+    let node = node_at(2, 0, "node-2").await;
+    let port = node.port();
     let cp = Pangolin::start().await;
     let name = cp.exit_node("node-2.pangolin.test", &[node.ip()]);
     for sni in ["www.example.com", "loop.example.com", "cross.example.com"] {
