@@ -45,7 +45,19 @@ use crate::wire::fingerprint::Fingerprints;
 #[derive(Debug)]
 pub struct Accepted {
     pub(crate) stream: TcpStream,
+    /// Who, when, and the listener's metric series: its record borrows it.
+    pub(crate) arrival: Arrival,
+}
+
+/// Where and when a connection (or QUIC flow) arrived, and its listener's
+/// metric series. Held once, by whoever holds the connection (its task,
+/// in [`Accepted`]); its [`ConnRecord`] borrows it, so a connection's
+/// task carries the 56 bytes once, not twice.
+#[derive(Debug)]
+pub struct Arrival {
+    /// The measured peer (`client.peer`).
     pub(crate) peer: PeerAddr,
+    /// When it was accepted (the line's `duration_ms` counts from here).
     pub(crate) at: Instant,
     /// The listener's pre-resolved metric series.
     pub metrics: Arc<ListenerMetrics>,
@@ -97,8 +109,8 @@ pub struct ConnRecord<'l> {
     pub id: u64,
     /// The listener that accepted it.
     pub listener: &'l Listener,
-    pub(crate) peer: PeerAddr,
-    pub(crate) started: Instant,
+    /// Its peer, accept time and metric series (borrowed: see [`Arrival`]).
+    pub(crate) arrival: &'l Arrival,
     /// The SNI its hello named, once read; `None` before, or without one.
     pub sni: Option<Box<str>>,
     pub(crate) alpn: Option<Box<str>>,
@@ -113,8 +125,6 @@ pub struct ConnRecord<'l> {
     pub(crate) moved: Transferred,
     /// The client address a trusted peer's PROXY header claims (`client.claimed`).
     pub claimed: Option<ClaimedAddr>,
-    /// The listener's metric series (see `metrics::ListenerMetrics`).
-    pub metrics: Arc<ListenerMetrics>,
     /// The hello's JA4 and JA3 (`tls.ja4`, `tls.ja3`, `tls.ja3_string`),
     /// when the listener computes them (see
     /// `route::RouteTable::wants_fingerprints`).
@@ -123,29 +133,16 @@ pub struct ConnRecord<'l> {
 
 impl<'l> ConnRecord<'l> {
     /// A record for a connection just accepted, with a fresh id.
-    pub fn new(listener: &'l Listener, accepted: &Accepted) -> Self {
-        Self::arrived(
-            next_conn_id(),
-            listener,
-            accepted.peer,
-            accepted.at,
-            accepted.metrics.clone(),
-        )
+    pub fn new(listener: &'l Listener, arrival: &'l Arrival) -> Self {
+        Self::arrived(next_conn_id(), listener, arrival)
     }
 
-    /// The record of connection `id` from `peer`, which arrived `at`.
-    pub(crate) fn arrived(
-        id: u64,
-        listener: &'l Listener,
-        peer: PeerAddr,
-        at: Instant,
-        metrics: Arc<ListenerMetrics>,
-    ) -> Self {
+    /// The record of connection `id`, as it arrived.
+    pub(crate) fn arrived(id: u64, listener: &'l Listener, arrival: &'l Arrival) -> Self {
         ConnRecord {
             id,
             listener,
-            peer,
-            started: at,
+            arrival,
             sni: None,
             alpn: None,
             ech: None,
@@ -154,7 +151,6 @@ impl<'l> ConnRecord<'l> {
             backend_addr: None,
             moved: Transferred::default(),
             claimed: None,
-            metrics,
             fingerprints: None,
         }
     }
@@ -167,7 +163,7 @@ impl<'l> ConnRecord<'l> {
     /// returned.
     pub(crate) fn refuse(&self, refusal: Refusal) -> CloseReason {
         let reason = CloseReason::from(refusal);
-        self.metrics.limit_refused(reason);
+        self.arrival.metrics.limit_refused(reason);
         reason
     }
 
@@ -175,7 +171,7 @@ impl<'l> ConnRecord<'l> {
     /// the reason returned.
     pub(crate) fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
         let reason = CloseReason::from(refusal);
-        self.metrics.limit_refused(reason);
+        self.arrival.metrics.limit_refused(reason);
         reason
     }
 
@@ -202,7 +198,7 @@ impl<'l> ConnRecord<'l> {
     /// Counts the close and writes the one access line of either protocol.
     fn write(&self, reason: CloseReason, quic: Option<&QuicFields>, throttled: Throttled) {
         let nonzero = |ms: u64| (ms > 0).then_some(ms);
-        self.metrics.closed(&metrics::Closed {
+        self.arrival.metrics.closed(&metrics::Closed {
             route: self.route,
             backend: self.backend_name(),
             reason,
@@ -225,7 +221,7 @@ impl<'l> ConnRecord<'l> {
                     conn_id = self.id,
                     listener = %self.listener.name,
                     protocol = quic.map(|_| "quic"),
-                    client.peer = %self.peer,
+                    client.peer = %self.arrival.peer,
                     client.claimed = self.claimed.map(tracing::field::display),
                     client.last_peer = quic.map(|q| tracing::field::display(q.last_peer)),
                     client.rebinds = quic.map(|q| q.rebinds),
@@ -249,7 +245,7 @@ impl<'l> ConnRecord<'l> {
                     bytes.down = self.moved.down,
                     throttled_ms.up = nonzero(throttled.up_ms),
                     throttled_ms.down = nonzero(throttled.down_ms),
-                    duration_ms = self.started.elapsed().as_millis() as u64,
+                    duration_ms = self.arrival.at.elapsed().as_millis() as u64,
                     close = reason.as_str(),
                     "connection closed"
                 )

@@ -36,9 +36,12 @@
 //!
 //! [`Relay`] is a hand-written future, not an `async fn`: it is what every
 //! open connection's task holds for its whole life, so its state is laid
-//! out by hand (about 400 bytes: two direction slots, one timer and two
-//! cancellation waiters) instead of by the compiler's coroutine layout,
-//! which kept almost twice that. One timer serves the idle and half-close
+//! out by hand (about 310 bytes: two direction slots, one timer and one
+//! cancellation waiter, the drain's) instead of by the compiler's
+//! coroutine layout, which kept almost twice that. The process's shutdown
+//! needs no waiter of its own: it stops every registered connection's
+//! [`Activity`] (`registry::shut_down`), the record whose stop the relay
+//! already waits on for an operator's close. One timer serves the idle and half-close
 //! timeouts, the lifetime and the drain moment; it sleeps until the
 //! earliest moment the connection could be idle or must end and re-arms
 //! itself, so no timer is reset per read. Idle accounting and byte counts
@@ -74,7 +77,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep, sleep_until};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::WaitForCancellationFuture;
 
 use crate::close_reason::CloseReason;
 use crate::drain::{DrainGuard, unit_fraction};
@@ -339,8 +342,9 @@ fn excuse<'a>(
 
 pin_project_lite::pin_project! {
     /// Relays both ways until both directions have ended, a side fails,
-    /// a timeout or the lifetime runs out, `cancel` fires (shutdown) or the
-    /// drain reaches this connection's moment. See [`relay`].
+    /// a timeout or the lifetime runs out, the activity's stop fires
+    /// (shutdown, or an operator's) or the drain reaches this connection's
+    /// moment. See [`relay`].
     pub struct Relay<'a> {
         client: &'a TcpStream,
         backend: &'a TcpStream,
@@ -362,11 +366,8 @@ pin_project_lite::pin_project! {
         // the drain moment. Which one it is, is found again when it comes
         // (no flag kept: a byte more would cost the task eight).
         deadline: Option<Instant>,
-        // The shutdown token `cancelled` waits on, read directly once the
-        // waiters are registered (see `poll`).
-        cancel: &'a CancellationToken,
-        // Whether `drain_fired` and `cancelled` have been polled once, so
-        // that their waiters hold this task's waker.
+        // Whether `drain_fired` and the activity's stop have been polled
+        // once, so that they hold this task's waker.
         waiting: bool,
         // Wakes at the earliest moment the connection could be idle, or at
         // its deadline, whichever comes first.
@@ -374,17 +375,16 @@ pin_project_lite::pin_project! {
         timer: Sleep,
         #[pin]
         drain_fired: WaitForCancellationFuture<'a>,
-        #[pin]
-        cancelled: WaitForCancellationFuture<'a>,
     }
 }
 
 /// Relays between `client` and `backend` (the caller has already written
 /// the replayed hello), with splice(2) when `use_splice` is set. `activity`
 /// collects the byte counts; `started` is when the connection was accepted
-/// (its lifetime counts from there); `cancel` is the shutdown token and
-/// `activity`'s stop an operator's (both end the relay as `shutdown`, which
-/// the registry tells apart); `seed` picks this connection's moment
+/// (its lifetime counts from there); `activity`'s stop is the process's
+/// shutdown or an operator's (each ends the relay as `shutdown`, which the
+/// registry tells apart: `registry::shut_down` stops every entry, the
+/// accept loop's token no longer reaches a relaying connection); `seed` picks this connection's moment
 /// in a drain window and in the last tenth of its lifetime. `keepalive`,
 /// the backend's, is set on `backend` once the relay has run for
 /// [`sockopt::KEEPALIVE_ARM_DELAY`] (if it is still open then).
@@ -397,7 +397,6 @@ pub(crate) fn relay<'a>(
     activity: &'a Activity,
     timeouts: &'a Timeouts,
     started: Instant,
-    cancel: &'a CancellationToken,
     drain: &'a DrainGuard,
     seed: u64,
     use_splice: bool,
@@ -448,11 +447,9 @@ pub(crate) fn relay<'a>(
         use_splice,
         keepalive,
         deadline,
-        cancel,
         waiting: false,
         timer: sleep_until(wake),
         drain_fired: drain.fired(),
-        cancelled: cancel.cancelled(),
     }
 }
 
@@ -569,20 +566,15 @@ impl Future for Relay<'_> {
             let next = this.deadline.map_or(idle_at, |at| at.min(idle_at));
             this.timer.as_mut().reset(next);
         }
-        // Once both waiters have been polled (the first time the relay
-        // waits), they hold this task's waker and stay registered until
-        // their token fires, which wakes the task; from then on the tokens'
-        // own flags tell (a lock each), where polling the waiters again
-        // would also take the Notify's lock to compare wakers: about 560
-        // instructions per connection (callgrind). The relay is polled by
-        // its connection's task only, so the waker never changes.
-        // An operator's stop (the registry) is read the same way from
-        // the activity record, whose waker slot the first wait fills.
+        // The stop (the process's shutdown, or an operator's close, drain
+        // or move, all through the registry) is read from the activity
+        // record: its waker slot, filled by the first wait, stays filled,
+        // since the relay is polled by its connection's task only and the
+        // waker never changes; from then on its code alone tells.
         let stopped = if *this.waiting {
-            this.cancel.is_cancelled() || activity.stopped_as() != 0
+            activity.stopped_as() != 0
         } else {
-            let shutdown = this.cancelled.as_mut().poll(cx).is_ready();
-            activity.poll_stopped(cx).is_ready() || shutdown
+            activity.poll_stopped(cx).is_ready()
         };
         if stopped {
             return Poll::Ready(CloseReason::Shutdown);
@@ -715,7 +707,6 @@ mod tests {
     struct Fixture {
         activity: Activity,
         timeouts: Timeouts,
-        cancel: CancellationToken,
         drain: DrainGuard,
     }
 
@@ -728,7 +719,6 @@ mod tests {
                     half_close: Duration::from_secs(60),
                     lifetime: None,
                 },
-                cancel: CancellationToken::new(),
                 drain: crate::drain::DrainSignal::new().enter(),
             }
         }
@@ -746,7 +736,6 @@ mod tests {
                 &self.activity,
                 &self.timeouts,
                 Instant::now(),
-                &self.cancel,
                 &self.drain,
                 1,
                 false,

@@ -71,7 +71,7 @@ use crate::addr::PeerAddr;
 use crate::admission::{self, Admitted, AtAccept, RouteAdmitted};
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
-use crate::flow::access::{self, CloseReason, ConnRecord, QuicFields};
+use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields};
 use crate::flow::generation::Generation;
 use crate::flow::route::{EchKind, NoRoute};
 use crate::metrics::{self, ListenerMetrics};
@@ -207,13 +207,12 @@ impl FlowRecord {
             datagrams_down: s.datagrams_down.load(Ordering::Relaxed),
             backend_local: self.backend_local,
         };
-        let mut record = ConnRecord::arrived(
-            self.id,
-            &self.listener,
-            PeerAddr(self.peer),
-            self.started,
-            self.metrics,
-        );
+        let arrival = Arrival {
+            peer: PeerAddr(self.peer),
+            at: self.started,
+            metrics: self.metrics,
+        };
+        let mut record = ConnRecord::arrived(self.id, &self.listener, &arrival);
         record.sni = self.sni;
         record.alpn = self.alpn;
         record.ech = self.ech;
@@ -594,14 +593,13 @@ impl<B> FlowTable<B> {
             datagrams_down: 0,
             backend_local: None,
         };
+        let arrival = Arrival {
+            peer: PeerAddr(from),
+            at: now,
+            metrics: metrics.clone(),
+        };
         let admitted = match accept_loop::gate(generation, PeerAddr(from), &metrics, || {
-            let mut record = ConnRecord::arrived(
-                access::next_conn_id(),
-                &listener,
-                PeerAddr(from),
-                now,
-                metrics.clone(),
-            );
+            let mut record = ConnRecord::arrived(access::next_conn_id(), &listener, &arrival);
             record.moved.up = datagram.len() as u64;
             (record, Some(&refused))
         }) {

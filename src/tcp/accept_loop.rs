@@ -46,7 +46,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
-use crate::flow::access::{Accepted, CloseReason, ConnRecord, QuicFields};
+use crate::flow::access::{Accepted, Arrival, CloseReason, ConnRecord, QuicFields};
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 use crate::tcp::connection;
@@ -140,9 +140,11 @@ impl AcceptLoop {
                     backoff.recovered();
                     let accepted = Accepted {
                         stream,
-                        peer: PeerAddr(peer),
-                        at: Instant::now(),
-                        metrics: series.clone(),
+                        arrival: Arrival {
+                            peer: PeerAddr(peer),
+                            at: Instant::now(),
+                            metrics: series.clone(),
+                        },
                     };
                     // A reload may have landed while this loop waited in
                     // accept; the connection gets the newest generation,
@@ -181,8 +183,9 @@ impl AcceptLoop {
         close_mine: &CancellationToken,
     ) {
         let listener = &generation.listener;
-        let admitted = match gate(generation, accepted.peer, &accepted.metrics, || {
-            (ConnRecord::new(listener, &accepted), None)
+        let arrival = &accepted.arrival;
+        let admitted = match gate(generation, arrival.peer, &arrival.metrics, || {
+            (ConnRecord::new(listener, arrival), None)
         }) {
             Ok(AtAccept::Admitted(admitted)) => Some(admitted),
             Ok(AtAccept::AfterPreface) => None,

@@ -6,7 +6,8 @@
 //! tree of cancellation tokens: `stop_accepting` (with one child per bound
 //! socket, so a reload can close a single one) ends the accept loops,
 //! `close_connections` (fired only once the drain budget is spent, or on
-//! Stop) ends the relays. A `TaskTracker` lets a drain wait for connections
+//! Stop) ends the connections still in setup and the QUIC flows, and
+//! `registry::shut_down`, called right after it, the relaying ones. A `TaskTracker` lets a drain wait for connections
 //! without polling. Every wait is bounded.
 //!
 //! Reload (SIGHUP): read and validate the file; on error keep everything
@@ -53,6 +54,7 @@ use crate::backend::Backends;
 use crate::config::file::FileConfig;
 use crate::config::{self, Config, ConfigError, ReadTicket, effective};
 use crate::flow::generation::{Generation, Pace};
+use crate::flow::registry;
 use crate::run::bind::{self, BindError, BindKey, Pool, Sockets};
 use crate::run::listener_set::{Listeners, Shared};
 use crate::run::notify::Notifier;
@@ -360,6 +362,7 @@ pub(crate) async fn serve(
                     tracing::info!("stopping now");
                     server.shared.stop_accepting.cancel();
                     server.shared.close_connections.cancel();
+                    registry::shut_down();
                     return Ok(());
                 }
             },
@@ -460,6 +463,7 @@ impl Server {
                 "closing the connections still open"
             );
             close_connections.cancel();
+            registry::shut_down();
             let _ = tokio::time::timeout(CLOSE_GRACE, connections.wait()).await;
         }
         tracing::info!("stopped");
