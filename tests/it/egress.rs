@@ -51,9 +51,9 @@ async fn recording_backend(bind: &str) -> (SocketAddr, Peers) {
     (addr, peers)
 }
 
-/// Sends a hello through `relay` and waits for the backend's byte;
-/// returns the open client connection.
-async fn relayed(relay: SocketAddr) -> TcpStream {
+/// Sends a hello through `relay` and reads one byte (bounded): the open
+/// client connection and what the read gave (1: the backend's byte).
+async fn hello_through(relay: SocketAddr) -> (TcpStream, std::io::Result<usize>) {
     let mut client = TcpStream::connect(relay).await.unwrap();
     client
         .write_all(&common::capture("openssl_sni.bin"))
@@ -63,6 +63,13 @@ async fn relayed(relay: SocketAddr) -> TcpStream {
     let got = tokio::time::timeout(WAIT, client.read(&mut byte))
         .await
         .expect("the relay neither relayed nor closed");
+    (client, got)
+}
+
+/// Sends a hello through `relay` and waits for the backend's byte;
+/// returns the open client connection.
+async fn relayed(relay: SocketAddr) -> TcpStream {
+    let (client, got) = hello_through(relay).await;
     assert_eq!(
         got.unwrap(),
         1,
@@ -300,15 +307,7 @@ async fn an_exhausted_source_is_skipped_counted_and_not_blamed_on_the_backend() 
     // Both sources full now: the next connection closes connect_failed
     // (127.0.0.2 tried now if it was not before), and the backend address
     // is not blamed.
-    let mut client = TcpStream::connect(relay.addr()).await.unwrap();
-    client
-        .write_all(&common::capture("openssl_sni.bin"))
-        .await
-        .unwrap();
-    let mut byte = [0u8; 1];
-    let got = tokio::time::timeout(WAIT, client.read(&mut byte))
-        .await
-        .unwrap();
+    let (client, got) = hello_through(relay.addr()).await;
     assert!(!matches!(got, Ok(1)), "a second connection got through");
     let line = relay.closed_line(client.local_addr().unwrap()).await;
     assert_eq!(line["close"], "connect_failed", "{line}");
