@@ -623,5 +623,34 @@ mod tests {
         assert_eq!(held[0].reason(CloseReason::Shutdown), CloseReason::Moved);
         assert_eq!(held[1].activity().stopped_as(), 0, "a remote answer stays");
         assert_eq!(held[2].activity().stopped_as(), 0, "another name stays");
+
+        // Packed fields come back whole; a connection that registers after
+        // the shutdown walked the table stops itself.
+        let late = register(Meta {
+            id: base + 200,
+            listener: &listener,
+            route: "r\0with a NUL",
+            sni: None,
+            backend: &backend,
+            backend_addr: "[fe80::1%3]:443".parse().unwrap(),
+            client: "[2001:db8::7]:5".parse().unwrap(),
+            claimed: None,
+            accepted: Instant::now(),
+            local: true,
+        });
+        let entry = late.shared();
+        assert_eq!(entry.route(), "r\0with a NUL");
+        assert_eq!(late.sni(), None);
+        assert_eq!(entry.backend_addr(), "[fe80::1%3]:443".parse().unwrap());
+        assert_eq!(entry.client(), "[2001:db8::7]:5".parse().unwrap());
+        assert_eq!(entry.claimed(), None);
+        assert!(entry.local());
+        assert!(entry.age() < Duration::from_secs(60));
+        late.stop_if_shut_down(&shutdown);
+        assert_eq!(late.activity().stopped_as(), 0);
+        shutdown.cancel();
+        late.stop_if_shut_down(&shutdown);
+        assert_eq!(late.activity().stopped_as(), SHUTDOWN);
+        assert_eq!(late.reason(CloseReason::Shutdown), CloseReason::Shutdown);
     }
 }
