@@ -25,7 +25,15 @@
 //! (`takeover`); a group would multiply all three, and connections queued
 //! in a group member's backlog are lost when that member closes.
 //! `reuse_port = true` still sets the option for an operator who runs
-//! several processes on one address.
+//! several processes on one address. Both alternatives were prototyped
+//! against this design (issue 33, `loadbench --threads 2 --slices 12`,
+//! paired 2 s slices against HAProxy `nbthread 2`): one current-thread
+//! runtime per thread, each with its accept loop on the shared socket,
+//! 1.008 and 0.994 of HAProxy's rate; the same with an SO_REUSEPORT group
+//! of one socket per thread, 1.013 and 0.976; this design in the same
+//! sessions 0.987, 1.002, 0.987 and 1.019. No difference: both proxies keep
+//! about one core busy on the 2-core machine, so the rate follows CPU per
+//! connection, not how accepts are spread (benches/README.md).
 //!
 //! Each listening socket carries its listener's `tcp_keepalive` (set when
 //! its loops start and again on every reload), which the sockets accepted
