@@ -123,6 +123,18 @@ impl Egress {
     /// `dest`'s family, in turn, until one does not run out of ports. The
     /// error is the last attempt's, or a clear one when no source can be
     /// bound to `dest` at all.
+    /// The egress of a health check or a `fastest` probe to this source:
+    /// the same addresses, but the host's own for `source = "client"`
+    /// (a check has no client; HAProxy's checks leave `usesrc` out the
+    /// same way).
+    pub(crate) fn for_checks(&self) -> &Egress {
+        static HOST: Egress = Egress::Host;
+        match self {
+            Egress::Client => &HOST,
+            other => other,
+        }
+    }
+
     pub(crate) fn bind_each<T>(
         &self,
         dest: SocketAddr,
@@ -474,6 +486,14 @@ mod tests {
             )
             .unwrap_err();
         assert!(error.to_string().contains("no IPv6 address"), "{error}");
+    }
+
+    #[test]
+    fn checks_leave_from_the_pool_or_the_host_for_a_client_source() {
+        let pool = pool(&["127.0.0.2"]);
+        assert!(std::ptr::eq(pool.for_checks(), &pool));
+        assert!(matches!(Egress::Client.for_checks(), Egress::Host));
+        assert!(matches!(Egress::Host.for_checks(), Egress::Host));
     }
 
     #[test]

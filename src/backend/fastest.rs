@@ -226,7 +226,9 @@ fn ms(d: Duration) -> f64 {
 pub(crate) async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken) {
     let config = runtime.config.clone();
     let backend = config.name.as_str();
-    let probe = Probe::new(&config, config.connect_timeout).timing(config.fastest_measure);
+    let probe = Probe::new(&config, config.connect_timeout)
+        .timing(config.fastest_measure)
+        .with_source_of(&runtime);
     let mut set_changes = runtime.subscribe();
     let mut chooser = Chooser::default();
     loop {

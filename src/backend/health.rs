@@ -19,6 +19,11 @@
 //! [`round`] measure latency for `policy = "fastest"` (`super::fastest`:
 //! the connect time, or with `fastest_measure = "tls"` the time until the
 //! ServerHello), so a backend sees one kind of probe whoever sends it.
+//! Probes leave from the backend's (or the address entry's) `source`
+//! addresses, as its connections do (`egress`), so an origin that admits
+//! only those admits its checks; with `source = "client"` they leave from
+//! the host's own address (there is no client), as HAProxy's checks leave
+//! `usesrc` out.
 //!
 //! The checker follows the set (a new DNS answer): addresses it has not seen
 //! start up (unknown is up), removed ones are forgotten, and a changed set
@@ -50,6 +55,7 @@ use super::BackendRuntime;
 use super::{Backend, FastestMeasure, HealthCheck, HealthKind};
 use crate::metrics;
 use crate::proxy::outbound::local_header;
+use crate::tcp::dial;
 
 /// Why a probe of one address failed.
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +159,9 @@ pub(crate) struct Probe {
     /// What [`Probe::run`] returns: the connect time, or the time until
     /// the ServerHello.
     measure: FastestMeasure,
+    /// The backend whose `source` the probes bind to (see
+    /// [`with_source_of`](Self::with_source_of)); `None`: the host's.
+    runtime: Option<Arc<BackendRuntime>>,
 }
 
 impl Probe {
@@ -173,6 +182,7 @@ impl Probe {
                 .map(Arc::from),
             tls,
             measure: FastestMeasure::Connect,
+            runtime: None,
         }
     }
 
@@ -183,6 +193,15 @@ impl Probe {
         self
     }
 
+    /// Probes bound as `runtime`'s connections are: from its (or the
+    /// address entry's) `source` addresses, so an origin that admits only
+    /// those sees its checks too; the host's address for `source =
+    /// "client"` (`Egress::for_checks`).
+    pub(crate) fn with_source_of(mut self, runtime: &Arc<BackendRuntime>) -> Probe {
+        self.runtime = Some(runtime.clone());
+        self
+    }
+
     /// Connects to `addr`, sends the LOCAL header if any (and for a TLS
     /// check the ClientHello, waiting for the ServerHello) and closes; the
     /// whole probe stays within the budget. Returns the connect time, or
@@ -190,7 +209,17 @@ impl Probe {
     pub(crate) async fn run(&self, addr: SocketAddr) -> Result<Duration, CheckError> {
         let started = Instant::now();
         let deadline = started + self.budget;
-        let mut stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        let connect = async {
+            match &self.runtime {
+                None => TcpStream::connect(addr).await,
+                Some(runtime) => {
+                    let egress = runtime.egress.for_addr(addr).for_checks();
+                    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+                    dial::connect_tcp(addr, egress, unspecified).await
+                }
+            }
+        };
+        let mut stream = match tokio::time::timeout_at(deadline, connect).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => return Err(CheckError::Connect(error)),
             Err(_) => return Err(CheckError::TimedOut(self.budget)),
@@ -292,7 +321,7 @@ pub(crate) async fn run(
         tracing::error!(backend = %runtime.config.name, %sni, "TLS health check cannot be built; checking with TCP connects");
     }
     let backend = runtime.config.name.as_str();
-    let probe = Probe::new(&runtime.config, check.timeout);
+    let probe = Probe::new(&runtime.config, check.timeout).with_source_of(&runtime);
     let mut set_changes = runtime.subscribe();
     let mut streaks: HashMap<SocketAddr, Streak> = HashMap::new();
     let mut ticks = tokio::time::interval(check.interval);

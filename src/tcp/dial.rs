@@ -257,7 +257,7 @@ pub(crate) async fn connect(
 /// socket is bound first as the address's `source` says, trying its
 /// source addresses in turn while they run out of ports
 /// (`backend::egress`).
-async fn connect_tcp(
+pub(crate) async fn connect_tcp(
     addr: SocketAddr,
     egress: &Egress,
     client: SocketAddr,

@@ -118,6 +118,40 @@ async fn tcp_connections_are_spread_evenly_over_the_source_addresses() {
 }
 
 #[tokio::test]
+async fn health_checks_leave_from_the_source_addresses() {
+    let (backend, peers) = recording_backend("127.0.0.1:0").await;
+    // The address entry's own source for the second address.
+    let (own, own_peers) = recording_backend("127.0.0.1:0").await;
+    let _relay = Relay::start(&config(&format!(
+        "addresses = [\"{backend}\", {{ address = \"{own}\", source = {{ addresses = [\"127.0.0.4\"] }} }}]\n\
+         source = {{ addresses = [\"127.0.0.2\", \"127.0.0.3\"] }}\n\n\
+         [backend.b.health]\ninterval = \"50ms\"\ntimeout = \"500ms\""
+    )))
+    .await;
+    // No client at all: every connection the backends see is a check.
+    let checked = |peers: &Peers, want: usize| peers.lock().unwrap().len() >= want;
+    tokio::time::timeout(WAIT, async {
+        while !(checked(&peers, 4) && checked(&own_peers, 2)) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("no health checks arrived");
+    let seen = peers.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .all(|p| ["127.0.0.2", "127.0.0.3"].contains(&p.ip().to_string().as_str())),
+        "{seen:?}"
+    );
+    assert!(count_from(&peers, "127.0.0.2") >= 1 && count_from(&peers, "127.0.0.3") >= 1);
+    let own_seen = own_peers.lock().unwrap().clone();
+    assert!(
+        own_seen.iter().all(|p| p.ip().to_string() == "127.0.0.4"),
+        "{own_seen:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_address_entry_s_own_source_wins_over_the_backend_s() {
     let (own, own_peers) = recording_backend("127.0.0.1:0").await;
     let relay = Relay::start(&config(&format!(
