@@ -624,6 +624,8 @@ struct Server {
     rise: Option<u64>,
     fall: Option<u64>,
     proxy: Option<&'static str>,
+    /// Its own `source`, as the TOML value of the address entry's key.
+    source: Option<String>,
     text: String,
 }
 
@@ -1329,6 +1331,7 @@ impl Translator {
         let mut servers: Vec<(Server, &Line)> = Vec::new();
         let mut default_server: Vec<String> = Vec::new();
         let mut balance: Option<(String, &Line)> = None;
+        let mut source: Option<(String, &Line)> = None;
         for l in lines {
             let mine = own.contains(&l.no);
             match l.word(0) {
@@ -1364,6 +1367,17 @@ impl Translator {
                     }
                 }
                 "balance" => balance = Some((l.word(1).to_owned(), l)),
+                "source" => match source_value(l.words_from(1)) {
+                    Ok((Some(value), used)) if used == l.words_from(1).len() => {
+                        source = Some((value, l));
+                    }
+                    Ok((None, used)) if used == l.words_from(1).len() => {
+                        source = None;
+                        self.no_key(l, "any local address: the host's own choice, snirelay's default");
+                    }
+                    Ok(_) => self.not(l, "words after `source ADDR [usesrc …]` are not translated"),
+                    Err(why) => self.not(l, why),
+                },
                 "retries" if mine => self.not(l, "snirelay tries each address once per connection, up to `connect_attempts` addresses; it never retries the same one"),
                 "option" if matches!(l.word(1), "tcplog" | "dontlognull" | "clitcpka" | "srvtcpka" | "tcpka" | "httplog") => {}
                 "option" if mine => self.not(l, format!("`option {}` is not translated", l.word(1))),
@@ -1376,13 +1390,18 @@ impl Translator {
         let plain = servers.iter().all(|(sv, _)| sv.weight.unwrap_or(1) == 1);
         let entries: Vec<String> = servers
             .iter()
-            .map(|(sv, _)| match (plain, sv.weight) {
-                (true, _) => quoted(&sv.address),
-                (false, w) => format!(
-                    "{{ address = {}, weight = {} }}",
-                    quoted(&sv.address),
-                    w.unwrap_or(1)
-                ),
+            .map(|(sv, _)| {
+                let mut keys = vec![format!("address = {}", quoted(&sv.address))];
+                if !plain {
+                    keys.push(format!("weight = {}", sv.weight.unwrap_or(1)));
+                }
+                if let Some(own) = &sv.source {
+                    keys.push(format!("source = {own}"));
+                }
+                match keys.len() {
+                    1 => quoted(&sv.address),
+                    _ => format!("{{ {} }}", keys.join(", ")),
+                }
             })
             .collect();
         let texts: Vec<String> = servers.iter().map(|(sv, _)| sv.text.clone()).collect();
@@ -1397,6 +1416,10 @@ impl Translator {
             format!("[{}]", entries.join(", ")),
             texts.join("; "),
         );
+        if let Some((value, l)) = source {
+            table.row("source", value, &l.text);
+            self.key(l);
+        }
         if servers.len() > 1 {
             let policy = match balance.as_ref().map(|(b, _)| b.as_str()) {
                 None | Some("roundrobin" | "static-rr") => Some("round_robin"),
@@ -1802,6 +1825,98 @@ fn bind_addresses(text: &str, v6only: bool) -> Option<Vec<String>> {
     }
 }
 
+/// HAProxy's `source ADDR[:PORT[-PORT]] [usesrc client|clientip]` (after
+/// the keyword, on a server or a backend): the TOML value of snirelay's
+/// `source` (`None`: any address, the default) and how many words it
+/// took. `usesrc client` and `usesrc clientip` are `"client"` (snirelay
+/// binds the client's port too, as `usesrc client` does); a port range is
+/// `ports`, which snirelay applies per destination (HAProxy binds each
+/// port once across destinations), and one fixed port, which serves one
+/// connection at a time, has no equivalent; `usesrc ADDR`, `hdr_ip` and
+/// `interface` are not translated.
+fn source_value(words: &[String]) -> Result<(Option<String>, usize), String> {
+    let spec = words.first().map_or("", String::as_str);
+    let bare = spec.trim_start_matches("ipv4@").trim_start_matches("ipv6@");
+    let (ip, ports) = match bare.parse::<IpAddr>() {
+        Ok(ip) => (ip, None),
+        Err(_) => {
+            let parsed = bare
+                .parse::<SocketAddr>()
+                .map(|a| (a.ip(), a.port().to_string()));
+            let (ip, port) = match parsed {
+                Ok(pair) => pair,
+                Err(_) => {
+                    let (h, p) = bare
+                        .rsplit_once(':')
+                        .ok_or_else(|| format!("`source {spec}` is not an address"))?;
+                    let ip = h
+                        .trim_matches(['[', ']'])
+                        .parse::<IpAddr>()
+                        .map_err(|_| format!("`source {spec}` is not an address"))?;
+                    (ip, p.to_owned())
+                }
+            };
+            (ip, Some(port))
+        }
+    };
+    let ports = match ports.as_deref() {
+        None | Some("0") => None,
+        Some(range) => match range.split_once('-') {
+            Some((lo, hi)) if lo.parse::<u16>().is_ok() && hi.parse::<u16>().is_ok() => {
+                Some(format!("{lo}-{hi}"))
+            }
+            _ => {
+                return Err(format!(
+                    "`source {spec}`: one fixed source port has no equivalent (snirelay takes a range, `ports = \"LOW-HIGH\"`)"
+                ));
+            }
+        },
+    };
+    let mut used = 1;
+    let transparent = match words.get(1).map(String::as_str) {
+        Some("usesrc") => {
+            used = 3;
+            match words.get(2).map(String::as_str) {
+                Some("client" | "clientip") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "`usesrc {other}` is not translated (snirelay has `source = \"client\"`, HAProxy's `usesrc client`)"
+                    ));
+                }
+                None => return Err("`usesrc` without its argument".to_owned()),
+            }
+        }
+        Some("interface") => {
+            return Err(
+                "`source … interface` is not translated (snirelay binds addresses, not interfaces)"
+                    .to_owned(),
+            );
+        }
+        _ => false,
+    };
+    if transparent {
+        return Ok((Some("\"client\"".to_owned()), used));
+    }
+    if ip.is_unspecified() && ports.is_none() {
+        return Ok((None, used));
+    }
+    if ip.is_unspecified() {
+        return Err(format!(
+            "`source {spec}`: a port range on any address has no equivalent (snirelay's `ports` goes with `addresses`)"
+        ));
+    }
+    let ports = ports
+        .map(|r| format!(", ports = {}", quoted(&r)))
+        .unwrap_or_default();
+    Ok((
+        Some(format!(
+            "{{ addresses = [{}]{ports} }}",
+            quoted(&ip.to_string())
+        )),
+        used,
+    ))
+}
+
 /// A `server NAME ADDR [options]` line (default-server options first).
 fn server(words: &[String]) -> Result<Server, String> {
     let addr = words.get(2).map_or("", String::as_str);
@@ -1856,6 +1971,19 @@ fn server(words: &[String]) -> Result<Server, String> {
                     bad.push("weight (snirelay takes 1 to 256)".to_owned());
                 }
                 i += 1;
+            }
+            "source" => {
+                let args = &words[i + 1..];
+                match source_value(args) {
+                    Ok((value, used)) => {
+                        sv.source = value;
+                        i += used;
+                    }
+                    Err(why) => {
+                        bad.push(why);
+                        i = words.len();
+                    }
+                }
             }
             "send-proxy" => sv.proxy = Some("v1"),
             "send-proxy-v2" => sv.proxy = Some("v2"),
@@ -2290,6 +2418,66 @@ mod tests {
         assert_eq!(backend_of("www.example.com"), "be");
         assert!(t.toml.contains("no_sni = \"be\""), "{}", t.toml);
         assert!(t.toml.contains("proxy_protocol = \"v1\""), "{}", t.toml);
+    }
+
+    #[test]
+    fn source_on_a_backend_and_a_server_becomes_source_and_usesrc_client() {
+        let t = translate(
+            &format!(
+                "{EDGE}    tcp-request content accept if {{ req.ssl_hello_type 1 }}\n    \
+                 use_backend legacy if {{ req.ssl_sni -i legacy.example.com }}\n    \
+                 use_backend plain if {{ req.ssl_sni -i plain.example.com }}\n    \
+                 default_backend be\nbackend be\n    source 192.0.2.10:1024-65535\n    \
+                 server s 192.0.2.1:443\n    server t 192.0.2.2:443 source 192.0.2.11\n    \
+                 server u [2001:db8::1]:443 source ipv6@2001:db8::9\n\
+                 backend legacy\n    source 0.0.0.0 usesrc clientip\n    server l 192.0.2.3:443\n\
+                 backend plain\n    source 0.0.0.0\n    server p 192.0.2.4:443\n"
+            ),
+            "t.cfg",
+        )
+        .unwrap();
+        assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+        let config = load(&t.toml);
+        let source = |b: &str| format!("{:?}", config.backends[b].egress);
+        assert!(
+            t.toml
+                .contains("source = { addresses = [\"192.0.2.10\"], ports = \"1024-65535\" }"),
+            "{}",
+            t.toml
+        );
+        assert!(
+            t.toml.contains(
+                "{ address = \"192.0.2.2:443\", source = { addresses = [\"192.0.2.11\"] } }"
+            ),
+            "{}",
+            t.toml
+        );
+        assert!(
+            t.toml
+                .contains("source = { addresses = [\"2001:db8::9\"] }"),
+            "{}",
+            t.toml
+        );
+        assert!(source("legacy").contains("Client"), "{}", source("legacy"));
+        assert!(source("plain").contains("Host"), "{}", source("plain"));
+        // What has no equivalent is reported, not approximated.
+        for (line, why) in [
+            ("source 192.0.2.10:1024", "one fixed source port"),
+            ("source 192.0.2.10 usesrc 192.0.2.99", "usesrc 192.0.2.99"),
+            ("source 192.0.2.10 interface eth0", "interface"),
+        ] {
+            let t = translate(
+                &format!("{EDGE}    default_backend be\nbackend be\n    {line}\n    server s 192.0.2.1:443\n"),
+                "t.cfg",
+            )
+            .unwrap();
+            let reported = t.not_translated.iter().find(|n| n.1.contains(line));
+            assert!(
+                reported.is_some_and(|n| n.2.contains(why)),
+                "{line}: {:?}",
+                t.not_translated
+            );
+        }
     }
 
     #[test]
