@@ -87,14 +87,13 @@ fn bound(bytes: usize, burst: usize, rate: usize) -> Duration {
 }
 
 async fn throttled(admin: SocketAddr, route: &str, direction: &str) -> f64 {
-    let (status, text) = http_get(admin, "/metrics").await;
-    assert_eq!(status, 200);
-    metric(
-        &text,
+    common::metric_now(
+        admin,
         &format!(
             "snirelay_throttled_seconds_total{{listener=\"tls\",route=\"{route}\",direction=\"{direction}\"}}"
         ),
     )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
