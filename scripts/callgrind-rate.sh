@@ -75,7 +75,7 @@ done
 
 for proxy in snirelay haproxy; do
     case $proxy in
-        snirelay) function='CoreGuard::block_on [' ;;
+        snirelay) function='runtime::Runtime::block_on [' ;;
         haproxy) function='run_poll_loop' ;;
     esac
     conns() { grep -E "^run 0 $proxy +rate" "$work/$1.txt" | sed -E 's/.*\(([0-9]+) conns\).*/\1/'; }

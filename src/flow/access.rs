@@ -132,12 +132,16 @@ pub struct ConnRecord<'l> {
 }
 
 impl<'l> ConnRecord<'l> {
-    /// A record for a connection just accepted, with a fresh id.
+    /// A record for a connection just accepted, with a fresh id. Inlined,
+    /// as `arrived` is, so the record is built in place in
+    /// the connection's task (see `pump::relay::relay`).
+    #[inline(always)]
     pub fn new(listener: &'l Listener, arrival: &'l Arrival) -> Self {
         Self::arrived(next_conn_id(), listener, arrival)
     }
 
     /// The record of connection `id`, as it arrived.
+    #[inline(always)]
     pub(crate) fn arrived(id: u64, listener: &'l Listener, arrival: &'l Arrival) -> Self {
         ConnRecord {
             id,
