@@ -187,8 +187,10 @@ pub struct Registered {
     entry: Arc<Entry>,
 }
 
-/// Registers a relaying connection. Its relay waits on its own shutdown
-/// token beside the entry's stop (see `Registered::stopped`).
+/// Registers a relaying connection. A TCP relay waits on the entry's stop
+/// alone (the shutdown reaches it through `shut_down`, or
+/// `Registered::stop_if_shut_down` right after this); a QUIC flow's task
+/// waits on its socket's token beside it (`Registered::stopped`).
 pub fn register(meta: Meta<'_>) -> Registered {
     let names = [meta.route, "\0", meta.sni.unwrap_or_default()]
         .concat()

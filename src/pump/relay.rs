@@ -18,7 +18,8 @@
 //! reaches its `max_connection_lifetime` (at a moment drawn per connection
 //! in the last tenth of it, so long sessions opened together do not all
 //! reconnect together), when the route's drain reaches this connection's
-//! moment, or when the shutdown token fires. The timeouts are the route's
+//! moment, or when it is stopped (the process's shutdown or an operator,
+//! through its registry entry's `Activity`). The timeouts are the route's
 //! ([`Timeouts`], the listener's unless the route overrides them).
 //!
 //! A reset is a failure only when it cuts data (see `excuse`). A peer
