@@ -393,8 +393,9 @@ pin_project_lite::pin_project! {
 /// relay keeps no field for it (see `throttled`).
 #[allow(clippy::too_many_arguments)]
 // Inlined into the connection's task so the relay is built where the task
-// keeps it, not returned and copied in: 522 instructions per connection
-// (`scripts/callgrind-rate.sh`, with the record's constructors inlined too).
+// keeps it, not returned and copied in: about 500 instructions per
+// connection (`scripts/callgrind-rate.sh`, three runs each, with the
+// record's constructors inlined too).
 #[inline(always)]
 pub(crate) fn relay<'a>(
     client: &'a TcpStream,
