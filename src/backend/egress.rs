@@ -37,6 +37,9 @@
 //! sets IP_TRANSPARENT on a scratch socket and names the key and the
 //! capability when that is refused.
 //!
+//! [`Egress::connect_tcp`] makes a TCP connect from a source, for relayed
+//! connections and health checks alike.
+//!
 //! Not here: the socket calls (`sockopt`), choosing the backend address
 //! (`plan`), checking the key (`config::check`).
 
@@ -49,6 +52,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use tokio::net::TcpStream;
 
 use crate::backend::endpoint::now_ms;
 use crate::config::{Backend, Config, Egress as Setting, SourceAddresses};
@@ -123,6 +127,31 @@ impl Egress {
     /// `dest`'s family, in turn, until one does not run out of ports. The
     /// error is the last attempt's, or a clear one when no source can be
     /// bound to `dest` at all.
+    /// One TCP connect to `addr` from this source (`client`: the client's
+    /// address, for `source = "client"`): at once when the handshake
+    /// completed inside connect(2) (a loopback backend, see
+    /// `sockopt::start_connect`), else once the event loop reports the
+    /// socket writable, as `TcpStream::connect` does. The socket is bound
+    /// first as the source says, trying its addresses in turn while they
+    /// run out of ports ([`bind_each`](Self::bind_each)). For a relayed
+    /// connection (`tcp::dial`) and a health check or `fastest` probe
+    /// (`health`) alike.
+    pub(crate) async fn connect_tcp(
+        &self,
+        addr: SocketAddr,
+        client: SocketAddr,
+    ) -> io::Result<TcpStream> {
+        let connecting = self.bind_each(addr, client, |bind| sockopt::start_connect(addr, bind))?;
+        let stream = TcpStream::from_std(connecting.socket)?;
+        if !connecting.connected {
+            stream.writable().await?;
+            if let Some(error) = stream.take_error()? {
+                return Err(error);
+            }
+        }
+        Ok(stream)
+    }
+
     /// The egress of a health check or a `fastest` probe to this source:
     /// the same addresses, but the host's own for `source = "client"`
     /// (a check has no client; HAProxy's checks leave `usesrc` out the

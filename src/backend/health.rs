@@ -55,7 +55,6 @@ use super::BackendRuntime;
 use super::{Backend, FastestMeasure, HealthCheck, HealthKind};
 use crate::metrics;
 use crate::proxy::outbound::local_header;
-use crate::tcp::dial;
 
 /// Why a probe of one address failed.
 #[derive(Debug, thiserror::Error)]
@@ -215,7 +214,7 @@ impl Probe {
                 Some(runtime) => {
                     let egress = runtime.egress.for_addr(addr).for_checks();
                     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-                    dial::connect_tcp(addr, egress, unspecified).await
+                    egress.connect_tcp(addr, unspecified).await
                 }
             }
         };

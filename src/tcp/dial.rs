@@ -56,7 +56,6 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::backend::balance::Ranker;
 use crate::backend::cluster::{Answer, LookupError};
-use crate::backend::egress::Egress;
 use crate::backend::node_order::NodeChoice;
 use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, plan};
 use crate::close_reason::CloseReason;
@@ -251,28 +250,6 @@ pub(crate) async fn connect(
     Ok(connected)
 }
 
-/// One TCP connect: at once when the handshake completed inside connect(2)
-/// (a loopback backend, see `sockopt::start_connect`), else once the event
-/// loop reports the socket writable, as `TcpStream::connect` does. The
-/// socket is bound first as the address's `source` says, trying its
-/// source addresses in turn while they run out of ports
-/// (`backend::egress`).
-pub(crate) async fn connect_tcp(
-    addr: SocketAddr,
-    egress: &Egress,
-    client: SocketAddr,
-) -> io::Result<TcpStream> {
-    let connecting = egress.bind_each(addr, client, |bind| sockopt::start_connect(addr, bind))?;
-    let stream = TcpStream::from_std(connecting.socket)?;
-    if !connecting.connected {
-        stream.writable().await?;
-        if let Some(error) = stream.take_error()? {
-            return Err(error);
-        }
-    }
-    Ok(stream)
-}
-
 /// Tries the planned addresses of the candidates one after another.
 async fn try_in_order(
     candidates: &Candidates<'_>,
@@ -301,7 +278,10 @@ async fn try_in_order(
         let started = Instant::now();
         let attempt = timeout_at(
             started + backend.connect_timeout,
-            connect_tcp(addr, runtime.egress.for_addr(addr), pick.client_addr),
+            runtime
+                .egress
+                .for_addr(addr)
+                .connect_tcp(addr, pick.client_addr),
         )
         .await;
         let outcome = match &attempt {
