@@ -224,7 +224,7 @@ interval = "100ms"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_address_down_a_client_is_still_relayed_once_one_accepts() {
     let pki = Pki::new(&[NAME]);
-    let a = closed_port();
+    let (a, a_held) = closed_port_held();
     let b = closed_port();
     // B first: a client will be refused by B, then relayed by A, which is
     // still marked down (20 good checks are needed to mark it up).
@@ -243,6 +243,7 @@ fall = 1
     relay.wait_log(|l| is(l, DOWN, a)).await;
     relay.wait_log(|l| is(l, DOWN, b)).await;
 
+    drop(a_held);
     let (a_task, _) = echo_on(&pki, a).await;
     let tls = echo_session(&pki, relay.addr(), NAME)
         .await

@@ -432,10 +432,27 @@ where
     addr
 }
 
-/// An address on which nothing listens (connects are refused).
+/// An address on which nothing listens (connects are refused), for the
+/// rest of the run: its port stays bound, never listening, by a socket
+/// kept here, so no other test's listener can take it and connect(2)
+/// never picks it as a source port. A port found free and released could
+/// be taken (a health check once found a listener there).
 pub(crate) fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
+    static HELD: std::sync::Mutex<Vec<socket2::Socket>> = std::sync::Mutex::new(Vec::new());
+    let (addr, socket) = closed_port_held();
+    HELD.lock().unwrap().push(socket);
+    addr
+}
+
+/// [`closed_port`] for a test that opens the port later: the socket that
+/// holds it, to drop right before binding a listener there.
+pub(crate) fn closed_port_held() -> (SocketAddr, socket2::Socket) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    (addr, socket)
 }
 
 // ----------------------------------------------------------------- clients
