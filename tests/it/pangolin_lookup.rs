@@ -51,16 +51,41 @@ fn loopback(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
 }
 
-/// A node answering `tag` on `127.0.0.{last}:port` (0: any port). The
-/// relay listens on 127.0.0.1, so a node elsewhere is another node. Nodes
-/// that share a port take it from the first one, bound on port 0 and held:
-/// a port found free and released (`free_port`) may be taken by another
-/// test's listener before it is bound again, and was.
-async fn node_at(last: u8, port: u16, tag: &'static str) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind((loopback(last), port))
-        .await
-        .unwrap();
-    tagged_backend_on(listener, tag).0
+/// A node answering `tag` on `127.0.0.{last}` (any port). The relay
+/// listens on 127.0.0.1, so a node elsewhere is another node.
+async fn node_at(last: u8, tag: &'static str) -> SocketAddr {
+    nodes_on_one_port(&[(last, tag)]).await[0]
+}
+
+/// Nodes answering their tags on `127.0.0.{last}:P`, one port P for all
+/// (an answer's default port), all bound before any is used: the first on
+/// port 0, the others on its port. A port is reserved per address, so
+/// another test's listener may hold P on one of the others (a port found
+/// free and released, or one bound on another address, was taken so
+/// twice): then every socket is let go and another port tried (bounded).
+async fn nodes_on_one_port(nodes: &[(u8, &'static str)]) -> Vec<SocketAddr> {
+    for _ in 0..50 {
+        let first = tokio::net::TcpListener::bind((loopback(nodes[0].0), 0))
+            .await
+            .unwrap();
+        let port = first.local_addr().unwrap().port();
+        let mut listeners = vec![first];
+        for &(last, _) in &nodes[1..] {
+            match tokio::net::TcpListener::bind((loopback(last), port)).await {
+                Ok(listener) => listeners.push(listener),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => break,
+                Err(e) => panic!("cannot bind 127.0.0.{last}:{port}: {e}"),
+            }
+        }
+        if listeners.len() == nodes.len() {
+            return listeners
+                .into_iter()
+                .zip(nodes)
+                .map(|(listener, &(_, tag))| tagged_backend_on(listener, tag).0)
+                .collect();
+        }
+    }
+    panic!("no port free on every address of {nodes:?} in 50 tries");
 }
 
 /// Asks for `name` four times, from four client ports: each connection
@@ -130,7 +155,7 @@ fn the_double_checks_requests_as_pangolins_route_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pangolin_answer_is_relayed_to_the_endpoint_on_default_port() {
     let cp = Pangolin::start().await;
-    let node = node_at(2, 0, "node-b").await;
+    let node = node_at(2, "node-b").await;
     // Pangolin answers its exit nodes' names (`gerbil.base_endpoint`),
     // without a port.
     let name = cp.exit_node("node-b.pangolin.test", &[node.ip()]);
@@ -293,7 +318,7 @@ async fn https_lookups_use_the_configured_ca_and_client_certificate() {
     // The double's server certificate names 127.0.0.1 (the URL's host).
     let pki = Pki::new(&["127.0.0.1"]);
     let cp = Pangolin::start_tls(&pki).await;
-    let node = node_at(2, 0, "node-b").await;
+    let node = node_at(2, "node-b").await;
     let name = cp.exit_node("node-b.pangolin.test", &[node.ip()]);
     cp.set("www.example.com", Reply::endpoints(&[name]));
     let dir = scratch_dir("pangolin-tls");
@@ -362,12 +387,12 @@ const UNRESOLVED: &str =
 async fn an_answer_mixing_addresses_and_names_routes_each_and_orders_as_gerbil() {
     // One node per kind of endpoint: a bare address (default port), an
     // `ip:port`, a name (default port) and a `name:port`.
-    // The first node takes a port (held); the others share it.
-    let lit = node_at(2, 0, "node-lit").await;
+    let [lit, named] = nodes_on_one_port(&[(2, "node-lit"), (4, "node-name")]).await[..] else {
+        unreachable!()
+    };
     let port = lit.port();
-    let lit_port = node_at(3, 0, "node-lit-port").await;
-    let named = node_at(4, port, "node-name").await;
-    let named_port = node_at(5, 0, "node-name-port").await;
+    let lit_port = node_at(3, "node-lit-port").await;
+    let named_port = node_at(5, "node-name-port").await;
     let cp = Pangolin::start().await;
     let name = cp.exit_node("node-4.pangolin.test", &[named.ip()]);
     let name_port = format!(
@@ -435,8 +460,8 @@ async fn an_answer_mixing_addresses_and_names_routes_each_and_orders_as_gerbil()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_that_does_not_resolve_is_skipped_and_the_others_are_used() {
-    // The first node takes a port (held); the others share it.
-    let node = node_at(2, 0, "node-2").await;
+    // One node; its port is the answer's default port.
+    let node = node_at(2, "node-2").await;
     let port = node.port();
     let cp = Pangolin::start().await;
     let name = cp.exit_node("node-2.pangolin.test", &[node.ip()]);
@@ -471,12 +496,12 @@ async fn a_name_that_does_not_resolve_is_skipped_and_the_others_are_used() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_resolving_to_a_forbidden_address_is_refused_for_that_address_only() {
-    // The first node takes a port (held); the others share it.
-    let node = node_at(2, 0, "node-2").await;
+    // Something listens on the forbidden address too, on the same port: a
+    // relay that ignored allowed_targets would reach it.
+    let [node, forbidden] = nodes_on_one_port(&[(2, "node-2"), (9, "forbidden")]).await[..] else {
+        unreachable!()
+    };
     let port = node.port();
-    // Something listens on the forbidden address too: a relay that
-    // ignored allowed_targets would reach it.
-    let forbidden = node_at(9, port, "forbidden").await;
     let cp = Pangolin::start().await;
     let split = cp.exit_node("split.pangolin.test", &[forbidden.ip(), node.ip()]);
     let far = cp.exit_node("far.pangolin.test", &[forbidden.ip()]);
@@ -521,9 +546,11 @@ async fn a_name_resolving_to_this_node_goes_to_local_backend() {
     // /etc/hosts: through the system resolver (no `resolver`), a
     // `resolve` backend's way.
     let (local, _) = tagged_backend("local-traefik").await;
-    // A node on this node's own address: an IP literal would reach it.
-    // It takes a port (held); the other node shares it.
-    let own = node_at(1, 0, "own-address").await;
+    // A node on this node's own address: an IP literal would reach it;
+    // another node on the same port, for the resolver's part below.
+    let [own, other] = nodes_on_one_port(&[(1, "own-address"), (2, "node-2")]).await[..] else {
+        unreachable!()
+    };
     let port = own.port();
     let cp = Pangolin::start().await;
     cp.set("hosts.example.com", Reply::endpoints(&["localhost"]));
@@ -547,7 +574,6 @@ async fn a_name_resolving_to_this_node_goes_to_local_backend() {
 
     // The same through a `resolver`: the node's own name, with another
     // node's, is this node.
-    let other = node_at(2, port, "node-2").await;
     let mine = cp.exit_node("node-1.pangolin.test", &[loopback(1)]);
     let theirs = cp.exit_node("node-2.pangolin.test", &[other.ip()]);
     cp.set("dns.example.com", Reply::endpoints(&[theirs, mine]));
@@ -565,8 +591,8 @@ async fn a_name_resolving_to_this_node_goes_to_local_backend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_follow_same_origin_redirects_up_to_five_and_refuse_others() {
-    // The first node takes a port (held); the others share it.
-    let node = node_at(2, 0, "node-2").await;
+    // One node; its port is the answer's default port.
+    let node = node_at(2, "node-2").await;
     let port = node.port();
     let cp = Pangolin::start().await;
     let name = cp.exit_node("node-2.pangolin.test", &[node.ip()]);
@@ -671,7 +697,7 @@ async fn a_lookup_exactly_as_a_docker_compose_node_makes_it() {
     // `gerbil.base_endpoint`, a bare name given the default port. Here the
     // relay's /etc/hosts is a test file in its own mount namespace.
     let cp = Pangolin::start().await;
-    let node = node_at(2, 0, "node-b").await;
+    let node = node_at(2, "node-b").await;
     cp.set("app.example.com", Reply::endpoints(&["node-b.example.net"]));
     let hosts = common::hosts::Hosts::new(&format!(
         "127.0.0.1 localhost\n127.0.0.1 pangolin\n{} node-b.example.net\n",
