@@ -596,9 +596,9 @@ impl<B> FlowTable<B> {
         let arrival = Arrival {
             peer: PeerAddr(from),
             at: now,
-            metrics: metrics.clone(),
+            metrics,
         };
-        let admitted = match accept_loop::gate(generation, PeerAddr(from), &metrics, || {
+        let admitted = match accept_loop::gate(generation, PeerAddr(from), &arrival.metrics, || {
             let mut record = ConnRecord::arrived(access::next_conn_id(), &listener, &arrival);
             record.moved.up = datagram.len() as u64;
             (record, Some(&refused))
@@ -622,7 +622,7 @@ impl<B> FlowTable<B> {
             return false;
         };
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
-        let record = FlowRecord::new(listener, from, now, metrics);
+        let record = FlowRecord::new(listener, from, now, arrival.metrics);
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
         // within a few times MAX_PENDING_FLOWS however fast flows finish.
