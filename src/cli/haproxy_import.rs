@@ -1837,28 +1837,21 @@ fn bind_addresses(text: &str, v6only: bool) -> Option<Vec<String>> {
 fn source_value(words: &[String]) -> Result<(Option<String>, usize), String> {
     let spec = words.first().map_or("", String::as_str);
     let bare = spec.trim_start_matches("ipv4@").trim_start_matches("ipv6@");
-    let (ip, ports) = match bare.parse::<IpAddr>() {
-        Ok(ip) => (ip, None),
-        Err(_) => {
-            let parsed = bare
-                .parse::<SocketAddr>()
-                .map(|a| (a.ip(), a.port().to_string()));
-            let (ip, port) = match parsed {
-                Ok(pair) => pair,
-                Err(_) => {
-                    let (h, p) = bare
-                        .rsplit_once(':')
-                        .ok_or_else(|| format!("`source {spec}` is not an address"))?;
-                    let ip = h
-                        .trim_matches(['[', ']'])
-                        .parse::<IpAddr>()
-                        .map_err(|_| format!("`source {spec}` is not an address"))?;
-                    (ip, p.to_owned())
-                }
-            };
-            (ip, Some(port))
+    let not_an_address = || format!("`source {spec}` is not an address");
+    // As HAProxy reads it: `[IPv6]` or `[IPv6]:PORTS`; otherwise the text
+    // after the last colon is the port (`ipv6@2001:db8::9:0` is 2001:db8::9,
+    // port 0, and a bare `2001:db8::9` is refused by HAProxy).
+    let (host, ports) = match bare.strip_prefix('[') {
+        Some(rest) => {
+            let (host, after) = rest.split_once(']').ok_or_else(not_an_address)?;
+            (host, after.strip_prefix(':').map(str::to_owned))
         }
+        None => match bare.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port.to_owned())),
+            None => (bare, None),
+        },
     };
+    let ip = host.parse::<IpAddr>().map_err(|_| not_an_address())?;
     let ports = match ports.as_deref() {
         None | Some("0") => None,
         Some(range) => match range.split_once('-') {
@@ -2427,9 +2420,9 @@ mod tests {
                 "{EDGE}    tcp-request content accept if {{ req.ssl_hello_type 1 }}\n    \
                  use_backend legacy if {{ req.ssl_sni -i legacy.example.com }}\n    \
                  use_backend plain if {{ req.ssl_sni -i plain.example.com }}\n    \
-                 default_backend be\nbackend be\n    source 192.0.2.10:1024-65535\n    \
-                 server s 192.0.2.1:443\n    server t 192.0.2.2:443 source 192.0.2.11\n    \
-                 server u [2001:db8::1]:443 source ipv6@2001:db8::9\n\
+                 default_backend be\nbackend be\n    source 192.0.2.10\n    \
+                 server s 192.0.2.1:443\n    server t 192.0.2.2:443 source 192.0.2.11:1024-65535\n    \
+                 server u [2001:db8::1]:443 source ipv6@2001:db8::9:0\n\
                  backend legacy\n    source 0.0.0.0 usesrc clientip\n    server l 192.0.2.3:443\n\
                  backend plain\n    source 0.0.0.0\n    server p 192.0.2.4:443\n"
             ),
@@ -2440,14 +2433,13 @@ mod tests {
         let config = load(&t.toml);
         let source = |b: &str| format!("{:?}", config.backends[b].egress);
         assert!(
-            t.toml
-                .contains("source = { addresses = [\"192.0.2.10\"], ports = \"1024-65535\" }"),
+            t.toml.contains("source = { addresses = [\"192.0.2.10\"] }"),
             "{}",
             t.toml
         );
         assert!(
             t.toml.contains(
-                "{ address = \"192.0.2.2:443\", source = { addresses = [\"192.0.2.11\"] } }"
+                "{ address = \"192.0.2.2:443\", source = { addresses = [\"192.0.2.11\"], ports = \"1024-65535\" } }"
             ),
             "{}",
             t.toml
