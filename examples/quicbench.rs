@@ -30,6 +30,17 @@
 //! direct alternating order run by run. Everything stays on 127.0.0.1 and
 //! every phase is bounded in time.
 //!
+//! `--endpoints` says how the bench's clients and echo backend move their
+//! datagrams, one set of rate cases per kind: `plain` (the default: one
+//! `send` and one `recv` per datagram, as a simple UDP program does) and
+//! `batched` (as quinn, and curl with ngtcp2, do: a flow's datagrams that
+//! may go now, up to [`GSO_SEGMENTS`], in one GSO send; receives with GRO,
+//! a slot of consecutive datagrams of one sender at a time). With
+//! `batched` endpoints a run of one flow's datagrams reaches the relay as
+//! one GRO slot, and what the relay forwards as one GSO send stays one
+//! through the backend's echo and back; a relay that sends datagram by
+//! datagram turns each run back into single datagrams.
+//!
 //! With `--baseline nginx` the rate phase runs through nginx's stream UDP
 //! proxy (`listen ... udp; proxy_pass ...`, one process, Debian's nginx
 //! and libnginx-mod-stream) instead of straight to the backend, on the same
@@ -39,7 +50,7 @@
 //! Usage (a release build: `cargo build --release --examples --bins`):
 //! `quicbench --relay target/release/snirelay [--runs 3] [--seconds 5]
 //!  [--flows 256] [--idle 8000] [--threads 1] [--only rate,idle]
-//!  [--baseline nginx]`;
+//!  [--baseline nginx] [--endpoints plain,batched]`;
 //! `quicbench --help` lists every option with its default.
 
 #[path = "support/proc.rs"]
@@ -54,6 +65,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::io::IoSliceMut;
+
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
@@ -65,6 +80,42 @@ const LOSS_WAIT: Duration = Duration::from_millis(200);
 /// bound of 1,024 per socket).
 const OPENING: usize = 128;
 const SIZES: [usize; 2] = [1200, 1350];
+/// The most datagrams a `batched` endpoint sends in one GSO call: quinn
+/// 0.11's `MAX_TRANSMIT_SEGMENTS`.
+const GSO_SEGMENTS: usize = 10;
+/// Receive slots of a `batched` endpoint (quinn-udp's `recvmmsg` batch).
+const RECV_SLOTS: usize = quinn_udp::BATCH_SIZE;
+/// One receive slot: a GRO slot holds up to 64 KiB.
+const SLOT: usize = 65_536;
+/// Receive slots of a `batched` client: its own echoes only, at most
+/// [`IN_FLIGHT`] at once.
+const CLIENT_SLOTS: usize = 8;
+
+/// How the bench's clients and echo backend move datagrams.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Endpoints {
+    /// One datagram per system call each way.
+    Plain,
+    /// As quinn does: a flow's queued datagrams (up to [`GSO_SEGMENTS`])
+    /// in one GSO send, GRO and `recvmmsg` on receive.
+    Batched,
+}
+
+impl Endpoints {
+    fn parse(name: &str) -> Endpoints {
+        match name {
+            "batched" => Endpoints::Batched,
+            _ => Endpoints::Plain,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Endpoints::Plain => "plain",
+            Endpoints::Batched => "batched",
+        }
+    }
+}
 
 /// QUIC load benchmark: datagrams through snirelay's `protocol = "quic"`
 /// listener against the same traffic sent straight to the backend, on
@@ -99,6 +150,20 @@ struct Args {
         default_value = "rate,idle"
     )]
     only: Vec<String>,
+    /// How the bench's clients and echo backend move datagrams, one rate
+    /// phase per value, comma-separated: `plain` (one datagram per system
+    /// call, as a simple UDP client or server) and `batched` (as quinn and
+    /// curl's ngtcp2 do: up to 10 queued datagrams of a flow
+    /// in one GSO send, receives with GRO and `recvmmsg`).
+    #[arg(
+        long,
+        value_name = "KIND,...",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        default_value = "plain",
+        value_parser = ["plain", "batched"]
+    )]
+    endpoints: Vec<String>,
     /// Another UDP relay to run the rate phase through as well, alternating
     /// with snirelay run by run, instead of sending straight to the
     /// backend: `nginx` (its stream UDP proxy, one worker).
@@ -122,17 +187,98 @@ fn args() -> Args {
 
 // ------------------------------------------------------------------ backend
 
-/// A UDP echo backend: every datagram goes back to its sender.
-async fn backend() -> SocketAddr {
+/// A UDP echo backend: every datagram goes back to its sender. `Plain`:
+/// one `recvfrom` and one `sendto` per datagram. `Batched`: as a quinn
+/// server reads and writes (quinn-udp: `recvmmsg` with GRO, so a slot may
+/// hold a run of one sender's datagrams, and each slot goes back in one
+/// GSO send, cut at the same size).
+async fn backend(endpoints: Endpoints) -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((len, from)) = socket.recv_from(&mut buf).await {
-            let _ = socket.send_to(&buf[..len], from).await;
+    match endpoints {
+        Endpoints::Plain => {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Ok((len, from)) = socket.recv_from(&mut buf).await {
+                    let _ = socket.send_to(&buf[..len], from).await;
+                }
+            });
         }
-    });
+        Endpoints::Batched => {
+            let state = UdpSocketState::new((&socket).into()).unwrap();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; SLOT * RECV_SLOTS];
+                let mut meta = [RecvMeta::default(); RECV_SLOTS];
+                loop {
+                    let Ok(n) = recv_batch(&socket, &state, &mut buf, &mut meta).await else {
+                        return;
+                    };
+                    for (m, slot) in meta[..n].iter().zip(buf.chunks(SLOT)) {
+                        let contents = &slot[..m.len];
+                        let segment = (m.stride > 0 && m.len > m.stride).then_some(m.stride);
+                        send_batch(&socket, &state, m.addr, contents, segment).await;
+                    }
+                }
+            });
+        }
+    }
     addr
+}
+
+/// One `recvmmsg` (with GRO) on `socket` once it is readable: the number
+/// of slots filled.
+async fn recv_batch(
+    socket: &UdpSocket,
+    state: &UdpSocketState,
+    buf: &mut [u8],
+    meta: &mut [RecvMeta],
+) -> std::io::Result<usize> {
+    loop {
+        socket.readable().await?;
+        let mut bufs: Vec<IoSliceMut<'_>> = buf
+            .chunks_mut(SLOT)
+            .take(meta.len())
+            .map(IoSliceMut::new)
+            .collect();
+        match socket.try_io(Interest::READABLE, || {
+            state.recv(socket.into(), &mut bufs, meta)
+        }) {
+            Ok(n) => return Ok(n),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// `contents` to `to` in one send: one datagram, or with `segment` a GSO
+/// run of datagrams of that size (the last may be shorter). Waits while
+/// the socket's buffer is full; a refused send is dropped (counted lost
+/// by the sender's timeout).
+async fn send_batch(
+    socket: &UdpSocket,
+    state: &UdpSocketState,
+    to: SocketAddr,
+    contents: &[u8],
+    segment: Option<usize>,
+) {
+    let transmit = Transmit {
+        destination: to,
+        ecn: None,
+        contents,
+        segment_size: segment,
+        src_ip: None,
+    };
+    loop {
+        if socket.writable().await.is_err() {
+            return;
+        }
+        match socket.try_io(Interest::WRITABLE, || {
+            state.try_send(socket.into(), &transmit)
+        }) {
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            _ => return,
+        }
+    }
 }
 
 // -------------------------------------------------------------------- relay
@@ -306,14 +452,17 @@ async fn open_flow(target: SocketAddr, hello: &[Vec<u8>]) -> UdpSocket {
     panic!("the hello was not echoed through {target}");
 }
 
-/// A short-header-looking datagram of `size` bytes: form bit 0, fixed bit
-/// 1, an 8-byte connection ID, the flow and sequence numbers, filler.
-fn short_header(size: usize, flow: u64, seq: u64) -> Vec<u8> {
-    let mut datagram = vec![0x5a; size];
-    datagram[0] = 0x40 | (seq as u8 & 0x03);
-    datagram[1..9].copy_from_slice(&flow.to_be_bytes());
-    datagram[9..17].copy_from_slice(&seq.to_be_bytes());
-    datagram
+/// `count` short-header-looking datagrams of `size` bytes each, one after
+/// another in `train`, numbered from `first`: form bit 0, fixed bit 1, an
+/// 8-byte connection ID (the flow number), the sequence number, filler.
+fn short_headers(train: &mut Vec<u8>, size: usize, flow: u64, first: u64, count: usize) {
+    train.clear();
+    train.resize(size * count, 0x5a);
+    for (datagram, seq) in train.chunks_mut(size).zip(first..) {
+        datagram[0] = 0x40 | (seq as u8 & 0x03);
+        datagram[1..9].copy_from_slice(&flow.to_be_bytes());
+        datagram[9..17].copy_from_slice(&seq.to_be_bytes());
+    }
 }
 
 #[derive(Default)]
@@ -322,53 +471,112 @@ struct Counters {
     lost: AtomicU64,
 }
 
-/// Sends short-header datagrams on `socket` until `until`, keeping at most
-/// `window` of its own unanswered and taking a slot of `slots` for each.
-async fn drive(
-    socket: UdpSocket,
-    flow: u64,
+/// What every flow of a rate case shares: how it moves datagrams, their
+/// size, its window, the slots of the whole case, the measured interval
+/// and the counters.
+#[derive(Clone)]
+struct Load {
+    endpoints: Endpoints,
     size: usize,
     window: usize,
     slots: Arc<Semaphore>,
-    measure: (Instant, Instant),
+    from: Instant,
+    until: Instant,
     counters: Arc<Counters>,
-) {
-    let (from, until) = measure;
-    let mut buf = vec![0u8; 65536];
+}
+
+/// Sends short-header datagrams on `socket` until `until`, keeping at most
+/// `window` of its own unanswered and taking a slot of `slots` for each.
+/// `plain` endpoints send and read one datagram per call; `batched` ones
+/// send what the flow may send at once (its window, the free slots, at
+/// most [`GSO_SEGMENTS`]) in one GSO send of consecutive sequence numbers
+/// and read echoes with GRO, a slot of `k` datagrams counting `k` echoes.
+async fn drive(socket: UdpSocket, flow: u64, load: Load) {
+    let Load {
+        endpoints,
+        size,
+        window,
+        slots,
+        from,
+        until,
+        counters,
+    } = load;
+    // Only a batched endpoint turns GRO on: a plain one reads datagram by
+    // datagram.
+    let batched = (endpoints == Endpoints::Batched).then(|| {
+        (
+            UdpSocketState::new((&socket).into()).unwrap(),
+            socket.peer_addr().unwrap(),
+        )
+    });
+    let most = if batched.is_some() { GSO_SEGMENTS } else { 1 };
+    let mut buf = vec![0u8; SLOT * CLIENT_SLOTS];
+    let mut meta = [RecvMeta::default(); CLIENT_SLOTS];
+    let mut train = Vec::with_capacity(size * most);
     let mut outstanding = 0usize;
     let mut seq = 0u64;
     let mut last_echo = Instant::now();
-    let datagram = short_header(size, flow, 0);
-    let mut datagram = datagram;
     loop {
         let now = Instant::now();
         if now >= until {
             break;
         }
+        let receive = async {
+            match &batched {
+                None => socket
+                    .recv(&mut buf)
+                    .await
+                    .map_or(0, |len| usize::from(len == size)),
+                Some((state, _)) => match recv_batch(&socket, state, &mut buf, &mut meta).await {
+                    Ok(n) => meta[..n]
+                        .iter()
+                        .filter(|m| m.stride == size)
+                        .map(|m| m.len.div_ceil(size))
+                        .sum(),
+                    Err(_) => 0,
+                },
+            }
+        };
         tokio::select! {
-            received = socket.recv(&mut buf) => {
-                if received.is_ok_and(|len| len == size) && outstanding > 0 {
-                    outstanding -= 1;
-                    slots.add_permits(1);
+            echoes = receive => {
+                let echoes = echoes.min(outstanding);
+                if echoes > 0 {
+                    outstanding -= echoes;
+                    slots.add_permits(echoes);
                     last_echo = Instant::now();
                     if last_echo >= from && last_echo < until {
-                        counters.echoed.fetch_add(1, Ordering::Relaxed);
+                        counters.echoed.fetch_add(echoes as u64, Ordering::Relaxed);
                     }
                 }
             }
             permit = slots.acquire(), if outstanding < window => {
                 permit.unwrap().forget();
-                seq += 1;
-                datagram[0] = 0x40 | (seq as u8 & 0x03);
-                datagram[9..17].copy_from_slice(&seq.to_be_bytes());
-                if socket.send(&datagram).await.is_ok() {
-                    outstanding += 1;
-                    if outstanding == 1 {
-                        last_echo = Instant::now();
+                let mut count = 1;
+                while count < most && outstanding + count < window {
+                    match slots.try_acquire() {
+                        Ok(permit) => permit.forget(),
+                        Err(_) => break,
                     }
-                } else {
-                    slots.add_permits(1);
+                    count += 1;
                 }
+                short_headers(&mut train, size, flow, seq + 1, count);
+                seq += count as u64;
+                let sent = match &batched {
+                    None => socket.send(&train).await.is_ok(),
+                    Some((state, to)) => {
+                        let segment = (count > 1).then_some(size);
+                        send_batch(&socket, state, *to, &train, segment).await;
+                        true
+                    }
+                };
+                if !sent {
+                    slots.add_permits(count);
+                    continue;
+                }
+                if outstanding == 0 {
+                    last_echo = Instant::now();
+                }
+                outstanding += count;
             }
             () = tokio::time::sleep_until((last_echo + LOSS_WAIT).into()), if outstanding > 0 => {
                 counters.lost.fetch_add(outstanding as u64, Ordering::Relaxed);
@@ -389,7 +597,9 @@ struct RateFigures {
 }
 
 /// Opens `flows` flows to `target` and drives them for `seconds`.
+#[allow(clippy::too_many_arguments)]
 async fn rate(
+    endpoints: Endpoints,
     target: SocketAddr,
     pid: Option<u32>,
     flows: usize,
@@ -408,25 +618,22 @@ async fn rate(
         }
     }
     let window = (IN_FLIGHT / flows).max(1);
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let counters = Arc::new(Counters::default());
     // One second of warm-up, then the measured interval.
     let from = Instant::now() + Duration::from_secs(1);
     let until = from + Duration::from_secs(seconds);
+    let load = Load {
+        endpoints,
+        size,
+        window,
+        slots: Arc::new(Semaphore::new(IN_FLIGHT)),
+        from,
+        until,
+        counters: Arc::new(Counters::default()),
+    };
     let tasks: Vec<_> = sockets
         .into_iter()
         .enumerate()
-        .map(|(flow, socket)| {
-            tokio::spawn(drive(
-                socket,
-                flow as u64,
-                size,
-                window,
-                slots.clone(),
-                (from, until),
-                counters.clone(),
-            ))
-        })
+        .map(|(flow, socket)| tokio::spawn(drive(socket, flow as u64, load.clone())))
         .collect();
     tokio::time::sleep_until(from.into()).await;
     let cpu0 = pid.map(cpu_seconds);
@@ -435,14 +642,14 @@ async fn rate(
     for task in tasks {
         task.await.unwrap();
     }
-    let echoed = counters.echoed.load(Ordering::Relaxed) as f64;
+    let echoed = load.counters.echoed.load(Ordering::Relaxed) as f64;
     // Each echo crossed the path twice: client → backend and back.
     let datagrams = 2.0 * echoed;
     let bytes = datagrams * size as f64;
     RateFigures {
         datagrams_per_s: datagrams / seconds as f64,
         bytes_per_s: bytes / seconds as f64,
-        lost: counters.lost.load(Ordering::Relaxed),
+        lost: load.counters.lost.load(Ordering::Relaxed),
         cpu_per_gb: cpu0
             .zip(cpu1)
             .map(|(c0, c1)| (c1 - c0) / (bytes / 1e9).max(1e-9)),
@@ -511,20 +718,41 @@ fn raise_nofile() -> nix::Result<()> {
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
 }
 
+/// One rate case: how the endpoints move datagrams, flows, datagram size.
+type Case = (Endpoints, usize, usize);
+
+/// The sample key of one figure of one case through `who`.
+fn sample_key(case: Case, who: &str, what: &str) -> String {
+    let (endpoints, flows, size) = case;
+    format!(
+        "{} {flows:>3} flows {size} B {who} {what}",
+        endpoints.name()
+    )
+}
+
 async fn bench(args: Args) {
     let hello = Arc::new(capture("ngtcp2"));
     let dir = std::env::temp_dir().join(format!("quicbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let backend = backend().await;
+    let kinds: Vec<Endpoints> = args.endpoints.iter().map(|e| Endpoints::parse(e)).collect();
+    let mut backends = BTreeMap::new();
+    for kind in [Endpoints::Plain].into_iter().chain(kinds.iter().copied()) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = backends.entry(kind.name()) {
+            slot.insert(backend(kind).await);
+        }
+    }
     let mut samples = Samples::new();
     let mut lost = 0u64;
-    let cases: Vec<(usize, usize)> = [1, args.flows]
-        .into_iter()
-        .flat_map(|flows| SIZES.map(|size| (flows, size)))
+    let cases: Vec<Case> = kinds
+        .iter()
+        .flat_map(|&kind| [1, args.flows].map(|flows| (kind, flows)))
+        .flat_map(|(kind, flows)| SIZES.map(|size| (kind, flows, size)))
         .collect();
     for run in 0..args.runs {
         if args.only.iter().any(|o| o == "rate") {
-            for &(flows, size) in &cases {
+            for &case in &cases {
+                let (endpoints, flows, size) = case;
+                let backend = backends[endpoints.name()];
                 // A fresh relay per case: no flows left from the last one.
                 let relay = start_relay(&args, &dir, backend);
                 let order: [bool; 2] = if run % 2 == 0 {
@@ -544,8 +772,8 @@ async fn bench(args: Args) {
                         (false, Some(nginx)) => (nginx.addr, Some(nginx.child.id()), "nginx"),
                         (false, None) => (backend, None, "direct"),
                     };
-                    let f = rate(target, pid, flows, size, args.seconds, &hello).await;
-                    let key = |what: &str| format!("{flows:>3} flows {size} B {who} {what}");
+                    let f = rate(endpoints, target, pid, flows, size, args.seconds, &hello).await;
+                    let key = |what: &str| sample_key(case, who, what);
                     samples
                         .entry(key("datagrams/s"))
                         .or_default()
@@ -559,7 +787,8 @@ async fn bench(args: Args) {
                     }
                     lost += f.lost;
                     eprintln!(
-                        "run {run}: {flows} flows, {size} B, {who}: {:.0} datagrams/s, {:.1} MB/s, lost {}{}",
+                        "run {run}: {} endpoints, {flows} flows, {size} B, {who}: {:.0} datagrams/s, {:.1} MB/s, lost {}{}",
+                        endpoints.name(),
                         f.datagrams_per_s,
                         f.bytes_per_s / 1e6,
                         f.lost,
@@ -571,7 +800,7 @@ async fn bench(args: Args) {
             }
         }
         if args.only.iter().any(|o| o == "idle") {
-            let relay = start_relay(&args, &dir, backend);
+            let relay = start_relay(&args, &dir, backends["plain"]);
             let f = idle(&relay, &hello, args.idle).await;
             eprintln!(
                 "run {run}: idle {} flows: {:.0} B RSS, {:.2} descriptors per flow",
@@ -591,7 +820,7 @@ async fn bench(args: Args) {
     print_table(&samples, &args, &cases, lost);
 }
 
-fn print_table(samples: &Samples, args: &Args, cases: &[(usize, usize)], lost: u64) {
+fn print_table(samples: &Samples, args: &Args, cases: &[Case], lost: u64) {
     let m = |key: String| samples.get(&key).map(|v| median(v));
     println!(
         "medians of {} runs, {} s each, relay threads = {}, at most {IN_FLIGHT} datagrams in flight; datagrams lost: {lost}",
@@ -601,37 +830,37 @@ fn print_table(samples: &Samples, args: &Args, cases: &[(usize, usize)], lost: u
         && let Some(name) = &args.baseline
     {
         println!(
-            "| flows | size | relay datagrams/s | {name} datagrams/s | ratio | relay CPU s/GB | {name} CPU s/GB | CPU ratio |"
+            "| endpoints | flows | size | relay datagrams/s | {name} datagrams/s | ratio | relay CPU s/GB | {name} CPU s/GB | CPU ratio |"
         );
-        println!("|---|---|---|---|---|---|---|---|");
-        for &(flows, size) in cases {
-            let key = |who: &str, what: &str| format!("{flows:>3} flows {size} B {who} {what}");
-            let get = |who: &str, what: &str| m(key(who, what)).unwrap_or(f64::NAN);
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for &case in cases {
+            let (endpoints, flows, size) = case;
+            let get = |who: &str, what: &str| m(sample_key(case, who, what)).unwrap_or(f64::NAN);
             let (rd, nd) = (get("relay", "datagrams/s"), get(name, "datagrams/s"));
             let (rc, nc) = (get("relay", "CPU s/GB"), get(name, "CPU s/GB"));
             println!(
-                "| {flows} | {size} | {rd:.0} | {nd:.0} | {:.2} | {rc:.2} | {nc:.2} | {:.2} |",
+                "| {} | {flows} | {size} | {rd:.0} | {nd:.0} | {:.2} | {rc:.2} | {nc:.2} | {:.2} |",
+                endpoints.name(),
                 rd / nd,
                 rc / nc
             );
         }
     } else if args.only.iter().any(|o| o == "rate") {
         println!(
-            "| flows | size | relay datagrams/s | direct datagrams/s | ratio | relay MB/s | direct MB/s | relay CPU s/GB |"
+            "| endpoints | flows | size | relay datagrams/s | direct datagrams/s | ratio | relay MB/s | direct MB/s | relay CPU s/GB |"
         );
-        println!("|---|---|---|---|---|---|---|---|");
-        for &(flows, size) in cases {
-            let key = |who: &str, what: &str| format!("{flows:>3} flows {size} B {who} {what}");
-            let (rd, dd) = (
-                m(key("relay", "datagrams/s")).unwrap_or(f64::NAN),
-                m(key("direct", "datagrams/s")).unwrap_or(f64::NAN),
-            );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for &case in cases {
+            let (endpoints, flows, size) = case;
+            let get = |who: &str, what: &str| m(sample_key(case, who, what)).unwrap_or(f64::NAN);
+            let (rd, dd) = (get("relay", "datagrams/s"), get("direct", "datagrams/s"));
             println!(
-                "| {flows} | {size} | {rd:.0} | {dd:.0} | {:.2} | {:.1} | {:.1} | {:.2} |",
+                "| {} | {flows} | {size} | {rd:.0} | {dd:.0} | {:.2} | {:.1} | {:.1} | {:.2} |",
+                endpoints.name(),
                 rd / dd,
-                m(key("relay", "MB/s")).unwrap_or(f64::NAN),
-                m(key("direct", "MB/s")).unwrap_or(f64::NAN),
-                m(key("relay", "CPU s/GB")).unwrap_or(f64::NAN),
+                get("relay", "MB/s"),
+                get("direct", "MB/s"),
+                get("relay", "CPU s/GB"),
             );
         }
     }
