@@ -97,6 +97,10 @@ use crate::quic::backend_address::{self, Health, Picked};
 
 /// How often pending flows are checked against `client_hello_timeout`.
 pub(crate) const SWEEP: Duration = Duration::from_millis(100);
+/// Backend batches a flow relays in a row before it looks at its bounds
+/// (stop, drain, idle and lifetime) without waiting for the backend to
+/// go quiet.
+const STREAK: u32 = 32;
 /// The largest UDP payload (a datagram forwarded by the process this one
 /// replaced, after its header).
 const MAX_DATAGRAM: usize = 65_535;
@@ -276,6 +280,17 @@ impl SocketTask {
         };
         let mut sweep = tokio::time::interval(SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The waits that outlive a turn are made once, not per turn (each
+        // new one registers a waiter, each dropped one removes it, under
+        // a lock): the stop and the shutdown, and the flows' wake-up for
+        // gathered sends, renewed only when it fires.
+        let (stop, close_connections) = (self.stop.clone(), self.runtime.close_connections.clone());
+        let stopped = stop.cancelled();
+        let closed = close_connections.cancelled();
+        let down = self.down.clone();
+        let mut gathered = std::pin::pin!(down.wake.notified());
+        tokio::pin!(stopped, closed);
+        let mut stop_seen = false;
         loop {
             let draining = self.runtime.stop_accepting.is_cancelled();
             if self.stop.is_cancelled() && !draining {
@@ -286,7 +301,38 @@ impl SocketTask {
             if draining && self.table.is_empty() && predecessor.is_none() {
                 break;
             }
+            // Biased, the socket last: what the other branches bring
+            // (flows' ends and connection IDs, routing answers, the sweep,
+            // gathered sends, stops) is never starved by a busy socket,
+            // and no random start is drawn per turn.
             tokio::select! {
+                biased;
+                () = &mut closed => break,
+                () = &mut stopped, if !stop_seen => stop_seen = true,
+                Some((path, id)) = self.ended_rx.recv() => {
+                    self.table.ended(path.client(), id);
+                }
+                Some((path, id, cid)) = self.learned_rx.recv() => {
+                    self.table.learned(path.client(), id, cid);
+                }
+                Some(Chosen { from, id, outcome }) = self.chosen_rx.recv() => {
+                    self.table.chosen(from, id, outcome);
+                    self.perform(Instant::now());
+                }
+                _ = sweep.tick() => {
+                    self.refresh();
+                    let now = Instant::now();
+                    self.table.sweep(now, self.current.listener.client_hello_timeout);
+                    self.perform(now);
+                }
+                // Flows gathered datagrams to their clients: sent once the
+                // flows woken with them have run (a yield: after the ready
+                // tasks), so that one call carries many flows' datagrams.
+                () = &mut gathered => {
+                    gathered.set(down.wake.notified());
+                    tokio::task::yield_now().await;
+                    down.flush(&self.offload, &*self.socket);
+                }
                 received = async { predecessor.as_ref().expect("guarded").recv(&mut forwarded).await }, if predecessor.is_some() => match received {
                     Some((from, end)) => {
                         self.refresh();
@@ -311,31 +357,6 @@ impl SocketTask {
                     // socket itself still works.
                     Err(error) => tracing::debug!(%error, "QUIC socket receive error"),
                 },
-                Some((path, id)) = self.ended_rx.recv() => {
-                    self.table.ended(path.client(), id);
-                }
-                Some((path, id, cid)) = self.learned_rx.recv() => {
-                    self.table.learned(path.client(), id, cid);
-                }
-                Some(Chosen { from, id, outcome }) = self.chosen_rx.recv() => {
-                    self.table.chosen(from, id, outcome);
-                    self.perform(Instant::now());
-                }
-                _ = sweep.tick() => {
-                    self.refresh();
-                    let now = Instant::now();
-                    self.table.sweep(now, self.current.listener.client_hello_timeout);
-                    self.perform(now);
-                }
-                // Flows gathered datagrams to their clients: sent once the
-                // flows woken with them have run (a yield: after the ready
-                // tasks), so that one call carries many flows' datagrams.
-                () = self.down.wake.notified() => {
-                    tokio::task::yield_now().await;
-                    self.down.flush(&self.offload, &*self.socket);
-                }
-                () = self.stop.cancelled(), if !self.stop.is_cancelled() => {}
-                () = self.runtime.close_connections.cancelled() => break,
             }
         }
         // Flows not open yet end here; open ones through their tasks.
@@ -679,56 +700,95 @@ async fn relay_back(flow: FlowTask) {
     // (rather than a new timer entry per wake-up).
     let expires = tokio::time::sleep_until(expiry.deadline(record.stats.last()));
     tokio::pin!(expires);
-    let reason = loop {
-        tokio::select! {
-            // ERROR too: an ICMP port unreachable alone makes the socket
-            // report an error, not readability.
-            ready = backend.ready(Interest::READABLE | Interest::ERROR) => match ready.and_then(|ready| {
-                if ready.is_readable() {
-                    if path.rebinds() != rebinds {
-                        rebinds = path.rebinds();
-                        client = path.client();
-                    }
-                    relay_down(&offload, &down, &backend, &socket, client, &record.stats, started, |datagram| {
-                        if let Some(cid) = cid::backend_scid(datagram)
-                            && taught.add(cid)
-                        {
-                            let _ = learned.send((path.clone(), id, cid));
-                        }
+    let reason = {
+        // Shutdown, or an operator's close or drain (told apart by the
+        // entry, as for TCP): one future for the flow's life, so that a
+        // wake-up for a datagram registers no waiter.
+        let stopped = registered.stopped(&close);
+        tokio::pin!(stopped);
+        // Backend batches relayed in a row without a look at the flow's
+        // bounds (the backend branch goes first).
+        let mut streak = 0;
+        loop {
+            // A backend that is readable at every turn must not keep the
+            // flow past its bounds: after STREAK batches in a row, a look
+            // at them without waiting.
+            if streak >= STREAK {
+                streak = 0;
+                let bound = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(if stopped.as_mut().poll(cx).is_ready() {
+                        Some(registered.reason(CloseReason::Shutdown))
+                    } else if closing.as_mut().poll(cx).is_ready() {
+                        Some(drain.reason())
+                    } else if expires.as_mut().poll(cx).is_ready() {
+                        let reason = expiry.expired(Instant::now(), record.stats.last());
+                        expires.as_mut().reset(expiry.deadline(record.stats.last()));
+                        reason
+                    } else {
+                        None
                     })
-                } else {
-                    pending_error(&backend)
-                }
-            }) {
-                Ok(0) => {}
-                Ok(bytes) => {
-                    health.answered(&in_flight, started);
-                    moved(registered.activity(), Side::Down, bytes);
-                }
-                // An ICMP port unreachable for an earlier datagram: a
-                // failed connect for passive health if the backend never
-                // answered; UDP has no connection to lose, so the flow
-                // goes on until it idles out (the backend restarting, say).
-                Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    health.refused(&in_flight);
-                    tracing::debug!(%error, "QUIC backend refused a datagram");
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "QUIC backend socket receive error");
-                    break CloseReason::BackendReset;
-                }
-            },
-            () = &mut expires => {
-                if let Some(reason) = expiry.expired(Instant::now(), record.stats.last()) {
+                })
+                .await;
+                if let Some(reason) = bound {
                     break reason;
                 }
-                expires.as_mut().reset(expiry.deadline(record.stats.last()));
             }
-            // Its route drained by a reload, or its address put in `maint`.
-            () = &mut closing => break drain.reason(),
-            // Shutdown, or an operator's close or drain (told apart by
-            // the entry, as for TCP).
-            () = registered.stopped(&close) => break registered.reason(CloseReason::Shutdown),
+            // Biased, the backend first: its datagrams are what wakes a
+            // flow; the bounds are polled only when it has none (and
+            // after STREAK batches), so a datagram costs no poll of them.
+            tokio::select! {
+                biased;
+                // ERROR too: an ICMP port unreachable alone makes the
+                // socket report an error, not readability.
+                ready = backend.ready(Interest::READABLE | Interest::ERROR) => match ready.and_then(|ready| {
+                    if ready.is_readable() {
+                        if path.rebinds() != rebinds {
+                            rebinds = path.rebinds();
+                            client = path.client();
+                        }
+                        relay_down(&offload, &down, &backend, &socket, client, &record.stats, started, |datagram| {
+                            if let Some(cid) = cid::backend_scid(datagram)
+                                && taught.add(cid)
+                            {
+                                let _ = learned.send((path.clone(), id, cid));
+                            }
+                        })
+                    } else {
+                        pending_error(&backend)
+                    }
+                }) {
+                    Ok(0) => streak = 0,
+                    Ok(bytes) => {
+                        streak += 1;
+                        health.answered(&in_flight, started);
+                        moved(registered.activity(), Side::Down, bytes);
+                    }
+                    // An ICMP port unreachable for an earlier datagram: a
+                    // failed connect for passive health if the backend
+                    // never answered; UDP has no connection to lose, so
+                    // the flow goes on until it idles out (the backend
+                    // restarting, say).
+                    Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        health.refused(&in_flight);
+                        tracing::debug!(%error, "QUIC backend refused a datagram");
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "QUIC backend socket receive error");
+                        break CloseReason::BackendReset;
+                    }
+                },
+                () = &mut stopped => break registered.reason(CloseReason::Shutdown),
+                // Its route drained by a reload, or its address put in
+                // `maint`.
+                () = &mut closing => break drain.reason(),
+                () = &mut expires => {
+                    streak = 0;
+                    if let Some(reason) = expiry.expired(Instant::now(), record.stats.last()) {
+                        break reason;
+                    }
+                    expires.as_mut().reset(expiry.deadline(record.stats.last()));
+                }
+            }
         }
     };
     drop(in_flight);

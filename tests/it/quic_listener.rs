@@ -818,3 +818,70 @@ async fn a_route_dry_run_logs_what_it_would_refuse_and_the_flow_goes_on() {
     assert_eq!(line["route"], "site", "{line}");
     assert_eq!(line["listener"], "quic", "{line}");
 }
+
+/// A backend that never lets its flow's socket go quiet (GSO runs of 48
+/// datagrams, as fast as its socket takes them) does not keep the flow past
+/// its lifetime: the flow's task relays batch after batch, its backend
+/// polled first, and still looks at its bounds (after `STREAK` batches in
+/// a row at the latest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_never_goes_quiet_does_not_keep_its_flow_past_its_lifetime() {
+    const FLOOD_FOR: std::time::Duration = std::time::Duration::from_secs(15);
+    let backend = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let relay_config = quic_config(
+        &["*"],
+        backend.local_addr().unwrap(),
+        "",
+        "max_connection_lifetime = \"1s\"",
+    );
+    let relay = Relay::start(&relay_config).await;
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let hello = capture("ngtcp2").remove(0);
+    client.send_to(&hello, relay.addr_of("quic")).await.unwrap();
+    backend.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let (len, flow) = backend.recv_from(&mut buf).expect("the hello forwarded");
+    assert_eq!(&buf[..len], &hello[..]);
+    // The flood, from a thread of its own: until the flow's line is in, or
+    // FLOOD_FOR at most.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let state = quinn_udp::UdpSocketState::new((&backend).into()).unwrap();
+            // Short-header-looking datagrams of 1,200 bytes.
+            let segment = 1200;
+            let run: Vec<u8> = (0..48)
+                .flat_map(|_| {
+                    let mut datagram = vec![0x5a; segment];
+                    datagram[0] = 0x40;
+                    datagram
+                })
+                .collect();
+            let transmit = quinn_udp::Transmit {
+                destination: flow,
+                ecn: None,
+                contents: &run,
+                segment_size: (state.max_gso_segments() > 1).then_some(segment),
+                src_ip: None,
+            };
+            let until = Instant::now() + FLOOD_FOR;
+            let mut sent = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                if state.try_send((&backend).into(), &transmit).is_ok() {
+                    sent += 1;
+                }
+            }
+            sent
+        })
+    };
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let runs = flood.join().unwrap();
+    assert_eq!(line["close"], "max_lifetime", "{line}");
+    let duration = line["duration_ms"].as_u64().unwrap();
+    assert!((900..2000).contains(&duration), "{line}");
+    // The flood reached the flow: thousands of datagrams relayed.
+    assert!(runs > 100, "{runs} runs sent");
+    assert!(line["datagrams.down"].as_u64().unwrap() > 10_000, "{line}");
+}
