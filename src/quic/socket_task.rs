@@ -710,37 +710,17 @@ async fn relay_back(flow: FlowTask) {
         // bounds (the backend branch goes first).
         let mut streak = 0;
         loop {
-            // A backend that is readable at every turn must not keep the
-            // flow past its bounds: after STREAK batches in a row, a look
-            // at them without waiting.
-            if streak >= STREAK {
-                streak = 0;
-                let bound = std::future::poll_fn(|cx| {
-                    std::task::Poll::Ready(if stopped.as_mut().poll(cx).is_ready() {
-                        Some(registered.reason(CloseReason::Shutdown))
-                    } else if closing.as_mut().poll(cx).is_ready() {
-                        Some(drain.reason())
-                    } else if expires.as_mut().poll(cx).is_ready() {
-                        let reason = expiry.expired(Instant::now(), record.stats.last());
-                        expires.as_mut().reset(expiry.deadline(record.stats.last()));
-                        reason
-                    } else {
-                        None
-                    })
-                })
-                .await;
-                if let Some(reason) = bound {
-                    break reason;
-                }
-            }
             // Biased, the backend first: its datagrams are what wakes a
-            // flow; the bounds are polled only when it has none (and
-            // after STREAK batches), so a datagram costs no poll of them.
+            // flow; the bounds are polled only when it has none, so a
+            // datagram costs no poll of them. A backend readable at every
+            // turn must not keep the flow past its bounds: after STREAK
+            // batches in a row the backend sits out one turn, in which
+            // the bounds are looked at without waiting (the last branch).
             tokio::select! {
                 biased;
                 // ERROR too: an ICMP port unreachable alone makes the
                 // socket report an error, not readability.
-                ready = backend.ready(Interest::READABLE | Interest::ERROR) => match ready.and_then(|ready| {
+                ready = backend.ready(Interest::READABLE | Interest::ERROR), if streak < STREAK => match ready.and_then(|ready| {
                     if ready.is_readable() {
                         if path.rebinds() != rebinds {
                             rebinds = path.rebinds();
@@ -788,6 +768,7 @@ async fn relay_back(flow: FlowTask) {
                     }
                     expires.as_mut().reset(expiry.deadline(record.stats.last()));
                 }
+                () = std::future::ready(()), if streak >= STREAK => streak = 0,
             }
         }
     };
