@@ -590,9 +590,44 @@ fn merged_into_base(fragment: toml::Table) -> toml::Table {
     config
 }
 
+/// `snirelay check --config FILE` on `text` written to a scratch folder:
+/// `Err` with its output unless it exits 0 and prints `ok` first.
+fn binary_check(text: &str) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!(
+        "snirelay-test-doc-check-{}-{:x}",
+        std::process::id(),
+        text.len()
+            ^ text
+                .bytes()
+                .fold(0usize, |h, b| h.rotate_left(5) ^ usize::from(b))
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("snirelay.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
+        .arg("check")
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() && stdout.lines().next() == Some("ok") {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: {stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// Every fenced ```toml block in README.md and docs/*.md passes what
 /// `snirelay check` runs (`Config::from_toml`). A block with a
-/// `[[listener]]` is a whole configuration and is checked as it stands. Any
+/// `[[listener]]` is a whole configuration: it is checked as it stands,
+/// and also by the binary's `snirelay check` on it as a file of its own,
+/// as a reader would ([`binary_check`]). Any
 /// other block is a fragment of one (a backend, a route, a section) and is
 /// checked merged into a stated base, [`DOCS_BASE_CONFIG`], as
 /// [`merged_into_base`] says; the paths under /etc/snirelay that examples
@@ -627,6 +662,9 @@ fn every_toml_block_in_the_documentation_passes_check() {
             };
             let config = if parsed.get("listener").is_some_and(|l| l.is_array()) {
                 whole += 1;
+                if let Err(e) = binary_check(&block) {
+                    failed.push(format!("{where_}: `snirelay check` refuses it:\n{e}"));
+                }
                 block
             } else {
                 fragments += 1;

@@ -97,6 +97,7 @@ mod syslog;
 
 // Configuration, import, packaging and the code's own structure.
 mod config;
+mod doc_examples;
 mod doc_paths;
 mod import_haproxy;
 mod module_graph;
