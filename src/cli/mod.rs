@@ -60,7 +60,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve the configuration (the default).
     Run,
-    /// Validate the configuration: prints `ok` (then a line per default route), or every problem found; exits 1 on error.
+    /// Validate the configuration: prints `ok` (then a line per default route, and a note per backend with `source = "client"`), or every problem found; exits 1 on error.
     Check,
     /// Time TCP connect and TLS handshake per address of NAME, as a client sees them.
     ///
