@@ -22,7 +22,7 @@
 //!   an unlisted name that must get alert 112 as the comment shows; then
 //!   the two access lines of the section's log block, field by field (the
 //!   connection id, port, byte counts and duration are shape-checked only).
-//!   README's "Set-up" step 1 is the same relay command.
+//!   README's "Set-up" step 1 must be the same relay command (checked).
 //! - docs/configuration.md "Configure and check": `snirelay check` on the
 //!   shipped config (installed at /etc/snirelay/snirelay.toml by the
 //!   package) prints `ok`.
@@ -397,6 +397,14 @@ fn readme_worked_example_runs_as_the_page_says() {
     assert_eq!(clients, 2);
     assert!(backend.is_some(), "no `openssl s_server` in the example");
     let relay = relay.expect("no relay in the example");
+    // The Set-up section's first step is the relay command run here.
+    let setup = self::steps(&blocks(&section("README.md", "## Set-up"), "sh")[0]);
+    let runs_relay = |s: &Step| s.command.starts_with("cargo run") && s.command.contains(" run ");
+    assert_eq!(
+        setup.iter().find(|s| runs_relay(s)).map(|s| &s.command),
+        steps.iter().find(|s| runs_relay(s)).map(|s| &s.command),
+        "README's Set-up runs the relay differently from its worked example"
+    );
 
     let shown: Vec<&str> = logs[0].lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(shown.len(), 2, "one line per client: {shown:?}");
