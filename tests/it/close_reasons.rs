@@ -2,7 +2,8 @@
 //! (`CloseReason::ALL` and each reason's row): every reason in one is in the
 //! other, with the same stage, fault and log level. An operator reads that
 //! table to write log queries and alerts, so a reason missing there, or one
-//! the code no longer has, is a bug.
+//! the code no longer has, is a bug. The same page's table of the access
+//! line's fields is held to the fields the code writes.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -81,5 +82,43 @@ fn the_readme_lists_every_close_reason_as_the_code_defines_it() {
          in docs/operations.md but not in the code: {only_in_readme:?}\n\
          {}",
         differ.join("\n")
+    );
+}
+
+/// Every field the access line can carry (the names in `flow/access.rs`'s
+/// one `tracing::event!` of `snirelay::access`) has a row in
+/// docs/operations.md's Logs table, and every row names a field there.
+#[test]
+fn the_logs_table_lists_every_access_line_field() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(root.join("src/flow/access.rs")).unwrap();
+    let event = source
+        .split_once("target: \"snirelay::access\",")
+        .and_then(|(_, rest)| rest.split_once("\"connection closed\""))
+        .expect("src/flow/access.rs writes the access line with one tracing::event!")
+        .0;
+    let in_code: std::collections::BTreeSet<String> = event
+        .lines()
+        .filter_map(|line| line.trim().split_once(" = "))
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let docs = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let table = docs
+        .split_once("\n## Logs\n")
+        .and_then(|(_, rest)| rest.split_once("\n### "))
+        .expect("docs/operations.md has a Logs section")
+        .0;
+    let in_docs: std::collections::BTreeSet<String> = table
+        .lines()
+        .filter_map(|row| row.strip_prefix("| "))
+        .filter_map(|row| row.split_once(" |"))
+        .flat_map(|(fields, _)| fields.split(", "))
+        .filter_map(|field| field.strip_prefix('`')?.strip_suffix('`'))
+        .map(str::to_owned)
+        .collect();
+    assert!(in_code.len() > 20, "only {in_code:?} read from the code");
+    assert_eq!(
+        in_code, in_docs,
+        "the access line's fields (left) and docs/operations.md's Logs table (right) differ"
     );
 }
