@@ -22,7 +22,9 @@
 //! projects' files (`proxy/proxy.go`), addresses and CIDRs, log targets
 //! (`snirelay::access`) and the few other crates' items the docs name
 //! ([`OTHER_CRATES`]). docs/design.md's count of `pub fn`s is held to
-//! the code's within a tenth. Reading files only; no process runs.
+//! the code's within a tenth, and the shipped configurations' comments
+//! that send a reader to `docs/PAGE.md, "Section"` name a page and heading
+//! that exist. Reading files only; no process runs.
 
 use std::path::{Path, PathBuf};
 
@@ -407,5 +409,67 @@ fn docs_design_counts_the_pub_fns_there_are() {
     assert!(
         said.abs_diff(counted) * 10 <= counted,
         "docs/design.md says about {said} `pub fn`; src/ has {counted}"
+    );
+}
+
+/// The shipped configurations' comments point at pages and sections that
+/// exist: every `docs/NAME.md` they name is a file, and a quoted title
+/// right after it (`docs/operations.md, "Transparent source"`, or several
+/// joined by `and`) is a heading of that page.
+#[test]
+fn the_shipped_configurations_point_at_sections_that_exist() {
+    let root = root();
+    let mut files = vec![
+        root.join("config/snirelay.toml"),
+        root.join("packaging/snirelay.toml"),
+    ];
+    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            files.push(path);
+        }
+    }
+    let (mut checked, mut stale) = (0, Vec::new());
+    for file in files {
+        let name = file.strip_prefix(&root).unwrap().display().to_string();
+        // Comments only, joined, so a reference may wrap across lines.
+        let comments: String = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once('#').map(|(_, c)| c.trim().to_owned() + " "))
+            .collect();
+        let mut rest = comments.as_str();
+        while let Some(at) = rest.find("docs/") {
+            rest = &rest[at..];
+            let end = rest.find(".md").map_or(0, |e| e + 3);
+            let page = &rest[..end];
+            rest = &rest[end.max(5)..];
+            if page.is_empty() || page.contains(' ') {
+                continue;
+            }
+            checked += 1;
+            let Ok(text) = std::fs::read_to_string(root.join(page)) else {
+                stale.push(format!("{name}: {page}: no such page"));
+                continue;
+            };
+            let headings: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with('#'))
+                .map(|l| l.trim_start_matches('#').trim())
+                .collect();
+            let mut titles = rest.strip_prefix(", ").unwrap_or("");
+            while let Some(quoted) = titles.strip_prefix('"') {
+                let (title, after) = quoted.split_once('"').unwrap();
+                if !headings.contains(&title) {
+                    stale.push(format!("{name}: {page} has no heading \"{title}\""));
+                }
+                titles = after.trim_start().strip_prefix("and ").unwrap_or("");
+            }
+        }
+    }
+    assert!(stale.is_empty(), "stale references:\n{}", stale.join("\n"));
+    assert!(
+        checked >= 10,
+        "only {checked} references found: is the scan broken?"
     );
 }
