@@ -172,7 +172,7 @@ pub(crate) const TPROXY_RULES: &str = "table inet snirelay_tproxy {
 
 /// Runs `args` with `input` on its standard input; panics unless it
 /// succeeds.
-fn run_with_input(args: &[&str], input: &str) {
+pub(crate) fn run_with_input(args: &[&str], input: &str) {
     use std::io::Write;
     let mut child = Command::new(args[0])
         .args(&args[1..])
@@ -196,7 +196,7 @@ fn run_with_input(args: &[&str], input: &str) {
 }
 
 /// Runs `args`; panics with its output unless it succeeds.
-fn run(args: &[&str]) {
+pub(crate) fn run(args: &[&str]) {
     output(args);
 }
 
@@ -386,16 +386,22 @@ impl Triangle {
         ns: &str,
         make: impl FnOnce() -> T + Send + 'static,
     ) -> T {
-        let path = format!("/run/netns/{ns}");
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .unwrap_or_else(|e| panic!("setns {path}: {e} (the test needs root)"));
-            make()
-        })
-        .join()
-        .unwrap()
+        in_ns(ns, make)
     }
+}
+
+/// Runs `make` on a thread that has joined the named network namespace
+/// `ns`: a socket made there stays in that namespace for its life.
+pub(crate) fn in_ns<T: Send + 'static>(ns: &str, make: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e} (the test needs root)"));
+        make()
+    })
+    .join()
+    .unwrap()
 }
 
 impl Drop for Triangle {
