@@ -27,7 +27,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::netns::{run, run_with_input};
+use super::netns::{address, default_route, run, run_with_input, veth as link, wrap_in};
 
 /// The client, outside every node.
 pub(crate) const CLIENT: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 100);
@@ -115,12 +115,7 @@ impl Layout {
             wan: format!("{tag}-wan"),
             nat: nat.then(|| format!("{tag}-nat")),
         };
-        let mut all = vec![layout.wan.clone(), layout.client.clone()];
-        all.extend(layout.nat.clone());
-        for n in &layout.nodes {
-            all.extend([n.host.clone(), n.pangolin.clone(), n.gerbil.clone()]);
-        }
-        for ns in &all {
+        for ns in &layout.namespaces() {
             run(&["ip", "netns", "add", ns]);
             run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
@@ -150,9 +145,7 @@ impl Layout {
                     run(&["ip", "-n", nat, "link", "set", "eth1", "up"]);
                     address(&node.host, NAT_PRIVATE, 24, "eth0");
                     run(&["ip", "-n", &node.host, "link", "set", "eth0", "up"]);
-                    run(&[
-                        "ip", "-n", &node.host, "route", "add", "default", "via", "10.1.0.1",
-                    ]);
+                    default_route(&node.host, Ipv4Addr::new(10, 1, 0, 1));
                     forwarding(nat);
                     let rules = format!(
                         "table ip nat1to1 {{
@@ -180,6 +173,16 @@ impl Layout {
         layout
     }
 
+    /// Every namespace of the layout.
+    fn namespaces(&self) -> Vec<String> {
+        let mut all = vec![self.wan.clone(), self.client.clone()];
+        all.extend(self.nat.clone());
+        for n in &self.nodes {
+            all.extend([n.host.clone(), n.pangolin.clone(), n.gerbil.clone()]);
+        }
+        all
+    }
+
     /// Node 1 and node 2.
     pub(crate) fn node(&self, n: usize) -> &Node {
         &self.nodes[n - 1]
@@ -202,16 +205,7 @@ impl Node {
             run(&["ip", "-n", host, "link", "set", port, "up"]);
             address(ns, addr, 24, "eth0");
             run(&["ip", "-n", ns, "link", "set", "eth0", "up"]);
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "route",
-                "add",
-                "default",
-                "via",
-                "172.30.0.1",
-            ]);
+            default_route(ns, Ipv4Addr::new(172, 30, 0, 1));
         }
         forwarding(host);
         run_with_input(
@@ -223,46 +217,16 @@ impl Node {
     /// `command` run in the gerbil container's namespace (`ip netns exec`
     /// execs it: the child's pid is the program's).
     pub(crate) fn in_gerbil(&self, command: &Command) -> Command {
-        let mut wrapped = Command::new("ip");
-        wrapped
-            .args(["netns", "exec", &self.gerbil])
-            .arg(command.get_program())
-            .args(command.get_args());
-        wrapped
+        wrap_in(&self.gerbil, command)
     }
 }
 
 impl Drop for Layout {
     fn drop(&mut self) {
-        let mut all = vec![self.wan.clone(), self.client.clone()];
-        all.extend(self.nat.clone());
-        for n in &self.nodes {
-            all.extend([n.host.clone(), n.pangolin.clone(), n.gerbil.clone()]);
-        }
-        for ns in all {
+        for ns in self.namespaces() {
             let _ = Command::new("ip").args(["netns", "del", &ns]).output();
         }
     }
-}
-
-/// A veth pair: `a_if` in namespace `a`, `b_if` in `b`.
-fn link(a: &str, a_if: &str, b: &str, b_if: &str) {
-    run(&[
-        "ip", "link", "add", a_if, "netns", a, "type", "veth", "peer", "name", b_if, "netns", b,
-    ]);
-}
-
-fn address(ns: &str, addr: Ipv4Addr, prefix: u8, dev: &str) {
-    run(&[
-        "ip",
-        "-n",
-        ns,
-        "addr",
-        "add",
-        &format!("{addr}/{prefix}"),
-        "dev",
-        dev,
-    ]);
 }
 
 /// IPv4 forwarding on in `ns` (a namespace's own setting).
