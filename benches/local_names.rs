@@ -34,6 +34,7 @@ fn cluster(overrides: &[&str]) -> Cluster {
             .map(|p| Pattern::parse(p).unwrap())
             .collect(),
         hop_proxy_protocol: Outbound::V2,
+        this_node: Vec::new(),
         protocol: ClusterProtocol::Snirelay,
         headers: Vec::new(),
         tls: None,

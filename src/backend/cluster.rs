@@ -17,6 +17,16 @@
 //!   and logged; the others are used; an answer none of whose endpoints
 //!   gave an address is a failed lookup. A name one of whose addresses is
 //!   the one the client dialled is this node ([`Answer::Local`]).
+//!
+//! With `this_node` set, the addresses it lists (host names resolved at
+//! load) are this node instead, whatever the client dialled: any endpoint
+//! of an answer, an address (whatever its port) or a name, that gives one
+//! of them makes the answer [`Answer::Local`], and those addresses are
+//! never connected to, nor checked against `allowed_targets`. That is the
+//! address a node is known by when it differs from the one its clients'
+//! connections arrive on: behind a container's published port (Docker's
+//! DNAT) or a 1:1 NAT, the relay sees a private address while the control
+//! plane answers the public one (Pangolin's `gerbil.base_endpoint`).
 //! - `dns_server`: the SNI's A/AAAA records at the cluster's authoritative
 //!   DNS, connected on `port`. An answer naming the address the client
 //!   dialled is this node ([`Answer::Local`]); no records is negative.
@@ -200,6 +210,8 @@ enum Stored {
         set: AddressSet,
         starts: Arc<[usize]>,
         here: Arc<[IpAddr]>,
+        /// An endpoint gave an address of `this_node`.
+        mine: bool,
     },
     Here,
     /// No node, or a failed lookup with nothing older to serve.
@@ -274,6 +286,9 @@ pub struct Cache {
     slots: Mutex<HashMap<Box<str>, Arc<Slot>>>,
     /// `local_overrides`, compiled (empty: no check).
     overrides: SniMatcher<()>,
+    /// The addresses of `this_node` (empty: the dialled address is this
+    /// node).
+    this_node: Vec<IpAddr>,
 }
 
 impl Cache {
@@ -294,12 +309,20 @@ impl Cache {
             // A duplicate pattern says the same thing twice.
             let _ = overrides.insert(pattern, ());
         }
+        let mut this_node: Vec<IpAddr> = Vec::new();
+        for ip in config.this_node.iter().flat_map(|n| n.addrs()) {
+            let ip = canonical(*ip);
+            if !this_node.contains(&ip) {
+                this_node.push(ip);
+            }
+        }
         Cache {
             config: config.clone(),
             backend: backend.to_owned(),
             source,
             slots: Mutex::new(HashMap::new()),
             overrides,
+            this_node,
         }
     }
 
@@ -374,9 +397,14 @@ impl Cache {
     /// What a cached answer means for a connection that dialled `local`.
     fn serve(&self, stored: &Stored, local: IpAddr) -> Result<Answer, LookupError> {
         match stored {
-            Stored::Nodes { set, starts, here } => {
+            Stored::Nodes {
+                set,
+                starts,
+                here,
+                mine,
+            } => {
                 let local = canonical(local);
-                if here.contains(&local) {
+                if *mine || here.contains(&local) {
                     Ok(Answer::Local)
                 } else if set.is_empty() {
                     Err(LookupError::TargetNotAllowed)
@@ -424,7 +452,7 @@ impl Cache {
         let (stored, ttl) = match found {
             Found::Nodes(reached, ttl) => {
                 metrics::metrics().lookup("cluster", "ok");
-                let (allowed, starts, here) = self.admit(sni, &reached);
+                let (allowed, starts, here, mine) = self.admit(sni, &reached);
                 let previous = match &entry.stored {
                     Some(Stored::Nodes { set, .. }) => set.clone(),
                     _ => AddressSet::from([]),
@@ -443,7 +471,7 @@ impl Cache {
                     next
                 };
                 // A refused answer is retried as soon as a negative one.
-                let ttl = if set.is_empty() {
+                let ttl = if set.is_empty() && !mine {
                     ttl.min(config.negative_ttl)
                 } else {
                     ttl
@@ -452,6 +480,7 @@ impl Cache {
                     set,
                     starts: starts.into(),
                     here: here.into(),
+                    mine,
                 };
                 (stored, ttl)
             }
@@ -476,19 +505,30 @@ impl Cache {
 
     /// The addresses of `reached` that `allowed_targets` lets through
     /// (each once, in answer order), where each endpoint begins among them
-    /// (see [`Nodes`]), and the addresses that mean this node. Every
-    /// address refused is logged, with the host name it came from.
-    fn admit(&self, sni: &str, reached: &[Reached]) -> (Vec<SocketAddr>, Vec<usize>, Vec<IpAddr>) {
+    /// (see [`Nodes`]), the dialled addresses that mean this node, and
+    /// whether an endpoint gave an address of `this_node` (which is left
+    /// out of the rest). Every address refused is logged, with the host
+    /// name it came from.
+    fn admit(
+        &self,
+        sni: &str,
+        reached: &[Reached],
+    ) -> (Vec<SocketAddr>, Vec<usize>, Vec<IpAddr>, bool) {
         let backend = self.backend.as_str();
         let mut allowed: Vec<SocketAddr> = Vec::new();
         let mut starts = Vec::with_capacity(reached.len());
         let mut here = Vec::new();
+        let mut mine = false;
         for endpoint in reached {
-            if endpoint.names_node {
+            if endpoint.names_node && self.this_node.is_empty() {
                 here.extend(endpoint.addrs.iter().map(|a| canonical(a.ip())));
             }
             let mut first = None;
             for addr in &endpoint.addrs {
+                if self.this_node.contains(&canonical(addr.ip())) {
+                    mine = true;
+                    continue;
+                }
                 let ok = self
                     .config
                     .allowed_targets
@@ -516,7 +556,10 @@ impl Cache {
             }
             starts.push(first.unwrap_or(allowed.len()));
         }
-        (allowed, starts, here)
+        if mine {
+            tracing::debug!(%backend, %sni, "cluster answer names this node (this_node)");
+        }
+        (allowed, starts, here, mine)
     }
 
     /// Asks the cluster once, by `deadline`.
@@ -739,6 +782,7 @@ mod tests {
                 node_choice: Default::default(),
                 local_overrides: Vec::new(),
                 hop_proxy_protocol: crate::proxy::outbound::Outbound::V2,
+                this_node: Vec::new(),
             },
         )
     }
@@ -875,6 +919,70 @@ mod tests {
     }
 
     #[test]
+    fn this_node_is_recognised_whatever_the_client_dialled_and_never_dialled() {
+        // A node behind a published port or a 1:1 NAT: the relay sees a
+        // private address, the control plane answers the public one.
+        let mut config = cache("http://127.0.0.1:1/resolve").config;
+        config.local_backend = Some("traefik".into());
+        config.allowed_targets = vec!["198.51.100.20/32".parse().unwrap()];
+        let public = IpAddr::from([203, 0, 113, 10]);
+        config.this_node = vec![crate::config::NodeAddress::Ip(public)];
+        let cache = Cache::new("c", &config);
+        let slot = cache.slot("site.example.com");
+        let mut entry = slot.entry();
+        let ttl = Duration::from_secs(30);
+        let dialled = IpAddr::from([172, 30, 0, 3]);
+        let other = addr("198.51.100.20:443");
+        // A literal address at any port, alone or beside another node's.
+        for answer in [
+            vec![addr("203.0.113.10:443")],
+            vec![other, addr("203.0.113.10:8443")],
+        ] {
+            cache.learn(
+                "site.example.com",
+                &mut entry,
+                Ok(Found::Nodes(Reached::each(&answer, false), ttl)),
+            );
+            let stored = entry.stored.clone().unwrap();
+            assert!(matches!(cache.serve(&stored, dialled), Ok(Answer::Local)));
+            match &stored {
+                Stored::Nodes { set, .. } => {
+                    assert!(set.iter().all(|e| e.addr.ip() != public), "{set:?}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A name one of whose addresses is this node's.
+        cache.learn(
+            "site.example.com",
+            &mut entry,
+            Ok(Found::Nodes(
+                vec![Reached {
+                    name: Some("node-a.example.net".into()),
+                    addrs: vec![addr("203.0.113.10:443")],
+                    names_node: true,
+                }],
+                ttl,
+            )),
+        );
+        let stored = entry.stored.clone().unwrap();
+        assert!(matches!(cache.serve(&stored, dialled), Ok(Answer::Local)));
+        // Another node: remote, even when the client dialled that node's
+        // address here (with `this_node` set, the dialled address says
+        // nothing).
+        cache.learn(
+            "site.example.com",
+            &mut entry,
+            Ok(Found::Nodes(Reached::each(&[other], true), ttl)),
+        );
+        let stored = entry.stored.clone().unwrap();
+        match cache.serve(&stored, other.ip()) {
+            Ok(Answer::Remote(nodes)) => assert_eq!(nodes.set.len(), 1),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn each_endpoint_of_the_answer_keeps_its_place_for_gerbils_pick() {
         let cache = cache("http://127.0.0.1:1/resolve");
         let (a2, a3, a4, a5) = (
@@ -900,7 +1008,7 @@ mod tests {
             name("again.test", vec![a3]),
             name("far.test", vec![far]),
         ];
-        let (allowed, starts, here) = cache.admit("www.example.com", &reached);
+        let (allowed, starts, here, _) = cache.admit("www.example.com", &reached);
         assert_eq!(allowed, [a2, a3, a4, a5]);
         assert_eq!(starts, [0, 2, 3, 3, 1, 4]);
         // A literal is never this node; a name's addresses are.

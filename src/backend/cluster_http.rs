@@ -475,6 +475,7 @@ mod tests {
             node_choice: Default::default(),
             local_overrides: Vec::new(),
             hop_proxy_protocol: crate::proxy::outbound::Outbound::V2,
+            this_node: Vec::new(),
         }
     }
 

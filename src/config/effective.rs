@@ -584,6 +584,7 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
         node_choice,
         local_overrides,
         hop_proxy_protocol,
+        this_node,
     } = cluster;
     let (dns_server, port, lookup_url, resolver) = match lookup {
         ClusterLookup::Dns { server, port } => (Some(server.to_string()), count(*port), None, None),
@@ -658,6 +659,8 @@ fn cluster_section(cluster: &Cluster) -> ClusterSection {
             }
             .to_owned(),
         ),
+        this_node: (!this_node.is_empty())
+            .then(|| this_node.iter().map(|n| n.to_string()).collect()),
     }
 }
 

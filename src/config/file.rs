@@ -410,6 +410,9 @@ pub struct ClusterSection {
     pub local_overrides: Option<Vec<String>>,
     /// `"v2"` (default) or `"v1"`: the PROXY header towards other nodes.
     pub hop_proxy_protocol: Option<String>,
+    /// This node's own addresses or host names: an answer naming one is
+    /// this node (unset: an answer naming the address the client dialled).
+    pub this_node: Option<Vec<String>>,
 }
 
 /// A lookup header's value: the text, or the file it is read from (so a

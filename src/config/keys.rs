@@ -607,6 +607,8 @@ pub static KEYS: &[Key] = &[
         "How one of a site's nodes is chosen."),
     key("backend.*.cluster.hop_proxy_protocol", Kind::Choice(&["v2", "v1"]), Value("\"v2\""),
         "The PROXY header towards other nodes (v1 for nodes that still run Gerbil)."),
+    key("backend.*.cluster.this_node", Kind::Strings, Unset("the address the client dialled"),
+        "This node's own addresses or host names: an answer naming one goes to `local_backend`."),
     // ----------------------------------------------------------------- admin
     key("admin", Kind::Table, Unset("no admin listener"),
         "The admin listener: `/metrics`, `/healthz`, `/readyz`, `/config`, run-time control."),

@@ -41,7 +41,8 @@ pub use file::FileConfig;
 /// `settings`).
 pub(crate) use settings::{
     AddressSource, DnsSource, FastestMeasure, HealthCheck, HealthKind, Inbound, LimitKey,
-    LookupHeader, LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
+    LookupHeader, LookupTls, NodeAddress, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue,
+    TrustedName,
 };
 pub use settings::{
     Backend, Bandwidth, ByteRate, Cluster, ClusterLookup, ClusterProtocol, Egress, Keepalive,

@@ -498,12 +498,23 @@ addresses = ["127.0.0.1:9"]
 
 /// Files the documentation's examples read from /etc/snirelay, stood in for
 /// by the fixtures of tests/config/valid.
-const DOCS_FILES_FROM_FIXTURES: [(&str, &str); 5] = [
+const DOCS_FILES_FROM_FIXTURES: [(&str, &str); 6] = [
     ("/etc/snirelay/wg.pub", "wireguard.pub"),
+    ("/var/config/key.pub", "wireguard.pub"),
     ("/etc/snirelay/pangolin-ca.pem", "lookup-ca.pem"),
     ("/etc/snirelay/edge.pem", "lookup-client.pem"),
     ("/etc/snirelay/edge.key", "lookup-client.key"),
     ("/etc/snirelay/lookup.token", "lookup.token"),
+];
+
+/// The placeholders of Pangolin's HA reference deployment, which
+/// docs/pangolin.md's block for it keeps, filled in as an operator would
+/// (documentation addresses).
+const DOCS_PLACEHOLDERS: [(&str, &str); 4] = [
+    ("<THIS_NODE_EXTERNAL_IP>", "203.0.113.10"),
+    ("<NODE1_EXTERNAL_IP>", "203.0.113.10"),
+    ("<NODE2_EXTERNAL_IP>", "198.51.100.20"),
+    ("<NODE1_INTERNAL_IP>", "192.0.2.10"),
 ];
 
 /// The fenced ```toml blocks of a Markdown file, with the line of each
@@ -631,8 +642,10 @@ fn binary_check(text: &str) -> Result<(), String> {
 /// other block is a fragment of one (a backend, a route, a section) and is
 /// checked merged into a stated base, [`DOCS_BASE_CONFIG`], as
 /// [`merged_into_base`] says; the paths under /etc/snirelay that examples
-/// read are pointed at fixtures first ([`DOCS_FILES_FROM_FIXTURES`]). A
-/// block that does not pass fails the test naming its file and line.
+/// read are pointed at fixtures first ([`DOCS_FILES_FROM_FIXTURES`]), and
+/// the placeholders of Pangolin's reference are filled in
+/// ([`DOCS_PLACEHOLDERS`]). A block that does not pass fails the test
+/// naming its file and line.
 #[test]
 fn every_toml_block_in_the_documentation_passes_check() {
     let root = root();
@@ -651,6 +664,9 @@ fn every_toml_block_in_the_documentation_passes_check() {
             for (path, fixture) in DOCS_FILES_FROM_FIXTURES {
                 let stand_in = root.join("tests/config/valid").join(fixture);
                 block = block.replace(&format!("\"{path}\""), &format!("{:?}", stand_in));
+            }
+            for (placeholder, value) in DOCS_PLACEHOLDERS {
+                block = block.replace(placeholder, value);
             }
             let where_ = format!("{name}:{line}");
             let parsed: toml::Table = match toml::from_str(&block) {

@@ -70,6 +70,7 @@ mod backend_health;
 mod backend_select;
 mod egress;
 mod pangolin_base_address;
+mod pangolin_ha_reference;
 mod pangolin_local;
 mod pangolin_lookup;
 mod transparent;

@@ -9,7 +9,7 @@
 //! sends every name to the cluster backend, `local_overrides` are local
 //! without a push, and a two-node chain with `hop_proxy_protocol = "v1"`
 //! delivers the original client to a node that reads PROXY v1 as Gerbil
-//! does. `examples/pangolin-node.toml` passes `snirelay check`.
+//! does (`examples/pangolin-node.toml` is checked in `pangolin_ha_reference`).
 
 use crate::common;
 
@@ -540,71 +540,5 @@ hop_proxy_protocol = "v1"
         recorded.all.starts_with(expected.as_bytes()),
         "{:?}",
         String::from_utf8_lossy(&recorded.all[..60.min(recorded.all.len())])
-    );
-}
-
-#[tokio::test]
-async fn the_pangolin_node_example_passes_check() {
-    // The example is a node of a real cluster: endpoints and trusted peers
-    // by name over the nodes' public addresses, the push taken without a
-    // token from the Pangolin server, Gerbil behind the admin listener.
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(root.join("examples/pangolin-node.toml")).unwrap();
-    for (says, why) in [
-        ("\nprotocol = \"pangolin\"\n", "Pangolin's lookup protocol"),
-        (
-            "trusted = [\"node-b.example.net\", \"node-c.example.net\"]",
-            "peers trusted by name",
-        ),
-        (
-            "push_unauthenticated_from = [\"203.0.113.2/32\"]",
-            "the tokenless push from the Pangolin server",
-        ),
-        (
-            "forward_unmatched_to = \"http://127.0.0.1:3004\"",
-            "Gerbil behind",
-        ),
-        (
-            "allowed_targets = [\"198.51.100.20/32\", \"192.0.2.30/32\"]",
-            "hops to the nodes' public addresses",
-        ),
-    ] {
-        assert!(text.contains(says), "the example has {why}: {says}");
-    }
-    assert!(
-        !text.contains("10.0.0."),
-        "no private network between nodes is assumed"
-    );
-    // `check` reads the token and key files where they live on a node, so
-    // the test points them at its own; the trusted names resolve from a
-    // test hosts file, as a node's DNS would answer them.
-    let tokens = token_file(&format!("pangolin:{TOKEN}\n"));
-    let dir = tokens.parent().unwrap().to_owned();
-    let key = dir.join("wg.pub");
-    std::fs::write(&key, "kLw0Hn5WJ2LzDq7cA0bWv3ps7oFfTnqJx0W6Bq3ZkQ8=\n").unwrap();
-    let text = text
-        .replace("/etc/snirelay/admin.tokens", &tokens.display().to_string())
-        .replace("/etc/snirelay/wg.pub", &key.display().to_string());
-    let path = dir.join("pangolin-node.toml");
-    std::fs::write(&path, text).unwrap();
-    let hosts = common::hosts::Hosts::new(
-        "203.0.113.2 pangolin.example.net\n203.0.113.10 node-a.example.net\n\
-         198.51.100.20 node-b.example.net\n192.0.2.30 node-c.example.net\n",
-    );
-    let (code, stdout, stderr) = hosts.check(&path);
-    // Without the names, `check` says which trusted name does not resolve.
-    hosts.set("127.0.0.1 localhost\n");
-    let (unresolved, _, refused) = hosts.check(&path);
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert!(stdout.starts_with("ok"), "{stdout}");
-    assert!(
-        stdout.contains("default route everything -> backend pangolin"),
-        "{stdout}"
-    );
-    assert_eq!(unresolved, Some(1), "{refused}");
-    assert!(
-        refused.contains("proxy_protocol.trusted[0]") && refused.contains("node-b.example.net"),
-        "{refused}"
     );
 }

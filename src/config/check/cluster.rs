@@ -148,6 +148,7 @@ impl Checker {
                 None
             }
         };
+        let this_node = self.this_node(key, section);
         if allowed_targets.len() != texts.len()
             || texts.is_empty()
             || local_overrides.len() != override_texts.len()
@@ -167,7 +168,52 @@ impl Checker {
             node_choice: node_choice?,
             local_overrides,
             hop_proxy_protocol: hop_proxy_protocol?,
+            this_node: this_node?,
         })
+    }
+
+    /// `this_node`: addresses as written, host names resolved now (as
+    /// `trusted` names are); it needs `local_backend`, where an answer
+    /// naming this node goes.
+    fn this_node(&mut self, key: &str, section: &ClusterSection) -> Option<Vec<NodeAddress>> {
+        let Some(texts) = &section.this_node else {
+            return Some(Vec::new());
+        };
+        let at = format!("{key}.this_node");
+        if texts.is_empty() {
+            self.problem(
+                at,
+                "lists nothing; leave it out to take the address a client dialled as this node",
+            );
+            return None;
+        }
+        if section.local_backend.is_none() {
+            self.problem(
+                at,
+                "needs `local_backend`: an answer naming this node goes there",
+            );
+            return None;
+        }
+        let mut found = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            let entry = format!("{at}[{i}]");
+            if let Ok(ip) = text.parse::<IpAddr>() {
+                found.push(NodeAddress::Ip(crate::wire::cidr::canonical(ip)));
+            } else if is_host_name(text) {
+                match super::listener::resolve_name_now(text, "this_node") {
+                    Ok(name) => found.push(NodeAddress::Name(name)),
+                    Err(why) => self.problem(entry, why),
+                }
+            } else {
+                self.problem(
+                    entry,
+                    format!(
+                        "{text:?} is neither an address nor a host name (a network is not a node)"
+                    ),
+                );
+            }
+        }
+        (found.len() == texts.len()).then_some(found)
     }
 
     /// `protocol`, and the keys only `pangolin` takes. `http`: the cluster

@@ -343,7 +343,7 @@ impl Checker {
             let entry_key = format!("{key}.trusted[{i}]");
             match text.parse::<Cidr>() {
                 Ok(net) => trusted.push(net),
-                Err(_) if is_host_name(text) => match resolve_trusted_name(text) {
+                Err(_) if is_host_name(text) => match resolve_name_now(text, "trusted") {
                     Ok(name) => trusted_names.push(name),
                     Err(why) => self.problem(entry_key, why),
                 },
@@ -389,12 +389,14 @@ impl Checker {
 /// resolving. The lookup runs on a thread of its own, left to finish.
 pub(crate) const TRUSTED_NAME_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A host name in `[listener.proxy_protocol] trusted`, resolved now through
-/// the system resolver (getaddrinfo: /etc/hosts, then DNS), as Gerbil
+/// A host name in `[listener.proxy_protocol] trusted` (or `[backend.*.cluster]
+/// this_node`: `what` says which, `"trusted"` or `"this_node"`), resolved now
+/// through the system resolver (getaddrinfo: /etc/hosts, then DNS), as Gerbil
 /// resolves its `TRUSTED_UPSTREAMS` at start. A name that does not resolve
 /// is an error naming it: trusting nobody by that name without a word
-/// would refuse that peer's every header (`proxy_untrusted`).
-fn resolve_trusted_name(text: &str) -> Result<TrustedName, String> {
+/// would refuse that peer's every header (`proxy_untrusted`), and a node
+/// that does not know itself would relay to itself.
+pub(super) fn resolve_name_now(text: &str, what: &str) -> Result<TrustedName, String> {
     use std::net::ToSocketAddrs;
     let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -405,7 +407,7 @@ fn resolve_trusted_name(text: &str) -> Result<TrustedName, String> {
             .map(|addrs| addrs.map(|a| a.ip()).collect::<Vec<IpAddr>>());
         let _ = tx.send(found);
     });
-    let must = "a trusted name must resolve when the configuration is loaded";
+    let must = format!("a {what} name must resolve when the configuration is loaded");
     let found = match rx.recv_timeout(TRUSTED_NAME_TIMEOUT) {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => return Err(format!("host name {name:?} does not resolve ({e}); {must}")),

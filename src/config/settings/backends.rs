@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Keepalive, Outbound, ProxyTlv};
+use super::{Keepalive, Outbound, ProxyTlv, TrustedName};
 use crate::wire::cidr::Cidr;
 use crate::wire::sni::Pattern;
 
@@ -242,6 +242,37 @@ pub struct Cluster {
     /// `proxy_protocol` follows it): v2 carries the hop count, v1 is what
     /// Gerbil nodes read.
     pub hop_proxy_protocol: Outbound,
+    /// `this_node`: the addresses that mean this node in an answer, in
+    /// file order (empty: the address the client dialled does).
+    pub this_node: Vec<NodeAddress>,
+}
+
+/// One entry of `[backend.*.cluster] this_node`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeAddress {
+    /// An address, as written (IPv4-mapped ones as IPv4).
+    Ip(IpAddr),
+    /// A host name, resolved when the configuration was loaded.
+    Name(TrustedName),
+}
+
+impl NodeAddress {
+    /// The addresses this entry stands for.
+    pub fn addrs(&self) -> &[IpAddr] {
+        match self {
+            NodeAddress::Ip(ip) => std::slice::from_ref(ip),
+            NodeAddress::Name(name) => &name.addrs,
+        }
+    }
+}
+
+impl std::fmt::Display for NodeAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeAddress::Ip(ip) => write!(f, "{ip}"),
+            NodeAddress::Name(name) => f.write_str(&name.name),
+        }
+    }
 }
 
 /// `[backend.*.cluster] protocol`: the lookup's request and reply.

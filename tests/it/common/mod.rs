@@ -1415,6 +1415,10 @@ pub(crate) async fn wait_notified(
 /// A Pangolin control plane double (`pangolin::Pangolin`).
 pub(crate) mod pangolin;
 
+/// Pangolin's HA reference deployment as network namespaces
+/// (`compose::Layout`).
+pub(crate) mod compose;
+
 // ------------------------------------------------ per-route limits (issue 15)
 
 /// Sends the captured ClientHello `name` (see `tests/data`) to `to` from the

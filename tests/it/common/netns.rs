@@ -100,12 +100,7 @@ impl NetNs {
     /// `command` (program and arguments), run inside the namespace with
     /// `ip netns exec`, which execs it: the child's pid is the program's.
     pub(crate) fn wrap(&self, command: &Command) -> Command {
-        let mut wrapped = Command::new("ip");
-        wrapped
-            .args(["netns", "exec", &self.name])
-            .arg(command.get_program())
-            .args(command.get_args());
-        wrapped
+        wrap_in(&self.name, command)
     }
 
     /// Runs `args` inside the namespace; panics unless it succeeds.
@@ -172,7 +167,7 @@ pub(crate) const TPROXY_RULES: &str = "table inet snirelay_tproxy {
 
 /// Runs `args` with `input` on its standard input; panics unless it
 /// succeeds.
-fn run_with_input(args: &[&str], input: &str) {
+pub(crate) fn run_with_input(args: &[&str], input: &str) {
     use std::io::Write;
     let mut child = Command::new(args[0])
         .args(&args[1..])
@@ -196,7 +191,7 @@ fn run_with_input(args: &[&str], input: &str) {
 }
 
 /// Runs `args`; panics with its output unless it succeeds.
-fn run(args: &[&str]) {
+pub(crate) fn run(args: &[&str]) {
     output(args);
 }
 
@@ -267,25 +262,10 @@ impl Triangle {
             run(&["ip", "netns", "add", ns]);
             run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
-        let link = |a: &str, a_if: &str, b: &str, b_if: &str| {
-            run(&[
-                "ip", "link", "add", a_if, "netns", a, "type", "veth", "peer", "name", b_if,
-                "netns", b,
-            ]);
-        };
-        link(&triangle.client, "c0", &triangle.relay, "r0");
-        link(&triangle.relay, "r1", &triangle.backend, "b0");
+        veth(&triangle.client, "c0", &triangle.relay, "r0");
+        veth(&triangle.relay, "r1", &triangle.backend, "b0");
         let addr = |ns: &str, ip: Ipv4Addr, dev: &str| {
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{ip}/24"),
-                "dev",
-                dev,
-            ]);
+            address(ns, ip, 24, dev);
             run(&["ip", "-n", ns, "link", "set", dev, "up"]);
         };
         addr(&triangle.client, triangle.client_ip, "c0");
@@ -310,21 +290,9 @@ impl Triangle {
         addr6(&triangle.relay, triangle.relay_ip6, "r0");
         addr6(&triangle.relay, relay_back6, "r1");
         addr6(&triangle.backend, triangle.backend_ip6, "b0");
-        let via = |ns: &str, gw: Ipv4Addr| {
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "route",
-                "add",
-                "default",
-                "via",
-                &gw.to_string(),
-            ]);
-        };
-        via(&triangle.client, triangle.relay_ip);
+        default_route(&triangle.client, triangle.relay_ip);
         // The backend answers the client through the relay.
-        via(&triangle.backend, relay_back);
+        default_route(&triangle.backend, relay_back);
         for (ns, gw) in [
             (&triangle.client, triangle.relay_ip6),
             (&triangle.backend, relay_back6),
@@ -371,12 +339,7 @@ impl Triangle {
     /// `command` run inside the relay's namespace (`ip netns exec` execs
     /// it: the child's pid is the program's).
     pub(crate) fn wrap(&self, command: &Command) -> Command {
-        let mut wrapped = Command::new("ip");
-        wrapped
-            .args(["netns", "exec", &self.relay])
-            .arg(command.get_program())
-            .args(command.get_args());
-        wrapped
+        wrap_in(&self.relay, command)
     }
 
     /// Runs `make` on a thread that has joined namespace `ns`: a socket
@@ -386,16 +349,69 @@ impl Triangle {
         ns: &str,
         make: impl FnOnce() -> T + Send + 'static,
     ) -> T {
-        let path = format!("/run/netns/{ns}");
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .unwrap_or_else(|e| panic!("setns {path}: {e} (the test needs root)"));
-            make()
-        })
-        .join()
-        .unwrap()
+        in_ns(ns, make)
     }
+}
+
+/// `command` run inside the named namespace `ns` with `ip netns exec`,
+/// which execs it: the child's pid is the program's.
+pub(crate) fn wrap_in(ns: &str, command: &Command) -> Command {
+    let mut wrapped = Command::new("ip");
+    wrapped
+        .args(["netns", "exec", ns])
+        .arg(command.get_program())
+        .args(command.get_args());
+    wrapped
+}
+
+/// A veth pair made straight into two named namespaces: `a_if` in `a`,
+/// `b_if` in `b`.
+pub(crate) fn veth(a: &str, a_if: &str, b: &str, b_if: &str) {
+    run(&[
+        "ip", "link", "add", a_if, "netns", a, "type", "veth", "peer", "name", b_if, "netns", b,
+    ]);
+}
+
+/// `addr/prefix` on `dev` in the named namespace `ns`.
+pub(crate) fn address(ns: &str, addr: Ipv4Addr, prefix: u8, dev: &str) {
+    run(&[
+        "ip",
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &format!("{addr}/{prefix}"),
+        "dev",
+        dev,
+    ]);
+}
+
+/// A default route in the named namespace `ns`, through `gw`.
+pub(crate) fn default_route(ns: &str, gw: Ipv4Addr) {
+    run(&[
+        "ip",
+        "-n",
+        ns,
+        "route",
+        "add",
+        "default",
+        "via",
+        &gw.to_string(),
+    ]);
+}
+
+/// Runs `make` on a thread that has joined the named network namespace
+/// `ns`: a socket made there stays in that namespace for its life.
+pub(crate) fn in_ns<T: Send + 'static>(ns: &str, make: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e} (the test needs root)"));
+        make()
+    })
+    .join()
+    .unwrap()
 }
 
 impl Drop for Triangle {

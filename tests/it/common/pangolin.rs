@@ -119,8 +119,18 @@ impl Pangolin {
         Pangolin::serve(Some(pki.server_config())).await
     }
 
+    /// Plain HTTP on a listener the caller bound (another address, or
+    /// another network namespace: the `pangolin` container's).
+    pub(crate) async fn start_on(listener: TcpListener) -> Pangolin {
+        Pangolin::serve_on(listener, None).await
+    }
+
     async fn serve(tls: Option<Arc<rustls::ServerConfig>>) -> Pangolin {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Pangolin::serve_on(listener, tls).await
+    }
+
+    async fn serve_on(listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Pangolin {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
         let changed = Arc::new(Notify::new());
