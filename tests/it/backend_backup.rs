@@ -3,17 +3,21 @@
 //! `round_robin`. While the primary is up every connection goes to it (the
 //! rotation never turns to the backup); once its health check marks it
 //! down new connections go to the backup, without trying the primary; once
-//! it rises they go back to it.
+//! it rises they go back to it. A QUIC flow's address is planned the same
+//! way: flows go to the primary only, until the operator drains it.
 
 use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use common::udp::{echoed_flow, next_seen, udp_echo_backends};
 use common::*;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+include!("common/quic_capture.rs");
 
 const NAME: &str = "app.example.com";
 const DOWN: &str = "backend address marked down (health check)";
@@ -103,4 +107,53 @@ fall = 2
         "the backup is health-checked too, and stayed up"
     );
     primary_task.abort();
+}
+
+#[tokio::test]
+async fn a_quic_flow_goes_to_the_backup_only_once_the_primary_is_out() {
+    const TOKEN: &str = "backup-operator";
+    let (echo, mut seen) = udp_echo_backends(2).await;
+    let (primary, backup) = (echo[0], echo[1]);
+    let tokens = token_file(TOKEN);
+    let relay = Relay::start(&format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+token_file = "{}"
+
+[[listener]]
+name = "quic"
+protocol = "quic"
+listen = ["127.0.0.1:0"]
+idle_timeout = "1s"
+{NO_SOURCE_LIMIT}
+
+[[route]]
+sni = ["localhost"]
+backend = "b"
+
+[backend.b]
+addresses = ["{primary}", {{ address = "{backup}", backup = true }}]
+policy = "round_robin"
+"#,
+        tokens.display()
+    ))
+    .await;
+    let relay_addr = relay.addr_of("quic");
+    let hello = capture("ngtcp2");
+    // While the primary is up the rotation never turns to the backup.
+    for _ in 0..3 {
+        let _flow = echoed_flow(relay_addr, "127.0.0.1", &hello).await;
+        assert_eq!(next_seen(&mut seen).await, primary);
+    }
+    // The operator drains the primary: it counts as down, the backup
+    // takes the next flows.
+    let request = address_state_request("b", primary, "drain", TOKEN);
+    let answer = http_tcp(relay.admin_addr().await, &request).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    for _ in 0..2 {
+        let _flow = echoed_flow(relay_addr, "127.0.0.1", &hello).await;
+        assert_eq!(next_seen(&mut seen).await, backup);
+    }
+    let _ = std::fs::remove_dir_all(tokens.parent().unwrap());
 }
