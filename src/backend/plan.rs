@@ -27,7 +27,8 @@
 //! Cost: no allocation; one rank per address (for the first 64; beyond,
 //! one per address and attempt) and O(n × attempts) comparisons for a set
 //! of n, with attempts ≤ 64, plus what the policy reads once per plan (see
-//! `super::balance`); `benches/select.rs` measures it. Not here: what any
+//! `super::balance`), and one more pass over the set to see whether it is
+//! the backups' turn; `benches/select.rs` measures it. Not here: what any
 //! one policy does, connecting, or health bookkeeping.
 
 use std::net::IpAddr;

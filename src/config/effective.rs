@@ -801,12 +801,13 @@ mod tests {
     }
 
     #[test]
-    fn an_address_is_plain_unless_it_has_a_weight_or_a_cap() {
+    fn an_address_is_plain_unless_it_has_a_weight_a_cap_or_is_a_backup() {
         let text = "[[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\
              [[route]]\nsni = [\"a.example\"]\nbackend = \"b\"\n\
              [backend.b]\naddresses = [{ address = \"127.0.0.1:9\" }, \
              { address = \"127.0.0.1:10\", weight = 2 }, \
-             { address = \"127.0.0.1:11\", max_connections = 7 }]\n";
+             { address = \"127.0.0.1:11\", max_connections = 7 }, \
+             { address = \"127.0.0.1:12\", backup = true }]\n";
         let file = Config::from_toml(text, Path::new("t.toml"))
             .unwrap()
             .to_file();
@@ -815,9 +816,11 @@ mod tests {
             shown,
             json!([
                 "127.0.0.1:9",
-                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null, "source": null},
-                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7, "source": null},
+                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null, "source": null, "backup": false},
+                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7, "source": null, "backup": false},
+                {"address": "127.0.0.1:12", "weight": 1, "max_connections": null, "source": null, "backup": true},
             ])
         );
+        assert_eq!(file.backends["b"].backup_policy.as_deref(), Some("first"));
     }
 }
