@@ -98,6 +98,7 @@ mod syslog;
 // Configuration, import, packaging and the code's own structure.
 mod config;
 mod import_haproxy;
+mod import_haproxy_keys;
 mod module_graph;
 mod packaging;
 

@@ -1,10 +1,14 @@
 //! ACLs and rule conditions over the ClientHello: the SNI patterns a
 //! condition means (exact names and `*.suffix`), and a guard evaluated
 //! for one name as HAProxy evaluates it. Conditions on anything else
-//! (the source address, other fetches) are refused with why; turning
+//! (other fetches) are refused with why; conditions on the source, its
+//! counters and `nbsrv` are read for the connection rules and `monitor`
+//! (evaluated by their readers). Turning
 //! guards into routes is [`super::routes`]' job.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::wire::cidr::{Cidr, CidrError};
 
 /// A name an SNI condition can match: exact, or every name below a suffix.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -39,6 +43,25 @@ pub(super) enum Atom {
     Constant(bool),
     /// The SNI is one of these names (false without SNI).
     Sni(Vec<NamePattern>),
+    /// `src`: the source address is in one of these networks or in the
+    /// networks listed by one of these pattern files (`-f`; read by the
+    /// frontend, which may read files).
+    Src {
+        nets: Vec<Cidr>,
+        files: Vec<String>,
+    },
+    /// `FETCH gt|ge N` on a per-source counter (`sc0_conn_cur`,
+    /// `src_conn_rate`, …): true past `allowed`.
+    Over {
+        fetch: String,
+        allowed: u64,
+    },
+    /// `nbsrv(BACKEND) lt 1` (`eq 0`, `le 0`): the backend has no usable
+    /// server; with `false`, `nbsrv(BACKEND) ge 1` (`gt 0`): it has one.
+    NoServer {
+        backend: String,
+        none: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,24 +85,58 @@ impl Guard {
     /// (`hello`), or for bytes that are no ClientHello once the inspect
     /// delay has ended (`!hello`: no SNI, `WAIT_END` true).
     pub(super) fn holds(&self, hello: bool, name: Option<&str>) -> bool {
+        self.holds_by(&|atom| match atom {
+            Atom::Hello => hello,
+            Atom::WaitEnd => !hello,
+            Atom::Constant(b) => *b,
+            Atom::Sni(set) => name.is_some_and(|n| set.iter().any(|p| p.matches(n))),
+            // Not about the hello: the frontend refuses such guards on
+            // content and use_backend rules.
+            Atom::Src { .. } | Atom::Over { .. } | Atom::NoServer { .. } => false,
+        })
+    }
+
+    /// Whether the guard holds when each atom is what `value` says.
+    pub(super) fn holds_by(&self, value: &dyn Fn(&Atom) -> bool) -> bool {
         let eval = |c: &Condition| {
-            c.iter().any(|all| {
-                all.iter().all(|t| {
-                    let v = match &t.atom {
-                        Atom::Hello => hello,
-                        Atom::WaitEnd => !hello,
-                        Atom::Constant(b) => *b,
-                        Atom::Sni(set) => name.is_some_and(|n| set.iter().any(|p| p.matches(n))),
-                    };
-                    v != t.negated
-                })
-            })
+            c.iter()
+                .any(|all| all.iter().all(|t| value(&t.atom) != t.negated))
         };
         match self {
             Guard::Always => true,
             Guard::If(c) => eval(c),
             Guard::Unless(c) => !eval(c),
         }
+    }
+
+    /// Every atom of the guard, for rewriting (pattern files read in).
+    pub(super) fn atoms_mut(&mut self) -> impl Iterator<Item = &mut Atom> {
+        match self {
+            Guard::Always => None,
+            Guard::If(c) | Guard::Unless(c) => Some(c.iter_mut().flatten().map(|t| &mut t.atom)),
+        }
+        .into_iter()
+        .flatten()
+    }
+
+    /// Whether every atom is about the ClientHello (the hello, its SNI,
+    /// WAIT_END, constants): what content and use_backend rules evaluate.
+    pub(super) fn on_hello(&self) -> bool {
+        self.terms().all(|t| {
+            matches!(
+                t.atom,
+                Atom::Hello | Atom::WaitEnd | Atom::Constant(_) | Atom::Sni(_)
+            )
+        })
+    }
+
+    fn terms(&self) -> impl Iterator<Item = &Term> {
+        match self {
+            Guard::Always => None,
+            Guard::If(c) | Guard::Unless(c) => Some(c.iter().flatten()),
+        }
+        .into_iter()
+        .flatten()
     }
 
     pub(super) fn patterns(&self) -> Vec<NamePattern> {
@@ -252,6 +309,9 @@ pub(super) fn atom(words: &[String]) -> Result<Atom, String> {
         "WAIT_END" if words.len() == 1 => Ok(Atom::WaitEnd),
         "TRUE" if words.len() == 1 => Ok(Atom::Constant(true)),
         "FALSE" if words.len() == 1 => Ok(Atom::Constant(false)),
+        "src" => src_atom(words),
+        f if counter_fetch(f) => over_atom(words),
+        f if f.starts_with("nbsrv(") => no_server_atom(words),
         "ssl_fc_sni" | "ssl_fc_sni_end" | "ssl_fc_sni_reg" => Err(format!(
             "`{fetch}` is the SNI of a TLS connection HAProxy terminates; snirelay never terminates TLS"
         )),
@@ -259,6 +319,106 @@ pub(super) fn atom(words: &[String]) -> Result<Atom, String> {
             "conditions on `{other}` are not translated (only the ClientHello and its SNI)"
         )),
     }
+}
+
+/// `src [-f FILE]… [NETWORK…]`: the networks, and the files to read.
+fn src_atom(words: &[String]) -> Result<Atom, String> {
+    let mut nets = Vec::new();
+    let mut files = Vec::new();
+    let mut i = 1;
+    while i < words.len() {
+        match words[i].as_str() {
+            "-f" => {
+                let file = words.get(i + 1).ok_or("`-f` without its file")?;
+                files.push(file.clone());
+                i += 1;
+            }
+            "-n" | "--" => {}
+            flag if flag.starts_with('-') => {
+                return Err(format!("the flag `{flag}` on `src` is not read"));
+            }
+            net => nets.push(network(net)?),
+        }
+        i += 1;
+    }
+    if nets.is_empty() && files.is_empty() {
+        return Err("`src` without a network".into());
+    }
+    Ok(Atom::Src { nets, files })
+}
+
+/// One network of a `src` pattern as HAProxy reads it: `ADDR`,
+/// `ADDR/BITS`, `ADDR/MASK` (dotted), host bits cleared.
+pub(super) fn network(text: &str) -> Result<Cidr, String> {
+    let bad = || format!("`{text}` is not an IP address or network");
+    let text = match text.split_once('/') {
+        Some((addr, mask)) if mask.contains('.') => {
+            let mask: std::net::Ipv4Addr = mask.parse().map_err(|_| bad())?;
+            let bits = u32::from(mask);
+            if bits.leading_ones() + bits.trailing_zeros() != 32 {
+                return Err(format!("`{text}`: the mask is not contiguous"));
+            }
+            format!("{addr}/{}", bits.leading_ones())
+        }
+        _ => text.to_owned(),
+    };
+    match text.parse::<Cidr>() {
+        Ok(c) => Ok(c),
+        Err(CidrError::HostBits(c)) => Ok(c),
+        Err(_) => Err(bad()),
+    }
+}
+
+/// The per-source counters a connection limit is read from.
+fn counter_fetch(fetch: &str) -> bool {
+    matches!(
+        fetch,
+        "sc0_conn_cur"
+            | "sc1_conn_cur"
+            | "sc2_conn_cur"
+            | "src_conn_cur"
+            | "sc0_conn_rate"
+            | "sc1_conn_rate"
+            | "sc2_conn_rate"
+            | "src_conn_rate"
+    )
+}
+
+/// `FETCH gt N` (`ge N`: N − 1 allowed) on a per-source counter.
+fn over_atom(words: &[String]) -> Result<Atom, String> {
+    let fetch = words[0].clone();
+    let n = |w: &String| {
+        w.parse::<u64>()
+            .map_err(|_| format!("`{w}` is not a number"))
+    };
+    let allowed = match &words[1..] {
+        [op, v] if op == "gt" => n(v)?,
+        [op, v] if op == "ge" => n(v)?.saturating_sub(1),
+        _ => return Err(format!("only `{fetch} gt N` and `{fetch} ge N` are read")),
+    };
+    Ok(Atom::Over { fetch, allowed })
+}
+
+/// `nbsrv(BACKEND) lt 1` and its equivalents.
+fn no_server_atom(words: &[String]) -> Result<Atom, String> {
+    let backend = words[0]
+        .strip_prefix("nbsrv(")
+        .and_then(|b| b.strip_suffix(')'))
+        .filter(|b| !b.is_empty())
+        .ok_or("`nbsrv` without a backend is not read")?
+        .to_owned();
+    let rest: Vec<&str> = words[1..].iter().map(String::as_str).collect();
+    let none = match rest.as_slice() {
+        ["lt", "1"] | ["eq", "0"] | ["le", "0"] => true,
+        ["ge", "1"] | ["gt", "0"] => false,
+        _ => {
+            return Err(format!(
+                "`nbsrv({backend}) {}`: snirelay's readiness tells a backend with no usable address from one with some, no other count",
+                rest.join(" ")
+            ));
+        }
+    };
+    Ok(Atom::NoServer { backend, none })
 }
 
 /// Reads `COND` (after `if`/`unless`): terms, `!`, `or`/`||`, `{ … }`.
@@ -309,19 +469,11 @@ pub(super) fn condition(
                 negated,
                 atom: one.clone(),
             },
-            many => {
-                let mut names = Vec::new();
-                for a in many {
-                    match a {
-                        Atom::Sni(set) => names.extend(set.iter().cloned()),
-                        _ => return Err(format!("the ACL `{w}` mixes tests over several lines")),
-                    }
-                }
-                Term {
-                    negated,
-                    atom: Atom::Sni(names),
-                }
-            }
+            many => Term {
+                negated,
+                atom: merged(many)
+                    .ok_or_else(|| format!("the ACL `{w}` mixes tests over several lines"))?,
+            },
         };
         groups.last_mut().unwrap().push(term);
         i += 1;
@@ -330,6 +482,34 @@ pub(super) fn condition(
         return Err("an empty condition".into());
     }
     Ok(groups)
+}
+
+/// The OR of an ACL's lines, when they test the same thing.
+fn merged(atoms: &[Atom]) -> Option<Atom> {
+    let mut names = Vec::new();
+    let mut all_nets = Vec::new();
+    let mut all_files = Vec::new();
+    for a in atoms {
+        match a {
+            Atom::Sni(set) => names.extend(set.iter().cloned()),
+            Atom::Src { nets, files } => {
+                all_nets.extend(nets.iter().copied());
+                all_files.extend(files.iter().cloned());
+            }
+            _ => return None,
+        }
+    }
+    match (
+        names.is_empty(),
+        all_nets.is_empty() && all_files.is_empty(),
+    ) {
+        (false, true) => Some(Atom::Sni(names)),
+        (true, false) => Some(Atom::Src {
+            nets: all_nets,
+            files: all_files,
+        }),
+        _ => None,
+    }
 }
 
 /// `[if|unless COND]` at the end of a rule's words.

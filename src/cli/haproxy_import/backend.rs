@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
-use super::Translator;
 use super::parse::{Kind, Line, Section, lines_with, millis, with_defaults};
 use super::toml::{Table, duration, quoted, toml_key};
+use super::{Translator, option_no_key};
 
 /// HAProxy's default check interval (`inter`), rise and fall.
 pub(super) const HAPROXY_DEFAULT_INTER_MS: u64 = 2000;
@@ -27,6 +27,10 @@ pub(super) struct Server {
     pub(super) proxy: Option<&'static str>,
     /// Its own `source`, as the TOML value of the address entry's key.
     pub(super) source: Option<String>,
+    /// `backup`: used only while no other server is usable.
+    pub(super) backup: bool,
+    /// `check-send-proxy`: its checks start with a PROXY header.
+    pub(super) check_send_proxy: bool,
     pub(super) text: String,
 }
 
@@ -98,7 +102,10 @@ impl Translator {
                     Err(why) => self.not(l, why),
                 },
                 "retries" if mine => self.not(l, "snirelay tries each address once per connection, up to `connect_attempts` addresses; it never retries the same one"),
-                "option" if matches!(l.word(1), "tcplog" | "dontlognull" | "clitcpka" | "srvtcpka" | "tcpka" | "httplog") => {}
+                "option" if option_no_key(l.word(1)).is_some() => {
+                    self.no_key(l, option_no_key(l.word(1)).unwrap_or_default())
+                }
+                "option" if l.word(1) == "allbackups" => self.not(l, "`option allbackups` is not translated: snirelay's `backup = true` addresses follow its own order among themselves (docs/backends.md)"),
                 "option" if mine => self.not(l, format!("`option {}` is not translated", l.word(1))),
                 "mode" | "log" => {}
                 _ if !mine || is_listen => {}
@@ -116,6 +123,9 @@ impl Translator {
                 }
                 if let Some(own) = &sv.source {
                     keys.push(format!("source = {own}"));
+                }
+                if sv.backup {
+                    keys.push("backup = true".to_owned());
                 }
                 match keys.len() {
                     1 => quoted(&sv.address),
@@ -139,7 +149,8 @@ impl Translator {
             table.row("source", value, &l.text);
             self.key(l);
         }
-        if servers.len() > 1 {
+        let active = servers.iter().filter(|(sv, _)| !sv.backup).count();
+        if active > 1 {
             let policy = match balance.as_ref().map(|(b, _)| b.as_str()) {
                 None | Some("roundrobin" | "static-rr") => Some("round_robin"),
                 Some("leastconn") => Some("least_connections"),
@@ -156,7 +167,7 @@ impl Translator {
                 (None, None) => {}
             }
         } else if let Some((_, l)) = balance {
-            self.no_key(l, "one server: nothing to balance");
+            self.no_key(l, "one active server: nothing to balance (a backup is used only while no active one is usable)");
         }
         match &info.connect_ms {
             Some((ms, text)) => table.row("connect_timeout", quoted(&duration(*ms)), text),
@@ -174,6 +185,13 @@ impl Translator {
             }
         } else if let Some(Some(v)) = proxies.into_iter().next() {
             table.row("proxy_protocol", quoted(v), "send-proxy / send-proxy-v2");
+        }
+        for (sv, l) in servers.iter().filter(|(sv, _)| sv.check_send_proxy) {
+            if sv.proxy.is_some() {
+                self.notes.push(format!("line {}: check-send-proxy needs no key: snirelay's health checks start with a PROXY header (LOCAL) whenever the backend has proxy_protocol", l.no));
+            } else {
+                self.not(l, "check-send-proxy without send-proxy: snirelay's health checks send a PROXY header only when the backend sends one on its connections (proxy_protocol)");
+            }
         }
         let mut tables = vec![table];
         // Health: HAProxy checks only servers with `check`; snirelay checks
@@ -216,6 +234,9 @@ impl Translator {
                 h.row("timeout", quoted(&duration(timeout)), why);
                 h.row("rise", rise.to_string(), "rise");
                 h.row("fall", fall.to_string(), "fall");
+                for row in &mut h.rows {
+                    row.lines.extend(servers.iter().map(|(_, l)| l.no));
+                }
                 tables.push(h);
             }
         }
@@ -389,6 +410,9 @@ pub(super) fn server(words: &[String]) -> Result<Server, String> {
                     }
                 }
             }
+            "backup" => sv.backup = true,
+            "non-stick" => {}
+            "check-send-proxy" => sv.check_send_proxy = true,
             "send-proxy" => sv.proxy = Some("v1"),
             "send-proxy-v2" => sv.proxy = Some("v2"),
             "no-send-proxy" | "no-send-proxy-v2" => sv.proxy = None,
@@ -403,7 +427,7 @@ pub(super) fn server(words: &[String]) -> Result<Server, String> {
         Ok(sv)
     } else {
         Err(format!(
-            "server options not translated: {} (backup, maxconn, port, addr, ssl… have no equivalent)",
+            "server options not translated: {} (maxconn, port, addr, ssl… have no equivalent)",
             bad.join(", ")
         ))
     }

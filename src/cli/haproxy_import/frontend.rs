@@ -6,11 +6,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::Translator;
 use super::acl::{Atom, Guard, NamePattern, atom, guard};
+use super::connection::ConnectionRules;
 use super::parse::{Kind, Line, Section, millis, with_defaults};
 use super::routes::build_routes;
 use super::toml::{Table, duration, quoted, quoted_list};
+use super::{Translator, option_no_key};
 
 impl Translator {
     pub(super) fn read_frontend(
@@ -29,6 +30,7 @@ impl Translator {
             format!("{} {}", s.header.word(0), s.name),
         );
         let mut listen: Vec<(String, String)> = Vec::new();
+        let mut accept_proxy: Option<String> = None;
         let mut backlog: Option<(u64, String)> = None;
         let mut client_ms: Option<(u64, String)> = None;
         let mut client_fin_ms: Option<(u64, String)> = None;
@@ -39,20 +41,18 @@ impl Translator {
         let mut uses: Vec<(&Line, String, Guard)> = Vec::new();
         let mut default_backend: Option<(String, &Line)> = None;
         let mut limits = Table::new("[listener.limits]");
-        let mut table: Option<(&Line, Option<u64>, bool)> = None; // line, rate period, ipv6
-        let mut tracked = false;
-        let mut conn_cur: Option<(u64, &Line)> = None;
-        let mut conn_rate: Option<(u64, &Line)> = None;
+        let mut connection = ConnectionRules::default();
         for l in lines {
             let mine = own.contains(&l.no);
             let w0 = l.word(0);
             match w0 {
                 "mode" => self.no_key(l, "snirelay relays TCP"),
-                "log" => self.no_key(l, "snirelay logs one line per connection at close"),
-                "option" if matches!(l.word(1), "tcplog" | "dontlognull" | "httplog" | "logasap") => {
-                    self.no_key(l, "snirelay logs one line per connection at close, none for a connection that sent nothing")
+                "log" if l.word(1) == "global" => self.no_key(l, "the process's [log] (from the global `log` line) takes every listener's lines"),
+                "log" if self.is_key(l) => {}
+                "log" => self.read_log(l),
+                "option" if option_no_key(l.word(1)).is_some() => {
+                    self.no_key(l, option_no_key(l.word(1)).unwrap_or_default())
                 }
-                "option" if matches!(l.word(1), "clitcpka" | "srvtcpka" | "tcpka") => self.no_key(l, "snirelay keeps TCP keepalive on by default (60 s idle, 10 s interval, 6 probes) on both sides"),
                 "bind" => {
                     let mut v6only = false;
                     let mut i = 2;
@@ -67,6 +67,7 @@ impl Translator {
                                 i += 1;
                             }
                             "v6only" => v6only = true,
+                            "accept-proxy" => accept_proxy = Some(l.text.clone()),
                             "v4v6" => {}
                             "name" => i += 1,
                             other => bad.push(other.to_owned()),
@@ -123,6 +124,7 @@ impl Translator {
                     "content" if !mine => self.not(l, "content rules in a defaults section are not translated"),
                     "content" => match l.word(2) {
                         action @ ("accept" | "reject") => match guard(l.words_from(3), &acls) {
+                            Ok(g) if !g.on_hello() => self.not(l, "content rules on anything but the ClientHello and its SNI are not translated"),
                             Ok(g) => content.push((l, action == "accept", g)),
                             Err(why) => self.not(l, why),
                         },
@@ -130,42 +132,15 @@ impl Translator {
                     },
                     "connection" if !mine => self.not(l, "connection rules in a defaults section are not translated"),
                     "connection" => {
-                        let rest: Vec<&str> = l.words_from(2).iter().map(String::as_str).collect();
-                        match rest.as_slice() {
-                            ["track-sc0", "src"] => {
-                                tracked = true;
-                                self.key(l);
-                            }
-                            ["reject", "if", "{", fetch, op @ ("gt" | "ge"), n, "}"] if matches!(*fetch, "sc0_conn_cur" | "sc0_conn_rate") => {
-                                match n.parse::<u64>() {
-                                    Ok(n) => {
-                                        let allowed = if *op == "gt" { n } else { n.saturating_sub(1) };
-                                        if *fetch == "sc0_conn_cur" {
-                                            conn_cur = Some((allowed, l));
-                                        } else {
-                                            conn_rate = Some((allowed, l));
-                                        }
-                                    }
-                                    Err(_) => self.not(l, "not a number"),
-                                }
-                            }
-                            _ => self.not(l, "only `track-sc0 src` and `reject if { sc0_conn_cur|sc0_conn_rate gt N }` are translated"),
+                        if let Err(why) = connection.rule(l, &acls) {
+                            self.not(l, why);
                         }
                     }
                     other => self.not(l, format!("`tcp-request {other}` is not translated")),
                 },
                 "stick-table" if mine => {
-                    let ty = l.words.iter().position(|w| w == "type").map(|i| l.word(i + 1));
-                    let store = l.words.iter().position(|w| w == "store").map(|i| l.word(i + 1).to_owned());
-                    let period = store.as_deref().and_then(|s| {
-                        s.split(',')
-                            .find_map(|x| x.strip_prefix("conn_rate(").and_then(|p| p.strip_suffix(')')))
-                            .and_then(millis)
-                    });
-                    match ty {
-                        Some("ip") => table = Some((l, period, false)),
-                        Some("ipv6") => table = Some((l, period, true)),
-                        _ => self.not(l, "only tables of `type ip` or `type ipv6` (per source address) are translated"),
+                    if let Err(why) = connection.stick_table(l) {
+                        self.not(l, why);
                     }
                 }
                 "acl" if mine => {
@@ -201,10 +176,12 @@ impl Translator {
                         continue;
                     }
                     match guard(l.words_from(2), &acls) {
+                        Ok(g) if !g.on_hello() => self.not(l, "use_backend rules on anything but the ClientHello and its SNI are not translated"),
                         Ok(g) => uses.push((l, name, g)),
                         Err(why) => self.not(l, why),
                     }
                 }
+                "monitor" if mine => self.monitor_fail(l, &acls),
                 "default_backend" => {
                     self.named_backends.insert(l.word(1).to_owned());
                     default_backend = Some((l.word(1).to_owned(), l));
@@ -245,6 +222,13 @@ impl Translator {
         if let Some((n, text)) = backlog {
             listener.row("backlog", n.to_string(), text);
         }
+        if let Some(text) = accept_proxy {
+            listener.row(
+                "proxy_protocol",
+                "{ trusted = [\"0.0.0.0/0\", \"::/0\"] }".into(),
+                format!("{text}: HAProxy takes a PROXY header (v1 or v2) from any peer, as this does; narrow `trusted` to the load balancers in front"),
+            );
+        }
         match &inspect {
             Some((ms, text)) => listener.row("client_hello_timeout", quoted(&duration(*ms)), text),
             None => self.notes.push(format!(
@@ -253,48 +237,7 @@ impl Translator {
             )),
         }
 
-        // Per-source limits.
-        let tracked_ok = tracked && table.is_some();
-        match conn_cur {
-            Some((n, l)) if tracked_ok && n > 0 => {
-                limits.row("connections_per_source", n.to_string(), format!("track-sc0 src; {}: {n} may be open, the next is refused", l.text));
-                self.key(l);
-            }
-            Some((_, l)) => self.not(l, "needs `stick-table type ip` and `tcp-request connection track-sc0 src` in the same frontend, and a limit above 0"),
-            None => limits.row("connections_per_source", "false".into(), "no sc0_conn_cur limit: HAProxy has none per source (snirelay's default would be 256)"),
-        }
-        if let Some((n, l)) = conn_rate {
-            match table.and_then(|(_, p, _)| p) {
-                Some(period_ms) if tracked_ok && n > 0 && (n * 1000) % period_ms == 0 => {
-                    let per_second = n * 1000 / period_ms;
-                    let what = format!("{} over conn_rate({})", l.text, duration(period_ms));
-                    limits.row("connection_rate_per_source", per_second.to_string(), what);
-                    limits.row("connection_burst_per_source", n.to_string(), format!("{n} within any {}", duration(period_ms)));
-                    limits.row("rate_counts_refused", "true".into(), "conn_rate counts refused attempts too");
-                    self.key(l);
-                }
-                Some(period_ms) if tracked_ok && n > 0 => self.not(l, format!(
-                    "{n} per {} is not a whole number of connections per second: set connection_rate_per_source and connection_burst_per_source = {n} by hand",
-                    duration(period_ms)
-                )),
-                _ => self.not(l, "needs a stick-table storing conn_rate(PERIOD), `track-sc0 src`, and a limit above 0"),
-            }
-        }
-        if let Some((l, _, v6)) = table {
-            if tracked_ok {
-                if v6 {
-                    limits.row(
-                        "source_prefix_v6",
-                        "128".into(),
-                        "stick-table type ipv6: one source per address",
-                    );
-                }
-                self.key(l);
-                self.no_key(l, "the table's size and expiry: snirelay's tables hold only sources with open connections or a recent rate, swept every 10 s");
-            } else {
-                self.not(l, "a table that no `track-sc0 src` fills");
-            }
-        }
+        self.connection_limits(connection, &mut limits);
 
         // Routing: evaluate the rules as HAProxy would, per kind of name.
         let mut patterns: Vec<NamePattern> = Vec::new();
@@ -354,7 +297,10 @@ impl Translator {
                 }
                 for (name, ls) in &acl_lines {
                     if let Some(Ok(atoms)) = acls.get(name) {
-                        if atoms.iter().all(|a| !matches!(a, Atom::Sni(_))) {
+                        if atoms
+                            .iter()
+                            .all(|a| matches!(a, Atom::Hello | Atom::WaitEnd | Atom::Constant(_)))
+                        {
                             for l in ls {
                                 self.no_key(l, "every connection snirelay relays is a ClientHello");
                             }
@@ -377,6 +323,10 @@ impl Translator {
                         quoted_list(names),
                         r.why.get(backend).cloned().unwrap_or_default(),
                     );
+                    t.at(content
+                        .iter()
+                        .map(|c| c.0.no)
+                        .chain(acl_lines.values().flatten().map(|l| l.no)));
                     let naming: Vec<&str> = uses
                         .iter()
                         .filter(|u| u.1 == *backend)

@@ -40,10 +40,23 @@ impl Translator {
                     }
                     _ => self.not(l, "not a positive number"),
                 },
-                "log" => self.no_key(l, "snirelay writes its log lines to stderr, which journald keeps under systemd; to send them to syslog as this line does, add [log] target = \"syslog\" with syslog = \"unix:/dev/log\" and its facility"),
+                "log" => self.read_log(l),
+                "log-tag" | "log-send-hostname" => self.no_key(l, "snirelay's syslog lines carry `snirelay` as the app name and the host's name"),
                 "user" | "group" | "uid" | "gid" => self.no_key(l, "the packaged systemd unit runs snirelay as its own unprivileged user"),
                 "daemon" | "master-worker" | "pidfile" => self.no_key(l, "snirelay stays in the foreground under systemd (Type=notify)"),
                 "chroot" => self.no_key(l, "the packaged systemd unit sandboxes snirelay instead"),
+                "cpu-map" => self.no_key(l, "the kernel schedules snirelay's threads (pin them with CPUAffinity= in the unit if needed)"),
+                "nbproc" => self.no_key(l, "snirelay is one process (threads: [global] threads)"),
+                "spread-checks" => self.no_key(l, "snirelay spreads each address's first check over its interval"),
+                "tune.ssl.default-dh-param" | "tune.ssl.cachesize" | "tune.ssl.lifetime" | "tune.ssl.maxrecord" | "maxsslconn" | "maxsslrate" | "ssl-server-verify" => self.no_key(l, "TLS settings: snirelay never terminates TLS"),
+                "tune.maxaccept" | "tune.maxpollevents" | "tune.runqueue-depth" => self.no_key(l, "event-loop tuning of HAProxy's own: decides no connection's outcome"),
+                "tune.pipesize" => match l.word(1).parse::<u64>() {
+                    Ok(n) if n > 0 => {
+                        self.global.row("pipe_size", n.to_string(), &l.text);
+                        self.key(l);
+                    }
+                    _ => self.not(l, "not a positive number"),
+                },
                 "ulimit-n" => self.no_key(l, "snirelay raises its descriptor limit to the hard limit itself (LimitNOFILE= in the unit)"),
                 "stats" if l.word(1) == "socket" => self.read_stats_socket(l),
                 "stats" if l.word(1) == "timeout" => self.no_key(l, "the admin listener bounds each request with its own time limits"),
@@ -51,6 +64,93 @@ impl Translator {
                 _ => self.not(l, format!("the global keyword `{}` is not translated", l.word(0))),
             }
         }
+    }
+
+    /// `log TARGET [len N] [format F] [sample R:S] FACILITY [LEVEL [MINLEVEL]]`
+    /// into `[log]`; snirelay has one log target for the process.
+    pub(super) fn read_log(&mut self, l: &Line) {
+        if self.log.is_some() {
+            self.not(
+                l,
+                "a second log target: snirelay sends its lines to one ([log])",
+            );
+            return;
+        }
+        let mut i = 2;
+        let mut format = None;
+        while matches!(l.word(i), "len" | "format" | "sample") {
+            if l.word(i) == "format" {
+                format = Some(l.word(i + 1).to_owned());
+            }
+            i += 2;
+        }
+        let facility = l.word(i);
+        let levels = l.words_from(i + 1).join(" ");
+        let target = l.word(1);
+        let at = target
+            .trim_start_matches("udp4@")
+            .trim_start_matches("udp6@")
+            .trim_start_matches("udp@")
+            .trim_start_matches("ipv4@")
+            .trim_start_matches("ipv6@");
+        let syslog = if let Some(path) = target
+            .strip_prefix("unix@")
+            .or(target.starts_with('/').then_some(target))
+        {
+            Some(format!("unix:{path}"))
+        } else if matches!(target, "stdout" | "stderr") {
+            None
+        } else if let Ok(ip) = at.parse::<std::net::IpAddr>() {
+            Some(format!("udp://{}", SocketAddr::new(ip, 514)))
+        } else if let Ok(a) = at.parse::<SocketAddr>() {
+            Some(format!("udp://{a}"))
+        } else {
+            self.not(l, format!("the log target `{target}` is not translated (a Unix socket path, an IP[:port] (UDP), stdout or stderr are)"));
+            return;
+        };
+        let mut log = Table::new("[log]");
+        match &syslog {
+            Some(s) => {
+                log.row("target", quoted("syslog"), &l.text);
+                log.row("syslog", quoted(s), "");
+                if facilities().contains(&facility) {
+                    log.row("facility", quoted(facility), "");
+                } else {
+                    self.not(
+                        l,
+                        format!("`{facility}` is not a syslog facility snirelay knows"),
+                    );
+                    return;
+                }
+                match format.as_deref() {
+                    None | Some("rfc3164") => log.row(
+                        "syslog_format",
+                        quoted("rfc3164"),
+                        "HAProxy's default header (RFC 3164)",
+                    ),
+                    Some("rfc5424") => log.row("syslog_format", quoted("rfc5424"), ""),
+                    Some(other) => self.notes.push(format!(
+                        "line {}: `format {other}` has no snirelay equivalent: its lines carry an RFC 3164 header",
+                        l.no
+                    )),
+                }
+            }
+            None => log.row("target", quoted(target), &l.text),
+        }
+        self.notes.push(format!(
+            "line {}: snirelay writes its own line per connection (text, or JSON with --log-format json), not HAProxy's tcplog format{}",
+            l.no,
+            if levels.is_empty() {
+                String::new()
+            } else {
+                format!("; the level filter `{levels}` is snirelay's --log-level")
+            }
+        ));
+        for row in &mut log.rows {
+            row.lines.push(l.no);
+        }
+        self.log = Some(log);
+        self.key(l);
     }
 
     pub(super) fn read_stats_socket(&mut self, l: &Line) {
@@ -80,7 +180,7 @@ impl Translator {
             "listen",
             quoted(&listen),
             format!(
-                "{}; HTTP endpoints and `snirelay ctl`, not HAProxy's CLI",
+                "{}; HTTP endpoints and `snirelay ctl`, not HAProxy's CLI; the packaged unit creates /run/snirelay (RuntimeDirectory=, mode 0700), and elsewhere `snirelay run` creates the missing directory with mode 0700",
                 l.text
             ),
         );
@@ -115,9 +215,23 @@ impl Translator {
         }
         let mut rows = Vec::new();
         if let Some((n, text)) = cap {
-            rows.push(("max_connections".to_owned(), n.to_string(), text));
+            let mut max = Table::new("");
+            max.row("max_connections", n.to_string(), text);
+            rows.append(&mut max.rows);
         }
         rows.append(&mut self.global.rows);
         self.global.rows = rows;
     }
+}
+
+/// The facilities `[log] facility` takes, from its declaration.
+fn facilities() -> &'static [&'static str] {
+    crate::config::keys::KEYS
+        .iter()
+        .find(|k| k.name == "log.facility")
+        .and_then(|k| match k.kind {
+            crate::config::keys::Kind::Choice(names) => Some(names),
+            _ => None,
+        })
+        .unwrap_or(&[])
 }

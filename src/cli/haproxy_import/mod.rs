@@ -17,11 +17,14 @@
 //! below an accepted suffix) is reported, never approximated. Only SNI
 //! conditions that mean exactly a set of exact names and `*.suffix`
 //! wildcards are evaluated; others (`-m dom`, `-m end example.com`,
-//! arbitrary regexes, ACLs on the source address) make their rule
-//! untranslated.
+//! arbitrary regexes, other fetches) make their rule untranslated. The
+//! `tcp-request connection` rules are evaluated the same way, per stretch
+//! of source addresses ([`connection`]).
 //!
-//! Pure: text in, text out; no file or network I/O, and it does not
-//! validate the result (the binary's `check` does, and the tests load every
+//! Text in, text out: the only files read are the `src -f FILE` pattern
+//! files the configuration names, through the reader the caller passes
+//! (the command reads them as HAProxy would, from the working directory);
+//! no network I/O, and it does not validate the result (the binary's `check` does, and the tests load every
 //! translation they make).
 //!
 //! The work is split by job: [`parse`] reads sections and words, [`acl`]
@@ -33,8 +36,11 @@
 
 mod acl;
 mod backend;
+mod check;
+mod connection;
 mod frontend;
 mod global;
+mod monitor;
 mod output;
 mod parse;
 mod routes;
@@ -53,6 +59,8 @@ pub(crate) struct Translation {
     pub toml: String,
     /// The lines that were not translated: (line number, line, why).
     pub not_translated: Vec<(usize, String, String)>,
+    /// `--check`: each decision of the input beside the key that makes it.
+    pub check: String,
 }
 
 /// Why nothing could be translated at all.
@@ -65,11 +73,52 @@ pub(crate) enum ImportError {
 
 /// Translates an HAProxy configuration's text; `source` names it in the
 /// output's first comment.
-pub(crate) fn translate(text: &str, source: &str) -> Result<Translation, ImportError> {
+pub(crate) fn translate(
+    text: &str,
+    source: &str,
+    read: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<Translation, ImportError> {
     let sections = parse_sections(text);
     let mut t = Translator::default();
+    // The pattern files of `src -f FILE` tests: the only files read.
+    for s in &sections {
+        for l in &s.lines {
+            if !l.words.iter().any(|w| w == "src") {
+                continue;
+            }
+            for w in l.words.windows(2).filter(|w| w[0] == "-f") {
+                t.files.entry(w[1].clone()).or_insert_with(|| read(&w[1]));
+            }
+        }
+    }
     t.run(&sections)?;
     Ok(t.finish(text, source))
+}
+
+/// Why an `option` needs no key (snirelay does the same without one), for
+/// the options that need none in a frontend or a backend alike.
+fn option_no_key(option: &str) -> Option<&'static str> {
+    Some(match option {
+        "tcplog" | "dontlognull" | "httplog" | "logasap" => {
+            "snirelay logs one line per connection at close, none for a connection that sent nothing"
+        }
+        "clitcpka" | "srvtcpka" | "tcpka" => {
+            "snirelay keeps TCP keepalive on by default (60 s idle, 10 s interval, 6 probes) on both sides"
+        }
+        "splice-auto" | "splice-request" | "splice-response" => {
+            "snirelay splices between the sockets by default (splice(2), both directions)"
+        }
+        "tcp-smart-accept" => {
+            "snirelay reads the ClientHello as soon as it arrives; the kernel's delayed ACK is its own"
+        }
+        "tcp-smart-connect" => {
+            "snirelay writes the held ClientHello to the backend right after connecting"
+        }
+        "redispatch" => {
+            "snirelay moves to the next address when one fails to connect (connect_attempts)"
+        }
+        _ => return None,
+    })
 }
 
 /// What became of one line of the input.
@@ -88,6 +137,9 @@ struct Translator {
     ledger: BTreeMap<usize, (String, Outcome)>,
     global: Table,
     admin: Option<Table>,
+    log: Option<Table>,
+    /// `ready_requires` entries from `monitor fail`, with their lines.
+    ready_requires: Vec<(String, String)>,
     listeners: Vec<(Table, Table, Vec<Table>)>,
     backends: BTreeMap<String, (BackendInfo, Vec<Table>)>,
     used_backends: BTreeSet<String>,
@@ -98,6 +150,8 @@ struct Translator {
     /// Per listener (by index): its `timeout client` and `client-fin`.
     frontend_timeouts: BTreeMap<usize, FrontendTimeouts>,
     notes: Vec<String>,
+    /// The `-f` pattern files the configuration names, read (or why not).
+    files: BTreeMap<String, Result<String, String>>,
 }
 
 type FrontendTimeouts = (Option<(u64, String)>, Option<(u64, String)>);
@@ -107,6 +161,14 @@ impl Translator {
         self.ledger
             .entry(line.no)
             .or_insert_with(|| (line.text.clone(), Outcome::Key));
+    }
+
+    /// Whether the line already became a key (a `defaults` line is read
+    /// once per section it applies to).
+    fn is_key(&self, line: &Line) -> bool {
+        self.ledger
+            .get(&line.no)
+            .is_some_and(|e| e.1 == Outcome::Key)
     }
 
     fn no_key(&mut self, line: &Line, why: impl Into<String>) {
@@ -161,6 +223,12 @@ impl Translator {
                     defaults = Some(section);
                 }
                 Kind::Frontend | Kind::Listen => {
+                    if self.mode_of(section, defaults) == "http"
+                        && monitor::is_monitor_frontend(section)
+                    {
+                        self.read_monitor_frontend(section);
+                        continue;
+                    }
                     if self.mode_of(section, defaults) != "tcp" {
                         for l in std::iter::once(&section.header).chain(&section.lines) {
                             self.not(
@@ -215,6 +283,7 @@ impl Translator {
                 _ => {}
             }
         }
+        self.finish_monitor();
         self.finish_global();
         Ok(())
     }

@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::backend::BackendInfo;
+use super::check::check_table;
 use super::parse::words;
-use super::toml::{Table, duration, quoted};
+use super::toml::{Row, Table, duration, quoted};
 use super::{Outcome, Translation, Translator};
 
 impl Translator {
@@ -28,8 +29,8 @@ impl Translator {
                 .filter_map(|r| {
                     r.rows
                         .iter()
-                        .find(|x| x.0 == "backend")
-                        .map(|x| x.1.trim_matches('"').to_owned())
+                        .find(|x| x.key == "backend")
+                        .map(|x| x.value.trim_matches('"').to_owned())
                 })
                 .collect();
             let mut infos: Vec<BackendInfo> = backends
@@ -201,47 +202,63 @@ impl Translator {
             }
         }
         out.push('\n');
-        let mut tables: Vec<Table> = Vec::new();
+        // Each table with the name `--check` shows it by.
+        let mut tables: Vec<(String, Table)> = Vec::new();
         if !self.global.rows.is_empty() {
-            tables.push(self.global.clone());
+            tables.push(("[global]".into(), self.global.clone()));
         }
         if let Some(a) = self.admin.take() {
-            tables.push(a);
+            tables.push(("[admin]".into(), a));
+        }
+        if let Some(l) = self.log.take() {
+            tables.push(("[log]".into(), l));
         }
         let several = listeners.len() > 1;
         let mut route_tables = Vec::new();
         for (listener, limits, routes) in listeners {
-            let name = listener.rows[0].1.clone();
-            tables.push(listener);
-            tables.push(limits);
+            let name = listener.rows[0].value.clone();
+            let shown = name.trim_matches('"').to_owned();
+            tables.push((format!("[[listener]] {shown}"), listener));
+            tables.push((format!("[listener.limits] of {shown}"), limits));
             for mut r in routes {
                 if several {
-                    r.rows
-                        .insert(1, ("listener".into(), name.clone(), String::new()));
+                    r.rows.insert(
+                        1,
+                        Row {
+                            key: "listener".into(),
+                            value: name.clone(),
+                            ..Row::default()
+                        },
+                    );
                 }
-                route_tables.push(r);
+                route_tables.push((
+                    format!("[[route]] {}", r.rows[0].value.trim_matches('"')),
+                    r,
+                ));
             }
         }
         tables.extend(route_tables);
         for (_, (_, ts)) in std::mem::take(&mut self.backends) {
-            tables.extend(ts);
+            tables.extend(ts.into_iter().map(|t| (t.header.clone(), t)));
         }
-        for t in &tables {
+        for (_, t) in &tables {
             let _ = writeln!(out, "{}", t.header);
-            for (k, v, c) in &t.rows {
-                let kv = format!("{k} = {v}");
-                if c.is_empty() {
+            for row in &t.rows {
+                let kv = format!("{} = {}", row.key, row.value);
+                if row.comment.is_empty() {
                     let _ = writeln!(out, "{kv}");
                 } else {
-                    let _ = writeln!(out, "{kv:<32} # {c}");
+                    let _ = writeln!(out, "{kv:<32} # {}", row.comment);
                 }
             }
             out.push('\n');
         }
+        let check = check_table(source, &self.ledger, &tables);
         let toml = out.trim_end().to_owned() + "\n";
         Translation {
             toml,
             not_translated: not,
+            check,
         }
     }
 }

@@ -1,7 +1,22 @@
 use super::acl::{Atom, NamePattern, label_suffix_regex, sni_atom};
 use super::parse::{millis, words};
 use super::toml::duration;
-use super::{ImportError, Translation, translate};
+use super::{ImportError, Translation};
+
+/// The translation, with the pattern files `files` names.
+fn translate_with(text: &str, files: &[(&str, &str)]) -> Result<Translation, ImportError> {
+    super::translate(text, "t.cfg", &|name| {
+        files
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, text)| text.to_string())
+            .ok_or_else(|| "No such file or directory".to_owned())
+    })
+}
+
+fn translate(text: &str, _source: &str) -> Result<Translation, ImportError> {
+    translate_with(text, &[])
+}
 use crate::config::Config;
 
 fn load(toml: &str) -> Config {
@@ -123,8 +138,12 @@ fn the_seed_template_translates_completely() {
     assert_eq!(config.global.max_connections, 2048);
     let l = config.listener("home_https").unwrap();
     assert_eq!(l.limits.connections_per_source.map(|n| n.get()), Some(100));
-    let rate = l.limits.rate_per_source.unwrap();
-    assert_eq!((rate.per_second.get(), rate.burst.get()), (30, 30));
+    let attempts = l.limits.attempts_per_source.unwrap();
+    assert_eq!(
+        (attempts.count.get(), attempts.period),
+        (30, std::time::Duration::from_secs(1))
+    );
+    assert_eq!(l.limits.rate_per_source, None);
     assert_eq!(l.half_close_timeout, std::time::Duration::from_secs(15));
     // Every line of the template is accounted for in a comment.
     for (no, line) in text.lines().enumerate() {
@@ -154,31 +173,55 @@ fn the_seed_template_translates_completely() {
 }
 
 #[test]
-fn conn_rate_periods_become_a_rate_per_second_with_the_count_as_burst() {
+fn conn_rate_becomes_the_attempts_in_its_period() {
     let t = edge(
-        "    stick-table type ip size 1m expire 1m store conn_cur,conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 60 }\n    tcp-request connection reject if { sc0_conn_cur ge 21 }\n    default_backend be\n",
+        "    stick-table type ip size 1m expire 1m store conn_cur,conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 25 }\n    tcp-request connection reject if { sc0_conn_cur ge 21 }\n    default_backend be\n",
     );
     assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
     let config = load(&t.toml);
     let limits = &config.listener("fe").unwrap().limits;
-    let rate = limits.rate_per_source.unwrap();
-    assert_eq!((rate.per_second.get(), rate.burst.get()), (6, 60));
+    let attempts = limits.attempts_per_source.unwrap();
+    assert_eq!(
+        (attempts.count.get(), attempts.period),
+        (25, std::time::Duration::from_secs(10))
+    );
     assert_eq!(
         limits.connections_per_source.map(|n| n.get()),
         Some(20),
         "ge 21: 20 allowed"
     );
-    assert!(limits.rate_counts_refused);
-    // 25 per 10 s is 2.5 per second: not expressible, so reported.
-    let t = edge(
-        "    stick-table type ip size 1m expire 1m store conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 25 }\n    default_backend be\n",
-    );
-    assert_eq!(not_lines(&t), vec![13], "{}", t.toml);
     assert!(
-        t.not_translated[0].2.contains("not a whole number"),
-        "{:?}",
-        t.not_translated
+        t.toml.contains(
+            "at most 25 attempts from one source, refused ones included, in any sliding 10s"
+        ),
+        "{}",
+        t.toml
     );
+    // sc1 tracked the same way, src_conn_rate, and ge.
+    for (track, fetch) in [
+        ("track-sc1", "sc1_conn_rate"),
+        ("track-sc0", "src_conn_rate"),
+    ] {
+        let t = edge(&format!(
+            "    stick-table type ip size 1m expire 1m store conn_rate(3s)\n    tcp-request connection {track} src\n    tcp-request connection reject if {{ {fetch} ge 10 }}\n    default_backend be\n"
+        ));
+        assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+        let a = load(&t.toml)
+            .listener("fe")
+            .unwrap()
+            .limits
+            .attempts_per_source
+            .unwrap();
+        assert_eq!(
+            (a.count.get(), a.period),
+            (9, std::time::Duration::from_secs(3))
+        );
+    }
+    // A limit before the tracking never matches in HAProxy: reported.
+    let t = edge(
+        "    stick-table type ip size 1m expire 1m store conn_rate(1s)\n    tcp-request connection reject if { sc0_conn_rate gt 5 }\n    tcp-request connection track-sc0 src\n    default_backend be\n",
+    );
+    assert_eq!(not_lines(&t), vec![12], "{}", t.toml);
 }
 
 #[test]

@@ -7,7 +7,17 @@
 #[derive(Debug, Default, Clone)]
 pub(super) struct Table {
     pub(super) header: String,
-    pub(super) rows: Vec<(String, String, String)>,
+    pub(super) rows: Vec<Row>,
+}
+
+/// One `key = value  # comment` row, and the input lines it stands for
+/// (besides those its comment quotes), for `--check`.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Row {
+    pub(super) key: String,
+    pub(super) value: String,
+    pub(super) comment: String,
+    pub(super) lines: Vec<usize>,
 }
 
 impl Table {
@@ -19,7 +29,19 @@ impl Table {
     }
 
     pub(super) fn row(&mut self, key: &str, value: String, comment: impl Into<String>) {
-        self.rows.push((key.to_owned(), value, comment.into()));
+        self.rows.push(Row {
+            key: key.to_owned(),
+            value,
+            comment: comment.into(),
+            lines: Vec::new(),
+        });
+    }
+
+    /// Names more input lines the last row stands for.
+    pub(super) fn at(&mut self, lines: impl IntoIterator<Item = usize>) {
+        if let Some(row) = self.rows.last_mut() {
+            row.lines.extend(lines);
+        }
     }
 }
 
