@@ -14,7 +14,7 @@
 //!    step 2 or 3) spends one, as HAProxy's `conn_rate` counts them (see
 //!    `KeyedGcra` for the bound that keeps this from locking a source out
 //!    for long). Or, instead of the rate, `attempts_per_source` within
-//!    `attempts_period` ([`attempts`]): every attempt past the lists is
+//!    `attempts_period` (`attempts`): every attempt past the lists is
 //!    counted first, admitted or refused (at step 2 or 3), over a sliding
 //!    period with HAProxy's `conn_rate` arithmetic, and the attempt that
 //!    makes the count exceed the limit is refused as [`Refusal::Rate`].
@@ -61,7 +61,7 @@
 //!   is the limiter's own state;
 //! - the attempt table (`attempts_per_source`) holds one entry (~64 bytes)
 //!   per key seen within the last two `attempts_period`s, dropped by the
-//!   sweep once its count reads 0 (see [`attempts`]);
+//!   sweep once its count reads 0 (see `attempts`);
 //! - the rate table holds one entry (~50 bytes in governor's sharded
 //!   `DashMap` store) per key seen within the last `burst / rate` seconds
 //!   plus up to one sweep interval; `retain_recent` drops keys whose bucket

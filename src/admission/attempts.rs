@@ -3,7 +3,7 @@
 //! `conn_rate(<period>)` (its `freq_ctr`), so that a limit imported from
 //! `reject if { sc0_conn_rate gt N }` admits and refuses what HAProxy does.
 //!
-//! Each key keeps a [`FreqCtr`]: the start of its current period (`tick`,
+//! Each key keeps a `FreqCtr`: the start of its current period (`tick`,
 //! a millisecond), the attempts counted in that period (`curr`) and in the
 //! period before (`prev`). An attempt first counts itself
 //! (HAProxy's `update_freq_ctr_period`, run by `track-sc0` before any
@@ -44,13 +44,13 @@
 //!
 //! Memory: one entry per key seen within the last two periods (the 23-byte
 //! key, an 8-byte tick and two 4-byte counts, about 64 bytes with the hash
-//! table's control bytes and padding); [`AttemptTable::sweep`] drops the
+//! table's control bytes and padding); `AttemptTable::sweep` drops the
 //! keys whose two periods have passed (they read 0) and returns spare
 //! capacity. Hot path: one mutex hold, one hash of the key and a few
 //! integer operations per attempt.
 //!
 //! Not here: what is refused with what reason, dry run, or the other
-//! limits (the admission gate, which calls [`AttemptTable::attempt`]).
+//! limits (the admission gate, which calls `AttemptTable::attempt`).
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -451,6 +451,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fastest_interval,
         tcp_keepalive,
         members,
+        backup_policy,
         max_connections_per_address,
         fastest_measure,
         egress,
@@ -469,6 +470,11 @@ fn backend_section(backend: &Backend) -> BackendSection {
         proxy_protocol_crc32c: Some(*proxy_protocol_crc32c),
         proxy_protocol_tlvs: Some(proxy_protocol_tlvs.iter().map(tlv_entry).collect()),
         policy: Some(policy.as_str().to_owned()),
+        // Refused unless an address is a backup.
+        backup_policy: members
+            .iter()
+            .any(|m| m.backup)
+            .then(|| backup_policy.as_str().to_owned()),
         // None: min(addresses, 3), counted when connecting.
         connect_attempts: connect_attempts.and_then(count),
         max_fails: count(*max_fails),
@@ -526,8 +532,10 @@ fn address_entry(member: &Member) -> AddressEntry {
         weight,
         max_connections,
         source,
+        backup,
     } = member;
-    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() && source.is_none() {
+    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() && source.is_none() && !backup
+    {
         AddressEntry::Plain(addr.to_string())
     } else {
         AddressEntry::Table(AddressTable {
@@ -535,6 +543,7 @@ fn address_entry(member: &Member) -> AddressEntry {
             weight: Some(i64::from(*weight)),
             max_connections: max_connections.map(i64::from),
             source: source.as_ref().and_then(source_setting),
+            backup: Some(*backup),
         })
     }
 }

@@ -43,6 +43,7 @@ mod bandwidth;
 
 // Admission and limits.
 mod admission;
+mod admission_attempts;
 mod limits_config;
 mod route_limits;
 mod route_rules;
@@ -64,6 +65,7 @@ mod quic_quinn;
 mod quic_refusal;
 
 // Backends and clusters.
+mod backend_backup;
 mod backend_cluster;
 mod backend_dns;
 mod backend_health;
