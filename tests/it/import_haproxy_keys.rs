@@ -181,6 +181,17 @@ fn monitor_fail_on_an_empty_backend_becomes_ready_requires() {
         "ready_requires = [\"backend:be\"]"
     );
     assert!(toml.contains("point the health check at /readyz instead of /healthz"));
+    // In a tcp listen section, over its own servers.
+    let case = Case::text(
+        "import-monitor-listen",
+        "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1m\n    timeout server 1m\nlisten tls\n    bind 127.0.0.1:8443\n    tcp-request inspect-delay 5s\n    monitor fail unless { nbsrv(tls) ge 1 }\n    server s 192.0.2.1:443\n",
+        &[],
+    );
+    let toml = case.import_ok();
+    assert_eq!(
+        key_line(&toml, "ready_requires"),
+        "ready_requires = [\"backend:tls\"]"
+    );
     // Another count is not what /readyz decides: reported.
     let case = Case::text(
         "import-monitor-two",
@@ -364,8 +375,7 @@ fn backup_servers_and_check_send_proxy() {
         ],
         &[],
     );
-    let (code, toml, stderr) = case.import();
-    assert_eq!(code, 0, "{stderr}\n{toml}");
+    let toml = case.import_ok();
     assert_eq!(
         key_line(&toml, "addresses"),
         "addresses = [\"192.0.2.1:443\", { address = \"192.0.2.2:443\", backup = true }]"
@@ -374,6 +384,19 @@ fn backup_servers_and_check_send_proxy() {
         toml.contains("`balance roundrobin`: one active server: nothing to balance"),
         "{toml}"
     );
+    // option allbackups: every usable backup, not the first only.
+    let case = Case::new(
+        "import-allbackups",
+        [
+            "",
+            "",
+            "",
+            "    option allbackups\n    server b 192.0.2.2:443 backup\n    server c 192.0.2.3:443 backup\n",
+        ],
+        &[],
+    );
+    let toml = case.import_ok();
+    assert_eq!(key_line(&toml, "backup_policy"), "backup_policy = \"all\"");
     // check-send-proxy with send-proxy-v2: the checks already send one.
     let case = Case::text(
         "import-check-proxy",
