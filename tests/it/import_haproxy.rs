@@ -25,16 +25,23 @@ use snirelay::config::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/haproxy")
         .join(name)
 }
 
 /// `snirelay import-haproxy FILE`: exit code, stdout, stderr.
-fn import(file: &Path) -> (i32, String, String) {
+pub(crate) fn import(file: &Path) -> (i32, String, String) {
+    import_with(file, &[])
+}
+
+/// `snirelay import-haproxy ARGS… FILE` (`--check`): exit code, stdout,
+/// stderr.
+pub(crate) fn import_with(file: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
         .arg("import-haproxy")
+        .args(args)
         .arg(file)
         .output()
         .unwrap();
@@ -47,7 +54,7 @@ fn import(file: &Path) -> (i32, String, String) {
 
 /// `snirelay check` on `toml`, written to a scratch file: exit code and
 /// stdout + stderr.
-fn check(toml: &str) -> (i32, String) {
+pub(crate) fn check(toml: &str) -> (i32, String) {
     let dir = scratch_dir("import-check");
     let path = dir.join("imported.toml");
     std::fs::write(&path, toml).unwrap();
@@ -351,6 +358,8 @@ async fn both_ways(text: &str, servers: &[&str], hold: bool) -> BothWays {
         "unix:/run/snirelay/admin.sock",
         &format!("unix:{}", dir.join("admin.sock").display()),
     );
+    // The relay's lines stay on stderr, where the test reads them.
+    toml = toml.replace("target = \"syslog\"", "target = \"stderr\"");
     let relay = Relay::start(&toml).await;
     let relay_addr = *relay.listening.values().next().unwrap().first().unwrap();
     BothWays {

@@ -103,6 +103,7 @@ mod config;
 mod doc_examples;
 mod doc_paths;
 mod import_haproxy;
+mod import_haproxy_keys;
 mod module_graph;
 mod packaging;
 
