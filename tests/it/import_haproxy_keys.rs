@@ -201,6 +201,26 @@ fn monitor_fail_on_an_empty_backend_becomes_ready_requires() {
         stderr.contains("line 18: `monitor fail if { nbsrv(be) lt 2 }`"),
         "{stderr}"
     );
+    // A backend no translated route uses is not in the output: the line
+    // is reported and the rest still passes `check`.
+    let case = Case::text(
+        "import-monitor-unused",
+        &format!(
+            "{}backend spare\n    server t 192.0.2.2:443\n{}",
+            plain(),
+            monitor.replace("nbsrv(be)", "nbsrv(spare)")
+        ),
+        &[],
+    );
+    let (code, toml, stderr) = case.import();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("`monitor fail if { nbsrv(spare) lt 1 }`: backend spare is not in the translated configuration"),
+        "{stderr}"
+    );
+    assert!(!toml.contains("\nready_requires = "), "{toml}");
+    let (code, out) = check(&toml);
+    assert_eq!(code, 0, "{out}\n{toml}");
 }
 
 #[test]

@@ -138,8 +138,8 @@ struct Translator {
     global: Table,
     admin: Option<Table>,
     log: Option<Table>,
-    /// `ready_requires` entries from `monitor fail`, with their lines.
-    ready_requires: Vec<(String, String)>,
+    /// The backends `monitor fail` requires, with their lines.
+    ready_requires: Vec<(String, Line)>,
     listeners: Vec<(Table, Table, Vec<Table>)>,
     backends: BTreeMap<String, (BackendInfo, Vec<Table>)>,
     used_backends: BTreeSet<String>,

@@ -114,7 +114,7 @@ impl Translator {
         match failing_backends(&g) {
             Some(backends) => {
                 for b in backends {
-                    self.ready_requires.push((format!("backend:{b}"), l.text.clone()));
+                    self.ready_requires.push((b.to_owned(), l.clone()));
                 }
                 self.key(l);
             }
@@ -122,20 +122,27 @@ impl Translator {
         }
     }
 
-    /// `[admin] ready_requires`, once every monitor has been read.
+    /// `[admin] ready_requires`, once every monitor and backend has been
+    /// read: a backend that no translated route uses is not in the output,
+    /// so `check` would refuse an entry naming it; its line is reported.
     pub(super) fn finish_monitor(&mut self) {
-        if self.ready_requires.is_empty() {
-            return;
-        }
         let mut names: Vec<String> = Vec::new();
         let mut texts: Vec<String> = Vec::new();
-        for (name, text) in std::mem::take(&mut self.ready_requires) {
+        for (backend, line) in std::mem::take(&mut self.ready_requires) {
+            if !self.backends.contains_key(&backend) {
+                self.not(&line, format!("backend {backend} is not in the translated configuration (no translated route uses it), so /readyz cannot require it"));
+                continue;
+            }
+            let name = format!("backend:{backend}");
             if !names.contains(&name) {
                 names.push(name);
             }
-            if !texts.contains(&text) {
-                texts.push(text);
+            if !texts.contains(&line.text) {
+                texts.push(line.text);
             }
+        }
+        if names.is_empty() {
+            return;
         }
         let admin = self.admin.get_or_insert_with(|| Table::new("[admin]"));
         admin.row(
