@@ -1452,6 +1452,11 @@ pub(crate) async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
 
 pub(crate) mod netns;
 
+// ------------------------------------- HAProxy beside snirelay (differential)
+
+pub(crate) mod differential;
+pub(crate) mod differential_check;
+
 // ------------------------------------------------ run-time control (issue 16)
 
 /// An HTTP/1.1 request (`Connection: close`) as text: `method path`, the
