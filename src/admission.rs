@@ -13,7 +13,11 @@
 //!    burn its rate; with `rate_counts_refused` every refused attempt (at
 //!    step 2 or 3) spends one, as HAProxy's `conn_rate` counts them (see
 //!    `KeyedGcra` for the bound that keeps this from locking a source out
-//!    for long).
+//!    for long). Or, instead of the rate, `attempts_per_source` within
+//!    `attempts_period` (`attempts`): every attempt past the lists is
+//!    counted first, admitted or refused (at step 2 or 3), over a sliding
+//!    period with HAProxy's `conn_rate` arithmetic, and the attempt that
+//!    makes the count exceed the limit is refused as [`Refusal::Rate`].
 //!
 //! `limit_key` chooses what steps 2 and 3 count by: the source key (the
 //! default), the hello's JA4, or both. With the JA4 those steps cannot run
@@ -55,6 +59,9 @@
 //!   (attempts, refusals by reason, recent rate, last attempt:
 //!   `Admission::sources`, `Admission::clear_source`), so that listing
 //!   is the limiter's own state;
+//! - the attempt table (`attempts_per_source`) holds one entry (~64 bytes)
+//!   per key seen within the last two `attempts_period`s, dropped by the
+//!   sweep once its count reads 0 (see `attempts`);
 //! - the rate table holds one entry (~50 bytes in governor's sharded
 //!   `DashMap` store) per key seen within the last `burst / rate` seconds
 //!   plus up to one sweep interval; `retain_recent` drops keys whose bucket
@@ -75,7 +82,8 @@
 //!
 //! Across reloads: `Admission::next` builds the state for changed limits
 //! on the tables of the previous one where they mean the same thing (same
-//! source prefixes; for the rate table, the same rate), so the per-source
+//! source prefixes; for the rate table, the same rate; for the attempt
+//! table, the same count and period), so the per-source
 //! counts of connections still open carry over and a lowered cap holds at
 //! once; `RouteGate::next` does the same for a route, its open count
 //! included. The concurrency table therefore keeps no cap of its own.
@@ -102,6 +110,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
+use attempts::AttemptTable;
+
+pub(crate) mod attempts;
+#[cfg(test)]
+mod attempts_tests;
 use crate::close_reason::CloseReason;
 use crate::wire::cidr::{self, canonical};
 
@@ -246,7 +259,7 @@ pub enum Refusal {
     /// The source already has `connections_per_source` connections open.
     #[error("source has too many open connections")]
     Concurrent,
-    /// The source is over `connection_rate_per_source`.
+    /// The source is over `connection_rate_per_source` or `attempts_per_source`.
     #[error("source opens connections too fast")]
     Rate,
 }
@@ -346,6 +359,8 @@ pub struct Admission<C: Clock = DefaultClock> {
     /// key; present when either counting limit is set.
     concurrent: Option<Arc<SourceTable>>,
     rate: Option<Arc<KeyedGcra<C>>>,
+    /// `attempts_per_source`'s counters (shared across reloads as `rate`).
+    attempts: Option<Arc<AttemptTable<SourceKey, C>>>,
     /// What the source table's times count from (carried over with it).
     clock: C,
     epoch: C::Instant,
@@ -371,6 +386,8 @@ pub struct Tracked {
     pub concurrent_capacity: usize,
     /// Keys with a rate-limiter cell.
     pub rate_keys: usize,
+    /// Keys with an `attempts_per_source` counter.
+    pub attempt_keys: usize,
     /// Keys in the source table: those with open connections, and those
     /// remembered for `/sources` since (see `SourceTable`).
     pub sources: usize,
@@ -388,8 +405,12 @@ impl<C: Clock + Clone> Admission<C> {
     /// a fake one to step through rate windows).
     pub fn with_clock(limits: &Limits, clock: C) -> Admission<C> {
         let concurrent = (limits.connections_per_source.is_some()
-            || limits.rate_per_source.is_some())
+            || limits.rate_per_source.is_some()
+            || limits.attempts_per_source.is_some())
         .then(|| Arc::new(SourceTable::default()));
+        let attempts = limits
+            .attempts_per_source
+            .map(|a| AttemptTable::new(a.count, a.period, clock.clone()));
         let epoch = clock.now();
         let rate = limits.rate_per_source.map(|rate| {
             let mut gcra = KeyedGcra::new(rate, clock.clone());
@@ -400,6 +421,7 @@ impl<C: Clock + Clone> Admission<C> {
             limits: limits.clone(),
             concurrent,
             rate,
+            attempts,
             clock,
             epoch,
             counters: Counters::default(),
@@ -412,7 +434,8 @@ impl<C: Clock + Clone> Admission<C> {
     /// at once. The source table (with the counts of open connections and
     /// what `/sources` shows) carries over when the source prefixes are
     /// unchanged (its keys are cut by them) and both set a counting limit;
-    /// the rate table when the prefixes and the rate are unchanged.
+    /// the rate table when the prefixes and the rate are unchanged; the
+    /// attempt table when the prefixes, the count and the period are.
     /// A table that cannot carry over starts empty: a limit turned on by
     /// the reload counts from then on, since an unset limit keeps no table.
     pub(crate) fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
@@ -431,6 +454,13 @@ impl<C: Clock + Clone> Admission<C> {
                 next.rate = Some(Arc::new(
                     rate.with_counts_refused(limits.rate_counts_refused),
                 ));
+            }
+        }
+        if let (true, Some(was), Some(wanted)) =
+            (same_keys, &self.attempts, limits.attempts_per_source)
+        {
+            if was.counts(wanted.count, wanted.period) {
+                next.attempts = Some(was.clone());
             }
         }
         next
@@ -502,6 +532,9 @@ impl<C: Clock + Clone> Admission<C> {
     fn count(&self, key: SourceKey, ja4: Option<&str>) -> Result<Admitted, Refusal> {
         let dry_run = self.limits.dry_run;
         let mut would_refuse = None;
+        // Counted before anything can refuse it, as `track-sc0` counts a
+        // connection before a `reject` rule reads the count.
+        let within_attempts = self.attempts.as_ref().is_none_or(|a| a.attempt(key));
 
         let cap = self
             .limits
@@ -539,23 +572,22 @@ impl<C: Clock + Clone> Admission<C> {
             },
         };
 
-        if let Some(rate) = &self.rate {
-            if !rate.check(&key) {
-                let table = self.concurrent.as_ref();
-                if !dry_run {
-                    // `guard` drops here, giving back the concurrency slot.
-                    self.counters.limit_rate.fetch_add(1, Ordering::Relaxed);
-                    if let Some(table) = table {
-                        table.count(&key, Reason::Rate);
-                    }
-                    return Err(Refusal::Rate);
-                }
-                self.counters.dry_run_rate.fetch_add(1, Ordering::Relaxed);
+        let within_rate = self.rate.as_ref().is_none_or(|rate| rate.check(&key));
+        if !(within_rate && within_attempts) {
+            let table = self.concurrent.as_ref();
+            if !dry_run {
+                // `guard` drops here, giving back the concurrency slot.
+                self.counters.limit_rate.fetch_add(1, Ordering::Relaxed);
                 if let Some(table) = table {
-                    table.count(&key, Reason::DryRunRate);
+                    table.count(&key, Reason::Rate);
                 }
-                would_refuse.get_or_insert(Refusal::Rate);
+                return Err(Refusal::Rate);
             }
+            self.counters.dry_run_rate.fetch_add(1, Ordering::Relaxed);
+            if let Some(table) = table {
+                table.count(&key, Reason::DryRunRate);
+            }
+            would_refuse.get_or_insert(Refusal::Rate);
         }
         self.counters.admitted.fetch_add(1, Ordering::Relaxed);
         Ok(Admitted {
@@ -595,6 +627,9 @@ impl<C: Clock + Clone> Admission<C> {
         if let Some(rate) = &self.rate {
             rate.sweep();
         }
+        if let Some(attempts) = &self.attempts {
+            attempts.sweep();
+        }
         if let Some(table) = &self.concurrent {
             table.sweep(self.now(), self.forget_after());
         }
@@ -607,12 +642,19 @@ impl<C: Clock + Clone> Admission<C> {
 
     /// How long a source with no open connection and no refusal stays in
     /// the source table: as long as the rate table keeps its cell (one
-    /// burst window, `burst / rate`), and not at all without a rate (as
-    /// before, its entry goes with its last connection, at the next sweep).
+    /// burst window, `burst / rate`) or the attempt table its counter (two
+    /// periods), and not at all without either (as before, its entry goes
+    /// with its last connection, at the next sweep).
     fn forget_after(&self) -> Nanos {
-        self.rate
+        let rate = self
+            .rate
             .as_ref()
-            .map_or(Nanos::from(0u64), |r| r.tau + r.t)
+            .map_or(Nanos::from(0u64), |r| r.tau + r.t);
+        let attempts = self
+            .attempts
+            .as_ref()
+            .map_or(Nanos::from(0u64), |a| Nanos::from(a.memory()));
+        rate.max(attempts)
     }
 
     /// The source table's rows (see [`SourceRow`]); empty when neither
@@ -639,6 +681,9 @@ impl<C: Clock + Clone> Admission<C> {
         if let Some(rate) = &self.rate {
             rate.cells.store.remove(&found);
         }
+        if let Some(attempts) = &self.attempts {
+            attempts.remove(&found);
+        }
         true
     }
 
@@ -653,6 +698,7 @@ impl<C: Clock + Clone> Admission<C> {
             concurrent_keys,
             concurrent_capacity,
             rate_keys: self.rate.as_ref().map_or(0, |r| r.len()),
+            attempt_keys: self.attempts.as_ref().map_or(0, |a| a.len()),
             sources: self.concurrent.as_ref().map_or(0, |t| t.len()),
         }
     }
@@ -1288,7 +1334,10 @@ pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
                     limit_rate = delta.limit_rate,
                     dry_run_concurrent = delta.dry_run_concurrent,
                     dry_run_rate = delta.dry_run_rate,
-                    tracked_sources = tracked.concurrent_keys.max(tracked.rate_keys),
+                    tracked_sources = tracked
+                        .concurrent_keys
+                        .max(tracked.rate_keys)
+                        .max(tracked.attempt_keys),
                     "admission refused connections"
                 );
             }

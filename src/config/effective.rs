@@ -324,6 +324,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         deny,
         rate_counts_refused,
         limit_key,
+        attempts_per_source,
     } = limits;
     let (rate, burst) = match rate_per_source {
         Some(Rate { per_second, burst }) => (
@@ -346,6 +347,9 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         deny: deny.blocks().iter().map(|c| c.to_string()).collect(),
         rate_counts_refused: Some(*rate_counts_refused),
         limit_key: Some(limit_key.as_str().to_owned()),
+        // Shown only when set: a period alone is a `check` error.
+        attempts_per_source: attempts_per_source.map(|a| i64::from(a.count.get())),
+        attempts_period: attempts_per_source.map(|a| duration(a.period)),
     }
 }
 

@@ -163,6 +163,11 @@ pub struct LimitsSection {
     /// What the counting limits count by: `"source"`, `"ja4"` or
     /// `"source+ja4"`.
     pub limit_key: Option<String>,
+    /// Attempts (admitted or refused) one source may make within
+    /// `attempts_period`, counted as HAProxy's `conn_rate`.
+    pub attempts_per_source: Option<i64>,
+    /// The sliding period of `attempts_per_source` (default 1s).
+    pub attempts_period: Option<String>,
 }
 
 /// A limit given as a count, or `false` to turn it off (`true` is an error:

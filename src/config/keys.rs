@@ -24,11 +24,11 @@
 use std::ops::RangeInclusive;
 
 use super::{
-    ADDRESS_CONNECTIONS_RANGE, BACKLOG_RANGE, BANDWIDTH_RANGE, BURST_RANGE, CONNECT_ATTEMPTS_RANGE,
-    KEEPALIVE_COUNT_RANGE, KEEPALIVE_SECS_RANGE, LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE,
-    MAX_CONNECTIONS_RANGE, MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE,
-    PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE,
-    TLV_TYPE_RANGE, WEIGHT_RANGE,
+    ADDRESS_CONNECTIONS_RANGE, ATTEMPTS_PERIOD_MS_RANGE, BACKLOG_RANGE, BANDWIDTH_RANGE,
+    BURST_RANGE, CONNECT_ATTEMPTS_RANGE, KEEPALIVE_COUNT_RANGE, KEEPALIVE_SECS_RANGE,
+    LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE, MAX_FAILS_RANGE,
+    MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE,
+    RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
 };
 
 /// One key of the file.
@@ -393,6 +393,12 @@ pub static KEYS: &[Key] = &[
         "Sources refused before anything else."),
     key("listener.limits.rate_counts_refused", Kind::Bool, Value("false"),
         "Refused attempts spend rate tokens too (HAProxy `conn_rate`)."),
+    key("listener.limits.attempts_per_source", Kind::Integer, Unset("unlimited"),
+        "Attempts (admitted or refused) one source may make within `attempts_period`, counted as HAProxy's `conn_rate`; over it: `limit_rate`.")
+        .range(RATE_RANGE).unit("attempts"),
+    key("listener.limits.attempts_period", Kind::Duration, Unset("\"1s\" with `attempts_per_source`"),
+        "The sliding period `attempts_per_source` counts over; needs `attempts_per_source`.")
+        .range(ATTEMPTS_PERIOD_MS_RANGE).unit("milliseconds"),
     // ----------------------------------------------------------------- route
     key("listener.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
         "What the counting limits count by; with the JA4 they are decided once the hello is read."),
@@ -466,6 +472,12 @@ pub static KEYS: &[Key] = &[
         "Sources refused on this route (`route_denied`)."),
     key("route.limits.rate_counts_refused", Kind::Bool, Value("false"),
         "Refused attempts spend the route's rate tokens too."),
+    key("route.limits.attempts_per_source", Kind::Integer, Unset("unlimited"),
+        "Attempts one source may make on this route within `attempts_period`, counted as HAProxy's `conn_rate` (`route_limit_rate`).")
+        .range(RATE_RANGE).unit("attempts"),
+    key("route.limits.attempts_period", Kind::Duration, Unset("\"1s\" with `attempts_per_source`"),
+        "The sliding period the route's `attempts_per_source` counts over.")
+        .range(ATTEMPTS_PERIOD_MS_RANGE).unit("milliseconds"),
     key("route.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
         "What the route's counting limits count by."),
     // --------------------------------------------------------------- backend

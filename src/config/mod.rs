@@ -44,8 +44,8 @@ pub(crate) use settings::{
     LookupHeader, LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
 };
 pub use settings::{
-    Backend, Bandwidth, ByteRate, Cluster, ClusterLookup, ClusterProtocol, Egress, Keepalive,
-    Limits, Member, Mode, Outbound, Policy, Rate, SourceAddresses,
+    Attempts, Backend, Bandwidth, ByteRate, Cluster, ClusterLookup, ClusterProtocol, Egress,
+    Keepalive, Limits, Member, Mode, Outbound, Policy, Rate, SourceAddresses,
 };
 pub(crate) use settings::{Facility, Log, LogTarget, SyslogAddress, SyslogFormat};
 
@@ -216,6 +216,10 @@ const KEEPALIVE_COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
 // `max_connection_rate` and `connection_rate_per_source` default to
 // unlimited; a burst defaults to one second's worth of its rate.
 
+/// `attempts_period` when `attempts_per_source` is set without it: one
+/// second, as HAProxy's `conn_rate(1s)`.
+pub(crate) const DEFAULT_ATTEMPTS_PERIOD: Duration = Duration::from_secs(1);
+
 /// `[[listener]] min_tls_version`: unset, every version is accepted.
 pub(crate) const DEFAULT_MIN_TLS_VERSION: Option<TlsVersion> = None;
 /// `[[listener]] ech`: ECH hellos are routed like any other.
@@ -231,6 +235,9 @@ const THREADS_RANGE: std::ops::RangeInclusive<i64> = 1..=1024;
 const PIPE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 4096..=1_048_576;
 const MAX_PIPES_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 const RATE_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+/// `attempts_period`, in milliseconds (HAProxy counts in millisecond
+/// ticks): long enough to count a burst, at most an hour.
+const ATTEMPTS_PERIOD_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=3_600_000;
 /// `rate_up` and the other bandwidth rates, in bytes per second: from
 /// 1 KB/s (below it a connection is stalled, not shaped) to 1 TB/s.
 const BANDWIDTH_RANGE: std::ops::RangeInclusive<i64> = 1_000..=1_000_000_000_000;

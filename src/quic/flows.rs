@@ -1470,6 +1470,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() {
+        // The accept gate is the listener's one `Admission`: with
+        // `attempts_per_source = 3` a source's fourth new flow within the
+        // period is refused as `limit_rate`, closed before it is held.
+        let generation = generation("connections_per_source = false\nattempts_per_source = 3");
+        let permits = permits(10);
+        let mut table = FlowTable::<u32>::new(None);
+        let now = Instant::now();
+        let flight = initials("example.com", 1);
+        let started: Vec<bool> = (0..5)
+            .map(|port| {
+                let from = addr(&format!("192.0.2.1:{}", 5000 + port));
+                table.start(now, from, &flight[0], &generation, &permits)
+            })
+            .collect();
+        assert_eq!(started, [true, true, true, false, false]);
+        assert!(table.start(
+            now,
+            addr("192.0.2.2:5000"),
+            &flight[0],
+            &generation,
+            &permits
+        ));
+        let counts = generation.admission.counters.snapshot();
+        assert_eq!((counts.admitted, counts.limit_rate), (4, 2));
+    }
+
+    #[tokio::test]
     async fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         // Per source, through the accept gate: one flow per address.
         let generation_1 = generation("connections_per_source = 1");

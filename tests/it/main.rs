@@ -43,6 +43,7 @@ mod bandwidth;
 
 // Admission and limits.
 mod admission;
+mod admission_attempts;
 mod limits_config;
 mod route_limits;
 mod route_rules;

@@ -70,6 +70,7 @@ impl Checker {
                 found
             }
         };
+        let attempts = self.attempts(key, section);
         let allow = self.cidrs(&format!("{key}.allow"), &section.allow);
         let deny = self.cidrs(&format!("{key}.deny"), &section.deny);
         if self.problems.len() > problems {
@@ -88,6 +89,72 @@ impl Checker {
             deny,
             rate_counts_refused: section.rate_counts_refused.unwrap_or(false),
             limit_key: limit_key?,
+            attempts_per_source: attempts?,
         })
+    }
+
+    /// `attempts_per_source` and `attempts_period`, and what they exclude:
+    /// the GCRA rate (two counts of one thing would disagree) and
+    /// `rate_counts_refused` (the attempts count refused ones always).
+    fn attempts(&mut self, key: &str, section: &LimitsSection) -> Option<Option<Attempts>> {
+        let attempts_key = format!("{key}.attempts_per_source");
+        let period_key = format!("{key}.attempts_period");
+        let Some(count) = section.attempts_per_source else {
+            if let Some(period) = &section.attempts_period {
+                self.problem(
+                    period_key,
+                    format!("{period:?} is set without attempts_per_source"),
+                );
+                return None;
+            }
+            return Some(None);
+        };
+        let mut fine = true;
+        if section.connection_rate_per_source.is_some() {
+            self.problem(
+                attempts_key.clone(),
+                "is set with connection_rate_per_source: choose one (attempts_per_source counts \
+                 every attempt over a sliding period, as HAProxy's conn_rate; the rate is a token bucket)",
+            );
+            fine = false;
+        }
+        if section.rate_counts_refused == Some(true) {
+            self.problem(
+                format!("{key}.rate_counts_refused"),
+                "true is set with attempts_per_source, which always counts refused attempts: remove it",
+            );
+            fine = false;
+        }
+        let count = self.optional_nonzero(&attempts_key, Some(count), RATE_RANGE);
+        let period = self.duration(
+            &period_key,
+            &section.attempts_period,
+            DEFAULT_ATTEMPTS_PERIOD,
+        );
+        let period = period.and_then(|period| {
+            let text = section.attempts_period.as_deref().unwrap_or_default();
+            if period.subsec_nanos() % 1_000_000 != 0 {
+                self.problem(
+                    period_key.clone(),
+                    format!("{text:?} is not a whole number of milliseconds (periods are counted in milliseconds, as HAProxy's)"),
+                );
+                return None;
+            }
+            let ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX);
+            if !ATTEMPTS_PERIOD_MS_RANGE.contains(&ms) {
+                self.problem(
+                    period_key.clone(),
+                    format!(
+                        "{text:?} is out of range ({}ms..={}ms)",
+                        ATTEMPTS_PERIOD_MS_RANGE.start(),
+                        ATTEMPTS_PERIOD_MS_RANGE.end()
+                    ),
+                );
+                return None;
+            }
+            Some(period)
+        });
+        let (count, period) = (count?, period?);
+        fine.then_some(Some(Attempts { count, period }))
     }
 }

@@ -117,9 +117,28 @@ pub struct Limits {
     /// source that keeps trying faster than its rate stays refused instead
     /// of getting exactly its rate through. Costs nothing extra.
     pub rate_counts_refused: bool,
-    /// What the counting limits (open connections, rate) count by: the
-    /// source, the hello's JA4, or both (`limit_key`).
+    /// What the counting limits (open connections, rate, attempts) count
+    /// by: the source, the hello's JA4, or both (`limit_key`).
     pub limit_key: LimitKey,
+    /// `attempts_per_source` within `attempts_period`: a sliding count of
+    /// every attempt, refused ones included, as HAProxy's `conn_rate`;
+    /// `None` is unlimited. Exclusive of `rate_per_source`.
+    ///
+    /// Memory: ~64 bytes per key seen within the last two periods (see
+    /// `admission::attempts`); quiet keys are dropped by the sweep. Hot
+    /// path: one mutex hold, one hash of the key and a few integer
+    /// operations.
+    pub attempts_per_source: Option<Attempts>,
+}
+
+/// `attempts_per_source` attempts within `attempts_period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempts {
+    /// `attempts_per_source`: the most attempts counted within a period;
+    /// the attempt that makes the count exceed it is refused.
+    pub count: NonZeroU32,
+    /// `attempts_period`: the sliding period, in whole milliseconds.
+    pub period: Duration,
 }
 
 /// `limit_key`: what `connections_per_source` and the rate count by.
@@ -180,6 +199,7 @@ impl Limits {
             deny: CidrSet::default(),
             rate_counts_refused: false,
             limit_key: LimitKey::Source,
+            attempts_per_source: None,
         }
     }
 }
