@@ -252,6 +252,8 @@ async fn exact_names_with_a_default_backend_route_as_haproxy_does() {
         Conn::http().differs("unparsed-to-default"),
         Conn::nothing().differs("unparsed-to-default"),
         Conn::hello("app2.example.net").split(4, 80),
+        Conn::hello("app1 example.net").differs("invalid-name-refused"),
+        Conn::hello_names(&["app1.example.net", "app2.example.net"]).differs("strict-hello"),
     ];
     let results = compare(
         "sni-exact-names.cfg",
@@ -272,7 +274,9 @@ async fn exact_names_with_a_default_backend_route_as_haproxy_does() {
             s(default),
             s(default),
             s(default),
-            s(app2)
+            s(app2),
+            s(default),
+            s(app1)
         ]
     );
 }

@@ -28,6 +28,7 @@
 
 use super::*;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,6 +76,8 @@ pub(crate) fn import(file: &std::path::Path) -> (i32, String, String) {
 pub(crate) enum Payload {
     /// A ClientHello naming these SNI bytes as they are, or without SNI.
     Hello(Option<Vec<u8>>),
+    /// A ClientHello whose SNI extension lists several host names.
+    Names(Vec<Vec<u8>>),
     /// The first `n` bytes of a ClientHello for the name.
     Truncated(String, usize),
     /// An HTTP/1.1 request: bytes that are no TLS.
@@ -121,6 +124,14 @@ impl Conn {
         Conn::new(
             name.to_owned(),
             Payload::Hello(Some(name.as_bytes().into())),
+        )
+    }
+
+    /// A ClientHello whose server_name list holds each of `names`.
+    pub(crate) fn hello_names(names: &[&str]) -> Conn {
+        Conn::new(
+            names.join(" + "),
+            Payload::Names(names.iter().map(|n| n.as_bytes().to_vec()).collect()),
         )
     }
 
@@ -190,9 +201,10 @@ impl Conn {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         match &self.payload {
-            Payload::Hello(name) => client_hello_bytes(name.as_deref(), n),
+            Payload::Hello(name) => client_hello_bytes(name.as_slice(), n),
+            Payload::Names(names) => client_hello_bytes(names, n),
             Payload::Truncated(name, len) => {
-                client_hello_bytes(Some(name.as_bytes()), n)[..*len].to_vec()
+                client_hello_bytes(&[name.as_bytes().to_vec()], n)[..*len].to_vec()
             }
             Payload::Http => format!("GET /{n} HTTP/1.1\r\nHost: example.com\r\n\r\n").into(),
             Payload::Nothing => Vec::new(),
@@ -200,21 +212,25 @@ impl Conn {
     }
 }
 
-/// A TLS 1.3 ClientHello (in a TLS 1.0 record, as clients send it) naming
-/// `sni` byte for byte, or none; `unique` fills the random. Built here
-/// rather than by a TLS library so that names a library would refuse or
-/// normalise (upper case, a trailing dot, `_`) go out as written.
-pub(crate) fn client_hello_bytes(sni: Option<&[u8]>, unique: u64) -> Vec<u8> {
+/// A TLS 1.3 ClientHello (in a TLS 1.0 record, as clients send it) whose
+/// server_name extension lists the names of `sni` byte for byte (none: no
+/// extension); `unique` fills the random. Built here rather than by a TLS
+/// library so that names a library would refuse or normalise (upper case,
+/// a trailing dot, `_`, several names) go out as written.
+pub(crate) fn client_hello_bytes(sni: &[Vec<u8>], unique: u64) -> Vec<u8> {
     fn ext(out: &mut Vec<u8>, kind: u16, body: &[u8]) {
         out.extend(kind.to_be_bytes());
         out.extend((body.len() as u16).to_be_bytes());
         out.extend(body);
     }
     let mut exts = Vec::new();
-    if let Some(name) = sni {
-        let mut list = vec![0u8];
-        list.extend((name.len() as u16).to_be_bytes());
-        list.extend(name);
+    if !sni.is_empty() {
+        let mut list = Vec::new();
+        for name in sni {
+            list.push(0u8);
+            list.extend((name.len() as u16).to_be_bytes());
+            list.extend(name);
+        }
         let mut body = (list.len() as u16).to_be_bytes().to_vec();
         body.extend(list);
         ext(&mut exts, 0, &body);
@@ -639,29 +655,56 @@ pub(crate) async fn run(both: &Both, script: &[Conn]) -> Vec<(Outcome, Outcome)>
 }
 
 /// Plays `script` against one proxy, every connection on its own task.
+/// The connections of one source connect in the script's order (one task
+/// per source starts them), so which of a burst's connections a limit
+/// takes is the script's choice, not the scheduler's.
 pub(crate) async fn run_side(to: SocketAddr, servers: &Recorders, script: &[Conn]) -> Vec<Outcome> {
     let start = Instant::now();
-    let tasks: Vec<_> = script
-        .iter()
-        .map(|conn| {
-            let conn = conn.clone();
+    let sources: BTreeSet<u8> = script.iter().map(|c| c.from).collect();
+    let lanes: Vec<_> = sources
+        .into_iter()
+        .map(|from| {
+            let lane: Vec<(usize, Conn)> = script
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.from == from)
+                .map(|(i, c)| (i, c.clone()))
+                .collect();
             let records = servers.records.clone();
             tokio::spawn(async move {
-                tokio::time::sleep_until(start + conn.at).await;
-                let (outcome, stream) = play(to, &conn, &records).await;
-                // Kept open to the script's end, as a client that stays.
-                (outcome, stream)
+                let mut tasks = Vec::new();
+                let mut lane = lane;
+                lane.sort_by_key(|(_, c)| c.at);
+                for (i, conn) in lane {
+                    tokio::time::sleep_until(start + conn.at).await;
+                    let connected = connect_from(source(&conn), to).await;
+                    let records = records.clone();
+                    tasks.push((
+                        i,
+                        tokio::spawn(async move {
+                            play_connected(to, connected, &conn, &records).await
+                        }),
+                    ));
+                }
+                tasks
             })
         })
         .collect();
-    let mut outcomes = Vec::new();
-    let mut open = Vec::new();
-    for task in tasks {
-        let (outcome, stream) = task.await.unwrap();
-        outcomes.push(outcome);
-        open.push(stream);
+    let mut by_index = BTreeMap::new();
+    for lane in lanes {
+        for (i, task) in lane.await.unwrap() {
+            by_index.insert(i, task.await.unwrap());
+        }
     }
-    outcomes
+    // The open streams live to here, as clients that stay to the end.
+    by_index
+        .into_values()
+        .map(|(outcome, _stream)| outcome)
+        .collect()
+}
+
+fn source(conn: &Conn) -> std::net::IpAddr {
+    std::net::IpAddr::V4(Ipv4Addr::new(127, 0, 0, conn.from))
 }
 
 /// Plays one connection now; its outcome, and the stream if still open.
@@ -670,9 +713,19 @@ async fn play(
     conn: &Conn,
     records: &Mutex<Vec<Record>>,
 ) -> (Outcome, Option<TcpStream>) {
+    let connected = connect_from(source(conn), to).await;
+    play_connected(to, connected, conn, records).await
+}
+
+/// Plays one connection on a connect's result.
+async fn play_connected(
+    to: SocketAddr,
+    connected: std::io::Result<TcpStream>,
+    conn: &Conn,
+    records: &Mutex<Vec<Record>>,
+) -> (Outcome, Option<TcpStream>) {
     let bytes = conn.bytes();
-    let from = std::net::IpAddr::V4(Ipv4Addr::new(127, 0, 0, conn.from));
-    let Ok(mut stream) = connect_from(from, to).await else {
+    let Ok(mut stream) = connected else {
         let outcome = Outcome {
             relayed: None,
             answered: None,

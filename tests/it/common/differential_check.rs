@@ -116,6 +116,19 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
         id: "trailing-dot",
         shape: |h, s| s.relayed.is_some() && h.relayed != s.relayed,
     },
+    // A server name that is no host name (here with a space): HAProxy's
+    // default backend takes it, snirelay refuses it with
+    // `unrecognized_name` even where a default route exists.
+    Difference {
+        id: "invalid-name-refused",
+        shape: |h, s| h.relayed.is_some() && s.relayed.is_none() && s.end == End::Alert(112),
+    },
+    // A hello whose server_name lists two host names (RFC 6066 allows one):
+    // HAProxy routes on the first, snirelay refuses the hello as malformed.
+    Difference {
+        id: "strict-hello",
+        shape: |h, s| h.relayed.is_some() && refused_quietly(s),
+    },
     // The same server and PROXY v2 addresses; snirelay's header adds its
     // AUTHORITY (the SNI) and UNIQUE_ID TLVs, HAProxy's send-proxy-v2 none.
     Difference {
