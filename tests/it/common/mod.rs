@@ -1456,6 +1456,7 @@ pub(crate) mod netns;
 
 pub(crate) mod differential;
 pub(crate) mod differential_check;
+pub(crate) mod differential_script;
 
 // ------------------------------------------------ run-time control (issue 16)
 
