@@ -338,3 +338,40 @@ async fn an_end_suffix_and_its_apex_route_as_haproxy_does() {
     expected.extend([s.clone(), s]);
     assert_eq!(servers_of(&results), expected);
 }
+
+/// Real clients' first flights (OpenSSL, curl, Chromium with a
+/// post-quantum key share and GREASE ECH, Go, Node, GnuTLS without SNI,
+/// and OpenSSL's hello split over two TLS records, which both reassemble)
+/// on the wildcard edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_hellos_route_as_haproxy_routes_them() {
+    let ingress = "192.0.2.31:443";
+    let script: Vec<Conn> = [
+        "openssl_sni.bin",
+        "openssl_two_records.bin",
+        "curl.bin",
+        "chromium_pq.bin",
+        "go_crypto_tls.bin",
+        "node_https.bin",
+        "wget_gnutls.bin",
+    ]
+    .iter()
+    .map(|f| Conn::capture(f))
+    .collect();
+    let mut script = script;
+    script[6] = script[6].clone().differs("alert-on-unmatched");
+    let results = compare("sni-suffix-end.cfg", |t| t, &answer(&[ingress]), &script).await;
+    let s = Some(ingress.to_owned());
+    assert_eq!(
+        servers_of(&results),
+        [
+            s.clone(),
+            s.clone(),
+            s.clone(),
+            s.clone(),
+            s.clone(),
+            s,
+            None
+        ]
+    );
+}

@@ -22,6 +22,9 @@ pub(crate) enum Payload {
     Hello(Option<Vec<u8>>),
     /// A ClientHello whose SNI extension lists several host names.
     Names(Vec<Vec<u8>>),
+    /// A real client's first flight, captured in tests/data (the same bytes
+    /// every time: one such connection per script and side).
+    Capture(String),
     /// The first `n` bytes of a ClientHello for the name.
     Truncated(String, usize),
     /// An HTTP/1.1 request: bytes that are no TLS.
@@ -77,6 +80,11 @@ impl Conn {
             names.join(" + "),
             Payload::Names(names.iter().map(|n| n.as_bytes().to_vec()).collect()),
         )
+    }
+
+    /// The captured first flight tests/data/`file` of a real client.
+    pub(crate) fn capture(file: &str) -> Conn {
+        Conn::new(file.to_owned(), Payload::Capture(file.to_owned()))
     }
 
     pub(crate) fn no_sni() -> Conn {
@@ -147,6 +155,7 @@ impl Conn {
         match &self.payload {
             Payload::Hello(name) => client_hello_bytes(name.as_slice(), n),
             Payload::Names(names) => client_hello_bytes(names, n),
+            Payload::Capture(file) => super::capture(file),
             Payload::Truncated(name, len) => {
                 client_hello_bytes(&[name.as_bytes().to_vec()], n)[..*len].to_vec()
             }
