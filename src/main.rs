@@ -14,9 +14,9 @@
 //!
 //! `probe` has its own exit codes: 0 every address healthy, 1 some, 2 none
 //! (or the probe could not run). `ctl`: 0 done, 1 refused by the relay, 2
-//! the relay could not be asked. `import-haproxy`: 0 every line
-//! translated, 1 some not, 2 the file cannot be read or has no mode tcp
-//! frontend.
+//! the relay could not be asked. `import-haproxy` (and with
+//! `--check`): 0 no line left untranslated (lines that need no key do not
+//! count), 1 some, 2 the file cannot be read or has no mode tcp frontend.
 
 use std::process::ExitCode;
 

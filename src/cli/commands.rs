@@ -65,14 +65,19 @@ fn import_haproxy(args: &ImportHaproxyArgs) -> ExitCode {
         }
     };
     let source = args.file.display().to_string();
-    match super::haproxy_import::translate(&text, &source) {
+    let read = |file: &str| std::fs::read_to_string(file).map_err(|e| e.to_string());
+    match super::haproxy_import::translate(&text, &source, &read) {
         Ok(translation) => {
-            print!("{}", translation.toml);
+            if args.check {
+                print!("{}", translation.check);
+            } else {
+                print!("{}", translation.toml);
+            }
             if translation.not_translated.is_empty() {
                 ExitCode::SUCCESS
             } else {
                 eprintln!(
-                    "snirelay import-haproxy: {} line(s) not translated (listed at the top of the output):",
+                    "snirelay import-haproxy: {} line(s) not translated (listed in the output):",
                     translation.not_translated.len()
                 );
                 for (line, text, why) in &translation.not_translated {

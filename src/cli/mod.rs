@@ -79,10 +79,12 @@ pub enum Command {
     /// Translate an HAProxy configuration (the mode tcp subset of an SNI edge) into snirelay TOML on stdout.
     ///
     /// Every HAProxy line is accounted for in a comment: beside the key it
-    /// became, as needing no key, or as not translated (with its line
-    /// number and why). Exits 0 when every line was translated, 1 when
-    /// some were not (the TOML is still printed), 2 when FILE cannot be
-    /// read or has no mode tcp frontend. `--config` is not used.
+    /// became, as needing no key (snirelay does the same without one), or
+    /// as not translated (with its line number and why; stderr lists
+    /// these too). Exits 0 when no line is left untranslated (lines that
+    /// need no key do not count), 1 when some are (the TOML is still
+    /// printed), 2 when FILE cannot be read or has no mode tcp frontend.
+    /// `--config` is not used.
     ImportHaproxy(ImportHaproxyArgs),
 }
 
@@ -91,6 +93,13 @@ pub enum Command {
 pub struct ImportHaproxyArgs {
     /// The HAProxy configuration file (haproxy.cfg).
     pub file: PathBuf,
+
+    /// Print, instead of the TOML, each HAProxy line that decides a
+    /// connection's outcome beside the snirelay key and value that make
+    /// the same decision, or why none does ("no key", "not translated"):
+    /// a table to audit a migration by. Same exit codes.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `snirelay ctl [--json] SUBCOMMAND`

@@ -46,6 +46,23 @@ impl Cidr {
         self.prefix
     }
 
+    /// The network's first address.
+    pub(crate) fn first(&self) -> IpAddr {
+        self.network
+    }
+
+    /// The address just after the network's last, if there is one.
+    pub(crate) fn after_last(&self) -> Option<IpAddr> {
+        match self.network {
+            IpAddr::V4(net) => (u32::from(net) | !mask32(self.prefix))
+                .checked_add(1)
+                .map(|a| IpAddr::V4(a.into())),
+            IpAddr::V6(net) => (u128::from(net) | !mask128(self.prefix))
+                .checked_add(1)
+                .map(|a| IpAddr::V6(a.into())),
+        }
+    }
+
     /// Whether `ip` lies inside this network.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);

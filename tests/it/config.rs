@@ -156,13 +156,16 @@ fn the_readme_migration_example_loads() {
     assert_eq!(tls.idle_timeout, Duration::from_secs(300));
     assert_eq!(tls.half_close_timeout, Duration::from_secs(15));
     assert_eq!(tls.limits.connections_per_source, NonZeroU32::new(100));
-    let rate = tls.limits.rate_per_source.expect("a per-source rate");
+    let attempts = tls
+        .limits
+        .attempts_per_source
+        .expect("a per-source count of attempts");
     assert_eq!(
-        (rate.per_second.get(), rate.burst.get()),
-        (30, 30),
+        (attempts.count.get(), attempts.period),
+        (30, Duration::from_secs(1)),
         "sc0_conn_rate gt 30 over conn_rate(1s)"
     );
-    assert!(tls.limits.rate_counts_refused);
+    assert_eq!(tls.limits.rate_per_source, None);
     assert_eq!(tls.limits.source_prefix_v4, 32);
     let sni = |s: &str| snirelay::wire::sni::Sni::parse(s.as_bytes()).unwrap();
     assert!(tls.matcher.find(&sni("example.com")).is_some());

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::differential::{fixture, import};
+pub(crate) use common::differential::{fixture, import, import_with};
 use common::scratch_dir;
 use snirelay::config::Config;
 
 /// `snirelay check` on `toml`, written to a scratch file: exit code and
 /// stdout + stderr.
-fn check(toml: &str) -> (i32, String) {
+pub(crate) fn check(toml: &str) -> (i32, String) {
     let dir = scratch_dir("import-check");
     let path = dir.join("imported.toml");
     std::fs::write(&path, toml).unwrap();

@@ -96,6 +96,7 @@ mod upgrade_load;
 // HAProxy and snirelay side by side on the same traffic.
 mod differential;
 mod differential_limits;
+mod differential_rates;
 mod differential_servers;
 mod differential_timeouts;
 
@@ -105,6 +106,7 @@ mod syslog;
 // Configuration, import, packaging and the code's own structure.
 mod config;
 mod import_haproxy;
+mod import_haproxy_keys;
 mod module_graph;
 mod packaging;
 

@@ -112,7 +112,21 @@ fn admin_socket(
             Ok((admin::AdminSocket::Tcp(socket), Some((dup.into(), local))))
         }
         config::AdminListen::Unix(path) => {
-            use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+            use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+            // A missing directory is made as systemd's RuntimeDirectory=
+            // makes the packaged unit's (mode 0700: only the relay's user
+            // and root reach the socket), so the same file runs outside it.
+            if let Some(dir) = path.parent()
+                && !dir.as_os_str().is_empty()
+                && !dir.exists()
+            {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(failed)?;
+                tracing::info!(dir = %dir.display(), "created the admin socket's directory");
+            }
             if let Ok(meta) = std::fs::symlink_metadata(path)
                 && meta.file_type().is_socket()
             {

@@ -55,8 +55,15 @@ pub(crate) fn fixture(name: &str) -> PathBuf {
 
 /// `snirelay import-haproxy FILE`: exit code, stdout, stderr.
 pub(crate) fn import(file: &std::path::Path) -> (i32, String, String) {
+    import_with(file, &[])
+}
+
+/// `snirelay import-haproxy ARGS… FILE` (`--check`): exit code, stdout,
+/// stderr.
+pub(crate) fn import_with(file: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
         .arg("import-haproxy")
+        .args(args)
         .arg(file)
         .output()
         .unwrap();
@@ -438,6 +445,8 @@ pub(crate) async fn both_ways(text: &str, servers: &[(&str, Mode)]) -> Both {
         "unix:/run/snirelay/admin.sock",
         &format!("unix:{}", dir.join("admin.sock").display()),
     );
+    // The relay's lines stay on stderr, where the harness reads them.
+    toml = toml.replace("target = \"syslog\"", "target = \"stderr\"");
     let relay = Relay::start(&toml).await;
     let snirelay = *relay.listening.values().next().unwrap().first().unwrap();
     Both {

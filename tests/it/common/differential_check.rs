@@ -13,6 +13,10 @@
 //! the same refusal (which of the two the client sees depends on whether
 //! its hello arrived before the proxy closed, in both proxies).
 //!
+//! Connections a script marks as one burst ([`Conn::in_burst`]: arriving
+//! too close together for either proxy to promise an order) are compared
+//! as sorted lists of outcomes instead of one by one.
+//!
 //! A connection that differs must carry the identifier of a listed
 //! difference whose shape ([`DIFFERENCES`]) it has; a connection that
 //! carries one must differ (so a difference that goes away is noticed).
@@ -151,6 +155,7 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
 /// whole table.
 pub(crate) fn check(what: &str, script: &[Conn], results: &[(Outcome, Outcome)]) {
     assert_eq!(script.len(), results.len());
+    let results = &unbursted(script, results);
     let mut table = String::new();
     let mut failures = Vec::new();
     for (conn, (h, s)) in script.iter().zip(results) {
@@ -189,4 +194,28 @@ pub(crate) fn check(what: &str, script: &[Conn], results: &[(Outcome, Outcome)])
     // Shown with `-- --nocapture`, and on failure.
     println!("{}{table}", what.lines().next().unwrap_or(what));
     assert!(failures.is_empty(), "{what}: {failures:#?}\n{table}");
+}
+
+/// `results` with each burst's outcomes (see [`Conn::in_burst`]) sorted,
+/// on each side apart, by what happened (relayed where and with which
+/// header, how it ended), so that the i-th of HAProxy's is compared with
+/// the i-th of snirelay's: which of a burst's connections a limit took is
+/// neither proxy's decision, how many it took is.
+fn unbursted(script: &[Conn], results: &[(Outcome, Outcome)]) -> Vec<(Outcome, Outcome)> {
+    let mut results = results.to_vec();
+    let groups: std::collections::BTreeSet<u32> = script.iter().filter_map(|c| c.burst).collect();
+    let key = |o: &Outcome| (o.relayed.clone(), format!("{:?}", o.end));
+    for group in groups {
+        let at: Vec<usize> = (0..script.len())
+            .filter(|&i| script[i].burst == Some(group))
+            .collect();
+        let mut h: Vec<Outcome> = at.iter().map(|&i| results[i].0.clone()).collect();
+        let mut s: Vec<Outcome> = at.iter().map(|&i| results[i].1.clone()).collect();
+        h.sort_by_key(key);
+        s.sort_by_key(key);
+        for (n, &i) in at.iter().enumerate() {
+            results[i] = (h[n].clone(), s[n].clone());
+        }
+    }
+    results
 }

@@ -50,6 +50,10 @@ pub(crate) struct Conn {
     pub watch: Duration,
     /// The listed difference this connection shows, by identifier.
     pub differs: Option<&'static str>,
+    /// A group of connections that arrive too close together for either
+    /// proxy to promise which of them it takes first (both accept on
+    /// several threads): their outcomes are compared as sorted lists.
+    pub burst: Option<u32>,
 }
 
 impl Conn {
@@ -63,6 +67,7 @@ impl Conn {
             half_close: false,
             watch: WATCH,
             differs: None,
+            burst: None,
         }
     }
 
@@ -139,6 +144,12 @@ impl Conn {
 
     pub(crate) fn labelled(mut self, label: impl Into<String>) -> Conn {
         self.label = label.into();
+        self
+    }
+
+    /// One of the connections of burst `group`.
+    pub(crate) fn in_burst(mut self, group: u32) -> Conn {
+        self.burst = Some(group);
         self
     }
 

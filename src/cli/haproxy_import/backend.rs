@@ -1,0 +1,434 @@
+//! A `backend` (or a `listen` section's backend half): servers, balance,
+//! source addresses, PROXY headers and health checks, into
+//! `[backend.NAME]` and its `[backend.NAME.health]`. Which backends are
+//! read at all is decided by the routes that name them.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+
+use super::parse::{Kind, Line, Section, lines_with, millis, with_defaults};
+use super::toml::{Table, duration, quoted, toml_key};
+use super::{Translator, option_no_key};
+
+/// HAProxy's default check interval (`inter`), rise and fall.
+pub(super) const HAPROXY_DEFAULT_INTER_MS: u64 = 2000;
+pub(super) const HAPROXY_DEFAULT_RISE: u64 = 2;
+pub(super) const HAPROXY_DEFAULT_FALL: u64 = 3;
+
+/// A server line, read.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Server {
+    pub(super) address: String,
+    pub(super) weight: Option<u64>,
+    pub(super) check: bool,
+    pub(super) inter_ms: Option<u64>,
+    pub(super) rise: Option<u64>,
+    pub(super) fall: Option<u64>,
+    pub(super) proxy: Option<&'static str>,
+    /// Its own `source`, as the TOML value of the address entry's key.
+    pub(super) source: Option<String>,
+    /// `backup`: used only while no other server is usable.
+    pub(super) backup: bool,
+    /// `check-send-proxy`: its checks start with a PROXY header.
+    pub(super) check_send_proxy: bool,
+    pub(super) text: String,
+}
+
+/// A backend, read.
+#[derive(Debug, Clone, Default)]
+pub(super) struct BackendInfo {
+    pub(super) connect_ms: Option<(u64, String)>,
+    pub(super) server_ms: Option<(u64, String)>,
+    pub(super) tunnel_ms: Option<(u64, String)>,
+    pub(super) server_fin_ms: Option<(u64, String)>,
+}
+
+impl Translator {
+    pub(super) fn read_backend(&mut self, s: &Section, defaults: Option<&Section>) {
+        self.key(&s.header);
+        let (own, lines) = with_defaults(s, defaults);
+        let is_listen = s.kind == Kind::Listen;
+        let mut info = BackendInfo::default();
+        let mut check_ms: Option<(u64, String)> = None;
+        let mut queue_lines: Vec<&Line> = Vec::new();
+        let mut servers: Vec<(Server, &Line)> = Vec::new();
+        let mut default_server: Vec<String> = Vec::new();
+        let mut balance: Option<(String, &Line)> = None;
+        let mut source: Option<(String, &Line)> = None;
+        for l in lines {
+            let mine = own.contains(&l.no);
+            match l.word(0) {
+                "timeout" => {
+                    let Some(ms) = millis(l.word(2)) else {
+                        continue;
+                    };
+                    let v = Some((ms, l.text.clone()));
+                    match l.word(1) {
+                        "connect" => info.connect_ms = v,
+                        "server" => info.server_ms = v,
+                        "tunnel" => info.tunnel_ms = v,
+                        "server-fin" => info.server_fin_ms = v,
+                        "check" => check_ms = v,
+                        "queue" => queue_lines.push(l),
+                        _ => {}
+                    }
+                }
+                "default-server" => {
+                    default_server = l.words_from(1).to_vec();
+                    self.key(l);
+                }
+                "server" => {
+                    let mut words = vec![l.word(0).to_owned(), l.word(1).to_owned(), l.word(2).to_owned()];
+                    words.extend(default_server.iter().cloned());
+                    words.extend(l.words.iter().skip(3).cloned());
+                    match server(&words) {
+                        Ok(sv) => {
+                            servers.push((sv, l));
+                            self.key(l);
+                        }
+                        Err(why) => self.not(l, why),
+                    }
+                }
+                "balance" => balance = Some((l.word(1).to_owned(), l)),
+                "source" => match source_value(l.words_from(1)) {
+                    Ok((Some(value), used)) if used == l.words_from(1).len() => {
+                        source = Some((value, l));
+                    }
+                    Ok((None, used)) if used == l.words_from(1).len() => {
+                        source = None;
+                        self.no_key(l, "any local address: the host's own choice, snirelay's default");
+                    }
+                    Ok(_) => self.not(l, "words after `source ADDR [usesrc …]` are not translated"),
+                    Err(why) => self.not(l, why),
+                },
+                "retries" if mine => self.not(l, "snirelay tries each address once per connection, up to `connect_attempts` addresses; it never retries the same one"),
+                "option" if option_no_key(l.word(1)).is_some() => {
+                    self.no_key(l, option_no_key(l.word(1)).unwrap_or_default())
+                }
+                "option" if l.word(1) == "allbackups" => self.not(l, "`option allbackups` is not translated: snirelay's `backup = true` addresses follow its own order among themselves (docs/backends.md)"),
+                "option" if mine => self.not(l, format!("`option {}` is not translated", l.word(1))),
+                "mode" | "log" => {}
+                _ if !mine || is_listen => {}
+                other => self.not(l, format!("the keyword `{other}` is not translated")),
+            }
+        }
+        let mut table = Table::new(&format!("[backend.{}]", toml_key(&s.name)));
+        let plain = servers.iter().all(|(sv, _)| sv.weight.unwrap_or(1) == 1);
+        let entries: Vec<String> = servers
+            .iter()
+            .map(|(sv, _)| {
+                let mut keys = vec![format!("address = {}", quoted(&sv.address))];
+                if !plain {
+                    keys.push(format!("weight = {}", sv.weight.unwrap_or(1)));
+                }
+                if let Some(own) = &sv.source {
+                    keys.push(format!("source = {own}"));
+                }
+                if sv.backup {
+                    keys.push("backup = true".to_owned());
+                }
+                match keys.len() {
+                    1 => quoted(&sv.address),
+                    _ => format!("{{ {} }}", keys.join(", ")),
+                }
+            })
+            .collect();
+        let texts: Vec<String> = servers.iter().map(|(sv, _)| sv.text.clone()).collect();
+        if servers.is_empty() {
+            self.notes.push(format!(
+                "backend {} has no translated server: add `addresses`",
+                s.name
+            ));
+        }
+        table.row(
+            "addresses",
+            format!("[{}]", entries.join(", ")),
+            texts.join("; "),
+        );
+        if let Some((value, l)) = source {
+            table.row("source", value, &l.text);
+            self.key(l);
+        }
+        let active = servers.iter().filter(|(sv, _)| !sv.backup).count();
+        if active > 1 {
+            let policy = match balance.as_ref().map(|(b, _)| b.as_str()) {
+                None | Some("roundrobin" | "static-rr") => Some("round_robin"),
+                Some("leastconn") => Some("least_connections"),
+                Some("source") => Some("source_hash"),
+                Some(_) => None,
+            };
+            match (policy, balance) {
+                (Some(p), Some((_, l))) => {
+                    table.row("policy", quoted(p), &l.text);
+                    self.key(l);
+                }
+                (Some(p), None) => table.row("policy", quoted(p), "HAProxy's default balance is roundrobin"),
+                (None, Some((b, l))) => self.not(l, format!("`balance {b}` has no snirelay policy (round_robin, least_connections, source_hash, ordered, fastest)")),
+                (None, None) => {}
+            }
+        } else if let Some((_, l)) = balance {
+            self.no_key(l, "one active server: nothing to balance (a backup is used only while no active one is usable)");
+        }
+        match &info.connect_ms {
+            Some((ms, text)) => table.row("connect_timeout", quoted(&duration(*ms)), text),
+            None => self.notes.push(format!("backend {}: no `timeout connect` (HAProxy waits forever); snirelay's connect_timeout defaults to 5s", s.name)),
+        }
+        for l in lines_with(&s.lines, defaults, &["timeout", "connect"]) {
+            if info.connect_ms.is_some() {
+                self.key(l);
+            }
+        }
+        let proxies: BTreeSet<Option<&str>> = servers.iter().map(|(sv, _)| sv.proxy).collect();
+        if proxies.len() > 1 {
+            for (_, l) in &servers {
+                self.not(l, "servers of one backend disagree on send-proxy: snirelay sends one PROXY version per backend");
+            }
+        } else if let Some(Some(v)) = proxies.into_iter().next() {
+            table.row("proxy_protocol", quoted(v), "send-proxy / send-proxy-v2");
+        }
+        for (sv, l) in servers.iter().filter(|(sv, _)| sv.check_send_proxy) {
+            if sv.proxy.is_some() {
+                self.notes.push(format!("line {}: check-send-proxy needs no key: snirelay's health checks start with a PROXY header (LOCAL) whenever the backend has proxy_protocol", l.no));
+            } else {
+                self.not(l, "check-send-proxy without send-proxy: snirelay's health checks send a PROXY header only when the backend sends one on its connections (proxy_protocol)");
+            }
+        }
+        let mut tables = vec![table];
+        // Health: HAProxy checks only servers with `check`; snirelay checks
+        // every address of a backend with [health].
+        let checked: Vec<&(Server, &Line)> = servers.iter().filter(|(sv, _)| sv.check).collect();
+        if !checked.is_empty() {
+            let params: BTreeSet<(u64, u64, u64)> = checked
+                .iter()
+                .map(|(sv, _)| {
+                    (
+                        sv.inter_ms.unwrap_or(HAPROXY_DEFAULT_INTER_MS),
+                        sv.rise.unwrap_or(HAPROXY_DEFAULT_RISE),
+                        sv.fall.unwrap_or(HAPROXY_DEFAULT_FALL),
+                    )
+                })
+                .collect();
+            if checked.len() != servers.len() || params.len() > 1 {
+                for (_, l) in &servers {
+                    self.not(l, "snirelay checks every address of a backend alike: its servers must all have `check` with the same inter, rise and fall");
+                }
+            } else {
+                let (inter, rise, fall) = params.into_iter().next().unwrap();
+                // HAProxy: min(timeout connect, inter) for the connect when
+                // `timeout check` is set, else inter for the whole check.
+                let timeout = match (&check_ms, &info.connect_ms) {
+                    (Some(_), Some((c, _))) => inter.min(*c),
+                    _ => inter,
+                };
+                let mut h = Table::new(&format!("[backend.{}.health]", toml_key(&s.name)));
+                h.row(
+                    "kind",
+                    quoted("tcp"),
+                    "HAProxy's default check: a TCP connect",
+                );
+                h.row("interval", quoted(&duration(inter)), "inter");
+                let why = match &check_ms {
+                    Some((_, t)) => format!("min(timeout connect, inter); {t}"),
+                    None => "inter: HAProxy's whole check without timeout check".into(),
+                };
+                h.row("timeout", quoted(&duration(timeout)), why);
+                h.row("rise", rise.to_string(), "rise");
+                h.row("fall", fall.to_string(), "fall");
+                for row in &mut h.rows {
+                    row.lines.extend(servers.iter().map(|(_, l)| l.no));
+                }
+                tables.push(h);
+            }
+        }
+        for l in lines_with(&s.lines, defaults, &["timeout", "check"]) {
+            if checked.is_empty() {
+                self.no_key(l, "no server has `check`");
+            } else {
+                self.key(l);
+            }
+        }
+        for l in queue_lines {
+            self.no_key(
+                l,
+                "nothing queues: no server has a maxconn (snirelay has no queue)",
+            );
+        }
+        self.backends.insert(s.name.clone(), (info, tables));
+    }
+}
+
+/// HAProxy's `source ADDR[:PORT[-PORT]] [usesrc client|clientip]` (after
+/// the keyword, on a server or a backend): the TOML value of snirelay's
+/// `source` (`None`: any address, the default) and how many words it
+/// took. `usesrc client` and `usesrc clientip` are `"client"` (snirelay
+/// binds the client's port too, as `usesrc client` does); a port range is
+/// `ports`, which snirelay applies per destination (HAProxy binds each
+/// port once across destinations), and one fixed port, which serves one
+/// connection at a time, has no equivalent; `usesrc ADDR`, `hdr_ip` and
+/// `interface` are not translated.
+pub(super) fn source_value(words: &[String]) -> Result<(Option<String>, usize), String> {
+    let spec = words.first().map_or("", String::as_str);
+    let bare = spec.trim_start_matches("ipv4@").trim_start_matches("ipv6@");
+    let not_an_address = || format!("`source {spec}` is not an address");
+    // As HAProxy reads it: `[IPv6]` or `[IPv6]:PORTS`; otherwise the text
+    // after the last colon is the port (`ipv6@2001:db8::9:0` is 2001:db8::9,
+    // port 0, and a bare `2001:db8::9` is refused by HAProxy).
+    let (host, ports) = match bare.strip_prefix('[') {
+        Some(rest) => {
+            let (host, after) = rest.split_once(']').ok_or_else(not_an_address)?;
+            (host, after.strip_prefix(':').map(str::to_owned))
+        }
+        None => match bare.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port.to_owned())),
+            None => (bare, None),
+        },
+    };
+    let ip = host.parse::<IpAddr>().map_err(|_| not_an_address())?;
+    let ports = match ports.as_deref() {
+        None | Some("0") => None,
+        Some(range) => match range.split_once('-') {
+            Some((lo, hi)) if lo.parse::<u16>().is_ok() && hi.parse::<u16>().is_ok() => {
+                Some(format!("{lo}-{hi}"))
+            }
+            _ => {
+                return Err(format!(
+                    "`source {spec}`: one fixed source port has no equivalent (snirelay takes a range, `ports = \"LOW-HIGH\"`)"
+                ));
+            }
+        },
+    };
+    let mut used = 1;
+    let transparent = match words.get(1).map(String::as_str) {
+        Some("usesrc") => {
+            used = 3;
+            match words.get(2).map(String::as_str) {
+                Some("client" | "clientip") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "`usesrc {other}` is not translated (snirelay has `source = \"client\"`, HAProxy's `usesrc client`)"
+                    ));
+                }
+                None => return Err("`usesrc` without its argument".to_owned()),
+            }
+        }
+        Some("interface") => {
+            return Err(
+                "`source … interface` is not translated (snirelay binds addresses, not interfaces)"
+                    .to_owned(),
+            );
+        }
+        _ => false,
+    };
+    if transparent {
+        return Ok((Some("\"client\"".to_owned()), used));
+    }
+    if ip.is_unspecified() && ports.is_none() {
+        return Ok((None, used));
+    }
+    if ip.is_unspecified() {
+        return Err(format!(
+            "`source {spec}`: a port range on any address has no equivalent (snirelay's `ports` goes with `addresses`)"
+        ));
+    }
+    let ports = ports
+        .map(|r| format!(", ports = {}", quoted(&r)))
+        .unwrap_or_default();
+    Ok((
+        Some(format!(
+            "{{ addresses = [{}]{ports} }}",
+            quoted(&ip.to_string())
+        )),
+        used,
+    ))
+}
+
+/// A `server NAME ADDR [options]` line (default-server options first).
+pub(super) fn server(words: &[String]) -> Result<Server, String> {
+    let addr = words.get(2).map_or("", String::as_str);
+    let bare = addr.trim_start_matches("ipv4@").trim_start_matches("ipv6@");
+    let address = match bare.parse::<SocketAddr>() {
+        Ok(a) => a.to_string(),
+        Err(_) => match bare.rsplit_once(':') {
+            Some((h, p))
+                if h.parse::<IpAddr>().is_ok() && p.parse::<u16>().is_ok_and(|p| p > 0) =>
+            {
+                SocketAddr::new(h.parse().unwrap(), p.parse().unwrap()).to_string()
+            }
+            Some((h, _)) if h.parse::<IpAddr>().is_err() => {
+                return Err(format!(
+                    "`{addr}` is a host name: use `resolve = \"{bare}\"` in a backend of its own (snirelay follows its DNS answers)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "`{addr}` is not IP:port (a server without a port, or with a port offset, has no equivalent)"
+                ));
+            }
+        },
+    };
+    let mut sv = Server {
+        address,
+        text: words.join(" "),
+        ..Server::default()
+    };
+    let mut i = 3;
+    let mut bad = Vec::new();
+    let number = |w: Option<&String>| w.and_then(|w| w.parse::<u64>().ok());
+    while i < words.len() {
+        match words[i].as_str() {
+            "check" => sv.check = true,
+            "no-check" => sv.check = false,
+            "inter" => {
+                sv.inter_ms = words.get(i + 1).and_then(|w| millis(w));
+                i += 1;
+            }
+            "rise" => {
+                sv.rise = number(words.get(i + 1));
+                i += 1;
+            }
+            "fall" => {
+                sv.fall = number(words.get(i + 1));
+                i += 1;
+            }
+            "weight" => {
+                sv.weight = number(words.get(i + 1));
+                if !sv.weight.is_some_and(|w| (1..=256).contains(&w)) {
+                    bad.push("weight (snirelay takes 1 to 256)".to_owned());
+                }
+                i += 1;
+            }
+            "source" => {
+                let args = &words[i + 1..];
+                match source_value(args) {
+                    Ok((value, used)) => {
+                        sv.source = value;
+                        i += used;
+                    }
+                    Err(why) => {
+                        bad.push(why);
+                        i = words.len();
+                    }
+                }
+            }
+            "backup" => sv.backup = true,
+            "non-stick" => {}
+            "check-send-proxy" => sv.check_send_proxy = true,
+            "send-proxy" => sv.proxy = Some("v1"),
+            "send-proxy-v2" => sv.proxy = Some("v2"),
+            "no-send-proxy" | "no-send-proxy-v2" => sv.proxy = None,
+            other => bad.push(format!("`{other}`")),
+        }
+        i += 1;
+    }
+    if sv.inter_ms == Some(0) || sv.rise == Some(0) || sv.fall == Some(0) {
+        bad.push("inter, rise and fall must be above 0".into());
+    }
+    if bad.is_empty() {
+        Ok(sv)
+    } else {
+        Err(format!(
+            "server options not translated: {} (maxconn, port, addr, ssl… have no equivalent)",
+            bad.join(", ")
+        ))
+    }
+}

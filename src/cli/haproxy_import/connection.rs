@@ -1,0 +1,439 @@
+//! A frontend's `tcp-request connection` rules and its stick table, into
+//! `[listener.limits]`: the per-source limits (`connections_per_source`,
+//! `attempts_per_source` over `attempts_period`) and the `deny` and `allow`
+//! lists.
+//!
+//! Translated by evaluating, as the routes are: HAProxy runs the
+//! connection rules in order and the first `accept` or `reject` that
+//! matches decides (a connection no rule decides is accepted); snirelay
+//! refuses a `deny` source, then one outside a non-empty `allow`, then one
+//! over a limit. The lists are taken from the rules' `src` networks and
+//! both are run for one address at the start of every stretch of addresses
+//! the networks tell apart (the first address of each network and the one
+//! after its last, and `0.0.0.0` and `::`), each with every combination of
+//! the limits exceeded; any difference is reported with the address, never
+//! approximated. An `accept` that lets some sources skip a later limit is
+//! such a difference.
+//!
+//! Not here: the content rules and routing ([`super::frontend`]).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::Translator;
+use super::acl::{Atom, Guard, guard, network};
+use super::parse::{Line, millis};
+use super::toml::{Table, duration, quoted, quoted_list};
+use crate::wire::cidr::Cidr;
+
+/// A frontend's stick table and connection rules, as read.
+#[derive(Debug, Default)]
+pub(super) struct ConnectionRules<'a> {
+    /// The line, `conn_cur` stored, `conn_rate(PERIOD)` stored, type ipv6.
+    table: Option<(&'a Line, bool, Option<u64>, bool)>,
+    rules: Vec<(&'a Line, Rule)>,
+}
+
+#[derive(Debug)]
+enum Rule {
+    /// `track-scN src`.
+    Track(u8),
+    Decide {
+        accept: bool,
+        guard: Guard,
+    },
+}
+
+/// A per-source limit a rule became.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    Open(u64),
+    Attempts(u64, u64),
+}
+
+impl<'a> ConnectionRules<'a> {
+    /// `stick-table …`: only tables keyed by source address count.
+    pub(super) fn stick_table(&mut self, l: &'a Line) -> Result<(), String> {
+        let word_after = |key: &str| l.words.iter().position(|w| w == key).map(|i| l.word(i + 1));
+        let store = word_after("store").unwrap_or("");
+        let conn_cur = store.split(',').any(|x| x == "conn_cur");
+        let period = store.split(',').find_map(|x| {
+            x.strip_prefix("conn_rate(")
+                .and_then(|p| p.strip_suffix(')'))
+                .and_then(millis)
+        });
+        let v6 = match word_after("type") {
+            Some("ip") => false,
+            Some("ipv6") => true,
+            _ => {
+                return Err(
+                    "only tables of `type ip` or `type ipv6` (per source address) are translated"
+                        .into(),
+                );
+            }
+        };
+        self.table = Some((l, conn_cur, period, v6));
+        Ok(())
+    }
+
+    /// `tcp-request connection …` (the words after `connection`).
+    pub(super) fn rule(
+        &mut self,
+        l: &'a Line,
+        acls: &BTreeMap<String, Result<Vec<Atom>, String>>,
+    ) -> Result<(), String> {
+        let words = l.words_from(2);
+        let action = words.first().map_or("", String::as_str);
+        let rule = match action {
+            "track-sc0" | "track-sc1" | "track-sc2" => {
+                if words[1..] != ["src".to_owned()] {
+                    return Err(format!(
+                        "only `{action} src` is translated (snirelay's limits key on the source address, in this listener's table)"
+                    ));
+                }
+                Rule::Track(action.as_bytes()[8] - b'0')
+            }
+            "accept" | "reject" => Rule::Decide {
+                accept: action == "accept",
+                guard: guard(&words[1..], acls)?,
+            },
+            other => {
+                return Err(format!(
+                    "the connection action `{other}` is not translated (only track-sc0/1/2 src, accept and reject)"
+                ));
+            }
+        };
+        self.rules.push((l, rule));
+        Ok(())
+    }
+}
+
+impl Translator {
+    /// The frontend's connection rules into `limits`.
+    pub(super) fn connection_limits(&mut self, rules: ConnectionRules<'_>, limits: &mut Table) {
+        let ConnectionRules { table, rules } = rules;
+        // HAProxy's order, with each rule's meaning for snirelay.
+        let mut tracked: Vec<u8> = Vec::new();
+        let mut track_text = String::new();
+        let mut track_lines: Vec<usize> = Vec::new();
+        let mut decided: Vec<(&Line, bool, Guard)> = Vec::new();
+        let mut open: Option<(u64, &Line)> = None;
+        let mut attempts: Option<(u64, u64, &Line)> = None;
+        for (l, rule) in rules {
+            match rule {
+                Rule::Track(n) => match table {
+                    Some(_) => {
+                        tracked.push(n);
+                        track_lines.push(l.no);
+                        if track_text.is_empty() {
+                            track_text = l.words_from(2).join(" ");
+                        }
+                        self.key(l);
+                    }
+                    None => self.not(
+                        l,
+                        "no `stick-table` in this frontend to track the source in",
+                    ),
+                },
+                Rule::Decide { accept, mut guard } => {
+                    if let Some(why) = self.read_src_files(&mut guard) {
+                        self.not(l, why);
+                        continue;
+                    }
+                    match limit(&guard, accept, table, &tracked) {
+                        Some(Ok(Limit::Open(n))) if open.is_none() => {
+                            open = Some((n, l));
+                            decided.push((l, false, guard));
+                        }
+                        Some(Ok(Limit::Attempts(n, p))) if attempts.is_none() => {
+                            attempts = Some((n, p, l));
+                            decided.push((l, false, guard));
+                        }
+                        Some(Ok(_)) => self.not(l, "a second limit of the same kind: snirelay has one per listener"),
+                        Some(Err(why)) => self.not(l, why),
+                        None if only_sources(&guard) => decided.push((l, accept, guard)),
+                        None => self.not(l, "conditions mixing the source with other tests are not translated (only `src` networks, or one per-source counter `gt`/`ge` N)"),
+                    }
+                }
+            }
+        }
+        // The lists the rules' networks become.
+        let mut deny: Vec<Cidr> = Vec::new();
+        let mut allow: Vec<Cidr> = Vec::new();
+        for (i, (_, accept, g)) in decided.iter().enumerate() {
+            if is_limit(g) {
+                continue;
+            }
+            // An accepted network is an allow list only when a catch-all
+            // reject follows it.
+            let rejects_the_rest = decided[i..]
+                .iter()
+                .any(|(_, a, g)| !a && *g == Guard::Always);
+            let (nets, positive) = guard_networks(g);
+            match (accept, positive) {
+                (false, true) => deny.extend(nets),
+                (true, true) if rejects_the_rest => allow.extend(nets),
+                (false, false) => allow.extend(nets),
+                _ => {}
+            }
+        }
+        // Both run for every stretch of addresses and every limit state.
+        let limit_count = usize::from(open.is_some()) + usize::from(attempts.is_some());
+        let mut wrong = None;
+        'samples: for ip in samples(decided.iter().flat_map(|(_, _, g)| guard_networks(g).0)) {
+            for over in 0u8..(1 << limit_count) {
+                let over_open = open.is_some() && over & 1 != 0;
+                let over_attempts =
+                    attempts.is_some() && over & (1 << usize::from(open.is_some())) != 0;
+                let haproxy = haproxy_admits(&decided, ip, over_open, over_attempts);
+                let snirelay = !deny.iter().any(|c| c.contains(ip))
+                    && (allow.is_empty() || allow.iter().any(|c| c.contains(ip)))
+                    && !over_open
+                    && !over_attempts;
+                if haproxy != snirelay {
+                    let state = match (over_open, over_attempts) {
+                        (false, false) => "",
+                        (true, false) => " over its open-connection limit",
+                        (false, true) => " over its attempt limit",
+                        (true, true) => " over both limits",
+                    };
+                    wrong = Some(format!(
+                        "a connection from {ip}{state} is {} by HAProxy's rules (in order, the first match decides) but would be {} by snirelay's deny, allow and limits (applied to every source alike)",
+                        if haproxy { "admitted" } else { "refused" },
+                        if snirelay { "admitted" } else { "refused" },
+                    ));
+                    break 'samples;
+                }
+            }
+        }
+        if let Some(why) = wrong {
+            let table_line = table.map(|t| t.0);
+            for l in decided.iter().map(|d| d.0).chain(table_line) {
+                self.not(l, format!("the connection rules together: {why}"));
+            }
+            return;
+        }
+        for (l, _, _) in &decided {
+            self.key(l);
+        }
+        let lines_of = |want: &dyn Fn(bool, &Guard) -> bool| -> String {
+            decided
+                .iter()
+                .filter(|(_, a, g)| !is_limit(g) && want(*a, g))
+                .map(|(l, _, _)| l.text.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        match open {
+            Some((n, l)) => {
+                limits.row(
+                    "connections_per_source",
+                    n.to_string(),
+                    format!(
+                        "{track_text}; {}: {n} may be open, the next is refused",
+                        l.text
+                    ),
+                );
+                limits.at(track_lines.iter().copied());
+            }
+            None => limits.row(
+                "connections_per_source",
+                "false".into(),
+                "no conn_cur limit: HAProxy has none per source (snirelay's default would be 256)",
+            ),
+        }
+        if let Some((n, period, l)) = attempts {
+            limits.row(
+                "attempts_per_source",
+                n.to_string(),
+                format!(
+                    "{track_text}; {}: at most {n} attempts from one source, refused ones included, in any sliding {}, counted as HAProxy's conn_rate counts them; more are refused",
+                    l.text,
+                    duration(period)
+                ),
+            );
+            limits.at(track_lines.iter().copied());
+            limits.row(
+                "attempts_period",
+                quoted(&duration(period)),
+                format!("conn_rate({})", duration(period)),
+            );
+            limits.at(track_lines.iter().copied().chain([l.no]));
+        }
+        let texts = |nets: &[Cidr]| nets.iter().map(Cidr::to_string).collect::<Vec<_>>();
+        if !deny.is_empty() {
+            limits.row(
+                "deny",
+                quoted_list(&texts(&deny)),
+                lines_of(&|accept, g| !accept && guard_networks(g).1),
+            );
+            limits.at(decided.iter().map(|d| d.0.no));
+        }
+        if !allow.is_empty() {
+            limits.row(
+                "allow",
+                quoted_list(&texts(&allow)),
+                lines_of(&|accept, g| accept || !guard_networks(g).1 || *g == Guard::Always),
+            );
+            limits.at(decided.iter().map(|d| d.0.no));
+        }
+        if let Some((l, _, _, v6)) = table {
+            if tracked.is_empty() {
+                self.not(l, "a table that no `track-sc0 src` fills");
+            } else {
+                if v6 {
+                    limits.row(
+                        "source_prefix_v6",
+                        "128".into(),
+                        "stick-table type ipv6: one source per address",
+                    );
+                }
+                self.no_key(l, "the table's size and expiry: snirelay's tables hold only sources with open connections or recent attempts, swept every 10 s");
+            }
+        }
+    }
+
+    /// Reads the `-f` pattern files of a guard's `src` tests into their
+    /// networks; why one cannot be, if so.
+    fn read_src_files(&self, g: &mut Guard) -> Option<String> {
+        for atom in g.atoms_mut() {
+            if let Atom::Src { nets, files } = atom {
+                for file in std::mem::take(files) {
+                    let text = match self.files.get(&file) {
+                        Some(Ok(text)) => text,
+                        Some(Err(why)) => return Some(format!("the pattern file `{file}`: {why}")),
+                        None => return Some(format!("the pattern file `{file}` was not read")),
+                    };
+                    for (n, line) in text.lines().enumerate() {
+                        let line = line.trim();
+                        if line.is_empty() || line.starts_with('#') {
+                            continue;
+                        }
+                        match network(line) {
+                            Ok(c) => nets.push(c),
+                            Err(why) => return Some(format!("{file} line {}: {why}", n + 1)),
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+/// What a `reject if { FETCH gt N }` rule limits, if it is one; why it
+/// cannot be translated, if so.
+fn limit(
+    g: &Guard,
+    accept: bool,
+    table: Option<(&Line, bool, Option<u64>, bool)>,
+    tracked: &[u8],
+) -> Option<Result<Limit, String>> {
+    let Guard::If(c) = g else { return None };
+    let [all] = c.as_slice() else { return None };
+    let [term] = all.as_slice() else { return None };
+    let Atom::Over { fetch, allowed } = &term.atom else {
+        return None;
+    };
+    if accept || term.negated {
+        return Some(Err(format!(
+            "only `reject if {{ {fetch} gt N }}` is translated"
+        )));
+    }
+    let Some((_, conn_cur, period, _)) = table else {
+        return Some(Err(format!(
+            "`{fetch}` needs a stick-table in this frontend"
+        )));
+    };
+    let counter = fetch.as_bytes()[2];
+    let is_tracked = match fetch.as_bytes()[0] {
+        b's' if fetch.starts_with("src_") => !tracked.is_empty(),
+        _ => tracked.contains(&(counter - b'0')),
+    };
+    if !is_tracked {
+        return Some(Err(format!(
+            "`{fetch}` before the source is tracked (`tcp-request connection track-sc… src` must come first): HAProxy never matches it"
+        )));
+    }
+    if *allowed == 0 {
+        return Some(Err("a limit of 0 refuses every connection".into()));
+    }
+    if fetch.ends_with("_conn_cur") {
+        return Some(if conn_cur {
+            Ok(Limit::Open(*allowed))
+        } else {
+            Err("the table does not store conn_cur".into())
+        });
+    }
+    Some(match period {
+        Some(p) => Ok(Limit::Attempts(*allowed, p)),
+        None => Err("the table does not store conn_rate(PERIOD)".into()),
+    })
+}
+
+fn is_limit(g: &Guard) -> bool {
+    let Guard::If(c) = g else { return false };
+    matches!(c.as_slice(), [all] if matches!(all.as_slice(), [t] if matches!(t.atom, Atom::Over { .. })))
+}
+
+/// Whether every test of the guard is on the source address.
+fn only_sources(g: &Guard) -> bool {
+    let mut g = g.clone();
+    g.atoms_mut()
+        .all(|a| matches!(a, Atom::Src { .. } | Atom::Constant(_)))
+}
+
+/// The networks a guard tests, and whether it holds for them (`if { src
+/// … }`) rather than for every other source (`if !{ src … }`, `unless`).
+fn guard_networks(g: &Guard) -> (Vec<Cidr>, bool) {
+    let (c, unless) = match g {
+        Guard::Always => return (Vec::new(), true),
+        Guard::If(c) => (c, false),
+        Guard::Unless(c) => (c, true),
+    };
+    let mut nets = Vec::new();
+    let mut negated = false;
+    for t in c.iter().flatten() {
+        if let Atom::Src { nets: n, .. } = &t.atom {
+            nets.extend(n.iter().copied());
+            negated |= t.negated;
+        }
+    }
+    (nets, negated == unless)
+}
+
+/// HAProxy's decision: the first rule whose guard holds decides.
+fn haproxy_admits(
+    rules: &[(&Line, bool, Guard)],
+    ip: IpAddr,
+    over_open: bool,
+    over_attempts: bool,
+) -> bool {
+    for (_, accept, g) in rules {
+        let holds = g.holds_by(&|atom| match atom {
+            Atom::Src { nets, .. } => nets.iter().any(|c| c.contains(ip)),
+            Atom::Constant(b) => *b,
+            Atom::Over { fetch, .. } if fetch.ends_with("_conn_cur") => over_open,
+            Atom::Over { .. } => over_attempts,
+            _ => false,
+        });
+        if holds {
+            return *accept;
+        }
+    }
+    true
+}
+
+/// One address at the start of every stretch the networks tell apart.
+fn samples(nets: impl Iterator<Item = Cidr>) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = vec![[0, 0, 0, 0].into(), std::net::Ipv6Addr::UNSPECIFIED.into()];
+    for c in nets {
+        out.push(c.first());
+        if let Some(after) = c.after_last() {
+            out.push(after);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
