@@ -76,3 +76,31 @@ async fn an_origin_going_down_and_up_is_followed_as_haproxy_follows_it() {
         assert_eq!(results[0].0.relayed.is_some(), up, "{}", results[0].0);
     }
 }
+
+/// `accept-proxy`: a hello behind a PROXY v1 or v2 header is routed on its
+/// name by both, and the origin's send-proxy-v2 header names the claimed
+/// client (203.0.113.7:5555); a hello without a header is refused by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_header_on_accept_is_read_as_haproxy_reads_it() {
+    let origin = "192.0.2.111:443";
+    let script = vec![
+        Conn::proxied(1, "app.example.com").differs("proxy-v2-tlvs"),
+        Conn::proxied(2, "app.example.com").differs("proxy-v2-tlvs"),
+        Conn::hello("app.example.com").labelled("no PROXY header"),
+        Conn::proxied(2, "other.example.com").differs("alert-on-unmatched"),
+    ];
+    let results = compare(
+        "accept-proxy.cfg",
+        |t| t,
+        &[(origin, Mode::Answer)],
+        &script,
+    )
+    .await;
+    let (server, header) = results[0].0.relayed.clone().unwrap();
+    assert_eq!(server, origin);
+    assert_eq!(
+        header.as_deref(),
+        Some("V2 203.0.113.7:5555 -> 192.0.2.1:443")
+    );
+    assert!(results[2].0.relayed.is_none());
+}

@@ -602,15 +602,24 @@ async fn play_connected(
     } else {
         last.elapsed()
     };
+    // What the server is to get: the bytes after any PROXY header the
+    // client sent (the proxy reads it and sends its own, or none).
+    let forwarded = match proxy::parse(&bytes) {
+        Parse::Header(header) => &bytes[header.len..],
+        _ => &bytes[..],
+    };
     let relayed = answered.map(|_| {
         let records = records.lock().unwrap();
         let record = records
             .iter()
-            .find(|r| !bytes.is_empty() && r.payload.starts_with(&bytes[..bytes.len().min(64)]))
+            .find(|r| {
+                !forwarded.is_empty()
+                    && r.payload.starts_with(&forwarded[..forwarded.len().min(64)])
+            })
             .or_else(|| {
                 records
                     .iter()
-                    .find(|r| bytes.is_empty() && r.payload.is_empty())
+                    .find(|r| forwarded.is_empty() && r.payload.is_empty())
             })
             .unwrap_or_else(|| panic!("{}: answered, but no recorder got its bytes", conn.label));
         let proxy = record

@@ -134,16 +134,20 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
         shape: |h, s| h.relayed.is_some() && refused_quietly(s),
     },
     // The same server and PROXY v2 addresses; snirelay's header adds its
-    // AUTHORITY (the SNI) and UNIQUE_ID TLVs, HAProxy's send-proxy-v2 none.
+    // AUTHORITY (the SNI) and UNIQUE_ID TLVs, and its hop count (0xE0)
+    // when the connection arrived with a PROXY header; HAProxy's
+    // send-proxy-v2 adds none.
     Difference {
         id: "proxy-v2-tlvs",
         shape: |h, s| match (&h.relayed, &s.relayed) {
             (Some((hs, Some(hp))), Some((ss, Some(sp)))) => {
                 let extra = sp.strip_prefix(hp.as_str()).unwrap_or("!");
+                let tlvs = extra.rsplit_once(" tlvs=").map_or("!", |(_, t)| t);
+                let authority = extra.starts_with(" authority=") == tlvs.starts_with("0x02,");
                 hs == ss
                     && h.end == s.end
-                    && (extra == " tlvs=0x05"
-                        || (extra.starts_with(" authority=") && extra.ends_with(" tlvs=0x02,0x05")))
+                    && authority
+                    && ["0x02,0x05", "0x05", "0x02,0x05,0xe0", "0x05,0xe0"].contains(&tlvs)
             }
             _ => false,
         },

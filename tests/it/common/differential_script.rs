@@ -22,6 +22,9 @@ pub(crate) enum Payload {
     Hello(Option<Vec<u8>>),
     /// A ClientHello whose SNI extension lists several host names.
     Names(Vec<Vec<u8>>),
+    /// A PROXY header (`v1` text or v2 binary) claiming the client
+    /// 203.0.113.7:5555 to 192.0.2.1:443, then a ClientHello for the name.
+    Proxied(u8, String),
     /// A real client's first flight, captured in tests/data (the same bytes
     /// every time: one such connection per script and side).
     Capture(String),
@@ -84,6 +87,15 @@ impl Conn {
         Conn::new(
             names.join(" + "),
             Payload::Names(names.iter().map(|n| n.as_bytes().to_vec()).collect()),
+        )
+    }
+
+    /// A hello for `name` behind a PROXY header of `version` (1 or 2), as
+    /// a load balancer in front would send it.
+    pub(crate) fn proxied(version: u8, name: &str) -> Conn {
+        Conn::new(
+            format!("{name} behind PROXY v{version}"),
+            Payload::Proxied(version, name.to_owned()),
         )
     }
 
@@ -167,6 +179,19 @@ impl Conn {
             Payload::Hello(name) => client_hello_bytes(name.as_slice(), n),
             Payload::Names(names) => client_hello_bytes(names, n),
             Payload::Capture(file) => super::capture(file),
+            Payload::Proxied(version, name) => {
+                let mut bytes = if *version == 1 {
+                    b"PROXY TCP4 203.0.113.7 192.0.2.1 5555 443\r\n".to_vec()
+                } else {
+                    let mut v2 = b"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+                    v2.extend([203, 0, 113, 7, 192, 0, 2, 1]);
+                    v2.extend(5555u16.to_be_bytes());
+                    v2.extend(443u16.to_be_bytes());
+                    v2
+                };
+                bytes.extend(client_hello_bytes(&[name.as_bytes().to_vec()], n));
+                bytes
+            }
             Payload::Truncated(name, len) => {
                 client_hello_bytes(&[name.as_bytes().to_vec()], n)[..*len].to_vec()
             }
