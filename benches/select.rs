@@ -21,6 +21,7 @@ fn set(n: u16, weighted: bool) -> std::sync::Arc<[snirelay::backend::Endpoint]> 
             weight: if weighted { u32::from(i % 4) + 1 } else { 1 },
             max_connections: None,
             source: None,
+            backup: false,
         })
         .collect();
     carry_members(&[], &members)

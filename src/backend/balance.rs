@@ -76,19 +76,29 @@ impl Policy {
     /// What this policy needs to rank `set` for one connection from
     /// `client`, read once from `state`. `eligible` says which addresses
     /// may take the connection now (up and under their cap); a weighted
-    /// rotation picks among those, or among all when none is.
+    /// rotation picks among those, or among all when none is. `in_turn`
+    /// says which addresses the rotation turns over: the whole set, or the
+    /// backend's non-`backup` addresses, or its backups while every other
+    /// address is down (so each of them gets its turn, not the one after
+    /// a run of the others).
     pub(crate) fn ranker(
         self,
         state: &State,
         set: &[Endpoint],
         client: IpAddr,
         eligible: impl Fn(&Endpoint) -> bool,
+        in_turn: impl Fn(&Endpoint) -> bool,
     ) -> Ranker {
         let n = set.len();
         let rotate = || {
-            let start = match n {
-                0 => 0,
-                n => state.rotation.fetch_add(1, Ordering::Relaxed) % n,
+            let turns = set.iter().filter(|e| in_turn(e)).count();
+            let start = match (n, turns) {
+                (0, _) | (_, 0) => 0,
+                (n, turns) if turns == n => state.rotation.fetch_add(1, Ordering::Relaxed) % n,
+                (_, turns) => {
+                    let turn = state.rotation.fetch_add(1, Ordering::Relaxed) % turns;
+                    (0..n).filter(|&i| in_turn(&set[i])).nth(turn).unwrap_or(0)
+                }
             };
             (start, n)
         };
@@ -302,6 +312,7 @@ mod tests {
                 weight,
                 max_connections: None,
                 source: None,
+                backup: false,
             })
             .collect();
         carry_members(&[], &members)

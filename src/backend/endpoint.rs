@@ -42,6 +42,8 @@ pub struct Endpoint {
     /// Its own `max_connections`; `None` leaves the backend's
     /// `max_connections_per_address` (if any) in force.
     pub max_connections: Option<u32>,
+    /// A `backup` address: planned only while every other address is down.
+    pub backup: bool,
     pub(crate) state: Arc<EndpointState>,
 }
 
@@ -56,6 +58,7 @@ impl Endpoint {
             addr: member.addr,
             weight: member.weight,
             max_connections: member.max_connections,
+            backup: member.backup,
             state: Arc::default(),
         }
     }
@@ -447,6 +450,7 @@ mod tests {
                 weight: 3,
                 max_connections: Some(5),
                 source: None,
+                backup: false,
             }],
         );
         assert!(Arc::ptr_eq(&new[0].state, &old[0].state));

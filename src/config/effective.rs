@@ -451,6 +451,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         fastest_interval,
         tcp_keepalive,
         members,
+        backup_policy,
         max_connections_per_address,
         fastest_measure,
         egress,
@@ -469,6 +470,11 @@ fn backend_section(backend: &Backend) -> BackendSection {
         proxy_protocol_crc32c: Some(*proxy_protocol_crc32c),
         proxy_protocol_tlvs: Some(proxy_protocol_tlvs.iter().map(tlv_entry).collect()),
         policy: Some(policy.as_str().to_owned()),
+        // Refused unless an address is a backup.
+        backup_policy: members
+            .iter()
+            .any(|m| m.backup)
+            .then(|| backup_policy.as_str().to_owned()),
         // None: min(addresses, 3), counted when connecting.
         connect_attempts: connect_attempts.and_then(count),
         max_fails: count(*max_fails),
@@ -526,8 +532,10 @@ fn address_entry(member: &Member) -> AddressEntry {
         weight,
         max_connections,
         source,
+        backup,
     } = member;
-    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() && source.is_none() {
+    if *weight == super::DEFAULT_WEIGHT && max_connections.is_none() && source.is_none() && !backup
+    {
         AddressEntry::Plain(addr.to_string())
     } else {
         AddressEntry::Table(AddressTable {
@@ -535,6 +543,7 @@ fn address_entry(member: &Member) -> AddressEntry {
             weight: Some(i64::from(*weight)),
             max_connections: max_connections.map(i64::from),
             source: source.as_ref().and_then(source_setting),
+            backup: Some(*backup),
         })
     }
 }
@@ -792,12 +801,13 @@ mod tests {
     }
 
     #[test]
-    fn an_address_is_plain_unless_it_has_a_weight_or_a_cap() {
+    fn an_address_is_plain_unless_it_has_a_weight_a_cap_or_is_a_backup() {
         let text = "[[listener]]\nname = \"tls\"\nlisten = [\"127.0.0.1:0\"]\n\
              [[route]]\nsni = [\"a.example\"]\nbackend = \"b\"\n\
              [backend.b]\naddresses = [{ address = \"127.0.0.1:9\" }, \
              { address = \"127.0.0.1:10\", weight = 2 }, \
-             { address = \"127.0.0.1:11\", max_connections = 7 }]\n";
+             { address = \"127.0.0.1:11\", max_connections = 7 }, \
+             { address = \"127.0.0.1:12\", backup = true }]\n";
         let file = Config::from_toml(text, Path::new("t.toml"))
             .unwrap()
             .to_file();
@@ -806,9 +816,11 @@ mod tests {
             shown,
             json!([
                 "127.0.0.1:9",
-                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null, "source": null},
-                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7, "source": null},
+                {"address": "127.0.0.1:10", "weight": 2, "max_connections": null, "source": null, "backup": false},
+                {"address": "127.0.0.1:11", "weight": 1, "max_connections": 7, "source": null, "backup": false},
+                {"address": "127.0.0.1:12", "weight": 1, "max_connections": null, "source": null, "backup": true},
             ])
         );
+        assert_eq!(file.backends["b"].backup_policy.as_deref(), Some("first"));
     }
 }

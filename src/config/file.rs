@@ -227,6 +227,8 @@ pub struct BackendSection {
     /// TLVs the v2 header adds: `{ type, value | text | bytes }` each.
     pub proxy_protocol_tlvs: Option<Vec<ProxyTlvEntry>>,
     pub policy: Option<String>,
+    /// Which backups take over: `"first"` or `"all"`.
+    pub backup_policy: Option<String>,
     pub connect_attempts: Option<i64>,
     /// Passive health: consecutive failed connects that mark an address down.
     pub max_fails: Option<i64>,
@@ -319,7 +321,7 @@ impl<'de> Deserialize<'de> for AddressEntry {
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str(
-                    "\"IP:port\" or { address = \"IP:port\", weight = N, max_connections = N, source = ... }",
+                    "\"IP:port\" or { address = \"IP:port\", weight = N, max_connections = N, source = ..., backup = true }",
                 )
             }
 
@@ -348,6 +350,8 @@ pub struct AddressTable {
     pub max_connections: Option<i64>,
     /// This address's own `source` (the backend's when unset).
     pub source: Option<SourceSetting>,
+    /// Planned only while every non-backup address is down.
+    pub backup: Option<bool>,
 }
 
 /// One entry of `proxy_protocol_tlvs`: a type, and one of `value` (a

@@ -492,6 +492,8 @@ pub static KEYS: &[Key] = &[
     key("backend.*.addresses.max_connections", Kind::Integer, Unset("`max_connections_per_address`"),
         "Open connections to this address; at the cap the next address is used.")
         .range(ADDRESS_CONNECTIONS_RANGE).unit("connections"),
+    key("backend.*.addresses.backup", Kind::Bool, Value("false"),
+        "Connections go to the address only while every non-backup address is down (HAProxy `backup`)."),
     key("backend.*.addresses.source", Kind::Source, Unset("the backend's `source`"),
         "Where connections to this address are made from, as the backend's `source`."),
     key("backend.*.addresses.source.addresses", Kind::Strings, Required("required in the table form"),
@@ -521,6 +523,8 @@ pub static KEYS: &[Key] = &[
         .range(CONNECT_ATTEMPTS_RANGE).unit("attempts"),
     key("backend.*.policy", Kind::Choice(POLICIES), Value("\"ordered\""),
         "How an address is chosen (a `[cluster]` backend: by `source_hash`)."),
+    key("backend.*.backup_policy", Kind::Choice(&["first", "all"]), Unset("\"first\" with a `backup` address"),
+        "While every non-backup address is down: the first healthy backup in list order, or all of them by `policy` (HAProxy `option allbackups`)."),
     key("backend.*.fastest_interval", Kind::Duration, Value("\"5m\""),
         "`policy = \"fastest\"` only: connect times are measured again within this interval."),
     key("backend.*.fastest_measure", Kind::Choice(&["connect", "tls"]), Value("\"connect\""),

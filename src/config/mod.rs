@@ -44,8 +44,8 @@ pub(crate) use settings::{
     LookupHeader, LookupTls, NodeChoice, ProxyTlv, Timeouts, TlvSource, TlvValue, TrustedName,
 };
 pub use settings::{
-    Attempts, Backend, Bandwidth, ByteRate, Cluster, ClusterLookup, ClusterProtocol, Egress,
-    Keepalive, Limits, Member, Mode, Outbound, Policy, Rate, SourceAddresses,
+    Attempts, Backend, BackupPolicy, Bandwidth, ByteRate, Cluster, ClusterLookup, ClusterProtocol,
+    Egress, Keepalive, Limits, Member, Mode, Outbound, Policy, Rate, SourceAddresses,
 };
 pub(crate) use settings::{Facility, Log, LogTarget, SyslogAddress, SyslogFormat};
 

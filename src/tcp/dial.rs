@@ -159,8 +159,9 @@ impl Candidates<'_> {
         let cap = backend.max_connections_per_address;
         match self.ranker {
             Some(ranker) => plan::plan_ranked(ranker, &self.set, attempts, cap),
-            None => plan::plan(
+            None => plan::plan_with_backups(
                 backend.policy,
+                backend.backup_policy,
                 &self.runtime.selection,
                 &self.set,
                 attempts,

@@ -65,6 +65,7 @@ mod quic_quinn;
 mod quic_refusal;
 
 // Backends and clusters.
+mod backend_backup;
 mod backend_cluster;
 mod backend_dns;
 mod backend_health;

@@ -198,6 +198,7 @@ impl Checker {
         }
         let egress = egress?;
         self.egress_families(&key, &egress, &members);
+        let backup_policy = self.backup_policy(&key, section, &members);
         let policy = match (&source, policy) {
             (Some(AddressSource::Cluster(_)), _) => Policy::CLUSTER,
             (_, policy) => policy?,
@@ -218,6 +219,7 @@ impl Checker {
             fastest_interval: fastest_interval?,
             tcp_keepalive: tcp_keepalive?,
             members,
+            backup_policy: backup_policy?,
             max_connections_per_address: max_connections_per_address?,
             fastest_measure: fastest_measure?,
             egress,
@@ -226,14 +228,15 @@ impl Checker {
 
     /// One `addresses` entry: a plain `"IP:port"` or a table.
     pub(super) fn member(&mut self, key: &str, entry: &AddressEntry) -> Option<Member> {
-        let (text, weight, max_connections, source) = match entry {
-            AddressEntry::Plain(text) => (text, None, None, None),
+        let (text, weight, max_connections, source, backup) = match entry {
+            AddressEntry::Plain(text) => (text, None, None, None, None),
             AddressEntry::Table(AddressTable {
                 address,
                 weight,
                 max_connections,
                 source,
-            }) => (address, *weight, *max_connections, source.as_ref()),
+                backup,
+            }) => (address, *weight, *max_connections, source.as_ref(), *backup),
         };
         let addr_key = match entry {
             AddressEntry::Plain(_) => key.to_owned(),
@@ -253,7 +256,43 @@ impl Checker {
             weight: weight? as u32,
             max_connections: max_connections?,
             source: source?,
+            backup: backup.unwrap_or(false),
         })
+    }
+
+    /// `backup_policy` (unset: `"first"`), and the `backup` addresses it
+    /// is about: a backend whose every address is a backup has nothing for
+    /// them to back up. `None` after a problem.
+    pub(super) fn backup_policy(
+        &mut self,
+        key: &str,
+        section: &BackendSection,
+        members: &[Member],
+    ) -> Option<BackupPolicy> {
+        let backups = members.iter().filter(|m| m.backup).count();
+        if backups > 0 && backups == members.len() {
+            self.problem(
+                format!("{key}.addresses"),
+                "every address is a backup: a backup takes connections only while every \
+                 non-backup address is down; leave backup off the addresses meant to serve",
+            );
+        }
+        let Some(text) = section.backup_policy.as_deref() else {
+            return Some(BackupPolicy::First);
+        };
+        let found = BackupPolicy::ALL.into_iter().find(|p| p.as_str() == text);
+        match found {
+            None => self.problem(
+                format!("{key}.backup_policy"),
+                format!("{text:?} is none of \"first\", \"all\""),
+            ),
+            Some(_) if backups == 0 => self.problem(
+                format!("{key}.backup_policy"),
+                format!("{text:?} is set but no address has backup = true"),
+            ),
+            Some(_) => return found,
+        }
+        None
     }
 
     /// A per-address connection cap; unset is no cap.

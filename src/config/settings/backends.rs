@@ -57,6 +57,9 @@ pub struct Backend {
     /// addresses as `addresses`, in the same order (empty when the
     /// addresses are found at run time).
     pub members: Vec<Member>,
+    /// `backup_policy`: which backups take over while every non-backup
+    /// address is down (only meaningful with a `backup` member).
+    pub backup_policy: BackupPolicy,
     /// `max_connections_per_address`: the cap of every address without
     /// one of its own (`None`: no cap).
     pub max_connections_per_address: Option<u32>,
@@ -369,6 +372,34 @@ pub struct Member {
     pub max_connections: Option<u32>,
     /// `source`: this address's own egress source; `None`: the backend's.
     pub source: Option<Egress>,
+    /// `backup`: planned only while every non-backup address is down
+    /// (HAProxy's `backup` server).
+    pub backup: bool,
+}
+
+/// `[backend.*] backup_policy`: which `backup` addresses take the
+/// connections while every other address is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackupPolicy {
+    /// `"first"`: the first healthy backup in list order (HAProxy's default).
+    #[default]
+    First,
+    /// `"all"`: every healthy backup, ranked by the backend's policy
+    /// (HAProxy's `option allbackups`).
+    All,
+}
+
+impl BackupPolicy {
+    /// Every choice, as the file writes them.
+    pub const ALL: [BackupPolicy; 2] = [BackupPolicy::First, BackupPolicy::All];
+
+    /// As written in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BackupPolicy::First => "first",
+            BackupPolicy::All => "all",
+        }
+    }
 }
 
 impl Member {
@@ -379,6 +410,7 @@ impl Member {
             weight: 1,
             max_connections: None,
             source: None,
+            backup: false,
         }
     }
 }

@@ -1460,6 +1460,22 @@ pub(crate) mod differential_script;
 
 // ------------------------------------------------ run-time control (issue 16)
 
+/// The admin request that sets `addr` of `backend` to `state` (`"drain"`,
+/// `"maint"`, `"ready"`), with `token` as its bearer.
+pub(crate) fn address_state_request(
+    backend: &str,
+    addr: SocketAddr,
+    state: &str,
+    token: &str,
+) -> String {
+    http_request_text(
+        "POST",
+        &format!("/backends/{backend}/addresses/{addr}/state"),
+        &[&format!("Authorization: Bearer {token}")],
+        &format!(r#"{{"state": "{state}"}}"#),
+    )
+}
+
 /// An HTTP/1.1 request (`Connection: close`) as text: `method path`, the
 /// `headers` (`Name: value`), and `body` with its Content-Length when not
 /// empty.
