@@ -17,6 +17,11 @@ use crate::import_haproxy::{check, fixture, import, import_with};
 /// `{DEFAULTS}`, `{FRONTEND}`, `{BACKEND}` are replaced).
 const SHAPE: &str = "global\n{GLOBAL}defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1m\n    timeout server 1m\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:8443\n    tcp-request inspect-delay 5s\n    tcp-request content accept if { req.ssl_hello_type 1 }\n{FRONTEND}    default_backend be\nbackend be\n    server s 192.0.2.1:443\n{BACKEND}";
 
+/// [`SHAPE`] with no lines added.
+fn plain() -> String {
+    Case::shape(["", "", "", ""])
+}
+
 /// A configuration of [`SHAPE`] with these lines, and its directory
 /// (with `files` written beside it).
 struct Case {
@@ -26,12 +31,15 @@ struct Case {
 
 impl Case {
     fn new(tag: &str, parts: [&str; 4], files: &[(&str, &str)]) -> Case {
-        let text = SHAPE
+        Case::text(tag, &Case::shape(parts), files)
+    }
+
+    fn shape(parts: [&str; 4]) -> String {
+        SHAPE
             .replace("{GLOBAL}", parts[0])
             .replace("{DEFAULTS}", parts[1])
             .replace("{FRONTEND}", parts[2])
-            .replace("{BACKEND}", parts[3]);
-        Case::text(tag, &text, files)
+            .replace("{BACKEND}", parts[3])
     }
 
     fn text(tag: &str, text: &str, files: &[(&str, &str)]) -> Case {
@@ -162,18 +170,7 @@ fn log_targets_become_the_log_section() {
 #[test]
 fn monitor_fail_on_an_empty_backend_becomes_ready_requires() {
     let monitor = "frontend health\n    mode http\n    bind 127.0.0.1:8404\n    monitor-uri /healthz\n    monitor fail if { nbsrv(be) lt 1 }\n";
-    let case = Case::text(
-        "import-monitor",
-        &format!(
-            "{}{monitor}",
-            SHAPE
-                .replace("{GLOBAL}", "")
-                .replace("{DEFAULTS}", "")
-                .replace("{FRONTEND}", "")
-                .replace("{BACKEND}", "")
-        ),
-        &[],
-    );
+    let case = Case::text("import-monitor", &format!("{}{monitor}", plain()), &[]);
     let toml = case.import_ok();
     assert_eq!(key_line(&toml, "listen"), "listen = \"127.0.0.1:8404\"");
     assert_eq!(
@@ -181,18 +178,21 @@ fn monitor_fail_on_an_empty_backend_becomes_ready_requires() {
         "ready_requires = [\"backend:be\"]"
     );
     assert!(toml.contains("point the health check at /readyz instead of /healthz"));
+    // In a tcp listen section, over its own servers.
+    let case = Case::text(
+        "import-monitor-listen",
+        "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1m\n    timeout server 1m\nlisten tls\n    bind 127.0.0.1:8443\n    tcp-request inspect-delay 5s\n    monitor fail unless { nbsrv(tls) ge 1 }\n    server s 192.0.2.1:443\n",
+        &[],
+    );
+    let toml = case.import_ok();
+    assert_eq!(
+        key_line(&toml, "ready_requires"),
+        "ready_requires = [\"backend:tls\"]"
+    );
     // Another count is not what /readyz decides: reported.
     let case = Case::text(
         "import-monitor-two",
-        &format!(
-            "{}{}",
-            SHAPE
-                .replace("{GLOBAL}", "")
-                .replace("{DEFAULTS}", "")
-                .replace("{FRONTEND}", "")
-                .replace("{BACKEND}", ""),
-            monitor.replace("lt 1", "lt 2")
-        ),
+        &format!("{}{}", plain(), monitor.replace("lt 1", "lt 2")),
         &[],
     );
     let (code, _, stderr) = case.import();
@@ -364,8 +364,7 @@ fn backup_servers_and_check_send_proxy() {
         ],
         &[],
     );
-    let (code, toml, stderr) = case.import();
-    assert_eq!(code, 0, "{stderr}\n{toml}");
+    let toml = case.import_ok();
     assert_eq!(
         key_line(&toml, "addresses"),
         "addresses = [\"192.0.2.1:443\", { address = \"192.0.2.2:443\", backup = true }]"
@@ -374,18 +373,26 @@ fn backup_servers_and_check_send_proxy() {
         toml.contains("`balance roundrobin`: one active server: nothing to balance"),
         "{toml}"
     );
+    // option allbackups: every usable backup, not the first only.
+    let case = Case::new(
+        "import-allbackups",
+        [
+            "",
+            "",
+            "",
+            "    option allbackups\n    server b 192.0.2.2:443 backup\n    server c 192.0.2.3:443 backup\n",
+        ],
+        &[],
+    );
+    let toml = case.import_ok();
+    assert_eq!(key_line(&toml, "backup_policy"), "backup_policy = \"all\"");
     // check-send-proxy with send-proxy-v2: the checks already send one.
     let case = Case::text(
         "import-check-proxy",
-        &SHAPE
-            .replace("{GLOBAL}", "")
-            .replace("{DEFAULTS}", "")
-            .replace("{FRONTEND}", "")
-            .replace("{BACKEND}", "")
-            .replace(
-                "server s 192.0.2.1:443\n",
-                "server s 192.0.2.1:443 send-proxy-v2 check check-send-proxy\n",
-            ),
+        &plain().replace(
+            "server s 192.0.2.1:443\n",
+            "server s 192.0.2.1:443 send-proxy-v2 check check-send-proxy\n",
+        ),
         &[],
     );
     let toml = case.import_ok();
@@ -399,15 +406,10 @@ fn backup_servers_and_check_send_proxy() {
     // Without send-proxy: reported.
     let case = Case::text(
         "import-check-proxy-alone",
-        &SHAPE
-            .replace("{GLOBAL}", "")
-            .replace("{DEFAULTS}", "")
-            .replace("{FRONTEND}", "")
-            .replace("{BACKEND}", "")
-            .replace(
-                "server s 192.0.2.1:443\n",
-                "server s 192.0.2.1:443 check check-send-proxy\n",
-            ),
+        &plain().replace(
+            "server s 192.0.2.1:443\n",
+            "server s 192.0.2.1:443 check check-send-proxy\n",
+        ),
         &[],
     );
     let (code, _, stderr) = case.import();
@@ -422,12 +424,7 @@ fn backup_servers_and_check_send_proxy() {
 fn accept_proxy_trusts_every_peer_as_haproxy_does() {
     let case = Case::text(
         "import-accept-proxy",
-        &SHAPE
-            .replace("{GLOBAL}", "")
-            .replace("{DEFAULTS}", "")
-            .replace("{FRONTEND}", "")
-            .replace("{BACKEND}", "")
-            .replace("bind 127.0.0.1:8443", "bind 127.0.0.1:8443 accept-proxy"),
+        &plain().replace("bind 127.0.0.1:8443", "bind 127.0.0.1:8443 accept-proxy"),
         &[],
     );
     let toml = case.import_ok();

@@ -55,6 +55,7 @@ impl Translator {
         let mut default_server: Vec<String> = Vec::new();
         let mut balance: Option<(String, &Line)> = None;
         let mut source: Option<(String, &Line)> = None;
+        let mut allbackups: Option<&Line> = None;
         for l in lines {
             let mine = own.contains(&l.no);
             match l.word(0) {
@@ -105,7 +106,7 @@ impl Translator {
                 "option" if option_no_key(l.word(1)).is_some() => {
                     self.no_key(l, option_no_key(l.word(1)).unwrap_or_default())
                 }
-                "option" if l.word(1) == "allbackups" => self.not(l, "`option allbackups` is not translated: snirelay's `backup = true` addresses follow its own order among themselves (docs/backends.md)"),
+                "option" if l.word(1) == "allbackups" => allbackups = Some(l),
                 "option" if mine => self.not(l, format!("`option {}` is not translated", l.word(1))),
                 "mode" | "log" => {}
                 _ if !mine || is_listen => {}
@@ -149,7 +150,16 @@ impl Translator {
             table.row("source", value, &l.text);
             self.key(l);
         }
-        let active = servers.iter().filter(|(sv, _)| !sv.backup).count();
+        let backups = servers.iter().filter(|(sv, _)| sv.backup).count();
+        match allbackups {
+            Some(l) if backups > 0 => {
+                table.row("backup_policy", quoted("all"), format!("{}: every usable backup takes connections while no active server is usable (without it, the first)", l.text));
+                self.key(l);
+            }
+            Some(l) => self.no_key(l, "no backup server"),
+            None => {}
+        }
+        let active = servers.len() - backups;
         if active > 1 {
             let policy = match balance.as_ref().map(|(b, _)| b.as_str()) {
                 None | Some("roundrobin" | "static-rr") => Some("round_robin"),

@@ -416,3 +416,66 @@ fn truncated_lines_never_panic() {
     }
     assert!(tried > 500, "{tried}");
 }
+
+#[test]
+fn source_rules_are_evaluated_in_haproxys_order() {
+    // A reject after an accept of an overlapping network: HAProxy admits
+    // 10.1.0.0/16 (the accept comes first), snirelay's deny would refuse it.
+    let t = edge(
+        "    tcp-request connection accept if { src 10.0.0.0/8 }\n    tcp-request connection reject if { src 10.1.0.0/16 }\n    tcp-request connection reject\n    default_backend be\n",
+    );
+    assert_eq!(not_lines(&t), vec![11, 12, 13], "{}", t.toml);
+    assert!(
+        t.not_translated[0]
+            .2
+            .contains("a connection from 10.1.0.0 is admitted by HAProxy's rules"),
+        "{:?}",
+        t.not_translated
+    );
+    // The same networks disjoint: deny and allow, exactly.
+    let t = edge(
+        "    tcp-request connection reject if { src 192.0.2.0/24 }\n    tcp-request connection accept if { src 10.0.0.0/8 2001:db8::/32 }\n    tcp-request connection reject\n    default_backend be\n",
+    );
+    assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+    let limits = load(&t.toml).listener("fe").unwrap().limits.clone();
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert!(limits.deny.contains(ip("192.0.2.7")));
+    assert!(limits.allow.contains(ip("2001:db8::1")));
+    assert!(!limits.allow.contains(ip("192.0.2.7")));
+    // A pattern file, and one that cannot be read.
+    let text = format!(
+        "{EDGE}    tcp-request connection reject if {{ src -f bad.lst }}\n    default_backend be\n{BACKEND}"
+    );
+    let t = translate_with(&text, &[("bad.lst", "198.51.100.0/24\n# x\n")]).unwrap();
+    assert!(
+        t.toml.contains("deny = [\"198.51.100.0/24\"]"),
+        "{}",
+        t.toml
+    );
+    let t = translate_with(&text, &[]).unwrap();
+    assert_eq!(not_lines(&t), vec![11], "{}", t.toml);
+    assert!(
+        t.not_translated[0].2.contains("No such file"),
+        "{:?}",
+        t.not_translated
+    );
+    // The source in a content rule is not evaluated there: reported.
+    let t =
+        edge("    tcp-request content reject if { src 192.0.2.0/24 }\n    default_backend be\n");
+    assert_eq!(not_lines(&t), vec![11], "{}", t.toml);
+}
+
+#[test]
+fn network_boundaries_give_the_next_stretch() {
+    let c = super::acl::network("10.0.0.0/255.0.0.0").unwrap();
+    assert_eq!(c.to_string(), "10.0.0.0/8");
+    assert_eq!(c.after_last(), Some("11.0.0.0".parse().unwrap()));
+    let all = super::acl::network("0.0.0.0/0").unwrap();
+    assert_eq!(all.after_last(), None);
+    assert_eq!(
+        super::acl::network("10.1.2.3/8").unwrap().to_string(),
+        "10.0.0.0/8",
+        "host bits cleared, as HAProxy does"
+    );
+    assert!(super::acl::network("10.0.0.0/255.0.255.0").is_err());
+}
