@@ -1,5 +1,6 @@
 //! Differential scripts for servers: an origin going down and up under
-//! `check inter fall rise`, and the PROXY headers `send-proxy` and
+//! `check inter fall rise`, a `backup` server taking over and giving
+//! back, a PROXY header read on accept (`accept-proxy`), and the PROXY headers `send-proxy` and
 //! `send-proxy-v2` give a server (the fields each recorder parses). The
 //! harness and its tolerances: [`crate::differential`].
 
@@ -61,18 +62,8 @@ async fn an_origin_going_down_and_up_is_followed_as_haproxy_follows_it() {
     crate::common::differential_check::check("up", &hello, &before);
     assert!(before[0].0.relayed.is_some());
 
-    for (up, what) in [(false, "DOWN"), (true, "UP")] {
-        both.set_up(home, up).await;
-        both.haproxy_tool
-            .wait_line(|l| l.contains(&format!("home/home is {what}")))
-            .await;
-        let state = if up { "up" } else { "down" };
-        let message = format!("backend address marked {state} (health check)");
-        both.relay
-            .wait_log(|l| l["message"] == message.as_str())
-            .await;
-        let results = run(&both, &hello).await;
-        crate::common::differential_check::check(what, &hello, &results);
+    for up in [false, true] {
+        let results = flip(&mut both, "home/home", home, up, &hello).await;
         assert_eq!(results[0].0.relayed.is_some(), up, "{}", results[0].0);
     }
 }
@@ -103,4 +94,46 @@ async fn a_proxy_header_on_accept_is_read_as_haproxy_reads_it() {
         Some("V2 203.0.113.7:5555 -> 192.0.2.1:443")
     );
     assert!(results[2].0.relayed.is_none());
+}
+/// A backup server: the primary's traffic moves to it once both proxies'
+/// checks find the primary down, and back once they find it up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_takes_over_and_gives_back_as_haproxys_does() {
+    let (primary, standby) = ("192.0.2.121:443", "192.0.2.122:443");
+    let text = std::fs::read_to_string(fixture("backup-failover.cfg")).unwrap();
+    let mut both = both_ways(&text, &[(primary, Mode::Answer), (standby, Mode::Answer)]).await;
+    let hello = [Conn::hello("www.example.com")];
+    let first = run(&both, &hello).await;
+    crate::common::differential_check::check("primary up", &hello, &first);
+    assert_eq!(first[0].0.relayed.as_ref().unwrap().0, primary);
+    for (up, to) in [(false, standby), (true, primary)] {
+        let results = flip(&mut both, "home/primary", primary, up, &hello).await;
+        assert_eq!(
+            results[0].0.relayed.as_ref().map(|r| r.0.as_str()),
+            Some(to)
+        );
+    }
+}
+
+/// Takes `server` (HAProxy's `backend/server` name `named`) down or up,
+/// waits until both proxies' checks have logged it, then plays `script`
+/// and checks it.
+async fn flip(
+    both: &mut Both,
+    named: &str,
+    server: &str,
+    up: bool,
+    script: &[Conn],
+) -> Vec<(Outcome, Outcome)> {
+    both.set_up(server, up).await;
+    let (what, state) = if up { ("UP", "up") } else { ("DOWN", "down") };
+    let line = format!("{named} is {what}");
+    both.haproxy_tool.wait_line(|l| l.contains(&line)).await;
+    let message = format!("backend address marked {state} (health check)");
+    both.relay
+        .wait_log(|l| l["message"] == message.as_str())
+        .await;
+    let results = run(both, script).await;
+    crate::common::differential_check::check(what, script, &results);
+    results
 }
