@@ -95,6 +95,13 @@ mod systemd;
 mod upgrade;
 mod upgrade_load;
 
+// HAProxy and snirelay side by side on the same traffic.
+mod differential;
+mod differential_limits;
+mod differential_rates;
+mod differential_servers;
+mod differential_timeouts;
+
 // Log output: syslog through a real rsyslogd.
 mod syslog;
 

@@ -1456,6 +1456,12 @@ pub(crate) async fn relay_outcome(stream: &mut TcpStream) -> Option<Vec<u8>> {
 
 pub(crate) mod netns;
 
+// ------------------------------------- HAProxy beside snirelay (differential)
+
+pub(crate) mod differential;
+pub(crate) mod differential_check;
+pub(crate) mod differential_script;
+
 // ------------------------------------------------ run-time control (issue 16)
 
 /// The admin request that sets `addr` of `backend` to `state` (`"drain"`,

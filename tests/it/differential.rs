@@ -1,0 +1,377 @@
+//! Differential tests: the same scripted traffic through real HAProxy
+//! (Debian's 2.6, which `.ci/install-deps` installs; a missing binary fails
+//! the test) on an HAProxy configuration and through snirelay on `snirelay
+//! import-haproxy` of it, every connection's outcome compared: relayed (to
+//! which server, with which PROXY header fields), refused (TLS alert,
+//! reset or close, and when), or timed out. The harness is
+//! `common/differential.rs` (processes, recorders, the client) and
+//! `common/differential_check.rs` (what counts as the same, the listed
+//! differences); this module holds the SNI scripts and the check that the
+//! listed differences, docs/migrating-from-haproxy.md's section "Where
+//! snirelay decides differently, and why", and the scripts agree. The
+//! limits, timers and servers scripts are `differential_limits`,
+//! `differential_timeouts` and `differential_servers`.
+//!
+//! Tolerances: two ends are at the same time within 400 ms plus a quarter
+//! of the later one; a client watches 3 s unless its script says (every
+//! timer in the configurations is 1 s or less, so a proxy that has not
+//! ended a connection by then has timed it out). The configurations'
+//! timers are short (0.3–1 s) so the area runs in well under two minutes
+//! on a loaded two-core machine; no test sleeps to wait for readiness
+//! (HAProxy: its listening socket; snirelay: its `ready` line).
+//!
+//! Run it with `cargo test --test it differential`. To add a script, write
+//! a test that builds a list of [`Conn`]s (a label, a source 127.0.0.x,
+//! when, what it sends, how long it watches) and calls [`compare`] on a
+//! fixture; a connection where snirelay decides differently on purpose
+//! carries `.differs("id")`, and `id` must be listed in
+//! [`DIFFERENCES`] and in the doc's section. To add a configuration, put it
+//! in tests/data/haproxy/ with a header comment saying where its shape
+//! comes from; it must pass `haproxy -c -f` and import with exit 0.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use common::differential::*;
+use common::differential_check::{DIFFERENCES, SECTION, check};
+
+/// Runs `script` on HAProxy with the fixture (edited by `edit`) and on
+/// snirelay with its translation, and checks every connection.
+pub(crate) async fn compare(
+    fixture_name: &str,
+    edit: impl Fn(String) -> String,
+    servers: &[(&str, Mode)],
+    script: &[Conn],
+) -> Vec<(Outcome, Outcome)> {
+    let text = edit(std::fs::read_to_string(fixture(fixture_name)).unwrap());
+    let both = both_ways(&text, servers).await;
+    let results = run(&both, script).await;
+    check(&format!("{fixture_name}\n{}", both.toml), script, &results);
+    results
+}
+
+fn answer(servers: &[&'static str]) -> Vec<(&'static str, Mode)> {
+    servers.iter().map(|s| (*s, Mode::Answer)).collect()
+}
+
+/// The relayed server of each connection on HAProxy's side (the same on
+/// snirelay's where [`check`] found no listed difference).
+fn servers_of(results: &[(Outcome, Outcome)]) -> Vec<Option<String>> {
+    results
+        .iter()
+        .map(|(h, _)| h.relayed.as_ref().map(|r| r.0.clone()))
+        .collect()
+}
+
+// ------------------------------------------------------- the list's upkeep
+
+/// The identifiers in the doc's section, in bold at the start of a list
+/// item (`- **id**: …`).
+fn documented() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/migrating-from-haproxy.md"),
+    )
+    .unwrap();
+    let section = doc
+        .split_once(&format!("\n{SECTION}\n"))
+        .unwrap_or_else(|| panic!("docs/migrating-from-haproxy.md has no {SECTION:?}"))
+        .1;
+    let section = section.split("\n## ").next().unwrap();
+    section
+        .lines()
+        .filter_map(|l| l.strip_prefix("- **"))
+        .filter_map(|l| l.split_once("**"))
+        .map(|(id, _)| id.to_owned())
+        .collect()
+}
+
+/// The identifiers the scripts name with `.differs("…")`.
+fn scripted() -> BTreeSet<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    let mut ids = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if !(name.starts_with("differential") && name.ends_with(".rs")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+        for line in code {
+            for piece in line.split(".differs(\"").skip(1) {
+                ids.insert(piece.split_once('"').unwrap().0.to_owned());
+            }
+        }
+    }
+    ids
+}
+
+/// The harness's list, the doc's and the scripts' are the same: a
+/// difference the doc lists is one a script produces (and a scripted one
+/// that stops happening fails its script), and no script may lean on one
+/// the doc does not explain.
+#[test]
+fn the_listed_differences_are_the_documented_and_the_scripted_ones() {
+    let listed: BTreeSet<String> = DIFFERENCES.iter().map(|d| d.id.to_owned()).collect();
+    assert_eq!(listed.len(), DIFFERENCES.len(), "an identifier twice");
+    assert_eq!(documented(), listed, "the doc's list against DIFFERENCES");
+    assert_eq!(
+        scripted(),
+        listed,
+        "the scripts' .differs() against DIFFERENCES"
+    );
+}
+
+/// Every configuration the scripts run (all but `unsupported.cfg`, which
+/// names a host that need not resolve) is one HAProxy itself accepts.
+#[test]
+fn every_configuration_passes_haproxys_own_check() {
+    let dir = fixture("");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if !name.ends_with(".cfg") || name == "unsupported.cfg" {
+            continue;
+        }
+        let out = std::process::Command::new("haproxy")
+            .args(["-c", "-f"])
+            .arg(&path)
+            .output()
+            .expect("haproxy is not installed: apt-get install haproxy");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} configurations");
+}
+
+// ------------------------------------------------------------- SNI scripts
+
+/// The names an SNI edge for `domain` sees: the apex, a deep name, case,
+/// a trailing dot, lookalikes, another domain, no SNI, no TLS, a
+/// truncated hello and one split over three segments.
+fn sni_script(domain: &str) -> Vec<Conn> {
+    vec![
+        Conn::hello(domain),
+        Conn::hello(&format!("a.b.c.{domain}")),
+        Conn::hello(&domain.to_uppercase()),
+        Conn::hello(&format!("Www.{domain}")),
+        Conn::hello(&format!("{domain}.")),
+        Conn::hello(&format!("evil-{domain}")),
+        Conn::hello(&format!("{domain}.evil.net")),
+        Conn::hello("example.invalid"),
+        Conn::no_sni(),
+        Conn::http(),
+        Conn::truncated(domain, 40),
+        Conn::hello(&format!("www.{domain}"))
+            .split(3, 100)
+            .labelled("www (in 3 segments)"),
+    ]
+}
+
+/// The seed template (its inspect-delay scaled from 5 s to 1 s so the
+/// script is short): the allowed names reach the origin, the rest are
+/// refused, as HAProxy does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_template_routes_and_refuses_as_haproxy_does() {
+    let mut script = sni_script("example.com");
+    script[4] = script[4].clone().differs("trailing-dot");
+    for i in [5, 6, 7, 8] {
+        script[i] = script[i].clone().differs("alert-on-unmatched");
+    }
+    script[9] = script[9].clone().differs("not-tls-refused-at-once");
+    script.push(Conn::hello("a_b.example.com").differs("underscore-label"));
+    let results = compare(
+        "tls-edge-failover.cfg",
+        |t| t.replace("inspect-delay 5s", "inspect-delay 1s"),
+        &answer(&["203.0.113.10:443"]),
+        &script,
+    )
+    .await;
+    let home = Some("203.0.113.10:443".to_owned());
+    let mut expected = vec![home.clone(); 4];
+    expected.extend([None, None, None, None, None, None, None, home, None]);
+    assert_eq!(servers_of(&results), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manuals_sni_routing_routes_as_haproxy_does() {
+    let www = "192.0.2.10:443";
+    let default = "192.0.2.30:443";
+    let script = vec![
+        Conn::hello("www.example.com"),
+        Conn::hello("WWW.EXAMPLE.COM"),
+        Conn::hello("example.com").differs("proxy-v2-tlvs"),
+        Conn::hello("evil-example.com").differs("proxy-v2-tlvs"),
+        Conn::hello("other.test").differs("proxy-v2-tlvs"),
+        Conn::no_sni().differs("proxy-v2-tlvs"),
+        Conn::http().differs("unparsed-to-default"),
+        Conn::truncated("www.example.com", 40).differs("unparsed-to-default"),
+    ];
+    let results = compare(
+        "documentation-sni-routing.cfg",
+        |t| t.replace("inspect-delay 5s", "inspect-delay 1s"),
+        &answer(&[www, "192.0.2.20:443", "192.0.2.21:443", default]),
+        &script,
+    )
+    .await;
+    let s = |a: &str| Some(a.to_owned());
+    assert_eq!(
+        servers_of(&results),
+        [
+            s(www),
+            s(www),
+            s(default),
+            s(default),
+            s(default),
+            s(default),
+            s(default),
+            s(default)
+        ]
+    );
+    // The PROXY v2 header the default backend gets carries the same fields.
+    assert!(results[2].0.relayed.as_ref().unwrap().1.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_names_with_a_default_backend_route_as_haproxy_does() {
+    let (app1, app2, default) = ("192.0.2.11:443", "192.0.2.12:443", "192.0.2.13:443");
+    let script = vec![
+        Conn::hello("app1.example.net"),
+        Conn::hello("APP2.Example.NET"),
+        Conn::hello("app1.example.net.").differs("trailing-dot"),
+        Conn::hello("x.app1.example.net"),
+        Conn::hello("app3.example.net"),
+        Conn::no_sni(),
+        Conn::http().differs("unparsed-to-default"),
+        Conn::nothing().differs("unparsed-to-default"),
+        Conn::hello("app2.example.net").split(4, 80),
+        Conn::hello("app1 example.net").differs("invalid-name-refused"),
+        Conn::hello_names(&["app1.example.net", "app2.example.net"]).differs("strict-hello"),
+    ];
+    let results = compare(
+        "sni-exact-names.cfg",
+        |t| t,
+        &answer(&[app1, app2, default]),
+        &script,
+    )
+    .await;
+    let s = |a: &str| Some(a.to_owned());
+    assert_eq!(
+        servers_of(&results),
+        [
+            s(app1),
+            s(app2),
+            s(default),
+            s(default),
+            s(default),
+            s(default),
+            s(default),
+            s(default),
+            s(app2),
+            s(default),
+            s(app1)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_suffix_regexes_route_as_haproxy_does() {
+    let (app, api, www) = ("192.0.2.21:443", "192.0.2.22:443", "192.0.2.23:443");
+    let script = vec![
+        Conn::hello("app.example.com"),
+        Conn::hello("x.y.APP.example.com"),
+        Conn::hello("api.example.com").differs("alert-on-unmatched"),
+        Conn::hello("v1.api.example.com"),
+        Conn::hello("www.example.org"),
+        Conn::hello("a.www.example.org").differs("alert-on-unmatched"),
+        Conn::hello("evilapp.example.com").differs("alert-on-unmatched"),
+        Conn::no_sni().differs("alert-on-unmatched"),
+        Conn::http().differs("not-tls-refused-at-once"),
+        Conn::truncated("app.example.com", 60),
+    ];
+    let results = compare(
+        "sni-regex-routes.cfg",
+        |t| t,
+        &answer(&[app, api, www]),
+        &script,
+    )
+    .await;
+    let s = |a: &str| Some(a.to_owned());
+    assert_eq!(
+        servers_of(&results),
+        [
+            s(app),
+            s(app),
+            None,
+            s(api),
+            s(www),
+            None,
+            None,
+            None,
+            None,
+            None
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_suffix_and_its_apex_route_as_haproxy_does() {
+    let ingress = "192.0.2.31:443";
+    let mut script = sni_script("example.com");
+    script[4] = script[4].clone().differs("trailing-dot");
+    for i in [5, 6, 7, 8] {
+        script[i] = script[i].clone().differs("alert-on-unmatched");
+    }
+    script[9] = script[9].clone().differs("not-tls-refused-at-once");
+    script.push(Conn::hello("a_b.example.com"));
+    let results = compare("sni-suffix-end.cfg", |t| t, &answer(&[ingress]), &script).await;
+    let s = Some(ingress.to_owned());
+    let mut expected = vec![s.clone(); 4];
+    expected.extend(vec![None; 7]);
+    expected.extend([s.clone(), s]);
+    assert_eq!(servers_of(&results), expected);
+}
+
+/// Real clients' first flights (OpenSSL, curl, Chromium with a
+/// post-quantum key share and GREASE ECH, Go, Node, GnuTLS without SNI,
+/// and OpenSSL's hello split over two TLS records, which both reassemble)
+/// on the wildcard edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_hellos_route_as_haproxy_routes_them() {
+    let ingress = "192.0.2.31:443";
+    let script: Vec<Conn> = [
+        "openssl_sni.bin",
+        "openssl_two_records.bin",
+        "curl.bin",
+        "chromium_pq.bin",
+        "go_crypto_tls.bin",
+        "node_https.bin",
+        "wget_gnutls.bin",
+    ]
+    .iter()
+    .map(|f| Conn::capture(f))
+    .collect();
+    let mut script = script;
+    script[6] = script[6].clone().differs("alert-on-unmatched");
+    let results = compare("sni-suffix-end.cfg", |t| t, &answer(&[ingress]), &script).await;
+    let s = Some(ingress.to_owned());
+    assert_eq!(
+        servers_of(&results),
+        [
+            s.clone(),
+            s.clone(),
+            s.clone(),
+            s.clone(),
+            s.clone(),
+            s,
+            None
+        ]
+    );
+}

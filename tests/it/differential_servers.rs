@@ -1,0 +1,139 @@
+//! Differential scripts for servers: an origin going down and up under
+//! `check inter fall rise`, a `backup` server taking over and giving
+//! back, a PROXY header read on accept (`accept-proxy`), and the PROXY headers `send-proxy` and
+//! `send-proxy-v2` give a server (the fields each recorder parses). The
+//! harness and its tolerances: [`crate::differential`].
+
+use crate::differential::compare;
+
+use crate::common::differential::*;
+
+/// `send-proxy-v2` and `send-proxy`: the same server gets the same
+/// header fields (version, client and listener addresses) from both; a
+/// name neither routes is refused by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_headers_carry_the_same_fields_as_haproxys() {
+    let script = vec![
+        Conn::hello("example.com").differs("proxy-v2-tlvs"),
+        Conn::hello("app.example.com")
+            .from(2)
+            .differs("proxy-v2-tlvs"),
+        Conn::hello("legacy.example.net").from(3),
+        Conn::hello("LEGACY.example.net").from(4),
+        Conn::hello("other.example.net").differs("alert-on-unmatched"),
+    ];
+    let results = compare(
+        "proxy-protocol.cfg",
+        |t| t,
+        &[
+            ("192.0.2.101:443", Mode::Answer),
+            ("192.0.2.102:443", Mode::Answer),
+        ],
+        &script,
+    )
+    .await;
+    let header = |i: usize| results[i].0.relayed.clone().unwrap();
+    assert_eq!(
+        header(0),
+        (
+            "192.0.2.101:443".into(),
+            Some("V2 client -> listener".into())
+        )
+    );
+    assert_eq!(
+        header(2),
+        (
+            "192.0.2.102:443".into(),
+            Some("V1 client -> listener".into())
+        )
+    );
+}
+
+/// The origin goes down (its port refuses connections), both proxies'
+/// checks notice (each logs it), a hello is refused by both; it comes up
+/// again, both notice, and a hello is relayed by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_going_down_and_up_is_followed_as_haproxy_follows_it() {
+    let home = "192.0.2.71:443";
+    let text = std::fs::read_to_string(fixture("health-checked.cfg")).unwrap();
+    let mut both = both_ways(&text, &[(home, Mode::Answer)]).await;
+    let hello = [Conn::hello("www.example.com")];
+    let before = run(&both, &hello).await;
+    crate::common::differential_check::check("up", &hello, &before);
+    assert!(before[0].0.relayed.is_some());
+
+    for up in [false, true] {
+        let results = flip(&mut both, "home/home", home, up, &hello).await;
+        assert_eq!(results[0].0.relayed.is_some(), up, "{}", results[0].0);
+    }
+}
+
+/// `accept-proxy`: a hello behind a PROXY v1 or v2 header is routed on its
+/// name by both, and the origin's send-proxy-v2 header names the claimed
+/// client (203.0.113.7:5555); a hello without a header is refused by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_header_on_accept_is_read_as_haproxy_reads_it() {
+    let origin = "192.0.2.111:443";
+    let script = vec![
+        Conn::proxied(1, "app.example.com").differs("proxy-v2-tlvs"),
+        Conn::proxied(2, "app.example.com").differs("proxy-v2-tlvs"),
+        Conn::hello("app.example.com").labelled("no PROXY header"),
+        Conn::proxied(2, "other.example.com").differs("alert-on-unmatched"),
+    ];
+    let results = compare(
+        "accept-proxy.cfg",
+        |t| t,
+        &[(origin, Mode::Answer)],
+        &script,
+    )
+    .await;
+    let (server, header) = results[0].0.relayed.clone().unwrap();
+    assert_eq!(server, origin);
+    assert_eq!(
+        header.as_deref(),
+        Some("V2 203.0.113.7:5555 -> 192.0.2.1:443")
+    );
+    assert!(results[2].0.relayed.is_none());
+}
+/// A backup server: the primary's traffic moves to it once both proxies'
+/// checks find the primary down, and back once they find it up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_takes_over_and_gives_back_as_haproxys_does() {
+    let (primary, standby) = ("192.0.2.121:443", "192.0.2.122:443");
+    let text = std::fs::read_to_string(fixture("backup-failover.cfg")).unwrap();
+    let mut both = both_ways(&text, &[(primary, Mode::Answer), (standby, Mode::Answer)]).await;
+    let hello = [Conn::hello("www.example.com")];
+    let first = run(&both, &hello).await;
+    crate::common::differential_check::check("primary up", &hello, &first);
+    assert_eq!(first[0].0.relayed.as_ref().unwrap().0, primary);
+    for (up, to) in [(false, standby), (true, primary)] {
+        let results = flip(&mut both, "home/primary", primary, up, &hello).await;
+        assert_eq!(
+            results[0].0.relayed.as_ref().map(|r| r.0.as_str()),
+            Some(to)
+        );
+    }
+}
+
+/// Takes `server` (HAProxy's `backend/server` name `named`) down or up,
+/// waits until both proxies' checks have logged it, then plays `script`
+/// and checks it.
+async fn flip(
+    both: &mut Both,
+    named: &str,
+    server: &str,
+    up: bool,
+    script: &[Conn],
+) -> Vec<(Outcome, Outcome)> {
+    both.set_up(server, up).await;
+    let (what, state) = if up { ("UP", "up") } else { ("DOWN", "down") };
+    let line = format!("{named} is {what}");
+    both.haproxy_tool.wait_line(|l| l.contains(&line)).await;
+    let message = format!("backend address marked {state} (health check)");
+    both.relay
+        .wait_log(|l| l["message"] == message.as_str())
+        .await;
+    let results = run(both, script).await;
+    crate::common::differential_check::check(what, script, &results);
+    results
+}
