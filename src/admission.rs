@@ -115,6 +115,7 @@ use attempts::AttemptTable;
 pub(crate) mod attempts;
 #[cfg(test)]
 mod attempts_tests;
+pub(crate) mod pace;
 use crate::close_reason::CloseReason;
 use crate::wire::cidr::{self, canonical};
 

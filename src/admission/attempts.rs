@@ -73,7 +73,7 @@ pub(crate) struct FreqCtr {
 
 impl FreqCtr {
     /// A key's counter after its first attempt at `now` (ms).
-    fn first(now: u64) -> FreqCtr {
+    pub(crate) fn first(now: u64) -> FreqCtr {
         FreqCtr {
             tick: now & !1,
             curr: 1,
@@ -82,7 +82,7 @@ impl FreqCtr {
     }
 
     /// Counts one attempt at `now` (`update_freq_ctr_period(ctr, period, 1)`).
-    fn update(&mut self, now: u64, period: u64) {
+    pub(crate) fn update(&mut self, now: u64, period: u64) {
         if now.saturating_sub(self.tick) >= period {
             self.prev = self.curr;
             self.curr = 0;
@@ -100,6 +100,24 @@ impl FreqCtr {
     /// The estimate at `now` (`read_freq_ctr_period`: `freq_ctr_total`
     /// with the flapping correction, divided by the period).
     pub(crate) fn read(&self, now: u64, period: u64) -> u64 {
+        let (curr, past, _) = self.shifted(now, period);
+        if curr == 0 && past <= 1 {
+            return past;
+        }
+        self.average(now, period)
+    }
+
+    /// `freq_ctr_total` divided by the period, without the flapping
+    /// correction: what HAProxy's `freq_ctr_remain` compares with a
+    /// limit (`maxconnrate`, see [`super::pace`]).
+    pub(crate) fn average(&self, now: u64, period: u64) -> u64 {
+        let (curr, past, remain) = self.shifted(now, period);
+        (past * remain + curr * period) / period
+    }
+
+    /// The counts as of `now` (a period that is over shifts `curr` into
+    /// `prev`, two read 0) and what is left of the current period.
+    fn shifted(&self, now: u64, period: u64) -> (u64, u64, u64) {
         let (mut curr, mut past) = (u64::from(self.curr), u64::from(self.prev));
         let mut remain = i128::from(self.tick) + i128::from(period) - i128::from(now);
         if remain < 0 {
@@ -107,11 +125,27 @@ impl FreqCtr {
             past = if remain >= 0 { curr } else { 0 };
             curr = 0;
         }
-        if curr == 0 && past <= 1 {
-            return past;
+        (curr, past, remain.max(0) as u64)
+    }
+
+    /// The first millisecond at or after `now` at which [`Self::average`]
+    /// is below `limit` (it only falls while nothing is counted), as
+    /// HAProxy's `next_event_delay` waits for. Two periods after the
+    /// current one began it reads 0, so the search is bounded.
+    pub(crate) fn below_at(&self, now: u64, period: u64, limit: u64) -> u64 {
+        if self.average(now, period) < limit {
+            return now;
         }
-        let remain = remain.max(0) as u64;
-        (past * remain + curr * period) / period
+        let (mut lo, mut hi) = (now, self.tick + 2 * period);
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.average(mid, period) < limit {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
     }
 
     /// Whether the counter reads 0 at `now` and stays so: two periods

@@ -36,8 +36,9 @@ use crate::backend::Backends;
 use crate::config::Listener;
 use crate::flow::route::RouteTable;
 
-/// Process-wide accept pacing (`global.max_connection_rate`).
-pub(crate) type Pace = Arc<governor::DefaultDirectRateLimiter>;
+/// Process-wide accept pacing (`global.max_connection_rate`, see
+/// [`crate::admission::pace`]).
+pub(crate) type Pace = Arc<crate::admission::pace::Pace>;
 
 /// One listener's state as of one reload (or the start).
 pub(crate) struct Generation {

@@ -569,7 +569,7 @@ impl<B> FlowTable<B> {
         if generation
             .pace
             .as_ref()
-            .is_some_and(|pace| pace.check().is_err())
+            .is_some_and(|pace| !pace.try_take())
         {
             self.drop_new_flow(now, &generation.listener);
             return false;

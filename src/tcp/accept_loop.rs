@@ -124,12 +124,21 @@ impl AcceptLoop {
                 () = self.stop_accepting.cancelled() => return,
             };
             self.refresh(&mut generation);
-            if let Some(pace) = &generation.pace {
-                tokio::select! {
-                    _ = pace.until_ready() => {}
-                    () = self.stop_accepting.cancelled() => return,
+            // `max_connection_rate`: wait until one more is within it
+            // (clients wait in the backlog meanwhile), as HAProxy's
+            // listener does for `maxconnrate`.
+            let reserved = loop {
+                let Some(pace) = &generation.pace else {
+                    break None;
+                };
+                match pace.reserve() {
+                    Ok(reserved) => break Some(reserved),
+                    Err(wait) => tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.stop_accepting.cancelled() => return,
+                    },
                 }
-            }
+            };
             let accepted = tokio::select! {
                 biased;
                 accepted = self.socket.accept() => accepted,
@@ -138,6 +147,9 @@ impl AcceptLoop {
             match accepted {
                 Ok((stream, peer)) => {
                     backoff.recovered();
+                    if let Some(reserved) = reserved {
+                        reserved.count();
+                    }
                     let accepted = Accepted {
                         stream,
                         arrival: Arrival {

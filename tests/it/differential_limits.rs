@@ -1,5 +1,5 @@
 //! Differential scripts for caps: HAProxy's per-source `sc0_conn_cur`
-//! limit and its process-wide `maxconn`, against snirelay's translation,
+//! limit, its process-wide `maxconn` and `maxconnrate`, against snirelay's translation,
 //! with several loopback sources (127.0.0.2, .3, …) at once. The rates
 //! are `differential_rates`; the harness and its tolerances:
 //! [`crate::differential`].
@@ -131,4 +131,33 @@ async fn the_global_cap_holds_back_the_same_connections_as_haproxy() {
     .await;
     assert_eq!(relayed(&results, 0..6), 4);
     assert!(results[4..].iter().all(|(h, _)| h.end == End::Open));
+}
+
+/// `maxconnrate 10`: 25 connections 5 ms apart are all relayed by both,
+/// at the same moments: 10 at once, none until the first second is over,
+/// then one every 100 ms (a token bucket of 10 took 19 in the first
+/// second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_rate_paces_accepting_as_haproxy_does() {
+    let script: Vec<Conn> = (0..25u64)
+        .map(|i| {
+            Conn::hello("kubernetes.default.svc")
+                .at_ms(i * 5)
+                .watch_ms(3500)
+                .labelled(format!("#{i}"))
+        })
+        .collect();
+    let results = compare(
+        "global-limits.cfg",
+        |t| t.replace("maxconn 4", "maxconn 100"),
+        &[("192.0.2.61:6443", Mode::Answer)],
+        &script,
+    )
+    .await;
+    assert_eq!(relayed(&results, 0..25), 25);
+    let late = results
+        .iter()
+        .filter(|(h, _)| h.answered.unwrap() > std::time::Duration::from_millis(800))
+        .count();
+    assert!(late >= 10, "{late} paced past the first second");
 }

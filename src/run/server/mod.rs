@@ -208,9 +208,7 @@ struct Server {
 
 fn pace_for(config: &Config) -> Option<Pace> {
     let rate = config.global.max_connection_rate?;
-    Some(Arc::new(governor::RateLimiter::direct(
-        governor::Quota::per_second(rate),
-    )))
+    Some(Arc::new(crate::admission::pace::Pace::new(rate)))
 }
 
 /// What the diff said, and what the reload did about it.
