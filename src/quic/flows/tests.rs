@@ -1,0 +1,811 @@
+//! Unit tests of the flow table ([`super::FlowTable`]), without sockets:
+//! hellos across datagrams, routing and its refusals, per-source and
+//! pending-table limits, open flows following their client, expiry and
+//! drain.
+
+use super::*;
+
+use rustls::pki_types::ServerName;
+
+use crate::backend::Backends;
+use crate::config::Config;
+use crate::quic::backend_address::pick_now;
+use crate::quic::initial_keys;
+use crate::quic::seal::seal_initial;
+
+const DCID: &[u8] = &[0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];
+const SCID: &[u8] = &[0x11, 0x22, 0x33, 0x44];
+/// The connection ID the backend chooses (long enough to be followed).
+const BACKEND_CID: &[u8] = &[0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7, 0xb8];
+
+/// A quic listener `h3` with `limits` (a `[listener.limits]` body), a
+/// route for example.com to `origin` (fixed, nothing listening) and one
+/// for `*.nowhere.test` to `empty`, a DNS backend never resolved.
+fn generation(limits: &str) -> Arc<Generation> {
+    let config = Config::from_toml(
+        &format!(
+            r#"
+            [[listener]]
+            name = "h3"
+            protocol = "quic"
+            listen = ["127.0.0.1:0"]
+            client_hello_timeout = "5s"
+            [listener.limits]
+            {limits}
+            [[route]]
+            sni = ["example.com"]
+            backend = "origin"
+            idle_timeout = "30s"
+            max_connection_lifetime = "100s"
+            [backend.origin]
+            addresses = ["127.0.0.1:9"]
+            "#
+        ),
+        std::path::Path::new("flows.toml"),
+    )
+    .expect("the test configuration is valid");
+    let backends = Arc::new(Backends::start(&config.backends, None));
+    Arc::new(Generation::first(
+        config.listeners[0].clone(),
+        &backends,
+        &None,
+    ))
+}
+
+/// A ClientHello as rustls' QUIC client sends it, with SNI unless
+/// `name` is an IP address.
+fn client_hello(name: &str) -> Vec<u8> {
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = ServerName::try_from(name.to_owned()).unwrap();
+    let params = vec![0x04, 0x01, 0x00];
+    let mut conn = rustls::quic::ClientConnection::new(
+        Arc::new(config),
+        rustls::quic::Version::V1,
+        name,
+        params,
+    )
+    .unwrap();
+    let mut hello = Vec::new();
+    conn.write_hs(&mut hello);
+    hello
+}
+
+fn varint(value: u64, out: &mut Vec<u8>) {
+    match value {
+        0..0x40 => out.push(value as u8),
+        0x40..0x4000 => out.extend_from_slice(&(value as u16 | 0x4000).to_be_bytes()),
+        _ => out.extend_from_slice(&(value as u32 | 0x8000_0000).to_be_bytes()),
+    }
+}
+
+/// The client's first flight for `name`, its hello cut into `pieces`
+/// Initial datagrams of 1,200 bytes.
+fn initials(name: &str, pieces: usize) -> Vec<Vec<u8>> {
+    let hello = client_hello(name);
+    let keys = initial_keys(Version::V1, DCID, rustls::Side::Client);
+    let size = hello.len().div_ceil(pieces);
+    hello
+        .chunks(size)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let mut frame = vec![0x06];
+            varint((i * size) as u64, &mut frame);
+            varint(chunk.len() as u64, &mut frame);
+            frame.extend_from_slice(chunk);
+            seal_initial(Version::V1, &keys.local, DCID, SCID, i as u32, &frame, 1200).unwrap()
+        })
+        .collect()
+}
+
+/// A 1-RTT (short header) datagram to the backend's connection ID.
+fn short_to_backend() -> Vec<u8> {
+    let mut datagram = vec![0x40];
+    datagram.extend_from_slice(BACKEND_CID);
+    datagram.extend_from_slice(&[0; 40]);
+    datagram
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// What an event says, in short.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Pick {
+        from: SocketAddr,
+        backend: String,
+    },
+    Open {
+        from: SocketAddr,
+        held: usize,
+    },
+    Close {
+        peer: SocketAddr,
+        reason: CloseReason,
+        answer_to: Option<SocketAddr>,
+    },
+}
+
+/// Drains the table's events; picks are answered at once, as the
+/// socket task answers them for fixed addresses.
+fn events(table: &mut FlowTable<u32>, generation: &Generation) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    while let Some(event) = table.poll_event() {
+        seen.push(match event {
+            Event::Pick(pick) => {
+                let PickFor {
+                    from,
+                    id,
+                    backend,
+                    ask,
+                    drain,
+                } = *pick;
+                let backends = &generation.backends;
+                let picked = pick_now(backends, backends.get(&backend).unwrap(), &ask)
+                    .expect("fixed addresses are chosen at once")
+                    .map(|picked| (picked, drain))
+                    .map_err(CloseReason::from);
+                table.chosen(from, id, picked);
+                Seen::Pick { from, backend }
+            }
+            Event::Open(opening) => Seen::Open {
+                from: opening.from,
+                held: opening.held.len(),
+            },
+            Event::Close {
+                record,
+                reason,
+                answer,
+            } => Seen::Close {
+                peer: record.peer,
+                reason,
+                answer_to: answer.map(|(to, _)| to),
+            },
+        });
+    }
+    seen
+}
+
+fn permits(n: usize) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(n))
+}
+
+/// Feeds `datagrams` from `from` the way the socket task does: a new
+/// address starts a flow.
+fn feed(
+    table: &mut FlowTable<u32>,
+    now: Instant,
+    from: SocketAddr,
+    datagrams: &[Vec<u8>],
+    generation: &Generation,
+    permits: &Arc<Semaphore>,
+) {
+    for datagram in datagrams {
+        if table.handle(now, from, datagram, generation) == Datagram::Unknown {
+            table.start(now, from, datagram, generation, permits);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
+    let generation = generation("");
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let client = addr("192.0.2.1:5000");
+    let flight = initials("example.com", 3);
+    assert!(table.start(now, client, &flight[0], &generation, &permits));
+    assert_eq!(table.pending(), (1, 1200));
+    assert!(matches!(
+        table.handle(now, client, &flight[1], &generation),
+        Datagram::Taken
+    ));
+    assert_eq!(events(&mut table, &generation), []);
+    assert_eq!(table.pending(), (1, 2400));
+    assert!(matches!(
+        table.handle(now, client, &flight[2], &generation),
+        Datagram::Taken
+    ));
+    // Routed, its address chosen at once, then handed over to open
+    // with its three datagrams, in order.
+    assert_eq!(
+        events(&mut table, &generation),
+        [
+            Seen::Pick {
+                from: client,
+                backend: "origin".into()
+            },
+            Seen::Open {
+                from: client,
+                held: 3
+            },
+        ]
+    );
+    assert_eq!(table.pending(), (0, 0));
+    assert!(table.is_empty());
+    // The flow's permit went with the Open event, dropped here.
+    assert_eq!(permits.available_permits(), 10);
+}
+
+#[tokio::test]
+async fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
+    let generation = generation("");
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let (other, no_name, allowed) = (
+        addr("192.0.2.1:5000"),
+        addr("192.0.2.2:5000"),
+        addr("192.0.2.3:5000"),
+    );
+    feed(
+        &mut table,
+        now,
+        other,
+        &initials("other.test", 1),
+        &generation,
+        &permits,
+    );
+    feed(
+        &mut table,
+        now,
+        no_name,
+        &initials("192.0.2.9", 1),
+        &generation,
+        &permits,
+    );
+    feed(
+        &mut table,
+        now,
+        allowed,
+        &initials("example.com", 2),
+        &generation,
+        &permits,
+    );
+    assert_eq!(
+        events(&mut table, &generation),
+        [
+            Seen::Close {
+                peer: other,
+                reason: CloseReason::Unmatched,
+                answer_to: Some(other)
+            },
+            Seen::Close {
+                peer: no_name,
+                reason: CloseReason::NoSni,
+                answer_to: Some(no_name)
+            },
+            Seen::Pick {
+                from: allowed,
+                backend: "origin".into()
+            },
+            Seen::Open {
+                from: allowed,
+                held: 2
+            },
+        ]
+    );
+    // The refused flows gave back their permits.
+    assert_eq!(permits.available_permits(), 10);
+}
+
+#[tokio::test]
+async fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
+    let generation = generation("");
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let client = addr("192.0.2.1:5000");
+    let flight = initials("example.com", 1);
+    feed(&mut table, now, client, &flight, &generation, &permits);
+    let Some(Event::Pick(pick)) = table.poll_event() else {
+        panic!("a routed hello asks for its address");
+    };
+    assert_eq!(
+        table.pending(),
+        (1, flight[0].len()),
+        "held while connecting"
+    );
+    table.chosen(pick.from, pick.id, Err(CloseReason::NoAddress));
+    assert_eq!(
+        events(&mut table, &generation),
+        [Seen::Close {
+            peer: client,
+            reason: CloseReason::NoAddress,
+            answer_to: None
+        }]
+    );
+    assert_eq!(table.pending(), (0, 0));
+    assert_eq!(permits.available_permits(), 10);
+}
+
+#[tokio::test]
+async fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
+    let generation = generation("");
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let start = Instant::now();
+    let (noise, slow) = (addr("192.0.2.1:5000"), addr("192.0.2.2:5000"));
+    feed(
+        &mut table,
+        start,
+        noise,
+        &[b"GET / HTTP/1.1\r\n".to_vec()],
+        &generation,
+        &permits,
+    );
+    feed(
+        &mut table,
+        start,
+        slow,
+        &initials("example.com", 2)[..1],
+        &generation,
+        &permits,
+    );
+    assert_eq!(
+        events(&mut table, &generation),
+        [Seen::Close {
+            peer: noise,
+            reason: CloseReason::NotQuic,
+            answer_to: None
+        }]
+    );
+    let timeout = generation.listener.client_hello_timeout;
+    table.sweep(start + timeout - Duration::from_millis(1), timeout);
+    assert_eq!(events(&mut table, &generation), []);
+    table.sweep(start + timeout, timeout);
+    assert_eq!(
+        events(&mut table, &generation),
+        [Seen::Close {
+            peer: slow,
+            reason: CloseReason::HelloTimeout,
+            answer_to: None
+        }]
+    );
+    assert!(table.is_empty());
+    assert_eq!(table.pending(), (0, 0));
+}
+
+#[tokio::test]
+async fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
+    // One open flow per JA4: a second client of the same TLS stack is
+    // refused once its hello is complete, whatever its address, with no
+    // answer (as at the gate); the first flow keeps its slot.
+    let generation = generation("connections_per_source = 1\nlimit_key = \"ja4\"");
+    assert!(generation.routes.wants_fingerprints());
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let (first, second) = (addr("192.0.2.1:5000"), addr("198.51.100.2:5000"));
+    let flight = initials("example.com", 1);
+    // The first flow waits for its address (its events are not
+    // drained yet: an opened flow's slots go to its task).
+    feed(&mut table, now, first, &flight, &generation, &permits);
+    feed(&mut table, now, second, &flight, &generation, &permits);
+    let seen = events(&mut table, &generation);
+    assert!(
+        seen.contains(&Seen::Close {
+            peer: second,
+            reason: CloseReason::LimitConcurrent,
+            answer_to: None
+        }),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&Seen::Open {
+            from: first,
+            held: 1
+        }),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() {
+    // The accept gate is the listener's one `Admission`: with
+    // `attempts_per_source = 3` a source's fourth new flow within the
+    // period is refused as `limit_rate`, closed before it is held.
+    let generation = generation("connections_per_source = false\nattempts_per_source = 3");
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let flight = initials("example.com", 1);
+    let started: Vec<bool> = (0..5)
+        .map(|port| {
+            let from = addr(&format!("192.0.2.1:{}", 5000 + port));
+            table.start(now, from, &flight[0], &generation, &permits)
+        })
+        .collect();
+    assert_eq!(started, [true, true, true, false, false]);
+    assert!(table.start(
+        now,
+        addr("192.0.2.2:5000"),
+        &flight[0],
+        &generation,
+        &permits
+    ));
+    let counts = generation.admission.counters.snapshot();
+    assert_eq!((counts.admitted, counts.limit_rate), (4, 2));
+}
+
+#[tokio::test]
+async fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
+    // Per source, through the accept gate: one flow per address.
+    let generation_1 = generation("connections_per_source = 1");
+    let permits_10 = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let flight = initials("example.com", 2);
+    assert!(table.start(
+        now,
+        addr("192.0.2.1:5000"),
+        &flight[0],
+        &generation_1,
+        &permits_10
+    ));
+    assert!(!table.start(
+        now,
+        addr("192.0.2.1:5001"),
+        &flight[0],
+        &generation_1,
+        &permits_10
+    ));
+    assert!(table.start(
+        now,
+        addr("192.0.2.2:5000"),
+        &flight[0],
+        &generation_1,
+        &permits_10
+    ));
+    // The refusal was closed by the gate, not held as a flow.
+    assert_eq!(events(&mut table, &generation_1), []);
+    assert_eq!(table.len(), 2);
+    assert_eq!(permits_10.available_permits(), 8);
+
+    // Globally: pending flows never take more than half the free
+    // connection permits.
+    let generation = generation("");
+    let permits_4 = permits(4);
+    let mut table = FlowTable::<u32>::new(None);
+    assert!(table.start(
+        now,
+        addr("192.0.2.1:5000"),
+        &flight[0],
+        &generation,
+        &permits_4
+    ));
+    assert!(table.start(
+        now,
+        addr("192.0.2.2:5000"),
+        &flight[0],
+        &generation,
+        &permits_4
+    ));
+    // A third takes the place of the oldest, within the same bound.
+    assert!(table.start(
+        now,
+        addr("192.0.2.3:5000"),
+        &flight[0],
+        &generation,
+        &permits_4
+    ));
+    assert_eq!(table.pending(), (2, 2400));
+    assert_eq!(permits_4.available_permits(), 2);
+    assert_eq!(
+        events(&mut table, &generation),
+        [Seen::Close {
+            peer: addr("192.0.2.1:5000"),
+            reason: CloseReason::Evicted,
+            answer_to: None
+        }]
+    );
+    // No free permit at all: nothing pending to give one back, the
+    // datagram is dropped.
+    let none = permits(0);
+    let mut table = FlowTable::<u32>::new(None);
+    assert!(!table.start(now, addr("192.0.2.4:5000"), &flight[0], &generation, &none));
+    assert_eq!(table.pending(), (0, 0));
+}
+
+#[tokio::test]
+async fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
+    // A half-hello flood: MAX_PENDING_FLOWS first datagrams of a
+    // two-datagram hello, from 200 addresses, then more.
+    let generation = generation("");
+    let permits = permits(100_000);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let half = &initials("example.com", 2)[..1];
+    let flood = |i: usize| {
+        SocketAddr::from((
+            [203, 0, (i % 200 / 100) as u8, (i % 100) as u8],
+            1000 + i as u16,
+        ))
+    };
+    for i in 0..MAX_PENDING_FLOWS + 500 {
+        feed(&mut table, now, flood(i), half, &generation, &permits);
+    }
+    assert_eq!(
+        table.pending(),
+        (MAX_PENDING_FLOWS, MAX_PENDING_FLOWS * 1200)
+    );
+    assert_eq!(table.evicted(), 500);
+    // The oldest went first, as `evicted`, unanswered.
+    let seen = events(&mut table, &generation);
+    let expected: Vec<_> = (0..500)
+        .map(|i| Seen::Close {
+            peer: flood(i),
+            reason: CloseReason::Evicted,
+            answer_to: None,
+        })
+        .collect();
+    assert_eq!(seen, expected);
+
+    // New clients: a one-datagram hello is routed and opened at once,
+    // a two-datagram one holds a place until its second datagram.
+    let (one, two) = (addr("192.0.2.1:443"), addr("192.0.2.2:443"));
+    feed(
+        &mut table,
+        now,
+        one,
+        &initials("example.com", 1),
+        &generation,
+        &permits,
+    );
+    let flight = initials("example.com", 2);
+    feed(&mut table, now, two, &flight[..1], &generation, &permits);
+    feed(&mut table, now, two, &flight[1..], &generation, &permits);
+    let seen = events(&mut table, &generation);
+    let evicted: Vec<_> = seen
+        .iter()
+        .filter(|s| {
+            matches!(
+                s,
+                Seen::Close {
+                    reason: CloseReason::Evicted,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(evicted.len(), 2, "{seen:?}");
+    for (from, held) in [(one, 1), (two, 2)] {
+        assert!(seen.contains(&Seen::Open { from, held }), "{seen:?}");
+    }
+    assert_eq!(table.evicted(), 502);
+    // The bound held throughout; the openers' places are free again
+    // (their permits went with their `Open` events, dropped here).
+    assert_eq!(table.pending().0, MAX_PENDING_FLOWS - 2);
+    assert_eq!(
+        permits.available_permits(),
+        100_000 - (MAX_PENDING_FLOWS - 2)
+    );
+}
+
+#[tokio::test]
+async fn a_source_at_its_share_evicts_its_own_oldest_pending_flow() {
+    let generation = generation("");
+    let permits = permits(10_000);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let flight = initials("example.com", 2);
+    let half = &flight[..1];
+    let other = addr("[2001:db8:0:1::7]:443");
+    feed(&mut table, now, other, half, &generation, &permits);
+    // One /64: its addresses count together.
+    let source = |i: usize| SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1 + i as u16], 443));
+    for i in 0..MAX_PENDING_PER_SOURCE {
+        feed(&mut table, now, source(i), half, &generation, &permits);
+    }
+    assert_eq!(table.evicted(), 0);
+    feed(
+        &mut table,
+        now,
+        source(MAX_PENDING_PER_SOURCE),
+        half,
+        &generation,
+        &permits,
+    );
+    assert_eq!(table.evicted(), 1);
+    assert_eq!(
+        events(&mut table, &generation),
+        [Seen::Close {
+            peer: source(0),
+            reason: CloseReason::Evicted,
+            answer_to: None
+        }]
+    );
+    assert_eq!(table.pending().0, MAX_PENDING_PER_SOURCE + 1);
+    // The other source's flow is still there: its hello completes.
+    feed(&mut table, now, other, &flight[1..], &generation, &permits);
+    let seen = events(&mut table, &generation);
+    assert!(
+        seen.contains(&Seen::Open {
+            from: other,
+            held: 2
+        }),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+    let key = |s: &str| source_key(addr(s));
+    assert_eq!(key("192.0.2.1:1"), key("192.0.2.1:2"));
+    assert_ne!(key("192.0.2.1:1"), key("192.0.2.2:1"));
+    assert_eq!(key("[2001:db8::1]:1"), key("[2001:db8::ffff:1]:2"));
+    assert_ne!(key("[2001:db8::1]:1"), key("[2001:db8:0:1::1]:1"));
+    assert_eq!(key("[::ffff:192.0.2.1]:1"), key("192.0.2.1:1"));
+}
+
+/// Opens a flow for example.com from `client`; returns its id.
+fn open(
+    table: &mut FlowTable<u32>,
+    now: Instant,
+    client: SocketAddr,
+    generation: &Generation,
+    permits: &Arc<Semaphore>,
+    io: u32,
+) -> u64 {
+    feed(
+        table,
+        now,
+        client,
+        &initials("example.com", 1),
+        generation,
+        permits,
+    );
+    let Some(Event::Pick(pick)) = table.poll_event() else {
+        panic!("a routed hello asks for its address");
+    };
+    let backends = &generation.backends;
+    let picked = pick_now(backends, backends.get(&pick.backend).unwrap(), &pick.ask)
+        .unwrap()
+        .unwrap();
+    table.chosen(pick.from, pick.id, Ok((picked, pick.drain)));
+    let Some(Event::Open(opening)) = table.poll_event() else {
+        panic!("a chosen address opens the flow");
+    };
+    let id = opening.record.id;
+    table.opened(client, id, io);
+    id
+}
+
+#[tokio::test]
+async fn an_open_flow_follows_its_client_by_the_backend_s_connection_id() {
+    let generation = generation("");
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let (first, moved, stranger) = (
+        addr("192.0.2.1:5000"),
+        addr("198.51.100.7:6000"),
+        addr("203.0.113.5:7000"),
+    );
+    let id = open(&mut table, now, first, &generation, &permits, 7);
+    let datagram = short_to_backend();
+    assert_eq!(
+        table.handle(now, first, &datagram, &generation),
+        Datagram::Open
+    );
+    assert_eq!(table.open_mut(first), Some(&mut 7));
+    // Not learned yet: from a new address it is a new source.
+    assert!(matches!(
+        table.handle(now, moved, &datagram, &generation),
+        Datagram::Unknown
+    ));
+    table.learned(first, id, ConnectionId::new(BACKEND_CID).unwrap());
+    assert!(matches!(
+        table.handle(now, moved, &datagram, &generation),
+        Datagram::Moved
+    ));
+    let (previous, io) = table.rebind(moved, &datagram).unwrap();
+    assert_eq!((previous, *io), (first, 7));
+    assert_eq!(table.open_mut(moved), Some(&mut 7));
+    // The old address is free; a report from the old address is not
+    // this flow's.
+    assert!(table.open_at(first).is_none());
+    assert_eq!(table.ended(first, id), None);
+    assert_eq!(table.len(), 1);
+    // Its end frees the address and forgets the connection ID.
+    assert_eq!(table.ended(moved, id), Some(7));
+    assert!(table.is_empty());
+    assert!(matches!(
+        table.handle(now, stranger, &datagram, &generation),
+        Datagram::Unknown
+    ));
+    assert_eq!(events(&mut table, &generation), []);
+}
+
+#[test]
+fn an_open_flow_expires_idle_or_at_its_lifetime_moment() {
+    let start = Instant::now();
+    let idle = Duration::from_secs(30);
+    let expiry = Expiry::new(start, idle, None, 1);
+    assert_eq!(expiry.deadline(Duration::ZERO), start + idle);
+    assert_eq!(
+        expiry.expired(start + idle - Duration::from_millis(1), Duration::ZERO),
+        None
+    );
+    assert_eq!(
+        expiry.expired(start + idle, Duration::ZERO),
+        Some(CloseReason::IdleTimeout)
+    );
+    // A datagram 20 s in moves the idle deadline.
+    let last = Duration::from_secs(20);
+    assert_eq!(expiry.deadline(last), start + last + idle);
+    assert_eq!(expiry.expired(start + idle, last), None);
+
+    // With a lifetime of 100 s, the end comes in its last tenth (the
+    // moment a TCP connection with this id draws), before the idle
+    // deadline of a busy flow.
+    let lifetime = Duration::from_secs(100);
+    let expiry = Expiry::new(start, idle, Some(lifetime), 1);
+    let end = lifetime_end(start, Some(lifetime), 1).unwrap();
+    assert!(end >= start + lifetime.mul_f64(0.9) && end <= start + lifetime);
+    let busy = end - start;
+    assert_eq!(expiry.deadline(busy), end);
+    assert_eq!(expiry.expired(end - Duration::from_millis(1), busy), None);
+    assert_eq!(expiry.expired(end, busy), Some(CloseReason::MaxLifetime));
+}
+
+#[tokio::test]
+async fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
+    let generation = generation("");
+    let permits = permits(10);
+    let mut table = FlowTable::<u32>::new(None);
+    let now = Instant::now();
+    let (open_client, pending_client, late) = (
+        addr("192.0.2.1:5000"),
+        addr("192.0.2.2:5000"),
+        addr("192.0.2.3:5000"),
+    );
+    let id = open(&mut table, now, open_client, &generation, &permits, 1);
+    let flight = initials("example.com", 2);
+    feed(
+        &mut table,
+        now,
+        pending_client,
+        &flight[..1],
+        &generation,
+        &permits,
+    );
+    table.drain();
+    assert!(!table.start(now, late, &flight[0], &generation, &permits));
+    // Flows already there go on: the pending one completes its hello.
+    feed(
+        &mut table,
+        now,
+        pending_client,
+        &flight[1..],
+        &generation,
+        &permits,
+    );
+    let Some(Event::Pick(pick)) = table.poll_event() else {
+        panic!("a draining table still routes its flows");
+    };
+    assert_eq!(pick.from, pending_client);
+    assert_eq!(
+        table.handle(now, open_client, &flight[0], &generation),
+        Datagram::Open
+    );
+    assert_eq!(table.open_mut(open_client), Some(&mut 1));
+    // At the end, what is not open closes here; open flows through
+    // their tasks.
+    table.close_all(CloseReason::Shutdown);
+    assert_eq!(
+        events(&mut table, &generation),
+        [Seen::Close {
+            peer: pending_client,
+            reason: CloseReason::Shutdown,
+            answer_to: None
+        }]
+    );
+    assert!(table.is_empty());
+    assert_eq!(table.pending(), (0, 0));
+    assert_eq!(table.ended(open_client, id), None);
+}
