@@ -225,7 +225,7 @@ pub(super) fn inline_pattern_files(
             }
         }
         out.push("--".into());
-        if from_file && patterns.is_empty() && !words.get(i).is_some_and(|w| w != "}") {
+        if from_file && patterns.is_empty() && words.get(i).is_none_or(|w| w == "}") {
             return Err("the pattern files list no name".into());
         }
         out.extend(patterns);
