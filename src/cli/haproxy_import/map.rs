@@ -137,16 +137,12 @@ pub(super) fn map_rule(
     let resolve = |b: &str| exists(b).then(|| b.to_owned());
     let mut names: Vec<(String, Option<String>)> = Vec::new();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
+    for (n, line) in pattern_lines(&text) {
         let (key, value) = match line.split_once([' ', '\t']) {
             Some((k, v)) => (k, v.trim()),
             None => (line, ""),
         };
-        let at = || format!("{file} line {}", n + 1);
+        let at = || format!("{file} line {n}");
         if let Some(first) = seen.get(key) {
             if first != value {
                 return Err(format!(
@@ -201,12 +197,7 @@ pub(super) fn inline_pattern_files(
                         Some(Err(why)) => return Err(format!("the pattern file `{file}`: {why}")),
                         None => return Err(format!("the pattern file `{file}` was not read")),
                     };
-                    patterns.extend(
-                        text.lines()
-                            .map(str::trim)
-                            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                            .map(str::to_owned),
-                    );
+                    patterns.extend(pattern_lines(text).map(|(_, p)| p.to_owned()));
                     from_file = true;
                     i += 2;
                 }
@@ -231,4 +222,13 @@ pub(super) fn inline_pattern_files(
         out.extend(patterns);
     }
     Ok(out)
+}
+
+/// The lines of a pattern or map file as HAProxy reads them, with their
+/// numbers: trimmed, blank lines and `#` comments skipped.
+pub(super) fn pattern_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(n, l)| (n + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
 }
