@@ -43,6 +43,8 @@ pub(super) enum Atom {
     Constant(bool),
     /// The SNI is one of these names (false without SNI).
     Sni(Vec<NamePattern>),
+    /// The hello has an SNI (what a map lookup needs to run at all).
+    AnySni,
     /// `src`: the source address is in one of these networks or in the
     /// networks listed by one of these pattern files (`-f`; read by the
     /// frontend, which may read files).
@@ -90,6 +92,7 @@ impl Guard {
             Atom::WaitEnd => !hello,
             Atom::Constant(b) => *b,
             Atom::Sni(set) => name.is_some_and(|n| set.iter().any(|p| p.matches(n))),
+            Atom::AnySni => name.is_some(),
             // Not about the hello: the frontend refuses such guards on
             // content and use_backend rules.
             Atom::Src { .. } | Atom::Over { .. } | Atom::NoServer { .. } => false,
@@ -125,7 +128,7 @@ impl Guard {
         self.terms().all(|t| {
             matches!(
                 t.atom,
-                Atom::Hello | Atom::WaitEnd | Atom::Constant(_) | Atom::Sni(_)
+                Atom::Hello | Atom::WaitEnd | Atom::Constant(_) | Atom::Sni(_) | Atom::AnySni
             )
         })
     }

@@ -22,6 +22,7 @@ use std::net::IpAddr;
 
 use super::Translator;
 use super::acl::{Atom, Guard, guard, network};
+use super::map::pattern_lines;
 use super::parse::{Line, millis};
 use super::toml::{Table, duration, quoted, quoted_list};
 use crate::wire::cidr::Cidr;
@@ -304,14 +305,10 @@ impl Translator {
                         Some(Err(why)) => return Some(format!("the pattern file `{file}`: {why}")),
                         None => return Some(format!("the pattern file `{file}` was not read")),
                     };
-                    for (n, line) in text.lines().enumerate() {
-                        let line = line.trim();
-                        if line.is_empty() || line.starts_with('#') {
-                            continue;
-                        }
+                    for (n, line) in pattern_lines(text) {
                         match network(line) {
                             Ok(c) => nets.push(c),
-                            Err(why) => return Some(format!("{file} line {}: {why}", n + 1)),
+                            Err(why) => return Some(format!("{file} line {n}: {why}")),
                         }
                     }
                 }

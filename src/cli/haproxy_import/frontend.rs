@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use super::acl::{Atom, Guard, NamePattern, atom, guard};
 use super::connection::ConnectionRules;
+use super::map::{inline_pattern_files, map_rule};
 use super::parse::{Kind, Line, Section, millis, with_defaults};
 use super::routes::build_routes;
 use super::toml::{Table, duration, quoted, quoted_list};
@@ -38,7 +39,7 @@ impl Translator {
         let mut acls: BTreeMap<String, Result<Vec<Atom>, String>> = BTreeMap::new();
         let mut acl_lines: BTreeMap<String, Vec<&Line>> = BTreeMap::new();
         let mut content: Vec<(&Line, bool, Guard)> = Vec::new();
-        let mut uses: Vec<(&Line, String, Guard)> = Vec::new();
+        let mut uses: Vec<(&Line, Option<String>, Guard)> = Vec::new();
         let mut default_backend: Option<(String, &Line)> = None;
         let mut limits = Table::new("[listener.limits]");
         let mut connection = ConnectionRules::default();
@@ -123,7 +124,7 @@ impl Translator {
                     },
                     "content" if !mine => self.not(l, "content rules in a defaults section are not translated"),
                     "content" => match l.word(2) {
-                        action @ ("accept" | "reject") => match guard(l.words_from(3), &acls) {
+                        action @ ("accept" | "reject") => match inline_pattern_files(l.words_from(3), &self.files).and_then(|w| guard(&w, &acls)) {
                             Ok(g) if !g.on_hello() => self.not(l, "content rules on anything but the ClientHello and its SNI are not translated"),
                             Ok(g) => content.push((l, action == "accept", g)),
                             Err(why) => self.not(l, why),
@@ -145,7 +146,7 @@ impl Translator {
                 }
                 "acl" if mine => {
                     let name = l.word(1).to_owned();
-                    let a = atom(l.words_from(2));
+                    let a = inline_pattern_files(l.words_from(2), &self.files).and_then(|w| atom(&w));
                     let by_regex = l.words.windows(2).any(|w| w[0] == "-m" && w[1] == "reg");
                     if by_regex && matches!(a, Ok(Atom::Sni(_))) {
                         self.notes.push(format!(
@@ -172,12 +173,12 @@ impl Translator {
                     let name = l.word(1).to_owned();
                     self.named_backends.insert(name.clone());
                     if name.contains('%') {
-                        self.not(l, "a backend name built at run time is not translated");
+                        self.use_map(l, backends, &mut uses);
                         continue;
                     }
-                    match guard(l.words_from(2), &acls) {
+                    match inline_pattern_files(l.words_from(2), &self.files).and_then(|w| guard(&w, &acls)) {
                         Ok(g) if !g.on_hello() => self.not(l, "use_backend rules on anything but the ClientHello and its SNI are not translated"),
-                        Ok(g) => uses.push((l, name, g)),
+                        Ok(g) => uses.push((l, Some(name), g)),
                         Err(why) => self.not(l, why),
                     }
                 }
@@ -263,7 +264,12 @@ impl Translator {
             }
             for (_, backend, g) in &uses {
                 if g.holds(hello, name) {
-                    return Some(backend.clone());
+                    // No backend: a map's name that resolves to none ends
+                    // the rules (HAProxy's default_backend).
+                    if backend.is_some() {
+                        return backend.clone();
+                    }
+                    break;
                 }
             }
             default_backend.as_ref().map(|(b, _)| b.clone())
@@ -329,7 +335,7 @@ impl Translator {
                         .chain(acl_lines.values().flatten().map(|l| l.no)));
                     let naming: Vec<&str> = uses
                         .iter()
-                        .filter(|u| u.1 == *backend)
+                        .filter(|u| u.1.as_ref() == Some(backend))
                         .map(|u| u.0.text.as_str())
                         .chain(
                             default_backend
@@ -403,5 +409,56 @@ pub(super) fn bind_addresses(text: &str, v6only: bool) -> Option<Vec<String>> {
             IpAddr::V4(a) => Some(vec![format!("{a}:{port}")]),
             IpAddr::V6(a) => Some(vec![format!("[{a}]:{port}")]),
         },
+    }
+}
+
+impl Translator {
+    /// `use_backend %[req.ssl_sni,lower,map(FILE)]`: one rule per name of
+    /// the map ([`super::map`]), appended to `uses`; reported if it cannot be.
+    fn use_map<'a>(
+        &mut self,
+        l: &'a Line,
+        backends: &BTreeMap<&str, &Section>,
+        uses: &mut Vec<(&'a Line, Option<String>, Guard)>,
+    ) {
+        let read = |f: &str| {
+            self.files
+                .get(f)
+                .cloned()
+                .unwrap_or_else(|| Err("not read".into()))
+        };
+        let rule = match map_rule(l.word(1), &read, &|b| backends.contains_key(b)) {
+            Ok(_) if l.words.len() > 2 => {
+                return self.not(l, "a condition on a map rule is not translated");
+            }
+            Ok(rule) => rule,
+            Err(why) => return self.not(l, why),
+        };
+        if !rule.lower {
+            self.notes.push(format!(
+                "line {}: without `lower` HAProxy looks the name up as the client wrote it (`App.example.com` misses the key `app.example.com`); snirelay lowercases names, so it finds it",
+                l.no
+            ));
+        }
+        let missing: Vec<&str> = rule
+            .names
+            .iter()
+            .filter(|(_, b)| b.is_none())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if !missing.is_empty() {
+            self.notes.push(format!(
+                "line {}: {} maps {} to no defined backend: HAProxy sends them to default_backend, and so does the translation",
+                l.no,
+                rule.file,
+                missing.join(", ")
+            ));
+        }
+        for (target, g) in rule.as_rules() {
+            if let Some(b) = &target {
+                self.named_backends.insert(b.clone());
+            }
+            uses.push((l, target, g));
+        }
     }
 }

@@ -21,8 +21,9 @@
 //! `tcp-request connection` rules are evaluated the same way, per stretch
 //! of source addresses ([`connection`]).
 //!
-//! Text in, text out: the only files read are the `src -f FILE` pattern
-//! files the configuration names, through the reader the caller passes
+//! Text in, text out: the only files read are the `-f FILE` pattern
+//! files and the `map(FILE)` map files the configuration names
+//! ([`map`]), through the reader the caller passes
 //! (the command reads them as HAProxy would, from the working directory);
 //! no network I/O, and it does not validate the result (the binary's `check` does, and the tests load every
 //! translation they make).
@@ -40,6 +41,7 @@ mod check;
 mod connection;
 mod frontend;
 mod global;
+mod map;
 mod monitor;
 mod output;
 mod parse;
@@ -80,14 +82,17 @@ pub(crate) fn translate(
 ) -> Result<Translation, ImportError> {
     let sections = parse_sections(text);
     let mut t = Translator::default();
-    // The pattern files of `src -f FILE` tests: the only files read.
+    // The pattern files of `-f FILE` tests and the map files of
+    // `use_backend %[…,map(FILE)]`: the only files read.
     for s in &sections {
         for l in &s.lines {
-            if !l.words.iter().any(|w| w == "src") {
-                continue;
-            }
             for w in l.words.windows(2).filter(|w| w[0] == "-f") {
                 t.files.entry(w[1].clone()).or_insert_with(|| read(&w[1]));
+            }
+            if l.word(0) == "use_backend" {
+                if let Some(file) = map::map_file(l.word(1)) {
+                    t.files.entry(file.clone()).or_insert_with(|| read(&file));
+                }
             }
         }
     }

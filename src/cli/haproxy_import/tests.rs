@@ -479,3 +479,176 @@ fn network_boundaries_give_the_next_stretch() {
     );
     assert!(super::acl::network("10.0.0.0/255.0.255.0").is_err());
 }
+
+/// The backend snirelay's translation picks for `name` (None: refused).
+fn backend_for(config: &Config, name: &str) -> Option<String> {
+    let l = config.listener("fe").unwrap();
+    let sni = crate::wire::sni::Sni::parse(name.as_bytes()).unwrap();
+    l.matcher
+        .find(&sni)
+        .map(|r| l.routes[r[0]].backend.name.clone())
+}
+
+const MAP: &str = "# SNI to backend\napp.example.com be_app\n\napi.example.com   be_api\nold.example.com be_gone\nCaps.example.com be_app\n";
+const MAP_BACKENDS: &str =
+    "backend be_app\n    server a 192.0.2.2:443\nbackend be_api\n    server a 192.0.2.3:443\n";
+
+#[test]
+fn a_map_rule_becomes_one_route_per_backend_and_misses_take_the_default() {
+    let t = translate_with(
+        &format!("{EDGE}    use_backend %[req.ssl_sni,lower,map(sni.map)]\n    use_backend be_api if {{ req.ssl_sni -i late.example.com }}\n    default_backend be\n{MAP_BACKENDS}{BACKEND}"),
+        &[("sni.map", MAP)],
+    )
+    .unwrap();
+    assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+    let config = load(&t.toml);
+    let of = |n| backend_for(&config, n);
+    assert_eq!(of("app.example.com").as_deref(), Some("be_app"));
+    assert_eq!(of("api.example.com").as_deref(), Some("be_api"));
+    // A value naming no backend, a key with capitals (never equal to a
+    // lowercased name), and a name the map lacks: the rules end there, so
+    // even the later rule's name takes the default backend.
+    assert_eq!(of("old.example.com").as_deref(), Some("be"));
+    assert_eq!(of("caps.example.com").as_deref(), Some("be"));
+    assert_eq!(of("late.example.com").as_deref(), Some("be"));
+    assert_eq!(of("other.example.org").as_deref(), Some("be"));
+    assert!(t.toml.contains("no_sni = \"be\""), "{}", t.toml);
+    assert!(
+        t.toml.contains("old.example.com to no defined backend"),
+        "{}",
+        t.toml
+    );
+}
+
+#[test]
+fn a_map_default_and_no_default_backend() {
+    let text = |conv: &str| format!("{EDGE}    use_backend %[req.ssl_sni,{conv}]\n{MAP_BACKENDS}");
+    // map_str with a default value: misses go to it.
+    let map = MAP.replace("old.example.com be_gone\n", "");
+    let t = translate_with(&text("lower,map_str(sni.map,be_api)"), &[("sni.map", &map)]).unwrap();
+    assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+    let config = load(&t.toml);
+    assert_eq!(
+        backend_for(&config, "app.example.com").as_deref(),
+        Some("be_app")
+    );
+    assert_eq!(
+        backend_for(&config, "x.example.net").as_deref(),
+        Some("be_api")
+    );
+    // A name mapped to no backend, with a default value and no
+    // default_backend: HAProxy refuses it, which snirelay cannot do below
+    // its `*` route; reported.
+    let t = translate_with(&text("lower,map_str(sni.map,be_api)"), &[("sni.map", MAP)]).unwrap();
+    assert!(
+        t.not_translated
+            .iter()
+            .any(|n| n.2.contains("`old.example.com` goes to no backend")),
+        "{:?}",
+        t.not_translated
+    );
+    // No default anywhere: a miss is refused.
+    let t = translate_with(&text("lower,map(sni.map)"), &[("sni.map", MAP)]).unwrap();
+    let config = load(&t.toml);
+    assert_eq!(backend_for(&config, "x.example.net"), None);
+    assert_eq!(backend_for(&config, "old.example.com"), None);
+    // Without `lower`: translated, with a note on case.
+    let t = translate_with(&text("map(sni.map)"), &[("sni.map", MAP)]).unwrap();
+    assert!(t.toml.contains("without `lower`"), "{}", t.toml);
+}
+
+#[test]
+fn partial_maps_missing_files_and_bad_keys_are_reported() {
+    for (conv, files, why) in [
+        (
+            "lower,map_dom(sni.map)",
+            &[("sni.map", MAP)][..],
+            "only exact maps",
+        ),
+        (
+            "lower,map_end(sni.map)",
+            &[("sni.map", MAP)][..],
+            "only exact maps",
+        ),
+        ("lower,map(none.map)", &[][..], "the map file `none.map`"),
+        (
+            "lower,map(bad.map)",
+            &[("bad.map", "*.example.com be_app\n")][..],
+            "not a host name",
+        ),
+        (
+            "lower,map(two.map)",
+            &[("two.map", "a.example.com be_app\na.example.com be_api\n")][..],
+            "mapped twice",
+        ),
+        (
+            "lower,base64,map(sni.map)",
+            &[("sni.map", MAP)][..],
+            "converters",
+        ),
+    ] {
+        let t = translate_with(
+            &format!("{EDGE}    use_backend %[req.ssl_sni,{conv}]\n    default_backend be\n{MAP_BACKENDS}{BACKEND}"),
+            files,
+        )
+        .unwrap();
+        let line = EDGE.lines().count() + 1;
+        let found = t.not_translated.iter().find(|n| n.0 == line);
+        assert!(
+            found.is_some_and(|n| n.2.contains(why)),
+            "{conv}: {:?}",
+            t.not_translated
+        );
+    }
+    let t = translate(
+        &format!("{EDGE}    use_backend %[src,map(sni.map)]\n    default_backend be\n{BACKEND}"),
+        "t.cfg",
+    )
+    .unwrap();
+    assert!(
+        t.not_translated[0].2.contains("`src`"),
+        "{:?}",
+        t.not_translated
+    );
+}
+
+#[test]
+fn sni_pattern_files_become_the_names_they_list() {
+    let names = "# hosted here\napp.example.com\n\n  api.example.com  \n";
+    let t = translate_with(
+        &format!("{EDGE}    acl hosted req.ssl_sni -i -f hosted.lst\n    acl below req.ssl_sni -m end -f below.lst\n    use_backend be_app if hosted\n    use_backend be_api if below\n{MAP_BACKENDS}"),
+        &[("hosted.lst", names), ("below.lst", ".example.net\n")],
+    )
+    .unwrap();
+    assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+    let config = load(&t.toml);
+    assert_eq!(
+        backend_for(&config, "api.example.com").as_deref(),
+        Some("be_app")
+    );
+    assert_eq!(
+        backend_for(&config, "a.b.example.net").as_deref(),
+        Some("be_api")
+    );
+    assert_eq!(backend_for(&config, "www.example.com"), None);
+    // A file that cannot be read, and capitals without -i, are reported.
+    for (acl, files, why) in [
+        ("-f none.lst", &[][..], "none.lst"),
+        (
+            "-f caps.lst",
+            &[("caps.lst", "App.example.com\n")][..],
+            "capitals",
+        ),
+    ] {
+        let t = translate_with(
+            &format!("{EDGE}    acl hosted req.ssl_sni {acl}\n    use_backend be_app if hosted\n{MAP_BACKENDS}"),
+            files,
+        )
+        .unwrap();
+        assert!(
+            t.not_translated.iter().any(|n| n.2.contains(why)),
+            "{acl}: {:?}",
+            t.not_translated
+        );
+    }
+}

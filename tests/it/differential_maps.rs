@@ -1,0 +1,69 @@
+//! Differential script for names read from files: a `use_backend
+//! %[req.ssl_sni,lower,map(FILE)]` map and a `req.ssl_sni -i -f FILE`
+//! ACL, against snirelay's translation. The harness and its tolerances:
+//! [`crate::differential`].
+
+use crate::differential::compare;
+
+use crate::common::differential::*;
+
+/// The map's names reach their backends (in any case: the rule
+/// lowercases), the `-f` list's name its backend, and a name the map
+/// lacks, one it maps to a backend that does not exist, and a hello
+/// without SNI reach the default backend, in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_file_and_a_pattern_file_route_as_haproxy_does() {
+    let (web, api, admin, default) = (
+        "192.0.2.31:443",
+        "192.0.2.32:443",
+        "192.0.2.33:443",
+        "192.0.2.34:443",
+    );
+    let script = vec![
+        Conn::hello("example.com"),
+        Conn::hello("WWW.Example.COM"),
+        Conn::hello("api.example.com"),
+        Conn::hello("beta.example.com"),
+        Conn::hello("admin.example.com"),
+        Conn::hello("Admin.Example.com"),
+        Conn::hello("other.example.org"),
+        Conn::hello("a.api.example.com"),
+        Conn::no_sni(),
+    ];
+    // HAProxy runs in a scratch directory: the files by their full paths.
+    let at = |name: &str| fixture(name).display().to_string();
+    let results = compare(
+        "sni-map-file.cfg",
+        |t| {
+            t.replace(
+                "tests/data/haproxy/sni-map-file.map",
+                &at("sni-map-file.map"),
+            )
+            .replace(
+                "tests/data/haproxy/sni-map-file.staff.lst",
+                &at("sni-map-file.staff.lst"),
+            )
+        },
+        &[web, api, admin, default].map(|s| (s, Mode::Answer)),
+        &script,
+    )
+    .await;
+    let servers: Vec<Option<&str>> = results
+        .iter()
+        .map(|(h, _)| h.relayed.as_ref().map(|r| r.0.as_str()))
+        .collect();
+    assert_eq!(
+        servers,
+        [
+            Some(web),
+            Some(web),
+            Some(api),
+            Some(default),
+            Some(admin),
+            Some(admin),
+            Some(default),
+            Some(default),
+            Some(default),
+        ]
+    );
+}
