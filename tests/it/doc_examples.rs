@@ -163,13 +163,15 @@ fn steps(block: &str) -> Vec<Step> {
 
 /// A page's command with the reader's machine's paths put in.
 fn localised(command: &str, scratch: &Path) -> String {
+    // The page's `/tmp/` first: the binary may itself live under /tmp
+    // (a checkout there), and its path must stay as it is.
+    let command = command.replace("/tmp/", &format!("{}/", scratch.display()));
     let bin = env!("CARGO_BIN_EXE_snirelay");
     let command = command.replace("cargo run --release --", bin);
-    let command = match command.strip_prefix("snirelay ") {
+    match command.strip_prefix("snirelay ") {
         Some(rest) => format!("{bin} {rest}"),
         None => command,
-    };
-    command.replace("/tmp/", &format!("{}/", scratch.display()))
+    }
 }
 
 // ------------------------------------------------------- running them
