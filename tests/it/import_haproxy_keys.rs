@@ -567,3 +567,31 @@ async fn the_imported_admin_socket_starts_outside_the_packaged_unit() {
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A named `src` ACL goes with the connection rule that uses it: when the
+/// rule is not translated, neither is the ACL line, and both are named.
+#[test]
+fn an_acl_of_an_untranslated_connection_rule_is_named_with_it() {
+    let case = Case::new(
+        "import-acl-of-rule",
+        [
+            "",
+            "",
+            "    stick-table type ip size 1k expire 30s store conn_cur\n    tcp-request connection track-sc0 src\n    acl bad src 192.0.2.0/24\n    tcp-request connection reject if bad { sc0_conn_cur gt 3 }\n",
+            "",
+        ],
+        &[],
+    );
+    let (code, _, stderr) = case.import();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("line 14: `tcp-request connection reject if bad { sc0_conn_cur gt 3 }`: conditions mixing"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "line 13: `acl bad src 192.0.2.0/24`: used by line 14, which is not translated"
+        ),
+        "{stderr}"
+    );
+}

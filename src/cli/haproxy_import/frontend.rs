@@ -43,6 +43,7 @@ impl Translator {
         let mut default_backend: Option<(String, &Line)> = None;
         let mut limits = Table::new("[listener.limits]");
         let mut connection = ConnectionRules::default();
+        let mut connection_lines: Vec<&Line> = Vec::new();
         for l in lines {
             let mine = own.contains(&l.no);
             let w0 = l.word(0);
@@ -133,6 +134,7 @@ impl Translator {
                     },
                     "connection" if !mine => self.not(l, "connection rules in a defaults section are not translated"),
                     "connection" => {
+                        connection_lines.push(l);
                         if let Err(why) = connection.rule(l, &acls) {
                             self.not(l, why);
                         }
@@ -239,6 +241,24 @@ impl Translator {
         }
 
         self.connection_limits(connection, &mut limits);
+        // A named ACL that a connection rule left untranslated uses is
+        // not translated either: its meaning went with the rule's.
+        for (name, ls) in &acl_lines {
+            let untranslated_user = connection_lines.iter().find(|l| {
+                self.is_not(l)
+                    && l.words
+                        .iter()
+                        .any(|w| w.trim_start_matches('!') == name.as_str())
+            });
+            if let Some(user) = untranslated_user {
+                for l in ls {
+                    self.not(
+                        l,
+                        format!("used by line {}, which is not translated", user.no),
+                    );
+                }
+            }
+        }
 
         // Routing: evaluate the rules as HAProxy would, per kind of name.
         let mut patterns: Vec<NamePattern> = Vec::new();

@@ -176,6 +176,13 @@ impl Translator {
             .is_some_and(|e| e.1 == Outcome::Key)
     }
 
+    /// Whether the line was found untranslatable.
+    fn is_not(&self, line: &Line) -> bool {
+        self.ledger
+            .get(&line.no)
+            .is_some_and(|e| matches!(e.1, Outcome::Not(_)))
+    }
+
     fn no_key(&mut self, line: &Line, why: impl Into<String>) {
         let why = why.into();
         let entry = self
