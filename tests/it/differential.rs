@@ -375,3 +375,52 @@ async fn real_clients_hellos_route_as_haproxy_routes_them() {
         ]
     );
 }
+
+/// `-m dom`: each tenant's domain and the names below it reach its
+/// backend in both, a name that only contains the domain's text
+/// (`eviltenant-a.example`) and other names the shared one; a name
+/// holding the domain as inner labels reaches the tenant in HAProxy and
+/// the shared backend in snirelay (listed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn domains_by_dom_route_as_haproxy_does() {
+    let (a, b, shared) = ("192.0.2.41:443", "192.0.2.42:443", "192.0.2.43:443");
+    let script = vec![
+        Conn::hello("tenant-a.example"),
+        Conn::hello("www.tenant-a.example"),
+        Conn::hello("x.y.tenant-a.example"),
+        Conn::hello("TENANT-B.example"),
+        Conn::hello("app.Tenant-B.example"),
+        Conn::hello("eviltenant-a.example"),
+        Conn::hello("tenant-a.example.evil.net").differs("dom-inner-labels"),
+        Conn::hello("x.tenant-b.example.evil.net").differs("dom-inner-labels"),
+        Conn::hello("other.example"),
+        Conn::no_sni(),
+    ];
+    let results = compare(
+        "sni-domain-dom.cfg",
+        |t| t,
+        &answer(&[a, b, shared]),
+        &script,
+    )
+    .await;
+    let s = |x: &str| Some(x.to_owned());
+    assert_eq!(
+        servers_of(&results),
+        [
+            s(a),
+            s(a),
+            s(a),
+            s(b),
+            s(b),
+            s(shared),
+            s(a),
+            s(b),
+            s(shared),
+            s(shared)
+        ]
+    );
+    assert_eq!(
+        results[6].1.relayed.as_ref().map(|r| r.0.as_str()),
+        Some(shared)
+    );
+}

@@ -281,12 +281,18 @@ pub(super) fn sni_atom(words: &[String]) -> Result<Atom, String> {
                     ));
                 }
             },
-            "dom" => {
-                return Err(format!(
-                    "`-m dom {v}` matches `{v}` as whole labels anywhere in the name (also `{v}.evil.net`), not a suffix; snirelay routes only exact names and `*.suffix`: use `-m end .{v}` and `-m str {v}`",
-                    v = v.trim_matches('.')
-                ));
-            }
+            // HAProxy's `dom` finds the value as whole labels anywhere in
+            // the name (`example.com.other.net` too); the names a
+            // certificate of the domain covers are the name and those
+            // below it, which is what this means. The frontend notes the
+            // difference (docs/migrating-from-haproxy.md, `dom-inner-labels`).
+            "dom" => match escaped_domain(&lower.trim_matches('.').replace('.', "\\.")) {
+                Some(d) => {
+                    names.push(NamePattern::Exact(d.clone()));
+                    names.push(NamePattern::Below(d));
+                }
+                None => return Err(format!("`{v}` is not a host name")),
+            },
             other => {
                 return Err(format!(
                     "the match method `-m {other}` has no snirelay equivalent (only exact names and `*.suffix`)"

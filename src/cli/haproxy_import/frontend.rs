@@ -47,6 +47,12 @@ impl Translator {
         for l in lines {
             let mine = own.contains(&l.no);
             let w0 = l.word(0);
+            if mine && l.words.windows(2).any(|w| w[0] == "-m" && w[1] == "dom") {
+                self.notes.push(format!(
+                    "line {}: `-m dom D` is read as the name D and every name below it (`D`, `*.D`); HAProxy also matches D as inner labels (`D.other.net`), which snirelay routes as any other name",
+                    l.no
+                ));
+            }
             match w0 {
                 "mode" => self.no_key(l, "snirelay relays TCP"),
                 "log" if l.word(1) == "global" => self.no_key(l, "the process's [log] (from the global `log` line) takes every listener's lines"),

@@ -16,8 +16,9 @@
 //! most-specific-match. An outcome snirelay cannot express (a refused name
 //! below an accepted suffix) is reported, never approximated. Only SNI
 //! conditions that mean exactly a set of exact names and `*.suffix`
-//! wildcards are evaluated; others (`-m dom`, `-m end example.com`,
-//! arbitrary regexes, other fetches) make their rule untranslated. The
+//! wildcards are evaluated (and `-m dom D`, read as `D` and `*.D`, with a
+//! note); others (`-m end example.com`, arbitrary regexes, other fetches)
+//! make their rule untranslated. The
 //! `tcp-request connection` rules are evaluated the same way, per stretch
 //! of source addresses ([`connection`]).
 //!

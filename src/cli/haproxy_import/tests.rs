@@ -117,8 +117,15 @@ fn only_suffix_matches_on_label_boundaries_are_translated() {
             NamePattern::Exact("api.example.com".into())
         ]))
     );
-    let dom = sni_atom(&w("req.ssl_sni -m dom example.com")).unwrap_err();
-    assert!(dom.contains("example.com.evil.net"), "{dom}");
+    assert_eq!(
+        sni_atom(&w("req.ssl_sni -m dom .example.com")),
+        Ok(Atom::Sni(vec![
+            NamePattern::Exact("example.com".into()),
+            NamePattern::Below("example.com".into())
+        ]))
+    );
+    assert!(sni_atom(&w("req.ssl_sni -m dom Example.com")).is_err());
+    assert!(sni_atom(&w("req.ssl_sni -m dom exa*mple.com")).is_err());
     let end = sni_atom(&w("req.ssl_sni -m end example.com")).unwrap_err();
     assert!(end.contains("badexample.com"), "{end}");
     assert!(sni_atom(&w("req.ssl_sni -m beg www.")).is_err());

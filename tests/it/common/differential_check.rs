@@ -127,6 +127,13 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
         id: "invalid-name-refused",
         shape: |h, s| h.relayed.is_some() && s.relayed.is_none() && s.end == End::Alert(112),
     },
+    // `-m dom D` also matches D as inner labels (`D.evil.net`): HAProxy
+    // relays such a name to D's backend, snirelay (D and `*.D`) routes it
+    // as any other name: elsewhere, or refused.
+    Difference {
+        id: "dom-inner-labels",
+        shape: |h, s| h.relayed.is_some() && h.relayed != s.relayed,
+    },
     // A hello whose server_name lists two host names (RFC 6066 allows one):
     // HAProxy routes on the first, snirelay refuses the hello as malformed.
     Difference {
