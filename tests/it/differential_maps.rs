@@ -67,3 +67,52 @@ async fn a_map_file_and_a_pattern_file_route_as_haproxy_does() {
         ]
     );
 }
+
+/// A map looked up without `,lower` (`map_str(FILE,DEFAULT)`): names as
+/// the map writes them reach their backends in both, a miss and a key
+/// whose backend does not exist reach the converter's default; a name in
+/// capitals misses the key in HAProxy (its default backend) and finds it
+/// in snirelay, which compares names lowercased (listed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_without_lower_routes_as_haproxy_does_but_for_capitals() {
+    let (web, api, default) = ("192.0.2.51:443", "192.0.2.52:443", "192.0.2.54:443");
+    let script = vec![
+        Conn::hello("example.com"),
+        Conn::hello("www.example.com"),
+        Conn::hello("api.example.com"),
+        Conn::hello("WWW.Example.COM").differs("case-folded-map"),
+        Conn::hello("Api.example.com").differs("case-folded-map"),
+        Conn::hello("beta.example.com"),
+        Conn::hello("other.example.org"),
+        Conn::no_sni(),
+    ];
+    let at = fixture("sni-map-file.map").display().to_string();
+    let results = compare(
+        "sni-map-no-lower.cfg",
+        |t| t.replace("tests/data/haproxy/sni-map-file.map", &at),
+        &[web, api, default].map(|s| (s, Mode::Answer)),
+        &script,
+    )
+    .await;
+    let relayed = |side: fn(&(Outcome, Outcome)) -> &Outcome| -> Vec<Option<String>> {
+        results
+            .iter()
+            .map(|r| side(r).relayed.as_ref().map(|x| x.0.clone()))
+            .collect()
+    };
+    let s = |a: &str| Some(a.to_owned());
+    assert_eq!(
+        relayed(|r| &r.0),
+        [
+            s(web),
+            s(web),
+            s(api),
+            s(default),
+            s(default),
+            s(default),
+            s(default),
+            s(default)
+        ]
+    );
+    assert_eq!(relayed(|r| &r.1)[3..5], [s(web), s(api)]);
+}

@@ -359,6 +359,9 @@ impl Translator {
                         .iter()
                         .map(|c| c.0.no)
                         .chain(acl_lines.values().flatten().map(|l| l.no)));
+                    // One line per rule, though a map rule names the
+                    // backend once per key.
+                    let mut seen = BTreeSet::new();
                     let naming: Vec<&str> = uses
                         .iter()
                         .filter(|u| u.1.as_ref() == Some(backend))
@@ -369,6 +372,7 @@ impl Translator {
                                 .filter(|d| d.0 == *backend)
                                 .map(|d| d.1.text.as_str()),
                         )
+                        .filter(|text| seen.insert(*text))
                         .collect();
                     t.row("backend", quoted(backend), naming.join("; "));
                     routes.push((backend.clone(), t));

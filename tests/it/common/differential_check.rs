@@ -134,6 +134,13 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
         id: "dom-inner-labels",
         shape: |h, s| h.relayed.is_some() && h.relayed != s.relayed,
     },
+    // A map looked up without `,lower`: HAProxy misses a key for a name in
+    // capitals (default backend), snirelay compares names lowercased and
+    // finds it.
+    Difference {
+        id: "case-folded-map",
+        shape: |h, s| s.relayed.is_some() && h.relayed != s.relayed,
+    },
     // A hello whose server_name lists two host names (RFC 6066 allows one):
     // HAProxy routes on the first, snirelay refuses the hello as malformed.
     Difference {
