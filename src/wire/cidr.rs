@@ -41,6 +41,17 @@ pub enum CidrError {
 }
 
 impl Cidr {
+    /// Every IPv4 address (`0.0.0.0/0`).
+    pub(crate) const ANY_V4: Cidr = Cidr {
+        network: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        prefix: 0,
+    };
+    /// Every IPv6 address (`::/0`).
+    pub(crate) const ANY_V6: Cidr = Cidr {
+        network: IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        prefix: 0,
+    };
+
     /// The prefix length (0 matches every address of its family).
     pub(crate) fn prefix(&self) -> u8 {
         self.prefix

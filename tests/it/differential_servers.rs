@@ -95,6 +95,60 @@ async fn a_proxy_header_on_accept_is_read_as_haproxy_reads_it() {
     );
     assert!(results[2].0.relayed.is_none());
 }
+/// `expect-proxy layer4 if { src LB }`: the load balancer's hellos behind
+/// a v1 or v2 header are routed and the origin's header names the client
+/// it claims; its hello without a header is refused by both; a direct
+/// client's hello is routed with its own address in the origin's header;
+/// a direct client that sends a PROXY header is refused by both (HAProxy
+/// once its inspect delay ends, as bytes that are no ClientHello; snirelay
+/// at once, `proxy_untrusted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_header_from_the_trusted_peer_only_is_read_as_haproxy_reads_it() {
+    let origin = "192.0.2.131:443";
+    let script = vec![
+        Conn::proxied(2, "app.example.com")
+            .from(2)
+            .differs("proxy-v2-tlvs"),
+        Conn::proxied(1, "app.example.com")
+            .from(2)
+            .differs("proxy-v2-tlvs"),
+        Conn::hello("app.example.com")
+            .from(2)
+            .labelled("the peer without a header"),
+        Conn::hello("app.example.com")
+            .from(3)
+            .labelled("a direct client")
+            .differs("proxy-v2-tlvs"),
+        Conn::proxied(2, "app.example.com")
+            .from(3)
+            .labelled("a direct client's PROXY header")
+            .differs("not-tls-refused-at-once"),
+        Conn::hello("other.example.com")
+            .from(3)
+            .differs("alert-on-unmatched"),
+    ];
+    let results = compare(
+        "expect-proxy-trusted.cfg",
+        |t| t,
+        &[(origin, Mode::Answer)],
+        &script,
+    )
+    .await;
+    let header = |i: usize| results[i].0.relayed.clone().unwrap().1;
+    assert_eq!(
+        header(0).as_deref(),
+        Some("V2 203.0.113.7:5555 -> 192.0.2.1:443")
+    );
+    assert!(
+        header(3).as_deref() == Some("V2 client -> listener"),
+        "{:?}",
+        header(3)
+    );
+    for i in [2, 4, 5] {
+        assert!(results[i].0.relayed.is_none() && results[i].1.relayed.is_none());
+    }
+}
+
 /// A backup server: the primary's traffic moves to it once both proxies'
 /// checks find the primary down, and back once they find it up again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,13 @@
 //! A frontend's `tcp-request connection` rules and its stick table, into
 //! `[listener.limits]`: the per-source limits (`connections_per_source`,
 //! `attempts_per_source` over `attempts_period`) and the `deny` and `allow`
-//! lists.
+//! lists; and `expect-proxy layer4 if { src … }`, the peers whose PROXY
+//! header is read, into `proxy_protocol.trusted`.
+//!
+//! HAProxy runs these rules right after accept, before a PROXY header is
+//! read (`session_accept_fd` starts the handshake only once they passed),
+//! so their `src` is the peer's own address, as snirelay's `deny`,
+//! `allow` and `trusted` are.
 //!
 //! Translated by evaluating, as the routes are: HAProxy runs the
 //! connection rules in order and the first `accept` or `reject` that
@@ -43,6 +49,19 @@ enum Rule {
         accept: bool,
         guard: Guard,
     },
+    /// `expect-proxy layer4 [if|unless COND]`.
+    ExpectProxy(Guard),
+}
+
+/// What a frontend's connection rules decide beside its limits.
+#[derive(Debug, Default)]
+pub(super) struct ConnectionOutcome {
+    /// The peers `expect-proxy layer4` reads a PROXY header from, and the
+    /// rule's text.
+    pub(super) expect_proxy: Option<(Vec<Cidr>, String)>,
+    /// Whether a per-source limit (open connections or attempts) was
+    /// translated.
+    pub(super) per_source: bool,
 }
 
 /// A per-source limit a rule became.
@@ -98,9 +117,12 @@ impl<'a> ConnectionRules<'a> {
                 accept: action == "accept",
                 guard: guard(&words[1..], acls)?,
             },
+            "expect-proxy" if words.get(1).map(String::as_str) == Some("layer4") => {
+                Rule::ExpectProxy(guard(&words[2..], acls)?)
+            }
             other => {
                 return Err(format!(
-                    "the connection action `{other}` is not translated (only track-sc0/1/2 src, accept and reject)"
+                    "the connection action `{other}` is not translated (only track-sc0/1/2 src, accept, reject and expect-proxy layer4)"
                 ));
             }
         };
@@ -110,9 +132,15 @@ impl<'a> ConnectionRules<'a> {
 }
 
 impl Translator {
-    /// The frontend's connection rules into `limits`.
-    pub(super) fn connection_limits(&mut self, rules: ConnectionRules<'_>, limits: &mut Table) {
+    /// The frontend's connection rules into `limits`; what they decide
+    /// beside.
+    pub(super) fn connection_limits(
+        &mut self,
+        rules: ConnectionRules<'_>,
+        limits: &mut Table,
+    ) -> ConnectionOutcome {
         let ConnectionRules { table, rules } = rules;
+        let mut outcome = ConnectionOutcome::default();
         // HAProxy's order, with each rule's meaning for snirelay.
         let mut tracked: Vec<u8> = Vec::new();
         let mut track_text = String::new();
@@ -136,6 +164,24 @@ impl Translator {
                         "no `stick-table` in this frontend to track the source in",
                     ),
                 },
+                Rule::ExpectProxy(mut guard) => {
+                    if let Some(why) = self.read_src_files(&mut guard) {
+                        self.not(l, why);
+                        continue;
+                    }
+                    if decided.iter().any(|(_, accept, _)| *accept) {
+                        self.not(l, "an `accept` rule before it ends HAProxy's rules for its sources, which then send no PROXY header: write the peers' networks without that rule first");
+                        continue;
+                    }
+                    match proxy_peers(&guard) {
+                        Some(nets) if outcome.expect_proxy.is_none() => {
+                            outcome.expect_proxy = Some((nets, l.text.clone()));
+                            self.key(l);
+                        }
+                        Some(_) => self.not(l, "a second `expect-proxy` rule: write one with every peer's network"),
+                        None => self.not(l, "only `expect-proxy layer4` alone (every peer) or `if` source networks (`src`, `-f`) are translated: snirelay reads headers from a list of trusted networks"),
+                    }
+                }
                 Rule::Decide { accept, mut guard } => {
                     if let Some(why) = self.read_src_files(&mut guard) {
                         self.not(l, why);
@@ -212,7 +258,7 @@ impl Translator {
             for l in decided.iter().map(|d| d.0).chain(table_line) {
                 self.not(l, format!("the connection rules together: {why}"));
             }
-            return;
+            return outcome;
         }
         for (l, _, _) in &decided {
             self.key(l);
@@ -225,6 +271,7 @@ impl Translator {
                 .collect::<Vec<_>>()
                 .join("; ")
         };
+        outcome.per_source = open.is_some() || attempts.is_some();
         match open {
             Some((n, l)) => {
                 limits.row(
@@ -292,6 +339,7 @@ impl Translator {
                 self.no_key(l, "the table's size and expiry: snirelay's tables hold only sources with open connections or recent attempts, swept every 10 s");
             }
         }
+        outcome
     }
 
     /// Reads the `-f` pattern files of a guard's `src` tests into their
@@ -371,6 +419,26 @@ fn limit(
 fn is_limit(g: &Guard) -> bool {
     let Guard::If(c) = g else { return false };
     matches!(c.as_slice(), [all] if matches!(all.as_slice(), [t] if matches!(t.atom, Atom::Over { .. })))
+}
+
+/// The peers an `expect-proxy layer4` guard names: every peer without a
+/// condition, else the networks of `if` terms that are each one `src`
+/// test (joined by `or`); `None` for any other condition.
+fn proxy_peers(g: &Guard) -> Option<Vec<Cidr>> {
+    let c = match g {
+        Guard::Always => return Some(vec![Cidr::ANY_V4, Cidr::ANY_V6]),
+        Guard::If(c) => c,
+        Guard::Unless(_) => return None,
+    };
+    let mut nets = Vec::new();
+    for all in c {
+        let [term] = all.as_slice() else { return None };
+        match &term.atom {
+            Atom::Src { nets: n, .. } if !term.negated => nets.extend(n.iter().copied()),
+            _ => return None,
+        }
+    }
+    Some(nets)
 }
 
 /// Whether every test of the guard is on the source address.

@@ -231,12 +231,35 @@ impl Translator {
         if let Some((n, text)) = backlog {
             listener.row("backlog", n.to_string(), text);
         }
-        if let Some(text) = accept_proxy {
-            listener.row(
-                "proxy_protocol",
-                "{ trusted = [\"0.0.0.0/0\", \"::/0\"] }".into(),
-                format!("{text}: HAProxy takes a PROXY header (v1 or v2) from any peer, as this does; narrow `trusted` to the load balancers in front"),
-            );
+        let connection_outcome = self.connection_limits(connection, &mut limits);
+        let reads_headers = match (accept_proxy, connection_outcome.expect_proxy) {
+            (Some(text), expect) => {
+                listener.row(
+                    "proxy_protocol",
+                    "{ trusted = [\"0.0.0.0/0\", \"::/0\"] }".into(),
+                    format!("{text}: HAProxy takes a PROXY header (v1 or v2) from any peer, as this does; narrow `trusted` to the load balancers in front"),
+                );
+                if let Some((_, rule)) = expect {
+                    self.notes.push(format!("`{rule}`: `accept-proxy` on the bind line already reads a header from every peer"));
+                }
+                true
+            }
+            (None, Some((nets, rule))) => {
+                let nets: Vec<String> = nets.iter().map(ToString::to_string).collect();
+                listener.row(
+                    "proxy_protocol",
+                    format!("{{ trusted = {} }}", quoted_list(&nets)),
+                    format!("{rule}: these peers must start with a PROXY header (v1 or v2); others' bytes are read as sent (snirelay refuses a header from them: proxy_untrusted)"),
+                );
+                true
+            }
+            (None, None) => false,
+        };
+        if reads_headers && connection_outcome.per_source {
+            self.notes.push(format!(
+                "frontend {}: HAProxy's `tcp-request connection` rules run before the PROXY header is read, so its per-source limits count the load balancer's address; snirelay's count the client each header claims (the peer's own connections are exempt), as HAProxy's `tcp-request session` rules would",
+                s.name
+            ));
         }
         match &inspect {
             Some((ms, text)) => listener.row("client_hello_timeout", quoted(&duration(*ms)), text),
@@ -246,7 +269,6 @@ impl Translator {
             )),
         }
 
-        self.connection_limits(connection, &mut limits);
         // A named ACL that a connection rule left untranslated uses is
         // not translated either: its meaning went with the rule's.
         for (name, ls) in &acl_lines {

@@ -473,6 +473,69 @@ fn source_rules_are_evaluated_in_haproxys_order() {
 }
 
 #[test]
+fn expect_proxy_names_the_trusted_peers() {
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    // Networks, inline and from a file: the trusted peers; a limit beside
+    // them gets the note on whose address it counts.
+    let text = format!(
+        "{EDGE}    stick-table type ip size 1m expire 10s store conn_cur\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if {{ sc0_conn_cur gt 10 }}\n    tcp-request connection expect-proxy layer4 if {{ src 10.0.0.0/8 }} || {{ src -f lbs.lst }}\n    default_backend be\n{BACKEND}"
+    );
+    let t = translate_with(&text, &[("lbs.lst", "192.0.2.7\n")]).unwrap();
+    assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+    let config = load(&t.toml);
+    let trusted = &config
+        .listener("fe")
+        .unwrap()
+        .proxy_protocol
+        .as_ref()
+        .unwrap()
+        .trusted;
+    assert_eq!(trusted.len(), 2, "{}", t.toml);
+    assert!(trusted.iter().any(|c| c.contains(ip("10.9.9.9"))));
+    assert!(trusted.iter().any(|c| c.contains(ip("192.0.2.7"))));
+    assert!(!trusted.iter().any(|c| c.contains(ip("192.0.2.8"))));
+    assert!(
+        t.toml
+            .contains("per-source limits count the load balancer's address"),
+        "{}",
+        t.toml
+    );
+    // No condition: every peer.
+    let t = edge("    tcp-request connection expect-proxy layer4\n    default_backend be\n");
+    assert!(
+        t.toml.contains(r#"trusted = ["0.0.0.0/0", "::/0"]"#),
+        "{}",
+        t.toml
+    );
+    // What cannot be a list of trusted networks is reported: `unless`, a
+    // negation, another test, an accept before it (its sources then send
+    // no header), layer4 missing.
+    for rule in [
+        "expect-proxy layer4 unless { src 10.0.0.0/8 }",
+        "expect-proxy layer4 if !{ src 10.0.0.0/8 }",
+        "expect-proxy layer4 if { src 10.0.0.0/8 } { sc0_conn_cur gt 1 }",
+        "expect-proxy if { src 10.0.0.0/8 }",
+    ] {
+        let t = edge(&format!(
+            "    tcp-request connection {rule}\n    default_backend be\n"
+        ));
+        assert_eq!(not_lines(&t), vec![11], "{rule}\n{}", t.toml);
+        assert!(!t.toml.contains("proxy_protocol ="), "{}", t.toml);
+    }
+    let t = edge(
+        "    tcp-request connection accept if { src 10.1.0.0/16 }\n    tcp-request connection expect-proxy layer4 if { src 10.0.0.0/8 }\n    default_backend be\n",
+    );
+    assert!(not_lines(&t).contains(&12), "{}", t.toml);
+    assert!(
+        t.not_translated
+            .iter()
+            .any(|n| n.2.contains("an `accept` rule before it")),
+        "{:?}",
+        t.not_translated
+    );
+}
+
+#[test]
 fn network_boundaries_give_the_next_stretch() {
     let c = super::acl::network("10.0.0.0/255.0.0.0").unwrap();
     assert_eq!(c.to_string(), "10.0.0.0/8");
