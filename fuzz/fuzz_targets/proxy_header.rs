@@ -5,17 +5,22 @@
 //! reads nothing, an AUTHORITY kept is a normalised host name of at most
 //! 255 bytes, a hop count is at least 1); and the pass-through of a valid
 //! header's TLVs (`wire::proxy_tlv::passed_tlvs`), which keeps every type
-//! asked for within its bound and never our hop count.
+//! asked for within its bound and never our hop count. The same bytes as
+//! one datagram (`proxy::datagram::read`, `wire::proxy::parse_as` for
+//! DGRAM): a header is stripped exactly, claims only for its own
+//! transport, and never spans the datagram.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use snirelay::wire::proxy::{Announced, MAX_AUTHORITY_BYTES, Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, ProxyVersion, check_claim, parse, sniff};
-use snirelay::wire::proxy::{HOPS_MAGIC, TLV_HOPS};
+use snirelay::proxy::datagram::{Read, read};
+use snirelay::wire::proxy::{HOPS_MAGIC, TLV_HOPS, Transport, parse_as};
 use snirelay::wire::proxy_tlv::{MAX_PASSED_TLV_BYTES, TlvTypes, passed_tlvs};
 use snirelay::wire::sni::Sni;
 
 fuzz_target!(|data: &[u8]| {
+    datagram(data);
     let verdict = parse(data);
     match (sniff(data), &verdict) {
         (Sniff::Incomplete, Parse::Incomplete) | (Sniff::NotProxy, Parse::NotProxy) => {}
@@ -72,3 +77,34 @@ fuzz_target!(|data: &[u8]| {
         assert!(data.len() < V2_MAX_BYTES.max(V1_MAX_BYTES));
     }
 });
+
+/// The bytes as one datagram from a trusted peer.
+fn datagram(data: &[u8]) {
+    let as_dgram = parse_as(data, Transport::Datagram);
+    let as_stream = parse(data);
+    match read(data) {
+        Read::Plain(payload) => {
+            assert_eq!(payload, data);
+            assert!(data.is_empty() || sniff(data) == Sniff::NotProxy);
+        }
+        Read::Header { header, payload } => {
+            assert_eq!(header.version, ProxyVersion::V2);
+            assert_eq!(Parse::Header(header.clone()), as_dgram);
+            assert_eq!(payload, &data[header.len..]);
+            // The same header read for TCP differs at most in its claim:
+            // one transport's claim is the other's fallback.
+            let Parse::Header(stream) = &as_stream else {
+                panic!("a datagram header does not parse for TCP: {as_stream:?}");
+            };
+            assert_eq!((stream.len, stream.hops, &stream.authority), (header.len, header.hops, &header.authority));
+            assert!(
+                stream.addresses == header.addresses
+                    || stream.addresses == Announced::Unknown
+                    || header.addresses == Announced::Unknown
+            );
+        }
+        Read::Invalid(_) => {
+            assert!(!matches!(as_dgram, Parse::Header(ref h) if h.version == ProxyVersion::V2));
+        }
+    }
+}

@@ -7,9 +7,13 @@
 //!   listener's `[listener.proxy_protocol]` settings.
 //! - [`outbound`]: the announce stage: the header a backend receives,
 //!   encoded with `ppp`, and the backend's `proxy_protocol` setting.
+//! - [`datagram`]: the same over UDP (DGRAM): the headers a flow's
+//!   datagrams carry until the backend answers, within a datagram size,
+//!   and reading one off a datagram.
 //!
-//! `inbound → wire ← outbound`: the two stages share the format and never
-//! each other.
+//! `inbound → wire ← outbound ← datagram`: the stages share the format;
+//! the datagram headers are the outbound announcement in another framing.
 
+pub mod datagram;
 pub mod inbound;
 pub mod outbound;

@@ -188,6 +188,19 @@ pub(crate) fn header_with(
     announcement: &Announcement,
     added: &AddedTlvs<'_>,
 ) -> Option<Vec<u8>> {
+    header_over(version, crc32c, announcement, added, v2::Protocol::Stream)
+}
+
+/// [`header_with`] for the transport `protocol` (STREAM for a TCP
+/// connection, DGRAM for a UDP flow: [`crate::proxy::datagram`]); v1 has
+/// only the TCP form.
+pub(crate) fn header_over(
+    version: Outbound,
+    crc32c: bool,
+    announcement: &Announcement,
+    added: &AddedTlvs<'_>,
+    protocol: v2::Protocol,
+) -> Option<Vec<u8>> {
     let (source, destination) = same_family(announcement.source, announcement.destination);
     match version {
         Outbound::None => None,
@@ -216,7 +229,7 @@ pub(crate) fn header_with(
             tlvs.extend(added.passed.iter().filter(|&(kind, _)| !configured(kind)));
             let builder = v2::Builder::with_addresses(
                 v2::Version::Two | v2::Command::Proxy,
-                v2::Protocol::Stream,
+                protocol,
                 (source, destination),
             );
             Some(finish(builder, &tlvs, crc32c))
@@ -252,7 +265,7 @@ pub(crate) fn prepend(header: Option<Vec<u8>>, replay: Vec<u8>) -> (Vec<u8>, usi
     }
 }
 
-fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -> Vec<u8> {
+pub(crate) fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -> Vec<u8> {
     let mut builder = builder;
     for &(kind, value) in tlvs {
         builder = builder.write_tlv(kind, value).expect(BOUNDED);

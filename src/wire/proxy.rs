@@ -12,11 +12,13 @@
 //!   skipped and nothing in it is read. A PROXY header needs a defined
 //!   family and protocol, a length that holds the family's addresses, TLVs
 //!   that tile the rest exactly, and a matching CRC32C when that TLV is
-//!   present. TCP over IPv4/IPv6 carries a claim; any other valid
-//!   combination (UNSPEC, AF_UNIX, DGRAM) falls back to the connection's
-//!   own addresses, as the spec asks of receivers that do not carry it
-//!   (under the UNSPEC family the block has no defined address size, so
-//!   the whole of it is opaque and no TLV is read).
+//!   present. The transport the reader carries over IPv4/IPv6 (STREAM for
+//!   a TCP connection, [`parse`]; DGRAM for a UDP flow, [`parse_as`])
+//!   carries a claim; any other valid combination (UNSPEC, AF_UNIX, the
+//!   other transport) falls back to the connection's own addresses, as the
+//!   spec asks of receivers that do not carry it (under the UNSPEC family
+//!   the block has no defined address size, so the whole of it is opaque
+//!   and no TLV is read).
 //! - v1 is at most 107 bytes, ends in CRLF, and a TCP4/TCP6 line is six
 //!   fields one space apart with ports in plain decimal (no sign, no
 //!   leading zero, at most 65535); UNKNOWN ignores the rest of its line.
@@ -100,6 +102,16 @@ pub struct Header {
     pub checksummed: bool,
 }
 
+/// The transport protocol byte of a v2 header (§2.2, the low nibble of
+/// the 14th byte) that a reader carries: what a claim is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `STREAM` (TCP): a header at the start of a connection.
+    Stream,
+    /// `DGRAM` (UDP): a header at the start of a datagram.
+    Datagram,
+}
+
 /// The PROXY protocol version a header was written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyVersion {
@@ -122,9 +134,10 @@ pub enum Announced {
     /// v2 LOCAL: the peer's own connection (e.g. a health check); the
     /// rest of the header is ignored.
     Local,
-    /// v1 UNKNOWN, or v2 PROXY for anything but TCP over IPv4/IPv6 (UNSPEC,
-    /// AF_UNIX, DGRAM): a client whose address the peer could not say, or
-    /// that the relay does not carry. The socket's addresses are used.
+    /// v1 UNKNOWN, or v2 PROXY for anything but the reader's transport
+    /// over IPv4/IPv6 (UNSPEC, AF_UNIX, the other transport): a client whose
+    /// address the peer could not say, or that the reader does not carry.
+    /// The socket's addresses are used.
     Unknown,
 }
 
@@ -165,6 +178,13 @@ pub enum Invalid {
     /// The CRC32C TLV does not match the header's checksum.
     #[error("v2 CRC32C mismatch")]
     Checksum,
+    /// A datagram that ends inside the header it starts: a header never
+    /// spans datagrams.
+    #[error("the header does not fit in its datagram")]
+    Truncated,
+    /// A v1 header in a datagram: v1 has no UDP form.
+    #[error("a v1 header has no UDP form")]
+    V1OverUdp,
     /// A v1 line longer than [`V1_MAX_BYTES`], not ended by CRLF, or holding a
     /// byte outside printable ASCII.
     #[error("v1 header longer than {V1_MAX_BYTES} bytes or not CRLF-terminated")]
@@ -265,18 +285,29 @@ pub fn sniff(bytes: &[u8]) -> Sniff {
     }
 }
 
-/// Parses a PROXY header at the start of `bytes`. Pure: every strict prefix
-/// of a valid header is [`Parse::Incomplete`].
+/// Parses a PROXY header at the start of a TCP connection's `bytes`
+/// ([`parse_as`] for [`Transport::Stream`]). Pure: every strict prefix of
+/// a valid header is [`Parse::Incomplete`].
 pub fn parse(bytes: &[u8]) -> Parse {
+    parse_as(bytes, Transport::Stream)
+}
+
+/// Parses a PROXY header at the start of `bytes` for a reader that
+/// carries `carried`: a v2 PROXY header of that transport over IPv4/IPv6
+/// claims its addresses, one of the other falls back to
+/// [`Announced::Unknown`]. v1 has no UDP form, so a v1 header is read as
+/// TCP whatever the reader carries (a datagram reader refuses it: see
+/// [`crate::proxy::datagram`]). Pure, as [`parse`].
+pub fn parse_as(bytes: &[u8], carried: Transport) -> Parse {
     match sniff(bytes) {
         Sniff::Incomplete => Parse::Incomplete,
         Sniff::NotProxy => Parse::NotProxy,
-        Sniff::Signature(ProxyVersion::V2) => parse_v2(bytes),
+        Sniff::Signature(ProxyVersion::V2) => parse_v2(bytes, carried),
         Sniff::Signature(ProxyVersion::V1) => parse_v1(bytes),
     }
 }
 
-fn parse_v2(bytes: &[u8]) -> Parse {
+fn parse_v2(bytes: &[u8], carried: Transport) -> Parse {
     use ppp::v2;
     const FIXED: usize = 16;
     if bytes.len() < FIXED {
@@ -342,13 +373,17 @@ fn parse_v2(bytes: &[u8]) -> Parse {
         }
     }
 
-    let stream = header.protocol == v2::Protocol::Stream;
+    let ours = header.protocol
+        == match carried {
+            Transport::Stream => v2::Protocol::Stream,
+            Transport::Datagram => v2::Protocol::Datagram,
+        };
     let addresses = match header.addresses {
-        v2::Addresses::IPv4(a) if stream => Announced::Proxy {
+        v2::Addresses::IPv4(a) if ours => Announced::Proxy {
             source: (a.source_address, a.source_port).into(),
             destination: (a.destination_address, a.destination_port).into(),
         },
-        v2::Addresses::IPv6(a) if stream => Announced::Proxy {
+        v2::Addresses::IPv6(a) if ours => Announced::Proxy {
             source: (a.source_address, a.source_port).into(),
             destination: (a.destination_address, a.destination_port).into(),
         },
@@ -356,8 +391,8 @@ fn parse_v2(bytes: &[u8]) -> Parse {
         // implement on the receiver. A receiver is not required to implement
         // other ones, provided that it automatically falls back to the
         // UNSPEC mode for the valid combinations above that it does not
-        // support." The relay carries TCP only: DGRAM, AF_UNIX and UNSPEC
-        // fall back to the connection's own addresses (no claim). Their
+        // support." A reader carries one transport: the other, AF_UNIX and
+        // UNSPEC fall back to the connection's own addresses (no claim). Their
         // TLVs, the hop count among them, are still read, except under the
         // UNSPEC family: its address block has no defined size, so `ppp`
         // takes the whole rest as addresses, and so do we (no TLV is read).
