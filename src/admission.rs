@@ -821,7 +821,7 @@ impl RouteGate {
         self.admit_with(source, None)
     }
 
-    /// [`RouteGate::admit`] for a hello whose JA4 is `ja4`: a route's
+    /// `RouteGate::admit` for a hello whose JA4 is `ja4`: a route's
     /// `limit_key` with the JA4 counts by it (the hello is read by now).
     pub(crate) fn admit_with(
         &self,

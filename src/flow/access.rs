@@ -27,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::Level;
 
@@ -41,17 +40,9 @@ use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
 use crate::wire::fingerprint::Fingerprints;
 
-/// A freshly accepted client connection.
-#[derive(Debug)]
-pub struct Accepted {
-    pub(crate) stream: TcpStream,
-    /// Who, when, and the listener's metric series: its record borrows it.
-    pub(crate) arrival: Arrival,
-}
-
 /// Where and when a connection (or QUIC flow) arrived, and its listener's
 /// metric series. Held once, by whoever holds the connection (its task,
-/// in [`Accepted`]); its [`ConnRecord`] borrows it, so a connection's
+/// in [`crate::tcp::connection::Accepted`]); its [`ConnRecord`] borrows it, so a connection's
 /// task carries the 56 bytes once, not twice.
 #[derive(Debug)]
 pub struct Arrival {

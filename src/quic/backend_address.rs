@@ -1,8 +1,8 @@
 //! Choosing a QUIC flow's backend address, and what the flow then tells
 //! passive health about it.
 //!
-//! The choice is TCP's (`crate::tcp::dial::candidates` and
-//! `Candidates::plan`): the fixed set,
+//! The choice is the one both transports share
+//! ([`crate::backend::candidates`]): the fixed set,
 //! a DNS backend's resolved set (waiting up to `connect_timeout` for the
 //! first answer, then `no_address`), or a cluster's per-SNI answer (with
 //! `local_overrides`, pushed local names, `allowed_targets` and
@@ -40,10 +40,10 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::time::Instant;
 
+use crate::backend::candidates::{self, ConnectError};
 use crate::backend::egress::Egress;
 use crate::backend::{Backend, BackendRuntime, Backends, InFlight};
 use crate::metrics::BackendSeries;
-use crate::tcp::dial::{self, ConnectError};
 
 /// What a flow asks of the backend choice (owned: it crosses into the
 /// task that waits for DNS or a cluster lookup).
@@ -79,14 +79,14 @@ pub(crate) async fn pick(
     runtime: &BackendRuntime,
     ask: &Ask,
 ) -> Result<Picked, ConnectError> {
-    let pick = dial::Pick {
+    let pick = candidates::Pick {
         client: ask.client.ip(),
         sni: ask.sni.as_deref(),
         local: ask.local,
         client_addr: ask.client,
         claimed: false,
     };
-    let candidates = dial::candidates(backends, runtime, &pick).await?;
+    let candidates = candidates::candidates(backends, runtime, &pick).await?;
     let plan = candidates.plan(pick.client);
     let backend = &candidates.runtime.config;
     for &i in plan.as_slice() {

@@ -10,7 +10,7 @@
 //! - *pending*: its hello is not complete. A new source starts one if the
 //!   table accepts new flows (not draining), `[global]
 //!   max_connection_rate` leaves room and the accept gate admits it
-//!   (`crate::tcp::accept_loop::gate`, the same gate and close as a TCP
+//!   ([`crate::flow::gate`], the same gate and close as a TCP
 //!   connection's); otherwise its datagram is dropped (counted, and
 //!   summarised in a log line at most once a second). At the socket's
 //!   pending caps ([`MAX_PENDING_FLOWS`], never more than half the free
@@ -66,18 +66,18 @@ use tokio::time::Instant;
 use super::Version;
 use super::cid::{self, CidTable, FlowCids, Path};
 use super::initial::{ConnectionId, HelloLimits, Parser, QuicHello, Verdict};
-use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
+use super::refusal::refusal;
 use crate::addr::PeerAddr;
 use crate::admission::{self, Admitted, AtAccept, RouteAdmitted};
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields};
+use crate::flow::gate;
 use crate::flow::generation::Generation;
-use crate::flow::route::{EchKind, NoRoute};
+use crate::flow::route::EchKind;
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::relay::lifetime_end;
 use crate::quic::backend_address::{Ask, Picked};
-use crate::tcp::accept_loop;
 use crate::wire::fingerprint::Fingerprints;
 
 /// Pending flows (hello not complete yet) per listening socket.
@@ -92,8 +92,6 @@ pub(crate) const MAX_HELD_BYTES: usize = 16 << 20;
 /// handshake is pending for about one round trip: 64 is room for as many
 /// clients starting at once behind one NAT.
 pub(crate) const MAX_PENDING_PER_SOURCE: usize = 64;
-/// TLS alert `protocol_version`.
-const PROTOCOL_VERSION: u8 = 70;
 
 /// Datagrams and bytes each way, and the last activity, of one flow;
 /// shared with the flow's task, which counts what it relays.
@@ -598,7 +596,7 @@ impl<B> FlowTable<B> {
             at: now,
             metrics,
         };
-        let admitted = match accept_loop::gate(generation, PeerAddr(from), &arrival.metrics, || {
+        let admitted = match gate::admit(generation, PeerAddr(from), &arrival.metrics, || {
             let mut record = ConnRecord::arrived(access::next_conn_id(), &listener, &arrival);
             record.moved.up = datagram.len() as u64;
             (record, Some(&refused))
@@ -871,12 +869,13 @@ impl<B> FlowTable<B> {
         let target = match decision.target {
             Ok(target) => target,
             Err(no_route) => {
-                let alert = match no_route {
-                    NoRoute::NoSni | NoRoute::Unmatched => UNRECOGNIZED_NAME,
-                    NoRoute::TlsVersion => PROTOCOL_VERSION,
-                    NoRoute::EchRejected | NoRoute::Ja4Refused => HANDSHAKE_FAILURE,
-                };
-                let answer = refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
+                let answer = refusal(
+                    hello.version,
+                    &hello.dcid,
+                    &hello.scid,
+                    no_route.alert(),
+                    "no route",
+                );
                 self.close(record, no_route.into(), Some((from, answer)));
                 return;
             }

@@ -39,9 +39,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{self, Admitted, RouteAdmitted};
 use crate::backend::InFlight;
+use crate::backend::candidates::Pick;
 use crate::config::Timeouts;
 use crate::drain::DrainGuard;
-use crate::flow::access::{self, Accepted, CloseReason, ConnRecord};
+use crate::flow::access::{self, Arrival, CloseReason, ConnRecord};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
@@ -49,10 +50,18 @@ use crate::pump::throttle::Throttle;
 use crate::wire::fingerprint::Fingerprints;
 use crate::wire::proxy_tlv::PassedTlvs;
 use crate::{
-    flow::{registry, route},
+    flow::registry,
     sockopt,
-    tcp::{dial, inspect},
+    tcp::{dial, inspect, refuse},
 };
+
+/// A freshly accepted client connection.
+#[derive(Debug)]
+pub(crate) struct Accepted {
+    pub(crate) stream: TcpStream,
+    /// Who, when, and the listener's metric series: its record borrows it.
+    pub(crate) arrival: Arrival,
+}
 
 /// What a connection holds from admission to its end: its place under
 /// `max_connections` and its per-source slot (a direct client's from the
@@ -293,7 +302,7 @@ async fn setup<'g>(
         Err(refusal) => {
             // Boxed: the alert-and-linger future is larger than the rest
             // of setup, and only refusals need it.
-            Box::pin(route::refuse(client, refusal)).await;
+            Box::pin(refuse::refuse(client, refusal.alert())).await;
             return Err(refusal.into());
         }
     };
@@ -334,7 +343,7 @@ async fn setup<'g>(
         None => None,
     };
     let client_addr = record.claimed.map_or(arrival.peer.0, |c| c.0);
-    let pick = dial::Pick {
+    let pick = Pick {
         client: client_addr.ip(),
         sni: record.sni.as_deref(),
         local: local.map(|a| a.ip()),
@@ -423,7 +432,6 @@ mod tests {
     use tokio::time::Instant;
 
     use crate::addr::PeerAddr;
-    use crate::flow::access::Arrival;
     use crate::metrics;
 
     /// An open connection's memory is mostly its task's state, which the

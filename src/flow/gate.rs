@@ -1,0 +1,58 @@
+//! The admission gate both transports share: the one place where a new
+//! arrival (a TCP connection just accepted, a QUIC flow's first datagram)
+//! is admitted, before a byte of it is read ([`admit`]).
+//!
+//! Not here: the limits themselves ([`crate::admission`]), the accept loop
+//! ([`crate::tcp::accept_loop`]) or the flow table
+//! ([`crate::quic::flows`]) that call it, or the admission after the hello
+//! (the decision after the hello, [`crate::flow::route`]).
+
+use crate::addr::PeerAddr;
+use crate::admission::AtAccept;
+use crate::flow::access::{self, CloseReason, ConnRecord, QuicFields};
+use crate::flow::generation::Generation;
+use crate::metrics::ListenerMetrics;
+
+/// The admission gate, for a TCP connection just accepted or a QUIC flow's
+/// first datagram, before a byte of it is read: the one place where a new
+/// arrival is admitted ([`crate::admission::Admission::at_accept`]), on its measured
+/// `peer`, under `generation`'s listener limits.
+///
+/// The arrival is counted first (`accepted`, and `active` until its close),
+/// so that a refused one is closed through the same close stage: its record
+/// (and a QUIC flow's fields), made by `refused_record` only then, counts
+/// the refusal and writes its access line ([`access::refused`]), and `Err`
+/// carries the reason; the caller
+/// drops the arrival unread. Admitted, a dry run's would-be refusal is
+/// logged, and the slot is returned, to be held for the arrival's life; a
+/// trusted peer relay is decided after its preface instead ([`crate::tcp::connection`]).
+pub(crate) fn admit<'r>(
+    generation: &Generation,
+    peer: PeerAddr,
+    metrics: &ListenerMetrics,
+    refused_record: impl FnOnce() -> (ConnRecord<'r>, Option<&'r QuicFields>),
+) -> Result<AtAccept, CloseReason> {
+    let Generation {
+        listener,
+        admission,
+        ..
+    } = generation;
+    metrics.accepted();
+    let trusted_peer = listener
+        .proxy_protocol
+        .as_ref()
+        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
+    match admission.at_accept(peer, trusted_peer) {
+        Ok(at_accept) => {
+            if let AtAccept::Admitted(admitted) = &at_accept {
+                access::log_dry_run(listener, peer, admitted);
+            }
+            Ok(at_accept)
+        }
+        Err(refusal) => {
+            let (record, quic) = refused_record();
+            access::refused(record, quic, refusal);
+            Err(refusal.into())
+        }
+    }
+}
