@@ -31,11 +31,11 @@ use tokio::time::Instant;
 use tracing::Level;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admission::{Admitted, Refusal, RouteRefusal};
 pub use crate::close_reason::CloseReason;
 pub(crate) use crate::close_reason::Fault;
 use crate::config::{Backend, Listener};
-use crate::flow::route::EchKind;
+use crate::flow::decision::Heard;
+use crate::flow::route::{EchKind, RouteEntry};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
 use crate::wire::fingerprint::Fingerprints;
@@ -154,20 +154,17 @@ impl<'l> ConnRecord<'l> {
         self.backend.as_ref().map(|b| b.name.as_str())
     }
 
-    /// Counts an admission refusal; the connection ends with the reason
-    /// returned.
-    pub(crate) fn refuse(&self, refusal: Refusal) -> CloseReason {
-        let reason = CloseReason::from(refusal);
-        self.arrival.metrics.limit_refused(reason);
-        reason
+    /// The hello's log fields, as the decision after it read them.
+    pub(crate) fn heard(&mut self, heard: Heard) {
+        self.sni = heard.sni;
+        self.ech = heard.ech;
+        self.alpn = heard.alpn;
     }
 
-    /// Counts a refusal by the route's admission; the connection ends with
-    /// the reason returned.
-    pub(crate) fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
-        let reason = CloseReason::from(refusal);
-        self.arrival.metrics.limit_refused(reason);
-        reason
+    /// The route the connection took (or was refused on by its limits).
+    pub(crate) fn routed(&mut self, entry: &'l RouteEntry) {
+        self.route = Some(&entry.route);
+        self.backend = Some(entry.backend.clone());
     }
 
     /// Counts the connection's close and writes its one log line, at the
@@ -256,56 +253,11 @@ impl<'l> ConnRecord<'l> {
     }
 }
 
-/// The `alpn` log field: the hello's ALPN protocols, comma-separated and
-/// escaped (a hostile name cannot forge log lines); `None` when the hello
-/// offered none or no access line can be written (formatting allocates,
-/// and WARN is the most verbose level an access line is written at).
-pub(crate) fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
-    if alpn.is_empty() || !tracing::enabled!(target: "snirelay::access", Level::WARN) {
-        return None;
-    }
-    let names: Vec<_> = alpn.iter().map(|p| String::from_utf8_lossy(p)).collect();
-    Some(names.join(",").escape_debug().to_string().into_boxed_str())
-}
-
 /// Closes a connection (or QUIC flow) refused at admission through its
-/// `record`: counts the refusal and logs it; the caller closes the socket
-/// (or drops the datagram) without reading from it, so there is no TLS
-/// alert to send. `quic`: a QUIC flow's fields. Called by the admission
-/// gate (`accept::gate`) only.
-pub(crate) fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, refusal: Refusal) {
-    record.write(record.refuse(refusal), quic, Throttled::default());
-}
-
-/// Under `dry_run`, logs the refusal admission would have made.
-pub(crate) fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
-    if let Some(would) = admitted.would_refuse {
-        tracing::debug!(
-            listener = %listener.name,
-            client.peer = %peer,
-            source = %admitted.key,
-            would_refuse = CloseReason::from(would).as_str(),
-            "dry run: admission would refuse this connection"
-        );
-    }
-}
-
-/// Under a route's `dry_run`, logs the refusal the route's limits would
-/// have made.
-pub(crate) fn log_route_dry_run(
-    listener: &Listener,
-    peer: PeerAddr,
-    route: &str,
-    admitted: &Admitted,
-) {
-    if let Some(would) = admitted.would_refuse {
-        tracing::debug!(
-            listener = %listener.name,
-            route,
-            client.peer = %peer,
-            source = %admitted.key,
-            would_refuse = CloseReason::from(RouteRefusal::Source(would)).as_str(),
-            "dry run: admission would refuse this connection"
-        );
-    }
+/// `record` with `reason`, its refusal counted by the caller; the caller
+/// closes the socket (or drops the datagram) without reading from it, so
+/// there is no TLS alert to send. `quic`: a QUIC flow's fields. Called by
+/// the admission gate ([`crate::flow::gate`]) only.
+pub(crate) fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, reason: CloseReason) {
+    record.write(reason, quic, Throttled::default());
 }

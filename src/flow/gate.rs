@@ -5,11 +5,12 @@
 //! Not here: the limits themselves ([`crate::admission`]), the accept loop
 //! ([`crate::tcp::accept_loop`]) or the flow table
 //! ([`crate::quic::flows`]) that call it, or the admission after the hello
-//! (the decision after the hello, [`crate::flow::route`]).
+//! ([`crate::flow::decision`]).
 
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
 use crate::flow::access::{self, CloseReason, ConnRecord, QuicFields};
+use crate::flow::decision::{DryRun, Refused};
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 
@@ -20,9 +21,9 @@ use crate::metrics::ListenerMetrics;
 ///
 /// The arrival is counted first (`accepted`, and `active` until its close),
 /// so that a refused one is closed through the same close stage: its record
-/// (and a QUIC flow's fields), made by `refused_record` only then, counts
-/// the refusal and writes its access line ([`access::refused`]), and `Err`
-/// carries the reason; the caller
+/// (and a QUIC flow's fields), made by `refused_record` only then, writes
+/// its access line ([`access::refused`]), the refusal counted as every
+/// refusal is ([`Refused::count`]), and `Err` carries the reason; the caller
 /// drops the arrival unread. Admitted, a dry run's would-be refusal is
 /// logged, and the slot is returned, to be held for the arrival's life; a
 /// trusted peer relay is decided after its preface instead ([`crate::tcp::connection`]).
@@ -44,15 +45,19 @@ pub(crate) fn admit<'r>(
         .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
     match admission.at_accept(peer, trusted_peer) {
         Ok(at_accept) => {
-            if let AtAccept::Admitted(admitted) = &at_accept {
-                access::log_dry_run(listener, peer, admitted);
+            if let AtAccept::Admitted(admitted) = &at_accept
+                && let Some(dry) = DryRun::of(None, admitted)
+            {
+                dry.log(listener, peer);
             }
             Ok(at_accept)
         }
         Err(refusal) => {
+            let refused = Refused::by_admission(refusal);
+            refused.count(metrics);
             let (record, quic) = refused_record();
-            access::refused(record, quic, refusal);
-            Err(refusal.into())
+            access::refused(record, quic, refused.reason);
+            Err(refused.reason)
         }
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod alert;
+pub(crate) mod decision;
 pub(crate) mod gate;
 pub(crate) mod generation;
 pub mod registry;

@@ -68,13 +68,14 @@ use super::cid::{self, CidTable, FlowCids, Path};
 use super::initial::{ConnectionId, HelloLimits, Parser, QuicHello, Verdict};
 use super::refusal::refusal;
 use crate::addr::PeerAddr;
-use crate::admission::{self, Admitted, AtAccept, RouteAdmitted};
+use crate::admission::{Admitted, AtAccept, RouteAdmitted};
 use crate::config::{Backend, Listener};
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields};
+use crate::flow::decision::{self, Arrived, Heard};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
-use crate::flow::route::EchKind;
+use crate::flow::route::{EchKind, RouteEntry};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::relay::lifetime_end;
 use crate::quic::backend_address::{Ask, Picked};
@@ -186,6 +187,19 @@ impl FlowRecord {
             path: None,
             fingerprints: None,
         }
+    }
+
+    /// The hello's log fields, as the decision after it read them.
+    fn heard(&mut self, heard: Heard) {
+        self.sni = heard.sni;
+        self.ech = heard.ech;
+        self.alpn = heard.alpn;
+    }
+
+    /// The route the flow took (or was refused on by its limits).
+    fn routed(&mut self, entry: &RouteEntry) {
+        self.route = Some(entry.route.clone());
+        self.backend = Some(entry.backend.clone());
     }
 
     /// Counts the flow's end and writes its one access line, at the level
@@ -843,71 +857,43 @@ impl<B> FlowTable<B> {
             mut admitted,
             ..
         } = pending;
+        // One decision, as a TCP connection's: admit on the hello, route,
+        // admit on the route; refused: the alert, if the refusal has one,
+        // in a CONNECTION_CLOSE, else ended at once; nothing forwarded.
         let ja4 = hello.fingerprints.as_deref().map(Fingerprints::ja4);
-        // A `limit_key` with the JA4 counts now, the hello read (the lists
-        // were judged at the gate); refused: ended, nothing forwarded.
-        let source = admission::route_source(PeerAddr(from), false, None);
-        match generation.admission.after_hello(source, ja4) {
-            Ok(None) => {}
-            Ok(Some(counted)) => {
-                access::log_dry_run(&record.listener, PeerAddr(from), &counted);
-                admitted = Some(counted);
-            }
-            Err(refusal) => {
-                let reason = CloseReason::from(refusal);
-                record.metrics.limit_refused(reason);
-                record.fingerprints = hello.fingerprints.clone();
-                self.close(record, reason, None);
-                return;
-            }
-        }
-        let decision = generation.routes.decide_with(&hello.hello, ja4);
-        record.sni = decision.sni;
-        record.ech = decision.ech;
-        record.alpn = access::alpn_field(&hello.hello.alpn);
         record.fingerprints = hello.fingerprints.clone();
-        let target = match decision.target {
-            Ok(target) => target,
-            Err(no_route) => {
-                let answer = refusal(
-                    hello.version,
-                    &hello.dcid,
-                    &hello.scid,
-                    no_route.alert(),
-                    "no route",
-                );
-                self.close(record, no_route.into(), Some((from, answer)));
+        let arrived = Arrived {
+            peer: PeerAddr(from),
+            claimed: None,
+        };
+        let decision = decision::decide(generation, arrived, &hello.hello, ja4);
+        decision.log_dry_runs(&record.listener, PeerAddr(from));
+        if let Some(heard) = decision.heard {
+            record.heard(heard);
+        }
+        let routed = match decision.outcome {
+            Ok(routed) => routed,
+            Err(refused) => {
+                refused.count(&record.metrics);
+                if let Some(entry) = refused.route {
+                    record.routed(entry);
+                }
+                let answer = refused.alert.map(|alert| {
+                    let datagram =
+                        refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
+                    (from, datagram)
+                });
+                self.close(record, refused.reason, answer);
                 return;
             }
         };
-        record.route = Some(target.route.clone());
-        record.backend = Some(target.backend.clone());
-        let route_admitted = match generation.route_gates.get(&target.route) {
-            None => None,
-            Some(gate) => match gate.admit_with(source, ja4) {
-                Ok(admitted) => {
-                    if let Some(held) = &admitted.source {
-                        access::log_route_dry_run(
-                            &record.listener,
-                            PeerAddr(from),
-                            &target.route,
-                            held,
-                        );
-                    }
-                    Some(admitted)
-                }
-                Err(refusal) => {
-                    let reason = CloseReason::from(refusal);
-                    record.metrics.limit_refused(reason);
-                    self.close(record, reason, None);
-                    return;
-                }
-            },
-        };
-        let Some(runtime) = generation.backends.get(&target.backend.name) else {
-            self.close(record, CloseReason::NoAddress, None);
-            return;
-        };
+        let target = routed.entry;
+        record.routed(target);
+        if let Some(counted) = routed.admitted {
+            admitted = Some(counted);
+        }
+        let route_admitted = routed.route_slot;
+        let runtime = routed.runtime;
         let local = match runtime.cluster {
             Some(_) => match self.local {
                 Some(local) => Some(local.ip()),
@@ -923,7 +909,7 @@ impl<B> FlowTable<B> {
             sni: record.sni.clone(),
             local,
         };
-        let drain = target.drain.enter();
+        let drain = routed.drain;
         let id = record.id;
         let connecting = ConnectingFlow {
             held_bytes: held.iter().map(|d| d.len()).sum(),

@@ -37,12 +37,13 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{self, Admitted, RouteAdmitted};
+use crate::admission::{Admitted, RouteAdmitted};
 use crate::backend::InFlight;
 use crate::backend::candidates::Pick;
 use crate::config::Timeouts;
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, ConnRecord};
+use crate::flow::decision::{self, Arrived, DryRun, Refused};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
@@ -208,21 +209,6 @@ impl Established<'_> {
     }
 }
 
-/// Whom per-source limits count after the hello: the claimed client, the
-/// measured peer of a direct client, or nobody for a trusted peer's own
-/// connection (see `admission::route_source`).
-fn source_of(
-    peer: crate::addr::PeerAddr,
-    record: &ConnRecord<'_>,
-    listener: &crate::config::Listener,
-) -> Option<admission::Source> {
-    let trusted_peer = listener
-        .proxy_protocol
-        .as_ref()
-        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
-    admission::route_source(peer, trusted_peer, record.claimed)
-}
-
 /// The stages before the relay: preface → inspect → route → connect →
 /// announce, ending with the hello replayed to the backend.
 async fn setup<'g>(
@@ -236,7 +222,6 @@ async fn setup<'g>(
         listener,
         routes,
         admission,
-        route_gates,
         backends,
         ..
     } = generation;
@@ -256,11 +241,15 @@ async fn setup<'g>(
             let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
             record.claimed = preface.sender.claimed();
             // admit, for a connection from a trusted peer: on its claim
-            let admitted = admission
-                .after_preface(record.claimed)
-                .map_err(|refusal| record.refuse(refusal))?;
+            let admitted = admission.after_preface(record.claimed).map_err(|refusal| {
+                let refused = Refused::by_admission(refusal);
+                refused.count(&arrival.metrics);
+                refused.reason
+            })?;
             if let Some(admitted) = admitted {
-                access::log_dry_run(listener, arrival.peer, &admitted);
+                if let Some(dry) = DryRun::of(None, &admitted) {
+                    dry.log(listener, arrival.peer);
+                }
                 // Held for the connection's life, like a direct client's.
                 *per_source = Some(admitted);
             }
@@ -278,63 +267,54 @@ async fn setup<'g>(
         hello = inspect::read_hello(client, buffered, limit, deadline, routes.wants_fingerprints()) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
-    // route: the name is parsed and matched once; the same parse names it
-    // in the log line, whatever the outcome.
+    // admit on the hello, route, admit on the route: one decision, as a
+    // QUIC flow's (the name is parsed and matched once; the same parse
+    // names it in the log line, whatever the outcome). Refused: the alert,
+    // if the refusal has one, else closed at once; nothing forwarded.
     record.fingerprints = hello.fingerprints.clone();
-    // admit on the hello, for a `limit_key` with the JA4 (the lists were
-    // judged at accept or after the preface); refused: closed at once, no
-    // alert, nothing forwarded. (The source and JA4 are not kept in locals
-    // past this: the task's state holds what lives across an await.)
-    if let Some(admitted) = admission
-        .after_hello(source_of(arrival.peer, record, listener), hello.ja4())
-        .map_err(|refusal| record.refuse(refusal))?
-    {
-        access::log_dry_run(listener, arrival.peer, &admitted);
+    let arrived = Arrived {
+        peer: arrival.peer,
+        claimed: record.claimed,
+    };
+    let decision = decision::decide(generation, arrived, &hello.info, hello.ja4());
+    decision.log_dry_runs(listener, arrival.peer);
+    if let Some(heard) = decision.heard {
+        record.heard(heard);
+    }
+    let routed = match decision.outcome {
+        Ok(routed) => routed,
+        Err(refused) => {
+            refused.count(&arrival.metrics);
+            if let Some(entry) = refused.route {
+                record.routed(entry);
+            }
+            if let Some(alert) = refused.alert {
+                // Boxed: the alert-and-linger future is larger than the
+                // rest of setup, and only refusals need it.
+                Box::pin(refuse::refuse(client, alert)).await;
+            }
+            return Err(refused.reason);
+        }
+    };
+    let target = routed.entry;
+    record.routed(target);
+    if let Some(admitted) = routed.admitted {
+        // Counted by the hello: held for the connection's life instead.
         *per_source = Some(admitted);
     }
-    let decision = routes.decide_with(&hello.info, hello.ja4());
-    record.sni = decision.sni;
-    record.ech = decision.ech;
-    record.alpn = access::alpn_field(&hello.info.alpn);
-
-    let target = match decision.target {
-        Ok(target) => target,
-        Err(refusal) => {
-            // Boxed: the alert-and-linger future is larger than the rest
-            // of setup, and only refusals need it.
-            Box::pin(refuse::refuse(client, refusal.alert())).await;
-            return Err(refusal.into());
-        }
-    };
-    record.route = Some(&target.route);
-    record.backend = Some(target.backend.clone());
-    // admit on the route ([route.limits], max_connections), now that the
-    // hello named it; refused: closed at once, no alert, nothing forwarded
-    let route_slot = match route_gates.get(&target.route) {
-        None => None,
-        Some(gate) => {
-            let admitted = gate
-                .admit_with(source_of(arrival.peer, record, listener), hello.ja4())
-                .map_err(|refusal| record.refuse_on_route(refusal))?;
-            if let Some(held) = &admitted.source {
-                access::log_route_dry_run(listener, arrival.peer, &target.route, held);
-            }
-            Some(admitted)
-        }
-    };
+    let route_slot = routed.route_slot;
     // Its bandwidth buckets, keyed for `rate_per_source_*` on the same
     // source as the connection limits.
-    let throttle = target.throttle.as_ref().map(|route| {
-        route.connection(source_of(arrival.peer, record, listener).map(|s| admission.key(s)))
-    });
+    let throttle = target
+        .throttle
+        .as_ref()
+        .map(|route| route.connection(routed.source.map(|s| admission.key(s))));
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
-    let drain = target.drain.enter();
+    let drain = routed.drain;
 
     // connect
-    let runtime = backends
-        .get(&target.backend.name)
-        .ok_or(CloseReason::NoAddress)?;
+    let runtime = routed.runtime;
     // The address the client dialled costs a getsockname(2); only a
     // cluster lookup (to recognise this node) and a PROXY header need it.
     let local_addr = || client.local_addr().map_err(|_| CloseReason::ClientReset);
