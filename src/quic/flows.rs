@@ -1,7 +1,9 @@
 //! The flow table of one QUIC listening socket, as a sans-I/O state
 //! machine: fed datagrams, time and the results of the I/O it asked for, it
 //! decides what each flow does and returns it as events. It reads no clock
-//! (every call takes `now`) and touches no socket; the socket task
+//! (every call takes `now`, a `std::time::Instant`), holds no runtime type
+//! (connection permits come through [`Permits`]; its tests are plain
+//! `#[test]`s) and touches no socket; the socket task
 //! (`super::socket_task`) reads datagrams, feeds them here, performs the
 //! returned [`Event`]s and reports back (in the spirit of quinn-proto's
 //! `Endpoint::handle`).
@@ -60,8 +62,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::Version;
 use super::cid::{self, CidTable, FlowCids, Path};
@@ -221,7 +222,7 @@ impl FlowRecord {
         };
         let arrival = Arrival {
             peer: PeerAddr(self.peer),
-            at: self.started,
+            at: self.started.into(),
             metrics: self.metrics,
         };
         let mut record = ConnRecord::arrived(self.id, &self.listener, &arrival);
@@ -238,13 +239,22 @@ impl FlowRecord {
     }
 }
 
+/// The process-wide connection permits (`[global] max_connections`) as the
+/// table sees them: how many are free, and one taken for a new flow, which
+/// holds it (`P`) until it ends. The socket task passes the runtime's
+/// semaphore; tests pass a counter. The table waits for none.
+pub(crate) trait Permits {
+    /// A taken permit, given back when dropped.
+    type Permit: std::fmt::Debug;
+    /// Permits free now.
+    fn available(&self) -> usize;
+    /// Takes one, if one is free.
+    fn try_take(&self) -> Option<Self::Permit>;
+}
+
 /// The places a flow holds while it lives: its connection permit, and the
 /// listener's and route's admission slots (released when dropped).
-pub(crate) type FlowSlots = (
-    OwnedSemaphorePermit,
-    Option<Admitted>,
-    Option<RouteAdmitted>,
-);
+pub(crate) type FlowSlots<P> = (P, Option<Admitted>, Option<RouteAdmitted>);
 
 /// An open flow's idle and lifetime bounds: `idle_timeout` with no
 /// datagram either way, and the route's `max_connection_lifetime` at the
@@ -267,7 +277,7 @@ impl Expiry {
         Expiry {
             started,
             idle,
-            end_of_life: lifetime_end(started, lifetime, id),
+            end_of_life: lifetime_end(started.into(), lifetime, id).map(|end| end.into_std()),
         }
     }
 
@@ -289,7 +299,7 @@ impl Expiry {
 
 /// What the socket task is asked to do, or told happened.
 #[derive(Debug)]
-pub(crate) enum Event {
+pub(crate) enum Event<P> {
     /// Choose the backend address of the flow from `from` (`super::backend_address`:
     /// at once when the addresses are known, else in a task) and report it
     /// with [`FlowTable::chosen`].
@@ -297,7 +307,7 @@ pub(crate) enum Event {
     /// The flow's address is chosen: open its backend socket, send the held
     /// datagrams in arrival order, start its relay and report it with
     /// [`FlowTable::opened`] (or close it `connect_failed`).
-    Open(Box<Opening>),
+    Open(Box<Opening<P>>),
     /// The flow ended: send `answer` to the client first, if any (a
     /// refusal: counted as a datagram down once sent), then close `record`.
     Close {
@@ -322,7 +332,7 @@ pub(crate) struct PickFor {
 
 /// A flow handed to the socket task to open on its chosen address.
 #[derive(Debug)]
-pub(crate) struct Opening {
+pub(crate) struct Opening<P> {
     pub from: SocketAddr,
     pub record: FlowRecord,
     /// Its datagrams so far, in arrival order.
@@ -330,7 +340,7 @@ pub(crate) struct Opening {
     /// The route's `idle_timeout` and `max_connection_lifetime`.
     pub idle: Duration,
     pub lifetime: Option<Duration>,
-    pub slots: FlowSlots,
+    pub slots: FlowSlots<P>,
     pub picked: Picked,
     pub drain: DrainGuard,
 }
@@ -354,19 +364,19 @@ pub(crate) enum Datagram {
 
 /// A flow whose hello is not complete yet.
 #[derive(Debug)]
-struct Pending {
+struct Pending<P> {
     parser: Parser,
     held: Vec<Box<[u8]>>,
     held_bytes: usize,
     record: FlowRecord,
-    permit: OwnedSemaphorePermit,
+    permit: P,
     admitted: Option<Admitted>,
 }
 
 /// A routed flow waiting for its backend address: its datagrams are still
 /// held, within the same bounds as a pending flow's.
 #[derive(Debug)]
-struct ConnectingFlow {
+struct ConnectingFlow<P> {
     held: Vec<Box<[u8]>>,
     held_bytes: usize,
     /// The most it may hold (the pending flow's `HelloLimits::held_bytes`).
@@ -374,7 +384,7 @@ struct ConnectingFlow {
     record: FlowRecord,
     idle: Duration,
     lifetime: Option<Duration>,
-    slots: FlowSlots,
+    slots: FlowSlots<P>,
 }
 
 /// An open flow: the socket task's handle `B` (its backend socket and
@@ -387,17 +397,17 @@ struct Open<B> {
 }
 
 #[derive(Debug)]
-enum FlowState<B> {
-    Pending(Box<Pending>),
-    Connecting(Box<ConnectingFlow>),
+enum FlowState<B, P> {
+    Pending(Box<Pending<P>>),
+    Connecting(Box<ConnectingFlow<P>>),
     Open(Open<B>),
 }
 
 /// The flows of one listening socket; `B` is what the socket task keeps
-/// per open flow.
+/// per open flow, `P` a connection permit ([`Permits`]).
 #[derive(Debug)]
-pub(crate) struct FlowTable<B> {
-    flows: HashMap<SocketAddr, FlowState<B>>,
+pub(crate) struct FlowTable<B, P> {
+    flows: HashMap<SocketAddr, FlowState<B, P>>,
     /// Pending flows by start, for the hello timeout (entries of flows
     /// that moved on are skipped).
     pending_order: VecDeque<(Instant, SocketAddr)>,
@@ -423,12 +433,12 @@ pub(crate) struct FlowTable<B> {
     last_summary: Option<Instant>,
     /// The listener's metric series, made on the first flow.
     metrics: Option<Arc<ListenerMetrics>>,
-    events: VecDeque<Event>,
+    events: VecDeque<Event<P>>,
 }
 
-impl<B> FlowTable<B> {
+impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     /// An empty table for a socket bound to `local`.
-    pub(crate) fn new(local: Option<SocketAddr>) -> FlowTable<B> {
+    pub(crate) fn new(local: Option<SocketAddr>) -> FlowTable<B, P> {
         FlowTable {
             flows: HashMap::new(),
             pending_order: VecDeque::new(),
@@ -449,7 +459,7 @@ impl<B> FlowTable<B> {
     }
 
     /// The next event to perform, in the order they happened.
-    pub(crate) fn poll_event(&mut self) -> Option<Event> {
+    pub(crate) fn poll_event(&mut self) -> Option<Event<P>> {
         self.events.pop_front()
     }
 
@@ -570,7 +580,7 @@ impl<B> FlowTable<B> {
         from: SocketAddr,
         datagram: &[u8],
         generation: &Generation,
-        permits: &Arc<Semaphore>,
+        permits: &impl Permits<Permit = P>,
     ) -> bool {
         if self.draining {
             return false;
@@ -607,7 +617,7 @@ impl<B> FlowTable<B> {
         };
         let arrival = Arrival {
             peer: PeerAddr(from),
-            at: now,
+            at: now.into(),
             metrics,
         };
         let admitted = match gate::admit(generation, PeerAddr(from), &arrival.metrics, || {
@@ -629,7 +639,7 @@ impl<B> FlowTable<B> {
             self.drop_new_flow(now, &generation.listener);
             return false;
         }
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(permit) = permits.try_take() else {
             self.drop_new_flow(now, &generation.listener);
             return false;
         };
@@ -668,12 +678,18 @@ impl<B> FlowTable<B> {
     /// [`MAX_PENDING_PER_SOURCE`], then the table's oldest while a socket
     /// bound (count, half the free permits, held bytes) is reached. False
     /// if a bound is still reached with nothing left to evict.
-    fn make_room(&mut self, now: Instant, source: IpAddr, len: usize, permits: &Semaphore) -> bool {
+    fn make_room(
+        &mut self,
+        now: Instant,
+        source: IpAddr,
+        len: usize,
+        permits: &impl Permits,
+    ) -> bool {
         if self.pending_by_source.get(&source).copied().unwrap_or(0) >= MAX_PENDING_PER_SOURCE {
             self.evict_oldest(now, Some(source));
         }
         while self.pending >= MAX_PENDING_FLOWS
-            || self.pending >= permits.available_permits()
+            || self.pending >= permits.available()
             || self.held_bytes + len > MAX_HELD_BYTES
         {
             if !self.evict_oldest(now, None) {
@@ -805,7 +821,7 @@ impl<B> FlowTable<B> {
     }
 
     /// Takes a pending flow out of the map and the pending counts.
-    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending>> {
+    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending<P>>> {
         match self.flows.remove(&from) {
             Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
@@ -845,7 +861,7 @@ impl<B> FlowTable<B> {
     /// Routes a complete hello: refuses it, or asks for its address.
     fn route(
         &mut self,
-        pending: Pending,
+        pending: Pending<P>,
         hello: QuicHello,
         from: SocketAddr,
         generation: &Generation,
