@@ -66,7 +66,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::{self, Admitted, AuthRefusal};
+use super::auth::{self, AuthRefusal, Authorized};
 use super::sources;
 use super::{AdminState, Peer, text};
 use crate::backend::{AddressSource, AddressState, BackendRuntime, local_names};
@@ -185,7 +185,7 @@ pub(crate) async fn respond(
         let listed = admin.map_or(&[][..], |a| &a.push_unauthenticated_from);
         auth::authorize_push(req.headers(), peer, tokens, listed)
     } else {
-        auth::authorize(req.headers(), peer, tokens).map(|who| (who, Admitted::Authenticated))
+        auth::authorize(req.headers(), peer, tokens).map(|who| (who, Authorized::Authenticated))
     };
     let (who, admitted) = match authorized {
         Ok(authorized) => authorized,
@@ -735,7 +735,7 @@ async fn push_local_names(
     state: &AdminState,
     who: &str,
     peer: &Peer,
-    admitted: Admitted,
+    admitted: Authorized,
 ) -> Result<Value, Refused> {
     let config = state.config().0;
     let backends = state.backends();
@@ -761,7 +761,7 @@ struct Pusher {
     who: String,
     /// The source address (or the Unix peer's credentials).
     peer: String,
-    admitted: Admitted,
+    admitted: Authorized,
 }
 
 fn apply_local_names(
@@ -848,10 +848,10 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn sources_refused(invalid: sources::Invalid) -> Refused {
+fn sources_refused(invalid: sources::InvalidQuery) -> Refused {
     match invalid {
-        sources::Invalid::Bad(message) => Refused::bad(message),
-        sources::Invalid::NotFound(message) => Refused::not_found(message),
+        sources::InvalidQuery::Bad(message) => Refused::bad(message),
+        sources::InvalidQuery::NotFound(message) => Refused::not_found(message),
     }
 }
 

@@ -52,7 +52,7 @@ use super::AdminState;
 
 /// The overview's `ready` cell: `yes`, or `no` and why (`/readyz`'s
 /// verdict: not listening, or each requirement that is down).
-fn ready_text(verdict: &super::ready::Verdict) -> String {
+fn ready_text(verdict: &super::ready::ReadyVerdict) -> String {
     if verdict.ready() {
         return "yes".to_owned();
     }

@@ -195,7 +195,7 @@ impl Probe {
     /// Probes bound as `runtime`'s connections are: from its (or the
     /// address entry's) `source` addresses, so an origin that admits only
     /// those sees its checks too; the host's address for `source =
-    /// "client"` (`Egress::for_checks`).
+    /// "client"` (`EgressChoice::for_checks`).
     pub(crate) fn with_source_of(mut self, runtime: &Arc<BackendRuntime>) -> Probe {
         self.runtime = Some(runtime.clone());
         self

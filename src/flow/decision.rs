@@ -17,10 +17,10 @@
 //!
 //! Routed ([`Routed`]), the answer holds what the connection keeps: its
 //! route entry and backend runtime, the admission slots counted here and
-//! the route's drain guard, entered. Refused ([`Refused`]), it holds the
+//! the route's drain guard, entered. HelloRefused ([`HelloRefused`]), it holds the
 //! close reason and the alert to send, if any. Either way the log fields
 //! the hello gave (SNI, ECH, ALPN) and what a dry run would have refused
-//! ([`DryRun`]) come with it; [`Refused::count`] is the one way a refusal
+//! ([`DryRun`]) come with it; [`HelloRefused::count`] is the one way a refusal
 //! is counted, on either transport.
 //!
 //! TCP encodes the alert as a TLS alert record ([`crate::tcp::refuse`]),
@@ -66,14 +66,14 @@ impl Arrived {
 
 /// What was decided after one hello.
 #[derive(Debug)]
-pub(crate) struct Decision<'g> {
+pub(crate) struct AfterHello<'g> {
     /// The log fields the route decision read off the hello; `None` when
     /// the hello was refused before routing (at its admission).
     pub heard: Option<Heard>,
     /// What dry runs would have refused: the hello's admission, then the
     /// route's.
     pub dry_runs: [Option<DryRun<'g>>; 2],
-    pub outcome: Result<Routed<'g>, Refused<'g>>,
+    pub outcome: Result<Routed<'g>, HelloRefused<'g>>,
 }
 
 /// What routing read off the hello, for the access line.
@@ -107,22 +107,22 @@ pub(crate) struct Routed<'g> {
 
 /// A refused hello: why, and what the client is told.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Refused<'g> {
+pub(crate) struct HelloRefused<'g> {
     pub reason: CloseReason,
     /// The TLS alert description to send ([`crate::flow::alert`]), or
     /// `None`: closed at once, nothing sent.
     pub alert: Option<u8>,
     /// The route the hello took before its limits refused it (logged).
     pub route: Option<&'g RouteEntry>,
-    /// Refused by admission limits (counted as such).
+    /// HelloRefused by admission limits (counted as such).
     limit: bool,
 }
 
-impl Refused<'_> {
+impl HelloRefused<'_> {
     /// A refusal by the listener's admission (at the gate, after a
     /// preface or after the hello).
-    pub(crate) fn by_admission(refusal: Refusal) -> Refused<'static> {
-        Refused {
+    pub(crate) fn by_admission(refusal: Refusal) -> HelloRefused<'static> {
+        HelloRefused {
             reason: refusal.into(),
             alert: None,
             route: None,
@@ -177,7 +177,7 @@ impl<'g> DryRun<'g> {
     }
 }
 
-impl<'g> Decision<'g> {
+impl<'g> AfterHello<'g> {
     /// Logs what dry runs would have refused (the transports call it
     /// before carrying the decision out).
     pub(crate) fn log_dry_runs(&self, listener: &Listener, peer: PeerAddr) {
@@ -187,11 +187,11 @@ impl<'g> Decision<'g> {
     }
 
     fn refused(
-        refused: Refused<'g>,
+        refused: HelloRefused<'g>,
         heard: Option<Heard>,
         dry_runs: [Option<DryRun<'g>>; 2],
     ) -> Self {
-        Decision {
+        AfterHello {
             heard,
             dry_runs,
             outcome: Err(refused),
@@ -219,7 +219,7 @@ pub(crate) fn decide<'g>(
     arrived: Arrived,
     hello: &ClientHello,
     ja4: Option<&str>,
-) -> Decision<'g> {
+) -> AfterHello<'g> {
     let Generation {
         listener,
         routes,
@@ -234,7 +234,9 @@ pub(crate) fn decide<'g>(
     // admit on the hello
     let admitted = match admission.after_hello(source, ja4) {
         Ok(admitted) => admitted,
-        Err(refusal) => return Decision::refused(Refused::by_admission(refusal), None, dry_runs),
+        Err(refusal) => {
+            return AfterHello::refused(HelloRefused::by_admission(refusal), None, dry_runs);
+        }
     };
     dry_runs[0] = admitted.as_ref().and_then(|a| DryRun::of(None, a));
 
@@ -248,13 +250,13 @@ pub(crate) fn decide<'g>(
     let entry = match decision.target {
         Ok(entry) => entry,
         Err(no_route) => {
-            let refused = Refused {
+            let refused = HelloRefused {
                 reason: no_route.into(),
                 alert: Some(no_route.alert()),
                 route: None,
                 limit: false,
             };
-            return Decision::refused(refused, Some(heard), dry_runs);
+            return AfterHello::refused(refused, Some(heard), dry_runs);
         }
     };
 
@@ -270,28 +272,28 @@ pub(crate) fn decide<'g>(
                 Some(slot)
             }
             Err(refusal) => {
-                let refused = Refused {
+                let refused = HelloRefused {
                     reason: refusal.into(),
                     alert: None,
                     route: Some(entry),
                     limit: true,
                 };
-                return Decision::refused(refused, Some(heard), dry_runs);
+                return AfterHello::refused(refused, Some(heard), dry_runs);
             }
         },
     };
 
     // the backend's runtime
     let Some(runtime) = backends.get(&entry.backend.name) else {
-        let refused = Refused {
+        let refused = HelloRefused {
             reason: CloseReason::NoAddress,
             alert: None,
             route: Some(entry),
             limit: false,
         };
-        return Decision::refused(refused, Some(heard), dry_runs);
+        return AfterHello::refused(refused, Some(heard), dry_runs);
     };
-    Decision {
+    AfterHello {
         heard: Some(heard),
         dry_runs,
         outcome: Ok(Routed {

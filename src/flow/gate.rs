@@ -10,7 +10,7 @@
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
 use crate::flow::access::{self, CloseReason, ConnRecord, QuicFields};
-use crate::flow::decision::{DryRun, Refused};
+use crate::flow::decision::{DryRun, HelloRefused};
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 
@@ -23,7 +23,7 @@ use crate::metrics::ListenerMetrics;
 /// so that a refused one is closed through the same close stage: its record
 /// (and a QUIC flow's fields), made by `refused_record` only then, writes
 /// its access line ([`access::refused`]), the refusal counted as every
-/// refusal is ([`Refused::count`]), and `Err` carries the reason; the caller
+/// refusal is ([`HelloRefused::count`]), and `Err` carries the reason; the caller
 /// drops the arrival unread. Admitted, a dry run's would-be refusal is
 /// logged, and the slot is returned, to be held for the arrival's life; a
 /// trusted peer relay is decided after its preface instead ([`crate::tcp::connection`]).
@@ -53,7 +53,7 @@ pub(crate) fn admit<'r>(
             Ok(at_accept)
         }
         Err(refusal) => {
-            let refused = Refused::by_admission(refusal);
+            let refused = HelloRefused::by_admission(refusal);
             refused.count(metrics);
             let (record, quic) = refused_record();
             access::refused(record, quic, refused.reason);

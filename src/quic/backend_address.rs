@@ -41,7 +41,7 @@ use std::task::{Context, Poll, Waker};
 use tokio::time::Instant;
 
 use crate::backend::candidates::{self, ConnectError};
-use crate::backend::egress::Egress;
+use crate::backend::egress::EgressChoice;
 use crate::backend::{Backend, BackendRuntime, Backends, InFlight};
 use crate::metrics::BackendSeries;
 
@@ -70,7 +70,7 @@ pub(crate) struct Picked {
     pub health: Health,
     /// Where the flow's backend socket is bound from (the address's
     /// `source`, see `backend::egress`).
-    pub egress: Egress,
+    pub egress: EgressChoice,
 }
 
 /// Chooses the address of `runtime`'s backend for a flow that asks `ask`.

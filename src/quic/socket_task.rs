@@ -629,7 +629,7 @@ fn send_up(
 fn connect(
     addr: SocketAddr,
     from: SocketAddr,
-    egress: &crate::backend::egress::Egress,
+    egress: &crate::backend::egress::EgressChoice,
 ) -> std::io::Result<UdpSocket> {
     let socket = egress.bind_each(addr, from, |bind| crate::sockopt::udp_connect(addr, bind))?;
     // Without GRO each receive slot holds one datagram: nothing else

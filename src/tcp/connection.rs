@@ -43,7 +43,7 @@ use crate::backend::candidates::Pick;
 use crate::config::Timeouts;
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, ConnRecord};
-use crate::flow::decision::{self, Arrived, DryRun, Refused};
+use crate::flow::decision::{self, Arrived, DryRun, HelloRefused};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
@@ -242,7 +242,7 @@ async fn setup<'g>(
             record.claimed = preface.sender.claimed();
             // admit, for a connection from a trusted peer: on its claim
             let admitted = admission.after_preface(record.claimed).map_err(|refusal| {
-                let refused = Refused::by_admission(refusal);
+                let refused = HelloRefused::by_admission(refusal);
                 refused.count(&arrival.metrics);
                 refused.reason
             })?;

@@ -73,12 +73,12 @@ fn from(peer: &str) -> Arrived {
 }
 
 /// The decision for a hello to `example.com` from `peer`.
-fn site<'g>(g: &'g Generation, peer: &str, ja4: Option<&str>) -> Decision<'g> {
+fn site<'g>(g: &'g Generation, peer: &str, ja4: Option<&str>) -> AfterHello<'g> {
     decide(g, from(peer), &hello(Some("example.com")), ja4)
 }
 
 /// The refusal's reason and alert, and whether routing ran.
-fn refused(decision: &Decision<'_>) -> (CloseReason, Option<u8>, bool) {
+fn refused(decision: &AfterHello<'_>) -> (CloseReason, Option<u8>, bool) {
     let refused = decision.outcome.as_ref().expect_err("refused");
     (refused.reason, refused.alert, decision.heard.is_some())
 }
