@@ -5,7 +5,7 @@
 //! stage signature. Recording happens in few places:
 //! [`ListenerMetrics::accepted`] from the accept loop,
 //! [`ListenerMetrics::closed`] once per connection from `access::ConnRecord::close`,
-//! and [`BackendSeries::connect_attempt`] from `connect`.
+//! and [`BackendSeries::connect_attempt`] from [`crate::tcp::dial`].
 //! Hooks for stages built elsewhere (limits, reload, drain, DNS/cluster
 //! lookups, backend address health) are the documented methods at the end.
 //!

@@ -24,7 +24,7 @@
 //! exit, so the time taken says nothing about how much of a token matched.
 //!
 //! Not here: which endpoints are control endpoints (`control`), reading
-//! the token file (`config::read_tokens`).
+//! the token file ([`crate::config::read_tokens`]).
 
 use hyper::HeaderMap;
 use hyper::header::AUTHORIZATION;

@@ -15,7 +15,7 @@
 //!   `backend`, `client` (an IP or CIDR prefix, matching the measured or
 //!   the claimed client) and `id`. `DELETE /connections` with
 //!   at least one filter closes the matching ones with reason `admin` and
-//!   answers how many. See `crate::flow::registry`.
+//!   answers how many. See [`crate::flow::registry`].
 //! - `POST /routes/{route}/drain` with `{"window": "30s"}` (optional;
 //!   default and longest: `drain_timeout`): closes the route's open
 //!   connections at moments spread over the window (reason `drained`); the
@@ -23,7 +23,7 @@
 //!
 //! - `POST /update-local-snis` with `{"fullDomains": ["name", ...]}` (the
 //!   path and body Pangolin pushes to Gerbil): replaces the pushed local
-//!   names (`backend::local_names`), which cluster backends send to their
+//!   names ([`crate::backend::local_names`]), which cluster backends send to their
 //!   `local_backend` without a lookup; saves them to `[admin]
 //!   local_names_file` first when set (a write that fails changes nothing:
 //!   500); drops the cached cluster answers of every name that changed;
@@ -53,7 +53,7 @@
 //! [`Refused`]); authorization, counting, the method check and the body
 //! bound come with it.
 //!
-//! Not here: what a state does to connections (`backend::select` leaves
+//! Not here: what a state does to connections ([`crate::backend::plan`] leaves
 //! drained and maintained addresses out of new plans).
 
 use std::net::SocketAddr;

@@ -64,7 +64,7 @@
 //! Both kinds of socket share the accept loop, the table and its bounds.
 //!
 //! Not here: the metrics themselves; what a state means for the relay
-//! (`backend::select`, `backend::AddressState`).
+//! ([`crate::backend::plan`], [`crate::backend::AddressState`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

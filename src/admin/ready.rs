@@ -8,7 +8,7 @@
 //! when its DNS name has not resolved yet (a failed re-resolution keeps
 //! the last good set, which still counts), or, for a cluster backend,
 //! when its lookups fail with no answer left to serve
-//! (`backend::cluster::Cache::failing`). Each down backend is named with
+//! ([`crate::backend::cluster::Cache::failing`]). Each down backend is named with
 //! why: `unresolved`, `no_address`, `health_down`, `drained` or
 //! `lookup_failing`.
 //!

@@ -3,9 +3,9 @@
 //!
 //! - `GET /sources?sort=open|rate|refused&limit=N&listener=NAME&route=NAME`:
 //!   every listener's per-source admission table, and every route's with
-//!   `[route.limits]` (`admission::SourceRow`), one row per source key with
+//!   `[route.limits]` ([`crate::admission::SourceRow`]), one row per source key with
 //!   its listener (and route, or `null`), open connections, attempts per
-//!   second over the last `admission::RATE_WINDOW`, admitted attempts,
+//!   second over the last [`crate::admission::RATE_WINDOW`], admitted attempts,
 //!   refusals by reason and in all, and the age of its last attempt;
 //!   highest first by `sort` (default `refused`), at most `limit` rows
 //!   (default 100, at most [`MAX_LIMIT`]). `total` counts the rows before

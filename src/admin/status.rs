@@ -5,14 +5,14 @@
 //! stats page.
 //!
 //! Where the numbers come from: every counter and gauge is read from the
-//! same exposition `/metrics` serves (`metrics::Metrics::render`,
+//! same exposition `/metrics` serves ([`crate::metrics::Metrics::render`],
 //! parsed back here), so the page and a scrape taken at the same moment
 //! agree by construction; each such number carries `data-metric` with its
 //! exact series text
 //! (`snirelay_connections_accepted_total{listener="tls",protocol="tcp"}`)
 //! so a reader (or a test) can compare the two. What `/metrics` does not
 //! carry per address comes from the backends' run-time state
-//! (`backend::EndpointState`: operator state, health, open connections, the
+//! ([`crate::backend::EndpointState`]: operator state, health, open connections, the
 //! last active check (its outcome and age), and the age of the last failed
 //! connect or check), and the layout from the
 //! configuration in force. Connection rates are the difference between the

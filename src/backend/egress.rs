@@ -18,7 +18,7 @@
 //! a WARN at most once per [`WARN_INTERVAL`] per backend source set (with
 //! the count since the last). None of this is the backend address's
 //! fault, so passive health does not hear of it
-//! (`sockopt::is_local_connect_failure`). When every source of the family
+//! ([`crate::sockopt::is_local_connect_failure`]). When every source of the family
 //! has run out (or is cooling down) the attempt fails with the last such
 //! error, and the connection goes on to the next planned backend address
 //! or closes `connect_failed`.
@@ -132,11 +132,11 @@ impl EgressChoice {
     /// One TCP connect to `addr` from this source (`client`: the client's
     /// address, for `source = "client"`): at once when the handshake
     /// completed inside connect(2) (a loopback backend, see
-    /// `sockopt::start_connect`), else once the event loop reports the
+    /// [`crate::sockopt::start_connect`]), else once the event loop reports the
     /// socket writable, as `TcpStream::connect` does. The socket is bound
     /// first as the source says, trying its addresses in turn while they
     /// run out of ports ([`bind_each`](Self::bind_each)). For a relayed
-    /// connection (`tcp::dial`) and a health check or `fastest` probe
+    /// connection ([`crate::tcp::dial`]) and a health check or `fastest` probe
     /// (`health`) alike.
     pub(crate) async fn connect_tcp(
         &self,

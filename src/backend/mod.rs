@@ -16,7 +16,7 @@
 //!
 //! The validated settings a runtime is built from ([`Backend`],
 //! `AddressSource`, `HealthCheck`, [`Cluster`]) are plain data defined
-//! in `config::settings` and built by `config`; the dependency runs one
+//! in [`crate::config::settings`] and built by `config`; the dependency runs one
 //! way, from the runtime to the configuration.
 //!
 //! Where the addresses come from (`AddressSource`):

@@ -3,25 +3,27 @@
 //!
 //! Every stage's error folds into exactly one [`CloseReason`], whose table
 //! (name, whose fault, which stage; the log level and the hello-outcome
-//! metric derived from it) is the leaf module `reason`, re-exported here.
+//! metric derived from it) is the leaf module [`crate::close_reason`],
+//! re-exported here.
 //!
 //! The [`ConnRecord`] collects a connection's log fields as the stages learn
 //! them and writes them once, at close (`ConnRecord::close`); a
 //! connection refused at admission is closed through the same record
 //! (`refused`). It is the one access record of both protocols: a QUIC
 //! flow's line is the same record, built when the flow closes from what
-//! the flow kept (`quic::flows::FlowRecord`), closed with the fields only a
+//! the flow kept ([`crate::quic::flows::FlowRecord`]), closed with the fields only a
 //! flow has (`ConnRecord::close_flow`, [`QuicFields`]: `protocol =
 //! "quic"`, the QUIC version, the client's last address and rebinds,
 //! datagrams each way, `backend.local`), which a TCP line leaves out. The
-//! level is the reason's, from the table in `reason`, on either protocol.
+//! level is the reason's, from the table in [`crate::close_reason`], on
+//! either protocol.
 //!
 //! Cost: a close is atomic adds on series resolved ahead of the connection
 //! (see `metrics`) and, unless the reason is silent, one `tracing` event;
 //! the table lookups are `const fn` matches. Nothing is allocated here.
 //!
 //! Not here: deciding that a connection ends (each stage does), nor the
-//! order of stages (`conn`).
+//! order of stages ([`crate::tcp::connection`], [`crate::quic::flows`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +59,7 @@ pub struct Arrival {
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh connection id, for a record made with [`ConnRecord::arrived`]
-/// (a QUIC flow's, see `quic::flows`, which needs its id before its
+/// (a QUIC flow's, see [`crate::quic::flows`], which needs its id before its
 /// record): one sequence for every protocol.
 pub(crate) fn next_conn_id() -> u64 {
     NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)
@@ -125,7 +127,7 @@ pub struct ConnRecord<'l> {
 impl<'l> ConnRecord<'l> {
     /// A record for a connection just accepted, with a fresh id. Inlined,
     /// as `arrived` is, so the record is built in place in
-    /// the connection's task (see `pump::relay::relay`).
+    /// the connection's task (see [`crate::pump::relay::relay`]).
     #[inline(always)]
     pub fn new(listener: &'l Listener, arrival: &'l Arrival) -> Self {
         Self::arrived(next_conn_id(), listener, arrival)

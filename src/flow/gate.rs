@@ -1,6 +1,6 @@
 //! The admission gate both transports share: the one place where a new
 //! arrival (a TCP connection just accepted, a QUIC flow's first datagram)
-//! is admitted, before a byte of it is read ([`admit`]).
+//! is admitted, before a byte of it is read ([`admit()`]).
 //!
 //! Not here: the limits themselves ([`crate::admission`]), the accept loop
 //! ([`crate::tcp::accept_loop`]) or the flow table

@@ -30,7 +30,7 @@
 //! port is not the backend's fault and is not counted against it.
 //!
 //! Not here: the flow's sockets and datagrams (`super::socket_task`), the
-//! planning itself (`crate::backend::plan`).
+//! planning itself ([`crate::backend::plan`]).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -69,7 +69,7 @@ pub(crate) struct Picked {
     /// What the flow reports to the address's passive health.
     pub health: Health,
     /// Where the flow's backend socket is bound from (the address's
-    /// `source`, see `backend::egress`).
+    /// `source`, see [`crate::backend::egress`]).
     pub egress: EgressChoice,
 }
 

@@ -21,7 +21,7 @@
 //!   holds the flow's datagrams;
 //! - a flow handed over to open gets one UDP socket connected to its
 //!   address, its held datagrams in arrival order, a registry entry
-//!   (`crate::flow::registry`, admin `/connections` and the status page, protocol
+//!   ([`crate::flow::registry`], admin `/connections` and the status page, protocol
 //!   `quic`) and a task (`relay_back`) that sends the backend's datagrams to
 //!   the client from the listening socket (the first one, or an ICMP port
 //!   unreachable before it, is the address's passive health verdict), tells
@@ -623,7 +623,7 @@ fn send_up(
 }
 
 /// One UDP socket of the backend's family, connected to `addr` and bound
-/// as its `source` says for the client at `from` (`backend::egress`), so
+/// as its `source` says for the client at `from` ([`crate::backend::egress`]), so
 /// that only its datagrams are read from it (with GRO where the kernel has
 /// it).
 fn connect(

@@ -3,9 +3,9 @@
 //! [`handle`] reads top to bottom as the stages of docs/design.md: preface →
 //! inspect → route → connect → announce (in `setup`, one boxed future that
 //! is freed once the hello is replayed) → the byte pump
-//! (`pump::relay::Relay`) → close.
+//! ([`crate::pump::relay::Relay`]) → close.
 //! Each stage returns its own error type, folded here into one
-//! [`CloseReason`]; the [`ConnRecord`] (in `close`, with the log line and
+//! [`CloseReason`]; the [`ConnRecord`] (in [`crate::flow::access`], with the log line and
 //! the metrics it feeds) collects the log fields as stages learn them and
 //! is written exactly once, at close. Admission (limits) happens before
 //! this, in the accept loop; for a trusted peer relay it must key on the
@@ -25,10 +25,10 @@
 //! byte counts and the stop, shutdown's or an operator's, plus one
 //! allocation with the route name and SNI). On a route with limits, one more: the
 //! route's slot, held for the connection's life; on a route with bandwidth
-//! limits, its buckets (`pump::throttle`), likewise.
+//! limits, its buckets ([`crate::pump::throttle`]), likewise.
 //!
 //! Not here: socket options, parsing, policy, or what a close records
-//! (`close`); only the order of stages.
+//! ([`crate::flow::access`]); only the order of stages.
 
 use std::sync::Arc;
 
@@ -184,7 +184,7 @@ struct Established<'g> {
     timeouts: &'g Timeouts,
     /// Counts this connection on its backend address until dropped.
     _in_flight: InFlight,
-    /// The backend's keepalive, for the relay to set (see `connect`).
+    /// The backend's keepalive, for the relay to set (see [`crate::tcp::dial`]).
     keepalive: Option<sockopt::KeepaliveSecs>,
     /// Registered with the route's drain signal until the connection ends.
     drain: DrainGuard,
@@ -198,7 +198,7 @@ struct Established<'g> {
 struct RouteHeld {
     /// Its place under `[route.limits]` / `max_connections`. Held, not read.
     _slot: Option<RouteAdmitted>,
-    /// Its buckets, on a route with bandwidth limits (`pump::throttle`).
+    /// Its buckets, on a route with bandwidth limits ([`crate::pump::throttle`]).
     throttle: Option<Throttle>,
 }
 

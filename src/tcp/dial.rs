@@ -13,7 +13,7 @@
 //! connection waits at most attempts × connect_timeout here. Each failed
 //! attempt is logged at debug and counted for passive health, except one
 //! that failed on this host (no free local port toward the address, no
-//! descriptor: `sockopt::is_local_connect_failure`), which says nothing of
+//! descriptor: [`crate::sockopt::is_local_connect_failure`]), which says nothing of
 //! the backend; the connection's outcome is logged once, by the caller.
 //! An address at its `max_connections` is skipped (its slot is taken
 //! before the connect); when every address is, the connection closes
@@ -24,16 +24,16 @@
 //! (and the connection is marked [`Connected::local`], so a push that no
 //! longer lists its name can close it). Among another node's addresses,
 //! the cluster's `node_choice` decides (`source_hash`, or `gerbil_fnv`:
-//! Gerbil's pick first, see `backend::node_choice`).
+//! Gerbil's pick first, see [`crate::backend::node_order`]).
 //!
 //! A backend socket gets TCP_NODELAY before its connect (one setsockopt(2),
 //! about 0.6 µs: `cargo bench --bench sockopt`). A connect to a loopback
 //! backend (a cluster's `local_backend`, a proxy on the same host) has
 //! completed by the time connect(2) returns; it is found so at once and the
 //! connection goes on without a turn of the event loop
-//! (`sockopt::start_connect`). The backend's `tcp_keepalive` goes with
+//! ([`crate::sockopt::start_connect`]). The backend's `tcp_keepalive` goes with
 //! the connection ([`Connected::keepalive`]) and is set by the relay once
-//! the connection has lasted `sockopt::KEEPALIVE_ARM_DELAY`, so a short
+//! the connection has lasted [`crate::sockopt::KEEPALIVE_ARM_DELAY`], so a short
 //! connection skips its five calls. The client side inherits its
 //! keepalive from the listening socket at no cost per connection.
 //!
@@ -41,10 +41,10 @@
 //! its connect: one of its source addresses, taken in turn, with the next
 //! tried at once when one has no free port (neither counted against the
 //! backend address), or the client's own address and port
-//! (`backend::egress`). The choice lives in the backend runtime, not in
+//! ([`crate::backend::egress`]). The choice lives in the backend runtime, not in
 //! the connection.
 //!
-//! Not here: anything sent on the connection (`announce`).
+//! Not here: anything sent on the connection ([`crate::proxy::outbound`]).
 
 use std::io;
 use std::net::SocketAddr;
