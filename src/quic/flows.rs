@@ -59,28 +59,30 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use std::time::Instant;
 
-use super::Version;
-use super::cid::{self, CidTable, FlowCids, Path};
+use super::cid::{self, CidTable, FlowCids};
 use super::initial::{ConnectionId, HelloLimits, Parser, QuicHello, Verdict};
 use super::refusal::refusal;
 use crate::addr::PeerAddr;
-use crate::admission::{Admitted, AtAccept, RouteAdmitted};
-use crate::config::{Backend, Listener};
+use crate::admission::{Admitted, AtAccept};
+use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields};
-use crate::flow::decision::{self, Arrived, Heard};
+use crate::flow::decision::{self, Arrived};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
-use crate::flow::route::{EchKind, RouteEntry};
 use crate::metrics::{self, ListenerMetrics};
-use crate::pump::relay::lifetime_end;
 use crate::quic::backend_address::{Ask, Picked};
 use crate::wire::fingerprint::Fingerprints;
+
+mod events;
+mod record;
+
+pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
+pub(crate) use record::{Expiry, FlowRecord, Stats};
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
@@ -94,273 +96,6 @@ pub(crate) const MAX_HELD_BYTES: usize = 16 << 20;
 /// handshake is pending for about one round trip: 64 is room for as many
 /// clients starting at once behind one NAT.
 pub(crate) const MAX_PENDING_PER_SOURCE: usize = 64;
-
-/// Datagrams and bytes each way, and the last activity, of one flow;
-/// shared with the flow's task, which counts what it relays.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    pub datagrams_up: AtomicU64,
-    pub bytes_up: AtomicU64,
-    pub datagrams_down: AtomicU64,
-    pub bytes_down: AtomicU64,
-    /// Milliseconds from the flow's start to its last datagram.
-    pub last: AtomicU64,
-}
-
-impl Stats {
-    /// A client datagram of `len` bytes at `now`.
-    pub(crate) fn up(&self, len: usize, started: Instant, now: Instant) {
-        self.datagrams_up.fetch_add(1, Ordering::Relaxed);
-        self.bytes_up.fetch_add(len as u64, Ordering::Relaxed);
-        self.touch(started, now);
-    }
-
-    /// A backend datagram of `len` bytes at `now`.
-    pub(crate) fn down(&self, len: usize, started: Instant, now: Instant) {
-        self.datagrams_down.fetch_add(1, Ordering::Relaxed);
-        self.bytes_down.fetch_add(len as u64, Ordering::Relaxed);
-        self.touch(started, now);
-    }
-
-    /// The time from the flow's start to its last datagram.
-    pub(crate) fn last(&self) -> Duration {
-        Duration::from_millis(self.last.load(Ordering::Relaxed))
-    }
-
-    fn touch(&self, started: Instant, now: Instant) {
-        let ms = now.saturating_duration_since(started).as_millis() as u64;
-        self.last.fetch_max(ms, Ordering::Relaxed);
-    }
-}
-
-/// What a flow keeps for its access line, owned (the flow outlives any
-/// borrow); [`FlowRecord::close`] writes it as the one access record of
-/// both protocols (`access::ConnRecord`).
-#[derive(Debug)]
-pub(crate) struct FlowRecord {
-    pub id: u64,
-    pub listener: Arc<Listener>,
-    pub peer: SocketAddr,
-    pub started: Instant,
-    pub version: Option<Version>,
-    pub sni: Option<Box<str>>,
-    /// The hello's ALPN list and ECH extension, logged as TCP logs them.
-    pub alpn: Option<Box<str>>,
-    pub ech: Option<EchKind>,
-    pub route: Option<Box<str>>,
-    pub backend: Option<Arc<Backend>>,
-    pub backend_addr: Option<SocketAddr>,
-    /// The relay's end of the flow's backend socket: the client address
-    /// the backend sees, logged so that its lines can be matched to this
-    /// flow (no PROXY header on UDP carries the real one).
-    pub backend_local: Option<SocketAddr>,
-    pub stats: Arc<Stats>,
-    pub metrics: Arc<ListenerMetrics>,
-    /// The client's current address once the flow is open (NAT rebinding).
-    pub path: Option<Arc<Path>>,
-    /// The hello's JA4 and JA3, when the listener computes them.
-    pub fingerprints: Option<Arc<Fingerprints>>,
-}
-
-impl FlowRecord {
-    /// A fresh record for a flow from `peer` that started `now`.
-    pub(crate) fn new(
-        listener: Arc<Listener>,
-        peer: SocketAddr,
-        now: Instant,
-        metrics: Arc<ListenerMetrics>,
-    ) -> FlowRecord {
-        FlowRecord {
-            id: access::next_conn_id(),
-            listener,
-            peer,
-            started: now,
-            version: None,
-            sni: None,
-            alpn: None,
-            ech: None,
-            route: None,
-            backend: None,
-            backend_addr: None,
-            backend_local: None,
-            stats: Arc::default(),
-            metrics,
-            path: None,
-            fingerprints: None,
-        }
-    }
-
-    /// The hello's log fields, as the decision after it read them.
-    fn heard(&mut self, heard: Heard) {
-        self.sni = heard.sni;
-        self.ech = heard.ech;
-        self.alpn = heard.alpn;
-    }
-
-    /// The route the flow took (or was refused on by its limits).
-    fn routed(&mut self, entry: &RouteEntry) {
-        self.route = Some(entry.route.clone());
-        self.backend = Some(entry.backend.clone());
-    }
-
-    /// Counts the flow's end and writes its one access line, at the level
-    /// the reason table gives (a flow always sent a datagram, so it is
-    /// never `silent`).
-    pub(crate) fn close(self, reason: CloseReason) {
-        let s = &self.stats;
-        let (last_peer, rebinds) = match &self.path {
-            Some(path) => (path.client(), path.rebinds()),
-            None => (self.peer, 0),
-        };
-        let quic = QuicFields {
-            version: self.version.map(Version::as_str),
-            last_peer,
-            rebinds,
-            datagrams_up: s.datagrams_up.load(Ordering::Relaxed),
-            datagrams_down: s.datagrams_down.load(Ordering::Relaxed),
-            backend_local: self.backend_local,
-        };
-        let arrival = Arrival {
-            peer: PeerAddr(self.peer),
-            at: self.started.into(),
-            metrics: self.metrics,
-        };
-        let mut record = ConnRecord::arrived(self.id, &self.listener, &arrival);
-        record.sni = self.sni;
-        record.alpn = self.alpn;
-        record.ech = self.ech;
-        record.route = self.route.as_deref();
-        record.backend = self.backend;
-        record.backend_addr = self.backend_addr;
-        record.fingerprints = self.fingerprints;
-        record.moved.up = s.bytes_up.load(Ordering::Relaxed);
-        record.moved.down = s.bytes_down.load(Ordering::Relaxed);
-        record.close_flow(reason, &quic);
-    }
-}
-
-/// The process-wide connection permits (`[global] max_connections`) as the
-/// table sees them: how many are free, and one taken for a new flow, which
-/// holds it (`P`) until it ends. The socket task passes the runtime's
-/// semaphore; tests pass a counter. The table waits for none.
-pub(crate) trait Permits {
-    /// A taken permit, given back when dropped.
-    type Permit: std::fmt::Debug;
-    /// Permits free now.
-    fn available(&self) -> usize;
-    /// Takes one, if one is free.
-    fn try_take(&self) -> Option<Self::Permit>;
-}
-
-/// The places a flow holds while it lives: its connection permit, and the
-/// listener's and route's admission slots (released when dropped).
-pub(crate) type FlowSlots<P> = (P, Option<Admitted>, Option<RouteAdmitted>);
-
-/// An open flow's idle and lifetime bounds: `idle_timeout` with no
-/// datagram either way, and the route's `max_connection_lifetime` at the
-/// moment a TCP connection with this id would draw (in the last tenth of
-/// the lifetime, counted from the flow's first datagram).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Expiry {
-    started: Instant,
-    idle: Duration,
-    end_of_life: Option<Instant>,
-}
-
-impl Expiry {
-    pub(crate) fn new(
-        started: Instant,
-        idle: Duration,
-        lifetime: Option<Duration>,
-        id: u64,
-    ) -> Expiry {
-        Expiry {
-            started,
-            idle,
-            end_of_life: lifetime_end(started.into(), lifetime, id).map(|end| end.into_std()),
-        }
-    }
-
-    /// When to look again, the last datagram having come `last` after the
-    /// start.
-    pub(crate) fn deadline(&self, last: Duration) -> Instant {
-        let idle_at = self.started + last + self.idle;
-        self.end_of_life.map_or(idle_at, |end| end.min(idle_at))
-    }
-
-    /// Why the flow ends at `now`, if it does: its lifetime first.
-    pub(crate) fn expired(&self, now: Instant, last: Duration) -> Option<CloseReason> {
-        if self.end_of_life.is_some_and(|end| now >= end) {
-            return Some(CloseReason::MaxLifetime);
-        }
-        (now >= self.started + last + self.idle).then_some(CloseReason::IdleTimeout)
-    }
-}
-
-/// What the socket task is asked to do, or told happened.
-#[derive(Debug)]
-pub(crate) enum Event<P> {
-    /// Choose the backend address of the flow from `from` (`super::backend_address`:
-    /// at once when the addresses are known, else in a task) and report it
-    /// with [`FlowTable::chosen`].
-    Pick(Box<PickFor>),
-    /// The flow's address is chosen: open its backend socket, send the held
-    /// datagrams in arrival order, start its relay and report it with
-    /// [`FlowTable::opened`] (or close it `connect_failed`).
-    Open(Box<Opening<P>>),
-    /// The flow ended: send `answer` to the client first, if any (a
-    /// refusal: counted as a datagram down once sent), then close `record`.
-    Close {
-        record: Box<FlowRecord>,
-        reason: CloseReason,
-        answer: Option<(SocketAddr, Vec<u8>)>,
-    },
-}
-
-/// A routed flow whose backend address is to be chosen.
-#[derive(Debug)]
-pub(crate) struct PickFor {
-    pub from: SocketAddr,
-    pub id: u64,
-    /// The backend's name (`Generation::backends`).
-    pub backend: String,
-    pub ask: Ask,
-    /// The route's drain signal, entered: a reload that drains the route
-    /// while the address is being chosen ends the flow (`drained`).
-    pub drain: DrainGuard,
-}
-
-/// A flow handed to the socket task to open on its chosen address.
-#[derive(Debug)]
-pub(crate) struct Opening<P> {
-    pub from: SocketAddr,
-    pub record: FlowRecord,
-    /// Its datagrams so far, in arrival order.
-    pub held: Vec<Box<[u8]>>,
-    /// The route's `idle_timeout` and `max_connection_lifetime`.
-    pub idle: Duration,
-    pub lifetime: Option<Duration>,
-    pub slots: FlowSlots<P>,
-    pub picked: Picked,
-    pub drain: DrainGuard,
-}
-
-/// What became of a datagram fed to [`FlowTable::handle`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Datagram {
-    /// An open flow's: relay it to the flow's backend, unread, through
-    /// [`FlowTable::open_mut`] (which the socket task asks first: an open
-    /// flow's datagram costs one lookup).
-    Open,
-    /// Taken by a pending or connecting flow (held, or dropped at a bound).
-    Taken,
-    /// From an address no flow has, whose Destination Connection ID an
-    /// open flow's backend chose: the client moved; [`FlowTable::rebind`].
-    Moved,
-    /// From an address no flow has: a new flow ([`FlowTable::start`]), or
-    /// a successor's after an upgrade.
-    Unknown,
-}
 
 /// A flow whose hello is not complete yet.
 #[derive(Debug)]

@@ -12,6 +12,8 @@ use rustls::pki_types::ServerName;
 
 use crate::backend::Backends;
 use crate::config::Config;
+use crate::pump::relay::lifetime_end;
+use crate::quic::Version;
 use crate::quic::backend_address::pick_now;
 use crate::quic::initial_keys;
 use crate::quic::seal::seal_initial;
