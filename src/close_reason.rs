@@ -11,11 +11,12 @@
 //! by `tests/it/close_reasons.rs`.
 //!
 //! A leaf: it imports nothing from the crate, so every stage can name the
-//! reason it ends a connection with while the close stage (`close`), which
+//! reason it ends a connection with while the close stage ([`crate::flow::access`]), which
 //! needs what those stages produce, depends on them and not the reverse.
 //! The `const fn` lookups cost a match each.
 //!
-//! Not here: the connection's record, log line and metrics (`close`).
+//! Not here: the connection's record, log line and metrics
+//! ([`crate::flow::access`]).
 
 use std::fmt;
 
@@ -208,7 +209,7 @@ macro_rules! close_reasons {
 close_reasons! {
     /// Both directions ended normally (FIN from each side), or with a reset
     /// that cut nothing (after the resetting side's FIN, or after the other
-    /// side had finished; see `pump::relay`).
+    /// side had finished; see [`crate::pump::relay`]).
     Done => "done", Fault::Normal, Stage::Relay;
     /// The client closed before sending a byte: a health check or port scan.
     /// Such connections are counted but never logged.

@@ -14,7 +14,7 @@
 //! that address only, whatever their route: once connected, a connection
 //! moves its guard from the route's signal to a *part* of it, one per
 //! (route identity, address) (`DrainSignal::part`, kept by the address's
-//! `backend::EndpointState`). A part fires with its route (sharing the
+//! [`crate::backend::EndpointState`]). A part fires with its route (sharing the
 //! route's window), or alone when its address goes to maintenance; a
 //! connection then closes with [`CloseReason::AddressMaint`] instead of
 //! `drained`.

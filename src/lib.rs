@@ -23,7 +23,7 @@
 //! - [`flow`]: the stages a TCP connection and a QUIC flow share: route,
 //!   close, the registry of open connections, a listener's generation.
 //! - [`tcp`]: a TCP connection's own stages, read top to bottom in
-//!   `tcp::connection`: accept loop → preface → inspect → route → dial →
+//!   [`crate::tcp::connection`]: accept loop → preface → inspect → route → dial →
 //!   announce → pump → close. [`quic`]: the same for a QUIC flow.
 //! - [`admin`]: the admin listener (metrics, status page, control API).
 //! - `run`: the process: server, listeners, binding, reload, takeover,
@@ -35,12 +35,17 @@
 //! others, or when a module imports one of a higher layer.
 //!
 //! Syscalls live in two places: socket options and descriptor handling in
-//! [`sockopt`], splice(2) and its pipe pool in `pump::splice`. `unsafe`
+//! [`sockopt`], splice(2) and its pipe pool in [`crate::pump::splice`]. `unsafe`
 //! is denied crate-wide; [`sockopt`] alone allows it, per block, each with
-//! its `SAFETY` comment (`pump::splice` needs none: it uses nix's safe
+//! its `SAFETY` comment ([`crate::pump::splice`] needs none: it uses nix's safe
 //! wrappers).
 
 #![deny(unsafe_code)]
+// A doc comment names the module it sends a reader to as an intra-doc link,
+// private ones included, so that `cargo doc -D warnings` fails when one is
+// renamed or gone (broken links stay denied); in the public documentation a
+// link to a private item renders as plain code.
+#![allow(rustdoc::private_intra_doc_links)]
 pub mod addr;
 pub mod admin;
 pub mod admission;

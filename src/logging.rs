@@ -19,7 +19,7 @@
 //! file: [`init`] installs the subscriber (console on stderr) before the
 //! file is read, [`start_output`] applies `[log]` once it is. The target
 //! is fixed for the process's life: a reload that changes `[log]` is
-//! reported as needing a restart (`config::effective::RESTART_KEYS`).
+//! reported as needing a restart ([`crate::config::effective::RESTART_KEYS`]).
 
 mod sink;
 mod syslog;

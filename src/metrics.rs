@@ -5,7 +5,7 @@
 //! stage signature. Recording happens in few places:
 //! [`ListenerMetrics::accepted`] from the accept loop,
 //! [`ListenerMetrics::closed`] once per connection from `access::ConnRecord::close`,
-//! and [`BackendSeries::connect_attempt`] from `connect`.
+//! and [`BackendSeries::connect_attempt`] from [`crate::tcp::dial`].
 //! Hooks for stages built elsewhere (limits, reload, drain, DNS/cluster
 //! lookups, backend address health) are the documented methods at the end.
 //!
@@ -441,6 +441,15 @@ impl ListenerMetrics {
 
     /// Counts one `reason` in `slots`; its counter is made by
     /// `make(listener name)` on first use.
+    /// Admission refusals counted with `reason` so far.
+    #[cfg(test)]
+    pub(crate) fn limit_refusals(&self, reason: CloseReason) -> u64 {
+        self.refused
+            .get(reason as usize)
+            .and_then(OnceLock::get)
+            .map_or(0, Counter::get)
+    }
+
     fn count(
         &self,
         slots: &[OnceLock<Counter>; REASON_SLOTS],

@@ -18,10 +18,10 @@
 //! (`bind_udp_with`: v6-only, optional SO_REUSEPORT), adopted after a
 //! binary upgrade (`adopt_udp`), with the Unix SOCK_SEQPACKET pair that
 //! carries datagrams from the old process to the new one meanwhile
-//! (`seqpacket_pair`, `adopt_seqpacket`; see `quic::handover`); its
+//! (`seqpacket_pair`, `adopt_seqpacket`; see [`crate::quic::handover`]); its
 //! flows' backend sockets ask for UDP GRO here (`enable_udp_gro`); the
 //! options quinn-udp sets on a listening socket for batched I/O (GRO,
-//! IP_PKTINFO, no fragmentation) are set inside that crate (`quic::io`).
+//! IP_PKTINFO, no fragmentation) are set inside that crate ([`crate::quic::io`]).
 //! Sockets are created close-on-exec (socket2's default on Linux).
 //! TCP keepalive (`tcp_keepalive`) is set on listening sockets, whose
 //! accepted sockets inherit it, and on each backend socket once its
@@ -88,7 +88,7 @@ pub const KEEPALIVE_ARM_DELAY: std::time::Duration = std::time::Duration::from_s
 /// count, which is all the configuration accepts): five bytes, so that a
 /// connection's state can carry its backend's settings until
 /// [`KEEPALIVE_ARM_DELAY`] has passed without growing (see
-/// `pump::relay`).
+/// [`crate::pump::relay`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KeepaliveSecs {
     idle: u16,

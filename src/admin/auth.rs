@@ -24,7 +24,7 @@
 //! exit, so the time taken says nothing about how much of a token matched.
 //!
 //! Not here: which endpoints are control endpoints (`control`), reading
-//! the token file (`config::read_tokens`).
+//! the token file ([`crate::config::read_tokens`]).
 
 use hyper::HeaderMap;
 use hyper::header::AUTHORIZATION;
@@ -83,19 +83,19 @@ pub(crate) fn authorize(
 
 /// How a push of local names was let in: the `authenticated` log field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admitted {
+pub(crate) enum Authorized {
     /// A valid token, or a Unix socket caller.
     Authenticated,
     /// No credential, from a source in `push_unauthenticated_from`.
     Allowlisted,
 }
 
-impl Admitted {
+impl Authorized {
     /// The `authenticated` log field (`"false"` is a refusal).
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Admitted::Authenticated => "true",
-            Admitted::Allowlisted => "allowlisted",
+            Authorized::Authenticated => "true",
+            Authorized::Allowlisted => "allowlisted",
         }
     }
 }
@@ -108,14 +108,17 @@ pub(crate) fn authorize_push(
     peer: &Peer,
     tokens: Option<&TokenFile>,
     allowlisted: &[Cidr],
-) -> Result<(String, Admitted), AuthRefusal> {
+) -> Result<(String, Authorized), AuthRefusal> {
     if let Peer::Tcp(addr) = peer
         && !headers.contains_key(AUTHORIZATION)
         && allowlisted.iter().any(|net| net.contains(addr.ip()))
     {
-        return Ok((format!("allowlisted:{}", addr.ip()), Admitted::Allowlisted));
+        return Ok((
+            format!("allowlisted:{}", addr.ip()),
+            Authorized::Allowlisted,
+        ));
     }
-    authorize(headers, peer, tokens).map(|who| (who, Admitted::Authenticated))
+    authorize(headers, peer, tokens).map(|who| (who, Authorized::Authenticated))
 }
 
 /// Whether `a == b`, in a time that depends only on the longer length.
@@ -193,16 +196,19 @@ mod tests {
         let none = HeaderMap::new();
         assert_eq!(
             push(&none, &from("10.1.2.3:5000"), Some(&f)),
-            Ok(("allowlisted:10.1.2.3".into(), Admitted::Allowlisted))
+            Ok(("allowlisted:10.1.2.3".into(), Authorized::Allowlisted))
         );
         // An IPv4 client of a dual-stack listener, and no token file at all.
         assert_eq!(
             push(&none, &from("[::ffff:10.1.2.3]:5000"), None),
-            Ok(("allowlisted:::ffff:10.1.2.3".into(), Admitted::Allowlisted))
+            Ok((
+                "allowlisted:::ffff:10.1.2.3".into(),
+                Authorized::Allowlisted
+            ))
         );
         assert_eq!(
             push(&none, &from("[::1]:5000"), None).map(|(_, a)| a),
-            Ok(Admitted::Allowlisted)
+            Ok(Authorized::Allowlisted)
         );
         // Any credential is judged by itself, listed source or not.
         for bad in ["Bearer wrong", "Basic s3cret", "Bearer "] {
@@ -218,7 +224,7 @@ mod tests {
         );
         assert_eq!(
             push(&bearer("Bearer s3cret"), &from("192.0.2.1:5000"), Some(&f)),
-            Ok(("token:ops".into(), Admitted::Authenticated))
+            Ok(("token:ops".into(), Authorized::Authenticated))
         );
         // Unlisted sources are as before.
         assert_eq!(

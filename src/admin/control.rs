@@ -15,7 +15,7 @@
 //!   `backend`, `client` (an IP or CIDR prefix, matching the measured or
 //!   the claimed client) and `id`. `DELETE /connections` with
 //!   at least one filter closes the matching ones with reason `admin` and
-//!   answers how many. See `crate::flow::registry`.
+//!   answers how many. See [`crate::flow::registry`].
 //! - `POST /routes/{route}/drain` with `{"window": "30s"}` (optional;
 //!   default and longest: `drain_timeout`): closes the route's open
 //!   connections at moments spread over the window (reason `drained`); the
@@ -23,7 +23,7 @@
 //!
 //! - `POST /update-local-snis` with `{"fullDomains": ["name", ...]}` (the
 //!   path and body Pangolin pushes to Gerbil): replaces the pushed local
-//!   names (`backend::local_names`), which cluster backends send to their
+//!   names ([`crate::backend::local_names`]), which cluster backends send to their
 //!   `local_backend` without a lookup; saves them to `[admin]
 //!   local_names_file` first when set (a write that fails changes nothing:
 //!   500); drops the cached cluster answers of every name that changed;
@@ -53,7 +53,7 @@
 //! [`Refused`]); authorization, counting, the method check and the body
 //! bound come with it.
 //!
-//! Not here: what a state does to connections (`backend::select` leaves
+//! Not here: what a state does to connections ([`crate::backend::plan`] leaves
 //! drained and maintained addresses out of new plans).
 
 use std::net::SocketAddr;
@@ -66,7 +66,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::{self, Admitted, AuthRefusal};
+use super::auth::{self, AuthRefusal, Authorized};
 use super::sources;
 use super::{AdminState, Peer, text};
 use crate::backend::{AddressSource, AddressState, BackendRuntime, local_names};
@@ -185,7 +185,7 @@ pub(crate) async fn respond(
         let listed = admin.map_or(&[][..], |a| &a.push_unauthenticated_from);
         auth::authorize_push(req.headers(), peer, tokens, listed)
     } else {
-        auth::authorize(req.headers(), peer, tokens).map(|who| (who, Admitted::Authenticated))
+        auth::authorize(req.headers(), peer, tokens).map(|who| (who, Authorized::Authenticated))
     };
     let (who, admitted) = match authorized {
         Ok(authorized) => authorized,
@@ -735,7 +735,7 @@ async fn push_local_names(
     state: &AdminState,
     who: &str,
     peer: &Peer,
-    admitted: Admitted,
+    admitted: Authorized,
 ) -> Result<Value, Refused> {
     let config = state.config().0;
     let backends = state.backends();
@@ -761,7 +761,7 @@ struct Pusher {
     who: String,
     /// The source address (or the Unix peer's credentials).
     peer: String,
-    admitted: Admitted,
+    admitted: Authorized,
 }
 
 fn apply_local_names(
@@ -848,10 +848,10 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn sources_refused(invalid: sources::Invalid) -> Refused {
+fn sources_refused(invalid: sources::InvalidQuery) -> Refused {
     match invalid {
-        sources::Invalid::Bad(message) => Refused::bad(message),
-        sources::Invalid::NotFound(message) => Refused::not_found(message),
+        sources::InvalidQuery::Bad(message) => Refused::bad(message),
+        sources::InvalidQuery::NotFound(message) => Refused::not_found(message),
     }
 }
 

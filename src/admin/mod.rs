@@ -64,7 +64,7 @@
 //! Both kinds of socket share the accept loop, the table and its bounds.
 //!
 //! Not here: the metrics themselves; what a state means for the relay
-//! (`backend::select`, `backend::AddressState`).
+//! ([`crate::backend::plan`], [`crate::backend::AddressState`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -246,7 +246,7 @@ impl AdminState {
 
     /// What `/readyz` says now: listening, and `[admin] ready_requires`
     /// judged against the backends in force (`ready`).
-    pub(crate) fn ready(&self) -> ready::Verdict {
+    pub(crate) fn ready(&self) -> ready::ReadyVerdict {
         let (config, _) = self.config();
         ready::judge(self.readiness.is_ready(), &config, &self.backends())
     }
@@ -860,7 +860,7 @@ fn read_only(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>
 
 /// `/readyz`: plain text (`ready`, `not ready`) without `[admin]
 /// ready_requires`, as before; with it, JSON naming what is down
-/// (`ready::Verdict::to_json`), 200 or 503 alike.
+/// (`ready::ReadyVerdict::to_json`), 200 or 503 alike.
 fn readyz(state: &AdminState) -> Response<Full<Bytes>> {
     let verdict = state.ready();
     let status = if verdict.ready() {

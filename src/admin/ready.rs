@@ -8,7 +8,7 @@
 //! when its DNS name has not resolved yet (a failed re-resolution keeps
 //! the last good set, which still counts), or, for a cluster backend,
 //! when its lookups fail with no answer left to serve
-//! (`backend::cluster::Cache::failing`). Each down backend is named with
+//! ([`crate::backend::cluster::Cache::failing`]). Each down backend is named with
 //! why: `unresolved`, `no_address`, `health_down`, `drained` or
 //! `lookup_failing`.
 //!
@@ -17,8 +17,8 @@
 //! down within its `fall` checks and comes back within `rise`. The status
 //! page and `GET /status` show the same verdict.
 //!
-//! Not here: health checking (`backend::health`), or the listening flag
-//! (`super::Readiness`, flipped by the server).
+//! Not here: health checking ([`crate::backend::health`]), or the listening flag
+//! ([`super::Readiness`], flipped by the server).
 
 use serde_json::{Value, json};
 
@@ -40,14 +40,14 @@ pub(crate) struct Down {
 
 /// `/readyz`'s verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict {
+pub(crate) struct ReadyVerdict {
     /// The listeners are bound and the relay is not draining.
     pub listening: bool,
     /// The requirements not met (empty when every one is, or none is set).
     pub down: Vec<Down>,
 }
 
-impl Verdict {
+impl ReadyVerdict {
     pub(crate) fn ready(&self) -> bool {
         self.listening && self.down.is_empty()
     }
@@ -69,7 +69,7 @@ impl Verdict {
 }
 
 /// Judges `requires` against the backends in force.
-pub(crate) fn judge(listening: bool, config: &Config, backends: &Backends) -> Verdict {
+pub(crate) fn judge(listening: bool, config: &Config, backends: &Backends) -> ReadyVerdict {
     let requires = config
         .admin
         .as_ref()
@@ -116,7 +116,7 @@ pub(crate) fn judge(listening: bool, config: &Config, backends: &Backends) -> Ve
             }
         }
     }
-    Verdict { listening, down }
+    ReadyVerdict { listening, down }
 }
 
 /// Why `runtime` has no usable address now; `None` when it has one.

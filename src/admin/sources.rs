@@ -3,9 +3,9 @@
 //!
 //! - `GET /sources?sort=open|rate|refused&limit=N&listener=NAME&route=NAME`:
 //!   every listener's per-source admission table, and every route's with
-//!   `[route.limits]` (`admission::SourceRow`), one row per source key with
+//!   `[route.limits]` ([`crate::admission::SourceRow`]), one row per source key with
 //!   its listener (and route, or `null`), open connections, attempts per
-//!   second over the last `admission::RATE_WINDOW`, admitted attempts,
+//!   second over the last [`crate::admission::RATE_WINDOW`], admitted attempts,
 //!   refusals by reason and in all, and the age of its last attempt;
 //!   highest first by `sort` (default `refused`), at most `limit` rows
 //!   (default 100, at most [`MAX_LIMIT`]). `total` counts the rows before
@@ -41,7 +41,7 @@ use crate::flow::generation::Generation;
 /// A request this module refuses: bad parameters (400), or nothing by
 /// that name (404).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Invalid {
+pub(crate) enum InvalidQuery {
     Bad(String),
     NotFound(String),
 }
@@ -97,7 +97,7 @@ fn tables(
 }
 
 /// The query's parameters, decoded (`control` decodes them).
-fn query(params: &[(String, String)]) -> Result<Query, Invalid> {
+fn query(params: &[(String, String)]) -> Result<Query, InvalidQuery> {
     let mut q = Query {
         sort: Sort::Refused,
         limit: DEFAULT_LIMIT,
@@ -113,7 +113,7 @@ fn query(params: &[(String, String)]) -> Result<Query, Invalid> {
                     "rate" => Sort::Rate,
                     "refused" => Sort::Refused,
                     _ => {
-                        return Err(Invalid::Bad(format!(
+                        return Err(InvalidQuery::Bad(format!(
                             "sort={value:?}: use open, rate or refused"
                         )));
                     }
@@ -125,13 +125,15 @@ fn query(params: &[(String, String)]) -> Result<Query, Invalid> {
                     .ok()
                     .filter(|n| (1..=MAX_LIMIT).contains(n))
                     .ok_or_else(|| {
-                        Invalid::Bad(format!("limit={value:?}: a number from 1 to {MAX_LIMIT}"))
+                        InvalidQuery::Bad(format!(
+                            "limit={value:?}: a number from 1 to {MAX_LIMIT}"
+                        ))
                     })?;
             }
             "listener" => q.listener = Some(value),
             "route" => q.route = Some(value),
             _ => {
-                return Err(Invalid::Bad(format!(
+                return Err(InvalidQuery::Bad(format!(
                     "unknown parameter {key:?}: use sort, limit, listener, route"
                 )));
             }
@@ -176,13 +178,15 @@ fn row_json((listener, route): (&str, Option<&str>), row: &SourceRow) -> Value {
 pub(crate) fn list(
     generations: &[(String, Arc<Generation>)],
     params: &[(String, String)],
-) -> Result<Value, Invalid> {
+) -> Result<Value, InvalidQuery> {
     let q = query(params)?;
     let tables = tables(generations);
     if let Some(name) = &q.listener
         && !tables.iter().any(|(l, _, _)| l == name)
     {
-        return Err(Invalid::NotFound(format!("no listener is named {name:?}")));
+        return Err(InvalidQuery::NotFound(format!(
+            "no listener is named {name:?}"
+        )));
     }
     let mut rows: Vec<((&str, Option<&str>), SourceRow)> = Vec::new();
     for table in tables.iter().filter(|t| q.selects(t)) {
@@ -207,7 +211,7 @@ pub(crate) fn clear(
     generations: &[(String, Arc<Generation>)],
     key: &str,
     params: &[(String, String)],
-) -> Result<(Value, Vec<String>), Invalid> {
+) -> Result<(Value, Vec<String>), InvalidQuery> {
     let q = query(params)?;
     let mut cleared = Vec::new();
     for table in tables(generations).iter().filter(|t| q.selects(t)) {
@@ -220,7 +224,9 @@ pub(crate) fn clear(
         }
     }
     if cleared.is_empty() {
-        return Err(Invalid::NotFound(format!("no source table holds {key:?}")));
+        return Err(InvalidQuery::NotFound(format!(
+            "no source table holds {key:?}"
+        )));
     }
     let answer = json!({ "key": key, "cleared": cleared.len(), "tables": cleared });
     Ok((answer, cleared))
@@ -297,11 +303,11 @@ addresses = ["127.0.0.1:9"]
         assert_eq!(route_only["total"], 1);
         assert_eq!(
             list(&generations, &params(&[("sort", "bytes")])).unwrap_err(),
-            Invalid::Bad("sort=\"bytes\": use open, rate or refused".to_owned())
+            InvalidQuery::Bad("sort=\"bytes\": use open, rate or refused".to_owned())
         );
         assert!(matches!(
             list(&generations, &params(&[("listener", "nope")])),
-            Err(Invalid::NotFound(_))
+            Err(InvalidQuery::NotFound(_))
         ));
 
         let (_, cleared) = clear(&generations, "127.0.0.2", &params(&[("route", "web")])).unwrap();
@@ -314,7 +320,7 @@ addresses = ["127.0.0.1:9"]
         );
         assert!(matches!(
             clear(&generations, "192.0.2.1", &[]),
-            Err(Invalid::NotFound(_))
+            Err(InvalidQuery::NotFound(_))
         ));
         backends.stop();
     }

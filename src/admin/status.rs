@@ -5,14 +5,14 @@
 //! stats page.
 //!
 //! Where the numbers come from: every counter and gauge is read from the
-//! same exposition `/metrics` serves (`metrics::Metrics::render`,
+//! same exposition `/metrics` serves ([`crate::metrics::Metrics::render`],
 //! parsed back here), so the page and a scrape taken at the same moment
 //! agree by construction; each such number carries `data-metric` with its
 //! exact series text
 //! (`snirelay_connections_accepted_total{listener="tls",protocol="tcp"}`)
 //! so a reader (or a test) can compare the two. What `/metrics` does not
 //! carry per address comes from the backends' run-time state
-//! (`backend::EndpointState`: operator state, health, open connections, the
+//! ([`crate::backend::EndpointState`]: operator state, health, open connections, the
 //! last active check (its outcome and age), and the age of the last failed
 //! connect or check), and the layout from the
 //! configuration in force. Connection rates are the difference between the
@@ -52,7 +52,7 @@ use super::AdminState;
 
 /// The overview's `ready` cell: `yes`, or `no` and why (`/readyz`'s
 /// verdict: not listening, or each requirement that is down).
-fn ready_text(verdict: &super::ready::Verdict) -> String {
+fn ready_text(verdict: &super::ready::ReadyVerdict) -> String {
     if verdict.ready() {
         return "yes".to_owned();
     }

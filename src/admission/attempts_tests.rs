@@ -7,6 +7,14 @@ use std::net::SocketAddr;
 use governor::clock::FakeRelativeClock;
 
 use crate::admission::*;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::gate::*;
+use super::key::*;
+use super::route::*;
+use crate::addr::PeerAddr;
+use crate::close_reason::CloseReason;
 use crate::config::Attempts;
 
 fn peer(text: &str) -> Source {

@@ -4,6 +4,16 @@
 //! table's are in `attempts_tests`.
 
 use crate::admission::*;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::DefaultClock;
+
+use super::gate::*;
+use super::key::*;
+use super::route::*;
+use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::wire::cidr::CidrSet;
 use governor::clock::FakeRelativeClock;
 use std::net::SocketAddr;

@@ -20,20 +20,20 @@
 //!
 //! Adding a policy: a line in the `policies!` table (variant and name;
 //! parsing, `/config` and the error listing follow from it), which is
-//! plain settings and lives in `config::settings` with the rest of them,
+//! plain settings and lives in [`crate::config::settings`] with the rest of them,
 //! then, here, an arm in `Policy::ranker` and, when it ranks in a way no
 //! `Ranker` does yet, a variant and an arm in `Ranker::rank`. The
 //! compiler points at every match that needs an arm (`Policy::start` for a
 //! task that keeps state fresh; the state itself is a field of [`State`]).
 //! A policy with keys of its own also adds them to `OWN_KEYS`, and needs
-//! the raw key in `config::file` and its checked value in
+//! the raw key in [`crate::config::file`] and its checked value in
 //! [`super::Backend`] (the file model and the settings have one home each;
 //! `config` finds a set key by its name, so nothing here names the file
-//! model). `select`,
-//! `connect` and the backend runtime name no policy.
+//! model). [`crate::backend::plan`],
+//! [`crate::tcp::dial`] and the backend runtime name no policy.
 //!
 //! Not here: putting healthy addresses first and bounding the attempts
-//! (`super::plan`), connecting (`crate::tcp::dial`), measuring latency
+//! (`super::plan`), connecting ([`crate::tcp::dial`]), measuring latency
 //! (`super::fastest`).
 //!
 //! Cost per connection: `Policy::ranker` reads the state once (one

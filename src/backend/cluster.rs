@@ -69,7 +69,7 @@
 //! Cost on the hot path: a cached answer is two short mutex sections (the
 //! name table, then the entry) and one `Arc` clone; no await.
 //!
-//! Not here: connecting to the answer (`crate::tcp::dial`, which chooses
+//! Not here: connecting to the answer ([`crate::tcp::dial`], which chooses
 //! among a site's nodes by `node_choice` and sends `hop_proxy_protocol`
 //! towards them), the HTTP lookup (`super::cluster_http`) or the DNS wire
 //! protocol (`super::dns`).

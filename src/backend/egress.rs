@@ -1,6 +1,6 @@
 //! Where a backend's connections are made from: its `source` (or an
 //! address entry's own), as the run time holds it. A TCP connect and a
-//! QUIC flow's backend socket both ask [`Egress::bind_each`] for the local
+//! QUIC flow's backend socket both ask [`EgressChoice::bind_each`] for the local
 //! side to bind, and try one source after another within the same attempt.
 //!
 //! The table form (`source = { addresses, ports }`) spreads connections
@@ -18,7 +18,7 @@
 //! a WARN at most once per [`WARN_INTERVAL`] per backend source set (with
 //! the count since the last). None of this is the backend address's
 //! fault, so passive health does not hear of it
-//! (`sockopt::is_local_connect_failure`). When every source of the family
+//! ([`crate::sockopt::is_local_connect_failure`]). When every source of the family
 //! has run out (or is cooling down) the attempt fails with the last such
 //! error, and the connection goes on to the next planned backend address
 //! or closes `connect_failed`.
@@ -37,7 +37,7 @@
 //! sets IP_TRANSPARENT on a scratch socket and names the key and the
 //! capability when that is refused.
 //!
-//! [`Egress::connect_tcp`] makes a TCP connect from a source, for relayed
+//! [`EgressChoice::connect_tcp`] makes a TCP connect from a source, for relayed
 //! connections and health checks alike.
 //!
 //! Not here: the socket calls (`sockopt`), choosing the backend address
@@ -70,29 +70,29 @@ pub(crate) const WARN_INTERVAL: Duration = Duration::from_secs(5);
 /// address entries' overrides.
 #[derive(Debug)]
 pub(crate) struct EgressRuntime {
-    backend: Egress,
+    backend: EgressChoice,
     /// Address entries with a `source` of their own (usually none).
-    members: Box<[(SocketAddr, Egress)]>,
+    members: Box<[(SocketAddr, EgressChoice)]>,
 }
 
 impl EgressRuntime {
     /// The egress of `config` (fresh state: nothing cooling down).
     pub(crate) fn new(config: &Backend) -> EgressRuntime {
         EgressRuntime {
-            backend: Egress::new(&config.name, &config.egress),
+            backend: EgressChoice::new(&config.name, &config.egress),
             members: config
                 .members
                 .iter()
                 .filter_map(|m| {
                     let own = m.source.as_ref()?;
-                    Some((m.addr, Egress::new(&config.name, own)))
+                    Some((m.addr, EgressChoice::new(&config.name, own)))
                 })
                 .collect(),
         }
     }
 
     /// The egress of connections to `addr`.
-    pub(crate) fn for_addr(&self, addr: SocketAddr) -> &Egress {
+    pub(crate) fn for_addr(&self, addr: SocketAddr) -> &EgressChoice {
         self.members
             .iter()
             .find(|(a, _)| *a == addr)
@@ -103,22 +103,24 @@ impl EgressRuntime {
 /// Where one connection's backend socket is bound from. Cloning is at
 /// most one reference count.
 #[derive(Debug, Clone, Default)]
-pub(crate) enum Egress {
+pub(crate) enum EgressChoice {
     /// The host's routing decides.
     #[default]
     Host,
     /// One of these addresses.
-    Pool(Arc<Pool>),
+    SourcePool(Arc<SourcePool>),
     /// The client's own address and port.
     Client,
 }
 
-impl Egress {
-    fn new(backend: &str, setting: &Setting) -> Egress {
+impl EgressChoice {
+    fn new(backend: &str, setting: &Setting) -> EgressChoice {
         match setting {
-            Setting::Host => Egress::Host,
-            Setting::Client => Egress::Client,
-            Setting::Addresses(sources) => Egress::Pool(Arc::new(Pool::new(backend, sources))),
+            Setting::Host => EgressChoice::Host,
+            Setting::Client => EgressChoice::Client,
+            Setting::Addresses(sources) => {
+                EgressChoice::SourcePool(Arc::new(SourcePool::new(backend, sources)))
+            }
         }
     }
 
@@ -130,11 +132,11 @@ impl Egress {
     /// One TCP connect to `addr` from this source (`client`: the client's
     /// address, for `source = "client"`): at once when the handshake
     /// completed inside connect(2) (a loopback backend, see
-    /// `sockopt::start_connect`), else once the event loop reports the
+    /// [`crate::sockopt::start_connect`]), else once the event loop reports the
     /// socket writable, as `TcpStream::connect` does. The socket is bound
     /// first as the source says, trying its addresses in turn while they
     /// run out of ports ([`bind_each`](Self::bind_each)). For a relayed
-    /// connection (`tcp::dial`) and a health check or `fastest` probe
+    /// connection ([`crate::tcp::dial`]) and a health check or `fastest` probe
     /// (`health`) alike.
     pub(crate) async fn connect_tcp(
         &self,
@@ -156,10 +158,10 @@ impl Egress {
     /// the same addresses, but the host's own for `source = "client"`
     /// (a check has no client; HAProxy's checks leave `usesrc` out the
     /// same way).
-    pub(crate) fn for_checks(&self) -> &Egress {
-        static HOST: Egress = Egress::Host;
+    pub(crate) fn for_checks(&self) -> &EgressChoice {
+        static HOST: EgressChoice = EgressChoice::Host;
         match self {
-            Egress::Client => &HOST,
+            EgressChoice::Client => &HOST,
             other => other,
         }
     }
@@ -171,8 +173,8 @@ impl Egress {
         mut attempt: impl FnMut(LocalBind) -> io::Result<T>,
     ) -> io::Result<T> {
         match self {
-            Egress::Host => attempt(LocalBind::Host),
-            Egress::Client => {
+            EgressChoice::Host => attempt(LocalBind::Host),
+            EgressChoice::Client => {
                 if client.is_ipv4() != dest.is_ipv4() {
                     return Err(io::Error::new(
                         io::ErrorKind::AddrNotAvailable,
@@ -184,14 +186,14 @@ impl Egress {
                 }
                 attempt(LocalBind::Transparent(client))
             }
-            Egress::Pool(pool) => pool.bind_each(dest, &mut attempt),
+            EgressChoice::SourcePool(pool) => pool.bind_each(dest, &mut attempt),
         }
     }
 }
 
 /// A `source = { addresses, ports }`: its addresses in turn, each with
 /// its cooldown.
-pub(crate) struct Pool {
+pub(crate) struct SourcePool {
     backend: Box<str>,
     sources: Box<[Source]>,
     ports: Option<(u16, u16)>,
@@ -202,9 +204,9 @@ pub(crate) struct Pool {
     warn: governor::DefaultDirectRateLimiter,
 }
 
-impl fmt::Debug for Pool {
+impl fmt::Debug for SourcePool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pool")
+        f.debug_struct("SourcePool")
             .field("backend", &self.backend)
             .field("sources", &self.sources)
             .field("ports", &self.ports)
@@ -221,12 +223,12 @@ struct Source {
     exhausted: Counter,
 }
 
-impl Pool {
-    fn new(backend: &str, setting: &SourceAddresses) -> Pool {
+impl SourcePool {
+    fn new(backend: &str, setting: &SourceAddresses) -> SourcePool {
         let quota = governor::Quota::with_period(WARN_INTERVAL)
             .expect("the interval is not zero")
             .allow_burst(NonZeroU32::MIN);
-        Pool {
+        SourcePool {
             backend: backend.into(),
             sources: setting
                 .addresses
@@ -435,8 +437,8 @@ fn warn_outside_system_range(key: &str, low: u16, high: u16) {
 mod tests {
     use super::*;
 
-    fn pool(addresses: &[&str]) -> Egress {
-        Egress::new(
+    fn pool(addresses: &[&str]) -> EgressChoice {
+        EgressChoice::new(
             "b",
             &Setting::Addresses(SourceAddresses {
                 addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
@@ -521,19 +523,25 @@ mod tests {
     fn checks_leave_from_the_pool_or_the_host_for_a_client_source() {
         let pool = pool(&["127.0.0.2"]);
         assert!(std::ptr::eq(pool.for_checks(), &pool));
-        assert!(matches!(Egress::Client.for_checks(), Egress::Host));
-        assert!(matches!(Egress::Host.for_checks(), Egress::Host));
+        assert!(matches!(
+            EgressChoice::Client.for_checks(),
+            EgressChoice::Host
+        ));
+        assert!(matches!(
+            EgressChoice::Host.for_checks(),
+            EgressChoice::Host
+        ));
     }
 
     #[test]
     fn the_client_source_binds_the_client_s_address_and_port() {
         let client: SocketAddr = CLIENT.parse().unwrap();
-        let bind = Egress::Client
+        let bind = EgressChoice::Client
             .bind_each(DEST4.parse().unwrap(), client, Ok)
             .unwrap();
         assert_eq!(bind, LocalBind::Transparent(client));
         assert!(
-            Egress::Client
+            EgressChoice::Client
                 .bind_each("[2001:db8::1]:443".parse().unwrap(), client, Ok)
                 .is_err()
         );

@@ -11,7 +11,8 @@
 //! addresses it keeps when it is replaced (a new DNS answer), so a re-resolve
 //! does not forget that an address is down.
 //!
-//! Not here: choosing among addresses (`select`) or connecting (`connect`).
+//! Not here: choosing among addresses ([`crate::backend::plan`]) or
+//! connecting ([`crate::tcp::dial`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};

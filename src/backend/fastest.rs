@@ -24,7 +24,7 @@
 //! LOCAL header for a backend that speaks PROXY, the ClientHello of a
 //! `kind = "tls"` check, a clean close.
 //!
-//! Not here: ordering a connection's attempts (`policy`, and `select`,
+//! Not here: ordering a connection's attempts (`policy`, and [`crate::backend::plan`],
 //! which also puts healthy addresses first); starting this task (the
 //! policy's start hook). Cost: one round is one connect per address every
 //! `fastest_interval / 2` on average; connections pay one uncontended lock to

@@ -6,7 +6,7 @@
 //! `backend_address_up` gauge.
 //!
 //! A check is a connect, then — when the backend speaks PROXY — the LOCAL
-//! header (`proxy::outbound::local_header`: v2 LOCAL, v1 `PROXY UNKNOWN`), then a
+//! header ([`crate::proxy::outbound::local_header`]: v2 LOCAL, v1 `PROXY UNKNOWN`), then a
 //! clean close (FIN). With `kind = "tls"` the header is followed by a real
 //! ClientHello for the check's `sni` (built by rustls), and the check passes
 //! only when the first record back is a Handshake record whose first
@@ -27,12 +27,12 @@
 //!
 //! The checker follows the set (a new DNS answer): addresses it has not seen
 //! start up (unknown is up), removed ones are forgotten, and a changed set
-//! is checked at once. The verdict only orders addresses (`select`): health
+//! is checked at once. The verdict only orders addresses ([`crate::backend::plan`]): health
 //! never refuses a client, and down addresses are still tried after the up
 //! ones.
 //!
 //! Not here: passive health (consecutive failed client connects, in
-//! `endpoint`), choosing among addresses (`select`). Cost: per round one
+//! `endpoint`), choosing among addresses ([`crate::backend::plan`]). Cost: per round one
 //! short-lived task and one socket per address (and for `tls` one
 //! ClientHello, key shares included); a closed probe leaves one TIME_WAIT
 //! socket on the relay's side.
@@ -195,7 +195,7 @@ impl Probe {
     /// Probes bound as `runtime`'s connections are: from its (or the
     /// address entry's) `source` addresses, so an origin that admits only
     /// those sees its checks too; the host's address for `source =
-    /// "client"` (`Egress::for_checks`).
+    /// "client"` (`EgressChoice::for_checks`).
     pub(crate) fn with_source_of(mut self, runtime: &Arc<BackendRuntime>) -> Probe {
         self.runtime = Some(runtime.clone());
         self

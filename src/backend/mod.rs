@@ -16,7 +16,7 @@
 //!
 //! The validated settings a runtime is built from ([`Backend`],
 //! `AddressSource`, `HealthCheck`, [`Cluster`]) are plain data defined
-//! in `config::settings` and built by `config`; the dependency runs one
+//! in [`crate::config::settings`] and built by `config`; the dependency runs one
 //! way, from the runtime to the configuration.
 //!
 //! Where the addresses come from (`AddressSource`):
@@ -31,12 +31,13 @@
 //!   as local ([`local_names`]) or listed in `local_overrides` go to
 //!   `local_backend` without a lookup.
 //!
-//! Not here: choosing among addresses ([`plan`], [`balance`]) or
-//! connecting (`crate::tcp::dial`). This module names no policy: what one
+//! Not here: choosing among addresses ([`candidates`], [`plan`],
+//! [`balance`]) or connecting ([`crate::tcp::dial`]). This module names no policy: what one
 //! needs at run time is [`balance::State`] and [`balance::Policy`]'s start
 //! hook.
 
 pub mod balance;
+pub(crate) mod candidates;
 pub mod cluster;
 pub(crate) mod cluster_http;
 pub mod dns;

@@ -19,7 +19,7 @@
 //!   for a direct client `net.Conn.RemoteAddr().String()` (`1.2.3.4:5678`,
 //!   `[2001:db8::1]:5678`, an IPv4-mapped address written as IPv4); behind
 //!   a trusted relay's PROXY header `"%s:%d"` of the claimed address and
-//!   port (an IPv6 address without brackets). [`gerbil_key`] writes the
+//!   port (an IPv6 address without brackets). `gerbil_key` writes the
 //!   same text. The remaining endpoints follow in answer order, so a node
 //!   that refuses the connection is not the end of it (Gerbil gives up).
 //!

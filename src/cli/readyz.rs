@@ -10,7 +10,7 @@
 //! [`MAX_ANSWER_BYTES`].
 //!
 //! Not here: the TLS probe of the edge's addresses (`probe`), or the
-//! edge's judgement (`admin::ready`).
+//! edge's judgement ([`crate::admin::ready`]).
 
 use std::time::Duration;
 

@@ -144,7 +144,7 @@ pub(crate) struct ProxyProtocolSection {
 }
 
 /// `[listener.limits]`; an unset limit takes its default (see
-/// `config::DEFAULT_CONNECTIONS_PER_SOURCE`; the rate limits default to off).
+/// [`crate::config::DEFAULT_CONNECTIONS_PER_SOURCE`]; the rate limits default to off).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {

@@ -3,55 +3,48 @@
 //!
 //! Every stage's error folds into exactly one [`CloseReason`], whose table
 //! (name, whose fault, which stage; the log level and the hello-outcome
-//! metric derived from it) is the leaf module `reason`, re-exported here.
+//! metric derived from it) is the leaf module [`crate::close_reason`],
+//! re-exported here.
 //!
 //! The [`ConnRecord`] collects a connection's log fields as the stages learn
 //! them and writes them once, at close (`ConnRecord::close`); a
 //! connection refused at admission is closed through the same record
 //! (`refused`). It is the one access record of both protocols: a QUIC
 //! flow's line is the same record, built when the flow closes from what
-//! the flow kept (`quic::flows::FlowRecord`), closed with the fields only a
+//! the flow kept ([`crate::quic::flows::FlowRecord`]), closed with the fields only a
 //! flow has (`ConnRecord::close_flow`, [`QuicFields`]: `protocol =
 //! "quic"`, the QUIC version, the client's last address and rebinds,
 //! datagrams each way, `backend.local`), which a TCP line leaves out. The
-//! level is the reason's, from the table in `reason`, on either protocol.
+//! level is the reason's, from the table in [`crate::close_reason`], on
+//! either protocol.
 //!
 //! Cost: a close is atomic adds on series resolved ahead of the connection
 //! (see `metrics`) and, unless the reason is silent, one `tracing` event;
 //! the table lookups are `const fn` matches. Nothing is allocated here.
 //!
 //! Not here: deciding that a connection ends (each stage does), nor the
-//! order of stages (`conn`).
+//! order of stages ([`crate::tcp::connection`], [`crate::quic::flows`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::Level;
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admission::{Admitted, Refusal, RouteRefusal};
 pub use crate::close_reason::CloseReason;
 pub(crate) use crate::close_reason::Fault;
 use crate::config::{Backend, Listener};
-use crate::flow::route::EchKind;
+use crate::flow::decision::Heard;
+use crate::flow::route::{EchKind, RouteEntry};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
 use crate::wire::fingerprint::Fingerprints;
 
-/// A freshly accepted client connection.
-#[derive(Debug)]
-pub struct Accepted {
-    pub(crate) stream: TcpStream,
-    /// Who, when, and the listener's metric series: its record borrows it.
-    pub(crate) arrival: Arrival,
-}
-
 /// Where and when a connection (or QUIC flow) arrived, and its listener's
 /// metric series. Held once, by whoever holds the connection (its task,
-/// in [`Accepted`]); its [`ConnRecord`] borrows it, so a connection's
+/// in [`crate::tcp::connection::Accepted`]); its [`ConnRecord`] borrows it, so a connection's
 /// task carries the 56 bytes once, not twice.
 #[derive(Debug)]
 pub struct Arrival {
@@ -66,7 +59,7 @@ pub struct Arrival {
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh connection id, for a record made with [`ConnRecord::arrived`]
-/// (a QUIC flow's, see `quic::flows`, which needs its id before its
+/// (a QUIC flow's, see [`crate::quic::flows`], which needs its id before its
 /// record): one sequence for every protocol.
 pub(crate) fn next_conn_id() -> u64 {
     NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)
@@ -134,7 +127,7 @@ pub struct ConnRecord<'l> {
 impl<'l> ConnRecord<'l> {
     /// A record for a connection just accepted, with a fresh id. Inlined,
     /// as `arrived` is, so the record is built in place in
-    /// the connection's task (see `pump::relay::relay`).
+    /// the connection's task (see [`crate::pump::relay::relay`]).
     #[inline(always)]
     pub fn new(listener: &'l Listener, arrival: &'l Arrival) -> Self {
         Self::arrived(next_conn_id(), listener, arrival)
@@ -163,20 +156,17 @@ impl<'l> ConnRecord<'l> {
         self.backend.as_ref().map(|b| b.name.as_str())
     }
 
-    /// Counts an admission refusal; the connection ends with the reason
-    /// returned.
-    pub(crate) fn refuse(&self, refusal: Refusal) -> CloseReason {
-        let reason = CloseReason::from(refusal);
-        self.arrival.metrics.limit_refused(reason);
-        reason
+    /// The hello's log fields, as the decision after it read them.
+    pub(crate) fn heard(&mut self, heard: Heard) {
+        self.sni = heard.sni;
+        self.ech = heard.ech;
+        self.alpn = heard.alpn;
     }
 
-    /// Counts a refusal by the route's admission; the connection ends with
-    /// the reason returned.
-    pub(crate) fn refuse_on_route(&self, refusal: RouteRefusal) -> CloseReason {
-        let reason = CloseReason::from(refusal);
-        self.arrival.metrics.limit_refused(reason);
-        reason
+    /// The route the connection took (or was refused on by its limits).
+    pub(crate) fn routed(&mut self, entry: &'l RouteEntry) {
+        self.route = Some(&entry.route);
+        self.backend = Some(entry.backend.clone());
     }
 
     /// Counts the connection's close and writes its one log line, at the
@@ -265,56 +255,11 @@ impl<'l> ConnRecord<'l> {
     }
 }
 
-/// The `alpn` log field: the hello's ALPN protocols, comma-separated and
-/// escaped (a hostile name cannot forge log lines); `None` when the hello
-/// offered none or no access line can be written (formatting allocates,
-/// and WARN is the most verbose level an access line is written at).
-pub(crate) fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
-    if alpn.is_empty() || !tracing::enabled!(target: "snirelay::access", Level::WARN) {
-        return None;
-    }
-    let names: Vec<_> = alpn.iter().map(|p| String::from_utf8_lossy(p)).collect();
-    Some(names.join(",").escape_debug().to_string().into_boxed_str())
-}
-
 /// Closes a connection (or QUIC flow) refused at admission through its
-/// `record`: counts the refusal and logs it; the caller closes the socket
-/// (or drops the datagram) without reading from it, so there is no TLS
-/// alert to send. `quic`: a QUIC flow's fields. Called by the admission
-/// gate (`accept::gate`) only.
-pub(crate) fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, refusal: Refusal) {
-    record.write(record.refuse(refusal), quic, Throttled::default());
-}
-
-/// Under `dry_run`, logs the refusal admission would have made.
-pub(crate) fn log_dry_run(listener: &Listener, peer: PeerAddr, admitted: &Admitted) {
-    if let Some(would) = admitted.would_refuse {
-        tracing::debug!(
-            listener = %listener.name,
-            client.peer = %peer,
-            source = %admitted.key,
-            would_refuse = CloseReason::from(would).as_str(),
-            "dry run: admission would refuse this connection"
-        );
-    }
-}
-
-/// Under a route's `dry_run`, logs the refusal the route's limits would
-/// have made.
-pub(crate) fn log_route_dry_run(
-    listener: &Listener,
-    peer: PeerAddr,
-    route: &str,
-    admitted: &Admitted,
-) {
-    if let Some(would) = admitted.would_refuse {
-        tracing::debug!(
-            listener = %listener.name,
-            route,
-            client.peer = %peer,
-            source = %admitted.key,
-            would_refuse = CloseReason::from(RouteRefusal::Source(would)).as_str(),
-            "dry run: admission would refuse this connection"
-        );
-    }
+/// `record` with `reason`, its refusal counted by the caller; the caller
+/// closes the socket (or drops the datagram) without reading from it, so
+/// there is no TLS alert to send. `quic`: a QUIC flow's fields. Called by
+/// the admission gate ([`crate::flow::gate`]) only.
+pub(crate) fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, reason: CloseReason) {
+    record.write(reason, quic, Throttled::default());
 }

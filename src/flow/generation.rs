@@ -20,8 +20,9 @@
 //! cap holds at once. Each route's admission (`[route.limits]`,
 //! `max_connections`) is carried the same way, by route name.
 //!
-//! Not here: building the parts (`config`, `route`, `admit`, `backend`),
-//! the reload's diff for the log (`reload`), or publishing (`listeners`).
+//! Not here: building the parts ([`crate::config`], [`crate::flow::route`],
+//! [`crate::admission`], [`crate::backend`]), the reload's diff for the log
+//! ([`crate::run::reload`]), or publishing ([`crate::run::listener_set`]).
 //!
 //! Cost: one `Arc` clone per accept (the loop re-reads the generation only
 //! when a reload has published a new one: an atomic version check).

@@ -8,6 +8,9 @@
 //! limits (`admission`, which the configuration's settings build).
 
 pub mod access;
+pub mod alert;
+pub(crate) mod decision;
+pub(crate) mod gate;
 pub(crate) mod generation;
 pub mod registry;
 pub(crate) mod route;

@@ -41,7 +41,7 @@
 //! name is no longer local (`move_out`, reason `moved`); an entry says
 //! whether it went local in one `bool`.
 //!
-//! QUIC flows register the same way once they are open (`quic::socket_task`:
+//! QUIC flows register the same way once they are open ([`crate::quic::socket_task`]:
 //! the hello routed and the backend socket connected), with their
 //! listener's protocol, so an operator lists, filters (`protocol`), closes
 //! and drains them like TCP connections; the flow's task waits on the same
@@ -219,7 +219,7 @@ impl Registered {
     /// Resolves when the connection is to stop: `shutdown` (its accept
     /// loop's or QUIC socket's token), or an operator's close, drain or
     /// move (told apart by [`reason`](Self::reason)). The TCP relay reads
-    /// the stop alone in its own poll instead (`pump::relay`), after
+    /// the stop alone in its own poll instead ([`crate::pump::relay`]), after
     /// [`stop_if_shut_down`](Self::stop_if_shut_down).
     pub(crate) async fn stopped(&self, shutdown: &CancellationToken) {
         tokio::select! {

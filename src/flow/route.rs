@@ -48,11 +48,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::timeout;
 
 use crate::close_reason::CloseReason;
 use crate::config::{
@@ -60,25 +55,11 @@ use crate::config::{
     TlvValue,
 };
 use crate::drain::DrainSignal;
+use crate::flow::alert;
 use crate::pump::throttle::{ListenerBuckets, RouteThrottle};
 use crate::wire::client_hello::{ClientHello, Ech};
 use crate::wire::matcher::SniMatcher;
 use crate::wire::sni::{Pattern, Sni};
-
-/// Alert descriptions (RFC 8446 §6) the relay refuses hellos with.
-const ALERT_HANDSHAKE_FAILURE: u8 = 40;
-const ALERT_PROTOCOL_VERSION: u8 = 70;
-const ALERT_UNRECOGNIZED_NAME: u8 = 112;
-
-/// A TLS 1.2-framed fatal alert record with this description.
-const fn alert(description: u8) -> [u8; 7] {
-    [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, description]
-}
-
-/// How long a refused client may take to read the alert and close, and how
-/// much it may send meanwhile, before the relay closes regardless.
-const REFUSAL_LINGER: Duration = Duration::from_secs(1);
-const REFUSAL_LINGER_BYTES: usize = 64 * 1024;
 
 /// Where a routed connection goes: one identity (listener, pattern and
 /// alpn set, or no SNI → backend) of a generation's route table.
@@ -486,13 +467,14 @@ pub(crate) enum NoRoute {
 }
 
 impl NoRoute {
-    /// The fatal alert the client is sent.
-    pub(crate) const fn alert(self) -> [u8; 7] {
-        alert(match self {
-            NoRoute::NoSni | NoRoute::Unmatched => ALERT_UNRECOGNIZED_NAME,
-            NoRoute::TlsVersion => ALERT_PROTOCOL_VERSION,
-            NoRoute::EchRejected | NoRoute::Ja4Refused => ALERT_HANDSHAKE_FAILURE,
-        })
+    /// The description of the fatal alert the client is sent (see
+    /// [`crate::flow::alert`]).
+    pub(crate) const fn alert(self) -> u8 {
+        match self {
+            NoRoute::NoSni | NoRoute::Unmatched => alert::UNRECOGNIZED_NAME,
+            NoRoute::TlsVersion => alert::PROTOCOL_VERSION,
+            NoRoute::EchRejected | NoRoute::Ja4Refused => alert::HANDSHAKE_FAILURE,
+        }
     }
 }
 
@@ -506,29 +488,6 @@ impl From<NoRoute> for CloseReason {
             NoRoute::Ja4Refused => CloseReason::Ja4Refused,
         }
     }
-}
-
-/// Sends the refusal's alert, half-closes, and lingers briefly so the alert
-/// is read rather than destroyed by a reset (closing a socket with unread
-/// input makes the kernel send RST).
-pub(crate) async fn refuse(client: &mut TcpStream, refusal: NoRoute) {
-    if client.write_all(&refusal.alert()).await.is_err() {
-        return;
-    }
-    if client.shutdown().await.is_err() {
-        return;
-    }
-    let _ = timeout(REFUSAL_LINGER, async {
-        let mut sink = [0u8; 1024];
-        let mut drained = 0;
-        while drained < REFUSAL_LINGER_BYTES {
-            match client.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
-    })
-    .await;
 }
 
 #[cfg(test)]
@@ -669,10 +628,7 @@ addresses = ["127.0.0.1:1004"]
         // The version is judged before the name.
         h.server_name = Some(b"bad name".to_vec());
         assert_eq!(goes(&t, &h), Err(NoRoute::TlsVersion));
-        assert_eq!(
-            NoRoute::TlsVersion.alert(),
-            [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 70]
-        );
+        assert_eq!(NoRoute::TlsVersion.alert(), 70);
         // Unset: every version.
         let t = table(RULES);
         assert_eq!(goes(&t, &h), Err(NoRoute::Unmatched));
@@ -711,7 +667,7 @@ addresses = ["127.0.0.1:1004"]
             decide("ech.example.com", Some(Ech::Inner)),
             (Some(EchKind::Inner), Ok("web".into()))
         );
-        assert_eq!(NoRoute::EchRejected.alert()[6], 40);
+        assert_eq!(NoRoute::EchRejected.alert(), 40);
         // Without configured ids every outer ECH is concerned.
         let t = table(&RULES.replace("ech_config_ids = [7]", ""));
         let d = t.decide(&hello(Some("private.example.com"), &[], grease));

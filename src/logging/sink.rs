@@ -23,7 +23,7 @@
 //! Memory: at most `queue` lines held (a few hundred bytes each, only
 //! while held); one reusable frame buffer. Threads: two, started once.
 //!
-//! Not here: the wire formats (`logging::syslog`), choosing what is logged
+//! Not here: the wire formats ([`crate::logging::syslog`]), choosing what is logged
 //! or where (`logging`).
 
 use std::io::{self, Write};

@@ -12,7 +12,7 @@
 //! 5424's with microseconds, RFC 3164's `Mmm dd hh:mm:ss` (which carries no
 //! zone).
 //!
-//! Not here: sockets, the queue, or choosing what to log (`logging::sink`,
+//! Not here: sockets, the queue, or choosing what to log ([`crate::logging::sink`],
 //! `logging`).
 
 use std::io::Write;

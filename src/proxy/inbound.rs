@@ -18,7 +18,7 @@
 //!
 //! TLVs of the types the listener's `pass_through_tlvs` lists are copied
 //! from a valid v2 PROXY header into [`Preface::passed_tlvs`] (bounded; our
-//! hop count never among them: see `wire::proxy_tlv`), for the outbound
+//! hop count never among them: see [`crate::wire::proxy_tlv`]), for the outbound
 //! header.
 //!
 //! Every byte read past the header is kept in [`Preface::buffered`] and
@@ -28,12 +28,12 @@
 //! # Claims, hops, and per-source limits
 //! A PROXY command with TCP over IPv4/IPv6 yields a [`ClaimedAddr`]
 //! (logged as `client.claimed`, never mixed with `client.peer`), once
-//! `wire::check_claim` has found that it can be a client's. LOCAL (v2),
+//! [`crate::wire::proxy::check_claim`] has found that it can be a client's. LOCAL (v2),
 //! UNKNOWN (v1), and the v2 fallbacks claim nothing: the socket addresses
 //! are used. A hop count over `max_hops` is refused (`hop_limit`), so a
 //! routing loop between cluster nodes dies within a few hops.
 //!
-//! Budget decision (applied by `admit::Admission`): a trusted peer's own
+//! Budget decision (applied by [`crate::admission::Admission`]): a trusted peer's own
 //! connections are **exempt** from per-source limits keyed on the peer's
 //! address — one peer relay carries many clients, and capping it as one
 //! source would cut a whole edge's traffic at 100 connections. Instead,
@@ -81,7 +81,7 @@ impl Inbound {
 }
 
 /// Who sent a connection: a client itself, or a trusted peer relay with or
-/// without a claim (admission decides on it: `admit::Admission::after_preface`).
+/// without a claim (admission decides on it: [`crate::admission::Admission::after_preface`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sender {
     /// An untrusted source, or a listener without PROXY protocol.

@@ -34,7 +34,7 @@
 //! Encoding is the `ppp` crate's; the CRC32C (the `crc32c` crate) is filled
 //! in here. Not here: reading headers (see `inbound`, over `wire`'s parser). Cost: one header of
 //! well under 512 bytes per connection, copied once with the hello; with
-//! added and passed TLVs, at most `wire::proxy_tlv`'s bounds more (the
+//! added and passed TLVs, at most [`crate::wire::proxy_tlv`]'s bounds more (the
 //! whole header stays within the 4,096 bytes a receiving snirelay takes).
 
 use std::net::{IpAddr, SocketAddr};
@@ -285,7 +285,7 @@ pub(crate) fn finish(builder: v2::Builder, tlvs: &[(u8, &[u8])], crc32c: bool) -
 }
 
 /// ppp's writer fails only past 65,535 payload bytes; ours holds two
-/// addresses, an AUTHORITY of at most `proxy::V2_MAX_BYTES`, a u64 in
+/// addresses, an AUTHORITY of at most [`crate::wire::proxy::V2_MAX_BYTES`], a u64 in
 /// decimal, a 14-byte hop value, the added TLVs within
 /// `proxy_tlv::MAX_ADDED_TLV_BYTES` and `MAX_PASSED_TLV_BYTES`, and a
 /// checksum.

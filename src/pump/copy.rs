@@ -9,7 +9,7 @@
 //! fallback of the splice path.
 //!
 //! When the source's FIN is already queued as the read starts (tokio's
-//! read-closed readiness, `sockopt::fin_queued`: no syscall), a short read
+//! read-closed readiness, [`crate::sockopt::fin_queued`]: no syscall), a short read
 //! holds the source's last bytes: they are written corked (MSG_MORE) and
 //! reported as `Copied::Last`, so that the FIN the relay sends next rides
 //! in the same segment, and the read that would only return 0 is skipped.

@@ -18,7 +18,7 @@
 //! configuration (the pipe pool's size and bound are passed to
 //! [`splice::configure`]; the configuration builds `relay::Timeouts`, and
 //! the route table builds each route's `throttle::RouteThrottle` from its
-//! plain `config::Bandwidth`).
+//! plain [`crate::config::Bandwidth`]).
 //! No module here uses `unsafe`: splice(2), pipe2(2) and fcntl(2) go
 //! through nix's safe wrappers.
 //!

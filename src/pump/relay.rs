@@ -135,7 +135,7 @@ enum At {
 /// A peer's failure: whether the error says that the peer had sent FIN
 /// before it reset (see [`fin_before_reset`]), and whether it stopped
 /// answering instead (keepalive probes or retransmissions timed out, see
-/// `sockopt::is_peer_timeout`).
+/// [`crate::sockopt::is_peer_timeout`]).
 #[derive(Debug, Clone, Copy)]
 struct Failure {
     peer: Peer,

@@ -21,7 +21,7 @@
 //! governor's `RateLimiter::check_n` is all-or-nothing: it cannot say how
 //! many cells are free now, which a splice length needs, nor give unused
 //! cells back. The arithmetic is therefore written here, on governor's
-//! stores, as `admission::KeyedGcra` does: one compare-and-swap per
+//! stores, as `admission::rate::KeyedGcra` does: one compare-and-swap per
 //! bucket per take, nanosecond times (one byte is 1e9 / rate ns, computed
 //! per take in 128 bits, so fast rates do not round).
 //!
@@ -38,7 +38,7 @@
 //! four compare-and-swaps per read, and one timer per wait.
 //!
 //! Not here: when a read happens (`relay`, `copy`, `splice`), or the
-//! configuration (`config::Bandwidth`).
+//! configuration ([`crate::config::Bandwidth`]).
 
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};

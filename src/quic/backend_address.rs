@@ -1,8 +1,8 @@
 //! Choosing a QUIC flow's backend address, and what the flow then tells
 //! passive health about it.
 //!
-//! The choice is TCP's (`crate::tcp::dial::candidates` and
-//! `Candidates::plan`): the fixed set,
+//! The choice is the one both transports share
+//! ([`crate::backend::candidates`]): the fixed set,
 //! a DNS backend's resolved set (waiting up to `connect_timeout` for the
 //! first answer, then `no_address`), or a cluster's per-SNI answer (with
 //! `local_overrides`, pushed local names, `allowed_targets` and
@@ -30,7 +30,7 @@
 //! port is not the backend's fault and is not counted against it.
 //!
 //! Not here: the flow's sockets and datagrams (`super::socket_task`), the
-//! planning itself (`crate::backend::plan`).
+//! planning itself ([`crate::backend::plan`]).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -40,10 +40,10 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::time::Instant;
 
-use crate::backend::egress::Egress;
+use crate::backend::candidates::{self, ConnectError};
+use crate::backend::egress::EgressChoice;
 use crate::backend::{Backend, BackendRuntime, Backends, InFlight};
 use crate::metrics::BackendSeries;
-use crate::tcp::dial::{self, ConnectError};
 
 /// What a flow asks of the backend choice (owned: it crosses into the
 /// task that waits for DNS or a cluster lookup).
@@ -69,8 +69,8 @@ pub(crate) struct Picked {
     /// What the flow reports to the address's passive health.
     pub health: Health,
     /// Where the flow's backend socket is bound from (the address's
-    /// `source`, see `backend::egress`).
-    pub egress: Egress,
+    /// `source`, see [`crate::backend::egress`]).
+    pub egress: EgressChoice,
 }
 
 /// Chooses the address of `runtime`'s backend for a flow that asks `ask`.
@@ -79,14 +79,14 @@ pub(crate) async fn pick(
     runtime: &BackendRuntime,
     ask: &Ask,
 ) -> Result<Picked, ConnectError> {
-    let pick = dial::Pick {
+    let pick = candidates::Pick {
         client: ask.client.ip(),
         sni: ask.sni.as_deref(),
         local: ask.local,
         client_addr: ask.client,
         claimed: false,
     };
-    let candidates = dial::candidates(backends, runtime, &pick).await?;
+    let candidates = candidates::candidates(backends, runtime, &pick).await?;
     let plan = candidates.plan(pick.client);
     let backend = &candidates.runtime.config;
     for &i in plan.as_slice() {

@@ -1,7 +1,9 @@
 //! The flow table of one QUIC listening socket, as a sans-I/O state
 //! machine: fed datagrams, time and the results of the I/O it asked for, it
 //! decides what each flow does and returns it as events. It reads no clock
-//! (every call takes `now`) and touches no socket; the socket task
+//! (every call takes `now`, a `std::time::Instant`), holds no runtime type
+//! (connection permits come through [`Permits`]; its tests are plain
+//! `#[test]`s) and touches no socket; the socket task
 //! (`super::socket_task`) reads datagrams, feeds them here, performs the
 //! returned [`Event`]s and reports back (in the spirit of quinn-proto's
 //! `Endpoint::handle`).
@@ -10,7 +12,7 @@
 //! - *pending*: its hello is not complete. A new source starts one if the
 //!   table accepts new flows (not draining), `[global]
 //!   max_connection_rate` leaves room and the accept gate admits it
-//!   (`crate::tcp::accept_loop::gate`, the same gate and close as a TCP
+//!   ([`crate::flow::gate`], the same gate and close as a TCP
 //!   connection's); otherwise its datagram is dropped (counted, and
 //!   summarised in a log line at most once a second). At the socket's
 //!   pending caps ([`MAX_PENDING_FLOWS`], never more than half the free
@@ -57,28 +59,30 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
+use std::time::Instant;
 
-use super::Version;
-use super::cid::{self, CidTable, FlowCids, Path};
+use super::cid::{self, CidTable, FlowCids};
 use super::initial::{ConnectionId, HelloLimits, Parser, QuicHello, Verdict};
-use super::refusal::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME, refusal};
+use super::refusal::refusal;
 use crate::addr::PeerAddr;
-use crate::admission::{self, Admitted, AtAccept, RouteAdmitted};
-use crate::config::{Backend, Listener};
+use crate::admission::{Admitted, AtAccept};
+use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields};
+use crate::flow::decision::{self, Arrived};
+use crate::flow::gate;
 use crate::flow::generation::Generation;
-use crate::flow::route::{EchKind, NoRoute};
 use crate::metrics::{self, ListenerMetrics};
-use crate::pump::relay::lifetime_end;
 use crate::quic::backend_address::{Ask, Picked};
-use crate::tcp::accept_loop;
 use crate::wire::fingerprint::Fingerprints;
+
+mod events;
+mod record;
+
+pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
+pub(crate) use record::{Expiry, FlowRecord, Stats};
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
@@ -92,269 +96,22 @@ pub(crate) const MAX_HELD_BYTES: usize = 16 << 20;
 /// handshake is pending for about one round trip: 64 is room for as many
 /// clients starting at once behind one NAT.
 pub(crate) const MAX_PENDING_PER_SOURCE: usize = 64;
-/// TLS alert `protocol_version`.
-const PROTOCOL_VERSION: u8 = 70;
-
-/// Datagrams and bytes each way, and the last activity, of one flow;
-/// shared with the flow's task, which counts what it relays.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    pub datagrams_up: AtomicU64,
-    pub bytes_up: AtomicU64,
-    pub datagrams_down: AtomicU64,
-    pub bytes_down: AtomicU64,
-    /// Milliseconds from the flow's start to its last datagram.
-    pub last: AtomicU64,
-}
-
-impl Stats {
-    /// A client datagram of `len` bytes at `now`.
-    pub(crate) fn up(&self, len: usize, started: Instant, now: Instant) {
-        self.datagrams_up.fetch_add(1, Ordering::Relaxed);
-        self.bytes_up.fetch_add(len as u64, Ordering::Relaxed);
-        self.touch(started, now);
-    }
-
-    /// A backend datagram of `len` bytes at `now`.
-    pub(crate) fn down(&self, len: usize, started: Instant, now: Instant) {
-        self.datagrams_down.fetch_add(1, Ordering::Relaxed);
-        self.bytes_down.fetch_add(len as u64, Ordering::Relaxed);
-        self.touch(started, now);
-    }
-
-    /// The time from the flow's start to its last datagram.
-    pub(crate) fn last(&self) -> Duration {
-        Duration::from_millis(self.last.load(Ordering::Relaxed))
-    }
-
-    fn touch(&self, started: Instant, now: Instant) {
-        let ms = now.saturating_duration_since(started).as_millis() as u64;
-        self.last.fetch_max(ms, Ordering::Relaxed);
-    }
-}
-
-/// What a flow keeps for its access line, owned (the flow outlives any
-/// borrow); [`FlowRecord::close`] writes it as the one access record of
-/// both protocols (`access::ConnRecord`).
-#[derive(Debug)]
-pub(crate) struct FlowRecord {
-    pub id: u64,
-    pub listener: Arc<Listener>,
-    pub peer: SocketAddr,
-    pub started: Instant,
-    pub version: Option<Version>,
-    pub sni: Option<Box<str>>,
-    /// The hello's ALPN list and ECH extension, logged as TCP logs them.
-    pub alpn: Option<Box<str>>,
-    pub ech: Option<EchKind>,
-    pub route: Option<Box<str>>,
-    pub backend: Option<Arc<Backend>>,
-    pub backend_addr: Option<SocketAddr>,
-    /// The relay's end of the flow's backend socket: the client address
-    /// the backend sees, logged so that its lines can be matched to this
-    /// flow (no PROXY header on UDP carries the real one).
-    pub backend_local: Option<SocketAddr>,
-    pub stats: Arc<Stats>,
-    pub metrics: Arc<ListenerMetrics>,
-    /// The client's current address once the flow is open (NAT rebinding).
-    pub path: Option<Arc<Path>>,
-    /// The hello's JA4 and JA3, when the listener computes them.
-    pub fingerprints: Option<Arc<Fingerprints>>,
-}
-
-impl FlowRecord {
-    /// A fresh record for a flow from `peer` that started `now`.
-    pub(crate) fn new(
-        listener: Arc<Listener>,
-        peer: SocketAddr,
-        now: Instant,
-        metrics: Arc<ListenerMetrics>,
-    ) -> FlowRecord {
-        FlowRecord {
-            id: access::next_conn_id(),
-            listener,
-            peer,
-            started: now,
-            version: None,
-            sni: None,
-            alpn: None,
-            ech: None,
-            route: None,
-            backend: None,
-            backend_addr: None,
-            backend_local: None,
-            stats: Arc::default(),
-            metrics,
-            path: None,
-            fingerprints: None,
-        }
-    }
-
-    /// Counts the flow's end and writes its one access line, at the level
-    /// the reason table gives (a flow always sent a datagram, so it is
-    /// never `silent`).
-    pub(crate) fn close(self, reason: CloseReason) {
-        let s = &self.stats;
-        let (last_peer, rebinds) = match &self.path {
-            Some(path) => (path.client(), path.rebinds()),
-            None => (self.peer, 0),
-        };
-        let quic = QuicFields {
-            version: self.version.map(Version::as_str),
-            last_peer,
-            rebinds,
-            datagrams_up: s.datagrams_up.load(Ordering::Relaxed),
-            datagrams_down: s.datagrams_down.load(Ordering::Relaxed),
-            backend_local: self.backend_local,
-        };
-        let arrival = Arrival {
-            peer: PeerAddr(self.peer),
-            at: self.started,
-            metrics: self.metrics,
-        };
-        let mut record = ConnRecord::arrived(self.id, &self.listener, &arrival);
-        record.sni = self.sni;
-        record.alpn = self.alpn;
-        record.ech = self.ech;
-        record.route = self.route.as_deref();
-        record.backend = self.backend;
-        record.backend_addr = self.backend_addr;
-        record.fingerprints = self.fingerprints;
-        record.moved.up = s.bytes_up.load(Ordering::Relaxed);
-        record.moved.down = s.bytes_down.load(Ordering::Relaxed);
-        record.close_flow(reason, &quic);
-    }
-}
-
-/// The places a flow holds while it lives: its connection permit, and the
-/// listener's and route's admission slots (released when dropped).
-pub(crate) type FlowSlots = (
-    OwnedSemaphorePermit,
-    Option<Admitted>,
-    Option<RouteAdmitted>,
-);
-
-/// An open flow's idle and lifetime bounds: `idle_timeout` with no
-/// datagram either way, and the route's `max_connection_lifetime` at the
-/// moment a TCP connection with this id would draw (in the last tenth of
-/// the lifetime, counted from the flow's first datagram).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Expiry {
-    started: Instant,
-    idle: Duration,
-    end_of_life: Option<Instant>,
-}
-
-impl Expiry {
-    pub(crate) fn new(
-        started: Instant,
-        idle: Duration,
-        lifetime: Option<Duration>,
-        id: u64,
-    ) -> Expiry {
-        Expiry {
-            started,
-            idle,
-            end_of_life: lifetime_end(started, lifetime, id),
-        }
-    }
-
-    /// When to look again, the last datagram having come `last` after the
-    /// start.
-    pub(crate) fn deadline(&self, last: Duration) -> Instant {
-        let idle_at = self.started + last + self.idle;
-        self.end_of_life.map_or(idle_at, |end| end.min(idle_at))
-    }
-
-    /// Why the flow ends at `now`, if it does: its lifetime first.
-    pub(crate) fn expired(&self, now: Instant, last: Duration) -> Option<CloseReason> {
-        if self.end_of_life.is_some_and(|end| now >= end) {
-            return Some(CloseReason::MaxLifetime);
-        }
-        (now >= self.started + last + self.idle).then_some(CloseReason::IdleTimeout)
-    }
-}
-
-/// What the socket task is asked to do, or told happened.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// Choose the backend address of the flow from `from` (`super::backend_address`:
-    /// at once when the addresses are known, else in a task) and report it
-    /// with [`FlowTable::chosen`].
-    Pick(Box<PickFor>),
-    /// The flow's address is chosen: open its backend socket, send the held
-    /// datagrams in arrival order, start its relay and report it with
-    /// [`FlowTable::opened`] (or close it `connect_failed`).
-    Open(Box<Opening>),
-    /// The flow ended: send `answer` to the client first, if any (a
-    /// refusal: counted as a datagram down once sent), then close `record`.
-    Close {
-        record: Box<FlowRecord>,
-        reason: CloseReason,
-        answer: Option<(SocketAddr, Vec<u8>)>,
-    },
-}
-
-/// A routed flow whose backend address is to be chosen.
-#[derive(Debug)]
-pub(crate) struct PickFor {
-    pub from: SocketAddr,
-    pub id: u64,
-    /// The backend's name (`Generation::backends`).
-    pub backend: String,
-    pub ask: Ask,
-    /// The route's drain signal, entered: a reload that drains the route
-    /// while the address is being chosen ends the flow (`drained`).
-    pub drain: DrainGuard,
-}
-
-/// A flow handed to the socket task to open on its chosen address.
-#[derive(Debug)]
-pub(crate) struct Opening {
-    pub from: SocketAddr,
-    pub record: FlowRecord,
-    /// Its datagrams so far, in arrival order.
-    pub held: Vec<Box<[u8]>>,
-    /// The route's `idle_timeout` and `max_connection_lifetime`.
-    pub idle: Duration,
-    pub lifetime: Option<Duration>,
-    pub slots: FlowSlots,
-    pub picked: Picked,
-    pub drain: DrainGuard,
-}
-
-/// What became of a datagram fed to [`FlowTable::handle`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Datagram {
-    /// An open flow's: relay it to the flow's backend, unread, through
-    /// [`FlowTable::open_mut`] (which the socket task asks first: an open
-    /// flow's datagram costs one lookup).
-    Open,
-    /// Taken by a pending or connecting flow (held, or dropped at a bound).
-    Taken,
-    /// From an address no flow has, whose Destination Connection ID an
-    /// open flow's backend chose: the client moved; [`FlowTable::rebind`].
-    Moved,
-    /// From an address no flow has: a new flow ([`FlowTable::start`]), or
-    /// a successor's after an upgrade.
-    Unknown,
-}
 
 /// A flow whose hello is not complete yet.
 #[derive(Debug)]
-struct Pending {
+struct Pending<P> {
     parser: Parser,
     held: Vec<Box<[u8]>>,
     held_bytes: usize,
     record: FlowRecord,
-    permit: OwnedSemaphorePermit,
+    permit: P,
     admitted: Option<Admitted>,
 }
 
 /// A routed flow waiting for its backend address: its datagrams are still
 /// held, within the same bounds as a pending flow's.
 #[derive(Debug)]
-struct ConnectingFlow {
+struct ConnectingFlow<P> {
     held: Vec<Box<[u8]>>,
     held_bytes: usize,
     /// The most it may hold (the pending flow's `HelloLimits::held_bytes`).
@@ -362,7 +119,7 @@ struct ConnectingFlow {
     record: FlowRecord,
     idle: Duration,
     lifetime: Option<Duration>,
-    slots: FlowSlots,
+    slots: FlowSlots<P>,
 }
 
 /// An open flow: the socket task's handle `B` (its backend socket and
@@ -375,17 +132,17 @@ struct Open<B> {
 }
 
 #[derive(Debug)]
-enum FlowState<B> {
-    Pending(Box<Pending>),
-    Connecting(Box<ConnectingFlow>),
+enum FlowState<B, P> {
+    Pending(Box<Pending<P>>),
+    Connecting(Box<ConnectingFlow<P>>),
     Open(Open<B>),
 }
 
 /// The flows of one listening socket; `B` is what the socket task keeps
-/// per open flow.
+/// per open flow, `P` a connection permit ([`Permits`]).
 #[derive(Debug)]
-pub(crate) struct FlowTable<B> {
-    flows: HashMap<SocketAddr, FlowState<B>>,
+pub(crate) struct FlowTable<B, P> {
+    flows: HashMap<SocketAddr, FlowState<B, P>>,
     /// Pending flows by start, for the hello timeout (entries of flows
     /// that moved on are skipped).
     pending_order: VecDeque<(Instant, SocketAddr)>,
@@ -411,12 +168,12 @@ pub(crate) struct FlowTable<B> {
     last_summary: Option<Instant>,
     /// The listener's metric series, made on the first flow.
     metrics: Option<Arc<ListenerMetrics>>,
-    events: VecDeque<Event>,
+    events: VecDeque<Event<P>>,
 }
 
-impl<B> FlowTable<B> {
+impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     /// An empty table for a socket bound to `local`.
-    pub(crate) fn new(local: Option<SocketAddr>) -> FlowTable<B> {
+    pub(crate) fn new(local: Option<SocketAddr>) -> FlowTable<B, P> {
         FlowTable {
             flows: HashMap::new(),
             pending_order: VecDeque::new(),
@@ -437,7 +194,7 @@ impl<B> FlowTable<B> {
     }
 
     /// The next event to perform, in the order they happened.
-    pub(crate) fn poll_event(&mut self) -> Option<Event> {
+    pub(crate) fn poll_event(&mut self) -> Option<Event<P>> {
         self.events.pop_front()
     }
 
@@ -558,7 +315,7 @@ impl<B> FlowTable<B> {
         from: SocketAddr,
         datagram: &[u8],
         generation: &Generation,
-        permits: &Arc<Semaphore>,
+        permits: &impl Permits<Permit = P>,
     ) -> bool {
         if self.draining {
             return false;
@@ -595,10 +352,10 @@ impl<B> FlowTable<B> {
         };
         let arrival = Arrival {
             peer: PeerAddr(from),
-            at: now,
+            at: now.into(),
             metrics,
         };
-        let admitted = match accept_loop::gate(generation, PeerAddr(from), &arrival.metrics, || {
+        let admitted = match gate::admit(generation, PeerAddr(from), &arrival.metrics, || {
             let mut record = ConnRecord::arrived(access::next_conn_id(), &listener, &arrival);
             record.moved.up = datagram.len() as u64;
             (record, Some(&refused))
@@ -617,7 +374,7 @@ impl<B> FlowTable<B> {
             self.drop_new_flow(now, &generation.listener);
             return false;
         }
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(permit) = permits.try_take() else {
             self.drop_new_flow(now, &generation.listener);
             return false;
         };
@@ -656,12 +413,18 @@ impl<B> FlowTable<B> {
     /// [`MAX_PENDING_PER_SOURCE`], then the table's oldest while a socket
     /// bound (count, half the free permits, held bytes) is reached. False
     /// if a bound is still reached with nothing left to evict.
-    fn make_room(&mut self, now: Instant, source: IpAddr, len: usize, permits: &Semaphore) -> bool {
+    fn make_room(
+        &mut self,
+        now: Instant,
+        source: IpAddr,
+        len: usize,
+        permits: &impl Permits,
+    ) -> bool {
         if self.pending_by_source.get(&source).copied().unwrap_or(0) >= MAX_PENDING_PER_SOURCE {
             self.evict_oldest(now, Some(source));
         }
         while self.pending >= MAX_PENDING_FLOWS
-            || self.pending >= permits.available_permits()
+            || self.pending >= permits.available()
             || self.held_bytes + len > MAX_HELD_BYTES
         {
             if !self.evict_oldest(now, None) {
@@ -793,7 +556,7 @@ impl<B> FlowTable<B> {
     }
 
     /// Takes a pending flow out of the map and the pending counts.
-    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending>> {
+    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending<P>>> {
         match self.flows.remove(&from) {
             Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
@@ -833,7 +596,7 @@ impl<B> FlowTable<B> {
     /// Routes a complete hello: refuses it, or asks for its address.
     fn route(
         &mut self,
-        pending: Pending,
+        pending: Pending<P>,
         hello: QuicHello,
         from: SocketAddr,
         generation: &Generation,
@@ -845,70 +608,43 @@ impl<B> FlowTable<B> {
             mut admitted,
             ..
         } = pending;
+        // One decision, as a TCP connection's: admit on the hello, route,
+        // admit on the route; refused: the alert, if the refusal has one,
+        // in a CONNECTION_CLOSE, else ended at once; nothing forwarded.
         let ja4 = hello.fingerprints.as_deref().map(Fingerprints::ja4);
-        // A `limit_key` with the JA4 counts now, the hello read (the lists
-        // were judged at the gate); refused: ended, nothing forwarded.
-        let source = admission::route_source(PeerAddr(from), false, None);
-        match generation.admission.after_hello(source, ja4) {
-            Ok(None) => {}
-            Ok(Some(counted)) => {
-                access::log_dry_run(&record.listener, PeerAddr(from), &counted);
-                admitted = Some(counted);
-            }
-            Err(refusal) => {
-                let reason = CloseReason::from(refusal);
-                record.metrics.limit_refused(reason);
-                record.fingerprints = hello.fingerprints.clone();
-                self.close(record, reason, None);
-                return;
-            }
-        }
-        let decision = generation.routes.decide_with(&hello.hello, ja4);
-        record.sni = decision.sni;
-        record.ech = decision.ech;
-        record.alpn = access::alpn_field(&hello.hello.alpn);
         record.fingerprints = hello.fingerprints.clone();
-        let target = match decision.target {
-            Ok(target) => target,
-            Err(no_route) => {
-                let alert = match no_route {
-                    NoRoute::NoSni | NoRoute::Unmatched => UNRECOGNIZED_NAME,
-                    NoRoute::TlsVersion => PROTOCOL_VERSION,
-                    NoRoute::EchRejected | NoRoute::Ja4Refused => HANDSHAKE_FAILURE,
-                };
-                let answer = refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
-                self.close(record, no_route.into(), Some((from, answer)));
+        let arrived = Arrived {
+            peer: PeerAddr(from),
+            claimed: None,
+        };
+        let decision = decision::decide(generation, arrived, &hello.hello, ja4);
+        decision.log_dry_runs(&record.listener, PeerAddr(from));
+        if let Some(heard) = decision.heard {
+            record.heard(heard);
+        }
+        let routed = match decision.outcome {
+            Ok(routed) => routed,
+            Err(refused) => {
+                refused.count(&record.metrics);
+                if let Some(entry) = refused.route {
+                    record.routed(entry);
+                }
+                let answer = refused.alert.map(|alert| {
+                    let datagram =
+                        refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
+                    (from, datagram)
+                });
+                self.close(record, refused.reason, answer);
                 return;
             }
         };
-        record.route = Some(target.route.clone());
-        record.backend = Some(target.backend.clone());
-        let route_admitted = match generation.route_gates.get(&target.route) {
-            None => None,
-            Some(gate) => match gate.admit_with(source, ja4) {
-                Ok(admitted) => {
-                    if let Some(held) = &admitted.source {
-                        access::log_route_dry_run(
-                            &record.listener,
-                            PeerAddr(from),
-                            &target.route,
-                            held,
-                        );
-                    }
-                    Some(admitted)
-                }
-                Err(refusal) => {
-                    let reason = CloseReason::from(refusal);
-                    record.metrics.limit_refused(reason);
-                    self.close(record, reason, None);
-                    return;
-                }
-            },
-        };
-        let Some(runtime) = generation.backends.get(&target.backend.name) else {
-            self.close(record, CloseReason::NoAddress, None);
-            return;
-        };
+        let target = routed.entry;
+        record.routed(target);
+        if let Some(counted) = routed.admitted {
+            admitted = Some(counted);
+        }
+        let route_admitted = routed.route_slot;
+        let runtime = routed.runtime;
         let local = match runtime.cluster {
             Some(_) => match self.local {
                 Some(local) => Some(local.ip()),
@@ -924,7 +660,7 @@ impl<B> FlowTable<B> {
             sni: record.sni.clone(),
             local,
         };
-        let drain = target.drain.enter();
+        let drain = routed.drain;
         let id = record.id;
         let connecting = ConnectingFlow {
             held_bytes: held.iter().map(|d| d.len()).sum(),

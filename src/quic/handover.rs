@@ -43,7 +43,8 @@
 //! one a receive.
 //!
 //! Not here: passing descriptors (`takeover`, `sockopt`), which sockets
-//! are handed over (`listeners`), what a datagram does (`listener`).
+//! are handed over ([`crate::run::listener_set`]), what a datagram does
+//! ([`crate::quic::socket_task`]).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -45,11 +45,8 @@ use super::initial::ConnectionId;
 use super::seal::seal_initial;
 use super::{Version, initial_keys};
 
-/// TLS alert `unrecognized_name` (RFC 8446 §6.2), the refusal of a name
-/// that no route serves, as over TCP.
-pub const UNRECOGNIZED_NAME: u8 = 112;
-/// TLS alert `handshake_failure`, for refusals that name no cause.
-pub(crate) const HANDSHAKE_FAILURE: u8 = 40;
+/// The TLS alerts a refusal carries: the one table of both transports.
+pub use crate::flow::alert::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME};
 /// QUIC carries a TLS alert as transport error `CRYPTO_ERROR` + the alert
 /// (RFC 9001 §4.8): 0x0100-0x01ff.
 pub const CRYPTO_ERROR: u64 = 0x0100;

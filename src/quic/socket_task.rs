@@ -21,7 +21,7 @@
 //!   holds the flow's datagrams;
 //! - a flow handed over to open gets one UDP socket connected to its
 //!   address, its held datagrams in arrival order, a registry entry
-//!   (`crate::flow::registry`, admin `/connections` and the status page, protocol
+//!   ([`crate::flow::registry`], admin `/connections` and the status page, protocol
 //!   `quic`) and a task (`relay_back`) that sends the backend's datagrams to
 //!   the client from the listening socket (the first one, or an ICMP port
 //!   unreachable before it, is the address's passive health verdict), tells
@@ -72,16 +72,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::time::Instant;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use tokio::sync::{Semaphore, mpsc, watch};
-use tokio::time::Instant;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::cid::{self, FlowCids, Path};
 use super::flows::{
-    Datagram, Event, Expiry, FlowRecord, FlowSlots, FlowTable, Opening, PickFor, Stats,
+    Datagram, Event, Expiry, FlowRecord, FlowSlots, FlowTable, Opening, Permits, PickFor, Stats,
 };
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::ConnectionId;
@@ -199,7 +199,7 @@ struct SocketTask {
     runtime: Runtime,
     stop: CancellationToken,
     /// The flows: every decision about them is the table's.
-    table: FlowTable<OpenFlow>,
+    table: FlowTable<OpenFlow, OwnedSemaphorePermit>,
     /// Open flows report their end here (their path and id), so the table
     /// lets go of them.
     ended_tx: mpsc::UnboundedSender<(Arc<Path>, u64)>,
@@ -492,7 +492,7 @@ impl SocketTask {
     /// Opens a flow on its chosen address: one UDP socket connected to it,
     /// the held datagrams forwarded in arrival order, and the task that
     /// relays the backend's answers; or closes it `connect_failed`.
-    fn open(&mut self, opening: Opening) {
+    fn open(&mut self, opening: Opening<OwnedSemaphorePermit>) {
         let Opening {
             from,
             mut record,
@@ -553,7 +553,7 @@ impl SocketTask {
             backend_addr,
             client: from,
             claimed: None,
-            accepted: started,
+            accepted: started.into(),
             local,
         });
         moved(
@@ -611,7 +611,7 @@ fn moved(activity: &Activity, side: Side, len: usize) {
 /// Sends an open flow's gathered client datagrams on its backend socket;
 /// dropped if the flow is gone or the socket cannot take them now.
 fn send_up(
-    table: &FlowTable<OpenFlow>,
+    table: &FlowTable<OpenFlow, OwnedSemaphorePermit>,
     offload: &Offload,
     client: SocketAddr,
     contents: &[u8],
@@ -623,13 +623,13 @@ fn send_up(
 }
 
 /// One UDP socket of the backend's family, connected to `addr` and bound
-/// as its `source` says for the client at `from` (`backend::egress`), so
+/// as its `source` says for the client at `from` ([`crate::backend::egress`]), so
 /// that only its datagrams are read from it (with GRO where the kernel has
 /// it).
 fn connect(
     addr: SocketAddr,
     from: SocketAddr,
-    egress: &crate::backend::egress::Egress,
+    egress: &crate::backend::egress::EgressChoice,
 ) -> std::io::Result<UdpSocket> {
     let socket = egress.bind_each(addr, from, |bind| crate::sockopt::udp_connect(addr, bind))?;
     // Without GRO each receive slot holds one datagram: nothing else
@@ -664,7 +664,7 @@ struct FlowTask {
     in_flight: InFlight,
     /// The connection permit, and the listener's and route's admission
     /// slots, released when the flow ends.
-    _held: FlowSlots,
+    _held: FlowSlots<OwnedSemaphorePermit>,
 }
 
 /// Sends the backend's datagrams to the client until the flow ends, then
@@ -698,7 +698,7 @@ async fn relay_back(flow: FlowTask) {
     // One timer for the flow's life, re-armed only when it fires: activity
     // only moves the deadline later, so an early wake-up looks again
     // (rather than a new timer entry per wake-up).
-    let expires = tokio::time::sleep_until(expiry.deadline(record.stats.last()));
+    let expires = tokio::time::sleep_until(expiry.deadline(record.stats.last()).into());
     tokio::pin!(expires);
     let reason = {
         // Shutdown, or an operator's close or drain (told apart by the
@@ -740,7 +740,7 @@ async fn relay_back(flow: FlowTask) {
                     Ok(0) => streak = 0,
                     Ok(bytes) => {
                         streak += 1;
-                        health.answered(&in_flight, started);
+                        health.answered(&in_flight, started.into());
                         moved(registered.activity(), Side::Down, bytes);
                     }
                     // An ICMP port unreachable for an earlier datagram: a
@@ -766,7 +766,7 @@ async fn relay_back(flow: FlowTask) {
                     if let Some(reason) = expiry.expired(Instant::now(), record.stats.last()) {
                         break reason;
                     }
-                    expires.as_mut().reset(expiry.deadline(record.stats.last()));
+                    expires.as_mut().reset(expiry.deadline(record.stats.last()).into());
                 }
                 () = std::future::ready(()), if streak >= STREAK => streak = 0,
             }
@@ -825,4 +825,18 @@ fn relay_down(
         send.flush(|to, contents, segment| down.send(offload, socket, to, contents, segment));
         Ok(bytes)
     })
+}
+
+/// The flow table takes the process-wide connection permits from the
+/// runtime's semaphore, shared with the TCP accept loops.
+impl Permits for Arc<Semaphore> {
+    type Permit = OwnedSemaphorePermit;
+
+    fn available(&self) -> usize {
+        self.available_permits()
+    }
+
+    fn try_take(&self) -> Option<OwnedSemaphorePermit> {
+        self.clone().try_acquire_owned().ok()
+    }
 }

@@ -14,7 +14,8 @@
 //! name stops the start ([`BindError::WrongType`]).
 //!
 //! Not here: the socket options themselves (`sockopt`), the descriptor
-//! passing (`takeover`), or accepting (`accept`, `listeners`).
+//! passing ([`crate::run::takeover`]), or accepting ([`crate::tcp::accept_loop`],
+//! [`crate::run::listener_set`]).
 
 use std::fmt;
 use std::io;

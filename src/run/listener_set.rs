@@ -8,7 +8,7 @@
 //! loops for new sockets and stops those of addresses the file removed.
 //! Sockets of addresses that stay are never closed, so a reload refuses no
 //! connection. Each listener's admission tables are swept by a task of its
-//! own (`admission::spawn_sweeper`) that follows the published generation.
+//! own ([`crate::admission::spawn_sweeper`]) that follows the published generation.
 //!
 //! Accept scaling: each bound socket gets one accept loop per runtime
 //! worker thread (`global.threads`), all accepting on that one socket, so
@@ -43,15 +43,15 @@
 //! UDP sockets it binds itself ([`Listeners::start`], and on reload for
 //! addresses the file adds) unless systemd passed it datagram sockets
 //! (`ListenDatagram=`, kept as they are across reloads like a tcp
-//! listener's activated sockets), each run by `quic::socket_task::run_socket`
+//! listener's activated sockets), each run by [`crate::quic::socket_task::run_socket`]
 //! instead of accept loops. A binary upgrade hands them over too, each
 //! with a channel for the datagrams the old process forwards while it
-//! drains (`quic::handover`): [`Listeners::open_quic_channels`] and
+//! drains ([`crate::quic::handover`]): [`Listeners::open_quic_channels`] and
 //! [`Listeners::for_handover`] on the old side, [`Listeners::inherit_udp`]
 //! on the new one.
 //!
 //! Not here: deciding what a reload changes (`server`, `reload`), binding
-//! (`bind`), or accepting (`accept`).
+//! ([`crate::run::bind`]), or accepting ([`crate::tcp::accept_loop`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

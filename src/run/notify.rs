@@ -9,7 +9,7 @@
 //! the new process is the unit's main one by then). `STATUS=` carries a
 //! one-line human summary.
 //!
-//! Not here: socket activation (see `sockopt::take_activated_fds`).
+//! Not here: socket activation (see [`crate::sockopt::take_activated_fds`]).
 //!
 //! Cost: one datagram per state change; when `NOTIFY_SOCKET` is unset every
 //! call is a no-op. A failed send is logged at debug and otherwise ignored:

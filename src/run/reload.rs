@@ -18,7 +18,7 @@
 //! route for `a.example.com` does not drain connections that reached
 //! `a.example.com` through an unchanged `*.example.com` route).
 //!
-//! Not here: binding or closing listeners (see `listeners`), drain signals
+//! Not here: binding or closing listeners (see [`crate::run::listener_set`]), drain signals
 //! (`route`, `drain`), or I/O of any kind. Cost: proportional to the number
 //! of patterns, once per reload.
 

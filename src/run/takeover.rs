@@ -41,10 +41,10 @@
 //! [`UDP`] + bind key, each with a Unix SOCK_SEQPACKET socket keyed
 //! [`UDP_FORWARD`] + the same bind key (later in the same message): until the old process lets go of
 //! the UDP socket (its last flow ended), it alone reads it and forwards
-//! what is not its own through that channel (`quic::handover`).
+//! what is not its own through that channel ([`crate::quic::handover`]).
 //!
 //! Not here: the descriptor passing syscalls (`sockopt`), serving, or
-//! which sockets there are (`listeners`).
+//! which sockets there are ([`crate::run::listener_set`]).
 
 use std::io::{self, Read, Write};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -108,7 +108,7 @@ pub(crate) const UDP: &str = "udp ";
 /// Key prefix of the Unix SOCK_SEQPACKET socket that goes with a UDP
 /// socket (`udp-forward config 127.0.0.1:443`): the old process forwards
 /// the socket's datagrams of flows it does not hold through it until it
-/// lets go of the socket (see `quic::handover`).
+/// lets go of the socket (see [`crate::quic::handover`]).
 pub(crate) const UDP_FORWARD: &str = "udp-forward ";
 
 /// Escapes a listener name for the wire.

@@ -23,17 +23,17 @@
 //! the other tasks of its thread run before it accepts more (HAProxy's
 //! `tune.maxaccept`, whose default is 4 for the same reason).
 //!
-//! Each accepted connection is then put to admission (`admit`: allow/deny
-//! lists and per-source limits) before its task starts and before any byte
-//! is read; a refused one is logged, counted and closed at once. That step
-//! is [`gate`], the one admission gate of both protocols: a QUIC listener
-//! puts each new flow through it too (`quic::flows`), so a refusal is
-//! counted, logged and closed the same way on TCP and QUIC.
+//! Each accepted connection is then put to admission (allow/deny lists and
+//! per-source limits, [`crate::admission`]) before its task starts and
+//! before any byte is read; a refused one is logged, counted and closed at
+//! once. That step is [`crate::flow::gate`], the one admission gate of both
+//! protocols: a QUIC listener puts each new flow through it too, so a
+//! refusal is counted, logged and closed the same way on TCP and QUIC.
 //!
 //! Each connection reads the listener's current [`Generation`] (settings,
 //! routes, admission, backends, pacing: one value, published by a reload in
 //! one swap) at accept time and keeps it for life. Not here: what happens on
-//! a connection (see `conn`).
+//! a connection (see [`crate::tcp::connection`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,11 +46,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
-use crate::flow::access::{Accepted, Arrival, CloseReason, ConnRecord, QuicFields};
+use crate::flow::access::{Arrival, ConnRecord};
+use crate::flow::gate;
 use crate::flow::generation::Generation;
-use crate::metrics::ListenerMetrics;
-use crate::tcp::connection;
-use crate::{flow::access, metrics, sockopt};
+use crate::tcp::connection::{self, Accepted};
+use crate::{metrics, sockopt};
 
 /// Connections a loop accepts in a row before it yields to the other tasks
 /// of its thread. Without a bound a loop drains the whole accept queue in
@@ -196,7 +196,7 @@ impl AcceptLoop {
     ) {
         let listener = &generation.listener;
         let arrival = &accepted.arrival;
-        let admitted = match gate(generation, arrival.peer, &arrival.metrics, || {
+        let admitted = match gate::admit(generation, arrival.peer, &arrival.metrics, || {
             (ConnRecord::new(listener, arrival), None)
         }) {
             Ok(AtAccept::Admitted(admitted)) => Some(admitted),
@@ -218,50 +218,6 @@ impl AcceptLoop {
                 admitted,
             },
         )));
-    }
-}
-
-/// The admission gate, for a TCP connection just accepted or a QUIC flow's
-/// first datagram, before a byte of it is read: the one place where a new
-/// arrival is admitted (`admit::Admission::at_accept`), on its measured
-/// `peer`, under `generation`'s listener limits.
-///
-/// The arrival is counted first (`accepted`, and `active` until its close),
-/// so that a refused one is closed through the same close stage: its record
-/// (and a QUIC flow's fields), made by `refused_record` only then, counts
-/// the refusal and writes its access line (`access::refused`), and `Err`
-/// carries the reason; the caller
-/// drops the arrival unread. Admitted, a dry run's would-be refusal is
-/// logged, and the slot is returned, to be held for the arrival's life; a
-/// trusted peer relay is decided after its preface instead (`conn`).
-pub(crate) fn gate<'r>(
-    generation: &Generation,
-    peer: PeerAddr,
-    metrics: &ListenerMetrics,
-    refused_record: impl FnOnce() -> (ConnRecord<'r>, Option<&'r QuicFields>),
-) -> Result<AtAccept, CloseReason> {
-    let Generation {
-        listener,
-        admission,
-        ..
-    } = generation;
-    metrics.accepted();
-    let trusted_peer = listener
-        .proxy_protocol
-        .as_ref()
-        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
-    match admission.at_accept(peer, trusted_peer) {
-        Ok(at_accept) => {
-            if let AtAccept::Admitted(admitted) = &at_accept {
-                access::log_dry_run(listener, peer, admitted);
-            }
-            Ok(at_accept)
-        }
-        Err(refusal) => {
-            let (record, quic) = refused_record();
-            access::refused(record, quic, refusal);
-            Err(refusal.into())
-        }
     }
 }
 

@@ -3,9 +3,9 @@
 //! [`handle`] reads top to bottom as the stages of docs/design.md: preface →
 //! inspect → route → connect → announce (in `setup`, one boxed future that
 //! is freed once the hello is replayed) → the byte pump
-//! (`pump::relay::Relay`) → close.
+//! ([`crate::pump::relay::Relay`]) → close.
 //! Each stage returns its own error type, folded here into one
-//! [`CloseReason`]; the [`ConnRecord`] (in `close`, with the log line and
+//! [`CloseReason`]; the [`ConnRecord`] (in [`crate::flow::access`], with the log line and
 //! the metrics it feeds) collects the log fields as stages learn them and
 //! is written exactly once, at close. Admission (limits) happens before
 //! this, in the accept loop; for a trusted peer relay it must key on the
@@ -25,10 +25,10 @@
 //! byte counts and the stop, shutdown's or an operator's, plus one
 //! allocation with the route name and SNI). On a route with limits, one more: the
 //! route's slot, held for the connection's life; on a route with bandwidth
-//! limits, its buckets (`pump::throttle`), likewise.
+//! limits, its buckets ([`crate::pump::throttle`]), likewise.
 //!
 //! Not here: socket options, parsing, policy, or what a close records
-//! (`close`); only the order of stages.
+//! ([`crate::flow::access`]); only the order of stages.
 
 use std::sync::Arc;
 
@@ -37,11 +37,13 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{self, Admitted, RouteAdmitted};
+use crate::admission::{Admitted, RouteAdmitted};
 use crate::backend::InFlight;
+use crate::backend::candidates::Pick;
 use crate::config::Timeouts;
 use crate::drain::DrainGuard;
-use crate::flow::access::{self, Accepted, CloseReason, ConnRecord};
+use crate::flow::access::{self, Arrival, CloseReason, ConnRecord};
+use crate::flow::decision::{self, Arrived, DryRun, HelloRefused};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
@@ -49,10 +51,18 @@ use crate::pump::throttle::Throttle;
 use crate::wire::fingerprint::Fingerprints;
 use crate::wire::proxy_tlv::PassedTlvs;
 use crate::{
-    flow::{registry, route},
+    flow::registry,
     sockopt,
-    tcp::{dial, inspect},
+    tcp::{dial, inspect, refuse},
 };
+
+/// A freshly accepted client connection.
+#[derive(Debug)]
+pub(crate) struct Accepted {
+    pub(crate) stream: TcpStream,
+    /// Who, when, and the listener's metric series: its record borrows it.
+    pub(crate) arrival: Arrival,
+}
 
 /// What a connection holds from admission to its end: its place under
 /// `max_connections` and its per-source slot (a direct client's from the
@@ -174,7 +184,7 @@ struct Established<'g> {
     timeouts: &'g Timeouts,
     /// Counts this connection on its backend address until dropped.
     _in_flight: InFlight,
-    /// The backend's keepalive, for the relay to set (see `connect`).
+    /// The backend's keepalive, for the relay to set (see [`crate::tcp::dial`]).
     keepalive: Option<sockopt::KeepaliveSecs>,
     /// Registered with the route's drain signal until the connection ends.
     drain: DrainGuard,
@@ -188,7 +198,7 @@ struct Established<'g> {
 struct RouteHeld {
     /// Its place under `[route.limits]` / `max_connections`. Held, not read.
     _slot: Option<RouteAdmitted>,
-    /// Its buckets, on a route with bandwidth limits (`pump::throttle`).
+    /// Its buckets, on a route with bandwidth limits ([`crate::pump::throttle`]).
     throttle: Option<Throttle>,
 }
 
@@ -197,21 +207,6 @@ impl Established<'_> {
     fn throttle(&self) -> Option<&Throttle> {
         self.route_held.as_ref()?.throttle.as_ref()
     }
-}
-
-/// Whom per-source limits count after the hello: the claimed client, the
-/// measured peer of a direct client, or nobody for a trusted peer's own
-/// connection (see `admission::route_source`).
-fn source_of(
-    peer: crate::addr::PeerAddr,
-    record: &ConnRecord<'_>,
-    listener: &crate::config::Listener,
-) -> Option<admission::Source> {
-    let trusted_peer = listener
-        .proxy_protocol
-        .as_ref()
-        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
-    admission::route_source(peer, trusted_peer, record.claimed)
 }
 
 /// The stages before the relay: preface → inspect → route → connect →
@@ -227,7 +222,6 @@ async fn setup<'g>(
         listener,
         routes,
         admission,
-        route_gates,
         backends,
         ..
     } = generation;
@@ -247,11 +241,15 @@ async fn setup<'g>(
             let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
             record.claimed = preface.sender.claimed();
             // admit, for a connection from a trusted peer: on its claim
-            let admitted = admission
-                .after_preface(record.claimed)
-                .map_err(|refusal| record.refuse(refusal))?;
+            let admitted = admission.after_preface(record.claimed).map_err(|refusal| {
+                let refused = HelloRefused::by_admission(refusal);
+                refused.count(&arrival.metrics);
+                refused.reason
+            })?;
             if let Some(admitted) = admitted {
-                access::log_dry_run(listener, arrival.peer, &admitted);
+                if let Some(dry) = DryRun::of(None, &admitted) {
+                    dry.log(listener, arrival.peer);
+                }
                 // Held for the connection's life, like a direct client's.
                 *per_source = Some(admitted);
             }
@@ -269,63 +267,54 @@ async fn setup<'g>(
         hello = inspect::read_hello(client, buffered, limit, deadline, routes.wants_fingerprints()) => hello?,
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
-    // route: the name is parsed and matched once; the same parse names it
-    // in the log line, whatever the outcome.
+    // admit on the hello, route, admit on the route: one decision, as a
+    // QUIC flow's (the name is parsed and matched once; the same parse
+    // names it in the log line, whatever the outcome). Refused: the alert,
+    // if the refusal has one, else closed at once; nothing forwarded.
     record.fingerprints = hello.fingerprints.clone();
-    // admit on the hello, for a `limit_key` with the JA4 (the lists were
-    // judged at accept or after the preface); refused: closed at once, no
-    // alert, nothing forwarded. (The source and JA4 are not kept in locals
-    // past this: the task's state holds what lives across an await.)
-    if let Some(admitted) = admission
-        .after_hello(source_of(arrival.peer, record, listener), hello.ja4())
-        .map_err(|refusal| record.refuse(refusal))?
-    {
-        access::log_dry_run(listener, arrival.peer, &admitted);
+    let arrived = Arrived {
+        peer: arrival.peer,
+        claimed: record.claimed,
+    };
+    let decision = decision::decide(generation, arrived, &hello.info, hello.ja4());
+    decision.log_dry_runs(listener, arrival.peer);
+    if let Some(heard) = decision.heard {
+        record.heard(heard);
+    }
+    let routed = match decision.outcome {
+        Ok(routed) => routed,
+        Err(refused) => {
+            refused.count(&arrival.metrics);
+            if let Some(entry) = refused.route {
+                record.routed(entry);
+            }
+            if let Some(alert) = refused.alert {
+                // Boxed: the alert-and-linger future is larger than the
+                // rest of setup, and only refusals need it.
+                Box::pin(refuse::refuse(client, alert)).await;
+            }
+            return Err(refused.reason);
+        }
+    };
+    let target = routed.entry;
+    record.routed(target);
+    if let Some(admitted) = routed.admitted {
+        // Counted by the hello: held for the connection's life instead.
         *per_source = Some(admitted);
     }
-    let decision = routes.decide_with(&hello.info, hello.ja4());
-    record.sni = decision.sni;
-    record.ech = decision.ech;
-    record.alpn = access::alpn_field(&hello.info.alpn);
-
-    let target = match decision.target {
-        Ok(target) => target,
-        Err(refusal) => {
-            // Boxed: the alert-and-linger future is larger than the rest
-            // of setup, and only refusals need it.
-            Box::pin(route::refuse(client, refusal)).await;
-            return Err(refusal.into());
-        }
-    };
-    record.route = Some(&target.route);
-    record.backend = Some(target.backend.clone());
-    // admit on the route ([route.limits], max_connections), now that the
-    // hello named it; refused: closed at once, no alert, nothing forwarded
-    let route_slot = match route_gates.get(&target.route) {
-        None => None,
-        Some(gate) => {
-            let admitted = gate
-                .admit_with(source_of(arrival.peer, record, listener), hello.ja4())
-                .map_err(|refusal| record.refuse_on_route(refusal))?;
-            if let Some(held) = &admitted.source {
-                access::log_route_dry_run(listener, arrival.peer, &target.route, held);
-            }
-            Some(admitted)
-        }
-    };
+    let route_slot = routed.route_slot;
     // Its bandwidth buckets, keyed for `rate_per_source_*` on the same
     // source as the connection limits.
-    let throttle = target.throttle.as_ref().map(|route| {
-        route.connection(source_of(arrival.peer, record, listener).map(|s| admission.key(s)))
-    });
+    let throttle = target
+        .throttle
+        .as_ref()
+        .map(|route| route.connection(routed.source.map(|s| admission.key(s))));
     // Registered until the connection ends; a reload that changes this
     // route or backend makes `closing` resolve at a jittered moment.
-    let drain = target.drain.enter();
+    let drain = routed.drain;
 
     // connect
-    let runtime = backends
-        .get(&target.backend.name)
-        .ok_or(CloseReason::NoAddress)?;
+    let runtime = routed.runtime;
     // The address the client dialled costs a getsockname(2); only a
     // cluster lookup (to recognise this node) and a PROXY header need it.
     let local_addr = || client.local_addr().map_err(|_| CloseReason::ClientReset);
@@ -334,7 +323,7 @@ async fn setup<'g>(
         None => None,
     };
     let client_addr = record.claimed.map_or(arrival.peer.0, |c| c.0);
-    let pick = dial::Pick {
+    let pick = Pick {
         client: client_addr.ip(),
         sni: record.sni.as_deref(),
         local: local.map(|a| a.ip()),
@@ -423,7 +412,6 @@ mod tests {
     use tokio::time::Instant;
 
     use crate::addr::PeerAddr;
-    use crate::flow::access::Arrival;
     use crate::metrics;
 
     /// An open connection's memory is mostly its task's state, which the

@@ -3,10 +3,9 @@
 //! order, each bounded by the backend's `connect_timeout`.
 //!
 //! The first half, which addresses a connection may choose among and how
-//! they are ranked ([`candidates`], then [`Candidates::plan`]), is shared
-//! with QUIC flows (`crate::quic::backend_address`), which take the first planned
-//! address whose slot is free, since UDP has no connect to fail; the
-//! attempts loop ([`connect`]) is TCP's.
+//! they are ranked, is the backend choice both transports share
+//! ([`crate::backend::candidates`]); the attempts loop ([`connect`]) is
+//! TCP's.
 //!
 //! A refused or unreachable address costs almost nothing and the next is
 //! tried at once; a black-holed one costs one `connect_timeout`; at most
@@ -14,7 +13,7 @@
 //! connection waits at most attempts × connect_timeout here. Each failed
 //! attempt is logged at debug and counted for passive health, except one
 //! that failed on this host (no free local port toward the address, no
-//! descriptor: `sockopt::is_local_connect_failure`), which says nothing of
+//! descriptor: [`crate::sockopt::is_local_connect_failure`]), which says nothing of
 //! the backend; the connection's outcome is logged once, by the caller.
 //! An address at its `max_connections` is skipped (its slot is taken
 //! before the connect); when every address is, the connection closes
@@ -25,16 +24,16 @@
 //! (and the connection is marked [`Connected::local`], so a push that no
 //! longer lists its name can close it). Among another node's addresses,
 //! the cluster's `node_choice` decides (`source_hash`, or `gerbil_fnv`:
-//! Gerbil's pick first, see `backend::node_choice`).
+//! Gerbil's pick first, see [`crate::backend::node_order`]).
 //!
 //! A backend socket gets TCP_NODELAY before its connect (one setsockopt(2),
 //! about 0.6 µs: `cargo bench --bench sockopt`). A connect to a loopback
 //! backend (a cluster's `local_backend`, a proxy on the same host) has
 //! completed by the time connect(2) returns; it is found so at once and the
 //! connection goes on without a turn of the event loop
-//! (`sockopt::start_connect`). The backend's `tcp_keepalive` goes with
+//! ([`crate::sockopt::start_connect`]). The backend's `tcp_keepalive` goes with
 //! the connection ([`Connected::keepalive`]) and is set by the relay once
-//! the connection has lasted `sockopt::KEEPALIVE_ARM_DELAY`, so a short
+//! the connection has lasted [`crate::sockopt::KEEPALIVE_ARM_DELAY`], so a short
 //! connection skips its five calls. The client side inherits its
 //! keepalive from the listening socket at no cost per connection.
 //!
@@ -42,23 +41,20 @@
 //! its connect: one of its source addresses, taken in turn, with the next
 //! tried at once when one has no free port (neither counted against the
 //! backend address), or the client's own address and port
-//! (`backend::egress`). The choice lives in the backend runtime, not in
+//! ([`crate::backend::egress`]). The choice lives in the backend runtime, not in
 //! the connection.
 //!
-//! Not here: anything sent on the connection (`announce`).
+//! Not here: anything sent on the connection ([`crate::proxy::outbound`]).
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
-use crate::backend::balance::Ranker;
-use crate::backend::cluster::{Answer, LookupError};
-use crate::backend::node_order::NodeChoice;
-use crate::backend::{AddressSet, BackendRuntime, Backends, InFlight, plan};
-use crate::close_reason::CloseReason;
+use crate::backend::candidates::{Candidates, ConnectError, Pick, candidates};
+use crate::backend::{BackendRuntime, Backends, InFlight};
 use crate::proxy::outbound::{Outbound, ProxyTlv};
 use crate::sockopt;
 
@@ -82,161 +78,6 @@ pub(crate) struct Connected {
     /// Sent to a cluster backend's `local_backend` (a pushed local name, a
     /// `local_overrides` name or an answer naming this node).
     pub local: bool,
-}
-
-/// What the connect stage needs to know about the connection.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Pick<'a> {
-    /// The client's address for `source_hash`: the claimed one behind a
-    /// trusted relay, else the peer.
-    pub client: IpAddr,
-    /// The normalised SNI, for cluster lookups.
-    pub sni: Option<&'a str>,
-    /// The address the client dialled, for a cluster backend (an answer
-    /// naming it means this node). `None` for any other backend, which has
-    /// no use for it and so is spared the getsockname(2).
-    pub local: Option<IpAddr>,
-    /// The client's address with its port (claimed, or the peer's), and
-    /// whether it was claimed: a cluster's `node_choice = "gerbil_fnv"`
-    /// hashes them as Gerbil writes them.
-    pub client_addr: SocketAddr,
-    pub claimed: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ConnectError {
-    #[error("none of {attempts} backend address(es) accepted a connection; last: {last}")]
-    Failed { attempts: usize, last: io::Error },
-    #[error("the backend has no address (never resolved, or the lookup found none)")]
-    NoAddress,
-    #[error("the cluster answer points outside allowed_targets")]
-    TargetNotAllowed,
-    #[error("every backend address has max_connections open")]
-    Full,
-}
-
-impl From<ConnectError> for CloseReason {
-    fn from(e: ConnectError) -> Self {
-        match e {
-            ConnectError::Failed { .. } => CloseReason::ConnectFailed,
-            ConnectError::NoAddress => CloseReason::NoAddress,
-            ConnectError::TargetNotAllowed => CloseReason::TargetNotAllowed,
-            ConnectError::Full => CloseReason::BackendFull,
-        }
-    }
-}
-
-impl From<LookupError> for ConnectError {
-    fn from(e: LookupError) -> Self {
-        match e {
-            LookupError::NoAddress => ConnectError::NoAddress,
-            LookupError::TargetNotAllowed => ConnectError::TargetNotAllowed,
-        }
-    }
-}
-
-/// The addresses a connection may choose among, and the backend whose
-/// settings (policy, caps, passive health) apply to them: the routed
-/// backend, or a cluster's `local_backend`.
-#[derive(Debug)]
-pub(crate) struct Candidates<'b> {
-    pub runtime: &'b BackendRuntime,
-    pub set: AddressSet,
-    /// A ranking that replaces the backend's policy (a cluster's
-    /// `node_choice = "gerbil_fnv"` among another node's addresses).
-    ranker: Option<Ranker>,
-    /// The set is a cluster's `local_backend`'s.
-    pub local: bool,
-}
-
-impl Candidates<'_> {
-    /// The addresses to try, best first: the policy's (or the cluster's)
-    /// ranking, healthy first, none at its cap or drained, at most the
-    /// backend's `connect_attempts`.
-    pub(crate) fn plan(&self, client: IpAddr) -> plan::Plan {
-        let backend = &self.runtime.config;
-        let attempts = backend.attempts(self.set.len());
-        let cap = backend.max_connections_per_address;
-        match self.ranker {
-            Some(ranker) => plan::plan_ranked(ranker, &self.set, attempts, cap),
-            None => plan::plan_with_backups(
-                backend.policy,
-                backend.backup_policy,
-                &self.runtime.selection,
-                &self.set,
-                attempts,
-                client,
-                cap,
-            ),
-        }
-    }
-}
-
-/// Finds the addresses `runtime`'s backend offers a connection described
-/// by `pick`: the fixed or resolved set (waiting up to `connect_timeout`
-/// for a first DNS answer), or a cluster's answer for the SNI (another
-/// node's addresses, or this node's `local_backend`).
-pub(crate) async fn candidates<'b>(
-    backends: &'b Backends,
-    runtime: &'b BackendRuntime,
-    pick: &Pick<'_>,
-) -> Result<Candidates<'b>, ConnectError> {
-    let wait = runtime.config.connect_timeout;
-    let Some(cache) = &runtime.cluster else {
-        let set = runtime
-            .addresses(wait)
-            .await
-            .ok_or(ConnectError::NoAddress)?;
-        return Ok(Candidates {
-            runtime,
-            set,
-            ranker: None,
-            local: false,
-        });
-    };
-    let sni = pick.sni.ok_or(ConnectError::NoAddress)?;
-    let local = pick
-        .local
-        .expect("setup looks up the dialled address for a cluster backend");
-    // Boxed: the lookup (an HTTP exchange) is a large future, and
-    // inline it would enlarge every connection's setup future; this
-    // allocation is paid by cluster backends only.
-    match Box::pin(cache.lookup(sni, local)).await? {
-        Answer::Remote(nodes) => {
-            let ranker = match runtime.config.cluster().map(|c| c.node_choice) {
-                Some(NodeChoice::GerbilFnv) if !nodes.set.is_empty() => {
-                    let n = nodes.set.len();
-                    let start = nodes.gerbil_first(pick.client_addr, pick.claimed);
-                    Some(Ranker::Rotated { start, n })
-                }
-                _ => None,
-            };
-            Ok(Candidates {
-                runtime,
-                set: nodes.set,
-                ranker,
-                local: false,
-            })
-        }
-        Answer::Local => {
-            let local = runtime
-                .config
-                .cluster()
-                .and_then(|c| c.local_backend.as_deref())
-                .and_then(|name| backends.get(name))
-                .ok_or(ConnectError::NoAddress)?;
-            let set = local
-                .addresses(local.config.connect_timeout)
-                .await
-                .ok_or(ConnectError::NoAddress)?;
-            Ok(Candidates {
-                runtime: local,
-                set,
-                ranker: None,
-                local: true,
-            })
-        }
-    }
 }
 
 /// Connects to `runtime`'s backend for a connection described by `pick`.

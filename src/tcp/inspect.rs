@@ -8,7 +8,7 @@
 //! including any bytes the client sent after the hello.
 //!
 //! The first read is made at once, before the event loop has reported the
-//! socket readable (`sockopt::recv_now`): a client sends its hello right
+//! socket readable ([`crate::sockopt::recv_now`]): a client sends its hello right
 //! after the handshake, so it has usually arrived by the time the
 //! connection's task first runs, and the connection then skips a turn of
 //! the event loop (as HAProxy's speculative reads do). In the pinned load

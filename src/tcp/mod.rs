@@ -8,3 +8,4 @@ pub(crate) mod accept_loop;
 pub(crate) mod connection;
 pub(crate) mod dial;
 pub mod inspect;
+pub(crate) mod refuse;

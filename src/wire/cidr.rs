@@ -12,7 +12,7 @@
 //! prefix length present, however many blocks it holds (admission's allow
 //! and deny lists, which may be long).
 //!
-//! Not here: source keys for per-source limits (see `admit`).
+//! Not here: source keys for per-source limits (see [`crate::admission`]).
 
 use std::collections::HashSet;
 use std::fmt;

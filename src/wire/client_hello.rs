@@ -9,7 +9,7 @@
 //! each record over any number of TCP segments. [`parse`] is the one-shot
 //! form, for tests, benches and fuzzing. [`decode_handshake`] decodes a
 //! handshake message that came without TLS records (QUIC's CRYPTO frames,
-//! reassembled by `quic::initial`).
+//! reassembled by [`crate::quic::initial`]).
 //!
 //! Guarantees the I/O side relies on:
 //! - every strict prefix of a valid hello is [`Inspect::Incomplete`], never a
@@ -61,7 +61,7 @@
 //! to 2,093 instructions per connection (callgrind, the load benchmark's
 //! hello).
 //!
-//! Fingerprints (JA4, JA3; `wire::fingerprint`) read fields this parser
+//! Fingerprints (JA4, JA3; [`crate::wire::fingerprint`]) read fields this parser
 //! otherwise only checks: the cipher suites, every extension type in order,
 //! `supported_groups`, `ec_point_formats` and `signature_algorithms`. The
 //! decoder notes where they sit in the message as a [`HelloLayout`] (a few

@@ -1,7 +1,7 @@
 //! TLS client fingerprints of a ClientHello: FoxIO's JA4 (`t…` over TCP,
 //! `q…` over QUIC) and JA3 (its string and MD5 hash), computed from the
 //! message the relay already holds and the [`HelloLayout`] its parser noted
-//! (`wire::client_hello`), never by parsing the hello again.
+//! ([`crate::wire::client_hello`]), never by parsing the hello again.
 //!
 //! JA4 (FoxIO's specification, BSD-3-Clause, `technical_details/JA4.md`):
 //! `{t|q}{version}{d|i}{ciphers:02}{extensions:02}{alpn}_{b}_{c}` where
@@ -67,7 +67,7 @@ pub struct Fingerprints {
 
 impl Fingerprints {
     /// The fingerprints of the ClientHello handshake `message` whose fields
-    /// sit where `layout` says (both from `wire::client_hello`).
+    /// sit where `layout` says (both from [`crate::wire::client_hello`]).
     pub fn compute(message: &[u8], layout: &HelloLayout, transport: Transport) -> Self {
         let hello = Fields::read(message, layout);
         let ja3 = hello.ja3();

@@ -11,8 +11,8 @@
 //!   is never among them (`passed_tlvs`).
 //!
 //! Pure: no I/O and no configuration. Not here: parsing and validating a
-//! header (`wire::proxy`, which this reads only after it accepted the
-//! header), or writing one (`proxy::outbound`).
+//! header ([`crate::wire::proxy`], which this reads only after it accepted the
+//! header), or writing one ([`crate::proxy::outbound`]).
 //!
 //! Cost: nothing unless a listener lists types to pass through; then one
 //! more walk over a header's TLVs and one allocation when any is kept.
@@ -76,7 +76,7 @@ pub enum TlvRole {
     /// 0x30, PP2_TYPE_NETNS.
     Netns,
     /// 0xE0: the first custom type, which our hop count shares with
-    /// other products behind its sub-type (see `wire::proxy`).
+    /// other products behind its sub-type (see [`crate::wire::proxy`]).
     HopsShared,
     /// 0xE1–0xEF, PP2_TYPE_MIN_CUSTOM..MAX_CUSTOM: "application-specific
     /// data", never used by the protocol itself.
@@ -251,7 +251,7 @@ pub struct Passed {
 /// The TLVs of types in `keep` from `raw`, the bytes of `header` as
 /// [`proxy::parse`] accepted it. Only a v2 PROXY header has TLVs to pass
 /// (LOCAL's block is never read, and under the UNSPEC family the block is
-/// opaque, as `wire::proxy` reads it); our hop count never passes, as it
+/// opaque, as [`crate::wire::proxy`] reads it); our hop count never passes, as it
 /// is counted, not carried. Repeats pass as they came; from the first TLV
 /// that would pass [`MAX_PASSED_TLV_BYTES`] on, nothing more is kept.
 pub fn passed_tlvs(raw: &[u8], header: &Header, keep: &TlvTypes) -> Passed {

@@ -2,7 +2,7 @@
 //! `rate_down`, `rate_per_source_up`, `rate_per_source_down`, `burst`)
 //! and lays a route's over its listener's.
 //!
-//! Not here: the buckets (`pump::throttle`), or refusing the keys on a
+//! Not here: the buckets ([`crate::pump::throttle`]), or refusing the keys on a
 //! QUIC listener (`protocol` and `quic_route`, from `keys::Applies::Tcp`).
 
 use super::*;

@@ -1,8 +1,8 @@
 //! `[listener.match]` and `[route.match]`: JA4 patterns a hello must match
 //! (`ja4`) or must not (`ja4_deny`), each an exact fingerprint or a prefix
-//! ending in `*` (`wire::fingerprint::Ja4Pattern`).
+//! ending in `*` ([`crate::wire::fingerprint::Ja4Pattern`]).
 //!
-//! Not here: computing a fingerprint or applying the rules (`flow::route`).
+//! Not here: computing a fingerprint or applying the rules ([`crate::flow::route`]).
 
 use super::file::MatchSection;
 use super::*;

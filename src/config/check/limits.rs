@@ -1,6 +1,6 @@
 //! Checks `[listener.limits]` and `[route.limits]`: per-source admission.
 //!
-//! Not here: admission itself (`admit`).
+//! Not here: admission itself ([`crate::admission`]).
 
 use super::*;
 

@@ -7,7 +7,7 @@
 //! checks of values they share. Error messages name the key and the bad
 //! value; tests pin them.
 //!
-//! Not here: the defaults and ranges (`config`, declared in `config::keys`)
+//! Not here: the defaults and ranges (`config`, declared in [`crate::config::keys`])
 //! or reading the file.
 
 mod admin;

@@ -1,11 +1,11 @@
 //! Checks the PROXY v2 TLV keys: a backend's `proxy_protocol_tlvs` (what
 //! its v2 header adds) and a listener's `[listener.proxy_protocol]
 //! pass_through_tlvs` (what it copies from a peer's header). Which types
-//! each may name is the spec's business and lives in `wire::proxy_tlv`
+//! each may name is the spec's business and lives in [`crate::wire::proxy_tlv`]
 //! ([`TlvRole`]); here: the key and index of every problem, the value
 //! sources, and the bound on what a backend's list can add.
 //!
-//! Not here: encoding (`proxy::outbound`) or reading headers.
+//! Not here: encoding ([`crate::proxy::outbound`]) or reading headers.
 
 use super::*;
 use crate::wire::proxy_tlv::{MAX_ADDED_TLV_BYTES, TLV_ALPN, TlvRole, TlvTypes};

@@ -4,7 +4,7 @@
 //! source of its family.
 //!
 //! Not here: whether this host has the addresses or the capability
-//! `"client"` needs (`backend::egress::probe`, at start: `check` may run
+//! `"client"` needs ([`crate::backend::egress::probe`], at start: `check` may run
 //! elsewhere, unprivileged), or binding.
 
 use super::*;

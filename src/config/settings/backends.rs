@@ -1,5 +1,5 @@
 //! A backend's validated settings: what `[backend.NAME]` (with its
-//! `health` and `cluster` tables) says once `config::check` has checked
+//! `health` and `cluster` tables) says once [`crate::config::check`] has checked
 //! it, the policies' and node choices' names, and the keys only one policy
 //! accepts. Plain data: the backend runtime (`backend`) reads these and
 //! adds its behaviour (ranking, hashing, lookups) in its own `impl` blocks.

@@ -5,7 +5,7 @@
 //! `/config` writes them back.
 //!
 //! Not here: writing anything (`logging`), or checking the file
-//! (`config::check`).
+//! ([`crate::config::check`]).
 
 use std::fmt;
 use std::path::PathBuf;

@@ -1,11 +1,11 @@
 //! The validated settings that runtime modules read: plain data, built by
-//! the checker (`config::check`) and shown by `/config`
-//! (`config::effective`). The modules that act on them (`admit`, `proxy`,
+//! the checker ([`crate::config::check`]) and shown by `/config`
+//! ([`crate::config::effective`]). The modules that act on them ([`crate::admission`], `proxy`,
 //! `sockopt`, `pump`, `backend`) import them from here and add their behaviour in
 //! their own `impl` blocks, so that configuration imports no runtime
 //! module.
 //!
-//! Not here: checking values (`config::check`), defaults (`config`), or any
+//! Not here: checking values ([`crate::config::check`]), defaults (`config`), or any
 //! behaviour beyond plain constructors.
 
 use std::net::IpAddr;
@@ -52,7 +52,7 @@ pub struct ByteRate {
 /// `rate_per_source_up`, `rate_per_source_down`, `burst`), validated: a
 /// route's own keys laid over its listener's. "Up" is client → backend,
 /// "down" backend → client. All `None`: the connection has no bucket and
-/// pays nothing (see `pump::throttle`).
+/// pays nothing (see [`crate::pump::throttle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Bandwidth {
     /// Each connection's own bucket, client → backend.
@@ -97,7 +97,7 @@ pub struct Limits {
     /// New connections per source key; `None` is unlimited.
     ///
     /// Memory: ~50 bytes per key seen within `burst / per_second` seconds
-    /// plus one `admit::SWEEP_INTERVAL`; quiet keys are dropped by the sweep.
+    /// plus one [`crate::admission::SWEEP_INTERVAL`]; quiet keys are dropped by the sweep.
     /// Hot path: one sharded-lock lookup and one compare-and-swap (GCRA).
     pub rate_per_source: Option<Rate>,
     /// Bits of an IPv4 source that form its key (1..=32).
@@ -125,7 +125,7 @@ pub struct Limits {
     /// `None` is unlimited. Exclusive of `rate_per_source`.
     ///
     /// Memory: ~64 bytes per key seen within the last two periods (see
-    /// `admission::attempts`); quiet keys are dropped by the sweep. Hot
+    /// [`crate::admission::attempts`]); quiet keys are dropped by the sweep. Hot
     /// path: one mutex hold, one hash of the key and a few integer
     /// operations.
     pub attempts_per_source: Option<Attempts>,
@@ -336,7 +336,7 @@ impl TlvSource {
 
 /// TCP keepalive settings (`tcp_keepalive`): after `idle` with nothing
 /// sent or received, probe every `interval`; after `count` unanswered
-/// probes (or unacknowledged data for as long, see `sockopt::set_keepalive`) the
+/// probes (or unacknowledged data for as long, see [`crate::sockopt::set_keepalive`]) the
 /// kernel fails the socket with ETIMEDOUT. The kernel counts
 /// in whole seconds (TCP_KEEPIDLE, TCP_KEEPINTVL: 1..=32767), so `config`
 /// accepts nothing else.

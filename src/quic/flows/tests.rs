@@ -3,12 +3,17 @@
 //! pending-table limits, open flows following their client, expiry and
 //! drain.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use super::*;
 
 use rustls::pki_types::ServerName;
 
 use crate::backend::Backends;
 use crate::config::Config;
+use crate::pump::relay::lifetime_end;
+use crate::quic::Version;
 use crate::quic::backend_address::pick_now;
 use crate::quic::initial_keys;
 use crate::quic::seal::seal_initial;
@@ -131,7 +136,7 @@ enum Seen {
 
 /// Drains the table's events; picks are answered at once, as the
 /// socket task answers them for fixed addresses.
-fn events(table: &mut FlowTable<u32>, generation: &Generation) -> Vec<Seen> {
+fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<Seen> {
     let mut seen = Vec::new();
     while let Some(event) = table.poll_event() {
         seen.push(match event {
@@ -169,19 +174,54 @@ fn events(table: &mut FlowTable<u32>, generation: &Generation) -> Vec<Seen> {
     seen
 }
 
-fn permits(n: usize) -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(n))
+/// `n` connection permits, as a plain counter ([`Permits`]).
+fn permits(n: usize) -> Free {
+    Free(Rc::new(Cell::new(n)))
+}
+
+/// Free permits, shared with those taken.
+#[derive(Debug)]
+struct Free(Rc<Cell<usize>>);
+
+/// A permit taken; given back when dropped.
+#[derive(Debug)]
+struct Taken(Rc<Cell<usize>>);
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() + 1);
+    }
+}
+
+impl Free {
+    fn available_permits(&self) -> usize {
+        self.0.get()
+    }
+}
+
+impl Permits for Free {
+    type Permit = Taken;
+
+    fn available(&self) -> usize {
+        self.0.get()
+    }
+
+    fn try_take(&self) -> Option<Taken> {
+        let free = self.0.get().checked_sub(1)?;
+        self.0.set(free);
+        Some(Taken(self.0.clone()))
+    }
 }
 
 /// Feeds `datagrams` from `from` the way the socket task does: a new
 /// address starts a flow.
 fn feed(
-    table: &mut FlowTable<u32>,
+    table: &mut FlowTable<u32, Taken>,
     now: Instant,
     from: SocketAddr,
     datagrams: &[Vec<u8>],
     generation: &Generation,
-    permits: &Arc<Semaphore>,
+    permits: &Free,
 ) {
     for datagram in datagrams {
         if table.handle(now, from, datagram, generation) == Datagram::Unknown {
@@ -190,11 +230,11 @@ fn feed(
     }
 }
 
-#[tokio::test]
-async fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
+#[test]
+fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let client = addr("192.0.2.1:5000");
     let flight = initials("example.com", 3);
@@ -231,11 +271,11 @@ async fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened(
     assert_eq!(permits.available_permits(), 10);
 }
 
-#[tokio::test]
-async fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
+#[test]
+fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let (other, no_name, allowed) = (
         addr("192.0.2.1:5000"),
@@ -293,11 +333,11 @@ async fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
     assert_eq!(permits.available_permits(), 10);
 }
 
-#[tokio::test]
-async fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
+#[test]
+fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let client = addr("192.0.2.1:5000");
     let flight = initials("example.com", 1);
@@ -323,11 +363,11 @@ async fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
     assert_eq!(permits.available_permits(), 10);
 }
 
-#[tokio::test]
-async fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
+#[test]
+fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let start = Instant::now();
     let (noise, slow) = (addr("192.0.2.1:5000"), addr("192.0.2.2:5000"));
     feed(
@@ -370,15 +410,15 @@ async fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
     assert_eq!(table.pending(), (0, 0));
 }
 
-#[tokio::test]
-async fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
+#[test]
+fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
     // One open flow per JA4: a second client of the same TLS stack is
     // refused once its hello is complete, whatever its address, with no
     // answer (as at the gate); the first flow keeps its slot.
     let generation = generation("connections_per_source = 1\nlimit_key = \"ja4\"");
     assert!(generation.routes.wants_fingerprints());
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let (first, second) = (addr("192.0.2.1:5000"), addr("198.51.100.2:5000"));
     let flight = initials("example.com", 1);
@@ -404,14 +444,14 @@ async fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
     );
 }
 
-#[tokio::test]
-async fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() {
+#[test]
+fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() {
     // The accept gate is the listener's one `Admission`: with
     // `attempts_per_source = 3` a source's fourth new flow within the
     // period is refused as `limit_rate`, closed before it is held.
     let generation = generation("connections_per_source = false\nattempts_per_source = 3");
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let flight = initials("example.com", 1);
     let started: Vec<bool> = (0..5)
@@ -432,12 +472,12 @@ async fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listene
     assert_eq!((counts.admitted, counts.limit_rate), (4, 2));
 }
 
-#[tokio::test]
-async fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
+#[test]
+fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     // Per source, through the accept gate: one flow per address.
     let generation_1 = generation("connections_per_source = 1");
     let permits_10 = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let flight = initials("example.com", 2);
     assert!(table.start(
@@ -470,7 +510,7 @@ async fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     // connection permits.
     let generation = generation("");
     let permits_4 = permits(4);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     assert!(table.start(
         now,
         addr("192.0.2.1:5000"),
@@ -506,18 +546,18 @@ async fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     // No free permit at all: nothing pending to give one back, the
     // datagram is dropped.
     let none = permits(0);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     assert!(!table.start(now, addr("192.0.2.4:5000"), &flight[0], &generation, &none));
     assert_eq!(table.pending(), (0, 0));
 }
 
-#[tokio::test]
-async fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
+#[test]
+fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
     // A half-hello flood: MAX_PENDING_FLOWS first datagrams of a
     // two-datagram hello, from 200 addresses, then more.
     let generation = generation("");
     let permits = permits(100_000);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let half = &initials("example.com", 2)[..1];
     let flood = |i: usize| {
@@ -586,11 +626,11 @@ async fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
     );
 }
 
-#[tokio::test]
-async fn a_source_at_its_share_evicts_its_own_oldest_pending_flow() {
+#[test]
+fn a_source_at_its_share_evicts_its_own_oldest_pending_flow() {
     let generation = generation("");
     let permits = permits(10_000);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let flight = initials("example.com", 2);
     let half = &flight[..1];
@@ -644,11 +684,11 @@ fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
 
 /// Opens a flow for example.com from `client`; returns its id.
 fn open(
-    table: &mut FlowTable<u32>,
+    table: &mut FlowTable<u32, Taken>,
     now: Instant,
     client: SocketAddr,
     generation: &Generation,
-    permits: &Arc<Semaphore>,
+    permits: &Free,
     io: u32,
 ) -> u64 {
     feed(
@@ -675,11 +715,11 @@ fn open(
     id
 }
 
-#[tokio::test]
-async fn an_open_flow_follows_its_client_by_the_backend_s_connection_id() {
+#[test]
+fn an_open_flow_follows_its_client_by_the_backend_s_connection_id() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let (first, moved, stranger) = (
         addr("192.0.2.1:5000"),
@@ -745,7 +785,9 @@ fn an_open_flow_expires_idle_or_at_its_lifetime_moment() {
     // deadline of a busy flow.
     let lifetime = Duration::from_secs(100);
     let expiry = Expiry::new(start, idle, Some(lifetime), 1);
-    let end = lifetime_end(start, Some(lifetime), 1).unwrap();
+    let end = lifetime_end(start.into(), Some(lifetime), 1)
+        .unwrap()
+        .into_std();
     assert!(end >= start + lifetime.mul_f64(0.9) && end <= start + lifetime);
     let busy = end - start;
     assert_eq!(expiry.deadline(busy), end);
@@ -753,11 +795,11 @@ fn an_open_flow_expires_idle_or_at_its_lifetime_moment() {
     assert_eq!(expiry.expired(end, busy), Some(CloseReason::MaxLifetime));
 }
 
-#[tokio::test]
-async fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
+#[test]
+fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32>::new(None);
+    let mut table = FlowTable::<u32, Taken>::new(None);
     let now = Instant::now();
     let (open_client, pending_client, late) = (
         addr("192.0.2.1:5000"),

@@ -19,7 +19,7 @@
 //! and new), close the sockets the file removed, stop the backend runtimes
 //! no generation uses any more, and fire the drain signals of what changed.
 //! Sockets of listeners that stay are never closed, so no connection is
-//! refused. Keys read only at start (`config::effective::RESTART_KEYS`:
+//! refused. Keys read only at start ([`crate::config::effective::RESTART_KEYS`]:
 //! threads, the pipe pool, the admin listener) keep their running value; a
 //! reload whose file changes one logs a warning per key and `/config`
 //! lists it under `pending_restart`.
@@ -32,9 +32,9 @@
 //! apply) is in `reloading`.
 //!
 //! Not here: binding and inherited sockets (`bind`), the listeners' accept
-//! loops and generations (`listeners`), what a connection does (`conn`),
+//! loops and generations ([`crate::run::listener_set`]), what a connection does ([`crate::tcp::connection`]),
 //! the diff (`reload`), the handoff protocol (`takeover`), the admission
-//! sweep (`admit`), sd_notify (`notify`).
+//! sweep ([`crate::admission`]), sd_notify ([`crate::run::notify`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -185,7 +185,7 @@ struct Server {
     config: Config,
     /// The configuration the process started with, as the file model: the
     /// values of the keys only a restart applies
-    /// (`config::effective::RESTART_KEYS`).
+    /// ([`crate::config::effective::RESTART_KEYS`]).
     started: FileConfig,
     listeners: Listeners,
     /// What every accept loop shares: permits, trackers, stop tokens.

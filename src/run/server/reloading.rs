@@ -1,6 +1,6 @@
 //! A reload as the server carries it out: the file read on its own thread
 //! within `CONFIG_READ_TIMEOUT`, checked, compared with the running
-//! snapshot (`run::reload`'s diff), and applied, or refused with the
+//! snapshot ([`crate::run::reload`]'s diff), and applied, or refused with the
 //! running snapshot kept (docs/design.md, "Generations"). The server's
 //! loop and drain are in the parent module.
 

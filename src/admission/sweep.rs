@@ -1,0 +1,75 @@
+//! The background task that sweeps a listener's per-source tables and
+//! summarises what admission refused ([`spawn_sweeper`]).
+//!
+//! Not here: the tables, or what a sweep drops ([`super::gate`]).
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::SWEEP_INTERVAL;
+use super::gate::*;
+
+/// Sweeps a listener's per-source tables every [`SWEEP_INTERVAL`] and logs,
+/// at warn, how many connections admission refused (or, in dry run, would
+/// have refused) since the last sweep: refusals are logged one by one only
+/// at debug, since a flood makes many. Follows `published` (the listener's
+/// generation, whose admission state `admission_of` picks out): most
+/// reloads carry the state over, and only a new one starts the counts
+/// afresh. `sweep_routes` sweeps the generation's route gates (their
+/// refusals are counted in metrics, not in this summary). Ends when the listener is gone (the sender dropped) or `stop`
+/// fires.
+pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
+    listener: String,
+    mut published: watch::Receiver<T>,
+    admission_of: fn(&T) -> Arc<Admission>,
+    sweep_routes: fn(&T),
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut current = admission_of(&published.borrow_and_update());
+        let mut last = current.counters.snapshot();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = published.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let admission = admission_of(&published.borrow_and_update());
+                    if !Arc::ptr_eq(&admission, &current) {
+                        current = admission;
+                        last = current.counters.snapshot();
+                    }
+                    continue;
+                }
+                () = stop.cancelled() => return,
+            }
+            current.sweep();
+            sweep_routes(&published.borrow());
+            let now = current.counters.snapshot();
+            let delta = now.refused_since(&last);
+            if delta.any_refused() {
+                let tracked = current.tracked();
+                tracing::warn!(
+                    listener = %listener,
+                    admitted = delta.admitted,
+                    denied = delta.denied,
+                    limit_concurrent = delta.limit_concurrent,
+                    limit_rate = delta.limit_rate,
+                    dry_run_concurrent = delta.dry_run_concurrent,
+                    dry_run_rate = delta.dry_run_rate,
+                    tracked_sources = tracked
+                        .concurrent_keys
+                        .max(tracked.rate_keys)
+                        .max(tracked.attempt_keys),
+                    "admission refused connections"
+                );
+            }
+            last = now;
+        }
+    });
+}

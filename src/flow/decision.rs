@@ -1,0 +1,311 @@
+//! The one decision after the hello, for a TCP connection and a QUIC flow
+//! alike: a pure function ([`decide`]: no socket, no await, no clock) of the
+//! listener's [`Generation`], who the arrival is ([`Arrived`]) and its
+//! parsed ClientHello with its JA4, whose answer each transport only
+//! carries out.
+//!
+//! In order, each step ending the decision when it refuses:
+//! 1. admit on the hello: a `limit_key` with the JA4 counts now
+//!    ([`crate::admission::Admission::after_hello`]; the lists were judged
+//!    at the gate, [`crate::flow::gate`]); refused: no alert;
+//! 2. route: the name, ALPN, TLS version, ECH and JA4 rules
+//!    ([`crate::flow::route::RouteTable::decide_with`]); refused: the TLS
+//!    alert of the one table ([`crate::flow::alert`]);
+//! 3. admit on the route (`[route.limits]`, `max_connections`,
+//!    [`crate::admission::RouteGate`]); refused: no alert;
+//! 4. the backend's runtime in the generation; missing: `no_address`.
+//!
+//! Routed ([`Routed`]), the answer holds what the connection keeps: its
+//! route entry and backend runtime, the admission slots counted here and
+//! the route's drain guard, entered. HelloRefused ([`HelloRefused`]), it holds the
+//! close reason and the alert to send, if any. Either way the log fields
+//! the hello gave (SNI, ECH, ALPN) and what a dry run would have refused
+//! ([`DryRun`]) come with it; [`HelloRefused::count`] is the one way a refusal
+//! is counted, on either transport.
+//!
+//! TCP encodes the alert as a TLS alert record ([`crate::tcp::refuse`]),
+//! QUIC as a server Initial carrying CONNECTION_CLOSE
+//! ([`crate::quic::refusal`]); then TCP dials, QUIC asks for an address.
+//!
+//! Not here: reading the hello, the admission before it (the gate, the
+//! preface), connecting, or writing the log line ([`crate::flow::access`]).
+
+use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::admission::{self, Admitted, Refusal, RouteAdmitted, RouteRefusal, Source, SourceKey};
+use crate::backend::BackendRuntime;
+use crate::close_reason::CloseReason;
+use crate::config::Listener;
+use crate::drain::DrainGuard;
+use crate::flow::generation::Generation;
+use crate::flow::route::{EchKind, RouteEntry};
+use crate::metrics::ListenerMetrics;
+use crate::wire::client_hello::ClientHello;
+
+use tracing::Level;
+
+/// Who arrived: the measured peer and, behind a trusted peer relay, the
+/// client its PROXY header claims (a QUIC flow claims nothing).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrived {
+    pub peer: PeerAddr,
+    pub claimed: Option<ClaimedAddr>,
+}
+
+impl Arrived {
+    /// Whom per-source limits count after the hello: the claimed client,
+    /// the measured peer of a direct client, or nobody for a trusted
+    /// peer's own connection ([`admission::route_source`]).
+    pub(crate) fn source(self, listener: &Listener) -> Option<Source> {
+        let trusted_peer = listener
+            .proxy_protocol
+            .as_ref()
+            .is_some_and(|inbound| inbound.trusts(self.peer.0.ip()));
+        admission::route_source(self.peer, trusted_peer, self.claimed)
+    }
+}
+
+/// What was decided after one hello.
+#[derive(Debug)]
+pub(crate) struct AfterHello<'g> {
+    /// The log fields the route decision read off the hello; `None` when
+    /// the hello was refused before routing (at its admission).
+    pub heard: Option<Heard>,
+    /// What dry runs would have refused: the hello's admission, then the
+    /// route's.
+    pub dry_runs: [Option<DryRun<'g>>; 2],
+    pub outcome: Result<Routed<'g>, HelloRefused<'g>>,
+}
+
+/// What routing read off the hello, for the access line.
+#[derive(Debug, Default)]
+pub(crate) struct Heard {
+    /// The server name as it is logged (see
+    /// [`crate::flow::route::Decision::sni`]).
+    pub sni: Option<Box<str>>,
+    pub ech: Option<EchKind>,
+    /// The `alpn` field ([`alpn_field`]).
+    pub alpn: Option<Box<str>>,
+}
+
+/// A routed hello: where it goes and what it holds meanwhile.
+#[derive(Debug)]
+pub(crate) struct Routed<'g> {
+    /// The route (name, backend, timeouts, bandwidth limits).
+    pub entry: &'g RouteEntry,
+    /// The backend's runtime in the generation.
+    pub runtime: &'g BackendRuntime,
+    /// Whom per-source limits counted ([`Arrived::source`]).
+    pub source: Option<Source>,
+    /// The slot the hello's admission counted (a `limit_key` with the
+    /// JA4), which replaces the one taken at the gate.
+    pub admitted: Option<Admitted>,
+    /// Its place under the route's limits, if the route has any.
+    pub route_slot: Option<RouteAdmitted>,
+    /// Registered with the route's drain signal until dropped.
+    pub drain: DrainGuard,
+}
+
+/// A refused hello: why, and what the client is told.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HelloRefused<'g> {
+    pub reason: CloseReason,
+    /// The TLS alert description to send ([`crate::flow::alert`]), or
+    /// `None`: closed at once, nothing sent.
+    pub alert: Option<u8>,
+    /// The route the hello took before its limits refused it (logged).
+    pub route: Option<&'g RouteEntry>,
+    /// HelloRefused by admission limits (counted as such).
+    limit: bool,
+}
+
+impl HelloRefused<'_> {
+    /// A refusal by the listener's admission (at the gate, after a
+    /// preface or after the hello).
+    pub(crate) fn by_admission(refusal: Refusal) -> HelloRefused<'static> {
+        HelloRefused {
+            reason: refusal.into(),
+            alert: None,
+            route: None,
+            limit: true,
+        }
+    }
+
+    /// Counts the refusal in the listener's series, the one way either
+    /// transport does: a refusal by limits in `limit_refusals` (the close
+    /// itself is counted when its record closes).
+    pub(crate) fn count(&self, metrics: &ListenerMetrics) {
+        if self.limit {
+            metrics.limit_refused(self.reason);
+        }
+    }
+}
+
+/// A refusal a dry run would have made, to be logged at debug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DryRun<'g> {
+    /// The route whose limits would refuse; `None`: the listener's.
+    pub route: Option<&'g str>,
+    pub source: SourceKey,
+    pub would_refuse: CloseReason,
+}
+
+impl<'g> DryRun<'g> {
+    /// The note of a slot counted under `dry_run` (the listener's, or
+    /// `route`'s), if it would have been refused.
+    pub(crate) fn of(route: Option<&'g str>, admitted: &Admitted) -> Option<DryRun<'g>> {
+        let would = admitted.would_refuse?;
+        Some(DryRun {
+            route,
+            source: admitted.key,
+            would_refuse: match route {
+                None => would.into(),
+                Some(_) => RouteRefusal::Source(would).into(),
+            },
+        })
+    }
+
+    /// Logs the refusal the dry run would have made.
+    pub(crate) fn log(&self, listener: &Listener, peer: PeerAddr) {
+        tracing::debug!(
+            listener = %listener.name,
+            route = self.route,
+            client.peer = %peer,
+            source = %self.source,
+            would_refuse = self.would_refuse.as_str(),
+            "dry run: admission would refuse this connection"
+        );
+    }
+}
+
+impl<'g> AfterHello<'g> {
+    /// Logs what dry runs would have refused (the transports call it
+    /// before carrying the decision out).
+    pub(crate) fn log_dry_runs(&self, listener: &Listener, peer: PeerAddr) {
+        for dry in self.dry_runs.iter().flatten() {
+            dry.log(listener, peer);
+        }
+    }
+
+    fn refused(
+        refused: HelloRefused<'g>,
+        heard: Option<Heard>,
+        dry_runs: [Option<DryRun<'g>>; 2],
+    ) -> Self {
+        AfterHello {
+            heard,
+            dry_runs,
+            outcome: Err(refused),
+        }
+    }
+}
+
+/// The `alpn` log field: the hello's ALPN protocols, comma-separated and
+/// escaped (a hostile name cannot forge log lines); `None` when the hello
+/// offered none or no access line can be written (formatting allocates,
+/// and WARN is the most verbose level an access line is written at).
+pub(crate) fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
+    if alpn.is_empty() || !tracing::enabled!(target: "snirelay::access", Level::WARN) {
+        return None;
+    }
+    let names: Vec<_> = alpn.iter().map(|p| String::from_utf8_lossy(p)).collect();
+    Some(names.join(",").escape_debug().to_string().into_boxed_str())
+}
+
+/// Decides what becomes of a hello from `arrived` under `generation`
+/// (see the module header for the steps); `ja4` is the hello's
+/// fingerprint, `None` when none was computed.
+pub(crate) fn decide<'g>(
+    generation: &'g Generation,
+    arrived: Arrived,
+    hello: &ClientHello,
+    ja4: Option<&str>,
+) -> AfterHello<'g> {
+    let Generation {
+        listener,
+        routes,
+        admission,
+        route_gates,
+        backends,
+        ..
+    } = generation;
+    let source = arrived.source(listener);
+    let mut dry_runs = [None, None];
+
+    // admit on the hello
+    let admitted = match admission.after_hello(source, ja4) {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            return AfterHello::refused(HelloRefused::by_admission(refusal), None, dry_runs);
+        }
+    };
+    dry_runs[0] = admitted.as_ref().and_then(|a| DryRun::of(None, a));
+
+    // route
+    let decision = routes.decide_with(hello, ja4);
+    let heard = Heard {
+        sni: decision.sni,
+        ech: decision.ech,
+        alpn: alpn_field(&hello.alpn),
+    };
+    let entry = match decision.target {
+        Ok(entry) => entry,
+        Err(no_route) => {
+            let refused = HelloRefused {
+                reason: no_route.into(),
+                alert: Some(no_route.alert()),
+                route: None,
+                limit: false,
+            };
+            return AfterHello::refused(refused, Some(heard), dry_runs);
+        }
+    };
+
+    // admit on the route
+    let route_slot = match route_gates.get(&entry.route) {
+        None => None,
+        Some(gate) => match gate.admit_with(source, ja4) {
+            Ok(slot) => {
+                dry_runs[1] = slot
+                    .source
+                    .as_ref()
+                    .and_then(|a| DryRun::of(Some(&entry.route), a));
+                Some(slot)
+            }
+            Err(refusal) => {
+                let refused = HelloRefused {
+                    reason: refusal.into(),
+                    alert: None,
+                    route: Some(entry),
+                    limit: true,
+                };
+                return AfterHello::refused(refused, Some(heard), dry_runs);
+            }
+        },
+    };
+
+    // the backend's runtime
+    let Some(runtime) = backends.get(&entry.backend.name) else {
+        let refused = HelloRefused {
+            reason: CloseReason::NoAddress,
+            alert: None,
+            route: Some(entry),
+            limit: false,
+        };
+        return AfterHello::refused(refused, Some(heard), dry_runs);
+    };
+    AfterHello {
+        heard: Some(heard),
+        dry_runs,
+        outcome: Ok(Routed {
+            entry,
+            runtime,
+            source,
+            admitted,
+            route_slot,
+            drain: entry.drain.enter(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,63 @@
+//! The admission gate both transports share: the one place where a new
+//! arrival (a TCP connection just accepted, a QUIC flow's first datagram)
+//! is admitted, before a byte of it is read ([`admit()`]).
+//!
+//! Not here: the limits themselves ([`crate::admission`]), the accept loop
+//! ([`crate::tcp::accept_loop`]) or the flow table
+//! ([`crate::quic::flows`]) that call it, or the admission after the hello
+//! ([`crate::flow::decision`]).
+
+use crate::addr::PeerAddr;
+use crate::admission::AtAccept;
+use crate::flow::access::{self, CloseReason, ConnRecord, QuicFields};
+use crate::flow::decision::{DryRun, HelloRefused};
+use crate::flow::generation::Generation;
+use crate::metrics::ListenerMetrics;
+
+/// The admission gate, for a TCP connection just accepted or a QUIC flow's
+/// first datagram, before a byte of it is read: the one place where a new
+/// arrival is admitted ([`crate::admission::Admission::at_accept`]), on its measured
+/// `peer`, under `generation`'s listener limits.
+///
+/// The arrival is counted first (`accepted`, and `active` until its close),
+/// so that a refused one is closed through the same close stage: its record
+/// (and a QUIC flow's fields), made by `refused_record` only then, writes
+/// its access line ([`access::refused`]), the refusal counted as every
+/// refusal is ([`HelloRefused::count`]), and `Err` carries the reason; the caller
+/// drops the arrival unread. Admitted, a dry run's would-be refusal is
+/// logged, and the slot is returned, to be held for the arrival's life; a
+/// trusted peer relay is decided after its preface instead ([`crate::tcp::connection`]).
+pub(crate) fn admit<'r>(
+    generation: &Generation,
+    peer: PeerAddr,
+    metrics: &ListenerMetrics,
+    refused_record: impl FnOnce() -> (ConnRecord<'r>, Option<&'r QuicFields>),
+) -> Result<AtAccept, CloseReason> {
+    let Generation {
+        listener,
+        admission,
+        ..
+    } = generation;
+    metrics.accepted();
+    let trusted_peer = listener
+        .proxy_protocol
+        .as_ref()
+        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
+    match admission.at_accept(peer, trusted_peer) {
+        Ok(at_accept) => {
+            if let AtAccept::Admitted(admitted) = &at_accept
+                && let Some(dry) = DryRun::of(None, admitted)
+            {
+                dry.log(listener, peer);
+            }
+            Ok(at_accept)
+        }
+        Err(refusal) => {
+            let refused = HelloRefused::by_admission(refusal);
+            refused.count(metrics);
+            let (record, quic) = refused_record();
+            access::refused(record, quic, refused.reason);
+            Err(refused.reason)
+        }
+    }
+}
