@@ -357,6 +357,8 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
     let Route {
         name,
         patterns,
+        sni_file,
+        inline_patterns,
         backend,
         limits,
         max_connections,
@@ -375,7 +377,12 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
     RouteSection {
         name: Some(name.clone()),
         listener: Some(listener.name.clone()),
-        sni: patterns.iter().map(|p| p.to_string()).collect(),
+        // The names written inline; those of the file are the file's.
+        sni: patterns[..*inline_patterns]
+            .iter()
+            .map(|p| p.to_string())
+            .collect(),
+        sni_file: sni_file.as_ref().map(|p| p.display().to_string()),
         backend: backend.name.clone(),
         limits: limits.as_ref().map(limits_section),
         max_connections: max_connections.map(|n| i64::from(n.get())),

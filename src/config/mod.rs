@@ -840,7 +840,13 @@ pub struct Route {
     /// `name`: the route's name in logs, and its identity for per-route limits
     /// (default: its first pattern).
     pub name: String,
+    /// The route's patterns: those of `sni` first, then those of
+    /// `sni_file`.
     pub(crate) patterns: Vec<Pattern>,
+    /// `sni_file`, found from the configuration file's directory, and how
+    /// many of `patterns` are written inline (the rest came from the file).
+    pub(crate) sni_file: Option<PathBuf>,
+    pub(crate) inline_patterns: usize,
     /// `backend`: the `[backend.NAME]` to relay to.
     pub backend: Arc<Backend>,
     // Per-route admission (see `admit::RouteGate`).

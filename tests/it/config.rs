@@ -501,7 +501,8 @@ addresses = ["127.0.0.1:9"]
 
 /// Files the documentation's examples read from /etc/snirelay, stood in for
 /// by the fixtures of tests/config/valid.
-const DOCS_FILES_FROM_FIXTURES: [(&str, &str); 6] = [
+const DOCS_FILES_FROM_FIXTURES: [(&str, &str); 7] = [
+    ("/etc/snirelay/customers.lst", "every_key.names"),
     ("/etc/snirelay/wg.pub", "wireguard.pub"),
     ("/var/config/key.pub", "wireguard.pub"),
     ("/etc/snirelay/pangolin-ca.pem", "lookup-ca.pem"),

@@ -2,8 +2,13 @@
 //! the listener's SNI matcher; two routes that would take the same hello
 //! are an error.
 //!
+//! A route's names are its `sni` list and the lines of its `sni_file`
+//! ([`super::sni_file`]); both are checked alike, and a duplicate across
+//! them is the same error as within either.
+//!
 //! Not here: routing a connection (`route`).
 
+use super::sni_file::Origin;
 use super::*;
 
 impl Checker {
@@ -42,18 +47,30 @@ impl Checker {
                     None
                 }
             };
-            if section.sni.is_empty() {
-                self.problem(
-                    format!("{key}.sni"),
-                    "at least one name or pattern is required",
-                );
-            }
             let mut patterns = Vec::new();
             for (i, text) in section.sni.iter().enumerate() {
                 match Pattern::parse(text) {
-                    Ok(pattern) => patterns.push(pattern),
+                    Ok(pattern) => patterns.push((pattern, Origin::Inline(i))),
                     Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
                 }
+            }
+            let inline_patterns = patterns.len();
+            let sni_file = match section.sni_file.as_deref() {
+                None => Some(None),
+                Some(written) => self.sni_file(&key, written, &mut patterns).map(Some),
+            };
+            match (&section.sni_file, &sni_file) {
+                (None, _) if section.sni.is_empty() => self.problem(
+                    format!("{key}.sni"),
+                    "at least one name or pattern is required (in `sni` or `sni_file`)",
+                ),
+                (Some(written), Some(_)) if patterns.is_empty() => self.problem(
+                    format!("{key}.sni_file"),
+                    format!(
+                        "{written} lists no name, and `sni` none either; a route needs at least one"
+                    ),
+                ),
+                _ => {}
             }
             // Per-route admission: the listener's limit keys, no default cap.
             let limits = match &section.limits {
@@ -88,6 +105,9 @@ impl Checker {
             else {
                 continue;
             };
+            let Some(sni_file) = sni_file else {
+                continue;
+            };
             let (Some(overrides), Some(hello_match), Some(bandwidth)) =
                 (overrides, hello_match, bandwidth)
             else {
@@ -101,7 +121,15 @@ impl Checker {
             let timeouts = overrides(listener.timeouts());
             let bandwidth = bandwidth(listener.bandwidth);
             let route_id = listener.routes.len();
-            for (i, pattern) in patterns.iter().enumerate() {
+            for (pattern, origin) in &patterns {
+                // Where a problem with this pattern is reported.
+                let (at, line) = match *origin {
+                    Origin::Inline(i) => (format!("{key}.sni[{i}]"), String::new()),
+                    Origin::Line(n) => (
+                        format!("{key}.sni_file"),
+                        format!("{}:{n}: ", section.sni_file.as_deref().unwrap_or_default()),
+                    ),
+                };
                 let taken = listener.matcher.get(pattern).and_then(|ids| {
                     ids.iter()
                         .find(|&&id| id == route_id || overlap(&listener.routes[id].alpn, &alpn))
@@ -114,8 +142,8 @@ impl Checker {
                         }
                     },
                     Some(&id) if id == route_id => self.problem(
-                        format!("{key}.sni[{i}]"),
-                        format!("pattern `{pattern}` is listed twice in this route"),
+                        at,
+                        format!("{line}pattern `{pattern}` is listed twice in this route"),
                     ),
                     // Two routes of one pattern that would both take the
                     // same hello: which one wins would be an accident.
@@ -130,9 +158,9 @@ impl Checker {
                             )
                         };
                         self.problem(
-                            format!("{key}.sni[{i}]"),
+                            at,
                             format!(
-                                "pattern `{pattern}` is already taken by another route on listener {:?} (route {:?}{why})",
+                                "{line}pattern `{pattern}` is already taken by another route on listener {:?} (route {:?}{why})",
                                 listener.name, other.name
                             ),
                         );
@@ -142,7 +170,7 @@ impl Checker {
             let name = section
                 .name
                 .clone()
-                .or_else(|| patterns.first().map(|p| p.to_string()))
+                .or_else(|| patterns.first().map(|p| p.0.to_string()))
                 .unwrap_or_else(|| key.clone());
             // Per-route admission state is kept across reloads by route
             // name, so a route with limits needs a name of its own.
@@ -163,7 +191,9 @@ impl Checker {
             }
             listener.routes.push(Route {
                 name,
-                patterns,
+                patterns: patterns.into_iter().map(|(p, _)| p).collect(),
+                sni_file,
+                inline_patterns,
                 backend,
                 limits,
                 max_connections,
