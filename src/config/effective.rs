@@ -719,6 +719,19 @@ pub(crate) const RESTART_KEYS: [(&str, ReadKey); 9] = [
     ("log.queue", |f| json(f.log.queue)),
 ];
 
+/// The part of the file model [`RESTART_KEYS`] read: `[global]`,
+/// `[admin]` and `[log]`. Listeners, routes and backends, which a reload
+/// applies, are left out, so that keeping the started configuration costs
+/// nothing per name, route or backend.
+pub(crate) fn restart_part(file: FileConfig) -> FileConfig {
+    FileConfig {
+        global: file.global,
+        admin: file.admin,
+        log: file.log,
+        ..FileConfig::default()
+    }
+}
+
 /// Reads one key's value from the file model, as `/config` shows it.
 pub(crate) type ReadKey = fn(&FileConfig) -> Value;
 

@@ -254,6 +254,9 @@ impl RouteTable {
                 }
             }
         }
+        // One entry per pattern: held for the generation's life, so
+        // without the growth slack (a quarter of it, on average).
+        table.entries.shrink_to_fit();
         if let NoSni::Backend(backend) = &listener.no_sni {
             let kept = previous.and_then(|p| p.no_sni.as_ref());
             let throttle =

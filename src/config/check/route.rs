@@ -191,7 +191,13 @@ impl Checker {
             }
             listener.routes.push(Route {
                 name,
-                patterns: patterns.into_iter().map(|(p, _)| p).collect(),
+                // A fresh, exact allocation: collecting in place would keep
+                // the larger `(Pattern, Origin)` one.
+                patterns: {
+                    let mut kept = Vec::with_capacity(patterns.len());
+                    kept.extend(patterns.into_iter().map(|(p, _)| p));
+                    kept
+                },
                 sni_file,
                 inline_patterns,
                 backend,
