@@ -192,7 +192,6 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         // Written as `[[route]]` tables (see `route_section`).
         routes: _,
         // Compiled from the routes, not a setting of its own.
-        matcher: _,
         proxy_protocol,
         reuse_port,
         splice,

@@ -266,7 +266,7 @@ fn use_backend_rules_become_routes_with_the_default_as_star() {
     let l = config.listener("fe").unwrap();
     let sni = |s: &str| crate::wire::sni::Sni::parse(s.as_bytes()).unwrap();
     let backend_of = |s: &str| {
-        l.routes[l.matcher.find(&sni(s)).unwrap()[0]]
+        l.routes[l.matcher().find(&sni(s)).unwrap()[0]]
             .backend
             .name
             .clone()
@@ -484,7 +484,7 @@ fn network_boundaries_give_the_next_stretch() {
 fn backend_for(config: &Config, name: &str) -> Option<String> {
     let l = config.listener("fe").unwrap();
     let sni = crate::wire::sni::Sni::parse(name.as_bytes()).unwrap();
-    l.matcher
+    l.matcher()
         .find(&sni)
         .map(|r| l.routes[r[0]].backend.name.clone())
 }

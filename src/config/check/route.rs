@@ -19,6 +19,10 @@ impl Checker {
         listeners: &mut [Listener],
         backends: &BTreeMap<String, Arc<Backend>>,
     ) {
+        // Each listener's patterns → route ids, while checking: dropped
+        // with the checker (the running generation compiles its own).
+        let mut matchers: Vec<SniMatcher<Vec<usize>>> =
+            listeners.iter().map(|_| SniMatcher::new()).collect();
         for (index, section) in file.routes.iter().enumerate() {
             let key = format!("route[{index}]");
             let backend = backends.get(&section.backend).cloned();
@@ -28,7 +32,7 @@ impl Checker {
                     format!("{:?} names no [backend.*] section", section.backend),
                 );
             }
-            let listener = match (&section.listener, file.listeners.len()) {
+            let at = match (&section.listener, file.listeners.len()) {
                 (Some(name), _) => {
                     if !file.listeners.iter().any(|l| &l.name == name) {
                         self.problem(
@@ -36,9 +40,9 @@ impl Checker {
                             format!("{name:?} names no [[listener]]"),
                         );
                     }
-                    listeners.iter_mut().find(|l| &l.name == name)
+                    listeners.iter().position(|l| &l.name == name)
                 }
-                (None, 1) => listeners.first_mut(),
+                (None, 1) => (!listeners.is_empty()).then_some(0),
                 (None, _) => {
                     self.problem(
                         format!("{key}.listener"),
@@ -46,6 +50,10 @@ impl Checker {
                     );
                     None
                 }
+            };
+            let (listener, matcher) = match at {
+                Some(i) => (Some(&mut listeners[i]), Some(&mut matchers[i])),
+                None => (None, None),
             };
             let mut patterns = Vec::new();
             for (i, text) in section.sni.iter().enumerate() {
@@ -100,8 +108,8 @@ impl Checker {
             if let Some(listener) = &listener {
                 self.quic_route(&key, section, listener);
             }
-            let (Some(listener), Some(backend), Some(limits), Some(alpn), Some(ech)) =
-                (listener, backend, limits, alpn, ech)
+            let (Some(listener), Some(matcher), Some(backend), Some(limits), Some(alpn), Some(ech)) =
+                (listener, matcher, backend, limits, alpn, ech)
             else {
                 continue;
             };
@@ -130,15 +138,15 @@ impl Checker {
                         format!("{}:{n}: ", section.sni_file.as_deref().unwrap_or_default()),
                     ),
                 };
-                let taken = listener.matcher.get(pattern).and_then(|ids| {
+                let taken = matcher.get(pattern).and_then(|ids| {
                     ids.iter()
                         .find(|&&id| id == route_id || overlap(&listener.routes[id].alpn, &alpn))
                 });
                 match taken {
-                    None => match listener.matcher.get_mut(pattern) {
+                    None => match matcher.get_mut(pattern) {
                         Some(ids) => ids.push(route_id),
                         None => {
-                            let _ = listener.matcher.insert(pattern, vec![route_id]);
+                            let _ = matcher.insert(pattern, vec![route_id]);
                         }
                     },
                     Some(&id) if id == route_id => self.problem(
