@@ -738,7 +738,7 @@ impl Listener {
     /// pattern that differ in `alpn`. Built anew on each call: the
     /// validated configuration keeps no matcher of its own (the checker
     /// builds one to find patterns taken twice, the running generation
-    /// compiles [`crate::flow::route::RouteTable`]), so 100,000 names are
+    /// compiles its own route table, `flow::route::RouteTable`), so 100,000 names are
     /// not held twice.
     pub fn matcher(&self) -> SniMatcher<Vec<usize>> {
         let mut matcher: SniMatcher<Vec<usize>> = SniMatcher::new();
