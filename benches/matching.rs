@@ -4,6 +4,10 @@
 //! route (`*`) added, the miss that lands on it and the walk over every
 //! matching pattern (`matches`) that an ALPN fall-through makes at worst.
 //!
+//! Then the same three lookups at 10, 1,000 and 100,000 names (half exact,
+//! half wildcards), to show that a lookup costs the same whatever the
+//! number of names: one hash per label, never a walk over the list.
+//!
 //! Run: `cargo bench --bench matching`.
 
 #![allow(missing_docs)] // criterion_group! defines an undocumented pub fn
@@ -13,8 +17,14 @@ use snirelay::wire::matcher::SniMatcher;
 use snirelay::wire::sni::{Pattern, Sni};
 
 fn matcher() -> SniMatcher<usize> {
+    sized(10_000)
+}
+
+/// `n` patterns: `n / 2` exact names and as many `*.` wildcards.
+fn sized(n: usize) -> SniMatcher<usize> {
+    let half = n / 2;
     let mut m = SniMatcher::new();
-    for i in 0..5_000 {
+    for i in 0..half {
         m.insert(
             &Pattern::parse(&format!("host{i}.tenant{}.example.com", i % 97)).unwrap(),
             i,
@@ -22,12 +32,46 @@ fn matcher() -> SniMatcher<usize> {
         .unwrap();
         m.insert(
             &Pattern::parse(&format!("*.svc{i}.example.net")).unwrap(),
-            5_000 + i,
+            half + i,
         )
         .unwrap();
     }
-    assert_eq!(m.len(), 10_000);
+    assert_eq!(m.len(), 2 * half);
     m
+}
+
+fn bench_sizes(c: &mut Criterion) {
+    for n in [10, 1_000, 100_000] {
+        let m = sized(n);
+        let last = n / 2 - 1;
+        let exact = format!("Host{last}.tenant{}.example.com.", last % 97);
+        let deep = format!("a.b.c.svc{last}.example.net");
+        let cases: [(&str, &[u8], Option<usize>); 3] = [
+            ("exact", exact.as_bytes(), Some(last)),
+            ("wildcard", deep.as_bytes(), Some(n - 1)),
+            ("miss", b"www.not-routed.example.org", None),
+        ];
+        lookups(c, &m, &format!("match {n} names"), &cases);
+    }
+}
+
+/// Times `find` (with the name's normalisation) for each case, after
+/// checking its answer.
+fn lookups(
+    c: &mut Criterion,
+    m: &SniMatcher<usize>,
+    group: &str,
+    cases: &[(&str, &[u8], Option<usize>)],
+) {
+    for &(label, raw, expect) in cases {
+        assert_eq!(m.find(&Sni::parse(raw).unwrap()).copied(), expect);
+        c.bench_function(&format!("{group}: {label}"), |b| {
+            b.iter(|| {
+                let sni = Sni::parse(std::hint::black_box(raw)).unwrap();
+                std::hint::black_box(m.find(&sni).copied())
+            })
+        });
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -37,15 +81,7 @@ fn bench(c: &mut Criterion) {
         ("wildcard", b"a.b.c.svc4999.example.net", Some(9999)),
         ("miss", b"www.not-routed.example.org", None),
     ];
-    for (label, raw, expect) in cases {
-        assert_eq!(m.find(&Sni::parse(raw).unwrap()).copied(), expect);
-        c.bench_function(&format!("match 10k routes: {label}"), |b| {
-            b.iter(|| {
-                let sni = Sni::parse(std::hint::black_box(raw)).unwrap();
-                std::hint::black_box(m.find(&sni).copied())
-            })
-        });
-    }
+    lookups(c, &m, "match 10k routes", &cases);
 }
 
 fn bench_default_route(c: &mut Criterion) {
@@ -78,5 +114,5 @@ fn bench_default_route(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, bench_default_route);
+criterion_group!(benches, bench, bench_default_route, bench_sizes);
 criterion_main!(benches);

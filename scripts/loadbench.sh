@@ -14,6 +14,10 @@
 #                                        # the rate phase as 12 ABBA pairs of
 #                                        # 2 s slices: per-pair ratios with a
 #                                        # 95 % confidence interval
+#   scripts/loadbench.sh --only names   # 100,000 names (exact, and 10 %
+#                                        # wildcards): RSS per name, start,
+#                                        # check and reloads against HAProxy
+#                                        # (examples/namesbench.rs; alone)
 #   scripts/loadbench.sh --only ceiling --runs 1
 #                                        # the new-connection ceiling toward
 #                                        # one backend address, 1 and 4
@@ -38,6 +42,14 @@
 # is deleted when the script ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case " $* " in
+*" names "* | *",names"* | *"names,"*)
+    # The names phase runs alone: processes started on 100,000 names, no
+    # traffic (examples/namesbench.rs).
+    cargo build --release --bin snirelay --example namesbench
+    exec target/release/examples/namesbench --relay target/release/snirelay "$@"
+    ;;
+esac
 cargo build --release --bin snirelay --example loadbench
 case " $* " in
 *ceiling*)

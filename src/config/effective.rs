@@ -192,7 +192,6 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         // Written as `[[route]]` tables (see `route_section`).
         routes: _,
         // Compiled from the routes, not a setting of its own.
-        matcher: _,
         proxy_protocol,
         reuse_port,
         splice,
@@ -357,6 +356,8 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
     let Route {
         name,
         patterns,
+        sni_file,
+        inline_patterns,
         backend,
         limits,
         max_connections,
@@ -375,7 +376,12 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
     RouteSection {
         name: Some(name.clone()),
         listener: Some(listener.name.clone()),
-        sni: patterns.iter().map(|p| p.to_string()).collect(),
+        // The names written inline; those of the file are the file's.
+        sni: patterns[..*inline_patterns]
+            .iter()
+            .map(|p| p.to_string())
+            .collect(),
+        sni_file: sni_file.as_ref().map(|p| p.display().to_string()),
         backend: backend.name.clone(),
         limits: limits.as_ref().map(limits_section),
         max_connections: max_connections.map(|n| i64::from(n.get())),
@@ -711,6 +717,19 @@ pub(crate) const RESTART_KEYS: [(&str, ReadKey); 9] = [
     ("log.syslog_format", |f| json(&f.log.syslog_format)),
     ("log.queue", |f| json(f.log.queue)),
 ];
+
+/// The part of the file model [`RESTART_KEYS`] read: `[global]`,
+/// `[admin]` and `[log]`. Listeners, routes and backends, which a reload
+/// applies, are left out, so that keeping the started configuration costs
+/// nothing per name, route or backend.
+pub(crate) fn restart_part(file: FileConfig) -> FileConfig {
+    FileConfig {
+        global: file.global,
+        admin: file.admin,
+        log: file.log,
+        ..FileConfig::default()
+    }
+}
 
 /// Reads one key's value from the file model, as `/config` shows it.
 pub(crate) type ReadKey = fn(&FileConfig) -> Value;

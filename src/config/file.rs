@@ -184,7 +184,12 @@ pub(crate) enum CountOrOff {
 pub struct RouteSection {
     pub name: Option<String>,
     pub listener: Option<String>,
+    /// Names written inline; empty when the route reads them all from
+    /// `sni_file` (and then not written back).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sni: Vec<String>,
+    /// A file of names, one a line, read with the configuration.
+    pub sni_file: Option<String>,
     pub backend: String,
     // Per-route admission, decided once the route is known.
     /// `[route.limits]`: the `[listener.limits]` keys, per source within

@@ -407,8 +407,10 @@ pub static KEYS: &[Key] = &[
         "The route's name in logs, and its identity for per-route limits."),
     key("route.listener", Kind::String, Computed("the only listener"),
         "The listener the route belongs to; required when there are several."),
-    key("route.sni", Kind::Strings, Required("required"),
+    key("route.sni", Kind::Strings, Required("required unless `sni_file` lists a name"),
         "Exact names, `*.suffix` wildcards, and `*` alone (the default route, at most one per listener)."),
+    key("route.sni_file", Kind::Path, Unset("none"),
+        "A file of more names: one name or pattern a line as in `sni`, `#` comments; read at start, by `check` and at every reload."),
     key("route.alpn", Kind::Strings, Unset("any hello"),
         "The route takes only hellos offering one of these ALPN protocols.")
         .range(1..=255).unit("bytes per name"),

@@ -626,9 +626,6 @@ pub struct Listener {
     pub(crate) no_sni: NoSni,
     /// The `[[route]]` tables of this listener.
     pub routes: Vec<Route>,
-    /// Pattern → indices into `routes`: one, or several routes of the same
-    /// pattern that differ in `alpn`.
-    pub matcher: SniMatcher<Vec<usize>>,
     /// Inbound PROXY protocol; `None` when the listener has no
     /// `[listener.proxy_protocol]` section (no preface stage at all).
     pub proxy_protocol: Option<Inbound>,
@@ -737,6 +734,27 @@ impl Protocol {
 pub(crate) const DEFAULT_QUIC_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Listener {
+    /// Pattern → indices into `routes`: one, or several routes of the same
+    /// pattern that differ in `alpn`. Built anew on each call: the
+    /// validated configuration keeps no matcher of its own (the checker
+    /// builds one to find patterns taken twice, the running generation
+    /// compiles its own route table, `flow::route::RouteTable`), so 100,000 names are
+    /// not held twice.
+    pub fn matcher(&self) -> SniMatcher<Vec<usize>> {
+        let mut matcher: SniMatcher<Vec<usize>> = SniMatcher::new();
+        for (id, route) in self.routes.iter().enumerate() {
+            for pattern in &route.patterns {
+                match matcher.get_mut(pattern) {
+                    Some(ids) => ids.push(id),
+                    None => {
+                        let _ = matcher.insert(pattern, vec![id]);
+                    }
+                }
+            }
+        }
+        matcher
+    }
+
     /// The listener's relay timeouts: those of its routes that set none,
     /// and of its `no_sni` backend.
     pub(crate) fn timeouts(&self) -> Timeouts {
@@ -840,7 +858,13 @@ pub struct Route {
     /// `name`: the route's name in logs, and its identity for per-route limits
     /// (default: its first pattern).
     pub name: String,
+    /// The route's patterns: those of `sni` first, then those of
+    /// `sni_file`.
     pub(crate) patterns: Vec<Pattern>,
+    /// `sni_file`, found from the configuration file's directory, and how
+    /// many of `patterns` are written inline (the rest came from the file).
+    pub(crate) sni_file: Option<PathBuf>,
+    pub(crate) inline_patterns: usize,
     /// `backend`: the `[backend.NAME]` to relay to.
     pub backend: Arc<Backend>,
     // Per-route admission (see `admit::RouteGate`).

@@ -12,8 +12,9 @@
 //! and the previous generation's table: an identity that leads to an equal
 //! backend keeps its drain signal (so connections started under any
 //! earlier generation stay reachable), the others get fresh ones, and
-//! [`RouteTable::retired_by`] names the signals a reload must fire. The
-//! validated configuration holds no run-time state.
+//! [`RouteTable::retired_by`] names the signals a reload must fire. A
+//! signal is made only when a connection first takes its identity
+//! ([`DrainSlot`]). The validated configuration holds no run-time state.
 //!
 //! Per connection the name is normalised into an [`Sni`] once and looked up
 //! once ([`RouteTable::decide`]); the same parse gives the name for the log
@@ -47,7 +48,7 @@
 //! changed (`reload`).
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::close_reason::CloseReason;
 use crate::config::{
@@ -68,8 +69,9 @@ pub(crate) struct RouteEntry {
     /// The route's name, or `no_sni` for the listener's fallback.
     pub route: Box<str>,
     pub backend: Arc<Backend>,
-    /// The drain signal of this identity.
-    pub drain: Arc<DrainSignal>,
+    /// The drain signal of this identity, made when a connection first
+    /// takes it ([`DrainSlot`]).
+    pub drain: Arc<DrainSlot>,
     /// The relay timeouts of connections on this route (the listener's for
     /// `no_sni`). Not part of the identity: a reload that changes only them
     /// applies them to new connections and drains none.
@@ -87,6 +89,33 @@ pub(crate) struct RouteEntry {
     /// identity: a reload that changes them applies them to new
     /// connections, and open ones keep theirs.
     pub throttle: Option<Arc<RouteThrottle>>,
+}
+
+/// A route identity's drain signal, made when the first connection takes
+/// the identity (or when a reload retires it): most names of a long list
+/// never see a connection in a generation's life, and a signal costs some
+/// 200 bytes (its cancellation token's node included) where the empty
+/// slot costs 32. A reload that keeps the identity hands the slot itself
+/// on, so a signal made under either table is the same one.
+#[derive(Debug, Default)]
+pub(crate) struct DrainSlot(OnceLock<Arc<DrainSignal>>);
+
+impl DrainSlot {
+    /// The identity's signal, made on first use.
+    pub(crate) fn signal(&self) -> &Arc<DrainSignal> {
+        self.0.get_or_init(DrainSignal::new)
+    }
+
+    /// Registers a connection on the identity (see
+    /// [`DrainSignal::enter`]), making the signal if it is the first.
+    pub(crate) fn enter(&self) -> crate::drain::DrainGuard {
+        self.signal().enter()
+    }
+
+    /// Whether the signal was made and has fired.
+    fn is_fired(&self) -> bool {
+        self.0.get().is_some_and(|signal| signal.is_fired())
+    }
 }
 
 /// A route's `ech` policy, compiled.
@@ -235,6 +264,9 @@ impl RouteTable {
                 }
             }
         }
+        // One entry per pattern: held for the generation's life, so
+        // without the growth slack (a quarter of it, on average).
+        table.entries.shrink_to_fit();
         if let NoSni::Backend(backend) = &listener.no_sni {
             let kept = previous.and_then(|p| p.no_sni.as_ref());
             let throttle =
@@ -263,14 +295,16 @@ impl RouteTable {
 
     /// The drain signals of `self` that `next` (the same listener's next
     /// table, or `None` when the listener is gone) does not carry on: the
-    /// connections on them must drain.
+    /// connections on them must drain. A slot no connection has taken yet
+    /// gets its signal now, so that one taking it later (still routed by
+    /// this table) joins the signal about to fire.
     pub(crate) fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
-        let carried: HashSet<*const DrainSignal> = next
-            .map(|next| next.signals().map(Arc::as_ptr).collect())
+        let carried: HashSet<*const DrainSlot> = next
+            .map(|next| next.slots().map(Arc::as_ptr).collect())
             .unwrap_or_default();
-        self.signals()
-            .filter(|signal| !carried.contains(&Arc::as_ptr(signal)))
-            .cloned()
+        self.slots()
+            .filter(|slot| !carried.contains(&Arc::as_ptr(slot)))
+            .map(|slot| slot.signal().clone())
             .collect()
     }
 
@@ -362,7 +396,7 @@ impl RouteTable {
             .find(|entry| *entry.alpn == *alpn)
     }
 
-    fn signals(&self) -> impl Iterator<Item = &Arc<DrainSignal>> {
+    fn slots(&self) -> impl Iterator<Item = &Arc<DrainSlot>> {
         self.entries
             .iter()
             .chain(self.no_sni.as_ref())
@@ -419,12 +453,12 @@ fn entry(
     }
 }
 
-/// The previous identity's signal when it led to an equal backend and has
-/// not been fired; a fresh one otherwise.
-fn carried(previous: Option<&RouteEntry>, backend: &Arc<Backend>) -> Arc<DrainSignal> {
+/// The previous identity's slot when it led to an equal backend and its
+/// signal has not been fired; a fresh one otherwise.
+fn carried(previous: Option<&RouteEntry>, backend: &Arc<Backend>) -> Arc<DrainSlot> {
     match previous {
         Some(was) if *was.backend == **backend && !was.drain.is_fired() => was.drain.clone(),
-        _ => DrainSignal::new(),
+        _ => Arc::default(),
     }
 }
 
@@ -693,6 +727,7 @@ addresses = ["127.0.0.1:1004"]
                 .target
                 .unwrap()
                 .drain
+                .signal()
                 .clone()
         };
         let retired = old.retired_by(Some(&new));

@@ -246,7 +246,7 @@ addresses = ["127.0.0.1:1003"]
             version: Some(0x0304),
             len: 0,
         };
-        table.decide(&hello).target.unwrap().drain.clone()
+        table.decide(&hello).target.unwrap().drain.signal().clone()
     }
 
     fn no_sni_signal(table: &RouteTable) -> Arc<DrainSignal> {
@@ -257,7 +257,7 @@ addresses = ["127.0.0.1:1003"]
             version: Some(0x0304),
             len: 0,
         };
-        table.decide(&hello).target.unwrap().drain.clone()
+        table.decide(&hello).target.unwrap().drain.signal().clone()
     }
 
     #[test]

@@ -83,9 +83,9 @@ fn the_shipped_example_is_what_the_readme_promises() {
     let backend = &tls.routes[0].backend;
     assert_eq!(backend.addresses, ["127.0.0.1:9443".parse().unwrap()]);
     let sni = |s: &str| snirelay::wire::sni::Sni::parse(s.as_bytes()).unwrap();
-    assert!(tls.matcher.find(&sni("localhost")).is_some());
-    assert!(tls.matcher.find(&sni("app.localhost")).is_some());
-    assert!(tls.matcher.find(&sni("example.com")).is_none());
+    assert!(tls.matcher().find(&sni("localhost")).is_some());
+    assert!(tls.matcher().find(&sni("app.localhost")).is_some());
+    assert!(tls.matcher().find(&sni("example.com")).is_none());
 }
 
 /// docs/migrating-from-haproxy.md: its TOML block loads, and
@@ -168,10 +168,10 @@ fn the_readme_migration_example_loads() {
     assert_eq!(tls.limits.rate_per_source, None);
     assert_eq!(tls.limits.source_prefix_v4, 32);
     let sni = |s: &str| snirelay::wire::sni::Sni::parse(s.as_bytes()).unwrap();
-    assert!(tls.matcher.find(&sni("example.com")).is_some());
-    assert!(tls.matcher.find(&sni("a.b.example.com")).is_some());
-    assert!(tls.matcher.find(&sni("badexample.com")).is_none());
-    assert!(tls.matcher.find(&sni("evil-example.com")).is_none());
+    assert!(tls.matcher().find(&sni("example.com")).is_some());
+    assert!(tls.matcher().find(&sni("a.b.example.com")).is_some());
+    assert!(tls.matcher().find(&sni("badexample.com")).is_none());
+    assert!(tls.matcher().find(&sni("evil-example.com")).is_none());
     let backend = &tls.routes[0].backend;
     assert_eq!(backend.name, "home_npm");
     assert_eq!(backend.addresses, ["203.0.113.10:443".parse().unwrap()]);
@@ -501,7 +501,8 @@ addresses = ["127.0.0.1:9"]
 
 /// Files the documentation's examples read from /etc/snirelay, stood in for
 /// by the fixtures of tests/config/valid.
-const DOCS_FILES_FROM_FIXTURES: [(&str, &str); 6] = [
+const DOCS_FILES_FROM_FIXTURES: [(&str, &str); 7] = [
+    ("/etc/snirelay/customers.lst", "every_key.names"),
     ("/etc/snirelay/wg.pub", "wireguard.pub"),
     ("/var/config/key.pub", "wireguard.pub"),
     ("/etc/snirelay/pangolin-ca.pem", "lookup-ca.pem"),

@@ -47,6 +47,7 @@ mod admission_attempts;
 mod limits_config;
 mod route_limits;
 mod route_rules;
+mod sni_file;
 
 // PROXY protocol.
 mod proxy_config;

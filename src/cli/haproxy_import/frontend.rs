@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use super::acl::{Atom, Guard, NamePattern, atom, guard};
 use super::connection::ConnectionRules;
-use super::map::{inline_pattern_files, map_rule};
+use super::map::{inline_pattern_files, map_rule, sni_file};
 use super::parse::{Kind, Line, Section, millis, with_defaults};
 use super::routes::build_routes;
 use super::toml::{Table, duration, quoted, quoted_list};
@@ -372,11 +372,28 @@ impl Translator {
                     }
                     let mut t = Table::new("[[route]]");
                     t.row("name", quoted(backend), "");
-                    t.row(
-                        "sni",
-                        quoted_list(names),
-                        r.why.get(backend).cloned().unwrap_or_default(),
-                    );
+                    // A pattern file that lists the route's names as
+                    // snirelay writes them is read at run time, as HAProxy
+                    // reads it: `sni_file`, the other names inline.
+                    let why = r.why.get(backend).cloned().unwrap_or_default();
+                    match sni_file(names, &s.lines, &self.files) {
+                        Some((file, rest)) => {
+                            if !rest.is_empty() {
+                                t.row("sni", quoted_list(&rest), why.clone());
+                            }
+                            let from = if file.starts_with('/') {
+                                String::new()
+                            } else {
+                                " (relative: found from this file's directory; HAProxy reads it from its working directory)".to_owned()
+                            };
+                            t.row(
+                                "sni_file",
+                                quoted(&file),
+                                format!("the names of `-f {file}`, read again at every reload{from}; {why}"),
+                            );
+                        }
+                        None => t.row("sni", quoted_list(names), why),
+                    }
                     t.at(content
                         .iter()
                         .map(|c| c.0.no)

@@ -232,3 +232,56 @@ pub(super) fn pattern_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
         .map(|(n, l)| (n + 1, l.trim()))
         .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
 }
+
+/// The pattern file a route can read at run time as its `sni_file`, and
+/// the names left to write inline: among the files `lines` read with
+/// `req.ssl_sni … -f FILE`, the one listing the most names of which every
+/// line is an exact name or `*.suffix` written as snirelay writes it (so
+/// the file means the same to both) and every one is among the route's
+/// `names`. `None` when no file qualifies (the names stay inline).
+pub(super) fn sni_file<'l>(
+    names: &[String],
+    lines: impl IntoIterator<Item = &'l super::parse::Line>,
+    files: &BTreeMap<String, Result<String, String>>,
+) -> Option<(String, Vec<String>)> {
+    use crate::wire::sni::Pattern;
+    let mut best: Option<(String, Vec<&str>)> = None;
+    for line in lines {
+        if !line
+            .words
+            .iter()
+            .any(|w| matches!(w.as_str(), "req.ssl_sni" | "req_ssl_sni"))
+        {
+            continue;
+        }
+        for file in line
+            .words
+            .windows(2)
+            .filter(|w| w[0] == "-f")
+            .map(|w| &w[1])
+        {
+            let Some(Ok(text)) = files.get(file) else {
+                continue;
+            };
+            let listed: Vec<&str> = pattern_lines(text).map(|(_, p)| p).collect();
+            let same = |p: &&str| {
+                Pattern::parse(p).is_ok_and(|q| q != Pattern::Any && q.to_string() == *p)
+            };
+            if !listed.is_empty()
+                && listed
+                    .iter()
+                    .all(|p| same(p) && names.iter().any(|n| n == p))
+                && best.as_ref().is_none_or(|b| listed.len() > b.1.len())
+            {
+                best = Some((file.clone(), listed));
+            }
+        }
+    }
+    let (file, listed) = best?;
+    let rest = names
+        .iter()
+        .filter(|n| !listed.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    Some((file, rest))
+}

@@ -273,7 +273,7 @@ fn use_backend_rules_become_routes_with_the_default_as_star() {
     let l = config.listener("fe").unwrap();
     let sni = |s: &str| crate::wire::sni::Sni::parse(s.as_bytes()).unwrap();
     let backend_of = |s: &str| {
-        l.routes[l.matcher.find(&sni(s)).unwrap()[0]]
+        l.routes[l.matcher().find(&sni(s)).unwrap()[0]]
             .backend
             .name
             .clone()
@@ -554,7 +554,7 @@ fn network_boundaries_give_the_next_stretch() {
 fn backend_for(config: &Config, name: &str) -> Option<String> {
     let l = config.listener("fe").unwrap();
     let sni = crate::wire::sni::Sni::parse(name.as_bytes()).unwrap();
-    l.matcher
+    l.matcher()
         .find(&sni)
         .map(|r| l.routes[r[0]].backend.name.clone())
 }
@@ -685,13 +685,26 @@ fn partial_maps_missing_files_and_bad_keys_are_reported() {
 #[test]
 fn sni_pattern_files_become_the_names_they_list() {
     let names = "# hosted here\napp.example.com\n\n  api.example.com  \n";
+    let files = [("hosted.lst", names), ("below.lst", ".example.net\n")];
     let t = translate_with(
         &format!("{EDGE}    acl hosted req.ssl_sni -i -f hosted.lst\n    acl below req.ssl_sni -m end -f below.lst\n    use_backend be_app if hosted\n    use_backend be_api if below\n{MAP_BACKENDS}"),
-        &[("hosted.lst", names), ("below.lst", ".example.net\n")],
+        &files,
     )
     .unwrap();
     assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
-    let config = load(&t.toml);
+    // The file of exact names is read at run time; `.example.net` under
+    // `-m end` means `*.example.net`, which the file does not say: inline.
+    assert!(t.toml.contains("sni_file = \"hosted.lst\""), "{}", t.toml);
+    assert!(!t.toml.contains("app.example.com"), "{}", t.toml);
+    assert!(t.toml.contains("sni = [\"*.example.net\"]"), "{}", t.toml);
+    let dir = std::env::temp_dir().join(format!("snirelay-import-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let config = Config::from_toml(&t.toml, &dir.join("imported.toml"))
+        .unwrap_or_else(|e| panic!("the translation does not load:\n{e}\n{}", t.toml));
+    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(
         backend_for(&config, "api.example.com").as_deref(),
         Some("be_app")

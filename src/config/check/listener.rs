@@ -125,7 +125,6 @@ impl Checker {
             max_client_hello_bytes: max_client_hello_bytes? as usize,
             no_sni: no_sni?,
             routes: Vec::new(),
-            matcher: SniMatcher::new(),
             proxy_protocol: proxy_protocol?,
             reuse_port: section.reuse_port.unwrap_or(DEFAULT_REUSE_PORT),
             splice: DEFAULT_SPLICE,

@@ -3,7 +3,7 @@
 //! `snirelay check` lists them all at once. One file per section:
 //! [`global`], [`listener`] (with its PROXY protocol peers), [`limits`],
 //! [`proxy_tlvs`] (the PROXY v2 TLV keys of backends and listeners),
-//! [`route`], [`backend`], [`cluster`], [`admin`], [`log`]; [`values`] holds the
+//! [`route`] (its names file in [`sni_file`]), [`backend`], [`cluster`], [`admin`], [`log`]; [`values`] holds the
 //! checks of values they share. Error messages name the key and the bad
 //! value; tests pin them.
 //!
@@ -21,6 +21,7 @@ mod listener;
 mod log;
 mod proxy_tlvs;
 mod route;
+mod sni_file;
 mod source;
 mod values;
 

@@ -2,8 +2,13 @@
 //! the listener's SNI matcher; two routes that would take the same hello
 //! are an error.
 //!
+//! A route's names are its `sni` list and the lines of its `sni_file`
+//! ([`super::sni_file`]); both are checked alike, and a duplicate across
+//! them is the same error as within either.
+//!
 //! Not here: routing a connection (`route`).
 
+use super::sni_file::Origin;
 use super::*;
 
 impl Checker {
@@ -14,6 +19,10 @@ impl Checker {
         listeners: &mut [Listener],
         backends: &BTreeMap<String, Arc<Backend>>,
     ) {
+        // Each listener's patterns → route ids, while checking: dropped
+        // with the checker (the running generation compiles its own).
+        let mut matchers: Vec<SniMatcher<Vec<usize>>> =
+            listeners.iter().map(|_| SniMatcher::new()).collect();
         for (index, section) in file.routes.iter().enumerate() {
             let key = format!("route[{index}]");
             let backend = backends.get(&section.backend).cloned();
@@ -23,7 +32,7 @@ impl Checker {
                     format!("{:?} names no [backend.*] section", section.backend),
                 );
             }
-            let listener = match (&section.listener, file.listeners.len()) {
+            let at = match (&section.listener, file.listeners.len()) {
                 (Some(name), _) => {
                     if !file.listeners.iter().any(|l| &l.name == name) {
                         self.problem(
@@ -31,9 +40,9 @@ impl Checker {
                             format!("{name:?} names no [[listener]]"),
                         );
                     }
-                    listeners.iter_mut().find(|l| &l.name == name)
+                    listeners.iter().position(|l| &l.name == name)
                 }
-                (None, 1) => listeners.first_mut(),
+                (None, 1) => (!listeners.is_empty()).then_some(0),
                 (None, _) => {
                     self.problem(
                         format!("{key}.listener"),
@@ -42,18 +51,34 @@ impl Checker {
                     None
                 }
             };
-            if section.sni.is_empty() {
-                self.problem(
-                    format!("{key}.sni"),
-                    "at least one name or pattern is required",
-                );
-            }
+            let (listener, matcher) = match at {
+                Some(i) => (Some(&mut listeners[i]), Some(&mut matchers[i])),
+                None => (None, None),
+            };
             let mut patterns = Vec::new();
             for (i, text) in section.sni.iter().enumerate() {
                 match Pattern::parse(text) {
-                    Ok(pattern) => patterns.push(pattern),
+                    Ok(pattern) => patterns.push((pattern, Origin::Inline(i))),
                     Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
                 }
+            }
+            let inline_patterns = patterns.len();
+            let sni_file = match section.sni_file.as_deref() {
+                None => Some(None),
+                Some(written) => self.sni_file(&key, written, &mut patterns).map(Some),
+            };
+            match (&section.sni_file, &sni_file) {
+                (None, _) if section.sni.is_empty() => self.problem(
+                    format!("{key}.sni"),
+                    "at least one name or pattern is required (in `sni` or `sni_file`)",
+                ),
+                (Some(written), Some(_)) if patterns.is_empty() => self.problem(
+                    format!("{key}.sni_file"),
+                    format!(
+                        "{written} lists no name, and `sni` none either; a route needs at least one"
+                    ),
+                ),
+                _ => {}
             }
             // Per-route admission: the listener's limit keys, no default cap.
             let limits = match &section.limits {
@@ -83,9 +108,12 @@ impl Checker {
             if let Some(listener) = &listener {
                 self.quic_route(&key, section, listener);
             }
-            let (Some(listener), Some(backend), Some(limits), Some(alpn), Some(ech)) =
-                (listener, backend, limits, alpn, ech)
+            let (Some(listener), Some(matcher), Some(backend), Some(limits), Some(alpn), Some(ech)) =
+                (listener, matcher, backend, limits, alpn, ech)
             else {
+                continue;
+            };
+            let Some(sni_file) = sni_file else {
                 continue;
             };
             let (Some(overrides), Some(hello_match), Some(bandwidth)) =
@@ -101,21 +129,29 @@ impl Checker {
             let timeouts = overrides(listener.timeouts());
             let bandwidth = bandwidth(listener.bandwidth);
             let route_id = listener.routes.len();
-            for (i, pattern) in patterns.iter().enumerate() {
-                let taken = listener.matcher.get(pattern).and_then(|ids| {
+            for (pattern, origin) in &patterns {
+                // Where a problem with this pattern is reported.
+                let (at, line) = match *origin {
+                    Origin::Inline(i) => (format!("{key}.sni[{i}]"), String::new()),
+                    Origin::Line(n) => (
+                        format!("{key}.sni_file"),
+                        format!("{}:{n}: ", section.sni_file.as_deref().unwrap_or_default()),
+                    ),
+                };
+                let taken = matcher.get(pattern).and_then(|ids| {
                     ids.iter()
                         .find(|&&id| id == route_id || overlap(&listener.routes[id].alpn, &alpn))
                 });
                 match taken {
-                    None => match listener.matcher.get_mut(pattern) {
+                    None => match matcher.get_mut(pattern) {
                         Some(ids) => ids.push(route_id),
                         None => {
-                            let _ = listener.matcher.insert(pattern, vec![route_id]);
+                            let _ = matcher.insert(pattern, vec![route_id]);
                         }
                     },
                     Some(&id) if id == route_id => self.problem(
-                        format!("{key}.sni[{i}]"),
-                        format!("pattern `{pattern}` is listed twice in this route"),
+                        at,
+                        format!("{line}pattern `{pattern}` is listed twice in this route"),
                     ),
                     // Two routes of one pattern that would both take the
                     // same hello: which one wins would be an accident.
@@ -130,9 +166,9 @@ impl Checker {
                             )
                         };
                         self.problem(
-                            format!("{key}.sni[{i}]"),
+                            at,
                             format!(
-                                "pattern `{pattern}` is already taken by another route on listener {:?} (route {:?}{why})",
+                                "{line}pattern `{pattern}` is already taken by another route on listener {:?} (route {:?}{why})",
                                 listener.name, other.name
                             ),
                         );
@@ -142,7 +178,7 @@ impl Checker {
             let name = section
                 .name
                 .clone()
-                .or_else(|| patterns.first().map(|p| p.to_string()))
+                .or_else(|| patterns.first().map(|p| p.0.to_string()))
                 .unwrap_or_else(|| key.clone());
             // Per-route admission state is kept across reloads by route
             // name, so a route with limits needs a name of its own.
@@ -163,7 +199,15 @@ impl Checker {
             }
             listener.routes.push(Route {
                 name,
-                patterns,
+                // A fresh, exact allocation: collecting in place would keep
+                // the larger `(Pattern, Origin)` one.
+                patterns: {
+                    let mut kept = Vec::with_capacity(patterns.len());
+                    kept.extend(patterns.into_iter().map(|(p, _)| p));
+                    kept
+                },
+                sni_file,
+                inline_patterns,
                 backend,
                 limits,
                 max_connections,

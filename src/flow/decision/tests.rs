@@ -100,7 +100,7 @@ fn a_routed_hello_holds_its_route_backend_and_drain_guard() {
     assert_eq!(routed.runtime.config.name, "web");
     assert!(routed.admitted.is_none() && routed.route_slot.is_none());
     assert_eq!(decision.dry_runs, [None, None]);
-    assert_eq!(routed.entry.drain.live(), 1);
+    assert_eq!(routed.entry.drain.signal().live(), 1);
     drop(decision);
     assert_eq!(
         g.routes
@@ -108,6 +108,7 @@ fn a_routed_hello_holds_its_route_backend_and_drain_guard() {
             .target
             .unwrap()
             .drain
+            .signal()
             .live(),
         0
     );

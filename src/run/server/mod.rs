@@ -185,7 +185,7 @@ struct Server {
     config: Config,
     /// The configuration the process started with, as the file model: the
     /// values of the keys only a restart applies
-    /// ([`crate::config::effective::RESTART_KEYS`]).
+    /// ([`crate::config::effective::RESTART_KEYS`]), and only their sections.
     started: FileConfig,
     listeners: Listeners,
     /// What every accept loop shares: permits, trackers, stop tokens.
@@ -265,7 +265,7 @@ pub(crate) async fn serve(
         pace: pace_for(&config),
         backends: Arc::new(Backends::start(&config.backends, None)),
         config: config.clone(),
-        started: config.to_file(),
+        started: effective::restart_part(config.to_file()),
         readiness: Arc::new(Readiness::default()),
         admin: None,
     };

@@ -1,0 +1,388 @@
+//! Names benchmark: what many SNI names cost snirelay and HAProxy, side by
+//! side (`scripts/loadbench.sh --only names`).
+//!
+//! For N names (`--names`, 100,000), all exact or with every tenth a
+//! `*.` wildcard, starts each proxy on one route to one backend and reads
+//! its RSS from /proc once it accepts connections (and a settling second
+//! later): snirelay with the names inline (`sni = [...]`) and in an
+//! `sni_file`, HAProxy with `req.ssl_sni -f names.lst` (the wildcards as
+//! `-m end` suffixes in a second file). Each is also started on a
+//! one-name configuration, so the table gives the RSS above it, the bytes
+//! per name and snirelay's ratio to HAProxy; and how long start (spawn to
+//! accepting), `snirelay check` and `haproxy -c` take. Medians of
+//! `--runs` (5).
+//!
+//! Then the reload series: snirelay on the inline configuration, RSS after
+//! each of `--reloads` (20) SIGHUPs of the unchanged file, then after each
+//! of as many alternating between two different sets of N names.
+//!
+//! Not here: traffic (loadbench's other phases); the names are never
+//! looked up, only held.
+
+// Only `rss_kib` and `median` are read here.
+#[allow(dead_code)]
+#[path = "support/proc.rs"]
+mod proc;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proc::{median, rss_kib};
+
+struct Args {
+    relay: PathBuf,
+    haproxy: Option<PathBuf>,
+    names: usize,
+    runs: usize,
+    reloads: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        relay: PathBuf::from("target/release/snirelay"),
+        haproxy: Some(PathBuf::from("/usr/sbin/haproxy")),
+        names: 100_000,
+        runs: 5,
+        reloads: 20,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--relay" => a.relay = value().into(),
+            "--haproxy" => {
+                a.haproxy = Some(value()).filter(|v| v != "none").map(PathBuf::from);
+            }
+            "--names" => a.names = value().parse().expect("--names N"),
+            "--runs" => a.runs = value().parse().expect("--runs N"),
+            "--reloads" => a.reloads = value().parse().expect("--reloads N"),
+            // loadbench.sh passes its own flags through: `--only names`.
+            "--only" => {
+                value();
+            }
+            "--help" => {
+                println!(
+                    "namesbench [--relay PATH] [--haproxy PATH|none] [--names 100000] [--runs 5] [--reloads 20]"
+                );
+                std::process::exit(0);
+            }
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    // The proxies run in the scratch directory (relative name files).
+    a.relay = std::fs::canonicalize(&a.relay).expect("--relay names no file");
+    a
+}
+
+/// N names: `site{i}.{set}.example.com`, and with `wild`, every tenth
+/// `*.w{i}.{set}.example.net` instead.
+fn names(n: usize, wild: bool, set: &str) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            if wild && i % 10 == 0 {
+                format!("*.w{i}.{set}.example.net")
+            } else {
+                format!("site{i}.{set}.example.com")
+            }
+        })
+        .collect()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// How a proxy is given its names.
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    Inline,
+    File,
+    Haproxy,
+}
+
+impl Form {
+    fn label(self) -> &'static str {
+        match self {
+            Form::Inline => "snirelay sni = [...]",
+            Form::File => "snirelay sni_file",
+            Form::Haproxy => "haproxy -f",
+        }
+    }
+}
+
+/// Writes the configuration (and name files) for `names` into `dir`;
+/// returns the configuration's path.
+fn write_config(dir: &Path, form: Form, names: &[String], port: u16) -> PathBuf {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    match form {
+        Form::Inline | Form::File => {
+            let sni = if form == Form::Inline {
+                let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+                format!("sni = [{}]", quoted.join(", "))
+            } else {
+                write("names.lst", &(names.join("\n") + "\n"));
+                "sni_file = \"names.lst\"".to_owned()
+            };
+            write(
+                "snirelay.toml",
+                &format!(
+                    "[global]\nthreads = 1\n\n[[listener]]\nname = \"bench\"\nlisten = [\"127.0.0.1:{port}\"]\n\n\
+                     [[route]]\nname = \"names\"\n{sni}\nbackend = \"b\"\n\n[backend.b]\naddresses = [\"127.0.0.1:9\"]\n"
+                ),
+            )
+        }
+        Form::Haproxy => {
+            let (below, exact): (Vec<&String>, Vec<&String>) =
+                names.iter().partition(|n| n.starts_with("*."));
+            let lines = |v: &[&String], strip: usize| {
+                v.iter().map(|n| &n[strip..]).collect::<Vec<_>>().join("\n") + "\n"
+            };
+            write("names.lst", &lines(&exact, 0));
+            let mut acl = String::from("    acl named req.ssl_sni -f names.lst\n");
+            if !below.is_empty() {
+                // `*.x` as HAProxy says it: names ending in `.x`.
+                write("below.lst", &lines(&below, 1));
+                acl.push_str("    acl named req.ssl_sni -m end -f below.lst\n");
+            }
+            write(
+                "haproxy.cfg",
+                &format!(
+                    "global\n    nbthread 1\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 5m\n    timeout server 5m\n\n\
+                     frontend bench\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 5s\n    tcp-request content accept if {{ req.ssl_hello_type 1 }}\n\
+                     {acl}    use_backend b if named\n\nbackend b\n    server s1 127.0.0.1:9\n"
+                ),
+            )
+        }
+    }
+}
+
+/// A started proxy: the child, the time from spawn to accepting, and its
+/// RSS once accepting and a settling second later.
+struct Started {
+    child: Child,
+    ready: Duration,
+    rss_kib: u64,
+}
+
+fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
+    let port = free_port();
+    let config = write_config(dir, form, names, port);
+    let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
+    let mut command = match form {
+        Form::Haproxy => {
+            let mut c = Command::new(args.haproxy.as_ref().unwrap());
+            c.arg("-db").arg("-f").arg(&config);
+            c
+        }
+        _ => {
+            let mut c = Command::new(&args.relay);
+            c.args(["run", "--config"])
+                .arg(&config)
+                .args(["--log-level", "info,snirelay::access=off"]);
+            c
+        }
+    };
+    let t0 = Instant::now();
+    let child = command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("cannot start the proxy");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{} did not start",
+            form.label()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ready = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_kib = rss_kib(child.id());
+    Started {
+        child,
+        ready,
+        rss_kib,
+    }
+}
+
+fn stop(mut s: Started) {
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+}
+
+/// How long a `check` (`snirelay check`, `haproxy -c`) of the last
+/// configuration written to `dir` takes.
+fn check_time(args: &Args, dir: &Path, form: Form) -> Duration {
+    let mut command = match form {
+        Form::Haproxy => {
+            let mut c = Command::new(args.haproxy.as_ref().unwrap());
+            c.arg("-c").arg("-q").arg("-f").arg(dir.join("haproxy.cfg"));
+            c
+        }
+        _ => {
+            let mut c = Command::new(&args.relay);
+            c.args(["check", "--config"]).arg(dir.join("snirelay.toml"));
+            c
+        }
+    };
+    let t0 = Instant::now();
+    let out = command.current_dir(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: check failed: {out:?}",
+        form.label()
+    );
+    t0.elapsed()
+}
+
+/// Lines of the relay's log (in `dir`) that end a reload.
+fn reloads_logged(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("proxy.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("reload applied") || l.contains("reload rejected"))
+        .count()
+}
+
+/// Sends SIGHUP and waits (bounded) for the reload's line; the time it took.
+fn reload(relay: &Started, dir: &Path, done_before: usize) -> Duration {
+    let t0 = Instant::now();
+    let ok = Command::new("kill")
+        .args(["-HUP", &relay.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    while reloads_logged(dir) <= done_before {
+        assert!(t0.elapsed() < Duration::from_secs(60), "reload not logged");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let took = t0.elapsed();
+    let log = std::fs::read_to_string(dir.join("proxy.log")).unwrap();
+    assert!(
+        !log.contains("reload rejected"),
+        "a reload was rejected:\n{log}"
+    );
+    took
+}
+
+fn mb(kib: f64) -> f64 {
+    kib / 1024.0
+}
+
+fn main() {
+    let args = args();
+    let dir = std::env::temp_dir().join(format!("snirelay-namesbench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut forms = vec![Form::Inline, Form::File];
+    if args.haproxy.is_some() {
+        forms.push(Form::Haproxy);
+    }
+    println!(
+        "namesbench: {} names, {} run(s), medians; RSS once accepting + 1 s",
+        args.names, args.runs
+    );
+    println!(
+        "| shape | form | RSS 1 name | RSS N names | above 1 name | B/name | ratio | start | check |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for wild in [false, true] {
+        let shape = if wild { "10 % `*.`" } else { "exact" };
+        let many = names(args.names, wild, "a");
+        let one = names(1, false, "a");
+        let mut per_name_haproxy = None;
+        let mut rows = Vec::new();
+        for &form in &forms {
+            let (mut base, mut full, mut ready, mut check) = (vec![], vec![], vec![], vec![]);
+            for _ in 0..args.runs {
+                let s = start(&args, &dir, form, &one);
+                base.push(s.rss_kib as f64);
+                stop(s);
+                let s = start(&args, &dir, form, &many);
+                full.push(s.rss_kib as f64);
+                ready.push(s.ready.as_secs_f64());
+                stop(s);
+                check.push(check_time(&args, &dir, form).as_secs_f64());
+            }
+            let (base, full) = (median(&base), median(&full));
+            let per_name = (full - base) * 1024.0 / args.names as f64;
+            if form == Form::Haproxy {
+                per_name_haproxy = Some(per_name);
+            }
+            rows.push((form, base, full, per_name, median(&ready), median(&check)));
+        }
+        for (form, base, full, per_name, ready, check) in rows {
+            let ratio = per_name_haproxy.map_or("-".to_owned(), |h| format!("{:.2}", per_name / h));
+            println!(
+                "| {shape} | {} | {:.1} MB | {:.1} MB | {:.1} MB | {per_name:.0} | {ratio} | {ready:.2} s | {check:.2} s |",
+                form.label(),
+                mb(base),
+                mb(full),
+                mb(full - base),
+            );
+        }
+    }
+    reload_series(&args, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// RSS after each reload: unchanged, then alternating between two sets.
+fn reload_series(args: &Args, dir: &Path) {
+    let a = names(args.names, false, "a");
+    let b = names(args.names, false, "b");
+    let relay = start(args, dir, Form::Inline, &a);
+    let port = {
+        // The port the relay listens on, from its configuration.
+        let text = std::fs::read_to_string(dir.join("snirelay.toml")).unwrap();
+        let at = text.find("127.0.0.1:").unwrap() + "127.0.0.1:".len();
+        text[at..at + text[at..].find('"').unwrap()]
+            .parse::<u16>()
+            .unwrap()
+    };
+    let first = relay.rss_kib;
+    let mut done = 0;
+    let mut series = |label: &str, alternate: bool| {
+        let mut rss = Vec::new();
+        let mut took = Vec::new();
+        for i in 0..args.reloads {
+            if alternate {
+                write_config(dir, Form::Inline, if i % 2 == 0 { &b } else { &a }, port);
+            }
+            took.push(reload(&relay, dir, done).as_secs_f64());
+            done += 1;
+            std::thread::sleep(Duration::from_millis(500));
+            rss.push(rss_kib(relay.child.id()));
+        }
+        let max = *rss.iter().max().unwrap();
+        let list: Vec<String> = rss
+            .iter()
+            .map(|k| format!("{:.0}", mb(*k as f64)))
+            .collect();
+        println!(
+            "reloads {label}: after start {:.1} MB; after each (MB): {}; max {:.1} MB = {:.2}x start; reload median {:.2} s",
+            mb(first as f64),
+            list.join(" "),
+            mb(max as f64),
+            max as f64 / first as f64,
+            median(&took),
+        );
+        let _ = std::io::stdout().flush();
+    };
+    series("unchanged", false);
+    series("alternating", true);
+    stop(relay);
+}
