@@ -34,7 +34,7 @@
 #[path = "support/proc.rs"]
 mod proc;
 
-use proc::{cpu_seconds, median};
+use proc::{cpu_seconds, free_port, median};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -86,14 +86,6 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(bench(args));
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Streams zeros to every connection until it closes.

@@ -55,7 +55,8 @@
 mod proc;
 
 use proc::{
-    CoreTicks, context_switches, cpu_seconds, fd_count, ipis, median, meminfo_kib, rss_kib,
+    CoreTicks, context_switches, cpu_seconds, fd_count, free_port, ipis, median, meminfo_kib,
+    rss_kib,
 };
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -334,14 +335,6 @@ fn check_port_range() {
             );
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Waits (bounded) until something accepts on `addr`.

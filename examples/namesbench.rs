@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use proc::{median, rss_kib};
+use proc::{free_port, median, rss_kib};
 
 struct Args {
     relay: PathBuf,
@@ -89,14 +89,6 @@ fn names(n: usize, wild: bool, set: &str) -> Vec<String> {
             }
         })
         .collect()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// How a proxy is given its names.

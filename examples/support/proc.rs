@@ -1,5 +1,6 @@
-//! What the load tools (`loadbench`, `quicbench`) read about a process
-//! from /proc, and the median they report. Included by each tool with
+//! What the load tools (`loadbench`, `quicbench`, `bwbench`, `namesbench`)
+//! read about a process from /proc, the median they report, and a free
+//! loopback port for the proxies they start. Included by each tool with
 //! `#[path]`; not an example of its own.
 //!
 //! Not here: starting or stopping processes, or anything that measures
@@ -150,4 +151,15 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     } else {
         (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
     }
+}
+
+/// A loopback TCP port free when asked (the proxies a tool starts listen
+/// on it).
+#[allow(dead_code)] // not quicbench's
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
