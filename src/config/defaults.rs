@@ -1,0 +1,207 @@
+//! Every key's default (`DEFAULT_*`) and accepted range (`*_RANGE`), as
+//! the checker applies them and [`super::keys`] documents them: the values
+//! in force where a file says nothing.
+//!
+//! Not here: which key a constant belongs to ([`super::keys`]) or how a
+//! value is checked against its range ([`super::check`]).
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::settings::FastestMeasure;
+use super::{EchPolicy, Keepalive, LogTarget, Mode, Outbound, Policy, SyslogFormat, TlsVersion};
+
+/// Open client connections the whole process accepts before it pauses accepting.
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// How long draining connections (on stop, or on reload for changed routes) may live on.
+pub(crate) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Kernel accept queue length per listening socket.
+pub(crate) const DEFAULT_BACKLOG: u32 = 1024;
+/// Time from accept until the ClientHello must be complete.
+pub(crate) const DEFAULT_CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A relayed connection on which no byte moved either way for this long is closed.
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// How long a connection one side has half-closed (sent FIN) may stay
+/// quiet; HAProxy's `timeout client-fin`/`server-fin`.
+pub(crate) const DEFAULT_HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection may live: no limit unless set.
+pub(crate) const DEFAULT_MAX_CONNECTION_LIFETIME: Option<Duration> = None;
+/// Bytes the relay buffers while waiting for a complete ClientHello.
+pub const DEFAULT_MAX_CLIENT_HELLO_BYTES: usize = 16 * 1024;
+/// Per backend address connect attempt.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// `[listener.proxy_protocol] mode`: a trusted source must send a header.
+pub(crate) const DEFAULT_PROXY_PROTOCOL_MODE: Mode = Mode::Require;
+/// `[listener.proxy_protocol] max_hops`: relay-to-relay hops a connection may
+/// have crossed before this listener refuses it (`hop_limit`).
+pub const DEFAULT_MAX_HOPS: u8 = 3;
+/// `[backend.*] proxy_protocol`: no header is sent.
+pub(crate) const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
+/// `[backend.*] proxy_protocol_crc32c`: no checksum TLV.
+pub(crate) const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
+/// `[backend.*] policy`: the first healthy address, failing over down the list.
+pub(crate) const DEFAULT_POLICY: Policy = Policy::Ordered;
+/// `[backend.*] max_fails`: consecutive failed connects that mark an
+/// address down (passive health). 0 turns passive health off.
+pub(crate) const DEFAULT_MAX_FAILS: u32 = 3;
+/// `[backend.*] fail_backoff`: how long passive health keeps an address down.
+pub(crate) const DEFAULT_FAIL_BACKOFF: Duration = Duration::from_secs(10);
+/// `[backend.*] resolve_interval`: how often the system resolver is asked again.
+pub(crate) const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
+/// `[backend.*] min_ttl` / `max_ttl`: the bounds on a record's TTL when
+/// `resolver` is set (a TTL of 0 must not become a query storm; a TTL of a
+/// day must not pin a dead address).
+pub(crate) const DEFAULT_MIN_TTL: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_MAX_TTL: Duration = Duration::from_secs(300);
+/// `[backend.*] fastest_interval`: connect times are measured again after a
+/// random moment within this interval (full jitter).
+pub(crate) const DEFAULT_FASTEST_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// `[backend.*.health]` defaults.
+pub(crate) const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_HEALTH_RISE: u32 = 2;
+pub(crate) const DEFAULT_HEALTH_FALL: u32 = 3;
+/// `[backend.*.health] kind`: a TCP connect.
+pub(crate) const DEFAULT_HEALTH_KIND: &str = "tcp";
+/// `[backend.*] fastest_measure`: the TCP connect time.
+pub(crate) const DEFAULT_FASTEST_MEASURE: FastestMeasure = FastestMeasure::Connect;
+/// An address's `weight` when unset (`addresses` entries as plain strings).
+pub(crate) const DEFAULT_WEIGHT: u32 = 1;
+// `max_connections` (per address) and `max_connections_per_address`
+// default to no cap.
+/// `[backend.*.cluster]` defaults.
+pub(crate) const DEFAULT_CLUSTER_PORT: u16 = 443;
+pub(crate) const DEFAULT_POSITIVE_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_NEGATIVE_TTL: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+// Pangolin nodes (issue 17).
+/// `[backend.*.cluster] hop_proxy_protocol`: v2, which carries the hop count.
+pub(crate) const DEFAULT_HOP_PROXY_PROTOCOL: Outbound = Outbound::V2;
+
+/// Where `[admin]` listens when the section leaves `listen` out: loopback
+/// only. A non-loopback address needs `allow_public = true`.
+pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
+/// `[admin] allow_public`: a non-loopback `listen` is refused unless set.
+pub(crate) const DEFAULT_ADMIN_ALLOW_PUBLIC: bool = false;
+/// `[admin] expose_config`: `/config` (every route and backend) is not
+/// served to whoever may scrape `/metrics` unless the operator says so.
+pub(crate) const DEFAULT_ADMIN_EXPOSE_CONFIG: bool = false;
+/// `[admin] address_labels`: `snirelay_backend_address_up` carries an
+/// `address` label (bounded per backend, see `metrics`). Off, no metric
+/// names an origin address.
+pub(crate) const DEFAULT_ADMIN_ADDRESS_LABELS: bool = true;
+// Pushed local names (issue 17).
+/// `[admin] moved_close_window`: connections of names a push no longer
+/// lists as local close at moments spread over this long, so a site that
+/// moves does not make all its clients reconnect in the same instant.
+pub(crate) const DEFAULT_MOVED_CLOSE_WINDOW: Duration = Duration::from_secs(5);
+
+/// `[log] target`: standard error, as journald and container runtimes
+/// expect.
+pub const DEFAULT_LOG_TARGET: LogTarget = LogTarget::Stderr;
+/// `[log] syslog`: the local syslog daemon's socket.
+pub const DEFAULT_SYSLOG: &str = "unix:/dev/log";
+/// `[log] facility`: what an HAProxy edge logs to (`log /dev/log local0`).
+pub const DEFAULT_LOG_FACILITY: &str = "local0";
+/// `[log] syslog_format`: RFC 5424 (full timestamp, host, app, pid).
+pub const DEFAULT_SYSLOG_FORMAT: SyslogFormat = SyslogFormat::Rfc5424;
+/// `[log] queue`: lines held while a syslog or journald target is slow
+/// or down (a few hundred bytes each, only while held): about two seconds
+/// of access lines at 2,000 connections a second.
+pub const DEFAULT_LOG_QUEUE: usize = 4096;
+
+/// Whether listening sockets set SO_REUSEPORT. Off: the binary upgrade
+/// hands the listening sockets over (`run --takeover`), which needs no
+/// second bind, and with the option off a second snirelay started by
+/// mistake on the same address fails to bind instead of silently taking
+/// half of the connections.
+pub(crate) const DEFAULT_REUSE_PORT: bool = false;
+/// Relay through splice(2) and a kernel pipe per direction (Linux) rather
+/// than a userspace copy. A listener's `splice` beats `[global] splice`.
+pub(crate) const DEFAULT_SPLICE: bool = true;
+/// Bytes a pooled pipe holds (F_SETPIPE_SZ); the kernel rounds up to a power
+/// of two pages. 64 KiB is the kernel's own default and HAProxy's.
+pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
+/// Pipes the whole process may have open at once, in use or pooled; each is
+/// two descriptors. A direction that finds the pool empty copies through
+/// userspace for that burst instead of waiting.
+pub(crate) const DEFAULT_MAX_PIPES: usize = 512;
+/// Runtime worker threads when
+/// `[global] threads` is not set: the cores this process may run on.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Bits of an IPv4 source address that make one source for per-source limits.
+pub const DEFAULT_SOURCE_PREFIX_V4: u8 = 32;
+/// Bits of an IPv6 source address that make one source (one /64 is what a
+/// single subscriber is usually given).
+pub const DEFAULT_SOURCE_PREFIX_V6: u8 = 64;
+/// Open connections one source may hold (`[listener.limits]
+/// connections_per_source`) when the key is not set; `false` turns the limit
+/// off. Without it one source could take the whole `max_connections` budget
+/// and every other client would wait in the backlog behind it; 256 is far
+/// above what one browser or agent opens, and in line with Gerbil's
+/// per-source default.
+pub const DEFAULT_CONNECTIONS_PER_SOURCE: NonZeroU32 = NonZeroU32::new(256).unwrap();
+/// `tcp_keepalive` (per listener and per backend) when unset or `true`:
+/// on, so a peer that vanishes without FIN or RST is closed after
+/// idle + interval × count = 2 minutes of silence (probed, or with data
+/// unacknowledged: see `sockopt::set_keepalive`) instead of holding two
+/// descriptors until `idle_timeout`. (HAProxy `clitcpka`/`srvtcpka`, nginx
+/// `so_keepalive` and Envoy `tcp_keepalive` take the system's timings
+/// unless told otherwise: a 2-hour idle, too late to matter at an edge.)
+pub(crate) const DEFAULT_TCP_KEEPALIVE: Keepalive = Keepalive {
+    idle: Duration::from_secs(60),
+    interval: Duration::from_secs(10),
+    count: 6,
+};
+/// Linux bounds: TCP_KEEPIDLE and TCP_KEEPINTVL (seconds), TCP_KEEPCNT.
+pub(super) const KEEPALIVE_SECS_RANGE: std::ops::RangeInclusive<i64> = 1..=32_767;
+pub(super) const KEEPALIVE_COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
+
+// `max_connection_rate` and `connection_rate_per_source` default to
+// unlimited; a burst defaults to one second's worth of its rate.
+
+/// `attempts_period` when `attempts_per_source` is set without it: one
+/// second, as HAProxy's `conn_rate(1s)`.
+pub(crate) const DEFAULT_ATTEMPTS_PERIOD: Duration = Duration::from_secs(1);
+
+/// `[[listener]] min_tls_version`: unset, every version is accepted.
+pub(crate) const DEFAULT_MIN_TLS_VERSION: Option<TlsVersion> = None;
+/// `[[listener]] ech`: ECH hellos are routed like any other.
+pub(crate) const DEFAULT_ECH: EchPolicy = EchPolicy::Pass;
+
+/// Bounds that keep a setting meaningful.
+pub(super) const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
+pub(super) const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+pub(super) const BACKLOG_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
+pub(super) const MAX_HOPS_RANGE: std::ops::RangeInclusive<i64> = 1..=16;
+pub(super) const THREADS_RANGE: std::ops::RangeInclusive<i64> = 1..=1024;
+/// One page up to Linux's default `fs.pipe-max-size` (1 MiB).
+pub(super) const PIPE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 4096..=1_048_576;
+pub(super) const MAX_PIPES_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
+pub(super) const RATE_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+/// `attempts_period`, in milliseconds (HAProxy counts in millisecond
+/// ticks): long enough to count a burst, at most an hour.
+pub(super) const ATTEMPTS_PERIOD_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=3_600_000;
+/// `rate_up` and the other bandwidth rates, in bytes per second: from
+/// 1 KB/s (below it a connection is stalled, not shaped) to 1 TB/s.
+pub(super) const BANDWIDTH_RANGE: std::ops::RangeInclusive<i64> = 1_000..=1_000_000_000_000;
+/// `burst`, in bytes: at least one 1,500-byte packet, at most 1 TB.
+pub(super) const BURST_RANGE: std::ops::RangeInclusive<i64> = 1_500..=1_000_000_000_000;
+pub(super) const PREFIX_V4_RANGE: std::ops::RangeInclusive<i64> = 1..=32;
+pub(super) const PREFIX_V6_RANGE: std::ops::RangeInclusive<i64> = 1..=128;
+pub(super) const CONNECT_ATTEMPTS_RANGE: std::ops::RangeInclusive<i64> = 1..=64;
+pub(super) const MAX_FAILS_RANGE: std::ops::RangeInclusive<i64> = 0..=1000;
+pub(super) const RISE_FALL_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
+pub(super) const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
+/// An address's `weight`: 0 is refused (remove the address instead), and
+/// 256 is HAProxy's maximum.
+pub(super) const WEIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=256;
+/// `[log] queue`, in lines.
+pub(super) const LOG_QUEUE_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
+/// `max_connections` of an address and `max_connections_per_address`.
+pub(super) const ADDRESS_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+/// A PROXY v2 TLV type is one byte.
+pub(super) const TLV_TYPE_RANGE: std::ops::RangeInclusive<i64> = 0..=255;
