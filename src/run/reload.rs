@@ -194,14 +194,14 @@ addresses = ["127.0.0.1:1003"]
 
     /// A reload from `old` to `new` as the listeners apply it: each
     /// listener's next table built from its previous one (by name).
-    struct Applied {
+    struct AppliedTables {
         diff: Diff,
         old: Vec<RouteTable>,
         new: Vec<RouteTable>,
         to_drain: Vec<Arc<DrainSignal>>,
     }
 
-    fn apply(old: &Config, new: &Config) -> Applied {
+    fn apply(old: &Config, new: &Config) -> AppliedTables {
         let old_tables: Vec<RouteTable> = old
             .listeners
             .iter()
@@ -230,7 +230,7 @@ addresses = ["127.0.0.1:1003"]
             .zip(&old_tables)
             .flat_map(|(l, t)| t.retired_by(next(&l.name)))
             .collect();
-        Applied {
+        AppliedTables {
             diff: diff(old, new),
             old: old_tables,
             new: new_tables,

@@ -5,7 +5,7 @@
 //!
 //! - a file or folder (a span ending in `.rs` or `/`, or starting with one
 //!   of [`ROOT_FOLDERS`]: `tcp/dial.rs`, `src/quic/initial.rs`,
-//!   `run/server/`, `tests/it/transparent.rs`): relative to the repository
+//!   `run/listener_set.rs`, `tests/it/transparent.rs`): relative to the repository
 //!   root when it starts with one of those, else to `src/` (docs/design.md's
 //!   convention); a bare name (`keys.rs`, `check/`) must exist somewhere
 //!   under `src/`;

@@ -55,7 +55,6 @@ const KNOWN_PARENT: &[(&str, &str)] = &[
     ("backend", "resolve"),
     ("cli::haproxy_import", "backend"),
     ("cli::haproxy_import", "monitor"),
-    ("run::server", "reloading"),
 ];
 
 /// The name of a folder's `mod.rs` among its children's nodes.
