@@ -9,14 +9,15 @@
 //! The [`ConnRecord`] collects a connection's log fields as the stages learn
 //! them and writes them once, at close (`ConnRecord::close`); a
 //! connection refused at admission is closed through the same record
-//! (`refused`). It is the one access record of both protocols: a QUIC
-//! flow's line is the same record, built when the flow closes from what
-//! the flow kept ([`crate::quic::flows::FlowRecord`]), closed with the fields only a
-//! flow has (`ConnRecord::close_flow`, [`QuicFields`]: `protocol =
-//! "quic"`, the QUIC version, the client's last address and rebinds,
-//! datagrams each way, `backend.local`), which a TCP line leaves out. The
-//! level is the reason's, from the table in [`crate::close_reason`], on
-//! either protocol.
+//! (`refused`). It is the one access record of both protocols: the fields
+//! both fill are its own, and what each transport holds its own way is its
+//! part ([`RecordPart`]): a TCP connection's borrows ([`TcpPart`]), a QUIC
+//! flow keeps its record for its life and its part owns what it needs
+//! ([`crate::quic::flows::record::FlowPart`]), with the fields only a flow's line
+//! has ([`QuicFields`]: `protocol = "quic"`, the QUIC version, the client's
+//! last address and rebinds, datagrams each way, `backend.local`), which a
+//! TCP line leaves out. The level is the reason's, from the table in
+//! [`crate::close_reason`], on either protocol.
 //!
 //! Cost: a close is atomic adds on series resolved ahead of the connection
 //! (see `metrics`) and, unless the reason is silent, one `tracing` event;
@@ -58,7 +59,7 @@ pub struct Arrival {
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A fresh connection id, for a record made with [`ConnRecord::arrived`]
+/// A fresh connection id, for a record made with [`ConnRecord::with_part`]
 /// (a QUIC flow's, see [`crate::quic::flows`], which needs its id before its
 /// record): one sequence for every protocol.
 pub(crate) fn next_conn_id() -> u64 {
@@ -93,24 +94,24 @@ pub(crate) struct Throttled {
     pub down_ms: u64,
 }
 
-/// What the connection's log line says; filled in stage by stage. Names
-/// are borrowed from the connection's snapshot (`'l`) or shared with it
-/// (`Arc`), never copied per connection.
+/// What the connection's log line says; filled in stage by stage. The
+/// fields every transport fills are here, once; what a transport holds its
+/// own way (the listener, the arrival, the route's name, and a QUIC flow's
+/// extra fields) is its `part` ([`RecordPart`]): a TCP connection's
+/// borrows from its snapshot ([`TcpPart`], never copied per connection), a
+/// QUIC flow's owns what it keeps for its life
+/// ([`crate::quic::flows::record::FlowPart`]).
 #[derive(Debug)]
-pub struct ConnRecord<'l> {
+pub(crate) struct ConnRecord<P> {
     /// The connection's id (`conn_id` in log lines), unique in this process.
     pub id: u64,
-    /// The listener that accepted it.
-    pub listener: &'l Listener,
-    /// Its peer, accept time and metric series (borrowed: see [`Arrival`]).
-    pub(crate) arrival: &'l Arrival,
+    /// The transport's own part: listener, arrival, route name, extra fields.
+    pub(crate) part: P,
     /// The SNI its hello named, once read; `None` before, or without one.
     pub sni: Option<Box<str>>,
     pub(crate) alpn: Option<Box<str>>,
-    /// What the hello's ECH extension was (see `route::EchKind`).
+    /// What the hello's ECH extension was (see [`EchKind`]).
     pub ech: Option<EchKind>,
-    /// The name of the route it took; `None` until routed.
-    pub route: Option<&'l str>,
     /// The backend chosen; `None` until routed.
     pub backend: Option<Arc<Backend>>,
     /// The backend address connected to; `None` until connected.
@@ -120,36 +121,110 @@ pub struct ConnRecord<'l> {
     pub claimed: Option<ClaimedAddr>,
     /// The hello's JA4 and JA3 (`tls.ja4`, `tls.ja3`, `tls.ja3_string`),
     /// when the listener computes them (see
-    /// `route::RouteTable::wants_fingerprints`).
+    /// [`crate::flow::route::RouteTable::wants_fingerprints`]).
     pub fingerprints: Option<Arc<Fingerprints>>,
 }
 
-impl<'l> ConnRecord<'l> {
+/// What one transport's record holds its own way: where the listener, the
+/// arrival and the route's name are, and the fields only its line has.
+pub(crate) trait RecordPart<'l> {
+    /// The listener that accepted the connection.
+    fn listener(&self) -> &Listener;
+    /// Its peer, accept time and metric series.
+    fn arrival(&self) -> &Arrival;
+    /// The name of the route it took; `None` until routed.
+    fn route(&self) -> Option<&str>;
+    /// Takes the route's name from `entry`.
+    fn set_route(&mut self, entry: &'l RouteEntry);
+    /// A QUIC flow's fields for its line, read at its close; `None` for TCP.
+    fn quic(&self) -> Option<QuicFields>;
+    /// The bytes moved each way, where the part counts them itself (a
+    /// QUIC flow's task does); `None`: the record's own count.
+    fn moved(&self) -> Option<Transferred>;
+}
+
+/// A TCP connection's part of its record: borrowed from the connection's
+/// snapshot and its task (`'l`), so a connection's task holds each once.
+#[derive(Debug)]
+pub(crate) struct TcpPart<'l> {
+    listener: &'l Listener,
+    /// Borrowed: see [`Arrival`].
+    arrival: &'l Arrival,
+    route: Option<&'l str>,
+}
+
+impl<'l> RecordPart<'l> for TcpPart<'l> {
+    fn listener(&self) -> &Listener {
+        self.listener
+    }
+    fn arrival(&self) -> &Arrival {
+        self.arrival
+    }
+    fn route(&self) -> Option<&str> {
+        self.route
+    }
+    fn set_route(&mut self, entry: &'l RouteEntry) {
+        self.route = Some(&entry.route);
+    }
+    fn quic(&self) -> Option<QuicFields> {
+        None
+    }
+    fn moved(&self) -> Option<Transferred> {
+        None
+    }
+}
+
+/// A TCP connection's record.
+pub(crate) type TcpRecord<'l> = ConnRecord<TcpPart<'l>>;
+
+impl<'l> TcpRecord<'l> {
     /// A record for a connection just accepted, with a fresh id. Inlined,
-    /// as `arrived` is, so the record is built in place in
+    /// as `with_part` is, so the record is built in place in
     /// the connection's task (see [`crate::pump::relay::relay`]).
     #[inline(always)]
-    pub fn new(listener: &'l Listener, arrival: &'l Arrival) -> Self {
-        Self::arrived(next_conn_id(), listener, arrival)
+    pub(crate) fn new(listener: &'l Listener, arrival: &'l Arrival) -> Self {
+        ConnRecord::with_part(
+            next_conn_id(),
+            TcpPart {
+                listener,
+                arrival,
+                route: None,
+            },
+        )
     }
 
-    /// The record of connection `id`, as it arrived.
+    /// The arrival the record borrows, for as long as it is borrowed (not
+    /// only as long as the record is): stages read it while they fill in
+    /// the record.
+    pub(crate) fn arrival_borrowed(&self) -> &'l Arrival {
+        self.part.arrival
+    }
+}
+
+impl<P> ConnRecord<P> {
+    /// The record of connection `id`, as it arrived, its transport's part
+    /// being `part`.
     #[inline(always)]
-    pub(crate) fn arrived(id: u64, listener: &'l Listener, arrival: &'l Arrival) -> Self {
+    pub(crate) fn with_part(id: u64, part: P) -> Self {
         ConnRecord {
             id,
-            listener,
-            arrival,
+            part,
             sni: None,
             alpn: None,
             ech: None,
-            route: None,
             backend: None,
             backend_addr: None,
             moved: Transferred::default(),
             claimed: None,
             fingerprints: None,
         }
+    }
+}
+
+impl<'l, P: RecordPart<'l>> ConnRecord<P> {
+    /// The name of the route it took; `None` until routed.
+    pub(crate) fn route(&self) -> Option<&str> {
+        self.part.route()
     }
 
     fn backend_name(&self) -> Option<&str> {
@@ -165,41 +240,41 @@ impl<'l> ConnRecord<'l> {
 
     /// The route the connection took (or was refused on by its limits).
     pub(crate) fn routed(&mut self, entry: &'l RouteEntry) {
-        self.route = Some(&entry.route);
+        self.part.set_route(entry);
         self.backend = Some(entry.backend.clone());
     }
 
     /// Counts the connection's close and writes its one log line, at the
     /// level of the reason's fault (none for a silent connection).
     pub(crate) fn close(&self, reason: CloseReason) {
-        self.write(reason, None, Throttled::default());
+        self.write(reason, Throttled::default());
     }
 
     /// [`ConnRecord::close`] for a connection with bandwidth limits, whose
     /// line also says how long each direction waited for tokens (passed
-    /// here, not kept in the record, for the same reason as `quic`'s).
+    /// here, not kept in the record, which would make every connection's task
+    /// larger for a limit few routes set).
     pub(crate) fn close_throttled(&self, reason: CloseReason, throttled: Throttled) {
-        self.write(reason, None, throttled);
-    }
-
-    /// [`ConnRecord::close`] for a QUIC flow, whose line also has `quic`'s
-    /// fields. (Passed here rather than kept in the record, which would
-    /// make every TCP connection's task a pointer larger.)
-    pub(crate) fn close_flow(&self, reason: CloseReason, quic: &QuicFields) {
-        self.write(reason, Some(quic), Throttled::default());
+        self.write(reason, throttled);
     }
 
     /// Counts the close and writes the one access line of either protocol.
-    fn write(&self, reason: CloseReason, quic: Option<&QuicFields>, throttled: Throttled) {
+    fn write(&self, reason: CloseReason, throttled: Throttled) {
+        let quic = self.part.quic();
+        let quic = quic.as_ref();
+        let listener = self.part.listener();
+        let arrival = self.part.arrival();
+        let route = self.part.route();
+        let moved = self.part.moved().unwrap_or(self.moved);
         let nonzero = |ms: u64| (ms > 0).then_some(ms);
-        self.arrival.metrics.closed(&metrics::Closed {
-            route: self.route,
+        arrival.metrics.closed(&metrics::Closed {
+            route,
             backend: self.backend_name(),
             reason,
             sni: self.sni.is_some(),
             ech: self.ech.is_some(),
-            bytes_up: self.moved.up,
-            bytes_down: self.moved.down,
+            bytes_up: moved.up,
+            bytes_down: moved.down,
         });
         // An event's level is part of its static callsite, so it must be a
         // constant: one callsite per fault, each at `Fault::level`.
@@ -213,9 +288,9 @@ impl<'l> ConnRecord<'l> {
                     target: "snirelay::access",
                     LEVEL,
                     conn_id = self.id,
-                    listener = %self.listener.name,
+                    listener = %listener.name,
                     protocol = quic.map(|_| "quic"),
-                    client.peer = %self.arrival.peer,
+                    client.peer = %arrival.peer,
                     client.claimed = self.claimed.map(tracing::field::display),
                     client.last_peer = quic.map(|q| tracing::field::display(q.last_peer)),
                     client.rebinds = quic.map(|q| q.rebinds),
@@ -227,7 +302,7 @@ impl<'l> ConnRecord<'l> {
                     tls.ja4 = self.fingerprints.as_deref().map(Fingerprints::ja4),
                     tls.ja3 = self.fingerprints.as_deref().map(Fingerprints::ja3_hash),
                     tls.ja3_string = self.fingerprints.as_deref().map(Fingerprints::ja3),
-                    route = self.route,
+                    route = route,
                     backend = self.backend_name(),
                     backend.addr = self.backend_addr.map(tracing::field::display),
                     backend.local = quic
@@ -235,11 +310,11 @@ impl<'l> ConnRecord<'l> {
                         .map(tracing::field::display),
                     datagrams.up = quic.map(|q| q.datagrams_up),
                     datagrams.down = quic.map(|q| q.datagrams_down),
-                    bytes.up = self.moved.up,
-                    bytes.down = self.moved.down,
+                    bytes.up = moved.up,
+                    bytes.down = moved.down,
                     throttled_ms.up = nonzero(throttled.up_ms),
                     throttled_ms.down = nonzero(throttled.down_ms),
-                    duration_ms = self.arrival.at.elapsed().as_millis() as u64,
+                    duration_ms = arrival.at.elapsed().as_millis() as u64,
                     close = reason.as_str(),
                     "connection closed"
                 )
@@ -258,8 +333,8 @@ impl<'l> ConnRecord<'l> {
 /// Closes a connection (or QUIC flow) refused at admission through its
 /// `record` with `reason`, its refusal counted by the caller; the caller
 /// closes the socket (or drops the datagram) without reading from it, so
-/// there is no TLS alert to send. `quic`: a QUIC flow's fields. Called by
+/// there is no TLS alert to send. Called by
 /// the admission gate ([`crate::flow::gate`]) only.
-pub(crate) fn refused(record: ConnRecord<'_>, quic: Option<&QuicFields>, reason: CloseReason) {
-    record.write(reason, quic, Throttled::default());
+pub(crate) fn refused<'l, P: RecordPart<'l>>(record: ConnRecord<P>, reason: CloseReason) {
+    record.write(reason, Throttled::default());
 }

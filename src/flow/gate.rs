@@ -9,7 +9,7 @@
 
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
-use crate::flow::access::{self, CloseReason, ConnRecord, QuicFields};
+use crate::flow::access::{self, CloseReason, ConnRecord, RecordPart};
 use crate::flow::decision::{DryRun, HelloRefused};
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
@@ -21,17 +21,17 @@ use crate::metrics::ListenerMetrics;
 ///
 /// The arrival is counted first (`accepted`, and `active` until its close),
 /// so that a refused one is closed through the same close stage: its record
-/// (and a QUIC flow's fields), made by `refused_record` only then, writes
+/// (a QUIC flow's with its fields), made by `refused_record` only then, writes
 /// its access line ([`access::refused`]), the refusal counted as every
 /// refusal is ([`HelloRefused::count`]), and `Err` carries the reason; the caller
 /// drops the arrival unread. Admitted, a dry run's would-be refusal is
 /// logged, and the slot is returned, to be held for the arrival's life; a
 /// trusted peer relay is decided after its preface instead ([`crate::tcp::connection`]).
-pub(crate) fn admit<'r>(
+pub(crate) fn admit<'r, P: RecordPart<'r>>(
     generation: &Generation,
     peer: PeerAddr,
     metrics: &ListenerMetrics,
-    refused_record: impl FnOnce() -> (ConnRecord<'r>, Option<&'r QuicFields>),
+    refused_record: impl FnOnce() -> ConnRecord<P>,
 ) -> Result<AtAccept, CloseReason> {
     let Generation {
         listener,
@@ -55,8 +55,7 @@ pub(crate) fn admit<'r>(
         Err(refusal) => {
             let refused = HelloRefused::by_admission(refusal);
             refused.count(metrics);
-            let (record, quic) = refused_record();
-            access::refused(record, quic, refused.reason);
+            access::refused(refused_record(), refused.reason);
             Err(refused.reason)
         }
     }

@@ -130,7 +130,7 @@ pub(crate) enum EchAction {
 /// What an `encrypted_client_hello` extension was, as far as the relay can
 /// tell: the `ech_kind` log field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EchKind {
+pub(crate) enum EchKind {
     /// An outer ECH whose config id is one of `ech_config_ids`. A GREASE
     /// one picks its id at random, so it lands here with odds of one in
     /// 256 per configured id.
@@ -145,7 +145,7 @@ pub enum EchKind {
 }
 
 impl EchKind {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             EchKind::Real => "real",
             EchKind::Grease => "grease",

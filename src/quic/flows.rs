@@ -70,7 +70,7 @@ use crate::addr::PeerAddr;
 use crate::admission::{Admitted, AtAccept};
 use crate::config::Listener;
 use crate::drain::DrainGuard;
-use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields};
+use crate::flow::access::CloseReason;
 use crate::flow::decision::{self, Arrived};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
@@ -79,10 +79,10 @@ use crate::quic::backend_address::{Ask, Picked};
 use crate::wire::fingerprint::Fingerprints;
 
 mod events;
-mod record;
+pub(crate) mod record;
 
 pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
-pub(crate) use record::{Expiry, FlowRecord, Stats};
+pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
@@ -259,7 +259,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             }
             Some(FlowState::Connecting(connecting)) => {
                 let record = &connecting.record;
-                record.stats.up(datagram.len(), record.started, now);
+                record
+                    .part
+                    .stats
+                    .up(datagram.len(), record.part.started(), now);
                 // Beyond a bound it is dropped unread; the client retransmits.
                 if connecting.held_bytes + datagram.len() <= connecting.max_held_bytes
                     && self.held_bytes + datagram.len() <= MAX_HELD_BYTES
@@ -342,23 +345,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             .clone();
         // The accept gate, as for a TCP connection; a refusal is closed
         // there, without a flow: nothing is held for it.
-        let refused = QuicFields {
-            version: None,
-            last_peer: from,
-            rebinds: 0,
-            datagrams_up: 1,
-            datagrams_down: 0,
-            backend_local: None,
-        };
-        let arrival = Arrival {
-            peer: PeerAddr(from),
-            at: now.into(),
-            metrics,
-        };
-        let admitted = match gate::admit(generation, PeerAddr(from), &arrival.metrics, || {
-            let mut record = ConnRecord::arrived(access::next_conn_id(), &listener, &arrival);
-            record.moved.up = datagram.len() as u64;
-            (record, Some(&refused))
+        let admitted = match gate::admit(generation, PeerAddr(from), &metrics, || {
+            let record = flow_record(listener.clone(), from, now, metrics.clone());
+            record.part.stats.up(datagram.len(), now, now);
+            record
         }) {
             Ok(AtAccept::Admitted(admitted)) => Some(admitted),
             // Never: a QUIC listener has no PROXY protocol, so no trusted
@@ -379,17 +369,17 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             return false;
         };
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
-        let record = FlowRecord::new(listener, from, now, arrival.metrics);
+        let record = flow_record(listener, from, now, metrics);
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
         // within a few times MAX_PENDING_FLOWS however fast flows finish.
         if self.pending_order.len() >= 4 * MAX_PENDING_FLOWS {
             let flows = &self.flows;
             self.pending_order.retain(|(started, addr)| {
-                matches!(flows.get(addr), Some(FlowState::Pending(p)) if p.record.started == *started)
+                matches!(flows.get(addr), Some(FlowState::Pending(p)) if p.record.part.started() == *started)
             });
         }
-        self.pending_order.push_back((record.started, from));
+        self.pending_order.push_back((record.part.started(), from));
         self.pending += 1;
         *self.pending_by_source.entry(source).or_default() += 1;
         self.flows.insert(
@@ -439,7 +429,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     /// never evicted.
     fn evict_oldest(&mut self, now: Instant, source: Option<IpAddr>) -> bool {
         let flows = &self.flows;
-        let live = |(started, addr): &(Instant, SocketAddr)| matches!(flows.get(addr), Some(FlowState::Pending(p)) if p.record.started == *started);
+        let live = |(started, addr): &(Instant, SocketAddr)| matches!(flows.get(addr), Some(FlowState::Pending(p)) if p.record.part.started() == *started);
         let found = match source {
             // Entries of flows that moved on are dropped on the way.
             None => loop {
@@ -464,7 +454,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         let Some(pending) = self.take_pending(addr) else {
             return false;
         };
-        let listener = pending.record.listener.clone();
+        let listener = pending.record.part.listener.clone();
         self.close(pending.record, CloseReason::Evicted, None);
         self.evicted += 1;
         self.evicted_since_summary += 1;
@@ -513,9 +503,12 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             return;
         }
         let record = &mut pending.record;
-        record.stats.up(datagram.len(), record.started, now);
+        record
+            .part
+            .stats
+            .up(datagram.len(), record.part.started(), now);
         let verdict = pending.parser.feed(datagram);
-        pending.record.version = pending.parser.version();
+        pending.record.part.version = pending.parser.version();
         match verdict {
             Err(Verdict::Incomplete) => {
                 pending.held.push(datagram.into());
@@ -586,7 +579,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 break;
             }
             self.pending_order.pop_front();
-            let same = matches!(self.flows.get(&from), Some(FlowState::Pending(p)) if p.record.started == started);
+            let same = matches!(self.flows.get(&from), Some(FlowState::Pending(p)) if p.record.part.started() == started);
             if same && let Some(pending) = self.take_pending(from) {
                 self.close(pending.record, CloseReason::HelloTimeout, None);
             }
@@ -618,14 +611,14 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             claimed: None,
         };
         let decision = decision::decide(generation, arrived, &hello.hello, ja4);
-        decision.log_dry_runs(&record.listener, PeerAddr(from));
+        decision.log_dry_runs(&record.part.listener, PeerAddr(from));
         if let Some(heard) = decision.heard {
             record.heard(heard);
         }
         let routed = match decision.outcome {
             Ok(routed) => routed,
             Err(refused) => {
-                refused.count(&record.metrics);
+                refused.count(&record.part.arrival.metrics);
                 if let Some(entry) = refused.route {
                     record.routed(entry);
                 }
@@ -665,8 +658,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         let connecting = ConnectingFlow {
             held_bytes: held.iter().map(|d| d.len()).sum(),
             held,
-            max_held_bytes: HelloLimits::for_hello_bytes(record.listener.max_client_hello_bytes)
-                .held_bytes,
+            max_held_bytes: HelloLimits::for_hello_bytes(
+                record.part.listener.max_client_hello_bytes,
+            )
+            .held_bytes,
             record,
             idle: target.timeouts.idle,
             lifetime: target.timeouts.lifetime,

@@ -439,7 +439,10 @@ impl SocketTask {
                     if let Some((to, answer)) = answer
                         && self.now.send_to(&answer, to).is_ok()
                     {
-                        record.stats.down(answer.len(), record.started, now);
+                        record
+                            .part
+                            .stats
+                            .down(answer.len(), record.part.started(), now);
                     }
                     record.close(reason);
                 }
@@ -522,7 +525,7 @@ impl SocketTask {
                 return;
             }
         };
-        record.backend_local = backend.local_addr().ok();
+        record.part.backend_local = backend.local_addr().ok();
         for datagram in &held {
             let _ = self
                 .offload
@@ -532,21 +535,21 @@ impl SocketTask {
         // From now on the flow drains with its route or with its address
         // (an operator's `maint`), as a TCP connection does.
         let drain = in_flight.state().drain_part(drain.signal()).enter();
-        let stats = record.stats.clone();
-        let started = record.started;
+        let stats = record.part.stats.clone();
+        let started = record.part.started();
         let path = Arc::new(Path::new(from));
-        record.path = Some(path.clone());
+        record.part.path = Some(path.clone());
         // Listed, filtered and closable by the admin listener like a TCP
         // connection (a `local` one also by a push of local names); its
         // stop is this socket's `close_flows` or an operator's.
-        let route = record.route.clone().unwrap_or_default();
+        let route = record.part.route.clone().unwrap_or_default();
         let routed = record
             .backend
             .clone()
             .expect("a flow is opened after it was routed to a backend");
         let registered = registry::register(registry::Meta {
             id: record.id,
-            listener: &record.listener,
+            listener: &record.part.listener,
             route: &route,
             sni: record.sni.as_deref(),
             backend: &routed,
@@ -691,14 +694,14 @@ async fn relay_back(flow: FlowTask) {
     let mut rebinds = 0;
     // The connection IDs reported to the socket task, so each goes once.
     let mut taught = FlowCids::default();
-    let started = record.started;
+    let started = record.part.started();
     let id = record.id;
     let closing = drain.closing(id);
     tokio::pin!(closing);
     // One timer for the flow's life, re-armed only when it fires: activity
     // only moves the deadline later, so an early wake-up looks again
     // (rather than a new timer entry per wake-up).
-    let expires = tokio::time::sleep_until(expiry.deadline(record.stats.last()).into());
+    let expires = tokio::time::sleep_until(expiry.deadline(record.part.stats.last()).into());
     tokio::pin!(expires);
     let reason = {
         // Shutdown, or an operator's close or drain (told apart by the
@@ -726,7 +729,7 @@ async fn relay_back(flow: FlowTask) {
                             rebinds = path.rebinds();
                             client = path.client();
                         }
-                        relay_down(&offload, &down, &backend, &socket, client, &record.stats, started, |datagram| {
+                        relay_down(&offload, &down, &backend, &socket, client, &record.part.stats, started, |datagram| {
                             if let Some(cid) = cid::backend_scid(datagram)
                                 && taught.add(cid)
                             {
@@ -763,10 +766,10 @@ async fn relay_back(flow: FlowTask) {
                 () = &mut closing => break drain.reason(),
                 () = &mut expires => {
                     streak = 0;
-                    if let Some(reason) = expiry.expired(Instant::now(), record.stats.last()) {
+                    if let Some(reason) = expiry.expired(Instant::now(), record.part.stats.last()) {
                         break reason;
                     }
-                    expires.as_mut().reset(expiry.deadline(record.stats.last()).into());
+                    expires.as_mut().reset(expiry.deadline(record.part.stats.last()).into());
                 }
                 () = std::future::ready(()), if streak >= STREAK => streak = 0,
             }

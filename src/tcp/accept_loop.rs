@@ -46,7 +46,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
-use crate::flow::access::{Arrival, ConnRecord};
+use crate::flow::access::{Arrival, TcpRecord};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::tcp::connection::{self, Accepted};
@@ -197,7 +197,7 @@ impl AcceptLoop {
         let listener = &generation.listener;
         let arrival = &accepted.arrival;
         let admitted = match gate::admit(generation, arrival.peer, &arrival.metrics, || {
-            (ConnRecord::new(listener, arrival), None)
+            TcpRecord::new(listener, arrival)
         }) {
             Ok(AtAccept::Admitted(admitted)) => Some(admitted),
             Ok(AtAccept::AfterPreface) => None,

@@ -5,12 +5,12 @@
 //! is freed once the hello is replayed) → the byte pump
 //! ([`crate::pump::relay::Relay`]) → close.
 //! Each stage returns its own error type, folded here into one
-//! [`CloseReason`]; the [`ConnRecord`] (in [`crate::flow::access`], with the log line and
+//! [`CloseReason`]; the [`TcpRecord`] (in [`crate::flow::access`], with the log line and
 //! the metrics it feeds) collects the log fields as stages learn them and
 //! is written exactly once, at close. Admission (limits) happens before
 //! this, in the accept loop; for a trusted peer relay it must key on the
 //! claimed address, known only after the preface
-//! ([`ConnRecord::claimed`]; its slot is kept in [`Slots`]). A route's own
+//! ([`access::ConnRecord::claimed`]; its slot is kept in [`Slots`]). A route's own
 //! admission (`[route.limits]`, `max_connections`) runs in `setup` right
 //! after routing, and its slot is held with the relay's sockets.
 //!
@@ -42,7 +42,7 @@ use crate::backend::InFlight;
 use crate::backend::candidates::Pick;
 use crate::config::Timeouts;
 use crate::drain::DrainGuard;
-use crate::flow::access::{self, Arrival, CloseReason, ConnRecord};
+use crate::flow::access::{self, Arrival, CloseReason, TcpRecord};
 use crate::flow::decision::{self, Arrived, DryRun, HelloRefused};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
@@ -96,7 +96,7 @@ pub(crate) fn handle(
         let listener = &generation.listener;
         // The record borrows the arrival (peer, time, metric series): the
         // task holds them once.
-        let mut record = ConnRecord::new(listener, &accepted.arrival);
+        let mut record = TcpRecord::new(listener, &accepted.arrival);
         let established = Box::pin(setup(
             &mut accepted.stream,
             &mut record,
@@ -112,7 +112,7 @@ pub(crate) fn handle(
                 let registered = registry::register(registry::Meta {
                     id: record.id,
                     listener,
-                    route: record.route.unwrap_or_default(),
+                    route: record.route().unwrap_or_default(),
                     sni: record.sni.as_deref(),
                     backend: record.backend.as_ref().expect("routed"),
                     backend_addr: record.backend_addr.expect("connected"),
@@ -213,7 +213,7 @@ impl Established<'_> {
 /// announce, ending with the hello replayed to the backend.
 async fn setup<'g>(
     client: &mut TcpStream,
-    record: &mut ConnRecord<'g>,
+    record: &mut TcpRecord<'g>,
     generation: &'g Generation,
     per_source: &mut Option<Admitted>,
     cancel: &CancellationToken,
@@ -226,7 +226,7 @@ async fn setup<'g>(
         ..
     } = generation;
     // TCP_NODELAY is inherited from the listening socket (see `sockopt`).
-    let arrival = record.arrival;
+    let arrival = record.arrival_borrowed();
 
     // preface (only on listeners with [listener.proxy_protocol])
     let deadline = arrival.at + listener.client_hello_timeout;

@@ -1,6 +1,7 @@
 //! A flow's record and bounds: its counters shared with its task
-//! ([`Stats`]), what its access line says ([`FlowRecord`], written as the
-//! one access record of both protocols, [`crate::flow::access::ConnRecord`])
+//! ([`Stats`]), its record ([`FlowRecord`]: the one access record of both
+//! protocols, [`crate::flow::access::ConnRecord`], with a flow's part,
+//! [`FlowPart`])
 //! and an open flow's idle and lifetime bounds ([`Expiry`]).
 //!
 //! Not here: the table that decides what a flow does ([`super`]).
@@ -13,15 +14,14 @@ use std::time::Duration;
 use std::time::Instant;
 
 use crate::addr::PeerAddr;
-use crate::config::{Backend, Listener};
-use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields};
-use crate::flow::decision::Heard;
-use crate::flow::route::{EchKind, RouteEntry};
+use crate::config::Listener;
+use crate::flow::access::{self, Arrival, CloseReason, ConnRecord, QuicFields, RecordPart};
+use crate::flow::route::RouteEntry;
 use crate::metrics::ListenerMetrics;
+use crate::pump::ready::Transferred;
 use crate::pump::relay::lifetime_end;
 use crate::quic::Version;
 use crate::quic::cid::Path;
-use crate::wire::fingerprint::Fingerprints;
 
 /// Datagrams and bytes each way, and the last activity, of one flow;
 /// shared with the flow's task, which counts what it relays.
@@ -61,110 +61,101 @@ impl Stats {
     }
 }
 
-/// What a flow keeps for its access line, owned (the flow outlives any
-/// borrow); [`FlowRecord::close`] writes it as the one access record of
-/// both protocols (`access::ConnRecord`).
+/// A QUIC flow's part of its record ([`FlowRecord`]), owned (the flow
+/// outlives any borrow): the listener, the arrival and the route's name a
+/// TCP connection borrows, and what only a flow's line says.
 #[derive(Debug)]
-pub(crate) struct FlowRecord {
-    pub id: u64,
+pub(crate) struct FlowPart {
     pub listener: Arc<Listener>,
-    pub peer: SocketAddr,
-    pub started: Instant,
-    pub version: Option<Version>,
-    pub sni: Option<Box<str>>,
-    /// The hello's ALPN list and ECH extension, logged as TCP logs them.
-    pub alpn: Option<Box<str>>,
-    pub ech: Option<EchKind>,
+    pub arrival: Arrival,
     pub route: Option<Box<str>>,
-    pub backend: Option<Arc<Backend>>,
-    pub backend_addr: Option<SocketAddr>,
+    pub version: Option<Version>,
     /// The relay's end of the flow's backend socket: the client address
     /// the backend sees, logged so that its lines can be matched to this
     /// flow (no PROXY header on UDP carries the real one).
     pub backend_local: Option<SocketAddr>,
     pub stats: Arc<Stats>,
-    pub metrics: Arc<ListenerMetrics>,
     /// The client's current address once the flow is open (NAT rebinding).
     pub path: Option<Arc<Path>>,
-    /// The hello's JA4 and JA3, when the listener computes them.
-    pub fingerprints: Option<Arc<Fingerprints>>,
 }
 
-impl FlowRecord {
-    /// A fresh record for a flow from `peer` that started `now`.
-    pub(crate) fn new(
-        listener: Arc<Listener>,
-        peer: SocketAddr,
-        now: Instant,
-        metrics: Arc<ListenerMetrics>,
-    ) -> FlowRecord {
-        FlowRecord {
-            id: access::next_conn_id(),
-            listener,
-            peer,
-            started: now,
-            version: None,
-            sni: None,
-            alpn: None,
-            ech: None,
-            route: None,
-            backend: None,
-            backend_addr: None,
-            backend_local: None,
-            stats: Arc::default(),
-            metrics,
-            path: None,
-            fingerprints: None,
-        }
+impl FlowPart {
+    /// The moment the flow's first datagram arrived.
+    pub(crate) fn started(&self) -> Instant {
+        self.arrival.at.into_std()
     }
 
-    /// The hello's log fields, as the decision after it read them.
-    pub(crate) fn heard(&mut self, heard: Heard) {
-        self.sni = heard.sni;
-        self.ech = heard.ech;
-        self.alpn = heard.alpn;
+    /// The client's first address (`client.peer`).
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.arrival.peer.0
     }
+}
 
-    /// The route the flow took (or was refused on by its limits).
-    pub(crate) fn routed(&mut self, entry: &RouteEntry) {
+impl<'l> RecordPart<'l> for FlowPart {
+    fn listener(&self) -> &Listener {
+        &self.listener
+    }
+    fn arrival(&self) -> &Arrival {
+        &self.arrival
+    }
+    fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+    fn set_route(&mut self, entry: &'l RouteEntry) {
         self.route = Some(entry.route.clone());
-        self.backend = Some(entry.backend.clone());
     }
-
-    /// Counts the flow's end and writes its one access line, at the level
-    /// the reason table gives (a flow always sent a datagram, so it is
-    /// never `silent`).
-    pub(crate) fn close(self, reason: CloseReason) {
+    fn quic(&self) -> Option<QuicFields> {
         let s = &self.stats;
         let (last_peer, rebinds) = match &self.path {
             Some(path) => (path.client(), path.rebinds()),
-            None => (self.peer, 0),
+            None => (self.peer(), 0),
         };
-        let quic = QuicFields {
+        Some(QuicFields {
             version: self.version.map(Version::as_str),
             last_peer,
             rebinds,
             datagrams_up: s.datagrams_up.load(Ordering::Relaxed),
             datagrams_down: s.datagrams_down.load(Ordering::Relaxed),
             backend_local: self.backend_local,
-        };
-        let arrival = Arrival {
-            peer: PeerAddr(self.peer),
-            at: self.started.into(),
-            metrics: self.metrics,
-        };
-        let mut record = ConnRecord::arrived(self.id, &self.listener, &arrival);
-        record.sni = self.sni;
-        record.alpn = self.alpn;
-        record.ech = self.ech;
-        record.route = self.route.as_deref();
-        record.backend = self.backend;
-        record.backend_addr = self.backend_addr;
-        record.fingerprints = self.fingerprints;
-        record.moved.up = s.bytes_up.load(Ordering::Relaxed);
-        record.moved.down = s.bytes_down.load(Ordering::Relaxed);
-        record.close_flow(reason, &quic);
+        })
     }
+    fn moved(&self) -> Option<Transferred> {
+        let s = &self.stats;
+        Some(Transferred {
+            up: s.bytes_up.load(Ordering::Relaxed),
+            down: s.bytes_down.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// A QUIC flow's record: the one access record of both protocols
+/// ([`ConnRecord`]), with a flow's part; its line's byte counts are the
+/// flow's [`Stats`] (`RecordPart::moved`), its level the reason table's (a
+/// flow always sent a datagram, so it is never `silent`).
+pub(crate) type FlowRecord = ConnRecord<FlowPart>;
+
+/// A fresh record for a flow from `peer` whose first datagram arrived
+/// `now` (counted by its caller, as every datagram is).
+pub(crate) fn flow_record(
+    listener: Arc<Listener>,
+    peer: SocketAddr,
+    now: Instant,
+    metrics: Arc<ListenerMetrics>,
+) -> FlowRecord {
+    let part = FlowPart {
+        listener,
+        arrival: Arrival {
+            peer: PeerAddr(peer),
+            at: now.into(),
+            metrics,
+        },
+        route: None,
+        version: None,
+        backend_local: None,
+        stats: Arc::default(),
+        path: None,
+    };
+    ConnRecord::with_part(access::next_conn_id(), part)
 }
 
 /// An open flow's idle and lifetime bounds: `idle_timeout` with no

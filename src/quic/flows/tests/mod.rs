@@ -165,7 +165,7 @@ fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<See
                 reason,
                 answer,
             } => Seen::Close {
-                peer: record.peer,
+                peer: record.part.peer(),
                 reason,
                 answer_to: answer.map(|(to, _)| to),
             },
