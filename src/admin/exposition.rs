@@ -6,7 +6,7 @@
 //! here, so the page and a scrape taken at the same moment agree by
 //! construction.
 //!
-//! Not here: writing the exposition ([`crate::metrics::Metrics::render`]),
+//! Not here: writing the exposition ([`crate::metrics::registry::Metrics::render`]),
 //! or the page ([`super::status`]).
 
 /// One sample of the exposition: its series text as `/metrics` writes it

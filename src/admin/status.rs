@@ -5,7 +5,7 @@
 //! stats page.
 //!
 //! Where the numbers come from: every counter and gauge is read from the
-//! same exposition `/metrics` serves ([`crate::metrics::Metrics::render`],
+//! same exposition `/metrics` serves ([`crate::metrics::registry::Metrics::render`],
 //! parsed back by [`super::exposition`]), so the page and a scrape taken
 //! at the same moment agree by construction; each such number carries
 //! `data-metric` with its exact series text
