@@ -2,7 +2,8 @@
 //! time (or, with `fastest_measure = "tls"`, the time until the TLS health
 //! check's ServerHello) to every address of the backend at once, each probe with its own
 //! budget (`connect_timeout`), and a [`Chooser`] that turns them into the
-//! address connections try first ([`Ranking::preferred`], read by `policy`).
+//! address connections try first
+//! ([`crate::backend::policy_state::Ranking::preferred`], read by `policy`).
 //!
 //! The rules (all in [`Chooser::round`], a pure function of the samples):
 //! - the first round chooses the fastest address that answered;
@@ -32,7 +33,7 @@
 
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -48,23 +49,6 @@ pub(crate) const MARGIN_PERCENT: u32 = 25;
 pub(crate) const ROUNDS_TO_SWITCH: u32 = 2;
 /// An address that failed this recently is not chosen while another will do.
 pub(crate) const RECENT_FAILURE: Duration = Duration::from_secs(60);
-
-/// The current choice of a `fastest` backend.
-#[derive(Debug, Default)]
-pub(crate) struct Ranking {
-    preferred: Mutex<Option<SocketAddr>>,
-}
-
-impl Ranking {
-    /// The address connections should try first, if any is ranked.
-    pub(crate) fn preferred(&self) -> Option<SocketAddr> {
-        *self.preferred.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(super) fn set(&self, addr: Option<SocketAddr>) {
-        *self.preferred.lock().unwrap_or_else(|e| e.into_inner()) = addr;
-    }
-}
 
 /// One address measured in one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,8 +33,8 @@
 //!
 //! Not here: choosing among addresses ([`candidates`], [`plan`],
 //! [`balance`]) or connecting ([`crate::tcp::dial`]). This module names no policy: what one
-//! needs at run time is [`balance::State`] and [`balance::Policy`]'s start
-//! hook.
+//! needs at run time is [`policy_state::State`] and [`balance::Policy`]'s
+//! start hook.
 
 pub mod balance;
 pub(crate) mod candidates;
@@ -48,6 +48,7 @@ pub(crate) mod health;
 pub mod local_names;
 pub(crate) mod node_order;
 pub mod plan;
+pub mod policy_state;
 pub(crate) mod resolve;
 
 use std::collections::BTreeMap;
@@ -93,7 +94,7 @@ pub struct BackendRuntime {
     addresses: watch::Sender<Resolved>,
     /// What the backend's policy keeps between connections (a rotation,
     /// a latency ranking).
-    pub selection: balance::State,
+    pub selection: policy_state::State,
     /// Per-SNI answers of a cluster-resolved backend.
     pub cluster: Option<cluster::Cache>,
     /// Stops this runtime's background tasks.
@@ -139,7 +140,7 @@ impl BackendRuntime {
                 .map(|c| cluster::Cache::new(&config.name, c)),
             config,
             addresses: watch::channel(resolved).0,
-            selection: balance::State::default(),
+            selection: policy_state::State::default(),
             tasks: CancellationToken::new(),
             metrics,
             egress,
