@@ -11,7 +11,7 @@
 //!   taken literally: a node may serve on another port of this node's own
 //!   address. Host-name endpoints (Pangolin answers its exit nodes'
 //!   `endpoint`, usually a name) are resolved as a `resolve` backend
-//!   resolves (`super::resolve::resolve_once`: the system resolver, or
+//!   resolves (`super::host_lookup::resolve_once`: the system resolver, or
 //!   the cluster's `resolver`), all at once, within what is left of
 //!   `lookup_timeout`. A name that does not resolve (in time) is skipped
 //!   and logged; the others are used; an answer none of whose endpoints
@@ -82,7 +82,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::cluster_http::{self, HttpTarget, Target};
-use super::resolve;
+use super::host_lookup;
 use super::{AddressSet, carry, same_addresses};
 use super::{Cluster, ClusterLookup};
 use crate::backend::node_order::{NodeChoice, gerbil_index};
@@ -620,7 +620,7 @@ impl Cache {
                 names.spawn(async move {
                     let found = tokio::time::timeout_at(
                         deadline,
-                        resolve::resolve_once(&host, port, resolver),
+                        host_lookup::resolve_once(&host, port, resolver),
                     )
                     .await;
                     (i, found)

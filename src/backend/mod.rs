@@ -45,6 +45,7 @@ pub(crate) mod egress;
 mod endpoint;
 pub(crate) mod fastest;
 pub(crate) mod health;
+pub(crate) mod host_lookup;
 pub mod local_names;
 pub(crate) mod node_order;
 pub mod plan;
