@@ -51,8 +51,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::{Cluster, ClusterProtocol};
 use crate::config::is_host_name;
+use crate::config::settings::{Cluster, ClusterProtocol};
 use crate::sockopt;
 
 /// The largest lookup reply read (an answer is a short list of endpoints).

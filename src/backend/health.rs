@@ -52,7 +52,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendRuntime;
-use super::{Backend, FastestMeasure, HealthCheck, HealthKind};
+use crate::config::settings::{Backend, FastestMeasure, HealthCheck, HealthKind};
 use crate::metrics;
 use crate::proxy::outbound::local_header;
 

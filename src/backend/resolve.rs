@@ -37,8 +37,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::BackendRuntime;
-use super::DnsSource;
 use super::host_lookup::resolve_once;
+use crate::config::settings::DnsSource;
 use crate::metrics;
 
 /// The first retry after a failure with the system resolver (or sooner
