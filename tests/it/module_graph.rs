@@ -49,8 +49,6 @@ const KNOWN_PARENT: &[(&str, &str)] = &[
     ("admin", "control"),
     ("admin", "forward"),
     ("admin", "status"),
-    ("cli::haproxy_import", "backend"),
-    ("cli::haproxy_import", "monitor"),
     ("run::server", "reloading"),
 ];
 

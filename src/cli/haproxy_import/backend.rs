@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::parse::{Kind, Line, Section, lines_with, millis, with_defaults};
 use super::toml::{Table, duration, quoted, toml_key};
-use super::{Translator, option_no_key};
+use super::translator::{BackendInfo, Translator, option_no_key};
 
 /// HAProxy's default check interval (`inter`), rise and fall.
 pub(super) const HAPROXY_DEFAULT_INTER_MS: u64 = 2000;
@@ -32,15 +32,6 @@ pub(super) struct Server {
     /// `check-send-proxy`: its checks start with a PROXY header.
     pub(super) check_send_proxy: bool,
     pub(super) text: String,
-}
-
-/// A backend, read.
-#[derive(Debug, Clone, Default)]
-pub(super) struct BackendInfo {
-    pub(super) connect_ms: Option<(u64, String)>,
-    pub(super) server_ms: Option<(u64, String)>,
-    pub(super) tunnel_ms: Option<(u64, String)>,
-    pub(super) server_fin_ms: Option<(u64, String)>,
 }
 
 impl Translator {

@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::Outcome;
 use super::parse::words;
 use super::toml::Table;
+use super::translator::Outcome;
 
 /// The first words of lines that need no key yet decide something, so the
 /// table shows them with why.

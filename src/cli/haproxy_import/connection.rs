@@ -26,11 +26,11 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::Translator;
 use super::acl::{Atom, Guard, guard, network};
 use super::map::pattern_lines;
 use super::parse::{Line, millis};
 use super::toml::{Table, duration, quoted, quoted_list};
+use super::translator::Translator;
 use crate::wire::cidr::Cidr;
 
 /// A frontend's stick table and connection rules, as read.

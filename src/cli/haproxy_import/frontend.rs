@@ -12,7 +12,7 @@ use super::map::{inline_pattern_files, map_rule, sni_file};
 use super::parse::{Kind, Line, Section, millis, with_defaults};
 use super::routes::build_routes;
 use super::toml::{Table, duration, quoted, quoted_list};
-use super::{Translator, option_no_key};
+use super::translator::{Translator, option_no_key};
 
 impl Translator {
     pub(super) fn read_frontend(

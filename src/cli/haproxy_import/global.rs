@@ -4,9 +4,9 @@
 
 use std::net::SocketAddr;
 
-use super::Translator;
 use super::parse::{Line, Section, millis};
 use super::toml::{Table, duration, quoted};
+use super::translator::Translator;
 
 impl Translator {
     pub(super) fn read_global(&mut self, s: &Section) {

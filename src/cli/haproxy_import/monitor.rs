@@ -12,10 +12,10 @@
 
 use std::net::SocketAddr;
 
-use super::Translator;
 use super::acl::{Atom, Guard, guard};
 use super::parse::{Line, Section};
 use super::toml::{Table, quoted};
+use super::translator::Translator;
 
 /// Whether an HTTP frontend only answers `monitor-uri` (no backend).
 pub(super) fn is_monitor_frontend(s: &Section) -> bool {

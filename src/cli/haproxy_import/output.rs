@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::backend::BackendInfo;
+use super::Translation;
 use super::check::check_table;
 use super::parse::words;
 use super::toml::{Row, Table, duration, quoted};
-use super::{Outcome, Translation, Translator};
+use super::translator::{BackendInfo, Outcome, Translator};
 
 impl Translator {
     pub(super) fn finish(mut self, text: &str, source: &str) -> Translation {
