@@ -52,7 +52,7 @@ pub(crate) const RECENT_FAILURE: Duration = Duration::from_secs(60);
 
 /// One address measured in one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sample {
+pub(crate) struct LatencySample {
     pub addr: SocketAddr,
     /// The connect time; `None` when the probe failed.
     pub latency: Option<Duration>,
@@ -101,7 +101,7 @@ impl Chooser {
     }
 
     /// Takes one round's samples and decides.
-    pub(crate) fn round(&mut self, samples: &[Sample]) -> RoundDecision {
+    pub(crate) fn round(&mut self, samples: &[LatencySample]) -> RoundDecision {
         let current = self
             .current
             .and_then(|c| samples.iter().find(|s| s.addr == c));
@@ -126,7 +126,7 @@ impl Chooser {
             // Infinitely slow: move at once, preferably to an address that
             // has not failed lately.
             self.wins.clear();
-            let others = |s: &Sample| s.addr != from;
+            let others = |s: &LatencySample| s.addr != from;
             let pick = fastest(samples, |s| others(s) && !s.failed_recently)
                 .or_else(|| fastest(samples, others));
             return match pick {
@@ -156,7 +156,7 @@ impl Chooser {
                 self.wins.push((s.addr, before + 1));
             }
         }
-        let ready = |s: &Sample| {
+        let ready = |s: &LatencySample| {
             self.wins
                 .iter()
                 .any(|&(a, n)| a == s.addr && n >= ROUNDS_TO_SWITCH)
@@ -179,7 +179,10 @@ impl Chooser {
 
 /// The fastest address among the answering samples that pass `filter`
 /// (the earlier one on a tie).
-fn fastest(samples: &[Sample], filter: impl Fn(&Sample) -> bool) -> Option<(SocketAddr, Duration)> {
+fn fastest(
+    samples: &[LatencySample],
+    filter: impl Fn(&LatencySample) -> bool,
+) -> Option<(SocketAddr, Duration)> {
     samples
         .iter()
         .filter(|s| filter(s))
@@ -238,7 +241,7 @@ pub(crate) async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken)
                     if result.is_err() {
                         endpoint.state.note_failure();
                     }
-                    samples.push(Sample {
+                    samples.push(LatencySample {
                         addr: endpoint.addr,
                         latency: result.as_ref().ok().copied(),
                         failed_recently: endpoint.state.failed_within(RECENT_FAILURE),
@@ -314,13 +317,13 @@ mod tests {
 
     /// A round where address `i + 1` took `latencies[i]` (None: failed) and
     /// the ports in `recent` failed lately.
-    fn samples(latencies: &[Option<Duration>], recent: &[u16]) -> Vec<Sample> {
+    fn samples(latencies: &[Option<Duration>], recent: &[u16]) -> Vec<LatencySample> {
         latencies
             .iter()
             .enumerate()
             .map(|(i, &latency)| {
                 let port = i as u16 + 1;
-                Sample {
+                LatencySample {
                     addr: addr(port),
                     latency,
                     failed_recently: latency.is_none() || recent.contains(&port),
