@@ -52,8 +52,8 @@ mod translator;
 
 use std::collections::BTreeMap;
 
-use parse::{Kind, Section, defaults_before, parse_sections};
-use toml::Table;
+use parse::{HaproxySection, SectionKind, defaults_before, parse_sections};
+use toml::TomlTable;
 use translator::Translator;
 
 /// The translated configuration.
@@ -105,17 +105,17 @@ pub(crate) fn translate(
 // The order sections are read in; each kind's reader is a method in its
 // own file (`global`, `frontend`, `backend`, `monitor`).
 impl Translator {
-    fn run(&mut self, sections: &[Section]) -> Result<(), ImportError> {
-        self.global = Table::new("[global]");
-        let mut defaults: Option<&Section> = None;
-        let backends_by_name: BTreeMap<&str, &Section> = sections
+    fn run(&mut self, sections: &[HaproxySection]) -> Result<(), ImportError> {
+        self.global = TomlTable::new("[global]");
+        let mut defaults: Option<&HaproxySection> = None;
+        let backends_by_name: BTreeMap<&str, &HaproxySection> = sections
             .iter()
-            .filter(|s| matches!(s.kind, Kind::Backend | Kind::Listen))
+            .filter(|s| matches!(s.kind, SectionKind::Backend | SectionKind::Listen))
             .map(|s| (s.name.as_str(), s))
             .collect();
-        let frontends: Vec<&Section> = sections
+        let frontends: Vec<&HaproxySection> = sections
             .iter()
-            .filter(|s| matches!(s.kind, Kind::Frontend | Kind::Listen))
+            .filter(|s| matches!(s.kind, SectionKind::Frontend | SectionKind::Listen))
             .collect();
         let tcp_frontends = frontends
             .iter()
@@ -126,15 +126,15 @@ impl Translator {
         }
         for section in sections {
             match section.kind {
-                Kind::Global => {
+                SectionKind::Global => {
                     self.key(&section.header);
                     self.read_global(section);
                 }
-                Kind::Defaults => {
+                SectionKind::Defaults => {
                     self.key(&section.header);
                     defaults = Some(section);
                 }
-                Kind::Frontend | Kind::Listen => {
+                SectionKind::Frontend | SectionKind::Listen => {
                     if self.mode_of(section, defaults) == "http"
                         && monitor::is_monitor_frontend(section)
                     {
@@ -156,8 +156,8 @@ impl Translator {
                     }
                     self.read_frontend(section, defaults, &backends_by_name);
                 }
-                Kind::Backend => {}
-                Kind::Other => {
+                SectionKind::Backend => {}
+                SectionKind::Other => {
                     for l in std::iter::once(&section.header).chain(&section.lines) {
                         self.not(
                             l,
@@ -171,14 +171,14 @@ impl Translator {
             }
         }
         // Backends, in the order of the file, once routes have named them.
-        let mut defaults: Option<&Section> = None;
+        let mut defaults: Option<&HaproxySection> = None;
         for section in sections {
             match section.kind {
-                Kind::Defaults => defaults = Some(section),
-                Kind::Backend | Kind::Listen => {
+                SectionKind::Defaults => defaults = Some(section),
+                SectionKind::Backend | SectionKind::Listen => {
                     if self.used_backends.contains(&section.name) {
                         self.read_backend(section, defaults);
-                    } else if section.kind == Kind::Backend {
+                    } else if section.kind == SectionKind::Backend {
                         let named = self.named_backends.contains(&section.name);
                         for l in std::iter::once(&section.header).chain(&section.lines) {
                             if named {
@@ -201,8 +201,8 @@ impl Translator {
     }
 
     /// `mode` of a proxy: its own line, else its defaults', else tcp.
-    fn mode_of(&self, section: &Section, defaults: Option<&Section>) -> String {
-        let find = |s: &Section| {
+    fn mode_of(&self, section: &HaproxySection, defaults: Option<&HaproxySection>) -> String {
+        let find = |s: &HaproxySection| {
             s.lines
                 .iter()
                 .rev()

@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::parse::Line;
-use super::toml::Table;
+use super::parse::HaproxyLine;
+use super::toml::TomlTable;
 
 /// What became of one line of the input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,13 +30,13 @@ pub(super) enum Outcome {
 #[derive(Debug, Default)]
 pub(super) struct Translator {
     pub(super) ledger: BTreeMap<usize, (String, Outcome)>,
-    pub(super) global: Table,
-    pub(super) admin: Option<Table>,
-    pub(super) log: Option<Table>,
+    pub(super) global: TomlTable,
+    pub(super) admin: Option<TomlTable>,
+    pub(super) log: Option<TomlTable>,
     /// The backends `monitor fail` requires, with their lines.
-    pub(super) ready_requires: Vec<(String, Line)>,
-    pub(super) listeners: Vec<(Table, Table, Vec<Table>)>,
-    pub(super) backends: BTreeMap<String, (BackendInfo, Vec<Table>)>,
+    pub(super) ready_requires: Vec<(String, HaproxyLine)>,
+    pub(super) listeners: Vec<(TomlTable, TomlTable, Vec<TomlTable>)>,
+    pub(super) backends: BTreeMap<String, (BackendInfo, Vec<TomlTable>)>,
     pub(super) used_backends: BTreeSet<String>,
     /// Every backend a `use_backend` or `default_backend` names.
     pub(super) named_backends: BTreeSet<String>,
@@ -52,7 +52,7 @@ pub(super) struct Translator {
 pub(super) type FrontendTimeouts = (Option<(u64, String)>, Option<(u64, String)>);
 
 impl Translator {
-    pub(super) fn key(&mut self, line: &Line) {
+    pub(super) fn key(&mut self, line: &HaproxyLine) {
         self.ledger
             .entry(line.no)
             .or_insert_with(|| (line.text.clone(), Outcome::Key));
@@ -60,20 +60,20 @@ impl Translator {
 
     /// Whether the line already became a key (a `defaults` line is read
     /// once per section it applies to).
-    pub(super) fn is_key(&self, line: &Line) -> bool {
+    pub(super) fn is_key(&self, line: &HaproxyLine) -> bool {
         self.ledger
             .get(&line.no)
             .is_some_and(|e| e.1 == Outcome::Key)
     }
 
     /// Whether the line was found untranslatable.
-    pub(super) fn is_not(&self, line: &Line) -> bool {
+    pub(super) fn is_not(&self, line: &HaproxyLine) -> bool {
         self.ledger
             .get(&line.no)
             .is_some_and(|e| matches!(e.1, Outcome::Not(_)))
     }
 
-    pub(super) fn no_key(&mut self, line: &Line, why: impl Into<String>) {
+    pub(super) fn no_key(&mut self, line: &HaproxyLine, why: impl Into<String>) {
         let why = why.into();
         let entry = self
             .ledger
@@ -84,7 +84,7 @@ impl Translator {
         }
     }
 
-    pub(super) fn not(&mut self, line: &Line, why: impl Into<String>) {
+    pub(super) fn not(&mut self, line: &HaproxyLine, why: impl Into<String>) {
         let why = why.into();
         let entry = self
             .ledger
