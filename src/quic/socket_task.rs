@@ -91,7 +91,7 @@ use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
 use crate::flow::generation::Generation;
-use crate::flow::registry::{self, Entry, Registered};
+use crate::flow::registry::{self, ConnectionEntry as Entry, Registered};
 use crate::pump::ready::{Activity, Side};
 use crate::quic::backend_address::{self, Health, Picked};
 
