@@ -67,7 +67,7 @@ use crate::admission;
 use crate::backend::Backends;
 use crate::config::{Listener, Protocol};
 use crate::drain::DrainSignal;
-use crate::flow::generation::{Generation, Pace};
+use crate::flow::generation::{Generation, SharedPace as Pace};
 use crate::quic::handover::{Handover, Predecessor, Successor};
 use crate::quic::socket_task as quic;
 use crate::run::bind::{BindError, BindKey, Sockets};

@@ -53,7 +53,7 @@ use crate::admin::{self, AdminState, Readiness};
 use crate::backend::Backends;
 use crate::config::file::FileConfig;
 use crate::config::{self, Config, ConfigError, ReadTicket, effective};
-use crate::flow::generation::{Generation, Pace};
+use crate::flow::generation::{Generation, SharedPace as Pace};
 use crate::flow::registry;
 use crate::run::bind::{self, BindError, BindKey, Pool, Sockets};
 use crate::run::listener_set::{Listeners, Shared};
