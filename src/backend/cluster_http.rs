@@ -416,10 +416,10 @@ pub(crate) fn parse_reply(
     default_port: Option<u16>,
 ) -> Result<Vec<Target>, HttpError> {
     #[derive(serde::Deserialize)]
-    struct Reply {
+    struct EndpointsBody {
         endpoints: Vec<String>,
     }
-    let reply: Reply = serde_json::from_slice(body).map_err(HttpError::Json)?;
+    let reply: EndpointsBody = serde_json::from_slice(body).map_err(HttpError::Json)?;
     reply
         .endpoints
         .into_iter()
