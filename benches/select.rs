@@ -11,7 +11,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use snirelay::backend::balance::{Policy, State};
+use snirelay::backend::balance::Policy;
+use snirelay::backend::policy_state::State;
 use snirelay::backend::{Member, carry_members, plan};
 
 fn set(n: u16, weighted: bool) -> std::sync::Arc<[snirelay::backend::Endpoint]> {

@@ -15,7 +15,7 @@
 use libfuzzer_sys::fuzz_target;
 use snirelay::wire::proxy::{Announced, MAX_AUTHORITY_BYTES, Parse, Sniff, V1_MAX_BYTES, V2_MAX_BYTES, ProxyVersion, check_claim, parse, sniff};
 use snirelay::proxy::datagram::{Read, read};
-use snirelay::wire::proxy::{HOPS_MAGIC, TLV_HOPS, Transport, parse_as};
+use snirelay::wire::proxy::{HOPS_MAGIC, ProxyTransport, TLV_HOPS, parse_as};
 use snirelay::wire::proxy_tlv::{MAX_PASSED_TLV_BYTES, TlvTypes, passed_tlvs};
 use snirelay::wire::sni::Sni;
 
@@ -80,7 +80,7 @@ fuzz_target!(|data: &[u8]| {
 
 /// The bytes as one datagram from a trusted peer.
 fn datagram(data: &[u8]) {
-    let as_dgram = parse_as(data, Transport::Datagram);
+    let as_dgram = parse_as(data, ProxyTransport::Datagram);
     let as_stream = parse(data);
     match read(data) {
         Read::Plain(payload) => {

@@ -15,7 +15,7 @@
 //!
 //! A TCP accept loop holds a place ([`Pace::reserve`], or sleeps for the
 //! wait it is given) before it accepts and counts the connection it
-//! accepted on it ([`Reserved::count`]), at the moment it came; a place
+//! accepted on it ([`AcceptPlace::count`]), at the moment it came; a place
 //! held counts as taken meanwhile (HAProxy's `pend`), so accept loops on
 //! several threads cannot pass the limit together. Clients above the
 //! rate wait in the listen backlog; nobody is refused. A QUIC socket task
@@ -73,11 +73,11 @@ impl Counted {
 }
 
 /// A place one accept loop holds while it waits in accept: counted when
-/// a connection comes ([`Reserved::count`]), given back when dropped.
+/// a connection comes ([`AcceptPlace::count`]), given back when dropped.
 #[derive(Debug)]
-pub(crate) struct Reserved(Arc<Pace>);
+pub(crate) struct AcceptPlace(Arc<Pace>);
 
-impl Reserved {
+impl AcceptPlace {
     /// Counts the connection accepted on this place.
     pub(crate) fn count(self) {
         let now = self.0.now_ms();
@@ -87,7 +87,7 @@ impl Reserved {
     }
 }
 
-impl Drop for Reserved {
+impl Drop for AcceptPlace {
     fn drop(&mut self) {
         let mut counted = self.0.lock();
         counted.reserved = counted.reserved.saturating_sub(1);
@@ -114,15 +114,15 @@ impl Pace {
 
     /// A place for one more connection now, or how long until there may
     /// be one (`next_event_delay`; at least a millisecond).
-    pub(crate) fn reserve(self: &Arc<Self>) -> Result<Reserved, Duration> {
+    pub(crate) fn reserve(self: &Arc<Self>) -> Result<AcceptPlace, Duration> {
         self.reserve_at(self.now_ms())
     }
 
-    fn reserve_at(self: &Arc<Self>, now: u64) -> Result<Reserved, Duration> {
+    fn reserve_at(self: &Arc<Self>, now: u64) -> Result<AcceptPlace, Duration> {
         let mut counted = self.lock();
         if counted.average(now) < self.limit {
             counted.reserved += 1;
-            return Ok(Reserved(self.clone()));
+            return Ok(AcceptPlace(self.clone()));
         }
         let room = self.limit.saturating_sub(counted.reserved).max(1);
         let at = counted

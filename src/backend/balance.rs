@@ -1,8 +1,9 @@
 //! Backend selection policies: everything a `[backend.*] policy` is, in one
 //! place. Its name (parsed from the file, shown by `/config`, listed in
-//! errors), the `[backend.*]` keys only it accepts, the run-time state it
-//! keeps between connections and the task that keeps that state fresh, and
-//! how it ranks a set's addresses for one connection.
+//! errors), the `[backend.*]` keys only it accepts, the task that keeps its
+//! run-time state fresh (the state it keeps between connections is
+//! [`crate::backend::policy_state`]'s), and how it ranks a set's addresses
+//! for one connection.
 //!
 //! The policies: `ordered` (list order), `round_robin` (a rotating start;
 //! with unequal weights, smooth weighted round-robin), `least_connections`
@@ -34,7 +35,8 @@
 //!
 //! Not here: putting healthy addresses first and bounding the attempts
 //! (`super::plan`), connecting ([`crate::tcp::dial`]), measuring latency
-//! (`super::fastest`).
+//! (`super::fastest`), the state kept between connections
+//! ([`crate::backend::policy_state`]).
 //!
 //! Cost per connection: `Policy::ranker` reads the state once (one
 //! relaxed atomic add for the rotating policies, one uncontended lock for
@@ -44,13 +46,14 @@
 //! allocation, no dynamic dispatch.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use siphasher::sip::SipHasher24;
 
 use tokio_util::sync::CancellationToken;
 
+use super::policy_state::State;
 use super::{BackendRuntime, Endpoint, fastest};
 use crate::wire::cidr::canonical;
 
@@ -131,18 +134,6 @@ fn equal_weights(set: &[Endpoint]) -> bool {
     set.windows(2).all(|w| w[0].weight == w[1].weight)
 }
 
-/// What a policy keeps between connections, one per backend runtime (and
-/// so carried over a reload with it).
-#[derive(Debug, Default)]
-pub struct State {
-    /// `round_robin` and `least_connections`: the rotating start.
-    rotation: AtomicUsize,
-    /// `round_robin` with unequal weights: the smooth rotation.
-    smooth: Smooth,
-    /// `fastest`: the current choice, kept by `fastest::run`.
-    pub(super) ranking: fastest::Ranking,
-}
-
 /// One connection's view of its policy: how to rank the addresses of the
 /// set it was made for.
 #[derive(Debug, Clone, Copy)]
@@ -181,59 +172,6 @@ impl Ranker {
                 (u128::from(!preferred) << 64) | i as u128
             }
         }
-    }
-}
-
-/// Smooth weighted round-robin (the sequence nginx's upstream module
-/// produces): every pick adds each eligible address's weight to its
-/// counter, takes the address with the highest counter (the first on a
-/// tie) and takes the total weight off it. Over any run of `total weight`
-/// picks each address is chosen `weight` times, spread out rather than in
-/// bursts (weights 5, 1, 1 give a a b a c a a, not a a a a a b c).
-#[derive(Debug, Default)]
-struct Smooth {
-    /// The counter of each address, by address: a set that changes
-    /// (never for a fixed list) keeps the counters of the addresses it kept.
-    current: Mutex<Vec<(SocketAddr, i64)>>,
-}
-
-impl Smooth {
-    /// The index in `set` of the next pick among the `eligible` addresses
-    /// (all of them when none is).
-    fn pick(&self, set: &[Endpoint], eligible: impl Fn(&Endpoint) -> bool) -> usize {
-        if set.is_empty() {
-            return 0;
-        }
-        let any = set.iter().any(&eligible);
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let same =
-            current.len() == set.len() && current.iter().zip(set).all(|(c, e)| c.0 == e.addr);
-        if !same {
-            let kept: Vec<(SocketAddr, i64)> = set
-                .iter()
-                .map(|e| {
-                    let was = current.iter().find(|c| c.0 == e.addr).map_or(0, |c| c.1);
-                    (e.addr, was)
-                })
-                .collect();
-            *current = kept;
-        }
-        let mut total = 0i64;
-        let mut best: Option<usize> = None;
-        for (i, endpoint) in set.iter().enumerate() {
-            if any && !eligible(endpoint) {
-                continue;
-            }
-            let weight = i64::from(endpoint.weight);
-            current[i].1 += weight;
-            total += weight;
-            if best.is_none_or(|b| current[i].1 > current[b].1) {
-                best = Some(i);
-            }
-        }
-        let best = best.unwrap_or(0);
-        current[best].1 -= total;
-        best
     }
 }
 

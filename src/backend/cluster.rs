@@ -11,7 +11,7 @@
 //!   taken literally: a node may serve on another port of this node's own
 //!   address. Host-name endpoints (Pangolin answers its exit nodes'
 //!   `endpoint`, usually a name) are resolved as a `resolve` backend
-//!   resolves (`super::resolve::resolve_once`: the system resolver, or
+//!   resolves (`super::host_lookup::resolve_once`: the system resolver, or
 //!   the cluster's `resolver`), all at once, within what is left of
 //!   `lookup_timeout`. A name that does not resolve (in time) is skipped
 //!   and logged; the others are used; an answer none of whose endpoints
@@ -82,10 +82,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::cluster_http::{self, HttpTarget, Target};
-use super::resolve;
+use super::host_lookup;
 use super::{AddressSet, carry, same_addresses};
-use super::{Cluster, ClusterLookup};
 use crate::backend::node_order::{NodeChoice, gerbil_index};
+use crate::config::settings::{Cluster, ClusterLookup};
 use crate::metrics;
 use crate::wire::cidr::canonical;
 use crate::wire::matcher::SniMatcher;
@@ -202,7 +202,7 @@ impl Reached {
 
 /// An answer as cached.
 #[derive(Debug, Clone)]
-enum Stored {
+enum CachedAnswer {
     /// The allowed endpoints (possibly none: refused), where each answered
     /// endpoint begins among them, and the addresses that mean this node
     /// when a client dialled one (a DNS answer's, a host name's).
@@ -218,10 +218,12 @@ enum Stored {
     NoNode,
 }
 
+/// One name's cached answer, how long it is served, and the state of its
+/// lookups.
 #[derive(Debug)]
-struct Entry {
+struct CacheEntry {
     /// The answer to serve; `None` until the first lookup finished.
-    stored: Option<Stored>,
+    stored: Option<CachedAnswer>,
     /// Until then `stored` is served without a lookup.
     fresh_until: Instant,
     /// Until then `stored` is served when a lookup fails.
@@ -233,17 +235,19 @@ struct Entry {
     failing: bool,
 }
 
+/// One name's place in the cache: its entry, and the lock its lookup in
+/// flight holds.
 #[derive(Debug)]
-struct Slot {
-    entry: Mutex<Entry>,
+struct NameSlot {
+    entry: Mutex<CacheEntry>,
     /// Held by the connection doing this name's lookup.
     flight: tokio::sync::Mutex<()>,
 }
 
-impl Slot {
-    fn new(now: Instant) -> Slot {
-        Slot {
-            entry: Mutex::new(Entry {
+impl NameSlot {
+    fn new(now: Instant) -> NameSlot {
+        NameSlot {
+            entry: Mutex::new(CacheEntry {
                 stored: None,
                 fresh_until: now,
                 stale_until: now,
@@ -254,7 +258,7 @@ impl Slot {
         }
     }
 
-    fn entry(&self) -> std::sync::MutexGuard<'_, Entry> {
+    fn entry(&self) -> std::sync::MutexGuard<'_, CacheEntry> {
         self.entry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -263,8 +267,10 @@ impl Slot {
     }
 }
 
+/// Where a cluster backend's answers come from: its HTTP lookup or its
+/// DNS server.
 #[derive(Debug)]
-enum Source {
+enum AnswerSource {
     /// The lookup, and the `resolver` of host names in its answers (`None`:
     /// the system resolver).
     Http {
@@ -282,8 +288,8 @@ enum Source {
 pub struct Cache {
     config: Cluster,
     backend: String,
-    source: Source,
-    slots: Mutex<HashMap<Box<str>, Arc<Slot>>>,
+    source: AnswerSource,
+    slots: Mutex<HashMap<Box<str>, Arc<NameSlot>>>,
     /// `local_overrides`, compiled (empty: no check).
     overrides: SniMatcher<()>,
     /// The addresses of `this_node` (empty: the dialled address is this
@@ -295,11 +301,11 @@ impl Cache {
     /// A cache for the cluster settings of backend `backend`.
     pub fn new(backend: &str, config: &Cluster) -> Cache {
         let source = match &config.lookup {
-            ClusterLookup::Dns { server, port } => Source::Dns {
+            ClusterLookup::Dns { server, port } => AnswerSource::Dns {
                 server: *server,
                 port: *port,
             },
-            ClusterLookup::Http { url, resolver } => Source::Http {
+            ClusterLookup::Http { url, resolver } => AnswerSource::Http {
                 target: Box::new(HttpTarget::new(url, config)),
                 resolver: *resolver,
             },
@@ -389,15 +395,15 @@ impl Cache {
         let found = self.query(sni, deadline).await;
         let mut entry = slot.entry();
         self.learn(sni, &mut entry, found);
-        let stored = entry.stored.clone().unwrap_or(Stored::NoNode);
+        let stored = entry.stored.clone().unwrap_or(CachedAnswer::NoNode);
         drop(entry);
         self.serve(&stored, local)
     }
 
     /// What a cached answer means for a connection that dialled `local`.
-    fn serve(&self, stored: &Stored, local: IpAddr) -> Result<Answer, LookupError> {
+    fn serve(&self, stored: &CachedAnswer, local: IpAddr) -> Result<Answer, LookupError> {
         match stored {
-            Stored::Nodes {
+            CachedAnswer::Nodes {
                 set,
                 starts,
                 here,
@@ -415,13 +421,13 @@ impl Cache {
                     }))
                 }
             }
-            Stored::Here => Ok(Answer::Local),
-            Stored::NoNode => Err(LookupError::NoAddress),
+            CachedAnswer::Here => Ok(Answer::Local),
+            CachedAnswer::NoNode => Err(LookupError::NoAddress),
         }
     }
 
     /// Records the outcome of a lookup in `entry`.
-    fn learn(&self, sni: &str, entry: &mut Entry, found: Result<Found, QueryError>) {
+    fn learn(&self, sni: &str, entry: &mut CacheEntry, found: Result<Found, QueryError>) {
         let now = Instant::now();
         let config = &self.config;
         let backend = self.backend.as_str();
@@ -432,7 +438,7 @@ impl Cache {
                 metrics::metrics().lookup("cluster", "error");
                 let stale = entry.stored.is_some() && now < entry.stale_until;
                 if !stale {
-                    entry.stored = Some(Stored::NoNode);
+                    entry.stored = Some(CachedAnswer::NoNode);
                     entry.stale_until = now;
                 }
                 entry.fresh_until = now + config.negative_ttl;
@@ -454,7 +460,7 @@ impl Cache {
                 metrics::metrics().lookup("cluster", "ok");
                 let (allowed, starts, here, mine) = self.admit(sni, &reached);
                 let previous = match &entry.stored {
-                    Some(Stored::Nodes { set, .. }) => set.clone(),
+                    Some(CachedAnswer::Nodes { set, .. }) => set.clone(),
                     _ => AddressSet::from([]),
                 };
                 let next = carry(&previous, &allowed);
@@ -476,7 +482,7 @@ impl Cache {
                 } else {
                     ttl
                 };
-                let stored = Stored::Nodes {
+                let stored = CachedAnswer::Nodes {
                     set,
                     starts: starts.into(),
                     here: here.into(),
@@ -486,14 +492,14 @@ impl Cache {
             }
             Found::Here if config.local_backend.is_some() => {
                 metrics::metrics().lookup("cluster", "empty");
-                (Stored::Here, config.positive_ttl)
+                (CachedAnswer::Here, config.positive_ttl)
             }
             Found::Here | Found::Nowhere => {
                 metrics::metrics().lookup("cluster", "empty");
-                (Stored::NoNode, config.negative_ttl)
+                (CachedAnswer::NoNode, config.negative_ttl)
             }
         };
-        let positive = !matches!(stored, Stored::NoNode);
+        let positive = !matches!(stored, CachedAnswer::NoNode);
         entry.stored = Some(stored);
         entry.fresh_until = now + ttl;
         entry.stale_until = if positive {
@@ -566,7 +572,7 @@ impl Cache {
     async fn query(&self, sni: &str, deadline: Instant) -> Result<Found, QueryError> {
         let timeout = QueryError::Timeout(self.config.lookup_timeout);
         match &self.source {
-            Source::Http { target, resolver } => {
+            AnswerSource::Http { target, resolver } => {
                 let reply = tokio::time::timeout_at(deadline, target.lookup(sni))
                     .await
                     .map_err(|_| timeout)??;
@@ -579,7 +585,7 @@ impl Cache {
                     cluster_http::Reply::Nowhere => Found::Nowhere,
                 })
             }
-            Source::Dns { server, port } => {
+            AnswerSource::Dns { server, port } => {
                 let answer = tokio::time::timeout_at(
                     deadline,
                     super::dns::query(*server, sni, self.config.lookup_timeout),
@@ -620,7 +626,7 @@ impl Cache {
                 names.spawn(async move {
                     let found = tokio::time::timeout_at(
                         deadline,
-                        resolve::resolve_once(&host, port, resolver),
+                        host_lookup::resolve_once(&host, port, resolver),
                     )
                     .await;
                     (i, found)
@@ -682,7 +688,7 @@ impl Cache {
     }
 
     /// The slot of `sni`, made (and room made for it) if new.
-    fn slot(&self, sni: &str) -> Arc<Slot> {
+    fn slot(&self, sni: &str) -> Arc<NameSlot> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(slot) = slots.get(sni) {
             return slot.clone();
@@ -691,7 +697,7 @@ impl Cache {
         if slots.len() >= MAX_ENTRIES {
             evict(&mut slots, now);
         }
-        let slot = Arc::new(Slot::new(now));
+        let slot = Arc::new(NameSlot::new(now));
         slots.insert(sni.into(), slot.clone());
         slot
     }
@@ -721,7 +727,7 @@ impl Cache {
         for slot in slots.values() {
             let entry = slot.entry();
             match &entry.stored {
-                Some(Stored::NoNode) => failing |= entry.failing,
+                Some(CachedAnswer::NoNode) => failing |= entry.failing,
                 Some(_) if now < entry.fresh_until || now < entry.stale_until => return false,
                 _ => {}
             }
@@ -733,7 +739,7 @@ impl Cache {
 /// Makes room in a full table: drops entries that can no longer serve,
 /// then, if the table is still full, the [`EVICT_BATCH`] that expire
 /// soonest. Entries with a lookup in flight stay.
-fn evict(slots: &mut HashMap<Box<str>, Arc<Slot>>, now: Instant) {
+fn evict(slots: &mut HashMap<Box<str>, Arc<NameSlot>>, now: Instant) {
     slots.retain(|_, slot| {
         if slot.in_flight() {
             return true;

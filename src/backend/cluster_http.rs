@@ -51,8 +51,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::{Cluster, ClusterProtocol};
 use crate::config::is_host_name;
+use crate::config::settings::{Cluster, ClusterProtocol};
 use crate::sockopt;
 
 /// The largest lookup reply read (an answer is a short list of endpoints).
@@ -416,10 +416,10 @@ pub(crate) fn parse_reply(
     default_port: Option<u16>,
 ) -> Result<Vec<Target>, HttpError> {
     #[derive(serde::Deserialize)]
-    struct Reply {
+    struct EndpointsBody {
         endpoints: Vec<String>,
     }
-    let reply: Reply = serde_json::from_slice(body).map_err(HttpError::Json)?;
+    let reply: EndpointsBody = serde_json::from_slice(body).map_err(HttpError::Json)?;
     reply
         .endpoints
         .into_iter()

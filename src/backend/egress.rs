@@ -195,7 +195,7 @@ impl EgressChoice {
 /// its cooldown.
 pub(crate) struct SourcePool {
     backend: Box<str>,
-    sources: Box<[Source]>,
+    sources: Box<[EgressSource]>,
     ports: Option<(u16, u16)>,
     /// The rotation: the next connection starts at `next % sources`.
     next: AtomicUsize,
@@ -216,7 +216,7 @@ impl fmt::Debug for SourcePool {
 
 /// One source address and its state.
 #[derive(Debug)]
-struct Source {
+struct EgressSource {
     ip: IpAddr,
     /// Skipped until this moment (`now_ms`), 0 when usable.
     cooling_until: AtomicU64,
@@ -233,7 +233,7 @@ impl SourcePool {
             sources: setting
                 .addresses
                 .iter()
-                .map(|&ip| Source {
+                .map(|&ip| EgressSource {
                     ip,
                     cooling_until: AtomicU64::new(0),
                     exhausted: metrics::metrics().source_address_exhausted(backend, ip),
@@ -301,7 +301,7 @@ impl SourcePool {
 
     /// `source` had no free port toward `dest`: skipped for [`COOLDOWN`],
     /// counted, and told at most once per [`WARN_INTERVAL`].
-    fn exhausted(&self, source: &Source, dest: SocketAddr, error: &io::Error) {
+    fn exhausted(&self, source: &EgressSource, dest: SocketAddr, error: &io::Error) {
         source
             .cooling_until
             .store(now_ms() + COOLDOWN.as_millis() as u64, Ordering::Relaxed);

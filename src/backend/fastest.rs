@@ -2,7 +2,8 @@
 //! time (or, with `fastest_measure = "tls"`, the time until the TLS health
 //! check's ServerHello) to every address of the backend at once, each probe with its own
 //! budget (`connect_timeout`), and a [`Chooser`] that turns them into the
-//! address connections try first ([`Ranking::preferred`], read by `policy`).
+//! address connections try first
+//! ([`crate::backend::policy_state::Ranking::preferred`], read by `policy`).
 //!
 //! The rules (all in [`Chooser::round`], a pure function of the samples):
 //! - the first round chooses the fastest address that answered;
@@ -32,7 +33,7 @@
 
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -49,26 +50,9 @@ pub(crate) const ROUNDS_TO_SWITCH: u32 = 2;
 /// An address that failed this recently is not chosen while another will do.
 pub(crate) const RECENT_FAILURE: Duration = Duration::from_secs(60);
 
-/// The current choice of a `fastest` backend.
-#[derive(Debug, Default)]
-pub(crate) struct Ranking {
-    preferred: Mutex<Option<SocketAddr>>,
-}
-
-impl Ranking {
-    /// The address connections should try first, if any is ranked.
-    pub(crate) fn preferred(&self) -> Option<SocketAddr> {
-        *self.preferred.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(super) fn set(&self, addr: Option<SocketAddr>) {
-        *self.preferred.lock().unwrap_or_else(|e| e.into_inner()) = addr;
-    }
-}
-
 /// One address measured in one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sample {
+pub(crate) struct LatencySample {
     pub addr: SocketAddr,
     /// The connect time; `None` when the probe failed.
     pub latency: Option<Duration>,
@@ -117,7 +101,7 @@ impl Chooser {
     }
 
     /// Takes one round's samples and decides.
-    pub(crate) fn round(&mut self, samples: &[Sample]) -> RoundDecision {
+    pub(crate) fn round(&mut self, samples: &[LatencySample]) -> RoundDecision {
         let current = self
             .current
             .and_then(|c| samples.iter().find(|s| s.addr == c));
@@ -142,7 +126,7 @@ impl Chooser {
             // Infinitely slow: move at once, preferably to an address that
             // has not failed lately.
             self.wins.clear();
-            let others = |s: &Sample| s.addr != from;
+            let others = |s: &LatencySample| s.addr != from;
             let pick = fastest(samples, |s| others(s) && !s.failed_recently)
                 .or_else(|| fastest(samples, others));
             return match pick {
@@ -172,7 +156,7 @@ impl Chooser {
                 self.wins.push((s.addr, before + 1));
             }
         }
-        let ready = |s: &Sample| {
+        let ready = |s: &LatencySample| {
             self.wins
                 .iter()
                 .any(|&(a, n)| a == s.addr && n >= ROUNDS_TO_SWITCH)
@@ -195,7 +179,10 @@ impl Chooser {
 
 /// The fastest address among the answering samples that pass `filter`
 /// (the earlier one on a tie).
-fn fastest(samples: &[Sample], filter: impl Fn(&Sample) -> bool) -> Option<(SocketAddr, Duration)> {
+fn fastest(
+    samples: &[LatencySample],
+    filter: impl Fn(&LatencySample) -> bool,
+) -> Option<(SocketAddr, Duration)> {
     samples
         .iter()
         .filter(|s| filter(s))
@@ -254,7 +241,7 @@ pub(crate) async fn run(runtime: Arc<BackendRuntime>, cancel: CancellationToken)
                     if result.is_err() {
                         endpoint.state.note_failure();
                     }
-                    samples.push(Sample {
+                    samples.push(LatencySample {
                         addr: endpoint.addr,
                         latency: result.as_ref().ok().copied(),
                         failed_recently: endpoint.state.failed_within(RECENT_FAILURE),
@@ -330,13 +317,13 @@ mod tests {
 
     /// A round where address `i + 1` took `latencies[i]` (None: failed) and
     /// the ports in `recent` failed lately.
-    fn samples(latencies: &[Option<Duration>], recent: &[u16]) -> Vec<Sample> {
+    fn samples(latencies: &[Option<Duration>], recent: &[u16]) -> Vec<LatencySample> {
         latencies
             .iter()
             .enumerate()
             .map(|(i, &latency)| {
                 let port = i as u16 + 1;
-                Sample {
+                LatencySample {
                     addr: addr(port),
                     latency,
                     failed_recently: latency.is_none() || recent.contains(&port),

@@ -52,7 +52,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendRuntime;
-use super::{Backend, FastestMeasure, HealthCheck, HealthKind};
+use crate::config::settings::{Backend, FastestMeasure, HealthCheck, HealthKind};
 use crate::metrics;
 use crate::proxy::outbound::local_header;
 
@@ -283,7 +283,7 @@ struct Streak {
 
 /// A change of an address's checked state, with the streak that caused it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Change {
+enum HealthChange {
     Down { failures: u32 },
     Up { successes: u32 },
 }
@@ -291,17 +291,17 @@ enum Change {
 impl Streak {
     /// Counts one check of an address that is `down` now; returns the
     /// change it causes, if any.
-    fn record(&mut self, ok: bool, down: bool, check: &HealthCheck) -> Option<Change> {
+    fn record(&mut self, ok: bool, down: bool, check: &HealthCheck) -> Option<HealthChange> {
         if ok {
             self.failures = 0;
             self.successes = self.successes.saturating_add(1);
-            (down && self.successes >= check.rise).then_some(Change::Up {
+            (down && self.successes >= check.rise).then_some(HealthChange::Up {
                 successes: self.successes,
             })
         } else {
             self.successes = 0;
             self.failures = self.failures.saturating_add(1);
-            (!down && self.failures >= check.fall).then_some(Change::Down {
+            (!down && self.failures >= check.fall).then_some(HealthChange::Down {
                 failures: self.failures,
             })
         }
@@ -366,7 +366,7 @@ pub(crate) async fn run(
             }
             match streak.record(result.is_ok(), state.checked_down(), &check) {
                 None => {}
-                Some(Change::Down { failures }) => {
+                Some(HealthChange::Down { failures }) => {
                     // The gauge first: whoever reads the log line then
                     // finds the gauge already moved.
                     state.set_checked_down(true);
@@ -374,7 +374,7 @@ pub(crate) async fn run(
                     let error = result.err().map(|e| e.to_string()).unwrap_or_default();
                     tracing::warn!(%backend, %addr, failures, %error, "backend address marked down (health check)");
                 }
-                Some(Change::Up { successes }) => {
+                Some(HealthChange::Up { successes }) => {
                     state.set_checked_down(false);
                     metrics::metrics().backend_address_health(backend, addr, state.is_up());
                     tracing::info!(%backend, %addr, successes, "backend address marked up (health check)");
@@ -412,7 +412,7 @@ pub(crate) mod tests {
 
     /// Feeds `outcomes` to a streak, keeping the down state as its changes
     /// say; returns the changes.
-    fn replay(outcomes: &[bool]) -> Vec<Option<Change>> {
+    fn replay(outcomes: &[bool]) -> Vec<Option<HealthChange>> {
         let mut streak = Streak::default();
         let mut down = false;
         outcomes
@@ -420,8 +420,8 @@ pub(crate) mod tests {
             .map(|&ok| {
                 let change = streak.record(ok, down, &CHECK);
                 match change {
-                    Some(Change::Down { .. }) => down = true,
-                    Some(Change::Up { .. }) => down = false,
+                    Some(HealthChange::Down { .. }) => down = true,
+                    Some(HealthChange::Up { .. }) => down = false,
                     None => {}
                 }
                 change
@@ -437,10 +437,10 @@ pub(crate) mod tests {
             [
                 None,
                 None,
-                Some(Change::Down { failures: 3 }),
+                Some(HealthChange::Down { failures: 3 }),
                 None,
                 None,
-                Some(Change::Up { successes: 2 }),
+                Some(HealthChange::Up { successes: 2 }),
                 None,
                 None,
             ]
@@ -457,7 +457,7 @@ pub(crate) mod tests {
         );
         // Down, then success, failure, success: never two successes in a row.
         let changes = replay(&[false, false, false, true, false, true]);
-        assert_eq!(changes[2], Some(Change::Down { failures: 3 }));
+        assert_eq!(changes[2], Some(HealthChange::Down { failures: 3 }));
         assert!(changes[3..].iter().all(Option::is_none));
     }
 
@@ -503,7 +503,7 @@ pub(crate) mod tests {
     ];
 
     /// What a rustls server saw of one TLS check.
-    struct Seen {
+    struct SeenByServer {
         sni: Option<String>,
         /// Its first flight began with a HelloRetryRequest.
         retry: bool,
@@ -516,7 +516,7 @@ pub(crate) mod tests {
     /// exchange `groups` (None: the defaults), then reads to the end.
     async fn rustls_server(
         groups: Option<Vec<&'static dyn rustls::crypto::SupportedKxGroup>>,
-    ) -> (SocketAddr, tokio::task::JoinHandle<Seen>) {
+    ) -> (SocketAddr, tokio::task::JoinHandle<SeenByServer>) {
         let cert = rcgen::generate_simple_self_signed(vec!["a.example".to_owned()]).unwrap();
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
             rustls::pki_types::PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()),
@@ -553,7 +553,7 @@ pub(crate) mod tests {
             tcp.write_all(&flight).await.unwrap();
             let mut after = Vec::new();
             let _ = tcp.read_to_end(&mut after).await;
-            Seen {
+            SeenByServer {
                 sni: conn.server_name().map(str::to_owned),
                 retry: flight[5] == SERVER_HELLO && flight[11..43] == HRR_RANDOM,
                 after,

@@ -45,7 +45,7 @@ pub fn contains(sni: &str) -> bool {
 
 /// What a push changed.
 #[derive(Debug, Default)]
-pub struct Change {
+pub struct LocalNamesChange {
     /// Local now, not before.
     pub added: HashSet<Box<str>>,
     /// Local before, not now: their connections move.
@@ -55,14 +55,14 @@ pub struct Change {
 }
 
 /// Replaces the set; returns what changed.
-pub fn replace(names: HashSet<Box<str>>) -> Change {
+pub fn replace(names: HashSet<Box<str>>) -> LocalNamesChange {
     let names = Arc::new(names);
     let old = std::mem::replace(
         &mut *set().write().unwrap_or_else(PoisonError::into_inner),
         names.clone(),
     );
     metrics::metrics().set_local_names(names.len());
-    Change {
+    LocalNamesChange {
         added: names.difference(&old).cloned().collect(),
         removed: old.difference(&names).cloned().collect(),
         len: names.len(),
@@ -72,7 +72,7 @@ pub fn replace(names: HashSet<Box<str>>) -> Change {
 /// Puts a pushed set in force, saving it to `file` first when one is
 /// configured: if it cannot be written, nothing changes. Pushes are
 /// serialised, so the file and the set in force are always the same push.
-pub(crate) fn push(names: HashSet<Box<str>>, file: Option<&Path>) -> io::Result<Change> {
+pub(crate) fn push(names: HashSet<Box<str>>, file: Option<&Path>) -> io::Result<LocalNamesChange> {
     static PUSHING: Mutex<()> = Mutex::new(());
     let _one_at_a_time = PUSHING.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(path) = file {
@@ -98,9 +98,10 @@ pub fn normalise(raw: &[String]) -> (HashSet<Box<str>>, Vec<String>) {
     (names, ignored)
 }
 
+/// The file's JSON: the shape of a push.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Stored {
+struct LocalNamesFile {
     full_domains: Vec<String>,
 }
 
@@ -109,7 +110,7 @@ struct Stored {
 pub(crate) fn save(path: &Path, names: &HashSet<Box<str>>) -> io::Result<()> {
     let mut sorted: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     sorted.sort_unstable();
-    let text = serde_json::to_vec_pretty(&Stored {
+    let text = serde_json::to_vec_pretty(&LocalNamesFile {
         full_domains: sorted,
     })
     .map_err(io::Error::other)?;
@@ -150,7 +151,7 @@ pub fn load(path: &Path) -> io::Result<(usize, usize)> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0)),
         Err(e) => return Err(e),
     };
-    let stored: Stored =
+    let stored: LocalNamesFile =
         serde_json::from_slice(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let (names, ignored) = normalise(&stored.full_domains);
     let change = replace(names);

@@ -34,7 +34,8 @@
 use std::net::IpAddr;
 
 use super::Endpoint;
-use crate::backend::balance::{Policy, Ranker, State};
+use crate::backend::balance::{Policy, Ranker};
+use crate::backend::policy_state::State;
 pub use crate::config::BackupPolicy;
 
 /// Upper bound of `connect_attempts` (the configuration enforces it).

@@ -20,12 +20,14 @@
 //!
 //! Metrics: `lookup("dns", ok | empty | error)` per resolution.
 //!
-//! [`resolve_once`] is the one resolution both this task and the cluster
-//! lookups (`super::cluster`, for host names in an answer) go through.
+//! Each resolution is [`crate::backend::host_lookup::resolve_once`], the one
+//! the cluster lookups (`super::cluster`, for host names in an answer) go
+//! through too.
 //!
-//! Not here: per-SNI cluster lookups (`cluster`), caching (the published
-//! set is the cache), search domains (the name is fully qualified when a
-//! `resolver` is set).
+//! Not here: one resolution itself ([`crate::backend::host_lookup`]),
+//! per-SNI cluster lookups (`cluster`), caching (the published set is the
+//! cache), search domains (the name is fully qualified when a `resolver`
+//! is set).
 
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -34,19 +36,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::DnsSource;
-use super::{BackendRuntime, dns};
+use super::BackendRuntime;
+use super::host_lookup::resolve_once;
+use crate::config::settings::DnsSource;
 use crate::metrics;
 
-/// How long one resolution through `resolver` may take (A and AAAA side
-/// by side, UDP retransmissions included). Longer counts as failed.
-pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one getaddrinfo call may take: glibc's own worst case with the
-/// default resolv.conf (3 nameservers × 2 attempts × 5 s), so a dead first
-/// nameserver is waited out rather than counted as a failure. The call
-/// runs on a blocking thread, which a timeout cannot stop; the retry
-/// back-off bounds how many can be left behind.
-pub(crate) const SYSTEM_TIMEOUT: Duration = Duration::from_secs(30);
 /// The first retry after a failure with the system resolver (or sooner
 /// when `resolve_interval` is shorter).
 pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -190,67 +184,6 @@ impl Tracker {
                 tracing::debug!(%backend, host = %source.host, %error, failures, "DNS resolution still failing; no address yet");
             }
         }
-    }
-}
-
-/// What one resolution of a name found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Resolution {
-    /// The addresses, each with the port asked for, in the resolver's
-    /// order, without duplicates. Empty: a negative answer.
-    pub addrs: Vec<SocketAddr>,
-    /// How long the answer may be used, when a `resolver` was asked (the
-    /// record TTL, unclamped); the system resolver reports none.
-    pub ttl: Option<Duration>,
-}
-
-/// Why a resolution learnt nothing.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ResolveError {
-    #[error(transparent)]
-    Dns(#[from] dns::DnsError),
-    #[error("{0}")]
-    System(std::io::Error),
-    #[error("no answer from the system resolver within {SYSTEM_TIMEOUT:?}")]
-    SystemTimeout,
-}
-
-/// Resolves `host` once, as a `resolve` backend does: through `resolver`
-/// when given (A and AAAA, [`QUERY_TIMEOUT`]), else through the system
-/// resolver (getaddrinfo: /etc/hosts, then DNS as nsswitch.conf says;
-/// [`SYSTEM_TIMEOUT`]). Also what a cluster lookup resolves the host names
-/// of its answer with (`super::cluster`), so both kinds of backend see a
-/// name the same way.
-pub(crate) async fn resolve_once(
-    host: &str,
-    port: u16,
-    resolver: Option<SocketAddr>,
-) -> Result<Resolution, ResolveError> {
-    if let Some(server) = resolver {
-        let answer = dns::query(server, host, QUERY_TIMEOUT).await?;
-        let addrs = answer
-            .addrs
-            .iter()
-            .map(|&ip| SocketAddr::new(ip, port))
-            .collect();
-        return Ok(Resolution {
-            addrs,
-            ttl: Some(answer.ttl),
-        });
-    }
-    let lookup = tokio::net::lookup_host((host, port));
-    match tokio::time::timeout(SYSTEM_TIMEOUT, lookup).await {
-        Ok(Ok(found)) => {
-            let mut addrs: Vec<SocketAddr> = Vec::new();
-            for addr in found {
-                if !addrs.contains(&addr) {
-                    addrs.push(addr);
-                }
-            }
-            Ok(Resolution { addrs, ttl: None })
-        }
-        Ok(Err(error)) => Err(ResolveError::System(error)),
-        Err(_) => Err(ResolveError::SystemTimeout),
     }
 }
 

@@ -59,7 +59,7 @@ use super::file::ProxyTlvEntry;
 use super::{Log, file::LogSection};
 use super::{ProxyTlv, TlvValue};
 // Egress source addresses (issue 33).
-use super::file::{SourceSetting, SourceTable};
+use super::file::{EgressSourceTable, SourceSetting};
 use super::{Egress, SourceAddresses};
 
 impl Config {
@@ -560,7 +560,7 @@ fn source_setting(egress: &Egress) -> Option<SourceSetting> {
         Egress::Host => None,
         Egress::Client => Some(SourceSetting::Word("client".to_owned())),
         Egress::Addresses(SourceAddresses { addresses, ports }) => {
-            Some(SourceSetting::Table(SourceTable {
+            Some(SourceSetting::Table(EgressSourceTable {
                 addresses: Some(addresses.iter().map(|a| a.to_string()).collect()),
                 ports: ports.map(|(low, high)| format!("{low}-{high}")),
             }))

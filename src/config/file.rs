@@ -272,13 +272,13 @@ pub struct BackendSection {
 #[serde(untagged)]
 pub enum SourceSetting {
     Word(String),
-    Table(SourceTable),
+    Table(EgressSourceTable),
 }
 
 /// The table form of `source`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct SourceTable {
+pub struct EgressSourceTable {
     /// Local addresses, IPv4 and IPv6.
     pub addresses: Option<Vec<String>>,
     /// `"LOW-HIGH"`: the local port range.
@@ -287,8 +287,8 @@ pub struct SourceTable {
 
 impl<'de> Deserialize<'de> for SourceSetting {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
+        struct SourceSettingVisitor;
+        impl<'de> serde::de::Visitor<'de> for SourceSettingVisitor {
             type Value = SourceSetting;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a table { addresses, ports } or \"client\"")
@@ -300,11 +300,11 @@ impl<'de> Deserialize<'de> for SourceSetting {
                 self,
                 map: A,
             ) -> Result<Self::Value, A::Error> {
-                SourceTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                EgressSourceTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
                     .map(SourceSetting::Table)
             }
         }
-        deserializer.deserialize_any(Visitor)
+        deserializer.deserialize_any(SourceSettingVisitor)
     }
 }
 
@@ -320,8 +320,8 @@ pub enum AddressEntry {
 
 impl<'de> Deserialize<'de> for AddressEntry {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Entry;
-        impl<'de> serde::de::Visitor<'de> for Entry {
+        struct AddressEntryVisitor;
+        impl<'de> serde::de::Visitor<'de> for AddressEntryVisitor {
             type Value = AddressEntry;
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -342,7 +342,7 @@ impl<'de> Deserialize<'de> for AddressEntry {
                     .map(AddressEntry::Table)
             }
         }
-        deserializer.deserialize_any(Entry)
+        deserializer.deserialize_any(AddressEntryVisitor)
     }
 }
 
@@ -482,8 +482,8 @@ pub struct KeepaliveSection {
 
 impl<'de> Deserialize<'de> for KeepaliveSetting {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
+        struct KeepaliveSettingVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeepaliveSettingVisitor {
             type Value = KeepaliveSetting;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a table { idle, interval, count }, true or false")
@@ -499,7 +499,7 @@ impl<'de> Deserialize<'de> for KeepaliveSetting {
                     .map(KeepaliveSetting::Probes)
             }
         }
-        deserializer.deserialize_any(Visitor)
+        deserializer.deserialize_any(KeepaliveSettingVisitor)
     }
 }
 

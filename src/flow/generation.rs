@@ -38,8 +38,8 @@ use crate::config::Listener;
 use crate::flow::route::RouteTable;
 
 /// Process-wide accept pacing (`global.max_connection_rate`, see
-/// [`crate::admission::pace`]).
-pub(crate) type Pace = Arc<crate::admission::pace::Pace>;
+/// [`crate::admission::pace`]), shared by every listener's generations.
+pub(crate) type SharedPace = Arc<crate::admission::pace::Pace>;
 
 /// One listener's state as of one reload (or the start).
 pub(crate) struct Generation {
@@ -59,7 +59,7 @@ pub(crate) struct Generation {
     /// Every backend's run-time state (shared by all listeners).
     pub backends: Arc<Backends>,
     /// Accept pacing, shared by every listener; `None` when unpaced.
-    pub pace: Option<Pace>,
+    pub pace: Option<SharedPace>,
 }
 
 impl Generation {
@@ -68,7 +68,7 @@ impl Generation {
     pub(crate) fn first(
         listener: Arc<Listener>,
         backends: &Arc<Backends>,
-        pace: &Option<Pace>,
+        pace: &Option<SharedPace>,
     ) -> Generation {
         Generation {
             routes: RouteTable::build(&listener, None),
@@ -114,7 +114,7 @@ impl Generation {
         &self,
         listener: Arc<Listener>,
         backends: &Arc<Backends>,
-        pace: &Option<Pace>,
+        pace: &Option<SharedPace>,
     ) -> Generation {
         let admission = if self.admission.limits() == &listener.limits {
             self.admission.clone()

@@ -68,7 +68,7 @@ use crate::drain::unit_fraction;
 use crate::pump::ready::{self, Activity};
 use crate::wire::cidr::Cidr;
 
-/// The top bit of [`Entry`]'s accept stamp: sent to a `local_backend`.
+/// The top bit of [`ConnectionEntry`]'s accept stamp: sent to a `local_backend`.
 const LOCAL_BIT: u64 = 1 << 63;
 
 /// Shards of the table; a power of two, so the shard is the id's low bits.
@@ -76,7 +76,7 @@ pub(crate) const SHARDS: usize = 16;
 
 /// One open connection, as listed.
 #[derive(Debug)]
-pub struct Entry {
+pub struct ConnectionEntry {
     /// The connection's id, as its log lines name it.
     pub id: u64,
     /// The listener that accepted it.
@@ -126,7 +126,7 @@ pub struct Meta<'a> {
     pub claimed: Option<SocketAddr>,
     /// When it was accepted.
     pub accepted: Instant,
-    /// Sent to a cluster backend's `local_backend` (see [`Entry::local`]).
+    /// Sent to a cluster backend's `local_backend` (see [`ConnectionEntry::local`]).
     pub local: bool,
 }
 
@@ -135,7 +135,7 @@ pub struct Meta<'a> {
 /// the id twice, so its B-tree nodes are half the size (about 15 bytes
 /// per connection instead of 27).
 #[derive(Debug, Clone)]
-struct ById(Arc<Entry>);
+struct ById(Arc<ConnectionEntry>);
 
 impl Borrow<u64> for ById {
     fn borrow(&self) -> &u64 {
@@ -184,7 +184,7 @@ fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, BTreeSet<ById>> {
 /// A registered connection; dropping it removes the entry.
 #[derive(Debug)]
 pub struct Registered {
-    entry: Arc<Entry>,
+    entry: Arc<ConnectionEntry>,
 }
 
 /// Registers a relaying connection. A TCP relay waits on the entry's stop
@@ -196,7 +196,7 @@ pub fn register(meta: Meta<'_>) -> Registered {
         .concat()
         .into_boxed_str();
     let local = if meta.local { LOCAL_BIT } else { 0 };
-    let entry = Arc::new(Entry {
+    let entry = Arc::new(ConnectionEntry {
         id: meta.id,
         listener: meta.listener.clone(),
         names,
@@ -247,7 +247,7 @@ impl Registered {
     /// (a QUIC flow's socket task counts the client's datagrams while the
     /// flow's own task holds this guard). Holding it does not keep the
     /// connection listed: the guard's drop removes it from the table.
-    pub(crate) fn shared(&self) -> Arc<Entry> {
+    pub(crate) fn shared(&self) -> Arc<ConnectionEntry> {
         self.entry.clone()
     }
 
@@ -299,7 +299,7 @@ impl Filter {
             && self.protocol.is_none()
     }
 
-    fn matches(&self, e: &Entry) -> bool {
+    fn matches(&self, e: &ConnectionEntry) -> bool {
         self.id.is_none_or(|id| id == e.id)
             && self
                 .listener
@@ -317,7 +317,7 @@ impl Filter {
 
 /// One page of matching connections, by ascending id, after `after`: at
 /// most `limit`, and whether more match past the page.
-pub fn list(filter: &Filter, after: u64, limit: usize) -> (Vec<Arc<Entry>>, bool) {
+pub fn list(filter: &Filter, after: u64, limit: usize) -> (Vec<Arc<ConnectionEntry>>, bool) {
     let mut page = Vec::with_capacity(limit.min(1024) + 1);
     for shard in table() {
         // Each shard gives at most limit + 1 (to know whether more follow);
@@ -407,9 +407,9 @@ pub(crate) fn move_out(
 
 /// Closes the entries `pick` selects, each at its moment within `window`
 /// (drawn per connection id), as `why`; one task closes them in turn.
-fn spread(pick: impl Fn(&Entry) -> bool, window: Duration, why: u8) -> usize {
+fn spread(pick: impl Fn(&ConnectionEntry) -> bool, window: Duration, why: u8) -> usize {
     let start = Instant::now();
-    let mut chosen: Vec<(Instant, Weak<Entry>)> = Vec::new();
+    let mut chosen: Vec<(Instant, Weak<ConnectionEntry>)> = Vec::new();
     for shard in table() {
         chosen.extend(
             lock(shard)
@@ -461,7 +461,7 @@ pub(crate) fn per_route() -> BTreeMap<Box<str>, usize> {
     counts
 }
 
-impl Entry {
+impl ConnectionEntry {
     /// Stops the relay, as `why`; the first reason given wins.
     fn stop(&self, why: u8) {
         self.activity.stop(why);
@@ -519,7 +519,7 @@ mod tests {
     /// past it, every open connection pays 32 bytes more.
     #[test]
     fn an_entry_fits_a_192_byte_allocation() {
-        let size = std::mem::size_of::<Entry>() + 2 * std::mem::size_of::<usize>();
+        let size = std::mem::size_of::<ConnectionEntry>() + 2 * std::mem::size_of::<usize>();
         assert!(size <= 192, "a registry entry takes {size} bytes");
     }
 

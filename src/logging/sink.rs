@@ -74,7 +74,7 @@ pub(crate) enum Destination {
 
 /// The counters and the last error, shared by the queue's two ends and
 /// the reporter.
-struct Stats {
+struct SinkStats {
     queue_full: Counter,
     send_failed: Counter,
     sent: Counter,
@@ -86,7 +86,7 @@ struct Stats {
     pending: AtomicUsize,
 }
 
-impl Stats {
+impl SinkStats {
     fn failed(&self, error: String) {
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
     }
@@ -96,7 +96,7 @@ impl Stats {
 /// writer thread.
 pub(crate) struct Sink {
     queue: SyncSender<Line>,
-    stats: Arc<Stats>,
+    stats: Arc<SinkStats>,
 }
 
 impl Sink {
@@ -111,7 +111,7 @@ impl Sink {
         sent: Counter,
     ) -> io::Result<Sink> {
         let (queue, lines) = sync_channel(capacity);
-        let stats = Arc::new(Stats {
+        let stats = Arc::new(SinkStats {
             queue_full: dropped("queue_full"),
             send_failed: dropped("send_failed"),
             sent,
@@ -119,7 +119,7 @@ impl Sink {
             last_error: Mutex::new(None),
             pending: AtomicUsize::new(0),
         });
-        let writer = Writer {
+        let writer = WriterThread {
             destination,
             origin,
             stats: stats.clone(),
@@ -162,7 +162,7 @@ impl Sink {
 
 /// Every [`REPORT_INTERVAL`]: one WARN when lines were dropped or the
 /// target failed since the last one.
-fn report(stats: &Stats) {
+fn report(stats: &SinkStats) {
     loop {
         std::thread::sleep(REPORT_INTERVAL);
         let dropped = stats.unreported_drops.swap(0, Ordering::Relaxed);
@@ -217,16 +217,16 @@ enum Framing {
 }
 
 /// The writer thread's state.
-struct Writer {
+struct WriterThread {
     destination: Destination,
     origin: Origin,
-    stats: Arc<Stats>,
+    stats: Arc<SinkStats>,
     connection: Option<Connection>,
     backoff: Duration,
     frame: Vec<u8>,
 }
 
-impl Writer {
+impl WriterThread {
     fn run(mut self, lines: Receiver<Line>) {
         while let Ok(line) = lines.recv() {
             self.deliver(&line);

@@ -47,7 +47,7 @@
 use ppp::v2;
 
 use crate::proxy::outbound::{AddedTlvs, Announcement, Outbound, finish, header_over, same_family};
-use crate::wire::proxy::{self, Invalid, Parse, ProxyVersion, Sniff, Transport, sniff};
+use crate::wire::proxy::{self, Invalid, Parse, ProxyTransport, ProxyVersion, Sniff, sniff};
 
 /// The largest datagram a header may make: a 1,500-byte MTU less IPv6's
 /// 40-byte and UDP's 8-byte headers.
@@ -164,7 +164,7 @@ pub fn read(datagram: &[u8]) -> Read<'_> {
         Sniff::Signature(ProxyVersion::V1) => return Read::Invalid(Invalid::V1OverUdp),
         Sniff::Signature(ProxyVersion::V2) => {}
     }
-    match proxy::parse_as(datagram, Transport::Datagram) {
+    match proxy::parse_as(datagram, ProxyTransport::Datagram) {
         Parse::Header(header) => {
             let payload = &datagram[header.len..];
             Read::Header { header, payload }

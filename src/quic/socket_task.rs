@@ -91,7 +91,7 @@ use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
 use crate::flow::generation::Generation;
-use crate::flow::registry::{self, Entry, Registered};
+use crate::flow::registry::{self, ConnectionEntry, Registered};
 use crate::pump::ready::{Activity, Side};
 use crate::quic::backend_address::{self, Health, Picked};
 
@@ -175,7 +175,7 @@ struct OpenFlow {
     stats: Arc<Stats>,
     started: Instant,
     /// The flow's registry entry (admin `/connections`), for its counts.
-    entry: Arc<Entry>,
+    entry: Arc<ConnectionEntry>,
     /// Where the flow's task sends (NAT rebinding moves it).
     path: Arc<Path>,
 }

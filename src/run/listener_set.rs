@@ -67,7 +67,7 @@ use crate::admission;
 use crate::backend::Backends;
 use crate::config::{Listener, Protocol};
 use crate::drain::DrainSignal;
-use crate::flow::generation::{Generation, Pace};
+use crate::flow::generation::{Generation, SharedPace};
 use crate::quic::handover::{Handover, Predecessor, Successor};
 use crate::quic::socket_task as quic;
 use crate::run::bind::{BindError, BindKey, Sockets};
@@ -330,7 +330,7 @@ impl Listeners {
         listener: &Arc<Listener>,
         sockets: Sockets,
         backends: &Arc<Backends>,
-        pace: &Option<Pace>,
+        pace: &Option<SharedPace>,
     ) -> Rebound {
         let mut rebound = Rebound {
             added: sockets.len(),

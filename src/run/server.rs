@@ -55,7 +55,7 @@ use crate::admin::{self, AdminState, Readiness};
 use crate::backend::Backends;
 use crate::config::file::FileConfig;
 use crate::config::{self, Config, ConfigError, ReadTicket, effective};
-use crate::flow::generation::{Generation, Pace};
+use crate::flow::generation::{Generation, SharedPace};
 use crate::flow::registry;
 use crate::run::bind::{self, BindError, BindKey, Pool, Sockets};
 use crate::run::listener_set::{Listeners, Shared};
@@ -198,13 +198,13 @@ struct Server {
     admin: Option<Arc<AdminState>>,
     /// Accept pacing (`global.max_connection_rate`), shared by every loop;
     /// published in each listener's generation.
-    pace: Option<Pace>,
+    pace: Option<SharedPace>,
     /// Every backend's run-time state, rebuilt (carrying unchanged
     /// backends over) on reload; published in each listener's generation.
     backends: Arc<Backends>,
 }
 
-fn pace_for(config: &Config) -> Option<Pace> {
+fn pace_for(config: &Config) -> Option<SharedPace> {
     let rate = config.global.max_connection_rate?;
     Some(Arc::new(crate::admission::pace::Pace::new(rate)))
 }

@@ -105,7 +105,7 @@ pub struct Header {
 /// The transport protocol byte of a v2 header (§2.2, the low nibble of
 /// the 14th byte) that a reader carries: what a claim is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub enum ProxyTransport {
     /// `STREAM` (TCP): a header at the start of a connection.
     Stream,
     /// `DGRAM` (UDP): a header at the start of a datagram.
@@ -286,10 +286,10 @@ pub fn sniff(bytes: &[u8]) -> Sniff {
 }
 
 /// Parses a PROXY header at the start of a TCP connection's `bytes`
-/// ([`parse_as`] for [`Transport::Stream`]). Pure: every strict prefix of
+/// ([`parse_as`] for [`ProxyTransport::Stream`]). Pure: every strict prefix of
 /// a valid header is [`Parse::Incomplete`].
 pub fn parse(bytes: &[u8]) -> Parse {
-    parse_as(bytes, Transport::Stream)
+    parse_as(bytes, ProxyTransport::Stream)
 }
 
 /// Parses a PROXY header at the start of `bytes` for a reader that
@@ -298,7 +298,7 @@ pub fn parse(bytes: &[u8]) -> Parse {
 /// [`Announced::Unknown`]. v1 has no UDP form, so a v1 header is read as
 /// TCP whatever the reader carries (a datagram reader refuses it: see
 /// [`crate::proxy::datagram`]). Pure, as [`parse`].
-pub fn parse_as(bytes: &[u8], carried: Transport) -> Parse {
+pub fn parse_as(bytes: &[u8], carried: ProxyTransport) -> Parse {
     match sniff(bytes) {
         Sniff::Incomplete => Parse::Incomplete,
         Sniff::NotProxy => Parse::NotProxy,
@@ -307,7 +307,7 @@ pub fn parse_as(bytes: &[u8], carried: Transport) -> Parse {
     }
 }
 
-fn parse_v2(bytes: &[u8], carried: Transport) -> Parse {
+fn parse_v2(bytes: &[u8], carried: ProxyTransport) -> Parse {
     use ppp::v2;
     const FIXED: usize = 16;
     if bytes.len() < FIXED {
@@ -375,8 +375,8 @@ fn parse_v2(bytes: &[u8], carried: Transport) -> Parse {
 
     let ours = header.protocol
         == match carried {
-            Transport::Stream => v2::Protocol::Stream,
-            Transport::Datagram => v2::Protocol::Datagram,
+            ProxyTransport::Stream => v2::Protocol::Stream,
+            ProxyTransport::Datagram => v2::Protocol::Datagram,
         };
     let addresses = match header.addresses {
         v2::Addresses::IPv4(a) if ours => Announced::Proxy {

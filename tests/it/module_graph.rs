@@ -45,14 +45,7 @@ const KNOWN: &[(&str, &str)] = &[];
 /// list: move the parent's logic into a child of its own (as
 /// `backend::candidates` holds the backend choice) and leave `mod.rs` a
 /// front that declares and re-exports. The test fails when one is gone.
-const KNOWN_PARENT: &[(&str, &str)] = &[
-    ("backend", "balance"),
-    ("backend", "cluster"),
-    ("backend", "health"),
-    ("backend", "resolve"),
-    ("cli::haproxy_import", "backend"),
-    ("cli::haproxy_import", "monitor"),
-];
+const KNOWN_PARENT: &[(&str, &str)] = &[];
 
 /// The name of a folder's `mod.rs` among its children's nodes.
 const PARENT: &str = "mod";

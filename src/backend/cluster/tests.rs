@@ -59,9 +59,9 @@ async fn overrides_are_local_without_a_lookup_and_forget_drops_answers() {
     assert_eq!(cache.len(), 1);
 }
 
-fn nodes(entry: &Entry) -> AddressSet {
+fn nodes(entry: &CacheEntry) -> AddressSet {
     match &entry.stored {
-        Some(Stored::Nodes { set, .. }) => set.clone(),
+        Some(CachedAnswer::Nodes { set, .. }) => set.clone(),
         other => panic!("not nodes: {other:?}"),
     }
 }
@@ -187,7 +187,7 @@ fn this_node_is_recognised_whatever_the_client_dialled_and_never_dialled() {
         let stored = entry.stored.clone().unwrap();
         assert!(matches!(cache.serve(&stored, dialled), Ok(Answer::Local)));
         match &stored {
-            Stored::Nodes { set, .. } => {
+            CachedAnswer::Nodes { set, .. } => {
                 assert!(set.iter().all(|e| e.addr.ip() != public), "{set:?}")
             }
             other => panic!("{other:?}"),
@@ -268,11 +268,11 @@ fn each_endpoint_of_the_answer_keeps_its_place_for_gerbils_pick() {
     }
 }
 
-fn set(cache: &Cache, name: &str, fresh_for: Option<Duration>, stale: bool) -> Arc<Slot> {
+fn set(cache: &Cache, name: &str, fresh_for: Option<Duration>, stale: bool) -> Arc<NameSlot> {
     let slot = cache.slot(name);
     let now = Instant::now();
     let mut entry = slot.entry();
-    entry.stored = Some(Stored::Here);
+    entry.stored = Some(CachedAnswer::Here);
     entry.fresh_until = match fresh_for {
         Some(d) => now + d,
         None => now - Duration::from_millis(1),
@@ -293,7 +293,7 @@ fn lookups_are_failing_only_while_no_name_has_an_answer_to_serve() {
     {
         let slot = cache.slot("down.example.com");
         let mut entry = slot.entry();
-        entry.stored = Some(Stored::NoNode);
+        entry.stored = Some(CachedAnswer::NoNode);
         entry.failing = true;
     }
     assert!(cache.failing());

@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
-use super::parse::{Kind, Line, Section, lines_with, millis, with_defaults};
-use super::toml::{Table, duration, quoted, toml_key};
-use super::{Translator, option_no_key};
+use super::parse::{HaproxyLine, HaproxySection, SectionKind, lines_with, millis, with_defaults};
+use super::toml::{TomlTable, duration, quoted, toml_key};
+use super::translator::{BackendInfo, Translator, option_no_key};
 
 /// HAProxy's default check interval (`inter`), rise and fall.
 pub(super) const HAPROXY_DEFAULT_INTER_MS: u64 = 2000;
@@ -17,7 +17,7 @@ pub(super) const HAPROXY_DEFAULT_FALL: u64 = 3;
 
 /// A server line, read.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Server {
+pub(super) struct HaproxyServer {
     pub(super) address: String,
     pub(super) weight: Option<u64>,
     pub(super) check: bool,
@@ -34,28 +34,19 @@ pub(super) struct Server {
     pub(super) text: String,
 }
 
-/// A backend, read.
-#[derive(Debug, Clone, Default)]
-pub(super) struct BackendInfo {
-    pub(super) connect_ms: Option<(u64, String)>,
-    pub(super) server_ms: Option<(u64, String)>,
-    pub(super) tunnel_ms: Option<(u64, String)>,
-    pub(super) server_fin_ms: Option<(u64, String)>,
-}
-
 impl Translator {
-    pub(super) fn read_backend(&mut self, s: &Section, defaults: Option<&Section>) {
+    pub(super) fn read_backend(&mut self, s: &HaproxySection, defaults: Option<&HaproxySection>) {
         self.key(&s.header);
         let (own, lines) = with_defaults(s, defaults);
-        let is_listen = s.kind == Kind::Listen;
+        let is_listen = s.kind == SectionKind::Listen;
         let mut info = BackendInfo::default();
         let mut check_ms: Option<(u64, String)> = None;
-        let mut queue_lines: Vec<&Line> = Vec::new();
-        let mut servers: Vec<(Server, &Line)> = Vec::new();
+        let mut queue_lines: Vec<&HaproxyLine> = Vec::new();
+        let mut servers: Vec<(HaproxyServer, &HaproxyLine)> = Vec::new();
         let mut default_server: Vec<String> = Vec::new();
-        let mut balance: Option<(String, &Line)> = None;
-        let mut source: Option<(String, &Line)> = None;
-        let mut allbackups: Option<&Line> = None;
+        let mut balance: Option<(String, &HaproxyLine)> = None;
+        let mut source: Option<(String, &HaproxyLine)> = None;
+        let mut allbackups: Option<&HaproxyLine> = None;
         for l in lines {
             let mine = own.contains(&l.no);
             match l.word(0) {
@@ -113,7 +104,7 @@ impl Translator {
                 other => self.not(l, format!("the keyword `{other}` is not translated")),
             }
         }
-        let mut table = Table::new(&format!("[backend.{}]", toml_key(&s.name)));
+        let mut table = TomlTable::new(&format!("[backend.{}]", toml_key(&s.name)));
         let plain = servers.iter().all(|(sv, _)| sv.weight.unwrap_or(1) == 1);
         let entries: Vec<String> = servers
             .iter()
@@ -206,7 +197,8 @@ impl Translator {
         let mut tables = vec![table];
         // Health: HAProxy checks only servers with `check`; snirelay checks
         // every address of a backend with [health].
-        let checked: Vec<&(Server, &Line)> = servers.iter().filter(|(sv, _)| sv.check).collect();
+        let checked: Vec<&(HaproxyServer, &HaproxyLine)> =
+            servers.iter().filter(|(sv, _)| sv.check).collect();
         if !checked.is_empty() {
             let params: BTreeSet<(u64, u64, u64)> = checked
                 .iter()
@@ -230,7 +222,7 @@ impl Translator {
                     (Some(_), Some((c, _))) => inter.min(*c),
                     _ => inter,
                 };
-                let mut h = Table::new(&format!("[backend.{}.health]", toml_key(&s.name)));
+                let mut h = TomlTable::new(&format!("[backend.{}.health]", toml_key(&s.name)));
                 h.row(
                     "kind",
                     quoted("tcp"),
@@ -353,7 +345,7 @@ pub(super) fn source_value(words: &[String]) -> Result<(Option<String>, usize), 
 }
 
 /// A `server NAME ADDR [options]` line (default-server options first).
-pub(super) fn server(words: &[String]) -> Result<Server, String> {
+pub(super) fn server(words: &[String]) -> Result<HaproxyServer, String> {
     let addr = words.get(2).map_or("", String::as_str);
     let bare = addr.trim_start_matches("ipv4@").trim_start_matches("ipv6@");
     let address = match bare.parse::<SocketAddr>() {
@@ -376,10 +368,10 @@ pub(super) fn server(words: &[String]) -> Result<Server, String> {
             }
         },
     };
-    let mut sv = Server {
+    let mut sv = HaproxyServer {
         address,
         text: words.join(" "),
-        ..Server::default()
+        ..HaproxyServer::default()
     };
     let mut i = 3;
     let mut bad = Vec::new();

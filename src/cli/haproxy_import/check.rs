@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::Outcome;
 use super::parse::words;
-use super::toml::Table;
+use super::toml::TomlTable;
+use super::translator::Outcome;
 
 /// The first words of lines that need no key yet decide something, so the
 /// table shows them with why.
@@ -42,7 +42,7 @@ const DECIDING: &[&str] = &[
 pub(super) fn check_table(
     source: &str,
     ledger: &BTreeMap<usize, (String, Outcome)>,
-    tables: &[(String, Table)],
+    tables: &[(String, TomlTable)],
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -90,7 +90,7 @@ pub(super) fn check_table(
 
 /// `TABLE: key = value` for each row that stands for line `no` (it names
 /// the line, or its comment quotes it).
-fn keys_of(no: usize, text: &str, tables: &[(String, Table)]) -> Vec<String> {
+fn keys_of(no: usize, text: &str, tables: &[(String, TomlTable)]) -> Vec<String> {
     let mut out = Vec::new();
     for (label, t) in tables {
         for row in &t.rows {

@@ -26,19 +26,19 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::Translator;
 use super::acl::{Atom, Guard, guard, network};
 use super::map::pattern_lines;
-use super::parse::{Line, millis};
-use super::toml::{Table, duration, quoted, quoted_list};
+use super::parse::{HaproxyLine, millis};
+use super::toml::{TomlTable, duration, quoted, quoted_list};
+use super::translator::Translator;
 use crate::wire::cidr::Cidr;
 
 /// A frontend's stick table and connection rules, as read.
 #[derive(Debug, Default)]
 pub(super) struct ConnectionRules<'a> {
     /// The line, `conn_cur` stored, `conn_rate(PERIOD)` stored, type ipv6.
-    table: Option<(&'a Line, bool, Option<u64>, bool)>,
-    rules: Vec<(&'a Line, Rule)>,
+    table: Option<(&'a HaproxyLine, bool, Option<u64>, bool)>,
+    rules: Vec<(&'a HaproxyLine, Rule)>,
 }
 
 #[derive(Debug)]
@@ -73,7 +73,7 @@ enum Limit {
 
 impl<'a> ConnectionRules<'a> {
     /// `stick-table …`: only tables keyed by source address count.
-    pub(super) fn stick_table(&mut self, l: &'a Line) -> Result<(), String> {
+    pub(super) fn stick_table(&mut self, l: &'a HaproxyLine) -> Result<(), String> {
         let word_after = |key: &str| l.words.iter().position(|w| w == key).map(|i| l.word(i + 1));
         let store = word_after("store").unwrap_or("");
         let conn_cur = store.split(',').any(|x| x == "conn_cur");
@@ -99,7 +99,7 @@ impl<'a> ConnectionRules<'a> {
     /// `tcp-request connection …` (the words after `connection`).
     pub(super) fn rule(
         &mut self,
-        l: &'a Line,
+        l: &'a HaproxyLine,
         acls: &BTreeMap<String, Result<Vec<Atom>, String>>,
     ) -> Result<(), String> {
         let words = l.words_from(2);
@@ -137,7 +137,7 @@ impl Translator {
     pub(super) fn connection_limits(
         &mut self,
         rules: ConnectionRules<'_>,
-        limits: &mut Table,
+        limits: &mut TomlTable,
     ) -> ConnectionOutcome {
         let ConnectionRules { table, rules } = rules;
         let mut outcome = ConnectionOutcome::default();
@@ -145,9 +145,9 @@ impl Translator {
         let mut tracked: Vec<u8> = Vec::new();
         let mut track_text = String::new();
         let mut track_lines: Vec<usize> = Vec::new();
-        let mut decided: Vec<(&Line, bool, Guard)> = Vec::new();
-        let mut open: Option<(u64, &Line)> = None;
-        let mut attempts: Option<(u64, u64, &Line)> = None;
+        let mut decided: Vec<(&HaproxyLine, bool, Guard)> = Vec::new();
+        let mut open: Option<(u64, &HaproxyLine)> = None;
+        let mut attempts: Option<(u64, u64, &HaproxyLine)> = None;
         for (l, rule) in rules {
             match rule {
                 Rule::Track(n) => match table {
@@ -371,7 +371,7 @@ impl Translator {
 fn limit(
     g: &Guard,
     accept: bool,
-    table: Option<(&Line, bool, Option<u64>, bool)>,
+    table: Option<(&HaproxyLine, bool, Option<u64>, bool)>,
     tracked: &[u8],
 ) -> Option<Result<Limit, String>> {
     let Guard::If(c) = g else { return None };
@@ -469,7 +469,7 @@ fn guard_networks(g: &Guard) -> (Vec<Cidr>, bool) {
 
 /// HAProxy's decision: the first rule whose guard holds decides.
 fn haproxy_admits(
-    rules: &[(&Line, bool, Guard)],
+    rules: &[(&HaproxyLine, bool, Guard)],
     ip: IpAddr,
     over_open: bool,
     over_attempts: bool,

@@ -9,22 +9,22 @@ use std::net::IpAddr;
 use super::acl::{Atom, Guard, NamePattern, atom, guard};
 use super::connection::ConnectionRules;
 use super::map::{inline_pattern_files, map_rule, sni_file};
-use super::parse::{Kind, Line, Section, millis, with_defaults};
+use super::parse::{HaproxyLine, HaproxySection, SectionKind, millis, with_defaults};
 use super::routes::build_routes;
-use super::toml::{Table, duration, quoted, quoted_list};
-use super::{Translator, option_no_key};
+use super::toml::{TomlTable, duration, quoted, quoted_list};
+use super::translator::{Translator, option_no_key};
 
 impl Translator {
     pub(super) fn read_frontend(
         &mut self,
-        s: &Section,
-        defaults: Option<&Section>,
-        backends: &BTreeMap<&str, &Section>,
+        s: &HaproxySection,
+        defaults: Option<&HaproxySection>,
+        backends: &BTreeMap<&str, &HaproxySection>,
     ) {
         self.key(&s.header);
         let (own, lines) = with_defaults(s, defaults);
-        let is_listen = s.kind == Kind::Listen;
-        let mut listener = Table::new("[[listener]]");
+        let is_listen = s.kind == SectionKind::Listen;
+        let mut listener = TomlTable::new("[[listener]]");
         listener.row(
             "name",
             quoted(&s.name),
@@ -37,13 +37,13 @@ impl Translator {
         let mut client_fin_ms: Option<(u64, String)> = None;
         let mut inspect: Option<(u64, String)> = None;
         let mut acls: BTreeMap<String, Result<Vec<Atom>, String>> = BTreeMap::new();
-        let mut acl_lines: BTreeMap<String, Vec<&Line>> = BTreeMap::new();
-        let mut content: Vec<(&Line, bool, Guard)> = Vec::new();
-        let mut uses: Vec<(&Line, Option<String>, Guard)> = Vec::new();
-        let mut default_backend: Option<(String, &Line)> = None;
-        let mut limits = Table::new("[listener.limits]");
+        let mut acl_lines: BTreeMap<String, Vec<&HaproxyLine>> = BTreeMap::new();
+        let mut content: Vec<(&HaproxyLine, bool, Guard)> = Vec::new();
+        let mut uses: Vec<(&HaproxyLine, Option<String>, Guard)> = Vec::new();
+        let mut default_backend: Option<(String, &HaproxyLine)> = None;
+        let mut limits = TomlTable::new("[listener.limits]");
         let mut connection = ConnectionRules::default();
-        let mut connection_lines: Vec<&Line> = Vec::new();
+        let mut connection_lines: Vec<&HaproxyLine> = Vec::new();
         for l in lines {
             let mine = own.contains(&l.no);
             let w0 = l.word(0);
@@ -330,7 +330,7 @@ impl Translator {
             ));
         }
         let routing = build_routes(&patterns, &decide);
-        let route_lines: Vec<&Line> = content
+        let route_lines: Vec<&HaproxyLine> = content
             .iter()
             .map(|c| c.0)
             .chain(uses.iter().map(|u| u.0))
@@ -370,7 +370,7 @@ impl Translator {
                             s.name
                         ));
                     }
-                    let mut t = Table::new("[[route]]");
+                    let mut t = TomlTable::new("[[route]]");
                     t.row("name", quoted(backend), "");
                     // A pattern file that lists the route's names as
                     // snirelay writes them is read at run time, as HAProxy
@@ -425,7 +425,7 @@ impl Translator {
                     );
                     self.used_backends.insert(b.clone());
                 }
-                let tables: Vec<Table> = routes.into_iter().map(|(_, t)| t).collect();
+                let tables: Vec<TomlTable> = routes.into_iter().map(|(_, t)| t).collect();
                 self.listeners.push((listener, limits, tables));
                 self.pending_timeouts(client_ms, client_fin_ms);
             }
@@ -486,9 +486,9 @@ impl Translator {
     /// the map ([`super::map`]), appended to `uses`; reported if it cannot be.
     fn use_map<'a>(
         &mut self,
-        l: &'a Line,
-        backends: &BTreeMap<&str, &Section>,
-        uses: &mut Vec<(&'a Line, Option<String>, Guard)>,
+        l: &'a HaproxyLine,
+        backends: &BTreeMap<&str, &HaproxySection>,
+        uses: &mut Vec<(&'a HaproxyLine, Option<String>, Guard)>,
     ) {
         let read = |f: &str| {
             self.files

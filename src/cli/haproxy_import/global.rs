@@ -4,12 +4,12 @@
 
 use std::net::SocketAddr;
 
-use super::Translator;
-use super::parse::{Line, Section, millis};
-use super::toml::{Table, duration, quoted};
+use super::parse::{HaproxyLine, HaproxySection, millis};
+use super::toml::{TomlTable, duration, quoted};
+use super::translator::Translator;
 
 impl Translator {
-    pub(super) fn read_global(&mut self, s: &Section) {
+    pub(super) fn read_global(&mut self, s: &HaproxySection) {
         for l in &s.lines {
             match l.word(0) {
                 "maxconn" => match l.word(1).parse::<u64>() {
@@ -68,7 +68,7 @@ impl Translator {
 
     /// `log TARGET [len N] [format F] [sample R:S] FACILITY [LEVEL [MINLEVEL]]`
     /// into `[log]`; snirelay has one log target for the process.
-    pub(super) fn read_log(&mut self, l: &Line) {
+    pub(super) fn read_log(&mut self, l: &HaproxyLine) {
         if self.log.is_some() {
             self.not(
                 l,
@@ -108,7 +108,7 @@ impl Translator {
             self.not(l, format!("the log target `{target}` is not translated (a Unix socket path, an IP[:port] (UDP), stdout or stderr are)"));
             return;
         };
-        let mut log = Table::new("[log]");
+        let mut log = TomlTable::new("[log]");
         match &syslog {
             Some(s) => {
                 log.row("target", quoted("syslog"), &l.text);
@@ -153,7 +153,7 @@ impl Translator {
         self.key(l);
     }
 
-    pub(super) fn read_stats_socket(&mut self, l: &Line) {
+    pub(super) fn read_stats_socket(&mut self, l: &HaproxyLine) {
         let at = l.word(2);
         let level = l
             .words
@@ -175,7 +175,7 @@ impl Translator {
                 }
             }
         };
-        let mut admin = Table::new("[admin]");
+        let mut admin = TomlTable::new("[admin]");
         admin.row(
             "listen",
             quoted(&listen),
@@ -197,7 +197,7 @@ impl Translator {
         fes.sort();
         fes.dedup();
         for (n, no, text) in &fes {
-            let line = Line {
+            let line = HaproxyLine {
                 no: *no,
                 text: text.clone(),
                 words: Vec::new(),
@@ -215,7 +215,7 @@ impl Translator {
         }
         let mut rows = Vec::new();
         if let Some((n, text)) = cap {
-            let mut max = Table::new("");
+            let mut max = TomlTable::new("");
             max.row("max_connections", n.to_string(), text);
             rows.append(&mut max.rows);
         }

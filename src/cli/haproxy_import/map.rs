@@ -241,7 +241,7 @@ pub(super) fn pattern_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 /// `names`. `None` when no file qualifies (the names stay inline).
 pub(super) fn sni_file<'l>(
     names: &[String],
-    lines: impl IntoIterator<Item = &'l super::parse::Line>,
+    lines: impl IntoIterator<Item = &'l super::parse::HaproxyLine>,
     files: &BTreeMap<String, Result<String, String>>,
 ) -> Option<(String, Vec<String>)> {
     use crate::wire::sni::Pattern;

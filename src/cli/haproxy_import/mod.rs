@@ -32,9 +32,9 @@
 //! The work is split by job: [`parse`] reads sections and words, [`acl`]
 //! conditions and SNI patterns, [`routes`] turns rule outcomes into
 //! routes, [`global`], [`frontend`] and [`backend`] read their sections
-//! into tables ([`toml`]), and [`output`] combines what needs both sides
-//! and writes the file. This module holds the ledger of what became of
-//! every line and the order sections are read in.
+//! into tables ([`toml`]), [`translator`] keeps the ledger of what became
+//! of every line, and [`output`] combines what needs both sides and writes
+//! the file. This module holds the order sections are read in.
 
 mod acl;
 mod backend;
@@ -48,12 +48,13 @@ mod output;
 mod parse;
 mod routes;
 mod toml;
+mod translator;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use backend::BackendInfo;
-use parse::{Kind, Line, Section, defaults_before, parse_sections};
-use toml::Table;
+use parse::{HaproxySection, SectionKind, defaults_before, parse_sections};
+use toml::TomlTable;
+use translator::Translator;
 
 /// The translated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,122 +102,20 @@ pub(crate) fn translate(
     Ok(t.finish(text, source))
 }
 
-/// Why an `option` needs no key (snirelay does the same without one), for
-/// the options that need none in a frontend or a backend alike.
-fn option_no_key(option: &str) -> Option<&'static str> {
-    Some(match option {
-        "tcplog" | "dontlognull" | "httplog" | "logasap" => {
-            "snirelay logs one line per connection at close, none for a connection that sent nothing"
-        }
-        "clitcpka" | "srvtcpka" | "tcpka" => {
-            "snirelay keeps TCP keepalive on by default (60 s idle, 10 s interval, 6 probes) on both sides"
-        }
-        "splice-auto" | "splice-request" | "splice-response" => {
-            "snirelay splices between the sockets by default (splice(2), both directions)"
-        }
-        "tcp-smart-accept" => {
-            "snirelay reads the ClientHello as soon as it arrives; the kernel's delayed ACK is its own"
-        }
-        "tcp-smart-connect" => {
-            "snirelay writes the held ClientHello to the backend right after connecting"
-        }
-        "redispatch" => {
-            "snirelay moves to the next address when one fails to connect (connect_attempts)"
-        }
-        _ => return None,
-    })
-}
-
-/// What became of one line of the input.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
-    /// Became a key (the comment beside it names the line).
-    Key,
-    /// Needs no key: why.
-    NoKey(String),
-    /// Not translated: why.
-    Not(String),
-}
-
-#[derive(Debug, Default)]
-struct Translator {
-    ledger: BTreeMap<usize, (String, Outcome)>,
-    global: Table,
-    admin: Option<Table>,
-    log: Option<Table>,
-    /// The backends `monitor fail` requires, with their lines.
-    ready_requires: Vec<(String, Line)>,
-    listeners: Vec<(Table, Table, Vec<Table>)>,
-    backends: BTreeMap<String, (BackendInfo, Vec<Table>)>,
-    used_backends: BTreeSet<String>,
-    /// Every backend a `use_backend` or `default_backend` names.
-    named_backends: BTreeSet<String>,
-    global_maxconn: Option<(u64, String)>,
-    frontend_maxconns: Vec<(u64, usize, String)>,
-    /// Per listener (by index): its `timeout client` and `client-fin`.
-    frontend_timeouts: BTreeMap<usize, FrontendTimeouts>,
-    notes: Vec<String>,
-    /// The `-f` pattern files the configuration names, read (or why not).
-    files: BTreeMap<String, Result<String, String>>,
-}
-
-type FrontendTimeouts = (Option<(u64, String)>, Option<(u64, String)>);
-
+// The order sections are read in; each kind's reader is a method in its
+// own file (`global`, `frontend`, `backend`, `monitor`).
 impl Translator {
-    fn key(&mut self, line: &Line) {
-        self.ledger
-            .entry(line.no)
-            .or_insert_with(|| (line.text.clone(), Outcome::Key));
-    }
-
-    /// Whether the line already became a key (a `defaults` line is read
-    /// once per section it applies to).
-    fn is_key(&self, line: &Line) -> bool {
-        self.ledger
-            .get(&line.no)
-            .is_some_and(|e| e.1 == Outcome::Key)
-    }
-
-    /// Whether the line was found untranslatable.
-    fn is_not(&self, line: &Line) -> bool {
-        self.ledger
-            .get(&line.no)
-            .is_some_and(|e| matches!(e.1, Outcome::Not(_)))
-    }
-
-    fn no_key(&mut self, line: &Line, why: impl Into<String>) {
-        let why = why.into();
-        let entry = self
-            .ledger
-            .entry(line.no)
-            .or_insert_with(|| (line.text.clone(), Outcome::NoKey(why.clone())));
-        if entry.1 == Outcome::Key {
-            entry.1 = Outcome::NoKey(why);
-        }
-    }
-
-    fn not(&mut self, line: &Line, why: impl Into<String>) {
-        let why = why.into();
-        let entry = self
-            .ledger
-            .entry(line.no)
-            .or_insert_with(|| (line.text.clone(), Outcome::Not(why.clone())));
-        if !matches!(entry.1, Outcome::Not(_)) {
-            entry.1 = Outcome::Not(why);
-        }
-    }
-
-    fn run(&mut self, sections: &[Section]) -> Result<(), ImportError> {
-        self.global = Table::new("[global]");
-        let mut defaults: Option<&Section> = None;
-        let backends_by_name: BTreeMap<&str, &Section> = sections
+    fn run(&mut self, sections: &[HaproxySection]) -> Result<(), ImportError> {
+        self.global = TomlTable::new("[global]");
+        let mut defaults: Option<&HaproxySection> = None;
+        let backends_by_name: BTreeMap<&str, &HaproxySection> = sections
             .iter()
-            .filter(|s| matches!(s.kind, Kind::Backend | Kind::Listen))
+            .filter(|s| matches!(s.kind, SectionKind::Backend | SectionKind::Listen))
             .map(|s| (s.name.as_str(), s))
             .collect();
-        let frontends: Vec<&Section> = sections
+        let frontends: Vec<&HaproxySection> = sections
             .iter()
-            .filter(|s| matches!(s.kind, Kind::Frontend | Kind::Listen))
+            .filter(|s| matches!(s.kind, SectionKind::Frontend | SectionKind::Listen))
             .collect();
         let tcp_frontends = frontends
             .iter()
@@ -227,15 +126,15 @@ impl Translator {
         }
         for section in sections {
             match section.kind {
-                Kind::Global => {
+                SectionKind::Global => {
                     self.key(&section.header);
                     self.read_global(section);
                 }
-                Kind::Defaults => {
+                SectionKind::Defaults => {
                     self.key(&section.header);
                     defaults = Some(section);
                 }
-                Kind::Frontend | Kind::Listen => {
+                SectionKind::Frontend | SectionKind::Listen => {
                     if self.mode_of(section, defaults) == "http"
                         && monitor::is_monitor_frontend(section)
                     {
@@ -257,8 +156,8 @@ impl Translator {
                     }
                     self.read_frontend(section, defaults, &backends_by_name);
                 }
-                Kind::Backend => {}
-                Kind::Other => {
+                SectionKind::Backend => {}
+                SectionKind::Other => {
                     for l in std::iter::once(&section.header).chain(&section.lines) {
                         self.not(
                             l,
@@ -272,14 +171,14 @@ impl Translator {
             }
         }
         // Backends, in the order of the file, once routes have named them.
-        let mut defaults: Option<&Section> = None;
+        let mut defaults: Option<&HaproxySection> = None;
         for section in sections {
             match section.kind {
-                Kind::Defaults => defaults = Some(section),
-                Kind::Backend | Kind::Listen => {
+                SectionKind::Defaults => defaults = Some(section),
+                SectionKind::Backend | SectionKind::Listen => {
                     if self.used_backends.contains(&section.name) {
                         self.read_backend(section, defaults);
-                    } else if section.kind == Kind::Backend {
+                    } else if section.kind == SectionKind::Backend {
                         let named = self.named_backends.contains(&section.name);
                         for l in std::iter::once(&section.header).chain(&section.lines) {
                             if named {
@@ -302,8 +201,8 @@ impl Translator {
     }
 
     /// `mode` of a proxy: its own line, else its defaults', else tcp.
-    fn mode_of(&self, section: &Section, defaults: Option<&Section>) -> String {
-        let find = |s: &Section| {
+    fn mode_of(&self, section: &HaproxySection, defaults: Option<&HaproxySection>) -> String {
+        let find = |s: &HaproxySection| {
             s.lines
                 .iter()
                 .rev()
@@ -313,25 +212,6 @@ impl Translator {
         find(section)
             .or_else(|| defaults.and_then(find))
             .unwrap_or_else(|| "tcp".into())
-    }
-
-    fn mark_key(&mut self, no: usize, text: &str) {
-        if let Some(e) = self.ledger.get_mut(&no) {
-            if matches!(e.1, Outcome::NoKey(_)) {
-                e.1 = Outcome::Key;
-            }
-            return;
-        }
-        self.ledger
-            .insert(no, (text.trim().to_owned(), Outcome::Key));
-    }
-
-    fn mark_not(&mut self, no: usize, text: &str, why: &str) {
-        let e = self
-            .ledger
-            .entry(no)
-            .or_insert((text.trim().to_owned(), Outcome::Key));
-        e.1 = Outcome::Not(why.to_owned());
     }
 }
 

@@ -12,14 +12,14 @@
 
 use std::net::SocketAddr;
 
-use super::Translator;
 use super::acl::{Atom, Guard, guard};
-use super::parse::{Line, Section};
-use super::toml::{Table, quoted};
+use super::parse::{HaproxyLine, HaproxySection};
+use super::toml::{TomlTable, quoted};
+use super::translator::Translator;
 
 /// Whether an HTTP frontend only answers `monitor-uri` (no backend).
-pub(super) fn is_monitor_frontend(s: &Section) -> bool {
-    s.kind == super::parse::Kind::Frontend
+pub(super) fn is_monitor_frontend(s: &HaproxySection) -> bool {
+    s.kind == super::parse::SectionKind::Frontend
         && s.lines.iter().any(|l| l.word(0) == "monitor-uri")
         && !s
             .lines
@@ -29,7 +29,7 @@ pub(super) fn is_monitor_frontend(s: &Section) -> bool {
 
 impl Translator {
     /// A monitor frontend, line by line.
-    pub(super) fn read_monitor_frontend(&mut self, s: &Section) {
+    pub(super) fn read_monitor_frontend(&mut self, s: &HaproxySection) {
         self.key(&s.header);
         let uri = s
             .lines
@@ -56,7 +56,7 @@ impl Translator {
 
     /// `bind` of a monitor frontend: the admin listener, unless `stats
     /// socket` already placed it.
-    fn monitor_bind(&mut self, l: &Line, uri: &str) {
+    fn monitor_bind(&mut self, l: &HaproxyLine, uri: &str) {
         let addr = l.word(1);
         let parsed = addr
             .trim_start_matches("ipv4@")
@@ -76,7 +76,7 @@ impl Translator {
             self.not(l, format!("the admin listener, which serves /readyz, is already {at} (from `stats socket`): point the health check there, or move `[admin] listen` to {addr}"));
             return;
         }
-        let mut admin = Table::new("[admin]");
+        let mut admin = TomlTable::new("[admin]");
         admin.row(
             "listen",
             quoted(&addr.to_string()),
@@ -97,7 +97,7 @@ impl Translator {
     /// server fails the monitor, into `ready_requires`.
     pub(super) fn monitor_fail(
         &mut self,
-        l: &Line,
+        l: &HaproxyLine,
         acls: &std::collections::BTreeMap<String, Result<Vec<Atom>, String>>,
     ) {
         if l.word(1) != "fail" {
@@ -144,7 +144,7 @@ impl Translator {
         if names.is_empty() {
             return;
         }
-        let admin = self.admin.get_or_insert_with(|| Table::new("[admin]"));
+        let admin = self.admin.get_or_insert_with(|| TomlTable::new("[admin]"));
         admin.row(
             "ready_requires",
             super::toml::quoted_list(&names),

@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::backend::BackendInfo;
+use super::Translation;
 use super::check::check_table;
 use super::parse::words;
-use super::toml::{Row, Table, duration, quoted};
-use super::{Outcome, Translation, Translator};
+use super::toml::{TomlRow, TomlTable, duration, quoted};
+use super::translator::{BackendInfo, Outcome, Translator};
 
 impl Translator {
     pub(super) fn finish(mut self, text: &str, source: &str) -> Translation {
@@ -203,7 +203,7 @@ impl Translator {
         }
         out.push('\n');
         // Each table with the name `--check` shows it by.
-        let mut tables: Vec<(String, Table)> = Vec::new();
+        let mut tables: Vec<(String, TomlTable)> = Vec::new();
         if !self.global.rows.is_empty() {
             tables.push(("[global]".into(), self.global.clone()));
         }
@@ -224,10 +224,10 @@ impl Translator {
                 if several {
                     r.rows.insert(
                         1,
-                        Row {
+                        TomlRow {
                             key: "listener".into(),
                             value: name.clone(),
-                            ..Row::default()
+                            ..TomlRow::default()
                         },
                     );
                 }

@@ -5,13 +5,13 @@
 use std::collections::BTreeSet;
 
 #[derive(Debug, Clone)]
-pub(super) struct Line {
+pub(super) struct HaproxyLine {
     pub(super) no: usize,
     pub(super) text: String,
     pub(super) words: Vec<String>,
 }
 
-impl Line {
+impl HaproxyLine {
     pub(super) fn word(&self, i: usize) -> &str {
         self.words.get(i).map_or("", String::as_str)
     }
@@ -23,7 +23,7 @@ impl Line {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
+pub(super) enum SectionKind {
     Global,
     Defaults,
     Frontend,
@@ -33,11 +33,11 @@ pub(super) enum Kind {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Section {
-    pub(super) kind: Kind,
+pub(super) struct HaproxySection {
+    pub(super) kind: SectionKind,
     pub(super) name: String,
-    pub(super) header: Line,
-    pub(super) lines: Vec<Line>,
+    pub(super) header: HaproxyLine,
+    pub(super) lines: Vec<HaproxyLine>,
 }
 
 /// Splits a line into words as HAProxy does: whitespace separates, `"…"`
@@ -88,30 +88,30 @@ pub(super) fn words(line: &str) -> Vec<String> {
     out
 }
 
-pub(super) fn parse_sections(text: &str) -> Vec<Section> {
-    let mut sections: Vec<Section> = Vec::new();
+pub(super) fn parse_sections(text: &str) -> Vec<HaproxySection> {
+    let mut sections: Vec<HaproxySection> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let w = words(raw);
         if w.is_empty() {
             continue;
         }
-        let line = Line {
+        let line = HaproxyLine {
             no: i + 1,
             text: raw.trim().to_owned(),
             words: w,
         };
         let kind = match line.word(0) {
-            "global" => Some(Kind::Global),
-            "defaults" => Some(Kind::Defaults),
-            "frontend" => Some(Kind::Frontend),
-            "backend" => Some(Kind::Backend),
-            "listen" => Some(Kind::Listen),
+            "global" => Some(SectionKind::Global),
+            "defaults" => Some(SectionKind::Defaults),
+            "frontend" => Some(SectionKind::Frontend),
+            "backend" => Some(SectionKind::Backend),
+            "listen" => Some(SectionKind::Listen),
             "userlist" | "peers" | "resolvers" | "mailers" | "program" | "http-errors" | "ring"
-            | "cache" | "fcgi-app" | "crt-store" | "traces" => Some(Kind::Other),
+            | "cache" | "fcgi-app" | "crt-store" | "traces" => Some(SectionKind::Other),
             _ => None,
         };
         match kind {
-            Some(kind) => sections.push(Section {
+            Some(kind) => sections.push(HaproxySection {
                 kind,
                 name: line.word(1).to_owned(),
                 header: line,
@@ -120,8 +120,8 @@ pub(super) fn parse_sections(text: &str) -> Vec<Section> {
             None => match sections.last_mut() {
                 Some(s) => s.lines.push(line),
                 // Before any section: HAProxy refuses it; so do we, by line.
-                None => sections.push(Section {
-                    kind: Kind::Other,
+                None => sections.push(HaproxySection {
+                    kind: SectionKind::Other,
                     name: String::new(),
                     header: line,
                     lines: Vec::new(),
@@ -154,25 +154,25 @@ pub(super) fn millis(text: &str) -> Option<u64> {
 
 /// The last `defaults` section before `section`.
 pub(super) fn defaults_before<'a>(
-    sections: &'a [Section],
-    section: &Section,
-) -> Option<&'a Section> {
+    sections: &'a [HaproxySection],
+    section: &HaproxySection,
+) -> Option<&'a HaproxySection> {
     sections
         .iter()
         .take_while(|s| s.header.no != section.header.no)
-        .filter(|s| s.kind == Kind::Defaults)
+        .filter(|s| s.kind == SectionKind::Defaults)
         .last()
 }
 
 /// The lines of a section (or, failing that, its defaults) that start with
 /// these words.
 pub(super) fn lines_with<'a>(
-    own: &'a [Line],
-    defaults: Option<&'a Section>,
+    own: &'a [HaproxyLine],
+    defaults: Option<&'a HaproxySection>,
     start: &[&str],
-) -> Vec<&'a Line> {
-    let starts = |l: &&Line| start.iter().enumerate().all(|(i, w)| l.word(i) == *w);
-    let mine: Vec<&Line> = own.iter().filter(starts).collect();
+) -> Vec<&'a HaproxyLine> {
+    let starts = |l: &&HaproxyLine| start.iter().enumerate().all(|(i, w)| l.word(i) == *w);
+    let mine: Vec<&HaproxyLine> = own.iter().filter(starts).collect();
     if !mine.is_empty() {
         return mine;
     }
@@ -184,9 +184,9 @@ pub(super) fn lines_with<'a>(
 /// A section's lines with its `defaults` section's lines before them, and
 /// the line numbers that are the section's own.
 pub(super) fn with_defaults<'a>(
-    s: &'a Section,
-    defaults: Option<&'a Section>,
-) -> (BTreeSet<usize>, Vec<&'a Line>) {
+    s: &'a HaproxySection,
+    defaults: Option<&'a HaproxySection>,
+) -> (BTreeSet<usize>, Vec<&'a HaproxyLine>) {
     let own = s.lines.iter().map(|l| l.no).collect();
     let lines = defaults
         .map(|d| d.lines.iter().collect::<Vec<_>>())

@@ -5,31 +5,31 @@
 //! ([`super::output`] does).
 /// One TOML table: its header and `key = value  # comment` rows.
 #[derive(Debug, Default, Clone)]
-pub(super) struct Table {
+pub(super) struct TomlTable {
     pub(super) header: String,
-    pub(super) rows: Vec<Row>,
+    pub(super) rows: Vec<TomlRow>,
 }
 
 /// One `key = value  # comment` row, and the input lines it stands for
 /// (besides those its comment quotes), for `--check`.
 #[derive(Debug, Default, Clone)]
-pub(super) struct Row {
+pub(super) struct TomlRow {
     pub(super) key: String,
     pub(super) value: String,
     pub(super) comment: String,
     pub(super) lines: Vec<usize>,
 }
 
-impl Table {
-    pub(super) fn new(header: &str) -> Table {
-        Table {
+impl TomlTable {
+    pub(super) fn new(header: &str) -> TomlTable {
+        TomlTable {
             header: header.to_owned(),
             rows: Vec::new(),
         }
     }
 
     pub(super) fn row(&mut self, key: &str, value: String, comment: impl Into<String>) {
-        self.rows.push(Row {
+        self.rows.push(TomlRow {
             key: key.to_owned(),
             value,
             comment: comment.into(),

@@ -8,7 +8,7 @@
 //!
 //! Not here: routing a connection (`route`).
 
-use super::sni_file::Origin;
+use super::sni_file::PatternOrigin;
 use super::*;
 
 impl Checker {
@@ -58,7 +58,7 @@ impl Checker {
             let mut patterns = Vec::new();
             for (i, text) in section.sni.iter().enumerate() {
                 match Pattern::parse(text) {
-                    Ok(pattern) => patterns.push((pattern, Origin::Inline(i))),
+                    Ok(pattern) => patterns.push((pattern, PatternOrigin::Inline(i))),
                     Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
                 }
             }
@@ -132,8 +132,8 @@ impl Checker {
             for (pattern, origin) in &patterns {
                 // Where a problem with this pattern is reported.
                 let (at, line) = match *origin {
-                    Origin::Inline(i) => (format!("{key}.sni[{i}]"), String::new()),
-                    Origin::Line(n) => (
+                    PatternOrigin::Inline(i) => (format!("{key}.sni[{i}]"), String::new()),
+                    PatternOrigin::Line(n) => (
                         format!("{key}.sni_file"),
                         format!("{}:{n}: ", section.sni_file.as_deref().unwrap_or_default()),
                     ),
@@ -200,7 +200,7 @@ impl Checker {
             listener.routes.push(Route {
                 name,
                 // A fresh, exact allocation: collecting in place would keep
-                // the larger `(Pattern, Origin)` one.
+                // the larger `(Pattern, PatternOrigin)` one.
                 patterns: {
                     let mut kept = Vec::with_capacity(patterns.len());
                     kept.extend(patterns.into_iter().map(|(p, _)| p));

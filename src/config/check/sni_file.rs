@@ -27,7 +27,7 @@ const MAX_LINE_PROBLEMS: usize = 20;
 /// Where one of a route's patterns was written: for the key and the
 /// words of a problem about it.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Origin {
+pub(super) enum PatternOrigin {
     /// `sni[i]`.
     Inline(usize),
     /// Line `n` (from 1) of `sni_file`.
@@ -43,7 +43,7 @@ impl Checker {
         &mut self,
         key: &str,
         written: &str,
-        patterns: &mut Vec<(Pattern, Origin)>,
+        patterns: &mut Vec<(Pattern, PatternOrigin)>,
     ) -> Option<PathBuf> {
         let key = format!("{key}.sni_file");
         if written.is_empty() {
@@ -61,7 +61,7 @@ impl Checker {
         let mut bad = 0;
         for (n, line) in lines(&text) {
             match Pattern::parse(line) {
-                Ok(pattern) => patterns.push((pattern, Origin::Line(n))),
+                Ok(pattern) => patterns.push((pattern, PatternOrigin::Line(n))),
                 Err(e) => {
                     bad += 1;
                     if bad <= MAX_LINE_PROBLEMS {

@@ -8,7 +8,7 @@
 //! elsewhere, unprivileged), or binding.
 
 use super::*;
-use crate::config::file::{SourceSetting, SourceTable};
+use crate::config::file::{EgressSourceTable, SourceSetting};
 
 impl Checker {
     /// `source` at `key`: `None` after a problem, `Some(None)` when unset.
@@ -31,7 +31,7 @@ impl Checker {
             }
             SourceSetting::Table(table) => table,
         };
-        let SourceTable { addresses, ports } = table;
+        let EgressSourceTable { addresses, ports } = table;
         let Some(texts) = addresses else {
             self.problem(
                 format!("{key}.addresses"),

@@ -66,7 +66,7 @@ fn the_full_header_is_dgram_with_the_client_and_the_tcp_tlvs() {
     assert_eq!(full.len(), 16 + 36 + 18 + 23 + 17);
     // Our own reader, carrying DGRAM, claims the client; carrying STREAM
     // (a TCP listener) it falls back to no claim.
-    let Parse::Header(ours) = proxy::parse_as(full, Transport::Datagram) else {
+    let Parse::Header(ours) = proxy::parse_as(full, ProxyTransport::Datagram) else {
         panic!()
     };
     assert_eq!(
@@ -124,7 +124,7 @@ fn a_datagram_the_full_header_would_make_too_large_takes_the_minimal_one_then_no
         assert_eq!(kinds, [proxy::TLV_HOPS, 0x03]);
         // The checksum is right (our reader checks it).
         assert!(matches!(
-            proxy::parse_as(h, Transport::Datagram),
+            proxy::parse_as(h, ProxyTransport::Datagram),
             Parse::Header(_)
         ));
     }

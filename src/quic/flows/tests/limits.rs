@@ -68,7 +68,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     assert_eq!(permits_4.available_permits(), 2);
     assert_eq!(
         events(&mut table, &generation),
-        [Seen::Close {
+        [EventSummary::Close {
             peer: addr("192.0.2.1:5000"),
             reason: CloseReason::Evicted,
             answer_to: None
@@ -108,7 +108,7 @@ fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
     // The oldest went first, as `evicted`, unanswered.
     let seen = events(&mut table, &generation);
     let expected: Vec<_> = (0..500)
-        .map(|i| Seen::Close {
+        .map(|i| EventSummary::Close {
             peer: flood(i),
             reason: CloseReason::Evicted,
             answer_to: None,
@@ -136,7 +136,7 @@ fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
         .filter(|s| {
             matches!(
                 s,
-                Seen::Close {
+                EventSummary::Close {
                     reason: CloseReason::Evicted,
                     ..
                 }
@@ -145,7 +145,10 @@ fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
         .collect();
     assert_eq!(evicted.len(), 2, "{seen:?}");
     for (from, held) in [(one, 1), (two, 2)] {
-        assert!(seen.contains(&Seen::Open { from, held }), "{seen:?}");
+        assert!(
+            seen.contains(&EventSummary::Open { from, held }),
+            "{seen:?}"
+        );
     }
     assert_eq!(table.evicted(), 502);
     // The bound held throughout; the openers' places are free again
@@ -184,7 +187,7 @@ fn a_source_at_its_share_evicts_its_own_oldest_pending_flow() {
     assert_eq!(table.evicted(), 1);
     assert_eq!(
         events(&mut table, &generation),
-        [Seen::Close {
+        [EventSummary::Close {
             peer: source(0),
             reason: CloseReason::Evicted,
             answer_to: None
@@ -195,7 +198,7 @@ fn a_source_at_its_share_evicts_its_own_oldest_pending_flow() {
     feed(&mut table, now, other, &flight[1..], &generation, &permits);
     let seen = events(&mut table, &generation);
     assert!(
-        seen.contains(&Seen::Open {
+        seen.contains(&EventSummary::Open {
             from: other,
             held: 2
         }),

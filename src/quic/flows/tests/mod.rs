@@ -118,7 +118,7 @@ fn addr(s: &str) -> SocketAddr {
 
 /// What an event says, in short.
 #[derive(Debug, PartialEq, Eq)]
-enum Seen {
+enum EventSummary {
     Pick {
         from: SocketAddr,
         backend: String,
@@ -136,7 +136,7 @@ enum Seen {
 
 /// Drains the table's events; picks are answered at once, as the
 /// socket task answers them for fixed addresses.
-fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<Seen> {
+fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<EventSummary> {
     let mut seen = Vec::new();
     while let Some(event) = table.poll_event() {
         seen.push(match event {
@@ -154,9 +154,9 @@ fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<See
                     .map(|picked| (picked, drain))
                     .map_err(CloseReason::from);
                 table.chosen(from, id, picked);
-                Seen::Pick { from, backend }
+                EventSummary::Pick { from, backend }
             }
-            Event::Open(opening) => Seen::Open {
+            Event::Open(opening) => EventSummary::Open {
                 from: opening.from,
                 held: opening.held.len(),
             },
@@ -164,7 +164,7 @@ fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<See
                 record,
                 reason,
                 answer,
-            } => Seen::Close {
+            } => EventSummary::Close {
                 peer: record.part.peer(),
                 reason,
                 answer_to: answer.map(|(to, _)| to),
@@ -255,11 +255,11 @@ fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
     assert_eq!(
         events(&mut table, &generation),
         [
-            Seen::Pick {
+            EventSummary::Pick {
                 from: client,
                 backend: "origin".into()
             },
-            Seen::Open {
+            EventSummary::Open {
                 from: client,
                 held: 3
             },
@@ -309,21 +309,21 @@ fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
     assert_eq!(
         events(&mut table, &generation),
         [
-            Seen::Close {
+            EventSummary::Close {
                 peer: other,
                 reason: CloseReason::Unmatched,
                 answer_to: Some(other)
             },
-            Seen::Close {
+            EventSummary::Close {
                 peer: no_name,
                 reason: CloseReason::NoSni,
                 answer_to: Some(no_name)
             },
-            Seen::Pick {
+            EventSummary::Pick {
                 from: allowed,
                 backend: "origin".into()
             },
-            Seen::Open {
+            EventSummary::Open {
                 from: allowed,
                 held: 2
             },
@@ -353,7 +353,7 @@ fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
     table.chosen(pick.from, pick.id, Err(CloseReason::NoAddress));
     assert_eq!(
         events(&mut table, &generation),
-        [Seen::Close {
+        [EventSummary::Close {
             peer: client,
             reason: CloseReason::NoAddress,
             answer_to: None
@@ -388,7 +388,7 @@ fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
     );
     assert_eq!(
         events(&mut table, &generation),
-        [Seen::Close {
+        [EventSummary::Close {
             peer: noise,
             reason: CloseReason::NotQuic,
             answer_to: None
@@ -400,7 +400,7 @@ fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
     table.sweep(start + timeout, timeout);
     assert_eq!(
         events(&mut table, &generation),
-        [Seen::Close {
+        [EventSummary::Close {
             peer: slow,
             reason: CloseReason::HelloTimeout,
             answer_to: None
@@ -428,7 +428,7 @@ fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
     feed(&mut table, now, second, &flight, &generation, &permits);
     let seen = events(&mut table, &generation);
     assert!(
-        seen.contains(&Seen::Close {
+        seen.contains(&EventSummary::Close {
             peer: second,
             reason: CloseReason::LimitConcurrent,
             answer_to: None
@@ -436,7 +436,7 @@ fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
         "{seen:?}"
     );
     assert!(
-        seen.contains(&Seen::Open {
+        seen.contains(&EventSummary::Open {
             from: first,
             held: 1
         }),

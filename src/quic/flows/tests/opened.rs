@@ -162,7 +162,7 @@ fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
     table.close_all(CloseReason::Shutdown);
     assert_eq!(
         events(&mut table, &generation),
-        [Seen::Close {
+        [EventSummary::Close {
             peer: pending_client,
             reason: CloseReason::Shutdown,
             answer_to: None
