@@ -209,7 +209,7 @@ macro_rules! close_reasons {
 close_reasons! {
     /// Both directions ended normally (FIN from each side), or with a reset
     /// that cut nothing (after the resetting side's FIN, or after the other
-    /// side had finished; see [`crate::pump::relay`]).
+    /// side had finished; see [`crate::pump::half_close`]).
     Done => "done", Fault::Normal, Stage::Relay;
     /// The client closed before sending a byte: a health check or port scan.
     /// Such connections are counted but never logged.

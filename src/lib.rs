@@ -12,8 +12,8 @@
 //! - the leaves every layer names, at the root: [`addr`] (measured and
 //!   claimed client addresses), `close_reason` (why a connection ended, and
 //!   its one table), [`drain`] (drain signals), `metrics`, `logging`,
-//!   [`sockopt`] (every socket option, the one file that may hold `unsafe`)
-//!   and `system_roots`.
+//!   [`sockopt`] (every socket option; its [`sockopt::sys`] is the one file
+//!   that may hold `unsafe`) and `system_roots`.
 //! - [`admission`]: who may connect: allow and deny lists, per-source
 //!   limits and rates, built once per snapshot.
 //! - [`proxy`]: the PROXY protocol's two stages, inbound (preface) and
@@ -36,9 +36,9 @@
 //!
 //! Syscalls live in two places: socket options and descriptor handling in
 //! [`sockopt`], splice(2) and its pipe pool in [`crate::pump::splice`]. `unsafe`
-//! is denied crate-wide; [`sockopt`] alone allows it, per block, each with
-//! its `SAFETY` comment ([`crate::pump::splice`] needs none: it uses nix's safe
-//! wrappers).
+//! is denied crate-wide; [`sockopt::sys`] alone allows it, per function, each
+//! block with its `SAFETY` comment ([`crate::pump::splice`] needs none: it uses
+//! nix's safe wrappers).
 
 #![deny(unsafe_code)]
 // A doc comment names the module it sends a reader to as an intra-doc link,

@@ -23,13 +23,13 @@
 //! compared, byte by byte over the longer of the two lengths, with no early
 //! exit, so the time taken says nothing about how much of a token matched.
 //!
-//! Not here: which endpoints are control endpoints (`control`), reading
+//! Not here: which endpoints are control endpoints ([`super::control`]), reading
 //! the token file ([`crate::config::read_tokens`]).
 
 use hyper::HeaderMap;
 use hyper::header::AUTHORIZATION;
 
-use super::Peer;
+use super::peer::AdminPeer;
 use crate::config::TokenFile;
 use crate::wire::cidr::Cidr;
 
@@ -56,10 +56,10 @@ impl AuthRefusal {
 /// not act.
 pub(crate) fn authorize(
     headers: &HeaderMap,
-    peer: &Peer,
+    peer: &AdminPeer,
     tokens: Option<&TokenFile>,
 ) -> Result<String, AuthRefusal> {
-    if let Peer::Unix { .. } = peer {
+    if let AdminPeer::Unix { .. } = peer {
         return Ok(peer.to_string());
     }
     let tokens = tokens.ok_or(AuthRefusal::NoTokenFile)?;
@@ -105,11 +105,11 @@ impl Authorized {
 /// A request with one is authorized by it alone.
 pub(crate) fn authorize_push(
     headers: &HeaderMap,
-    peer: &Peer,
+    peer: &AdminPeer,
     tokens: Option<&TokenFile>,
     allowlisted: &[Cidr],
 ) -> Result<(String, Authorized), AuthRefusal> {
-    if let Peer::Tcp(addr) = peer
+    if let AdminPeer::Tcp(addr) = peer
         && !headers.contains_key(AUTHORIZATION)
         && allowlisted.iter().any(|net| net.contains(addr.ip()))
     {
@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn tokens_name_the_caller_and_anything_else_is_refused() {
-        let tcp = Peer::Tcp("127.0.0.1:1".parse().unwrap());
+        let tcp = AdminPeer::Tcp("127.0.0.1:1".parse().unwrap());
         let f = file();
         assert_eq!(
             authorize(&bearer("Bearer other"), &tcp, Some(&f)),
@@ -176,7 +176,7 @@ mod tests {
             authorize(&bearer("Bearer s3cret"), &tcp, None),
             Err(AuthRefusal::NoTokenFile)
         );
-        let unix = Peer::Unix {
+        let unix = AdminPeer::Unix {
             uid: Some(1000),
             pid: Some(42),
         };
@@ -189,10 +189,10 @@ mod tests {
     #[test]
     fn a_listed_source_pushes_without_a_token_but_not_with_a_wrong_one() {
         let listed: Vec<Cidr> = vec!["10.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()];
-        let from = |a: &str| Peer::Tcp(a.parse().unwrap());
+        let from = |a: &str| AdminPeer::Tcp(a.parse().unwrap());
         let f = file();
         let push =
-            |h: &HeaderMap, p: &Peer, t: Option<&TokenFile>| authorize_push(h, p, t, &listed);
+            |h: &HeaderMap, p: &AdminPeer, t: Option<&TokenFile>| authorize_push(h, p, t, &listed);
         let none = HeaderMap::new();
         assert_eq!(
             push(&none, &from("10.1.2.3:5000"), Some(&f)),

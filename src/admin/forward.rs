@@ -27,13 +27,13 @@
 //! - the request goes out as HTTP/1.1 whatever the client spoke.
 //!
 //! **Bounded** by the admin listener's own limits: the request head as
-//! hyper reads it (`MAX_REQUEST_HEAD_BYTES`, `MAX_REQUEST_HEADERS`), the
+//! hyper reads it ([`MAX_REQUEST_HEAD_BYTES`], [`MAX_REQUEST_HEADERS`]), the
 //! answer's head by the same two; a body of at most [`MAX_BODY_BYTES`], the
 //! largest the listener takes anywhere (the pushed local names), with 413
 //! past it: before anything is sent when the declared length says so, and
 //! mid-stream otherwise (the upstream's request is then cut, never
 //! completed); and time: the whole exchange lives within the admin
-//! connection's own deadline (`REQUEST_TIMEOUT`, 2 s from the request's
+//! connection's own deadline ([`REQUEST_TIMEOUT`], 2 s from the request's
 //! first byte). Connecting, sending and receiving the answer's head must
 //! end a quarter second before it (504 past that, still in time to be
 //! written), and the answer's body must be through by it (the connection
@@ -46,7 +46,8 @@
 //! Its host is resolved on every request (the system resolver:
 //! `/etc/hosts`, then DNS).
 //!
-//! Not here: which paths the admin listener serves itself (`super`).
+//! Not here: which paths the admin listener serves itself
+//! ([`super::router`]), or its bounds ([`super::limits`]).
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -63,14 +64,16 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::control;
-use super::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, Peer, REQUEST_TIMEOUT, text};
+use super::call;
+use super::limits::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, REQUEST_TIMEOUT};
+use super::peer::AdminPeer;
+use super::response::text;
 use crate::config::ForwardTo;
 use crate::{metrics, sockopt};
 
 /// Largest request body forwarded: the largest the admin listener takes for
 /// itself (`POST /update-local-snis`). Streamed, never held whole.
-pub(crate) const MAX_BODY_BYTES: usize = control::MAX_LOCAL_NAMES_BODY_BYTES;
+pub(crate) const MAX_BODY_BYTES: usize = call::MAX_LOCAL_NAMES_BODY_BYTES;
 
 /// The key, as failures name it.
 const KEY: &str = "admin.forward_unmatched_to";
@@ -104,7 +107,7 @@ const ANSWER_MARGIN: Duration = Duration::from_millis(250);
 pub(crate) async fn forward(
     req: Request<Incoming>,
     to: &ForwardTo,
-    peer: &Peer,
+    peer: &AdminPeer,
     deadline: Instant,
 ) -> Response<AdminBody> {
     let answer_by = deadline
@@ -153,8 +156,8 @@ pub(crate) async fn forward(
     let exchange = tokio::time::timeout_at(answer_by, exchange(request, to, deadline));
     let response = match exchange.await {
         Ok(Ok(response)) => response,
-        Ok(Err(Failure::TooLarge)) => return too_large(&method, &path, peer),
-        Ok(Err(Failure::ClientTimedOut)) => {
+        Ok(Err(ForwardFailure::TooLarge)) => return too_large(&method, &path, peer),
+        Ok(Err(ForwardFailure::ClientTimedOut)) => {
             metrics::metrics().admin_forwarded("request_timeout");
             let mut response = text(
                 StatusCode::REQUEST_TIMEOUT,
@@ -165,11 +168,11 @@ pub(crate) async fn forward(
                 .insert(CONNECTION, HeaderValue::from_static("close"));
             return response.map(Either::Left);
         }
-        Ok(Err(Failure::Connect(error))) => {
+        Ok(Err(ForwardFailure::Connect(error))) => {
             let message = format!("bad gateway: cannot connect to {}: {error}", to.url);
             return refuse(StatusCode::BAD_GATEWAY, "unreachable", &message);
         }
-        Ok(Err(Failure::Upstream(error))) => {
+        Ok(Err(ForwardFailure::Upstream(error))) => {
             let message = format!("bad gateway: {} failed: {error}", to.url);
             return refuse(StatusCode::BAD_GATEWAY, "upstream_error", &message);
         }
@@ -203,7 +206,7 @@ pub(crate) async fn forward(
 }
 
 /// 413, as the admin listener answers any body over its bound.
-fn too_large(method: &Method, path: &str, peer: &Peer) -> Response<AdminBody> {
+fn too_large(method: &Method, path: &str, peer: &AdminPeer) -> Response<AdminBody> {
     metrics::metrics().admin_forwarded("too_large");
     tracing::info!(
         key = KEY,
@@ -213,7 +216,7 @@ fn too_large(method: &Method, path: &str, peer: &Peer) -> Response<AdminBody> {
         outcome = "too_large",
         "admin request not forwarded"
     );
-    control::too_large_answer(MAX_BODY_BYTES).map(Either::Left)
+    call::too_large_answer(MAX_BODY_BYTES).map(Either::Left)
 }
 
 /// The request as it goes upstream: origin form, hop-by-hop headers gone,
@@ -243,7 +246,7 @@ fn outbound(req: Request<Incoming>) -> Request<Limited<Incoming>> {
 
 /// Why a forwarded request got no answer.
 #[derive(Debug)]
-enum Failure {
+enum ForwardFailure {
     /// The upstream could not be resolved or connected to.
     Connect(std::io::Error),
     /// The client's body passed [`MAX_BODY_BYTES`].
@@ -261,27 +264,27 @@ async fn exchange(
     request: Request<Limited<Incoming>>,
     to: &ForwardTo,
     deadline: Instant,
-) -> Result<Response<Incoming>, Failure> {
+) -> Result<Response<Incoming>, ForwardFailure> {
     let stream = TcpStream::connect((to.host.as_str(), to.port))
         .await
-        .map_err(Failure::Connect)?;
+        .map_err(ForwardFailure::Connect)?;
     let _ = sockopt::set_nodelay(&stream);
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(MAX_REQUEST_HEAD_BYTES)
         .max_headers(MAX_REQUEST_HEADERS)
         .handshake(TokioIo::new(stream))
         .await
-        .map_err(Failure::Upstream)?;
+        .map_err(ForwardFailure::Upstream)?;
     tokio::spawn(async move {
         let _ = tokio::time::timeout_at(deadline, conn).await;
     });
     sender.send_request(request).await.map_err(|error| {
         if caused_by::<http_body_util::LengthLimitError>(&error) {
-            Failure::TooLarge
-        } else if super::control::timed_out(&error) {
-            Failure::ClientTimedOut
+            ForwardFailure::TooLarge
+        } else if call::timed_out(&error) {
+            ForwardFailure::ClientTimedOut
         } else {
-            Failure::Upstream(error)
+            ForwardFailure::Upstream(error)
         }
     })
 }

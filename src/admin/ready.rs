@@ -18,7 +18,7 @@
 //! page and `GET /status` show the same verdict.
 //!
 //! Not here: health checking ([`crate::backend::health`]), or the listening flag
-//! ([`super::Readiness`], flipped by the server).
+//! ([`super::state::Readiness`], flipped by the server).
 
 use serde_json::{Value, json};
 

@@ -26,8 +26,9 @@
 //! between requests. A listener without per-source counting limits keeps
 //! no table and lists nothing.
 //!
-//! Not here: the tables themselves (`admission`), authorization, the
-//! request's decoding and counting (`control`, `auth`).
+//! Not here: the tables themselves ([`crate::admission`]), authorization
+//! ([`super::auth`]), the request's decoding ([`super::call`]) and
+//! counting ([`super::control`]).
 
 use std::cmp::Ordering;
 
@@ -35,6 +36,7 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
+use super::call::{Call, Refused, percent_decode, query_pairs};
 use crate::admission::{Admission, REFUSAL_REASONS, SourceRow};
 use crate::flow::generation::Generation;
 
@@ -69,10 +71,10 @@ struct Query {
 
 /// One per-source table: its listener, its route (`None`: the listener's
 /// own), and the admission state that holds it.
-type Table<'a> = (&'a str, Option<&'a str>, &'a Admission);
+type PerSourceTable<'a> = (&'a str, Option<&'a str>, &'a Admission);
 
 impl Query {
-    fn selects(&self, (listener, route, _): &Table<'_>) -> bool {
+    fn selects(&self, (listener, route, _): &PerSourceTable<'_>) -> bool {
         self.listener.as_deref().is_none_or(|l| l == *listener)
             && self.route.as_deref().is_none_or(|r| Some(r) == *route)
     }
@@ -81,8 +83,8 @@ impl Query {
 /// Every per-source table of `generations`, listeners first.
 fn tables(
     generations: &[(String, std::sync::Arc<crate::flow::generation::Generation>)],
-) -> Vec<Table<'_>> {
-    let mut tables: Vec<Table<'_>> = Vec::new();
+) -> Vec<PerSourceTable<'_>> {
+    let mut tables: Vec<PerSourceTable<'_>> = Vec::new();
     for (listener, generation) in generations {
         tables.push((listener, None, &generation.admission));
         let mut routes: Vec<(&str, &Admission)> = generation.route_gates.sources().collect();
@@ -96,7 +98,7 @@ fn tables(
     tables
 }
 
-/// The query's parameters, decoded (`control` decodes them).
+/// The query's parameters, decoded ([`query_pairs`] decodes them).
 fn query(params: &[(String, String)]) -> Result<Query, InvalidQuery> {
     let mut q = Query {
         sort: Sort::Refused,
@@ -230,6 +232,27 @@ pub(crate) fn clear(
     }
     let answer = json!({ "key": key, "cleared": cleared.len(), "tables": cleared });
     Ok((answer, cleared))
+}
+
+fn sources_refused(invalid: InvalidQuery) -> Refused {
+    match invalid {
+        InvalidQuery::Bad(message) => Refused::bad(message),
+        InvalidQuery::NotFound(message) => Refused::not_found(message),
+    }
+}
+
+/// `GET /sources`, as a control handler.
+pub(super) fn list_sources(call: &Call<'_>) -> Result<Value, Refused> {
+    list(&call.state.generations(), &query_pairs(call.query)).map_err(sources_refused)
+}
+
+/// `DELETE /sources/{key}`, as a control handler.
+pub(super) fn clear_source(call: &Call<'_>) -> Result<Value, Refused> {
+    let key = percent_decode(call.segments[1]);
+    let (answer, cleared) = clear(&call.state.generations(), &key, &query_pairs(call.query))
+        .map_err(sources_refused)?;
+    tracing::info!(who = call.who, key = %key, tables = %cleared.join(","), "source counters cleared");
+    Ok(answer)
 }
 
 #[cfg(test)]

@@ -5,10 +5,10 @@
 //! stats page.
 //!
 //! Where the numbers come from: every counter and gauge is read from the
-//! same exposition `/metrics` serves ([`crate::metrics::Metrics::render`],
-//! parsed back here), so the page and a scrape taken at the same moment
-//! agree by construction; each such number carries `data-metric` with its
-//! exact series text
+//! same exposition `/metrics` serves ([`crate::metrics::registry::Metrics::render`],
+//! parsed back by [`super::exposition`]), so the page and a scrape taken
+//! at the same moment agree by construction; each such number carries
+//! `data-metric` with its exact series text
 //! (`snirelay_connections_accepted_total{listener="tls",protocol="tcp"}`)
 //! so a reader (or a test) can compare the two. What `/metrics` does not
 //! carry per address comes from the backends' run-time state
@@ -17,7 +17,8 @@
 //! connect or check), and the layout from the
 //! configuration in force. Connection rates are the difference between the
 //! accepted counters of this render and of the previous one taken at least
-//! [`MIN_RATE_INTERVAL`] earlier (kept in [`Rates`], in the admin state).
+//! [`MIN_RATE_INTERVAL`] earlier (kept in [`super::rates::Rates`], in the
+//! admin state).
 //!
 //! Cost: nothing on the relay path. The page is built only when requested,
 //! on the admin connection's task, from what a scrape reads (the registry's
@@ -37,18 +38,22 @@
 //! `#1`, `#2`, ... (their position in the set), as the metrics drop them;
 //! a route's server names only with `expose_config = true`, like `/config`.
 //!
-//! Not here: the endpoints that change anything (`control`), per-connection
-//! listings (the connection registry).
+//! Not here: the endpoints that change anything ([`super::control`]),
+//! per-connection listings (the connection registry,
+//! [`crate::flow::registry`]), reading the exposition back
+//! ([`super::exposition`]) or keeping the rates' samples
+//! ([`super::rates`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use crate::backend::{AddressSource, AddressState};
 use crate::metrics;
 
-use super::AdminState;
+use super::exposition::{ExpositionSample, Samples, parse_exposition, series};
+use super::rates::MIN_RATE_INTERVAL;
+use super::state::AdminState;
 
 /// The overview's `ready` cell: `yes`, or `no` and why (`/readyz`'s
 /// verdict: not listening, or each requirement that is down).
@@ -71,164 +76,6 @@ fn ready_text(verdict: &super::ready::ReadyVerdict) -> String {
 
 /// The page reloads itself this often.
 pub(crate) const REFRESH_SECONDS: u32 = 5;
-/// Renders closer together than this reuse the previous rates, so several
-/// viewers (or a quick reload) do not divide by a tiny interval.
-pub(crate) const MIN_RATE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The counters the rates are computed from, as of the last render that
-/// took a sample, and the rates it computed. Memory: one entry per
-/// listener and per backend.
-#[derive(Debug, Default)]
-pub(crate) struct Rates(Mutex<Option<RateSample>>);
-
-#[derive(Debug)]
-struct RateSample {
-    at: Instant,
-    counts: HashMap<String, f64>,
-    /// Per second, by series, over the interval that ended at `at`.
-    rates: HashMap<String, f64>,
-}
-
-impl Rates {
-    /// Per-second rates of the `counts` (series → value) since the previous
-    /// sample; empty on the first call.
-    fn update(&self, counts: HashMap<String, f64>) -> HashMap<String, f64> {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if let Some(previous) = slot.as_ref() {
-            if now.duration_since(previous.at) < MIN_RATE_INTERVAL {
-                return previous.rates.clone();
-            }
-        }
-        let rates: HashMap<String, f64> = slot
-            .as_ref()
-            .map(|p| {
-                let secs = now.duration_since(p.at).as_secs_f64();
-                counts
-                    .iter()
-                    .map(|(series, value)| {
-                        let before = p.counts.get(series).copied().unwrap_or(0.0);
-                        (series.clone(), ((value - before) / secs).max(0.0))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        *slot = Some(RateSample {
-            at: now,
-            counts,
-            rates: rates.clone(),
-        });
-        rates
-    }
-}
-
-/// One sample of the exposition: its series text as `/metrics` writes it
-/// (`name{labels}`), the metric name, the labels, and the value.
-#[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    series: String,
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
-}
-
-impl Sample {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// The samples of a Prometheus/OpenMetrics text exposition, in order.
-/// Comments and lines that do not parse are skipped.
-fn parse_exposition(text: &str) -> Vec<Sample> {
-    text.lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let value: f64 = value.parse().ok()?;
-            let (name, labels) = match series.split_once('{') {
-                Some((name, rest)) => (name, parse_labels(rest.strip_suffix('}')?)?),
-                None => (series, Vec::new()),
-            };
-            Some(Sample {
-                series: series.to_owned(),
-                name: name.to_owned(),
-                labels,
-                value,
-            })
-        })
-        .collect()
-}
-
-/// `k="v",k2="v2"` (values with `\\`, `\"` and `\n` escapes).
-fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
-    let mut labels = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let (key, after) = rest.split_once("=\"")?;
-        let mut value = String::new();
-        let mut chars = after.char_indices();
-        let end = loop {
-            match chars.next()? {
-                (i, '"') => break i,
-                (_, '\\') => match chars.next()?.1 {
-                    'n' => value.push('\n'),
-                    c => value.push(c),
-                },
-                (_, c) => value.push(c),
-            }
-        };
-        labels.push((key.trim_start_matches(',').to_owned(), value));
-        rest = after[end + 1..].trim_start_matches(',');
-    }
-    Some(labels)
-}
-
-/// The samples by series, with lookups by name and labels.
-struct Samples(Vec<Sample>);
-
-impl Samples {
-    /// The samples of metric `name` whose labels include every `(k, v)` of
-    /// `with`.
-    fn matching<'a>(
-        &'a self,
-        name: &'a str,
-        with: &'a [(&'a str, &'a str)],
-    ) -> impl Iterator<Item = &'a Sample> + 'a {
-        self.0
-            .iter()
-            .filter(move |s| s.name == name && with.iter().all(|(k, v)| s.label(k) == Some(*v)))
-    }
-
-    fn value(&self, series: &str) -> f64 {
-        self.0
-            .iter()
-            .find(|s| s.series == series)
-            .map_or(0.0, |s| s.value)
-    }
-}
-
-/// The series text `/metrics` writes for `name` with `labels`, in that
-/// order (the order of the label struct's fields in `metrics`).
-fn series(name: &str, labels: &[(&str, &str)]) -> String {
-    if labels.is_empty() {
-        return name.to_owned();
-    }
-    let inner: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| {
-            let v = v
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n");
-            format!("{k}=\"{v}\"")
-        })
-        .collect();
-    format!("{name}{{{}}}", inner.join(","))
-}
 
 /// `text` safe inside an HTML element or a double-quoted attribute.
 pub(crate) fn escape(text: &str) -> String {
@@ -583,7 +430,7 @@ pub(crate) fn render(state: &AdminState) -> String {
         ),
         ("snirelay_connections_closed_total", "closed", "reason"),
     ] {
-        let mut by: BTreeMap<(String, String), &Sample> = BTreeMap::new();
+        let mut by: BTreeMap<(String, String), &ExpositionSample> = BTreeMap::new();
         for s in samples.matching(metric, &[]) {
             let listener = s.label("listener").unwrap_or_default().to_owned();
             let reason = s.label(key).unwrap_or_default().to_owned();
@@ -636,42 +483,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_exposition_parses_back_into_its_series() {
-        let text = "# HELP x y\nsnirelay_reloads_total{outcome=\"ok\"} 3\n\
-                    snirelay_connections_draining 0\n\
-                    a_total{listener=\"t\\\"x\",route=\"r\"} 1.5\n# EOF\n";
-        let samples = parse_exposition(text);
-        assert_eq!(samples.len(), 3);
-        assert_eq!(samples[0].series, "snirelay_reloads_total{outcome=\"ok\"}");
-        assert_eq!(samples[0].label("outcome"), Some("ok"));
-        assert_eq!(samples[1].name, "snirelay_connections_draining");
-        assert_eq!(samples[2].label("listener"), Some("t\"x"));
-        assert_eq!(samples[2].label("route"), Some("r"));
-        assert_eq!(
-            series("a_total", &[("listener", "t\"x"), ("route", "r")]),
-            samples[2].series
-        );
-    }
-
-    #[test]
     fn markup_in_names_is_escaped() {
         assert_eq!(
             escape("<script>\"a\" & 'b'</script>"),
             "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
         );
-    }
-
-    #[test]
-    fn rates_need_two_samples_a_second_apart() {
-        let rates = Rates::default();
-        let first = rates.update(HashMap::from([("a".to_owned(), 10.0)]));
-        assert!(first.is_empty());
-        // Too soon: the previous (empty) rates, and the sample is kept.
-        let soon = rates.update(HashMap::from([("a".to_owned(), 20.0)]));
-        assert!(soon.is_empty());
-        rates.0.lock().unwrap().as_mut().unwrap().at -= Duration::from_secs(2);
-        let later = rates.update(HashMap::from([("a".to_owned(), 30.0)]));
-        let r = later["a"];
-        assert!((9.0..=10.0).contains(&r), "{r}");
     }
 }

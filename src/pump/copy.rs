@@ -4,9 +4,9 @@
 //! Every burst starts here (`copy_once`): small messages (TLS handshakes,
 //! interactive traffic) cost just that read and write, as with HAProxy's
 //! `splice-auto`. A read that fills the buffer means bulk data, which
-//! `relay` hands to `splice`; with `splice = false` or no pipe free, the
-//! rest of the burst comes back here (`copy_burst`), so this is also the
-//! fallback of the splice path.
+//! [`super::direction`] hands to [`super::splice`]; with `splice = false`
+//! or no pipe free, the rest of the burst comes back here (`copy_burst`),
+//! so this is also the fallback of the splice path.
 //!
 //! When the source's FIN is already queued as the read starts (tokio's
 //! read-closed readiness, [`crate::sockopt::fin_queued`]: no syscall), a short read
@@ -14,8 +14,8 @@
 //! reported as `Copied::Last`, so that the FIN the relay sends next rides
 //! in the same segment, and the read that would only return 0 is skipped.
 //!
-//! Not here: pipes (see `splice`), or when a direction or the connection
-//! ends (see `relay`).
+//! Not here: pipes (see [`super::splice`]), or when a direction or the
+//! connection ends (see [`super::half_close`] and [`super::relay`]).
 //!
 //! Cost: the scratch buffer is per thread and never held across an await.
 //! Only bytes the destination could not take at once are copied into a heap

@@ -3,13 +3,14 @@
 //! (bytes per direction, when a byte last moved) and the readiness helpers
 //! `readable` and `writable`.
 //!
-//! It sits below the rest of the pump: `relay`, `copy` and `splice` import
+//! It sits below the rest of the pump: [`super::relay`],
+//! [`super::direction`], [`super::copy`] and [`super::splice`] import
 //! it and it imports none of them (nor anything else in the crate), so the
 //! pump's dependencies run one way. `inspect` waits on a socket with
 //! `readable` too, which keeps the wait as small there as it is here.
 //!
-//! Not here: moving bytes (see `copy` and `splice`) or deciding when a
-//! connection ends (see `relay`).
+//! Not here: moving bytes (see [`super::copy`] and [`super::splice`]) or
+//! deciding when a connection ends (see [`super::relay`]).
 //!
 //! Cost: [`Activity`] is three atomics touched per transfer, and an
 //! operator's stop (a code and one waker slot, locked once when the relay

@@ -5,12 +5,12 @@
 //! FIN, the relay shuts down writing toward the other side and keeps the
 //! opposite direction flowing until it ends too. When a side's last bytes
 //! and its FIN arrive together, they leave together: the bytes are written
-//! corked (`copy`, `Copied::Last`) and the shutdown(2), or the close once
-//! both directions have ended, follows in the same poll and carries them
-//! out with the FIN in one segment, as HAProxy does. The connection is closed
-//! early only when a side fails (reset, write error, or it stopped
-//! answering: keepalive probes or retransmissions timed out, which is never
-//! excused), when no byte moved in
+//! corked ([`super::copy`], `Copied::Last`) and the shutdown(2), or the
+//! close once both directions have ended, follows in the same poll and
+//! carries them out with the FIN in one segment, as HAProxy does. The
+//! connection is closed early only when a side fails (reset, write error,
+//! or it stopped answering: keepalive probes or retransmissions timed out,
+//! which is never excused), when no byte moved in
 //! either direction for `idle_timeout`, when one side has sent FIN and no
 //! byte moved for `half_close_timeout` since (the later of that FIN and the
 //! last byte, like HAProxy's `timeout client-fin`/`server-fin`: a reply
@@ -20,20 +20,8 @@
 //! reconnect together), when the route's drain reaches this connection's
 //! moment, or when it is stopped (the process's shutdown or an operator,
 //! through its registry entry's `Activity`). The timeouts are the route's
-//! ([`Timeouts`], the listener's unless the route overrides them).
-//!
-//! A reset is a failure only when it cuts data (see `excuse`). A peer
-//! that sent FIN, and whose bytes were all delivered, may then reset: a
-//! server that closed after its response and TLS close_notify answers the
-//! client's late close_notify with a reset from its kernel. Or it resets
-//! instead of sending FIN: a server that closes its socket with the
-//! client's close_notify (and FIN) unread makes its kernel send a reset,
-//! not a FIN. Either way, once the other side had finished or the peer's
-//! FIN came first, and everything the peer sent that arrived is delivered,
-//! the connection ends as `done`. Linux tells a reset after the peer's FIN
-//! (EPIPE) from one before (ECONNRESET), see `fin_before_reset`; a read
-//! returns what arrived before a reset first. Any other reset stays
-//! `client_reset` / `backend_reset`.
+//! ([`Timeouts`], the listener's unless the route overrides them). A reset
+//! is a failure only when it cuts data ([`super::half_close`]).
 //!
 //! [`Relay`] is a hand-written future, not an `async fn`: it is what every
 //! open connection's task holds for its whole life, so its state is laid
@@ -41,39 +29,33 @@
 //! cancellation waiter, the drain's) instead of by the compiler's
 //! coroutine layout, which kept almost twice that. The process's shutdown
 //! needs no waiter of its own: it stops every registered connection's
-//! [`Activity`] (`registry::shut_down`), the record whose stop the relay
-//! already waits on for an operator's close. One timer serves the idle and half-close
+//! [`Activity`] ([`crate::flow::registry::shut_down`]), the record whose
+//! stop the relay already waits on for an operator's close. One timer
+//! serves the idle and half-close
 //! timeouts, the lifetime and the drain moment; it sleeps until the
 //! earliest moment the connection could be idle or must end and re-arms
 //! itself, so no timer is reset per read. Idle accounting and byte counts
-//! live in [`Activity`], atomics touched per transfer (see `ready`).
+//! live in [`Activity`], atomics touched per transfer (see [`super::ready`]).
 //!
-//! Each direction moves data in bursts: it waits for its source to be
-//! readable while holding nothing, then makes one scratch read and write
-//! (`copy::copy_once`). A read that fills the scratch buffer means bulk
-//! data: the rest of the burst then goes through a kernel pipe with
-//! splice(2) (see `splice`), or, with `splice = false` or no pipe free,
-//! through more scratch reads (`copy::copy_burst`, the fallback), in a
-//! boxed future that lives only for the burst. When the source is drained
-//! the burst ends and the pipe goes back to the pool. An idle connection
-//! therefore pins its two sockets and its task, nothing more.
-//!
-//! Not here: how bytes are moved (see `copy` and `splice`), the shared
-//! types and readiness helpers (see `ready`), or where the timeouts come
-//! from (the configuration builds [`Timeouts`]).
-//!
-//! A connection with bandwidth limits (`throttle`) runs each direction as
-//! one boxed future for its whole life instead (`throttled`): bursts as
-//! above, each read first waiting for the buckets. The relay has no field
-//! for it, so connections without limits are laid out and run as before.
+//! Each direction moves data in bursts ([`super::direction`]); an idle
+//! connection therefore pins its two sockets and its task, nothing more. A
+//! connection with bandwidth limits ([`super::throttle`]) runs each
+//! direction as one boxed future for its whole life instead
+//! ([`super::direction::throttled`]). The relay has no field for it, so
+//! connections without limits are laid out and run as before.
 //!
 //! Cost: no allocation for a small message; one boxed future per bulk
 //! burst (per direction for the connection's life, when limited).
+//!
+//! Not here: one direction's bursts ([`super::direction`]); how bytes are
+//! moved ([`super::copy`], [`super::splice`]); what failed and whether a
+//! reset is excused ([`super::failure`], [`super::half_close`]); the shared
+//! types and readiness helpers ([`super::ready`]); or where the timeouts
+//! come from (the configuration builds [`Timeouts`]).
 
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -82,8 +64,10 @@ use tokio_util::sync::WaitForCancellationFuture;
 
 use crate::close_reason::CloseReason;
 use crate::drain::{DrainGuard, unit_fraction};
-use crate::pump::copy::{Copied, copy_burst, copy_once, write_rest};
-use crate::pump::ready::{Activity, Burst, BurstError, Side, readable};
+use crate::pump::direction::{Direction, throttled};
+use crate::pump::failure::{At, RelayFailure};
+use crate::pump::half_close::{End, excuse};
+use crate::pump::ready::{Activity, Side};
 use crate::pump::splice;
 use crate::pump::throttle::Throttle;
 use crate::sockopt;
@@ -111,234 +95,6 @@ pub(crate) fn lifetime_end(
         let share = LIFETIME_FLOOR + (1.0 - LIFETIME_FLOOR) * unit_fraction(!seed);
         started + life.mul_f64(share)
     })
-}
-
-/// Which peer failed.
-#[derive(Debug, Clone, Copy)]
-enum Peer {
-    Client,
-    Backend,
-}
-
-/// What failed on a peer's socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum At {
-    /// Reading what the peer sent. Every byte read before it was delivered
-    /// (a burst writes what it read before it reads again).
-    Read,
-    /// Writing to the peer.
-    Write,
-    /// Passing the other side's FIN on to the peer (shutdown(2)).
-    Shutdown,
-}
-
-/// A peer's failure: whether the error says that the peer had sent FIN
-/// before it reset (see [`fin_before_reset`]), and whether it stopped
-/// answering instead (keepalive probes or retransmissions timed out, see
-/// [`crate::sockopt::is_peer_timeout`]).
-#[derive(Debug, Clone, Copy)]
-struct Failure {
-    peer: Peer,
-    at: At,
-    after_fin: bool,
-    timed_out: bool,
-}
-
-impl Failure {
-    /// Reading `peer` failed with `error`. A read returns what the peer
-    /// sent and then its FIN before any reset, so a failed read never
-    /// follows a FIN.
-    fn read(peer: Peer, error: &io::Error) -> Failure {
-        Failure {
-            peer,
-            at: At::Read,
-            after_fin: false,
-            timed_out: sockopt::is_peer_timeout(error),
-        }
-    }
-
-    /// Writing (`At::Write`) or shutting down writing (`At::Shutdown`) to
-    /// `peer` on `stream` failed with `error`.
-    fn write(peer: Peer, at: At, stream: &TcpStream, error: &io::Error) -> Failure {
-        Failure {
-            peer,
-            at,
-            after_fin: fin_before_reset(stream, error),
-            timed_out: sockopt::is_peer_timeout(error),
-        }
-    }
-
-    /// The close reason when this failure ends the connection.
-    fn reason(self) -> CloseReason {
-        match (self.peer, self.timed_out) {
-            (Peer::Client, false) => CloseReason::ClientReset,
-            (Peer::Backend, false) => CloseReason::BackendReset,
-            (Peer::Client, true) => CloseReason::ClientKeepalive,
-            (Peer::Backend, true) => CloseReason::BackendKeepalive,
-        }
-    }
-}
-
-/// Whether a failed write (or shutdown) toward a peer shows that the peer's
-/// FIN reached us before its reset. Linux records a reset as EPIPE on a
-/// socket that had received FIN (CLOSE_WAIT) and as ECONNRESET otherwise;
-/// the first call to meet it consumes it. A write returns it as its error;
-/// shutdown(2) fails with ENOTCONN and leaves it pending in SO_ERROR. Any
-/// other error, or none recorded, counts as a reset before FIN.
-fn fin_before_reset(stream: &TcpStream, error: &io::Error) -> bool {
-    match error.kind() {
-        io::ErrorKind::BrokenPipe => true,
-        io::ErrorKind::NotConnected => {
-            matches!(stream.take_error(), Ok(Some(e)) if e.kind() == io::ErrorKind::BrokenPipe)
-        }
-        _ => false,
-    }
-}
-
-/// How far a direction is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    Open,
-    /// Its source sent FIN and everything before it was delivered.
-    Fin,
-    /// Ended by a reset that cut nothing (see [`excuse`]): its destination
-    /// reset after its own FIN, or its source reset after the other side
-    /// had finished.
-    Dropped,
-}
-
-/// A boxed burst: what a direction holds while it moves bulk data.
-type BurstFuture<'a> = Pin<Box<dyn Future<Output = Result<Burst, BurstError>> + Send + 'a>>;
-
-/// One direction's slot in [`Relay`].
-struct Direction<'a> {
-    side: Side,
-    /// The bulk burst in progress, if any.
-    burst: Option<BurstFuture<'a>>,
-    end: End,
-}
-
-impl<'a> Direction<'a> {
-    fn new(side: Side) -> Self {
-        Direction {
-            side,
-            burst: None,
-            end: End::Open,
-        }
-    }
-
-    /// This direction's source and destination peers.
-    fn peers(&self) -> (Peer, Peer) {
-        match self.side {
-            Side::Up => (Peer::Client, Peer::Backend),
-            Side::Down => (Peer::Backend, Peer::Client),
-        }
-    }
-
-    /// Moves data until the source is drained (Pending) or sent FIN (Ready).
-    fn poll_move(
-        &mut self,
-        cx: &mut Context<'_>,
-        (from, to): (&'a TcpStream, &'a TcpStream),
-        activity: &'a Activity,
-        pipes: Option<&'static splice::PipePool>,
-    ) -> Poll<Result<(), Failure>> {
-        let (reader, writer) = self.peers();
-        let side = self.side;
-        loop {
-            if let Some(burst) = &mut self.burst {
-                let outcome = ready!(burst.as_mut().poll(cx));
-                self.burst = None;
-                match outcome {
-                    Ok(Burst::Idle) => {}
-                    // Half-close: the other direction keeps flowing.
-                    Ok(Burst::Eof) => return Poll::Ready(Ok(())),
-                    Err(BurstError::Read(e)) => return Poll::Ready(Err(Failure::read(reader, &e))),
-                    Err(BurstError::Write(e)) => {
-                        return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
-                    }
-                }
-            }
-            // Holding nothing while the source is quiet. This also spends
-            // the task's cooperative budget, so a busy direction yields.
-            if let Err(e) = ready!(from.poll_read_ready(cx)) {
-                return Poll::Ready(Err(Failure::read(reader, &e)));
-            }
-            match copy_once(from, to, side, activity) {
-                // Bulk data: move the rest of the burst through a pipe.
-                Ok(Copied::Full) => {
-                    self.burst = Some(Box::pin(bulk(from, to, side, pipes, activity, None)));
-                }
-                Ok(Copied::Stuck(rest)) => {
-                    self.burst = Some(Box::pin(async move {
-                        write_rest(to, rest, side, activity).await?;
-                        Ok(Burst::Idle)
-                    }));
-                }
-                // A short read drained the source (readiness is cleared), so
-                // the next `poll_read_ready` waits; after a stale wake-up it
-                // also does.
-                Ok(Copied::Partial | Copied::Idle) => {}
-                // The last bytes are corked: the caller's FIN (shutdown
-                // or close, in this same poll) sends them with it.
-                Ok(Copied::Eof | Copied::Last) => return Poll::Ready(Ok(())),
-                Err(BurstError::Read(e)) => return Poll::Ready(Err(Failure::read(reader, &e))),
-                Err(BurstError::Write(e)) => {
-                    return Poll::Ready(Err(Failure::write(writer, At::Write, to, &e)));
-                }
-            }
-        }
-    }
-}
-
-/// Decides whether a peer's failure ends the connection as that peer's
-/// reset. It does not when the reset cuts nothing, which is when either
-/// - the peer had sent FIN and everything it sent is delivered (its
-///   direction is [`End::Fin`]), or the error shows its FIN came first and
-///   its direction can still deliver the rest (it stays open and must end
-///   in FIN); or
-/// - the other side had finished (the direction toward the peer is
-///   [`End::Fin`]), and the reset came while reading the peer, so all it
-///   sent that arrived was delivered, or while passing that FIN on (its
-///   direction stays open to deliver the rest). This is the server that
-///   closes its socket with the client's last bytes (TLS close_notify)
-///   unread: its kernel then sends a reset instead of a FIN.
-///
-/// The direction toward the peer is then dropped (and the peer's own, when
-/// reading it failed), and the connection ends as `done` once both have
-/// ended.
-fn excuse<'a>(
-    failure: Failure,
-    up: &mut Direction<'a>,
-    down: &mut Direction<'a>,
-) -> Option<CloseReason> {
-    // A peer that stopped answering lost whatever was on its way to it:
-    // never excused.
-    if failure.timed_out {
-        return Some(failure.reason());
-    }
-    let (from_peer, to_peer) = match failure.peer {
-        Peer::Client => (up, down),
-        Peer::Backend => (down, up),
-    };
-    let fin_first = match from_peer.end {
-        End::Fin => true,
-        End::Open => failure.after_fin,
-        End::Dropped => false,
-    };
-    let other_finished = to_peer.end == End::Fin
-        && from_peer.end == End::Open
-        && matches!(failure.at, At::Read | At::Shutdown);
-    if !fin_first && !other_finished {
-        return Some(failure.reason());
-    }
-    if failure.at == At::Read {
-        from_peer.end = End::Dropped;
-    }
-    if to_peer.end == End::Open {
-        to_peer.end = End::Dropped;
-    }
-    None
 }
 
 pin_project_lite::pin_project! {
@@ -390,7 +146,7 @@ pin_project_lite::pin_project! {
 /// the backend's, is set on `backend` once the relay has run for
 /// [`sockopt::KEEPALIVE_ARM_DELAY`] (if it is still open then).
 /// `throttle`, the connection's bandwidth limits, paces every read; the
-/// relay keeps no field for it (see `throttled`).
+/// relay keeps no field for it (see [`throttled`]).
 #[allow(clippy::too_many_arguments)]
 // Inlined into the connection's task so the relay is built where the task
 // keeps it, not returned and copied in: about 500 instructions per
@@ -500,13 +256,13 @@ impl Future for Relay<'_> {
                     match other {
                         End::Open => sockopt::shutdown_write(ends.1)
                             .err()
-                            .map(|e| Failure::write(destination, At::Shutdown, ends.1, &e)),
+                            .map(|e| RelayFailure::write(destination, At::Shutdown, ends.1, &e)),
                         End::Fin | End::Dropped => None,
                     }
                 }
             };
             if let Some(failure) = failure
-                && let Some(reason) = excuse(failure, this.up, this.down)
+                && let Some(reason) = excuse(failure, &mut this.up.end, &mut this.down.end)
             {
                 return Poll::Ready(reason);
             }
@@ -590,123 +346,13 @@ impl Future for Relay<'_> {
     }
 }
 
-/// A limited direction, from the relay's start to its source's FIN: a
-/// burst whenever the source is readable and the buckets hold a chunk,
-/// every read of it paced by `throttle` (see `throttle`). Waits for tokens
-/// holding no pipe.
-async fn throttled(
-    from: &TcpStream,
-    to: &TcpStream,
-    side: Side,
-    pipes: Option<&splice::PipePool>,
-    activity: &Activity,
-    throttle: &Throttle,
-) -> Result<Burst, BurstError> {
-    loop {
-        readable(from).await.map_err(BurstError::Read)?;
-        throttle.until_ready(side).await;
-        if let Burst::Eof = bulk(from, to, side, pipes, activity, Some(throttle)).await? {
-            return Ok(Burst::Eof);
-        }
-    }
-}
-
-/// The rest of a bulk burst: spliced when a pipe is free, else copied.
-async fn bulk(
-    from: &TcpStream,
-    to: &TcpStream,
-    side: Side,
-    pipes: Option<&splice::PipePool>,
-    activity: &Activity,
-    throttle: Option<&Throttle>,
-) -> Result<Burst, BurstError> {
-    match pipes.and_then(splice::PipePool::lease) {
-        Some(mut lease) => splice::burst(from, to, &mut lease, side, activity, throttle).await,
-        None => copy_burst(from, to, side, activity, throttle).await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use tokio::io::Interest;
-    use tokio::net::TcpListener;
 
-    /// A connected pair on loopback: (ours, the peer).
-    async fn pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let ours = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (peer, _) = listener.accept().await.unwrap();
-        (ours, peer)
-    }
-
-    /// The peer sends `tail`, then FIN if `fin`, then resets; returns once
-    /// our socket has the reset.
-    async fn peer_resets(ours: &TcpStream, peer: TcpStream, tail: &[u8], fin: bool) {
-        peer.try_write(tail).unwrap();
-        if fin {
-            sockopt::shutdown_write(&peer).unwrap();
-        }
-        socket2::SockRef::from(&peer)
-            .set_linger(Some(Duration::ZERO))
-            .unwrap();
-        drop(peer);
-        ours.ready(Interest::ERROR).await.unwrap();
-    }
-
-    // What `fin_before_reset` relies on, pinned: Linux's errors after a
-    // peer's reset, with its FIN (and data) still unread.
-    #[tokio::test]
-    async fn a_write_after_a_reset_that_followed_fin_is_broken_pipe() {
-        let (ours, peer) = pair().await;
-        peer_resets(&ours, peer, b"tail", true).await;
-        let error = ours.try_write(b"close_notify").unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
-        assert!(fin_before_reset(&ours, &error));
-        // And what the peer sent before its FIN can still be delivered.
-        let mut buf = [0u8; 16];
-        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
-        assert_eq!(&buf[..4], b"tail");
-        assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_shutdown_after_a_reset_that_followed_fin_leaves_broken_pipe_pending() {
-        let (ours, peer) = pair().await;
-        peer_resets(&ours, peer, b"tail", true).await;
-        let error = sockopt::shutdown_write(&ours).unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::NotConnected, "{error}");
-        assert!(fin_before_reset(&ours, &error));
-    }
-
-    #[tokio::test]
-    async fn a_reset_without_fin_is_connection_reset() {
-        let (ours, peer) = pair().await;
-        peer_resets(&ours, peer, b"tail", false).await;
-        let error = ours.try_write(b"more").unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
-        assert!(!fin_before_reset(&ours, &error));
-
-        // Reading gives what arrived before the reset, then the reset.
-        let (ours, peer) = pair().await;
-        peer_resets(&ours, peer, b"tail", false).await;
-        let mut buf = [0u8; 16];
-        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
-        let error = ours.try_read(&mut buf).unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
-
-        // Once shutdown(2) has met it (and `fin_before_reset` consumed it),
-        // what arrived is still read, then an end of stream.
-        let (ours, peer) = pair().await;
-        peer_resets(&ours, peer, b"tail", false).await;
-        let error = sockopt::shutdown_write(&ours).unwrap_err();
-        assert!(!fin_before_reset(&ours, &error));
-        assert_eq!(ours.try_read(&mut buf).unwrap(), 4);
-        assert_eq!(ours.try_read(&mut buf).unwrap(), 0);
-    }
+    use crate::pump::failure::tests::{pair, peer_resets};
 
     /// What a relay under test borrows besides its two sockets: fresh
     /// counters, one-minute timeouts, and signals that never fire.
@@ -885,100 +531,5 @@ mod tests {
             );
         }
         assert!(std::mem::size_of::<Option<sockopt::KeepaliveSecs>>() <= 6);
-    }
-
-    fn directions(up: End, down: End) -> (Direction<'static>, Direction<'static>) {
-        let mut pair = (Direction::new(Side::Up), Direction::new(Side::Down));
-        (pair.0.end, pair.1.end) = (up, down);
-        pair
-    }
-
-    fn failure(peer: Peer, at: At, after_fin: bool) -> Failure {
-        Failure {
-            peer,
-            at,
-            after_fin,
-            timed_out: false,
-        }
-    }
-
-    /// `excuse` on directions in states (`up`, `down`): the reason it
-    /// returns and the states it leaves.
-    fn judge(f: Failure, up: End, down: End) -> (Option<CloseReason>, End, End) {
-        let (mut up, mut down) = directions(up, down);
-        let reason = excuse(f, &mut up, &mut down);
-        (reason, up.end, down.end)
-    }
-
-    use End::{Dropped, Fin, Open};
-    use Peer::{Backend, Client};
-
-    #[test]
-    fn a_reset_after_the_peers_fin_drops_only_the_direction_toward_it() {
-        // The backend sent FIN and all of it was delivered: its reset (to
-        // the client's late close_notify) drops the direction toward it.
-        let f = failure(Backend, At::Write, false);
-        assert_eq!(judge(f, Open, Fin), (None, Dropped, Fin));
-        // The same for the client, the other way round.
-        let f = failure(Client, At::Write, false);
-        assert_eq!(judge(f, Fin, Open), (None, Fin, Dropped));
-        // A reset after a FIN not yet read: the peer's direction stays open
-        // to deliver the rest.
-        let f = failure(Backend, At::Write, true);
-        assert_eq!(judge(f, Open, Open), (None, Dropped, Open));
-        let f = failure(Backend, At::Shutdown, true);
-        assert_eq!(judge(f, Fin, Open), (None, Fin, Open));
-    }
-
-    #[test]
-    fn a_reset_after_the_other_side_finished_cuts_nothing() {
-        // The client's close_notify and FIN reached the backend, which
-        // reset instead of sending FIN: everything it sent was delivered.
-        let f = failure(Backend, At::Read, false);
-        assert_eq!(judge(f, Fin, Open), (None, Fin, Dropped));
-        // Seen when passing the client's FIN on: the backend's rest is
-        // still to be read and delivered.
-        let f = failure(Backend, At::Shutdown, false);
-        assert_eq!(judge(f, Fin, Open), (None, Fin, Open));
-        // The other way round.
-        let f = failure(Client, At::Read, false);
-        assert_eq!(judge(f, Open, Fin), (None, Dropped, Fin));
-    }
-
-    #[test]
-    fn a_peer_that_stopped_answering_is_never_excused() {
-        let mut f = failure(Client, At::Write, true);
-        f.timed_out = true;
-        // Even after the client's own FIN: what was on its way to it is lost.
-        assert_eq!(
-            judge(f, Fin, Open),
-            (Some(CloseReason::ClientKeepalive), Fin, Open)
-        );
-        let mut f = failure(Backend, At::Read, false);
-        f.timed_out = true;
-        assert_eq!(
-            judge(f, Fin, Open),
-            (Some(CloseReason::BackendKeepalive), Fin, Open)
-        );
-    }
-
-    #[test]
-    fn a_reset_that_cuts_data_ends_the_connection() {
-        let reset = Some(CloseReason::BackendReset);
-        // Mid-exchange, both ways open.
-        let f = failure(Backend, At::Read, false);
-        assert_eq!(judge(f, Open, Open).0, reset);
-        let f = failure(Backend, At::Write, false);
-        assert_eq!(judge(f, Open, Open).0, reset);
-        let f = failure(Client, At::Read, false);
-        assert_eq!(judge(f, Open, Open).0, Some(CloseReason::ClientReset));
-        // The client fails while the backend's rest is still on its way
-        // after the backend's own reset: that cuts the backend's data.
-        let f = failure(Client, At::Write, true);
-        assert_eq!(judge(f, Dropped, Open).0, Some(CloseReason::ClientReset));
-        // The client side was dropped, not finished: a backend reset then
-        // still cuts the backend's data.
-        let f = failure(Backend, At::Read, false);
-        assert_eq!(judge(f, Dropped, Open).0, reset);
     }
 }

@@ -1,6 +1,7 @@
 //! Zero-copy relaying with splice(2): socket → pipe → socket, in the kernel.
 //!
-//! One direction of a relay moves data in *bursts* (see `relay`): it waits
+//! One direction of a relay moves data in *bursts* (see
+//! [`super::direction`]): it waits
 //! for the source socket to be readable while holding nothing, then leases a
 //! pipe from the process-wide [`PipePool`], splices source → pipe and pipe →
 //! destination until the source has no more data, and gives the pipe back.
@@ -37,8 +38,9 @@
 //! lock); a burst is two syscalls per pipe-full. Nothing is allocated per
 //! connection or per burst once the pool is warm.
 //!
-//! Not here: the relay's loop, half-close or idle accounting (see `relay`),
-//! or the types it shares with them (see `ready`). Everything goes through
+//! Not here: the relay's loop or idle accounting (see [`super::relay`]),
+//! half-close (see [`super::half_close`]), or the types it shares with them
+//! (see [`super::ready`]). Everything goes through
 //! nix's safe wrappers; this module has no `unsafe`, and the crate's
 //! `#![deny(unsafe_code)]` holds here.
 

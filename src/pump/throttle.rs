@@ -37,7 +37,8 @@
 //! boxed `Throttle` (~64 bytes) for its life, two clock reads and two or
 //! four compare-and-swaps per read, and one timer per wait.
 //!
-//! Not here: when a read happens (`relay`, `copy`, `splice`), or the
+//! Not here: when a read happens ([`super::direction`], [`super::copy`],
+//! [`super::splice`]), or the
 //! configuration ([`crate::config::Bandwidth`]).
 
 use std::num::NonZeroU64;

@@ -46,9 +46,6 @@ const KNOWN: &[(&str, &str)] = &[];
 /// `backend::candidates` holds the backend choice) and leave `mod.rs` a
 /// front that declares and re-exports. The test fails when one is gone.
 const KNOWN_PARENT: &[(&str, &str)] = &[
-    ("admin", "control"),
-    ("admin", "forward"),
-    ("admin", "status"),
     ("backend", "balance"),
     ("backend", "cluster"),
     ("backend", "health"),

@@ -1,0 +1,133 @@
+//! The recording calls of stages built elsewhere: reloads, drain, backend
+//! lookups, `source` addresses that ran out of ports, bandwidth throttles,
+//! local name pushes, the admin listener's connections, control requests
+//! and forwards, the socket log targets' lines. Each is a counter or gauge
+//! of fixed words (hence `&'static str`), or a counter handed to the
+//! stage to hold.
+//!
+//! Not here: a listener's and a backend's own series
+//! ([`super::listener`], [`super::backends`]); the families
+//! ([`super::registry`]).
+
+use std::net::IpAddr;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::metrics::counter::Counter;
+
+use super::labels::{
+    ControlLabels, LogDropLabels, LogTargetLabels, LookupLabels, OutcomeLabels, ReasonLabels,
+    SourceLabels, ThrottleLabels,
+};
+use super::registry::Metrics;
+
+impl Metrics {
+    // Hooks for stages built elsewhere. Label values must stay bounded:
+    // `kind` and `outcome` are fixed words (hence `&'static str`).
+
+    /// A configuration reload finished; `outcome` is `ok` or `failed`.
+    pub(crate) fn reload(&self, outcome: &'static str) {
+        self.reloads.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// A push of the local name set: `outcome` is `ok`, `bad_request`,
+    /// `unauthorized`, ... (as the control actions).
+    /// A request for a path the admin listener does not serve was
+    /// forwarded (`ok`: the upstream answered, whatever its status) or not
+    /// (`too_large`, `request_timeout`, `unreachable`, `upstream_error`,
+    /// `timeout`, `loop`, `bad_method`).
+    pub(crate) fn admin_forwarded(&self, outcome: &'static str) {
+        self.admin_forwarded
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// The counter of lines written to the socket log `target`
+    /// (`syslog`, `journald`), for the writer thread to hold.
+    pub(crate) fn log_lines_sent(&self, target: &'static str) -> Counter {
+        self.log_sent
+            .get_or_create(&LogTargetLabels { target })
+            .clone()
+    }
+
+    /// The counter of lines dropped before the socket log `target`, for
+    /// `reason` (`queue_full`, `send_failed`).
+    /// The counter of a backend `source` address that ran out of ports,
+    /// resolved once per backend runtime.
+    pub(crate) fn source_address_exhausted(&self, backend: &str, source: IpAddr) -> Counter {
+        self.source_exhausted.get_or_create_owned(&SourceLabels {
+            backend: backend.to_owned(),
+            source: source.to_string(),
+        })
+    }
+
+    pub(crate) fn log_lines_dropped(&self, target: &'static str, reason: &'static str) -> Counter {
+        self.log_dropped
+            .get_or_create(&LogDropLabels { target, reason })
+            .clone()
+    }
+
+    /// The throttled-time counter of `direction` (`up`, `down`) on a
+    /// limited route, for its connections' throttles to hold (made when
+    /// the route table is built, so it shows at zero).
+    pub(crate) fn throttled(
+        &self,
+        listener: &str,
+        route: &str,
+        direction: &'static str,
+    ) -> Counter<f64, AtomicU64> {
+        self.throttled
+            .get_or_create(&ThrottleLabels {
+                listener: listener.to_owned(),
+                route: route.to_owned(),
+                direction,
+            })
+            .clone()
+    }
+
+    pub(crate) fn local_name_push(&self, outcome: &'static str) {
+        self.local_name_pushes
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// How many pushed local names are in force.
+    pub(crate) fn set_local_names(&self, names: usize) {
+        self.local_names.set(names as i64);
+    }
+
+    /// The number of connections being drained now (stop or reload).
+    pub(crate) fn set_draining(&self, connections: i64) {
+        self.draining.set(connections);
+    }
+
+    /// One backend address lookup: `kind` is `dns` or `cluster`, `outcome`
+    /// is `ok`, `error`, `empty` or `cache_hit`.
+    pub(crate) fn lookup(&self, kind: &'static str, outcome: &'static str) {
+        self.lookups
+            .get_or_create(&LookupLabels { kind, outcome })
+            .inc();
+    }
+
+    /// A connection to the admin listener was accepted.
+    pub(crate) fn admin_opened(&self) {
+        self.admin_open.inc();
+    }
+
+    /// A connection to the admin listener closed; `reason` is a fixed word
+    /// of [`crate::admin`].
+    pub(crate) fn admin_closed(&self, reason: &'static str) {
+        self.admin_open.dec();
+        self.admin_closed
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A control request: `kind` names the action (`address_state`, ...),
+    /// `outcome` how it ended (`ok`, `unauthorized`, `forbidden`,
+    /// `bad_request`, `not_found`, ...). Both are fixed words.
+    pub(crate) fn control_action(&self, kind: &'static str, outcome: &'static str) {
+        self.control_actions
+            .get_or_create(&ControlLabels { kind, outcome })
+            .inc();
+    }
+}
