@@ -85,7 +85,11 @@ impl DatagramHeaders {
     /// its client, its SNI, its id, its hop count), the full one with
     /// `added` (the backend's `proxy_protocol_tlvs`, as a TCP connection's
     /// header has them), each with a CRC32C TLV when `crc32c`.
-    pub fn new(announcement: &Announcement, crc32c: bool, added: &AddedTlvs<'_>) -> DatagramHeaders {
+    pub fn new(
+        announcement: &Announcement,
+        crc32c: bool,
+        added: &AddedTlvs<'_>,
+    ) -> DatagramHeaders {
         let full = header_over(
             Outbound::V2,
             crc32c,

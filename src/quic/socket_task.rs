@@ -92,6 +92,8 @@ use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
 use crate::flow::generation::Generation;
 use crate::flow::registry::{self, Entry, Registered};
+use crate::metrics;
+use crate::proxy::datagram::{DatagramHeaders, Prefix};
 use crate::pump::ready::{Activity, Side};
 use crate::quic::backend_address::{self, Health, Picked};
 
@@ -398,8 +400,14 @@ impl SocketTask {
                 if self.runtime.stop_accepting.is_cancelled() || self.stop.is_cancelled() {
                     self.table.drain();
                 }
-                self.table
-                    .start(now, from, to, datagram, &self.current, &self.runtime.permits);
+                self.table.start(
+                    now,
+                    from,
+                    to,
+                    datagram,
+                    &self.current,
+                    &self.runtime.permits,
+                );
             }
         }
         self.perform(now);
@@ -642,7 +650,13 @@ fn send_up(
         // must be of one size.
         Some(headers) => {
             for datagram in contents.chunks(segment.unwrap_or(contents.len()).max(1)) {
-                send_with_header(offload, &open.backend, open.backend_addr, Some(headers), datagram);
+                send_with_header(
+                    offload,
+                    &open.backend,
+                    open.backend_addr,
+                    Some(headers),
+                    datagram,
+                );
             }
         }
     }
@@ -790,6 +804,12 @@ async fn relay_back(flow: FlowTask) {
                             client = path.client();
                         }
                         relay_down(&offload, &down, &backend, &socket, client, &record.part.stats, started, |datagram| {
+                            // The backend holds the flow: no more
+                            // headers (marked before its answer is sent
+                            // on, so a client that has it sends no more).
+                            if let Some(headers) = &headers {
+                                headers.answered();
+                            }
                             if let Some(cid) = cid::backend_scid(datagram)
                                 && taught.add(cid)
                             {
@@ -803,10 +823,6 @@ async fn relay_back(flow: FlowTask) {
                     Ok(0) => streak = 0,
                     Ok(bytes) => {
                         streak += 1;
-                        // The backend holds the flow: no more headers.
-                        if let Some(headers) = &headers {
-                            headers.answered();
-                        }
                         health.answered(&in_flight, started.into());
                         moved(registered.activity(), Side::Down, bytes);
                     }

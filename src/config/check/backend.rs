@@ -102,7 +102,7 @@ impl Checker {
         {
             self.problem(
                 format!("{key}.max_datagram_size"),
-                "bounds the PROXY v2 header a QUIC flow's datagrams carry: it needs                  proxy_protocol = \"v2\" (v1 has no UDP form)",
+                "bounds the PROXY v2 header a QUIC flow's datagrams carry: it needs proxy_protocol = \"v2\" (v1 has no UDP form)",
             );
         }
         if let Some(hop) = hop

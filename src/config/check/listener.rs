@@ -234,7 +234,8 @@ impl Checker {
                 key.to_owned(),
                 format!(
                     "backend {:?} sends this node's sites to local_backend {:?}, which sends PROXY \
-                     headers; a protocol = \"quic\" listener cannot send them over UDP",
+                     headers; a protocol = \"quic\" listener sends a header over UDP only to a \
+                     backend a route names, not to a cluster's local_backend",
                     backend.name, local.name
                 ),
             );

@@ -84,7 +84,14 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     // datagram is dropped.
     let none = permits(0);
     let mut table = FlowTable::<u32, Taken>::new(None);
-    assert!(!table.start(now, addr("192.0.2.4:5000"), None, &flight[0], &generation, &none));
+    assert!(!table.start(
+        now,
+        addr("192.0.2.4:5000"),
+        None,
+        &flight[0],
+        &generation,
+        &none
+    ));
     assert_eq!(table.pending(), (0, 0));
 }
 
