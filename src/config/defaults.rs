@@ -173,6 +173,9 @@ pub(crate) const DEFAULT_MIN_TLS_VERSION: Option<TlsVersion> = None;
 pub(crate) const DEFAULT_ECH: EchPolicy = EchPolicy::Pass;
 
 /// Bounds that keep a setting meaningful.
+/// `[backend.*] max_datagram_size`: from QUIC's smallest datagram to
+/// UDP's largest over IPv4.
+pub(super) const MAX_DATAGRAM_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1200..=65_507;
 pub(super) const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
 pub(super) const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
 pub(super) const BACKLOG_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;

@@ -447,6 +447,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         connect_timeout,
         proxy_protocol,
         proxy_protocol_crc32c,
+        max_datagram_size,
         proxy_protocol_tlvs,
         source,
         policy,
@@ -474,6 +475,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
             .to_owned(),
         ),
         proxy_protocol_crc32c: Some(*proxy_protocol_crc32c),
+        max_datagram_size: max_datagram_size.map(|n| n as i64),
         proxy_protocol_tlvs: Some(proxy_protocol_tlvs.iter().map(tlv_entry).collect()),
         policy: Some(policy.as_str().to_owned()),
         // Refused unless an address is a backup.

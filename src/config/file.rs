@@ -228,6 +228,7 @@ pub struct BackendSection {
     pub connect_timeout: Option<String>,
     pub proxy_protocol: Option<String>,
     pub proxy_protocol_crc32c: Option<bool>,
+    pub max_datagram_size: Option<i64>,
     // PROXY v2 TLVs.
     /// TLVs the v2 header adds: `{ type, value | text | bytes }` each.
     pub proxy_protocol_tlvs: Option<Vec<ProxyTlvEntry>>,

@@ -26,9 +26,9 @@ use std::ops::RangeInclusive;
 use super::{
     ADDRESS_CONNECTIONS_RANGE, ATTEMPTS_PERIOD_MS_RANGE, BACKLOG_RANGE, BANDWIDTH_RANGE,
     BURST_RANGE, CONNECT_ATTEMPTS_RANGE, KEEPALIVE_COUNT_RANGE, KEEPALIVE_SECS_RANGE,
-    LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE, MAX_FAILS_RANGE,
-    MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE,
-    RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
+    LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE, MAX_DATAGRAM_SIZE_RANGE,
+    MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE,
+    PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
 };
 
 /// One key of the file.
@@ -188,6 +188,9 @@ pub enum Applies {
     /// TCP listeners only: on a `protocol = "quic"` listener, or a route of
     /// one, setting it is a check error.
     Tcp,
+    /// QUIC listeners only: set where no `protocol = "quic"` listener
+    /// uses it, it is a check error (each such key checks that itself).
+    Quic,
 }
 
 impl Applies {
@@ -196,6 +199,7 @@ impl Applies {
         match self {
             Applies::Both => "tcp, quic",
             Applies::Tcp => "tcp",
+            Applies::Quic => "quic",
         }
     }
 }
@@ -230,6 +234,11 @@ impl Key {
 
     const fn tcp(mut self) -> Key {
         self.applies = Applies::Tcp;
+        self
+    }
+
+    const fn quic(mut self) -> Key {
+        self.applies = Applies::Quic;
         self
     }
 
@@ -543,6 +552,9 @@ pub static KEYS: &[Key] = &[
         "The PROXY header sent before the hello (a `[cluster]` backend: its `hop_proxy_protocol`)."),
     key("backend.*.proxy_protocol_crc32c", Kind::Bool, Value("false"),
         "Add a CRC32C checksum TLV to v2 headers."),
+    key("backend.*.max_datagram_size", Kind::Integer, Unset("1452 (a 1,500-byte MTU over IPv6)"),
+        "The largest datagram a PROXY v2 header may make toward this backend, from a `protocol = \"quic\"` listener (needs `proxy_protocol = \"v2\"`): the full header, else the addresses-only one, else the datagram is dropped.")
+        .range(MAX_DATAGRAM_SIZE_RANGE).unit("bytes").quic(),
     key("backend.*.proxy_protocol_tlvs", Kind::Tables, Unset("only the relay's own TLVs"),
         "TLVs the v2 header adds, each `{ type, value }`, `{ type, text }` or `{ type, bytes }`."),
     key("backend.*.proxy_protocol_tlvs.type", Kind::Integer, Required("required"),

@@ -191,8 +191,10 @@ pub(crate) fn man_page() -> String {
             if !bounds.is_empty() {
                 facts.push(bounds);
             }
-            if key.applies == Applies::Tcp {
-                facts.push("tcp only".to_owned());
+            match key.applies {
+                Applies::Tcp => facts.push("tcp only".to_owned()),
+                Applies::Quic => facts.push("quic only".to_owned()),
+                Applies::Both => {}
             }
             out.push_str(&format!(
                 ".TP\n.B {}\n{}\n.br\n{}\n",

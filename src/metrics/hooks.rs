@@ -51,6 +51,12 @@ impl Metrics {
 
     /// The counter of lines dropped before the socket log `target`, for
     /// `reason` (`queue_full`, `send_failed`).
+    /// A QUIC flow's client datagram was dropped: not even the minimal
+    /// PROXY v2 header fits it under the backend's `max_datagram_size`.
+    pub(crate) fn datagram_too_large(&self) {
+        self.proxy_datagrams_too_large.inc();
+    }
+
     /// The counter of a backend `source` address that ran out of ports,
     /// resolved once per backend runtime.
     pub(crate) fn source_address_exhausted(&self, backend: &str, source: IpAddr) -> Counter {

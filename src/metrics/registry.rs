@@ -82,6 +82,8 @@ pub(crate) struct Metrics {
     // Egress source addresses (issue 33).
     pub(super) source_exhausted: Family<SourceLabels, Counter>,
     pub(super) throttled: Family<ThrottleLabels, Counter<f64, AtomicU64>>,
+    // PROXY v2 over UDP (issue 43).
+    pub(super) proxy_datagrams_too_large: Counter,
 }
 
 /// Backend → address → (up, when last reported): the state behind the
@@ -142,6 +144,7 @@ impl Metrics {
             log_dropped: Family::default(),
             source_exhausted: Family::default(),
             throttled: Family::default(),
+            proxy_datagrams_too_large: Counter::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -291,6 +294,11 @@ impl Metrics {
             "snirelay_throttled_seconds",
             "Time a direction of a limited route's connections spent waiting for bandwidth tokens (rate_up, rate_down, rate_per_source_*), added per wait",
             m.throttled.clone(),
+        );
+        r.register(
+            "snirelay_proxy_datagrams_too_large",
+            "Client datagrams of QUIC flows dropped because even the minimal PROXY v2 header would make them larger than the backend's max_datagram_size",
+            m.proxy_datagrams_too_large.clone(),
         );
         r.register(
             "snirelay_source_address_exhausted",

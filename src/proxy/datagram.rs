@@ -44,6 +44,8 @@
 //! (`quic`), the header grammar ([`crate::wire::proxy`]), or the header a
 //! TCP backend receives ([`crate::proxy::outbound`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use ppp::v2;
 
 use crate::proxy::outbound::{AddedTlvs, Announcement, Outbound, finish, header_over, same_family};
@@ -54,12 +56,16 @@ use crate::wire::proxy::{self, Invalid, Parse, ProxyTransport, ProxyVersion, Sni
 pub const DEFAULT_MAX_DATAGRAM_SIZE: usize = 1500 - 40 - 8;
 
 /// The two headers a flow's datagrams may carry toward its backend, and
-/// whether the backend has answered (after which none is sent).
-#[derive(Debug, Clone)]
+/// whether the backend has answered (after which none is sent). Shared by
+/// the task that sends the flow's datagrams and the one that reads its
+/// answers: the answer is a flag either may read.
+#[derive(Debug)]
 pub struct DatagramHeaders {
     full: Vec<u8>,
     minimal: Vec<u8>,
-    answered: bool,
+    /// The backend's `max_datagram_size`: no header makes a datagram larger.
+    max_datagram_size: usize,
+    answered: AtomicBool,
 }
 
 /// What to put in front of one datagram toward the backend.
@@ -76,20 +82,22 @@ pub enum Prefix<'a> {
 
 impl DatagramHeaders {
     /// The headers for a flow announced by `announcement` (its claim or
-    /// its client, its SNI, its id, its hop count), with a CRC32C TLV when
-    /// `crc32c`.
-    pub fn new(announcement: &Announcement, crc32c: bool) -> DatagramHeaders {
-        let over = |a: &Announcement| {
-            header_over(
-                Outbound::V2,
-                crc32c,
-                a,
-                &AddedTlvs::NONE,
-                v2::Protocol::Datagram,
-            )
-            .unwrap_or_default()
-        };
-        let full = over(announcement);
+    /// its client, its SNI, its id, its hop count), the full one with
+    /// `added` (the backend's `proxy_protocol_tlvs`, as a TCP connection's
+    /// header has them), each with a CRC32C TLV when `crc32c`.
+    pub fn new(
+        announcement: &Announcement,
+        crc32c: bool,
+        added: &AddedTlvs<'_>,
+    ) -> DatagramHeaders {
+        let full = header_over(
+            Outbound::V2,
+            crc32c,
+            announcement,
+            added,
+            v2::Protocol::Datagram,
+        )
+        .unwrap_or_default();
         let (source, destination) = same_family(announcement.source, announcement.destination);
         let hops = announcement.hops.map(proxy::hops_value);
         let minimal = finish(
@@ -108,25 +116,40 @@ impl DatagramHeaders {
         DatagramHeaders {
             full,
             minimal,
-            answered: false,
+            max_datagram_size: DEFAULT_MAX_DATAGRAM_SIZE,
+            answered: AtomicBool::new(false),
         }
+    }
+
+    /// The same headers, for datagrams that must stay within
+    /// `max_datagram_size` bytes (the backend's key; without it
+    /// [`DEFAULT_MAX_DATAGRAM_SIZE`]).
+    pub fn within(mut self, max_datagram_size: usize) -> DatagramHeaders {
+        self.max_datagram_size = max_datagram_size;
+        self
+    }
+
+    /// What goes in front of the flow's next datagram of `payload` bytes,
+    /// within its `max_datagram_size`.
+    pub fn next(&self, payload: usize) -> Prefix<'_> {
+        self.prefix(payload, self.max_datagram_size)
     }
 
     /// The backend sent a datagram of the flow back: it holds the flow,
     /// so no further datagram carries a header.
-    pub fn answered(&mut self) {
-        self.answered = true;
+    pub fn answered(&self) {
+        self.answered.store(true, Ordering::Relaxed);
     }
 
     /// Whether headers are still being sent.
     pub fn sending(&self) -> bool {
-        !self.answered
+        !self.answered.load(Ordering::Relaxed)
     }
 
     /// What goes in front of a datagram of `payload` bytes that must stay
     /// within `max_datagram_size` bytes.
     pub fn prefix(&self, payload: usize, max_datagram_size: usize) -> Prefix<'_> {
-        if self.answered {
+        if !self.sending() {
             Prefix::Nothing
         } else if payload + self.full.len() <= max_datagram_size {
             Prefix::Header(&self.full)

@@ -75,9 +75,11 @@ use crate::flow::decision::{self, Arrived};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::metrics::{self, ListenerMetrics};
+use crate::proxy::datagram::DatagramHeaders;
 use crate::quic::backend_address::{Ask, Picked};
 use crate::wire::fingerprint::Fingerprints;
 
+mod announce;
 mod events;
 pub(crate) mod record;
 
@@ -120,6 +122,8 @@ struct ConnectingFlow<P> {
     idle: Duration,
     lifetime: Option<Duration>,
     slots: FlowSlots<P>,
+    /// The PROXY headers its datagrams carry, if its backend takes them.
+    headers: Option<Arc<DatagramHeaders>>,
 }
 
 /// An open flow: the socket task's handle `B` (its backend socket and
@@ -308,7 +312,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         }
     }
 
-    /// Starts a pending flow for `from`'s first datagram, if every bound
+    /// Starts a pending flow for `from`'s first datagram, sent to `to` (the
+    /// listening address when the kernel did not say), if every bound
     /// and the accept gate let it, and feeds it the datagram. `permits`
     /// are the process-wide connection permits (`[global]
     /// max_connections`); a flow holds one until it ends.
@@ -316,6 +321,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         &mut self,
         now: Instant,
         from: SocketAddr,
+        to: Option<IpAddr>,
         datagram: &[u8],
         generation: &Generation,
         permits: &impl Permits<Permit = P>,
@@ -346,7 +352,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         // The accept gate, as for a TCP connection; a refusal is closed
         // there, without a flow: nothing is held for it.
         let admitted = match gate::admit(generation, PeerAddr(from), &metrics, || {
-            let record = flow_record(listener.clone(), from, now, metrics.clone());
+            let record = flow_record(listener.clone(), from, now, metrics.clone(), None);
             record.part.stats.up(datagram.len(), now, now);
             record
         }) {
@@ -369,7 +375,11 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             return false;
         };
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
-        let record = flow_record(listener, from, now, metrics);
+        let dialled = self.local.map(|local| match to {
+            Some(ip) => SocketAddr::new(ip, local.port()),
+            None => local,
+        });
+        let record = flow_record(listener, from, now, metrics, dialled);
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
         // within a few times MAX_PENDING_FLOWS however fast flows finish.
@@ -633,6 +643,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         };
         let target = routed.entry;
         record.routed(target);
+        let headers = announce::headers_toward(&target.backend, &record, &hello.hello);
         if let Some(counted) = routed.admitted {
             admitted = Some(counted);
         }
@@ -666,6 +677,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             idle: target.timeouts.idle,
             lifetime: target.timeouts.lifetime,
             slots: (permit, admitted, route_admitted),
+            headers,
         };
         self.pending += 1;
         self.held_bytes += connecting.held_bytes;
@@ -705,6 +717,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             idle,
             lifetime,
             slots,
+            headers,
             ..
         } = *connecting;
         match outcome {
@@ -718,6 +731,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 slots,
                 picked,
                 drain,
+                headers,
             }))),
         }
     }

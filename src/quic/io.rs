@@ -53,7 +53,7 @@
 
 use std::cell::RefCell;
 use std::io::{self, IoSliceMut};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
@@ -214,8 +214,9 @@ impl RecvBatch {
     }
 
     /// The datagrams of the last receive, in arrival order, each with its
-    /// source: a GRO slot gives its datagrams one by one.
-    pub(crate) fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
+    /// source and, where the kernel said (IP_PKTINFO), the address it was
+    /// sent to: a GRO slot gives its datagrams one by one.
+    pub(crate) fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, Option<IpAddr>, &[u8])> {
         self.meta[..self.count]
             .iter()
             .zip(self.buf.chunks(SLOT))
@@ -230,7 +231,7 @@ impl RecvBatch {
                 let empty = data.is_empty().then_some(data);
                 data.chunks(stride)
                     .chain(empty)
-                    .map(move |datagram| (meta.addr, datagram))
+                    .map(move |datagram| (meta.addr, meta.dst_ip, datagram))
             })
     }
 }
@@ -633,7 +634,7 @@ mod tests {
             ..RecvMeta::default()
         };
         batch.count = 2;
-        let lens: Vec<usize> = batch.datagrams().map(|(_, d)| d.len()).collect();
+        let lens: Vec<usize> = batch.datagrams().map(|(_, _, d)| d.len()).collect();
         assert_eq!(lens, vec![100, 100, 50, 0]);
     }
 }

@@ -68,7 +68,7 @@
 //! issued later in an encrypted frame (see [`super::cid`]); Retry and PROXY
 //! headers (not asked; a cluster's hop header is not sent over UDP).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +92,8 @@ use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
 use crate::flow::generation::Generation;
 use crate::flow::registry::{self, ConnectionEntry, Registered};
+use crate::metrics;
+use crate::proxy::datagram::{DatagramHeaders, Prefix};
 use crate::pump::ready::{Activity, Side};
 use crate::quic::backend_address::{self, Health, Picked};
 
@@ -178,6 +180,9 @@ struct OpenFlow {
     entry: Arc<ConnectionEntry>,
     /// Where the flow's task sends (NAT rebinding moves it).
     path: Arc<Path>,
+    /// The PROXY headers its datagrams carry until the backend answers
+    /// (`proxy_protocol = "v2"`); `None`: sent as they came.
+    headers: Option<Arc<DatagramHeaders>>,
 }
 
 /// What a flow's address lookup reports back to its socket task.
@@ -336,7 +341,7 @@ impl SocketTask {
                 received = async { predecessor.as_ref().expect("guarded").recv(&mut forwarded).await }, if predecessor.is_some() => match received {
                     Some((from, end)) => {
                         self.refresh();
-                        self.datagram(Instant::now(), &forwarded[handover::HEADER..end], from);
+                        self.datagram(Instant::now(), &forwarded[handover::HEADER..end], from, None);
                         self.flush_up();
                     }
                     None => {
@@ -348,8 +353,8 @@ impl SocketTask {
                     Ok(_) => {
                         self.refresh();
                         let now = Instant::now();
-                        for (from, datagram) in batch.datagrams() {
-                            self.datagram(now, datagram, from);
+                        for (from, to, datagram) in batch.datagrams() {
+                            self.datagram(now, datagram, from, to);
                         }
                         self.flush_up();
                     }
@@ -365,9 +370,9 @@ impl SocketTask {
         self.perform(Instant::now());
     }
 
-    /// One datagram from `from`, received at `now`: through the table, then
-    /// what the table asks for.
-    fn datagram(&mut self, now: Instant, datagram: &[u8], from: SocketAddr) {
+    /// One datagram from `from` to `to` (when the kernel said), received at
+    /// `now`: through the table, then what the table asks for.
+    fn datagram(&mut self, now: Instant, datagram: &[u8], from: SocketAddr, to: Option<IpAddr>) {
         if let Some(open) = self.table.open_mut(from) {
             open.stats.up(datagram.len(), open.started, now);
             moved(&open.entry.activity, Side::Up, datagram.len());
@@ -395,8 +400,14 @@ impl SocketTask {
                 if self.runtime.stop_accepting.is_cancelled() || self.stop.is_cancelled() {
                     self.table.drain();
                 }
-                self.table
-                    .start(now, from, datagram, &self.current, &self.runtime.permits);
+                self.table.start(
+                    now,
+                    from,
+                    to,
+                    datagram,
+                    &self.current,
+                    &self.runtime.permits,
+                );
             }
         }
         self.perform(now);
@@ -505,6 +516,7 @@ impl SocketTask {
             slots,
             picked,
             drain,
+            headers,
         } = opening;
         let Picked {
             addr: backend_addr,
@@ -527,9 +539,13 @@ impl SocketTask {
         };
         record.part.backend_local = backend.local_addr().ok();
         for datagram in &held {
-            let _ = self
-                .offload
-                .send_connected(&backend, backend_addr, datagram, None);
+            send_with_header(
+                &self.offload,
+                &backend,
+                backend_addr,
+                headers.as_deref(),
+                datagram,
+            );
         }
         drop(held);
         // From now on the flow drains with its route or with its address
@@ -574,6 +590,7 @@ impl SocketTask {
                 started,
                 entry: registered.shared(),
                 path: path.clone(),
+                headers: headers.clone(),
             },
         );
         let expiry = Expiry::new(started, idle, lifetime, record.id);
@@ -592,6 +609,7 @@ impl SocketTask {
             drain,
             health,
             in_flight,
+            headers,
             _held: slots,
         };
         self.runtime.connections.spawn(relay_back(flow));
@@ -620,8 +638,61 @@ fn send_up(
     contents: &[u8],
     segment: Option<usize>,
 ) {
-    if let Some(open) = table.open_at(client) {
-        let _ = offload.send_connected(&open.backend, open.backend_addr, contents, segment);
+    let Some(open) = table.open_at(client) else {
+        return;
+    };
+    match open.headers.as_deref().filter(|h| h.sending()) {
+        None => {
+            let _ = offload.send_connected(&open.backend, open.backend_addr, contents, segment);
+        }
+        // Until the backend answers, each datagram goes alone with its
+        // header (a few, at a flow's start): a gathered send's segments
+        // must be of one size.
+        Some(headers) => {
+            for datagram in contents.chunks(segment.unwrap_or(contents.len()).max(1)) {
+                send_with_header(
+                    offload,
+                    &open.backend,
+                    open.backend_addr,
+                    Some(headers),
+                    datagram,
+                );
+            }
+        }
+    }
+}
+
+/// Sends one client datagram on a flow's backend socket, behind the
+/// flow's PROXY header while it is still sent ([`DatagramHeaders::next`]);
+/// one that not even the minimal header fits under the backend's
+/// `max_datagram_size` is dropped and counted, as the network would drop
+/// one too large for its path.
+fn send_with_header(
+    offload: &Offload,
+    backend: &UdpSocket,
+    backend_addr: SocketAddr,
+    headers: Option<&DatagramHeaders>,
+    datagram: &[u8],
+) {
+    let prefix = headers.map_or(Prefix::Nothing, |h| h.next(datagram.len()));
+    match prefix {
+        Prefix::Nothing => {
+            let _ = offload.send_connected(backend, backend_addr, datagram, None);
+        }
+        Prefix::Header(header) => {
+            let mut framed = Vec::with_capacity(header.len() + datagram.len());
+            framed.extend_from_slice(header);
+            framed.extend_from_slice(datagram);
+            let _ = offload.send_connected(backend, backend_addr, &framed, None);
+        }
+        Prefix::TooLarge => {
+            metrics::metrics().datagram_too_large();
+            tracing::debug!(
+                backend.addr = %backend_addr,
+                bytes = datagram.len(),
+                "a client datagram with its PROXY header would pass max_datagram_size: dropped"
+            );
+        }
     }
 }
 
@@ -665,6 +736,8 @@ struct FlowTask {
     health: Health,
     /// Counts the flow on its backend address (caps, `least_connections`).
     in_flight: InFlight,
+    /// Its PROXY headers, if any: the first answer stops them.
+    headers: Option<Arc<DatagramHeaders>>,
     /// The connection permit, and the listener's and route's admission
     /// slots, released when the flow ends.
     _held: FlowSlots<OwnedSemaphorePermit>,
@@ -688,6 +761,7 @@ async fn relay_back(flow: FlowTask) {
         drain,
         mut health,
         in_flight,
+        headers,
         _held,
     } = flow;
     let mut client = path.client();
@@ -730,6 +804,12 @@ async fn relay_back(flow: FlowTask) {
                             client = path.client();
                         }
                         relay_down(&offload, &down, &backend, &socket, client, &record.part.stats, started, |datagram| {
+                            // The backend holds the flow: no more
+                            // headers (marked before its answer is sent
+                            // on, so a client that has it sends no more).
+                            if let Some(headers) = &headers {
+                                headers.answered();
+                            }
                             if let Some(cid) = cid::backend_scid(datagram)
                                 && taught.add(cid)
                             {
@@ -817,7 +897,7 @@ fn relay_down(
         let max_segments = offload.max_segments();
         let now = Instant::now();
         let mut bytes = 0;
-        for (_, datagram) in recv.datagrams() {
+        for (_, _, datagram) in recv.datagrams() {
             stats.down(datagram.len(), started, now);
             bytes += datagram.len();
             learn(datagram);

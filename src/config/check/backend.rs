@@ -85,6 +85,26 @@ impl Checker {
                 "true needs proxy_protocol = \"v2\" (only v2 headers carry a checksum)",
             );
         }
+        // Unset stays unset (the default is the sender's), so the
+        // effective configuration shows what the file said.
+        let max_datagram_size = match section.max_datagram_size {
+            None => Some(None),
+            Some(_) => self
+                .ranged(
+                    &format!("{key}.max_datagram_size"),
+                    section.max_datagram_size,
+                    MAX_DATAGRAM_SIZE_RANGE,
+                    0,
+                )
+                .map(|n| Some(n as usize)),
+        };
+        if section.max_datagram_size.is_some() && proxy_protocol.is_some_and(|p| p != Outbound::V2)
+        {
+            self.problem(
+                format!("{key}.max_datagram_size"),
+                "bounds the PROXY v2 header a QUIC flow's datagrams carry: it needs proxy_protocol = \"v2\" (v1 has no UDP form)",
+            );
+        }
         if let Some(hop) = hop
             && proxy_protocol.is_some_and(|p| p != hop)
         {
@@ -209,6 +229,7 @@ impl Checker {
             connect_timeout: connect_timeout?,
             proxy_protocol: proxy_protocol?,
             proxy_protocol_crc32c,
+            max_datagram_size: max_datagram_size?,
             proxy_protocol_tlvs: proxy_protocol_tlvs?,
             source: source?,
             policy,

@@ -178,9 +178,10 @@ impl Checker {
         Some(protocol)
     }
 
-    /// On a QUIC listener, `backend` (reached from `key`) must send no
-    /// PROXY header (a flow sends the client's datagrams as they are), and
-    /// a cluster backend's `local_backend` neither; a cluster that asks DNS
+    /// On a QUIC listener, `backend` (reached from `key`) may send a PROXY
+    /// v2 header over UDP ([`crate::proxy::datagram`]) but not v1, which
+    /// has no UDP form; a cluster backend's `local_backend` sends none; a
+    /// cluster that asks DNS
     /// (`dns_server`) needs the listener bound to its node's own addresses,
     /// since a flow knows the address it came to only from its socket and
     /// an answer naming this node must be recognised. A cluster backend's
@@ -196,12 +197,14 @@ impl Checker {
         if listener.protocol != Protocol::Quic {
             return;
         }
+        self.quic_backends.insert(backend.name.clone());
         let cluster = backend.cluster();
-        if cluster.is_none() && backend.proxy_protocol != Outbound::None {
+        if cluster.is_none() && backend.proxy_protocol == Outbound::V1 {
             self.problem(
                 key.to_owned(),
                 format!(
-                    "backend {:?} sends PROXY headers, which a protocol = \"quic\" listener cannot send over UDP",
+                    "backend {:?} sends PROXY v1 headers, which have no UDP form; a protocol = \"quic\" \
+                     listener sends proxy_protocol = \"v2\" over UDP (or none)",
                     backend.name
                 ),
             );
@@ -231,7 +234,8 @@ impl Checker {
                 key.to_owned(),
                 format!(
                     "backend {:?} sends this node's sites to local_backend {:?}, which sends PROXY \
-                     headers; a protocol = \"quic\" listener cannot send them over UDP",
+                     headers; a protocol = \"quic\" listener sends a header over UDP only to a \
+                     backend a route names, not to a cluster's local_backend",
                     backend.name, local.name
                 ),
             );

@@ -47,6 +47,9 @@ use crate::wire::sni::Pattern;
 pub(super) struct Checker {
     pub(super) problems: Vec<Problem>,
     declared_backends: HashSet<String>,
+    /// The backends a `protocol = "quic"` listener reaches (a route, its
+    /// `no_sni` or `ech` fallback): where `max_datagram_size` means something.
+    quic_backends: HashSet<String>,
     /// The configuration file's directory: a relative `token_file` is
     /// found from there.
     dir: PathBuf,
@@ -135,6 +138,15 @@ impl Checker {
             }
         }
         self.routes(file, &mut listeners, &backends);
+        for (name, backend) in &backends {
+            if backend.max_datagram_size.is_some() && !self.quic_backends.contains(name) {
+                self.problem(
+                    format!("backend.{name}.max_datagram_size"),
+                    "bounds the PROXY header over UDP, but no protocol = \"quic\" listener routes \
+                     to this backend: a TCP connection's header has no datagram to fit",
+                );
+            }
+        }
         for listener in &listeners {
             // A route dropped for its own problem (reported already) still names it.
             let named = file.routes.iter().any(|r| match &r.listener {

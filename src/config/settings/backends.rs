@@ -32,6 +32,10 @@ pub struct Backend {
     pub proxy_protocol: Outbound,
     /// Whether that (v2) header carries a CRC32C TLV.
     pub proxy_protocol_crc32c: bool,
+    /// `max_datagram_size`: the largest datagram a v2 header over UDP may
+    /// make toward this backend; `None`: the default
+    /// ([`crate::proxy::datagram::DEFAULT_MAX_DATAGRAM_SIZE`]).
+    pub max_datagram_size: Option<usize>,
     /// `proxy_protocol_tlvs`: the TLVs that (v2) header adds, in order,
     /// each type once. Shared, so a connection holds it without a copy.
     pub proxy_protocol_tlvs: Arc<[ProxyTlv]>,

@@ -43,7 +43,7 @@ fn the_full_header_is_dgram_with_the_client_and_the_tcp_tlvs() {
         Some("app.example.com"),
         Some(2),
     );
-    let headers = DatagramHeaders::new(&a, false);
+    let headers = DatagramHeaders::new(&a, false, &AddedTlvs::NONE);
     let Prefix::Header(full) = headers.prefix(1200, DEFAULT_MAX_DATAGRAM_SIZE) else {
         panic!("a 1,200-byte datagram takes the full header");
     };
@@ -95,7 +95,7 @@ fn a_datagram_the_full_header_would_make_too_large_takes_the_minimal_one_then_no
         Some("app.example.com"),
         Some(1),
     );
-    let headers = DatagramHeaders::new(&a, true);
+    let headers = DatagramHeaders::new(&a, true, &AddedTlvs::NONE);
     let full_len = match headers.prefix(0, usize::MAX) {
         Prefix::Header(h) => h.len(),
         other => panic!("{other:?}"),
@@ -133,13 +133,13 @@ fn a_datagram_the_full_header_would_make_too_large_takes_the_minimal_one_then_no
     let v4 = DatagramHeaders::new(
         &announcement("192.0.2.7:5555", "192.0.2.1:443", None, None),
         false,
+        &AddedTlvs::NONE,
     );
     let Prefix::Header(h) = v4.prefix(max - 28, max) else {
         panic!()
     };
     assert_eq!(h.len(), 28);
     // Once the backend answers, nothing more is sent.
-    let mut headers = headers;
     assert!(headers.sending());
     headers.answered();
     assert_eq!(headers.prefix(1200, max), Prefix::Nothing);
@@ -154,7 +154,7 @@ fn reading_strips_a_header_and_refuses_what_is_none_in_one_datagram() {
         Some("app.example.com"),
         None,
     );
-    let headers = DatagramHeaders::new(&a, false);
+    let headers = DatagramHeaders::new(&a, false, &AddedTlvs::NONE);
     let Prefix::Header(h) = headers.prefix(1200, DEFAULT_MAX_DATAGRAM_SIZE) else {
         panic!()
     };
@@ -202,7 +202,7 @@ fn reading_strips_a_header_and_refuses_what_is_none_in_one_datagram() {
         other => panic!("{other:?}"),
     }
     // A broken checksum is refused as on TCP.
-    let with_crc = DatagramHeaders::new(&a, true);
+    let with_crc = DatagramHeaders::new(&a, true, &AddedTlvs::NONE);
     let Prefix::Header(h) = with_crc.prefix(0, usize::MAX) else {
         panic!()
     };

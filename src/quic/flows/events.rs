@@ -77,6 +77,9 @@ pub(crate) struct Opening<P> {
     pub slots: FlowSlots<P>,
     pub picked: Picked,
     pub drain: DrainGuard,
+    /// The PROXY headers its datagrams carry until the backend answers,
+    /// if its backend takes them.
+    pub headers: Option<std::sync::Arc<crate::proxy::datagram::DatagramHeaders>>,
 }
 
 /// What became of a datagram fed to [`super::FlowTable::handle`].

@@ -69,6 +69,9 @@ pub(crate) struct FlowPart {
     pub listener: Arc<Listener>,
     pub arrival: Arrival,
     pub route: Option<Box<str>>,
+    /// The address the client sent its first datagram to (the PROXY
+    /// header's destination), when known.
+    pub dialled: Option<SocketAddr>,
     pub version: Option<Version>,
     /// The relay's end of the flow's backend socket: the client address
     /// the backend sees, logged so that its lines can be matched to this
@@ -135,12 +138,13 @@ impl<'l> RecordPart<'l> for FlowPart {
 pub(crate) type FlowRecord = ConnRecord<FlowPart>;
 
 /// A fresh record for a flow from `peer` whose first datagram arrived
-/// `now` (counted by its caller, as every datagram is).
+/// `now`, sent to `dialled` (counted by its caller, as every datagram is).
 pub(crate) fn flow_record(
     listener: Arc<Listener>,
     peer: SocketAddr,
     now: Instant,
     metrics: Arc<ListenerMetrics>,
+    dialled: Option<SocketAddr>,
 ) -> FlowRecord {
     let part = FlowPart {
         listener,
@@ -150,6 +154,7 @@ pub(crate) fn flow_record(
             metrics,
         },
         route: None,
+        dialled,
         version: None,
         backend_local: None,
         stats: Arc::default(),

@@ -14,6 +14,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     assert!(table.start(
         now,
         addr("192.0.2.1:5000"),
+        None,
         &flight[0],
         &generation_1,
         &permits_10
@@ -21,6 +22,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     assert!(!table.start(
         now,
         addr("192.0.2.1:5001"),
+        None,
         &flight[0],
         &generation_1,
         &permits_10
@@ -28,6 +30,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     assert!(table.start(
         now,
         addr("192.0.2.2:5000"),
+        None,
         &flight[0],
         &generation_1,
         &permits_10
@@ -45,6 +48,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     assert!(table.start(
         now,
         addr("192.0.2.1:5000"),
+        None,
         &flight[0],
         &generation,
         &permits_4
@@ -52,6 +56,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     assert!(table.start(
         now,
         addr("192.0.2.2:5000"),
+        None,
         &flight[0],
         &generation,
         &permits_4
@@ -60,6 +65,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     assert!(table.start(
         now,
         addr("192.0.2.3:5000"),
+        None,
         &flight[0],
         &generation,
         &permits_4
@@ -78,7 +84,14 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     // datagram is dropped.
     let none = permits(0);
     let mut table = FlowTable::<u32, Taken>::new(None);
-    assert!(!table.start(now, addr("192.0.2.4:5000"), &flight[0], &generation, &none));
+    assert!(!table.start(
+        now,
+        addr("192.0.2.4:5000"),
+        None,
+        &flight[0],
+        &generation,
+        &none
+    ));
     assert_eq!(table.pending(), (0, 0));
 }
 
