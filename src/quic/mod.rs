@@ -27,6 +27,7 @@
 
 pub(crate) mod backend_address;
 pub mod cid;
+pub(crate) mod flow_task;
 pub(crate) mod flows;
 pub(crate) mod handover;
 pub mod initial;

@@ -22,7 +22,7 @@
 //! - a flow handed over to open gets one UDP socket connected to its
 //!   address, its held datagrams in arrival order, a registry entry
 //!   ([`crate::flow::registry`], admin `/connections` and the status page, protocol
-//!   `quic`) and a task (`relay_back`) that sends the backend's datagrams to
+//!   `quic`) and a task ([`super::flow_task`]) that sends the backend's datagrams to
 //!   the client from the listening socket (the first one, or an ICMP port
 //!   unreachable before it, is the address's passive health verdict), tells
 //!   the table the connection IDs the backend chose (NAT rebinding,
@@ -63,46 +63,44 @@
 //! or GRO get one datagram per send or per slot, nothing else changes.
 //! Stats count datagrams, not batches.
 //!
-//! Not here: what becomes of a flow (the table, [`super::flows`]). Not
-//! here (yet): following a client that migrates to a connection ID
-//! issued later in an encrypted frame (see [`super::cid`]); Retry and PROXY
-//! headers (not asked; a cluster's hop header is not sent over UDP).
+//! An open flow's client datagrams toward a `proxy_protocol = "v2"`
+//! backend carry its PROXY header until the backend answers
+//! ([`crate::proxy::datagram`]; made by the table when it routes the flow).
+//!
+//! Not here: what becomes of a flow (the table, [`super::flows`]), an open
+//! flow's own task ([`super::flow_task`]). Not here (yet): following a
+//! client that migrates to a connection ID issued later in an encrypted
+//! frame (see [`super::cid`]); Retry (not asked); reading PROXY headers
+//! from peer relays, and a cluster's hop header over UDP.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use std::time::Instant;
-use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::cid::{self, FlowCids, Path};
-use super::flows::{
-    Datagram, Event, Expiry, FlowRecord, FlowSlots, FlowTable, Opening, Permits, PickFor, Stats,
-};
+use super::cid::Path;
+use super::flow_task::{FlowTask, moved, relay_back};
+use super::flows::{Datagram, Event, Expiry, FlowTable, Opening, Permits, PickFor, Stats};
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::ConnectionId;
-use super::io::{Gather, Offload, RecvBatch, SendBatch, with_scratch};
-use crate::backend::InFlight;
+use super::io::{Gather, Offload, RecvBatch, SendBatch};
 use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
 use crate::flow::generation::Generation;
-use crate::flow::registry::{self, ConnectionEntry, Registered};
+use crate::flow::registry::{self, ConnectionEntry};
 use crate::metrics;
 use crate::proxy::datagram::{DatagramHeaders, Prefix};
-use crate::pump::ready::{Activity, Side};
-use crate::quic::backend_address::{self, Health, Picked};
+use crate::pump::ready::Side;
+use crate::quic::backend_address::{self, Picked};
 
 /// How often pending flows are checked against `client_hello_timeout`.
 pub(crate) const SWEEP: Duration = Duration::from_millis(100);
-/// Backend batches a flow relays in a row before it looks at its bounds
-/// (stop, drain, idle and lifetime) without waiting for the backend to
-/// go quiet.
-const STREAK: u32 = 32;
 /// The largest UDP payload (a datagram forwarded by the process this one
 /// replaced, after its header).
 const MAX_DATAGRAM: usize = 65_535;
@@ -623,12 +621,6 @@ impl SocketTask {
     }
 }
 
-/// Counts `len` bytes toward `side` in a registry entry's activity.
-fn moved(activity: &Activity, side: Side, len: usize) {
-    activity.add(side, len);
-    activity.touch();
-}
-
 /// Sends an open flow's gathered client datagrams on its backend socket;
 /// dropped if the flow is gone or the socket cannot take them now.
 fn send_up(
@@ -710,204 +702,6 @@ fn connect(
     // changes.
     let _ = crate::sockopt::enable_udp_gro(&socket);
     UdpSocket::from_std(socket)
-}
-
-/// An open flow's task: what it holds for its life.
-struct FlowTask {
-    record: FlowRecord,
-    backend: Arc<UdpSocket>,
-    socket: Arc<UdpSocket>,
-    offload: Arc<Offload>,
-    /// Where its datagrams to the client are gathered with other flows'.
-    down: Arc<Gather>,
-    /// The client's address, which moves with NAT rebinding.
-    path: Arc<Path>,
-    /// Its idle and lifetime bounds.
-    expiry: Expiry,
-    /// Its registry entry: removed when the flow ends; its stop fires on
-    /// this socket's close or an operator's `DELETE /connections`.
-    registered: Registered,
-    /// This socket's `close_flows`, which stops the flow with the entry.
-    close: CancellationToken,
-    ended: mpsc::UnboundedSender<(Arc<Path>, u64)>,
-    learned: mpsc::UnboundedSender<(Arc<Path>, u64, ConnectionId)>,
-    drain: DrainGuard,
-    /// What the flow tells its address's passive health.
-    health: Health,
-    /// Counts the flow on its backend address (caps, `least_connections`).
-    in_flight: InFlight,
-    /// Its PROXY headers, if any: the first answer stops them.
-    headers: Option<Arc<DatagramHeaders>>,
-    /// The connection permit, and the listener's and route's admission
-    /// slots, released when the flow ends.
-    _held: FlowSlots<OwnedSemaphorePermit>,
-}
-
-/// Sends the backend's datagrams to the client until the flow ends, then
-/// closes it.
-async fn relay_back(flow: FlowTask) {
-    let FlowTask {
-        record,
-        backend,
-        socket,
-        offload,
-        down,
-        path,
-        expiry,
-        registered,
-        close,
-        ended,
-        learned,
-        drain,
-        mut health,
-        in_flight,
-        headers,
-        _held,
-    } = flow;
-    let mut client = path.client();
-    let mut rebinds = 0;
-    // The connection IDs reported to the socket task, so each goes once.
-    let mut taught = FlowCids::default();
-    let started = record.part.started();
-    let id = record.id;
-    let closing = drain.closing(id);
-    tokio::pin!(closing);
-    // One timer for the flow's life, re-armed only when it fires: activity
-    // only moves the deadline later, so an early wake-up looks again
-    // (rather than a new timer entry per wake-up).
-    let expires = tokio::time::sleep_until(expiry.deadline(record.part.stats.last()).into());
-    tokio::pin!(expires);
-    let reason = {
-        // Shutdown, or an operator's close or drain (told apart by the
-        // entry, as for TCP): one future for the flow's life, so that a
-        // wake-up for a datagram registers no waiter.
-        let stopped = registered.stopped(&close);
-        tokio::pin!(stopped);
-        // Backend batches relayed in a row without a look at the flow's
-        // bounds (the backend branch goes first).
-        let mut streak = 0;
-        loop {
-            // Biased, the backend first: its datagrams are what wakes a
-            // flow; the bounds are polled only when it has none, so a
-            // datagram costs no poll of them. A backend readable at every
-            // turn must not keep the flow past its bounds: after STREAK
-            // batches in a row the backend sits out one turn, in which
-            // the bounds are looked at without waiting (the last branch).
-            tokio::select! {
-                biased;
-                // ERROR too: an ICMP port unreachable alone makes the
-                // socket report an error, not readability.
-                ready = backend.ready(Interest::READABLE | Interest::ERROR), if streak < STREAK => match ready.and_then(|ready| {
-                    if ready.is_readable() {
-                        if path.rebinds() != rebinds {
-                            rebinds = path.rebinds();
-                            client = path.client();
-                        }
-                        relay_down(&offload, &down, &backend, &socket, client, &record.part.stats, started, |datagram| {
-                            // The backend holds the flow: no more
-                            // headers (marked before its answer is sent
-                            // on, so a client that has it sends no more).
-                            if let Some(headers) = &headers {
-                                headers.answered();
-                            }
-                            if let Some(cid) = cid::backend_scid(datagram)
-                                && taught.add(cid)
-                            {
-                                let _ = learned.send((path.clone(), id, cid));
-                            }
-                        })
-                    } else {
-                        pending_error(&backend)
-                    }
-                }) {
-                    Ok(0) => streak = 0,
-                    Ok(bytes) => {
-                        streak += 1;
-                        health.answered(&in_flight, started.into());
-                        moved(registered.activity(), Side::Down, bytes);
-                    }
-                    // An ICMP port unreachable for an earlier datagram: a
-                    // failed connect for passive health if the backend
-                    // never answered; UDP has no connection to lose, so
-                    // the flow goes on until it idles out (the backend
-                    // restarting, say).
-                    Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-                        health.refused(&in_flight);
-                        tracing::debug!(%error, "QUIC backend refused a datagram");
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "QUIC backend socket receive error");
-                        break CloseReason::BackendReset;
-                    }
-                },
-                () = &mut stopped => break registered.reason(CloseReason::Shutdown),
-                // Its route drained by a reload, or its address put in
-                // `maint`.
-                () = &mut closing => break drain.reason(),
-                () = &mut expires => {
-                    streak = 0;
-                    if let Some(reason) = expiry.expired(Instant::now(), record.part.stats.last()) {
-                        break reason;
-                    }
-                    expires.as_mut().reset(expiry.deadline(record.part.stats.last()).into());
-                }
-                () = std::future::ready(()), if streak >= STREAK => streak = 0,
-            }
-        }
-    };
-    drop(in_flight);
-    drop(registered);
-    record.close(reason);
-    let _ = ended.send((path, id));
-}
-
-/// Takes the error a backend socket reports (SO_ERROR: an ICMP error of an
-/// earlier send), as the `Err` of a receive; once none is left, clears the
-/// socket's error readiness and reports nothing relayed.
-fn pending_error(backend: &UdpSocket) -> std::io::Result<usize> {
-    match backend.try_io(Interest::ERROR, || {
-        backend
-            .take_error()?
-            .ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
-    }) {
-        Ok(error) => Err(error),
-        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
-        Err(error) => Err(error),
-    }
-}
-
-/// Sends what the backend socket holds now to the client, one receive
-/// batch gathered into GSO sends, in this thread's scratch buffers (no
-/// await in between, so a flow holds no buffer while it waits). A datagram
-/// the listening socket cannot take now is dropped, as the network would.
-/// Returns the bytes it relayed (0: the socket was empty).
-#[allow(clippy::too_many_arguments)]
-fn relay_down(
-    offload: &Offload,
-    down: &Gather,
-    backend: &UdpSocket,
-    socket: &UdpSocket,
-    client: SocketAddr,
-    stats: &Stats,
-    started: Instant,
-    mut learn: impl FnMut(&[u8]),
-) -> std::io::Result<usize> {
-    with_scratch(|recv, send| {
-        offload.try_recv(backend, recv)?;
-        let max_segments = offload.max_segments();
-        let now = Instant::now();
-        let mut bytes = 0;
-        for (_, _, datagram) in recv.datagrams() {
-            stats.down(datagram.len(), started, now);
-            bytes += datagram.len();
-            learn(datagram);
-            send.push(client, datagram, max_segments, |to, contents, segment| {
-                down.send(offload, socket, to, contents, segment);
-            });
-        }
-        send.flush(|to, contents, segment| down.send(offload, socket, to, contents, segment));
-        Ok(bytes)
-    })
 }
 
 /// The flow table takes the process-wide connection permits from the
