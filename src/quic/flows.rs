@@ -49,15 +49,21 @@
 //! backend socket, whose datagrams it relays without a hop through the
 //! socket task) asks with the times it saw.
 //!
+//! Its parts: what it holds per flow by stage ([`state`]), the bounds on
+//! pending flows and the source they count against ([`bounds`]), what it
+//! tells the socket task ([`events`]), the flow's record ([`record`]) and
+//! the PROXY headers toward its backend ([`announce`]).
+//!
 //! Not here: sockets, tasks, channels, the backend choice itself
-//! (`super::backend_address`), the refusal's bytes (`super::refusal`) or the Initial
-//! parser (`super::initial`).
+//! ([`backend_address`](super::backend_address)), the refusal's bytes
+//! ([`refusal`](super::refusal)) or the Initial parser
+//! ([`initial`](super::initial)).
 //!
 //! Cost: one hash lookup per datagram of an open flow; a pending flow's
 //! datagram is parsed and copied once into its held list.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,7 +73,7 @@ use super::cid::{self, CidTable, FlowCids};
 use super::initial::{ConnectionId, HelloLimits, Parser, QuicHello, Verdict};
 use super::refusal::refusal;
 use crate::addr::PeerAddr;
-use crate::admission::{Admitted, AtAccept};
+use crate::admission::AtAccept;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
@@ -75,72 +81,20 @@ use crate::flow::decision::{self, Arrived};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::metrics::{self, ListenerMetrics};
-use crate::proxy::datagram::DatagramHeaders;
 use crate::quic::backend_address::{Ask, Picked};
 use crate::wire::fingerprint::Fingerprints;
 
 mod announce;
+mod bounds;
 mod events;
 pub(crate) mod record;
+mod state;
 
+use bounds::source_key;
+pub(crate) use bounds::{MAX_HELD_BYTES, MAX_PENDING_FLOWS, MAX_PENDING_PER_SOURCE};
 pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
 pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
-
-/// Pending flows (hello not complete yet) per listening socket.
-pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
-/// Bytes held for pending flows per listening socket (16 MiB): with the
-/// per-flow limit (64 KiB for the default `max_client_hello_bytes`) a
-/// flood cannot make the held datagrams grow past this.
-pub(crate) const MAX_HELD_BYTES: usize = 16 << 20;
-/// Pending flows of one source (an IPv4 address, an IPv6 /64) per
-/// listening socket: a source at this bound evicts its own oldest pending
-/// flow for a new one, so one source cannot own the table. A client's
-/// handshake is pending for about one round trip: 64 is room for as many
-/// clients starting at once behind one NAT.
-pub(crate) const MAX_PENDING_PER_SOURCE: usize = 64;
-
-/// A flow whose hello is not complete yet.
-#[derive(Debug)]
-struct Pending<P> {
-    parser: Parser,
-    held: Vec<Box<[u8]>>,
-    held_bytes: usize,
-    record: FlowRecord,
-    permit: P,
-    admitted: Option<Admitted>,
-}
-
-/// A routed flow waiting for its backend address: its datagrams are still
-/// held, within the same bounds as a pending flow's.
-#[derive(Debug)]
-struct ConnectingFlow<P> {
-    held: Vec<Box<[u8]>>,
-    held_bytes: usize,
-    /// The most it may hold (the pending flow's `HelloLimits::held_bytes`).
-    max_held_bytes: usize,
-    record: FlowRecord,
-    idle: Duration,
-    lifetime: Option<Duration>,
-    slots: FlowSlots<P>,
-    /// The PROXY headers its datagrams carry, if its backend takes them.
-    headers: Option<Arc<DatagramHeaders>>,
-}
-
-/// An open flow: the socket task's handle `B` (its backend socket and
-/// counters) and the connection IDs it taught the table.
-#[derive(Debug)]
-struct Open<B> {
-    id: u64,
-    io: B,
-    cids: FlowCids,
-}
-
-#[derive(Debug)]
-enum FlowState<B, P> {
-    Pending(Box<Pending<P>>),
-    Connecting(Box<ConnectingFlow<P>>),
-    Open(Open<B>),
-}
+use state::{ConnectingFlow, FlowState, Open, Pending};
 
 /// The flows of one listening socket; `B` is what the socket task keeps
 /// per open flow, `P` a connection permit ([`Permits`]).
@@ -795,19 +749,6 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 FlowState::Open(_) => {}
             }
         }
-    }
-}
-
-/// The source a pending flow counts against: its IPv4 address, or the /64
-/// of its IPv6 address (one host or one site's customer network; an
-/// IPv4-mapped address counts as IPv4).
-fn source_key(addr: SocketAddr) -> IpAddr {
-    match addr.ip() {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
-        },
     }
 }
 

@@ -65,6 +65,11 @@
 //! datagrams themselves are the caller's to hold and forward: the parser
 //! copies only each Initial packet it decrypts, for the time of that call.
 //!
+//! Its parts: the verdicts ([`verdict`]), the bounds-checked cursor and
+//! QUIC's integers ([`reader`]), and the walk of an Initial's frames with
+//! the CRYPTO stream's reassembly ([`crypto_stream`]); packets, keys and
+//! the flow's state are this file's.
+//!
 //! Never held: any key of the connection. The Initial keys are public
 //! (anyone who sees the first datagram derives them); the Handshake and
 //! 1-RTT keys come from a key exchange the relay takes no part in.
@@ -84,9 +89,17 @@ use std::sync::Arc;
 use rustls::Side;
 use rustls::quic::Keys;
 
+mod crypto_stream;
+mod reader;
+mod verdict;
+
+pub use verdict::Verdict;
+
 use super::{PacketType, Version, initial_keys};
-use crate::wire::client_hello::{self, ClientHello, Inspect};
+use crate::wire::client_hello::{self, ClientHello};
 use crate::wire::fingerprint::{Fingerprints, Transport};
+use crypto_stream::{Crypto, frames};
+use reader::Reader;
 
 /// A client's datagram carrying an Initial packet must be at least this
 /// long (RFC 9000 §14.1); servers discard shorter ones.
@@ -102,60 +115,6 @@ const SAMPLE_OFFSET: usize = 4;
 const SAMPLE_LEN: usize = 16;
 /// The AEAD tag after every payload (AES-128-GCM).
 const TAG_LEN: usize = 16;
-/// Handshake header: type (1), length (3).
-const HANDSHAKE_HEADER_LEN: usize = 4;
-const HANDSHAKE_CLIENT_HELLO: u8 = 1;
-/// The largest value a variable-length integer holds (RFC 9000 §16).
-const MAX_VARINT: u64 = (1 << 62) - 1;
-
-const FRAME_PADDING: u64 = 0x00;
-const FRAME_PING: u64 = 0x01;
-const FRAME_ACK: u64 = 0x02;
-const FRAME_ACK_ECN: u64 = 0x03;
-const FRAME_CRYPTO: u64 = 0x06;
-
-/// Why the datagrams so far give no ClientHello (yet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Verdict {
-    /// Valid so far; the hello needs more datagrams.
-    #[error("incomplete ClientHello")]
-    Incomplete,
-    /// The flow's first datagram is not a QUIC long header.
-    #[error("not QUIC")]
-    NotQuic,
-    /// A long header of a version this parser does not read.
-    #[error("QUIC version {0:#010x} is not v1 or v2")]
-    UnknownVersion(u32),
-    /// QUIC v1 or v2, but not well-formed Initials carrying a ClientHello.
-    #[error("malformed QUIC Initial")]
-    Malformed,
-    /// More than the limits let the flow send before its hello is complete.
-    #[error("ClientHello larger than the limit")]
-    TooLarge,
-}
-
-impl Verdict {
-    /// The outcome's name, as the TCP close reasons spell theirs.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Incomplete => "incomplete",
-            Verdict::NotQuic => "not_quic",
-            Verdict::UnknownVersion(_) => "unknown_version",
-            Verdict::Malformed => "malformed",
-            Verdict::TooLarge => "too_large",
-        }
-    }
-}
-
-impl From<Inspect> for Verdict {
-    /// The TLS decoder's answer on a complete message.
-    fn from(inspect: Inspect) -> Self {
-        match inspect {
-            Inspect::TooLarge => Verdict::TooLarge,
-            Inspect::Incomplete | Inspect::NotTls | Inspect::Malformed => Verdict::Malformed,
-        }
-    }
-}
 
 /// What a flow may send before its hello is complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -613,176 +572,6 @@ fn expand_packet_number(largest: Option<u64>, truncated: u64, len: usize) -> u64
     }
 }
 
-/// Walks an Initial packet's frames, feeding CRYPTO data to `crypto`.
-fn frames(payload: &[u8], crypto: &mut Crypto, limit: usize) -> Result<(), Verdict> {
-    let mut r = Reader::new(payload);
-    while !r.is_empty() {
-        match r.varint()? {
-            FRAME_PADDING | FRAME_PING => {}
-            kind @ (FRAME_ACK | FRAME_ACK_ECN) => {
-                // Largest Acknowledged, ACK Delay, ACK Range Count, First
-                // ACK Range; each further range a Gap and a Length. The
-                // loop is bounded by the payload: each varint takes a byte.
-                r.varint()?;
-                r.varint()?;
-                let ranges = r.varint()?;
-                r.varint()?;
-                for _ in 0..ranges {
-                    r.varint()?;
-                    r.varint()?;
-                }
-                if kind == FRAME_ACK_ECN {
-                    // ECT(0), ECT(1) and ECN-CE counts.
-                    for _ in 0..3 {
-                        r.varint()?;
-                    }
-                }
-            }
-            FRAME_CRYPTO => {
-                let offset = r.varint()?;
-                let len = r.varint()?;
-                if offset.saturating_add(len) > MAX_VARINT {
-                    return Err(Verdict::Malformed);
-                }
-                let data = r.take(usize::try_from(len).map_err(|_| Verdict::Malformed)?)?;
-                crypto.insert(offset, data, limit)?;
-            }
-            _ => return Err(Verdict::Malformed),
-        }
-    }
-    Ok(())
-}
-
-/// The CRYPTO stream of the Initial space, reassembled by offset.
-#[derive(Debug, Default)]
-struct Crypto {
-    /// Bytes up to the highest offset received; gaps are zero.
-    data: Vec<u8>,
-    /// One bit per byte of `data`: received.
-    have: Vec<u64>,
-    /// Bytes received from offset 0 without a gap.
-    contiguous: usize,
-    /// The message's length, header included, once its header is in.
-    total: Option<usize>,
-}
-
-impl Crypto {
-    fn insert(&mut self, offset: u64, bytes: &[u8], limit: usize) -> Result<(), Verdict> {
-        let end = offset.saturating_add(bytes.len() as u64);
-        if end > limit as u64 {
-            return Err(Verdict::TooLarge);
-        }
-        // Both fit in usize: they are at most `limit`.
-        let (offset, end) = (offset as usize, end as usize);
-        if self.total.is_some_and(|total| end > total) {
-            // A second message in the client's Initials: TLS has none.
-            return Err(Verdict::Malformed);
-        }
-        if end > self.data.len() {
-            self.data.resize(end, 0);
-            self.have.resize(end.div_ceil(64), 0);
-        }
-        for (at, &byte) in (offset..end).zip(bytes) {
-            let (word, bit) = (at / 64, 1u64 << (at % 64));
-            if self.have[word] & bit != 0 {
-                if self.data[at] != byte {
-                    // Two different bytes for one offset: which one the
-                    // server would use is not ours to guess.
-                    return Err(Verdict::Malformed);
-                }
-            } else {
-                self.have[word] |= bit;
-                self.data[at] = byte;
-            }
-        }
-        while self.contiguous < self.data.len()
-            && self.have[self.contiguous / 64] & (1 << (self.contiguous % 64)) != 0
-        {
-            self.contiguous += 1;
-        }
-        self.check_header(limit)
-    }
-
-    /// Judges the handshake header as soon as its bytes are in.
-    fn check_header(&mut self, limit: usize) -> Result<(), Verdict> {
-        if self.have.first().is_some_and(|word| word & 1 != 0)
-            && self.data[0] != HANDSHAKE_CLIENT_HELLO
-        {
-            return Err(Verdict::Malformed);
-        }
-        if self.total.is_none() && self.contiguous >= HANDSHAKE_HEADER_LEN {
-            let [_, a, b, c] = [self.data[0], self.data[1], self.data[2], self.data[3]];
-            let total = HANDSHAKE_HEADER_LEN
-                + (usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c));
-            if total > limit {
-                return Err(Verdict::TooLarge);
-            }
-            if self.data.len() > total {
-                return Err(Verdict::Malformed);
-            }
-            self.total = Some(total);
-        }
-        Ok(())
-    }
-
-    /// The whole message, or `Incomplete`.
-    fn message(&self) -> Result<&[u8], Verdict> {
-        match self.total {
-            Some(total) if self.contiguous >= total => Ok(&self.data[..total]),
-            _ => Err(Verdict::Incomplete),
-        }
-    }
-}
-
-/// A bounds-checked cursor; every shortfall is `Malformed` (a datagram is
-/// never cut: what is missing was never sent).
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.pos >= self.buf.len()
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Verdict> {
-        let end = self.pos.checked_add(n).ok_or(Verdict::Malformed)?;
-        let bytes = self.buf.get(self.pos..end).ok_or(Verdict::Malformed)?;
-        self.pos = end;
-        Ok(bytes)
-    }
-
-    fn u8(&mut self) -> Result<u8, Verdict> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32, Verdict> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn vec8(&mut self) -> Result<&'a [u8], Verdict> {
-        let len = usize::from(self.u8()?);
-        self.take(len)
-    }
-
-    /// A variable-length integer (RFC 9000 §16).
-    fn varint(&mut self) -> Result<u64, Verdict> {
-        let first = self.u8()?;
-        let len = 1usize << (first >> 6);
-        let mut value = u64::from(first & 0x3f);
-        for &byte in self.take(len - 1)? {
-            value = value << 8 | u64::from(byte);
-        }
-        Ok(value)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -797,53 +586,5 @@ mod tests {
         assert_eq!(expand_packet_number(None, 0, 1), 0);
         assert_eq!(expand_packet_number(None, 5, 4), 5);
         assert_eq!(expand_packet_number(Some(0xff), 0x01, 1), 0x101);
-    }
-
-    #[test]
-    fn varints_read_all_four_lengths() {
-        // RFC 9000 §A.1 examples.
-        for (bytes, value) in [
-            (
-                &[0xc2, 0x19, 0x7c, 0x5e, 0xff, 0x14, 0xe8, 0x8c][..],
-                151_288_809_941_952_652,
-            ),
-            (&[0x9d, 0x7f, 0x3e, 0x7d][..], 494_878_333),
-            (&[0x7b, 0xbd][..], 15_293),
-            (&[0x25][..], 37),
-        ] {
-            let mut r = Reader::new(bytes);
-            assert_eq!(r.varint(), Ok(value));
-            assert!(r.is_empty());
-        }
-        assert_eq!(Reader::new(&[0x7b]).varint(), Err(Verdict::Malformed));
-    }
-
-    #[test]
-    fn crypto_reassembles_overlaps_and_refuses_conflicts() {
-        let message = [1, 0, 0, 4, 10, 11, 12, 13];
-        let mut crypto = Crypto::default();
-        crypto.insert(4, &message[4..], 100).unwrap();
-        assert_eq!(crypto.message(), Err(Verdict::Incomplete));
-        crypto.insert(2, &message[2..6], 100).unwrap();
-        crypto.insert(0, &message[..3], 100).unwrap();
-        assert_eq!(crypto.message(), Ok(&message[..]));
-        let mut bad = Crypto::default();
-        bad.insert(0, &message[..6], 100).unwrap();
-        assert_eq!(bad.insert(5, &[99], 100), Err(Verdict::Malformed));
-        let mut past = Crypto::default();
-        past.insert(0, &message, 100).unwrap();
-        assert_eq!(past.insert(8, &[0], 100), Err(Verdict::Malformed));
-        assert_eq!(
-            Crypto::default().insert(99, &[0, 0], 100),
-            Err(Verdict::TooLarge)
-        );
-        assert_eq!(
-            Crypto::default().insert(0, &[2], 100),
-            Err(Verdict::Malformed)
-        );
-        assert_eq!(
-            Crypto::default().insert(0, &[1, 0, 0, 200], 100),
-            Err(Verdict::TooLarge)
-        );
     }
 }

@@ -1,0 +1,60 @@
+//! What the [`FlowTable`](super::FlowTable) holds for each client
+//! address, by stage: a pending flow (its hello not complete, its
+//! datagrams held), a connecting one (routed, waiting for its backend's
+//! address, still holding) and an open one (the socket task's handle).
+//!
+//! Not here: moving a flow from one stage to the next (the table's), nor
+//! the bounds on what they hold ([`bounds`](super::bounds)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::events::FlowSlots;
+use super::record::FlowRecord;
+use crate::admission::Admitted;
+use crate::proxy::datagram::DatagramHeaders;
+use crate::quic::cid::FlowCids;
+use crate::quic::initial::Parser;
+
+/// A flow whose hello is not complete yet.
+#[derive(Debug)]
+pub(super) struct Pending<P> {
+    pub(super) parser: Parser,
+    pub(super) held: Vec<Box<[u8]>>,
+    pub(super) held_bytes: usize,
+    pub(super) record: FlowRecord,
+    pub(super) permit: P,
+    pub(super) admitted: Option<Admitted>,
+}
+
+/// A routed flow waiting for its backend address: its datagrams are still
+/// held, within the same bounds as a pending flow's.
+#[derive(Debug)]
+pub(super) struct ConnectingFlow<P> {
+    pub(super) held: Vec<Box<[u8]>>,
+    pub(super) held_bytes: usize,
+    /// The most it may hold (the pending flow's `HelloLimits::held_bytes`).
+    pub(super) max_held_bytes: usize,
+    pub(super) record: FlowRecord,
+    pub(super) idle: Duration,
+    pub(super) lifetime: Option<Duration>,
+    pub(super) slots: FlowSlots<P>,
+    /// The PROXY headers its datagrams carry, if its backend takes them.
+    pub(super) headers: Option<Arc<DatagramHeaders>>,
+}
+
+/// An open flow: the socket task's handle `B` (its backend socket and
+/// counters) and the connection IDs it taught the table.
+#[derive(Debug)]
+pub(super) struct Open<B> {
+    pub(super) id: u64,
+    pub(super) io: B,
+    pub(super) cids: FlowCids,
+}
+
+#[derive(Debug)]
+pub(super) enum FlowState<B, P> {
+    Pending(Box<Pending<P>>),
+    Connecting(Box<ConnectingFlow<P>>),
+    Open(Open<B>),
+}
