@@ -21,6 +21,14 @@
 //!   flow at most its share), so the kernel's default socket buffers never
 //!   overflow on loopback; a datagram not echoed within [`LOSS_WAIT`] is
 //!   counted lost and its slot freed.
+//! - `header`: what a PROXY v2 header on every datagram costs
+//!   ([`quic_oneway`]): the same cases as `rate` (plain endpoints) through
+//!   two relays, one whose backend sets `proxy_protocol = "v2"` and one
+//!   without, alternating; the backend strips the header with the `ppp`
+//!   crate's parser and echoes straight to the client, so the relay never
+//!   sees an answer (which would end the headers) and carries one
+//!   direction: its datagrams/s and CPU per GB of that direction, and the
+//!   ratios with / without.
 //! - `idle`: `--idle` flows (8,000 by default) opened (hello echoed) and
 //!   left quiet; the relay's RSS and descriptor deltas per flow (each flow
 //!   costs the relay a backend socket: keep `--idle` within the hard
@@ -55,6 +63,8 @@
 
 #[path = "support/proc.rs"]
 mod proc;
+#[path = "support/quic_oneway.rs"]
+mod quic_oneway;
 
 use proc::{cpu_seconds, fd_count, median, rss_kib};
 use std::collections::BTreeMap;
@@ -141,7 +151,7 @@ struct Args {
     /// The relay's worker threads (`threads`).
     #[arg(long, value_name = "N", default_value_t = 1)]
     threads: usize,
-    /// Phases to run, comma-separated: rate, idle.
+    /// Phases to run, comma-separated: rate, header, idle.
     #[arg(
         long,
         value_name = "PHASE,...",
@@ -313,7 +323,9 @@ fn udp_bound(port: u16) -> bool {
         .any(|l| l.split_whitespace().nth(1) == Some(needle.as_str()))
 }
 
-fn start_relay(args: &Args, dir: &Path, backend: SocketAddr) -> Relay {
+/// snirelay in front of `backend`; `backend_extra` is added to the
+/// backend's table (`proxy_protocol = "v2"` for the `header` phase).
+fn start_relay(args: &Args, dir: &Path, backend: SocketAddr, backend_extra: &str) -> Relay {
     let port = free_udp_port();
     let config = format!(
         r#"[global]
@@ -337,6 +349,7 @@ backend = "b"
 
 [backend.b]
 addresses = ["{backend}"]
+{backend_extra}
 "#,
         max = args.idle + 1000,
         threads = args.threads,
@@ -454,14 +467,16 @@ async fn open_flow(target: SocketAddr, hello: &[Vec<u8>]) -> UdpSocket {
 
 /// `count` short-header-looking datagrams of `size` bytes each, one after
 /// another in `train`, numbered from `first`: form bit 0, fixed bit 1, an
-/// 8-byte connection ID (the flow number), the sequence number, filler.
-fn short_headers(train: &mut Vec<u8>, size: usize, flow: u64, first: u64, count: usize) {
+/// 8-byte connection ID (the flow number), the sequence number, the
+/// client's port (for the `header` phase's backend), filler.
+fn short_headers(train: &mut Vec<u8>, size: usize, flow: u64, first: u64, count: usize, port: u16) {
     train.clear();
     train.resize(size * count, 0x5a);
     for (datagram, seq) in train.chunks_mut(size).zip(first..) {
         datagram[0] = 0x40 | (seq as u8 & 0x03);
         datagram[1..9].copy_from_slice(&flow.to_be_bytes());
         datagram[9..17].copy_from_slice(&seq.to_be_bytes());
+        datagram[quic_oneway::PORT_AT].copy_from_slice(&port.to_be_bytes());
     }
 }
 
@@ -483,6 +498,9 @@ struct Load {
     from: Instant,
     until: Instant,
     counters: Arc<Counters>,
+    /// Where an unconnected client socket sends (the `header` phase's,
+    /// whose echoes come from the backend); `None`: the socket's peer.
+    send_to: Option<SocketAddr>,
 }
 
 /// Sends short-header datagrams on `socket` until `until`, keeping at most
@@ -500,7 +518,9 @@ async fn drive(socket: UdpSocket, flow: u64, load: Load) {
         from,
         until,
         counters,
+        send_to,
     } = load;
+    let port = socket.local_addr().unwrap().port();
     // Only a batched endpoint turns GRO on: a plain one reads datagram by
     // datagram.
     let batched = (endpoints == Endpoints::Batched).then(|| {
@@ -559,10 +579,13 @@ async fn drive(socket: UdpSocket, flow: u64, load: Load) {
                     }
                     count += 1;
                 }
-                short_headers(&mut train, size, flow, seq + 1, count);
+                short_headers(&mut train, size, flow, seq + 1, count, port);
                 seq += count as u64;
                 let sent = match &batched {
-                    None => socket.send(&train).await.is_ok(),
+                    None => match send_to {
+                        Some(to) => socket.send_to(&train, to).await.is_ok(),
+                        None => socket.send(&train).await.is_ok(),
+                    },
                     Some((state, to)) => {
                         let segment = (count > 1).then_some(size);
                         send_batch(&socket, state, *to, &train, segment).await;
@@ -596,10 +619,22 @@ struct RateFigures {
     cpu_per_gb: Option<f64>,
 }
 
+/// How a rate case's echoes come back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Echoes {
+    /// Back the way they went (the `rate` phase): each echo crosses the
+    /// path twice.
+    ThroughRelay,
+    /// From the backend straight to the client (the `header` phase): the
+    /// relay carries one direction.
+    Direct,
+}
+
 /// Opens `flows` flows to `target` and drives them for `seconds`.
 #[allow(clippy::too_many_arguments)]
 async fn rate(
     endpoints: Endpoints,
+    echoes: Echoes,
     target: SocketAddr,
     pid: Option<u32>,
     flows: usize,
@@ -609,9 +644,16 @@ async fn rate(
 ) -> RateFigures {
     let mut sockets = Vec::with_capacity(flows);
     for chunk in (0..flows).collect::<Vec<_>>().chunks(OPENING) {
-        let opened = chunk.iter().map(|_| {
+        let opened = chunk.iter().map(|&flow| {
             let hello = hello.clone();
-            tokio::spawn(async move { open_flow(target, &hello).await })
+            tokio::spawn(async move {
+                match echoes {
+                    Echoes::ThroughRelay => open_flow(target, &hello).await,
+                    Echoes::Direct => {
+                        quic_oneway::open_oneway_flow(target, &hello, flow as u64).await
+                    }
+                }
+            })
         });
         for task in opened.collect::<Vec<_>>() {
             sockets.push(task.await.unwrap());
@@ -629,6 +671,7 @@ async fn rate(
         from,
         until,
         counters: Arc::new(Counters::default()),
+        send_to: (echoes == Echoes::Direct).then_some(target),
     };
     let tasks: Vec<_> = sockets
         .into_iter()
@@ -643,8 +686,14 @@ async fn rate(
         task.await.unwrap();
     }
     let echoed = load.counters.echoed.load(Ordering::Relaxed) as f64;
-    // Each echo crossed the path twice: client → backend and back.
-    let datagrams = 2.0 * echoed;
+    // An echo crossed the path twice (client → backend and back), or, on
+    // the one-way path, the relay once.
+    let crossings = if echoes == Echoes::ThroughRelay {
+        2.0
+    } else {
+        1.0
+    };
+    let datagrams = crossings * echoed;
     let bytes = datagrams * size as f64;
     RateFigures {
         datagrams_per_s: datagrams / seconds as f64,
@@ -741,6 +790,9 @@ async fn bench(args: Args) {
             slot.insert(backend(kind).await);
         }
     }
+    let direct = Arc::new(quic_oneway::HeaderCounts::default());
+    let direct_backend = quic_oneway::direct_return_backend(direct.clone()).await;
+    let direct = (direct_backend, direct);
     let mut samples = Samples::new();
     let mut lost = 0u64;
     let cases: Vec<Case> = kinds
@@ -754,7 +806,7 @@ async fn bench(args: Args) {
                 let (endpoints, flows, size) = case;
                 let backend = backends[endpoints.name()];
                 // A fresh relay per case: no flows left from the last one.
-                let relay = start_relay(&args, &dir, backend);
+                let relay = start_relay(&args, &dir, backend, "");
                 let order: [bool; 2] = if run % 2 == 0 {
                     [true, false]
                 } else {
@@ -772,7 +824,17 @@ async fn bench(args: Args) {
                         (false, Some(nginx)) => (nginx.addr, Some(nginx.child.id()), "nginx"),
                         (false, None) => (backend, None, "direct"),
                     };
-                    let f = rate(endpoints, target, pid, flows, size, args.seconds, &hello).await;
+                    let f = rate(
+                        endpoints,
+                        Echoes::ThroughRelay,
+                        target,
+                        pid,
+                        flows,
+                        size,
+                        args.seconds,
+                        &hello,
+                    )
+                    .await;
                     let key = |what: &str| sample_key(case, who, what);
                     samples
                         .entry(key("datagrams/s"))
@@ -799,8 +861,11 @@ async fn bench(args: Args) {
                 }
             }
         }
+        if args.only.iter().any(|o| o == "header") {
+            header_run(&args, &dir, run, &hello, &direct, &mut samples, &mut lost).await;
+        }
         if args.only.iter().any(|o| o == "idle") {
-            let relay = start_relay(&args, &dir, backends["plain"]);
+            let relay = start_relay(&args, &dir, backends["plain"], "");
             let f = idle(&relay, &hello, args.idle).await;
             eprintln!(
                 "run {run}: idle {} flows: {:.0} B RSS, {:.2} descriptors per flow",
@@ -818,6 +883,103 @@ async fn bench(args: Args) {
     }
     let _ = std::fs::remove_dir_all(&dir);
     print_table(&samples, &args, &cases, lost);
+    if args.only.iter().any(|o| o == "header") {
+        print_header_table(&samples, &args, &direct.1);
+    }
+}
+
+/// The header phase's cases: plain endpoints, 1 and `--flows` flows, each
+/// size.
+fn header_cases(args: &Args) -> Vec<Case> {
+    [1, args.flows]
+        .into_iter()
+        .flat_map(|flows| SIZES.map(|size| (Endpoints::Plain, flows, size)))
+        .collect()
+}
+
+const WITHOUT: &str = "no header";
+const WITH: &str = "v2 header";
+
+/// One run of the `header` phase: each case through a relay whose backend
+/// takes no header and one whose backend takes PROXY v2, the order
+/// alternating run by run, echoes straight from the backend.
+async fn header_run(
+    args: &Args,
+    dir: &Path,
+    run: usize,
+    hello: &Arc<Vec<Vec<u8>>>,
+    (backend, _): &(SocketAddr, Arc<quic_oneway::HeaderCounts>),
+    samples: &mut Samples,
+    lost: &mut u64,
+) {
+    for case in header_cases(args) {
+        let (endpoints, flows, size) = case;
+        let mut order = [(WITHOUT, ""), (WITH, "proxy_protocol = \"v2\"")];
+        if run % 2 == 1 {
+            order.reverse();
+        }
+        for (who, extra) in order {
+            let relay = start_relay(args, dir, *backend, extra);
+            let f = rate(
+                endpoints,
+                Echoes::Direct,
+                relay.addr,
+                Some(relay.child.id()),
+                flows,
+                size,
+                args.seconds,
+                hello,
+            )
+            .await;
+            let key = |what: &str| sample_key(case, who, what);
+            samples
+                .entry(key("datagrams/s"))
+                .or_default()
+                .push(f.datagrams_per_s);
+            if let Some(cpu) = f.cpu_per_gb {
+                samples.entry(key("CPU s/GB")).or_default().push(cpu);
+            }
+            *lost += f.lost;
+            eprintln!(
+                "run {run}: header phase, {flows} flows, {size} B, {who}: {:.0} datagrams/s one way, lost {}{}",
+                f.datagrams_per_s,
+                f.lost,
+                f.cpu_per_gb
+                    .map(|c| format!(", CPU {c:.2} s/GB"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+}
+
+fn print_header_table(samples: &Samples, args: &Args, counts: &quic_oneway::HeaderCounts) {
+    let m = |key: String| samples.get(&key).map(|v| median(v)).unwrap_or(f64::NAN);
+    println!(
+        "header phase (one way through the relay, echoes straight from the backend): {} datagrams with a header read by ppp ({} bytes each), {} naming another client port",
+        counts.with_header.load(Ordering::Relaxed),
+        counts.header_bytes.load(Ordering::Relaxed),
+        counts.mismatched.load(Ordering::Relaxed)
+    );
+    println!(
+        "| flows | size | no header datagrams/s | v2 header datagrams/s | ratio | no header CPU s/GB | v2 header CPU s/GB | CPU ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for case in header_cases(args) {
+        let (_, flows, size) = case;
+        let (nd, hd) = (
+            m(sample_key(case, WITHOUT, "datagrams/s")),
+            m(sample_key(case, WITH, "datagrams/s")),
+        );
+        let (nc, hc) = (
+            m(sample_key(case, WITHOUT, "CPU s/GB")),
+            m(sample_key(case, WITH, "CPU s/GB")),
+        );
+        println!(
+            "| {flows} | {size} | {nd:.0} | {hd:.0} | {:.2} | {nc:.2} | {hc:.2} | {:.2} |",
+            hd / nd,
+            hc / nc
+        );
+    }
 }
 
 fn print_table(samples: &Samples, args: &Args, cases: &[Case], lost: u64) {

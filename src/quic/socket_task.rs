@@ -223,6 +223,9 @@ struct SocketTask {
     /// datagrams of one receive gathered per flow for one send.
     offload: Arc<Offload>,
     up: SendBatch,
+    /// Where a gathered run of datagrams is framed behind its flow's
+    /// PROXY header (reused, so framing allocates nothing once grown).
+    framed: Vec<u8>,
     /// The open flows' datagrams to their clients, gathered for sends of
     /// many flows at once.
     down: Arc<Gather>,
@@ -261,6 +264,7 @@ impl SocketTask {
             successor: Arc::default(),
             offload,
             up: SendBatch::default(),
+            framed: Vec::new(),
             down: Arc::default(),
         }
     }
@@ -376,12 +380,14 @@ impl SocketTask {
             moved(&open.entry.activity, Side::Up, datagram.len());
             // Gathered with the flow's next datagrams of this receive, for
             // one send (`flush_up`).
-            let (table, offload) = (&self.table, &self.offload);
+            let (table, offload, framed) = (&self.table, &self.offload, &mut self.framed);
             self.up.push(
                 from,
                 datagram,
                 offload.max_segments(),
-                |client, contents, segment| send_up(table, offload, client, contents, segment),
+                |client, contents, segment| {
+                    send_up(table, offload, framed, client, contents, segment);
+                },
             );
             return;
         }
@@ -615,17 +621,26 @@ impl SocketTask {
 
     /// Sends the open flows' datagrams gathered from the last receive.
     fn flush_up(&mut self) {
-        let (table, offload) = (&self.table, &self.offload);
-        self.up
-            .flush(|client, contents, segment| send_up(table, offload, client, contents, segment));
+        let (table, offload, framed) = (&self.table, &self.offload, &mut self.framed);
+        self.up.flush(|client, contents, segment| {
+            send_up(table, offload, framed, client, contents, segment);
+        });
     }
 }
 
 /// Sends an open flow's gathered client datagrams on its backend socket;
-/// dropped if the flow is gone or the socket cannot take them now.
+/// dropped if the flow is gone or the socket cannot take them now. Until
+/// the backend answers, each datagram of the run is framed behind the
+/// flow's PROXY header in `framed`, and the run still goes in one send: a
+/// gathered run's datagrams are all `segment` bytes but the last, which
+/// may be shorter, so with one header in front of each they are all
+/// `header + segment` but the last, as a GSO send needs. The header is
+/// the one a `segment`-byte datagram gets (full, or minimal where the full
+/// one would pass `max_datagram_size`), and fits the shorter last one too.
 fn send_up(
     table: &FlowTable<OpenFlow, OwnedSemaphorePermit>,
     offload: &Offload,
+    framed: &mut Vec<u8>,
     client: SocketAddr,
     contents: &[u8],
     segment: Option<usize>,
@@ -637,18 +652,32 @@ fn send_up(
         None => {
             let _ = offload.send_connected(&open.backend, open.backend_addr, contents, segment);
         }
-        // Until the backend answers, each datagram goes alone with its
-        // header (a few, at a flow's start): a gathered send's segments
-        // must be of one size.
         Some(headers) => {
-            for datagram in contents.chunks(segment.unwrap_or(contents.len()).max(1)) {
-                send_with_header(
-                    offload,
-                    &open.backend,
-                    open.backend_addr,
-                    Some(headers),
-                    datagram,
-                );
+            let each = segment.unwrap_or(contents.len()).max(1);
+            match headers.next(each) {
+                Prefix::Header(header) => {
+                    framed.clear();
+                    for datagram in contents.chunks(each) {
+                        framed.extend_from_slice(header);
+                        framed.extend_from_slice(datagram);
+                    }
+                    let segment = segment.map(|each| header.len() + each);
+                    let _ =
+                        offload.send_connected(&open.backend, open.backend_addr, framed, segment);
+                }
+                // Answered since the check above, or too large even for
+                // the minimal header: datagram by datagram.
+                Prefix::Nothing | Prefix::TooLarge => {
+                    for datagram in contents.chunks(each) {
+                        send_with_header(
+                            offload,
+                            &open.backend,
+                            open.backend_addr,
+                            Some(headers),
+                            datagram,
+                        );
+                    }
+                }
             }
         }
     }
