@@ -77,7 +77,7 @@ use crate::admission::AtAccept;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
-use crate::flow::decision::{self, Arrived};
+use crate::flow::decision::{self, Arrived, DryRun, HelloRefused};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::metrics::{self, ListenerMetrics};
@@ -87,12 +87,14 @@ use crate::wire::fingerprint::Fingerprints;
 mod announce;
 mod bounds;
 mod events;
+pub(crate) mod preface;
 pub(crate) mod record;
 mod state;
 
 use bounds::source_key;
 pub(crate) use bounds::{MAX_HELD_BYTES, MAX_PENDING_FLOWS, MAX_PENDING_PER_SOURCE};
 pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
+use preface::Arrival;
 pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
 use state::{ConnectingFlow, FlowState, Open, Pending};
 
@@ -181,6 +183,11 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     /// No new flow starts from now on.
     pub(crate) fn drain(&mut self) {
         self.draining = true;
+    }
+
+    /// Whether a flow of any state is at `at`.
+    pub(crate) fn holds(&self, at: SocketAddr) -> bool {
+        self.flows.contains_key(&at)
     }
 
     /// The open flow at `at`, if any (to relay datagrams gathered for it).
@@ -276,7 +283,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         now: Instant,
         from: SocketAddr,
         to: Option<IpAddr>,
-        datagram: &[u8],
+        arrival: Arrival<'_>,
         generation: &Generation,
         permits: &impl Permits<Permit = P>,
     ) -> bool {
@@ -307,19 +314,64 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         // there, without a flow: nothing is held for it.
         let admitted = match gate::admit(generation, PeerAddr(from), &metrics, || {
             let record = flow_record(listener.clone(), from, now, metrics.clone(), None);
-            record.part.stats.up(datagram.len(), now, now);
+            record.part.stats.up(arrival.len(), now, now);
             record
         }) {
             Ok(AtAccept::Admitted(admitted)) => Some(admitted),
-            // Never: a QUIC listener has no PROXY protocol, so no trusted
-            // peer to decide after a preface.
+            // A trusted peer relay: decided on the client it claims.
             Ok(AtAccept::AfterPreface) => None,
             Err(_refused) => return false,
         };
+        let after_preface = admitted.is_none();
+        let dialled = self.local.map(|local| match to {
+            Some(ip) => SocketAddr::new(ip, local.port()),
+            None => local,
+        });
+        // The flow's preface: its first datagram's PROXY header, if any,
+        // decided as the TCP preface decides a connection's.
+        let len = arrival.len();
+        let preface = match preface::first(listener.proxy_protocol.as_ref(), from, dialled, arrival)
+        {
+            Ok(preface) => preface,
+            Err(error) => {
+                let mut record = flow_record(listener, from, now, metrics, dialled);
+                record.claimed = error.claimed();
+                record.part.stats.up(len, now, now);
+                self.close(record, CloseReason::from(error), None);
+                return false;
+            }
+        };
+        let claimed = preface.sender.claimed();
+        let admitted = if after_preface {
+            // As a TCP connection from a trusted peer: admitted on its
+            // claim, the peer's own flows not counted as a client's.
+            match generation.admission.after_preface(claimed) {
+                Ok(admitted) => {
+                    if let Some(dry) = admitted.as_ref().and_then(|a| DryRun::of(None, a)) {
+                        dry.log(&listener, PeerAddr(from));
+                    }
+                    admitted
+                }
+                Err(refusal) => {
+                    let refused = HelloRefused::by_admission(refusal);
+                    refused.count(&metrics);
+                    let mut record = flow_record(listener, from, now, metrics, dialled);
+                    record.claimed = claimed;
+                    record.part.stats.up(len, now, now);
+                    self.close(record, refused.reason, None);
+                    return false;
+                }
+            }
+        } else {
+            admitted
+        };
+        let datagram = preface.payload;
         // Room for it: after the gate, so that a refused source evicts
         // nobody. Nothing evictable (every place held by a connecting
         // flow): dropped, the client retransmits.
-        let source = source_key(from);
+        // A relayed flow counts against the client it claims, as its
+        // per-source limits do.
+        let source = source_key(claimed.map_or(from, |c| c.0));
         if !self.make_room(now, source, datagram.len(), permits) {
             self.drop_new_flow(now, &generation.listener);
             return false;
@@ -329,11 +381,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             return false;
         };
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
-        let dialled = self.local.map(|local| match to {
-            Some(ip) => SocketAddr::new(ip, local.port()),
-            None => local,
-        });
-        let record = flow_record(listener, from, now, metrics, dialled);
+        let mut record = flow_record(listener, from, now, metrics, dialled);
+        record.claimed = claimed;
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
         // within a few times MAX_PENDING_FLOWS however fast flows finish.
@@ -355,6 +404,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 record,
                 permit,
                 admitted,
+                source,
+                relayed: preface.relayed,
             })),
         );
         self.feed(now, from, datagram, generation);
@@ -409,7 +460,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             Some(source) => self
                 .pending_order
                 .iter()
-                .find(|entry| source_key(entry.1) == source && live(entry))
+                .find(|entry| {
+                    live(entry)
+                        && matches!(flows.get(&entry.1), Some(FlowState::Pending(p)) if p.source == source)
+                })
                 .copied(),
         };
         let Some((_, addr)) = found else {
@@ -518,7 +572,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
                 self.held_bytes -= pending.held_bytes;
-                let source = source_key(from);
+                let source = pending.source;
                 if let Some(count) = self.pending_by_source.get_mut(&source) {
                     *count -= 1;
                     if *count == 0 {
@@ -563,6 +617,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             mut record,
             permit,
             mut admitted,
+            relayed,
             ..
         } = pending;
         // One decision, as a TCP connection's: admit on the hello, route,
@@ -572,7 +627,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         record.fingerprints = hello.fingerprints.clone();
         let arrived = Arrived {
             peer: PeerAddr(from),
-            claimed: None,
+            claimed: record.claimed,
         };
         let decision = decision::decide(generation, arrived, &hello.hello, ja4);
         decision.log_dry_runs(&record.part.listener, PeerAddr(from));
@@ -597,7 +652,13 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         };
         let target = routed.entry;
         record.routed(target);
-        let headers = announce::headers_toward(&target.backend, &record, &hello.hello);
+        let headers = announce::FlowHeaders::toward(
+            &target.backend,
+            &generation.backends,
+            &record,
+            &hello.hello,
+            relayed.as_ref(),
+        );
         if let Some(counted) = routed.admitted {
             admitted = Some(counted);
         }
@@ -614,7 +675,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             None => None,
         };
         let ask = Ask {
-            client: from,
+            client: record.claimed.map_or(from, |c| c.0),
+            claimed: record.claimed.is_some(),
             sni: record.sni.clone(),
             local,
         };
@@ -676,17 +738,22 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         } = *connecting;
         match outcome {
             Err(reason) => self.close(record, reason, None),
-            Ok((picked, drain)) => self.events.push_back(Event::Open(Box::new(Opening {
-                from,
-                record,
-                held,
-                idle,
-                lifetime,
-                slots,
-                picked,
-                drain,
-                headers,
-            }))),
+            Ok((picked, drain)) => {
+                // The hop header toward another node, or the local
+                // backend's own.
+                let headers = headers.for_pick(picked.local);
+                self.events.push_back(Event::Open(Box::new(Opening {
+                    from,
+                    record,
+                    held,
+                    idle,
+                    lifetime,
+                    slots,
+                    picked,
+                    drain,
+                    headers,
+                })))
+            }
         }
     }
 
