@@ -51,8 +51,11 @@
 //!
 //! Its parts: what it holds per flow by stage ([`state`]), the bounds on
 //! pending flows and the source they count against ([`bounds`]), what it
-//! tells the socket task ([`events`]), the flow's record ([`record`]) and
-//! the PROXY headers toward its backend ([`announce`]).
+//! tells the socket task ([`events`]), the flow's record ([`record`]), the
+//! PROXY header a trusted peer relay's datagrams carry ([`preface`]: read
+//! on a flow's first datagram as the TCP preface reads a connection's,
+//! its claim admitted and counted per source, the pending bounds keyed on
+//! it) and the PROXY headers toward its backend ([`announce`]).
 //!
 //! Not here: sockets, tasks, channels, the backend choice itself
 //! ([`backend_address`](super::backend_address)), the refusal's bytes
@@ -77,7 +80,7 @@ use crate::admission::AtAccept;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
-use crate::flow::decision::{self, Arrived, DryRun, HelloRefused};
+use crate::flow::decision::{self, Arrived};
 use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::metrics::{self, ListenerMetrics};
@@ -342,28 +345,18 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             }
         };
         let claimed = preface.sender.claimed();
-        let admitted = if after_preface {
-            // As a TCP connection from a trusted peer: admitted on its
-            // claim, the peer's own flows not counted as a client's.
-            match generation.admission.after_preface(claimed) {
-                Ok(admitted) => {
-                    if let Some(dry) = admitted.as_ref().and_then(|a| DryRun::of(None, a)) {
-                        dry.log(&listener, PeerAddr(from));
-                    }
-                    admitted
-                }
-                Err(refusal) => {
-                    let refused = HelloRefused::by_admission(refusal);
-                    refused.count(&metrics);
+        let admitted = match after_preface {
+            true => match preface::admit(generation, PeerAddr(from), claimed, &metrics) {
+                Ok(admitted) => admitted,
+                Err(reason) => {
                     let mut record = flow_record(listener, from, now, metrics, dialled);
                     record.claimed = claimed;
                     record.part.stats.up(len, now, now);
-                    self.close(record, refused.reason, None);
+                    self.close(record, reason, None);
                     return false;
                 }
-            }
-        } else {
-            admitted
+            },
+            false => admitted,
         };
         let datagram = preface.payload;
         // Room for it: after the gate, so that a refused source evicts

@@ -64,14 +64,17 @@
 //! Stats count datagrams, not batches.
 //!
 //! An open flow's client datagrams toward a `proxy_protocol = "v2"`
-//! backend carry its PROXY header until the backend answers
-//! ([`crate::proxy::datagram`]; made by the table when it routes the flow).
+//! backend (a cluster's hop toward another node included) carry its PROXY
+//! header until the backend answers ([`crate::proxy::datagram`]; made by
+//! the table when it routes the flow). On a listener with
+//! `[listener.proxy_protocol]`, every datagram of a trusted peer relay is
+//! stripped of its header here, before the table sees it
+//! ([`super::flows::preface`]); the flow's answers go to the peer's address.
 //!
 //! Not here: what becomes of a flow (the table, [`super::flows`]), an open
 //! flow's own task ([`super::flow_task`]). Not here (yet): following a
 //! client that migrates to a connection ID issued later in an encrypted
-//! frame (see [`super::cid`]); Retry (not asked); reading PROXY headers
-//! from peer relays, and a cluster's hop header over UDP.
+//! frame (see [`super::cid`]); Retry (not asked).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

@@ -35,14 +35,21 @@
 //! starts with a signature is the client's bytes, relayed as they came, as
 //! a TCP connection's bytes after its hello are never sniffed.
 //!
+//! A trusted peer's flow is admitted on its claim ([`admit`]), as a TCP
+//! connection from a trusted peer is.
+//!
 //! Not here: the header grammar ([`crate::proxy::datagram::read`],
-//! [`crate::wire::proxy`]), admission on the claim (the table's, through
-//! [`crate::admission::Admission::after_preface`]), or the headers a flow
-//! sends on ([`super::announce`]).
+//! [`crate::wire::proxy`]), the limits themselves ([`crate::admission`]),
+//! or the headers a flow sends on ([`super::announce`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::admission::Admitted;
+use crate::flow::access::CloseReason;
+use crate::flow::decision::{DryRun, HelloRefused};
+use crate::flow::generation::Generation;
+use crate::metrics::ListenerMetrics;
 use crate::proxy::datagram::{self, Read};
 use crate::proxy::inbound::{Inbound, Mode, PrefaceError, Sender};
 use crate::wire::proxy::{Announced, Header, Sniff, check_claim, sniff};
@@ -216,6 +223,32 @@ pub(crate) fn first<'d>(
         relayed: Some((header, passed)),
         payload,
     })
+}
+
+/// Admits a trusted peer's flow on the client it `claimed`, as a TCP
+/// connection from a trusted peer is admitted after its preface
+/// ([`crate::admission::Admission::after_preface`]): a claimed client as if
+/// it had come directly, the peer's own flows (no claim) not counted as a
+/// client's. A refusal is counted and its close reason returned.
+pub(crate) fn admit(
+    generation: &Generation,
+    peer: PeerAddr,
+    claimed: Option<ClaimedAddr>,
+    metrics: &ListenerMetrics,
+) -> Result<Option<Admitted>, CloseReason> {
+    match generation.admission.after_preface(claimed) {
+        Ok(admitted) => {
+            if let Some(dry) = admitted.as_ref().and_then(|a| DryRun::of(None, a)) {
+                dry.log(&generation.listener, peer);
+            }
+            Ok(admitted)
+        }
+        Err(refusal) => {
+            let refused = HelloRefused::by_admission(refusal);
+            refused.count(metrics);
+            Err(refused.reason)
+        }
+    }
 }
 
 #[cfg(test)]

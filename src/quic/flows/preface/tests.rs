@@ -1,7 +1,6 @@
 use std::net::SocketAddr;
 
 use super::*;
-use crate::flow::access::CloseReason;
 use crate::proxy::datagram::{DatagramHeaders, Prefix};
 use crate::proxy::outbound::{AddedTlvs, Announcement, Learnt};
 use crate::wire::proxy::Invalid;
