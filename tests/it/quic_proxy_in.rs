@@ -5,7 +5,8 @@
 //! measured peer are logged apart, and answers go to the peer; an
 //! untrusted source's header, a trusted peer's malformed or truncated
 //! header and its missing one close the flow with the TCP preface's
-//! reasons; per-source limits count the claimed clients behind one peer
+//! reasons (a truncated one is `proxy_missing`, a header started and never
+//! finished); per-source limits count the claimed clients behind one peer
 //! apart. And a cluster's hop header over UDP: two nodes whose lookups
 //! each name the other end a QUIC flow at `max_hops`, `hop_limit`, with a
 //! bounded count of datagrams.
@@ -198,8 +199,9 @@ async fn headers_the_tcp_preface_refuses_close_the_flow_with_its_reasons() {
     bad_version[12] = 0x31;
     let v1 = framed(b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 443\r\n", hello);
     let cases: [(&[u8], &str); 4] = [
-        // Cut inside its address block: a header never spans datagrams.
-        (&header[..20], "proxy_invalid"),
+        // Cut inside its address block: a header never spans datagrams,
+        // so it was started and never finished, as TCP says it.
+        (&header[..20], "proxy_missing"),
         (&bad_version, "proxy_invalid"),
         (&v1, "proxy_invalid"),
         // mode = "require": a trusted peer's flow must start with a header.

@@ -12,13 +12,16 @@
 //! - from a trusted peer, a valid v2 DGRAM header is stripped
 //!   ([`Arrival::Relayed`]); a header cut short by the datagram's end, a
 //!   v1 header (no UDP form) or one that breaks the spec is
-//!   [`PrefaceError::Invalid`] (`proxy_invalid`); a datagram with no
+//!   [`PrefaceError::Invalid`] (`proxy_invalid`; a cut one becomes
+//!   `proxy_missing` for a flow's first datagram, below); a datagram with no
 //!   signature is [`Arrival::TrustedPlain`].
 //!
 //! Per flow, on its first datagram ([`first`]), as the TCP preface decides
 //! on its header: a trusted peer's plain datagram in mode `require` is
 //! [`PrefaceError::Missing`] (`proxy_missing`), in mode `optional` a flow
-//! of the peer's own (no claim); a header's claim is checked as TCP checks
+//! of the peer's own (no claim); a header the datagram cuts short is
+//! `proxy_missing` in either mode, as a TCP header started and never
+//! finished is; a header's claim is checked as TCP checks
 //! it ([`check_claim`], against the address the flow's datagram was sent
 //! to), its hop count against `max_hops` ([`PrefaceError::HopLimit`],
 //! `hop_limit`), and the TLVs `pass_through_tlvs` lists are kept for the
@@ -52,7 +55,7 @@ use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 use crate::proxy::datagram::{self, Read};
 use crate::proxy::inbound::{Inbound, Mode, PrefaceError, Sender};
-use crate::wire::proxy::{Announced, Header, Sniff, check_claim, sniff};
+use crate::wire::proxy::{Announced, Header, Invalid, Sniff, check_claim, sniff};
 use crate::wire::proxy_tlv::{PassedTlvs, passed_tlvs};
 
 /// One datagram on a listener, as far as PROXY headers go.
@@ -182,6 +185,13 @@ pub(crate) fn first<'d>(
                 payload,
             });
         }
+        // A header the datagram cuts short is one started and never
+        // finished, which the TCP preface closes `proxy_missing` in
+        // either mode: a header never spans datagrams.
+        Arrival::Refused {
+            error: PrefaceError::Invalid(Invalid::Truncated),
+            ..
+        } => return Err(PrefaceError::Missing),
         Arrival::Refused { error, .. } => return Err(error),
         Arrival::Relayed {
             header,
