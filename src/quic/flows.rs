@@ -331,39 +331,37 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             None => local,
         });
         // The flow's preface: its first datagram's PROXY header, if any,
-        // decided as the TCP preface decides a connection's.
+        // decided as the TCP preface decides a connection's; then, behind
+        // a trusted peer, admission on the claim.
         let len = arrival.len();
-        let preface = match preface::first(listener.proxy_protocol.as_ref(), from, dialled, arrival)
-        {
-            Ok(preface) => preface,
-            Err(error) => {
+        let inbound = listener.proxy_protocol.as_ref();
+        let decided = preface::first(inbound, from, dialled, arrival)
+            .map_err(|error| (error.claimed(), CloseReason::from(error)))
+            .and_then(|preface| {
+                let claimed = preface.sender.claimed();
+                match after_preface {
+                    true => preface::admit(generation, PeerAddr(from), claimed, &metrics)
+                        .map(|admitted| (preface, admitted))
+                        .map_err(|reason| (claimed, reason)),
+                    false => Ok((preface, admitted)),
+                }
+            });
+        let (preface, admitted) = match decided {
+            Ok(decided) => decided,
+            Err((claimed, reason)) => {
                 let mut record = flow_record(listener, from, now, metrics, dialled);
-                record.claimed = error.claimed();
+                record.claimed = claimed;
                 record.part.stats.up(len, now, now);
-                self.close(record, CloseReason::from(error), None);
+                self.close(record, reason, None);
                 return false;
             }
         };
         let claimed = preface.sender.claimed();
-        let admitted = match after_preface {
-            true => match preface::admit(generation, PeerAddr(from), claimed, &metrics) {
-                Ok(admitted) => admitted,
-                Err(reason) => {
-                    let mut record = flow_record(listener, from, now, metrics, dialled);
-                    record.claimed = claimed;
-                    record.part.stats.up(len, now, now);
-                    self.close(record, reason, None);
-                    return false;
-                }
-            },
-            false => admitted,
-        };
         let datagram = preface.payload;
         // Room for it: after the gate, so that a refused source evicts
         // nobody. Nothing evictable (every place held by a connecting
-        // flow): dropped, the client retransmits.
-        // A relayed flow counts against the client it claims, as its
-        // per-source limits do.
+        // flow): dropped, the client retransmits. A relayed flow counts
+        // against the client it claims, as its per-source limits do.
         let source = source_key(claimed.map_or(from, |c| c.0));
         if !self.make_room(now, source, datagram.len(), permits) {
             self.drop_new_flow(now, &generation.listener);
