@@ -363,20 +363,17 @@ pub static KEYS: &[Key] = &[
     key("listener.match.ja4_deny", Kind::Strings, Unset("none"),
         "JA4 fingerprints (exact, or a prefix ending in `*`) a hello must match none of."),
     key("listener.proxy_protocol", Kind::Table, Unset("no PROXY header is read"),
-        "Inbound PROXY headers (v2 or v1) from trusted peer relays.")
-        .tcp(),
+        "Inbound PROXY headers from trusted peer relays (v2 or v1 on TCP; v2 on each datagram on QUIC)."),
     key("listener.proxy_protocol.trusted", Kind::Networks, Required("required"),
-        "Networks, addresses or host names (resolved at each load) of the peers whose headers are read.")
-        .tcp(),
+        "Networks, addresses or host names (resolved at each load) of the peers whose headers are read."),
     key("listener.proxy_protocol.mode", Kind::Choice(&["require", "optional"]), Value("\"require\""),
-        "Whether a trusted peer must send a header, or may.")
-        .tcp(),
+        "Whether a trusted peer must send a header, or may (QUIC: on a flow's first datagram)."),
     key("listener.proxy_protocol.max_hops", Kind::Integer, Value("3"),
         "Relay-to-relay hops a connection may have crossed before it is refused (`hop_limit`).")
-        .range(MAX_HOPS_RANGE).unit("hops").tcp(),
+        .range(MAX_HOPS_RANGE).unit("hops"),
     key("listener.proxy_protocol.pass_through_tlvs", Kind::Integers, Value("[]"),
         "TLV types copied from a peer's header into the header a v2 backend receives (0x01, 0x20, 0x30, 0xE0-0xF7).")
-        .range(TLV_TYPE_RANGE).tcp(),
+        .range(TLV_TYPE_RANGE),
     key("listener.limits", Kind::Table, KeyDefault::Table,
         "Admission per source, decided before a byte is read."),
     key("listener.limits.connections_per_source", Kind::CountOrOff, Value("256"),

@@ -49,8 +49,11 @@ use crate::metrics::BackendSeries;
 /// task that waits for DNS or a cluster lookup).
 #[derive(Debug, Clone)]
 pub(crate) struct Ask {
-    /// The client's address and port (QUIC flows carry no claim).
+    /// The client's address and port: the claimed one behind a trusted
+    /// peer relay, else the flow's.
     pub client: SocketAddr,
+    /// Whether `client` is a trusted peer's claim.
+    pub claimed: bool,
     /// The normalised SNI, for cluster lookups.
     pub sni: Option<Box<str>>,
     /// The listening socket's address, for a cluster backend (an answer
@@ -84,7 +87,7 @@ pub(crate) async fn pick(
         sni: ask.sni.as_deref(),
         local: ask.local,
         client_addr: ask.client,
-        claimed: false,
+        claimed: ask.claimed,
     };
     let candidates = candidates::candidates(backends, runtime, &pick).await?;
     let plan = candidates.plan(pick.client);
@@ -230,6 +233,7 @@ mod tests {
     fn ask() -> Ask {
         Ask {
             client: "10.0.0.1:4433".parse().unwrap(),
+            claimed: false,
             sni: Some("example.com".into()),
             local: Some("127.0.0.1".parse().unwrap()),
         }

@@ -51,8 +51,11 @@
 //!
 //! Its parts: what it holds per flow by stage ([`state`]), the bounds on
 //! pending flows and the source they count against ([`bounds`]), what it
-//! tells the socket task ([`events`]), the flow's record ([`record`]) and
-//! the PROXY headers toward its backend ([`announce`]).
+//! tells the socket task ([`events`]), the flow's record ([`record`]), the
+//! PROXY header a trusted peer relay's datagrams carry ([`preface`]: read
+//! on a flow's first datagram as the TCP preface reads a connection's,
+//! its claim admitted and counted per source, the pending bounds keyed on
+//! it) and the PROXY headers toward its backend ([`announce`]).
 //!
 //! Not here: sockets, tasks, channels, the backend choice itself
 //! ([`backend_address`](super::backend_address)), the refusal's bytes
@@ -87,12 +90,14 @@ use crate::wire::fingerprint::Fingerprints;
 mod announce;
 mod bounds;
 mod events;
+pub(crate) mod preface;
 pub(crate) mod record;
 mod state;
 
 use bounds::source_key;
 pub(crate) use bounds::{MAX_HELD_BYTES, MAX_PENDING_FLOWS, MAX_PENDING_PER_SOURCE};
 pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
+use preface::Arrival;
 pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
 use state::{ConnectingFlow, FlowState, Open, Pending};
 
@@ -181,6 +186,11 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     /// No new flow starts from now on.
     pub(crate) fn drain(&mut self) {
         self.draining = true;
+    }
+
+    /// Whether a flow of any state is at `at`.
+    pub(crate) fn holds(&self, at: SocketAddr) -> bool {
+        self.flows.contains_key(&at)
     }
 
     /// The open flow at `at`, if any (to relay datagrams gathered for it).
@@ -276,7 +286,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         now: Instant,
         from: SocketAddr,
         to: Option<IpAddr>,
-        datagram: &[u8],
+        arrival: Arrival<'_>,
         generation: &Generation,
         permits: &impl Permits<Permit = P>,
     ) -> bool {
@@ -307,19 +317,52 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         // there, without a flow: nothing is held for it.
         let admitted = match gate::admit(generation, PeerAddr(from), &metrics, || {
             let record = flow_record(listener.clone(), from, now, metrics.clone(), None);
-            record.part.stats.up(datagram.len(), now, now);
+            record.part.stats.up(arrival.len(), now, now);
             record
         }) {
             Ok(AtAccept::Admitted(admitted)) => Some(admitted),
-            // Never: a QUIC listener has no PROXY protocol, so no trusted
-            // peer to decide after a preface.
+            // A trusted peer relay: decided on the client it claims.
             Ok(AtAccept::AfterPreface) => None,
             Err(_refused) => return false,
         };
+        let after_preface = admitted.is_none();
+        let dialled = self.local.map(|local| match to {
+            Some(ip) => SocketAddr::new(ip, local.port()),
+            None => local,
+        });
+        // The flow's preface: its first datagram's PROXY header, if any,
+        // decided as the TCP preface decides a connection's; then, behind
+        // a trusted peer, admission on the claim.
+        let len = arrival.len();
+        let inbound = listener.proxy_protocol.as_ref();
+        let decided = preface::first(inbound, from, dialled, arrival)
+            .map_err(|error| (error.claimed(), CloseReason::from(error)))
+            .and_then(|preface| {
+                let claimed = preface.sender.claimed();
+                match after_preface {
+                    true => preface::admit(generation, PeerAddr(from), claimed, &metrics)
+                        .map(|admitted| (preface, admitted))
+                        .map_err(|reason| (claimed, reason)),
+                    false => Ok((preface, admitted)),
+                }
+            });
+        let (preface, admitted) = match decided {
+            Ok(decided) => decided,
+            Err((claimed, reason)) => {
+                let mut record = flow_record(listener, from, now, metrics, dialled);
+                record.claimed = claimed;
+                record.part.stats.up(len, now, now);
+                self.close(record, reason, None);
+                return false;
+            }
+        };
+        let claimed = preface.sender.claimed();
+        let datagram = preface.payload;
         // Room for it: after the gate, so that a refused source evicts
         // nobody. Nothing evictable (every place held by a connecting
-        // flow): dropped, the client retransmits.
-        let source = source_key(from);
+        // flow): dropped, the client retransmits. A relayed flow counts
+        // against the client it claims, as its per-source limits do.
+        let source = source_key(claimed.map_or(from, |c| c.0));
         if !self.make_room(now, source, datagram.len(), permits) {
             self.drop_new_flow(now, &generation.listener);
             return false;
@@ -329,11 +372,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             return false;
         };
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
-        let dialled = self.local.map(|local| match to {
-            Some(ip) => SocketAddr::new(ip, local.port()),
-            None => local,
-        });
-        let record = flow_record(listener, from, now, metrics, dialled);
+        let mut record = flow_record(listener, from, now, metrics, dialled);
+        record.claimed = claimed;
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
         // within a few times MAX_PENDING_FLOWS however fast flows finish.
@@ -355,6 +395,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 record,
                 permit,
                 admitted,
+                source,
+                relayed: preface.relayed,
             })),
         );
         self.feed(now, from, datagram, generation);
@@ -409,7 +451,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             Some(source) => self
                 .pending_order
                 .iter()
-                .find(|entry| source_key(entry.1) == source && live(entry))
+                .find(|entry| {
+                    live(entry)
+                        && matches!(flows.get(&entry.1), Some(FlowState::Pending(p)) if p.source == source)
+                })
                 .copied(),
         };
         let Some((_, addr)) = found else {
@@ -518,7 +563,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
                 self.held_bytes -= pending.held_bytes;
-                let source = source_key(from);
+                let source = pending.source;
                 if let Some(count) = self.pending_by_source.get_mut(&source) {
                     *count -= 1;
                     if *count == 0 {
@@ -563,6 +608,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             mut record,
             permit,
             mut admitted,
+            relayed,
             ..
         } = pending;
         // One decision, as a TCP connection's: admit on the hello, route,
@@ -572,7 +618,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         record.fingerprints = hello.fingerprints.clone();
         let arrived = Arrived {
             peer: PeerAddr(from),
-            claimed: None,
+            claimed: record.claimed,
         };
         let decision = decision::decide(generation, arrived, &hello.hello, ja4);
         decision.log_dry_runs(&record.part.listener, PeerAddr(from));
@@ -597,7 +643,13 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         };
         let target = routed.entry;
         record.routed(target);
-        let headers = announce::headers_toward(&target.backend, &record, &hello.hello);
+        let headers = announce::FlowHeaders::toward(
+            &target.backend,
+            &generation.backends,
+            &record,
+            &hello.hello,
+            relayed.as_ref(),
+        );
         if let Some(counted) = routed.admitted {
             admitted = Some(counted);
         }
@@ -614,7 +666,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             None => None,
         };
         let ask = Ask {
-            client: from,
+            client: record.claimed.map_or(from, |c| c.0),
+            claimed: record.claimed.is_some(),
             sni: record.sni.clone(),
             local,
         };
@@ -676,17 +729,22 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         } = *connecting;
         match outcome {
             Err(reason) => self.close(record, reason, None),
-            Ok((picked, drain)) => self.events.push_back(Event::Open(Box::new(Opening {
-                from,
-                record,
-                held,
-                idle,
-                lifetime,
-                slots,
-                picked,
-                drain,
-                headers,
-            }))),
+            Ok((picked, drain)) => {
+                // The hop header toward another node, or the local
+                // backend's own.
+                let headers = headers.for_pick(picked.local);
+                self.events.push_back(Event::Open(Box::new(Opening {
+                    from,
+                    record,
+                    held,
+                    idle,
+                    lifetime,
+                    slots,
+                    picked,
+                    drain,
+                    headers,
+                })))
+            }
         }
     }
 

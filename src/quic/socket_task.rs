@@ -64,14 +64,17 @@
 //! Stats count datagrams, not batches.
 //!
 //! An open flow's client datagrams toward a `proxy_protocol = "v2"`
-//! backend carry its PROXY header until the backend answers
-//! ([`crate::proxy::datagram`]; made by the table when it routes the flow).
+//! backend (a cluster's hop toward another node included) carry its PROXY
+//! header until the backend answers ([`crate::proxy::datagram`]; made by
+//! the table when it routes the flow). On a listener with
+//! `[listener.proxy_protocol]`, every datagram of a trusted peer relay is
+//! stripped of its header here, before the table sees it
+//! ([`super::flows::preface`]); the flow's answers go to the peer's address.
 //!
 //! Not here: what becomes of a flow (the table, [`super::flows`]), an open
 //! flow's own task ([`super::flow_task`]). Not here (yet): following a
 //! client that migrates to a connection ID issued later in an encrypted
-//! frame (see [`super::cid`]); Retry (not asked); reading PROXY headers
-//! from peer relays, and a cluster's hop header over UDP.
+//! frame (see [`super::cid`]); Retry (not asked).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -98,6 +101,7 @@ use crate::metrics;
 use crate::proxy::datagram::{DatagramHeaders, Prefix};
 use crate::pump::ready::Side;
 use crate::quic::backend_address::{self, Picked};
+use crate::quic::flows::preface;
 
 /// How often pending flows are checked against `client_hello_timeout`.
 pub(crate) const SWEEP: Duration = Duration::from_millis(100);
@@ -375,7 +379,16 @@ impl SocketTask {
     /// One datagram from `from` to `to` (when the kernel said), received at
     /// `now`: through the table, then what the table asks for.
     fn datagram(&mut self, now: Instant, datagram: &[u8], from: SocketAddr, to: Option<IpAddr>) {
+        // A trusted peer relay's PROXY header is stripped here, whatever
+        // the flow's state; a flow's first datagram decides the flow
+        // (`FlowTable::start`).
+        let listener = &self.current.listener;
+        let arrival = preface::arrived(listener.proxy_protocol.as_ref(), from, datagram);
         if let Some(open) = self.table.open_mut(from) {
+            let Some(datagram) = arrival.payload() else {
+                tracing::debug!(listener = %listener.name, client.peer = %from, "a datagram with an invalid PROXY header on an open flow: dropped");
+                return;
+            };
             open.stats.up(datagram.len(), open.started, now);
             moved(&open.entry.activity, Side::Up, datagram.len());
             // Gathered with the flow's next datagrams of this receive, for
@@ -391,10 +404,17 @@ impl SocketTask {
             );
             return;
         }
-        match self.table.handle(now, from, datagram, &self.current) {
+        let payload = match arrival.payload() {
+            Some(payload) => payload,
+            // An invalid header: a flow's later datagram is dropped, a new
+            // flow's first one closes it (`start`, below).
+            None if self.table.holds(from) => return,
+            None => &[],
+        };
+        match self.table.handle(now, from, payload, &self.current) {
             Datagram::Open | Datagram::Taken => {}
             // A client of an open flow that moved (NAT rebinding).
-            Datagram::Moved if self.rebind(now, datagram, from) => {}
+            Datagram::Moved if self.rebind(now, payload, from) => {}
             Datagram::Moved | Datagram::Unknown => {
                 // Replaced (a binary upgrade): a new flow is the new
                 // process's, which reads the socket once this one is done.
@@ -404,14 +424,8 @@ impl SocketTask {
                 if self.runtime.stop_accepting.is_cancelled() || self.stop.is_cancelled() {
                     self.table.drain();
                 }
-                self.table.start(
-                    now,
-                    from,
-                    to,
-                    datagram,
-                    &self.current,
-                    &self.runtime.permits,
-                );
+                self.table
+                    .start(now, from, to, arrival, &self.current, &self.runtime.permits);
             }
         }
         self.perform(now);
@@ -530,7 +544,10 @@ impl SocketTask {
             egress,
         } = picked;
         record.backend_addr = Some(backend_addr);
-        let backend = match connect(backend_addr, from, &egress) {
+        // `source = "client"` binds the client's address: the one a
+        // trusted peer claims, as for a TCP connection.
+        let client = record.claimed.map_or(from, |c| c.0);
+        let backend = match connect(backend_addr, client, &egress) {
             Ok(socket) => Arc::new(socket),
             Err(error) => {
                 tracing::debug!(%error, backend.addr = %backend_addr, "cannot open a QUIC backend socket");
@@ -575,7 +592,7 @@ impl SocketTask {
             backend: &routed,
             backend_addr,
             client: from,
-            claimed: None,
+            claimed: record.claimed.map(|c| c.0),
             accepted: started.into(),
             local,
         });

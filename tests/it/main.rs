@@ -62,6 +62,7 @@ mod quic_backends;
 mod quic_browser;
 mod quic_initial;
 mod quic_listener;
+mod quic_proxy_in;
 mod quic_proxy_out;
 mod quic_quinn;
 mod quic_refusal;

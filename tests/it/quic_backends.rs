@@ -146,10 +146,13 @@ async fn a_cluster_backend_sends_flows_to_the_answered_node_or_the_local_backend
     plane.set(NGTCP2, Reply::endpoints(&[remote]));
     plane.set(AIOQUIC, Reply::Endpoints(vec![]));
     plane.set(RFC9001, Reply::endpoints(&["192.0.2.1:443"]));
+    // A v1 hop header has no UDP form: the other node gets the datagrams
+    // as they came, and echoes them (a v2 hop header over UDP:
+    // tests/it/quic_proxy_in.rs).
     let backend = format!(
         "connect_timeout = \"2s\"\n\n[backend.b.cluster]\nlookup_url = \"{}\"\n\
          allowed_targets = [\"127.0.0.0/8\"]\nlocal_backend = \"home\"\n\
-         local_overrides = [\"{CHROMIUM}\"]",
+         local_overrides = [\"{CHROMIUM}\"]\nhop_proxy_protocol = \"v1\"",
         plane.url()
     );
     let relay = Relay::start(&quic_relay(

@@ -180,13 +180,13 @@ impl Checker {
 
     /// On a QUIC listener, `backend` (reached from `key`) may send a PROXY
     /// v2 header over UDP ([`crate::proxy::datagram`]) but not v1, which
-    /// has no UDP form; a cluster backend's `local_backend` sends none; a
-    /// cluster that asks DNS
-    /// (`dns_server`) needs the listener bound to its node's own addresses,
-    /// since a flow knows the address it came to only from its socket and
-    /// an answer naming this node must be recognised. A cluster backend's
-    /// `hop_proxy_protocol` is not sent over UDP: it is no reason to refuse,
-    /// but `proxy_protocol_tlvs` added to it would be set and never sent.
+    /// has no UDP form: a plain backend or a cluster's `local_backend`
+    /// that sends v1 is refused; a cluster whose `hop_proxy_protocol` is
+    /// v1 (nodes that still run Gerbil) sends its flows to other nodes
+    /// with no header, as before hop counts went over UDP. A cluster that
+    /// asks DNS (`dns_server`) needs the listener bound to its node's own
+    /// addresses, since a flow knows the address it came to only from its
+    /// socket and an answer naming this node must be recognised.
     pub(super) fn quic_backend(
         &mut self,
         key: &str,
@@ -212,33 +212,23 @@ impl Checker {
         let Some(cluster) = cluster else {
             return;
         };
-        // A flow sends no header over UDP, so these would never be sent.
-        if !backend.proxy_protocol_tlvs.is_empty() {
-            self.problem(
-                key.to_owned(),
-                format!(
-                    "backend {:?} adds proxy_protocol_tlvs to the PROXY headers it sends other \
-                     nodes, which a protocol = \"quic\" listener cannot send over UDP",
-                    backend.name
-                ),
-            );
-        }
         let local = cluster
             .local_backend
             .as_deref()
             .and_then(|name| backends.get(name));
-        if let Some(local) = local
-            && local.proxy_protocol != Outbound::None
-        {
-            self.problem(
-                key.to_owned(),
-                format!(
-                    "backend {:?} sends this node's sites to local_backend {:?}, which sends PROXY \
-                     headers; a protocol = \"quic\" listener sends a header over UDP only to a \
-                     backend a route names, not to a cluster's local_backend",
-                    backend.name, local.name
-                ),
-            );
+        if let Some(local) = local {
+            self.quic_backends.insert(local.name.clone());
+            if local.proxy_protocol == Outbound::V1 {
+                self.problem(
+                    key.to_owned(),
+                    format!(
+                        "backend {:?} sends this node's sites to local_backend {:?}, which sends PROXY \
+                         v1 headers, which have no UDP form; a protocol = \"quic\" listener sends \
+                         proxy_protocol = \"v2\" over UDP (or none)",
+                        backend.name, local.name
+                    ),
+                );
+            }
         }
         if matches!(cluster.lookup, ClusterLookup::Dns { .. })
             && let Some(wildcard) = listener.listen.iter().find(|a| a.ip().is_unspecified())

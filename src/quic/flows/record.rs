@@ -75,7 +75,7 @@ pub(crate) struct FlowPart {
     pub version: Option<Version>,
     /// The relay's end of the flow's backend socket: the client address
     /// the backend sees, logged so that its lines can be matched to this
-    /// flow (no PROXY header on UDP carries the real one).
+    /// flow (a backend that reads no PROXY header over UDP sees only it).
     pub backend_local: Option<SocketAddr>,
     pub stats: Arc<Stats>,
     /// The client's current address once the flow is open (NAT rebinding).

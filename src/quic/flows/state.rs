@@ -6,15 +6,17 @@
 //! Not here: moving a flow from one stage to the next (the table's), nor
 //! the bounds on what they hold ([`bounds`](super::bounds)).
 
-use std::sync::Arc;
+use std::net::IpAddr;
 use std::time::Duration;
 
+use super::announce::FlowHeaders;
 use super::events::FlowSlots;
 use super::record::FlowRecord;
 use crate::admission::Admitted;
-use crate::proxy::datagram::DatagramHeaders;
 use crate::quic::cid::FlowCids;
 use crate::quic::initial::Parser;
+use crate::wire::proxy::Header;
+use crate::wire::proxy_tlv::PassedTlvs;
 
 /// A flow whose hello is not complete yet.
 #[derive(Debug)]
@@ -25,6 +27,12 @@ pub(super) struct Pending<P> {
     pub(super) record: FlowRecord,
     pub(super) permit: P,
     pub(super) admitted: Option<Admitted>,
+    /// The source it counts against ([`source_key`](super::bounds::source_key)
+    /// of its claimed client behind a trusted peer, else of its address).
+    pub(super) source: IpAddr,
+    /// The trusted peer's PROXY header that relays it, and the TLVs kept
+    /// from it (for the backend's header).
+    pub(super) relayed: Option<(Header, PassedTlvs)>,
 }
 
 /// A routed flow waiting for its backend address: its datagrams are still
@@ -39,8 +47,9 @@ pub(super) struct ConnectingFlow<P> {
     pub(super) idle: Duration,
     pub(super) lifetime: Option<Duration>,
     pub(super) slots: FlowSlots<P>,
-    /// The PROXY headers its datagrams carry, if its backend takes them.
-    pub(super) headers: Option<Arc<DatagramHeaders>>,
+    /// The PROXY headers its datagrams carry, if the address chosen takes
+    /// them.
+    pub(super) headers: FlowHeaders,
 }
 
 /// An open flow: the socket task's handle `B` (its backend socket and

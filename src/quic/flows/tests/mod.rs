@@ -225,7 +225,14 @@ fn feed(
 ) {
     for datagram in datagrams {
         if table.handle(now, from, datagram, generation) == Datagram::Unknown {
-            table.start(now, from, None, datagram, generation, permits);
+            table.start(
+                now,
+                from,
+                None,
+                Arrival::Direct(datagram),
+                generation,
+                permits,
+            );
         }
     }
 }
@@ -238,7 +245,14 @@ fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
     let now = Instant::now();
     let client = addr("192.0.2.1:5000");
     let flight = initials("example.com", 3);
-    assert!(table.start(now, client, None, &flight[0], &generation, &permits));
+    assert!(table.start(
+        now,
+        client,
+        None,
+        Arrival::Direct(&flight[0]),
+        &generation,
+        &permits
+    ));
     assert_eq!(table.pending(), (1, 1200));
     assert!(matches!(
         table.handle(now, client, &flight[1], &generation),
@@ -457,7 +471,14 @@ fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() 
     let started: Vec<bool> = (0..5)
         .map(|port| {
             let from = addr(&format!("192.0.2.1:{}", 5000 + port));
-            table.start(now, from, None, &flight[0], &generation, &permits)
+            table.start(
+                now,
+                from,
+                None,
+                Arrival::Direct(&flight[0]),
+                &generation,
+                &permits,
+            )
         })
         .collect();
     assert_eq!(started, [true, true, true, false, false]);
@@ -465,7 +486,7 @@ fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() 
         now,
         addr("192.0.2.2:5000"),
         None,
-        &flight[0],
+        Arrival::Direct(&flight[0]),
         &generation,
         &permits
     ));

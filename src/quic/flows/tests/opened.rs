@@ -138,7 +138,14 @@ fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
         &permits,
     );
     table.drain();
-    assert!(!table.start(now, late, None, &flight[0], &generation, &permits));
+    assert!(!table.start(
+        now,
+        late,
+        None,
+        Arrival::Direct(&flight[0]),
+        &generation,
+        &permits
+    ));
     // Flows already there go on: the pending one completes its hello.
     feed(
         &mut table,
