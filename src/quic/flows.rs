@@ -325,7 +325,6 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             Ok(AtAccept::AfterPreface) => None,
             Err(_refused) => return false,
         };
-        let after_preface = admitted.is_none();
         let dialled = self.local.map(|local| match to {
             Some(ip) => SocketAddr::new(ip, local.port()),
             None => local,
@@ -334,18 +333,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         // decided as the TCP preface decides a connection's; then, behind
         // a trusted peer, admission on the claim.
         let len = arrival.len();
-        let inbound = listener.proxy_protocol.as_ref();
-        let decided = preface::first(inbound, from, dialled, arrival)
-            .map_err(|error| (error.claimed(), CloseReason::from(error)))
-            .and_then(|preface| {
-                let claimed = preface.sender.claimed();
-                match after_preface {
-                    true => preface::admit(generation, PeerAddr(from), claimed, &metrics)
-                        .map(|admitted| (preface, admitted))
-                        .map_err(|reason| (claimed, reason)),
-                    false => Ok((preface, admitted)),
-                }
-            });
+        let decided = preface::decide(generation, from, dialled, arrival, admitted, &metrics);
         let (preface, admitted) = match decided {
             Ok(decided) => decided,
             Err((claimed, reason)) => {

@@ -66,6 +66,7 @@ mod quic_proxy_in;
 mod quic_proxy_out;
 mod quic_quinn;
 mod quic_refusal;
+mod quic_two_relays;
 
 // Backends and clusters.
 mod backend_backup;

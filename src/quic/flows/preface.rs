@@ -261,5 +261,30 @@ pub(crate) fn admit(
     }
 }
 
+/// A new flow's preface ([`first`]) and, when the accept gate left the
+/// decision to it (`gated` is `None`: a trusted peer relay's datagram), the
+/// admission on the client it claims ([`admit`]); a flow the gate admitted
+/// keeps `gated`. A refusal names the claim (if any) for the record, and
+/// its close reason.
+pub(crate) fn decide<'d>(
+    generation: &Generation,
+    from: SocketAddr,
+    dialled: Option<SocketAddr>,
+    arrival: Arrival<'d>,
+    gated: Option<Admitted>,
+    metrics: &ListenerMetrics,
+) -> Result<(FlowPreface<'d>, Option<Admitted>), (Option<ClaimedAddr>, CloseReason)> {
+    let inbound = generation.listener.proxy_protocol.as_ref();
+    let preface = first(inbound, from, dialled, arrival)
+        .map_err(|error| (error.claimed(), CloseReason::from(error)))?;
+    if gated.is_some() {
+        return Ok((preface, gated));
+    }
+    let claimed = preface.sender.claimed();
+    admit(generation, PeerAddr(from), claimed, metrics)
+        .map(|admitted| (preface, admitted))
+        .map_err(|reason| (claimed, reason))
+}
+
 #[cfg(test)]
 mod tests;

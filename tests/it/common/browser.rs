@@ -31,8 +31,21 @@ pub(crate) async fn chromium(args: &[String]) -> String {
 /// As [`chromium`], with stderr and the time taken. The run must exit with
 /// success (chromium does, even when the page failed to load) within 60 s.
 pub(crate) async fn chromium_run(args: &[String]) -> BrowserRun {
+    chromium_run_in(None, args).await
+}
+
+/// As [`chromium_run`], inside the named network namespace `netns` when
+/// given (`ip netns exec`, as [`super::netns::wrap_in`] runs a program).
+pub(crate) async fn chromium_run_in(netns: Option<&str>, args: &[String]) -> BrowserRun {
     let profile = super::scratch_dir("chromium-profile");
-    let mut command = std::process::Command::new("chromium");
+    let mut command = match netns {
+        None => std::process::Command::new("chromium"),
+        Some(ns) => {
+            let mut wrapped = std::process::Command::new("ip");
+            wrapped.args(["netns", "exec", ns, "chromium"]);
+            wrapped
+        }
+    };
     command
         .args([
             "--headless=new",

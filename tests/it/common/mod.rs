@@ -581,6 +581,12 @@ impl Tool {
         Tool { child, dir, log }
     }
 
+    /// The program's process id (the program's own when it was started
+    /// through `ip netns exec`, which execs it).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn lines(&self) -> Vec<String> {
         self.log
             .lines
