@@ -201,6 +201,93 @@ impl<'l> TcpRecord<'l> {
     }
 }
 
+/// What a relaying TCP connection keeps of its record: the fields its
+/// registry entry does not hold. The SNI, the backend's address and the
+/// claimed client are the entry's while the connection relays, and the
+/// record takes them back at close ([`RelayingRecord::close_record`]); the
+/// listener and the arrival are borrowed again from the task. An idle
+/// connection's task holds this (72 bytes) instead of the whole record
+/// (176), which is what lets the task fit a smaller allocation
+/// ([`crate::tcp::connection`]).
+#[derive(Debug)]
+pub(crate) struct RelayingRecord<'l> {
+    id: u64,
+    route: Option<&'l str>,
+    backend: Option<Arc<Backend>>,
+    alpn: Option<Box<str>>,
+    fingerprints: Option<Arc<Fingerprints>>,
+    /// Bytes counted toward the backend before the relay (the replayed
+    /// hello); the relay's own count is added at close.
+    up_before: u64,
+    ech: Option<EchKind>,
+}
+
+/// What the registry entry of a relaying connection gives back to its
+/// record at close (see [`RelayingRecord`]).
+#[derive(Debug)]
+pub(crate) struct FromEntry {
+    pub sni: Option<Box<str>>,
+    pub backend_addr: SocketAddr,
+    pub claimed: Option<ClaimedAddr>,
+    /// What the relay moved each way.
+    pub relayed: Transferred,
+}
+
+impl<'l> TcpRecord<'l> {
+    /// The record of a connection that starts relaying, reduced to what
+    /// its registry entry does not hold (see [`RelayingRecord`]). Inlined,
+    /// so the reduced record is written where the task keeps it.
+    #[inline(always)]
+    pub(crate) fn relaying(self) -> RelayingRecord<'l> {
+        debug_assert_eq!(self.moved.down, 0, "nothing goes down before the relay");
+        RelayingRecord {
+            id: self.id,
+            route: self.part.route,
+            backend: self.backend,
+            alpn: self.alpn,
+            fingerprints: self.fingerprints,
+            up_before: self.moved.up,
+            ech: self.ech,
+        }
+    }
+}
+
+impl<'l> RelayingRecord<'l> {
+    /// The connection's id.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The whole record again, for the line at close: `listener` and
+    /// `arrival` as the record had them, the rest from the entry.
+    pub(crate) fn close_record(
+        self,
+        listener: &'l Listener,
+        arrival: &'l Arrival,
+        entry: FromEntry,
+    ) -> TcpRecord<'l> {
+        ConnRecord {
+            id: self.id,
+            part: TcpPart {
+                listener,
+                arrival,
+                route: self.route,
+            },
+            sni: entry.sni,
+            alpn: self.alpn,
+            ech: self.ech,
+            backend: self.backend,
+            backend_addr: Some(entry.backend_addr),
+            moved: Transferred {
+                up: self.up_before + entry.relayed.up,
+                down: entry.relayed.down,
+            },
+            claimed: entry.claimed,
+            fingerprints: self.fingerprints,
+        }
+    }
+}
+
 impl<P> ConnRecord<P> {
     /// The record of connection `id`, as it arrived, its transport's part
     /// being `part`.

@@ -228,9 +228,9 @@ impl Registered {
         }
     }
 
-    /// The SNI its hello named, as registered.
-    pub(crate) fn sni(&self) -> Option<&str> {
-        self.entry.sni()
+    /// The entry, as listed.
+    pub(crate) fn entry(&self) -> &ConnectionEntry {
+        &self.entry
     }
 
     /// Stops the entry at once if `shutdown` has fired already: a
@@ -642,7 +642,7 @@ mod tests {
         });
         let entry = late.shared();
         assert_eq!(entry.route(), "r\0with a NUL");
-        assert_eq!(late.sni(), None);
+        assert_eq!(late.entry().sni(), None);
         assert_eq!(entry.backend_addr(), "[fe80::1%3]:443".parse().unwrap());
         assert_eq!(entry.client(), "[2001:db8::7]:5".parse().unwrap());
         assert_eq!(entry.claimed(), None);

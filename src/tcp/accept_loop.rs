@@ -196,10 +196,10 @@ impl AcceptLoop {
     ) {
         let listener = &generation.listener;
         let arrival = &accepted.arrival;
-        let admitted = match gate::admit(generation, arrival.peer, &arrival.metrics, || {
+        let per_source = match gate::admit(generation, arrival.peer, &arrival.metrics, || {
             TcpRecord::new(listener, arrival)
         }) {
-            Ok(AtAccept::Admitted(admitted)) => Some(admitted),
+            Ok(AtAccept::Admitted(admitted)) => admitted.guard,
             Ok(AtAccept::AfterPreface) => None,
             // Closed unread: dropping the socket and the permit.
             Err(_refused) => return,
@@ -215,7 +215,7 @@ impl AcceptLoop {
             close_mine.clone(),
             connection::Slots {
                 _permit: permit,
-                admitted,
+                per_source,
             },
         )));
     }
