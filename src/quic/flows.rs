@@ -595,7 +595,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 return;
             }
         };
-        let target = routed.entry;
+        let target = routed.entry.entry;
         record.routed(target);
         let headers = announce::headers_toward(&target.backend, &record, &hello.hello);
         if let Some(counted) = routed.admitted {
