@@ -414,7 +414,10 @@ mod tests {
             ]
         );
         // Most specific first; first ids only.
-        assert_eq!(index.matches(&sni("a.example")).collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(
+            index.matches(&sni("a.example")).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
         assert_eq!(
             index.matches(&sni("x.a.example")).collect::<Vec<_>>(),
             [1, 2]
