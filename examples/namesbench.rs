@@ -334,6 +334,9 @@ fn main() {
 
 /// RSS after each reload: unchanged, then alternating between two sets.
 fn reload_series(args: &Args, dir: &Path) {
+    if args.reloads == 0 {
+        return;
+    }
     let a = names(args.names, false, "a");
     let b = names(args.names, false, "b");
     let relay = start(args, dir, Form::Inline, &a);

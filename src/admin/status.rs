@@ -262,7 +262,7 @@ pub(crate) fn render(state: &AdminState) -> String {
     for listener in &config.listeners {
         for route in &listener.routes {
             let open = open_by_route.get(route.name.as_str()).copied().unwrap_or(0);
-            let names: Vec<String> = route.patterns.iter().map(|p| p.to_string()).collect();
+            let names: Vec<String> = listener.patterns(route).map(|p| p.to_string()).collect();
             let with = [
                 ("listener", listener.name.as_str()),
                 ("route", route.name.as_str()),

@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 use crate::logging::LogFormat;
-use crate::wire::sni::Pattern;
+use crate::wire::sni::PatternRef;
 
 /// Where the packaged configuration lives.
 pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/snirelay/snirelay.toml";
@@ -324,7 +324,7 @@ pub(crate) fn check_summary(config: &Config) -> Vec<String> {
     let mut lines = Vec::new();
     for listener in &config.listeners {
         for route in &listener.routes {
-            if !route.patterns.contains(&Pattern::Any) {
+            if !listener.patterns(route).any(|p| p == PatternRef::Any) {
                 continue;
             }
             let alpn = if route.alpn.is_empty() {

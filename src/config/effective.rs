@@ -191,6 +191,8 @@ fn listener_section(listener: &Listener) -> ListenerSection {
         no_sni,
         // Written as `[[route]]` tables (see `route_section`).
         routes: _,
+        // The routes' patterns, written with each route.
+        names: _,
         // Compiled from the routes, not a setting of its own.
         proxy_protocol,
         reuse_port,
@@ -355,7 +357,7 @@ fn limits_section(limits: &Limits) -> LimitsSection {
 fn route_section(listener: &Listener, route: &Route) -> RouteSection {
     let Route {
         name,
-        patterns,
+        patterns: _,
         sni_file,
         inline_patterns,
         backend,
@@ -377,8 +379,9 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         name: Some(name.clone()),
         listener: Some(listener.name.clone()),
         // The names written inline; those of the file are the file's.
-        sni: patterns[..*inline_patterns]
-            .iter()
+        sni: listener
+            .patterns(route)
+            .take(*inline_patterns)
             .map(|p| p.to_string())
             .collect(),
         sni_file: sni_file.as_ref().map(|p| p.display().to_string()),

@@ -61,13 +61,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroU64};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::wire::fingerprint::Ja4Pattern;
-use crate::wire::matcher::SniMatcher;
-use crate::wire::sni::Pattern;
+use crate::wire::matcher::{NameIndex, SniMatcher};
+use crate::wire::sni::PatternRef;
 use check::Checker;
 
 /// The validated configuration one set of connections runs on.
@@ -132,6 +133,10 @@ pub struct Listener {
     pub(crate) no_sni: NoSni,
     /// The `[[route]]` tables of this listener.
     pub routes: Vec<Route>,
+    /// Every route's patterns, each route's in turn (`Route::patterns`
+    /// are its ids): stored once, and shared with the route table each
+    /// generation compiles (`flow::route::RouteTable`).
+    pub(crate) names: Arc<NameIndex>,
     /// Inbound PROXY protocol; `None` when the listener has no
     /// `[listener.proxy_protocol]` section (no preface stage at all).
     pub proxy_protocol: Option<Inbound>,
@@ -241,24 +246,33 @@ pub(crate) const DEFAULT_QUIC_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Listener {
     /// Pattern → indices into `routes`: one, or several routes of the same
-    /// pattern that differ in `alpn`. Built anew on each call: the
-    /// validated configuration keeps no matcher of its own (the checker
-    /// builds one to find patterns taken twice, the running generation
-    /// compiles its own route table, `flow::route::RouteTable`), so 100,000 names are
-    /// not held twice.
+    /// pattern that differ in `alpn`. Built anew on each call, for tools
+    /// and tests: routing looks names up in the listener's `names` (the
+    /// route table shares them), and the checker finds patterns taken
+    /// twice there too.
     pub fn matcher(&self) -> SniMatcher<Vec<usize>> {
         let mut matcher: SniMatcher<Vec<usize>> = SniMatcher::new();
         for (id, route) in self.routes.iter().enumerate() {
-            for pattern in &route.patterns {
-                match matcher.get_mut(pattern) {
+            for pattern in self.patterns(route) {
+                let pattern = pattern.to_pattern();
+                match matcher.get_mut(&pattern) {
                     Some(ids) => ids.push(id),
                     None => {
-                        let _ = matcher.insert(pattern, vec![id]);
+                        let _ = matcher.insert(&pattern, vec![id]);
                     }
                 }
             }
         }
         matcher
+    }
+
+    /// The patterns of `route` (one of this listener's): those of `sni`,
+    /// then those of `sni_file`.
+    pub(crate) fn patterns(
+        &self,
+        route: &Route,
+    ) -> impl ExactSizeIterator<Item = PatternRef<'_>> + '_ {
+        self.names.patterns(route.patterns.clone())
     }
 
     /// The listener's relay timeouts: those of its routes that set none,
@@ -364,9 +378,10 @@ pub struct Route {
     /// `name`: the route's name in logs, and its identity for per-route limits
     /// (default: its first pattern).
     pub name: String,
-    /// The route's patterns: those of `sni` first, then those of
+    /// The route's patterns, as ids in its listener's `names`
+    /// ([`Listener::patterns`]): those of `sni` first, then those of
     /// `sni_file`.
-    pub(crate) patterns: Vec<Pattern>,
+    pub(crate) patterns: Range<u32>,
     /// `sni_file`, found from the configuration file's directory, and how
     /// many of `patterns` are written inline (the rest came from the file).
     pub(crate) sni_file: Option<PathBuf>,

@@ -37,7 +37,7 @@ use crate::close_reason::CloseReason;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::generation::Generation;
-use crate::flow::route::{EchKind, RouteEntry};
+use crate::flow::route::{EchKind, RouteEntry, Target};
 use crate::metrics::ListenerMetrics;
 use crate::wire::client_hello::ClientHello;
 
@@ -90,8 +90,9 @@ pub(crate) struct Heard {
 /// A routed hello: where it goes and what it holds meanwhile.
 #[derive(Debug)]
 pub(crate) struct Routed<'g> {
-    /// The route (name, backend, timeouts, bandwidth limits).
-    pub entry: &'g RouteEntry,
+    /// The route (name, backend, timeouts, bandwidth limits) and the
+    /// drain slot of the identity it took.
+    pub entry: Target<'g>,
     /// The backend's runtime in the generation.
     pub runtime: &'g BackendRuntime,
     /// Whom per-source limits counted ([`Arrived::source`]).
@@ -247,8 +248,8 @@ pub(crate) fn decide<'g>(
         ech: decision.ech,
         alpn: alpn_field(&hello.alpn),
     };
-    let entry = match decision.target {
-        Ok(entry) => entry,
+    let target = match decision.target {
+        Ok(target) => target,
         Err(no_route) => {
             let refused = HelloRefused {
                 reason: no_route.into(),
@@ -259,6 +260,8 @@ pub(crate) fn decide<'g>(
             return AfterHello::refused(refused, Some(heard), dry_runs);
         }
     };
+
+    let entry = target.entry;
 
     // admit on the route
     let route_slot = match route_gates.get(&entry.route) {
@@ -297,12 +300,12 @@ pub(crate) fn decide<'g>(
         heard: Some(heard),
         dry_runs,
         outcome: Ok(Routed {
-            entry,
+            entry: target,
             runtime,
             source,
             admitted,
             route_slot,
-            drain: entry.drain.enter(),
+            drain: target.drain.enter(),
         }),
     }
 }

@@ -2,19 +2,24 @@
 //! ECH) to a route and its backend, or to a refusal the client can
 //! understand.
 //!
-//! A listener generation holds one compiled [`RouteTable`]: every
-//! (pattern, `alpn` set) of its routes, and the no-SNI fallback, leads to
-//! one [`RouteEntry`] that owns the route's name, its backend, its relay
-//! timeouts and the drain signal of that identity (listener, pattern, alpn
-//! set → backend); an entry whose `ech` sends ECH hellos elsewhere owns a
-//! second entry for them, identity (listener, pattern, alpn set, ECH →
-//! backend). [`RouteTable::build`] compiles it from the validated listener
-//! and the previous generation's table: an identity that leads to an equal
-//! backend keeps its drain signal (so connections started under any
-//! earlier generation stay reachable), the others get fresh ones, and
-//! [`RouteTable::retired_by`] names the signals a reload must fire. A
-//! signal is made only when a connection first takes its identity
-//! ([`DrainSlot`]). The validated configuration holds no run-time state.
+//! A listener generation holds one compiled [`RouteTable`]: one
+//! [`RouteEntry`] per route (its name, backend, relay timeouts, hello
+//! rules and bandwidth limits), the no-SNI fallback's, and a drain slot
+//! per identity: (listener, pattern, alpn set → backend), one per pattern
+//! of each route; a route whose `ech` sends ECH hellos elsewhere owns a
+//! second entry for them and a second slot per pattern, identity
+//! (listener, pattern, alpn set, ECH → backend). The patterns themselves
+//! are the listener's [`NameIndex`], built by the configuration's checker
+//! and shared (an `Arc`), not copied: a pattern's id is its place in the
+//! listener's list, its route the one whose ids hold it, and its slot the
+//! table's slot of that id. [`RouteTable::build`] compiles the table from
+//! the validated listener and the previous generation's table: an
+//! identity that leads to an equal backend keeps its drain slot (so
+//! connections started under any earlier generation stay reachable), the
+//! others get fresh ones, and [`RouteTable::retired_by`] names the signals
+//! a reload must fire. A signal is made only when a connection first
+//! takes its identity ([`DrainSlot`]). The validated configuration holds
+//! no run-time state.
 //!
 //! Per connection the name is normalised into an [`Sni`] once and looked up
 //! once ([`RouteTable::decide`]); the same parse gives the name for the log
@@ -44,10 +49,15 @@
 //!    the name chose; they never choose another one. The caller computes
 //!    the fingerprint only when [`RouteTable::wants_fingerprints`] says.
 //!
+//! Memory, per pattern: its share of the listener's [`NameIndex`] (the
+//! text, a 4-byte end and a table slot) and a drain slot (an `Arc`'s
+//! pointer and its 32-byte allocation); nothing else grows with the names.
+//!
 //! Not here: connecting, or any per-source policy; what else a reload
 //! changed (`reload`).
 
 use std::collections::HashSet;
+use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
 use crate::close_reason::CloseReason;
@@ -59,19 +69,16 @@ use crate::drain::DrainSignal;
 use crate::flow::alert;
 use crate::pump::throttle::{ListenerBuckets, RouteThrottle};
 use crate::wire::client_hello::{ClientHello, Ech};
-use crate::wire::matcher::SniMatcher;
-use crate::wire::sni::{Pattern, Sni};
+use crate::wire::matcher::NameIndex;
+use crate::wire::sni::{PatternRef, Sni};
 
-/// Where a routed connection goes: one identity (listener, pattern and
-/// alpn set, or no SNI → backend) of a generation's route table.
+/// Where a routed connection goes: a route of a generation's route table
+/// (or the listener's no-SNI fallback), shared by the route's patterns.
 #[derive(Debug)]
 pub(crate) struct RouteEntry {
     /// The route's name, or `no_sni` for the listener's fallback.
     pub route: Box<str>,
     pub backend: Arc<Backend>,
-    /// The drain signal of this identity, made when a connection first
-    /// takes it ([`DrainSlot`]).
-    pub drain: Arc<DrainSlot>,
     /// The relay timeouts of connections on this route (the listener's for
     /// `no_sni`). Not part of the identity: a reload that changes only them
     /// applies them to new connections and drains none.
@@ -89,6 +96,25 @@ pub(crate) struct RouteEntry {
     /// identity: a reload that changes them applies them to new
     /// connections, and open ones keep theirs.
     pub throttle: Option<Arc<RouteThrottle>>,
+}
+
+/// What a hello was routed to: its route's entry, and the drain slot of
+/// the identity it took (the pattern that matched, on that route).
+/// Derefs to the entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub entry: &'a RouteEntry,
+    /// The drain slot of this identity: a connection enters it
+    /// ([`DrainSlot::enter`]).
+    pub drain: &'a DrainSlot,
+}
+
+impl Deref for Target<'_> {
+    type Target = RouteEntry;
+
+    fn deref(&self) -> &RouteEntry {
+        self.entry
+    }
 }
 
 /// A route identity's drain signal, made when the first connection takes
@@ -123,7 +149,8 @@ impl DrainSlot {
 pub(crate) enum EchAction {
     Pass,
     Reject,
-    /// Relay to this entry's backend, under its own drain signal.
+    /// Relay to this entry's backend, under the identity's second drain
+    /// slot (`[ech]`).
     Divert(Box<RouteEntry>),
 }
 
@@ -161,14 +188,46 @@ impl EchKind {
     }
 }
 
+/// Where a route's pattern ids and drain slots are in its table.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    /// The route's ids: `first..end` in the listener's [`NameIndex`]; the
+    /// slot of id `i` is `slots[i]`.
+    first: u32,
+    end: u32,
+    /// For a route whose ECH hellos are diverted, where the slots of that
+    /// second identity start (the slot of id `i` is `slots[diverted + i -
+    /// first]`); [`Span::NONE`] otherwise.
+    diverted: u32,
+}
+
+impl Span {
+    const NONE: u32 = u32::MAX;
+}
+
+/// The listener's no-SNI fallback: its entry and its identities' slots.
+#[derive(Debug)]
+struct Fallback {
+    entry: RouteEntry,
+    drain: Arc<DrainSlot>,
+    /// Its ECH identity's slot, when the listener's `ech` diverts.
+    diverted: Option<Arc<DrainSlot>>,
+}
+
 /// A listener's routes as one generation runs them.
 #[derive(Debug, Default)]
 pub(crate) struct RouteTable {
-    /// Pattern → indices into `entries`: the pattern's entries with `alpn`
-    /// first, then the one without (if any).
-    matcher: SniMatcher<Vec<usize>>,
-    entries: Vec<RouteEntry>,
-    no_sni: Option<RouteEntry>,
+    /// The listener's patterns, every route's in turn (its
+    /// configuration's, shared).
+    names: Arc<NameIndex>,
+    /// One per route, in the listener's order.
+    entries: Box<[RouteEntry]>,
+    /// Each route's ids and slots, in the same order (so ascending).
+    spans: Box<[Span]>,
+    /// One per pattern id (its identity's), then the diverted identities'
+    /// slots of each route that has them (see [`Span`]).
+    slots: Box<[Arc<DrainSlot>]>,
+    no_sni: Option<Fallback>,
     // Hello rules (TLS version, ECH).
     min_tls_version: Option<TlsVersion>,
     /// `ech_config_ids`, ascending.
@@ -192,7 +251,16 @@ pub(crate) struct Decision<'a> {
     pub sni: Option<Box<str>>,
     /// What the hello's ECH extension was; `None` without one.
     pub ech: Option<EchKind>,
-    pub target: Result<&'a RouteEntry, NoRoute>,
+    pub target: Result<Target<'a>, NoRoute>,
+}
+
+/// An identity found before the ECH rule: the route's entry, its slot,
+/// and its ECH identity's slot if the route diverts.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    entry: &'a RouteEntry,
+    drain: &'a DrainSlot,
+    diverted: Option<&'a DrainSlot>,
 }
 
 /// Whether `backend`'s PROXY v2 header carries a fingerprint TLV
@@ -207,9 +275,10 @@ fn sends_fingerprint_tlv(backend: &Backend) -> bool {
 impl RouteTable {
     /// Compiles `listener`'s routes. An identity `previous` also has,
     /// leading to an equal backend and not yet drained, keeps its drain
-    /// signal; every other one gets a fresh signal.
+    /// slot; every other one gets a fresh slot.
     pub(crate) fn build(listener: &Listener, previous: Option<&RouteTable>) -> RouteTable {
         let mut table = RouteTable {
+            names: listener.names.clone(),
             min_tls_version: listener.min_tls_version,
             ech_config_ids: listener.ech_config_ids.as_slice().into(),
             hello_match: listener.hello_match.clone(),
@@ -230,57 +299,96 @@ impl RouteTable {
         // The listener's per-source buckets, shared by its routes that
         // have none of their own.
         let shared = ListenerBuckets::new(&listener.bandwidth);
+        fn policy<'a>(listener: &'a Listener, route: &'a Route) -> &'a EchPolicy {
+            route.ech.as_ref().unwrap_or(&listener.ech)
+        }
+        // Held for the generation's life: allocated to the exact size.
+        let diverted_len: usize = listener
+            .routes
+            .iter()
+            .filter(|r| matches!(policy(listener, r), EchPolicy::Backend(_)))
+            .map(|r| r.patterns.len())
+            .sum();
+        let mut slots = Vec::with_capacity(table.names.len() + diverted_len);
+        let mut diverted = Vec::with_capacity(diverted_len);
+        let mut entries = Vec::with_capacity(listener.routes.len());
+        let mut spans = Vec::with_capacity(listener.routes.len());
         for route in &listener.routes {
             let throttle =
                 RouteThrottle::new(&listener.name, &route.name, &route.bandwidth, &shared);
             table.throttles.extend(throttle.clone());
             let alpn: Box<[Box<[u8]>]> = route.alpn.iter().map(|p| p.as_bytes().into()).collect();
-            let policy = route.ech.as_ref().unwrap_or(&listener.ech);
-            for pattern in &route.patterns {
-                let kept = previous.and_then(|p| p.entry_for(pattern, &alpn));
-                let entry = entry(
+            let entry = RouteEntry {
+                hello_match: route.hello_match.clone(),
+                ..entry(
                     route.name.as_str(),
                     &route.backend,
-                    alpn.clone(),
-                    policy,
+                    alpn,
+                    policy(listener, route),
                     route.timeouts,
-                    throttle.clone(),
-                    kept,
-                );
-                let entry = RouteEntry {
-                    hello_match: route.hello_match.clone(),
-                    ..entry
-                };
-                let index = table.entries.len();
-                table.entries.push(entry);
-                // Validation made (pattern, alpn) unique and kept alpn
-                // sets of one pattern apart.
-                match table.matcher.get_mut(pattern) {
-                    Some(group) if alpn.is_empty() => group.push(index),
-                    Some(group) => group.insert(0, index),
-                    None => {
-                        let _ = table.matcher.insert(pattern, vec![index]);
-                    }
+                    throttle,
+                )
+            };
+            let to = match &entry.ech {
+                EchAction::Divert(to) => Some(&to.backend),
+                _ => None,
+            };
+            let span = Span {
+                first: route.patterns.start,
+                end: route.patterns.end,
+                diverted: match to {
+                    Some(_) => (table.names.len() + diverted.len()) as u32,
+                    None => Span::NONE,
+                },
+            };
+            debug_assert_eq!(span.first as usize, slots.len(), "ids follow the routes");
+            for pattern in listener.patterns(route) {
+                let kept = previous.and_then(|p| p.identity(pattern, &entry.alpn));
+                slots.push(carried(kept.map(|k| (k.entry, k.drain)), &route.backend));
+                if let Some(to) = to {
+                    let kept = kept.and_then(|k| match (&k.entry.ech, k.diverted) {
+                        (EchAction::Divert(was), Some(slot)) => Some((&**was, slot)),
+                        _ => None,
+                    });
+                    diverted.push(carried(kept, to));
                 }
             }
+            entries.push(entry);
+            spans.push(span);
         }
-        // One entry per pattern: held for the generation's life, so
-        // without the growth slack (a quarter of it, on average).
-        table.entries.shrink_to_fit();
+        slots.append(&mut diverted);
+        table.slots = slots.into_boxed_slice();
+        table.entries = entries.into_boxed_slice();
+        table.spans = spans.into_boxed_slice();
         if let NoSni::Backend(backend) = &listener.no_sni {
             let kept = previous.and_then(|p| p.no_sni.as_ref());
             let throttle =
                 RouteThrottle::new(&listener.name, "no_sni", &listener.bandwidth, &shared);
             table.throttles.extend(throttle.clone());
-            table.no_sni = Some(entry(
+            let entry = entry(
                 "no_sni",
                 backend,
                 Box::default(),
                 &listener.ech,
                 listener.timeouts(),
                 throttle,
-                kept,
-            ));
+            );
+            let drain = carried(kept.map(|k| (&k.entry, &k.drain)), backend);
+            let diverted = match &entry.ech {
+                EchAction::Divert(to) => {
+                    let kept = kept.and_then(|k| match (&k.entry.ech, &k.diverted) {
+                        (EchAction::Divert(was), Some(slot)) => Some((&**was, slot)),
+                        _ => None,
+                    });
+                    Some(carried(kept, &to.backend))
+                }
+                _ => None,
+            };
+            table.no_sni = Some(Fallback {
+                entry,
+                drain,
+                diverted,
+            });
         }
         table
     }
@@ -319,8 +427,8 @@ impl RouteTable {
     /// that say nothing let pass).
     pub(crate) fn decide_with(&self, hello: &ClientHello, ja4: Option<&str>) -> Decision<'_> {
         let mut decision = self.decide(hello);
-        if let Ok(entry) = decision.target {
-            if !(self.hello_match.allows(ja4) && entry.hello_match.allows(ja4)) {
+        if let Ok(target) = decision.target {
+            if !(self.hello_match.allows(ja4) && target.hello_match.allows(ja4)) {
                 decision.target = Err(NoRoute::Ja4Refused);
             }
         }
@@ -333,7 +441,7 @@ impl RouteTable {
     pub(crate) fn decide(&self, hello: &ClientHello) -> Decision<'_> {
         let ech = hello.ech.map(|ech| self.ech_kind(ech));
         let (sni, found) = match hello.server_name.as_deref() {
-            None => (None, self.no_sni.as_ref().ok_or(NoRoute::NoSni)),
+            None => (None, self.fallback().ok_or(NoRoute::NoSni)),
             Some(raw) => match Sni::parse(raw) {
                 Ok(sni) => {
                     let found = self.find(&sni, &hello.alpn).ok_or(NoRoute::Unmatched);
@@ -356,25 +464,74 @@ impl RouteTable {
         let target = if too_old {
             Err(NoRoute::TlsVersion)
         } else {
-            found.and_then(|entry| match (&entry.ech, ech) {
-                (EchAction::Reject, Some(kind)) if kind.concerned() => Err(NoRoute::EchRejected),
-                (EchAction::Divert(to), Some(kind)) if kind.concerned() => Ok(&**to),
-                _ => Ok(entry),
+            found.and_then(|found| match (&found.entry.ech, ech, found.diverted) {
+                (EchAction::Reject, Some(kind), _) if kind.concerned() => Err(NoRoute::EchRejected),
+                (EchAction::Divert(to), Some(kind), Some(drain)) if kind.concerned() => {
+                    Ok(Target { entry: to, drain })
+                }
+                _ => Ok(Target {
+                    entry: found.entry,
+                    drain: found.drain,
+                }),
             })
         };
         Decision { sni, ech, target }
     }
 
-    /// The entry of the most specific pattern that has one for `alpn`.
-    fn find(&self, sni: &Sni, alpn: &[Vec<u8>]) -> Option<&RouteEntry> {
-        self.matcher.matches(sni).find_map(|group| {
-            group.iter().map(|&i| &self.entries[i]).find(|entry| {
-                entry.alpn.is_empty()
-                    || entry
-                        .alpn
-                        .iter()
-                        .any(|wanted| alpn.iter().any(|offered| **wanted == **offered))
-            })
+    /// The identity of the most specific pattern that has a route for
+    /// `alpn`.
+    fn find(&self, sni: &Sni, alpn: &[Vec<u8>]) -> Option<Found<'_>> {
+        let takes = |entry: &RouteEntry| {
+            entry.alpn.is_empty()
+                || entry
+                    .alpn
+                    .iter()
+                    .any(|wanted| alpn.iter().any(|offered| **wanted == **offered))
+        };
+        self.names.matches(sni).find_map(|first| {
+            // Within a pattern, the routes with `alpn` come first, the
+            // later in the file before the earlier; then the one without
+            // (validation leaves at most one).
+            let mut without = None;
+            for id in self.names.group(first).rev() {
+                let route = self.route_of(id);
+                let entry = &self.entries[route];
+                if entry.alpn.is_empty() {
+                    without = Some((route, id));
+                } else if takes(entry) {
+                    return Some(self.found(route, id));
+                }
+            }
+            without.map(|(route, id)| self.found(route, id))
+        })
+    }
+
+    /// The route holding pattern id `id`.
+    fn route_of(&self, id: u32) -> usize {
+        match &*self.spans {
+            // One route: no search.
+            [_] => 0,
+            spans => spans.partition_point(|span| span.end <= id),
+        }
+    }
+
+    /// Route `route`'s identity of pattern id `id`.
+    fn found(&self, route: usize, id: u32) -> Found<'_> {
+        let span = self.spans[route];
+        Found {
+            entry: &self.entries[route],
+            drain: &self.slots[id as usize],
+            diverted: (span.diverted != Span::NONE)
+                .then(|| &*self.slots[(span.diverted + (id - span.first)) as usize]),
+        }
+    }
+
+    /// The no-SNI fallback's identity, if the listener has one.
+    fn fallback(&self) -> Option<Found<'_>> {
+        self.no_sni.as_ref().map(|fallback| Found {
+            entry: &fallback.entry,
+            drain: &fallback.drain,
+            diverted: fallback.diverted.as_deref(),
         })
     }
 
@@ -387,31 +544,43 @@ impl RouteTable {
         }
     }
 
-    /// The entry stored for exactly this pattern and alpn set.
-    fn entry_for(&self, pattern: &Pattern, alpn: &[Box<[u8]>]) -> Option<&RouteEntry> {
-        self.matcher
-            .get(pattern)?
-            .iter()
-            .map(|&i| &self.entries[i])
-            .find(|entry| *entry.alpn == *alpn)
+    /// The identity stored for exactly this pattern and alpn set, with
+    /// its slots as `Arc`s (to carry them).
+    fn identity(&self, pattern: PatternRef<'_>, alpn: &[Box<[u8]>]) -> Option<Kept<'_>> {
+        self.names.ids(pattern).find_map(|id| {
+            let route = self.route_of(id);
+            let entry = &self.entries[route];
+            (*entry.alpn == *alpn).then(|| {
+                let span = self.spans[route];
+                Kept {
+                    entry,
+                    drain: &self.slots[id as usize],
+                    diverted: (span.diverted != Span::NONE)
+                        .then(|| &self.slots[(span.diverted + (id - span.first)) as usize]),
+                }
+            })
+        })
     }
 
     fn slots(&self) -> impl Iterator<Item = &Arc<DrainSlot>> {
-        self.entries
+        let fallback = self
+            .no_sni
             .iter()
-            .chain(self.no_sni.as_ref())
-            .flat_map(|entry| {
-                let diverted = match &entry.ech {
-                    EchAction::Divert(to) => Some(&to.drain),
-                    _ => None,
-                };
-                std::iter::once(&entry.drain).chain(diverted)
-            })
+            .flat_map(|f| std::iter::once(&f.drain).chain(&f.diverted));
+        self.slots.iter().chain(fallback)
     }
 }
 
-/// One identity's entry, with its drain signal carried from `kept` (the
-/// previous generation's entry of the same identity) where it may be.
+/// A previous table's identity, as a new one carries it.
+#[derive(Clone, Copy)]
+struct Kept<'a> {
+    entry: &'a RouteEntry,
+    drain: &'a Arc<DrainSlot>,
+    diverted: Option<&'a Arc<DrainSlot>>,
+}
+
+/// A route's entry (or the no-SNI fallback's), with its ECH policy
+/// compiled.
 fn entry(
     route: &str,
     backend: &Arc<Backend>,
@@ -419,32 +588,23 @@ fn entry(
     ech: &EchPolicy,
     timeouts: Timeouts,
     throttle: Option<Arc<RouteThrottle>>,
-    kept: Option<&RouteEntry>,
 ) -> RouteEntry {
     let ech = match ech {
         EchPolicy::Pass => EchAction::Pass,
         EchPolicy::Reject => EchAction::Reject,
-        EchPolicy::Backend(to) => {
-            let kept = kept.and_then(|k| match &k.ech {
-                EchAction::Divert(was) => Some(&**was),
-                _ => None,
-            });
-            EchAction::Divert(Box::new(RouteEntry {
-                route: route.into(),
-                backend: to.clone(),
-                drain: carried(kept, to),
-                timeouts,
-                alpn: alpn.clone(),
-                ech: EchAction::Pass,
-                hello_match: HelloMatch::default(),
-                throttle: throttle.clone(),
-            }))
-        }
+        EchPolicy::Backend(to) => EchAction::Divert(Box::new(RouteEntry {
+            route: route.into(),
+            backend: to.clone(),
+            timeouts,
+            alpn: alpn.clone(),
+            ech: EchAction::Pass,
+            hello_match: HelloMatch::default(),
+            throttle: throttle.clone(),
+        })),
     };
     RouteEntry {
         route: route.into(),
         backend: backend.clone(),
-        drain: carried(kept, backend),
         timeouts,
         alpn,
         ech,
@@ -455,9 +615,12 @@ fn entry(
 
 /// The previous identity's slot when it led to an equal backend and its
 /// signal has not been fired; a fresh one otherwise.
-fn carried(previous: Option<&RouteEntry>, backend: &Arc<Backend>) -> Arc<DrainSlot> {
+fn carried(
+    previous: Option<(&RouteEntry, &Arc<DrainSlot>)>,
+    backend: &Arc<Backend>,
+) -> Arc<DrainSlot> {
     match previous {
-        Some(was) if *was.backend == **backend && !was.drain.is_fired() => was.drain.clone(),
+        Some((was, slot)) if *was.backend == **backend && !slot.is_fired() => slot.clone(),
         _ => Arc::default(),
     }
 }
@@ -465,7 +628,7 @@ fn carried(previous: Option<&RouteEntry>, backend: &Arc<Backend>) -> Arc<DrainSl
 /// A route's identity for reload diffs, as [`RouteTable::build`] keys
 /// drain signals: its pattern, with its `alpn` set when it has one
 /// (`acme.example.com[alpn=acme-tls/1]`).
-pub(crate) fn identity(pattern: &Pattern, route: &Route) -> String {
+pub(crate) fn identity(pattern: PatternRef<'_>, route: &Route) -> String {
     if route.alpn.is_empty() {
         pattern.to_string()
     } else {

@@ -629,7 +629,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 return;
             }
         };
-        let target = routed.entry;
+        let target = routed.entry.entry;
         record.routed(target);
         let headers = announce::FlowHeaders::toward(
             &target.backend,

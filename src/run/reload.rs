@@ -114,7 +114,7 @@ fn identities(config: &Config) -> Vec<(RouteKey, &Arc<Backend>)> {
     let mut out = Vec::new();
     for listener in &config.listeners {
         for route in &listener.routes {
-            for pattern in &route.patterns {
+            for pattern in listener.patterns(route) {
                 let pattern = route::identity(pattern, route);
                 if let Some(diverted) = route::ech_backend(Some(route), listener) {
                     out.push((

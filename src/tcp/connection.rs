@@ -335,7 +335,7 @@ async fn setup<'g>(
             return Err(refused.reason);
         }
     };
-    let target = routed.entry;
+    let target = routed.entry.entry;
     record.routed(target);
     if let Some(admitted) = routed.admitted {
         // Counted by the hello: held for the connection's life instead.

@@ -128,10 +128,70 @@ impl Pattern {
 
 impl fmt::Display for Pattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_pattern_ref().fmt(f)
+    }
+}
+
+impl Pattern {
+    /// The pattern, borrowed: what an allowlist stores once (see
+    /// `matcher::NameIndex`) and hands back.
+    pub fn as_pattern_ref(&self) -> PatternRef<'_> {
         match self {
-            Pattern::Exact(name) => f.write_str(name),
-            Pattern::Below(suffix) => write!(f, "*.{suffix}"),
-            Pattern::Any => f.write_str("*"),
+            Pattern::Exact(name) => PatternRef::Exact(name),
+            Pattern::Below(suffix) => PatternRef::Below(suffix),
+            Pattern::Any => PatternRef::Any,
+        }
+    }
+}
+
+/// A [`Pattern`] whose name is borrowed (normalised and valid, as a
+/// `Pattern`'s is): how an allowlist that holds its names in one string
+/// lends them out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PatternRef<'a> {
+    /// `example.com`.
+    Exact(&'a str),
+    /// `*.example.com`, as its suffix `example.com`.
+    Below(&'a str),
+    /// `*`.
+    Any,
+}
+
+impl<'a> PatternRef<'a> {
+    /// The pattern `Display` wrote as `text` (already normalised: this
+    /// does not validate).
+    pub(crate) fn from_written(text: &'a str) -> PatternRef<'a> {
+        if text == "*" {
+            PatternRef::Any
+        } else if let Some(suffix) = text.strip_prefix("*.") {
+            PatternRef::Below(suffix)
+        } else {
+            PatternRef::Exact(text)
+        }
+    }
+
+    /// An owned copy.
+    pub fn to_pattern(self) -> Pattern {
+        match self {
+            PatternRef::Exact(name) => Pattern::Exact(name.to_owned()),
+            PatternRef::Below(suffix) => Pattern::Below(suffix.to_owned()),
+            PatternRef::Any => Pattern::Any,
+        }
+    }
+}
+
+impl PartialEq<Pattern> for PatternRef<'_> {
+    fn eq(&self, other: &Pattern) -> bool {
+        *self == other.as_pattern_ref()
+    }
+}
+
+impl fmt::Display for PatternRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PatternRef::Exact(name) => f.write_str(name),
+            PatternRef::Below(suffix) => write!(f, "*.{suffix}"),
+            PatternRef::Any => f.write_str("*"),
         }
     }
 }

@@ -125,6 +125,7 @@ impl Checker {
             max_client_hello_bytes: max_client_hello_bytes? as usize,
             no_sni: no_sni?,
             routes: Vec::new(),
+            names: Arc::default(),
             proxy_protocol: proxy_protocol?,
             reuse_port: section.reuse_port.unwrap_or(DEFAULT_REUSE_PORT),
             splice: DEFAULT_SPLICE,

@@ -38,8 +38,8 @@ use super::file::{HeaderFile, HeaderValueSetting};
 use super::file::{KeepaliveSection, KeepaliveSetting};
 use super::*;
 use crate::wire::cidr::{Cidr, CidrSet};
-use crate::wire::matcher::SniMatcher;
-use crate::wire::sni::Pattern;
+use crate::wire::matcher::NameIndex;
+use crate::wire::sni::{Pattern, PatternRef};
 
 /// Collects problems while building the snapshot; each helper returns `None`
 /// (after recording why) when its value is unusable.

@@ -1,6 +1,7 @@
-//! Checks `[[route]]` and attaches each route to its listener, compiling
-//! the listener's SNI matcher; two routes that would take the same hello
-//! are an error.
+//! Checks `[[route]]` and attaches each route to its listener, adding its
+//! patterns to the listener's [`NameIndex`] (`Listener::names`, kept with
+//! the configuration and shared by the route tables compiled from it);
+//! two routes that would take the same hello are an error.
 //!
 //! A route's names are its `sni` list and the lines of its `sni_file`
 //! ([`super::sni_file`]); both are checked alike, and a duplicate across
@@ -8,7 +9,7 @@
 //!
 //! Not here: routing a connection (`route`).
 
-use super::sni_file::PatternOrigin;
+use super::sni_file::{Parsed, PatternOrigin};
 use super::*;
 
 impl Checker {
@@ -19,10 +20,9 @@ impl Checker {
         listeners: &mut [Listener],
         backends: &BTreeMap<String, Arc<Backend>>,
     ) {
-        // Each listener's patterns → route ids, while checking: dropped
-        // with the checker (the running generation compiles its own).
-        let mut matchers: Vec<SniMatcher<Vec<usize>>> =
-            listeners.iter().map(|_| SniMatcher::new()).collect();
+        // Each listener's patterns, every route's in turn: a pattern's id
+        // tells its route (`route_of`), so no list of route ids is kept.
+        let mut indexes: Vec<NameIndex> = listeners.iter().map(|_| NameIndex::new()).collect();
         for (index, section) in file.routes.iter().enumerate() {
             let key = format!("route[{index}]");
             let backend = backends.get(&section.backend).cloned();
@@ -52,13 +52,13 @@ impl Checker {
                 }
             };
             let (listener, matcher) = match at {
-                Some(i) => (Some(&mut listeners[i]), Some(&mut matchers[i])),
+                Some(i) => (Some(&mut listeners[i]), Some(&mut indexes[i])),
                 None => (None, None),
             };
-            let mut patterns = Vec::new();
+            let mut patterns = Parsed::default();
             for (i, text) in section.sni.iter().enumerate() {
                 match Pattern::parse(text) {
-                    Ok(pattern) => patterns.push((pattern, PatternOrigin::Inline(i))),
+                    Ok(pattern) => patterns.push(&pattern, PatternOrigin::Inline(i)),
                     Err(e) => self.problem(format!("{key}.sni[{i}]"), format!("{text:?}: {e}")),
                 }
             }
@@ -129,33 +129,51 @@ impl Checker {
             let timeouts = overrides(listener.timeouts());
             let bandwidth = bandwidth(listener.bandwidth);
             let route_id = listener.routes.len();
-            for (pattern, origin) in &patterns {
+            let start = matcher.len() as u32;
+            matcher.reserve(patterns.len(), patterns.text_len());
+            // The route a pattern id belongs to: this one's ids come last.
+            let route_of = |id: u32| {
+                if id >= start {
+                    route_id
+                } else {
+                    listener.routes.partition_point(|r| r.patterns.end <= id)
+                }
+            };
+            let mut full = false;
+            for (pattern, origin) in patterns.iter() {
                 // Where a problem with this pattern is reported.
-                let (at, line) = match *origin {
+                let (at, line) = match origin {
                     PatternOrigin::Inline(i) => (format!("{key}.sni[{i}]"), String::new()),
                     PatternOrigin::Line(n) => (
                         format!("{key}.sni_file"),
                         format!("{}:{n}: ", section.sni_file.as_deref().unwrap_or_default()),
                     ),
                 };
-                let taken = matcher.get(pattern).and_then(|ids| {
-                    ids.iter()
-                        .find(|&&id| id == route_id || overlap(&listener.routes[id].alpn, &alpn))
-                });
+                let taken = matcher
+                    .ids(pattern)
+                    .map(route_of)
+                    .find(|&id| id == route_id || overlap(&listener.routes[id].alpn, &alpn));
+                // A refused pattern keeps its place (the route's ids stay
+                // one range) but no lookup finds it.
+                let pushed = match taken {
+                    None => matcher.push(pattern),
+                    Some(_) => matcher.push_unlisted(pattern),
+                };
+                if let Err(e) = pushed {
+                    if !full {
+                        self.problem(at.clone(), format!("{line}{e}"));
+                    }
+                    full = true;
+                }
                 match taken {
-                    None => match matcher.get_mut(pattern) {
-                        Some(ids) => ids.push(route_id),
-                        None => {
-                            let _ = matcher.insert(pattern, vec![route_id]);
-                        }
-                    },
-                    Some(&id) if id == route_id => self.problem(
+                    None => {}
+                    Some(id) if id == route_id => self.problem(
                         at,
                         format!("{line}pattern `{pattern}` is listed twice in this route"),
                     ),
                     // Two routes of one pattern that would both take the
                     // same hello: which one wins would be an accident.
-                    Some(&id) => {
+                    Some(id) => {
                         let other = &listener.routes[id];
                         let why = if alpn.is_empty() {
                             "; give one of them an `alpn` list".to_owned()
@@ -178,7 +196,7 @@ impl Checker {
             let name = section
                 .name
                 .clone()
-                .or_else(|| patterns.first().map(|p| p.0.to_string()))
+                .or_else(|| patterns.first().map(|p| p.to_string()))
                 .unwrap_or_else(|| key.clone());
             // Per-route admission state is kept across reloads by route
             // name, so a route with limits needs a name of its own.
@@ -199,13 +217,7 @@ impl Checker {
             }
             listener.routes.push(Route {
                 name,
-                // A fresh, exact allocation: collecting in place would keep
-                // the larger `(Pattern, PatternOrigin)` one.
-                patterns: {
-                    let mut kept = Vec::with_capacity(patterns.len());
-                    kept.extend(patterns.into_iter().map(|(p, _)| p));
-                    kept
-                },
+                patterns: start..matcher.len() as u32,
                 sni_file,
                 inline_patterns,
                 backend,
@@ -217,6 +229,11 @@ impl Checker {
                 hello_match,
                 bandwidth,
             });
+        }
+        // Held as long as the configuration: without the growth slack.
+        for (listener, mut index) in listeners.iter_mut().zip(indexes) {
+            index.shrink_to_fit();
+            listener.names = Arc::new(index);
         }
     }
 

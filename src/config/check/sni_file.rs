@@ -34,6 +34,77 @@ pub(super) enum PatternOrigin {
     Line(usize),
 }
 
+/// A route's patterns while it is checked, before they join its
+/// listener's [`NameIndex`]: their text in one string (as `Display`
+/// writes them), and where each was written. A list of 100,000 names
+/// costs its text and 12 bytes a name here, not a `String` each.
+#[derive(Debug, Default)]
+pub(super) struct Parsed {
+    text: String,
+    /// Where each pattern's text ends, and where it was written
+    /// (`sni[i]`, or line `n` of the file, with the flag bit).
+    ends: Vec<(u32, u32)>,
+}
+
+/// Marks an origin as a line of `sni_file` rather than a place in `sni`.
+const LINE: u32 = 1 << 31;
+
+impl Parsed {
+    /// Appends `pattern`, written at `origin`.
+    pub(super) fn push(&mut self, pattern: &Pattern, origin: PatternOrigin) {
+        match pattern.as_pattern_ref() {
+            PatternRef::Exact(name) => self.text.push_str(name),
+            PatternRef::Below(suffix) => {
+                self.text.push_str("*.");
+                self.text.push_str(suffix);
+            }
+            PatternRef::Any => self.text.push('*'),
+        }
+        // The text of a route is bounded by the file's own caps (a 64 MiB
+        // `sni_file`), far below `u32`; saturating keeps a bad count from
+        // wrapping.
+        let end = u32::try_from(self.text.len()).unwrap_or(u32::MAX);
+        let origin = match origin {
+            PatternOrigin::Inline(i) => u32::try_from(i).unwrap_or(LINE - 1),
+            PatternOrigin::Line(n) => LINE | u32::try_from(n).unwrap_or(LINE - 1),
+        };
+        self.ends.push((end, origin));
+    }
+
+    /// How many patterns were pushed.
+    pub(super) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The text of every pattern, in all.
+    pub(super) fn text_len(&self) -> usize {
+        self.text.len()
+    }
+
+    /// The first pattern, for a route's default name.
+    pub(super) fn first(&self) -> Option<PatternRef<'_>> {
+        self.iter().next().map(|(p, _)| p)
+    }
+
+    /// The patterns in order, with where each was written.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (PatternRef<'_>, PatternOrigin)> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().map(|&(end, _)| end));
+        starts.zip(&self.ends).map(|(start, &(end, origin))| {
+            let pattern = PatternRef::from_written(&self.text[start as usize..end as usize]);
+            let origin = if origin & LINE == 0 {
+                PatternOrigin::Inline(origin as usize)
+            } else {
+                PatternOrigin::Line((origin & !LINE) as usize)
+            };
+            (pattern, origin)
+        })
+    }
+}
+
 impl Checker {
     /// Reads `sni_file` (found from the configuration's directory) and
     /// appends its patterns; `None` after recording why when the file
@@ -43,7 +114,7 @@ impl Checker {
         &mut self,
         key: &str,
         written: &str,
-        patterns: &mut Vec<(Pattern, PatternOrigin)>,
+        patterns: &mut Parsed,
     ) -> Option<PathBuf> {
         let key = format!("{key}.sni_file");
         if written.is_empty() {
@@ -61,7 +132,7 @@ impl Checker {
         let mut bad = 0;
         for (n, line) in lines(&text) {
             match Pattern::parse(line) {
-                Ok(pattern) => patterns.push((pattern, PatternOrigin::Line(n))),
+                Ok(pattern) => patterns.push(&pattern, PatternOrigin::Line(n)),
                 Err(e) => {
                     bad += 1;
                     if bad <= MAX_LINE_PROBLEMS {
