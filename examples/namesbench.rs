@@ -14,7 +14,9 @@
 //!
 //! Then the reload series: snirelay on the inline configuration, RSS after
 //! each of `--reloads` (20) SIGHUPs of the unchanged file, then after each
-//! of as many alternating between two different sets of N names.
+//! of as many alternating between two different sets of N names
+//! (`--skip-table` runs only this series; `--threads` sets the relay's
+//! `global.threads`, 1 by default).
 //!
 //! Not here: traffic (loadbench's other phases); the names are never
 //! looked up, only held.
@@ -38,6 +40,10 @@ struct Args {
     names: usize,
     runs: usize,
     reloads: usize,
+    /// Only the reload series (`--skip-table`).
+    skip_table: bool,
+    /// The relay's `global.threads` (`--threads`, 1).
+    threads: usize,
 }
 
 fn args() -> Args {
@@ -47,6 +53,8 @@ fn args() -> Args {
         names: 100_000,
         runs: 5,
         reloads: 20,
+        skip_table: false,
+        threads: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,13 +67,15 @@ fn args() -> Args {
             "--names" => a.names = value().parse().expect("--names N"),
             "--runs" => a.runs = value().parse().expect("--runs N"),
             "--reloads" => a.reloads = value().parse().expect("--reloads N"),
+            "--skip-table" => a.skip_table = true,
+            "--threads" => a.threads = value().parse().expect("--threads N"),
             // loadbench.sh passes its own flags through: `--only names`.
             "--only" => {
                 value();
             }
             "--help" => {
                 println!(
-                    "namesbench [--relay PATH] [--haproxy PATH|none] [--names 100000] [--runs 5] [--reloads 20]"
+                    "namesbench [--relay PATH] [--haproxy PATH|none] [--names 100000] [--runs 5] [--reloads 20] [--skip-table] [--threads 1]"
                 );
                 std::process::exit(0);
             }
@@ -111,7 +121,7 @@ impl Form {
 
 /// Writes the configuration (and name files) for `names` into `dir`;
 /// returns the configuration's path.
-fn write_config(dir: &Path, form: Form, names: &[String], port: u16) -> PathBuf {
+fn write_config(dir: &Path, form: Form, names: &[String], port: u16, threads: usize) -> PathBuf {
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
@@ -129,7 +139,7 @@ fn write_config(dir: &Path, form: Form, names: &[String], port: u16) -> PathBuf 
             write(
                 "snirelay.toml",
                 &format!(
-                    "[global]\nthreads = 1\n\n[[listener]]\nname = \"bench\"\nlisten = [\"127.0.0.1:{port}\"]\n\n\
+                    "[global]\nthreads = {threads}\n\n[[listener]]\nname = \"bench\"\nlisten = [\"127.0.0.1:{port}\"]\n\n\
                      [[route]]\nname = \"names\"\n{sni}\nbackend = \"b\"\n\n[backend.b]\naddresses = [\"127.0.0.1:9\"]\n"
                 ),
             )
@@ -169,7 +179,7 @@ struct Started {
 
 fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
     let port = free_port();
-    let config = write_config(dir, form, names, port);
+    let config = write_config(dir, form, names, port, args.threads);
     let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
     let mut command = match form {
         Form::Haproxy => {
@@ -292,7 +302,7 @@ fn main() {
         "| shape | form | RSS 1 name | RSS N names | above 1 name | B/name | ratio | start | check |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for wild in [false, true] {
+    for wild in [false, true].into_iter().filter(|_| !args.skip_table) {
         let shape = if wild { "10 % `*.`" } else { "exact" };
         let many = names(args.names, wild, "a");
         let one = names(1, false, "a");
@@ -355,7 +365,13 @@ fn reload_series(args: &Args, dir: &Path) {
         let mut took = Vec::new();
         for i in 0..args.reloads {
             if alternate {
-                write_config(dir, Form::Inline, if i % 2 == 0 { &b } else { &a }, port);
+                write_config(
+                    dir,
+                    Form::Inline,
+                    if i % 2 == 0 { &b } else { &a },
+                    port,
+                    args.threads,
+                );
             }
             took.push(reload(&relay, dir, done).as_secs_f64());
             done += 1;
@@ -365,7 +381,7 @@ fn reload_series(args: &Args, dir: &Path) {
         let max = *rss.iter().max().unwrap();
         let list: Vec<String> = rss
             .iter()
-            .map(|k| format!("{:.0}", mb(*k as f64)))
+            .map(|k| format!("{:.1}", mb(*k as f64)))
             .collect();
         println!(
             "reloads {label}: after start {:.1} MB; after each (MB): {}; max {:.1} MB = {:.2}x start; reload median {:.2} s",

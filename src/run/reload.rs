@@ -31,17 +31,41 @@ use crate::flow::route;
 
 /// (listener name, pattern), or (listener name, no SNI) when `pattern` is `None`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct RouteKey {
-    listener: String,
+struct RouteKey<'a> {
+    listener: &'a str,
     pattern: Option<String>,
 }
 
-impl fmt::Display for RouteKey {
+impl fmt::Display for RouteKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.pattern {
             Some(p) => write!(f, "{}:{p}", self.listener),
             None => write!(f, "{}:<no sni>", self.listener),
         }
+    }
+}
+
+/// How many route identities of each kind a [`Diff`] names; the rest are
+/// only counted. The log line shows at most this many in all.
+pub(crate) const ROUTES_LISTED: usize = 20;
+
+/// Route identities of one kind (added, removed or changed): how many, and
+/// the first [`ROUTES_LISTED`] of them by name. A reload between two files
+/// of 100,000 different names adds and removes 100,000 identities each;
+/// naming every one would hold 200,000 strings for the length of the
+/// reload, only for the log line to show twenty.
+#[derive(Debug, Default)]
+pub(crate) struct Routes {
+    pub count: usize,
+    pub first: Vec<String>,
+}
+
+impl Routes {
+    fn push(&mut self, key: &RouteKey<'_>) {
+        if self.first.len() < ROUTES_LISTED {
+            self.first.push(key.to_string());
+        }
+        self.count += 1;
     }
 }
 
@@ -51,11 +75,11 @@ pub(crate) struct Diff {
     pub listeners_added: Vec<String>,
     pub listeners_removed: Vec<String>,
     /// Route identities (`listener:pattern`) new in this snapshot.
-    pub routes_added: Vec<String>,
+    pub routes_added: Routes,
     /// Route identities gone from this snapshot.
-    pub routes_removed: Vec<String>,
+    pub routes_removed: Routes,
     /// Route identities whose backend definition changed.
-    pub routes_changed: Vec<String>,
+    pub routes_changed: Routes,
     pub backends_added: Vec<String>,
     pub backends_removed: Vec<String>,
     pub backends_changed: Vec<String>,
@@ -89,20 +113,25 @@ pub(crate) fn diff(old: &Config, new: &Config) -> Diff {
     }
 
     // Added and changed in the new file's order; removed in identity order.
-    let old_routes: BTreeMap<RouteKey, &Arc<Backend>> = identities(old).into_iter().collect();
-    let new_routes = identities(new);
-    let mut kept = BTreeSet::new();
-    for (key, backend) in new_routes {
-        match old_routes.get(&key) {
-            None => diff.routes_added.push(key.to_string()),
-            Some(was) if ***was != **backend => diff.routes_changed.push(key.to_string()),
-            Some(_) => {}
+    // Each old identity's backend, and whether the new file has it too.
+    let mut old_routes: BTreeMap<RouteKey<'_>, (&Arc<Backend>, bool)> = identities(old)
+        .into_iter()
+        .map(|(key, backend)| (key, (backend, false)))
+        .collect();
+    for (key, backend) in identities(new) {
+        match old_routes.get_mut(&key) {
+            None => diff.routes_added.push(&key),
+            Some((was, kept)) => {
+                *kept = true;
+                if ***was != **backend {
+                    diff.routes_changed.push(&key);
+                }
+            }
         }
-        kept.insert(key);
     }
-    for key in old_routes.keys() {
-        if !kept.contains(key) {
-            diff.routes_removed.push(key.to_string());
+    for (key, (_, kept)) in &old_routes {
+        if !kept {
+            diff.routes_removed.push(key);
         }
     }
     diff
@@ -110,16 +139,17 @@ pub(crate) fn diff(old: &Config, new: &Config) -> Diff {
 
 /// Every identity of `config` and the backend it leads to, in the file's
 /// order.
-fn identities(config: &Config) -> Vec<(RouteKey, &Arc<Backend>)> {
+fn identities(config: &Config) -> Vec<(RouteKey<'_>, &Arc<Backend>)> {
     let mut out = Vec::new();
     for listener in &config.listeners {
+        let name = listener.name.as_str();
         for route in &listener.routes {
             for pattern in listener.patterns(route) {
                 let pattern = route::identity(pattern, route);
                 if let Some(diverted) = route::ech_backend(Some(route), listener) {
                     out.push((
                         RouteKey {
-                            listener: listener.name.clone(),
+                            listener: name,
                             pattern: Some(format!("{pattern}[ech]")),
                         },
                         diverted,
@@ -127,7 +157,7 @@ fn identities(config: &Config) -> Vec<(RouteKey, &Arc<Backend>)> {
                 }
                 out.push((
                     RouteKey {
-                        listener: listener.name.clone(),
+                        listener: name,
                         pattern: Some(pattern),
                     },
                     &route.backend,
@@ -138,7 +168,7 @@ fn identities(config: &Config) -> Vec<(RouteKey, &Arc<Backend>)> {
             if let Some(diverted) = route::ech_backend(None, listener) {
                 out.push((
                     RouteKey {
-                        listener: listener.name.clone(),
+                        listener: name,
                         pattern: Some("<no sni>[ech]".to_owned()),
                     },
                     diverted,
@@ -146,7 +176,7 @@ fn identities(config: &Config) -> Vec<(RouteKey, &Arc<Backend>)> {
             }
             out.push((
                 RouteKey {
-                    listener: listener.name.clone(),
+                    listener: name,
                     pattern: None,
                 },
                 backend,
@@ -261,11 +291,29 @@ addresses = ["127.0.0.1:1003"]
     }
 
     #[test]
+    fn a_diff_names_at_most_twenty_routes_of_each_kind_and_counts_all() {
+        let names = |set: &str| {
+            (0..50)
+                .map(|i| format!("\"n{i}.{set}.example.com\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let file = |set: &str| BASE.replace(r#"["r.example.com"]"#, &format!("[{}]", names(set)));
+        let d = diff(&config(&file("a")), &config(&file("b")));
+        assert_eq!(d.routes_added.count, 50);
+        assert_eq!(d.routes_removed.count, 50);
+        assert_eq!(d.routes_added.first.len(), ROUTES_LISTED);
+        assert_eq!(d.routes_added.first[0], "tls:n0.b.example.com");
+        assert_eq!(d.routes_removed.first.len(), ROUTES_LISTED);
+        assert_eq!(d.routes_changed.count, 0);
+    }
+
+    #[test]
     fn an_identical_file_changes_nothing() {
         let (old, new) = (config(BASE), config(BASE));
         let a = apply(&old, &new);
         assert!(a.to_drain.is_empty(), "{:?}", a.diff);
-        assert!(a.diff.routes_added.is_empty() && a.diff.routes_changed.is_empty());
+        assert!(a.diff.routes_added.count == 0 && a.diff.routes_changed.count == 0);
         assert!(Arc::ptr_eq(
             &signal(&a.old[0], "r.example.com"),
             &signal(&a.new[0], "r.example.com")
@@ -283,9 +331,10 @@ addresses = ["127.0.0.1:1003"]
         let a = apply(&old, &new);
         assert_eq!(a.diff.backends_changed, ["s"]);
         assert_eq!(
-            a.diff.routes_changed,
+            a.diff.routes_changed.first,
             ["tls:s.example.com", "tls:*.s.example.com"]
         );
+        assert_eq!(a.diff.routes_changed.count, 2);
         assert_eq!(a.to_drain.len(), 2);
         assert!(
             a.to_drain
@@ -306,7 +355,8 @@ addresses = ["127.0.0.1:1003"]
             r#""s.example.com""#,
         ));
         let a = apply(&old, &new);
-        assert_eq!(a.diff.routes_removed, ["tls:*.s.example.com"]);
+        assert_eq!(a.diff.routes_removed.first, ["tls:*.s.example.com"]);
+        assert_eq!(a.diff.routes_removed.count, 1);
         assert_eq!(a.to_drain.len(), 1);
         assert!(Arc::ptr_eq(
             &a.to_drain[0],
@@ -351,13 +401,13 @@ backend = "r"
         ));
         let a = apply(&old, &new);
         assert_eq!(
-            a.diff.routes_changed,
+            a.diff.routes_changed.first,
             [
                 "tls:r.example.com[alpn=acme-tls/1]",
                 "tls:e.example.com[ech]"
             ]
         );
-        assert!(a.diff.routes_added.is_empty() && a.diff.routes_removed.is_empty());
+        assert!(a.diff.routes_added.count == 0 && a.diff.routes_removed.count == 0);
         assert_eq!(a.to_drain.len(), 2);
         assert!(Arc::ptr_eq(
             &signal(&a.old[0], "r.example.com"),

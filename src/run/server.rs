@@ -263,7 +263,7 @@ pub(crate) async fn serve(
         pace: pace_for(&config),
         backends: Arc::new(Backends::start(&config.backends, None)),
         config: config.clone(),
-        started: effective::restart_part(config.to_file()),
+        started: effective::restart_part(&config),
         readiness: Arc::new(Readiness::default()),
         admin: None,
     };
@@ -340,6 +340,13 @@ pub(crate) async fn serve(
         max_connections = config.global.max_connections,
         "ready"
     );
+    // The server's own copy is the one reloads replace: kept here, this
+    // first snapshot's listeners (every route's names) would stay alive
+    // beside the running ones for the life of the process.
+    drop(config);
+    // What reading and checking the file allocated and freed goes back to
+    // the system (see `reload` for why it is done by hand).
+    sockopt::release_freed_memory();
     server.notifier.ready("serving");
     if let Some(incoming) = options.takeover_from.take() {
         match incoming.ready() {
@@ -520,7 +527,10 @@ impl Server {
                 metrics::metrics().reload("ok");
                 // Applied, except what was fixed at start: said on every
                 // reload while the file and the process disagree.
-                let pending = effective::pending_restart(&self.started, &self.config.to_file());
+                let pending = effective::pending_restart(
+                    &self.started,
+                    &effective::restart_part(&self.config),
+                );
                 // The admin listener serves the new configuration before
                 // the line says it is applied: whoever waits for the line
                 // (a script, a test) then finds it in force there too.
@@ -535,9 +545,9 @@ impl Server {
                     listeners.removed = %d.listeners_removed.join(","),
                     binds.added = applied.binds_added,
                     binds.removed = applied.binds_removed,
-                    routes.added = d.routes_added.len(),
-                    routes.removed = d.routes_removed.len(),
-                    routes.changed = d.routes_changed.len(),
+                    routes.added = d.routes_added.count,
+                    routes.removed = d.routes_removed.count,
+                    routes.changed = d.routes_changed.count,
                     routes.list = %summary(d),
                     backends.added = %d.backends_added.join(","),
                     backends.removed = %d.backends_removed.join(","),
@@ -572,6 +582,13 @@ impl Server {
                     .ready(&format!("serving; reload rejected: {error}"));
             }
         }
+        // Everything the reload freed (the file's text and model, the
+        // diff, the previous generation when no connection holds it, or
+        // the refused configuration) goes back to the system now: left to
+        // mimalloc, freed pages stay resident until its purge delay has
+        // passed and some thread allocates again, so an idle relay kept
+        // each reload's garbage (benches/README.md, "Names").
+        sockopt::release_freed_memory();
     }
 
     fn try_reload(&mut self, new: Config) -> Result<Applied, ReloadError> {
@@ -683,19 +700,22 @@ impl PendingRead {
     }
 }
 
-/// The route identities that changed, for the reload log line (bounded).
+/// The route identities that changed, for the reload log line: at most
+/// [`reload::ROUTES_LISTED`] named, then how many more.
 fn summary(diff: &reload::Diff) -> String {
-    const MAX: usize = 20;
-    let all: Vec<String> = diff
+    let named = diff
         .routes_added
+        .first
         .iter()
         .map(|r| format!("+{r}"))
-        .chain(diff.routes_removed.iter().map(|r| format!("-{r}")))
-        .chain(diff.routes_changed.iter().map(|r| format!("~{r}")))
-        .collect();
-    let mut text = all.iter().take(MAX).cloned().collect::<Vec<_>>().join(" ");
-    if all.len() > MAX {
-        text.push_str(&format!(" (+{} more)", all.len() - MAX));
+        .chain(diff.routes_removed.first.iter().map(|r| format!("-{r}")))
+        .chain(diff.routes_changed.first.iter().map(|r| format!("~{r}")))
+        .take(reload::ROUTES_LISTED)
+        .collect::<Vec<_>>();
+    let all = diff.routes_added.count + diff.routes_removed.count + diff.routes_changed.count;
+    let mut text = named.join(" ");
+    if all > named.len() {
+        text.push_str(&format!(" (+{} more)", all - named.len()));
     }
     text
 }

@@ -31,9 +31,11 @@
 //! - [`process`]: the descriptor limit, raised at start-up (through nix's
 //!   safe wrapper), and the monotonic clock sd_notify wants.
 //! - [`sys`]: the only `unsafe` in the crate: the few functions that turn
-//!   raw descriptor numbers into owned ones (systemd's, a takeover's), and
-//!   the one setsockopt(2) libc has no name for (IP_LOCAL_PORT_RANGE), each
-//!   allowed on that function alone, with its SAFETY argument.
+//!   raw descriptor numbers into owned ones (systemd's, a takeover's), the
+//!   one setsockopt(2) libc has no name for (IP_LOCAL_PORT_RANGE), and the
+//!   call that hands the allocator's free memory back to the system after
+//!   a reload (mimalloc's `mi_collect`), each allowed on that function
+//!   alone, with its SAFETY argument.
 //!
 //! This file only declares and re-exports them: callers name
 //! `crate::sockopt::X` whichever file defines it. [`sys`] is visible to
@@ -76,4 +78,6 @@ pub(crate) use stream::{
     fin_queued, recv_now, send_now, set_nodelay, set_recv_lowat, shutdown_write,
     try_write_before_fin,
 };
-pub(crate) use sys::{ActivatedFd, MAX_PASSED_FDS, recv_fds, take_activated_fds};
+pub(crate) use sys::{
+    ActivatedFd, MAX_PASSED_FDS, recv_fds, release_freed_memory, take_activated_fds,
+};

@@ -32,7 +32,9 @@
 //!
 //! Each connection reads the listener's current [`Generation`] (settings,
 //! routes, admission, backends, pacing: one value, published by a reload in
-//! one swap) at accept time and keeps it for life. Not here: what happens on
+//! one swap) at accept time and keeps it for life; the loop itself holds
+//! none while it waits, so a reload frees the previous generation once
+//! the connections that took it have ended. Not here: what happens on
 //! a connection (see [`crate::tcp::connection`]).
 
 use std::sync::Arc;
@@ -91,13 +93,17 @@ impl AcceptLoop {
         // every connection of the process.
         let close_mine = self.close_connections.child_token();
         // The generation in force, re-read only when a reload publishes a
-        // new one (an atomic version check per accept instead of a lock).
-        let mut generation = self.generation.borrow_and_update().clone();
+        // new one (an atomic version check per accept instead of a lock),
+        // and let go of whenever the loop waits (see `Held`).
+        let mut held = Held(Some(self.generation.borrow_and_update().clone()));
         // A listener keeps its name across reloads, so its series do too.
-        let series = metrics::metrics().listener(
-            &generation.listener.name,
-            generation.listener.protocol.as_str(),
-        );
+        let series = {
+            let generation = held.current(&mut self.generation);
+            metrics::metrics().listener(
+                &generation.listener.name,
+                generation.listener.protocol.as_str(),
+            )
+        };
         let mut backoff = Backoff::default();
         let mut in_a_row = 0;
         loop {
@@ -115,34 +121,45 @@ impl AcceptLoop {
             if self.stop_accepting.is_cancelled() {
                 return;
             }
-            let permit = tokio::select! {
-                biased;
-                permit = self.permits.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_closed) => return,
-                },
-                () = self.stop_accepting.cancelled() => return,
-            };
-            self.refresh(&mut generation);
+            let permit = held.unless_ready(async {
+                tokio::select! {
+                    biased;
+                    permit = self.permits.clone().acquire_owned() => permit.ok(),
+                    () = self.stop_accepting.cancelled() => None,
+                }
+            });
+            let Some(permit) = permit.await else { return };
             // `max_connection_rate`: wait until one more is within it
             // (clients wait in the backlog meanwhile), as HAProxy's
             // listener does for `maxconnrate`.
             let reserved = loop {
-                let Some(pace) = &generation.pace else {
+                let Some(pace) = &held.current(&mut self.generation).pace else {
                     break None;
                 };
                 match pace.reserve() {
                     Ok(reserved) => break Some(reserved),
-                    Err(wait) => tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = self.stop_accepting.cancelled() => return,
-                    },
+                    Err(wait) => {
+                        let waited = held.unless_ready(async {
+                            tokio::select! {
+                                () = tokio::time::sleep(wait) => true,
+                                () = self.stop_accepting.cancelled() => false,
+                            }
+                        });
+                        if !waited.await {
+                            return;
+                        }
+                    }
                 }
             };
-            let accepted = tokio::select! {
-                biased;
-                accepted = self.socket.accept() => accepted,
-                () = self.stop_accepting.cancelled() => return,
+            let accepted = held.unless_ready(async {
+                tokio::select! {
+                    biased;
+                    accepted = self.socket.accept() => Some(accepted),
+                    () = self.stop_accepting.cancelled() => None,
+                }
+            });
+            let Some(accepted) = accepted.await else {
+                return;
             };
             match accepted {
                 Ok((stream, peer)) => {
@@ -161,13 +178,14 @@ impl AcceptLoop {
                     // A reload may have landed while this loop waited in
                     // accept; the connection gets the newest generation,
                     // read once, whole.
-                    self.refresh(&mut generation);
-                    self.start(accepted, &generation, permit, &close_mine);
+                    let generation = held.current(&mut self.generation);
+                    self.start(accepted, generation, permit, &close_mine);
                     in_a_row += 1;
                 }
                 Err(error) if sockopt::is_resource_exhaustion(&error) => {
                     drop(permit);
-                    if !backoff.wait(&error, &self.stop_accepting).await {
+                    let waited = held.unless_ready(backoff.wait(&error, &self.stop_accepting));
+                    if !waited.await {
                         return;
                     }
                 }
@@ -176,13 +194,6 @@ impl AcceptLoop {
                     tracing::debug!(error = %error, "accept failed");
                 }
             }
-        }
-    }
-
-    /// Takes the newest generation if a reload has published one.
-    fn refresh(&mut self, generation: &mut Arc<Generation>) {
-        if self.generation.has_changed().unwrap_or(false) {
-            *generation = self.generation.borrow_and_update().clone();
         }
     }
 
@@ -218,6 +229,43 @@ impl AcceptLoop {
                 per_source,
             },
         )));
+    }
+}
+
+/// The generation an accept loop holds between accepts. It is let go of
+/// whenever the loop waits (for a permit, the pace, a connection, the
+/// back-off), so a reload that publishes the next generation frees the
+/// previous one as soon as the connections that took it have ended, not
+/// when the next connection arrives: until then an idle listener kept a
+/// whole route table alive per reload, 100,000 names' worth on the names
+/// bench (benches/README.md, "Names"). Re-reading it after a wait costs one
+/// read lock of the watch channel, paid only by a loop that found nothing
+/// to accept.
+struct Held(Option<Arc<Generation>>);
+
+impl Held {
+    /// The newest generation: the one held, unless a reload published
+    /// another (an atomic version check) or the loop let go of it.
+    fn current(&mut self, published: &mut watch::Receiver<Arc<Generation>>) -> &Arc<Generation> {
+        if published.has_changed().unwrap_or(false) {
+            self.0 = None;
+        }
+        self.0
+            .get_or_insert_with(|| published.borrow_and_update().clone())
+    }
+
+    /// Awaits `wait`; if it is not ready at its first poll, lets go of the
+    /// generation first, so none is kept alive while the loop is parked.
+    async fn unless_ready<T>(&mut self, wait: impl Future<Output = T>) -> T {
+        let mut wait = std::pin::pin!(wait);
+        std::future::poll_fn(|cx| {
+            let polled = wait.as_mut().poll(cx);
+            if polled.is_pending() {
+                self.0 = None;
+            }
+            polled
+        })
+        .await
     }
 }
 
@@ -311,6 +359,48 @@ mod tests {
             largest <= Some(ACCEPT_BATCH as usize),
             "connections started between two looks: {seen:?}"
         );
+        stop.cancel();
+        accepting.await.unwrap();
+    }
+
+    /// A loop waiting for connections holds no generation: once a reload
+    /// publishes the next one, the previous is freed (here: only the test's
+    /// own handle is left) without any connection arriving, and the next
+    /// connection still gets the newest.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_waiting_loop_lets_go_of_the_previous_generation() {
+        let first = Generation::for_tests();
+        let (publish, generation) = watch::channel(first.clone());
+        let socket = Arc::new(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        let addr = socket.local_addr().unwrap();
+        let tracker = TaskTracker::new();
+        let stop = CancellationToken::new();
+        let accepting = tokio::spawn(
+            AcceptLoop {
+                socket,
+                generation,
+                permits: Arc::new(Semaphore::new(4)),
+                tracker: tracker.clone(),
+                stop_accepting: stop.clone(),
+                close_connections: CancellationToken::new(),
+            }
+            .run(),
+        );
+        // The loop runs until it waits in accept (one thread: it runs
+        // while this task yields).
+        tokio::task::yield_now().await;
+        let second = Generation::for_tests();
+        drop(publish.send_replace(second.clone()));
+        assert_eq!(Arc::strong_count(&first), 1, "the loop still holds it");
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while tracker.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never accepted");
+            tokio::task::yield_now().await;
+        }
+        // The connection's task keeps the generation it was given: the
+        // newest (the channel and this test hold the other two counts).
+        assert_eq!(Arc::strong_count(&second), 3);
         stop.cancel();
         accepting.await.unwrap();
     }
