@@ -1,0 +1,233 @@
+//! Unit tests of the route table: lookups, fallbacks, drain slots and
+//! ECH, without sockets.
+
+use std::path::Path;
+
+use crate::config::Config;
+use crate::flow::route::*;
+
+const RULES: &str = r#"
+[[listener]]
+name = "tls"
+listen = "127.0.0.1:0"
+ech_config_ids = [7]
+
+[[route]]
+name = "site"
+sni = ["example.com", "*.example.com"]
+backend = "web"
+
+[[route]]
+name = "acme"
+sni = ["example.com"]
+alpn = ["acme-tls/1"]
+backend = "certs"
+
+[[route]]
+name = "acme_only"
+sni = ["*.acme.example.com"]
+alpn = ["acme-tls/1"]
+backend = "certs"
+
+[[route]]
+name = "private"
+sni = ["private.example.com"]
+ech = "reject"
+backend = "web"
+
+[[route]]
+name = "ech"
+sni = ["ech.example.com"]
+ech = "frontend"
+backend = "web"
+
+[[route]]
+name = "default"
+sni = ["*"]
+backend = "fallback"
+
+[backend.web]
+addresses = ["127.0.0.1:1001"]
+
+[backend.certs]
+addresses = ["127.0.0.1:1002"]
+
+[backend.fallback]
+addresses = ["127.0.0.1:1003"]
+
+[backend.frontend]
+addresses = ["127.0.0.1:1004"]
+"#;
+
+fn table(text: &str) -> RouteTable {
+    let config = Config::from_toml(text, Path::new("test.toml")).unwrap();
+    RouteTable::build(&config.listeners[0], None)
+}
+
+fn hello(name: Option<&str>, alpn: &[&str], ech: Option<Ech>) -> ClientHello {
+    ClientHello {
+        server_name: name.map(|n| n.as_bytes().to_vec()),
+        alpn: alpn.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        ech,
+        version: Some(0x0304),
+        len: 0,
+    }
+}
+
+/// Where `hello` goes: (route, backend), or the refusal.
+fn goes(table: &RouteTable, hello: &ClientHello) -> Result<(String, String), NoRoute> {
+    table
+        .decide(hello)
+        .target
+        .map(|e| (e.route.to_string(), e.backend.name.clone()))
+}
+
+fn to(route: &str, backend: &str) -> Result<(String, String), NoRoute> {
+    Ok((route.to_owned(), backend.to_owned()))
+}
+
+#[test]
+fn exact_and_wildcard_routes_beat_the_default_route() {
+    let t = table(RULES);
+    let go = |name| goes(&t, &hello(Some(name), &[], None));
+    assert_eq!(go("example.com"), to("site", "web"));
+    assert_eq!(go("a.b.example.com"), to("site", "web"));
+    assert_eq!(go("other.test"), to("default", "fallback"));
+    assert_eq!(go("example.org"), to("default", "fallback"));
+    // Not a host name: refused, default route or not.
+    assert_eq!(go("bad name"), Err(NoRoute::Unmatched));
+    assert_eq!(go("10.0.0.1"), Err(NoRoute::Unmatched));
+    // No SNI: the listener's no_sni (reject), never the default route.
+    assert_eq!(goes(&t, &hello(None, &[], None)), Err(NoRoute::NoSni));
+}
+
+#[test]
+fn a_route_with_a_matching_alpn_wins_over_the_same_name_without() {
+    let t = table(RULES);
+    let go = |name, alpn: &[&str]| goes(&t, &hello(Some(name), alpn, None));
+    assert_eq!(go("example.com", &["acme-tls/1"]), to("acme", "certs"));
+    // Any offered protocol matches.
+    assert_eq!(
+        go("example.com", &["h2", "acme-tls/1"]),
+        to("acme", "certs")
+    );
+    assert_eq!(go("example.com", &["h2"]), to("site", "web"));
+    assert_eq!(go("example.com", &[]), to("site", "web"));
+    // A pattern with only an alpn route is passed over for the next
+    // matching pattern (here `*.example.com`).
+    assert_eq!(
+        go("x.acme.example.com", &["acme-tls/1"]),
+        to("acme_only", "certs")
+    );
+    assert_eq!(go("x.acme.example.com", &["h2"]), to("site", "web"));
+}
+
+#[test]
+fn min_tls_version_refuses_hellos_offering_nothing_as_new() {
+    let t = table(&RULES.replace(
+        "ech_config_ids = [7]",
+        "ech_config_ids = [7]\nmin_tls_version = \"1.3\"",
+    ));
+    let mut h = hello(Some("example.com"), &[], None);
+    assert_eq!(goes(&t, &h), to("site", "web"));
+    h.version = Some(0x0303);
+    assert_eq!(goes(&t, &h), Err(NoRoute::TlsVersion));
+    h.version = None;
+    assert_eq!(goes(&t, &h), Err(NoRoute::TlsVersion));
+    // The version is judged before the name.
+    h.server_name = Some(b"bad name".to_vec());
+    assert_eq!(goes(&t, &h), Err(NoRoute::TlsVersion));
+    assert_eq!(NoRoute::TlsVersion.alert(), 70);
+    // Unset: every version.
+    let t = table(RULES);
+    assert_eq!(goes(&t, &h), Err(NoRoute::Unmatched));
+}
+
+#[test]
+fn ech_policy_concerns_real_ech_and_lets_grease_pass() {
+    let t = table(RULES);
+    let real = Some(Ech::Outer { config_id: 7 });
+    let grease = Some(Ech::Outer { config_id: 8 });
+    let decide = |name, ech| {
+        let d = t.decide(&hello(Some(name), &[], ech));
+        (d.ech, d.target.map(|e| e.backend.name.clone()))
+    };
+    assert_eq!(
+        decide("private.example.com", real),
+        (Some(EchKind::Real), Err(NoRoute::EchRejected))
+    );
+    assert_eq!(
+        decide("private.example.com", grease),
+        (Some(EchKind::Grease), Ok("web".into()))
+    );
+    assert_eq!(
+        decide("private.example.com", None),
+        (None, Ok("web".into()))
+    );
+    assert_eq!(
+        decide("ech.example.com", real),
+        (Some(EchKind::Real), Ok("frontend".into()))
+    );
+    assert_eq!(
+        decide("ech.example.com", grease),
+        (Some(EchKind::Grease), Ok("web".into()))
+    );
+    assert_eq!(
+        decide("ech.example.com", Some(Ech::Inner)),
+        (Some(EchKind::Inner), Ok("web".into()))
+    );
+    assert_eq!(NoRoute::EchRejected.alert(), 40);
+    // Without configured ids every outer ECH is concerned.
+    let t = table(&RULES.replace("ech_config_ids = [7]", ""));
+    let d = t.decide(&hello(Some("private.example.com"), &[], grease));
+    assert_eq!(
+        (d.ech, d.target.err()),
+        (Some(EchKind::Unknown), Some(NoRoute::EchRejected))
+    );
+}
+
+#[test]
+fn the_alpn_set_and_the_ech_backend_are_part_of_the_drain_identity() {
+    let old = table(RULES);
+    let config = Config::from_toml(
+        &RULES
+            .replace(
+                "alpn = [\"acme-tls/1\"]\nbackend = \"certs\"\n\n[[route]]\nname = \"acme_only\"",
+                "alpn = [\"acme-tls/1\"]\nbackend = \"web\"\n\n[[route]]\nname = \"acme_only\"",
+            )
+            .replace(
+                "[backend.frontend]\naddresses = [\"127.0.0.1:1004\"]",
+                "[backend.frontend]\naddresses = [\"127.0.0.1:1005\"]",
+            ),
+        Path::new("test.toml"),
+    )
+    .unwrap();
+    let new = RouteTable::build(&config.listeners[0], Some(&old));
+    let signal = |t: &RouteTable, name, alpn: &[&str], ech| {
+        t.decide(&hello(Some(name), alpn, ech))
+            .target
+            .unwrap()
+            .drain
+            .signal()
+            .clone()
+    };
+    let retired = old.retired_by(Some(&new));
+    let is_retired = |s: &Arc<DrainSignal>| retired.iter().any(|r| Arc::ptr_eq(r, s));
+    // The acme route of example.com changed backend; the site did not.
+    assert!(is_retired(&signal(
+        &old,
+        "example.com",
+        &["acme-tls/1"],
+        None
+    )));
+    assert!(!is_retired(&signal(&old, "example.com", &["h2"], None)));
+    assert!(Arc::ptr_eq(
+        &signal(&old, "example.com", &["h2"], None),
+        &signal(&new, "example.com", &["h2"], None)
+    ));
+    // The ECH backend of ech.example.com changed; its own route did not.
+    let real = Some(Ech::Outer { config_id: 7 });
+    assert!(is_retired(&signal(&old, "ech.example.com", &[], real)));
+    assert!(!is_retired(&signal(&old, "ech.example.com", &[], None)));
+    assert_eq!(retired.len(), 2);
+}
