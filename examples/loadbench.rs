@@ -33,6 +33,11 @@
 //!   and what was relayed over 60 s is the sustained ceiling (it is one
 //!   only if connections then failed: the relay used up the ports).
 //!
+//! With `--sozu PATH`, sozu (its TCP listener prereads the SNI and routes
+//! on it without terminating TLS; see [`sozu`]) runs the `rate`
+//! and `idle` phases too, in the alternating order, and a second table
+//! gives snirelay/sozu ratios; without it nothing changes.
+//!
 //! With `--slices N` the rate phase runs instead as N pairs of short
 //! `--seconds` slices, the two proxies taking turns in ABBA order, and the
 //! summary gives, per figure, the median of the per-pair ratios with a
@@ -48,11 +53,13 @@
 //! Usage (see scripts/loadbench.sh, which builds and runs it):
 //! `loadbench --relay target/release/snirelay [--haproxy /usr/sbin/haproxy]
 //!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]
-//!  [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]`;
+//!  [--sozu /opt/sozu/bin/sozu] [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]`;
 //! `loadbench --help` lists every option with its default.
 
 #[path = "support/proc.rs"]
 mod proc;
+#[path = "support/sozu.rs"]
+mod sozu;
 
 use proc::{
     CoreTicks, context_switches, cpu_seconds, fd_count, free_port, ipis, median, meminfo_kib,
@@ -78,6 +85,8 @@ const CHUNK: usize = 64 * 1024;
 struct Args {
     relay: PathBuf,
     haproxy: Option<PathBuf>,
+    /// `--sozu PATH`: sozu joins the `rate` and `idle` phases.
+    sozu: Option<PathBuf>,
     runs: usize,
     seconds: u64,
     threads: usize,
@@ -118,6 +127,10 @@ struct Cli {
     /// The HAProxy binary to compare with, or `none` to measure snirelay alone.
     #[arg(long, value_name = "PATH|none", default_value = "/usr/sbin/haproxy")]
     haproxy: String,
+    /// A sozu binary (2.3 or later: SNI preread on a TCP listener) to run in
+    /// the `rate` and `idle` phases too, with a table of its own.
+    #[arg(long, value_name = "PATH")]
+    sozu: Option<PathBuf>,
     /// Runs, alternating which proxy goes first; the table gives medians.
     #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
@@ -180,6 +193,7 @@ fn args() -> Args {
     Args {
         relay: cli.relay,
         haproxy: (cli.haproxy != "none").then(|| cli.haproxy.into()),
+        sozu: cli.sozu,
         runs: cli.runs,
         seconds: cli.seconds,
         threads: cli.threads,
@@ -295,10 +309,18 @@ struct Proxy {
     name: &'static str,
     child: Child,
     addr: SocketAddr,
+    /// The process that carries the connections, whose CPU and memory are
+    /// measured: the child itself, or sozu's worker.
+    pid: u32,
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        if self.pid != self.child.id() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -435,10 +457,12 @@ proxy_protocol = "{proxy_protocol}"
         .expect("cannot start snirelay");
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     wait_listening(addr, "snirelay").await;
+    let pid = child.id();
     Proxy {
         name: "snirelay",
         child,
         addr,
+        pid,
     }
 }
 
@@ -491,10 +515,12 @@ backend b
         .expect("cannot start haproxy");
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     wait_listening(addr, "haproxy").await;
+    let pid = child.id();
     Proxy {
         name: "haproxy",
         child,
         addr,
+        pid,
     }
 }
 
@@ -562,7 +588,7 @@ async fn rate_and_cost(
     mode: u8,
     pin: Option<(usize, usize)>,
 ) -> RateFigures {
-    let pid = proxy.child.id();
+    let pid = proxy.pid;
     let me = std::process::id();
     let (cpu0, load0) = (cpu_seconds(pid), cpu_seconds(me));
     let cores0 = pin.map(|(p, l)| (CoreTicks::read(p), CoreTicks::read(l)));
@@ -871,7 +897,7 @@ async fn census(proxy: &Proxy, hello: Arc<Vec<u8>>, mode: u8, backend: SocketAdd
     let census_start = Instant::now();
     let segs0 = net_counter("/proc/net/snmp", "Tcp:", "OutSegs");
     let over0 = net_counter("/proc/net/netstat", "TcpExt:", "TCPTimeWaitOverflow");
-    let perf_proxy = count_syscalls(proxy.child.id());
+    let perf_proxy = count_syscalls(proxy.pid);
     let perf_load = count_syscalls(std::process::id());
     // perf attaches asynchronously; a short pause keeps the census inside.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -990,7 +1016,7 @@ async fn idle(
     count: usize,
     stats: &BackendStats,
 ) -> IdleFigures {
-    let pid = proxy.child.id();
+    let pid = proxy.pid;
     // One connection first so lazy one-time setup is in the baseline.
     let warm = open(proxy.addr, &hello, b'I').await.unwrap();
     wait_for(|| stats.idle_open.load(Ordering::Relaxed) == 1, "warm-up").await;
@@ -1349,6 +1375,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
     // HAProxy gets a backend of its own, so that the census can tell each
     // proxy's TIME_WAIT sockets toward it by port.
     let haproxy_backend = backend(stats.clone(), stop_download.clone()).await;
+    let sozu_backend = backend(stats.clone(), stop_download.clone()).await;
     let dir = std::env::temp_dir().join(format!("snirelay-loadbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut samples: Samples = BTreeMap::new();
@@ -1384,6 +1411,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             Some(bin) => Some(start_haproxy(bin, &args, &dir, haproxy_backend).await),
             None => None,
         };
+        let sozu = match (&args.sozu, only("rate")) {
+            (Some(bin), true) => Some(sozu::start_sozu(bin, &args, &dir, sozu_backend).await),
+            _ => None,
+        };
         if only("rate") && args.slices > 0 {
             let haproxy = haproxy
                 .as_ref()
@@ -1391,7 +1422,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             sliced_rate(&relay, haproxy, &args, hello.clone(), run, &mut samples).await;
         }
         // Alternate who goes first.
-        let mut order: Vec<&Proxy> = std::iter::once(&relay).chain(haproxy.as_ref()).collect();
+        let mut order: Vec<&Proxy> = std::iter::once(&relay)
+            .chain(haproxy.as_ref())
+            .chain(sozu.as_ref())
+            .collect();
         if run % 2 == 1 {
             order.reverse();
         }
@@ -1402,10 +1436,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                 record_rate(&mut samples, &format!("run {run}"), name, &f);
                 let mut push = |metric, v| samples.entry((metric, name)).or_default().push(v);
                 if args.pin.is_some() {
-                    let backend = if name == "haproxy" {
-                        haproxy_backend
-                    } else {
-                        backend_addr
+                    let backend = match name {
+                        "haproxy" => haproxy_backend,
+                        "sozu" => sozu_backend,
+                        _ => backend_addr,
                     };
                     let c = census(proxy, hello.clone(), args.rate_mode, backend).await;
                     eprintln!(
@@ -1429,13 +1463,17 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                     push("census_tw_overflow", c.tw_overflow);
                 }
             }
+            // sozu runs the `rate` and `idle` phases only.
+            if name == "sozu" {
+                continue;
+            }
             // Proxy CPU milliseconds per 100 MB moved (the phases move
             // `MB/s * seconds` MB).
             let cost = |cpu0: f64, mb_per_s: f64| {
-                (cpu_seconds(proxy.child.id()) - cpu0) * 1e3 / (mb_per_s * secs as f64 / 100.0)
+                (cpu_seconds(proxy.pid) - cpu0) * 1e3 / (mb_per_s * secs as f64 / 100.0)
             };
             if only("up") {
-                let cpu0 = cpu_seconds(proxy.child.id());
+                let cpu0 = cpu_seconds(proxy.pid);
                 let v = upload(proxy.addr, hello.clone(), secs, &stats).await;
                 let c = cost(cpu0, v);
                 eprintln!("run {run} {name:8} up    {v:10.0} MB/s  {c:6.1} ms CPU/100 MB");
@@ -1444,7 +1482,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             }
             if only("down") {
                 stop_download.store(false, Ordering::Relaxed);
-                let cpu0 = cpu_seconds(proxy.child.id());
+                let cpu0 = cpu_seconds(proxy.pid);
                 let v = download(proxy.addr, hello.clone(), secs).await;
                 let c = cost(cpu0, v);
                 stop_download.store(true, Ordering::Relaxed);
@@ -1504,19 +1542,27 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
         drop(order);
         drop(relay);
         drop(haproxy);
+        drop(sozu);
         if only("idle") {
             // Fresh processes, one at a time, so neither holds the other's
             // connections in the meminfo deltas.
-            let names: Vec<&str> = if run % 2 == 0 {
-                vec!["snirelay", "haproxy"]
-            } else {
-                vec!["haproxy", "snirelay"]
-            };
+            let mut names: Vec<&str> = vec!["snirelay", "haproxy"];
+            if args.sozu.is_some() {
+                names.push("sozu");
+            }
+            if run % 2 == 1 {
+                names.reverse();
+            }
             for name in names {
-                let proxy = match (name, &args.haproxy) {
-                    ("snirelay", _) => start_snirelay(&args, &dir, backend_addr).await,
-                    (_, Some(bin)) => start_haproxy(bin, &args, &dir, backend_addr).await,
-                    (_, None) => continue,
+                let proxy = match (name, &args.haproxy, &args.sozu) {
+                    ("snirelay", _, _) => start_snirelay(&args, &dir, backend_addr).await,
+                    ("sozu", _, Some(bin)) => {
+                        sozu::start_sozu(bin, &args, &dir, backend_addr).await
+                    }
+                    ("haproxy", Some(bin), _) => {
+                        start_haproxy(bin, &args, &dir, backend_addr).await
+                    }
+                    _ => continue,
                 };
                 let f = idle(&proxy, hello.clone(), args.idle, &stats).await;
                 eprintln!(
@@ -1545,6 +1591,9 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
     }
     print_table(&samples, &args);
     print_pairs(&samples, &args);
+    if args.sozu.is_some() {
+        sozu::print_table(&samples);
+    }
 }
 
 /// The paired-slice ratios of `--slices`: per figure, the median of the

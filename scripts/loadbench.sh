@@ -27,6 +27,11 @@
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.
 #
+# sozu joins the rate and idle phases only when asked (not installed here,
+# nor in CI; it needs protobuf-compiler to build):
+#   cargo install sozu --version =2.3.3 --locked --root /opt/sozu
+#   scripts/loadbench.sh --only rate,idle --sozu /opt/sozu/bin/sozu
+#
 # The rate phase takes two ephemeral ports per connection (client to proxy,
 # proxy to backend) at some 14,000 connections/s, and on loopback a port in
 # TIME_WAIT is reused only after a second: Linux's default range
