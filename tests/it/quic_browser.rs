@@ -24,11 +24,11 @@ use crate::common;
 
 use std::net::SocketAddr;
 
-use common::browser::{BrowserRun, chromium_run, hex, sha256};
+use common::browser::{BrowserRun, caddy_config, chromium_run, hex, sha256};
 use common::{
     Pki, Relay, Tool, WAIT, free_tcp_udp_port, scratch_dir, wait_accepting, wait_udp_bound,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The name routed to Caddy.
 const NAME: &str = "h3.snirelay.test";
@@ -79,34 +79,9 @@ async fn start_caddy(pki: &Pki, blob: &[u8]) -> (Tool, SocketAddr) {
     std::fs::create_dir_all(&site).unwrap();
     std::fs::write(site.join("index.html"), PAGE).unwrap();
     std::fs::write(site.join("blob.bin"), blob).unwrap();
-    let (cert, key) = pki.write_server_pem(&dir);
     let port = free_tcp_udp_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let config = json!({
-        // No admin endpoint, and no copy of the config in the user's home.
-        "admin": { "disabled": true, "config": { "persist": false } },
-        "storage": { "module": "file_system", "root": dir.join("storage") },
-        "apps": {
-            "http": { "servers": { "h3": {
-                "listen": [addr.to_string()],
-                "protocols": ["h1", "h2", "h3"],
-                // No ACME, no redirects: the certificate below serves.
-                "automatic_https": { "disable": true },
-                "tls_connection_policies": [{}],
-                // Access lines (logger `http.log.access`) for every request.
-                "logs": {},
-                "routes": [{
-                    "match": [{ "host": [NAME] }],
-                    "handle": [{ "handler": "file_server", "root": site }]
-                }]
-            }}},
-            "tls": { "certificates": { "load_files": [
-                { "certificate": cert, "key": key }
-            ]}}
-        }
-    });
-    let config_path = dir.join("caddy.json");
-    std::fs::write(&config_path, config.to_string()).unwrap();
+    let config_path = caddy_config(&dir, addr, NAME, &site, pki);
     let mut caddy = Tool::spawn(
         "caddy",
         &["run", "--config", config_path.to_str().unwrap()],

@@ -19,8 +19,9 @@ use crate::common;
 
 use std::net::SocketAddr;
 
+use common::Relay;
 use common::control_plane::{ControlPlane, Reply};
-use common::{Relay, WAIT};
+use common::udp::receive;
 use ppp::v2;
 use serde_json::Value;
 use snirelay::wire::proxy::{TLV_HOPS, hops_value};
@@ -78,17 +79,6 @@ fn dgram_header(client: &str, dialled: SocketAddr, hops: Option<u8>) -> Vec<u8> 
 /// `header` then `payload`, as one datagram.
 fn framed(header: &[u8], payload: &[u8]) -> Vec<u8> {
     [header, payload].concat()
-}
-
-/// The next datagram `socket` receives, with its sender, within [`WAIT`].
-async fn receive(socket: &UdpSocket) -> (Vec<u8>, SocketAddr) {
-    let mut buf = vec![0u8; 65536];
-    let (len, from) = tokio::time::timeout(WAIT, socket.recv_from(&mut buf))
-        .await
-        .expect("nothing received within WAIT")
-        .unwrap();
-    buf.truncate(len);
-    (buf, from)
 }
 
 /// The close line of the flow from `peer`.

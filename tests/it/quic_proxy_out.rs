@@ -10,6 +10,7 @@ use crate::common;
 
 use std::net::SocketAddr;
 
+use common::udp::receive;
 use common::{Relay, WAIT, metric_now};
 use ppp::v2;
 use tokio::net::UdpSocket;
@@ -47,17 +48,6 @@ proxy_protocol = "v2"
 listen = "127.0.0.1:0"
 "#
     )
-}
-
-/// The next datagram `backend` receives, with its sender, within [`WAIT`].
-async fn receive(backend: &UdpSocket) -> (Vec<u8>, SocketAddr) {
-    let mut buf = vec![0u8; 65536];
-    let (len, from) = tokio::time::timeout(WAIT, backend.recv_from(&mut buf))
-        .await
-        .expect("the backend received nothing within WAIT")
-        .unwrap();
-    buf.truncate(len);
-    (buf, from)
 }
 
 /// The v2 header at the start of `datagram` as `ppp` reads it, and the

@@ -25,11 +25,11 @@ use crate::common;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
 
-use common::browser::chromium_run_in;
+use common::browser::{caddy_config, chromium_run_in};
 use common::netns::{Triangle, address, in_ns, run, veth, wrap_in};
 use common::{Pki, Relay, Tool, WAIT, scratch_dir};
 use ppp::v2;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::UdpSocket;
 
 include!("common/quic_capture.rs");
@@ -106,29 +106,7 @@ async fn start_caddy(ns: &str, addr: SocketAddr, pki: &Pki) -> Tool {
     let site = dir.join("site");
     std::fs::create_dir_all(&site).unwrap();
     std::fs::write(site.join("index.html"), PAGE).unwrap();
-    let (cert, key) = pki.write_server_pem(&dir);
-    let config = json!({
-        "admin": { "disabled": true, "config": { "persist": false } },
-        "storage": { "module": "file_system", "root": dir.join("storage") },
-        "apps": {
-            "http": { "servers": { "h3": {
-                "listen": [addr.to_string()],
-                "protocols": ["h1", "h2", "h3"],
-                "automatic_https": { "disable": true },
-                "tls_connection_policies": [{}],
-                "logs": {},
-                "routes": [{
-                    "match": [{ "host": [NAME] }],
-                    "handle": [{ "handler": "file_server", "root": site }]
-                }]
-            }}},
-            "tls": { "certificates": { "load_files": [
-                { "certificate": cert, "key": key }
-            ]}}
-        }
-    });
-    let path = dir.join("caddy.json");
-    std::fs::write(&path, config.to_string()).unwrap();
+    let path = caddy_config(&dir, addr, NAME, &site, pki);
     let mut caddy = Tool::spawn(
         "ip",
         &[

@@ -3,6 +3,9 @@
 //! and what a browser needs to trust a certificate made at test time
 //! (the SHA-256 pin of the server key, `--ignore-certificate-errors-spki-list`).
 //!
+//! And the server the browser tests fetch from: Caddy's JSON configuration
+//! for one HTTP/1-2-3 site ([`caddy_config`]).
+//!
 //! Not here: DevTools protocol, screenshots beyond what a flag gives, or any
 //! waiting other than the process's own exit.
 
@@ -133,4 +136,46 @@ impl Pki {
         let key = rcgen::KeyPair::try_from(self.server_key.as_slice()).unwrap();
         base64(&sha256(&key.subject_public_key_info()))
     }
+}
+
+/// Writes a Caddy configuration into `dir` (and `pki`'s server certificate
+/// and key beside it) that serves the files of `site` for `name` over
+/// HTTP/1.1, HTTP/2 and HTTP/3 on `listen` (TCP and UDP), with no admin
+/// endpoint, no automatic HTTPS (so no ACME), its storage in `dir` and its
+/// access lines (logger `http.log.access`) as JSON on stderr; returns the
+/// configuration's path, for `caddy run --config PATH`.
+pub(crate) fn caddy_config(
+    dir: &std::path::Path,
+    listen: std::net::SocketAddr,
+    name: &str,
+    site: &std::path::Path,
+    pki: &Pki,
+) -> std::path::PathBuf {
+    let (cert, key) = pki.write_server_pem(dir);
+    let config = serde_json::json!({
+        // No admin endpoint, and no copy of the config in the user's home.
+        "admin": { "disabled": true, "config": { "persist": false } },
+        "storage": { "module": "file_system", "root": dir.join("storage") },
+        "apps": {
+            "http": { "servers": { "h3": {
+                "listen": [listen.to_string()],
+                "protocols": ["h1", "h2", "h3"],
+                // No ACME, no redirects: the certificate below serves.
+                "automatic_https": { "disable": true },
+                "tls_connection_policies": [{}],
+                // Access lines (logger `http.log.access`) for every request.
+                "logs": {},
+                "routes": [{
+                    "match": [{ "host": [name] }],
+                    "handle": [{ "handler": "file_server", "root": site }]
+                }]
+            }}},
+            "tls": { "certificates": { "load_files": [
+                { "certificate": cert, "key": key }
+            ]}}
+        }
+    });
+    let path = dir.join("caddy.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
 }

@@ -15,6 +15,18 @@ use tokio::sync::mpsc;
 
 use super::WAIT;
 
+/// The next datagram `socket` receives, with its sender, within [`WAIT`]
+/// (fails the test otherwise).
+pub(crate) async fn receive(socket: &UdpSocket) -> (Vec<u8>, SocketAddr) {
+    let mut buf = vec![0u8; 65536];
+    let (len, from) = tokio::time::timeout(WAIT, socket.recv_from(&mut buf))
+        .await
+        .expect("nothing received within WAIT")
+        .unwrap();
+    buf.truncate(len);
+    (buf, from)
+}
+
 /// Echoes every datagram on `socket` back to its sender and reports the
 /// socket's own address on `seen` for each one.
 pub(crate) fn udp_echo_on(
