@@ -94,8 +94,8 @@ pub(crate) mod preface;
 pub(crate) mod record;
 mod state;
 
-use bounds::source_key;
 pub(crate) use bounds::{MAX_HELD_BYTES, MAX_PENDING_FLOWS, MAX_PENDING_PER_SOURCE};
+use bounds::{Summary, source_key};
 pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
 use preface::Arrival;
 pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
@@ -113,11 +113,9 @@ pub(crate) struct FlowTable<B, P> {
     pending: usize,
     /// Pending flows (not connecting ones) by [`source_key`].
     pending_by_source: HashMap<IpAddr, usize>,
-    /// Pending flows evicted for new ones, in all, and since the last
-    /// summary line.
+    /// Pending flows evicted for new ones, in all, and their summary line.
     evicted: u64,
-    evicted_since_summary: usize,
-    last_eviction_summary: Option<Instant>,
+    eviction_summary: Summary,
     held_bytes: usize,
     /// Connection IDs the open flows' backends chose (NAT rebinding).
     cids: CidTable,
@@ -126,9 +124,8 @@ pub(crate) struct FlowTable<B, P> {
     /// The listening socket's address: it stands for the address a
     /// client dialled when a cluster answer must recognise this node.
     local: Option<SocketAddr>,
-    /// New flows dropped at a bound since the last summary line.
-    dropped: usize,
-    last_summary: Option<Instant>,
+    /// New flows dropped at a bound, and their summary line.
+    drop_summary: Summary,
     /// The listener's metric series, made on the first flow.
     metrics: Option<Arc<ListenerMetrics>>,
     events: VecDeque<Event<P>>,
@@ -143,14 +140,12 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             pending: 0,
             pending_by_source: HashMap::new(),
             evicted: 0,
-            evicted_since_summary: 0,
-            last_eviction_summary: None,
+            eviction_summary: Summary::default(),
             held_bytes: 0,
             cids: CidTable::default(),
             draining: false,
             local,
-            dropped: 0,
-            last_summary: None,
+            drop_summary: Summary::default(),
             metrics: None,
             events: VecDeque::new(),
         }
@@ -454,39 +449,27 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         let listener = pending.record.part.listener.clone();
         self.close(pending.record, CloseReason::Evicted, None);
         self.evicted += 1;
-        self.evicted_since_summary += 1;
-        if self
-            .last_eviction_summary
-            .is_none_or(|at| now >= at + Duration::from_secs(1))
-        {
+        if let Some(evicted) = self.eviction_summary.count(now) {
             tracing::warn!(
                 listener = %listener.name,
-                evicted = self.evicted_since_summary,
+                evicted,
                 pending = self.pending,
                 held_bytes = self.held_bytes,
                 "QUIC pending flows evicted to make room for new flows: pending flows, connection permits or held bytes at their bound"
             );
-            self.last_eviction_summary = Some(now);
-            self.evicted_since_summary = 0;
         }
         true
     }
 
     fn drop_new_flow(&mut self, now: Instant, listener: &Listener) {
-        self.dropped += 1;
-        if self
-            .last_summary
-            .is_none_or(|at| now >= at + Duration::from_secs(1))
-        {
+        if let Some(dropped) = self.drop_summary.count(now) {
             tracing::warn!(
                 listener = %listener.name,
-                dropped = self.dropped,
+                dropped,
                 pending = self.pending,
                 held_bytes = self.held_bytes,
                 "QUIC datagrams of new flows dropped: pending flows, connection permits or max_connection_rate at their bound"
             );
-            self.last_summary = Some(now);
-            self.dropped = 0;
         }
     }
 

@@ -1,11 +1,14 @@
 //! How much one listening socket holds for flows whose hello is not
 //! complete: the bounds on pending flows, on their held bytes and per
-//! source, and the source ([`source_key`]) a pending flow counts against.
+//! source, the source ([`source_key`]) a pending flow counts against, and
+//! the summary line ([`Summary`]) that reports flows dropped or evicted at
+//! a bound at most once a second.
 //!
 //! Not here: what happens at a bound (the [`FlowTable`](super::FlowTable)
 //! evicts or drops; its header says which).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
 
 /// Pending flows (hello not complete yet) per listening socket.
 pub(crate) const MAX_PENDING_FLOWS: usize = 1024;
@@ -30,5 +33,31 @@ pub(crate) fn source_key(addr: SocketAddr) -> IpAddr {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
         },
+    }
+}
+
+/// Flows dropped (or evicted) at a bound, reported in one warning line at
+/// most once a second rather than one line each.
+#[derive(Debug, Default)]
+pub(super) struct Summary {
+    since_line: usize,
+    last_line: Option<Instant>,
+}
+
+impl Summary {
+    /// Counts one more; when a second has passed since the last line (or
+    /// there was none), the count to write in a new line, which starts
+    /// the count again.
+    pub(super) fn count(&mut self, now: Instant) -> Option<usize> {
+        self.since_line += 1;
+        if self
+            .last_line
+            .is_none_or(|at| now >= at + Duration::from_secs(1))
+        {
+            self.last_line = Some(now);
+            Some(std::mem::take(&mut self.since_line))
+        } else {
+            None
+        }
     }
 }
