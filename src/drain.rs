@@ -93,7 +93,10 @@ impl DrainSignal {
 
     /// Marks every connection on this identity for drain over `window`,
     /// starting now. Returns how many connections were open. Firing twice
-    /// keeps the first window.
+    /// keeps the first window. A relaying TCP connection keeps no waiter
+    /// on the signal: it reads it when its task is next woken, so whoever
+    /// fires signals with connections on them then wakes the relays
+    /// ([`crate::flow::registry::drains_fired`]).
     pub(crate) fn fire(&self, window: Duration) -> usize {
         let _ = self.window.set((Instant::now(), window));
         self.fired.cancel();

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use super::call::{Call, Refused, percent_decode};
 use crate::backend::{AddressSource, AddressState, BackendRuntime};
+use crate::flow::registry;
 use crate::metrics;
 
 /// `GET /backends`.
@@ -98,6 +99,10 @@ pub(super) fn set_address_state(call: &Call<'_>) -> Result<Value, Refused> {
     } else {
         0
     };
+    if closing > 0 {
+        // The relays read their fired parts when woken.
+        registry::drains_fired();
+    }
     metrics::metrics().backend_address_state(
         name,
         addr,

@@ -373,6 +373,29 @@ pub(crate) fn shut_down() -> usize {
     stopped
 }
 
+/// Wakes every registered connection's task to read its drain signal
+/// again, after one or more [`DrainSignal`](crate::drain::DrainSignal)s
+/// fired (a reload's changed or removed routes, an address put in
+/// maintenance). The TCP relay keeps no waiter of its own on its drain
+/// signal, which saves every relaying connection's task 72 bytes: it
+/// reads the signal when woken, and waits on its entry's waker, which
+/// this wakes ([`crate::pump::relay`]). A relay that registers its
+/// waker after this walk took its entry's lock reads the fired signal
+/// itself (the signal is set before the walk). Every connection is
+/// woken, drained or not: a reload is rare, and an extra poll of a
+/// connection that has nothing to do reads two sockets' readiness and
+/// returns. Returns how many were woken.
+pub(crate) fn drains_fired() -> usize {
+    let mut woken = 0;
+    for shard in table() {
+        for entry in lock(shard).iter().map(|e| &e.0) {
+            entry.activity.nudge();
+            woken += 1;
+        }
+    }
+    woken
+}
+
 /// Closes every matching connection at its own moment within `window`
 /// from now (reason `drained`), as a reload drains a changed route: the
 /// moments are drawn per connection id, and one task closes them in turn.

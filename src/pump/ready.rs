@@ -136,6 +136,15 @@ impl Activity {
         }
     }
 
+    /// Wakes the task that waits for the stop, if it has waited, without
+    /// stopping it (its waker stays): the relay, woken, reads its drain
+    /// signal again ([`crate::flow::registry::drains_fired`]).
+    pub(crate) fn nudge(&self) {
+        if let Some(waker) = lock(&self.stop_waker).as_ref() {
+            waker.wake_by_ref();
+        }
+    }
+
     /// The code it was stopped as; 0 while it runs.
     #[inline]
     pub(crate) fn stopped_as(&self) -> u8 {

@@ -25,12 +25,15 @@
 //!
 //! [`Relay`] is a hand-written future, not an `async fn`: it is what every
 //! open connection's task holds for its whole life, so its state is laid
-//! out by hand (about 310 bytes: two direction slots, one timer and one
-//! cancellation waiter, the drain's) instead of by the compiler's
-//! coroutine layout, which kept almost twice that. The process's shutdown
-//! needs no waiter of its own: it stops every registered connection's
-//! [`Activity`] ([`crate::flow::registry::shut_down`]), the record whose
-//! stop the relay already waits on for an operator's close. One timer
+//! out by hand (about 230 bytes: two direction slots and one timer)
+//! instead of by the compiler's coroutine layout, which kept almost three
+//! times that. It keeps no waiter besides its timer: the process's
+//! shutdown stops every registered connection's [`Activity`]
+//! ([`crate::flow::registry::shut_down`]), the record whose stop the relay
+//! already waits on for an operator's close, and a fired drain signal
+//! wakes the task through the same record's waker
+//! ([`crate::flow::registry::drains_fired`]), after which the relay reads
+//! the signal itself. One timer
 //! serves the idle and half-close
 //! timeouts, the lifetime and the drain moment; it sleeps until the
 //! earliest moment the connection could be idle or must end and re-arms
@@ -60,7 +63,6 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep, sleep_until};
-use tokio_util::sync::WaitForCancellationFuture;
 
 use crate::close_reason::CloseReason;
 use crate::drain::{DrainGuard, unit_fraction};
@@ -123,15 +125,14 @@ pin_project_lite::pin_project! {
         // the drain moment. Which one it is, is found again when it comes
         // (no flag kept: a byte more would cost the task eight).
         deadline: Option<Instant>,
-        // Whether `drain_fired` and the activity's stop have been polled
-        // once, so that they hold this task's waker.
+        // Whether the activity's stop has been polled once, so that its
+        // waker slot holds this task's waker: the stop and the drain
+        // signal both wake the task through it.
         waiting: bool,
         // Wakes at the earliest moment the connection could be idle, or at
         // its deadline, whichever comes first.
         #[pin]
         timer: Sleep,
-        #[pin]
-        drain_fired: WaitForCancellationFuture<'a>,
     }
 }
 
@@ -211,7 +212,6 @@ pub(crate) fn relay<'a>(
         deadline,
         waiting: false,
         timer: sleep_until(wake),
-        drain_fired: drain.fired(),
     }
 }
 
@@ -229,6 +229,15 @@ impl Future for Relay<'_> {
         let (client, backend) = (*this.client, *this.backend);
         let timeouts = *this.timeouts;
         let was_open = this.up.end == End::Open && this.down.end == End::Open;
+        // The first poll leaves this task's waker in the activity's stop
+        // slot before the drain signal is read below: a drain that fires
+        // after that read wakes the task through the slot
+        // ([`crate::flow::registry::drains_fired`], run after the signal is
+        // set), and one that fired before is seen by the read.
+        if !*this.waiting {
+            let _ = activity.poll_stopped(cx);
+            *this.waiting = true;
+        }
         // A direction that ends passes its FIN on with shutdown(2) only
         // while the other direction still flows; once both have ended, the
         // close that follows sends the FIN (no unread data is left, so it is
@@ -281,13 +290,9 @@ impl Future for Relay<'_> {
                 this.timer.as_mut().reset(at);
             }
         }
-        // Once fired, the drain future stays ready; its moment is then
-        // looked up again per poll, a hash, only on a draining connection.
-        let draining = if *this.waiting {
-            this.drain.signal().is_fired()
-        } else {
-            this.drain_fired.as_mut().poll(cx).is_ready()
-        };
+        // Once fired, the signal stays fired; the moment is then looked up
+        // again per poll, a hash, only on a draining connection.
+        let draining = this.drain.signal().is_fired();
         let drain_at = draining.then(|| this.drain.moment(*this.seed));
         if let Some(at) = drain_at
             && this.deadline.is_none_or(|deadline| at < deadline)
@@ -330,18 +335,12 @@ impl Future for Relay<'_> {
         }
         // The stop (the process's shutdown, or an operator's close, drain
         // or move, all through the registry) is read from the activity
-        // record: its waker slot, filled by the first wait, stays filled,
+        // record: its waker slot, filled by the first poll, stays filled,
         // since the relay is polled by its connection's task only and the
         // waker never changes; from then on its code alone tells.
-        let stopped = if *this.waiting {
-            activity.stopped_as() != 0
-        } else {
-            activity.poll_stopped(cx).is_ready()
-        };
-        if stopped {
+        if activity.stopped_as() != 0 {
             return Poll::Ready(CloseReason::Shutdown);
         }
-        *this.waiting = true;
         Poll::Pending
     }
 }

@@ -639,6 +639,9 @@ impl Server {
             .flat_map(|r| &r.to_drain)
             .map(|signal| signal.fire(window))
             .sum();
+        if marked > 0 {
+            registry::drains_fired();
+        }
         self.resize_permits(new.global.max_connections);
         self.config = new;
         Ok(Applied {
