@@ -96,7 +96,14 @@ fn import_haproxy(args: &ImportHaproxyArgs) -> ExitCode {
 fn run(cli: &Cli) -> anyhow::Result<()> {
     // Before any thread exists: this edits the environment.
     let activated = sockopt::take_activated_fds().context("socket activation")?;
+    // Before the configuration is read: the heap it builds in base pages.
+    let base_pages = sockopt::keep_heap_in_base_pages();
     logging::init(cli.log_format, &cli.log_level)?;
+    match base_pages {
+        Ok(true) => tracing::debug!("transparent huge pages off for this process"),
+        Ok(false) => tracing::info!("transparent huge pages allowed (MIMALLOC_ALLOW_THP)"),
+        Err(error) => tracing::warn!(%error, "cannot turn transparent huge pages off"),
+    }
     let config = Config::load(&cli.config)?;
     // Source addresses this host lacks, or `source = "client"` without the
     // capability: a start error naming the key, not failed connects later.

@@ -1,6 +1,7 @@
 //! Process-wide settings and readings, not of one socket: the descriptor
 //! limit raised at start-up ([`raise_nofile_limit`], through nix's safe
-//! wrapper) and CLOCK_MONOTONIC as systemd's MONOTONIC_USEC wants it
+//! wrapper), the heap kept in base pages ([`keep_heap_in_base_pages`]) and
+//! CLOCK_MONOTONIC as systemd's MONOTONIC_USEC wants it
 //! ([`monotonic_usec`]).
 //!
 //! Not here: the start-up that raises the limit ([`crate::cli`], before
@@ -8,6 +9,28 @@
 //! ([`crate::run::notify`]).
 
 use std::io;
+
+/// Keeps the process's memory in base pages (4 KiB on x86-64): turns
+/// transparent huge pages off for this process (prctl(2)
+/// PR_SET_THP_DISABLE, which also covers the ranges mimalloc asks huge
+/// pages for with MADV_HUGEPAGE), unless the environment sets
+/// `MIMALLOC_ALLOW_THP` to something other than `0` (mimalloc's own
+/// option, whose process-wide form this is). Returns whether it did.
+///
+/// Why: with huge pages the relay's resident memory moves in 2 MiB steps
+/// (262 bytes per connection at 8,000 connections), so the same heap shows
+/// one step more or less from run to run, and a small edge VM sees memory
+/// it cannot plan for; in base pages it is what the heap holds. What a
+/// connection's state costs is its memory and its two sockets' kernel
+/// buffers, not a large working set that huge pages would speed up
+/// (benches/README.md, "Idle memory from outside").
+pub fn keep_heap_in_base_pages() -> io::Result<bool> {
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_some_and(|v| v != "0") {
+        return Ok(false);
+    }
+    nix::sys::prctl::set_thp_disable(true).map_err(io::Error::from)?;
+    Ok(true)
+}
 
 /// The descriptor limit before and after [`raise_nofile_limit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! Descriptor hygiene: after many refused and completed connections the
-//! relay holds exactly the descriptors it held before.
+//! Descriptor and memory hygiene: after many refused and completed
+//! connections the relay holds exactly the descriptors it held before, and
+//! its heap is kept in base pages unless the operator allows huge pages.
 
 use crate::common;
 
@@ -64,4 +65,39 @@ async fn descriptors_return_to_baseline_after_2000_connections() {
         EACH
     );
     assert_eq!(relay.open_fds(), baseline, "descriptors leaked");
+}
+
+/// `THP_enabled` from /proc/PID/status: 0 when the process has turned
+/// transparent huge pages off for itself (prctl PR_SET_THP_DISABLE).
+fn thp_enabled(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .expect("THP_enabled in /proc/PID/status (Linux 5.0 or later)")
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_heap_stays_in_base_pages_unless_mimalloc_allow_thp_is_set() {
+    let backend = raw_backend(|_stream| async {}).await;
+    let config = simple_config(&["www.example.com"], backend, "");
+    // This test process itself runs with huge pages allowed: the 0 below
+    // is the relay's own doing.
+    assert_eq!(thp_enabled(std::process::id()), "1");
+
+    let relay = Relay::start(&config).await;
+    assert_eq!(thp_enabled(relay.pid()), "0");
+
+    let allowed = Relay::launch(&config, |path| {
+        let mut command = Relay::command(path);
+        command.env("MIMALLOC_ALLOW_THP", "1");
+        command
+    })
+    .await;
+    assert_eq!(thp_enabled(allowed.pid()), "1");
+    allowed
+        .wait_log(|l| l["message"] == "transparent huge pages allowed (MIMALLOC_ALLOW_THP)")
+        .await;
 }
