@@ -37,7 +37,7 @@ use crate::close_reason::CloseReason;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::generation::Generation;
-use crate::flow::route::{EchKind, RouteEntry, Target};
+use crate::flow::route::{EchKind, RouteEntry, RoutedTo};
 use crate::metrics::ListenerMetrics;
 use crate::wire::client_hello::ClientHello;
 
@@ -92,7 +92,7 @@ pub(crate) struct Heard {
 pub(crate) struct Routed<'g> {
     /// The route (name, backend, timeouts, bandwidth limits) and the
     /// drain slot of the identity it took.
-    pub entry: Target<'g>,
+    pub entry: RoutedTo<'g>,
     /// The backend's runtime in the generation.
     pub runtime: &'g BackendRuntime,
     /// Whom per-source limits counted ([`Arrived::source`]).

@@ -102,14 +102,14 @@ pub(crate) struct RouteEntry {
 /// the identity it took (the pattern that matched, on that route).
 /// Derefs to the entry.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Target<'a> {
+pub(crate) struct RoutedTo<'a> {
     pub entry: &'a RouteEntry,
     /// The drain slot of this identity: a connection enters it
     /// ([`DrainSlot::enter`]).
     pub drain: &'a DrainSlot,
 }
 
-impl Deref for Target<'_> {
+impl Deref for RoutedTo<'_> {
     type Target = RouteEntry;
 
     fn deref(&self) -> &RouteEntry {
@@ -190,18 +190,18 @@ impl EchKind {
 
 /// Where a route's pattern ids and drain slots are in its table.
 #[derive(Debug, Clone, Copy)]
-struct Span {
+struct RouteIds {
     /// The route's ids: `first..end` in the listener's [`NameIndex`]; the
     /// slot of id `i` is `slots[i]`.
     first: u32,
     end: u32,
     /// For a route whose ECH hellos are diverted, where the slots of that
     /// second identity start (the slot of id `i` is `slots[diverted + i -
-    /// first]`); [`Span::NONE`] otherwise.
+    /// first]`); [`RouteIds::NONE`] otherwise.
     diverted: u32,
 }
 
-impl Span {
+impl RouteIds {
     const NONE: u32 = u32::MAX;
 }
 
@@ -223,9 +223,9 @@ pub(crate) struct RouteTable {
     /// One per route, in the listener's order.
     entries: Box<[RouteEntry]>,
     /// Each route's ids and slots, in the same order (so ascending).
-    spans: Box<[Span]>,
+    spans: Box<[RouteIds]>,
     /// One per pattern id (its identity's), then the diverted identities'
-    /// slots of each route that has them (see [`Span`]).
+    /// slots of each route that has them (see [`RouteIds`]).
     slots: Box<[Arc<DrainSlot>]>,
     no_sni: Option<Fallback>,
     // Hello rules (TLS version, ECH).
@@ -251,13 +251,13 @@ pub(crate) struct Decision<'a> {
     pub sni: Option<Box<str>>,
     /// What the hello's ECH extension was; `None` without one.
     pub ech: Option<EchKind>,
-    pub target: Result<Target<'a>, NoRoute>,
+    pub target: Result<RoutedTo<'a>, NoRoute>,
 }
 
 /// An identity found before the ECH rule: the route's entry, its slot,
 /// and its ECH identity's slot if the route diverts.
 #[derive(Clone, Copy)]
-struct Found<'a> {
+struct PreEchMatch<'a> {
     entry: &'a RouteEntry,
     drain: &'a DrainSlot,
     diverted: Option<&'a DrainSlot>,
@@ -333,12 +333,12 @@ impl RouteTable {
                 EchAction::Divert(to) => Some(&to.backend),
                 _ => None,
             };
-            let span = Span {
+            let span = RouteIds {
                 first: route.patterns.start,
                 end: route.patterns.end,
                 diverted: match to {
                     Some(_) => (table.names.len() + diverted.len()) as u32,
-                    None => Span::NONE,
+                    None => RouteIds::NONE,
                 },
             };
             debug_assert_eq!(span.first as usize, slots.len(), "ids follow the routes");
@@ -467,9 +467,9 @@ impl RouteTable {
             found.and_then(|found| match (&found.entry.ech, ech, found.diverted) {
                 (EchAction::Reject, Some(kind), _) if kind.concerned() => Err(NoRoute::EchRejected),
                 (EchAction::Divert(to), Some(kind), Some(drain)) if kind.concerned() => {
-                    Ok(Target { entry: to, drain })
+                    Ok(RoutedTo { entry: to, drain })
                 }
-                _ => Ok(Target {
+                _ => Ok(RoutedTo {
                     entry: found.entry,
                     drain: found.drain,
                 }),
@@ -480,7 +480,7 @@ impl RouteTable {
 
     /// The identity of the most specific pattern that has a route for
     /// `alpn`.
-    fn find(&self, sni: &Sni, alpn: &[Vec<u8>]) -> Option<Found<'_>> {
+    fn find(&self, sni: &Sni, alpn: &[Vec<u8>]) -> Option<PreEchMatch<'_>> {
         let takes = |entry: &RouteEntry| {
             entry.alpn.is_empty()
                 || entry
@@ -516,19 +516,19 @@ impl RouteTable {
     }
 
     /// Route `route`'s identity of pattern id `id`.
-    fn found(&self, route: usize, id: u32) -> Found<'_> {
+    fn found(&self, route: usize, id: u32) -> PreEchMatch<'_> {
         let span = self.spans[route];
-        Found {
+        PreEchMatch {
             entry: &self.entries[route],
             drain: &self.slots[id as usize],
-            diverted: (span.diverted != Span::NONE)
+            diverted: (span.diverted != RouteIds::NONE)
                 .then(|| &*self.slots[(span.diverted + (id - span.first)) as usize]),
         }
     }
 
     /// The no-SNI fallback's identity, if the listener has one.
-    fn fallback(&self) -> Option<Found<'_>> {
-        self.no_sni.as_ref().map(|fallback| Found {
+    fn fallback(&self) -> Option<PreEchMatch<'_>> {
+        self.no_sni.as_ref().map(|fallback| PreEchMatch {
             entry: &fallback.entry,
             drain: &fallback.drain,
             diverted: fallback.diverted.as_deref(),
@@ -555,7 +555,7 @@ impl RouteTable {
                 Kept {
                     entry,
                     drain: &self.slots[id as usize],
-                    diverted: (span.diverted != Span::NONE)
+                    diverted: (span.diverted != RouteIds::NONE)
                         .then(|| &self.slots[(span.diverted + (id - span.first)) as usize]),
                 }
             })

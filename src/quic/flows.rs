@@ -97,7 +97,7 @@ mod state;
 pub(crate) use bounds::{MAX_HELD_BYTES, MAX_PENDING_FLOWS, MAX_PENDING_PER_SOURCE};
 use bounds::{Summary, source_key};
 pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
-use preface::Arrival;
+use preface::DatagramArrival;
 pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
 use state::{ConnectingFlow, FlowState, Open, Pending};
 
@@ -281,7 +281,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         now: Instant,
         from: SocketAddr,
         to: Option<IpAddr>,
-        arrival: Arrival<'_>,
+        arrival: DatagramArrival<'_>,
         generation: &Generation,
         permits: &impl Permits<Permit = P>,
     ) -> bool {

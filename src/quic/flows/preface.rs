@@ -6,15 +6,15 @@
 //!
 //! Per datagram, before the flow table sees it:
 //! - from a source outside `trusted`, a PROXY signature (v2's 12 bytes or
-//!   v1's `"PROXY "`) is [`Arrival::Refused`] with
+//!   v1's `"PROXY "`) is [`DatagramArrival::Refused`] with
 //!   [`PrefaceError::Untrusted`] (`proxy_untrusted`); anything else is the
 //!   client's own datagram;
 //! - from a trusted peer, a valid v2 DGRAM header is stripped
-//!   ([`Arrival::Relayed`]); a header cut short by the datagram's end, a
+//!   ([`DatagramArrival::Relayed`]); a header cut short by the datagram's end, a
 //!   v1 header (no UDP form) or one that breaks the spec is
 //!   [`PrefaceError::Invalid`] (`proxy_invalid`; a cut one becomes
 //!   `proxy_missing` for a flow's first datagram, below); a datagram with no
-//!   signature is [`Arrival::TrustedPlain`].
+//!   signature is [`DatagramArrival::TrustedPlain`].
 //!
 //! Per flow, on its first datagram ([`first`]), as the TCP preface decides
 //! on its header: a trusted peer's plain datagram in mode `require` is
@@ -34,7 +34,7 @@
 //! sender repeats it until the backend answers, [`crate::proxy::datagram`])
 //! and their claim is not read again; one whose header is invalid cannot
 //! be split into header and payload and is dropped
-//! ([`Arrival::payload`]). A later datagram from an untrusted source that
+//! ([`DatagramArrival::payload`]). A later datagram from an untrusted source that
 //! starts with a signature is the client's bytes, relayed as they came, as
 //! a TCP connection's bytes after its hello are never sniffed.
 //!
@@ -60,7 +60,7 @@ use crate::wire::proxy_tlv::{PassedTlvs, passed_tlvs};
 
 /// One datagram on a listener, as far as PROXY headers go.
 #[derive(Debug)]
-pub(crate) enum Arrival<'d> {
+pub(crate) enum DatagramArrival<'d> {
     /// The client's own bytes: the listener reads no PROXY header, or an
     /// untrusted source sent no signature.
     Direct(&'d [u8]),
@@ -85,12 +85,14 @@ pub(crate) enum Arrival<'d> {
     },
 }
 
-impl<'d> Arrival<'d> {
+impl<'d> DatagramArrival<'d> {
     /// The datagram's length as it came, header included.
     pub(crate) fn len(&self) -> usize {
         match self {
-            Arrival::Direct(bytes) | Arrival::TrustedPlain(bytes) => bytes.len(),
-            Arrival::Relayed { whole, .. } | Arrival::Refused { whole, .. } => whole.len(),
+            DatagramArrival::Direct(bytes) | DatagramArrival::TrustedPlain(bytes) => bytes.len(),
+            DatagramArrival::Relayed { whole, .. } | DatagramArrival::Refused { whole, .. } => {
+                whole.len()
+            }
         }
     }
 
@@ -99,13 +101,13 @@ impl<'d> Arrival<'d> {
     /// `None` for an invalid header (dropped: no payload can be told apart).
     pub(crate) fn payload(&self) -> Option<&'d [u8]> {
         match self {
-            Arrival::Direct(bytes) | Arrival::TrustedPlain(bytes) => Some(bytes),
-            Arrival::Relayed { payload, .. } => Some(payload),
-            Arrival::Refused {
+            DatagramArrival::Direct(bytes) | DatagramArrival::TrustedPlain(bytes) => Some(bytes),
+            DatagramArrival::Relayed { payload, .. } => Some(payload),
+            DatagramArrival::Refused {
                 error: PrefaceError::Untrusted,
                 whole,
             } => Some(whole),
-            Arrival::Refused { .. } => None,
+            DatagramArrival::Refused { .. } => None,
         }
     }
 }
@@ -118,28 +120,28 @@ pub(crate) fn arrived<'d>(
     inbound: Option<&Inbound>,
     from: SocketAddr,
     datagram: &'d [u8],
-) -> Arrival<'d> {
+) -> DatagramArrival<'d> {
     let Some(inbound) = inbound else {
-        return Arrival::Direct(datagram);
+        return DatagramArrival::Direct(datagram);
     };
     if !inbound.trusts(from.ip()) {
         return match sniff(datagram) {
-            Sniff::Signature(_) => Arrival::Refused {
+            Sniff::Signature(_) => DatagramArrival::Refused {
                 error: PrefaceError::Untrusted,
                 whole: datagram,
             },
             // A datagram is whole: a prefix of a signature is no header.
-            Sniff::Incomplete | Sniff::NotProxy => Arrival::Direct(datagram),
+            Sniff::Incomplete | Sniff::NotProxy => DatagramArrival::Direct(datagram),
         };
     }
     match datagram::read(datagram) {
-        Read::Plain(bytes) => Arrival::TrustedPlain(bytes),
-        Read::Header { header, payload } => Arrival::Relayed {
+        Read::Plain(bytes) => DatagramArrival::TrustedPlain(bytes),
+        Read::Header { header, payload } => DatagramArrival::Relayed {
             header,
             whole: datagram,
             payload,
         },
-        Read::Invalid(invalid) => Arrival::Refused {
+        Read::Invalid(invalid) => DatagramArrival::Refused {
             error: PrefaceError::Invalid(invalid),
             whole: datagram,
         },
@@ -164,18 +166,18 @@ pub(crate) fn first<'d>(
     inbound: Option<&Inbound>,
     from: SocketAddr,
     dialled: Option<SocketAddr>,
-    arrival: Arrival<'d>,
+    arrival: DatagramArrival<'d>,
 ) -> Result<FlowPreface<'d>, PrefaceError> {
     let peer = PeerAddr(from);
     let (header, whole, payload) = match arrival {
-        Arrival::Direct(payload) => {
+        DatagramArrival::Direct(payload) => {
             return Ok(FlowPreface {
                 sender: Sender::Direct(peer),
                 relayed: None,
                 payload,
             });
         }
-        Arrival::TrustedPlain(payload) => {
+        DatagramArrival::TrustedPlain(payload) => {
             if inbound.is_some_and(|i| i.mode == Mode::Require) {
                 return Err(PrefaceError::Missing);
             }
@@ -188,12 +190,12 @@ pub(crate) fn first<'d>(
         // A header the datagram cuts short is one started and never
         // finished, which the TCP preface closes `proxy_missing` in
         // either mode: a header never spans datagrams.
-        Arrival::Refused {
+        DatagramArrival::Refused {
             error: PrefaceError::Invalid(Invalid::Truncated),
             ..
         } => return Err(PrefaceError::Missing),
-        Arrival::Refused { error, .. } => return Err(error),
-        Arrival::Relayed {
+        DatagramArrival::Refused { error, .. } => return Err(error),
+        DatagramArrival::Relayed {
             header,
             whole,
             payload,
@@ -270,7 +272,7 @@ pub(crate) fn decide<'d>(
     generation: &Generation,
     from: SocketAddr,
     dialled: Option<SocketAddr>,
-    arrival: Arrival<'d>,
+    arrival: DatagramArrival<'d>,
     gated: Option<Admitted>,
     metrics: &ListenerMetrics,
 ) -> Result<(FlowPreface<'d>, Option<Admitted>), (Option<ClaimedAddr>, CloseReason)> {

@@ -15,7 +15,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         now,
         addr("192.0.2.1:5000"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation_1,
         &permits_10
     ));
@@ -23,7 +23,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         now,
         addr("192.0.2.1:5001"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation_1,
         &permits_10
     ));
@@ -31,7 +31,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         now,
         addr("192.0.2.2:5000"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation_1,
         &permits_10
     ));
@@ -49,7 +49,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         now,
         addr("192.0.2.1:5000"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation,
         &permits_4
     ));
@@ -57,7 +57,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         now,
         addr("192.0.2.2:5000"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation,
         &permits_4
     ));
@@ -66,7 +66,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         now,
         addr("192.0.2.3:5000"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation,
         &permits_4
     ));
@@ -88,7 +88,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         now,
         addr("192.0.2.4:5000"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation,
         &none
     ));

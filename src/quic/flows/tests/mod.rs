@@ -229,7 +229,7 @@ fn feed(
                 now,
                 from,
                 None,
-                Arrival::Direct(datagram),
+                DatagramArrival::Direct(datagram),
                 generation,
                 permits,
             );
@@ -249,7 +249,7 @@ fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
         now,
         client,
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation,
         &permits
     ));
@@ -475,7 +475,7 @@ fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() 
                 now,
                 from,
                 None,
-                Arrival::Direct(&flight[0]),
+                DatagramArrival::Direct(&flight[0]),
                 &generation,
                 &permits,
             )
@@ -486,7 +486,7 @@ fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() 
         now,
         addr("192.0.2.2:5000"),
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation,
         &permits
     ));

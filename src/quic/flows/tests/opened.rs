@@ -142,7 +142,7 @@ fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
         now,
         late,
         None,
-        Arrival::Direct(&flight[0]),
+        DatagramArrival::Direct(&flight[0]),
         &generation,
         &permits
     ));
