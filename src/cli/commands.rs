@@ -99,17 +99,18 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     // Before the configuration is read: the heap it builds in base pages.
     let base_pages = sockopt::keep_heap_in_base_pages();
     logging::init(cli.log_format, &cli.log_level)?;
-    match base_pages {
-        Ok(true) => tracing::debug!("transparent huge pages off for this process"),
-        Ok(false) => tracing::info!("transparent huge pages allowed (MIMALLOC_ALLOW_THP)"),
-        Err(error) => tracing::warn!(%error, "cannot turn transparent huge pages off"),
-    }
     let config = Config::load(&cli.config)?;
     // Source addresses this host lacks, or `source = "client"` without the
     // capability: a start error naming the key, not failed connects later.
     crate::backend::egress::probe(&config)?;
     // `[log]`: from here on lines may go to journald or syslog.
     logging::start_output(&config.log).context("cannot start the log target")?;
+    // The default (huge pages off) needs no line; the exceptions do.
+    match base_pages {
+        Ok(true) => {}
+        Ok(false) => tracing::info!("transparent huge pages allowed (MIMALLOC_ALLOW_THP)"),
+        Err(error) => tracing::warn!(%error, "cannot turn transparent huge pages off"),
+    }
     match sockopt::raise_nofile_limit() {
         Ok(limit) => tracing::info!(
             soft_before = limit.soft_before,
