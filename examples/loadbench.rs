@@ -34,8 +34,9 @@
 //!   only if connections then failed: the relay used up the ports).
 //!
 //! With `--sozu PATH`, sozu (its TCP listener prereads the SNI and routes
-//! on it without terminating TLS; see [`sozu`]) runs the `rate`
-//! and `idle` phases too, in the alternating order, and a second table
+//! on it without terminating TLS; see [`sozu`]) runs the `rate`, `up`,
+//! `down`, `ping` and `idle` phases too, in the alternating order (the
+//! direct figures stay snirelay's backend's), and a second table
 //! gives snirelay/sozu ratios; without it nothing changes.
 //!
 //! With `--slices N` the rate phase runs instead as N pairs of short
@@ -85,7 +86,8 @@ const CHUNK: usize = 64 * 1024;
 struct Args {
     relay: PathBuf,
     haproxy: Option<PathBuf>,
-    /// `--sozu PATH`: sozu joins the `rate` and `idle` phases.
+    /// `--sozu PATH`: sozu joins the `rate`, `up`, `down`, `ping` and `idle`
+    /// phases.
     sozu: Option<PathBuf>,
     runs: usize,
     seconds: u64,
@@ -128,7 +130,8 @@ struct Cli {
     #[arg(long, value_name = "PATH|none", default_value = "/usr/sbin/haproxy")]
     haproxy: String,
     /// A sozu binary (2.3 or later: SNI preread on a TCP listener) to run in
-    /// the `rate` and `idle` phases too, with a table of its own.
+    /// the `rate`, `up`, `down`, `ping` and `idle` phases too, with a table
+    /// of its own.
     #[arg(long, value_name = "PATH")]
     sozu: Option<PathBuf>,
     /// Runs, alternating which proxy goes first; the table gives medians.
@@ -1411,7 +1414,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             Some(bin) => Some(start_haproxy(bin, &args, &dir, haproxy_backend).await),
             None => None,
         };
-        let sozu = match (&args.sozu, only("rate")) {
+        let sozu = match (&args.sozu, ["rate", "up", "down", "ping"].iter().any(|p| only(p))) {
             (Some(bin), true) => Some(sozu::start_sozu(bin, &args, &dir, sozu_backend).await),
             _ => None,
         };
@@ -1462,10 +1465,6 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                     push("census_tw_backend", c.tw[3]);
                     push("census_tw_overflow", c.tw_overflow);
                 }
-            }
-            // sozu runs the `rate` and `idle` phases only.
-            if name == "sozu" {
-                continue;
             }
             // Proxy CPU milliseconds per 100 MB moved (the phases move
             // `MB/s * seconds` MB).

@@ -27,10 +27,12 @@
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.
 #
-# sozu joins the rate and idle phases only when asked (not installed here,
-# nor in CI; it needs protobuf-compiler to build):
-#   cargo install sozu --version =2.3.3 --locked --root /opt/sozu
-#   scripts/loadbench.sh --only rate,idle --sozu /opt/sozu/bin/sozu
+# sozu joins the rate, up, down, ping and idle phases only when asked
+# (never in CI). When the path given to --sozu does not exist yet, this
+# script installs sozu 2.3.3 from crates.io there (PATH's grandparent is
+# cargo's --root; Debian's protobuf-compiler first, as root, if protoc is
+# missing), which takes some minutes:
+#   scripts/loadbench.sh --only rate,up,down,idle --sozu /opt/sozu/bin/sozu
 #
 # The rate phase takes two ephemeral ports per connection (client to proxy,
 # proxy to backend) at some 14,000 connections/s, and on loopback a port in
@@ -56,6 +58,19 @@ case " $* " in
     ;;
 esac
 cargo build --release --bin snirelay --example loadbench
+sozu_path=""
+previous=""
+for arg in "$@"; do
+    [ "$previous" = "--sozu" ] && sozu_path=$arg
+    previous=$arg
+done
+if [ -n "$sozu_path" ] && [ ! -x "$sozu_path" ]; then
+    if ! command -v protoc >/dev/null; then
+        apt-get install -y -q protobuf-compiler
+    fi
+    cargo install sozu --version =2.3.3 --locked --root "$(dirname "$(dirname "$sozu_path")")"
+    [ -x "$sozu_path" ] || { echo "sozu did not install as $sozu_path" >&2; exit 1; }
+fi
 case " $* " in
 *ceiling*)
     ns="snirelay-ceiling-$$"
