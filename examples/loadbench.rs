@@ -1414,7 +1414,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             Some(bin) => Some(start_haproxy(bin, &args, &dir, haproxy_backend).await),
             None => None,
         };
-        let sozu = match (&args.sozu, ["rate", "up", "down", "ping"].iter().any(|p| only(p))) {
+        let sozu = match (
+            &args.sozu,
+            ["rate", "up", "down", "ping"].iter().any(|p| only(p)),
+        ) {
             (Some(bin), true) => Some(sozu::start_sozu(bin, &args, &dir, sozu_backend).await),
             _ => None,
         };

@@ -4,7 +4,8 @@
 //! Every route identity of a snapshot (listener, pattern and `alpn` set →
 //! backend; see `route`) owns an `Arc<DrainSignal>`, made when the first
 //! connection takes the identity (`route::DrainSlot`: a list of 100,000
-//! names holds 100,000 empty slots, not 100,000 signals); a connection
+//! names holds 100,000 empty 16-byte slots in one block, not 100,000
+//! signals); a connection
 //! routed through it holds a [`DrainGuard`]. A reload that keeps the identity unchanged hands the same
 //! signal on to the new snapshot, so connections started under any older
 //! snapshot stay reachable. A reload that changes or removes the identity

@@ -18,7 +18,10 @@
 //! connections started under any earlier generation stay reachable), the
 //! others get fresh ones, and [`RouteTable::retired_by`] names the signals
 //! a reload must fire. A signal is made only when a connection first
-//! takes its identity ([`DrainSlot`]). The validated configuration holds
+//! takes its identity ([`DrainSlot`]). The slots a build makes fresh are
+//! one allocation ([`SlotBlock`]), shared with the next table while it
+//! carries enough of them ([`KEEP_BLOCK_FRACTION`]), so a reload of other
+//! names frees the old block whole. The validated configuration holds
 //! no run-time state.
 //!
 //! Per connection the name is normalised into an [`Sni`] once and looked up
@@ -121,10 +124,31 @@ impl Deref for RoutedTo<'_> {
 /// the identity (or when a reload retires it): most names of a long list
 /// never see a connection in a generation's life, and a signal costs some
 /// 200 bytes (its cancellation token's node included) where the empty
-/// slot costs 32. A reload that keeps the identity hands the slot itself
-/// on, so a signal made under either table is the same one.
+/// slot costs 16. A reload that keeps the identity hands the slot itself
+/// on (its [`SlotBlock`] is shared), so a signal made under either table is
+/// the same one.
 #[derive(Debug, Default)]
 pub(crate) struct DrainSlot(OnceLock<Arc<DrainSignal>>);
+
+/// The drain slots one table build made fresh, in one allocation: a
+/// reload that changes every name frees the previous block whole, where
+/// one allocation per slot left its 32-byte blocks among what the parse
+/// had freed and kept those pages resident (benches/README.md, "Names").
+type SlotBlock = Arc<[DrainSlot]>;
+
+/// Where a pattern's slot is: its block among the table's, and its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SlotAt {
+    block: u32,
+    index: u32,
+}
+
+/// A previous table's block is kept by the next one while at least one
+/// slot in this many of it is carried; below that, its carried slots move
+/// to the new block (each with its signal made, so that both tables hold
+/// the same one), and the block goes with the previous table: an old
+/// block never outlives its use by more than this factor.
+const KEEP_BLOCK_FRACTION: usize = 16;
 
 impl DrainSlot {
     /// The identity's signal, made on first use.
@@ -226,7 +250,10 @@ pub(crate) struct RouteTable {
     spans: Box<[RouteIds]>,
     /// One per pattern id (its identity's), then the diverted identities'
     /// slots of each route that has them (see [`RouteIds`]).
-    slots: Box<[Arc<DrainSlot>]>,
+    slots: Box<[SlotAt]>,
+    /// The blocks `slots` point into: carried ones first, the fresh one
+    /// last.
+    blocks: Box<[SlotBlock]>,
     no_sni: Option<Fallback>,
     // Hello rules (TLS version, ECH).
     min_tls_version: Option<TlsVersion>,
@@ -344,20 +371,24 @@ impl RouteTable {
             debug_assert_eq!(span.first as usize, slots.len(), "ids follow the routes");
             for pattern in listener.patterns(route) {
                 let kept = previous.and_then(|p| p.identity(pattern, &entry.alpn));
-                slots.push(carried(kept.map(|k| (k.entry, k.drain)), &route.backend));
+                slots.push(carried_at(
+                    previous,
+                    kept.map(|k| (k.entry, k.drain)),
+                    &route.backend,
+                ));
                 if let Some(to) = to {
                     let kept = kept.and_then(|k| match (&k.entry.ech, k.diverted) {
                         (EchAction::Divert(was), Some(slot)) => Some((&**was, slot)),
                         _ => None,
                     });
-                    diverted.push(carried(kept, to));
+                    diverted.push(carried_at(previous, kept, to));
                 }
             }
             entries.push(entry);
             spans.push(span);
         }
         slots.append(&mut diverted);
-        table.slots = slots.into_boxed_slice();
+        (table.slots, table.blocks) = place_slots(previous, slots);
         table.entries = entries.into_boxed_slice();
         table.spans = spans.into_boxed_slice();
         if let NoSni::Backend(backend) = &listener.no_sni {
@@ -407,11 +438,26 @@ impl RouteTable {
     /// gets its signal now, so that one taking it later (still routed by
     /// this table) joins the signal about to fire.
     pub(crate) fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
-        let carried: HashSet<*const DrainSlot> = next
-            .map(|next| next.slots().map(Arc::as_ptr).collect())
+        // Carried: the same slot (a shared block, the fallback's `Arc`), or
+        // a slot moved out of a sparse block with the same signal.
+        let (slots, signals): (HashSet<*const DrainSlot>, HashSet<*const DrainSignal>) = next
+            .map(|next| {
+                let slots = next.all_slots().map(|s| s as *const DrainSlot).collect();
+                let signals = next
+                    .all_slots()
+                    .filter_map(|s| s.0.get().map(Arc::as_ptr))
+                    .collect();
+                (slots, signals)
+            })
             .unwrap_or_default();
-        self.slots()
-            .filter(|slot| !carried.contains(&Arc::as_ptr(slot)))
+        self.all_slots()
+            .filter(|slot| {
+                !slots.contains(&(*slot as *const DrainSlot))
+                    && slot
+                        .0
+                        .get()
+                        .is_none_or(|s| !signals.contains(&Arc::as_ptr(s)))
+            })
             .map(|slot| slot.signal().clone())
             .collect()
     }
@@ -520,10 +566,14 @@ impl RouteTable {
         let span = self.spans[route];
         PreEchMatch {
             entry: &self.entries[route],
-            drain: &self.slots[id as usize],
+            drain: self.slot(self.slots[id as usize]),
             diverted: (span.diverted != RouteIds::NONE)
-                .then(|| &*self.slots[(span.diverted + (id - span.first)) as usize]),
+                .then(|| self.slot(self.slots[(span.diverted + (id - span.first)) as usize])),
         }
+    }
+
+    fn slot(&self, at: SlotAt) -> &DrainSlot {
+        &self.blocks[at.block as usize][at.index as usize]
     }
 
     /// The no-SNI fallback's identity, if the listener has one.
@@ -554,20 +604,21 @@ impl RouteTable {
                 let span = self.spans[route];
                 Kept {
                     entry,
-                    drain: &self.slots[id as usize],
+                    drain: self.slots[id as usize],
                     diverted: (span.diverted != RouteIds::NONE)
-                        .then(|| &self.slots[(span.diverted + (id - span.first)) as usize]),
+                        .then(|| self.slots[(span.diverted + (id - span.first)) as usize]),
                 }
             })
         })
     }
 
-    fn slots(&self) -> impl Iterator<Item = &Arc<DrainSlot>> {
+    /// Every slot of the table, the no-SNI fallback's included.
+    fn all_slots(&self) -> impl Iterator<Item = &DrainSlot> {
         let fallback = self
             .no_sni
             .iter()
-            .flat_map(|f| std::iter::once(&f.drain).chain(&f.diverted));
-        self.slots.iter().chain(fallback)
+            .flat_map(|f| std::iter::once(&*f.drain).chain(f.diverted.as_deref()));
+        self.slots.iter().map(|&at| self.slot(at)).chain(fallback)
     }
 }
 
@@ -575,8 +626,8 @@ impl RouteTable {
 #[derive(Clone, Copy)]
 struct Kept<'a> {
     entry: &'a RouteEntry,
-    drain: &'a Arc<DrainSlot>,
-    diverted: Option<&'a Arc<DrainSlot>>,
+    drain: SlotAt,
+    diverted: Option<SlotAt>,
 }
 
 /// A route's entry (or the no-SNI fallback's), with its ECH policy
@@ -623,6 +674,76 @@ fn carried(
         Some((was, slot)) if *was.backend == **backend && !slot.is_fired() => slot.clone(),
         _ => Arc::default(),
     }
+}
+
+/// The previous identity's slot (where it is in `previous`) when it led to
+/// an equal backend and its signal has not been fired; `None` (a fresh
+/// slot) otherwise.
+fn carried_at(
+    previous: Option<&RouteTable>,
+    kept: Option<(&RouteEntry, SlotAt)>,
+    backend: &Arc<Backend>,
+) -> Option<SlotAt> {
+    let (was, at) = kept?;
+    let previous = previous?;
+    (*was.backend == **backend && !previous.slot(at).is_fired()).then_some(at)
+}
+
+/// Lays out a new table's slots: `plan` holds, per slot, the previous
+/// table's slot it carries or `None` for a fresh one. A previous block
+/// that enough of `plan` carries ([`KEEP_BLOCK_FRACTION`]) is shared with
+/// the previous table; the slots carried from any other one move into the
+/// new block with their signal made first (the previous table's slot and
+/// the new one then hold the same signal). Fresh slots go in the new
+/// block too, which is last.
+fn place_slots(
+    previous: Option<&RouteTable>,
+    plan: Vec<Option<SlotAt>>,
+) -> (Box<[SlotAt]>, Box<[SlotBlock]>) {
+    let old_blocks: &[SlotBlock] = previous.map_or(&[], |p| &p.blocks);
+    let mut carried = vec![0usize; old_blocks.len()];
+    for at in plan.iter().flatten() {
+        carried[at.block as usize] += 1;
+    }
+    let mut blocks: Vec<SlotBlock> = Vec::new();
+    let mut new_index: Vec<Option<u32>> = vec![None; old_blocks.len()];
+    for (i, block) in old_blocks.iter().enumerate() {
+        if carried[i] > 0 && carried[i] * KEEP_BLOCK_FRACTION >= block.len() {
+            new_index[i] = Some(blocks.len() as u32);
+            blocks.push(block.clone());
+        }
+    }
+    let fresh_block = blocks.len() as u32;
+    let mut fresh: Vec<DrainSlot> = Vec::new();
+    let slots = plan
+        .into_iter()
+        .map(|at| {
+            let moved = match at {
+                Some(at) => match new_index[at.block as usize] {
+                    Some(block) => {
+                        return SlotAt {
+                            block,
+                            index: at.index,
+                        };
+                    }
+                    None => {
+                        let signal = old_blocks[at.block as usize][at.index as usize].signal();
+                        DrainSlot(OnceLock::from(signal.clone()))
+                    }
+                },
+                None => DrainSlot::default(),
+            };
+            fresh.push(moved);
+            SlotAt {
+                block: fresh_block,
+                index: (fresh.len() - 1) as u32,
+            }
+        })
+        .collect();
+    if !fresh.is_empty() {
+        blocks.push(fresh.into());
+    }
+    (slots, blocks.into_boxed_slice())
 }
 
 /// A route's identity for reload diffs, as [`RouteTable::build`] keys

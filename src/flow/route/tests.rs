@@ -231,3 +231,94 @@ fn the_alpn_set_and_the_ech_backend_are_part_of_the_drain_identity() {
     assert!(!is_retired(&signal(&old, "ech.example.com", &[], None)));
     assert_eq!(retired.len(), 2);
 }
+
+/// `site{i}.{set}.example.com` for each `i`, quoted for TOML.
+fn names(set: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    range
+        .map(|i| format!("\"site{i}.{set}.example.com\""))
+        .collect()
+}
+
+/// One listener with one route of `names`, built after `previous`.
+fn names_table(names: &[String], previous: Option<&RouteTable>) -> RouteTable {
+    let text = format!(
+        "[[listener]]\nname = \"tls\"\nlisten = \"127.0.0.1:0\"\n\n[[route]]\nname = \"names\"\nsni = [{}]\nbackend = \"b\"\n\n[backend.b]\naddresses = [\"127.0.0.1:1001\"]\n",
+        names.join(", ")
+    );
+    let config = Config::from_toml(&text, Path::new("test.toml")).unwrap();
+    RouteTable::build(&config.listeners[0], previous)
+}
+
+fn slot_of<'t>(table: &'t RouteTable, name: &str) -> &'t DrainSlot {
+    table
+        .decide(&hello(Some(name), &[], None))
+        .target
+        .unwrap()
+        .drain
+}
+
+#[test]
+fn a_reload_that_keeps_every_name_shares_the_slot_block() {
+    let old = names_table(&names("a", 0..100), None);
+    let new = names_table(&names("a", 0..100), Some(&old));
+    assert_eq!(new.blocks.len(), 1);
+    assert!(Arc::ptr_eq(&old.blocks[0], &new.blocks[0]));
+    assert!(std::ptr::eq(
+        slot_of(&old, "site7.a.example.com"),
+        slot_of(&new, "site7.a.example.com")
+    ));
+    assert!(old.retired_by(Some(&new)).is_empty());
+}
+
+#[test]
+fn a_reload_of_other_names_makes_one_new_block_and_keeps_none() {
+    let old = names_table(&names("a", 0..100), None);
+    let new = names_table(&names("b", 0..100), Some(&old));
+    assert_eq!(new.blocks.len(), 1);
+    assert_eq!(new.blocks[0].len(), 100);
+    assert!(!Arc::ptr_eq(&old.blocks[0], &new.blocks[0]));
+    assert_eq!(old.retired_by(Some(&new)).len(), 100);
+}
+
+#[test]
+fn a_block_carried_too_sparsely_is_left_behind_with_its_signals_handed_on() {
+    // 160 names, of which the next table keeps 5 (under one in 16) and
+    // adds 95 new ones: the 5 move to the new block, each with the signal
+    // the old slot now holds.
+    let old = names_table(&names("a", 0..160), None);
+    let untouched = slot_of(&old, "site3.a.example.com") as *const DrainSlot;
+    let kept_and_new = [names("a", 0..5), names("b", 0..95)].concat();
+    let new = names_table(&kept_and_new, Some(&old));
+    assert_eq!(new.blocks.len(), 1, "the old block is not kept");
+    assert_eq!(new.blocks[0].len(), 100);
+    let moved = slot_of(&new, "site3.a.example.com");
+    assert!(!std::ptr::eq(moved, untouched));
+    assert!(Arc::ptr_eq(
+        moved.signal(),
+        slot_of(&old, "site3.a.example.com").signal()
+    ));
+    // A connection still routed by the old table joins the same signal.
+    let guard = slot_of(&old, "site3.a.example.com").enter();
+    assert!(Arc::ptr_eq(guard.signal(), moved.signal()));
+    // The moved five are carried; the other 155 are retired.
+    let retired = old.retired_by(Some(&new));
+    assert_eq!(retired.len(), 155);
+    assert!(!retired.iter().any(|r| Arc::ptr_eq(r, moved.signal())));
+}
+
+#[test]
+fn a_block_carried_by_one_in_sixteen_is_kept() {
+    let old = names_table(&names("a", 0..160), None);
+    let new = names_table(&[names("a", 0..10), names("b", 0..5)].concat(), Some(&old));
+    assert_eq!(
+        new.blocks.len(),
+        2,
+        "the old block (10 of 160 carried) and the fresh one"
+    );
+    assert!(Arc::ptr_eq(&old.blocks[0], &new.blocks[0]));
+    assert!(std::ptr::eq(
+        slot_of(&old, "site9.a.example.com"),
+        slot_of(&new, "site9.a.example.com")
+    ));
+    assert_eq!(old.retired_by(Some(&new)).len(), 150);
+}
