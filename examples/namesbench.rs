@@ -9,7 +9,8 @@
 //! `-m end` suffixes in a second file). Each is also started on a
 //! one-name configuration, so the table gives the RSS above it, the bytes
 //! per name and snirelay's ratio to HAProxy; and how long start (spawn to
-//! accepting), `snirelay check` and `haproxy -c` take. Medians of
+//! accepting), a reload of the unchanged file (SIGHUP to `reload applied`;
+//! snirelay only), `snirelay check` and `haproxy -c` take. Medians of
 //! `--runs` (5).
 //!
 //! Then the reload series: snirelay on the inline configuration, RSS after
@@ -299,9 +300,9 @@ fn main() {
         args.names, args.runs
     );
     println!(
-        "| shape | form | RSS 1 name | RSS N names | above 1 name | B/name | ratio | start | check |"
+        "| shape | form | RSS 1 name | RSS N names | above 1 name | B/name | ratio | start | reload | check |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for wild in [false, true].into_iter().filter(|_| !args.skip_table) {
         let shape = if wild { "10 % `*.`" } else { "exact" };
         let many = names(args.names, wild, "a");
@@ -310,6 +311,7 @@ fn main() {
         let mut rows = Vec::new();
         for &form in &forms {
             let (mut base, mut full, mut ready, mut check) = (vec![], vec![], vec![], vec![]);
+            let mut reloads = vec![];
             for _ in 0..args.runs {
                 let s = start(&args, &dir, form, &one);
                 base.push(s.rss_kib as f64);
@@ -317,6 +319,9 @@ fn main() {
                 let s = start(&args, &dir, form, &many);
                 full.push(s.rss_kib as f64);
                 ready.push(s.ready.as_secs_f64());
+                if form != Form::Haproxy {
+                    reloads.push(reload(&s, &dir, 0).as_secs_f64());
+                }
                 stop(s);
                 check.push(check_time(&args, &dir, form).as_secs_f64());
             }
@@ -325,12 +330,25 @@ fn main() {
             if form == Form::Haproxy {
                 per_name_haproxy = Some(per_name);
             }
-            rows.push((form, base, full, per_name, median(&ready), median(&check)));
+            let reloaded = if reloads.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{:.3} s", median(&reloads))
+            };
+            rows.push((
+                form,
+                base,
+                full,
+                per_name,
+                median(&ready),
+                reloaded,
+                median(&check),
+            ));
         }
-        for (form, base, full, per_name, ready, check) in rows {
+        for (form, base, full, per_name, ready, reloaded, check) in rows {
             let ratio = per_name_haproxy.map_or("-".to_owned(), |h| format!("{:.2}", per_name / h));
             println!(
-                "| {shape} | {} | {:.1} MB | {:.1} MB | {:.1} MB | {per_name:.0} | {ratio} | {ready:.2} s | {check:.2} s |",
+                "| {shape} | {} | {:.1} MB | {:.1} MB | {:.1} MB | {per_name:.0} | {ratio} | {ready:.3} s | {reloaded} | {check:.3} s |",
                 form.label(),
                 mb(base),
                 mb(full),

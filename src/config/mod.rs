@@ -275,6 +275,35 @@ impl Listener {
         self.names.patterns(route.patterns.clone())
     }
 
+    /// The route of pattern `id` (the listener's own id) whose `alpn` set
+    /// is `alpn`, if the listener has one. `names` is the index `id`
+    /// comes from: where it is this listener's own (an unchanged list
+    /// kept across a reload, [`Config::share_unchanged_names`]), the id
+    /// finds the route without a lookup by name.
+    pub(crate) fn route_of_id(
+        &self,
+        names: &Arc<NameIndex>,
+        id: u32,
+        alpn: &[String],
+    ) -> Option<&Route> {
+        if Arc::ptr_eq(names, &self.names) {
+            let at = self.routes.partition_point(|r| r.patterns.end <= id);
+            if let Some(route) = self.routes.get(at).filter(|r| r.alpn == alpn) {
+                return Some(route);
+            }
+        }
+        self.route_of(names.pattern(id), alpn)
+    }
+
+    /// The route of `pattern` whose `alpn` set is `alpn`, if the listener
+    /// has one: a hash lookup in `names`, whatever the number of names.
+    pub(crate) fn route_of(&self, pattern: PatternRef<'_>, alpn: &[String]) -> Option<&Route> {
+        self.names.ids(pattern).find_map(|id| {
+            let at = self.routes.partition_point(|r| r.patterns.end <= id);
+            self.routes.get(at).filter(|r| r.alpn == alpn)
+        })
+    }
+
     /// The listener's relay timeouts: those of its routes that set none,
     /// and of its `no_sni` backend.
     pub(crate) fn timeouts(&self) -> Timeouts {
@@ -487,6 +516,23 @@ fn list(problems: &[Problem]) -> String {
 }
 
 impl Config {
+    /// Where a listener of `previous` (by name) lists the same patterns
+    /// as this one's, this one keeps `previous`'s list instead of its own
+    /// copy: a reload of unchanged names then holds one list, not two,
+    /// and finds each name's previous identity by its id
+    /// ([`Listener::route_of_id`], `RouteTable::build`) rather than by
+    /// 100,000 lookups.
+    pub(crate) fn share_unchanged_names(&mut self, previous: &Config) {
+        // A fresh configuration holds its listeners alone; one shared
+        // already keeps its own list.
+        for listener in self.listeners.iter_mut().filter_map(Arc::get_mut) {
+            let was = previous.listeners.iter().find(|l| l.name == listener.name);
+            if let Some(was) = was.filter(|w| w.names.same_patterns(&listener.names)) {
+                listener.names = was.names.clone();
+            }
+        }
+    }
+
     /// Reads and validates a configuration file, waiting for the read at
     /// most `CONFIG_READ_TIMEOUT` (see `read_file`). Blocks the calling
     /// thread: for use before the event loop runs (`check`, start-up).

@@ -369,8 +369,8 @@ impl RouteTable {
                 },
             };
             debug_assert_eq!(span.first as usize, slots.len(), "ids follow the routes");
-            for pattern in listener.patterns(route) {
-                let kept = previous.and_then(|p| p.identity(pattern, &entry.alpn));
+            for id in route.patterns.clone() {
+                let kept = previous.and_then(|p| p.identity(&listener.names, id, &entry.alpn));
                 slots.push(carried_at(
                     previous,
                     kept.map(|k| (k.entry, k.drain)),
@@ -438,26 +438,60 @@ impl RouteTable {
     /// gets its signal now, so that one taking it later (still routed by
     /// this table) joins the signal about to fire.
     pub(crate) fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
-        // Carried: the same slot (a shared block, the fallback's `Arc`), or
-        // a slot moved out of a sparse block with the same signal.
-        let (slots, signals): (HashSet<*const DrainSlot>, HashSet<*const DrainSignal>) = next
-            .map(|next| {
-                let slots = next.all_slots().map(|s| s as *const DrainSlot).collect();
-                let signals = next
-                    .all_slots()
-                    .filter_map(|s| s.0.get().map(Arc::as_ptr))
-                    .collect();
-                (slots, signals)
-            })
-            .unwrap_or_default();
-        self.all_slots()
-            .filter(|slot| {
-                !slots.contains(&(*slot as *const DrainSlot))
-                    && slot
-                        .0
-                        .get()
-                        .is_none_or(|s| !signals.contains(&Arc::as_ptr(s)))
-            })
+        // Carried: the same slot (in a block both tables share, marked in
+        // a bit set per shared block: no hashing of 100,000 pointers when
+        // a reload keeps every name; the fallback's own `Arc`), or a slot
+        // moved out of a sparse block, which holds the same signal as the
+        // one it carries.
+        let mut marks: Vec<Vec<bool>> = Vec::new();
+        let mut moved: HashSet<*const DrainSignal> = HashSet::new();
+        let mut fallback: Vec<*const DrainSlot> = Vec::new();
+        // Per block of `self`: its place among `next`'s blocks, if shared.
+        let mut shared: Vec<Option<usize>> = vec![None; self.blocks.len()];
+        if let Some(next) = next {
+            let theirs: Vec<Option<usize>> = next
+                .blocks
+                .iter()
+                .map(|n| self.blocks.iter().position(|b| Arc::ptr_eq(b, n)))
+                .collect();
+            for (at, mine) in theirs.iter().enumerate() {
+                if let Some(mine) = mine {
+                    shared[*mine] = Some(at);
+                }
+            }
+            marks = next
+                .blocks
+                .iter()
+                .zip(&theirs)
+                .map(|(block, mine)| vec![false; if mine.is_some() { block.len() } else { 0 }])
+                .collect();
+            for &at in next.slots.iter() {
+                match marks[at.block as usize].get_mut(at.index as usize) {
+                    Some(mark) => *mark = true,
+                    None => moved.extend(next.slot(at).0.get().map(Arc::as_ptr)),
+                }
+            }
+            for slot in next.fallback_slots() {
+                fallback.push(slot);
+                moved.extend(slot.0.get().map(Arc::as_ptr));
+            }
+        }
+        let carried_by_signal = |slot: &DrainSlot| {
+            slot.0
+                .get()
+                .is_some_and(|s| moved.contains(&Arc::as_ptr(s)))
+        };
+        let patterns = self.slots.iter().filter(|at| {
+            let slot = self.slot(**at);
+            let marked = shared[at.block as usize].is_some_and(|b| marks[b][at.index as usize]);
+            !marked && !carried_by_signal(slot)
+        });
+        let patterns = patterns.map(|&at| self.slot(at));
+        let fallbacks = self.fallback_slots().filter(|slot| {
+            !fallback.contains(&(*slot as *const DrainSlot)) && !carried_by_signal(slot)
+        });
+        patterns
+            .chain(fallbacks)
             .map(|slot| slot.signal().clone())
             .collect()
     }
@@ -596,8 +630,12 @@ impl RouteTable {
 
     /// The identity stored for exactly this pattern and alpn set, with
     /// its slots as `Arc`s (to carry them).
-    fn identity(&self, pattern: PatternRef<'_>, alpn: &[Box<[u8]>]) -> Option<Kept<'_>> {
-        self.names.ids(pattern).find_map(|id| {
+    ///
+    /// The pattern is id `id` of `names`, the next table's list: where
+    /// that is this table's list too (unchanged names, kept across the
+    /// reload), the id finds the identity without a lookup by name.
+    fn identity(&self, names: &Arc<NameIndex>, id: u32, alpn: &[Box<[u8]>]) -> Option<Kept<'_>> {
+        let kept = |id: u32| {
             let route = self.route_of(id);
             let entry = &self.entries[route];
             (*entry.alpn == *alpn).then(|| {
@@ -609,16 +647,20 @@ impl RouteTable {
                         .then(|| self.slots[(span.diverted + (id - span.first)) as usize]),
                 }
             })
-        })
+        };
+        if Arc::ptr_eq(names, &self.names) {
+            if let Some(found) = kept(id) {
+                return Some(found);
+            }
+        }
+        self.names.ids(names.pattern(id)).find_map(kept)
     }
 
-    /// Every slot of the table, the no-SNI fallback's included.
-    fn all_slots(&self) -> impl Iterator<Item = &DrainSlot> {
-        let fallback = self
-            .no_sni
+    /// The no-SNI fallback's slots (its own and its ECH identity's).
+    fn fallback_slots(&self) -> impl Iterator<Item = &DrainSlot> {
+        self.no_sni
             .iter()
-            .flat_map(|f| std::iter::once(&*f.drain).chain(f.diverted.as_deref()));
-        self.slots.iter().map(|&at| self.slot(at)).chain(fallback)
+            .flat_map(|f| std::iter::once(&*f.drain).chain(f.diverted.as_deref()))
     }
 }
 

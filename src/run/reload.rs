@@ -22,28 +22,14 @@
 //! (`route`, `drain`), or I/O of any kind. Cost: proportional to the number
 //! of patterns, once per reload.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::config::{Backend, Config, NoSni};
+use crate::config::{Backend, Config, Listener, NoSni, Route};
 use crate::flow::route;
-
-/// (listener name, pattern), or (listener name, no SNI) when `pattern` is `None`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct RouteKey<'a> {
-    listener: &'a str,
-    pattern: Option<String>,
-}
-
-impl fmt::Display for RouteKey<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.pattern {
-            Some(p) => write!(f, "{}:{p}", self.listener),
-            None => write!(f, "{}:<no sni>", self.listener),
-        }
-    }
-}
+use crate::wire::matcher::NameIndex;
+use crate::wire::sni::PatternRef;
 
 /// How many route identities of each kind a [`Diff`] names; the rest are
 /// only counted. The log line shows at most this many in all.
@@ -61,9 +47,12 @@ pub(crate) struct Routes {
 }
 
 impl Routes {
-    fn push(&mut self, key: &RouteKey<'_>) {
+    /// Counts one identity; names it (`listener:identity`) while fewer
+    /// than [`ROUTES_LISTED`] are named, so the other 100,000 cost no
+    /// string.
+    fn push(&mut self, listener: &str, identity: impl FnOnce() -> String) {
         if self.first.len() < ROUTES_LISTED {
-            self.first.push(key.to_string());
+            self.first.push(format!("{listener}:{}", identity()));
         }
         self.count += 1;
     }
@@ -112,78 +101,115 @@ pub(crate) fn diff(old: &Config, new: &Config) -> Diff {
         }
     }
 
-    // Added and changed in the new file's order; removed in identity order.
-    // Each old identity's backend, and whether the new file has it too.
-    let mut old_routes: BTreeMap<RouteKey<'_>, (&Arc<Backend>, bool)> = identities(old)
-        .into_iter()
-        .map(|(key, backend)| (key, (backend, false)))
-        .collect();
-    for (key, backend) in identities(new) {
-        match old_routes.get_mut(&key) {
-            None => diff.routes_added.push(&key),
-            Some((was, kept)) => {
-                *kept = true;
-                if ***was != **backend {
-                    diff.routes_changed.push(&key);
-                }
+    // Added and changed in the new file's order, removed in the old
+    // file's: each identity looked up in the other file's listener of the
+    // same name by its name index, as a route table finds the identities
+    // it carries. No identity is written out unless the line names it.
+    for listener in &new.listeners {
+        let was = old.listeners.iter().find(|l| l.name == listener.name);
+        for_each_identity(listener, |identity| {
+            match was.and_then(|w| identity.find_in(w)) {
+                None => diff
+                    .routes_added
+                    .push(&listener.name, || identity.to_string()),
+                Some(was) if **was != **identity.backend => diff
+                    .routes_changed
+                    .push(&listener.name, || identity.to_string()),
+                Some(_) => {}
             }
-        }
+        });
     }
-    for (key, (_, kept)) in &old_routes {
-        if !kept {
-            diff.routes_removed.push(key);
-        }
+    for listener in &old.listeners {
+        let now = new.listeners.iter().find(|l| l.name == listener.name);
+        for_each_identity(listener, |identity| {
+            if now.and_then(|n| identity.find_in(n)).is_none() {
+                diff.routes_removed
+                    .push(&listener.name, || identity.to_string());
+            }
+        });
     }
     diff
 }
 
-/// Every identity of `config` and the backend it leads to, in the file's
-/// order.
-fn identities(config: &Config) -> Vec<(RouteKey<'_>, &Arc<Backend>)> {
-    let mut out = Vec::new();
-    for listener in &config.listeners {
-        let name = listener.name.as_str();
-        for route in &listener.routes {
-            for pattern in listener.patterns(route) {
-                let pattern = route::identity(pattern, route);
-                if let Some(diverted) = route::ech_backend(Some(route), listener) {
-                    out.push((
-                        RouteKey {
-                            listener: name,
-                            pattern: Some(format!("{pattern}[ech]")),
-                        },
-                        diverted,
-                    ));
-                }
-                out.push((
-                    RouteKey {
-                        listener: name,
-                        pattern: Some(pattern),
-                    },
-                    &route.backend,
-                ));
+/// One route identity of a listener: a pattern with its route's `alpn`
+/// set (or the no-SNI fallback, `route` `None`), perhaps its ECH half,
+/// and the backend it leads to.
+struct Identity<'a> {
+    /// The pattern's id in `names` (its listener's), and the pattern.
+    pattern: Option<(u32, PatternRef<'a>)>,
+    names: &'a Arc<NameIndex>,
+    route: Option<&'a Route>,
+    ech: bool,
+    backend: &'a Arc<Backend>,
+}
+
+impl Identity<'_> {
+    /// The backend the same identity leads to on `listener`, if it has it.
+    fn find_in<'b>(&self, listener: &'b Listener) -> Option<&'b Arc<Backend>> {
+        let route = match (self.pattern, self.route) {
+            (Some((id, _)), Some(route)) => {
+                Some(listener.route_of_id(self.names, id, &route.alpn)?)
             }
-        }
-        if let NoSni::Backend(backend) = &listener.no_sni {
-            if let Some(diverted) = route::ech_backend(None, listener) {
-                out.push((
-                    RouteKey {
-                        listener: name,
-                        pattern: Some("<no sni>[ech]".to_owned()),
-                    },
-                    diverted,
-                ));
-            }
-            out.push((
-                RouteKey {
-                    listener: name,
-                    pattern: None,
-                },
-                backend,
-            ));
+            // The fallback's identities exist where it names a backend.
+            _ => match &listener.no_sni {
+                NoSni::Backend(_) => None,
+                _ => return None,
+            },
+        };
+        match (self.ech, route, &listener.no_sni) {
+            (true, route, _) => route::ech_backend(route, listener),
+            (false, Some(route), _) => Some(&route.backend),
+            (false, None, NoSni::Backend(backend)) => Some(backend),
+            (false, None, _) => None,
         }
     }
-    out
+}
+
+impl fmt::Display for Identity<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.pattern, self.route) {
+            (Some((_, pattern)), Some(route)) => f.write_str(&route::identity(pattern, route))?,
+            _ => f.write_str("<no sni>")?,
+        }
+        // The fallback alone is written bare (`tls:<no sni>`).
+        if self.ech {
+            f.write_str("[ech]")?;
+        }
+        Ok(())
+    }
+}
+
+/// Calls `each` with every identity of `listener`, in the file's order.
+fn for_each_identity<'a>(listener: &'a Listener, mut each: impl FnMut(&Identity<'a>)) {
+    for route in &listener.routes {
+        let diverted = route::ech_backend(Some(route), listener);
+        for (id, pattern) in route.patterns.clone().zip(listener.patterns(route)) {
+            let identity = |ech, backend| Identity {
+                pattern: Some((id, pattern)),
+                names: &listener.names,
+                route: Some(route),
+                ech,
+                backend,
+            };
+            if let Some(diverted) = diverted {
+                each(&identity(true, diverted));
+            }
+            each(&identity(false, &route.backend));
+        }
+    }
+    if let NoSni::Backend(backend) = &listener.no_sni {
+        let identity = |ech, backend| Identity {
+            pattern: None,
+            names: &listener.names,
+            route: None,
+            ech,
+            backend,
+        };
+        if let Some(diverted) = route::ech_backend(None, listener) {
+            each(&identity(true, diverted));
+        }
+        each(&identity(false, backend));
+    }
 }
 
 #[cfg(test)]
@@ -231,7 +257,31 @@ addresses = ["127.0.0.1:1003"]
         to_drain: Vec<Arc<DrainSignal>>,
     }
 
+    /// [`apply_as_given`], as the server applies a reload: with the
+    /// listeners whose names did not change keeping the running list
+    /// ([`Config::share_unchanged_names`]). Checks that the reload
+    /// decides the same without it (each name found by lookup).
     fn apply(old: &Config, new: &Config) -> AppliedTables {
+        let mut shared = new.clone();
+        shared.listeners = new
+            .listeners
+            .iter()
+            .map(|l| Arc::new((**l).clone()))
+            .collect();
+        shared.share_unchanged_names(old);
+        let by_lookup = apply_as_given(old, new);
+        let by_id = apply_as_given(old, &shared);
+        let summary = |a: &AppliedTables| {
+            let d = &a.diff;
+            [&d.routes_added, &d.routes_removed, &d.routes_changed]
+                .map(|r| (r.count, r.first.clone()))
+        };
+        assert_eq!(summary(&by_lookup), summary(&by_id));
+        assert_eq!(by_lookup.to_drain.len(), by_id.to_drain.len());
+        by_id
+    }
+
+    fn apply_as_given(old: &Config, new: &Config) -> AppliedTables {
         let old_tables: Vec<RouteTable> = old
             .listeners
             .iter()
@@ -306,6 +356,88 @@ addresses = ["127.0.0.1:1003"]
         assert_eq!(d.routes_added.first[0], "tls:n0.b.example.com");
         assert_eq!(d.routes_removed.first.len(), ROUTES_LISTED);
         assert_eq!(d.routes_changed.count, 0);
+    }
+
+    #[test]
+    fn a_reload_of_unchanged_names_keeps_the_running_list_and_other_names_get_their_own() {
+        let old = config(BASE);
+        let mut same = config(BASE);
+        same.share_unchanged_names(&old);
+        assert!(Arc::ptr_eq(
+            &old.listeners[0].names,
+            &same.listeners[0].names
+        ));
+        // Another backend for the same names: the list is still the same.
+        let mut moved = config(&BASE.replace("127.0.0.1:1002", "127.0.0.1:2002"));
+        moved.share_unchanged_names(&old);
+        assert!(Arc::ptr_eq(
+            &old.listeners[0].names,
+            &moved.listeners[0].names
+        ));
+        let mut other = config(&BASE.replace("*.s.example.com", "*.t.example.com"));
+        other.share_unchanged_names(&old);
+        assert!(!Arc::ptr_eq(
+            &old.listeners[0].names,
+            &other.listeners[0].names
+        ));
+    }
+
+    #[test]
+    fn a_name_moved_to_another_route_under_the_same_list_changes_that_name_only() {
+        // The list reads the same (r, s, *.s), but s.example.com now
+        // belongs to route r: found by its id in the kept list.
+        let old = config(BASE);
+        let new = config(
+            &BASE
+                .replace(
+                    r#"["r.example.com"]"#,
+                    r#"["r.example.com", "s.example.com"]"#,
+                )
+                .replace(
+                    r#"["s.example.com", "*.s.example.com"]"#,
+                    r#"["*.s.example.com"]"#,
+                ),
+        );
+        let a = apply(&old, &new);
+        assert_eq!(a.diff.routes_changed.first, ["tls:s.example.com"]);
+        assert_eq!(a.diff.routes_added.count + a.diff.routes_removed.count, 0);
+        assert_eq!(a.to_drain.len(), 1);
+        assert!(Arc::ptr_eq(
+            &a.to_drain[0],
+            &signal(&a.old[0], "s.example.com")
+        ));
+    }
+
+    #[test]
+    fn swapped_alpn_routes_of_one_name_change_nothing() {
+        // Same list (a, a); the id of each now has the other alpn set, so
+        // each identity is found by name, in the other route.
+        let routes = |first_alpn: bool| {
+            let alpn = |on: bool| {
+                if on {
+                    "alpn = [\"acme-tls/1\"]\nbackend = \"s\""
+                } else {
+                    "backend = \"r\""
+                }
+            };
+            format!(
+                "{BASE}\n[[route]]\nsni = [\"a.example.com\"]\n{}\n\n[[route]]\nsni = [\"a.example.com\"]\n{}\n",
+                alpn(first_alpn),
+                alpn(!first_alpn)
+            )
+        };
+        let a = apply(&config(&routes(true)), &config(&routes(false)));
+        let d = &a.diff;
+        assert_eq!(
+            (
+                d.routes_added.count,
+                d.routes_removed.count,
+                d.routes_changed.count
+            ),
+            (0, 0, 0),
+            "{d:?}"
+        );
+        assert!(a.to_drain.is_empty());
     }
 
     #[test]

@@ -591,7 +591,8 @@ impl Server {
         sockopt::release_freed_memory();
     }
 
-    fn try_reload(&mut self, new: Config) -> Result<Applied, ReloadError> {
+    fn try_reload(&mut self, mut new: Config) -> Result<Applied, ReloadError> {
+        new.share_unchanged_names(&self.config);
         let diff = reload::diff(&self.config, &new);
         // A source address this host lacks refuses the reload, as at start.
         crate::backend::egress::probe(&new)?;

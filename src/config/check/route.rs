@@ -141,8 +141,9 @@ impl Checker {
             };
             let mut full = false;
             for (pattern, origin) in patterns.iter() {
-                // Where a problem with this pattern is reported.
-                let (at, line) = match origin {
+                // Where a problem with this pattern is reported: written
+                // only for a problem, not for each of 100,000 good names.
+                let place = || match origin {
                     PatternOrigin::Inline(i) => (format!("{key}.sni[{i}]"), String::new()),
                     PatternOrigin::Line(n) => (
                         format!("{key}.sni_file"),
@@ -161,19 +162,24 @@ impl Checker {
                 };
                 if let Err(e) = pushed {
                     if !full {
-                        self.problem(at.clone(), format!("{line}{e}"));
+                        let (at, line) = place();
+                        self.problem(at, format!("{line}{e}"));
                     }
                     full = true;
                 }
                 match taken {
                     None => {}
-                    Some(id) if id == route_id => self.problem(
-                        at,
-                        format!("{line}pattern `{pattern}` is listed twice in this route"),
-                    ),
+                    Some(id) if id == route_id => {
+                        let (at, line) = place();
+                        self.problem(
+                            at,
+                            format!("{line}pattern `{pattern}` is listed twice in this route"),
+                        )
+                    }
                     // Two routes of one pattern that would both take the
                     // same hello: which one wins would be an accident.
                     Some(id) => {
+                        let (at, line) = place();
                         let other = &listener.routes[id];
                         let why = if alpn.is_empty() {
                             "; give one of them an `alpn` list".to_owned()

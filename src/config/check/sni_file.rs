@@ -71,6 +71,11 @@ impl Parsed {
         self.ends.push((end, origin));
     }
 
+    /// Room for `bytes` more of patterns' text.
+    pub(super) fn reserve_text(&mut self, bytes: usize) {
+        self.text.reserve(bytes);
+    }
+
     /// How many patterns were pushed.
     pub(super) fn len(&self) -> usize {
         self.ends.len()
@@ -129,6 +134,10 @@ impl Checker {
                 return None;
             }
         };
+        // The patterns' text is at most the file's (lines lose their
+        // ends, names their trailing dot): one allocation, not a doubling
+        // series with a copy each.
+        patterns.reserve_text(text.len());
         let mut bad = 0;
         for (n, line) in lines(&text) {
             match Pattern::parse(line) {
