@@ -8,10 +8,19 @@
 //! `sni_file`, HAProxy with `req.ssl_sni -f names.lst` (the wildcards as
 //! `-m end` suffixes in a second file). Each is also started on a
 //! one-name configuration, so the table gives the RSS above it, the bytes
-//! per name and snirelay's ratio to HAProxy; and how long start (spawn to
+//! per name and its ratio to HAProxy's; and how long start (spawn to
 //! accepting), a reload of the unchanged file (SIGHUP to `reload applied`;
 //! snirelay only), `snirelay check` and `haproxy -c` take. Medians of
 //! `--runs` (5).
+//!
+//! With `--sozu PATH` (sozu 2.3, whose TCP listener routes on the preread
+//! SNI), sozu joins the table: one frontend per name in one cluster (its
+//! configuration has no file of names; `*.` patterns as they are), RSS of
+//! its main process and its worker together (both hold the routes; the
+//! split is printed below the table), start, a reload of the unchanged
+//! file (`sozu reload`, which returns once the worker has it) and
+//! `sozu config check`, medians of `--sozu-runs` (1: a start of 100,000
+//! frontends takes tens of seconds).
 //!
 //! Then the reload series: snirelay on the inline configuration, RSS after
 //! each of `--reloads` (20) SIGHUPs of the unchanged file, then after each
@@ -33,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use proc::{free_port, median, rss_kib};
+use proc::{free_port, median, rss_kib, sozu_worker};
 
 struct Args {
     relay: PathBuf,
@@ -45,6 +54,9 @@ struct Args {
     skip_table: bool,
     /// The relay's `global.threads` (`--threads`, 1).
     threads: usize,
+    /// A sozu binary (`--sozu`), and its runs (`--sozu-runs`, 1).
+    sozu: Option<PathBuf>,
+    sozu_runs: usize,
 }
 
 fn args() -> Args {
@@ -56,6 +68,8 @@ fn args() -> Args {
         reloads: 20,
         skip_table: false,
         threads: 1,
+        sozu: None,
+        sozu_runs: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,13 +84,15 @@ fn args() -> Args {
             "--reloads" => a.reloads = value().parse().expect("--reloads N"),
             "--skip-table" => a.skip_table = true,
             "--threads" => a.threads = value().parse().expect("--threads N"),
+            "--sozu" => a.sozu = Some(value().into()),
+            "--sozu-runs" => a.sozu_runs = value().parse().expect("--sozu-runs N"),
             // loadbench.sh passes its own flags through: `--only names`.
             "--only" => {
                 value();
             }
             "--help" => {
                 println!(
-                    "namesbench [--relay PATH] [--haproxy PATH|none] [--names 100000] [--runs 5] [--reloads 20] [--skip-table] [--threads 1]"
+                    "namesbench [--relay PATH] [--haproxy PATH|none] [--sozu PATH] [--sozu-runs 1] [--names 100000] [--runs 5] [--reloads 20] [--skip-table] [--threads 1]"
                 );
                 std::process::exit(0);
             }
@@ -85,6 +101,9 @@ fn args() -> Args {
     }
     // The proxies run in the scratch directory (relative name files).
     a.relay = std::fs::canonicalize(&a.relay).expect("--relay names no file");
+    if let Some(sozu) = &a.sozu {
+        a.sozu = Some(std::fs::canonicalize(sozu).expect("--sozu names no file"));
+    }
     a
 }
 
@@ -108,6 +127,7 @@ enum Form {
     Inline,
     File,
     Haproxy,
+    Sozu,
 }
 
 impl Form {
@@ -116,6 +136,7 @@ impl Form {
             Form::Inline => "snirelay sni = [...]",
             Form::File => "snirelay sni_file",
             Form::Haproxy => "haproxy -f",
+            Form::Sozu => "sozu frontends",
         }
     }
 }
@@ -142,6 +163,22 @@ fn write_config(dir: &Path, form: Form, names: &[String], port: u16, threads: us
                 &format!(
                     "[global]\nthreads = {threads}\n\n[[listener]]\nname = \"bench\"\nlisten = [\"127.0.0.1:{port}\"]\n\n\
                      [[route]]\nname = \"names\"\n{sni}\nbackend = \"b\"\n\n[backend.b]\naddresses = [\"127.0.0.1:9\"]\n"
+                ),
+            )
+        }
+        Form::Sozu => {
+            let frontends: Vec<String> = names
+                .iter()
+                .map(|n| format!("  {{ address = \"127.0.0.1:{port}\", hostname = \"{n}\" }}"))
+                .collect();
+            write(
+                "sozu.toml",
+                &format!(
+                    "command_socket = \"{}\"\nworker_count = 1\nlog_level = \"error\"\nlog_target = \"stdout\"\n\n\
+                     [[listeners]]\nprotocol = \"tcp\"\naddress = \"127.0.0.1:{port}\"\n\n\
+                     [clusters.names]\nprotocol = \"tcp\"\nfrontends = [\n{}\n]\nbackends = [ {{ address = \"127.0.0.1:9\" }} ]\n",
+                    dir.join("sozu.sock").display(),
+                    frontends.join(",\n")
                 ),
             )
         }
@@ -176,6 +213,8 @@ struct Started {
     child: Child,
     ready: Duration,
     rss_kib: u64,
+    /// sozu's worker and its share of `rss_kib`.
+    worker: Option<(u32, u64)>,
 }
 
 fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
@@ -188,7 +227,13 @@ fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
             c.arg("-db").arg("-f").arg(&config);
             c
         }
-        _ => {
+        Form::Sozu => {
+            let _ = std::fs::remove_file(dir.join("sozu.sock"));
+            let mut c = Command::new(args.sozu.as_ref().unwrap());
+            c.arg("start").arg("-c").arg(&config);
+            c
+        }
+        Form::Inline | Form::File => {
             let mut c = Command::new(&args.relay);
             c.args(["run", "--config"])
                 .arg(&config)
@@ -205,31 +250,41 @@ fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
         .spawn()
         .expect("cannot start the proxy");
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // sozu loads 100,000 frontends in about 45 s here.
+    let bound = Duration::from_secs(if form == Form::Sozu { 600 } else { 60 });
     while TcpStream::connect(addr).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "{} did not start",
-            form.label()
-        );
+        assert!(t0.elapsed() < bound, "{} did not start", form.label());
         std::thread::sleep(Duration::from_millis(2));
     }
     let ready = t0.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    let rss_kib = rss_kib(child.id());
+    let worker = (form == Form::Sozu).then(|| {
+        let pid = sozu_worker(child.id()).expect("sozu has no worker");
+        (pid, rss_kib(pid))
+    });
+    let rss_kib = rss_kib(child.id()) + worker.map_or(0, |(_, kib)| kib);
     Started {
         child,
         ready,
         rss_kib,
+        worker,
     }
 }
 
 fn stop(mut s: Started) {
     let _ = s.child.kill();
     let _ = s.child.wait();
+    if let Some((worker, _)) = s.worker {
+        // sozu's worker, found at start: ended by its pid in case it
+        // outlives its main process.
+        let _ = Command::new("kill")
+            .args(["-KILL", &worker.to_string()])
+            .status();
+    }
 }
 
-/// How long a `check` (`snirelay check`, `haproxy -c`) of the last
-/// configuration written to `dir` takes.
+/// How long a `check` (`snirelay check`, `haproxy -c`, `sozu config
+/// check`) of the last configuration written to `dir` takes.
 fn check_time(args: &Args, dir: &Path, form: Form) -> Duration {
     let mut command = match form {
         Form::Haproxy => {
@@ -237,7 +292,14 @@ fn check_time(args: &Args, dir: &Path, form: Form) -> Duration {
             c.arg("-c").arg("-q").arg("-f").arg(dir.join("haproxy.cfg"));
             c
         }
-        _ => {
+        Form::Sozu => {
+            let mut c = Command::new(args.sozu.as_ref().unwrap());
+            c.args(["config", "-c"])
+                .arg(dir.join("sozu.toml"))
+                .arg("check");
+            c
+        }
+        Form::Inline | Form::File => {
             let mut c = Command::new(&args.relay);
             c.args(["check", "--config"]).arg(dir.join("snirelay.toml"));
             c
@@ -283,6 +345,29 @@ fn reload(relay: &Started, dir: &Path, done_before: usize) -> Duration {
     took
 }
 
+/// `sozu reload` of its unchanged file: the time until it answers (the
+/// worker has applied the difference), or why it failed and when.
+fn sozu_reload(args: &Args, dir: &Path) -> Result<Duration, String> {
+    let t0 = Instant::now();
+    let out = Command::new(args.sozu.as_ref().unwrap())
+        .args(["-c"])
+        .arg(dir.join("sozu.toml"))
+        .args(["reload", "-t", "0"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(t0.elapsed())
+    } else {
+        let why = String::from_utf8_lossy(&out.stderr);
+        let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
+        Err(format!(
+            "failed after {:.1} s: {why}",
+            t0.elapsed().as_secs_f64()
+        ))
+    }
+}
+
 fn mb(kib: f64) -> f64 {
     kib / 1024.0
 }
@@ -294,6 +379,9 @@ fn main() {
     let mut forms = vec![Form::Inline, Form::File];
     if args.haproxy.is_some() {
         forms.push(Form::Haproxy);
+    }
+    if args.sozu.is_some() {
+        forms.push(Form::Sozu);
     }
     println!(
         "namesbench: {} names, {} run(s), medians; RSS once accepting + 1 s",
@@ -309,31 +397,61 @@ fn main() {
         let one = names(1, false, "a");
         let mut per_name_haproxy = None;
         let mut rows = Vec::new();
+        let mut notes = Vec::new();
         for &form in &forms {
             let (mut base, mut full, mut ready, mut check) = (vec![], vec![], vec![], vec![]);
             let mut reloads = vec![];
-            for _ in 0..args.runs {
+            let mut workers = vec![];
+            let mut failed_reloads = 0;
+            let runs = if form == Form::Sozu {
+                args.sozu_runs
+            } else {
+                args.runs
+            };
+            for _ in 0..runs {
                 let s = start(&args, &dir, form, &one);
                 base.push(s.rss_kib as f64);
                 stop(s);
                 let s = start(&args, &dir, form, &many);
                 full.push(s.rss_kib as f64);
                 ready.push(s.ready.as_secs_f64());
-                if form != Form::Haproxy {
-                    reloads.push(reload(&s, &dir, 0).as_secs_f64());
+                match form {
+                    Form::Haproxy => {}
+                    Form::Sozu => {
+                        workers.extend(s.worker.map(|(_, kib)| kib as f64));
+                        match sozu_reload(&args, &dir) {
+                            Ok(took) => reloads.push(took.as_secs_f64()),
+                            Err(why) => {
+                                failed_reloads += 1;
+                                notes.push(format!("{shape}: sozu reload {why}"));
+                            }
+                        }
+                    }
+                    Form::Inline | Form::File => reloads.push(reload(&s, &dir, 0).as_secs_f64()),
                 }
                 stop(s);
                 check.push(check_time(&args, &dir, form).as_secs_f64());
             }
             let (base, full) = (median(&base), median(&full));
             let per_name = (full - base) * 1024.0 / args.names as f64;
+            if !workers.is_empty() {
+                let worker = median(&workers);
+                notes.push(format!(
+                    "{shape}: sozu's {:.1} MB with {} names is its main process's {:.1} MB and its worker's {:.1} MB",
+                    mb(full),
+                    args.names,
+                    mb(full - worker),
+                    mb(worker)
+                ));
+            }
             if form == Form::Haproxy {
                 per_name_haproxy = Some(per_name);
             }
-            let reloaded = if reloads.is_empty() {
-                "-".to_owned()
-            } else {
-                format!("{:.3} s", median(&reloads))
+            let reloaded = match (reloads.is_empty(), failed_reloads) {
+                (true, 0) => "-".to_owned(),
+                (true, _) => "failed".to_owned(),
+                (false, 0) => format!("{:.3} s", median(&reloads)),
+                (false, n) => format!("{:.3} s ({n} failed)", median(&reloads)),
             };
             rows.push((
                 form,
@@ -354,6 +472,9 @@ fn main() {
                 mb(full),
                 mb(full - base),
             );
+        }
+        for note in notes {
+            println!("{note}");
         }
     }
     reload_series(&args, &dir);

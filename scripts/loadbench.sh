@@ -17,6 +17,7 @@
 #   scripts/loadbench.sh --only names   # 100,000 names (exact, and 10 %
 #                                        # wildcards): RSS per name, start,
 #                                        # check and reloads against HAProxy
+#                                        # (and sozu with --sozu)
 #                                        # (examples/namesbench.rs; alone)
 #   scripts/loadbench.sh --only ceiling --runs 1
 #                                        # the new-connection ceiling toward
@@ -27,12 +28,13 @@
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.
 #
-# sozu joins the rate, up, down, ping and idle phases only when asked
-# (never in CI). When the path given to --sozu does not exist yet, this
+# sozu joins the rate, up, down, ping, idle and names phases only when
+# asked (never in CI). When the path given to --sozu does not exist yet, this
 # script installs sozu 2.3.3 from crates.io there (PATH's grandparent is
 # cargo's --root; Debian's protobuf-compiler first, as root, if protoc is
 # missing), which takes some minutes:
 #   scripts/loadbench.sh --only rate,up,down,idle --sozu /opt/sozu/bin/sozu
+#   scripts/loadbench.sh --only names --sozu /opt/sozu/bin/sozu
 #
 # The rate phase takes two ephemeral ports per connection (client to proxy,
 # proxy to backend) at some 14,000 connections/s, and on loopback a port in
@@ -49,15 +51,6 @@
 # is deleted when the script ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case " $* " in
-*" names "* | *",names"* | *"names,"*)
-    # The names phase runs alone: processes started on 100,000 names, no
-    # traffic (examples/namesbench.rs).
-    cargo build --release --bin snirelay --example namesbench
-    exec target/release/examples/namesbench --relay target/release/snirelay "$@"
-    ;;
-esac
-cargo build --release --bin snirelay --example loadbench
 sozu_path=""
 previous=""
 for arg in "$@"; do
@@ -71,6 +64,15 @@ if [ -n "$sozu_path" ] && [ ! -x "$sozu_path" ]; then
     cargo install sozu --version =2.3.3 --locked --root "$(dirname "$(dirname "$sozu_path")")"
     [ -x "$sozu_path" ] || { echo "sozu did not install as $sozu_path" >&2; exit 1; }
 fi
+case " $* " in
+*" names "* | *",names"* | *"names,"*)
+    # The names phase runs alone: processes started on 100,000 names, no
+    # traffic (examples/namesbench.rs).
+    cargo build --release --bin snirelay --example namesbench
+    exec target/release/examples/namesbench --relay target/release/snirelay "$@"
+    ;;
+esac
+cargo build --release --bin snirelay --example loadbench
 case " $* " in
 *ceiling*)
     ns="snirelay-ceiling-$$"

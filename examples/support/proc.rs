@@ -163,3 +163,25 @@ pub(crate) fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// sozu's worker under its main process `main`, from /proc: the child
+/// whose command line names `worker` (the main process also forks a
+/// short-lived helper, which can linger as a zombie).
+#[allow(dead_code)] // loadbench's and namesbench's only
+pub(crate) fn sozu_worker(main: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Field 4 (ppid) follows the state, after the parenthesised name.
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let worker = cmdline.split(|&b| b == 0).any(|arg| arg == b"worker");
+        (ppid == main && worker).then_some(pid)
+    })
+}

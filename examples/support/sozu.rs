@@ -15,6 +15,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use super::proc::sozu_worker;
 use super::{Args, Proxy, Samples, free_port, median, pinned, wait_listening};
 
 /// sozu's configuration: `worker_count = 1` (HAProxy runs `nbthread 1`),
@@ -78,7 +79,7 @@ pub(crate) async fn start_sozu(bin: &Path, args: &Args, dir: &Path, backend: Soc
     let main = child.id();
     let deadline = Instant::now() + Duration::from_secs(10);
     let worker = loop {
-        if let Some(pid) = child_of(main) {
+        if let Some(pid) = sozu_worker(main) {
             break pid;
         }
         assert!(Instant::now() < deadline, "sozu's worker did not start");
@@ -90,23 +91,6 @@ pub(crate) async fn start_sozu(bin: &Path, args: &Args, dir: &Path, backend: Soc
         addr,
         pid: worker,
     }
-}
-
-/// A process whose parent is `parent`, from /proc.
-fn child_of(parent: u32) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Field 4 (ppid) follows the state, after the parenthesised name.
-        let ppid: u32 = stat
-            .rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        (ppid == parent).then_some(pid)
-    })
 }
 
 /// snirelay against sozu, medians, for the figures both have.
