@@ -54,7 +54,8 @@
 //! Usage (see scripts/loadbench.sh, which builds and runs it):
 //! `loadbench --relay target/release/snirelay [--haproxy /usr/sbin/haproxy]
 //!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]
-//!  [--sozu /opt/sozu/bin/sozu] [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]`;
+//!  [--sozu /opt/sozu/bin/sozu] [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]
+//!  [--stream-census]`;
 //! `loadbench --help` lists every option with its default.
 
 #[path = "support/proc.rs"]
@@ -112,6 +113,9 @@ struct Args {
     /// `--no-keepalive`: snirelay with `tcp_keepalive = false` on both
     /// sides, as HAProxy runs here (no `clitcpka`/`srvtcpka`).
     keepalive: bool,
+    /// `--stream-census`: count the proxy's system calls and wake-ups
+    /// during `up` and `down` (see `StreamCensus`).
+    stream_census: bool,
     /// Where `listing` finds snirelay's admin listener, and its token.
     admin: Option<(SocketAddr, &'static str)>,
     /// The backend's egress `source` addresses (the `ceiling` phase).
@@ -173,6 +177,10 @@ struct Cli {
     /// Run snirelay with `tcp_keepalive = false` on both sides, as HAProxy runs here.
     #[arg(long)]
     no_keepalive: bool,
+    /// Count the proxy's system calls and wake-ups per MB in `up` and `down`
+    /// (perf), and its core's idle share with `--pin`: where the bytes wait.
+    #[arg(long)]
+    stream_census: bool,
     /// Run the rate phase as N ABBA pairs of `--seconds` slices (0: off).
     #[arg(long, value_name = "N", default_value_t = 0)]
     slices: usize,
@@ -211,6 +219,7 @@ fn args() -> Args {
         },
         proxy_v2: cli.proxy_v2,
         keepalive: !cli.no_keepalive,
+        stream_census: cli.stream_census,
         slices: cli.slices,
         admin: None,
         sources: Vec::new(),
@@ -893,6 +902,136 @@ fn syscalls_counted(child: Option<Child>) -> f64 {
     .unwrap_or(f64::NAN)
 }
 
+/// The system calls a stream phase counts, by perf's tracepoint names.
+const STREAM_EVENTS: [&str; 7] = [
+    "syscalls:sys_enter_splice",
+    "syscalls:sys_enter_read",
+    "syscalls:sys_enter_recvfrom",
+    "syscalls:sys_enter_write",
+    "syscalls:sys_enter_sendto",
+    "syscalls:sys_enter_epoll_wait",
+    "raw_syscalls:sys_enter",
+];
+
+/// Where a stream phase's bytes wait (`--stream-census`): the proxy's
+/// system calls by kind and its wake-ups (voluntary context switches:
+/// it blocked with nothing to do and was woken), per MB moved, and with
+/// `--pin` the share of its core left idle. A proxy that is fast enough
+/// but whose core sits idle is waiting on the other side: the load
+/// generator or the kernel's delivery.
+struct StreamCensus {
+    perf: Option<Child>,
+    switches: (u64, u64),
+    /// The proxy's core and the load's, with their counters at the start.
+    core: Option<[(usize, CoreTicks); 2]>,
+    pid: u32,
+}
+
+impl StreamCensus {
+    fn start(proxy: &Proxy, pin: Option<(usize, usize)>) -> StreamCensus {
+        let events = STREAM_EVENTS.join(",");
+        let perf = Command::new("perf")
+            .args(["stat", "-x,", "-e", &events, "-p"])
+            .arg(proxy.pid.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok();
+        // perf attaches asynchronously; the phase runs for seconds.
+        std::thread::sleep(Duration::from_millis(100));
+        StreamCensus {
+            perf,
+            switches: context_switches(proxy.pid),
+            core: pin.map(|(proxy, load)| [proxy, load].map(|cpu| (cpu, CoreTicks::read(cpu)))),
+            pid: proxy.pid,
+        }
+    }
+
+    /// Stops counting; `mb` megabytes moved in the phase `phase`.
+    fn finish(self, mb: f64, phase: &'static str, name: &'static str, samples: &mut Samples) {
+        let (voluntary, involuntary) = context_switches(self.pid);
+        let core = self
+            .core
+            .map(|cores| cores.map(|(cpu, before)| CoreTicks::read(cpu).since(before)));
+        let counts: Vec<f64> = match self.perf {
+            Some(child) => {
+                let _ = Command::new("kill")
+                    .args(["-INT", &child.id().to_string()])
+                    .status();
+                let text = child
+                    .wait_with_output()
+                    .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                    .unwrap_or_default();
+                STREAM_EVENTS
+                    .iter()
+                    .map(|event| {
+                        text.lines()
+                            .find(|l| l.contains(event))
+                            .and_then(|l| l.split(',').next()?.parse().ok())
+                            .unwrap_or(f64::NAN)
+                    })
+                    .collect()
+            }
+            None => vec![f64::NAN; STREAM_EVENTS.len()],
+        };
+        let per_mb = |v: f64| v / mb.max(1.0);
+        let [splice, read, recv, write, send, epoll, all] = counts[..] else {
+            unreachable!()
+        };
+        let data_calls = splice + read + recv + write + send;
+        let wakeups = (voluntary - self.switches.0) as f64;
+        let preempted = (involuntary - self.switches.1) as f64;
+        // Each byte crosses two data calls (in, then out).
+        let bytes_per_call = mb * 1e6 * 2.0 / data_calls.max(1.0);
+        eprintln!(
+            "      {name:8} {phase:4} census per MB: system calls {:.1} (splice {:.1}, read/recv {:.1}, write/send {:.1}, epoll_wait {:.1}), {:.0} bytes per data call, wake-ups {:.2}, preempted {:.2}{}",
+            per_mb(all),
+            per_mb(splice),
+            per_mb(read + recv),
+            per_mb(write + send),
+            per_mb(epoll),
+            bytes_per_call,
+            per_mb(wakeups),
+            per_mb(preempted),
+            core.map_or(String::new(), |[p, l]| format!(
+                "; proxy core idle {:.0}% interrupts {:.0}%, load core idle {:.0}% interrupts {:.0}%",
+                p.share(p.idle) * 100.0,
+                p.share(p.interrupts) * 100.0,
+                l.share(l.idle) * 100.0,
+                l.share(l.interrupts) * 100.0,
+            )),
+        );
+        let mut push = |metric: &'static str, v: f64| {
+            samples.entry((metric, name)).or_default().push(v);
+        };
+        let up = phase == "up";
+        push(if up { "up_calls" } else { "down_calls" }, per_mb(all));
+        push(
+            if up {
+                "up_bytes_per_call"
+            } else {
+                "down_bytes_per_call"
+            },
+            bytes_per_call,
+        );
+        push(
+            if up { "up_wakeups" } else { "down_wakeups" },
+            per_mb(wakeups),
+        );
+        if let Some([p, l]) = core {
+            push(
+                if up { "up_idle" } else { "down_idle" },
+                p.share(p.idle) * 100.0,
+            );
+            push(
+                if up { "up_load_idle" } else { "down_load_idle" },
+                l.share(l.idle) * 100.0,
+            );
+        }
+    }
+}
+
 async fn census(proxy: &Proxy, hello: Arc<Vec<u8>>, mode: u8, backend: SocketAddr) -> Census {
     let (proxy_port, backend_port) = (proxy.addr.port(), backend.port());
     // The rate phase's TIME_WAIT sockets age past `TW_FRESH` meanwhile.
@@ -1475,15 +1614,24 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                 (cpu_seconds(proxy.pid) - cpu0) * 1e3 / (mb_per_s * secs as f64 / 100.0)
             };
             if only("up") {
+                let census = args
+                    .stream_census
+                    .then(|| StreamCensus::start(proxy, args.pin));
                 let cpu0 = cpu_seconds(proxy.pid);
                 let v = upload(proxy.addr, hello.clone(), secs, &stats).await;
                 let c = cost(cpu0, v);
                 eprintln!("run {run} {name:8} up    {v:10.0} MB/s  {c:6.1} ms CPU/100 MB");
                 samples.entry(("up", name)).or_default().push(v);
                 samples.entry(("up_cpu", name)).or_default().push(c);
+                if let Some(census) = census {
+                    census.finish(v * secs as f64, "up", name, &mut samples);
+                }
             }
             if only("down") {
                 stop_download.store(false, Ordering::Relaxed);
+                let census = args
+                    .stream_census
+                    .then(|| StreamCensus::start(proxy, args.pin));
                 let cpu0 = cpu_seconds(proxy.pid);
                 let v = download(proxy.addr, hello.clone(), secs).await;
                 let c = cost(cpu0, v);
@@ -1491,6 +1639,9 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                 eprintln!("run {run} {name:8} down  {v:10.0} MB/s  {c:6.1} ms CPU/100 MB");
                 samples.entry(("down", name)).or_default().push(v);
                 samples.entry(("down_cpu", name)).or_default().push(c);
+                if let Some(census) = census {
+                    census.finish(v * secs as f64, "down", name, &mut samples);
+                }
             }
             if only("ping") {
                 let (p50, p99) = ping(proxy.addr, hello.clone(), secs.min(5)).await;
@@ -1818,6 +1969,24 @@ fn print_table(samples: &Samples, args: &Args) {
             "proxy CPU ms per 100 MB down",
             "lower is better",
         ),
+        (
+            "up_calls",
+            "proxy system calls per MB up (--stream-census)",
+            "",
+        ),
+        ("down_calls", "proxy system calls per MB down", ""),
+        (
+            "up_bytes_per_call",
+            "bytes per data call up (in and out)",
+            "",
+        ),
+        ("down_bytes_per_call", "bytes per data call down", ""),
+        ("up_wakeups", "proxy wake-ups per MB up", ""),
+        ("down_wakeups", "proxy wake-ups per MB down", ""),
+        ("up_idle", "proxy's core idle % up (pinned)", ""),
+        ("down_idle", "proxy's core idle % down (pinned)", ""),
+        ("up_load_idle", "load's core idle % up (pinned)", ""),
+        ("down_load_idle", "load's core idle % down (pinned)", ""),
         ("p50", "ping-pong p50 us", ""),
         ("p99", "ping-pong p99 us", "<= HAProxy"),
         (
