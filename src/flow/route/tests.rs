@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::config::Config;
+use crate::drain::DrainSignal;
 use crate::flow::route::*;
 
 const RULES: &str = r#"
