@@ -28,7 +28,6 @@ moves in steps of 2 MiB / N; `--small-pages` measures snirelay's heap in
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,22 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchproc import free_port, rss_kib
+
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = (ROOT / "tests/data/openssl_sni.bin").read_bytes()
 NAME = "www.example.com"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_kib(pid):
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 def snirelay_config(port, backend):
