@@ -131,14 +131,14 @@ pub(crate) fn diff(old: &Config, new: &Config) -> Diff {
     diff
 }
 
-/// One route identity of a listener: a pattern with its route's `alpn`
-/// set (or the no-SNI fallback, `route` `None`), perhaps its ECH half,
-/// and the backend it leads to.
+/// One route identity of a listener: a pattern of a route (with the
+/// route's `alpn` set), or the no-SNI fallback; perhaps its ECH half; and
+/// the backend it leads to.
 struct Identity<'a> {
-    /// The pattern's id in `names` (its listener's), and the pattern.
-    pattern: Option<(u32, PatternRef<'a>)>,
+    /// The route, and the pattern with its id in `names` (the
+    /// listener's); `None` for the fallback.
+    pattern: Option<(&'a Route, u32, PatternRef<'a>)>,
     names: &'a Arc<NameIndex>,
-    route: Option<&'a Route>,
     ech: bool,
     backend: &'a Arc<Backend>,
 }
@@ -146,32 +146,31 @@ struct Identity<'a> {
 impl Identity<'_> {
     /// The backend the same identity leads to on `listener`, if it has it.
     fn find_in<'b>(&self, listener: &'b Listener) -> Option<&'b Arc<Backend>> {
-        let route = match (self.pattern, self.route) {
-            (Some((id, _)), Some(route)) => {
-                Some(listener.route_of_id(self.names, id, &route.alpn)?)
+        match self.pattern {
+            Some((route, id, _)) => {
+                let route = listener.route_of_id(self.names, id, &route.alpn)?;
+                if self.ech {
+                    route::ech_backend(Some(route), listener)
+                } else {
+                    Some(&route.backend)
+                }
             }
             // The fallback's identities exist where it names a backend.
-            _ => match &listener.no_sni {
-                NoSni::Backend(_) => None,
-                _ => return None,
+            None => match &listener.no_sni {
+                NoSni::Backend(_) if self.ech => route::ech_backend(None, listener),
+                NoSni::Backend(backend) => Some(backend),
+                _ => None,
             },
-        };
-        match (self.ech, route, &listener.no_sni) {
-            (true, route, _) => route::ech_backend(route, listener),
-            (false, Some(route), _) => Some(&route.backend),
-            (false, None, NoSni::Backend(backend)) => Some(backend),
-            (false, None, _) => None,
         }
     }
 }
 
 impl fmt::Display for Identity<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.pattern, self.route) {
-            (Some((_, pattern)), Some(route)) => f.write_str(&route::identity(pattern, route))?,
-            _ => f.write_str("<no sni>")?,
+        match self.pattern {
+            Some((route, _, pattern)) => f.write_str(&route::identity(pattern, route))?,
+            None => f.write_str("<no sni>")?,
         }
-        // The fallback alone is written bare (`tls:<no sni>`).
         if self.ech {
             f.write_str("[ech]")?;
         }
@@ -181,34 +180,27 @@ impl fmt::Display for Identity<'_> {
 
 /// Calls `each` with every identity of `listener`, in the file's order.
 fn for_each_identity<'a>(listener: &'a Listener, mut each: impl FnMut(&Identity<'a>)) {
+    let identity = |pattern, ech, backend| Identity {
+        pattern,
+        names: &listener.names,
+        ech,
+        backend,
+    };
     for route in &listener.routes {
         let diverted = route::ech_backend(Some(route), listener);
         for (id, pattern) in route.patterns.clone().zip(listener.patterns(route)) {
-            let identity = |ech, backend| Identity {
-                pattern: Some((id, pattern)),
-                names: &listener.names,
-                route: Some(route),
-                ech,
-                backend,
-            };
+            let at = Some((route, id, pattern));
             if let Some(diverted) = diverted {
-                each(&identity(true, diverted));
+                each(&identity(at, true, diverted));
             }
-            each(&identity(false, &route.backend));
+            each(&identity(at, false, &route.backend));
         }
     }
     if let NoSni::Backend(backend) = &listener.no_sni {
-        let identity = |ech, backend| Identity {
-            pattern: None,
-            names: &listener.names,
-            route: None,
-            ech,
-            backend,
-        };
         if let Some(diverted) = route::ech_backend(None, listener) {
-            each(&identity(true, diverted));
+            each(&identity(None, true, diverted));
         }
-        each(&identity(false, backend));
+        each(&identity(None, false, backend));
     }
 }
 
@@ -438,6 +430,35 @@ addresses = ["127.0.0.1:1003"]
             "{d:?}"
         );
         assert!(a.to_drain.is_empty());
+    }
+
+    #[test]
+    fn the_fallback_and_its_ech_half_are_identities_by_name() {
+        let old = config(BASE);
+        let moved = config(&BASE.replace("127.0.0.1:1003", "127.0.0.1:2003"));
+        let a = apply(&old, &moved);
+        assert_eq!(a.diff.routes_changed.first, ["tls:<no sni>"]);
+        assert_eq!(a.to_drain.len(), 1);
+        // The listener's `ech` diverts every identity's ECH hellos, the
+        // fallback's included: each gains an `[ech]` half, drained when
+        // the diversion moves.
+        let with_ech = |to: &str| {
+            config(&BASE.replace(
+                "no_sni = \"fallback\"",
+                &format!("no_sni = \"fallback\"\nech = \"{to}\""),
+            ))
+        };
+        let a = apply(&old, &with_ech("r"));
+        assert_eq!(a.diff.routes_added.count, 4, "{:?}", a.diff);
+        assert!(
+            a.diff
+                .routes_added
+                .first
+                .contains(&"tls:<no sni>[ech]".to_owned())
+        );
+        let a = apply(&with_ech("r"), &with_ech("s"));
+        assert_eq!(a.diff.routes_changed.count, 4, "{:?}", a.diff);
+        assert_eq!(a.to_drain.len(), 4);
     }
 
     #[test]
