@@ -71,8 +71,9 @@ impl RouteTable {
     /// this table) joins the signal about to fire.
     pub(crate) fn retired_by(&self, next: Option<&RouteTable>) -> Vec<Arc<DrainSignal>> {
         // Carried: the same slot (in a block both tables share, marked in
-        // a bit set per shared block: no hashing of 100,000 pointers when
-        // a reload keeps every name; the fallback's own `Arc`), or a slot
+        // a flag per slot of each shared block: no hashing of 100,000
+        // pointers when a reload keeps every name; the fallback's own
+        // `Arc`), or a slot
         // moved out of a sparse block, which holds the same signal as the
         // one it carries.
         let mut marks: Vec<Vec<bool>> = Vec::new();
@@ -128,6 +129,7 @@ impl RouteTable {
             .collect()
     }
 
+    /// The slot at `at`.
     pub(super) fn slot(&self, at: SlotAt) -> &DrainSlot {
         &self.blocks[at.block as usize][at.index as usize]
     }
