@@ -286,22 +286,25 @@ impl Listener {
         id: u32,
         alpn: &[String],
     ) -> Option<&Route> {
+        let with_alpn = |id| {
+            self.routes
+                .get(self.route_index(id))
+                .filter(|r| r.alpn == alpn)
+        };
         if Arc::ptr_eq(names, &self.names) {
-            let at = self.routes.partition_point(|r| r.patterns.end <= id);
-            if let Some(route) = self.routes.get(at).filter(|r| r.alpn == alpn) {
+            if let Some(route) = with_alpn(id) {
                 return Some(route);
             }
         }
-        self.route_of(names.pattern(id), alpn)
+        // Another list, or this id's route has another `alpn` set: by name
+        // (a hash lookup in `names`, whatever the number of names).
+        self.names.ids(names.pattern(id)).find_map(with_alpn)
     }
 
-    /// The route of `pattern` whose `alpn` set is `alpn`, if the listener
-    /// has one: a hash lookup in `names`, whatever the number of names.
-    pub(crate) fn route_of(&self, pattern: PatternRef<'_>, alpn: &[String]) -> Option<&Route> {
-        self.names.ids(pattern).find_map(|id| {
-            let at = self.routes.partition_point(|r| r.patterns.end <= id);
-            self.routes.get(at).filter(|r| r.alpn == alpn)
-        })
+    /// The index in `routes` of the route pattern `id` belongs to (the
+    /// routes' ids follow one another); `routes.len()` past the last.
+    pub(crate) fn route_index(&self, id: u32) -> usize {
+        self.routes.partition_point(|r| r.patterns.end <= id)
     }
 
     /// The listener's relay timeouts: those of its routes that set none,

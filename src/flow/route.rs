@@ -484,12 +484,23 @@ impl RouteTable {
 
     /// Route `route`'s identity of pattern id `id`.
     fn found(&self, route: usize, id: u32) -> PreEchMatch<'_> {
-        let span = self.spans[route];
+        let at = self.identity_at(route, id);
         PreEchMatch {
+            entry: at.entry,
+            drain: self.slot(at.drain),
+            diverted: at.diverted.map(|diverted| self.slot(diverted)),
+        }
+    }
+
+    /// Route `route`'s identity of pattern id `id`, with where its slots
+    /// are.
+    fn identity_at(&self, route: usize, id: u32) -> IdentityAt<'_> {
+        let span = self.spans[route];
+        IdentityAt {
             entry: &self.entries[route],
-            drain: self.slot(self.slots[id as usize]),
+            drain: self.slots[id as usize],
             diverted: (span.diverted != RouteIds::NONE)
-                .then(|| self.slot(self.slots[(span.diverted + (id - span.first)) as usize])),
+                .then(|| self.slots[(span.diverted + (id - span.first)) as usize]),
         }
     }
 
@@ -512,24 +523,20 @@ impl RouteTable {
     }
 
     /// The identity stored for exactly this pattern and alpn set, with
-    /// its slots as `Arc`s (to carry them).
+    /// where its slots are (to carry them).
     ///
     /// The pattern is id `id` of `names`, the next table's list: where
     /// that is this table's list too (unchanged names, kept across the
     /// reload), the id finds the identity without a lookup by name.
-    fn identity(&self, names: &Arc<NameIndex>, id: u32, alpn: &[Box<[u8]>]) -> Option<Kept<'_>> {
+    fn identity(
+        &self,
+        names: &Arc<NameIndex>,
+        id: u32,
+        alpn: &[Box<[u8]>],
+    ) -> Option<IdentityAt<'_>> {
         let kept = |id: u32| {
             let route = self.route_of(id);
-            let entry = &self.entries[route];
-            (*entry.alpn == *alpn).then(|| {
-                let span = self.spans[route];
-                Kept {
-                    entry,
-                    drain: self.slots[id as usize],
-                    diverted: (span.diverted != RouteIds::NONE)
-                        .then(|| self.slots[(span.diverted + (id - span.first)) as usize]),
-                }
-            })
+            (*self.entries[route].alpn == *alpn).then(|| self.identity_at(route, id))
         };
         if Arc::ptr_eq(names, &self.names) {
             if let Some(found) = kept(id) {
@@ -540,9 +547,10 @@ impl RouteTable {
     }
 }
 
-/// A previous table's identity, as a new one carries it.
+/// An identity's entry and where its slots are: what a new table
+/// carries from the previous one, and what a lookup resolves to slots.
 #[derive(Clone, Copy)]
-struct Kept<'a> {
+struct IdentityAt<'a> {
     entry: &'a RouteEntry,
     drain: SlotAt,
     diverted: Option<SlotAt>,

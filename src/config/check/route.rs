@@ -136,7 +136,7 @@ impl Checker {
                 if id >= start {
                     route_id
                 } else {
-                    listener.routes.partition_point(|r| r.patterns.end <= id)
+                    listener.route_index(id)
                 }
             };
             let mut full = false;
