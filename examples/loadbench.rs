@@ -871,11 +871,11 @@ fn time_wait(proxy: u16, backend: u16) -> [u64; 4] {
 /// starts, and lasts less (at 5,000 connections).
 const TW_FRESH: u64 = 3;
 
-/// Counts the system calls of `pid` (all its threads) until the returned
-/// child is interrupted.
-fn count_syscalls(pid: u32) -> Option<Child> {
+/// Counts perf `events` in `pid` (all its threads) until the returned
+/// child is interrupted ([`events_counted`]).
+fn count_events(pid: u32, events: &[&str]) -> Option<Child> {
     Command::new("perf")
-        .args(["stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p"])
+        .args(["stat", "-x,", "-e", &events.join(","), "-p"])
         .arg(pid.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -884,23 +884,31 @@ fn count_syscalls(pid: u32) -> Option<Child> {
         .ok()
 }
 
-/// Stops a `count_syscalls` child and reads its count.
-fn syscalls_counted(child: Option<Child>) -> f64 {
-    let Some(child) = child else {
-        return f64::NAN;
-    };
-    let _ = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
-    let out = child.wait_with_output().ok();
-    out.and_then(|o| {
-        String::from_utf8_lossy(&o.stderr)
-            .lines()
-            .find(|l| l.contains("raw_syscalls:sys_enter"))
-            .and_then(|l| l.split(',').next().and_then(|v| v.parse().ok()))
-    })
-    .unwrap_or(f64::NAN)
+/// Stops a [`count_events`] child and reads each of `events`' counts
+/// (NaN where perf is missing or did not count it).
+fn events_counted(child: Option<Child>, events: &[&str]) -> Vec<f64> {
+    let text = child
+        .and_then(|child| {
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            child.wait_with_output().ok()
+        })
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default();
+    events
+        .iter()
+        .map(|event| {
+            text.lines()
+                .find(|l| l.contains(event))
+                .and_then(|l| l.split(',').next()?.parse().ok())
+                .unwrap_or(f64::NAN)
+        })
+        .collect()
 }
+
+/// Every system call, for the census.
+const SYSCALLS: &[&str] = &["raw_syscalls:sys_enter"];
 
 /// The system calls a stream phase counts, by perf's tracepoint names.
 const STREAM_EVENTS: [&str; 7] = [
@@ -928,18 +936,11 @@ struct StreamCensus {
 }
 
 impl StreamCensus {
-    fn start(proxy: &Proxy, pin: Option<(usize, usize)>) -> StreamCensus {
-        let events = STREAM_EVENTS.join(",");
-        let perf = Command::new("perf")
-            .args(["stat", "-x,", "-e", &events, "-p"])
-            .arg(proxy.pid.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .ok();
-        // perf attaches asynchronously; the phase runs for seconds.
-        std::thread::sleep(Duration::from_millis(100));
+    async fn start(proxy: &Proxy, pin: Option<(usize, usize)>) -> StreamCensus {
+        let perf = count_events(proxy.pid, &STREAM_EVENTS);
+        // perf attaches asynchronously; a short pause keeps the phase
+        // inside its count, as the rate census's does.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         StreamCensus {
             perf,
             switches: context_switches(proxy.pid),
@@ -954,27 +955,7 @@ impl StreamCensus {
         let core = self
             .core
             .map(|cores| cores.map(|(cpu, before)| CoreTicks::read(cpu).since(before)));
-        let counts: Vec<f64> = match self.perf {
-            Some(child) => {
-                let _ = Command::new("kill")
-                    .args(["-INT", &child.id().to_string()])
-                    .status();
-                let text = child
-                    .wait_with_output()
-                    .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
-                    .unwrap_or_default();
-                STREAM_EVENTS
-                    .iter()
-                    .map(|event| {
-                        text.lines()
-                            .find(|l| l.contains(event))
-                            .and_then(|l| l.split(',').next()?.parse().ok())
-                            .unwrap_or(f64::NAN)
-                    })
-                    .collect()
-            }
-            None => vec![f64::NAN; STREAM_EVENTS.len()],
-        };
+        let counts = events_counted(self.perf, &STREAM_EVENTS);
         let per_mb = |v: f64| v / mb.max(1.0);
         let [splice, read, recv, write, send, epoll, all] = counts[..] else {
             unreachable!()
@@ -1039,13 +1020,16 @@ async fn census(proxy: &Proxy, hello: Arc<Vec<u8>>, mode: u8, backend: SocketAdd
     let census_start = Instant::now();
     let segs0 = net_counter("/proc/net/snmp", "Tcp:", "OutSegs");
     let over0 = net_counter("/proc/net/netstat", "TcpExt:", "TCPTimeWaitOverflow");
-    let perf_proxy = count_syscalls(proxy.pid);
-    let perf_load = count_syscalls(std::process::id());
+    let perf_proxy = count_events(proxy.pid, SYSCALLS);
+    let perf_load = count_events(std::process::id(), SYSCALLS);
     // perf attaches asynchronously; a short pause keeps the census inside.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, done, _) = rate(proxy.addr, hello, 30, mode, CENSUS).await;
     let segs = net_counter("/proc/net/snmp", "Tcp:", "OutSegs") - segs0;
-    let (proxy_calls, load_calls) = (syscalls_counted(perf_proxy), syscalls_counted(perf_load));
+    let (proxy_calls, load_calls) = (
+        events_counted(perf_proxy, SYSCALLS)[0],
+        events_counted(perf_load, SYSCALLS)[0],
+    );
     // The last closes complete within a few round trips on loopback.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let counted = time_wait(proxy_port, backend_port);
@@ -1614,9 +1598,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                 (cpu_seconds(proxy.pid) - cpu0) * 1e3 / (mb_per_s * secs as f64 / 100.0)
             };
             if only("up") {
-                let census = args
-                    .stream_census
-                    .then(|| StreamCensus::start(proxy, args.pin));
+                let census = match args.stream_census {
+                    true => Some(StreamCensus::start(proxy, args.pin).await),
+                    false => None,
+                };
                 let cpu0 = cpu_seconds(proxy.pid);
                 let v = upload(proxy.addr, hello.clone(), secs, &stats).await;
                 let c = cost(cpu0, v);
@@ -1629,9 +1614,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             }
             if only("down") {
                 stop_download.store(false, Ordering::Relaxed);
-                let census = args
-                    .stream_census
-                    .then(|| StreamCensus::start(proxy, args.pin));
+                let census = match args.stream_census {
+                    true => Some(StreamCensus::start(proxy, args.pin).await),
+                    false => None,
+                };
                 let cpu0 = cpu_seconds(proxy.pid);
                 let v = download(proxy.addr, hello.clone(), secs).await;
                 let c = cost(cpu0, v);
