@@ -249,6 +249,13 @@ fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
         .stderr(log)
         .spawn()
         .expect("cannot start the proxy");
+    // Held from here, so that a proxy that never gets ready is ended too.
+    let mut started = Started {
+        child,
+        ready: Duration::ZERO,
+        rss_kib: 0,
+        worker: None,
+    };
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     // sozu loads 100,000 frontends in about 45 s here.
     let bound = Duration::from_secs(if form == Form::Sozu { 600 } else { 60 });
@@ -256,30 +263,30 @@ fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
         assert!(t0.elapsed() < bound, "{} did not start", form.label());
         std::thread::sleep(Duration::from_millis(2));
     }
-    let ready = t0.elapsed();
+    started.ready = t0.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    let worker = (form == Form::Sozu).then(|| {
-        let pid = sozu_worker(child.id()).expect("sozu has no worker");
-        (pid, rss_kib(pid))
-    });
-    let rss_kib = rss_kib(child.id()) + worker.map_or(0, |(_, kib)| kib);
-    Started {
-        child,
-        ready,
-        rss_kib,
-        worker,
+    let main = started.child.id();
+    if form == Form::Sozu {
+        let pid = sozu_worker(main).expect("sozu has no worker");
+        started.worker = Some((pid, rss_kib(pid)));
     }
+    started.rss_kib = rss_kib(main) + started.worker.map_or(0, |(_, kib)| kib);
+    started
 }
 
-fn stop(mut s: Started) {
-    let _ = s.child.kill();
-    let _ = s.child.wait();
-    if let Some((worker, _)) = s.worker {
-        // sozu's worker, found at start: ended by its pid in case it
-        // outlives its main process.
-        let _ = Command::new("kill")
-            .args(["-KILL", &worker.to_string()])
-            .status();
+/// A proxy ends with its `Started`, a panicking run's included (a sozu
+/// left behind would hold its port and 470 MB).
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some((worker, _)) = self.worker {
+            // sozu's worker, found at start: ended by its pid in case it
+            // outlives its main process.
+            let _ = Command::new("kill")
+                .args(["-KILL", &worker.to_string()])
+                .status();
+        }
     }
 }
 
@@ -411,7 +418,7 @@ fn main() {
             for _ in 0..runs {
                 let s = start(&args, &dir, form, &one);
                 base.push(s.rss_kib as f64);
-                stop(s);
+                drop(s);
                 let s = start(&args, &dir, form, &many);
                 full.push(s.rss_kib as f64);
                 ready.push(s.ready.as_secs_f64());
@@ -429,7 +436,7 @@ fn main() {
                     }
                     Form::Inline | Form::File => reloads.push(reload(&s, &dir, 0).as_secs_f64()),
                 }
-                stop(s);
+                drop(s);
                 check.push(check_time(&args, &dir, form).as_secs_f64());
             }
             let (base, full) = (median(&base), median(&full));
@@ -534,5 +541,5 @@ fn reload_series(args: &Args, dir: &Path) {
     };
     series("unchanged", false);
     series("alternating", true);
-    stop(relay);
+    drop(relay);
 }
