@@ -42,23 +42,13 @@
 //! new key starts its first period at its first attempt (HAProxy's zeroed
 //! entry does the same, except within two periods of its clock's wrap).
 //!
-//! Memory: one entry per key seen within the last two periods (the 23-byte
-//! key, an 8-byte tick and two 4-byte counts, about 64 bytes with the hash
-//! table's control bytes and padding); `AttemptTable::sweep` drops the
-//! keys whose two periods have passed (they read 0) and returns spare
-//! capacity. Hot path: one mutex hold, one hash of the key and a few
-//! integer operations per attempt.
+//! Memory: 24 bytes in a source's entry of the source table
+//! ([`super::table`]), which keeps the entry for two periods after its last
+//! attempt (then it reads 0). Hot path: a few integer operations per
+//! attempt, under the table's lock.
 //!
-//! Not here: what is refused with what reason, dry run, or the other
-//! limits (the admission gate, which calls `AttemptTable::attempt`).
-
-use std::collections::HashMap;
-use std::hash::Hash;
-use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use governor::clock::{Clock, Reference};
+//! Not here: the table, what is refused with what reason, dry run, or the
+//! other limits ([`super::table`], [`super::gate`]).
 
 /// One key's counter, as HAProxy's `struct freq_ctr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +67,16 @@ impl FreqCtr {
         FreqCtr {
             tick: now & !1,
             curr: 1,
+            prev: 0,
+        }
+    }
+
+    /// A key's counter before its first attempt at `now` (ms): a period
+    /// starting then, nothing counted.
+    pub(crate) fn fresh(now: u64) -> FreqCtr {
+        FreqCtr {
+            tick: now & !1,
+            curr: 0,
             prev: 0,
         }
     }
@@ -150,94 +150,9 @@ impl FreqCtr {
 
     /// Whether the counter reads 0 at `now` and stays so: two periods
     /// have passed since its current one began.
+    #[cfg(test)]
     fn spent(&self, now: u64, period: u64) -> bool {
         now.saturating_sub(self.tick) >= 2 * period
-    }
-}
-
-/// The per-key counters of one `attempts_per_source`, and the clock they
-/// are read with. Shared (through an [`Arc`]) by the generations a reload
-/// carries it over to.
-pub(crate) struct AttemptTable<K, C: Clock> {
-    counters: Mutex<HashMap<K, FreqCtr>>,
-    clock: C,
-    start: C::Instant,
-    /// `attempts_per_source`.
-    limit: u32,
-    /// `attempts_period`, in milliseconds.
-    period: u64,
-}
-
-impl<K: Hash + Eq + Copy, C: Clock> AttemptTable<K, C> {
-    /// An empty table for `limit` attempts within `period` (whole
-    /// milliseconds, as `check` makes it).
-    pub(crate) fn new(limit: NonZeroU32, period: Duration, clock: C) -> Arc<Self> {
-        let start = clock.now();
-        Arc::new(AttemptTable {
-            counters: Mutex::default(),
-            clock,
-            start,
-            limit: limit.get(),
-            period: u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1),
-        })
-    }
-
-    /// Whether this table counts `limit` attempts within `period`.
-    pub(crate) fn counts(&self, limit: NonZeroU32, period: Duration) -> bool {
-        self.limit == limit.get() && u128::from(self.period) == period.as_millis()
-    }
-
-    fn now_ms(&self) -> u64 {
-        u64::from(self.clock.now().duration_since(self.start)) / 1_000_000
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, FreqCtr>> {
-        self.counters.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// One attempt by `key`: counts it, then whether the estimate it
-    /// reads is within the limit (`false`: refuse, as `gt N`).
-    pub(crate) fn attempt(&self, key: K) -> bool {
-        let now = self.now_ms();
-        let mut counters = self.lock();
-        let ctr = counters
-            .entry(key)
-            .and_modify(|c| c.update(now, self.period))
-            .or_insert_with(|| FreqCtr::first(now));
-        ctr.read(now, self.period) <= u64::from(self.limit)
-    }
-
-    /// The estimate `key` reads now (0 for a key not in the table).
-    #[cfg(test)]
-    pub(crate) fn estimate(&self, key: &K) -> u64 {
-        let now = self.now_ms();
-        self.lock().get(key).map_or(0, |c| c.read(now, self.period))
-    }
-
-    /// Forgets `key` (an operator's `clear_source`).
-    pub(crate) fn remove(&self, key: &K) {
-        self.lock().remove(key);
-    }
-
-    /// Drops the keys that read 0 for good and returns spare capacity.
-    /// Cost: linear in the keys, off the hot path.
-    pub(crate) fn sweep(&self) {
-        let now = self.now_ms();
-        let mut counters = self.lock();
-        counters.retain(|_, c| !c.spent(now, self.period));
-        if counters.capacity() > 64 && counters.capacity() > 4 * counters.len() {
-            let keep = 2 * counters.len();
-            counters.shrink_to(keep);
-        }
-    }
-
-    /// How long a key stays in the table after its last attempt, at most.
-    pub(crate) fn memory(&self) -> Duration {
-        Duration::from_millis(2 * self.period)
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
     }
 }
 

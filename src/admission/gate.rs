@@ -4,9 +4,9 @@
 //! the hello, the counters the metrics read, and a reload's carried state
 //! (see the module header of [`super`] for the order of the checks).
 //!
-//! Not here: the tables it counts in ([`super::sources`],
-//! [`super::rate`], [`super::attempts`]), a route's own gate
-//! ([`super::route`]), the periodic sweep ([`super::sweep`]).
+//! Not here: the table it counts in and its bounds ([`super::table`]), a
+//! route's own gate ([`super::route`]), the periodic sweep
+//! ([`super::sweep`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,13 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use governor::clock::{Clock, DefaultClock, Reference};
 use governor::nanos::Nanos;
 
-use super::attempts::AttemptTable;
 use super::key::*;
-use super::rate::*;
 use super::sources::*;
+use super::table::{Gcra, Rules, SourceGuard, SourceTable};
 use super::{LimitKey, Limits};
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::close_reason::CloseReason;
 
 /// What the gate at accept decided for an admitted connection.
 #[derive(Debug)]
@@ -30,30 +28,6 @@ pub enum AtAccept {
     Admitted(Admitted),
     /// A trusted peer relay: decided after its preface.
     AfterPreface,
-}
-
-/// Why a connection was refused at admission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    /// The source is on the listener's `deny` list, or not on a non-empty `allow` list.
-    #[error("source is denied on this listener")]
-    Denied,
-    /// The source already has `connections_per_source` connections open.
-    #[error("source has too many open connections")]
-    Concurrent,
-    /// The source is over `connection_rate_per_source` or `attempts_per_source`.
-    #[error("source opens connections too fast")]
-    Rate,
-}
-
-impl From<Refusal> for CloseReason {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::Denied => CloseReason::Denied,
-            Refusal::Concurrent => CloseReason::LimitConcurrent,
-            Refusal::Rate => CloseReason::LimitRate,
-        }
-    }
 }
 
 /// An admitted connection: hold it for the connection's life.
@@ -65,6 +39,26 @@ pub struct Admitted {
     pub would_refuse: Option<Refusal>,
     /// The source's table key (`source` in log lines).
     pub key: SourceKey,
+}
+
+impl Admitted {
+    /// This admission (after the hello, on a key with the JA4) holding
+    /// `earlier`'s slot too (the source's, counted at accept), so that a
+    /// connection keeps both counts for its life.
+    pub(crate) fn joined(self, earlier: Option<Admitted>) -> Admitted {
+        let Some(earlier) = earlier else {
+            return self;
+        };
+        let guard = match (self.guard, earlier.guard) {
+            (Some(guard), held) => Some(guard.holding(held)),
+            (None, held) => held,
+        };
+        Admitted {
+            guard,
+            would_refuse: self.would_refuse.or(earlier.would_refuse),
+            key: self.key,
+        }
+    }
 }
 
 /// Counts of admission outcomes since start.
@@ -126,23 +120,23 @@ impl Counts {
     }
 }
 
-/// One listener's admission state: its limits and per-source tables.
+/// One listener's admission state: its limits and per-source table.
 ///
 /// Shared by every accept loop of the listener (its IPv4 and IPv6 sockets
 /// count against the same keys).
 pub struct Admission<C: Clock = DefaultClock> {
     limits: Limits,
-    /// Shared with the generations before and after this one whose source
-    /// keys are cut the same way, so open connections stay counted across
-    /// a reload ([`Admission::next`]).
-    ///
-    /// The source table: open connections per key (what
-    /// `connections_per_source` caps) and what `/sources` shows of each
-    /// key; present when either counting limit is set.
-    concurrent: Option<Arc<SourceTable>>,
-    rate: Option<Arc<KeyedGcra<C>>>,
-    /// `attempts_per_source`'s counters (shared across reloads as `rate`).
-    pub(super) attempts: Option<Arc<AttemptTable<SourceKey, C>>>,
+    /// The source table: every counter of every source (see
+    /// [`SourceTable`]); present when a counting limit is set. Shared with
+    /// the generations before and after this one whose source keys are cut
+    /// the same way, so open connections stay counted across a reload
+    /// ([`Admission::next`]).
+    table: Option<Arc<SourceTable>>,
+    /// The counting limits on a connection's key.
+    rules: Rules,
+    /// Under a JA4 `limit_key`, the limits on the source alone:
+    /// `ja4_source_multiple` times `rules`.
+    source_rules: Rules,
     /// What the source table's times count from (carried over with it).
     clock: C,
     epoch: C::Instant,
@@ -159,20 +153,42 @@ impl<C: Clock + Clone> fmt::Debug for Admission<C> {
     }
 }
 
-/// Sizes of the per-source tables.
+/// Sizes of the source table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tracked {
     /// Keys with open connections.
     pub concurrent_keys: usize,
-    /// Slots allocated in the concurrency table.
+    /// Slots allocated in the table.
     pub concurrent_capacity: usize,
-    /// Keys with a rate-limiter cell.
-    pub rate_keys: usize,
-    /// Keys with an `attempts_per_source` counter.
-    pub attempt_keys: usize,
     /// Keys in the source table: those with open connections, and those
-    /// remembered for `/sources` since (see `SourceTable`).
+    /// remembered since (see [`SourceTable`]).
     pub sources: usize,
+    /// Sources evicted at `max_sources` since the table was made.
+    pub evicted: u64,
+}
+
+/// The counting limits of `limits`, each `multiple` times its setting.
+fn rules_of(limits: &Limits, multiple: u32) -> Rules {
+    let times = |n: u32| n.saturating_mul(multiple);
+    Rules {
+        cap: limits
+            .connections_per_source
+            .map_or(u32::MAX, |c| times(c.get())),
+        rate: limits.rate_per_source.map(|rate| {
+            let t = Nanos::from(std::time::Duration::from_secs(1) / times(rate.per_second.get()));
+            let t = u64::from(t);
+            Gcra {
+                t,
+                tau: t * u64::from(times(rate.burst.get()) - 1),
+                counts_refused: limits.rate_counts_refused,
+            }
+        }),
+        attempts: limits.attempts_per_source.map(|a| {
+            let period = u64::try_from(a.period.as_millis()).unwrap_or(u64::MAX);
+            (times(a.count.get()), period.max(1))
+        }),
+        dry_run: limits.dry_run,
+    }
 }
 
 impl Admission<DefaultClock> {
@@ -186,64 +202,45 @@ impl<C: Clock + Clone> Admission<C> {
     /// Builds the state for `limits`, reading time from `clock` (tests pass
     /// a fake one to step through rate windows).
     pub fn with_clock(limits: &Limits, clock: C) -> Admission<C> {
-        let concurrent = (limits.connections_per_source.is_some()
+        let table = (limits.connections_per_source.is_some()
             || limits.rate_per_source.is_some()
             || limits.attempts_per_source.is_some())
-        .then(|| Arc::new(SourceTable::default()));
-        let attempts = limits
-            .attempts_per_source
-            .map(|a| AttemptTable::new(a.count, a.period, clock.clone()));
+        .then(|| Arc::new(SourceTable::new(limits.max_sources.get())));
         let epoch = clock.now();
-        let rate = limits.rate_per_source.map(|rate| {
-            let mut gcra = KeyedGcra::new(rate, clock.clone());
-            gcra.counts_refused = limits.rate_counts_refused;
-            Arc::new(gcra)
-        });
         Admission {
             limits: limits.clone(),
-            concurrent,
-            rate,
-            attempts,
+            table,
+            rules: rules_of(limits, 1),
+            source_rules: rules_of(limits, limits.ja4_source_multiple.get()),
             clock,
             epoch,
             counters: Counters::default(),
         }
     }
 
-    /// The state for changed `limits` after `self` (a reload): the tables
-    /// that can mean the same thing carry over, so the per-source counts of
-    /// connections still open are kept and a lowered cap applies to them
-    /// at once. The source table (with the counts of open connections and
-    /// what `/sources` shows) carries over when the source prefixes are
-    /// unchanged (its keys are cut by them) and both set a counting limit;
-    /// the rate table when the prefixes and the rate are unchanged; the
-    /// attempt table when the prefixes, the count and the period are.
-    /// A table that cannot carry over starts empty: a limit turned on by
-    /// the reload counts from then on, since an unset limit keeps no table.
+    /// The state for changed `limits` after `self` (a reload): the table
+    /// carries over when the source prefixes are unchanged (its keys are
+    /// cut by them) and both set a counting limit, so the per-source
+    /// counts of connections still open are kept and a lowered cap applies
+    /// to them at once; what it holds of the rate is forgotten when the
+    /// rate changed, and of `attempts_per_source` when its count or period
+    /// changed (those count afresh). A table that cannot carry over starts
+    /// empty: a limit turned on by the reload counts from then on, since an
+    /// unset limit keeps no table.
     pub(crate) fn next(&self, limits: &Limits, clock: C) -> Admission<C> {
         let same_keys = self.limits.source_prefix_v4 == limits.source_prefix_v4
             && self.limits.source_prefix_v6 == limits.source_prefix_v6;
         let mut next = Admission::with_clock(limits, clock);
-        if same_keys && next.concurrent.is_some() {
-            if let Some(table) = &self.concurrent {
-                next.concurrent = Some(table.clone());
-                next.epoch = self.epoch;
+        if let (true, Some(_), Some(table)) = (same_keys, &next.table, &self.table) {
+            table.set_max_sources(limits.max_sources.get());
+            if self.rules.rate.map(|r| (r.t, r.tau)) != next.rules.rate.map(|r| (r.t, r.tau)) {
+                table.forget_rates();
             }
-        }
-        if same_keys && next.rate.is_some() && self.limits.rate_per_source == limits.rate_per_source
-        {
-            if let Some(rate) = &self.rate {
-                next.rate = Some(Arc::new(
-                    rate.with_counts_refused(limits.rate_counts_refused),
-                ));
+            if self.rules.attempts != next.rules.attempts {
+                table.forget_attempts();
             }
-        }
-        if let (true, Some(was), Some(wanted)) =
-            (same_keys, &self.attempts, limits.attempts_per_source)
-        {
-            if was.counts(wanted.count, wanted.period) {
-                next.attempts = Some(was.clone());
-            }
+            next.table = Some(table.clone());
+            next.epoch = self.epoch;
         }
         next
     }
@@ -271,24 +268,24 @@ impl<C: Clock + Clone> Admission<C> {
             || (!self.limits.allow.is_empty() && !self.limits.allow.contains(ip))
         {
             self.counters.denied.fetch_add(1, Ordering::Relaxed);
-            if let Some(table) = &self.concurrent {
+            if let Some(table) = &self.table {
                 table.refused(key, Reason::Denied, self.now());
             }
             return Err(Refusal::Denied);
         }
-        if self.limits.limit_key.needs_ja4() {
-            return Ok(Admitted {
-                guard: None,
-                would_refuse: None,
-                key,
-            });
-        }
-        self.count(key, None)
+        let rules = match self.limits.limit_key.needs_ja4() {
+            // The source alone, at `ja4_source_multiple` times the limits:
+            // a client that makes a new JA4 per connection gets no more.
+            true => &self.source_rules,
+            false => &self.rules,
+        };
+        self.count(key, None, rules)
     }
 
     /// The door right after inspection, for a `limit_key` with the JA4:
-    /// counts `source`'s connection (already past the lists) on the key
-    /// its hello completes. `None` when there is nothing to count here: the
+    /// counts `source`'s connection (already past the lists, and counted
+    /// on its source alone) on the key its hello completes; hold the
+    /// result [`Admitted::joined`] with the admission at accept. `None` when there is nothing to count here: the
     /// key is the source alone (counted at accept), or the connection is a
     /// trusted peer's own (`source` is `None`). Without a fingerprint
     /// (`ja4` is `None`, which a listener with such a key never passes)
@@ -307,74 +304,44 @@ impl<C: Clock + Clone> Admission<C> {
             (_, Some(ja4)) => key.with_ja4(ja4),
             (_, None) => key,
         };
-        self.count(key, ja4).map(Some)
+        self.count(key, ja4, &self.rules).map(Some)
     }
 
-    /// Steps 2 and 3 on `key`.
-    fn count(&self, key: SourceKey, ja4: Option<&str>) -> Result<Admitted, Refusal> {
-        let dry_run = self.limits.dry_run;
-        let mut would_refuse = None;
-        // Counted before anything can refuse it, as `track-sc0` counts a
-        // connection before a `reject` rule reads the count.
-        let within_attempts = self.attempts.as_ref().is_none_or(|a| a.attempt(key));
-
-        let cap = self
-            .limits
-            .connections_per_source
-            .map_or(u32::MAX, |c| c.get());
-        let now = self.now();
-        let guard = match &self.concurrent {
-            None => None,
-            Some(table) => match table.acquire(key, ja4, cap, dry_run, now) {
-                (guard, true) => Some(guard),
-                (guard, false) => {
-                    if !dry_run {
-                        drop(guard);
-                        if self.limits.rate_counts_refused {
-                            // The attempt counts against the rate, as in
-                            // HAProxy's conn_rate; the refusal stays
-                            // `Concurrent`.
-                            if let Some(rate) = &self.rate {
-                                rate.check(&key);
-                            }
-                        }
-                        self.counters
-                            .limit_concurrent
-                            .fetch_add(1, Ordering::Relaxed);
-                        table.count(&key, Reason::Concurrent);
-                        return Err(Refusal::Concurrent);
-                    }
-                    self.counters
-                        .dry_run_concurrent
-                        .fetch_add(1, Ordering::Relaxed);
-                    table.count(&key, Reason::DryRunConcurrent);
-                    would_refuse = Some(Refusal::Concurrent);
-                    Some(guard)
-                }
-            },
+    /// Steps 2 and 3 on `key`, held to `rules`.
+    fn count(&self, key: SourceKey, ja4: Option<&str>, rules: &Rules) -> Result<Admitted, Refusal> {
+        let Some(table) = &self.table else {
+            self.counters.admitted.fetch_add(1, Ordering::Relaxed);
+            return Ok(Admitted {
+                guard: None,
+                would_refuse: None,
+                key,
+            });
         };
-
-        let within_rate = self.rate.as_ref().is_none_or(|rate| rate.check(&key));
-        if !(within_rate && within_attempts) {
-            let table = self.concurrent.as_ref();
-            if !dry_run {
-                // `guard` drops here, giving back the concurrency slot.
-                self.counters.limit_rate.fetch_add(1, Ordering::Relaxed);
-                if let Some(table) = table {
-                    table.count(&key, Reason::Rate);
-                }
-                return Err(Refusal::Rate);
+        let verdict = table.attempt(key, ja4, rules, self.now());
+        let c = &self.counters;
+        let count = |counter: &AtomicU64, yes: bool| {
+            if yes {
+                counter.fetch_add(1, Ordering::Relaxed);
             }
-            self.counters.dry_run_rate.fetch_add(1, Ordering::Relaxed);
-            if let Some(table) = table {
-                table.count(&key, Reason::DryRunRate);
-            }
-            would_refuse.get_or_insert(Refusal::Rate);
+        };
+        count(&c.dry_run_concurrent, verdict.dry_run_concurrent);
+        count(&c.dry_run_rate, verdict.dry_run_rate);
+        match verdict.refusal {
+            Some(Refusal::Concurrent) => count(&c.limit_concurrent, true),
+            Some(_) => count(&c.limit_rate, true),
+            None => count(&c.admitted, true),
         }
-        self.counters.admitted.fetch_add(1, Ordering::Relaxed);
+        if let Some(refusal) = verdict.refusal {
+            return Err(refusal);
+        }
         Ok(Admitted {
-            guard,
-            would_refuse,
+            guard: verdict.counted.then(|| SourceGuard {
+                table: table.clone(),
+                earlier: None,
+                key,
+                counted: true,
+            }),
+            would_refuse: verdict.would_refuse(),
             key,
         })
     }
@@ -402,18 +369,17 @@ impl<C: Clock + Clone> Admission<C> {
             .transpose()
     }
 
-    /// Drops rate cells of sources that are quiet again and returns spare
-    /// table capacity. Cost: linear in the tracked keys, run off the hot
-    /// path every `SWEEP_INTERVAL`.
+    /// Forgets sources that have been quiet for their memory (see
+    /// [`Admission::memory`]), a bounded step per lock hold (see
+    /// [`SourceTable::expire`]), and returns spare table capacity. Run off
+    /// the hot path every `SWEEP_INTERVAL`.
     pub fn sweep(&self) {
-        if let Some(rate) = &self.rate {
-            rate.sweep();
-        }
-        if let Some(attempts) = &self.attempts {
-            attempts.sweep();
-        }
-        if let Some(table) = &self.concurrent {
-            table.sweep(self.now(), self.forget_after());
+        if let Some(table) = &self.table {
+            let (forget_after, refused) = (self.forget_after(), Nanos::from(REFUSED_SOURCE_MEMORY));
+            table.expire(self.now(), |e| match e.refusals() {
+                0 => forget_after,
+                _ => forget_after.max(refused),
+            });
         }
     }
 
@@ -423,27 +389,25 @@ impl<C: Clock + Clone> Admission<C> {
     }
 
     /// How long a source with no open connection and no refusal stays in
-    /// the source table: as long as the rate table keeps its cell (one
-    /// burst window, `burst / rate`) or the attempt table its counter (two
-    /// periods), and not at all without either (as before, its entry goes
-    /// with its last connection, at the next sweep).
+    /// the source table: as long as its rate state means something (one
+    /// burst window, `burst / rate`) or its attempt counter does (two
+    /// periods), and not at all without either (its entry goes with its
+    /// last connection, at the next sweep). Read with the source rules,
+    /// the longer ones under a JA4 key.
     fn forget_after(&self) -> Nanos {
-        let rate = self
-            .rate
-            .as_ref()
-            .map_or(Nanos::from(0u64), |r| r.tau + r.t);
-        let attempts = self
+        let rules = &self.source_rules;
+        let rate = rules.rate.map_or(0, |r| r.tau + r.t);
+        let attempts = rules
             .attempts
-            .as_ref()
-            .map_or(Nanos::from(0u64), |a| Nanos::from(a.memory()));
-        rate.max(attempts)
+            .map_or(0, |(_, period)| 2 * period * 1_000_000);
+        Nanos::from(rate.max(attempts))
     }
 
     /// The source table's rows (see [`SourceRow`]); empty when neither
     /// counting limit is set (no table exists). Cost: one pass over the
     /// table under its lock, a row copied per key.
     pub(crate) fn sources(&self) -> Vec<SourceRow> {
-        match &self.concurrent {
+        match &self.table {
             Some(table) => table.rows(self.now()),
             None => Vec::new(),
         }
@@ -454,34 +418,35 @@ impl<C: Clock + Clone> Admission<C> {
     /// limiter's cell, so a rate-limited source is let in again at once;
     /// its open connections stay counted. Returns whether it was there.
     pub(crate) fn clear_source(&self, key: &str) -> bool {
-        let Some(table) = &self.concurrent else {
-            return false;
-        };
-        let Some(found) = table.clear(key) else {
-            return false;
-        };
-        if let Some(rate) = &self.rate {
-            rate.cells.store.remove(&found);
-        }
-        if let Some(attempts) = &self.attempts {
-            attempts.remove(&found);
-        }
-        true
+        self.table
+            .as_ref()
+            .is_some_and(|table| table.clear(key).is_some())
     }
 
-    /// How many sources the tables track now (their memory, in keys).
+    /// The estimate `key`'s `attempts_per_source` counter reads now (0
+    /// for a key not in the table).
+    #[cfg(test)]
+    pub(crate) fn attempt_estimate(&self, key: &SourceKey) -> u64 {
+        let (Some(table), Some((_, period))) = (&self.table, self.rules.attempts) else {
+            return 0;
+        };
+        let now_ms = u64::from(self.now()) / 1_000_000;
+        table
+            .read(key, |e| {
+                e.attempt_counter.map_or(0, |c| c.read(now_ms, period))
+            })
+            .unwrap_or(0)
+    }
+
+    /// How many sources the table tracks now (its memory, in keys).
     pub fn tracked(&self) -> Tracked {
-        let (concurrent_keys, concurrent_capacity) = self
-            .concurrent
-            .as_ref()
-            .map(|t| t.size())
-            .unwrap_or_default();
+        let (concurrent_keys, sources, concurrent_capacity) =
+            self.table.as_ref().map(|t| t.size()).unwrap_or_default();
         Tracked {
             concurrent_keys,
             concurrent_capacity,
-            rate_keys: self.rate.as_ref().map_or(0, |r| r.len()),
-            attempt_keys: self.attempts.as_ref().map_or(0, |a| a.len()),
-            sources: self.concurrent.as_ref().map_or(0, |t| t.len()),
+            sources,
+            evicted: self.table.as_ref().map_or(0, |t| t.evicted()),
         }
     }
 }

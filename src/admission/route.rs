@@ -14,6 +14,7 @@ use governor::clock::DefaultClock;
 use super::Limits;
 use super::gate::*;
 use super::key::*;
+use super::sources::Refusal;
 use crate::addr::{ClaimedAddr, PeerAddr};
 use crate::close_reason::CloseReason;
 
@@ -144,7 +145,10 @@ impl RouteGate {
                 let counted = sources
                     .after_hello(Some(source), ja4)
                     .map_err(RouteRefusal::Source)?;
-                Some(counted.unwrap_or(listed))
+                Some(match counted {
+                    Some(counted) => counted.joined(Some(listed)),
+                    None => listed,
+                })
             }
             _ => None,
         };

@@ -1,30 +1,24 @@
-//! The source table: open connections per [`SourceKey`] (what
-//! `connections_per_source` caps, released by the RAII [`SourceGuard`]),
-//! and what the admin listener's `GET /sources` shows of each source
-//! ([`SourceRow`]), bounded by [`MAX_REMEMBERED_SOURCES`].
+//! What the source table keeps of one source ([`SourceEntry`]: its open
+//! connections, its rate and attempt state, what `GET /sources` shows),
+//! the row that page shows of it ([`SourceRow`]), and the words of a
+//! refusal ([`Refusal`] and the per-entry [`Reason`]).
 //!
-//! Not here: deciding on a connection ([`super::gate`]).
+//! Not here: the table, its bounds and the guard that holds a count
+//! ([`super::table`]), deciding on a connection ([`super::gate`]).
 
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use governor::nanos::Nanos;
 
+use super::attempts::FreqCtr;
 use super::key::*;
+use crate::close_reason::CloseReason;
 
 /// How long a source with no open connection is remembered after its last
 /// attempt when it has been refused (a source that was only admitted is
 /// forgotten sooner, see `Admission::forget_after`): long enough for an
 /// operator to find who was hammering after the flood stops.
 pub const REFUSED_SOURCE_MEMORY: Duration = Duration::from_secs(60);
-/// Sources kept with no open connection, at most: past it, a source whose
-/// last connection closes is forgotten at once and a refused source not
-/// yet in the table is not entered (its refusal is still counted in the
-/// listener's counters and metrics). Bounds the table at the keys with
-/// open connections plus this many (about 100 bytes each: 6.5 MiB).
-pub const MAX_REMEMBERED_SOURCES: usize = 65_536;
 /// The window the recent connection rate is measured over (a sliding
 /// window estimated from this window's attempts and the previous one's).
 pub const RATE_WINDOW: Duration = Duration::from_secs(10);
@@ -50,32 +44,38 @@ pub const REFUSAL_REASONS: [&str; 5] = [
     "dry_run_rate",
 ];
 
-/// One source as the table knows it.
+/// One source as the table knows it: every counter of every limit in one
+/// entry, as an HAProxy stick-table entry keeps a source's counters.
 #[derive(Debug, Default)]
 pub(super) struct SourceEntry {
-    /// Open connections (what `connections_per_source` caps).
-    pub(super) open: u32,
-    /// Attempts (admitted or refused) since the entry was made or cleared.
-    pub(super) attempts: u64,
-    /// Refusals by [`Reason`] (its index).
-    pub(super) refused: [u64; 5],
     /// The last attempt, as time since the table's epoch.
     pub(super) last_seen: Nanos,
-    /// The rate window of `this_window` (time since the epoch divided by
-    /// [`RATE_WINDOW`]), and the attempts in it and in the one before.
-    pub(super) window: u64,
-    pub(super) this_window: u32,
-    pub(super) last_window: u32,
+    /// The rate limit's theoretical arrival time (GCRA), in nanoseconds
+    /// since the epoch; 0 reads as a fresh key's.
+    pub(super) tat: u64,
+    /// `attempts_per_source`'s counter; `None` before the first attempt.
+    pub(super) attempt_counter: Option<FreqCtr>,
     /// The JA4 itself, for an entry keyed by it (`limit_key` with `ja4`),
     /// whose key keeps only a hash: what `/sources` shows.
     pub(super) ja4: Option<Box<str>>,
+    /// Attempts (admitted or refused) since the entry was made or cleared.
+    pub(super) attempts: u64,
+    /// Refusals by [`Reason`] (its index).
+    pub(super) refused: [u32; 5],
+    /// Open connections (what `connections_per_source` caps).
+    pub(super) open: u32,
+    /// The rate window of `this_window` (time since the epoch divided by
+    /// [`RATE_WINDOW`]), and the attempts in it and in the one before.
+    pub(super) window: u32,
+    pub(super) this_window: u32,
+    pub(super) last_window: u32,
 }
 
 impl SourceEntry {
     pub(super) fn touch(&mut self, now: Nanos) {
         self.attempts += 1;
         self.last_seen = now;
-        let window = window_of(now);
+        let window = window_of(now) as u32;
         if window != self.window {
             self.last_window = if window == self.window + 1 {
                 self.this_window
@@ -90,7 +90,26 @@ impl SourceEntry {
 
     pub(super) fn refusals(&self) -> u64 {
         // Dry-run refusals were admitted: they are not refusals here.
-        self.refused[..3].iter().sum()
+        self.refused[..3].iter().map(|&n| u64::from(n)).sum()
+    }
+
+    /// What `/sources` shows of this entry, keyed `key`.
+    pub(super) fn row(&self, key: SourceKey, now: Nanos) -> SourceRow {
+        SourceRow {
+            key,
+            open: self.open,
+            rate_per_second: self.rate(now),
+            admitted: self.attempts - self.refusals(),
+            refused: self.refused,
+            last_seen_ago: now.saturating_sub(self.last_seen).into(),
+            ja4: self.ja4.as_deref().map(str::to_owned),
+        }
+    }
+
+    /// Counts one refusal (or dry-run refusal) for `reason`.
+    pub(super) fn refuse(&mut self, reason: Reason) {
+        let n = &mut self.refused[reason as usize];
+        *n = n.saturating_add(1);
     }
 
     /// Attempts per second over the last [`RATE_WINDOW`]: this window's
@@ -100,8 +119,8 @@ impl SourceEntry {
         let window_ns = RATE_WINDOW.as_nanos() as f64;
         let into = (u64::from(now) % RATE_WINDOW.as_nanos() as u64) as f64 / window_ns;
         let (this, last) = match window_of(now) {
-            w if w == self.window => (self.this_window, self.last_window),
-            w if w == self.window + 1 => (0, self.this_window),
+            w if w == u64::from(self.window) => (self.this_window, self.last_window),
+            w if w == u64::from(self.window) + 1 => (0, self.this_window),
             _ => (0, 0),
         };
         (f64::from(this) + f64::from(last) * (1.0 - into)) / RATE_WINDOW.as_secs_f64()
@@ -124,7 +143,7 @@ pub struct SourceRow {
     /// Attempts that were let in (those refused only in dry run included).
     pub admitted: u64,
     /// Refusals by reason, in [`REFUSAL_REASONS`] order.
-    pub refused: [u64; 5],
+    pub refused: [u32; 5],
     /// Since the last attempt.
     pub last_seen_ago: Duration,
     /// The JA4 of a key that has one (`limit_key` with `ja4`; the key
@@ -135,199 +154,30 @@ pub struct SourceRow {
 impl SourceRow {
     /// Real refusals (not dry-run ones).
     pub(crate) fn refused_total(&self) -> u64 {
-        self.refused[..3].iter().sum()
+        self.refused[..3].iter().map(|&n| u64::from(n)).sum()
     }
 }
 
-/// The per-source table: open connections per key, which
-/// `connections_per_source` caps, and what an operator sees of each
-/// source (`GET /sources`): its attempts, refusals by reason, recent rate
-/// and last attempt. This is the limiter's own state, not a copy: the
-/// entry the cap reads is the entry the page shows.
-///
-/// An entry is made at a source's first attempt and kept while it has
-/// open connections; after that the sweep forgets it once it has been
-/// quiet for `forget_after` (the rate table's window; none without a rate)
-/// or, if it was ever refused, for [`REFUSED_SOURCE_MEMORY`]; and never more
-/// than [`MAX_REMEMBERED_SOURCES`] entries without an open connection are
-/// kept.
-///
-/// The cap is the caller's (the [`Limits`](super::Limits) of the generation admitting),
-/// not the table's: a reload that changes it shares the table, so the
-/// counts of connections still open carry over.
-///
-/// Hot path: one lock, one hash of the 17-byte key and a few integer
-/// updates per attempt, as the bare count was; one lock per close.
-#[derive(Debug, Default)]
-pub(super) struct SourceTable {
-    pub(super) inner: Mutex<SourceMap>,
+/// Why a connection was refused at admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The source is on the listener's `deny` list, or not on a non-empty `allow` list.
+    #[error("source is denied on this listener")]
+    Denied,
+    /// The source already has `connections_per_source` connections open.
+    #[error("source has too many open connections")]
+    Concurrent,
+    /// The source is over `connection_rate_per_source` or `attempts_per_source`.
+    #[error("source opens connections too fast")]
+    Rate,
 }
 
-#[derive(Debug, Default)]
-pub(super) struct SourceMap {
-    pub(super) entries: HashMap<SourceKey, SourceEntry>,
-    /// Entries whose `open` is above zero.
-    pub(super) with_open: usize,
-}
-
-impl SourceTable {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, SourceMap> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Takes a slot for `key`. Returns the guard and whether the key was
-    /// under `cap`. Over the cap the count is raised only when `force`
-    /// (dry run), so that the reported numbers stay true.
-    pub(super) fn acquire(
-        self: &Arc<Self>,
-        key: SourceKey,
-        ja4: Option<&str>,
-        cap: u32,
-        force: bool,
-        now: Nanos,
-    ) -> (SourceGuard, bool) {
-        let mut map = self.lock();
-        let SourceMap { entries, with_open } = &mut *map;
-        let entry = entries.entry(key).or_default();
-        if let (None, Some(ja4)) = (&entry.ja4, ja4) {
-            entry.ja4 = Some(ja4.into());
-        }
-        entry.touch(now);
-        let under = entry.open < cap;
-        if under || force {
-            if entry.open == 0 {
-                *with_open += 1;
-            }
-            entry.open += 1;
-        }
-        drop(map);
-        let guard = SourceGuard {
-            table: Arc::clone(self),
-            key,
-            counted: under || force,
-        };
-        (guard, under)
-    }
-
-    /// Counts a refusal of an attempt already entered by `acquire`.
-    pub(super) fn count(&self, key: &SourceKey, reason: Reason) {
-        if let Some(entry) = self.lock().entries.get_mut(key) {
-            entry.refused[reason as usize] += 1;
-        }
-    }
-
-    /// An attempt refused before it reached the cap (`deny`): entered
-    /// unless the table already remembers its fill of quiet sources.
-    pub(super) fn refused(&self, key: SourceKey, reason: Reason, now: Nanos) {
-        let mut map = self.lock();
-        let remembered = map.entries.len() - map.with_open;
-        let entry = match map.entries.get_mut(&key) {
-            Some(entry) => entry,
-            None if remembered >= MAX_REMEMBERED_SOURCES => return,
-            None => map.entries.entry(key).or_default(),
-        };
-        entry.touch(now);
-        entry.refused[reason as usize] += 1;
-    }
-
-    pub(super) fn release(&self, key: &SourceKey) {
-        let mut map = self.lock();
-        let SourceMap { entries, with_open } = &mut *map;
-        let Some(entry) = entries.get_mut(key) else {
-            return;
-        };
-        entry.open = entry.open.saturating_sub(1);
-        if entry.open == 0 {
-            *with_open -= 1;
-            if entries.len() - *with_open > MAX_REMEMBERED_SOURCES {
-                entries.remove(key);
-            }
-        }
-    }
-
-    /// Forgets quiet sources (see the type) and returns spare capacity.
-    pub(super) fn sweep(&self, now: Nanos, forget_after: Nanos) {
-        let refused_memory = Nanos::from(REFUSED_SOURCE_MEMORY);
-        let mut map = self.lock();
-        map.entries.retain(|_, e| {
-            let quiet = now.saturating_sub(e.last_seen);
-            e.open > 0
-                || (e.refusals() > 0 && quiet < refused_memory)
-                || (e.refusals() == 0 && quiet < forget_after)
-        });
-        let entries = &mut map.entries;
-        // Keep headroom so a steady load does not reallocate every sweep.
-        if entries.capacity() > 64 && entries.capacity() > 4 * entries.len() {
-            let keep = 2 * entries.len();
-            entries.shrink_to(keep);
-        }
-    }
-
-    /// Keys with open connections, and slots allocated.
-    pub(super) fn size(&self) -> (usize, usize) {
-        let map = self.lock();
-        (map.with_open, map.entries.capacity())
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.lock().entries.len()
-    }
-
-    pub(super) fn rows(&self, now: Nanos) -> Vec<SourceRow> {
-        let map = self.lock();
-        map.entries
-            .iter()
-            .map(|(key, e)| SourceRow {
-                key: *key,
-                open: e.open,
-                rate_per_second: e.rate(now),
-                admitted: e.attempts - e.refusals(),
-                refused: e.refused,
-                last_seen_ago: now.saturating_sub(e.last_seen).into(),
-                ja4: e.ja4.as_deref().map(str::to_owned),
-            })
-            .collect()
-    }
-
-    /// Clears the counters of the key that reads `text`; forgets it when
-    /// it has no open connection. Returns the key found.
-    pub(super) fn clear(&self, text: &str) -> Option<SourceKey> {
-        let mut map = self.lock();
-        let key = *map.entries.keys().find(|k| k.to_string() == text)?;
-        let entry = map.entries.get_mut(&key)?;
-        if entry.open == 0 {
-            map.entries.remove(&key);
-        } else {
-            *entry = SourceEntry {
-                open: entry.open,
-                last_seen: entry.last_seen,
-                ja4: entry.ja4.take(),
-                ..SourceEntry::default()
-            };
-        }
-        Some(key)
-    }
-}
-
-/// One connection's slot in the source table; released on drop.
-pub struct SourceGuard {
-    pub(super) table: Arc<SourceTable>,
-    pub(super) key: SourceKey,
-    pub(super) counted: bool,
-}
-
-impl fmt::Debug for SourceGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SourceGuard")
-            .field("key", &self.key)
-            .finish()
-    }
-}
-
-impl Drop for SourceGuard {
-    fn drop(&mut self) {
-        if self.counted {
-            self.table.release(&self.key);
+impl From<Refusal> for CloseReason {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Denied => CloseReason::Denied,
+            Refusal::Concurrent => CloseReason::LimitConcurrent,
+            Refusal::Rate => CloseReason::LimitRate,
         }
     }
 }

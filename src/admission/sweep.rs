@@ -18,13 +18,16 @@ use super::gate::*;
 /// generation, whose admission state `admission_of` picks out): most
 /// reloads carry the state over, and only a new one starts the counts
 /// afresh. `sweep_routes` sweeps the generation's route gates (their
-/// refusals are counted in metrics, not in this summary). Ends when the listener is gone (the sender dropped) or `stop`
-/// fires.
+/// refusals are counted in metrics, not in this summary) and returns
+/// their sources and evictions in all. After each sweep the listener's
+/// `snirelay_admission_sources` and `snirelay_admission_sources_evicted`
+/// are brought up to date (from start, at zero). Ends when the listener is
+/// gone (the sender dropped) or `stop` fires.
 pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
     listener: String,
     mut published: watch::Receiver<T>,
     admission_of: fn(&T) -> Arc<Admission>,
-    sweep_routes: fn(&T),
+    sweep_routes: fn(&T) -> (usize, u64),
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
@@ -32,6 +35,9 @@ pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut current = admission_of(&published.borrow_and_update());
         let mut last = current.counters.snapshot();
+        // Evictions reported so far, of the tables in force.
+        let mut evicted_reported = 0;
+        crate::metrics::metrics().admission_tables(&listener, current.tracked().sources, 0);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -49,11 +55,20 @@ pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
                 () = stop.cancelled() => return,
             }
             current.sweep();
-            sweep_routes(&published.borrow());
+            let (route_sources, route_evicted) = sweep_routes(&published.borrow());
+            let tracked = current.tracked();
+            let evicted = tracked.evicted + route_evicted;
+            // A reload that made new tables starts their counts at zero.
+            let new = evicted.checked_sub(evicted_reported).unwrap_or(evicted);
+            evicted_reported = evicted;
+            crate::metrics::metrics().admission_tables(
+                &listener,
+                tracked.sources + route_sources,
+                new,
+            );
             let now = current.counters.snapshot();
             let delta = now.refused_since(&last);
             if delta.any_refused() {
-                let tracked = current.tracked();
                 tracing::warn!(
                     listener = %listener,
                     admitted = delta.admitted,
@@ -62,10 +77,8 @@ pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
                     limit_rate = delta.limit_rate,
                     dry_run_concurrent = delta.dry_run_concurrent,
                     dry_run_rate = delta.dry_run_rate,
-                    tracked_sources = tracked
-                        .concurrent_keys
-                        .max(tracked.rate_keys)
-                        .max(tracked.attempt_keys),
+                    tracked_sources = tracked.sources,
+                    evicted_sources = new,
                     "admission refused connections"
                 );
             }

@@ -14,6 +14,7 @@ use super::gate::*;
 use super::key::*;
 use super::route::*;
 use crate::addr::{ClaimedAddr, PeerAddr};
+use crate::config::DEFAULT_MAX_SOURCES;
 use crate::wire::cidr::CidrSet;
 use governor::clock::FakeRelativeClock;
 use std::net::SocketAddr;
@@ -199,13 +200,16 @@ fn flood(sources: u32) {
         }
     }
     let during = a.tracked();
-    assert_eq!(during.rate_keys, n as usize);
+    // Every source was tracked: the ones still remembered and the least
+    // recently used ones evicted at `max_sources`.
+    assert_eq!(during.sources as u64 + during.evicted, u64::from(n));
+    assert!(during.sources <= DEFAULT_MAX_SOURCES.get() as usize + held.len());
     assert!(during.concurrent_keys <= 1001);
     drop(held);
     clock.advance(Duration::from_secs(3)); // burst / rate = 2 s
     a.sweep();
     let after = a.tracked();
-    assert_eq!(after.rate_keys, 0);
+    assert_eq!(after.sources, 0);
     assert_eq!(after.concurrent_keys, 0);
     assert!(after.concurrent_capacity <= 64, "{after:?}");
     eprintln!("during the flood: {during:?}; after one sweep: {after:?}");
@@ -259,7 +263,7 @@ fn a_trusted_peer_is_never_counted_on_its_own_address() {
         assert!(gate.after_preface(None).unwrap().is_none());
     }
     assert_eq!(gate.tracked().concurrent_keys, 0);
-    assert_eq!(gate.tracked().rate_keys, 0);
+    assert_eq!(gate.tracked().sources, 0);
 }
 
 #[test]
@@ -562,7 +566,7 @@ fn a_route_counts_the_claimed_client_and_not_a_peers_own_connection() {
 }
 
 #[test]
-fn a_ja4_limit_key_lists_at_accept_and_counts_after_the_hello() {
+fn a_ja4_limit_key_counts_the_source_at_accept_and_the_ja4_after_the_hello() {
     let mut deny = crate::wire::cidr::CidrSet::default();
     deny.insert("192.0.2.66/32".parse().unwrap());
     let limits = Limits {
@@ -573,15 +577,20 @@ fn a_ja4_limit_key_lists_at_accept_and_counts_after_the_hello() {
     };
     let gate = Admission::new(&limits);
     let client = Source::Peer(PeerAddr(sock("192.0.2.1:40000")));
-    // At accept: the lists only, nothing counted.
+    // At accept: the lists, and the source alone at `ja4_source_multiple`
+    // (4) times the limits.
     let at_accept = gate.admit(client).unwrap();
-    assert!(at_accept.guard.is_none());
+    assert_eq!(
+        at_accept.guard.as_ref().unwrap().key,
+        SourceKey::V4([192, 0, 2, 1])
+    );
     assert_eq!(
         gate.admit(Source::Peer(PeerAddr(sock("192.0.2.66:1"))))
             .unwrap_err(),
         Refusal::Denied
     );
-    assert_eq!(gate.tracked().concurrent_keys, 0);
+    assert_eq!(gate.tracked().concurrent_keys, 1);
+    drop(at_accept);
     // After the hello: one open connection per JA4, whatever the source.
     let chromium = "t13d1517h2_8daaf6152771_cb7bf5808d99";
     let held = gate
@@ -614,4 +623,43 @@ fn a_ja4_limit_key_lists_at_accept_and_counts_after_the_hello() {
     );
     // The key stays small enough for a held slot's padding.
     assert!(std::mem::size_of::<SourceKey>() <= 23);
+}
+
+/// A client that makes a new JA4 per connection (a new cipher list each)
+/// gets no more than its source's share: `ja4_source_multiple` times the
+/// per-key limit, for both JA4 keys, on the listener and on a route.
+#[test]
+fn a_new_ja4_per_connection_cannot_multiply_a_source_s_limits() {
+    for limit_key in [LimitKey::Ja4, LimitKey::SourceJa4] {
+        let limits = Limits {
+            connections_per_source: NonZeroU32::new(10),
+            limit_key,
+            ..Limits::unlimited()
+        };
+        let gate = Admission::new(&limits);
+        let route = RouteGate::new(Some(&limits), None).unwrap();
+        let mut held = Vec::new();
+        let (mut admitted, mut route_admitted) = (0, 0);
+        for i in 0..1000 {
+            let client = Source::Peer(PeerAddr(sock(&format!("192.0.2.1:{}", 20_000 + i))));
+            let ja4 = format!("t13d1517h2_{i:012x}_cb7bf5808d99");
+            // The listener: the source at accept, the JA4 after the hello,
+            // both held for the connection's life.
+            if let Ok(source) = gate.admit(client) {
+                if let Ok(Some(by_ja4)) = gate.after_hello(Some(client), Some(&ja4)) {
+                    admitted += 1;
+                    held.push(by_ja4.joined(Some(source)));
+                }
+            }
+            if let Ok(slot) = route.admit_with(Some(client), Some(&ja4)) {
+                route_admitted += 1;
+                held.push(slot.source.unwrap());
+            }
+        }
+        assert_eq!((admitted, route_admitted), (40, 40), "{limit_key:?}");
+        // Each admitted connection holds its source's count and its JA4's.
+        assert_eq!(gate.tracked().concurrent_keys, 1 + 40, "{limit_key:?}");
+        drop(held);
+        assert_eq!(gate.tracked().concurrent_keys, 0, "{limit_key:?}");
+    }
 }

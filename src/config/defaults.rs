@@ -163,6 +163,19 @@ pub(super) const KEEPALIVE_COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
 // `max_connection_rate` and `connection_rate_per_source` default to
 // unlimited; a burst defaults to one second's worth of its rate.
 
+/// `max_sources`: sources a listener's (or route's) table remembers
+/// without an open connection. HAProxy's stick tables are sized by hand
+/// (`size 100k` is common); at about 160 bytes an entry this is 16 MB,
+/// small beside an edge VM's memory and far above the sources an edge sees
+/// within one rate window.
+pub(crate) const DEFAULT_MAX_SOURCES: NonZeroU32 = NonZeroU32::new(100_000).unwrap();
+/// `ja4_source_multiple`: a source may hold four times the per-key limits
+/// under a JA4 key: room for a NAT address's browsers and a scripted
+/// client apart, and no more for a client that changes its JA4.
+pub(crate) const DEFAULT_JA4_SOURCE_MULTIPLE: NonZeroU32 = NonZeroU32::new(4).unwrap();
+pub(super) const MAX_SOURCES_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+pub(super) const JA4_SOURCE_MULTIPLE_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000;
+
 /// `attempts_period` when `attempts_per_source` is set without it: one
 /// second, as HAProxy's `conn_rate(1s)`.
 pub(crate) const DEFAULT_ATTEMPTS_PERIOD: Duration = Duration::from_secs(1);

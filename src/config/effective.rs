@@ -326,6 +326,8 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         rate_counts_refused,
         limit_key,
         attempts_per_source,
+        max_sources,
+        ja4_source_multiple,
     } = limits;
     let (rate, burst) = match rate_per_source {
         Some(Rate { per_second, burst }) => (
@@ -351,6 +353,11 @@ fn limits_section(limits: &Limits) -> LimitsSection {
         // Shown only when set: a period alone is a `check` error.
         attempts_per_source: attempts_per_source.map(|a| i64::from(a.count.get())),
         attempts_period: attempts_per_source.map(|a| duration(a.period)),
+        max_sources: Some(i64::from(max_sources.get())),
+        // Shown only under a JA4 key: elsewhere it is a `check` error.
+        ja4_source_multiple: limit_key
+            .needs_ja4()
+            .then(|| i64::from(ja4_source_multiple.get())),
     }
 }
 

@@ -168,6 +168,12 @@ pub struct LimitsSection {
     pub attempts_per_source: Option<i64>,
     /// The sliding period of `attempts_per_source` (default 1s).
     pub attempts_period: Option<String>,
+    /// Sources the table remembers without an open connection (HAProxy's
+    /// stick-table `size`).
+    pub max_sources: Option<i64>,
+    /// Under a JA4 `limit_key`: the source's own limits, as a multiple of
+    /// the per-key ones.
+    pub ja4_source_multiple: Option<i64>,
 }
 
 /// A limit given as a count, or `false` to turn it off (`true` is an error:

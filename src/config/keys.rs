@@ -25,10 +25,11 @@ use std::ops::RangeInclusive;
 
 use super::{
     ADDRESS_CONNECTIONS_RANGE, ATTEMPTS_PERIOD_MS_RANGE, BACKLOG_RANGE, BANDWIDTH_RANGE,
-    BURST_RANGE, CONNECT_ATTEMPTS_RANGE, KEEPALIVE_COUNT_RANGE, KEEPALIVE_SECS_RANGE,
-    LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE, MAX_DATAGRAM_SIZE_RANGE,
-    MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE,
-    PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
+    BURST_RANGE, CONNECT_ATTEMPTS_RANGE, JA4_SOURCE_MULTIPLE_RANGE, KEEPALIVE_COUNT_RANGE,
+    KEEPALIVE_SECS_RANGE, LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE,
+    MAX_DATAGRAM_SIZE_RANGE, MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, MAX_SOURCES_RANGE,
+    PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE,
+    THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
 };
 
 /// One key of the file.
@@ -405,9 +406,15 @@ pub static KEYS: &[Key] = &[
     key("listener.limits.attempts_period", Kind::Duration, Unset("\"1s\" with `attempts_per_source`"),
         "The sliding period `attempts_per_source` counts over; needs `attempts_per_source`.")
         .range(ATTEMPTS_PERIOD_MS_RANGE).unit("milliseconds"),
+    key("listener.limits.max_sources", Kind::Integer, Value("100000"),
+        "Sources the table remembers without an open connection (HAProxy's stick-table `size`); past it the least recently used is forgotten.")
+        .range(MAX_SOURCES_RANGE).unit("sources"),
     // ----------------------------------------------------------------- route
     key("listener.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
         "What the counting limits count by; with the JA4 they are decided once the hello is read."),
+    key("listener.limits.ja4_source_multiple", Kind::Integer, Computed("4 with a JA4 `limit_key`"),
+        "With a JA4 `limit_key`: the source alone is counted too, held to this many times the counting limits.")
+        .range(JA4_SOURCE_MULTIPLE_RANGE).unit("times"),
     key("route", Kind::Tables, KeyDefault::Table, "A route: names on a listener, and the backend they go to."),
     key("route.name", Kind::String, Computed("the first pattern"),
         "The route's name in logs, and its identity for per-route limits."),
@@ -488,6 +495,12 @@ pub static KEYS: &[Key] = &[
         .range(ATTEMPTS_PERIOD_MS_RANGE).unit("milliseconds"),
     key("route.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
         "What the route's counting limits count by."),
+    key("route.limits.ja4_source_multiple", Kind::Integer, Computed("4 with a JA4 `limit_key`"),
+        "With a JA4 `limit_key`: the source alone is counted too on the route, at this many times its limits.")
+        .range(JA4_SOURCE_MULTIPLE_RANGE).unit("times"),
+    key("route.limits.max_sources", Kind::Integer, Value("100000"),
+        "Sources the route's table remembers without an open connection; past it the least recently used is forgotten.")
+        .range(MAX_SOURCES_RANGE).unit("sources"),
     // --------------------------------------------------------------- backend
     key("backend.*", Kind::NamedTables, KeyDefault::Table, "A backend: where routed connections go, and how."),
     key("backend.*.addresses", Kind::Strings, Required("one of `addresses`, `resolve` or `[cluster]`"),

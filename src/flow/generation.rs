@@ -201,10 +201,18 @@ impl RouteGates {
             .filter_map(|(name, g)| Some((&**name, g.gate.sources()?)))
     }
 
-    /// Sweeps every gate's per-source tables.
-    pub(crate) fn sweep(&self) {
-        for gate in self.gates.values() {
-            gate.gate.sweep();
-        }
+    /// Sweeps every gate's per-source tables; returns their sources and
+    /// evictions in all.
+    pub(crate) fn sweep(&self) -> (usize, u64) {
+        self.gates
+            .values()
+            .fold((0, 0), |(sources, evicted), gate| {
+                gate.gate.sweep();
+                let tracked = gate.gate.sources().map(|a| a.tracked());
+                (
+                    sources + tracked.map_or(0, |t| t.sources),
+                    evicted + tracked.map_or(0, |t| t.evicted),
+                )
+            })
     }
 }

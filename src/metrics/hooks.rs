@@ -16,13 +16,27 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::labels::{
     ControlLabels, LogDropLabels, LogTargetLabels, LookupLabels, OutcomeLabels, ReasonLabels,
-    SourceLabels, ThrottleLabels,
+    SourceLabels, TableLabels, ThrottleLabels,
 };
 use super::registry::Metrics;
 
 impl Metrics {
     // Hooks for stages built elsewhere. Label values must stay bounded:
     // `kind` and `outcome` are fixed words (hence `&'static str`).
+
+    /// `listener`'s admission tables hold `sources` now, and evicted
+    /// `evicted` more at their bound since the last report.
+    pub(crate) fn admission_tables(&self, listener: &str, sources: usize, evicted: u64) {
+        let labels = TableLabels {
+            listener: listener.to_owned(),
+        };
+        self.admission_sources
+            .get_or_create(&labels)
+            .set(i64::try_from(sources).unwrap_or(i64::MAX));
+        self.admission_evicted
+            .get_or_create(&labels)
+            .inc_by(evicted);
+    }
 
     /// A configuration reload finished; `outcome` is `ok` or `failed`.
     pub(crate) fn reload(&self, outcome: &'static str) {

@@ -16,6 +16,12 @@ pub(super) struct ListenerLabels {
     pub(super) protocol: &'static str,
 }
 
+/// A listener's source tables (its own and its routes').
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct TableLabels {
+    pub(super) listener: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct CloseLabels {
     pub(super) listener: String,

@@ -26,8 +26,8 @@ use prometheus_client::registry::Registry;
 use super::labels::{
     AddressStateLabels, BackendAddressLabels, BackendLabels, BackendStateLabels, CloseLabels,
     ControlLabels, HelloLabels, LimitLabels, ListenerLabels, LogDropLabels, LogTargetLabels,
-    LookupLabels, OutcomeLabels, ReasonLabels, SourceLabels, ThrottleLabels, TrafficLabels,
-    VersionLabels,
+    LookupLabels, OutcomeLabels, ReasonLabels, SourceLabels, TableLabels, ThrottleLabels,
+    TrafficLabels, VersionLabels,
 };
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -84,6 +84,9 @@ pub(crate) struct Metrics {
     pub(super) throttled: Family<ThrottleLabels, Counter<f64, AtomicU64>>,
     // PROXY v2 over UDP (issue 43).
     pub(super) proxy_datagrams_too_large: Counter,
+    // The bounded source tables (issue 49).
+    pub(super) admission_sources: Family<TableLabels, Gauge>,
+    pub(super) admission_evicted: Family<TableLabels, Counter>,
 }
 
 /// Backend → address → (up, when last reported): the state behind the
@@ -145,6 +148,8 @@ impl Metrics {
             source_exhausted: Family::default(),
             throttled: Family::default(),
             proxy_datagrams_too_large: Counter::default(),
+            admission_sources: Family::default(),
+            admission_evicted: Family::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -304,6 +309,16 @@ impl Metrics {
             "snirelay_source_address_exhausted",
             "Backend connects (or QUIC flow sockets) whose `source` address had no free local port; the next source was tried",
             m.source_exhausted.clone(),
+        );
+        r.register(
+            "snirelay_admission_sources",
+            "Sources a listener's admission tables (its own and its routes') remember now, at most max_sources each without an open connection",
+            m.admission_sources.clone(),
+        );
+        r.register(
+            "snirelay_admission_sources_evicted",
+            "Sources forgotten before their time because a table was at max_sources (least recently used first)",
+            m.admission_evicted.clone(),
         );
         r.register(
             "snirelay_local_names",

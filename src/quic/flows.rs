@@ -622,7 +622,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             relayed.as_ref(),
         );
         if let Some(counted) = routed.admitted {
-            admitted = Some(counted);
+            admitted = Some(counted.joined(admitted.take()));
         }
         let route_admitted = routed.route_slot;
         let runtime = routed.runtime;

@@ -252,8 +252,9 @@ impl Listeners {
             generation.subscribe(),
             |g: &Arc<Generation>| g.admission.clone(),
             |g: &Arc<Generation>| {
-                g.route_gates.sweep();
+                let routes = g.route_gates.sweep();
                 g.routes.sweep_throttles();
+                routes
             },
             self.shared.stop_accepting.clone(),
         );

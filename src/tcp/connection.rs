@@ -338,8 +338,12 @@ async fn setup<'g>(
     let target = routed.entry.entry;
     record.routed(target);
     if let Some(admitted) = routed.admitted {
-        // Counted by the hello: held for the connection's life instead.
-        *per_source = admitted.guard;
+        // Counted by the hello: held for the connection's life beside the
+        // source's slot taken at accept (see `Admitted::joined`).
+        *per_source = match (admitted.guard, per_source.take()) {
+            (Some(guard), held) => Some(guard.holding(held)),
+            (None, held) => held,
+        };
     }
     let route_slot = routed.route_slot;
     // Its bandwidth buckets, keyed for `rate_per_source_*` on the same

@@ -306,7 +306,7 @@ addresses = ["{backend}"]
 
 /// A backend that reports each connection's first read and then holds the
 /// connection until the relay closes it.
-async fn holding_backend() -> (
+pub(crate) async fn holding_backend() -> (
     std::net::SocketAddr,
     tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
 ) {

@@ -44,6 +44,7 @@ mod bandwidth;
 // Admission and limits.
 mod admission;
 mod admission_attempts;
+mod admission_bounds;
 mod limits_config;
 mod route_limits;
 mod route_rules;

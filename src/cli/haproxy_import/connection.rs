@@ -325,7 +325,7 @@ impl Translator {
             );
             limits.at(decided.iter().map(|d| d.0.no));
         }
-        if let Some((l, _, _, v6)) = table {
+        if let Some((l, _, period, v6)) = table {
             if tracked.is_empty() {
                 self.not(l, "a table that no `track-sc0 src` fills");
             } else {
@@ -336,7 +336,39 @@ impl Translator {
                         "stick-table type ipv6: one source per address",
                     );
                 }
-                self.no_key(l, "the table's size and expiry: snirelay's tables hold only sources with open connections or recent attempts, swept every 10 s");
+                let word_after =
+                    |key: &str| l.words.iter().position(|w| w == key).map(|i| l.word(i + 1));
+                if let Some(size) = word_after("size") {
+                    match table_size(size) {
+                        Some(n) => {
+                            limits.row(
+                                "max_sources",
+                                n.to_string(),
+                                format!("{}: its size; at it the least recently used source without an open connection goes, as HAProxy's least recently used unreferenced entry", l.text.trim()),
+                            );
+                            limits.at([l.no]);
+                            self.key(l);
+                        }
+                        None => self.not(
+                            l,
+                            format!("size {size}: not a count of 1 to 10,000,000 (HAProxy's k, m and g are 2^10, 2^20 and 2^30)"),
+                        ),
+                    }
+                }
+                // A source's counts are kept while they can still decide
+                // something: two periods of `conn_rate`, while a connection
+                // is open for `conn_cur`. An `expire` at least that long
+                // decides the same; a shorter one forgets counts HAProxy
+                // would still read, and snirelay keeps them (stricter).
+                let kept = period.map_or(0, |p| 2 * p);
+                match word_after("expire").map(|e| (e, millis(e))) {
+                    Some((e, Some(ms))) if ms < kept => self.no_key(
+                        l,
+                        format!("expire {e}: snirelay keeps a source's conn_rate count until it reads 0 ({}), so it refuses where HAProxy, having forgotten the source, would admit: stricter", duration(kept)),
+                    ),
+                    Some((e, None)) => self.not(l, format!("expire {e}: not a duration")),
+                    _ => {}
+                }
             }
         }
         outcome
@@ -501,4 +533,17 @@ fn samples(nets: impl Iterator<Item = Cidr>) -> Vec<IpAddr> {
     out.sort();
     out.dedup();
     out
+}
+
+/// A stick-table `size`: a count with HAProxy's suffixes `k`, `m` and `g`
+/// (2^10, 2^20, 2^30), within what `max_sources` takes.
+fn table_size(text: &str) -> Option<u64> {
+    let (digits, factor) = match text.as_bytes().last()? {
+        b'k' | b'K' => (&text[..text.len() - 1], 1 << 10),
+        b'm' | b'M' => (&text[..text.len() - 1], 1 << 20),
+        b'g' | b'G' => (&text[..text.len() - 1], 1 << 30),
+        _ => (text, 1),
+    };
+    let n = digits.parse::<u64>().ok()?.checked_mul(factor)?;
+    (1..=10_000_000).contains(&n).then_some(n)
 }

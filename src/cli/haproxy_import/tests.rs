@@ -180,6 +180,38 @@ fn the_seed_template_translates_completely() {
 }
 
 #[test]
+fn a_stick_table_s_size_becomes_max_sources_and_a_short_expire_is_named() {
+    for (size, expected) in [("100k", 102_400), ("1m", 1_048_576), ("5000", 5_000)] {
+        let t = edge(&format!(
+            "    stick-table type ip size {size} expire 1h store conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if {{ sc0_conn_rate gt 25 }}\n    default_backend be\n"
+        ));
+        assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+        let config = load(&t.toml);
+        let limits = &config.listener("fe").unwrap().limits;
+        assert_eq!(limits.max_sources.get(), expected, "{size}");
+        assert!(!t.toml.contains("stricter"), "{}", t.toml);
+    }
+    // An expire shorter than two periods forgets counts HAProxy would
+    // read: snirelay keeps them, and says that it is stricter.
+    let t = edge(
+        "    stick-table type ip size 100k expire 5s store conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 25 }\n    default_backend be\n",
+    );
+    assert_eq!(not_lines(&t), Vec::<usize>::new(), "{}", t.toml);
+    assert!(
+        t.toml.contains(
+            "expire 5s: snirelay keeps a source's conn_rate count until it reads 0 (20s)"
+        ),
+        "{}",
+        t.toml
+    );
+    // A size snirelay cannot keep is not translated.
+    let t = edge(
+        "    stick-table type ip size 20m expire 1h store conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 25 }\n    default_backend be\n",
+    );
+    assert_eq!(not_lines(&t), vec![11], "{}", t.toml);
+}
+
+#[test]
 fn conn_rate_becomes_the_attempts_in_its_period() {
     let t = edge(
         "    stick-table type ip size 1m expire 1m store conn_cur,conn_rate(10s)\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if { sc0_conn_rate gt 25 }\n    tcp-request connection reject if { sc0_conn_cur ge 21 }\n    default_backend be\n",

@@ -71,6 +71,28 @@ impl Checker {
             }
         };
         let attempts = self.attempts(key, section);
+        let max_sources = self.ranged(
+            &format!("{key}.max_sources"),
+            section.max_sources,
+            MAX_SOURCES_RANGE,
+            i64::from(DEFAULT_MAX_SOURCES.get()),
+        );
+        let ja4_source_multiple = self.ranged(
+            &format!("{key}.ja4_source_multiple"),
+            section.ja4_source_multiple,
+            JA4_SOURCE_MULTIPLE_RANGE,
+            i64::from(DEFAULT_JA4_SOURCE_MULTIPLE.get()),
+        );
+        if let (Some(m), Some(LimitKey::Source)) = (section.ja4_source_multiple, limit_key) {
+            self.problem(
+                format!("{key}.ja4_source_multiple"),
+                format!("{m} is set without a JA4 limit_key (\"ja4\" or \"source+ja4\"), where it means nothing"),
+            );
+        }
+        let nonzero = |n: Option<i64>| {
+            n.and_then(|n| u32::try_from(n).ok())
+                .and_then(NonZeroU32::new)
+        };
         let allow = self.cidrs(&format!("{key}.allow"), &section.allow);
         let deny = self.cidrs(&format!("{key}.deny"), &section.deny);
         if self.problems.len() > problems {
@@ -90,6 +112,8 @@ impl Checker {
             rate_counts_refused: section.rate_counts_refused.unwrap_or(false),
             limit_key: limit_key?,
             attempts_per_source: attempts?,
+            max_sources: nonzero(max_sources)?,
+            ja4_source_multiple: nonzero(ja4_source_multiple)?,
         })
     }
 

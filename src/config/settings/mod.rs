@@ -89,16 +89,15 @@ impl Bandwidth {
 pub struct Limits {
     /// Open connections per source key; `None` is unlimited.
     ///
-    /// Memory: ~40 bytes per key with an open connection, removed when its
-    /// last connection closes (so at most `max_connections` entries). Hot
-    /// path: one mutex hold and one SipHash of the key on admit, again on
-    /// close.
+    /// Memory: the source's entry in the listener's source table (see
+    /// `max_sources`). Hot path: one mutex hold and one SipHash of the key
+    /// on admit, again on close.
     pub connections_per_source: Option<NonZeroU32>,
     /// New connections per source key; `None` is unlimited.
     ///
-    /// Memory: ~50 bytes per key seen within `burst / per_second` seconds
-    /// plus one [`crate::admission::SWEEP_INTERVAL`]; quiet keys are dropped by the sweep.
-    /// Hot path: one sharded-lock lookup and one compare-and-swap (GCRA).
+    /// Memory: 8 bytes in the source's entry, kept for `burst /
+    /// per_second` seconds after its last attempt (see `max_sources`). Hot
+    /// path: a few integer operations (GCRA) under the entry's lock.
     pub rate_per_source: Option<Rate>,
     /// Bits of an IPv4 source that form its key (1..=32).
     pub source_prefix_v4: u8,
@@ -124,11 +123,19 @@ pub struct Limits {
     /// every attempt, refused ones included, as HAProxy's `conn_rate`;
     /// `None` is unlimited. Exclusive of `rate_per_source`.
     ///
-    /// Memory: ~64 bytes per key seen within the last two periods (see
-    /// [`crate::admission::attempts`]); quiet keys are dropped by the sweep. Hot
-    /// path: one mutex hold, one hash of the key and a few integer
-    /// operations.
+    /// Memory: 24 bytes in the source's entry, kept for two periods after
+    /// its last attempt (see [`crate::admission::attempts`] and
+    /// `max_sources`). Hot path: a few integer operations under the
+    /// entry's lock.
     pub attempts_per_source: Option<Attempts>,
+    /// `max_sources`: sources the table remembers without an open
+    /// connection; past it the least recently used goes (see
+    /// [`crate::admission`]). Memory: about 160 bytes each when full.
+    pub max_sources: NonZeroU32,
+    /// `ja4_source_multiple`: under a JA4 `limit_key`, the source alone is
+    /// counted too, held to this many times the counting limits, so that a
+    /// client cannot multiply its share by changing its JA4.
+    pub ja4_source_multiple: NonZeroU32,
 }
 
 /// `attempts_per_source` attempts within `attempts_period`.
@@ -200,6 +207,8 @@ impl Limits {
             rate_counts_refused: false,
             limit_key: LimitKey::Source,
             attempts_per_source: None,
+            max_sources: crate::config::DEFAULT_MAX_SOURCES,
+            ja4_source_multiple: crate::config::DEFAULT_JA4_SOURCE_MULTIPLE,
         }
     }
 }
