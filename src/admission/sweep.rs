@@ -11,6 +11,10 @@ use tokio_util::sync::CancellationToken;
 use super::SWEEP_INTERVAL;
 use super::gate::*;
 
+/// Sources forgotten by one sweep past which the freed memory is handed
+/// back to the system (about 1.5 MB of entries).
+const RELEASE_AFTER_FORGETTING: usize = 10_000;
+
 /// Sweeps a listener's per-source tables every [`SWEEP_INTERVAL`] and logs,
 /// at warn, how many connections admission refused (or, in dry run, would
 /// have refused) since the last sweep: refusals are logged one by one only
@@ -37,6 +41,7 @@ pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
         let mut last = current.counters.snapshot();
         // Evictions reported so far, of the tables in force.
         let mut evicted_reported = 0;
+        let mut sources_before = 0;
         crate::metrics::metrics().admission_tables(&listener, current.tracked().sources, 0);
         loop {
             tokio::select! {
@@ -57,6 +62,14 @@ pub(crate) fn spawn_sweeper<T: Send + Sync + 'static>(
             current.sweep();
             let (route_sources, route_evicted) = sweep_routes(&published.borrow());
             let tracked = current.tracked();
+            // A sweep that forgot many sources (a flood that stopped) hands
+            // the freed pages back, as a reload does: the heap keeps them
+            // otherwise, and a flood's peak would stay resident.
+            let sources_now = tracked.sources + route_sources;
+            if sources_before >= sources_now + RELEASE_AFTER_FORGETTING {
+                crate::sockopt::release_freed_memory();
+            }
+            sources_before = sources_now;
             let evicted = tracked.evicted + route_evicted;
             // A reload that made new tables starts their counts at zero.
             let new = evicted.checked_sub(evicted_reported).unwrap_or(evicted);
