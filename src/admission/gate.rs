@@ -370,7 +370,8 @@ impl<C: Clock + Clone> Admission<C> {
     }
 
     /// Forgets sources that have been quiet for their memory (see
-    /// [`Admission::memory`]), a bounded step per lock hold (see
+    /// `Admission::forget_after`, and at least
+    /// [`REFUSED_SOURCE_MEMORY`] once refused), a bounded step per lock hold (see
     /// [`SourceTable::expire`]), and returns spare table capacity. Run off
     /// the hot path every `SWEEP_INTERVAL`.
     pub fn sweep(&self) {
