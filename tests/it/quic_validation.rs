@@ -372,3 +372,52 @@ async fn forged_initials_hold_no_permit_and_real_clients_are_served_throughout()
         ROUNDS as f64
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unvalidated_client_is_sent_at_most_three_times_what_it_sent() {
+    // A backend that answers a client's one Initial (1,200 bytes) with ten
+    // datagrams of 1,200: the relay passes three (3,600 bytes, RFC 9000
+    // §8), drops and counts the other seven, and the flow, never
+    // validated, closes `unvalidated` after its 5 s.
+    const ANSWERS: usize = 10;
+    let pki = Pki::new(&[NAME]);
+    let backend = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    let relay = Relay::start(&config(backend_addr, backend_addr, backend_addr)).await;
+    let admin = relay.admin_addr().await;
+    let initial = captured_initial(&pki, NAME).await;
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client
+        .send_to(&initial, relay.addr_of("quic"))
+        .await
+        .unwrap();
+    let (forwarded, flow) = receive(&backend).await;
+    assert_eq!(forwarded, initial);
+    for n in 0..ANSWERS {
+        let mut answer = vec![0x40; 1200];
+        answer[1] = n as u8;
+        backend.send_to(&answer, flow).await.unwrap();
+    }
+    let dropped = "snirelay_quic_amplification_dropped_total";
+    assert_eq!(wait_metric(admin, dropped, 7.0).await, 7.0);
+    for n in 0..3u8 {
+        let (answer, _) = receive(&client).await;
+        assert_eq!((answer.len(), answer[1]), (1200, n));
+    }
+    let line = relay.closed_line(client.local_addr().unwrap()).await;
+    assert_eq!(line["close"], "unvalidated", "{line}");
+    assert_eq!(
+        (line["bytes.up"].as_u64(), line["bytes.down"].as_u64()),
+        (Some(1200), Some(3600)),
+        "{line}"
+    );
+    assert_eq!(
+        metric_now(
+            admin,
+            "snirelay_quic_unvalidated_closed_total{reason=\"unvalidated\"}"
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(metric_now(admin, dropped).await, 7.0);
+}
