@@ -272,7 +272,9 @@ close_reasons! {
     Moved => "moved", Fault::Normal, Stage::Relay;
     /// A QUIC flow whose hello was not complete yet, ended to make room for
     /// a new flow: its socket's pending flows (or its source's share of
-    /// them) were at their bound. Nothing was forwarded.
+    /// them) were at their bound. Nothing was forwarded. Or an open QUIC
+    /// flow not validated yet, ended for a new flow at the bound of
+    /// unvalidated flows (issue 49).
     Evicted => "evicted", Fault::Admission, Stage::Inspect(HelloOutcome::Incomplete);
     /// Refused at admission: the source already has
     /// `connections_per_source` connections open. Nothing was read.
@@ -325,6 +327,14 @@ close_reasons! {
     /// Every address of the backend has its `max_connections` open; no
     /// connect was attempted.
     BackendFull => "backend_full", Fault::Ours, Stage::Connect;
+    // QUIC address validation (issue 49).
+    /// A QUIC flow whose client never showed it receives at its address
+    /// (no datagram to a connection ID its backend chose) within 5 s of
+    /// opening: a forged or lost handshake. It held no connection permit.
+    Unvalidated => "unvalidated", Fault::Client, Stage::Relay;
+    /// A QUIC flow that validated while every `[global] max_connections`
+    /// permit was held: closed, as a full process drops a new flow.
+    MaxConnections => "max_connections", Fault::Admission, Stage::Relay;
 }
 
 impl CloseReason {

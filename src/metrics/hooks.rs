@@ -1,6 +1,8 @@
 //! The recording calls of stages built elsewhere: reloads, drain, backend
 //! lookups, `source` addresses that ran out of ports, bandwidth throttles,
-//! local name pushes, the admin listener's connections, control requests
+//! local name pushes, QUIC flows' address validation (unvalidated flows,
+//! their closes, datagrams held back at the 3x limit), the admin
+//! listener's connections, control requests
 //! and forwards, the socket log targets' lines. Each is a counter or gauge
 //! of fixed words (hence `&'static str`), or a counter handed to the
 //! stage to hold.
@@ -69,6 +71,25 @@ impl Metrics {
     /// PROXY v2 header fits it under the backend's `max_datagram_size`.
     pub(crate) fn datagram_too_large(&self) {
         self.proxy_datagrams_too_large.inc();
+    }
+
+    /// Open QUIC flows not validated yet, by `delta` (process-wide).
+    pub(crate) fn quic_unvalidated(&self, delta: i64) {
+        self.quic_unvalidated.inc_by(delta);
+    }
+
+    /// An open QUIC flow closed before it validated, for `reason` (a close
+    /// reason's fixed name: `evicted`, `unvalidated`, `max_connections`).
+    pub(crate) fn quic_unvalidated_closed(&self, reason: &'static str) {
+        self.quic_unvalidated_closed
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A backend datagram toward an unvalidated QUIC client was dropped at
+    /// the 3x anti-amplification limit.
+    pub(crate) fn quic_amplification_dropped(&self) {
+        self.quic_amplification_dropped.inc();
     }
 
     /// The counter of a backend `source` address that ran out of ports,

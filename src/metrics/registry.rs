@@ -87,6 +87,10 @@ pub(crate) struct Metrics {
     // The bounded source tables (issue 49).
     pub(super) admission_sources: Family<TableLabels, Gauge>,
     pub(super) admission_evicted: Family<TableLabels, Counter>,
+    // QUIC address validation (issue 49).
+    pub(super) quic_unvalidated: Gauge,
+    pub(super) quic_unvalidated_closed: Family<ReasonLabels, Counter>,
+    pub(super) quic_amplification_dropped: Counter,
 }
 
 /// Backend → address → (up, when last reported): the state behind the
@@ -150,6 +154,9 @@ impl Metrics {
             proxy_datagrams_too_large: Counter::default(),
             admission_sources: Family::default(),
             admission_evicted: Family::default(),
+            quic_unvalidated: Gauge::default(),
+            quic_unvalidated_closed: Family::default(),
+            quic_amplification_dropped: Counter::default(),
         };
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -304,6 +311,21 @@ impl Metrics {
             "snirelay_proxy_datagrams_too_large",
             "Client datagrams of QUIC flows dropped because even the minimal PROXY v2 header would make them larger than the backend's max_datagram_size",
             m.proxy_datagrams_too_large.clone(),
+        );
+        r.register(
+            "snirelay_quic_unvalidated_flows",
+            "Open QUIC flows whose client has not yet shown it receives at its address (they hold no connection permit)",
+            m.quic_unvalidated.clone(),
+        );
+        r.register(
+            "snirelay_quic_unvalidated_closed",
+            "Open QUIC flows closed before they validated: evicted for a new flow, unvalidated (their lifetime passed) or max_connections (validated with no permit free)",
+            m.quic_unvalidated_closed.clone(),
+        );
+        r.register(
+            "snirelay_quic_amplification_dropped",
+            "Backend datagrams toward an unvalidated QUIC client dropped: past 3 times the bytes received from it (RFC 9000 section 8)",
+            m.quic_amplification_dropped.clone(),
         );
         r.register(
             "snirelay_source_address_exhausted",

@@ -28,6 +28,13 @@
 //! address. An ID another flow already taught is not taken over (the first
 //! flow keeps it).
 //!
+//! The same IDs, and shorter ones down to
+//! [`MIN_VALIDATING_CID_LEN`](crate::quic::flows::MIN_VALIDATING_CID_LEN),
+//! also validate a flow's client ([`FlowCids::carried_by`]: a datagram to an
+//! ID only the backend's answer showed proves its sender receives at its
+//! address; see [`crate::quic::flows`]); [`Path`] carries that verdict to
+//! the flow task.
+//!
 //! Not here: sockets and flows (the listener), Version Negotiation packets
 //! (version 0: their CIDs echo the client's), and IDs issued inside
 //! encrypted frames (not readable; see docs/quic.md, "## QUIC listener").
@@ -40,7 +47,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use super::Version;
 use super::initial::{ConnectionId, MAX_CID_LEN};
@@ -100,13 +107,20 @@ fn cid_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 /// The backend's chosen connection ID in a datagram it sent, if its first
 /// packet is a long header of v1 or v2 with an ID long enough to follow.
 pub fn backend_scid(datagram: &[u8]) -> Option<ConnectionId> {
+    backend_scid_of(datagram, MIN_FOLLOWED_CID_LEN)
+}
+
+/// As [`backend_scid`], for an ID of at least `min_len` bytes (the flow
+/// table validates a client on shorter IDs than it follows:
+/// [`crate::quic::flows::MIN_VALIDATING_CID_LEN`]).
+pub fn backend_scid_of(datagram: &[u8], min_len: usize) -> Option<ConnectionId> {
     // Short headers are the bulk of a connection: one byte decides.
     if datagram.first()? & LONG_HEADER == 0 {
         return None;
     }
     let header = long_header(datagram)?;
     Version::from_wire(header.version)?;
-    if header.scid.len() < MIN_FOLLOWED_CID_LEN {
+    if header.scid.len() < min_len {
         return None;
     }
     ConnectionId::new(header.scid)
@@ -153,6 +167,23 @@ impl FlowCids {
     /// Whether no ID is held.
     pub fn is_empty(&self) -> bool {
         self.ids.iter().all(Option::is_none)
+    }
+
+    /// Whether the Destination Connection ID of the datagram's first
+    /// packet is one of them (a long header's is read; a short header's
+    /// is compared at each held ID's length).
+    pub fn carried_by(&self, datagram: &[u8]) -> bool {
+        let Some(&first) = datagram.first() else {
+            return false;
+        };
+        if first & LONG_HEADER != 0 {
+            let Some(header) = long_header(datagram) else {
+                return false;
+            };
+            return self.iter().any(|id| id.as_bytes() == header.dcid);
+        }
+        self.iter()
+            .any(|id| datagram.get(1..1 + id.as_bytes().len()) == Some(id.as_bytes()))
     }
 }
 
@@ -229,13 +260,18 @@ impl CidTable {
 }
 
 /// An open flow's client address, which the socket task changes when the
-/// flow moves and the flow task reads to send the backend's datagrams.
+/// flow moves and the flow task reads to send the backend's datagrams, and
+/// whether its client has shown it receives there (address validation,
+/// RFC 9000 §8: until then the flow task holds what it sends to 3x what
+/// came from the client, [`crate::quic::flows::may_send`]).
 #[derive(Debug)]
 pub struct Path {
     client: Mutex<SocketAddr>,
     /// Moves so far; also tells the flow task, with one atomic load per
     /// datagram, when to read the address again.
     rebinds: AtomicU32,
+    /// Set once by the socket task when the flow table validates the flow.
+    validated: AtomicBool,
 }
 
 impl Path {
@@ -244,7 +280,18 @@ impl Path {
         Path {
             client: Mutex::new(client),
             rebinds: AtomicU32::new(0),
+            validated: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the client has shown it receives at its address.
+    pub(crate) fn validated(&self) -> bool {
+        self.validated.load(Ordering::Acquire)
+    }
+
+    /// The client has shown it receives at its address.
+    pub(crate) fn validate(&self) {
+        self.validated.store(true, Ordering::Release);
     }
 
     /// The client's current address.

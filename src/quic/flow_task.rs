@@ -3,25 +3,28 @@
 //! an ICMP port unreachable before it, is the address's passive health
 //! verdict; the first one also ends the flow's PROXY headers), tells the
 //! socket task the connection IDs the backend chose (NAT rebinding,
-//! [`super::cid`]), and ends the flow at its bounds ([`super::flows::Expiry`]),
-//! on its route's drain, on shutdown or on an operator's close, writing
-//! its access line.
+//! [`super::cid`]), holds what it sends to an unvalidated client to 3x
+//! what the client sent ([`super::flows::may_send`]; the rest dropped and
+//! counted), and ends the flow at its bounds ([`super::flows::Expiry`]),
+//! on its route's drain, on shutdown, on an operator's close or when the
+//! flow table ends it unvalidated ([`Stop`]), writing its access line.
 //!
 //! Not here: the socket task that opens flows and sends their client
 //! datagrams ([`super::socket_task`]), or what becomes of a flow
 //! ([`super::flows`]).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::cid::{self, FlowCids, Path};
-use super::flows::{Expiry, FlowRecord, FlowSlots, Stats};
+use super::flows::{Expiry, FlowRecord, FlowSlots, MIN_VALIDATING_CID_LEN, Stats, may_send};
 use super::initial::ConnectionId;
 use super::io::{Gather, Offload, with_scratch};
 use crate::backend::InFlight;
@@ -58,8 +61,9 @@ pub(super) struct FlowTask {
     /// Its registry entry: removed when the flow ends; its stop fires on
     /// this socket's close or an operator's `DELETE /connections`.
     pub(super) registered: Registered,
-    /// This socket's `close_flows`, which stops the flow with the entry.
-    pub(super) close: CancellationToken,
+    /// Its own stop: a child of this socket's `close_flows` (which stops
+    /// the flow with the entry), or the table's [`Event::Stop`](super::flows::Event::Stop).
+    pub(super) stop: Arc<Stop>,
     pub(super) ended: mpsc::UnboundedSender<(Arc<Path>, u64)>,
     pub(super) learned: mpsc::UnboundedSender<(Arc<Path>, u64, ConnectionId)>,
     pub(super) drain: DrainGuard,
@@ -69,9 +73,34 @@ pub(super) struct FlowTask {
     pub(super) in_flight: InFlight,
     /// Its PROXY headers, if any: the first answer stops them.
     pub(super) headers: Option<Arc<DatagramHeaders>>,
-    /// The connection permit, and the listener's and route's admission
-    /// slots, released when the flow ends.
-    pub(super) _held: FlowSlots<OwnedSemaphorePermit>,
+    /// The listener's and route's admission slots, released when the flow
+    /// ends (its connection permit, once validated, is the table's).
+    pub(super) _held: FlowSlots,
+}
+
+/// An open flow's stop, which the socket task fires for the flow table
+/// (an unvalidated flow evicted, expired, or validated with no permit
+/// free) with the reason its access line gives.
+#[derive(Debug)]
+pub(super) struct Stop {
+    token: CancellationToken,
+    reason: OnceLock<CloseReason>,
+}
+
+impl Stop {
+    /// A stop that also fires with `token` (a child of the socket's).
+    pub(super) fn new(token: CancellationToken) -> Stop {
+        Stop {
+            token,
+            reason: OnceLock::new(),
+        }
+    }
+
+    /// Ends the flow with `reason`.
+    pub(super) fn stop(&self, reason: CloseReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
 }
 
 /// Sends the backend's datagrams to the client until the flow ends, then
@@ -86,7 +115,7 @@ pub(super) async fn relay_back(flow: FlowTask) {
         path,
         expiry,
         registered,
-        close,
+        stop,
         ended,
         learned,
         drain,
@@ -112,7 +141,7 @@ pub(super) async fn relay_back(flow: FlowTask) {
         // Shutdown, or an operator's close or drain (told apart by the
         // entry, as for TCP): one future for the flow's life, so that a
         // wake-up for a datagram registers no waiter.
-        let stopped = registered.stopped(&close);
+        let stopped = registered.stopped(&stop.token);
         tokio::pin!(stopped);
         // Backend batches relayed in a row without a look at the flow's
         // bounds (the backend branch goes first).
@@ -134,14 +163,14 @@ pub(super) async fn relay_back(flow: FlowTask) {
                             rebinds = path.rebinds();
                             client = path.client();
                         }
-                        relay_down(&offload, &down, &backend, &socket, client, &record.part.stats, started, |datagram| {
+                        relay_down(&offload, &down, &backend, &socket, client, &path, &record.part.stats, started, |datagram| {
                             // The backend holds the flow: no more
                             // headers (marked before its answer is sent
                             // on, so a client that has it sends no more).
                             if let Some(headers) = &headers {
                                 headers.answered();
                             }
-                            if let Some(cid) = cid::backend_scid(datagram)
+                            if let Some(cid) = cid::backend_scid_of(datagram, MIN_VALIDATING_CID_LEN)
                                 && taught.add(cid)
                             {
                                 let _ = learned.send((path.clone(), id, cid));
@@ -171,7 +200,10 @@ pub(super) async fn relay_back(flow: FlowTask) {
                         break CloseReason::BackendReset;
                     }
                 },
-                () = &mut stopped => break registered.reason(CloseReason::Shutdown),
+                () = &mut stopped => break match stop.reason.get() {
+                    Some(&reason) => reason,
+                    None => registered.reason(CloseReason::Shutdown),
+                },
                 // Its route drained by a reload, or its address put in
                 // `maint`.
                 () = &mut closing => break drain.reason(),
@@ -210,8 +242,9 @@ fn pending_error(backend: &UdpSocket) -> std::io::Result<usize> {
 /// Sends what the backend socket holds now to the client, one receive
 /// batch gathered into GSO sends, in this thread's scratch buffers (no
 /// await in between, so a flow holds no buffer while it waits). A datagram
-/// the listening socket cannot take now is dropped, as the network would.
-/// Returns the bytes it relayed (0: the socket was empty).
+/// the listening socket cannot take now is dropped, as the network would;
+/// so is one past 3x what an unvalidated client sent ([`may_send`],
+/// counted). Returns the bytes it read (0: the socket was empty).
 #[allow(clippy::too_many_arguments)]
 fn relay_down(
     offload: &Offload,
@@ -219,6 +252,7 @@ fn relay_down(
     backend: &UdpSocket,
     socket: &UdpSocket,
     client: SocketAddr,
+    path: &Path,
     stats: &Stats,
     started: Instant,
     mut learn: impl FnMut(&[u8]),
@@ -228,10 +262,22 @@ fn relay_down(
         let max_segments = offload.max_segments();
         let now = Instant::now();
         let mut bytes = 0;
+        // Until the client is validated, every datagram is weighed (one
+        // atomic load each); after, nothing.
+        let mut validated = path.validated();
         for (_, _, datagram) in recv.datagrams() {
-            stats.down(datagram.len(), started, now);
             bytes += datagram.len();
             learn(datagram);
+            if !validated {
+                validated = path.validated();
+                let received = stats.bytes_up.load(Ordering::Relaxed);
+                let sent = stats.bytes_down.load(Ordering::Relaxed);
+                if !validated && !may_send(received, sent, datagram.len()) {
+                    crate::metrics::metrics().quic_amplification_dropped();
+                    continue;
+                }
+            }
+            stats.down(datagram.len(), started, now);
             send.push(client, datagram, max_segments, |to, contents, segment| {
                 down.send(offload, socket, to, contents, segment);
             });

@@ -15,8 +15,8 @@
 //!   ([`crate::flow::gate`], the same gate and close as a TCP
 //!   connection's); otherwise its datagram is dropped (counted, and
 //!   summarised in a log line at most once a second). At the socket's
-//!   pending caps ([`MAX_PENDING_FLOWS`], never more than half the free
-//!   connection permits' worth, [`MAX_HELD_BYTES`]) it takes the place of
+//!   pending caps ([`MAX_PENDING_FLOWS`], never more than the free
+//!   connection permits, [`MAX_HELD_BYTES`]) it takes the place of
 //!   the oldest pending flow, which closes `evicted` (and of its own
 //!   source's oldest once the source holds [`MAX_PENDING_PER_SOURCE`]), so
 //!   a half-hello flood cannot keep a new client's first datagram out.
@@ -31,11 +31,18 @@
 //!   it;
 //! - *open*: relaying, after the socket task reported its backend socket
 //!   ([`FlowTable::opened`]). Its client datagrams are returned to the
-//!   socket task unread ([`FlowTable::open_mut`]); the connection IDs its backend
+//!   socket task unread ([`FlowTable::up`]); the connection IDs its backend
 //!   chose are learned ([`FlowTable::learned`]) so that a datagram from a
 //!   new address carrying one of them moves the flow there (NAT rebinding,
 //!   [`Datagram::Moved`] then [`FlowTable::rebind`]); it leaves the table
-//!   when the socket task reports its end ([`FlowTable::ended`]).
+//!   when the socket task reports its end ([`FlowTable::ended`]). An open
+//!   flow is *unvalidated* until its client sends to one of those IDs
+//!   ([`validation`]): only then does it take a connection permit
+//!   (`[global] max_connections`); until then it counts in the socket's
+//!   small budget of unvalidated flows (a cap in all and per source,
+//!   oldest evicted first, a short lifetime after which it closes
+//!   `unvalidated`: [`Event::Stop`]) and is sent at most 3x what it sent.
+//!   No pending or connecting flow holds a permit either.
 //!
 //! A refused hello closes with the QUIC refusal the client understands
 //! ([`Event::Close`] with an answer: the TLS alert the TCP path would
@@ -55,7 +62,8 @@
 //! PROXY header a trusted peer relay's datagrams carry ([`preface`]: read
 //! on a flow's first datagram as the TCP preface reads a connection's,
 //! its claim admitted and counted per source, the pending bounds keyed on
-//! it) and the PROXY headers toward its backend ([`announce`]).
+//! it), the PROXY headers toward its backend ([`announce`]) and the
+//! validation of open flows' clients ([`validation`]).
 //!
 //! Not here: sockets, tasks, channels, the backend choice itself
 //! ([`backend_address`](super::backend_address)), the refusal's bytes
@@ -72,8 +80,8 @@ use std::time::Duration;
 
 use std::time::Instant;
 
-use super::cid::{self, CidTable, FlowCids};
-use super::initial::{ConnectionId, HelloLimits, Parser, QuicHello, Verdict};
+use super::cid::CidTable;
+use super::initial::{HelloLimits, Parser, QuicHello, Verdict};
 use super::refusal::refusal;
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
@@ -90,16 +98,19 @@ use crate::wire::fingerprint::Fingerprints;
 mod announce;
 mod bounds;
 mod events;
+mod open;
 pub(crate) mod preface;
 pub(crate) mod record;
 mod state;
+mod validation;
 
 pub(crate) use bounds::{MAX_HELD_BYTES, MAX_PENDING_FLOWS, MAX_PENDING_PER_SOURCE};
 use bounds::{Summary, source_key};
 pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
 use preface::DatagramArrival;
 pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
-use state::{ConnectingFlow, FlowState, Open, Pending};
+use state::{ConnectingFlow, FlowState, Pending};
+pub(crate) use validation::{MIN_VALIDATING_CID_LEN, Up, may_send};
 
 /// The flows of one listening socket; `B` is what the socket task keeps
 /// per open flow, `P` a connection permit ([`Permits`]).
@@ -128,7 +139,11 @@ pub(crate) struct FlowTable<B, P> {
     drop_summary: Summary,
     /// The listener's metric series, made on the first flow.
     metrics: Option<Arc<ListenerMetrics>>,
-    events: VecDeque<Event<P>>,
+    /// Open flows not validated yet ([`validation`]), and those that
+    /// validated with no permit free, to end.
+    unvalidated: validation::Unvalidated,
+    refused: Vec<SocketAddr>,
+    events: VecDeque<Event<B>>,
 }
 
 impl<B, P: std::fmt::Debug> FlowTable<B, P> {
@@ -147,12 +162,15 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             local,
             drop_summary: Summary::default(),
             metrics: None,
+            unvalidated: validation::Unvalidated::default(),
+            refused: Vec::new(),
             events: VecDeque::new(),
         }
     }
 
     /// The next event to perform, in the order they happened.
-    pub(crate) fn poll_event(&mut self) -> Option<Event<P>> {
+    pub(crate) fn poll_event(&mut self) -> Option<Event<B>> {
+        self.stop_refused();
         self.events.pop_front()
     }
 
@@ -196,15 +214,6 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         }
     }
 
-    /// The open flow at `from`, if any: its client datagrams are relayed
-    /// unread, without [`FlowTable::handle`] (the hot path: one lookup).
-    pub(crate) fn open_mut(&mut self, from: SocketAddr) -> Option<&mut B> {
-        match self.flows.get_mut(&from) {
-            Some(FlowState::Open(open)) => Some(&mut open.io),
-            _ => None,
-        }
-    }
-
     /// A datagram from `from` at `now`: an open flow's, held or parsed
     /// (events may follow), or from an address no flow has.
     pub(crate) fn handle(
@@ -241,41 +250,12 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         }
     }
 
-    /// Moves the open flow whose backend chose the datagram's Destination
-    /// Connection ID to `from` (its client's new address); returns its
-    /// handle and its previous address, or `None` if no open flow has it.
-    pub(crate) fn rebind(
-        &mut self,
-        from: SocketAddr,
-        datagram: &[u8],
-    ) -> Option<(SocketAddr, &mut B)> {
-        let old = self.cids.lookup(datagram)?;
-        // The table names open flows only; anything else is left alone.
-        let open = match self.flows.remove(&old) {
-            Some(FlowState::Open(open)) => open,
-            Some(other) => {
-                self.flows.insert(old, other);
-                return None;
-            }
-            None => return None,
-        };
-        self.cids.moved(&open.cids, from);
-        match self
-            .flows
-            .entry(from)
-            .insert_entry(FlowState::Open(open))
-            .into_mut()
-        {
-            FlowState::Open(open) => Some((old, &mut open.io)),
-            _ => unreachable!("inserted as open"),
-        }
-    }
-
     /// Starts a pending flow for `from`'s first datagram, sent to `to` (the
     /// listening address when the kernel did not say), if every bound
     /// and the accept gate let it, and feeds it the datagram. `permits`
     /// are the process-wide connection permits (`[global]
-    /// max_connections`); a flow holds one until it ends.
+    /// max_connections`): none is taken before the flow validates
+    /// ([`validation`]), but no more flows are pending than are free.
     pub(crate) fn start(
         &mut self,
         now: Instant,
@@ -350,10 +330,6 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             self.drop_new_flow(now, &generation.listener);
             return false;
         }
-        let Some(permit) = permits.try_take() else {
-            self.drop_new_flow(now, &generation.listener);
-            return false;
-        };
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
         let mut record = flow_record(listener, from, now, metrics, dialled);
         record.claimed = claimed;
@@ -376,7 +352,6 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 held: Vec::new(),
                 held_bytes: 0,
                 record,
-                permit,
                 admitted,
                 source,
                 relayed: preface.relayed,
@@ -390,7 +365,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     /// datagram of `len` bytes, evicting pending flows (oldest first) as
     /// needed: the source's own oldest when it has
     /// [`MAX_PENDING_PER_SOURCE`], then the table's oldest while a socket
-    /// bound (count, half the free permits, held bytes) is reached. False
+    /// bound (count, the free permits, held bytes) is reached. False
     /// if a bound is still reached with nothing left to evict.
     fn make_room(
         &mut self,
@@ -529,7 +504,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     }
 
     /// Takes a pending flow out of the map and the pending counts.
-    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending<P>>> {
+    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending>> {
         match self.flows.remove(&from) {
             Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
@@ -552,8 +527,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     }
 
     /// Ends pending flows `client_hello_timeout` (`timeout`) after their
-    /// first datagram.
+    /// first datagram, and open ones still unvalidated
+    /// [`UNVALIDATED_LIFETIME`](validation::UNVALIDATED_LIFETIME) after they opened.
     pub(crate) fn sweep(&mut self, now: Instant, timeout: Duration) {
+        self.expire_unvalidated(now);
         while let Some(&(started, from)) = self.pending_order.front() {
             if now < started + timeout {
                 break;
@@ -569,7 +546,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     /// Routes a complete hello: refuses it, or asks for its address.
     fn route(
         &mut self,
-        pending: Pending<P>,
+        pending: Pending,
         hello: QuicHello,
         from: SocketAddr,
         generation: &Generation,
@@ -577,9 +554,9 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         let Pending {
             held,
             mut record,
-            permit,
             mut admitted,
             relayed,
+            source,
             ..
         } = pending;
         // One decision, as a TCP connection's: admit on the hello, route,
@@ -654,7 +631,8 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             record,
             idle: target.timeouts.idle,
             lifetime: target.timeouts.lifetime,
-            slots: (permit, admitted, route_admitted),
+            slots: (admitted, route_admitted),
+            source,
             headers,
         };
         self.pending += 1;
@@ -696,6 +674,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             lifetime,
             slots,
             headers,
+            source,
             ..
         } = *connecting;
         match outcome {
@@ -711,54 +690,12 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                     idle,
                     lifetime,
                     slots,
+                    source,
                     picked,
                     drain,
                     headers,
                 })))
             }
-        }
-    }
-
-    /// The flow `id` handed over by [`Event::Open`] relays from `from`
-    /// through `io`.
-    pub(crate) fn opened(&mut self, from: SocketAddr, id: u64, io: B) {
-        self.flows.insert(
-            from,
-            FlowState::Open(Open {
-                id,
-                io,
-                cids: FlowCids::default(),
-            }),
-        );
-    }
-
-    /// The open flow `id`, now at `at`, ended: its address and its
-    /// connection IDs are free. (Its task may report after its address went
-    /// to another flow: then nothing happens.)
-    pub(crate) fn ended(&mut self, at: SocketAddr, id: u64) -> Option<B> {
-        match self.flows.get(&at) {
-            Some(FlowState::Open(open)) if open.id == id => {}
-            _ => return None,
-        }
-        let Some(FlowState::Open(open)) = self.flows.remove(&at) else {
-            unreachable!("matched as open just above");
-        };
-        self.cids.forget(&open.cids);
-        Some(open.io)
-    }
-
-    /// The backend of the open flow `id`, now at `at`, showed connection ID
-    /// `cid`: learned, within the flow's share.
-    pub(crate) fn learned(&mut self, at: SocketAddr, id: u64, cid: ConnectionId) {
-        let Some(FlowState::Open(open)) = self.flows.get_mut(&at) else {
-            return;
-        };
-        if open.id == id
-            && open.cids.len() < cid::MAX_CIDS_PER_FLOW
-            && !open.cids.contains(&cid)
-            && self.cids.learn(cid, at)
-        {
-            open.cids.add(cid);
         }
     }
 
@@ -771,6 +708,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         self.held_bytes = 0;
         self.pending_order.clear();
         self.pending_by_source.clear();
+        self.unvalidated.clear();
         for (_, flow) in flows {
             match flow {
                 FlowState::Pending(pending) => self.close(pending.record, reason, None),

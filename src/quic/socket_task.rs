@@ -31,9 +31,10 @@
 //!   address is put in `maint` (`address_maint`), on shutdown, or when an
 //!   operator closes or drains it (`admin`, `drained`; `moved` for a flow
 //!   sent to a cluster's `local_backend` when a push of local names drops
-//!   its name); it holds its address's slot (caps and `least_connections`
-//!   count flows), its connection permit and admission slots until then,
-//!   and reports its end to the table.
+//!   its name) or unvalidated ([`super::flows::Event::Stop`]); it holds
+//!   its address's slot (caps and `least_connections` count flows) and
+//!   admission slots until then (its permit, once validated, is the
+//!   table's: [`super::flows::FlowTable::up`]), and reports its end.
 //!
 //! Every flow that sent a datagram ends with one access line (the TCP
 //! fields, `alpn`, `ech` and `ech_kind` included, `protocol = "quic"`, the
@@ -87,8 +88,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::cid::Path;
+use super::flow_task::Stop;
 use super::flow_task::{FlowTask, moved, relay_back};
-use super::flows::{Datagram, Event, Expiry, FlowTable, Opening, Permits, PickFor, Stats};
+use super::flows::{Datagram, Event, Expiry, FlowTable, Opening, Permits, PickFor, Stats, Up};
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::ConnectionId;
 use super::io::{Gather, Offload, RecvBatch, SendBatch};
@@ -185,6 +187,8 @@ struct OpenFlow {
     /// The PROXY headers its datagrams carry until the backend answers
     /// (`proxy_protocol = "v2"`); `None`: sent as they came.
     headers: Option<Arc<DatagramHeaders>>,
+    /// Ends its task with the table's reason ([`Event::Stop`]).
+    stop: Arc<Stop>,
 }
 
 /// What a flow's address lookup reports back to its socket task.
@@ -384,9 +388,31 @@ impl SocketTask {
         // (`FlowTable::start`).
         let listener = &self.current.listener;
         let arrival = preface::arrived(listener.proxy_protocol.as_ref(), from, datagram);
-        if let Some(open) = self.table.open_mut(from) {
-            let Some(datagram) = arrival.payload() else {
-                tracing::debug!(listener = %listener.name, client.peer = %from, "a datagram with an invalid PROXY header on an open flow: dropped");
+        let payload = arrival.payload();
+        let permits = &self.runtime.permits;
+        let open = match self.table.up(
+            now,
+            from,
+            payload.unwrap_or_default(),
+            &self.current,
+            permits,
+        ) {
+            Up::NotOpen => None,
+            Up::Open { io, validated } => {
+                if validated {
+                    // From now on the flow task sends without the 3x bound.
+                    io.path.validate();
+                }
+                Some(io)
+            }
+            Up::Closed => {
+                self.perform(now);
+                return;
+            }
+        };
+        if let Some(open) = open {
+            let Some(datagram) = payload else {
+                tracing::debug!(listener = %self.current.listener.name, client.peer = %from, "a datagram with an invalid PROXY header on an open flow: dropped");
                 return;
             };
             open.stats.up(datagram.len(), open.started, now);
@@ -437,10 +463,13 @@ impl SocketTask {
     fn rebind(&mut self, now: Instant, datagram: &[u8], from: SocketAddr) -> bool {
         // What this receive gathered for the old address goes first.
         self.flush_up();
-        let Some((old, open)) = self.table.rebind(from, datagram) else {
+        let Some((old, open)) = self.table.rebind(from, datagram, &self.runtime.permits) else {
+            self.perform(now);
             return false;
         };
         open.path.moved(from);
+        // A moved flow is a validated one (the table took its permit).
+        open.path.validate();
         open.stats.up(datagram.len(), open.started, now);
         moved(&open.entry.activity, Side::Up, datagram.len());
         let _ = self
@@ -476,7 +505,8 @@ impl SocketTask {
                     record.close(reason);
                 }
                 Event::Pick(pick) => self.pick(*pick),
-                Event::Open(opening) => self.open(*opening),
+                Event::Open(opening) => self.open(now, *opening),
+                Event::Stop { io, reason } => io.stop.stop(reason),
             }
         }
     }
@@ -524,7 +554,7 @@ impl SocketTask {
     /// Opens a flow on its chosen address: one UDP socket connected to it,
     /// the held datagrams forwarded in arrival order, and the task that
     /// relays the backend's answers; or closes it `connect_failed`.
-    fn open(&mut self, opening: Opening<OwnedSemaphorePermit>) {
+    fn open(&mut self, now: Instant, opening: Opening) {
         let Opening {
             from,
             mut record,
@@ -532,6 +562,7 @@ impl SocketTask {
             idle,
             lifetime,
             slots,
+            source,
             picked,
             drain,
             headers,
@@ -601,9 +632,12 @@ impl SocketTask {
             Side::Up,
             stats.bytes_up.load(std::sync::atomic::Ordering::Relaxed) as usize,
         );
+        let stop = Arc::new(Stop::new(self.close_flows.child_token()));
         self.table.opened(
+            now,
             from,
             record.id,
+            source,
             OpenFlow {
                 backend: backend.clone(),
                 backend_addr,
@@ -612,6 +646,7 @@ impl SocketTask {
                 entry: registered.shared(),
                 path: path.clone(),
                 headers: headers.clone(),
+                stop: stop.clone(),
             },
         );
         let expiry = Expiry::new(started, idle, lifetime, record.id);
@@ -624,7 +659,7 @@ impl SocketTask {
             path,
             expiry,
             registered,
-            close: self.close_flows.clone(),
+            stop,
             ended: self.ended_tx.clone(),
             learned: self.learned_tx.clone(),
             drain,

@@ -68,6 +68,7 @@ mod quic_proxy_out;
 mod quic_quinn;
 mod quic_refusal;
 mod quic_two_relays;
+mod quic_validation;
 
 // Backends and clusters.
 mod backend_backup;

@@ -395,11 +395,11 @@ async fn an_initial_flood_is_held_to_the_pending_bound_and_open_flows_go_on() {
     udp_round_trip(&open, relay_addr, b"still here").await;
 
     // New flows took the places of the oldest pending ones, within the
-    // bound, which never let more than half of the connection permits be
-    // pending.
+    // bound, which never let more flows be pending than permits are free
+    // (pending flows hold none).
     let evicted = relay.wait_log(is_eviction_summary).await;
     assert!(
-        evicted["pending"].as_u64().unwrap() as usize <= MAX_CONNECTIONS / 2,
+        (evicted["pending"].as_u64().unwrap() as usize) < MAX_CONNECTIONS,
         "{evicted}"
     );
     // Pending flows end at client_hello_timeout.
@@ -842,6 +842,33 @@ async fn a_backend_that_never_goes_quiet_does_not_keep_its_flow_past_its_lifetim
     let mut buf = vec![0u8; 65536];
     let (len, flow) = backend.recv_from(&mut buf).expect("the hello forwarded");
     assert_eq!(&buf[..len], &hello[..]);
+    // The client shows it receives (a datagram to the connection ID the
+    // backend's long header chose): a validated flow is not held to 3x
+    // what its client sent.
+    let scid = [0x5c; 8];
+    let mut answer = vec![0xc0, 0, 0, 0, 1, 8];
+    answer.extend_from_slice(&[0xc1; 8]);
+    answer.push(8);
+    answer.extend_from_slice(&scid);
+    answer.resize(1200, 0);
+    backend.send_to(&answer, flow).unwrap();
+    let mut back = vec![0u8; 2048];
+    let (len, _) = tokio::time::timeout(WAIT, client.recv_from(&mut back))
+        .await
+        .expect("the answer relayed")
+        .unwrap();
+    assert_eq!(&back[..len], &answer[..]);
+    let mut validating = vec![0x40];
+    validating.extend_from_slice(&scid);
+    validating.resize(100, 0);
+    client
+        .send_to(&validating, relay.addr_of("quic"))
+        .await
+        .unwrap();
+    let (len, _) = backend
+        .recv_from(&mut buf)
+        .expect("the validating datagram");
+    assert_eq!(&buf[..len], &validating[..]);
     // The flood, from a thread of its own: until the flow's line is in, or
     // FLOOD_FOR at most.
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));

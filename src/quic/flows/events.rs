@@ -15,8 +15,8 @@ use crate::flow::access::CloseReason;
 use crate::quic::backend_address::{Ask, Picked};
 
 /// The process-wide connection permits (`[global] max_connections`) as the
-/// table sees them: how many are free, and one taken for a new flow, which
-/// holds it (`P`) until it ends. The socket task passes the runtime's
+/// table sees them: how many are free, and one taken for a flow that
+/// validated, which holds it (`P`) until it ends. The socket task passes the runtime's
 /// semaphore; tests pass a counter. The table waits for none.
 pub(crate) trait Permits {
     /// A taken permit, given back when dropped.
@@ -27,13 +27,16 @@ pub(crate) trait Permits {
     fn try_take(&self) -> Option<Self::Permit>;
 }
 
-/// The places a flow holds while it lives: its connection permit, and the
-/// listener's and route's admission slots (released when dropped).
-pub(crate) type FlowSlots<P> = (P, Option<Admitted>, Option<RouteAdmitted>);
+/// The places a flow holds while it lives: the listener's and route's
+/// admission slots (released when dropped). Its connection permit is the
+/// table's, taken once the flow is validated
+/// ([`super::validation`]).
+pub(crate) type FlowSlots = (Option<Admitted>, Option<RouteAdmitted>);
 
-/// What the socket task is asked to do, or told happened.
+/// What the socket task is asked to do, or told happened; `B` is its
+/// handle on an open flow.
 #[derive(Debug)]
-pub(crate) enum Event<P> {
+pub(crate) enum Event<B> {
     /// Choose the backend address of the flow from `from` (`super::backend_address`:
     /// at once when the addresses are known, else in a task) and report it
     /// with [`super::FlowTable::chosen`].
@@ -41,7 +44,11 @@ pub(crate) enum Event<P> {
     /// The flow's address is chosen: open its backend socket, send the held
     /// datagrams in arrival order, start its relay and report it with
     /// [`super::FlowTable::opened`] (or close it `connect_failed`).
-    Open(Box<Opening<P>>),
+    Open(Box<Opening>),
+    /// An open flow left the table unvalidated (evicted, expired, or no
+    /// permit when it validated): end its task with `reason` (which
+    /// writes its access line).
+    Stop { io: B, reason: CloseReason },
     /// The flow ended: send `answer` to the client first, if any (a
     /// refusal: counted as a datagram down once sent), then close `record`.
     Close {
@@ -66,7 +73,7 @@ pub(crate) struct PickFor {
 
 /// A flow handed to the socket task to open on its chosen address.
 #[derive(Debug)]
-pub(crate) struct Opening<P> {
+pub(crate) struct Opening {
     pub from: SocketAddr,
     pub record: FlowRecord,
     /// Its datagrams so far, in arrival order.
@@ -74,7 +81,9 @@ pub(crate) struct Opening<P> {
     /// The route's `idle_timeout` and `max_connection_lifetime`.
     pub idle: Duration,
     pub lifetime: Option<Duration>,
-    pub slots: FlowSlots<P>,
+    pub slots: FlowSlots,
+    /// The source it counts against ([`super::bounds::source_key`]).
+    pub source: std::net::IpAddr,
     pub picked: Picked,
     pub drain: DrainGuard,
     /// The PROXY headers its datagrams carry until the backend answers,
@@ -86,7 +95,7 @@ pub(crate) struct Opening<P> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Datagram {
     /// An open flow's: relay it to the flow's backend, unread, through
-    /// [`super::FlowTable::open_mut`] (which the socket task asks first: an open
+    /// [`super::FlowTable::up`] (which the socket task asks first: an open
     /// flow's datagram costs one lookup).
     Open,
     /// Taken by a pending or connecting flow (held, or dropped at a bound).

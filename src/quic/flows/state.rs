@@ -1,7 +1,9 @@
 //! What the [`FlowTable`](super::FlowTable) holds for each client
 //! address, by stage: a pending flow (its hello not complete, its
 //! datagrams held), a connecting one (routed, waiting for its backend's
-//! address, still holding) and an open one (the socket task's handle).
+//! address, still holding) and an open one (the socket task's handle, and
+//! its connection permit once validated). None but a validated open flow
+//! holds a permit.
 //!
 //! Not here: moving a flow from one stage to the next (the table's), nor
 //! the bounds on what they hold ([`bounds`](super::bounds)).
@@ -20,12 +22,11 @@ use crate::wire::proxy_tlv::PassedTlvs;
 
 /// A flow whose hello is not complete yet.
 #[derive(Debug)]
-pub(super) struct Pending<P> {
+pub(super) struct Pending {
     pub(super) parser: Parser,
     pub(super) held: Vec<Box<[u8]>>,
     pub(super) held_bytes: usize,
     pub(super) record: FlowRecord,
-    pub(super) permit: P,
     pub(super) admitted: Option<Admitted>,
     /// The source it counts against ([`source_key`](super::bounds::source_key)
     /// of its claimed client behind a trusted peer, else of its address).
@@ -38,7 +39,7 @@ pub(super) struct Pending<P> {
 /// A routed flow waiting for its backend address: its datagrams are still
 /// held, within the same bounds as a pending flow's.
 #[derive(Debug)]
-pub(super) struct ConnectingFlow<P> {
+pub(super) struct ConnectingFlow {
     pub(super) held: Vec<Box<[u8]>>,
     pub(super) held_bytes: usize,
     /// The most it may hold (the pending flow's `HelloLimits::held_bytes`).
@@ -46,24 +47,36 @@ pub(super) struct ConnectingFlow<P> {
     pub(super) record: FlowRecord,
     pub(super) idle: Duration,
     pub(super) lifetime: Option<Duration>,
-    pub(super) slots: FlowSlots<P>,
+    pub(super) slots: FlowSlots,
+    /// The source it counts against once open (as a pending flow's).
+    pub(super) source: IpAddr,
     /// The PROXY headers its datagrams carry, if the address chosen takes
     /// them.
     pub(super) headers: FlowHeaders,
 }
 
 /// An open flow: the socket task's handle `B` (its backend socket and
-/// counters) and the connection IDs it taught the table.
+/// counters), the connection IDs it taught the table, and once its client
+/// showed it receives (validation, [`super::validation`]) its connection
+/// permit `P`.
 #[derive(Debug)]
-pub(super) struct Open<B> {
+pub(super) struct Open<B, P> {
     pub(super) id: u64,
     pub(super) io: B,
+    /// The IDs followed for NAT rebinding (in the socket's table).
     pub(super) cids: FlowCids,
+    /// The IDs its backend showed, of any length that validates
+    /// ([`MIN_VALIDATING_CID_LEN`](super::validation::MIN_VALIDATING_CID_LEN)).
+    pub(super) seen: FlowCids,
+    /// `None` while unvalidated (counted in the socket's budget).
+    pub(super) permit: Option<P>,
+    /// The source it counts against ([`Pending::source`]).
+    pub(super) source: IpAddr,
 }
 
 #[derive(Debug)]
 pub(super) enum FlowState<B, P> {
-    Pending(Box<Pending<P>>),
-    Connecting(Box<ConnectingFlow<P>>),
-    Open(Open<B>),
+    Pending(Box<Pending>),
+    Connecting(Box<ConnectingFlow>),
+    Open(Open<B, P>),
 }

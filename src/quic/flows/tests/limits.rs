@@ -4,7 +4,7 @@
 use super::*;
 
 #[test]
-fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
+fn new_flows_stop_at_the_per_source_limit_and_at_the_free_permits() {
     // Per source, through the accept gate: one flow per address.
     let generation_1 = generation("connections_per_source = 1");
     let permits_10 = permits(10);
@@ -38,12 +38,13 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
     // The refusal was closed by the gate, not held as a flow.
     assert_eq!(events(&mut table, &generation_1), []);
     assert_eq!(table.len(), 2);
-    assert_eq!(permits_10.available_permits(), 8);
+    // Pending flows hold no permit (only a validated open flow does).
+    assert_eq!(permits_10.available_permits(), 10);
 
-    // Globally: pending flows never take more than half the free
-    // connection permits.
+    // Globally: no more flows pending than there are free connection
+    // permits (one that could never validate is not worth holding).
     let generation = generation("");
-    let permits_4 = permits(4);
+    let permits_2 = permits(2);
     let mut table = FlowTable::<u32, Taken>::new(None);
     assert!(table.start(
         now,
@@ -51,7 +52,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         None,
         DatagramArrival::Direct(&flight[0]),
         &generation,
-        &permits_4
+        &permits_2
     ));
     assert!(table.start(
         now,
@@ -59,7 +60,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         None,
         DatagramArrival::Direct(&flight[0]),
         &generation,
-        &permits_4
+        &permits_2
     ));
     // A third takes the place of the oldest, within the same bound.
     assert!(table.start(
@@ -68,10 +69,10 @@ fn new_flows_stop_at_the_per_source_limit_and_at_half_the_free_permits() {
         None,
         DatagramArrival::Direct(&flight[0]),
         &generation,
-        &permits_4
+        &permits_2
     ));
     assert_eq!(table.pending(), (2, 2400));
-    assert_eq!(permits_4.available_permits(), 2);
+    assert_eq!(permits_2.available_permits(), 2);
     assert_eq!(
         events(&mut table, &generation),
         [EventSummary::Close {
@@ -164,13 +165,10 @@ fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
         );
     }
     assert_eq!(table.evicted(), 502);
-    // The bound held throughout; the openers' places are free again
-    // (their permits went with their `Open` events, dropped here).
+    // The bound held throughout; the openers' places are free again;
+    // no pending flow holds a permit.
     assert_eq!(table.pending().0, MAX_PENDING_FLOWS - 2);
-    assert_eq!(
-        permits.available_permits(),
-        100_000 - (MAX_PENDING_FLOWS - 2)
-    );
+    assert_eq!(permits.available_permits(), 100_000);
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use super::*;
+use crate::quic::initial::ConnectionId;
 
 use rustls::pki_types::ServerName;
 
@@ -132,6 +133,11 @@ enum EventSummary {
         reason: CloseReason,
         answer_to: Option<SocketAddr>,
     },
+    /// An open flow's task is to end (the handle given to `opened`).
+    Stop {
+        io: u32,
+        reason: CloseReason,
+    },
 }
 
 /// Drains the table's events; picks are answered at once, as the
@@ -169,6 +175,7 @@ fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<Eve
                 reason,
                 answer_to: answer.map(|(to, _)| to),
             },
+            Event::Stop { io, reason } => EventSummary::Stop { io, reason },
         });
     }
     seen
@@ -496,3 +503,4 @@ fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() 
 
 mod limits;
 mod opened;
+mod validation;

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Opens a flow for example.com from `client`; returns its id.
-fn open(
+pub(super) fn open(
     table: &mut FlowTable<u32, Taken>,
     now: Instant,
     client: SocketAddr,
@@ -32,7 +32,7 @@ fn open(
         panic!("a chosen address opens the flow");
     };
     let id = opening.record.id;
-    table.opened(client, id, io);
+    table.opened(now, client, id, bounds::source_key(client), io);
     id
 }
 
@@ -53,7 +53,7 @@ fn an_open_flow_follows_its_client_by_the_backend_s_connection_id() {
         table.handle(now, first, &datagram, &generation),
         Datagram::Open
     );
-    assert_eq!(table.open_mut(first), Some(&mut 7));
+    assert_eq!(table.open_at(first), Some(&7));
     // Not learned yet: from a new address it is a new source.
     assert!(matches!(
         table.handle(now, moved, &datagram, &generation),
@@ -64,9 +64,9 @@ fn an_open_flow_follows_its_client_by_the_backend_s_connection_id() {
         table.handle(now, moved, &datagram, &generation),
         Datagram::Moved
     ));
-    let (previous, io) = table.rebind(moved, &datagram).unwrap();
+    let (previous, io) = table.rebind(moved, &datagram, &permits).unwrap();
     assert_eq!((previous, *io), (first, 7));
-    assert_eq!(table.open_mut(moved), Some(&mut 7));
+    assert_eq!(table.open_at(moved), Some(&7));
     // The old address is free; a report from the old address is not
     // this flow's.
     assert!(table.open_at(first).is_none());
@@ -163,7 +163,7 @@ fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
         table.handle(now, open_client, &flight[0], &generation),
         Datagram::Open
     );
-    assert_eq!(table.open_mut(open_client), Some(&mut 1));
+    assert_eq!(table.open_at(open_client), Some(&1));
     // At the end, what is not open closes here; open flows through
     // their tasks.
     table.close_all(CloseReason::Shutdown);
