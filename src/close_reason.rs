@@ -325,6 +325,13 @@ close_reasons! {
     /// Every address of the backend has its `max_connections` open; no
     /// connect was attempted.
     BackendFull => "backend_full", Fault::Ours, Stage::Connect;
+    // Lookup floods (issue 49).
+    /// The name has no cached answer to serve, and a lookup for it would
+    /// pass its cluster backend's `max_lookups_in_flight` or
+    /// `new_names_per_second`: closed at once, without a lookup. Refused
+    /// like an admission limit (a flood of random names makes many), so
+    /// logged at debug and counted.
+    LookupLimited => "lookup_limited", Fault::Admission, Stage::Connect;
 }
 
 impl CloseReason {

@@ -26,8 +26,8 @@ use prometheus_client::registry::Registry;
 use super::labels::{
     AddressStateLabels, BackendAddressLabels, BackendLabels, BackendStateLabels, CloseLabels,
     ControlLabels, HelloLabels, LimitLabels, ListenerLabels, LogDropLabels, LogTargetLabels,
-    LookupLabels, OutcomeLabels, ReasonLabels, SourceLabels, ThrottleLabels, TrafficLabels,
-    VersionLabels,
+    LookupLabels, LookupLimitLabels, OutcomeLabels, ReasonLabels, SourceLabels, ThrottleLabels,
+    TrafficLabels, VersionLabels,
 };
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -84,6 +84,8 @@ pub(crate) struct Metrics {
     pub(super) throttled: Family<ThrottleLabels, Counter<f64, AtomicU64>>,
     // PROXY v2 over UDP (issue 43).
     pub(super) proxy_datagrams_too_large: Counter,
+    // Lookup floods (issue 49).
+    pub(super) lookups_limited: Family<LookupLimitLabels, Counter>,
 }
 
 /// Backend → address → (up, when last reported): the state behind the
@@ -143,6 +145,7 @@ impl Metrics {
             log_sent: Family::default(),
             log_dropped: Family::default(),
             source_exhausted: Family::default(),
+            lookups_limited: Family::default(),
             throttled: Family::default(),
             proxy_datagrams_too_large: Counter::default(),
         };
@@ -304,6 +307,11 @@ impl Metrics {
             "snirelay_source_address_exhausted",
             "Backend connects (or QUIC flow sockets) whose `source` address had no free local port; the next source was tried",
             m.source_exhausted.clone(),
+        );
+        r.register(
+            "snirelay_cluster_lookups_limited",
+            "Cluster lookups not made because the backend's max_lookups_in_flight or new_names_per_second was reached, by backend and limit (the connection closed lookup_limited, or was served its stale answer)",
+            m.lookups_limited.clone(),
         );
         r.register(
             "snirelay_local_names",
