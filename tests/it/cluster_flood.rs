@@ -11,7 +11,9 @@
 //! in hand at once (and had that many: the bound was reached), every flood
 //! name looked up closed `no_address` and every other one
 //! `lookup_limited`, the refusals logged match
-//! `snirelay_cluster_lookups_limited_total`, and every probe was relayed
+//! `snirelay_cluster_lookups_limited_total`, a name answered 404 during
+//! the flood is answered from the negative cache afterwards while a name
+//! refused was cached as nothing, and every probe was relayed
 //! to the local backend (a TLS echo) within 1 s, although the name's answer
 //! expires every second of the flood.
 //!
@@ -76,7 +78,9 @@ async fn flood(plan: &Flood) -> Seen {
     let config = common::control_plane::cluster_relay_config(
         &cp.url(),
         "[admin]\nlisten = \"127.0.0.1:0\"\n",
-        &format!("local_backend = \"local\"\npositive_ttl = \"1s\"\n{bounds}"),
+        &format!(
+            "local_backend = \"local\"\npositive_ttl = \"1s\"\nnegative_ttl = \"60s\"\n{bounds}"
+        ),
         &format!("[backend.local]\naddresses = [\"{echo}\"]\n{NO_SOURCE_LIMIT}"),
     );
     let relay = Relay::start(&config).await;
@@ -191,9 +195,34 @@ async fn flood(plan: &Flood) -> Seen {
         "every session of {KNOWN} relayed to the local backend"
     );
     let known_lookups = cp.requests(KNOWN);
+    let flood_lookups = cp.total_requests() - known_lookups;
+    // The negative cache held: a flood name the cluster answered 404 is
+    // answered from it. A name refused by the bounds was not cached as
+    // the cluster's answer: asked again, it is looked up (or refused
+    // again), never answered without a lookup.
+    let sni_of = |reason: &str| {
+        closed
+            .iter()
+            .rev()
+            .find(|l| l["sni"] != KNOWN && l["close"] == reason)
+            .map(|l| l["sni"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    let (negative, refused) = (sni_of("no_address"), sni_of("lookup_limited"));
+    assert_eq!(close_of(&relay, &negative).await, "no_address");
+    assert_eq!(
+        cp.requests(&negative),
+        1,
+        "{negative}: from the negative cache"
+    );
+    match close_of(&relay, &refused).await.as_str() {
+        "no_address" => assert_eq!(cp.requests(&refused), 1, "{refused}"),
+        "lookup_limited" => assert_eq!(cp.requests(&refused), 0, "{refused}"),
+        other => panic!("{refused}: closed {other}"),
+    }
     Seen {
         elapsed,
-        flood_lookups: cp.total_requests() - known_lookups,
+        flood_lookups,
         known_lookups,
         max_in_hand: cp.max_in_hand(),
         probes_served: probes_served.load(Ordering::SeqCst),
@@ -202,6 +231,25 @@ async fn flood(plan: &Flood) -> Seen {
         refused_in_flight,
         refused_new_names,
     }
+}
+
+/// Sends a hello for `name` and returns the close reason the relay logged
+/// for it: the close line of `name` that comes after those already logged
+/// (by client port alone, a flood's reused ports would be ambiguous).
+async fn close_of(relay: &Relay, name: &str) -> String {
+    let of_name = |l: &serde_json::Value| l["message"] == "connection closed" && l["sni"] == name;
+    let before = relay.log_lines().iter().filter(|l| of_name(l)).count();
+    let mut stream = TcpStream::connect(relay.addr()).await.unwrap();
+    stream.write_all(&hello_for(name)).await.unwrap();
+    let mut back = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut back))
+        .await
+        .expect("the relay closed in time")
+        .unwrap();
+    relay.wait_count(before + 1, of_name).await;
+    let lines = relay.log_lines();
+    let line = lines.iter().filter(|l| of_name(l)).nth(before).unwrap();
+    line["close"].as_str().unwrap().to_owned()
 }
 
 /// Checks what every flood must show; `rate` and `in_flight` are the
