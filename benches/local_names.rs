@@ -29,6 +29,8 @@ fn cluster(overrides: &[&str]) -> Cluster {
         negative_ttl: Duration::from_secs(60),
         lookup_timeout: Duration::from_secs(2),
         allowed_targets: vec!["10.0.0.0/8".parse().unwrap()],
+        max_lookups_in_flight: 16,
+        new_names_per_second: 50,
         local_overrides: overrides
             .iter()
             .map(|p| Pattern::parse(p).unwrap())

@@ -335,6 +335,13 @@ close_reasons! {
     /// A QUIC flow that validated while every `[global] max_connections`
     /// permit was held: closed, as a full process drops a new flow.
     MaxConnections => "max_connections", Fault::Admission, Stage::Relay;
+    // Lookup floods (issue 49).
+    /// The name has no cached answer to serve, and a lookup for it would
+    /// pass its cluster backend's `max_lookups_in_flight` or
+    /// `new_names_per_second`: closed at once, without a lookup. Refused
+    /// like an admission limit (a flood of random names makes many), so
+    /// logged at debug and counted.
+    LookupLimited => "lookup_limited", Fault::Admission, Stage::Connect;
 }
 
 impl CloseReason {

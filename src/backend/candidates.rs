@@ -51,6 +51,8 @@ pub(crate) enum ConnectError {
     TargetNotAllowed,
     #[error("every backend address has max_connections open")]
     Full,
+    #[error("the cluster lookup this name needs is past the backend's lookup limits")]
+    LookupLimited,
 }
 
 impl From<ConnectError> for CloseReason {
@@ -60,6 +62,7 @@ impl From<ConnectError> for CloseReason {
             ConnectError::NoAddress => CloseReason::NoAddress,
             ConnectError::TargetNotAllowed => CloseReason::TargetNotAllowed,
             ConnectError::Full => CloseReason::BackendFull,
+            ConnectError::LookupLimited => CloseReason::LookupLimited,
         }
     }
 }
@@ -69,6 +72,7 @@ impl From<LookupError> for ConnectError {
         match e {
             LookupError::NoAddress => ConnectError::NoAddress,
             LookupError::TargetNotAllowed => ConnectError::TargetNotAllowed,
+            LookupError::Limited => ConnectError::LookupLimited,
         }
     }
 }

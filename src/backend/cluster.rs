@@ -54,12 +54,30 @@
 //!   in-flight counts) across refreshes, and a refresh that only reorders
 //!   the endpoints keeps the set as it was (with `node_choice =
 //!   "gerbil_fnv"`, which picks by position, it takes the new order);
-//! - bounded: at most `MAX_ENTRIES` names per cluster backend. When full,
-//!   entries that can no longer serve are dropped; if that is not enough,
-//!   the `EVICT_BATCH` entries that expire soonest go (an O(n) sweep,
-//!   paid once per batch of new names). Names with a lookup in flight are
-//!   never evicted; they are bounded by the connections waiting on them.
-//!   Memory: a few hundred bytes per name, ~3 MB when full.
+//! - bounded, in two shares ([`table`]): at most [`table::MAX_ENTRIES`] names
+//!   with an answer (fresh or stale-servable) and [`table::MAX_UNANSWERED`]
+//!   without one (first lookup pending, no node, refused, failed). A new
+//!   name takes its place among the unanswered and makes room there only;
+//!   an answer makes room among the answers only. So names that did not
+//!   resolve never evict names that did. Room is made a batch at a time
+//!   (dead entries first, then the soonest to expire), never a sweep per
+//!   name; names with a lookup in flight are never evicted. About 250 B
+//!   per name and 200 B per one-endpoint answer: ~5 MB per backend when
+//!   both shares are full.
+//!
+//! Lookups are bounded per backend ([`limit`], issue 49): at most
+//! `max_lookups_in_flight` run at once, and names with no answer to serve
+//! (new ones, expired negatives) are looked up at most
+//! `new_names_per_second` (a bucket of one second's worth). A name that
+//! would need a lookup past either closes `lookup_limited` at once,
+//! nothing looked up and nothing cached (so never a negative entry of the
+//! cluster's); a name with a stale answer whose refresh is refused is
+//! served that answer. A cached name (fresh or stale-servable) never takes
+//! from the rate. Waiting for another connection's lookup of the same
+//! name takes neither. So a flood of random names costs the control plane
+//! at most `new_names_per_second` lookups a second (after its first
+//! second's burst), and the connections (or QUIC flows) waiting on a
+//! lookup wait on at most `max_lookups_in_flight` names.
 //!
 //! Before any of that, a name in `local_overrides` or in the pushed local
 //! names (`super::local_names`) is [`Answer::Local`] when the backend has a
@@ -74,7 +92,6 @@
 //! towards them), the HTTP lookup (`super::cluster_http`) or the DNS wire
 //! protocol (`super::dns`).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -90,11 +107,9 @@ use crate::metrics;
 use crate::wire::cidr::canonical;
 use crate::wire::matcher::SniMatcher;
 use crate::wire::sni::Sni;
+use limit::{Limited, Limits};
+use table::{CacheEntry, Table};
 
-/// Names cached per cluster backend.
-pub(crate) const MAX_ENTRIES: usize = 10_000;
-/// Entries dropped at once when the cache is full of live answers.
-pub(crate) const EVICT_BATCH: usize = MAX_ENTRIES / 8;
 /// How long past its expiry an answer may still be served while lookups
 /// fail (RFC 8767 suggests one to three days for DNS).
 pub(crate) const MAX_STALE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -146,6 +161,10 @@ pub enum LookupError {
     #[error("the answer points outside allowed_targets")]
     /// Every address the answer gave is outside `allowed_targets`.
     TargetNotAllowed,
+    #[error("the lookup would pass max_lookups_in_flight or new_names_per_second")]
+    /// The name has no answer to serve and a lookup for it would pass the
+    /// backend's `max_lookups_in_flight` or `new_names_per_second`.
+    Limited,
 }
 
 /// Why one lookup failed (logged; the connection sees [`LookupError`]).
@@ -218,55 +237,6 @@ enum CachedAnswer {
     NoNode,
 }
 
-/// One name's cached answer, how long it is served, and the state of its
-/// lookups.
-#[derive(Debug)]
-struct CacheEntry {
-    /// The answer to serve; `None` until the first lookup finished.
-    stored: Option<CachedAnswer>,
-    /// Until then `stored` is served without a lookup.
-    fresh_until: Instant,
-    /// Until then `stored` is served when a lookup fails.
-    stale_until: Instant,
-    /// Bumped by every finished lookup: a connection that waited for the
-    /// lookup in flight sees it changed and takes the outcome as it is.
-    generation: u64,
-    /// In a streak of failed lookups (warned once).
-    failing: bool,
-}
-
-/// One name's place in the cache: its entry, and the lock its lookup in
-/// flight holds.
-#[derive(Debug)]
-struct NameSlot {
-    entry: Mutex<CacheEntry>,
-    /// Held by the connection doing this name's lookup.
-    flight: tokio::sync::Mutex<()>,
-}
-
-impl NameSlot {
-    fn new(now: Instant) -> NameSlot {
-        NameSlot {
-            entry: Mutex::new(CacheEntry {
-                stored: None,
-                fresh_until: now,
-                stale_until: now,
-                generation: 0,
-                failing: false,
-            }),
-            flight: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    fn entry(&self) -> std::sync::MutexGuard<'_, CacheEntry> {
-        self.entry.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn in_flight(&self) -> bool {
-        self.flight.try_lock().is_err()
-    }
-}
-
 /// Where a cluster backend's answers come from: its HTTP lookup or its
 /// DNS server.
 #[derive(Debug)]
@@ -289,7 +259,9 @@ pub struct Cache {
     config: Cluster,
     backend: String,
     source: AnswerSource,
-    slots: Mutex<HashMap<Box<str>, Arc<NameSlot>>>,
+    table: Mutex<Table>,
+    /// `max_lookups_in_flight` and `new_names_per_second`.
+    limits: Limits,
     /// `local_overrides`, compiled (empty: no check).
     overrides: SniMatcher<()>,
     /// The addresses of `this_node` (empty: the dialled address is this
@@ -326,7 +298,13 @@ impl Cache {
             config: config.clone(),
             backend: backend.to_owned(),
             source,
-            slots: Mutex::new(HashMap::new()),
+            table: Mutex::new(Table::default()),
+            limits: Limits::new(
+                backend,
+                config.max_lookups_in_flight,
+                config.new_names_per_second,
+                Instant::now(),
+            ),
             overrides,
             this_node,
         }
@@ -350,11 +328,8 @@ impl Cache {
     /// up afresh). A lookup in flight finishes into its own slot, which is
     /// no longer in the table, and its waiters take its outcome.
     pub(crate) fn forget<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        names
-            .into_iter()
-            .filter(|name| slots.remove(*name).is_some())
-            .count()
+        let mut table = self.table();
+        names.into_iter().filter(|name| table.remove(name)).count()
     }
 
     /// The answer for `sni`; `local` is the address the client dialled.
@@ -363,7 +338,22 @@ impl Cache {
         if self.is_local_name(sni) {
             return Ok(Answer::Local);
         }
-        let slot = self.slot(sni);
+        // A name not cached is admitted before it takes a place, so a
+        // refused one leaves nothing behind (not even a negative entry).
+        let existing = self.table().get(sni).cloned();
+        let (slot, mut admitted) = match existing {
+            Some(slot) => (slot, None),
+            None => {
+                let permit = self
+                    .limits
+                    .admit(true, Instant::now())
+                    .map_err(|limit| self.limited(sni, limit))?;
+                (
+                    self.table().get_or_insert(sni, Instant::now()),
+                    Some(permit),
+                )
+            }
+        };
         let seen = {
             let entry = slot.entry();
             if let Some(stored) = entry.stored.as_ref()
@@ -382,7 +372,7 @@ impl Cache {
                 slot.flight.lock().await
             }
         };
-        {
+        let stale = {
             let entry = slot.entry();
             if entry.generation != seen
                 && let Some(stored) = entry.stored.as_ref()
@@ -390,14 +380,44 @@ impl Cache {
                 metrics::metrics().lookup("cluster", "cache_hit");
                 return self.serve(stored, local);
             }
-        }
+            entry
+                .servable(Instant::now())
+                .then(|| entry.stored.clone())
+                .flatten()
+        };
+        // A cached name's refresh takes a permit, never a token; refused,
+        // its stale answer is served and the next connection tries again.
+        let _permit = match admitted.take() {
+            Some(permit) => permit,
+            None => match self.limits.admit(stale.is_none(), Instant::now()) {
+                Ok(permit) => permit,
+                Err(limit) => {
+                    let refused = self.limited(sni, limit);
+                    return match &stale {
+                        Some(stored) => self.serve(stored, local),
+                        None => Err(refused),
+                    };
+                }
+            },
+        };
         let deadline = Instant::now() + self.config.lookup_timeout;
         let found = self.query(sni, deadline).await;
         let mut entry = slot.entry();
         self.learn(sni, &mut entry, found);
         let stored = entry.stored.clone().unwrap_or(CachedAnswer::NoNode);
         drop(entry);
+        self.table().settle(sni, &slot, Instant::now());
         self.serve(&stored, local)
+    }
+
+    /// Counts and logs a lookup refused by `limit`.
+    fn limited(&self, sni: &str, limit: Limited) -> LookupError {
+        tracing::debug!(backend = %self.backend, %sni, limit = limit.as_str(), "cluster lookup refused by the backend's lookup limits");
+        LookupError::Limited
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// What a cached answer means for a connection that dialled `local`.
@@ -687,27 +707,16 @@ impl Cache {
         Ok(Found::Nodes(reached, ttl))
     }
 
-    /// The slot of `sni`, made (and room made for it) if new.
-    fn slot(&self, sni: &str) -> Arc<NameSlot> {
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = slots.get(sni) {
-            return slot.clone();
-        }
-        let now = Instant::now();
-        if slots.len() >= MAX_ENTRIES {
-            evict(&mut slots, now);
-        }
-        let slot = Arc::new(NameSlot::new(now));
-        slots.insert(sni.into(), slot.clone());
-        slot
+    /// The slot of `sni`, made (and room made for it among the
+    /// unanswered) if new; no lookup bound is asked.
+    #[cfg(test)]
+    fn slot(&self, sni: &str) -> Arc<table::NameSlot> {
+        self.table().get_or_insert(sni, Instant::now())
     }
 
-    /// Names cached now (for tests and metrics).
+    /// Names cached now, answered or not (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.table().len()
     }
 
     /// Whether no name is cached.
@@ -719,12 +728,13 @@ impl Cache {
     /// last lookup failed without an earlier answer, and no cached name
     /// has an answer it may still serve (fresh or stale). A cache that has
     /// looked nothing up yet is not failing. Read by `/readyz`; a scan of
-    /// at most `MAX_ENTRIES` entries under the table's lock.
+    /// at most [`table::MAX_ENTRIES`] + [`table::MAX_UNANSWERED`] entries under the table's
+    /// lock.
     pub(crate) fn failing(&self) -> bool {
         let now = Instant::now();
-        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let table = self.table();
         let mut failing = false;
-        for slot in slots.values() {
+        for slot in table.slots() {
             let entry = slot.entry();
             match &entry.stored {
                 Some(CachedAnswer::NoNode) => failing |= entry.failing,
@@ -736,34 +746,7 @@ impl Cache {
     }
 }
 
-/// Makes room in a full table: drops entries that can no longer serve,
-/// then, if the table is still full, the [`EVICT_BATCH`] that expire
-/// soonest. Entries with a lookup in flight stay.
-fn evict(slots: &mut HashMap<Box<str>, Arc<NameSlot>>, now: Instant) {
-    slots.retain(|_, slot| {
-        if slot.in_flight() {
-            return true;
-        }
-        let entry = slot.entry();
-        entry.stored.is_some() && (now < entry.fresh_until || now < entry.stale_until)
-    });
-    if slots.len() < MAX_ENTRIES {
-        return;
-    }
-    let mut by_expiry: Vec<(Instant, Box<str>)> = slots
-        .iter()
-        .filter(|(_, slot)| !slot.in_flight())
-        .map(|(name, slot)| (slot.entry().fresh_until, name.clone()))
-        .collect();
-    let batch = EVICT_BATCH.min(by_expiry.len());
-    if batch == 0 {
-        return;
-    }
-    by_expiry.select_nth_unstable_by_key(batch - 1, |(at, _)| *at);
-    for (_, name) in &by_expiry[..batch] {
-        slots.remove(name);
-    }
-}
-
+mod limit;
+mod table;
 #[cfg(test)]
 mod tests;

@@ -469,6 +469,8 @@ mod tests {
             negative_ttl: std::time::Duration::from_secs(2),
             lookup_timeout: std::time::Duration::from_secs(2),
             allowed_targets: vec![],
+            max_lookups_in_flight: 16,
+            new_names_per_second: 50,
             protocol,
             headers: vec![],
             tls: None,

@@ -74,6 +74,14 @@ pub(crate) const DEFAULT_CLUSTER_PORT: u16 = 443;
 pub(crate) const DEFAULT_POSITIVE_TTL: Duration = Duration::from_secs(30);
 pub(crate) const DEFAULT_NEGATIVE_TTL: Duration = Duration::from_secs(2);
 pub(crate) const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// `[backend.*.cluster] max_lookups_in_flight`: a Pangolin server answers
+/// each lookup with one HTTP request and a database read; 16 at once keeps
+/// it busy without queueing behind a flood (docs/backends.md).
+pub(crate) const DEFAULT_MAX_LOOKUPS_IN_FLIGHT: usize = 16;
+/// `[backend.*.cluster] new_names_per_second`: a real edge sees new site
+/// names at a few per second; 50 leaves room for a restart's first
+/// connections while bounding a flood of random names (docs/backends.md).
+pub(crate) const DEFAULT_NEW_NAMES_PER_SECOND: u32 = 50;
 // Pangolin nodes (issue 17).
 /// `[backend.*.cluster] hop_proxy_protocol`: v2, which carries the hop count.
 pub(crate) const DEFAULT_HOP_PROXY_PROTOCOL: Outbound = Outbound::V2;
@@ -212,6 +220,11 @@ pub(super) const CONNECT_ATTEMPTS_RANGE: std::ops::RangeInclusive<i64> = 1..=64;
 pub(super) const MAX_FAILS_RANGE: std::ops::RangeInclusive<i64> = 0..=1000;
 pub(super) const RISE_FALL_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
 pub(super) const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
+/// `[backend.*.cluster] max_lookups_in_flight`: below the cache's share of
+/// unanswered names, so a full share always has an entry that can go.
+pub(super) const LOOKUPS_IN_FLIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000;
+/// `[backend.*.cluster] new_names_per_second`.
+pub(super) const NEW_NAMES_RANGE: std::ops::RangeInclusive<i64> = 1..=100_000;
 /// An address's `weight`: 0 is refused (remove the address instead), and
 /// 256 is HAProxy's maximum.
 pub(super) const WEIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=256;

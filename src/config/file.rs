@@ -409,6 +409,11 @@ pub struct ClusterSection {
     pub negative_ttl: Option<String>,
     pub lookup_timeout: Option<String>,
     pub(crate) allowed_targets: Option<Vec<String>>,
+    // Lookup floods (issue 49).
+    /// Lookups this backend runs at once.
+    pub max_lookups_in_flight: Option<i64>,
+    /// Names without an answer to serve looked up per second.
+    pub new_names_per_second: Option<i64>,
     // Pangolin lookups and Gerbil's node choice (issue 17).
     /// `"snirelay"` (the default) or `"pangolin"`.
     pub protocol: Option<String>,

@@ -26,10 +26,11 @@ use std::ops::RangeInclusive;
 use super::{
     ADDRESS_CONNECTIONS_RANGE, ATTEMPTS_PERIOD_MS_RANGE, BACKLOG_RANGE, BANDWIDTH_RANGE,
     BURST_RANGE, CONNECT_ATTEMPTS_RANGE, JA4_SOURCE_MULTIPLE_RANGE, KEEPALIVE_COUNT_RANGE,
-    KEEPALIVE_SECS_RANGE, LOG_QUEUE_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE, MAX_CONNECTIONS_RANGE,
-    MAX_DATAGRAM_SIZE_RANGE, MAX_FAILS_RANGE, MAX_HOPS_RANGE, MAX_PIPES_RANGE, MAX_SOURCES_RANGE,
-    PIPE_SIZE_RANGE, PORT_RANGE, PREFIX_V4_RANGE, PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE,
-    THREADS_RANGE, TLV_TYPE_RANGE, WEIGHT_RANGE,
+    KEEPALIVE_SECS_RANGE, LOG_QUEUE_RANGE, LOOKUPS_IN_FLIGHT_RANGE, MAX_CLIENT_HELLO_BYTES_RANGE,
+    MAX_CONNECTIONS_RANGE, MAX_DATAGRAM_SIZE_RANGE, MAX_FAILS_RANGE, MAX_HOPS_RANGE,
+    MAX_PIPES_RANGE, MAX_SOURCES_RANGE, NEW_NAMES_RANGE, PIPE_SIZE_RANGE, PORT_RANGE,
+    PREFIX_V4_RANGE, PREFIX_V6_RANGE, RATE_RANGE, RISE_FALL_RANGE, THREADS_RANGE, TLV_TYPE_RANGE,
+    WEIGHT_RANGE,
 };
 
 /// One key of the file.
@@ -643,6 +644,12 @@ pub static KEYS: &[Key] = &[
         "How long one lookup may take."),
     key("backend.*.cluster.allowed_targets", Kind::Networks, Required("required"),
         "Networks an answer may point at; answers steer traffic, so say where it may go."),
+    key("backend.*.cluster.max_lookups_in_flight", Kind::Integer, Value("16"),
+        "Lookups this backend runs at once; a name that needs one more closes `lookup_limited`.")
+        .range(LOOKUPS_IN_FLIGHT_RANGE).unit("lookups"),
+    key("backend.*.cluster.new_names_per_second", Kind::Integer, Value("50"),
+        "Lookups per second (a burst of one second's worth) of names with no answer to serve; past it, `lookup_limited`.")
+        .range(NEW_NAMES_RANGE).unit("names per second"),
     key("backend.*.cluster.node_choice", Kind::Choice(&["source_hash", "gerbil_fnv"]), Value("\"source_hash\""),
         "How one of a site's nodes is chosen."),
     key("backend.*.cluster.hop_proxy_protocol", Kind::Choice(&["v2", "v1"]), Value("\"v2\""),

@@ -17,8 +17,8 @@ use std::sync::atomic::AtomicU64;
 use prometheus_client::metrics::counter::Counter;
 
 use super::labels::{
-    ControlLabels, LogDropLabels, LogTargetLabels, LookupLabels, OutcomeLabels, ReasonLabels,
-    SourceLabels, TableLabels, ThrottleLabels,
+    ControlLabels, LogDropLabels, LogTargetLabels, LookupLabels, LookupLimitLabels, OutcomeLabels,
+    ReasonLabels, SourceLabels, TableLabels, ThrottleLabels,
 };
 use super::registry::Metrics;
 
@@ -147,6 +147,16 @@ impl Metrics {
         self.lookups
             .get_or_create(&LookupLabels { kind, outcome })
             .inc();
+    }
+
+    /// The counter of a cluster backend's lookups refused by `limit`
+    /// (`in_flight`, `new_names`), resolved once per backend runtime.
+    pub(crate) fn lookups_limited(&self, backend: &str, limit: &'static str) -> Counter {
+        self.lookups_limited
+            .get_or_create_owned(&LookupLimitLabels {
+                backend: backend.to_owned(),
+                limit,
+            })
     }
 
     /// A connection to the admin listener was accepted.

@@ -129,6 +129,14 @@ pub(super) struct LookupLabels {
     pub(super) outcome: &'static str,
 }
 
+/// A cluster backend and the lookup bound that refused a lookup
+/// (`in_flight` or `new_names`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct LookupLimitLabels {
+    pub(super) backend: String,
+    pub(super) limit: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct VersionLabels {
     pub(super) version: &'static str,

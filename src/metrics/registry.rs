@@ -26,8 +26,8 @@ use prometheus_client::registry::Registry;
 use super::labels::{
     AddressStateLabels, BackendAddressLabels, BackendLabels, BackendStateLabels, CloseLabels,
     ControlLabels, HelloLabels, LimitLabels, ListenerLabels, LogDropLabels, LogTargetLabels,
-    LookupLabels, OutcomeLabels, ReasonLabels, SourceLabels, TableLabels, ThrottleLabels,
-    TrafficLabels, VersionLabels,
+    LookupLabels, LookupLimitLabels, OutcomeLabels, ReasonLabels, SourceLabels, TableLabels,
+    ThrottleLabels, TrafficLabels, VersionLabels,
 };
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -91,6 +91,8 @@ pub(crate) struct Metrics {
     pub(super) quic_unvalidated: Gauge,
     pub(super) quic_unvalidated_closed: Family<ReasonLabels, Counter>,
     pub(super) quic_amplification_dropped: Counter,
+    // Lookup floods (issue 49).
+    pub(super) lookups_limited: Family<LookupLimitLabels, Counter>,
 }
 
 /// Backend → address → (up, when last reported): the state behind the
@@ -150,6 +152,7 @@ impl Metrics {
             log_sent: Family::default(),
             log_dropped: Family::default(),
             source_exhausted: Family::default(),
+            lookups_limited: Family::default(),
             throttled: Family::default(),
             proxy_datagrams_too_large: Counter::default(),
             admission_sources: Family::default(),
@@ -341,6 +344,11 @@ impl Metrics {
             "snirelay_admission_sources_evicted",
             "Sources forgotten before their time because a table was at max_sources (least recently used first)",
             m.admission_evicted.clone(),
+        );
+        r.register(
+            "snirelay_cluster_lookups_limited",
+            "Cluster lookups not made because the backend's max_lookups_in_flight or new_names_per_second was reached, by backend and limit (the connection closed lookup_limited, or was served its stale answer)",
+            m.lookups_limited.clone(),
         );
         r.register(
             "snirelay_local_names",

@@ -76,6 +76,7 @@ mod backend_cluster;
 mod backend_dns;
 mod backend_health;
 mod backend_select;
+mod cluster_flood;
 mod egress;
 mod pangolin_base_address;
 mod pangolin_ha_reference;

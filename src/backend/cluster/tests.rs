@@ -1,7 +1,11 @@
 //! Unit tests of the cluster lookup cache ([`super::Cache`]): local
 //! overrides, refreshes, `allowed_targets`, `this_node`, each endpoint's
-//! place for Gerbil's pick, failing lookups and a full cache.
+//! place for Gerbil's pick, failing lookups, a full cache and its two
+//! shares, and the lookup bounds (`max_lookups_in_flight`,
+//! `new_names_per_second`; those against a lookup service on loopback
+//! that never answers).
 
+use super::table::{MAX_ENTRIES, MAX_UNANSWERED, NameSlot, UNANSWERED_BATCH};
 use super::*;
 
 fn cache(url: &str) -> Cache {
@@ -17,6 +21,8 @@ fn cache(url: &str) -> Cache {
             negative_ttl: Duration::from_secs(2),
             lookup_timeout: Duration::from_secs(2),
             allowed_targets: vec!["127.0.0.0/8".parse().unwrap()],
+            max_lookups_in_flight: 16,
+            new_names_per_second: 50,
             protocol: super::super::ClusterProtocol::Snirelay,
             headers: vec![],
             tls: None,
@@ -283,6 +289,7 @@ fn set(cache: &Cache, name: &str, fresh_for: Option<Duration>, stale: bool) -> A
         entry.fresh_until
     };
     drop(entry);
+    cache.table().settle(name, &slot, now);
     slot
 }
 
@@ -329,15 +336,24 @@ fn a_full_cache_drops_dead_entries_then_the_soonest_to_expire() {
     }
     let busy = cache.slot("n0.example.com");
     let flight = busy.flight.try_lock().unwrap();
-    assert_eq!(cache.len(), MAX_ENTRIES);
-    cache.slot("new.example.com");
-    assert_eq!(cache.len(), MAX_ENTRIES / 2 + 2, "dead entries dropped");
+    assert_eq!(cache.table().answered_len(), MAX_ENTRIES);
+    set(
+        &cache,
+        "new.example.com",
+        Some(Duration::from_secs(60)),
+        true,
+    );
+    assert_eq!(
+        cache.table().answered_len(),
+        MAX_ENTRIES / 2 + 2,
+        "dead entries dropped"
+    );
     drop(flight);
-    let slots = cache.slots.lock().unwrap();
-    assert!(slots.contains_key("n0.example.com"), "in flight: kept");
-    assert!(slots.contains_key("n2.example.com"), "stale: kept");
-    assert!(!slots.contains_key("n1.example.com"));
-    drop(slots);
+    let table = cache.table();
+    assert!(table.get("n0.example.com").is_some(), "in flight: kept");
+    assert!(table.get("n2.example.com").is_some(), "stale: kept");
+    assert!(table.get("n1.example.com").is_none());
+    drop(table);
 
     // Full of live entries: batches go, the soonest to expire first
     // (stale ones before fresh ones), and the table stays bounded.
@@ -346,10 +362,10 @@ fn a_full_cache_drops_dead_entries_then_the_soonest_to_expire() {
         set(&cache, &name, Some(Duration::from_secs(3600)), true);
         assert!(cache.len() <= MAX_ENTRIES);
     }
-    let slots = cache.slots.lock().unwrap();
+    let table = cache.table();
     let left = |rest: usize| {
         (0..MAX_ENTRIES)
-            .filter(|i| i % 4 == rest && slots.contains_key(format!("n{i}.example.com").as_str()))
+            .filter(|i| i % 4 == rest && table.get(&format!("n{i}.example.com")).is_some())
             .count()
     };
     let (stale, fresh) = (left(2), left(3));
@@ -358,5 +374,287 @@ fn a_full_cache_drops_dead_entries_then_the_soonest_to_expire() {
         "stale {stale}, fresh {fresh}"
     );
     assert!(stale < MAX_ENTRIES / 4, "nothing was evicted");
-    assert!(slots.contains_key(format!("m{}.example.com", MAX_ENTRIES - 1).as_str()));
+    assert!(
+        table
+            .get(&format!("m{}.example.com", MAX_ENTRIES - 1))
+            .is_some()
+    );
+}
+
+/// Records a finished lookup of `name` that found no node, as `lookup`
+/// does (the entry, then its share).
+fn negative(cache: &Cache, name: &str) {
+    let slot = cache.slot(name);
+    let mut entry = slot.entry();
+    cache.learn(name, &mut entry, Ok(Found::Nowhere));
+    drop(entry);
+    cache.table().settle(name, &slot, Instant::now());
+}
+
+#[test]
+fn names_that_did_not_resolve_never_evict_answers() {
+    let cache = cache("http://127.0.0.1:1/resolve");
+    // A full share of answers, every one stale but servable (the control
+    // plane is down: these are what keeps the sites up).
+    for i in 0..MAX_ENTRIES {
+        set(&cache, &format!("site{i}.example.com"), None, true);
+    }
+    // Ten times that many names that resolved to nothing, failed, or are
+    // still pending: each takes a place among the unanswered only.
+    let mut sweeps = 0;
+    for i in 0..10 * MAX_ENTRIES {
+        let name = format!("junk{i}.example.com");
+        let before = cache.len();
+        match i % 3 {
+            0 => negative(&cache, &name),
+            1 => {
+                let slot = cache.slot(&name);
+                let mut entry = slot.entry();
+                cache.learn(
+                    &name,
+                    &mut entry,
+                    Err(QueryError::Http(cluster_http::HttpError::Body)),
+                );
+                drop(entry);
+                cache.table().settle(&name, &slot, Instant::now());
+            }
+            _ => drop(cache.slot(&name)),
+        }
+        if cache.len() < before {
+            sweeps += 1;
+        }
+        assert!(cache.table().answered_len() == MAX_ENTRIES, "{name}");
+        assert!(cache.len() <= MAX_ENTRIES + MAX_UNANSWERED, "{name}");
+    }
+    // Live negatives go an eighth of the share at a time: one sweep per
+    // batch of new names, not one per name.
+    assert!(
+        sweeps <= 10 * MAX_ENTRIES / UNANSWERED_BATCH + 1,
+        "{sweeps} sweeps"
+    );
+    let table = cache.table();
+    assert!((0..MAX_ENTRIES).all(|i| table.is_answered(&format!("site{i}.example.com"))));
+    drop(table);
+
+    // An answer that turns negative moves to the unanswered share; one
+    // that resolves moves to the answers, making room among them only.
+    negative(&cache, "site0.example.com");
+    assert!(!cache.table().is_answered("site0.example.com"));
+    assert_eq!(cache.table().answered_len(), MAX_ENTRIES - 1);
+    let name = "junk2.example.com";
+    let slot = cache.slot(name);
+    let mut entry = slot.entry();
+    let ttl = Duration::from_secs(30);
+    let a = addr("127.0.0.2:443");
+    cache.learn(
+        name,
+        &mut entry,
+        Ok(Found::Nodes(Reached::each(&[a], false), ttl)),
+    );
+    drop(entry);
+    cache.table().settle(name, &slot, Instant::now());
+    assert!(cache.table().is_answered(name));
+}
+
+#[tokio::test]
+async fn lookups_in_flight_are_bounded_and_a_refused_name_leaves_nothing() {
+    let service = Silent::start().await;
+    let mut config = cache(&service.url()).config;
+    config.max_lookups_in_flight = 2;
+    config.new_names_per_second = 100;
+    config.lookup_timeout = Duration::from_secs(60);
+    let cache = Arc::new(Cache::new("limits_in_flight", &config));
+    let here = IpAddr::from([127, 0, 0, 1]);
+    set(
+        &cache,
+        "fresh.example.com",
+        Some(Duration::from_secs(60)),
+        true,
+    );
+    set(&cache, "stale.example.com", None, true);
+    let cached = cache.len();
+    let hung: Vec<_> = ["a.example.com", "b.example.com"]
+        .into_iter()
+        .map(|name| {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.lookup(name, here).await })
+        })
+        .collect();
+    service.wait_requests(2).await;
+    assert_eq!(cache.limits.running(2), 2);
+
+    // A third new name: refused at once, without a lookup or an entry.
+    let refused = metrics::metrics().lookups_limited("limits_in_flight", "in_flight");
+    assert_eq!(
+        cache.lookup("c.example.com", here).await.unwrap_err(),
+        LookupError::Limited
+    );
+    assert_eq!(refused.get(), 1);
+    assert!(cache.table().get("c.example.com").is_none());
+    assert_eq!(cache.len(), cached + 2, "the two pending names only");
+    // A fresh name needs no lookup; a stale one whose refresh is refused
+    // is served its answer.
+    assert!(matches!(
+        cache.lookup("fresh.example.com", here).await,
+        Ok(Answer::Local)
+    ));
+    assert!(matches!(
+        cache.lookup("stale.example.com", here).await,
+        Ok(Answer::Local)
+    ));
+    assert_eq!(refused.get(), 2, "the refresh was refused too");
+    assert_eq!(service.requests(), 2);
+
+    // A lookup that ends gives its place back.
+    for task in hung {
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+    }
+    assert_eq!(cache.limits.running(2), 0);
+    let late = cache.clone();
+    let task = tokio::spawn(async move { late.lookup("c.example.com", here).await });
+    service.wait_requests(3).await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn new_names_are_looked_up_at_the_rate_and_cached_names_never_count() {
+    let service = Silent::start().await;
+    let mut config = cache(&service.url()).config;
+    config.max_lookups_in_flight = 100;
+    config.new_names_per_second = 3;
+    config.lookup_timeout = Duration::from_secs(60);
+    let cache = Arc::new(Cache::new("limits_rate", &config));
+    let here = IpAddr::from([127, 0, 0, 1]);
+    // The burst: one second's worth.
+    let hung: Vec<_> = (0..3)
+        .map(|i| {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.lookup(&format!("n{i}.example.com"), here).await })
+        })
+        .collect();
+    service.wait_requests(3).await;
+    let refused = metrics::metrics().lookups_limited("limits_rate", "new_names");
+    assert_eq!(
+        cache.lookup("n3.example.com", here).await.unwrap_err(),
+        LookupError::Limited
+    );
+    assert_eq!(refused.get(), 1);
+    assert!(cache.table().get("n3.example.com").is_none());
+    assert_eq!(
+        cache.limits.running(100),
+        3,
+        "the refused name's permit given back"
+    );
+    // A stale answer's refresh takes a permit but no token.
+    set(&cache, "stale.example.com", None, true);
+    let stale = cache.clone();
+    let refresh = tokio::spawn(async move { stale.lookup("stale.example.com", here).await });
+    service.wait_requests(4).await;
+    assert_eq!(refused.get(), 1);
+    for task in hung.into_iter().chain([refresh]) {
+        task.abort();
+    }
+}
+
+#[test]
+fn the_new_name_bucket_refills_at_the_rate_and_holds_one_seconds_worth() {
+    let t0 = Instant::now();
+    let limits = limit::Limits::new("limits_bucket", 1_000, 5, t0);
+    let take = |at: Instant, n: usize| (0..n).filter(|_| limits.admit(true, at).is_ok()).count();
+    assert_eq!(take(t0, 10), 5, "the burst");
+    assert_eq!(
+        limits.admit(true, t0).unwrap_err(),
+        limit::Limited::NewNames
+    );
+    assert!(limits.admit(false, t0).is_ok(), "a refresh takes no token");
+    assert_eq!(take(t0 + Duration::from_millis(200), 10), 1);
+    assert_eq!(take(t0 + Duration::from_millis(1_200), 10), 5);
+    // A long quiet spell refills one second's worth, no more.
+    assert_eq!(take(t0 + Duration::from_secs(60), 100), 5);
+    // Over 10 s: at most rate x seconds + burst.
+    let mut admitted = 0;
+    for ms in (0..10_000u64).step_by(10) {
+        admitted += take(t0 + Duration::from_secs(61) + Duration::from_millis(ms), 3);
+    }
+    assert!(admitted <= 5 * 10 + 5, "{admitted}");
+    assert!(admitted >= 5 * 10, "{admitted}");
+}
+
+/// A lookup service on loopback that counts requests and never answers.
+struct Silent {
+    addr: SocketAddr,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+    arrived: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Silent {
+    async fn start() -> Silent {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let (count, notify) = (requests.clone(), arrived.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (count, notify) = (count.clone(), notify.clone());
+                tokio::spawn(async move {
+                    // A request has arrived once its first bytes have;
+                    // the connection is then held open, unanswered.
+                    let mut buf = [0u8; 1024];
+                    if stream.read(&mut buf).await.unwrap_or(0) > 0 {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        notify.notify_waiters();
+                    }
+                    let _ = stream.read_to_end(&mut Vec::new()).await;
+                });
+            }
+        });
+        Silent {
+            addr,
+            requests,
+            arrived,
+            task,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/resolve", self.addr)
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (at most 5 s) until `n` requests arrived.
+    async fn wait_requests(&self, n: usize) {
+        let wait = async {
+            loop {
+                let arrived = self.arrived.notified();
+                if self.requests() >= n {
+                    return;
+                }
+                arrived.await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .unwrap_or_else(|_| panic!("{} request(s), expected {n}", self.requests()));
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[test]
+fn an_entry_costs_what_the_table_header_says() {
+    // The shared slot, its `Arc` header aside (see the header of
+    // [`super::table`]); a change here is a change to the figures there.
+    assert!(std::mem::size_of::<NameSlot>() <= 160);
+    assert!(std::mem::size_of::<super::super::Endpoint>() <= 56);
 }

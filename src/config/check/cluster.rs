@@ -86,6 +86,19 @@ impl Checker {
             &section.lookup_timeout,
             DEFAULT_LOOKUP_TIMEOUT,
         );
+        // Lookup floods (issue 49).
+        let max_lookups_in_flight = self.ranged(
+            &format!("{key}.max_lookups_in_flight"),
+            section.max_lookups_in_flight,
+            LOOKUPS_IN_FLIGHT_RANGE,
+            DEFAULT_MAX_LOOKUPS_IN_FLIGHT as i64,
+        );
+        let new_names_per_second = self.ranged(
+            &format!("{key}.new_names_per_second"),
+            section.new_names_per_second,
+            NEW_NAMES_RANGE,
+            i64::from(DEFAULT_NEW_NAMES_PER_SECOND),
+        );
         let texts = section.allowed_targets.as_deref().unwrap_or_default();
         if texts.is_empty() {
             self.problem(
@@ -162,6 +175,8 @@ impl Checker {
             negative_ttl: negative_ttl?,
             lookup_timeout: lookup_timeout?,
             allowed_targets,
+            max_lookups_in_flight: max_lookups_in_flight? as usize,
+            new_names_per_second: new_names_per_second? as u32,
             protocol: protocol?,
             headers: headers?,
             tls: tls?,

@@ -231,6 +231,13 @@ pub struct Cluster {
     pub lookup_timeout: Duration,
     /// Where an answer may send traffic; any other address is refused.
     pub allowed_targets: Vec<Cidr>,
+    // Lookup floods (issue 49).
+    /// `max_lookups_in_flight`: lookups this backend runs at once; a name
+    /// that needs one past it is closed `lookup_limited`.
+    pub max_lookups_in_flight: usize,
+    /// `new_names_per_second`: lookups per second of names with no answer
+    /// to serve (a bucket of one second's worth); past it, `lookup_limited`.
+    pub new_names_per_second: u32,
     // Pangolin lookups and Gerbil's node choice (issue 17).
     /// What a `lookup_url` speaks (DNS lookups: always `Snirelay`).
     pub protocol: ClusterProtocol,

@@ -2,7 +2,9 @@
 //! `POST /resolve {"hostname": NAME}` on 127.0.0.1:0 with what the test set
 //! for NAME (`{"endpoints": [...]}`, HTTP 404 when nothing is set), counts
 //! requests per hostname, can fail every request (a status, a bad body, or
-//! a hang), and can hold its answers until the test releases them.
+//! a hang), and can hold its answers until the test releases them or
+//! delay each by a set time. It also counts every request and the most it
+//! had in hand at once (from the request's arrival to its answer).
 //!
 //! Requests that are not a JSON POST to `/resolve` are counted as
 //! malformed and answered 400, so a test sees a broken client.
@@ -48,6 +50,29 @@ struct State {
     failure: Option<Reply>,
     requests: HashMap<String, usize>,
     malformed: usize,
+    /// How long each answer waits (zero: none).
+    delay: std::time::Duration,
+    /// Requests in hand now, and the most at once so far.
+    in_hand: usize,
+    max_in_hand: usize,
+}
+
+/// A request in hand until dropped (answered, or its connection gone).
+struct InHand(Arc<Mutex<State>>);
+
+impl InHand {
+    fn new(state: &Arc<Mutex<State>>) -> InHand {
+        let mut s = state.lock().unwrap();
+        s.in_hand += 1;
+        s.max_in_hand = s.max_in_hand.max(s.in_hand);
+        InHand(state.clone())
+    }
+}
+
+impl Drop for InHand {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().in_hand -= 1;
+    }
 }
 
 /// A running control plane; stops when dropped.
@@ -110,6 +135,21 @@ impl ControlPlane {
         self.hold.send_replace(held);
     }
 
+    /// Delays every answer by `delay` from now on.
+    pub(crate) fn delay(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().delay = delay;
+    }
+
+    /// Well-formed requests received so far, for any name.
+    pub(crate) fn total_requests(&self) -> usize {
+        self.state.lock().unwrap().requests.values().sum()
+    }
+
+    /// The most requests in hand at once so far.
+    pub(crate) fn max_in_hand(&self) -> usize {
+        self.state.lock().unwrap().max_in_hand
+    }
+
     /// Requests received for `hostname` so far.
     pub(crate) fn requests(&self, hostname: &str) -> usize {
         let state = self.state.lock().unwrap();
@@ -168,8 +208,15 @@ async fn answer(
         .requests
         .entry(hostname.clone())
         .or_default() += 1;
+    let _in_hand = InHand::new(&state);
     changed.notify_waiters();
     let _ = held.wait_for(|held| !held).await;
+    let delay = state.lock().unwrap().delay;
+    if !delay.is_zero() {
+        // The time a lookup takes (a control plane's own work), not a
+        // wait for readiness.
+        tokio::time::sleep(delay).await;
+    }
     let reply = {
         let state = state.lock().unwrap();
         state
