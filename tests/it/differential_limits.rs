@@ -1,5 +1,6 @@
 //! Differential scripts for caps: HAProxy's per-source `sc0_conn_cur`
-//! limit, its process-wide `maxconn` and `maxconnrate`, against snirelay's translation,
+//! limit, its process-wide `maxconn` and `maxconnrate`, and a stick table
+//! at its `size` (`max_sources`), against snirelay's translation,
 //! with several loopback sources (127.0.0.2, .3, …) at once. The rates
 //! are `differential_rates`; the harness and its tolerances:
 //! [`crate::differential`].
@@ -160,4 +161,66 @@ async fn the_global_rate_paces_accepting_as_haproxy_does() {
         .filter(|(h, _)| h.answered.unwrap() > std::time::Duration::from_millis(800))
         .count();
     assert!(late >= 10, "{late} paced past the first second");
+}
+
+/// A stick table at its `size` (3, imported as `max_sources = 3`) with
+/// `sc0_conn_rate gt 1` over 10 s: a source's second attempt is refused;
+/// three other sources then fill the table, the fourth pushes out the
+/// least recently used entry (the first source's, its connections
+/// closed), so that source's next attempt starts a fresh count and is
+/// relayed by both. At size 10 it is remembered, reads 3 and is refused
+/// by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_at_its_size_forgets_the_same_source_as_haproxy() {
+    let mut script = vec![
+        Conn::hello("a.example.com")
+            .from(2)
+            .at_ms(0)
+            .labelled(".2 #1"),
+        Conn::hello("a.example.com")
+            .from(2)
+            .at_ms(300)
+            .labelled(".2 #2"),
+    ];
+    for (i, octet) in [3u8, 4, 5].into_iter().enumerate() {
+        script.push(
+            Conn::hello("a.example.com")
+                .from(octet)
+                .at_ms(600 + 300 * i as u64)
+                .labelled(format!(".{octet}")),
+        );
+    }
+    script.push(
+        Conn::hello("a.example.com")
+            .from(2)
+            .at_ms(1500)
+            .labelled(".2 #3, forgotten"),
+    );
+    // At size 3 the first source is forgotten; at size 10 it is not, and
+    // both refuse its third attempt.
+    for (size, last) in [(3, true), (10, false)] {
+        let results = compare(
+            "per-source-concurrency.cfg",
+            |text| {
+                text.replace(
+                    "size 100k expire 30s store conn_cur,conn_rate(10s)",
+                    &format!("size {size} expire 30s store conn_rate(10s)"),
+                )
+                .replace(
+                    "    tcp-request connection reject if { sc0_conn_cur gt 3 }\n",
+                    "",
+                )
+                .replace("sc0_conn_rate gt 100", "sc0_conn_rate gt 1")
+            },
+            &[("192.0.2.51:443", Mode::Answer)],
+            &script,
+        )
+        .await;
+        let relayed: Vec<bool> = results.iter().map(|(h, _)| h.relayed.is_some()).collect();
+        assert_eq!(
+            relayed,
+            [true, false, true, true, true, last],
+            "size {size}"
+        );
+    }
 }
