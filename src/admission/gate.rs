@@ -49,12 +49,8 @@ impl Admitted {
         let Some(earlier) = earlier else {
             return self;
         };
-        let guard = match (self.guard, earlier.guard) {
-            (Some(guard), held) => Some(guard.holding(held)),
-            (None, held) => held,
-        };
         Admitted {
-            guard,
+            guard: SourceGuard::join(self.guard, earlier.guard),
             would_refuse: self.would_refuse.or(earlier.would_refuse),
             key: self.key,
         }
@@ -234,10 +230,10 @@ impl<C: Clock + Clone> Admission<C> {
         if let (true, Some(_), Some(table)) = (same_keys, &next.table, &self.table) {
             table.set_max_sources(limits.max_sources.get());
             if self.rules.rate.map(|r| (r.t, r.tau)) != next.rules.rate.map(|r| (r.t, r.tau)) {
-                table.forget_rates();
+                table.forget(|e| e.tat = 0);
             }
             if self.rules.attempts != next.rules.attempts {
-                table.forget_attempts();
+                table.forget(|e| e.attempt_counter = None);
             }
             next.table = Some(table.clone());
             next.epoch = self.epoch;

@@ -247,13 +247,19 @@ impl SourceTable {
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Evicts `shard`'s least recently used idle entries until at most
+    /// `keep` are left, counting them.
+    fn trim(&self, shard: &mut Shard, keep: usize) {
+        while shard.idle.len() > keep && shard.idle.pop_front().is_some() {
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Puts `entry` at the most recent end of `shard`'s idle entries,
     /// evicting the least recent ones past the bound.
     fn make_idle(&self, shard: &mut Shard, key: SourceKey, entry: SourceEntry) {
         let bound = self.idle_per_shard.load(Ordering::Relaxed);
-        while shard.idle.len() >= bound && shard.idle.pop_front().is_some() {
-            self.evicted.fetch_add(1, Ordering::Relaxed);
-        }
+        self.trim(shard, bound.saturating_sub(1));
         shard.idle.insert(key, entry);
     }
 
@@ -328,9 +334,7 @@ impl SourceTable {
         for lock in self.shards.iter() {
             loop {
                 let mut shard = lock.lock().unwrap_or_else(|e| e.into_inner());
-                while shard.idle.len() > bound && shard.idle.pop_front().is_some() {
-                    self.evicted.fetch_add(1, Ordering::Relaxed);
-                }
+                self.trim(&mut shard, bound);
                 let gone: Vec<SourceKey> = shard
                     .idle
                     .iter()
@@ -350,24 +354,13 @@ impl SourceTable {
         }
     }
 
-    /// Forgets every entry's rate state (a reload changed the rate).
-    pub(super) fn forget_rates(&self) {
+    /// Applies `forget` to every entry: a reload that changed the rate
+    /// forgets the rate state, one that changed `attempts_per_source`'s
+    /// count or period the attempt counters.
+    pub(super) fn forget(&self, forget: impl Fn(&mut SourceEntry)) {
         for mut shard in self.each_shard() {
             let Shard { held, idle } = &mut *shard;
-            held.values_mut()
-                .chain(idle.values_mut())
-                .for_each(|e| e.tat = 0);
-        }
-    }
-
-    /// Forgets every entry's `attempts_per_source` counter (a reload
-    /// changed the count or the period).
-    pub(super) fn forget_attempts(&self) {
-        for mut shard in self.each_shard() {
-            let Shard { held, idle } = &mut *shard;
-            held.values_mut()
-                .chain(idle.values_mut())
-                .for_each(|e| e.attempt_counter = None);
+            held.values_mut().chain(idle.values_mut()).for_each(&forget);
         }
     }
 
@@ -460,12 +453,20 @@ pub struct SourceGuard {
 }
 
 impl SourceGuard {
-    /// This guard, holding `earlier` too for as long as it lives.
-    pub(crate) fn holding(mut self, earlier: Option<SourceGuard>) -> SourceGuard {
-        if let Some(earlier) = earlier {
-            self.earlier = Some(Box::new(earlier));
+    /// `later` (a slot counted after the hello) holding `earlier` (the
+    /// source's, counted at accept) for as long as it lives; whichever is
+    /// there when the other is not.
+    pub(crate) fn join(
+        later: Option<SourceGuard>,
+        earlier: Option<SourceGuard>,
+    ) -> Option<SourceGuard> {
+        match (later, earlier) {
+            (Some(mut later), earlier) => {
+                later.earlier = earlier.map(Box::new);
+                Some(later)
+            }
+            (None, earlier) => earlier,
         }
-        self
     }
 }
 

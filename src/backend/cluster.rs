@@ -298,7 +298,7 @@ impl Cache {
             config: config.clone(),
             backend: backend.to_owned(),
             source,
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(Table::counted(backend)),
             limits: Limits::new(
                 backend,
                 config.max_lookups_in_flight,

@@ -17,8 +17,8 @@ use std::sync::atomic::AtomicU64;
 use prometheus_client::metrics::counter::Counter;
 
 use super::labels::{
-    ControlLabels, LogDropLabels, LogTargetLabels, LookupLabels, LookupLimitLabels, OutcomeLabels,
-    ReasonLabels, SourceLabels, TableLabels, ThrottleLabels,
+    CacheShareLabels, ControlLabels, LogDropLabels, LogTargetLabels, LookupLabels,
+    LookupLimitLabels, OutcomeLabels, ReasonLabels, SourceLabels, TableLabels, ThrottleLabels,
 };
 use super::registry::Metrics;
 
@@ -147,6 +147,16 @@ impl Metrics {
         self.lookups
             .get_or_create(&LookupLabels { kind, outcome })
             .inc();
+    }
+
+    /// The counter of the names a cluster backend's cache share `share`
+    /// (`answered`, `unanswered`) evicted, resolved once per cache.
+    pub(crate) fn cluster_cache_evicted(&self, backend: &str, share: &'static str) -> Counter {
+        self.cluster_cache_evicted
+            .get_or_create_owned(&CacheShareLabels {
+                backend: backend.to_owned(),
+                share,
+            })
     }
 
     /// The counter of a cluster backend's lookups refused by `limit`

@@ -131,6 +131,13 @@ pub(super) struct LookupLabels {
 
 /// A cluster backend and the lookup bound that refused a lookup
 /// (`in_flight` or `new_names`).
+/// A cluster backend's cache share (`answered`, `unanswered`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct CacheShareLabels {
+    pub(super) backend: String,
+    pub(super) share: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct LookupLimitLabels {
     pub(super) backend: String,

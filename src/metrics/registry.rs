@@ -24,10 +24,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::labels::{
-    AddressStateLabels, BackendAddressLabels, BackendLabels, BackendStateLabels, CloseLabels,
-    ControlLabels, HelloLabels, LimitLabels, ListenerLabels, LogDropLabels, LogTargetLabels,
-    LookupLabels, LookupLimitLabels, OutcomeLabels, ReasonLabels, SourceLabels, TableLabels,
-    ThrottleLabels, TrafficLabels, VersionLabels,
+    AddressStateLabels, BackendAddressLabels, BackendLabels, BackendStateLabels, CacheShareLabels,
+    CloseLabels, ControlLabels, HelloLabels, LimitLabels, ListenerLabels, LogDropLabels,
+    LogTargetLabels, LookupLabels, LookupLimitLabels, OutcomeLabels, ReasonLabels, SourceLabels,
+    TableLabels, ThrottleLabels, TrafficLabels, VersionLabels,
 };
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -93,6 +93,7 @@ pub(crate) struct Metrics {
     pub(super) quic_amplification_dropped: Counter,
     // Lookup floods (issue 49).
     pub(super) lookups_limited: Family<LookupLimitLabels, Counter>,
+    pub(super) cluster_cache_evicted: Family<CacheShareLabels, Counter>,
 }
 
 /// Backend → address → (up, when last reported): the state behind the
@@ -153,6 +154,7 @@ impl Metrics {
             log_dropped: Family::default(),
             source_exhausted: Family::default(),
             lookups_limited: Family::default(),
+            cluster_cache_evicted: Family::default(),
             throttled: Family::default(),
             proxy_datagrams_too_large: Counter::default(),
             admission_sources: Family::default(),
@@ -344,6 +346,11 @@ impl Metrics {
             "snirelay_admission_sources_evicted",
             "Sources forgotten before their time because a table was at max_sources (least recently used first)",
             m.admission_evicted.clone(),
+        );
+        r.register(
+            "snirelay_cluster_cache_evicted",
+            "Names a cluster backend's cache dropped to make room in a full share (answered: 10,000, unanswered: 2,500), by backend and share",
+            m.cluster_cache_evicted.clone(),
         );
         r.register(
             "snirelay_cluster_lookups_limited",

@@ -340,10 +340,7 @@ async fn setup<'g>(
     if let Some(admitted) = routed.admitted {
         // Counted by the hello: held for the connection's life beside the
         // source's slot taken at accept (see `Admitted::joined`).
-        *per_source = match (admitted.guard, per_source.take()) {
-            (Some(guard), held) => Some(guard.holding(held)),
-            (None, held) => held,
-        };
+        *per_source = SourceGuard::join(admitted.guard, per_source.take());
     }
     let route_slot = routed.route_slot;
     // Its bandwidth buckets, keyed for `rate_per_source_*` on the same

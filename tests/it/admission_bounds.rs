@@ -127,7 +127,7 @@ addresses = ["127.0.0.1:9"]
     // flow, which are never evicted: at most one per pending flow).
     let series = |name: &str| format!("{name}{{listener=\"quic\"}}");
     let text = get_metrics_until(admin, |text| {
-        metric_or_zero(text, &series("snirelay_admission_sources_evicted_total")) > 0.0
+        metric(text, &series("snirelay_admission_sources_evicted_total")) > 0.0
     })
     .await;
     let sources = metric(&text, &series("snirelay_admission_sources"));
@@ -163,12 +163,6 @@ async fn get_metrics_until(admin: SocketAddr, done: impl Fn(&str) -> bool) -> St
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-}
-
-fn metric_or_zero(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// `hello` with its first cipher suite replaced by `suite`: the same

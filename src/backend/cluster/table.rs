@@ -36,6 +36,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
 use super::CachedAnswer;
@@ -125,9 +126,22 @@ type Slots = HashMap<Box<str>, Arc<NameSlot>>;
 pub(crate) struct Table {
     answered: Slots,
     unanswered: Slots,
+    /// Names each share evicted (`snirelay_cluster_cache_evicted_total`).
+    evicted_answered: Counter,
+    evicted_unanswered: Counter,
 }
 
 impl Table {
+    /// An empty table whose evictions count in `backend`'s series.
+    pub(crate) fn counted(backend: &str) -> Table {
+        let metrics = crate::metrics::metrics();
+        Table {
+            evicted_answered: metrics.cluster_cache_evicted(backend, "answered"),
+            evicted_unanswered: metrics.cluster_cache_evicted(backend, "unanswered"),
+            ..Table::default()
+        }
+    }
+
     /// The slot of `name`, if cached.
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<NameSlot>> {
         self.answered
@@ -142,7 +156,8 @@ impl Table {
             return slot.clone();
         }
         if self.unanswered.len() >= MAX_UNANSWERED {
-            evict(&mut self.unanswered, MAX_UNANSWERED, UNANSWERED_BATCH, now);
+            let gone = evict(&mut self.unanswered, MAX_UNANSWERED, UNANSWERED_BATCH, now);
+            self.evicted_unanswered.inc_by(gone);
         }
         let slot = Arc::new(NameSlot::new(now));
         self.unanswered.insert(name.into(), slot.clone());
@@ -155,12 +170,13 @@ impl Table {
     /// or evicted and cached anew) is left as it is.
     pub(crate) fn settle(&mut self, name: &str, slot: &Arc<NameSlot>, now: Instant) {
         let answered = slot.entry().answered();
-        let (from, to, bound, batch) = if answered {
+        let (from, to, bound, batch, evicted) = if answered {
             (
                 &mut self.unanswered,
                 &mut self.answered,
                 MAX_ENTRIES,
                 EVICT_BATCH,
+                &self.evicted_answered,
             )
         } else {
             (
@@ -168,13 +184,14 @@ impl Table {
                 &mut self.unanswered,
                 MAX_UNANSWERED,
                 UNANSWERED_BATCH,
+                &self.evicted_unanswered,
             )
         };
         if !from.get(name).is_some_and(|s| Arc::ptr_eq(s, slot)) {
             return;
         }
         if to.len() >= bound {
-            evict(to, bound, batch, now);
+            evicted.inc_by(evict(to, bound, batch, now));
         }
         if let Some((key, slot)) = from.remove_entry(name) {
             to.insert(key, slot);
@@ -214,12 +231,14 @@ impl Table {
 /// entries that can no longer serve, then, if fewer than a batch went, the
 /// live ones that expire soonest until a batch is free. So each sweep
 /// frees at least a batch, and the next one comes a batch of names later.
-/// Entries with a lookup in flight stay.
-fn evict(slots: &mut Slots, bound: usize, batch: usize, now: Instant) {
+/// Entries with a lookup in flight stay. Returns how many went.
+fn evict(slots: &mut Slots, bound: usize, batch: usize, now: Instant) -> u64 {
+    let before = slots.len();
     let target = bound.saturating_sub(batch);
     slots.retain(|_, slot| slot.in_flight() || slot.entry().servable(now));
+    let gone = |slots: &Slots| (before - slots.len()) as u64;
     if slots.len() <= target {
-        return;
+        return gone(slots);
     }
     let mut by_expiry: Vec<(Instant, Box<str>)> = slots
         .iter()
@@ -228,10 +247,36 @@ fn evict(slots: &mut Slots, bound: usize, batch: usize, now: Instant) {
         .collect();
     let excess = (slots.len() - target).min(by_expiry.len());
     if excess == 0 {
-        return;
+        return gone(slots);
     }
     by_expiry.select_nth_unstable_by_key(excess - 1, |(at, _)| *at);
     for (_, name) in &by_expiry[..excess] {
         slots.remove(name);
+    }
+    gone(slots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A share at its bound makes room and counts every name it dropped in
+    /// `snirelay_cluster_cache_evicted_total`.
+    #[test]
+    fn a_full_share_counts_what_it_evicts() {
+        let mut table = Table::counted("table-eviction-count");
+        let now = Instant::now();
+        for i in 0..=MAX_UNANSWERED {
+            table.get_or_insert(&format!("n{i}.example.com"), now);
+        }
+        let evicted = crate::metrics::metrics()
+            .cluster_cache_evicted("table-eviction-count", "unanswered")
+            .get();
+        assert!(table.unanswered.len() <= MAX_UNANSWERED);
+        assert_eq!(
+            evicted,
+            (MAX_UNANSWERED + 1 - table.unanswered.len()) as u64
+        );
+        assert!(evicted >= UNANSWERED_BATCH as u64);
     }
 }
