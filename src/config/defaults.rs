@@ -1,9 +1,9 @@
-//! Every key's default (`DEFAULT_*`) and accepted range (`*_RANGE`), as
-//! the checker applies them and [`super::keys`] documents them: the values
-//! in force where a file says nothing.
+//! Every key's default (`DEFAULT_*`), as the checker applies it and
+//! [`super::keys`] documents it: the values in force where a file says
+//! nothing.
 //!
-//! Not here: which key a constant belongs to ([`super::keys`]) or how a
-//! value is checked against its range ([`super::check`]).
+//! Not here: the accepted ranges ([`super::ranges`]), which key a constant
+//! belongs to ([`super::keys`]) or how a value is checked ([`super::check`]).
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -164,9 +164,6 @@ pub(crate) const DEFAULT_TCP_KEEPALIVE: Keepalive = Keepalive {
     interval: Duration::from_secs(10),
     count: 6,
 };
-/// Linux bounds: TCP_KEEPIDLE and TCP_KEEPINTVL (seconds), TCP_KEEPCNT.
-pub(super) const KEEPALIVE_SECS_RANGE: std::ops::RangeInclusive<i64> = 1..=32_767;
-pub(super) const KEEPALIVE_COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
 
 // `max_connection_rate` and `connection_rate_per_source` default to
 // unlimited; a burst defaults to one second's worth of its rate.
@@ -181,8 +178,6 @@ pub(crate) const DEFAULT_MAX_SOURCES: NonZeroU32 = NonZeroU32::new(100_000).unwr
 /// under a JA4 key: room for a NAT address's browsers and a scripted
 /// client apart, and no more for a client that changes its JA4.
 pub(crate) const DEFAULT_JA4_SOURCE_MULTIPLE: NonZeroU32 = NonZeroU32::new(4).unwrap();
-pub(super) const MAX_SOURCES_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
-pub(super) const JA4_SOURCE_MULTIPLE_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000;
 
 /// `attempts_period` when `attempts_per_source` is set without it: one
 /// second, as HAProxy's `conn_rate(1s)`.
@@ -192,45 +187,3 @@ pub(crate) const DEFAULT_ATTEMPTS_PERIOD: Duration = Duration::from_secs(1);
 pub(crate) const DEFAULT_MIN_TLS_VERSION: Option<TlsVersion> = None;
 /// `[[listener]] ech`: ECH hellos are routed like any other.
 pub(crate) const DEFAULT_ECH: EchPolicy = EchPolicy::Pass;
-
-/// Bounds that keep a setting meaningful.
-/// `[backend.*] max_datagram_size`: from QUIC's smallest datagram to
-/// UDP's largest over IPv4.
-pub(super) const MAX_DATAGRAM_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1200..=65_507;
-pub(super) const MAX_CLIENT_HELLO_BYTES_RANGE: std::ops::RangeInclusive<i64> = 512..=262_144;
-pub(super) const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
-pub(super) const BACKLOG_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
-pub(super) const MAX_HOPS_RANGE: std::ops::RangeInclusive<i64> = 1..=16;
-pub(super) const THREADS_RANGE: std::ops::RangeInclusive<i64> = 1..=1024;
-/// One page up to Linux's default `fs.pipe-max-size` (1 MiB).
-pub(super) const PIPE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 4096..=1_048_576;
-pub(super) const MAX_PIPES_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
-pub(super) const RATE_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
-/// `attempts_period`, in milliseconds (HAProxy counts in millisecond
-/// ticks): long enough to count a burst, at most an hour.
-pub(super) const ATTEMPTS_PERIOD_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=3_600_000;
-/// `rate_up` and the other bandwidth rates, in bytes per second: from
-/// 1 KB/s (below it a connection is stalled, not shaped) to 1 TB/s.
-pub(super) const BANDWIDTH_RANGE: std::ops::RangeInclusive<i64> = 1_000..=1_000_000_000_000;
-/// `burst`, in bytes: at least one 1,500-byte packet, at most 1 TB.
-pub(super) const BURST_RANGE: std::ops::RangeInclusive<i64> = 1_500..=1_000_000_000_000;
-pub(super) const PREFIX_V4_RANGE: std::ops::RangeInclusive<i64> = 1..=32;
-pub(super) const PREFIX_V6_RANGE: std::ops::RangeInclusive<i64> = 1..=128;
-pub(super) const CONNECT_ATTEMPTS_RANGE: std::ops::RangeInclusive<i64> = 1..=64;
-pub(super) const MAX_FAILS_RANGE: std::ops::RangeInclusive<i64> = 0..=1000;
-pub(super) const RISE_FALL_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
-pub(super) const PORT_RANGE: std::ops::RangeInclusive<i64> = 1..=65_535;
-/// `[backend.*.cluster] max_lookups_in_flight`: below the cache's share of
-/// unanswered names, so a full share always has an entry that can go.
-pub(super) const LOOKUPS_IN_FLIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000;
-/// `[backend.*.cluster] new_names_per_second`.
-pub(super) const NEW_NAMES_RANGE: std::ops::RangeInclusive<i64> = 1..=100_000;
-/// An address's `weight`: 0 is refused (remove the address instead), and
-/// 256 is HAProxy's maximum.
-pub(super) const WEIGHT_RANGE: std::ops::RangeInclusive<i64> = 1..=256;
-/// `[log] queue`, in lines.
-pub(super) const LOG_QUEUE_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
-/// `max_connections` of an address and `max_connections_per_address`.
-pub(super) const ADDRESS_CONNECTIONS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
-/// A PROXY v2 TLV type is one byte.
-pub(super) const TLV_TYPE_RANGE: std::ops::RangeInclusive<i64> = 0..=255;

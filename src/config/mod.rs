@@ -35,12 +35,15 @@ mod defaults;
 pub(crate) mod effective;
 pub(crate) mod file;
 pub mod keys;
+mod ranges;
 mod reader;
 pub mod reference;
 pub(crate) mod settings;
+mod shape;
 
 pub use admin::*;
 pub use defaults::*;
+use ranges::*;
 pub(crate) use reader::*;
 
 pub use file::FileConfig;
@@ -70,6 +73,7 @@ use crate::wire::fingerprint::Ja4Pattern;
 use crate::wire::matcher::{NameIndex, SniMatcher};
 use crate::wire::sni::PatternRef;
 use check::Checker;
+use shape::take_misshapen;
 
 /// The validated configuration one set of connections runs on.
 #[derive(Debug, Clone)]
@@ -510,6 +514,38 @@ pub enum ConfigError {
     },
 }
 
+/// A serde message without the Rust type names it may carry (`expected
+/// struct ProxyProtocolSection`, `expected i64`): what the shape check
+/// ([`shape`]) did not catch still reads as the file's words.
+fn plain_words(message: &str) -> String {
+    let mut out = message.to_owned();
+    for (rust, plain) in [
+        ("expected i64", "expected an integer"),
+        ("expected u64", "expected an integer"),
+        ("expected u32", "expected an integer"),
+        ("expected u16", "expected an integer"),
+        ("expected f64", "expected a number"),
+    ] {
+        out = out.replace(rust, plain);
+    }
+    for (kind, plain) in [
+        ("expected struct ", "expected a table"),
+        (
+            "expected enum ",
+            "expected one of the values docs/config-keys.md lists",
+        ),
+    ] {
+        while let Some(at) = out.find(kind) {
+            let name_start = at + kind.len();
+            let name_end = out[name_start..]
+                .find(|c: char| !c.is_alphanumeric() && c != '_')
+                .map_or(out.len(), |n| name_start + n);
+            out.replace_range(at..name_end, plain);
+        }
+    }
+    out
+}
+
 fn list(problems: &[Problem]) -> String {
     problems
         .iter()
@@ -557,11 +593,42 @@ impl Config {
 
     /// Validates configuration text; `path` only names it in errors.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+        let syntax = |e: toml::de::Error| ConfigError::Syntax {
             path: path.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
-        })?;
+            message: plain_words(e.to_string().trim_end()),
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(syntax)?;
+        // Every key of the wrong type or of no declared name, at once; the
+        // rest is then read and checked in the same run.
+        let misshapen: Vec<Problem> = take_misshapen(&mut table)
+            .into_iter()
+            .map(|p| Problem {
+                key: p.key,
+                message: p.message,
+            })
+            .collect();
+        let file: FileConfig = if misshapen.is_empty() {
+            // Read from the text, so that what the shape check lets through
+            // and serde still refuses keeps its line and column.
+            toml::from_str(text).map_err(syntax)?
+        } else {
+            match toml::Value::Table(table).try_into() {
+                Ok(file) => file,
+                Err(e) => {
+                    let mut problems = misshapen;
+                    problems.push(Problem {
+                        key: "(file)".into(),
+                        message: plain_words(e.to_string().trim_end()),
+                    });
+                    return Err(ConfigError::Invalid {
+                        path: path.to_owned(),
+                        problems,
+                    });
+                }
+            }
+        };
         let mut check = Checker::new(path.parent().map(Path::to_owned).unwrap_or_default());
+        check.problems = misshapen;
         let config = check.config(&file);
         match config {
             Some(config) if check.problems.is_empty() => Ok(config),

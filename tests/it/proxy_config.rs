@@ -123,5 +123,8 @@ fn bad_values_name_their_key_and_value() {
     }
     // Unknown keys are refused by name.
     let message = problems(&format!("{pp}trusted = [\"10.0.0.0/8\"]\ntrust = []"), "");
-    assert!(message.contains("unknown field `trust`"), "{message}");
+    assert!(
+        message.contains("unknown key `trust`: did you mean `trusted`?"),
+        "{message}"
+    );
 }

@@ -81,12 +81,19 @@ impl Checker {
         match text.parse::<SocketAddr>() {
             Ok(addr) => Some(addr),
             Err(_) => {
-                self.problem(
-                    key,
-                    format!(
-                        "{text:?} is not an IP:port address (IPv6 goes in brackets: \"[::1]:443\")"
-                    ),
+                let mut message = format!(
+                    "{text:?} is not an IP:port address (IPv6 goes in brackets: \"[::1]:443\")"
                 );
+                let host_and_port = text
+                    .rsplit_once(':')
+                    .is_some_and(|(host, port)| port.parse::<u16>().is_ok() && !host.is_empty());
+                if key.starts_with("backend.") && key.contains(".addresses") && host_and_port {
+                    message.push_str(&format!(
+                        "; a host name is looked up at run time: write `resolve = {text:?}` \
+                         in the backend instead of `addresses`"
+                    ));
+                }
+                self.problem(key, message);
                 None
             }
         }
