@@ -23,17 +23,14 @@ bounded; the relay it started is ended by PID.
 """
 
 import argparse
-import ipaddress
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from benchproc import free_port, rss_kib
+from benchproc import cpu_model, free_port, metrics, rss_kib, wait_ready
+from forged import flood
 
 CONFIG = """
 [admin]
@@ -60,53 +57,12 @@ addresses = ["127.0.0.1:9"]
 """
 
 
-def checksum(data):
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def packet(source, port, payload):
-    """An IPv4 + UDP packet from `source` to 127.0.0.1:`port` (UDP
-    checksum 0: none, as IPv4 allows)."""
-    udp = struct.pack("!HHHH", 40000, port, 8 + len(payload), 0) + payload
-    header = struct.pack(
-        "!BBHHHBBH4s4s",
-        0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0,
-        source.packed, ipaddress.IPv4Address("127.0.0.1").packed,
-    )
-    header = header[:10] + struct.pack("!H", checksum(header)) + header[12:]
-    return header + udp
-
-
-def scrape(admin):
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    values = {}
-    for line in text.splitlines():
-        for name in (
-            'snirelay_admission_sources{listener="quic"}',
-            'snirelay_admission_sources_evicted_total{listener="quic"}',
-            'snirelay_connections_accepted_total{listener="quic",protocol="quic"}',
-        ):
-            if line.startswith(name + " "):
-                values[name.split("{")[0]] = float(line.split()[-1])
-    return values
-
-
-def wait_ready(admin, relay):
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if relay.poll() is not None:
-            sys.exit(f"the relay exited: {relay.returncode}")
-        try:
-            return scrape(admin)
-        except OSError:
-            time.sleep(0.05)
-    sys.exit("the relay's admin listener never answered")
+# The listener's series this script prints.
+SERIES = (
+    'snirelay_admission_sources{listener="quic"}',
+    'snirelay_admission_sources_evicted_total{listener="quic"}',
+    'snirelay_connections_accepted_total{listener="quic",protocol="quic"}',
+)
 
 
 def main():
@@ -131,38 +87,21 @@ def main():
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_ready(admin, relay)
+        wait_ready(admin, relay, SERIES)
         time.sleep(1)  # let the start-up allocations settle before the base line
         before = rss_kib(relay.pid)
-        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-        payload = bytes([0xC3]) + struct.pack("!I", 1) + bytes([8]) + bytes(1194)
-        first = int(ipaddress.IPv4Address("127.16.0.1"))
-        started = time.monotonic()
-        for i in range(args.sources):
-            source = ipaddress.IPv4Address(first + i)
-            raw.sendto(packet(source, port, payload), ("127.0.0.1", 0))
-            if i % 1000 == 999:
-                ahead = (i + 1) / args.rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
-        took = time.monotonic() - started
+        took = flood(port, args.sources, args.rate)
         right_after = rss_kib(relay.pid)
         # One sweep (every 10 s) reports the tables; with a short period,
         # a second one has forgotten the sources.
         time.sleep(12 if args.period == "1h" else 22)
         swept = rss_kib(relay.pid)
-        metrics = scrape(admin)
-        model = next(
-            (l.split(":", 1)[1].strip() for l in subprocess.run(
-                ["lscpu"], capture_output=True, text=True).stdout.splitlines()
-             if l.startswith("Model name")),
-            "unknown CPU",
-        )
-        read = metrics.get("snirelay_connections_accepted_total", 0)
-        print(f"CPU: {model}")
+        values = metrics(admin, SERIES)
+        read = values.get("snirelay_connections_accepted_total", 0)
+        print(f"CPU: {cpu_model()}")
         print(f"{args.sources} forged sources in {took:.1f} s ({args.sources / took:,.0f}/s), {read:,.0f} read by the relay")
         print(f"RSS before {before / 1024:.1f} MiB; right after +{(right_after - before) / 1024:.1f} MiB; after a sweep +{(swept - before) / 1024:.1f} MiB")
-        print(f"tracked {metrics.get('snirelay_admission_sources', 0):,.0f}, evicted {metrics.get('snirelay_admission_sources_evicted_total', 0):,.0f}")
+        print(f"tracked {values.get('snirelay_admission_sources', 0):,.0f}, evicted {values.get('snirelay_admission_sources_evicted_total', 0):,.0f}")
     finally:
         relay.terminate()
         try:
