@@ -55,6 +55,8 @@
 //!
 //! The files, by job:
 //!
+//! - [`families`]: the declared list of every exported family (name, type,
+//!   labels, help), public for the tests that check docs and dashboards.
 //! - [`labels`]: the label set of every family, each value bounded.
 //! - [`registry`]: [`Metrics`](registry::Metrics), every family, registered
 //!   once at start-up, and the process-wide [`metrics()`].
@@ -79,6 +81,7 @@
 
 mod backends;
 mod exposition;
+pub mod families;
 mod hooks;
 mod labels;
 mod listener;
