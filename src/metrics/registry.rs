@@ -308,6 +308,10 @@ impl Metrics {
             })
             .set(1);
         register(r, "snirelay_build_info", build_info);
+        // Reloads can happen wherever the relay runs: both outcomes from the start.
+        for outcome in ["ok", "failed"] {
+            let _ = m.reloads.get_or_create(&OutcomeLabels { outcome });
+        }
         Metrics {
             registry: registration.registry,
             registered: registration.registered,
