@@ -186,6 +186,12 @@ impl Metrics {
         self.admin_open.inc();
     }
 
+    /// The admin listener's closed series for `reason` at zero (called for
+    /// each reason when it starts).
+    pub(crate) fn admin_close_series(&self, reason: &'static str) {
+        let _ = self.admin_closed.get_or_create(&ReasonLabels { reason });
+    }
+
     /// A connection to the admin listener closed; `reason` is a fixed word
     /// of [`crate::admin`].
     pub(crate) fn admin_closed(&self, reason: &'static str) {

@@ -195,6 +195,19 @@ async fn metrics_a_configuration_implies_are_at_zero_after_ready() {
     for outcome in ["ok", "failed"] {
         zero.push(format!("snirelay_reloads_total{{outcome=\"{outcome}\"}}"));
     }
+    for reason in [
+        "done",
+        "silent",
+        "request_timeout",
+        "idle_timeout",
+        "evicted",
+        "error",
+        "shutdown",
+    ] {
+        zero.push(format!(
+            "snirelay_admin_connections_closed_total{{reason=\"{reason}\"}}"
+        ));
+    }
     for reason in ["evicted", "unvalidated", "max_connections"] {
         zero.push(format!(
             "snirelay_quic_unvalidated_closed_total{{reason=\"{reason}\"}}"
