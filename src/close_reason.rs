@@ -390,6 +390,50 @@ impl CloseReason {
     }
 }
 
+/// The listener kinds a close reason can end a connection on: a QUIC flow
+/// has no FIN, no half-close and no TCP keepalive, and a TCP connection
+/// no QUIC version or address validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// TCP and QUIC listeners.
+    Both,
+    /// TCP listeners only.
+    Tcp,
+    /// QUIC listeners only.
+    Quic,
+}
+
+impl Transport {
+    /// Whether a listener of `protocol` (`tcp` or `quic`, the config's
+    /// word) can close a connection this way.
+    pub fn includes(self, protocol: &str) -> bool {
+        match self {
+            Transport::Both => true,
+            Transport::Tcp => protocol == "tcp",
+            Transport::Quic => protocol == "quic",
+        }
+    }
+}
+
+impl CloseReason {
+    /// The listener kinds that can close a connection for this reason (the
+    /// series a listener shows at zero from its start).
+    pub const fn transport(self) -> Transport {
+        use CloseReason::*;
+        match self {
+            Done | Silent | ClientClosed | NotTls | ClientReset | HalfCloseTimeout
+            | ClientKeepalive | BackendKeepalive => Transport::Tcp,
+            NotQuic | UnknownVersion | Unvalidated | MaxConnections | Evicted => Transport::Quic,
+            HelloTimeout | Malformed | TooLarge | NoSni | Unmatched | TlsVersion | EchRejected
+            | Ja4Refused | ConnectFailed | IdleTimeout | BackendReset | Shutdown | ProxyMissing
+            | ProxyInvalid | ProxyUntrusted | HopLimit | Drained | AddressMaint | Admin | Moved
+            | LimitConcurrent | LimitRate | Denied | NoAddress | TargetNotAllowed | RouteDenied
+            | RouteLimitConcurrent | RouteLimitRate | RouteFull | MaxLifetime | BackendFull
+            | LookupLimited => Transport::Both,
+        }
+    }
+}
+
 impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

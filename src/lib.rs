@@ -56,7 +56,7 @@ pub mod config;
 pub mod drain;
 pub mod flow;
 mod logging;
-mod metrics;
+pub mod metrics;
 pub mod proxy;
 mod pump;
 pub mod quic;

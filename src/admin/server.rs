@@ -61,6 +61,9 @@ pub(crate) async fn serve(
     shutdown: CancellationToken,
 ) {
     let table = Arc::new(ConnectionTable::new(MAX_ADMIN_CONNECTIONS));
+    for close in AdminClose::ALL {
+        metrics::metrics().admin_close_series(close.as_str());
+    }
     let mut http = hyper::server::conn::http1::Builder::new();
     http.max_buf_size(MAX_REQUEST_HEAD_BYTES)
         .max_headers(MAX_REQUEST_HEADERS)

@@ -370,13 +370,15 @@ pub(crate) fn render(state: &AdminState) -> String {
             } else {
                 ("down", "down")
             };
-            // The gauge of this address's health, when it is exported.
+            // The gauge of this address's health, when it is exported: named
+            // in `data-series`, not `data-metric`, since the cell shows a
+            // word (from the run-time state), not the gauge's number.
             let up_series = series(
                 "snirelay_backend_address_up",
                 &[("backend", name), ("address", &addr)],
             );
             let health_attr = if show_addresses && samples.0.iter().any(|s| s.series == up_series) {
-                format!(" data-metric=\"{}\"", escape(&up_series))
+                format!(" data-series=\"{}\"", escape(&up_series))
             } else {
                 String::new()
             };

@@ -46,6 +46,18 @@ pub(super) enum AdminClose {
 }
 
 impl AdminClose {
+    /// Every reason: the series the admin listener shows at zero from its
+    /// start. A new variant goes here too (its `as_str` arm is enforced).
+    pub(super) const ALL: [AdminClose; 7] = [
+        AdminClose::Done,
+        AdminClose::Silent,
+        AdminClose::RequestTimeout,
+        AdminClose::IdleTimeout,
+        AdminClose::Evicted,
+        AdminClose::Error,
+        AdminClose::Shutdown,
+    ];
+
     pub(super) fn as_str(self) -> &'static str {
         match self {
             AdminClose::Done => "done",

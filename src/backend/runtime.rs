@@ -75,6 +75,22 @@ impl BackendRuntime {
                 }
             }
         }
+        // What the configuration implies shows from the start: a fixed
+        // address's health as the relay holds it (up until a check or a
+        // connect says otherwise), and the lookups of a resolved backend.
+        match &config.source {
+            AddressSource::Fixed => {
+                for endpoint in &set {
+                    metrics::metrics().backend_address_health(
+                        &config.name,
+                        endpoint.addr,
+                        endpoint.state.is_up(),
+                    );
+                }
+            }
+            AddressSource::Dns(_) => metrics::metrics().lookup_series("dns"),
+            AddressSource::Cluster(_) => metrics::metrics().lookup_series("cluster"),
+        }
         let resolved = Resolved {
             set: set.into(),
             known: fixed,

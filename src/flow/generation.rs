@@ -34,7 +34,8 @@ use governor::clock::DefaultClock;
 
 use crate::admission::{Admission, RouteGate};
 use crate::backend::Backends;
-use crate::config::Listener;
+use crate::close_reason::CloseReason;
+use crate::config::{Limits, Listener, NoSni};
 use crate::flow::route::RouteTable;
 
 /// Process-wide accept pacing (`global.max_connection_rate`, see
@@ -78,6 +79,60 @@ impl Generation {
             backends: backends.clone(),
             pace: pace.clone(),
         }
+    }
+
+    /// Creates at zero every per-listener series this generation's
+    /// configuration implies (see
+    /// [`Metrics::listener_series`](crate::metrics::registry::Metrics::listener_series)):
+    /// bytes for each route and the backend it sends to (an ECH
+    /// diversion's too), `no_sni` and the fallback backend, and a refusal
+    /// series for each configured limit, the listener's and its routes'.
+    /// Called when a listener starts and at each reload.
+    pub(crate) fn create_series(&self) {
+        let listener = &*self.listener;
+        let mut traffic: Vec<(&str, &str)> = Vec::new();
+        for route in &listener.routes {
+            traffic.push((&route.name, &route.backend.name));
+            if let Some(ech) = crate::flow::route::ech_backend(Some(route), listener) {
+                traffic.push((&route.name, &ech.name));
+            }
+        }
+        if let NoSni::Backend(backend) = &listener.no_sni {
+            traffic.push(("no_sni", &backend.name));
+        }
+        traffic.sort_unstable();
+        traffic.dedup();
+        let mut limits = limit_refusals(
+            &listener.limits,
+            [
+                CloseReason::Denied,
+                CloseReason::LimitConcurrent,
+                CloseReason::LimitRate,
+            ],
+        );
+        for route in &listener.routes {
+            if let Some(route_limits) = &route.limits {
+                limits.extend(limit_refusals(
+                    route_limits,
+                    [
+                        CloseReason::RouteDenied,
+                        CloseReason::RouteLimitConcurrent,
+                        CloseReason::RouteLimitRate,
+                    ],
+                ));
+            }
+            if route.max_connections.is_some() {
+                limits.push(CloseReason::RouteFull);
+            }
+        }
+        limits.sort_unstable_by_key(|r| *r as usize);
+        limits.dedup();
+        crate::metrics::metrics().listener_series(
+            &listener.name,
+            listener.protocol.as_str(),
+            &traffic,
+            &limits,
+        );
     }
 
     /// For unit tests: listener `edge` on 127.0.0.1:0 with one route,
@@ -134,6 +189,26 @@ impl Generation {
             pace: pace.clone(),
         }
     }
+}
+
+/// The refusals `limits` can make, from `[denied, concurrent, rate]`:
+/// `denied` with an `allow` or `deny` list, `concurrent` with
+/// `connections_per_source`, `rate` with a connection or attempt rate.
+fn limit_refusals(
+    limits: &Limits,
+    [denied, concurrent, rate]: [CloseReason; 3],
+) -> Vec<CloseReason> {
+    let mut kinds = Vec::new();
+    if !limits.allow.is_empty() || !limits.deny.is_empty() {
+        kinds.push(denied);
+    }
+    if limits.connections_per_source.is_some() {
+        kinds.push(concurrent);
+    }
+    if limits.rate_per_source.is_some() || limits.attempts_per_source.is_some() {
+        kinds.push(rate);
+    }
+    kinds
 }
 
 /// A listener's route gates, by route name (route names are unique per

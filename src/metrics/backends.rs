@@ -53,11 +53,21 @@ impl BackendSeries {
 pub(crate) const MAX_ADDRESS_SERIES_PER_BACKEND: usize = 64;
 
 impl Metrics {
-    /// The connect series of `backend` (created at zero if new).
+    /// The connect series of `backend` (created at zero if new), with its
+    /// address counts (`up`, `down`) and replaced-series counter.
     pub(crate) fn backend_series(&self, backend: &str) -> BackendSeries {
         let labels = BackendLabels {
             backend: backend.to_owned(),
         };
+        // The address counts and replacements exist at zero from the start
+        // (an alert on "no address up" needs them before the first report).
+        for state in ["up", "down"] {
+            let _ = self.backend_addresses.get_or_create(&BackendStateLabels {
+                backend: backend.to_owned(),
+                state,
+            });
+        }
+        let _ = self.address_series_replaced.get_or_create(&labels);
         BackendSeries {
             attempts: self.connect_attempts.get_or_create_owned(&labels),
             failures: self.connect_failures.get_or_create_owned(&labels),

@@ -149,6 +149,18 @@ impl Metrics {
             .inc();
     }
 
+    /// The lookup series of `kind` (`dns` or `cluster`) at zero: `ok`,
+    /// `empty`, `error`, and `cache_hit` for a cluster. Called when a
+    /// backend of that kind starts.
+    pub(crate) fn lookup_series(&self, kind: &'static str) {
+        let cluster = kind == "cluster";
+        for outcome in ["ok", "empty", "error", "cache_hit"] {
+            if outcome != "cache_hit" || cluster {
+                let _ = self.lookups.get_or_create(&LookupLabels { kind, outcome });
+            }
+        }
+    }
+
     /// The counter of the names a cluster backend's cache share `share`
     /// (`answered`, `unanswered`) evicted, resolved once per cache.
     pub(crate) fn cluster_cache_evicted(&self, backend: &str, share: &'static str) -> Counter {
@@ -172,6 +184,12 @@ impl Metrics {
     /// A connection to the admin listener was accepted.
     pub(crate) fn admin_opened(&self) {
         self.admin_open.inc();
+    }
+
+    /// The admin listener's closed series for `reason` at zero (called for
+    /// each reason when it starts).
+    pub(crate) fn admin_close_series(&self, reason: &'static str) {
+        let _ = self.admin_closed.get_or_create(&ReasonLabels { reason });
     }
 
     /// A connection to the admin listener closed; `reason` is a fixed word

@@ -13,7 +13,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::labels::{CloseLabels, HelloLabels, LimitLabels, ListenerLabels, TrafficLabels};
+use super::labels::{
+    CloseLabels, HelloLabels, LimitLabels, ListenerLabels, ReasonLabels, TableLabels, TrafficLabels,
+};
 use super::registry::{Metrics, metrics};
 use crate::close_reason::{CloseReason, HelloOutcome};
 
@@ -192,15 +194,87 @@ impl ListenerMetrics {
 }
 
 impl Metrics {
-    /// A listener's series exist (at zero) from start-up, so dashboards and
-    /// `rate()` see them before the first connection.
-    pub(crate) fn listener_started(&self, listener: &str, protocol: &'static str) {
+    /// Every series `listener`'s configuration implies, created at zero
+    /// where new (existing ones keep their values, so this is called at
+    /// start and again at each reload): accepted, active and ECH hellos,
+    /// each close reason and hello outcome a listener of `protocol` can
+    /// produce, the limit refusals of the configured `limits` (the close
+    /// reasons counted as refusals), bytes both ways for each (route,
+    /// backend) of `traffic`, and its admission tables' gauges. Bounded by
+    /// the configuration: about 60 series per listener plus two per
+    /// (route, backend).
+    pub(crate) fn listener_series(
+        &self,
+        listener: &str,
+        protocol: &'static str,
+        traffic: &[(&str, &str)],
+        limits: &[CloseReason],
+    ) {
         let labels = ListenerLabels {
             listener: listener.to_owned(),
             protocol,
         };
         let _ = self.accepted.get_or_create(&labels);
         let _ = self.active.get_or_create(&labels);
+        let _ = self.hello_ech.get_or_create(&labels);
+        let mut outcomes = vec![HelloOutcome::Sni];
+        for &reason in CloseReason::ALL {
+            if !reason.transport().includes(protocol) {
+                continue;
+            }
+            let _ = self.closed.get_or_create(&CloseLabels {
+                listener: listener.to_owned(),
+                protocol,
+                reason: reason.as_str(),
+            });
+            for sni in [true, false] {
+                let outcome = reason.hello_outcome(false, sni);
+                if !outcomes.contains(&outcome) {
+                    outcomes.push(outcome);
+                }
+            }
+        }
+        for outcome in outcomes {
+            let _ = self.hello.get_or_create(&HelloLabels {
+                listener: listener.to_owned(),
+                protocol,
+                outcome: outcome.as_str(),
+            });
+        }
+        for kind in limits {
+            let _ = self.limit_refusals.get_or_create(&LimitLabels {
+                listener: listener.to_owned(),
+                protocol,
+                kind: kind.as_str(),
+            });
+        }
+        for &(route, backend) in traffic {
+            let labels = TrafficLabels {
+                listener: listener.to_owned(),
+                protocol,
+                route: route.to_owned(),
+                backend: backend.to_owned(),
+            };
+            let _ = self.bytes_up.get_or_create(&labels);
+            let _ = self.bytes_down.get_or_create(&labels);
+        }
+        if protocol == "quic" {
+            // Process-wide: the same three series for every QUIC listener.
+            for reason in [
+                CloseReason::Evicted,
+                CloseReason::Unvalidated,
+                CloseReason::MaxConnections,
+            ] {
+                let _ = self.quic_unvalidated_closed.get_or_create(&ReasonLabels {
+                    reason: reason.as_str(),
+                });
+            }
+        }
+        let table = TableLabels {
+            listener: listener.to_owned(),
+        };
+        let _ = self.admission_sources.get_or_create(&table);
+        let _ = self.admission_evicted.get_or_create(&table);
     }
 
     /// The series of `listener`, for its accept loop and connections. Call

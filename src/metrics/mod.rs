@@ -27,6 +27,16 @@
 //! drops the label altogether; `snirelay_backend_addresses{backend,state}`
 //! counts up and down addresses either way.
 //!
+//! Every series a configuration implies exists, at zero, from the start
+//! (and from the reload that adds its listener, route or backend):
+//! [`Metrics::listener_series`](registry::Metrics::listener_series) creates
+//! a listener's (each close reason and hello outcome its kind can produce,
+//! each configured limit's refusals, bytes per route and backend), called by
+//! [`crate::flow::generation::Generation::create_series`];
+//! [`Metrics::backend_series`](registry::Metrics::backend_series) a
+//! backend's. Series of removed ones stay, frozen, until restart: bounded
+//! by the names configured, never by traffic.
+//!
 //! Cost: every metric family is created at start-up. The per-connection
 //! events go through handles resolved ahead of the connection, so they cost
 //! atomic adds and no allocation: a listener's [`ListenerMetrics`] is made
@@ -34,7 +44,7 @@
 //! since they are keyed on the listener's name), and holds the `accepted`,
 //! `active` and `ech` counters directly; its close-reason, hello-outcome and
 //! limit series are resolved on their first use (a `OnceLock` per fixed
-//! word, so the exported series are exactly those that happened); its
+//! word); its
 //! (route, backend) byte counters sit in a small map under a read lock,
 //! looked up by `&str`. A backend's connect series ([`BackendSeries`]) are
 //! resolved once per backend runtime (see [`crate::backend`]), so a connect
@@ -55,6 +65,8 @@
 //!
 //! The files, by job:
 //!
+//! - [`families`]: the declared list of every exported family (name, type,
+//!   labels, help), public for the tests that check docs and dashboards.
 //! - [`labels`]: the label set of every family, each value bounded.
 //! - [`registry`]: [`Metrics`](registry::Metrics), every family, registered
 //!   once at start-up, and the process-wide [`metrics()`].
@@ -79,6 +91,7 @@
 
 mod backends;
 mod exposition;
+pub mod families;
 mod hooks;
 mod labels;
 mod listener;

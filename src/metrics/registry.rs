@@ -1,7 +1,8 @@
 //! The one process-wide registry: [`Metrics`] holds every metric family
 //! snirelay exports, each created and registered (name, help text) once at
-//! start-up, and [`metrics()`] hands it out. The family list here is the
-//! list of exported metric names. The fields are visible to the sibling
+//! start-up, and [`metrics()`] hands it out. Each is registered under its
+//! row of [`super::families::FAMILIES`], which holds names, types, labels
+//! and help texts. The fields are visible to the sibling
 //! files that record into them; [`AddressBook`], the state behind the
 //! address health series, is a field here too, kept by
 //! [`super::backends`].
@@ -23,12 +24,28 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use super::families::{Family as Declared, family};
 use super::labels::{
     AddressStateLabels, BackendAddressLabels, BackendLabels, BackendStateLabels, CacheShareLabels,
     CloseLabels, ControlLabels, HelloLabels, LimitLabels, ListenerLabels, LogDropLabels,
     LogTargetLabels, LookupLabels, LookupLimitLabels, OutcomeLabels, ReasonLabels, SourceLabels,
     TableLabels, ThrottleLabels, TrafficLabels, VersionLabels,
 };
+
+/// The registry being filled, and the declared families registered so far.
+#[derive(Default)]
+struct Registration {
+    registry: Registry,
+    registered: Vec<&'static Declared>,
+}
+
+/// Registers `metric` as the declared family `name` (see [`super::families`]).
+fn register(r: &mut Registration, name: &str, metric: impl prometheus_client::registry::Metric) {
+    let declared = family(name);
+    r.registry
+        .register(declared.registered_name(), declared.help, metric);
+    r.registered.push(declared);
+}
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -40,6 +57,11 @@ fn connect_histogram() -> Histogram {
 /// Every metric snirelay exports. Get it with [`metrics()`].
 pub(crate) struct Metrics {
     pub(super) registry: Registry,
+    /// The declared families registered, in registration order (the
+    /// exposition leaves out a family without series, so this is how a test
+    /// sees that every declared one is registered).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) registered: Vec<&'static Declared>,
     pub(super) accepted: Family<ListenerLabels, Counter>,
     pub(super) active: Family<ListenerLabels, Gauge>,
     pub(super) closed: Family<CloseLabels, Counter>,
@@ -117,6 +139,7 @@ impl Metrics {
     fn new() -> Metrics {
         let m = Metrics {
             registry: Registry::default(),
+            registered: Vec::new(),
             accepted: Family::default(),
             active: Family::default(),
             closed: Family::default(),
@@ -163,212 +186,136 @@ impl Metrics {
             quic_unvalidated_closed: Family::default(),
             quic_amplification_dropped: Counter::default(),
         };
-        let mut registry = Registry::default();
-        let r = &mut registry;
-        r.register(
-            "snirelay_connections_accepted",
-            "Client connections accepted",
-            m.accepted.clone(),
-        );
-        r.register(
-            "snirelay_connections_active",
-            "Client connections open now",
-            m.active.clone(),
-        );
-        r.register(
-            "snirelay_connections_closed",
-            "Client connections closed, by close reason (the `close` log field)",
-            m.closed.clone(),
-        );
-        r.register(
-            "snirelay_bytes_up",
-            "Bytes relayed from clients to backends (ClientHello included), added at close",
-            m.bytes_up.clone(),
-        );
-        r.register(
-            "snirelay_bytes_down",
-            "Bytes relayed from backends to clients, added at close",
-            m.bytes_down.clone(),
-        );
-        r.register(
-            "snirelay_client_hellos",
-            "ClientHello outcomes: sni, no_sni, empty, timeout, not_tls, malformed, too_large, incomplete, preface_refused",
-            m.hello.clone(),
-        );
-        r.register(
-            "snirelay_client_hellos_ech",
-            "Complete ClientHellos that carried an encrypted_client_hello extension",
-            m.hello_ech.clone(),
-        );
-        r.register(
-            "snirelay_backend_connect_attempts",
-            "Connect attempts to backend addresses",
+        let mut registration = Registration::default();
+        let r = &mut registration;
+        register(r, "snirelay_connections_accepted_total", m.accepted.clone());
+        register(r, "snirelay_connections_active", m.active.clone());
+        register(r, "snirelay_connections_closed_total", m.closed.clone());
+        register(r, "snirelay_bytes_up_total", m.bytes_up.clone());
+        register(r, "snirelay_bytes_down_total", m.bytes_down.clone());
+        register(r, "snirelay_client_hellos_total", m.hello.clone());
+        register(r, "snirelay_client_hellos_ech_total", m.hello_ech.clone());
+        register(
+            r,
+            "snirelay_backend_connect_attempts_total",
             m.connect_attempts.clone(),
         );
-        r.register(
-            "snirelay_backend_connect_failures",
-            "Connect attempts to backend addresses that failed or timed out",
+        register(
+            r,
+            "snirelay_backend_connect_failures_total",
             m.connect_failures.clone(),
         );
-        r.register(
+        register(
+            r,
             "snirelay_backend_connect_duration_seconds",
-            "Time to a successful backend connect",
             m.connect_duration.clone(),
         );
-        r.register(
+        register(
+            r,
             "snirelay_backend_address_up",
-            "Whether a backend address is considered healthy (1) or not (0)",
             m.backend_address_up.clone(),
         );
-        r.register(
-            "snirelay_backend_addresses",
-            "Backend addresses whose health was reported, by state (up or down)",
-            m.backend_addresses.clone(),
-        );
-        r.register(
-            "snirelay_backend_address_series_replaced",
-            "Address health series dropped to keep a backend within its address cap",
+        register(r, "snirelay_backend_addresses", m.backend_addresses.clone());
+        register(
+            r,
+            "snirelay_backend_address_series_replaced_total",
             m.address_series_replaced.clone(),
         );
-        r.register(
-            "snirelay_admin_connections_open",
-            "Connections to the admin listener open now",
-            m.admin_open.clone(),
-        );
-        r.register(
-            "snirelay_admin_connections_closed",
-            "Connections to the admin listener closed, by reason",
+        register(r, "snirelay_admin_connections_open", m.admin_open.clone());
+        register(
+            r,
+            "snirelay_admin_connections_closed_total",
             m.admin_closed.clone(),
         );
-        r.register(
-            "snirelay_admin_control_actions",
-            "Control requests to the admin listener, by kind and outcome",
+        register(
+            r,
+            "snirelay_admin_control_actions_total",
             m.control_actions.clone(),
         );
-        r.register(
-            "snirelay_backend_address_state",
-            "The operator's state of a backend address (1 for the state in force), for addresses an operator has set",
-            m.address_state.clone(),
-        );
-        r.register(
-            "snirelay_limit_refusals",
-            "Connections refused by a limit, by kind",
-            m.limit_refusals.clone(),
-        );
-        r.register(
-            "snirelay_reloads",
-            "Configuration reloads, by outcome",
-            m.reloads.clone(),
-        );
-        r.register(
-            "snirelay_connections_draining",
-            "Connections being drained (stop or reload)",
-            m.draining.clone(),
-        );
-        r.register(
-            "snirelay_lookups",
-            "DNS and cluster lookups for backend addresses, by kind and outcome (cache_hit included)",
-            m.lookups.clone(),
-        );
-        r.register(
-            "snirelay_process_open_fds",
-            "Open file descriptors of the process, read at scrape time",
-            m.open_fds.clone(),
-        );
-        r.register(
-            "snirelay_process_max_fds",
-            "Soft limit on open file descriptors (RLIMIT_NOFILE), read at scrape time",
-            m.max_fds.clone(),
-        );
-        r.register(
+        register(r, "snirelay_backend_address_state", m.address_state.clone());
+        register(r, "snirelay_limit_refusals_total", m.limit_refusals.clone());
+        register(r, "snirelay_reloads_total", m.reloads.clone());
+        register(r, "snirelay_connections_draining", m.draining.clone());
+        register(r, "snirelay_lookups_total", m.lookups.clone());
+        register(r, "snirelay_process_open_fds", m.open_fds.clone());
+        register(r, "snirelay_process_max_fds", m.max_fds.clone());
+        register(
+            r,
             "snirelay_process_resident_memory_bytes",
-            "Resident set size of the process, read at scrape time",
             m.resident_memory.clone(),
         );
         // Pushed local names (issue 17).
-        r.register(
-            "snirelay_local_name_pushes",
-            "Pushes of the local name set (POST /update-local-snis), by outcome",
+        register(
+            r,
+            "snirelay_local_name_pushes_total",
             m.local_name_pushes.clone(),
         );
-        r.register(
-            "snirelay_admin_forwarded",
-            "Requests the admin listener forwarded (forward_unmatched_to), by outcome",
+        register(
+            r,
+            "snirelay_admin_forwarded_total",
             m.admin_forwarded.clone(),
         );
-        r.register(
-            "snirelay_log_lines_sent",
-            "Log lines written to the syslog or journald target",
-            m.log_sent.clone(),
-        );
-        r.register(
-            "snirelay_log_lines_dropped",
-            "Log lines dropped before the syslog or journald target: queue_full, send_failed",
-            m.log_dropped.clone(),
-        );
+        register(r, "snirelay_log_lines_sent_total", m.log_sent.clone());
+        register(r, "snirelay_log_lines_dropped_total", m.log_dropped.clone());
         // Bandwidth limits (issue 33).
-        r.register(
-            "snirelay_throttled_seconds",
-            "Time a direction of a limited route's connections spent waiting for bandwidth tokens (rate_up, rate_down, rate_per_source_*), added per wait",
-            m.throttled.clone(),
-        );
-        r.register(
-            "snirelay_proxy_datagrams_too_large",
-            "Client datagrams of QUIC flows dropped because even the minimal PROXY v2 header would make them larger than the backend's max_datagram_size",
+        register(r, "snirelay_throttled_seconds_total", m.throttled.clone());
+        register(
+            r,
+            "snirelay_proxy_datagrams_too_large_total",
             m.proxy_datagrams_too_large.clone(),
         );
-        r.register(
+        register(
+            r,
             "snirelay_quic_unvalidated_flows",
-            "Open QUIC flows whose client has not yet shown it receives at its address (they hold no connection permit)",
             m.quic_unvalidated.clone(),
         );
-        r.register(
-            "snirelay_quic_unvalidated_closed",
-            "Open QUIC flows closed before they validated: evicted for a new flow, unvalidated (their lifetime passed) or max_connections (validated with no permit free)",
+        register(
+            r,
+            "snirelay_quic_unvalidated_closed_total",
             m.quic_unvalidated_closed.clone(),
         );
-        r.register(
-            "snirelay_quic_amplification_dropped",
-            "Backend datagrams toward an unvalidated QUIC client dropped: past 3 times the bytes received from it (RFC 9000 section 8)",
+        register(
+            r,
+            "snirelay_quic_amplification_dropped_total",
             m.quic_amplification_dropped.clone(),
         );
-        r.register(
-            "snirelay_source_address_exhausted",
-            "Backend connects (or QUIC flow sockets) whose `source` address had no free local port; the next source was tried",
+        register(
+            r,
+            "snirelay_source_address_exhausted_total",
             m.source_exhausted.clone(),
         );
-        r.register(
-            "snirelay_admission_sources",
-            "Sources a listener's admission tables (its own and its routes') remember now, at most max_sources each without an open connection",
-            m.admission_sources.clone(),
-        );
-        r.register(
-            "snirelay_admission_sources_evicted",
-            "Sources forgotten before their time because a table was at max_sources (least recently used first)",
+        register(r, "snirelay_admission_sources", m.admission_sources.clone());
+        register(
+            r,
+            "snirelay_admission_sources_evicted_total",
             m.admission_evicted.clone(),
         );
-        r.register(
-            "snirelay_cluster_cache_evicted",
-            "Names a cluster backend's cache dropped to make room in a full share (answered: 10,000, unanswered: 2,500), by backend and share",
+        register(
+            r,
+            "snirelay_cluster_cache_evicted_total",
             m.cluster_cache_evicted.clone(),
         );
-        r.register(
-            "snirelay_cluster_lookups_limited",
-            "Cluster lookups not made because the backend's max_lookups_in_flight or new_names_per_second was reached, by backend and limit (the connection closed lookup_limited, or was served its stale answer)",
+        register(
+            r,
+            "snirelay_cluster_lookups_limited_total",
             m.lookups_limited.clone(),
         );
-        r.register(
-            "snirelay_local_names",
-            "Names pushed as served by this node's local backend, in force now",
-            m.local_names.clone(),
-        );
+        register(r, "snirelay_local_names", m.local_names.clone());
         let build_info = Family::<VersionLabels, Gauge>::default();
         build_info
             .get_or_create(&VersionLabels {
                 version: crate::VERSION,
             })
             .set(1);
-        r.register("snirelay_build_info", "Version of snirelay", build_info);
-        Metrics { registry, ..m }
+        register(r, "snirelay_build_info", build_info);
+        // Reloads can happen wherever the relay runs: both outcomes from the start.
+        for outcome in ["ok", "failed"] {
+            let _ = m.reloads.get_or_create(&OutcomeLabels { outcome });
+        }
+        Metrics {
+            registry: registration.registry,
+            registered: registration.registered,
+            ..m
+        }
     }
 }

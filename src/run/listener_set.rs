@@ -72,7 +72,7 @@ use crate::quic::handover::{Handover, Predecessor, Successor};
 use crate::quic::socket_task as quic;
 use crate::run::bind::{BindError, BindKey, Sockets};
 use crate::tcp::accept_loop::AcceptLoop;
-use crate::{metrics, run::takeover, sockopt};
+use crate::{run::takeover, sockopt};
 
 /// What every accept loop of the process shares.
 #[derive(Clone)]
@@ -246,6 +246,7 @@ impl Listeners {
         udp: Vec<(BindKey, std::net::UdpSocket)>,
     ) -> Result<(), BindError> {
         let listener = generation.listener.clone();
+        generation.create_series();
         let (generation, _) = watch::channel(Arc::new(generation));
         admission::spawn_sweeper(
             listener.name.clone(),
@@ -346,6 +347,7 @@ impl Listeners {
         };
         let previous = running.generation.borrow().clone();
         let next = previous.next(listener.clone(), backends, pace);
+        next.create_series();
         rebound.to_drain = previous.routes.retired_by(Some(&next.routes));
         running.generation.send_replace(Arc::new(next));
         // Kept sockets take the reloaded keepalive for the connections
@@ -497,7 +499,6 @@ impl Listeners {
         let local = socket.local_addr().unwrap_or(addr);
         tracing::info!(listener = %listener.name, addr = %local, socket = %key, protocol = "quic", inherited = adopted, "listening");
         let successor = handover.successor.clone();
-        metrics::metrics().listener_started(&listener.name, listener.protocol.as_str());
         let stop = self.shared.stop_accepting.child_token();
         let runtime = quic::Runtime {
             permits: self.shared.permits.clone(),
@@ -539,7 +540,6 @@ impl Listeners {
         let socket = TcpListener::from_std(socket).map_err(failed)?;
         let local = socket.local_addr().unwrap_or(addr);
         tracing::info!(listener = %listener.name, addr = %local, socket = %key, "listening");
-        metrics::metrics().listener_started(&listener.name, listener.protocol.as_str());
         let stop = self.shared.stop_accepting.child_token();
         // One accept loop per worker thread, all on this one socket (see
         // the module header for why not an SO_REUSEPORT group).

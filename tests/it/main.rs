@@ -34,6 +34,7 @@ mod hostile;
 mod keepalive;
 mod leaks;
 mod matcher;
+mod metrics_catalog;
 mod relay;
 mod splice;
 mod timeouts;
