@@ -11,6 +11,7 @@ use super::probe;
 use super::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs};
 use crate::config::Config;
 use crate::pump::splice;
+use crate::run::descriptors::DescriptorBudget;
 use crate::run::notify::Notifier;
 use crate::run::server::ServeOptions;
 use crate::{
@@ -50,6 +51,14 @@ fn check(cli: &Cli) -> ExitCode {
             println!("ok");
             for line in super::check_summary(&config) {
                 println!("{line}");
+            }
+            // On stderr, and not an error: the limit is this shell's (or
+            // the unit's, under ExecStartPre=), not necessarily the one
+            // `run` will have.
+            if let Ok((_soft, hard)) = sockopt::nofile_limit() {
+                if let Some(short) = DescriptorBudget::of(&config).shortfall(hard) {
+                    eprintln!("{}", short.check_warning());
+                }
             }
             ExitCode::SUCCESS
         }

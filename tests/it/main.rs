@@ -46,6 +46,7 @@ mod admission;
 mod admission_attempts;
 mod admission_bounds;
 mod limits_config;
+mod limits_descriptors;
 mod route_limits;
 mod route_rules;
 mod sni_file;
