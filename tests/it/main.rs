@@ -121,6 +121,7 @@ mod doc_paths;
 mod import_haproxy;
 mod import_haproxy_keys;
 mod module_graph;
+mod man_pages;
 mod packaging;
 
 /// The harness shared by every module above (and by two benches).
