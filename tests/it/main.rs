@@ -116,12 +116,13 @@ mod syslog;
 
 // Configuration, import, packaging and the code's own structure.
 mod config;
+mod config_reference;
 mod doc_examples;
 mod doc_paths;
 mod import_haproxy;
 mod import_haproxy_keys;
-mod module_graph;
 mod man_pages;
+mod module_graph;
 mod packaging;
 
 /// The harness shared by every module above (and by two benches).
