@@ -8,9 +8,10 @@
 use std::process::ExitCode;
 
 use super::probe;
-use super::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs};
+use super::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs, RunArgs};
 use crate::config::Config;
 use crate::pump::splice;
+use crate::run::descriptors::DescriptorBudget;
 use crate::run::notify::Notifier;
 use crate::run::server::ServeOptions;
 use crate::{
@@ -25,12 +26,16 @@ use clap::Parser;
 /// are in `src/main.rs`).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.clone().unwrap_or(Command::Run) {
+    match cli
+        .command
+        .clone()
+        .unwrap_or(Command::Run(RunArgs::default()))
+    {
         Command::Check => check(&cli),
         Command::Probe(args) => run_probe(&args),
         Command::Ctl(args) => ctl(&cli, &args),
         Command::ImportHaproxy(args) => import_haproxy(&args),
-        Command::Run => match run(&cli) {
+        Command::Run(args) => match run(&cli, &args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("snirelay: {e:#}");
@@ -50,6 +55,14 @@ fn check(cli: &Cli) -> ExitCode {
             println!("ok");
             for line in super::check_summary(&config) {
                 println!("{line}");
+            }
+            // On stderr, and not an error: the limit is this shell's (or
+            // the unit's, under ExecStartPre=), not necessarily the one
+            // `run` will have.
+            if let Ok((_soft, hard)) = sockopt::nofile_limit() {
+                if let Some(short) = DescriptorBudget::of(&config).shortfall(hard) {
+                    eprintln!("{}", short.check_warning());
+                }
             }
             ExitCode::SUCCESS
         }
@@ -97,7 +110,7 @@ fn import_haproxy(args: &ImportHaproxyArgs) -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> anyhow::Result<()> {
+fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<()> {
     // Before any thread exists: this edits the environment.
     let activated = sockopt::take_activated_fds().context("socket activation")?;
     // Before the configuration is read: the heap it builds in base pages.
@@ -128,7 +141,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let mut options = ServeOptions::new(cli.config.clone());
     options.activated = activated;
     options.notifier = Notifier::from_env();
-    if let Some(path) = &cli.takeover {
+    if let Some(path) = &args.takeover {
         options.takeover_from = takeover::receive(path)?;
         options.takeover_path = Some(path.clone());
     }

@@ -10,6 +10,7 @@
 mod commands;
 pub(crate) mod ctl;
 pub(crate) mod haproxy_import;
+pub mod manual;
 pub(crate) mod probe;
 pub(crate) mod readyz;
 
@@ -47,19 +48,13 @@ pub struct Cli {
     /// Log filter: a level (`info`, `debug`) or RUST_LOG-style directives.
     #[arg(long, global = true, default_value = "info")]
     pub log_level: String,
-
-    /// Binary upgrade: take the listening sockets of the relay serving this
-    /// Unix socket (if one does), tell it to drain once this one accepts,
-    /// then serve the socket for the next upgrade.
-    #[arg(long, global = true, value_name = "PATH")]
-    pub takeover: Option<PathBuf>,
 }
 
 #[allow(missing_docs)] // clap would print doc comments as help text
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Serve the configuration (the default).
-    Run,
+    Run(RunArgs),
     /// Validate the configuration: prints `ok` (then a line per default route, and a note per backend with `source = "client"`), or every problem found; exits 1 on error.
     Check,
     /// Time TCP connect and TLS handshake per address of NAME, as a client sees them.
@@ -86,6 +81,16 @@ pub enum Command {
     /// printed), 2 when FILE cannot be read or has no mode tcp frontend.
     /// `--config` is not used.
     ImportHaproxy(ImportHaproxyArgs),
+}
+
+/// `snirelay run [--takeover PATH]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct RunArgs {
+    /// Binary upgrade: take the listening sockets of the relay serving this
+    /// Unix socket (if one does), tell it to drain once this one accepts,
+    /// then serve the socket for the next upgrade.
+    #[arg(long, value_name = "PATH")]
+    pub takeover: Option<PathBuf>,
 }
 
 /// `snirelay import-haproxy FILE`

@@ -185,7 +185,11 @@ impl KeyDefault {
 /// Which listeners a key means something on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applies {
-    /// TCP and QUIC listeners alike (or no listener at all).
+    /// No listener's: a key of the process (`[global]`, `[admin]`, `[log]`).
+    /// Every key of those tables is, and no other ([`key`] decides it by
+    /// the name).
+    Process,
+    /// TCP and QUIC listeners alike.
     Both,
     /// TCP listeners only: on a `protocol = "quic"` listener, or a route of
     /// one, setting it is a check error.
@@ -199,6 +203,7 @@ impl Applies {
     /// As the reference writes it.
     pub(crate) fn describe(self) -> &'static str {
         match self {
+            Applies::Process => "process",
             Applies::Both => "tcp, quic",
             Applies::Tcp => "tcp",
             Applies::Quic => "quic",
@@ -210,7 +215,8 @@ const fn range(range: RangeInclusive<i64>) -> Option<(i64, i64)> {
     Some((*range.start(), *range.end()))
 }
 
-/// A key with no range, no unit, applying to both kinds of listener.
+/// A key with no range, no unit, applying to both kinds of listener, or
+/// to the process when it is one of `[global]`, `[admin]` or `[log]`.
 const fn key(name: &'static str, kind: Kind, default: KeyDefault, doc: &'static str) -> Key {
     Key {
         name,
@@ -218,9 +224,35 @@ const fn key(name: &'static str, kind: Kind, default: KeyDefault, doc: &'static 
         default,
         range: None,
         unit: None,
-        applies: Applies::Both,
+        applies: if process_table(name) {
+            Applies::Process
+        } else {
+            Applies::Both
+        },
         doc,
     }
+}
+
+/// The tables of the process rather than of a listener.
+pub const PROCESS_TABLES: [&str; 3] = ["global", "admin", "log"];
+
+/// Whether `name` is one of [`PROCESS_TABLES`] or a key in one (a `const
+/// fn`, so byte by byte).
+const fn process_table(name: &str) -> bool {
+    let name = name.as_bytes();
+    let mut t = 0;
+    while t < PROCESS_TABLES.len() {
+        let table = PROCESS_TABLES[t].as_bytes();
+        let mut i = 0;
+        while i < table.len() && i < name.len() && name[i] == table[i] {
+            i += 1;
+        }
+        if i == table.len() && (name.len() == i || name[i] == b'.') {
+            return true;
+        }
+        t += 1;
+    }
+    false
 }
 
 impl Key {
@@ -412,7 +444,7 @@ pub static KEYS: &[Key] = &[
         .range(MAX_SOURCES_RANGE).unit("sources"),
     // ----------------------------------------------------------------- route
     key("listener.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
-        "What the counting limits count by; with the JA4 they are decided once the hello is read."),
+        "What the counting limits count by: `source` (the source prefix), `ja4` (the hello's JA4) or `source+ja4` (both); with a JA4 they are decided once the hello is read."),
     key("listener.limits.ja4_source_multiple", Kind::Integer, Computed("4 with a JA4 `limit_key`"),
         "With a JA4 `limit_key`: the source alone is counted too, held to this many times the counting limits.")
         .range(JA4_SOURCE_MULTIPLE_RANGE).unit("times"),
@@ -495,7 +527,7 @@ pub static KEYS: &[Key] = &[
         "The sliding period the route's `attempts_per_source` counts over.")
         .range(ATTEMPTS_PERIOD_MS_RANGE).unit("milliseconds"),
     key("route.limits.limit_key", Kind::Choice(&["source", "ja4", "source+ja4"]), Value("\"source\""),
-        "What the route's counting limits count by."),
+        "What the route's counting limits count by: `source`, `ja4` or `source+ja4`, as the listener's `limit_key`."),
     key("route.limits.ja4_source_multiple", Kind::Integer, Computed("4 with a JA4 `limit_key`"),
         "With a JA4 `limit_key`: the source alone is counted too on the route, at this many times its limits.")
         .range(JA4_SOURCE_MULTIPLE_RANGE).unit("times"),
@@ -544,7 +576,7 @@ pub static KEYS: &[Key] = &[
         "Addresses tried per connection.")
         .range(CONNECT_ATTEMPTS_RANGE).unit("attempts"),
     key("backend.*.policy", Kind::Choice(POLICIES), Value("\"ordered\""),
-        "How an address is chosen (a `[cluster]` backend: by `source_hash`)."),
+        "How an address is chosen: `ordered`, `round_robin`, `least_connections`, `source_hash` or `fastest` (a `[cluster]` backend: by `source_hash`)."),
     key("backend.*.backup_policy", Kind::Choice(&["first", "all"]), Unset("\"first\" with a `backup` address"),
         "While every non-backup address is down: the first healthy backup in list order, or all of them by `policy` (HAProxy `option allbackups`)."),
     key("backend.*.fastest_interval", Kind::Duration, Value("\"5m\""),
@@ -572,7 +604,7 @@ pub static KEYS: &[Key] = &[
         "The TLV type: 0x01 (with `value = \"alpn\"`), a custom 0xE1-0xEF or an experimental 0xF0-0xF7.")
         .range(TLV_TYPE_RANGE),
     key("backend.*.proxy_protocol_tlvs.value", Kind::Choice(&["alpn", "sni", "ja4", "ja3"]), Required("one of `value`, `text` and `bytes`"),
-        "Learnt from the connection: the client's first offered ALPN protocol, or the SNI; left out when it has none."),
+        "Learnt from the connection: `alpn` the client's first offered ALPN protocol, `sni` the server name, `ja4` the hello's JA4 (36 characters), `ja3` its JA3 hash (32 hex digits); left out when it has none."),
     key("backend.*.proxy_protocol_tlvs.text", Kind::String, Required("one of `value`, `text` and `bytes`"),
         "A fixed value, as UTF-8."),
     key("backend.*.proxy_protocol_tlvs.bytes", Kind::String, Required("one of `value`, `text` and `bytes`"),
@@ -683,7 +715,7 @@ pub static KEYS: &[Key] = &[
     key("log", Kind::Table, KeyDefault::Table,
         "Where log lines go; the whole section is read at start (a change takes a restart)."),
     key("log.target", Kind::Choice(&["stderr", "stdout", "journald", "syslog"]), Value("\"stderr\""),
-        "`stderr` or `stdout` (text or JSON per `--log-format`), journald's native socket, or the `syslog` server."),
+        "`stderr` or `stdout` (text or JSON per `--log-format`), `journald` (its native socket), or the `syslog` server."),
     key("log.syslog", Kind::String, Value("\"unix:/dev/log\""),
         "With `target = \"syslog\"`: `unix:/path`, `udp://host:port` or `tcp://host:port` (host names allowed, port 514 by default)."),
     key("log.facility", Kind::Choice(&[

@@ -94,8 +94,10 @@ fn inherited(key: &str) -> &'static str {
 const INTRO: &str = "One TOML file; unknown keys are errors; durations are strings such as \
 `\"250ms\"`, `\"5s\"`, `\"5m\"`, `\"1h\"`. `snirelay check` reports every problem at once, \
 each naming its key and the bad value. A value set in a section wins over the global one, \
-which wins over the default; a route's timeouts over its listener's. Keys that apply to tcp \
-only are an error on a `protocol = \"quic\"` listener and its routes.";
+which wins over the default; a route's timeouts over its listener's. The applies column says \
+which listeners a key means something on: `tcp`, `quic`, both, or `process` for the keys of \
+`[global]`, `[admin]` and `[log]`, which belong to no listener. Keys that apply to tcp only \
+are an error on a `protocol = \"quic\"` listener and its routes.";
 
 /// The Markdown reference.
 pub(crate) fn markdown() -> String {
@@ -194,6 +196,7 @@ pub(crate) fn man_page() -> String {
             match key.applies {
                 Applies::Tcp => facts.push("tcp only".to_owned()),
                 Applies::Quic => facts.push("quic only".to_owned()),
+                Applies::Process => facts.push("process-wide".to_owned()),
                 Applies::Both => {}
             }
             out.push_str(&format!(

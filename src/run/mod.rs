@@ -6,6 +6,7 @@
 //! Not here: what a connection does once accepted (`tcp`, `quic`, `flow`).
 
 pub(crate) mod bind;
+pub(crate) mod descriptors;
 pub(crate) mod listener_set;
 pub(crate) mod notify;
 pub(crate) mod reload;

@@ -58,6 +58,7 @@ use crate::config::{self, Config, ConfigError, ReadTicket, effective};
 use crate::flow::generation::{Generation, SharedPace};
 use crate::flow::registry;
 use crate::run::bind::{self, BindError, BindKey, Pool, Sockets};
+use crate::run::descriptors;
 use crate::run::listener_set::{Listeners, Shared};
 use crate::run::notify::Notifier;
 use crate::run::signals::Intent;
@@ -335,6 +336,7 @@ pub(crate) async fn serve(
     // line finds the endpoint agreeing.
     server.readiness.set(true);
     log_trusted_names(&config);
+    descriptors::warn_if_short(&config);
     tracing::info!(
         listeners = config.listeners.len(),
         max_connections = config.global.max_connections,
@@ -559,6 +561,7 @@ impl Server {
                     "reload applied"
                 );
                 log_trusted_names(&self.config);
+                descriptors::warn_if_short(&self.config);
                 for p in &pending {
                     tracing::warn!(
                         key = p.key,

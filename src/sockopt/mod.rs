@@ -73,7 +73,7 @@ pub(crate) use keepalive::keepalive;
 pub use keepalive::{KEEPALIVE_ARM_DELAY, Keepalive, set_keepalive};
 pub(crate) use listen::{bind_listener_with, bind_udp_with};
 pub(crate) use process::monotonic_usec;
-pub use process::{NofileLimit, keep_heap_in_base_pages, raise_nofile_limit};
+pub use process::{NofileLimit, keep_heap_in_base_pages, nofile_limit, raise_nofile_limit};
 pub(crate) use stream::{
     fin_queued, recv_now, send_now, set_nodelay, set_recv_lowat, shutdown_write,
     try_write_before_fin,

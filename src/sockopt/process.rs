@@ -1,6 +1,6 @@
 //! Process-wide settings and readings, not of one socket: the descriptor
 //! limit raised at start-up ([`raise_nofile_limit`], through nix's safe
-//! wrapper), the heap kept in base pages ([`keep_heap_in_base_pages`]) and
+//! wrapper) and read at each reload ([`nofile_limit`]), the heap kept in base pages ([`keep_heap_in_base_pages`]) and
 //! CLOCK_MONOTONIC as systemd's MONOTONIC_USEC wants it
 //! ([`monotonic_usec`]).
 //!
@@ -54,6 +54,13 @@ pub fn raise_nofile_limit() -> io::Result<NofileLimit> {
         soft: hard,
         hard,
     })
+}
+
+/// The descriptor limit now, as (soft, hard): what a reload and `check`
+/// hold `max_connections` against ([`crate::run::descriptors`]).
+pub fn nofile_limit() -> io::Result<(u64, u64)> {
+    use nix::sys::resource::{Resource, getrlimit};
+    getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)
 }
 
 /// CLOCK_MONOTONIC in microseconds, as systemd's MONOTONIC_USEC wants it.

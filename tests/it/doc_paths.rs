@@ -473,3 +473,125 @@ fn the_shipped_configurations_point_at_sections_that_exist() {
         "only {checked} references found: is the scan broken?"
     );
 }
+
+/// Where a relative path (`../packaging/x`) written in `file`
+/// leads, resolved from the file's folder: an error when it leaves the
+/// repository or names nothing there.
+fn relative_path_target(file: &Path, path: &str) -> Result<(), String> {
+    let root = root();
+    let path = path.split('#').next().unwrap();
+    let mut at: Vec<String> = file
+        .parent()
+        .unwrap()
+        .strip_prefix(&root)
+        .unwrap()
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if at.pop().is_none() {
+                    return Err("leaves the repository".to_owned());
+                }
+            }
+            name => at.push(name.to_owned()),
+        }
+    }
+    let target = root.join(at.join("/"));
+    if target.exists() {
+        Ok(())
+    } else {
+        Err(format!("no such file or folder ({})", target.display()))
+    }
+}
+
+/// The paths that climb (`../x`) in `text`: in links, code spans or prose,
+/// each cut at the first character a path does not have. (A `./x` is a
+/// command's, relative to where it runs, and cannot leave.)
+fn relative_paths(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (at, line) in text.lines().enumerate() {
+        let mut rest = line;
+        while let Some(start) = rest.find("../") {
+            // One after a path character is a file name's (`x../`), not a path.
+            let before = rest[..start].chars().next_back();
+            let tail = &rest[start..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || "._-/#".contains(c)))
+                .unwrap_or(tail.len());
+            let path = tail[..end].trim_end_matches(['.', '/']);
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                && path.len() > 3
+            {
+                found.push((at + 1, path.to_owned()));
+            }
+            rest = &tail[end.max(1)..];
+        }
+    }
+    found
+}
+
+/// No path that climbs (`../`), in a link or not, in README.md, docs/*.md, benches/README.md or
+/// packaging/ leaves the repository or names nothing in it: a reader of
+/// the repository has nothing else (a path to a sibling checkout, such as
+/// `../shared/notes.txt`, is one they cannot follow).
+#[test]
+fn no_relative_path_in_the_documentation_leaves_the_repository() {
+    let root = root();
+    let mut files = vec![root.join("README.md"), root.join("benches/README.md")];
+    for folder in ["docs", "packaging"] {
+        for entry in std::fs::read_dir(root.join(folder)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file()
+                && (folder == "packaging" || path.extension().is_some_and(|e| e == "md"))
+            {
+                files.push(path);
+            }
+        }
+    }
+    let (mut checked, mut wrong) = (0, Vec::new());
+    for file in files {
+        // Binary or generated data files in packaging/ are not prose.
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let name = file.strip_prefix(&root).unwrap().display().to_string();
+        for (line, path) in relative_paths(&text) {
+            checked += 1;
+            if let Err(why) = relative_path_target(&file, &path) {
+                wrong.push(format!("{name}:{line}: `{path}`: {why}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "paths that lead nowhere in the repository:\n{}",
+        wrong.join("\n")
+    );
+    assert!(
+        checked >= 15,
+        "only {checked} relative paths found: is the scan broken?"
+    );
+}
+
+#[test]
+fn a_path_to_a_sibling_checkout_is_caught() {
+    let file = root().join("docs/migrating-from-haproxy.md");
+    let found =
+        relative_paths("The relay in `../../shared/seeds/x.txt` and [y](../packaging/Dockerfile).");
+    assert_eq!(
+        found,
+        vec![
+            (1, "../../shared/seeds/x.txt".to_owned()),
+            (1, "../packaging/Dockerfile".to_owned())
+        ]
+    );
+    assert_eq!(
+        relative_path_target(&file, &found[0].1),
+        Err("leaves the repository".to_owned())
+    );
+    assert!(relative_path_target(&file, "../shared/seeds/x.txt").is_err());
+    assert_eq!(relative_path_target(&file, &found[1].1), Ok(()));
+}

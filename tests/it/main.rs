@@ -47,6 +47,7 @@ mod admission;
 mod admission_attempts;
 mod admission_bounds;
 mod limits_config;
+mod limits_descriptors;
 mod route_limits;
 mod route_rules;
 mod sni_file;
@@ -116,10 +117,12 @@ mod syslog;
 
 // Configuration, import, packaging and the code's own structure.
 mod config;
+mod config_reference;
 mod doc_examples;
 mod doc_paths;
 mod import_haproxy;
 mod import_haproxy_keys;
+mod man_pages;
 mod module_graph;
 mod packaging;
 

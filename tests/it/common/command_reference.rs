@@ -3,9 +3,10 @@
 // reference in Markdown, generated from the clap definition in src/cli/mod.rs
 // as the man pages are (see man_pages.rs beside it). Every subcommand, at
 // any depth, gets a heading (`## snirelay check`, `### snirelay ctl
-// drain`), its description, its usage line as clap prints it, and a table
-// of its arguments and options; options marked global are listed once,
-// on the command that defines them.
+// drain`), its description, its usage line as clap prints it, a table
+// of its arguments and options (options marked global are listed once,
+// on the command that defines them), and, for `snirelay` and each command
+// with a man page, its exit codes from src/cli/manual.rs.
 
 /// Where the command reference is committed, relative to the repository.
 pub(crate) const COMMAND_REFERENCE_PATH: &str = "docs/commands.md";
@@ -67,6 +68,17 @@ fn render_command(command: &clap::Command, path: &str, level: usize, out: &mut S
                 arg_default(arg),
                 arg_meaning(arg)
             ));
+        }
+    }
+
+    // The exit codes, from the table the man page has them from; a
+    // command without a page of its own (a `ctl` action) has its parent's.
+    if level <= 3 {
+        if let Some(manual) = snirelay::cli::manual::manual(command.get_name()) {
+            out.push_str("\nExit status:\n\n");
+            for (code, when) in manual.exit_status {
+                out.push_str(&format!("- `{code}`: {}\n", cell(when)));
+            }
         }
     }
 

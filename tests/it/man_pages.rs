@@ -1,0 +1,245 @@
+//! The shipped man pages stand alone: each command's page has its options,
+//! EXIT STATUS, SIGNALS (for `run`, and `snirelay`, which runs by
+//! default), FILES, ENVIRONMENT, EXAMPLES and SEE ALSO; no page in
+//! packaging/ names a snirelay page that is not shipped; the run page
+//! lists every environment variable the binary reads; docs/operations.md's
+//! "Exit codes and signals" names what the run page does; and each
+//! command's `--help` lists only what it takes (`--takeover` is `run`'s).
+//! That the committed pages are what the generator writes is
+//! `packaging::committed_man_pages_match_the_cli`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every man page in packaging/, as (file name, text).
+fn shipped_pages() -> Vec<(String, String)> {
+    let mut pages: Vec<(String, String)> = std::fs::read_dir(root().join("packaging"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| e == "1" || e == "5" || e == "8")
+        })
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    pages.sort();
+    pages
+}
+
+/// The `.SH` headings of a page.
+fn sections(page: &str) -> Vec<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix(".SH "))
+        .map(|s| s.trim_matches('"').to_owned())
+        .collect()
+}
+
+/// The text of section `title` of a page.
+fn section<'a>(page: &'a str, title: &str) -> &'a str {
+    let start = page
+        .find(&format!(".SH {title}\n"))
+        .unwrap_or_else(|| panic!("no section {title}"));
+    let rest = &page[start + 4 + title.len()..];
+    &rest[..rest.find("\n.SH ").unwrap_or(rest.len())]
+}
+
+#[test]
+fn every_command_page_has_every_section() {
+    let pages: Vec<(String, String)> = shipped_pages()
+        .into_iter()
+        .filter(|(name, _)| name.ends_with(".1"))
+        .collect();
+    assert!(pages.len() >= 6, "only {} command pages", pages.len());
+    for (name, page) in &pages {
+        let have = sections(page);
+        let mut want = vec![
+            "NAME",
+            "SYNOPSIS",
+            "DESCRIPTION",
+            "OPTIONS",
+            "EXIT STATUS",
+            "FILES",
+            "ENVIRONMENT",
+            "EXAMPLES",
+            "SEE ALSO",
+        ];
+        if name == "snirelay.1" || name == "snirelay-run.1" {
+            want.push("SIGNALS");
+        }
+        for title in want {
+            assert!(
+                have.iter().any(|h| h == title),
+                "{name} has no {title} section (has {have:?})"
+            );
+        }
+        assert!(
+            section(page, "EXAMPLES").contains("snirelay"),
+            "{name}: an example that runs nothing"
+        );
+    }
+    let run = &pages.iter().find(|(n, _)| n == "snirelay-run.1").unwrap().1;
+    let signals = section(run, "SIGNALS");
+    for signal in ["SIGHUP", "SIGTERM", "SIGINT"] {
+        assert!(signals.contains(signal), "snirelay-run.1 lacks {signal}");
+    }
+    assert!(
+        section(run, "OPTIONS").contains("takeover"),
+        "snirelay-run.1 lacks --takeover"
+    );
+}
+
+/// Every `snirelay…(N)` a page names (`snirelay\-check(1)`, `.BR
+/// snirelay\-run (1)`) is a page in packaging/.
+#[test]
+fn no_page_names_a_page_that_is_not_shipped() {
+    let pages = shipped_pages();
+    let shipped: Vec<&str> = pages.iter().map(|(n, _)| n.as_str()).collect();
+    let mut named = 0;
+    let mut dangling = Vec::new();
+    for (name, page) in &pages {
+        let text = page
+            .replace("\\-", "-")
+            .replace("\\fB", "")
+            .replace("\\fR", "");
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("snirelay") {
+            rest = &rest[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+                .unwrap_or(rest.len());
+            let page_name = &rest[..end];
+            let after = rest[end..].trim_start_matches(' ');
+            rest = &rest[end..];
+            let Some(section) = after
+                .strip_prefix('(')
+                .and_then(|a| a.split_once(')'))
+                .map(|(s, _)| s)
+                .filter(|s| s.len() == 1 && s.chars().all(|c| c.is_ascii_digit()))
+            else {
+                continue;
+            };
+            named += 1;
+            let file = format!("{page_name}.{section}");
+            if !shipped.contains(&file.as_str()) {
+                dangling.push(format!("{name} names {page_name}({section})"));
+            }
+        }
+    }
+    assert!(
+        dangling.is_empty(),
+        "pages not shipped:\n{}",
+        dangling.join("\n")
+    );
+    assert!(
+        named >= 40,
+        "only {named} references found: is the scan broken?"
+    );
+}
+
+/// Every variable the binary reads at run time (`env::var("X")`,
+/// `var_os("X")` under src/) is in snirelay-run.1's ENVIRONMENT.
+#[test]
+fn the_run_page_lists_every_environment_variable_the_binary_reads() {
+    fn walk(dir: &std::path::Path, into: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, into);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                into.push(std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    let mut sources = Vec::new();
+    walk(&root().join("src"), &mut sources);
+    let mut read = Vec::new();
+    for text in &sources {
+        for call in ["env::var(\"", "env::var_os(\""] {
+            for (_, rest) in text
+                .match_indices(call)
+                .map(|(i, _)| ((), &text[i + call.len()..]))
+            {
+                read.push(rest.split('"').next().unwrap().to_owned());
+            }
+        }
+    }
+    read.sort();
+    read.dedup();
+    assert!(read.len() >= 5, "only {read:?}: is the scan broken?");
+    let run = std::fs::read_to_string(root().join("packaging/snirelay-run.1")).unwrap();
+    let environment = section(&run, "ENVIRONMENT").replace("\\-", "-");
+    for name in read {
+        assert!(
+            environment.contains(&name),
+            "snirelay-run.1's ENVIRONMENT lacks {name} (src/cli/manual.rs)"
+        );
+    }
+}
+
+/// docs/operations.md, "Exit codes and signals", says what the run page's
+/// tables say: every exit code and every signal.
+#[test]
+fn operations_names_the_exit_codes_and_signals_of_the_run_page() {
+    let docs = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let start = docs
+        .find("## Exit codes and signals\n")
+        .expect("docs/operations.md has \"Exit codes and signals\"");
+    let rest = &docs[start + 3..];
+    let text = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
+    let run = snirelay::cli::manual::manual("run").unwrap();
+    for (code, _) in run.exit_status {
+        assert!(text.contains(&format!("`{code}`")), "no exit code `{code}`");
+    }
+    for (signal, _) in run.signals {
+        let signal = signal.split(' ').next().unwrap();
+        assert!(text.contains(signal), "no {signal}");
+    }
+}
+
+/// `--takeover` is `run`'s option only: other commands' help does not
+/// list it and they refuse it as a usage error.
+#[test]
+fn takeover_is_an_option_of_run_only() {
+    use clap::CommandFactory;
+    let mut command = snirelay::cli::Cli::command();
+    command.build();
+    let takes = |c: &clap::Command| c.get_arguments().any(|a| a.get_long() == Some("takeover"));
+    assert!(!takes(&command), "the top level takes --takeover");
+    for sub in command.get_subcommands() {
+        assert_eq!(takes(sub), sub.get_name() == "run", "{}", sub.get_name());
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
+        .args([
+            "check",
+            "--takeover",
+            "/nonexistent",
+            "--config",
+            "/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_snirelay"))
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--config") && !help.contains("--takeover"),
+        "{help}"
+    );
+}
