@@ -110,6 +110,13 @@ case " $* " in
     # The names phase runs alone: processes started on 100,000 names, no
     # traffic (examples/namesbench.rs), once per HAProxy version.
     cargo build --release --bin snirelay --example namesbench
+    haproxy_2=/usr/sbin/haproxy
+    previous=""
+    for arg in "$@"; do
+        [ "$previous" = "--haproxy" ] && haproxy_2=$arg
+        previous=$arg
+    done
+    [ "$haproxy_2" = none ] || echo "names phase against $("$haproxy_2" -v | sed -n 1p)"
     target/release/examples/namesbench --relay target/release/snirelay "$@"
     if [ -n "$haproxy_3" ]; then
         echo "names phase against $("$haproxy_3" -v | sed -n 1p)"
