@@ -2,7 +2,7 @@
 //! slow, split, truncated and absent hellos (HAProxy's `reject if
 //! WAIT_END` against snirelay's `client_hello_timeout`), and the idle and
 //! half-close timers (`timeout client`/`server`, `client-fin`/`server-fin`
-//! against `idle_timeout` and `half_close_timeout`). Every timer is 1 s or
+//! against `idle_timeout` and `half_close_timeout`). Every timer is 2 s or
 //! less; each script's tolerance is below half its shortest timer
 //! ([`INSPECT`], [`HALF_CLOSE`]), and a check without proxies shows the
 //! half-close one tells 300 ms from at once and from 1 s. The harness:
