@@ -54,10 +54,12 @@
 //! Usage (see scripts/loadbench.sh, which builds and runs it):
 //! `loadbench --relay target/release/snirelay [--haproxy /usr/sbin/haproxy]
 //!  [--runs 3] [--seconds 10] [--threads 1] [--idle 8000] [--only rate,up,...]
-//!  [--sozu /opt/sozu/bin/sozu] [--pin P,L] [--slices N] [--closer client|backend] [--proxy-v2]
-//!  [--stream-census]`;
+//!  [--sozu /opt/sozu/bin/sozu] [--anchor haproxy-3.0=PATH ...] [--pin P,L] [--slices N]
+//!  [--closer client|backend] [--proxy-v2] [--stream-census]`;
 //! `loadbench --help` lists every option with its default.
 
+#[path = "support/anchors.rs"]
+mod anchors;
 #[path = "support/proc.rs"]
 mod proc;
 #[path = "support/sozu.rs"]
@@ -87,6 +89,8 @@ const CHUNK: usize = 64 * 1024;
 struct Args {
     relay: PathBuf,
     haproxy: Option<PathBuf>,
+    /// `--anchor NAME=PATH`: more HAProxy and nginx builds beside it.
+    anchors: Vec<anchors::Anchor>,
     /// `--sozu PATH`: sozu joins the `rate`, `up`, `down`, `ping` and `idle`
     /// phases.
     sozu: Option<PathBuf>,
@@ -133,6 +137,12 @@ struct Cli {
     /// The HAProxy binary to compare with, or `none` to measure snirelay alone.
     #[arg(long, value_name = "PATH|none", default_value = "/usr/sbin/haproxy")]
     haproxy: String,
+    /// More anchors, `NAME=PATH`, NAME starting with `haproxy` or `nginx`
+    /// (`haproxy-3.0=/opt/snirelay-tools/bin/haproxy-3.0`,
+    /// `nginx-1.22=/usr/sbin/nginx`): each runs the rate, up, down, ping
+    /// and idle phases too, in a table of its own. Repeatable.
+    #[arg(long, value_name = "NAME=PATH", value_parser = anchors::parse)]
+    anchor: Vec<anchors::Anchor>,
     /// A sozu binary (2.3 or later: SNI preread on a TCP listener) to run in
     /// the `rate`, `up`, `down`, `ping` and `idle` phases too, with a table
     /// of its own.
@@ -204,6 +214,7 @@ fn args() -> Args {
     Args {
         relay: cli.relay,
         haproxy: (cli.haproxy != "none").then(|| cli.haproxy.into()),
+        anchors: cli.anchor,
         sozu: cli.sozu,
         runs: cli.runs,
         seconds: cli.seconds,
@@ -478,7 +489,13 @@ proxy_protocol = "{proxy_protocol}"
     }
 }
 
-async fn start_haproxy(bin: &Path, args: &Args, dir: &Path, backend: SocketAddr) -> Proxy {
+async fn start_haproxy(
+    bin: &Path,
+    name: &'static str,
+    args: &Args,
+    dir: &Path,
+    backend: SocketAddr,
+) -> Proxy {
     let port = free_port();
     let config = format!(
         r#"global
@@ -513,9 +530,9 @@ backend b
             ""
         },
     );
-    let path = dir.join("haproxy.cfg");
+    let path = dir.join(format!("{name}.cfg"));
     std::fs::write(&path, config).unwrap();
-    let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
     let child = pinned(bin, args)
         .arg("-db")
         .arg("-f")
@@ -526,10 +543,10 @@ backend b
         .spawn()
         .expect("cannot start haproxy");
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_listening(addr, "haproxy").await;
+    wait_listening(addr, name).await;
     let pid = child.id();
     Proxy {
-        name: "haproxy",
+        name,
         child,
         addr,
         pid,
@@ -1502,6 +1519,10 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
     // proxy's TIME_WAIT sockets toward it by port.
     let haproxy_backend = backend(stats.clone(), stop_download.clone()).await;
     let sozu_backend = backend(stats.clone(), stop_download.clone()).await;
+    let mut anchor_backends = Vec::new();
+    for _ in &args.anchors {
+        anchor_backends.push(backend(stats.clone(), stop_download.clone()).await);
+    }
     let dir = std::env::temp_dir().join(format!("snirelay-loadbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut samples: Samples = BTreeMap::new();
@@ -1534,7 +1555,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
     for run in 0..args.runs {
         let relay = start_snirelay(&args, &dir, backend_addr).await;
         let haproxy = match &args.haproxy {
-            Some(bin) => Some(start_haproxy(bin, &args, &dir, haproxy_backend).await),
+            Some(bin) => Some(start_haproxy(bin, "haproxy", &args, &dir, haproxy_backend).await),
             None => None,
         };
         let sozu = match (
@@ -1550,10 +1571,17 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                 .expect("--slices compares snirelay with HAProxy: drop --haproxy none");
             sliced_rate(&relay, haproxy, &args, hello.clone(), run, &mut samples).await;
         }
+        let mut extra = Vec::new();
+        if ["rate", "up", "down", "ping"].iter().any(|p| only(p)) {
+            for (anchor, backend) in args.anchors.iter().zip(&anchor_backends) {
+                extra.push(anchors::start(anchor, &args, &dir, *backend).await);
+            }
+        }
         // Alternate who goes first.
         let mut order: Vec<&Proxy> = std::iter::once(&relay)
             .chain(haproxy.as_ref())
             .chain(sozu.as_ref())
+            .chain(extra.iter())
             .collect();
         if run % 2 == 1 {
             order.reverse();
@@ -1568,7 +1596,11 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                     let backend = match name {
                         "haproxy" => haproxy_backend,
                         "sozu" => sozu_backend,
-                        _ => backend_addr,
+                        "snirelay" => backend_addr,
+                        anchor => {
+                            anchor_backends
+                                [args.anchors.iter().position(|a| a.name == anchor).unwrap()]
+                        }
                     };
                     let c = census(proxy, hello.clone(), args.rate_mode, backend).await;
                     eprintln!(
@@ -1682,6 +1714,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
         drop(relay);
         drop(haproxy);
         drop(sozu);
+        drop(extra);
         if only("idle") {
             // Fresh processes, one at a time, so neither holds the other's
             // connections in the meminfo deltas.
@@ -1689,6 +1722,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
             if args.sozu.is_some() {
                 names.push("sozu");
             }
+            names.extend(args.anchors.iter().map(|a| a.name));
             if run % 2 == 1 {
                 names.reverse();
             }
@@ -1699,9 +1733,12 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
                         sozu::start_sozu(bin, &args, &dir, backend_addr).await
                     }
                     ("haproxy", Some(bin), _) => {
-                        start_haproxy(bin, &args, &dir, backend_addr).await
+                        start_haproxy(bin, "haproxy", &args, &dir, backend_addr).await
                     }
-                    _ => continue,
+                    (anchor, _, _) => match args.anchors.iter().find(|a| a.name == anchor) {
+                        Some(anchor) => anchors::start(anchor, &args, &dir, backend_addr).await,
+                        None => continue,
+                    },
                 };
                 let f = idle(&proxy, hello.clone(), args.idle, &stats).await;
                 eprintln!(
@@ -1733,6 +1770,7 @@ async fn bench(mut args: Args, hello: Arc<Vec<u8>>) {
     if args.sozu.is_some() {
         sozu::print_table(&samples);
     }
+    anchors::print_table(&samples, &args.anchors);
 }
 
 /// The paired-slice ratios of `--slices`: per figure, the median of the

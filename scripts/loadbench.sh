@@ -28,6 +28,19 @@
 # Needs haproxy (Debian: apt-get install haproxy); pass --haproxy none to
 # measure snirelay alone.
 #
+# The anchors: Debian 12's HAProxy 2.6 (`haproxy`, the main table) and, each
+# in the anchors' table with the version it answered, Debian 13's HAProxy
+# 3.0 and nginx 1.26 (stream module, ssl_preread) and Debian 12's nginx 1.22.
+# This script installs the Debian 13 builds itself, through
+# .ci/install-trixie-tools (unpacked under /opt/snirelay-tools, or
+# $SNIRELAY_TOOLS, beside the system's packages: root the first time, a
+# fraction of a second once there), and passes them as `--anchor NAME=PATH`.
+# The names phase runs namesbench once per HAProxy version (nginx has no
+# names phase). ANCHORS=0 in the environment, `--haproxy none` or
+# `--only ceiling` leave the extra anchors out; `--proxy-v2` and `--threads N`
+# (N > 1) leave nginx out (its stream proxy sends PROXY v1 only, and runs
+# here as one process).
+#
 # sozu joins the rate, up, down, ping, idle and names phases only when
 # asked (never in CI). When the path given to --sozu does not exist yet, this
 # script installs sozu 2.3.3 from crates.io there (PATH's grandparent is
@@ -64,12 +77,52 @@ if [ -n "$sozu_path" ] && [ ! -x "$sozu_path" ]; then
     cargo install sozu --version =2.3.3 --locked --root "$(dirname "$(dirname "$sozu_path")")"
     [ -x "$sozu_path" ] || { echo "sozu did not install as $sozu_path" >&2; exit 1; }
 fi
+tools=${SNIRELAY_TOOLS:-/opt/snirelay-tools}
+anchors=()
+haproxy_3=""
+case " $* " in
+*" --haproxy none "* | *" ceiling "*) ;;
+*)
+    if [ "${ANCHORS:-1}" != 0 ]; then
+        bash .ci/install-trixie-tools
+        haproxy_3=$tools/bin/haproxy-3.0
+        anchors+=(--anchor "haproxy-3.0=$haproxy_3")
+        threads=1
+        previous=""
+        for arg in "$@"; do
+            [ "$previous" = "--threads" ] && threads=$arg
+            previous=$arg
+        done
+        case " $* " in
+        *" --proxy-v2 "*) ;;
+        *)
+            if [ "$threads" = 1 ]; then
+                anchors+=(--anchor "nginx-1.26=$tools/bin/nginx-1.26")
+                [ -x /usr/sbin/nginx ] && anchors+=(--anchor nginx-1.22=/usr/sbin/nginx)
+            fi
+            ;;
+        esac
+    fi
+    ;;
+esac
 case " $* " in
 *" names "* | *",names"* | *"names,"*)
     # The names phase runs alone: processes started on 100,000 names, no
-    # traffic (examples/namesbench.rs).
+    # traffic (examples/namesbench.rs), once per HAProxy version.
     cargo build --release --bin snirelay --example namesbench
-    exec target/release/examples/namesbench --relay target/release/snirelay "$@"
+    haproxy_2=/usr/sbin/haproxy
+    previous=""
+    for arg in "$@"; do
+        [ "$previous" = "--haproxy" ] && haproxy_2=$arg
+        previous=$arg
+    done
+    [ "$haproxy_2" = none ] || echo "names phase against $("$haproxy_2" -v | sed -n 1p)"
+    target/release/examples/namesbench --relay target/release/snirelay "$@"
+    if [ -n "$haproxy_3" ]; then
+        echo "names phase against $("$haproxy_3" -v | sed -n 1p)"
+        target/release/examples/namesbench --relay target/release/snirelay "$@" --haproxy "$haproxy_3"
+    fi
+    exit
     ;;
 esac
 cargo build --release --bin snirelay --example loadbench
@@ -90,4 +143,4 @@ if [ -w "$ports" ]; then
     trap 'echo "$old_range" > "$ports"' EXIT
     echo "1024 65535" > "$ports"
 fi
-target/release/examples/loadbench --relay target/release/snirelay "$@"
+target/release/examples/loadbench --relay target/release/snirelay "${anchors[@]}" "$@"

@@ -7,46 +7,52 @@
 use crate::differential::compare;
 
 use crate::common::differential::*;
+use crate::common::differential_check::Decision::{Alert, Closed, To};
+use crate::common::differential_check::{Timing, check};
+
+/// The PROXY-header scripts: the shortest timer is the 1 s inspect delay.
+const HEADERS: Timing = Timing::new(1000, 200);
+
+/// The health-checked scripts: the shortest timer is the checks' 200 ms
+/// interval (a hello is played once both proxies have logged the change).
+const CHECKED: Timing = Timing::new(200, 90);
 
 /// `send-proxy-v2` and `send-proxy`: the same server gets the same
 /// header fields (version, client and listener addresses) from both; a
 /// name neither routes is refused by both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_headers_carry_the_same_fields_as_haproxys() {
+    let (v2, v1) = ("192.0.2.101:443", "192.0.2.102:443");
     let script = vec![
-        Conn::hello("example.com").differs("proxy-v2-tlvs"),
+        Conn::hello("example.com").differs("proxy-v2-tlvs", To(v2)),
         Conn::hello("app.example.com")
             .from(2)
-            .differs("proxy-v2-tlvs"),
+            .differs("proxy-v2-tlvs", To(v2)),
         Conn::hello("legacy.example.net").from(3),
         Conn::hello("LEGACY.example.net").from(4),
-        Conn::hello("other.example.net").differs("alert-on-unmatched"),
+        Conn::hello("other.example.net").differs("alert-on-unmatched", Alert(112)),
     ];
-    let results = compare(
+    for (version, results) in compare(
         "proxy-protocol.cfg",
         |t| t,
-        &[
-            ("192.0.2.101:443", Mode::Answer),
-            ("192.0.2.102:443", Mode::Answer),
-        ],
+        &[(v2, Mode::Answer), (v1, Mode::Answer)],
+        HEADERS,
         &script,
     )
-    .await;
-    let header = |i: usize| results[i].0.relayed.clone().unwrap();
-    assert_eq!(
-        header(0),
-        (
-            "192.0.2.101:443".into(),
-            Some("V2 client -> listener".into())
-        )
-    );
-    assert_eq!(
-        header(2),
-        (
-            "192.0.2.102:443".into(),
-            Some("V1 client -> listener".into())
-        )
-    );
+    .await
+    {
+        let header = |i: usize| results[i].0.relayed.clone().unwrap();
+        assert_eq!(
+            header(0),
+            (v2.into(), Some("V2 client -> listener".into())),
+            "HAProxy {version}"
+        );
+        assert_eq!(
+            header(2),
+            (v1.into(), Some("V1 client -> listener".into())),
+            "HAProxy {version}"
+        );
+    }
 }
 
 /// The origin goes down (its port refuses connections), both proxies'
@@ -56,15 +62,24 @@ async fn proxy_headers_carry_the_same_fields_as_haproxys() {
 async fn an_origin_going_down_and_up_is_followed_as_haproxy_follows_it() {
     let home = "192.0.2.71:443";
     let text = std::fs::read_to_string(fixture("health-checked.cfg")).unwrap();
-    let mut both = both_ways(&text, &[(home, Mode::Answer)]).await;
-    let hello = [Conn::hello("www.example.com")];
-    let before = run(&both, &hello).await;
-    crate::common::differential_check::check("up", &hello, &before);
-    assert!(before[0].0.relayed.is_some());
+    for haproxy in haproxies() {
+        let mut both = both_ways(&haproxy, &text, &[(home, Mode::Answer)]).await;
+        let hello = [Conn::hello("www.example.com")];
+        let before = run(&both, &hello).await;
+        let what = format!("up, {}", haproxy.line);
+        check(&what, haproxy.version, &CHECKED, &hello, &before);
+        assert!(before[0].0.relayed.is_some());
 
-    for up in [false, true] {
-        let results = flip(&mut both, "home/home", home, up, &hello).await;
-        assert_eq!(results[0].0.relayed.is_some(), up, "{}", results[0].0);
+        for up in [false, true] {
+            let results = flip(&mut both, "home/home", home, up, &hello).await;
+            assert_eq!(
+                results[0].0.relayed.is_some(),
+                up,
+                "HAProxy {}: {}",
+                haproxy.version,
+                results[0].0
+            );
+        }
     }
 }
 
@@ -75,25 +90,29 @@ async fn an_origin_going_down_and_up_is_followed_as_haproxy_follows_it() {
 async fn a_proxy_header_on_accept_is_read_as_haproxy_reads_it() {
     let origin = "192.0.2.111:443";
     let script = vec![
-        Conn::proxied(1, "app.example.com").differs("proxy-v2-tlvs"),
-        Conn::proxied(2, "app.example.com").differs("proxy-v2-tlvs"),
+        Conn::proxied(1, "app.example.com").differs("proxy-v2-tlvs", To(origin)),
+        Conn::proxied(2, "app.example.com").differs("proxy-v2-tlvs", To(origin)),
         Conn::hello("app.example.com").labelled("no PROXY header"),
-        Conn::proxied(2, "other.example.com").differs("alert-on-unmatched"),
+        Conn::proxied(2, "other.example.com").differs("alert-on-unmatched", Alert(112)),
     ];
-    let results = compare(
+    for (version, results) in compare(
         "accept-proxy.cfg",
         |t| t,
         &[(origin, Mode::Answer)],
+        HEADERS,
         &script,
     )
-    .await;
-    let (server, header) = results[0].0.relayed.clone().unwrap();
-    assert_eq!(server, origin);
-    assert_eq!(
-        header.as_deref(),
-        Some("V2 203.0.113.7:5555 -> 192.0.2.1:443")
-    );
-    assert!(results[2].0.relayed.is_none());
+    .await
+    {
+        let (server, header) = results[0].0.relayed.clone().unwrap();
+        assert_eq!(server, origin, "HAProxy {version}");
+        assert_eq!(
+            header.as_deref(),
+            Some("V2 203.0.113.7:5555 -> 192.0.2.1:443"),
+            "HAProxy {version}"
+        );
+        assert!(results[2].0.relayed.is_none(), "HAProxy {version}");
+    }
 }
 /// `expect-proxy layer4 if { src LB }`: the load balancer's hellos behind
 /// a v1 or v2 header are routed and the origin's header names the client
@@ -108,44 +127,48 @@ async fn a_proxy_header_from_the_trusted_peer_only_is_read_as_haproxy_reads_it()
     let script = vec![
         Conn::proxied(2, "app.example.com")
             .from(2)
-            .differs("proxy-v2-tlvs"),
+            .differs("proxy-v2-tlvs", To(origin)),
         Conn::proxied(1, "app.example.com")
             .from(2)
-            .differs("proxy-v2-tlvs"),
+            .differs("proxy-v2-tlvs", To(origin)),
         Conn::hello("app.example.com")
             .from(2)
             .labelled("the peer without a header"),
         Conn::hello("app.example.com")
             .from(3)
             .labelled("a direct client")
-            .differs("proxy-v2-tlvs"),
+            .differs("proxy-v2-tlvs", To(origin)),
         Conn::proxied(2, "app.example.com")
             .from(3)
             .labelled("a direct client's PROXY header")
-            .differs("not-tls-refused-at-once"),
+            .differs("not-tls-refused-at-once", Closed),
         Conn::hello("other.example.com")
             .from(3)
-            .differs("alert-on-unmatched"),
+            .differs("alert-on-unmatched", Alert(112)),
     ];
-    let results = compare(
+    for (version, results) in compare(
         "expect-proxy-trusted.cfg",
         |t| t,
         &[(origin, Mode::Answer)],
+        HEADERS,
         &script,
     )
-    .await;
-    let header = |i: usize| results[i].0.relayed.clone().unwrap().1;
-    assert_eq!(
-        header(0).as_deref(),
-        Some("V2 203.0.113.7:5555 -> 192.0.2.1:443")
-    );
-    assert!(
-        header(3).as_deref() == Some("V2 client -> listener"),
-        "{:?}",
-        header(3)
-    );
-    for i in [2, 4, 5] {
-        assert!(results[i].0.relayed.is_none() && results[i].1.relayed.is_none());
+    .await
+    {
+        let header = |i: usize| results[i].0.relayed.clone().unwrap().1;
+        assert_eq!(
+            header(0).as_deref(),
+            Some("V2 203.0.113.7:5555 -> 192.0.2.1:443"),
+            "HAProxy {version}"
+        );
+        assert!(
+            header(3).as_deref() == Some("V2 client -> listener"),
+            "HAProxy {version}: {:?}",
+            header(3)
+        );
+        for i in [2, 4, 5] {
+            assert!(results[i].0.relayed.is_none() && results[i].1.relayed.is_none());
+        }
     }
 }
 
@@ -155,17 +178,23 @@ async fn a_proxy_header_from_the_trusted_peer_only_is_read_as_haproxy_reads_it()
 async fn a_backup_takes_over_and_gives_back_as_haproxys_does() {
     let (primary, standby) = ("192.0.2.121:443", "192.0.2.122:443");
     let text = std::fs::read_to_string(fixture("backup-failover.cfg")).unwrap();
-    let mut both = both_ways(&text, &[(primary, Mode::Answer), (standby, Mode::Answer)]).await;
-    let hello = [Conn::hello("www.example.com")];
-    let first = run(&both, &hello).await;
-    crate::common::differential_check::check("primary up", &hello, &first);
-    assert_eq!(first[0].0.relayed.as_ref().unwrap().0, primary);
-    for (up, to) in [(false, standby), (true, primary)] {
-        let results = flip(&mut both, "home/primary", primary, up, &hello).await;
-        assert_eq!(
-            results[0].0.relayed.as_ref().map(|r| r.0.as_str()),
-            Some(to)
-        );
+    for haproxy in haproxies() {
+        let servers = [(primary, Mode::Answer), (standby, Mode::Answer)];
+        let mut both = both_ways(&haproxy, &text, &servers).await;
+        let hello = [Conn::hello("www.example.com")];
+        let first = run(&both, &hello).await;
+        let what = format!("primary up, {}", haproxy.line);
+        check(&what, haproxy.version, &CHECKED, &hello, &first);
+        assert_eq!(first[0].0.relayed.as_ref().unwrap().0, primary);
+        for (up, to) in [(false, standby), (true, primary)] {
+            let results = flip(&mut both, "home/primary", primary, up, &hello).await;
+            assert_eq!(
+                results[0].0.relayed.as_ref().map(|r| r.0.as_str()),
+                Some(to),
+                "HAProxy {}",
+                haproxy.version
+            );
+        }
     }
 }
 
@@ -188,6 +217,7 @@ async fn flip(
         .wait_log(|l| l["message"] == message.as_str())
         .await;
     let results = run(both, script).await;
-    crate::common::differential_check::check(what, script, &results);
+    let what = format!("{what}, HAProxy {}", both.version);
+    check(&what, both.version, &CHECKED, script, &results);
     results
 }

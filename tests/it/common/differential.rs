@@ -1,6 +1,9 @@
 //! The differential harness: real HAProxy on an HAProxy configuration and
 //! snirelay on `snirelay import-haproxy` of the same text, side by side,
 //! each with its own recording backends, fed the same scripted traffic.
+//! The HAProxy is a parameter ([`Haproxy`]): [`haproxies`] gives the
+//! versions operators run, Debian 12's 2.6 and Debian 13's 3.0, each
+//! checked to be the version it claims, and the scripts run against each.
 //!
 //! A script is a list of [`Conn`]s (the sibling `differential_script`):
 //! when each starts, from which loopback source (127.0.0.x), what it sends
@@ -45,6 +48,71 @@ pub(crate) use super::differential_script::*;
 /// How long a recorder waits for more bytes before it records what it has
 /// (a forwarded stream that is no complete TLS record, or none at all).
 pub(crate) const QUIET: Duration = Duration::from_millis(300);
+
+/// The HAProxy versions every script runs against, in order: Debian 12's
+/// (the system's `haproxy`) and Debian 13's (unpacked beside it by
+/// `.ci/install-trixie-tools`).
+pub(crate) const HAPROXY_VERSIONS: [&str; 2] = ["2.6", "3.0"];
+
+/// One HAProxy binary and the version it answered with.
+#[derive(Debug, Clone)]
+pub(crate) struct Haproxy {
+    pub binary: PathBuf,
+    /// major.minor, as [`HAPROXY_VERSIONS`] writes it.
+    pub version: &'static str,
+    /// The first line of `haproxy -v`.
+    pub line: String,
+}
+
+impl Haproxy {
+    /// Runs `binary -v`, prints its first line and asserts it is HAProxy
+    /// `version` (major.minor); a missing binary fails naming the set-up
+    /// that installs it.
+    pub(crate) fn checked(binary: PathBuf, version: &'static str) -> Haproxy {
+        let out = Command::new(&binary)
+            .arg("-v")
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "HAProxy {version} is not installed at {}: {e}; run .ci/install-deps \
+                 (Debian 12's haproxy package; HAProxy 3.0 through .ci/install-trixie-tools)",
+                    binary.display()
+                )
+            });
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().next().unwrap_or("").to_owned();
+        println!("{}: {line}", binary.display());
+        assert!(
+            out.status.success() && line.starts_with(&format!("HAProxy version {version}.")),
+            "{} is not HAProxy {version}: {line:?} {}; run .ci/install-deps",
+            binary.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Haproxy {
+            binary,
+            version,
+            line,
+        }
+    }
+}
+
+/// Every HAProxy of [`HAPROXY_VERSIONS`], checked: 2.6 is `haproxy` in
+/// /usr/sbin (Debian's package), 3.0 is `bin/haproxy-3.0` under
+/// `$SNIRELAY_TOOLS` (default /opt/snirelay-tools), where
+/// `.ci/install-trixie-tools` puts it.
+pub(crate) fn haproxies() -> Vec<Haproxy> {
+    let system = ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+        .iter()
+        .map(|d| PathBuf::from(d).join("haproxy"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/haproxy"));
+    let tools = std::env::var_os("SNIRELAY_TOOLS")
+        .map_or_else(|| PathBuf::from("/opt/snirelay-tools"), PathBuf::from);
+    vec![
+        Haproxy::checked(system, HAPROXY_VERSIONS[0]),
+        Haproxy::checked(tools.join("bin/haproxy-3.0"), HAPROXY_VERSIONS[1]),
+    ]
+}
 
 /// The path of a fixture in tests/data/haproxy.
 pub(crate) fn fixture(name: &str) -> PathBuf {
@@ -357,6 +425,8 @@ fn proxy_fields(header: &proxy::Header, raw: &[u8], client: SocketAddr, to: Sock
 /// HAProxy on a configuration and snirelay on its translation, each with
 /// its own recorders.
 pub(crate) struct Both {
+    /// Which HAProxy runs.
+    pub version: &'static str,
     pub haproxy_tool: Tool,
     pub relay: Relay,
     pub haproxy: SocketAddr,
@@ -375,7 +445,7 @@ impl Both {
     }
 }
 
-/// Starts HAProxy on `text` and snirelay on `snirelay import-haproxy` of
+/// Starts `haproxy` on `text` and snirelay on `snirelay import-haproxy` of
 /// it (which must translate every line); `servers` are the server
 /// addresses the text names, each replaced by a recorder in `mode`.
 ///
@@ -385,7 +455,7 @@ impl Both {
 /// dropped (none decides anything). snirelay's run: the translation with
 /// its listen address, backend addresses and admin socket pointed at the
 /// test's.
-pub(crate) async fn both_ways(text: &str, servers: &[(&str, Mode)]) -> Both {
+pub(crate) async fn both_ways(haproxy: &Haproxy, text: &str, servers: &[(&str, Mode)]) -> Both {
     let haproxy_servers = Recorders::new(servers).await;
     let snirelay_servers = Recorders::new(servers).await;
     let port = free_port();
@@ -415,11 +485,12 @@ pub(crate) async fn both_ways(text: &str, servers: &[(&str, Mode)]) -> Both {
     }
     std::fs::write(dir.join("haproxy.cfg"), &rewritten).unwrap();
     let mut haproxy_tool = Tool::spawn(
-        "haproxy",
+        haproxy.binary.to_str().unwrap(),
         &["-f", "haproxy.cfg", "-db"],
         dir.clone(),
         "haproxy",
     );
+    let version = haproxy.version;
     let haproxy: SocketAddr = ([127, 0, 0, 1], port).into();
     // Listening, not accepting: a probe connection would itself be routed
     // (and recorded, or counted by a limit) at a moment that races the
@@ -450,6 +521,7 @@ pub(crate) async fn both_ways(text: &str, servers: &[(&str, Mode)]) -> Both {
     let relay = Relay::start(&toml).await;
     let snirelay = *relay.listening.values().next().unwrap().first().unwrap();
     Both {
+        version,
         haproxy_tool,
         relay,
         haproxy,

@@ -11,6 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::differential_check::Decision;
+
 /// How long a client watches its connection unless its script says.
 pub(crate) const WATCH: Duration = Duration::from_secs(3);
 
@@ -51,8 +53,12 @@ pub(crate) struct Conn {
     pub half_close: bool,
     /// How long the client waits for the end after its last action.
     pub watch: Duration,
-    /// The listed difference this connection shows, by identifier.
-    pub differs: Option<&'static str>,
+    /// The listed difference this connection shows, by identifier, and
+    /// snirelay's own decision on it.
+    pub differs: Option<(&'static str, Decision)>,
+    /// The HAProxy version (major.minor) the listed difference shows
+    /// against, when only one does (the other decides as snirelay does).
+    pub differs_only_on: Option<&'static str>,
     /// A group of connections that arrive too close together for either
     /// proxy to promise which of them it takes first (both accept on
     /// several threads): their outcomes are compared as sorted lists.
@@ -70,6 +76,7 @@ impl Conn {
             half_close: false,
             watch: WATCH,
             differs: None,
+            differs_only_on: None,
             burst: None,
         }
     }
@@ -165,10 +172,25 @@ impl Conn {
         self
     }
 
-    /// This connection shows the listed difference `id`.
-    pub(crate) fn differs(mut self, id: &'static str) -> Conn {
-        self.differs = Some(id);
+    /// This connection shows the listed difference `id`, and snirelay
+    /// decides it as `decision` says (which server, or which refusal).
+    pub(crate) fn differs(mut self, id: &'static str, decision: Decision) -> Conn {
+        self.differs = Some((id, decision));
         self
+    }
+
+    /// The listed difference shows against HAProxy `version` (major.minor)
+    /// only; against the others this connection must be the same.
+    pub(crate) fn only_on(mut self, version: &'static str) -> Conn {
+        self.differs_only_on = Some(version);
+        self
+    }
+
+    /// The listed difference this connection shows against HAProxy
+    /// `version`, if any.
+    pub(crate) fn differs_on(&self, version: &str) -> Option<(&'static str, Decision)> {
+        self.differs
+            .filter(|_| self.differs_only_on.is_none_or(|only| only == version))
     }
 
     /// The bytes this connection sends, unique to this call.
