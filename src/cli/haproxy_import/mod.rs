@@ -157,6 +157,9 @@ impl Translator {
                     self.read_frontend(section, defaults, &backends_by_name);
                 }
                 SectionKind::Backend => {}
+                SectionKind::Other if section.header.word(0) == "resolvers" => {
+                    self.read_resolvers(section);
+                }
                 SectionKind::Other => {
                     for l in std::iter::once(&section.header).chain(&section.lines) {
                         self.not(

@@ -231,7 +231,7 @@ fn conn_rate_becomes_the_attempts_in_its_period() {
     );
     assert!(
         t.toml.contains(
-            "at most 25 attempts from one source, refused ones included, in any sliding 10s"
+            "refused past 25 attempts from one source, refused ones included, counted over 10s"
         ),
         "{}",
         t.toml
