@@ -107,22 +107,10 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
         id: "unparsed-to-default",
         shape: |h, s| h.relayed.is_some() && refused(s),
     },
-    // A name with `_` in a label: the seed regex's `[a-z0-9-]` refuses it,
-    // snirelay's host-name matcher takes it.
-    Difference {
-        id: "underscore-label",
-        shape: |h, s| refused_quietly(h) && s.relayed.is_some(),
-    },
-    // One trailing dot: HAProxy's patterns see it, snirelay removes it
-    // before matching, so the name reaches its own route (HAProxy: the
-    // default backend, or a refusal).
-    Difference {
-        id: "trailing-dot",
-        shape: |h, s| s.relayed.is_some() && h.relayed != s.relayed,
-    },
-    // A server name that is no host name (here with a space): HAProxy's
-    // default backend takes it, snirelay refuses it with
-    // `unrecognized_name` even where a default route exists.
+    // A server name that is no host name (here with a space, or with a
+    // trailing dot, which RFC 6066 §3 rules out): HAProxy's default
+    // backend takes it, snirelay refuses it with `unrecognized_name` even
+    // where a default route exists.
     Difference {
         id: "invalid-name-refused",
         shape: |h, s| h.relayed.is_some() && s.relayed.is_none() && s.end == End::Alert(112),
@@ -133,13 +121,6 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
     Difference {
         id: "dom-inner-labels",
         shape: |h, s| h.relayed.is_some() && h.relayed != s.relayed,
-    },
-    // A map looked up without `,lower`: HAProxy misses a key for a name in
-    // capitals (default backend), snirelay compares names lowercased and
-    // finds it.
-    Difference {
-        id: "case-folded-map",
-        shape: |h, s| s.relayed.is_some() && h.relayed != s.relayed,
     },
     // A hello whose server_name lists two host names (RFC 6066 allows one):
     // HAProxy routes on the first, snirelay refuses the hello as malformed.

@@ -1,0 +1,100 @@
+//! Differential scripts for how a name is spelled: capitals sent to ACLs
+//! with and without `-i` (HAProxy compares case-sensitively without it;
+//! the import writes `case_sensitive_names` for such routes), `_` in a
+//! label against the seed template's `[a-z0-9-]` regex (`ldh_names`), and
+//! a trailing dot (RFC 6066 §3: a HostName has none; snirelay refuses
+//! it). The harness and its tolerances: [`crate::differential`].
+
+use crate::differential::compare;
+
+use crate::common::differential::*;
+
+fn answer(servers: &[&'static str]) -> Vec<(&'static str, Mode)> {
+    servers.iter().map(|s| (*s, Mode::Answer)).collect()
+}
+
+/// `-m str` and `-m end` without `-i`, `-i` beside them, a default
+/// backend: capitals in the labels a case-sensitive test names send the
+/// name on to the next rule in both, capitals elsewhere do not, and the
+/// `-i` test takes any case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capitals_reach_the_backend_haproxys_case_sensitive_acls_pick() {
+    let (exact, folded, sub, def) = (
+        "192.0.2.141:443",
+        "192.0.2.142:443",
+        "192.0.2.143:443",
+        "192.0.2.144:443",
+    );
+    let script = vec![
+        Conn::hello("www.example.com"),
+        Conn::hello("WWW.example.com"),
+        Conn::hello("www.EXAMPLE.com"),
+        Conn::hello("api.example.com"),
+        Conn::hello("API.EXAMPLE.COM"),
+        Conn::hello("a.example.com"),
+        Conn::hello("A.example.com"),
+        Conn::hello("A.EXAMPLE.COM"),
+        Conn::hello("a.Example.com"),
+        Conn::hello("a_b.example.com"),
+        Conn::hello("other.test"),
+        Conn::hello("www.example.com.").differs("invalid-name-refused"),
+    ];
+    let results = compare(
+        "sni-case.cfg",
+        |t| t,
+        &answer(&[exact, folded, sub, def]),
+        &script,
+    )
+    .await;
+    let s = |a: &str| Some(a.to_owned());
+    let servers: Vec<Option<String>> = results
+        .iter()
+        .map(|(h, _)| h.relayed.as_ref().map(|r| r.0.clone()))
+        .collect();
+    assert_eq!(
+        servers,
+        [
+            s(exact),
+            s(sub),
+            s(def),
+            s(folded),
+            s(folded),
+            s(sub),
+            s(sub),
+            s(def),
+            s(def),
+            s(sub),
+            s(def),
+            s(def)
+        ]
+    );
+    assert_eq!(results[11].1.end, End::Alert(112));
+}
+
+/// The seed template (`-m reg -i ^([a-z0-9-]+\.)*example\.com$`, the
+/// rest refused): `_` in a label is refused by both (`ldh_names`), a
+/// trailing dot by both, capitals pass in both (`-i`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_templates_regex_refuses_what_haproxy_refuses() {
+    let home = "203.0.113.10:443";
+    let script = vec![
+        Conn::hello("www.example.com"),
+        Conn::hello("WWW.Example.COM"),
+        Conn::hello("a_b.example.com").differs("alert-on-unmatched"),
+        Conn::hello("a_b.EXAMPLE.com").differs("alert-on-unmatched"),
+        Conn::hello("www.example.com.").differs("alert-on-unmatched"),
+        Conn::hello("example.com.").differs("alert-on-unmatched"),
+    ];
+    let results = compare(
+        "tls-edge-failover.cfg",
+        |t| t.replace("inspect-delay 5s", "inspect-delay 1s"),
+        &answer(&[home]),
+        &script,
+    )
+    .await;
+    let relayed: Vec<bool> = results.iter().map(|(h, _)| h.relayed.is_some()).collect();
+    assert_eq!(relayed, [true, true, false, false, false, false]);
+    for (_, s) in &results[2..] {
+        assert_eq!(s.end, End::Alert(112), "{s}");
+    }
+}
