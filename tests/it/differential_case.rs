@@ -98,3 +98,45 @@ async fn the_seed_templates_regex_refuses_what_haproxy_refuses() {
         assert_eq!(s.end, End::Alert(112), "{s}");
     }
 }
+
+/// The manual's SNI routing: `-i www.example.com` to `bk_www`, `-m end
+/// .example.com` without `-i` to `bk_sub` (two servers, round robin), the
+/// rest to `bk_default`: names below the domain reach `bk_sub` when the
+/// domain is written in lower case (whatever the first label), and
+/// `bk_default` when it is not, in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manuals_case_sensitive_suffix_routes_capitals_as_haproxy_does() {
+    let (www, sub1, sub2, default) = (
+        "192.0.2.10:443",
+        "192.0.2.20:443",
+        "192.0.2.21:443",
+        "192.0.2.30:443",
+    );
+    let script = vec![
+        Conn::hello("a.example.com").in_burst(1),
+        Conn::hello("A.example.com").in_burst(1),
+        Conn::hello("WWW.EXAMPLE.COM"),
+        Conn::hello("A.EXAMPLE.COM").differs("proxy-v2-tlvs"),
+        Conn::hello("a.Example.com").differs("proxy-v2-tlvs"),
+    ];
+    let results = compare(
+        "documentation-sni-routing.cfg",
+        |t| t.replace("inspect-delay 5s", "inspect-delay 1s"),
+        &answer(&[www, sub1, sub2, default]),
+        &script,
+    )
+    .await;
+    let mut subs: Vec<String> = results[..2]
+        .iter()
+        .map(|(h, _)| h.relayed.as_ref().unwrap().0.clone())
+        .collect();
+    subs.sort();
+    assert_eq!(subs, [sub1, sub2]);
+    let server = |i: usize| results[i].0.relayed.as_ref().unwrap().0.clone();
+    assert_eq!(server(2), www);
+    assert_eq!(server(3), default);
+    assert_eq!(server(4), default);
+    for (_, s) in &results[3..] {
+        assert_eq!(s.relayed.as_ref().unwrap().0, default, "{s}");
+    }
+}
