@@ -73,6 +73,12 @@ fn refused_quietly(o: &Outcome) -> bool {
     o.relayed.is_none() && matches!(o.end, End::Close | End::Reset)
 }
 
+/// snirelay's refusal of what it cannot route on (`not_tls`, `malformed`,
+/// `hello_timeout`): a plain close, nothing relayed.
+fn closed(o: &Outcome) -> bool {
+    o.relayed.is_none() && o.end == End::Close
+}
+
 fn refused(o: &Outcome) -> bool {
     o.relayed.is_none() && o.end != End::Open
 }
@@ -98,14 +104,14 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
     // (then `reject if WAIT_END`); snirelay refuses them at once.
     Difference {
         id: "not-tls-refused-at-once",
-        shape: |h, s| refused(h) && refused(s) && s.after + TOLERANCE < h.after,
+        shape: |h, s| refused(h) && closed(s) && s.after + TOLERANCE < h.after,
     },
     // HAProxy relays what is no complete ClientHello (HTTP bytes, a
     // truncated or absent hello) to the default backend once inspect-delay
     // ends; snirelay refuses it.
     Difference {
         id: "unparsed-to-default",
-        shape: |h, s| h.relayed.is_some() && refused(s),
+        shape: |h, s| h.relayed.is_some() && closed(s),
     },
     // A server name that is no host name (here with a space, or with a
     // trailing dot, which RFC 6066 §3 rules out): HAProxy's default
@@ -126,7 +132,7 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
     // HAProxy routes on the first, snirelay refuses the hello as malformed.
     Difference {
         id: "strict-hello",
-        shape: |h, s| h.relayed.is_some() && refused_quietly(s),
+        shape: |h, s| h.relayed.is_some() && closed(s),
     },
     // The same server and PROXY v2 addresses; snirelay's header adds its
     // AUTHORITY (the SNI) and UNIQUE_ID TLVs, and its hop count (0xE0)
