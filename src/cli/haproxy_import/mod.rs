@@ -220,3 +220,5 @@ impl Translator {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_spelling;
