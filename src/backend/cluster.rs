@@ -317,7 +317,8 @@ impl Cache {
             return false;
         }
         if !self.overrides.is_empty()
-            && Sni::parse(sni.as_bytes()).is_ok_and(|sni| self.overrides.find(&sni).is_some())
+            && Sni::parse_written(sni.as_bytes())
+                .is_ok_and(|sni| self.overrides.find(&sni).is_some())
         {
             return true;
         }

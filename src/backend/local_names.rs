@@ -88,7 +88,7 @@ pub fn normalise(raw: &[String]) -> (HashSet<Box<str>>, Vec<String>) {
     let mut names = HashSet::with_capacity(raw.len());
     let mut ignored = Vec::new();
     for text in raw {
-        match Sni::parse(text.as_bytes()) {
+        match Sni::parse_written(text.as_bytes()) {
             Ok(sni) => {
                 names.insert(sni.as_str().into());
             }

@@ -157,7 +157,7 @@ impl ForwardTo {
             let host = if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
                 ip.to_string()
             } else {
-                match crate::wire::sni::Sni::parse(host.as_bytes()) {
+                match crate::wire::sni::Sni::parse_written(host.as_bytes()) {
                     Ok(name) => name.as_str().to_owned(),
                     Err(e) => return Err(format!("{text:?}: host {host:?}: {e}")),
                 }

@@ -371,6 +371,7 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         limits,
         max_connections,
         timeouts,
+        names,
         alpn,
         ech,
         hello_match,
@@ -399,6 +400,8 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
         // Refused on a QUIC listener's route, so not written back there.
         half_close_timeout: (listener.protocol == Protocol::Tcp).then(|| duration(*half_close)),
         max_connection_lifetime: duration_or_off(*lifetime),
+        case_sensitive_names: Some(names.case_sensitive),
+        ldh_names: Some(names.ldh),
         // Unset: any hello (an empty list would be refused).
         alpn: (!alpn.is_empty()).then(|| alpn.clone()),
         // Unset: the listener's, which may change without this route.

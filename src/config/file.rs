@@ -207,6 +207,11 @@ pub struct RouteSection {
     pub idle_timeout: Option<String>,
     pub half_close_timeout: Option<String>,
     pub(crate) max_connection_lifetime: Option<DurationOrOff>,
+    // Name rules (what HAProxy's ACL spelled).
+    /// Match names only where the pattern's labels are in lower case.
+    pub case_sensitive_names: Option<bool>,
+    /// Match only names without `_` in a label.
+    pub ldh_names: Option<bool>,
     // Hello rules (ALPN, ECH).
     /// The route takes only hellos offering one of these ALPN protocols.
     pub alpn: Option<Vec<String>>,

@@ -460,6 +460,10 @@ pub static KEYS: &[Key] = &[
     key("route.alpn", Kind::Strings, Unset("any hello"),
         "The route takes only hellos offering one of these ALPN protocols.")
         .range(1..=255).unit("bytes per name"),
+    key("route.case_sensitive_names", Kind::Bool, Value("false"),
+        "Match a name only if the labels the pattern names are in lower case in it (those a `*.` stands for may have capitals), as HAProxy's ACLs without `-i`; else the next pattern decides."),
+    key("route.ldh_names", Kind::Bool, Value("false"),
+        "Match only names of letters, digits and hyphens (no `_` in any label), as a `[a-z0-9-]` regex; else the next pattern decides."),
     key("route.backend", Kind::Backend, Required("required"),
         "The `[backend.NAME]` to relay to."),
     key("route.ech", Kind::ChoiceOrBackend(&["pass", "reject"]), Unset("the listener's `ech`"),

@@ -434,6 +434,9 @@ pub struct Route {
     /// The route's relay timeouts: each one its own where set, else the
     /// listener's.
     pub timeouts: Timeouts,
+    /// `case_sensitive_names` and `ldh_names`: which spellings of a name
+    /// the route's patterns take.
+    pub names: NameRules,
     // Hello rules (ALPN, ECH); see `route`.
     /// The route takes only hellos offering one of these protocols (as
     /// written, distinct); empty: any hello.
@@ -446,6 +449,17 @@ pub struct Route {
     /// The route's bandwidth limits: each its own where set, else the
     /// listener's.
     pub bandwidth: Bandwidth,
+}
+
+/// Which spellings of a name a route's patterns take (both off: any
+/// valid host name, compared lowercased).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NameRules {
+    /// `case_sensitive_names`: the labels a pattern names must be in lower
+    /// case in the client's name (HAProxy's ACLs without `-i`).
+    pub case_sensitive: bool,
+    /// `ldh_names`: no `_` in any label (a `[a-z0-9-]` regex).
+    pub ldh: bool,
 }
 
 /// One problem in a configuration file: the key, in TOML path form, and

@@ -38,7 +38,12 @@
 //!    wildcard, `*`): within a pattern, the route whose `alpn` shares a
 //!    protocol with the hello wins, else the pattern's route without
 //!    `alpn`; a pattern with neither is passed over for the next one, so a
-//!    TLS-ALPN-01 route never swallows the name's other traffic. No pattern
+//!    TLS-ALPN-01 route never swallows the name's other traffic. A route
+//!    with `case_sensitive_names` takes a name only if the labels its
+//!    pattern names were sent in lower case, one with `ldh_names` only a
+//!    name without `_`; otherwise it is passed over the same way (as an
+//!    HAProxy ACL without `-i`, or a `[a-z0-9-]` regex, does not match and
+//!    the next rule decides). No pattern
 //!    left: `unmatched`, with a fatal `unrecognized_name` alert (RFC 6066
 //!    §3), which TLS clients report as such instead of a bare reset.
 //! 5. ECH: the route's `ech` (else the listener's) applies to a hello whose
@@ -65,8 +70,8 @@ use std::sync::Arc;
 
 use crate::close_reason::CloseReason;
 use crate::config::{
-    Backend, EchPolicy, HelloMatch, Listener, NoSni, Route, Timeouts, TlsVersion, TlvSource,
-    TlvValue,
+    Backend, EchPolicy, HelloMatch, Listener, NameRules, NoSni, Route, Timeouts, TlsVersion,
+    TlvSource, TlvValue,
 };
 use crate::flow::alert;
 use crate::pump::throttle::{ListenerBuckets, RouteThrottle};
@@ -85,6 +90,10 @@ pub(crate) struct RouteEntry {
     /// `no_sni`). Not part of the identity: a reload that changes only them
     /// applies them to new connections and drains none.
     pub timeouts: Timeouts,
+    /// Which spellings of a name the route's patterns take
+    /// (`case_sensitive_names`, `ldh_names`); a name they refuse passes to
+    /// the next pattern.
+    pub names: NameRules,
     // Hello rules (ALPN, ECH).
     /// The protocols of which a hello must offer one; empty: any hello.
     pub alpn: Box<[Box<[u8]>]>,
@@ -298,6 +307,7 @@ impl RouteTable {
             let alpn: Box<[Box<[u8]>]> = route.alpn.iter().map(|p| p.as_bytes().into()).collect();
             let entry = RouteEntry {
                 hello_match: route.hello_match.clone(),
+                names: route.names,
                 ..entry(
                     route.name.as_str(),
                     &route.backend,
@@ -456,6 +466,17 @@ impl RouteTable {
                     .any(|wanted| alpn.iter().any(|offered| **wanted == **offered))
         };
         self.names.matches(sni).find_map(|first| {
+            // The bytes of the name the pattern names (a case-sensitive
+            // route's must be in lower case).
+            let named = match self.names.pattern(first) {
+                PatternRef::Exact(name) => name.len(),
+                PatternRef::Below(suffix) => suffix.len(),
+                PatternRef::Any => 0,
+            };
+            let spelled = |entry: &RouteEntry| {
+                (!entry.names.case_sensitive || sni.lower_case_from(named))
+                    && (!entry.names.ldh || sni.ldh())
+            };
             // Within a pattern, the routes with `alpn` come first, the
             // later in the file before the earlier; then the one without
             // (validation leaves at most one).
@@ -463,6 +484,9 @@ impl RouteTable {
             for id in self.names.group(first).rev() {
                 let route = self.route_of(id);
                 let entry = &self.entries[route];
+                if !spelled(entry) {
+                    continue;
+                }
                 if entry.alpn.is_empty() {
                     without = Some((route, id));
                 } else if takes(entry) {
@@ -573,6 +597,7 @@ fn entry(
             route: route.into(),
             backend: to.clone(),
             timeouts,
+            names: NameRules::default(),
             alpn: alpn.clone(),
             ech: EchAction::Pass,
             hello_match: HelloMatch::default(),
@@ -583,6 +608,7 @@ fn entry(
         route: route.into(),
         backend: backend.clone(),
         timeouts,
+        names: NameRules::default(),
         alpn,
         ech,
         hello_match: HelloMatch::default(),

@@ -470,7 +470,7 @@ fn authority(value: &[u8]) -> Option<Vec<u8>> {
     if value.len() > MAX_AUTHORITY_BYTES {
         return None;
     }
-    Sni::parse(value)
+    Sni::parse_written(value)
         .ok()
         .map(|sni| sni.as_str().as_bytes().to_vec())
 }

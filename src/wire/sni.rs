@@ -3,7 +3,8 @@
 //!
 //! Both go through one normaliser so that what the config says and what a
 //! client sends are compared in the same form: ASCII-lowercased, one trailing
-//! dot removed, and validated as a DNS host name (labels of 1–63 bytes of
+//! dot removed (a pattern's; a client's name that ends in a dot is refused,
+//! as RFC 6066 §3 has it), and validated as a DNS host name (labels of 1–63 bytes of
 //! letters, digits, `-` or `_`; at most 253 bytes; not an IP literal, which
 //! RFC 6066 forbids in SNI). Internationalised names must arrive as punycode
 //! (`xn--…`), as every TLS client sends them; raw UTF-8 is refused.
@@ -48,6 +49,10 @@ pub enum NameError {
     /// An IPv4 or IPv6 address literal, which SNI may not carry (RFC 6066 §3).
     #[error("an IP address is not a server name")]
     IpLiteral,
+    /// A client's name that ends in a dot: RFC 6066 §3's HostName carries
+    /// none (patterns in the configuration may have one).
+    #[error("a server name ends in a dot, which RFC 6066 forbids")]
+    TrailingDot,
     /// `*.` with no domain after it.
     #[error("`*.` names no domain: write `*.domain`, or `*` alone for the default route")]
     BareWildcard,
@@ -58,10 +63,33 @@ pub enum NameError {
 
 /// A server name as a client sent it in SNI, normalised and validated.
 ///
-/// Invariant: lowercase ASCII, no trailing dot, a valid host name. Built only
-/// by [`Sni::parse`], so holding one proves the checks ran.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Sni(String);
+/// Invariant: lowercase ASCII, no trailing dot (RFC 6066 §3: a HostName
+/// carries none, so a name that ends in one is refused), a valid host
+/// name. Built only by [`Sni::parse`], so holding one proves the checks
+/// ran. It also remembers how the client spelled it where a route may
+/// care ([`Sni::lower_case_from`], [`Sni::ldh`]): two bytes more.
+#[derive(Debug, Clone)]
+pub struct Sni {
+    name: String,
+    /// One past the last capital letter the client wrote (0: none).
+    capitals_end: u8,
+    /// Whether a label holds `_`.
+    underscore: bool,
+}
+
+impl PartialEq for Sni {
+    fn eq(&self, other: &Sni) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Sni {}
+
+impl std::hash::Hash for Sni {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
 
 impl Sni {
     /// Normalises and validates the raw bytes of an SNI `host_name` entry.
@@ -70,24 +98,62 @@ impl Sni {
             let bad = raw.iter().find(|b| !b.is_ascii()).copied().unwrap_or(0);
             NameError::BadChar(char::from(bad))
         })?;
-        normalise_host(text).map(Sni)
+        if text.ends_with('.') && text.len() > 1 {
+            return Err(NameError::TrailingDot);
+        }
+        let name = normalise_host(text)?;
+        // At most 253 bytes: the position fits a u8.
+        let capitals_end = text
+            .bytes()
+            .rposition(|b| b.is_ascii_uppercase())
+            .map_or(0, |at| at as u8 + 1);
+        let underscore = text.contains('_');
+        Ok(Sni {
+            name,
+            capitals_end,
+            underscore,
+        })
+    }
+
+    /// A name an operator or a peer wrote (a configuration value, a pushed
+    /// name list, a PROXY AUTHORITY): as [`Sni::parse`], but one trailing
+    /// dot, the DNS root, is accepted and removed. Only a client's
+    /// ClientHello is held to RFC 6066's HostName.
+    pub fn parse_written(raw: &[u8]) -> Result<Sni, NameError> {
+        let raw = match raw.strip_suffix(b".") {
+            Some(name) if !name.is_empty() => name,
+            _ => raw,
+        };
+        Sni::parse(raw)
     }
 
     /// The name, normalised (lowercase, no trailing dot).
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
+    }
+
+    /// Whether the client wrote the last `len` bytes of the name in lower
+    /// case (`len` = the name's length: all of it). A case-sensitive
+    /// route's pattern names those bytes.
+    pub fn lower_case_from(&self, len: usize) -> bool {
+        usize::from(self.capitals_end) + len <= self.name.len()
+    }
+
+    /// Whether every label is letters, digits and hyphens (no `_`).
+    pub fn ldh(&self) -> bool {
+        !self.underscore
     }
 
     /// The name as a boxed `str`, without a copy (the normaliser allocates
     /// exactly the name's length).
     pub(crate) fn into_boxed_str(self) -> Box<str> {
-        self.0.into_boxed_str()
+        self.name.into_boxed_str()
     }
 }
 
 impl fmt::Display for Sni {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.name)
     }
 }
 
@@ -299,15 +365,37 @@ mod tests {
     }
 
     #[test]
-    fn sni_is_lowercased_and_loses_one_trailing_dot() {
+    fn sni_is_lowercased_and_a_trailing_dot_is_refused() {
         assert_eq!(
-            Sni::parse(b"WWW.Example.COM.").unwrap().as_str(),
+            Sni::parse(b"WWW.Example.COM").unwrap().as_str(),
             "www.example.com"
         );
         assert_eq!(
-            Sni::parse(b"a.example.com..").unwrap_err(),
-            NameError::EmptyLabel
+            Sni::parse(b"www.example.com.").unwrap_err(),
+            NameError::TrailingDot
         );
+        assert_eq!(
+            Sni::parse(b"a.example.com..").unwrap_err(),
+            NameError::TrailingDot
+        );
+        // Patterns keep taking one.
+        assert_eq!(
+            Pattern::parse("example.com.").unwrap(),
+            Pattern::Exact("example.com".into())
+        );
+    }
+
+    #[test]
+    fn sni_remembers_where_the_client_wrote_capitals_and_underscores() {
+        let sni = Sni::parse(b"A.example.com").unwrap();
+        assert!(sni.lower_case_from("example.com".len()));
+        assert!(!sni.lower_case_from(sni.as_str().len()));
+        let sni = Sni::parse(b"a.Example.com").unwrap();
+        assert!(!sni.lower_case_from("example.com".len()));
+        assert!(sni.lower_case_from("xample.com".len()));
+        assert!(Sni::parse(b"www.example.com").unwrap().lower_case_from(15));
+        assert!(Sni::parse(b"www.example.com").unwrap().ldh());
+        assert!(!Sni::parse(b"a_b.example.com").unwrap().ldh());
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! differences); this module holds the SNI scripts and the check that the
 //! listed differences, docs/migrating-from-haproxy.md's section "Where
 //! snirelay decides differently, and why", and the scripts agree. The
-//! limits, timers and servers scripts are `differential_limits`,
-//! `differential_timeouts` and `differential_servers`.
+//! limits, timers, servers and name-spelling (case, `_`, trailing dot)
+//! scripts are `differential_limits`, `differential_timeouts`,
+//! `differential_servers` and `differential_case`.
 //!
 //! Tolerances are per script ([`Timing`]): two moments are the same
 //! within a tolerance strictly below half the shortest timer the script
@@ -196,6 +197,13 @@ fn run_by_scripts() -> BTreeSet<String> {
     names
 }
 
+/// Configurations no differential script runs, each with why: the
+/// import tests read them (tests/it/import_haproxy.rs).
+const NOT_RUN: &[(&str, &str)] = &[(
+    "edge-resolvers.cfg",
+    "its origin is a host name asked of a `resolvers` section: both proxies would need one DNS server of the test's",
+)];
+
 /// Every configuration is one both HAProxy versions accept, one a script
 /// runs and one the directory's README describes: a new file cannot sit
 /// there unchecked.
@@ -211,7 +219,9 @@ fn every_configuration_passes_both_haproxys_check_and_is_run() {
         .filter(|name| name.ends_with(".cfg") && name != "unsupported.cfg")
         .collect();
     assert_eq!(described, configurations, "README.md's table");
-    assert_eq!(run_by_scripts(), configurations, "the scripts' fixtures");
+    let mut run = run_by_scripts();
+    run.extend(NOT_RUN.iter().map(|(name, _)| name.to_string()));
+    assert_eq!(run, configurations, "the scripts' fixtures");
     for haproxy in haproxies() {
         let mut checked = 0;
         for name in &configurations {
@@ -233,7 +243,7 @@ fn every_configuration_passes_both_haproxys_check_and_is_run() {
     }
     assert_eq!(
         configurations.len(),
-        18,
+        21,
         "configurations in tests/data/haproxy"
     );
 }
@@ -241,7 +251,7 @@ fn every_configuration_passes_both_haproxys_check_and_is_run() {
 // ------------------------------------------------------------- SNI scripts
 
 /// The names an SNI edge for `domain` sees: the apex, a deep name, case,
-/// a trailing dot, lookalikes, another domain, no SNI, no TLS, a
+/// a trailing dot (refused by snirelay, RFC 6066 §3), lookalikes, another domain, no SNI, no TLS, a
 /// truncated hello and one split over three segments.
 fn sni_script(domain: &str) -> Vec<Conn> {
     vec![
@@ -262,12 +272,12 @@ fn sni_script(domain: &str) -> Vec<Conn> {
     ]
 }
 
-/// `sni_script` on an edge that takes `domain` and the names below it
-/// (relayed to `home`) and refuses the rest: the listed differences.
-fn one_domain_script(domain: &str, home: &'static str) -> Vec<Conn> {
+/// `sni_script` on an edge that takes `domain` and the names below it and
+/// refuses the rest (a trailing dot among them, RFC 6066 §3): the listed
+/// differences.
+fn one_domain_script(domain: &str) -> Vec<Conn> {
     let mut script = sni_script(domain);
-    script[4] = script[4].clone().differs("trailing-dot", To(home));
-    for i in [5, 6, 7, 8] {
+    for i in [4, 5, 6, 7, 8] {
         script[i] = script[i]
             .clone()
             .differs("alert-on-unmatched", Alert(UNRECOGNIZED_NAME));
@@ -282,8 +292,10 @@ fn one_domain_script(domain: &str, home: &'static str) -> Vec<Conn> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_template_routes_and_refuses_as_haproxy_does() {
     let home = "203.0.113.10:443";
-    let mut script = one_domain_script("example.com", home);
-    script.push(Conn::hello("a_b.example.com").differs("underscore-label", To(home)));
+    let mut script = one_domain_script("example.com");
+    script.push(
+        Conn::hello("a_b.example.com").differs("alert-on-unmatched", Alert(UNRECOGNIZED_NAME)),
+    );
     for (version, results) in compare(
         "tls-edge-failover.cfg",
         |t| t.replace("inspect-delay 5s", "inspect-delay 1s"),
@@ -297,6 +309,9 @@ async fn the_seed_template_routes_and_refuses_as_haproxy_does() {
         let mut expected = vec![home.clone(); 4];
         expected.extend([None, None, None, None, None, None, None, home, None]);
         assert_eq!(servers_of(&results), expected, "HAProxy {version}");
+        // snirelay's refusals of the trailing dot and the `_` label: an alert.
+        assert_eq!(results[4].1.end, End::Alert(112), "HAProxy {version}");
+        assert_eq!(results[12].1.end, End::Alert(112), "HAProxy {version}");
     }
 }
 
@@ -349,7 +364,7 @@ async fn exact_names_with_a_default_backend_route_as_haproxy_does() {
     let script = vec![
         Conn::hello("app1.example.net"),
         Conn::hello("APP2.Example.NET"),
-        Conn::hello("app1.example.net.").differs("trailing-dot", To(app1)),
+        Conn::hello("app1.example.net.").differs("invalid-name-refused", Alert(UNRECOGNIZED_NAME)),
         Conn::hello("x.app1.example.net"),
         Conn::hello("app3.example.net"),
         Conn::no_sni(),
@@ -438,7 +453,7 @@ async fn label_suffix_regexes_route_as_haproxy_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_suffix_and_its_apex_route_as_haproxy_does() {
     let ingress = "192.0.2.31:443";
-    let mut script = one_domain_script("example.com", ingress);
+    let mut script = one_domain_script("example.com");
     script.push(Conn::hello("a_b.example.com"));
     for (version, results) in compare(
         "sni-suffix-end.cfg",
@@ -542,5 +557,12 @@ async fn domains_by_dom_route_as_haproxy_does() {
             ],
             "HAProxy {version}"
         );
+        for i in [6, 7] {
+            assert_eq!(
+                results[i].1.relayed.as_ref().map(|r| r.0.as_str()),
+                Some(shared),
+                "HAProxy {version}"
+            );
+        }
     }
 }

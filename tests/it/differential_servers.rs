@@ -221,3 +221,53 @@ async fn flip(
     check(&what, both.version, &CHECKED, script, &results);
     results
 }
+
+/// A realistic edge's server lines (`check inter 2s fall 3 rise 2 maxconn
+/// 500 weight 10 send-proxy-v2`, a `default-server`, `slowstart`,
+/// `observe`, a `backup`): every server is relayed to by both, with the
+/// same PROXY v2 fields, and the backup takes over when its primary's
+/// checks fail in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_server_of_a_real_edges_server_lines_is_relayed_to_as_by_haproxy() {
+    let (api, web, standby) = ("10.0.0.11:443", "10.0.0.21:443", "10.0.0.22:443");
+    let text = std::fs::read_to_string(fixture("edge-server-options.cfg"))
+        .unwrap()
+        .replace("inter 2s", "inter 200ms");
+    for haproxy in haproxies() {
+        let mut both = both_ways(
+            &haproxy,
+            &text,
+            &[
+                (api, Mode::Answer),
+                (web, Mode::Answer),
+                (standby, Mode::Answer),
+            ],
+        )
+        .await;
+        let script = [
+            Conn::hello("api.example.com").differs("proxy-v2-tlvs", To(api)),
+            Conn::hello("www.example.com"),
+            Conn::hello("other.example.com"),
+        ];
+        let results = run(&both, &script).await;
+        let what = format!("all up, {}", haproxy.line);
+        check(&what, haproxy.version, &CHECKED, &script, &results);
+        let to = |i: usize| results[i].0.relayed.clone().unwrap();
+        assert_eq!(
+            to(0),
+            (api.into(), Some("V2 client -> listener".into())),
+            "{}",
+            haproxy.line
+        );
+        assert_eq!(to(1).0, web, "{}", haproxy.line);
+        assert_eq!(to(2).0, web, "{}", haproxy.line);
+        let hello = [Conn::hello("www.example.com")];
+        let results = flip(&mut both, "web/web1", web, false, &hello).await;
+        assert_eq!(
+            results[0].0.relayed.as_ref().map(|r| r.0.as_str()),
+            Some(standby),
+            "{}",
+            haproxy.line
+        );
+    }
+}

@@ -136,3 +136,44 @@ fn unreadable_files_and_http_configs_exit_2() {
         "{stderr}"
     );
 }
+
+/// The server lines of real edges, with options snirelay has keys for
+/// (`maxconn`, `weight`, `backup`, `check inter fall rise`,
+/// `send-proxy-v2`, a host name under `resolvers`) and options it has
+/// none for: every server is written with its keys, every option left
+/// out is named in a note with what follows, a `disabled` server is left
+/// out as HAProxy leaves it out, and the translations load.
+#[test]
+fn every_server_line_survives_with_the_keys_snirelay_has() {
+    let (code, toml, stderr) = import(&fixture("edge-server-options.cfg"));
+    assert_eq!(code, 0, "{stderr}\n{toml}");
+    for want in [
+        r#"addresses = [{ address = "10.0.0.11:443", weight = 10, max_connections = 500 }]"#,
+        r#"proxy_protocol = "v2""#,
+        r#"{ address = "10.0.0.21:443", max_connections = 1000 }, { address = "10.0.0.22:443", backup = true, max_connections = 1000 }"#,
+        "`slowstart 30s`: a server that comes back gets its full share at once",
+        "`observe layer4`: snirelay marks an address down after `max_fails`",
+        "`option tcp-check`: without `tcp-check` rules it is the default check, a TCP connect",
+        "`timeout queue 5s`: snirelay has no queue",
+        "`balance roundrobin`: one active server: nothing to balance",
+    ] {
+        assert!(toml.contains(want), "{want}\n{toml}");
+    }
+    assert_eq!(toml.matches("[backend.api.health]").count(), 1, "{toml}");
+    let (code, out) = check(&toml);
+    assert_eq!(code, 0, "{out}\n{toml}");
+
+    let (code, toml, stderr) = import(&fixture("edge-resolvers.cfg"));
+    assert_eq!(code, 0, "{stderr}\n{toml}");
+    for want in [
+        r#"resolve = "origin.example.net:443""#,
+        r#"resolver = "10.0.0.53:53""#,
+        r#"addresses = [{ address = "192.0.2.51:443", max_connections = 200 }]"#,
+        "`disabled`: HAProxy sends this server nothing until it is enabled at run time; it is left out of `addresses`",
+        "the others (10.0.0.54:53) are not asked",
+    ] {
+        assert!(toml.contains(want), "{want}\n{toml}");
+    }
+    let (code, out) = check(&toml);
+    assert_eq!(code, 0, "{out}\n{toml}");
+}

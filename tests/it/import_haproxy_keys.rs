@@ -318,7 +318,7 @@ fn per_source_conn_rate_becomes_attempts_per_source() {
     );
     assert!(
         toml.contains(
-            "at most 49 attempts from one source, refused ones included, in any sliding 10s"
+            "refused past 49 attempts from one source, refused ones included, counted over 10s"
         ),
         "{toml}"
     );

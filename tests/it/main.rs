@@ -106,6 +106,7 @@ mod upgrade_load;
 
 // HAProxy and snirelay side by side on the same traffic.
 mod differential;
+mod differential_case;
 mod differential_limits;
 mod differential_maps;
 mod differential_rates;

@@ -42,10 +42,10 @@ fn allowlist_rules() {
         // A wildcard never matches its own suffix: eu.example.com falls to
         // the shorter wildcard.
         ("eu.example.com", Some("*.example.com")),
-        // Case-insensitive, one trailing dot tolerated.
+        // Case-insensitive; a trailing dot is no HostName (RFC 6066 §3).
         ("WWW.Example.COM", Some("*.example.com")),
-        ("example.com.", Some("example.com")),
-        ("www.example.com.", Some("*.example.com")),
+        ("example.com.", None),
+        ("www.example.com.", None),
         // Label boundaries are exact.
         ("badexample.com", None),
         ("www.badexample.com", None),

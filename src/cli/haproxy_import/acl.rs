@@ -33,6 +33,17 @@ impl NamePattern {
     }
 }
 
+/// How an SNI test compares the client's spelling: the route keys
+/// `case_sensitive_names` and `ldh_names` of the routes its names make.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Spelling {
+    /// No `-i` (or a map looked up without `,lower`): the labels the
+    /// pattern names must be in lower case, as written.
+    pub(super) cased: bool,
+    /// A regex whose label class has no `_`.
+    pub(super) ldh: bool,
+}
+
 /// What one ACL test means for a ClientHello.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Atom {
@@ -41,8 +52,9 @@ pub(super) enum Atom {
     /// `WAIT_END`: false while the hello arrives in time.
     WaitEnd,
     Constant(bool),
-    /// The SNI is one of these names (false without SNI).
-    Sni(Vec<NamePattern>),
+    /// The SNI is one of these names (false without SNI), spelled as the
+    /// test requires.
+    Sni(Vec<NamePattern>, Spelling),
     /// The hello has an SNI (what a map lookup needs to run at all).
     AnySni,
     /// `src`: the source address is in one of these networks or in the
@@ -91,7 +103,7 @@ impl Guard {
             Atom::Hello => hello,
             Atom::WaitEnd => !hello,
             Atom::Constant(b) => *b,
-            Atom::Sni(set) => name.is_some_and(|n| set.iter().any(|p| p.matches(n))),
+            Atom::Sni(set, _) => name.is_some_and(|n| set.iter().any(|p| p.matches(n))),
             Atom::AnySni => name.is_some(),
             // Not about the hello: the frontend refuses such guards on
             // content and use_backend rules.
@@ -128,7 +140,7 @@ impl Guard {
         self.terms().all(|t| {
             matches!(
                 t.atom,
-                Atom::Hello | Atom::WaitEnd | Atom::Constant(_) | Atom::Sni(_) | Atom::AnySni
+                Atom::Hello | Atom::WaitEnd | Atom::Constant(_) | Atom::Sni(..) | Atom::AnySni
             )
         })
     }
@@ -143,6 +155,14 @@ impl Guard {
     }
 
     pub(super) fn patterns(&self) -> Vec<NamePattern> {
+        self.spelled_patterns()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    /// The SNI patterns, each with the spelling its test requires.
+    pub(super) fn spelled_patterns(&self) -> Vec<(NamePattern, Spelling)> {
         let c = match self {
             Guard::Always => return Vec::new(),
             Guard::If(c) | Guard::Unless(c) => c,
@@ -150,7 +170,11 @@ impl Guard {
         c.iter()
             .flatten()
             .filter_map(|t| match &t.atom {
-                Atom::Sni(set) => Some(set.clone()),
+                Atom::Sni(set, spelling) => Some(
+                    set.iter()
+                        .map(|p| (p.clone(), *spelling))
+                        .collect::<Vec<_>>(),
+                ),
                 _ => None,
             })
             .flatten()
@@ -273,6 +297,13 @@ pub(super) fn sni_atom(words: &[String]) -> Result<Atom, String> {
                     ));
                 }
             },
+            // Without `-i`, a class without `A-Z` refuses capitals in the
+            // labels `*.` stands for too, which no route key says.
+            "reg" if !ignore_case && !v.contains("A-Z") && v.contains('[') => {
+                return Err(format!(
+                    "the regex `{v}` without `-i` refuses capitals in every label; snirelay's `case_sensitive_names` looks only at the labels the pattern names: add `-i`, or `A-Z` to the class"
+                ));
+            }
             "reg" => match label_suffix_regex(if ignore_case { &lower } else { v }) {
                 Some(set) => names.extend(set),
                 None => {
@@ -300,7 +331,14 @@ pub(super) fn sni_atom(words: &[String]) -> Result<Atom, String> {
             }
         }
     }
-    Ok(Atom::Sni(names))
+    let ldh = method == "reg" && values.iter().all(|v| !v.contains('_'));
+    Ok(Atom::Sni(
+        names,
+        Spelling {
+            cased: !ignore_case,
+            ldh,
+        },
+    ))
 }
 
 /// Reads an ACL's criterion (`FETCH [flags] VALUES…`).
@@ -496,11 +534,15 @@ pub(super) fn condition(
 /// The OR of an ACL's lines, when they test the same thing.
 fn merged(atoms: &[Atom]) -> Option<Atom> {
     let mut names = Vec::new();
+    let mut spellings = BTreeSet::new();
     let mut all_nets = Vec::new();
     let mut all_files = Vec::new();
     for a in atoms {
         match a {
-            Atom::Sni(set) => names.extend(set.iter().cloned()),
+            Atom::Sni(set, spelling) => {
+                names.extend(set.iter().cloned());
+                spellings.insert(*spelling);
+            }
             Atom::Src { nets, files } => {
                 all_nets.extend(nets.iter().copied());
                 all_files.extend(files.iter().cloned());
@@ -512,7 +554,9 @@ fn merged(atoms: &[Atom]) -> Option<Atom> {
         names.is_empty(),
         all_nets.is_empty() && all_files.is_empty(),
     ) {
-        (false, true) => Some(Atom::Sni(names)),
+        (false, true) if spellings.len() == 1 => {
+            Some(Atom::Sni(names, spellings.into_iter().next().unwrap()))
+        }
         (true, false) => Some(Atom::Src {
             nets: all_nets,
             files: all_files,

@@ -31,6 +31,20 @@ pub(super) struct HaproxyServer {
     pub(super) backup: bool,
     /// `check-send-proxy`: its checks start with a PROXY header.
     pub(super) check_send_proxy: bool,
+    /// `maxconn N`: the address's `max_connections`.
+    pub(super) max_connections: Option<u64>,
+    /// The address is `host:port` (a name to resolve), not `IP:port`.
+    pub(super) host: Option<String>,
+    /// `resolvers NAME`: the `resolvers` section its name is asked of.
+    pub(super) resolvers: Option<String>,
+    /// `disabled`: in maintenance from the start (HAProxy sends it nothing).
+    pub(super) disabled: bool,
+    /// Options without a key, each with what follows from leaving it out
+    /// and what to do (a note; the line is still translated).
+    pub(super) left_out: Vec<String>,
+    /// Options whose absence changes what the server gets: the line is
+    /// reported as not translated (the server is still written).
+    pub(super) refused: Vec<String>,
     pub(super) text: String,
 }
 
@@ -47,6 +61,7 @@ impl Translator {
         let mut balance: Option<(String, &HaproxyLine)> = None;
         let mut source: Option<(String, &HaproxyLine)> = None;
         let mut allbackups: Option<&HaproxyLine> = None;
+        let has_tcp_check_rules = lines.iter().any(|l| l.word(0) == "tcp-check");
         for l in lines {
             let mine = own.contains(&l.no);
             match l.word(0) {
@@ -74,9 +89,20 @@ impl Translator {
                     words.extend(default_server.iter().cloned());
                     words.extend(l.words.iter().skip(3).cloned());
                     match server(&words) {
+                        Ok(sv) if sv.disabled => self.no_key(
+                            l,
+                            "`disabled`: HAProxy sends this server nothing until it is enabled at run time; it is left out of `addresses` (add it there to enable it)",
+                        ),
                         Ok(sv) => {
+                            for why in &sv.left_out {
+                                self.notes.push(format!("line {}: server {}: {why}", l.no, l.word(1)));
+                            }
+                            if sv.refused.is_empty() {
+                                self.key(l);
+                            } else {
+                                self.not(l, format!("server {} is written, but: {}", l.word(1), sv.refused.join("; ")));
+                            }
                             servers.push((sv, l));
-                            self.key(l);
                         }
                         Err(why) => self.not(l, why),
                     }
@@ -98,6 +124,10 @@ impl Translator {
                     self.no_key(l, option_no_key(l.word(1)).unwrap_or_default())
                 }
                 "option" if l.word(1) == "allbackups" => allbackups = Some(l),
+                "option" if l.word(1) == "tcp-check" && !has_tcp_check_rules => self.no_key(
+                    l,
+                    "without `tcp-check` rules it is the default check, a TCP connect: snirelay's `kind = \"tcp\"` on the servers with `check`",
+                ),
                 "option" if mine => self.not(l, format!("`option {}` is not translated", l.word(1))),
                 "mode" | "log" => {}
                 _ if !mine || is_listen => {}
@@ -105,6 +135,20 @@ impl Translator {
             }
         }
         let mut table = TomlTable::new(&format!("[backend.{}]", toml_key(&s.name)));
+        // A host name: a backend of one such server resolves it; beside
+        // other servers it cannot be written (snirelay resolves per
+        // backend), and is reported.
+        let resolved = match servers.as_slice() {
+            [(sv, l)] if sv.host.is_some() => Some((sv.clone(), *l)),
+            _ => None,
+        };
+        servers.retain(|(sv, l)| {
+            if sv.host.is_some() && resolved.is_none() {
+                self.not(l, format!("`{}` is a host name beside other servers: snirelay resolves one name per backend (`resolve = \"{}\"`); put this server in a backend of its own and route to it", sv.address, sv.address));
+                return false;
+            }
+            true
+        });
         let plain = servers.iter().all(|(sv, _)| sv.weight.unwrap_or(1) == 1);
         let entries: Vec<String> = servers
             .iter()
@@ -119,6 +163,9 @@ impl Translator {
                 if sv.backup {
                     keys.push("backup = true".to_owned());
                 }
+                if let Some(n) = sv.max_connections {
+                    keys.push(format!("max_connections = {n}"));
+                }
                 match keys.len() {
                     1 => quoted(&sv.address),
                     _ => format!("{{ {} }}", keys.join(", ")),
@@ -126,17 +173,22 @@ impl Translator {
             })
             .collect();
         let texts: Vec<String> = servers.iter().map(|(sv, _)| sv.text.clone()).collect();
-        if servers.is_empty() {
-            self.notes.push(format!(
-                "backend {} has no translated server: add `addresses`",
-                s.name
-            ));
+        if let Some((sv, _)) = &resolved {
+            table.row("resolve", quoted(&sv.address), &sv.text);
+            self.resolver_rows(&mut table, sv, &s.name);
+        } else {
+            if servers.is_empty() {
+                self.notes.push(format!(
+                    "backend {} has no translated server: add `addresses`",
+                    s.name
+                ));
+            }
+            table.row(
+                "addresses",
+                format!("[{}]", entries.join(", ")),
+                texts.join("; "),
+            );
         }
-        table.row(
-            "addresses",
-            format!("[{}]", entries.join(", ")),
-            texts.join("; "),
-        );
         if let Some((value, l)) = source {
             table.row("source", value, &l.text);
             self.key(l);
@@ -210,12 +262,25 @@ impl Translator {
                     )
                 })
                 .collect();
-            if checked.len() != servers.len() || params.len() > 1 {
-                for (_, l) in &servers {
-                    self.not(l, "snirelay checks every address of a backend alike: its servers must all have `check` with the same inter, rise and fall");
+            let unchecked: Vec<&str> = servers
+                .iter()
+                .filter(|(sv, _)| !sv.check)
+                .map(|(_, l)| l.word(1))
+                .collect();
+            if !unchecked.is_empty() {
+                self.notes.push(format!("backend {}: snirelay checks every address of a backend alike, so {} (no `check` in HAProxy, which never marks it down) is checked too and taken out of use while its checks fail: give it `check` in HAProxy too, or move it to a backend of its own", s.name, unchecked.join(", ")));
+            }
+            {
+                // The first checked server's inter, rise and fall.
+                let first = checked[0].0.clone();
+                let (inter, rise, fall) = (
+                    first.inter_ms.unwrap_or(HAPROXY_DEFAULT_INTER_MS),
+                    first.rise.unwrap_or(HAPROXY_DEFAULT_RISE),
+                    first.fall.unwrap_or(HAPROXY_DEFAULT_FALL),
+                );
+                if params.len() > 1 {
+                    self.notes.push(format!("backend {}: its servers' checks differ in inter, rise or fall; snirelay checks every address alike, with the first checked server's ({} every {}, rise {rise}, fall {fall}): set the others' alike in HAProxy to compare", s.name, checked[0].1.word(1), duration(inter)));
                 }
-            } else {
-                let (inter, rise, fall) = params.into_iter().next().unwrap();
                 // HAProxy: min(timeout connect, inter) for the connect when
                 // `timeout check` is set, else inter for the whole check.
                 let timeout = match (&check_ms, &info.connect_ms) {
@@ -249,13 +314,67 @@ impl Translator {
                 self.key(l);
             }
         }
+        let capped = servers.iter().any(|(sv, _)| sv.max_connections.is_some());
         for l in queue_lines {
-            self.no_key(
-                l,
-                "nothing queues: no server has a maxconn (snirelay has no queue)",
-            );
+            if capped {
+                self.no_key(l, "snirelay has no queue: a connection that finds an address at its max_connections (maxconn) goes to the next one, and one that finds all of them full is refused (`backend_full`) instead of waiting up to timeout queue");
+            } else {
+                self.no_key(
+                    l,
+                    "nothing queues: no server has a maxconn (snirelay has no queue)",
+                );
+            }
         }
         self.backends.insert(s.name.clone(), (info, tables));
+    }
+}
+
+impl Translator {
+    /// A `resolvers` section: its `nameserver` addresses, for the servers
+    /// that name it (`resolver`); its timers need no key.
+    pub(super) fn read_resolvers(&mut self, s: &HaproxySection) {
+        self.no_key(
+            &s.header,
+            "read by the servers that name it (`resolvers NAME`)",
+        );
+        let mut servers = Vec::new();
+        for l in &s.lines {
+            if l.word(0) == "nameserver" {
+                let addr = l
+                    .word(2)
+                    .trim_start_matches("udp@")
+                    .trim_start_matches("ipv4@");
+                if addr.parse::<SocketAddr>().is_ok() {
+                    servers.push(addr.to_owned());
+                    self.no_key(
+                        l,
+                        "the backend's `resolver`, where a server names this section",
+                    );
+                } else {
+                    self.not(l, format!("`{}` is not IP:port: snirelay asks a resolver by its address, or the system resolver", l.word(2)));
+                }
+            } else {
+                self.no_key(l, "snirelay asks again every `resolve_interval` (30s), keeps the last good answer when an answer fails, and retries with doubling back-off up to 30 s");
+            }
+        }
+        self.resolvers.insert(s.name.clone(), servers);
+    }
+
+    /// `resolver` for a backend that resolves `sv`'s host name, and the
+    /// note on how its answers are followed.
+    fn resolver_rows(&mut self, table: &mut TomlTable, sv: &HaproxyServer, backend: &str) {
+        match &sv.resolvers {
+            Some(name) => match self.resolvers.get(name).map(Vec::as_slice) {
+                Some([first, rest @ ..]) => {
+                    table.row("resolver", quoted(first), format!("resolvers {name}: nameserver {first}"));
+                    if !rest.is_empty() {
+                        self.notes.push(format!("backend {backend}: snirelay asks one resolver, the first nameserver of `resolvers {name}` ({first}); the others ({}) are not asked", rest.join(", ")));
+                    }
+                }
+                _ => self.notes.push(format!("backend {backend}: `resolvers {name}` names no usable nameserver here; snirelay asks the system resolver (set `resolver = \"IP:53\"` to ask another)")),
+            },
+            None => self.notes.push(format!("backend {backend}: HAProxy resolves `{}` once, at start (no `resolvers`); snirelay asks the system resolver again every `resolve_interval` (30s) and follows its answers", sv.address)),
+        }
     }
 }
 
@@ -345,9 +464,15 @@ pub(super) fn source_value(words: &[String]) -> Result<(Option<String>, usize), 
 }
 
 /// A `server NAME ADDR [options]` line (default-server options first).
+/// Every option snirelay has a key for is read; every other one is named
+/// in [`HaproxyServer::left_out`] with what follows from leaving it out,
+/// or in [`HaproxyServer::refused`] when the bytes the server gets would
+/// differ. The server is kept either way: only an address snirelay cannot
+/// write (no port, a port offset) is an error.
 pub(super) fn server(words: &[String]) -> Result<HaproxyServer, String> {
     let addr = words.get(2).map_or("", String::as_str);
     let bare = addr.trim_start_matches("ipv4@").trim_start_matches("ipv6@");
+    let mut host = None;
     let address = match bare.parse::<SocketAddr>() {
         Ok(a) => a.to_string(),
         Err(_) => match bare.rsplit_once(':') {
@@ -356,81 +481,176 @@ pub(super) fn server(words: &[String]) -> Result<HaproxyServer, String> {
             {
                 SocketAddr::new(h.parse().unwrap(), p.parse().unwrap()).to_string()
             }
-            Some((h, _)) if h.parse::<IpAddr>().is_err() => {
-                return Err(format!(
-                    "`{addr}` is a host name: use `resolve = \"{bare}\"` in a backend of its own (snirelay follows its DNS answers)"
-                ));
+            Some((h, p))
+                if h.parse::<IpAddr>().is_err()
+                    && !h.is_empty()
+                    && p.parse::<u16>().is_ok_and(|p| p > 0) =>
+            {
+                host = Some(bare.to_owned());
+                bare.to_owned()
             }
             _ => {
                 return Err(format!(
-                    "`{addr}` is not IP:port (a server without a port, or with a port offset, has no equivalent)"
+                    "`{addr}` is not IP:port or host:port (a server without a port, or with a port offset, has no equivalent: write its port)"
                 ));
             }
         },
     };
     let mut sv = HaproxyServer {
         address,
+        host,
         text: words.join(" "),
         ..HaproxyServer::default()
     };
     let mut i = 3;
-    let mut bad = Vec::new();
     let number = |w: Option<&String>| w.and_then(|w| w.parse::<u64>().ok());
     while i < words.len() {
-        match words[i].as_str() {
+        let option = words[i].as_str();
+        let arg = words.get(i + 1);
+        let arg_text = arg.map_or("", String::as_str);
+        match option {
             "check" => sv.check = true,
             "no-check" => sv.check = false,
-            "inter" => {
-                sv.inter_ms = words.get(i + 1).and_then(|w| millis(w));
-                i += 1;
-            }
-            "rise" => {
-                sv.rise = number(words.get(i + 1));
-                i += 1;
-            }
-            "fall" => {
-                sv.fall = number(words.get(i + 1));
-                i += 1;
-            }
-            "weight" => {
-                sv.weight = number(words.get(i + 1));
-                if !sv.weight.is_some_and(|w| (1..=256).contains(&w)) {
-                    bad.push("weight (snirelay takes 1 to 256)".to_owned());
+            "inter" => sv.inter_ms = arg.and_then(|w| millis(w)),
+            "rise" => sv.rise = number(arg),
+            "fall" => sv.fall = number(arg),
+            "weight" => match number(arg) {
+                Some(0) => {
+                    sv.weight = Some(1);
+                    sv.left_out.push("`weight 0` (HAProxy sends this server no new connections while another is usable; snirelay gives it weight 1: take it out of `addresses` if it is drained on purpose)".to_owned());
                 }
-                i += 1;
-            }
+                Some(w @ 1..=256) => sv.weight = Some(w),
+                _ => sv.left_out.push(format!("`weight {arg_text}` is no weight of 1 to 256: the server gets weight 1")),
+            },
+            "maxconn" => match number(arg) {
+                Some(n @ 1..=10_000_000) => sv.max_connections = Some(n),
+                _ => sv.left_out.push(format!("`maxconn {arg_text}`: no cap written (snirelay takes 1 to 10000000)")),
+            },
             "source" => {
-                let args = &words[i + 1..];
-                match source_value(args) {
+                match source_value(&words[i + 1..]) {
                     Ok((value, used)) => {
                         sv.source = value;
                         i += used;
                     }
                     Err(why) => {
-                        bad.push(why);
+                        sv.refused.push(why);
                         i = words.len();
                     }
                 }
+                i += 1;
+                continue;
             }
             "backup" => sv.backup = true,
-            "non-stick" => {}
+            "no-backup" => sv.backup = false,
+            "disabled" => sv.disabled = true,
+            "enabled" => sv.disabled = false,
+            "non-stick" | "stick" => {}
             "check-send-proxy" => sv.check_send_proxy = true,
             "send-proxy" => sv.proxy = Some("v1"),
             "send-proxy-v2" => sv.proxy = Some("v2"),
             "no-send-proxy" | "no-send-proxy-v2" => sv.proxy = None,
-            other => bad.push(format!("`{other}`")),
+            "resolvers" => sv.resolvers = Some(arg_text.to_owned()),
+            "init-addr" | "resolve-prefer" | "resolve-opts" | "resolve-net" => {
+                sv.left_out.push(format!("`{option} {arg_text}`: snirelay asks for A and AAAA records and uses every answer, and a backend that never resolved waits up to connect_timeout per connection"));
+            }
+            "ssl" => sv.refused.push("`ssl`: HAProxy encrypts toward this server, snirelay relays the client's TLS bytes as they are (remove `ssl` if the server expects the client's own TLS)".to_owned()),
+            "no-ssl" | "no-verifyhost" | "no-tls-tickets" | "no-ssl-reuse" | "allow-0rtt" | "no-check-ssl" | "tfo" | "no-tfo" | "no-agent-check" => {}
+            "check-ssl" | "check-sni" | "check-alpn" | "agent-check" | "agent-port" | "agent-inter" | "agent-addr" | "agent-send" | "port" | "addr" => {
+                let a = if takes_argument(option) { format!(" {arg_text}") } else { String::new() };
+                sv.left_out.push(format!("`{option}{a}`: snirelay's check is a TCP connect to the server's own address and port (and no agent changes its weight); if the check must reach another port or speak TLS, check that the connect alone tells an up server from a down one"));
+            }
+            "fastinter" | "downinter" => sv.left_out.push(format!("`{option} {arg_text}`: snirelay checks at `interval` (inter) in every state")),
+            "slowstart" => sv.left_out.push(format!("`slowstart {arg_text}`: a server that comes back gets its full share at once")),
+            "maxqueue" | "minconn" => sv.left_out.push(format!("`{option} {arg_text}`: snirelay has no queue and a fixed cap (maxconn as max_connections): past it the next address is used, all full is refused (`backend_full`)")),
+            "observe" | "error-limit" | "on-error" | "on-marked-down" | "on-marked-up" => sv.left_out.push(format!("`{option} {arg_text}`: snirelay marks an address down after `max_fails` failed connects (passive health, default 3) and keeps existing connections when it goes down")),
+            "track" => sv.left_out.push(format!("`track {arg_text}`: snirelay checks this server itself (its own [health])")),
+            other => {
+                let a = if takes_argument(other) { format!(" {arg_text}") } else { String::new() };
+                sv.left_out.push(format!("`{other}{a}` has no snirelay key and is left out: check that the server works without it"));
+            }
+        }
+        if takes_argument(option) {
+            i += 1;
         }
         i += 1;
     }
     if sv.inter_ms == Some(0) || sv.rise == Some(0) || sv.fall == Some(0) {
-        bad.push("inter, rise and fall must be above 0".into());
+        sv.refused
+            .push("inter, rise and fall must be above 0".into());
     }
-    if bad.is_empty() {
-        Ok(sv)
-    } else {
-        Err(format!(
-            "server options not translated: {} (maxconn, port, addr, ssl… have no equivalent)",
-            bad.join(", ")
-        ))
-    }
+    Ok(sv)
+}
+
+/// Whether a server option takes the word after it as its argument
+/// (HAProxy's server keywords, 2.6 to 3.2).
+fn takes_argument(option: &str) -> bool {
+    matches!(
+        option,
+        "inter"
+            | "rise"
+            | "fall"
+            | "weight"
+            | "maxconn"
+            | "maxqueue"
+            | "minconn"
+            | "slowstart"
+            | "resolvers"
+            | "init-addr"
+            | "resolve-prefer"
+            | "resolve-opts"
+            | "resolve-net"
+            | "agent-port"
+            | "agent-inter"
+            | "agent-addr"
+            | "agent-send"
+            | "port"
+            | "addr"
+            | "check-sni"
+            | "check-alpn"
+            | "fastinter"
+            | "downinter"
+            | "observe"
+            | "error-limit"
+            | "on-error"
+            | "on-marked-down"
+            | "on-marked-up"
+            | "track"
+            | "id"
+            | "cookie"
+            | "redir"
+            | "ca-file"
+            | "crt"
+            | "crl-file"
+            | "verify"
+            | "sni"
+            | "alpn"
+            | "npn"
+            | "ciphers"
+            | "ciphersuites"
+            | "curves"
+            | "sigalgs"
+            | "client-sigalgs"
+            | "ssl-min-ver"
+            | "ssl-max-ver"
+            | "verifyhost"
+            | "proto"
+            | "namespace"
+            | "pool-max-conn"
+            | "pool-purge-delay"
+            | "pool-low-conn"
+            | "max-reuse"
+            | "tcp-ut"
+            | "ws"
+            | "shard"
+            | "hash-key"
+            | "log-proto"
+            | "proxy-v2-options"
+            | "set-proxy-v2-tlv-fmt"
+            | "check-proto"
+            | "check-via-socks4"
+            | "socks4"
+            | "guid"
+            | "log-bufsize"
+            | "agent-check-proto"
+    )
 }

@@ -295,7 +295,7 @@ impl Translator {
                 "attempts_per_source",
                 n.to_string(),
                 format!(
-                    "{track_text}; {}: at most {n} attempts from one source, refused ones included, in any sliding {}, counted as HAProxy's conn_rate counts them; more are refused",
+                    "{track_text}; {}: refused past {n} attempts from one source, refused ones included, counted over {} as HAProxy's conn_rate counts them (this period plus the last one's share: an estimate, not a bound over every sliding window)",
                     l.text,
                     duration(period)
                 ),
@@ -330,11 +330,11 @@ impl Translator {
                 self.not(l, "a table that no `track-sc0 src` fills");
             } else {
                 if v6 {
-                    limits.row(
-                        "source_prefix_v6",
-                        "128".into(),
-                        "stick-table type ipv6: one source per address",
-                    );
+                    // HAProxy keys such a table by the full address: one
+                    // holder of a /64 could be as many sources as it
+                    // likes. snirelay's default (one source per /64) is
+                    // kept.
+                    self.notes.push(format!("line {}: `stick-table type ipv6` counts each full IPv6 address as a source; snirelay keeps its default, one source per /64 (`source_prefix_v6 = 64`), since a host holding a /64 can use as many addresses as it likes: set `source_prefix_v6 = 128` only if your clients share /64s (a carrier's NAT64, a hosting provider's /64)", l.no));
                 }
                 let word_after =
                     |key: &str| l.words.iter().position(|w| w == key).map(|i| l.word(i + 1));

@@ -6,11 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::acl::{Atom, Guard, NamePattern, atom, guard};
+use super::acl::{Atom, Guard, NamePattern, Spelling, atom, guard};
 use super::connection::ConnectionRules;
 use super::map::{inline_pattern_files, map_rule, sni_file};
 use super::parse::{HaproxyLine, HaproxySection, SectionKind, millis, with_defaults};
-use super::routes::build_routes;
+use super::routes::{Routing, build_routes};
 use super::toml::{TomlTable, duration, quoted, quoted_list};
 use super::translator::{Translator, option_no_key};
 
@@ -156,9 +156,9 @@ impl Translator {
                     let name = l.word(1).to_owned();
                     let a = inline_pattern_files(l.words_from(2), &self.files).and_then(|w| atom(&w));
                     let by_regex = l.words.windows(2).any(|w| w[0] == "-m" && w[1] == "reg");
-                    if by_regex && matches!(a, Ok(Atom::Sni(_))) {
+                    if by_regex && matches!(a, Ok(Atom::Sni(_, Spelling { ldh: false, .. }))) {
                         self.notes.push(format!(
-                            "line {}: the regex admits labels of its class only; snirelay's `*.suffix` also admits `_` in labels and one trailing dot (names no certificate is issued for)",
+                            "line {}: the regex's class admits `_`, and so does snirelay's `*.suffix` (without `ldh_names`)",
                             l.no
                         ));
                     }
@@ -290,12 +290,15 @@ impl Translator {
 
         // Routing: evaluate the rules as HAProxy would, per kind of name.
         let mut patterns: Vec<NamePattern> = Vec::new();
+        // How each pattern's tests compare the client's spelling.
+        let mut spellings: BTreeMap<NamePattern, BTreeSet<Spelling>> = BTreeMap::new();
         for g in content
             .iter()
             .map(|c| &c.2)
             .chain(uses.iter().map(|u| &u.2))
         {
-            for p in g.patterns() {
+            for (p, spelling) in g.spelled_patterns() {
+                spellings.entry(p.clone()).or_default().insert(spelling);
                 if !patterns.contains(&p) {
                     patterns.push(p);
                 }
@@ -329,7 +332,8 @@ impl Translator {
                 s.name
             ));
         }
-        let routing = build_routes(&patterns, &decide);
+        let routing = build_routes(&patterns, &decide)
+            .and_then(|r| route_spellings(r, &patterns, &spellings));
         let route_lines: Vec<&HaproxyLine> = content
             .iter()
             .map(|c| c.0)
@@ -394,10 +398,22 @@ impl Translator {
                         }
                         None => t.row("sni", quoted_list(names), why),
                     }
-                    t.at(content
-                        .iter()
-                        .map(|c| c.0.no)
-                        .chain(acl_lines.values().flatten().map(|l| l.no)));
+                    let rule_lines = || {
+                        content
+                            .iter()
+                            .map(|c| c.0.no)
+                            .chain(acl_lines.values().flatten().map(|l| l.no))
+                    };
+                    t.at(rule_lines());
+                    let spelling = r.spelling.get(backend).copied().unwrap_or_default();
+                    if spelling.cased {
+                        t.row("case_sensitive_names", "true".into(), "no `-i` (or a map without `,lower`): HAProxy compares the name as the client wrote it, so a capital in the labels the pattern names makes it go on to the next rule");
+                        t.at(rule_lines());
+                    }
+                    if spelling.ldh {
+                        t.row("ldh_names", "true".into(), "the regex's label class is letters, digits and `-`: a name with `_` matches no pattern of this route");
+                        t.at(rule_lines());
+                    }
                     // One line per rule, though a map rule names the
                     // backend once per key.
                     let mut seen = BTreeSet::new();
@@ -505,7 +521,7 @@ impl Translator {
         };
         if !rule.lower {
             self.notes.push(format!(
-                "line {}: without `lower` HAProxy looks the name up as the client wrote it (`App.example.com` misses the key `app.example.com`); snirelay lowercases names, so it finds it",
+                "line {}: without `lower` HAProxy looks the name up as the client wrote it (`App.example.com` misses the key `app.example.com`); the map's routes get `case_sensitive_names = true`, so snirelay misses it too",
                 l.no
             ));
         }
@@ -530,4 +546,42 @@ impl Translator {
             uses.push((l, target, g));
         }
     }
+}
+
+/// Each route's [`Spelling`]: the one its names' tests share. A route
+/// whose names are spelled differently by their tests (some with `-i`,
+/// some without), or whose `*` would take the `ldh_names` of its other
+/// names, cannot be written as one route, and is reported.
+fn route_spellings(
+    mut routing: Routing,
+    patterns: &[NamePattern],
+    spellings: &BTreeMap<NamePattern, BTreeSet<Spelling>>,
+) -> Result<Routing, String> {
+    for (backend, names) in &routing.routes {
+        let mut seen = BTreeSet::new();
+        for name in names {
+            let found = patterns
+                .iter()
+                .filter(|p| p.as_snirelay() == *name)
+                .filter_map(|p| spellings.get(p))
+                .flatten();
+            seen.extend(found.copied());
+        }
+        let spelling = match seen.len() {
+            0 => Spelling::default(),
+            1 => seen.into_iter().next().unwrap(),
+            _ => {
+                return Err(format!(
+                    "the names of backend `{backend}` come from tests that compare the client's spelling differently (some with `-i`, some without, or a regex that refuses `_` beside one that does not): write them alike"
+                ));
+            }
+        };
+        if spelling.ldh && names.iter().any(|n| n == "*") {
+            return Err(format!(
+                "backend `{backend}` is both the default and the route of a regex that refuses `_`: snirelay's `ldh_names` would refuse such names from its `*` too"
+            ));
+        }
+        routing.spelling.insert(backend.clone(), spelling);
+    }
+    Ok(routing)
 }

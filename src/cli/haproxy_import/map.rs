@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::acl::{Atom, Guard, NamePattern, Term, escaped_domain};
+use super::acl::{Atom, Guard, NamePattern, Spelling, Term, escaped_domain};
 
 /// A map rule's meaning: for each name, where HAProxy sends it (`None`:
 /// to `default_backend`); then where every other name with SNI goes.
@@ -44,7 +44,13 @@ impl MapRule {
             .map(|(n, b)| {
                 (
                     b.clone(),
-                    sni(Atom::Sni(vec![NamePattern::Exact(n.clone())])),
+                    sni(Atom::Sni(
+                        vec![NamePattern::Exact(n.clone())],
+                        Spelling {
+                            cased: !self.lower,
+                            ldh: false,
+                        },
+                    )),
                 )
             })
             .collect();

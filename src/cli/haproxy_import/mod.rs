@@ -157,6 +157,9 @@ impl Translator {
                     self.read_frontend(section, defaults, &backends_by_name);
                 }
                 SectionKind::Backend => {}
+                SectionKind::Other if section.header.word(0) == "resolvers" => {
+                    self.read_resolvers(section);
+                }
                 SectionKind::Other => {
                     for l in std::iter::once(&section.header).chain(&section.lines) {
                         self.not(
@@ -217,3 +220,5 @@ impl Translator {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_spelling;

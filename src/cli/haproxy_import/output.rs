@@ -126,6 +126,26 @@ impl Translator {
                         }
                     }
                 }
+                (Some((c, _)), None) if infos.iter().all(|i| i.server_fin_ms.is_none()) => {
+                    let why = format!(
+                        "`timeout client-fin` alone: snirelay has one half_close_timeout for whichever side closed first, so it stays at its default ({}) for both sides, where HAProxy applies {} to the client side only; set half_close_timeout to the time you want for both",
+                        duration(crate::config::DEFAULT_HALF_CLOSE_TIMEOUT.as_millis() as u64),
+                        duration(*c)
+                    );
+                    for n in timeout_lines("client-fin") {
+                        self.no_key_at(n, source_lines[n - 1], &why);
+                    }
+                }
+                (None, Some(sv)) => {
+                    let why = format!(
+                        "`timeout server-fin` alone: snirelay has one half_close_timeout for whichever side closed first, so it stays at its default ({}) for both sides, where HAProxy applies {} to the server side only; set half_close_timeout to the time you want for both",
+                        duration(crate::config::DEFAULT_HALF_CLOSE_TIMEOUT.as_millis() as u64),
+                        duration(sv)
+                    );
+                    for n in timeout_lines("server-fin") {
+                        self.no_key_at(n, source_lines[n - 1], &why);
+                    }
+                }
                 (None, None) => {
                     if let Some(ms) = idle_ms {
                         listener.row("half_close_timeout", quoted(&duration(ms)), "no client-fin/server-fin: HAProxy keeps a half-closed connection as long as an open one");

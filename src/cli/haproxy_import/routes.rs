@@ -15,6 +15,9 @@ pub(super) struct Routing {
     /// Why each route has its names.
     pub(super) why: BTreeMap<String, String>,
     pub(super) no_sni: Option<String>,
+    /// Backend → how its route compares the client's spelling (set by the
+    /// frontend, which knows the tests).
+    pub(super) spelling: BTreeMap<String, super::acl::Spelling>,
 }
 
 /// The backend snirelay's matcher picks among `routes` for `name`: exact,

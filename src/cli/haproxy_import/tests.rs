@@ -1,4 +1,4 @@
-use super::acl::{Atom, NamePattern, label_suffix_regex, sni_atom};
+use super::acl::{Atom, NamePattern, Spelling, label_suffix_regex, sni_atom};
 use super::parse::{millis, words};
 use super::toml::duration;
 use super::{ImportError, Translation};
@@ -108,21 +108,43 @@ fn only_suffix_matches_on_label_boundaries_are_translated() {
     let w = |s: &str| words(s);
     assert_eq!(
         sni_atom(&w("req.ssl_sni -i -m end .example.com")),
-        Ok(Atom::Sni(vec![NamePattern::Below("example.com".into())]))
+        Ok(Atom::Sni(
+            vec![NamePattern::Below("example.com".into())],
+            Spelling::default()
+        ))
+    );
+    assert_eq!(
+        sni_atom(&w("req.ssl_sni -m end .example.com")),
+        Ok(Atom::Sni(
+            vec![NamePattern::Below("example.com".into())],
+            Spelling {
+                cased: true,
+                ldh: false
+            }
+        ))
     );
     assert_eq!(
         sni_atom(&w("req_ssl_sni -i www.example.com api.example.com")),
-        Ok(Atom::Sni(vec![
-            NamePattern::Exact("www.example.com".into()),
-            NamePattern::Exact("api.example.com".into())
-        ]))
+        Ok(Atom::Sni(
+            vec![
+                NamePattern::Exact("www.example.com".into()),
+                NamePattern::Exact("api.example.com".into())
+            ],
+            Spelling::default()
+        ))
     );
     assert_eq!(
         sni_atom(&w("req.ssl_sni -m dom .example.com")),
-        Ok(Atom::Sni(vec![
-            NamePattern::Exact("example.com".into()),
-            NamePattern::Below("example.com".into())
-        ]))
+        Ok(Atom::Sni(
+            vec![
+                NamePattern::Exact("example.com".into()),
+                NamePattern::Below("example.com".into())
+            ],
+            Spelling {
+                cased: true,
+                ldh: false
+            }
+        ))
     );
     assert!(sni_atom(&w("req.ssl_sni -m dom Example.com")).is_err());
     assert!(sni_atom(&w("req.ssl_sni -m dom exa*mple.com")).is_err());
@@ -231,7 +253,7 @@ fn conn_rate_becomes_the_attempts_in_its_period() {
     );
     assert!(
         t.toml.contains(
-            "at most 25 attempts from one source, refused ones included, in any sliding 10s"
+            "refused past 25 attempts from one source, refused ones included, counted over 10s"
         ),
         "{}",
         t.toml

@@ -45,6 +45,9 @@ pub(super) struct Translator {
     /// Per listener (by index): its `timeout client` and `client-fin`.
     pub(super) frontend_timeouts: BTreeMap<usize, FrontendTimeouts>,
     pub(super) notes: Vec<String>,
+    /// Each `resolvers` section's `nameserver` addresses (IP:port), in
+    /// order.
+    pub(super) resolvers: BTreeMap<String, Vec<String>>,
     /// The `-f` pattern files the configuration names, read (or why not).
     pub(super) files: BTreeMap<String, Result<String, String>>,
 }
@@ -104,6 +107,17 @@ impl Translator {
         }
         self.ledger
             .insert(no, (text.trim().to_owned(), Outcome::Key));
+    }
+
+    /// Line `no` needs no key (unless it was already found untranslatable).
+    pub(super) fn no_key_at(&mut self, no: usize, text: &str, why: &str) {
+        let e = self
+            .ledger
+            .entry(no)
+            .or_insert((text.trim().to_owned(), Outcome::Key));
+        if !matches!(e.1, Outcome::Not(_)) {
+            e.1 = Outcome::NoKey(why.to_owned());
+        }
     }
 
     pub(super) fn mark_not(&mut self, no: usize, text: &str, why: &str) {

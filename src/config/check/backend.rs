@@ -374,7 +374,7 @@ impl Checker {
                 );
                 None
             }
-            ("tls", Some(sni)) => match crate::wire::sni::Sni::parse(sni.as_bytes()) {
+            ("tls", Some(sni)) => match crate::wire::sni::Sni::parse_written(sni.as_bytes()) {
                 Ok(name) => Some(HealthKind::Tls {
                     sni: name.as_str().to_owned(),
                 }),

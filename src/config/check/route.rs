@@ -230,6 +230,10 @@ impl Checker {
                 limits,
                 max_connections,
                 timeouts,
+                names: NameRules {
+                    case_sensitive: section.case_sensitive_names.unwrap_or(false),
+                    ldh: section.ldh_names.unwrap_or(false),
+                },
                 alpn,
                 ech,
                 hello_match,

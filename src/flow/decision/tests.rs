@@ -90,7 +90,7 @@ fn a_routed_hello_holds_its_route_backend_and_drain_guard() {
     let decision = decide(
         &g,
         from("192.0.2.1:5000"),
-        &hello(Some("Example.COM.")),
+        &hello(Some("Example.COM")),
         None,
     );
     let heard = decision.heard.as_ref().unwrap();

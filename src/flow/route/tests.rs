@@ -100,6 +100,59 @@ fn exact_and_wildcard_routes_beat_the_default_route() {
     assert_eq!(go("10.0.0.1"), Err(NoRoute::Unmatched));
     // No SNI: the listener's no_sni (reject), never the default route.
     assert_eq!(goes(&t, &hello(None, &[], None)), Err(NoRoute::NoSni));
+    // A trailing dot is no HostName (RFC 6066 §3), default route or not.
+    assert_eq!(go("example.com."), Err(NoRoute::Unmatched));
+    assert_eq!(go("other.test."), Err(NoRoute::Unmatched));
+}
+
+/// `case_sensitive_names` and `ldh_names`: a name spelled as the route
+/// refuses passes to the next pattern (the shorter suffix, then `*`), as
+/// an HAProxy ACL without `-i` (or a `[a-z0-9-]` regex) goes on to the
+/// next rule.
+#[test]
+fn a_route_that_refuses_a_spelling_passes_the_name_to_the_next_pattern() {
+    let t = table(
+        r#"
+[[listener]]
+name = "tls"
+listen = "127.0.0.1:0"
+
+[[route]]
+name = "exact"
+sni = ["www.example.com"]
+case_sensitive_names = true
+backend = "web"
+
+[[route]]
+name = "sub"
+sni = ["*.example.com"]
+case_sensitive_names = true
+ldh_names = true
+backend = "certs"
+
+[[route]]
+name = "default"
+sni = ["*"]
+backend = "fallback"
+
+[backend.web]
+addresses = ["127.0.0.1:1001"]
+
+[backend.certs]
+addresses = ["127.0.0.1:1002"]
+
+[backend.fallback]
+addresses = ["127.0.0.1:1003"]
+"#,
+    );
+    let go = |name| goes(&t, &hello(Some(name), &[], None));
+    assert_eq!(go("www.example.com"), to("exact", "web"));
+    assert_eq!(go("WWW.example.com"), to("sub", "certs"));
+    assert_eq!(go("www.EXAMPLE.com"), to("default", "fallback"));
+    assert_eq!(go("A.example.com"), to("sub", "certs"));
+    assert_eq!(go("a.Example.com"), to("default", "fallback"));
+    assert_eq!(go("a_b.example.com"), to("default", "fallback"));
+    assert_eq!(go("OTHER.test"), to("default", "fallback"));
 }
 
 #[test]
