@@ -27,8 +27,9 @@
 //! version ([`Conn::only_on`]). Timing still counts inside a listed
 //! difference: where both relayed, the answers arrive at the same time;
 //! where both ended, they end at the same time (except
-//! `not-tls-refused-at-once` and `idle-close-without-fin-wait`, differences
-//! of timing themselves, whose shapes say which is earlier).
+//! `not-tls-refused-at-once`, `idle-close-without-fin-wait` and
+//! `paced-accept-not-earlier`, differences of timing themselves, whose
+//! shapes say which is earlier).
 //!
 //! The module `differential` checks that the identifiers here, the doc's
 //! and those the scripts use are the same sets, so the list cannot rot.
@@ -291,6 +292,25 @@ pub(crate) const DIFFERENCES: &[Difference] = &[
                 && s.end == End::Close
                 && s.after + t.tolerance < h.after
                 && t.same_time(h.after, s.after + t.shortest_timer)
+        },
+        same_moments: false,
+        always: false,
+    },
+    // `maxconnrate`'s pace: HAProxy's estimate (the last period's count
+    // weighted by what is left of it) can take a connection one pace step
+    // earlier than the even pace, right after a period boundary;
+    // snirelay then takes it on the pace, never earlier. The pace is the
+    // script's shortest timer.
+    Difference {
+        id: "paced-accept-not-earlier",
+        shape: |t, h, s| match (h.answered, s.answered) {
+            (Some(h_at), Some(s_at)) => {
+                h.relayed.is_some()
+                    && h.relayed == s.relayed
+                    && h_at + t.tolerance < s_at
+                    && s_at <= h_at + t.shortest_timer + t.tolerance
+            }
+            _ => false,
         },
         same_moments: false,
         always: false,
