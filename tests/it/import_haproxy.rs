@@ -177,3 +177,45 @@ fn every_server_line_survives_with_the_keys_snirelay_has() {
     let (code, out) = check(&toml);
     assert_eq!(code, 0, "{out}\n{toml}");
 }
+
+/// An SNI edge written for HAProxy 3.x: its thread layout (`thread-groups`,
+/// `tune.listener.default-shards`, `bind … shards by-thread`) and
+/// `timeout client-hs` (2.8+). HAProxy 3.0 accepts the file; the import
+/// takes every line (exit 0), each 3.x keyword with what it means here,
+/// and the result checks clean.
+#[test]
+fn an_edge_written_for_haproxy_3_imports_every_line() {
+    let text = "global\n    log /dev/log local0\n    maxconn 4000\n    nbthread 2\n    thread-groups 1\n    tune.listener.default-shards by-thread\n\n\
+        defaults\n    log global\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout client-hs 5s\n    timeout server 30s\n\n\
+        frontend tls_edge\n    bind 127.0.0.1:8443 shards by-thread\n    tcp-request inspect-delay 5s\n    tcp-request content accept if { req.ssl_hello_type 1 }\n    use_backend app if { req.ssl_sni -i app.example.com }\n\n\
+        backend app\n    server app1 10.0.0.11:443 check\n";
+    let dir = scratch_dir("import-haproxy-3");
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, text).unwrap();
+    let haproxy_3 = common::differential::haproxies().pop().unwrap();
+    assert_eq!(haproxy_3.version, "3.0");
+    let out = Command::new(&haproxy_3.binary)
+        .args(["-c", "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        haproxy_3.line,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, toml, stderr) = import(&path);
+    assert_eq!(code, 0, "{stderr}\n{toml}");
+    for said in [
+        "`thread-groups 1`: snirelay's threads are one group",
+        "`tune.listener.default-shards by-thread`: snirelay accepts on one socket per listen address",
+        "`timeout client-hs 5s`: the TLS handshake HAProxy terminates",
+        "`shards by-thread` needs no key",
+    ] {
+        assert!(toml.contains(said), "{said:?} missing from\n{toml}");
+    }
+    let (code, out) = check(&toml);
+    assert_eq!(code, 0, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

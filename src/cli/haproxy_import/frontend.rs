@@ -63,6 +63,7 @@ impl Translator {
                 }
                 "bind" => {
                     let mut v6only = false;
+                    let mut sharded = Vec::new();
                     let mut i = 2;
                     let mut bad = Vec::new();
                     while i < l.words.len() {
@@ -78,6 +79,13 @@ impl Translator {
                             "accept-proxy" => accept_proxy = Some(l.text.clone()),
                             "v4v6" => {}
                             "name" => i += 1,
+                            // HAProxy 3.x: sockets per thread or group, and
+                            // which threads serve the line; snirelay accepts
+                            // on one socket per address for all its threads.
+                            "shards" | "thread" => {
+                                sharded.push(format!("{} {}", l.word(i), l.word(i + 1)));
+                                i += 1;
+                            }
                             other => bad.push(other.to_owned()),
                         }
                         i += 1;
@@ -92,6 +100,13 @@ impl Translator {
                     listen.extend(addrs.into_iter().map(|a| (a, l.text.clone())));
                     if bad.is_empty() {
                         self.key(l);
+                        if !sharded.is_empty() {
+                            self.notes.push(format!(
+                                "line {}: `{}` needs no key: snirelay accepts on one socket per listen address and its threads share the accepted connections",
+                                l.no,
+                                sharded.join("`, `")
+                            ));
+                        }
                     } else {
                         self.not(l, format!("not translated on this bind line: {} (snirelay binds `IP:port` addresses; TLS termination, PROXY on accept and socket options have no equivalent here)", bad.join(", ")));
                     }
@@ -116,6 +131,9 @@ impl Translator {
                         "client" => client_ms = Some((ms, l.text.clone())),
                         "client-fin" => client_fin_ms = Some((ms, l.text.clone())),
                         "http-request" | "http-keep-alive" => self.no_key(l, "HTTP only"),
+                        // HAProxy 2.8+: the TLS (or QUIC) handshake HAProxy
+                        // terminates; an SNI edge terminates none.
+                        "client-hs" => self.no_key(l, "the TLS handshake HAProxy terminates (`bind … ssl`, QUIC); snirelay terminates none: it waits for the ClientHello within client_hello_timeout (`tcp-request inspect-delay`), then relays"),
                         "connect" | "server" | "server-fin" | "tunnel" | "check" | "queue" if !mine || is_listen => {}
                         "connect" | "server" | "server-fin" | "tunnel" | "check" | "queue" => self.no_key(l, "a backend's timeout: HAProxy ignores it in a frontend"),
                         other => self.not(l, format!("`timeout {other}` is not translated")),

@@ -47,6 +47,10 @@ impl Translator {
                 "chroot" => self.no_key(l, "the packaged systemd unit sandboxes snirelay instead"),
                 "cpu-map" => self.no_key(l, "the kernel schedules snirelay's threads (pin them with CPUAffinity= in the unit if needed)"),
                 "nbproc" => self.no_key(l, "snirelay is one process (threads: [global] threads)"),
+                // HAProxy 3.x's thread layout: groups and listener shards.
+                "thread-groups" => self.no_key(l, "snirelay's threads are one group: their number is [global] threads (`nbthread`)"),
+                "thread-hard-limit" => self.no_key(l, "snirelay starts [global] threads threads (default: one per CPU); set `threads` to cap them"),
+                "tune.listener.default-shards" => self.no_key(l, "snirelay accepts on one socket per listen address and its threads share the accepted connections (two relays on one port: `reuse_port`)"),
                 "spread-checks" => self.no_key(l, "snirelay spreads each address's first check over its interval"),
                 "tune.ssl.default-dh-param" | "tune.ssl.cachesize" | "tune.ssl.lifetime" | "tune.ssl.maxrecord" | "maxsslconn" | "maxsslrate" | "ssl-server-verify" => self.no_key(l, "TLS settings: snirelay never terminates TLS"),
                 "tune.maxaccept" | "tune.maxpollevents" | "tune.runqueue-depth" => self.no_key(l, "event-loop tuning of HAProxy's own: decides no connection's outcome"),
