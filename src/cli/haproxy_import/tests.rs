@@ -14,24 +14,24 @@ fn translate_with(text: &str, files: &[(&str, &str)]) -> Result<Translation, Imp
     })
 }
 
-fn translate(text: &str, _source: &str) -> Result<Translation, ImportError> {
+pub(super) fn translate(text: &str, _source: &str) -> Result<Translation, ImportError> {
     translate_with(text, &[])
 }
 use crate::config::Config;
 
-fn load(toml: &str) -> Config {
+pub(super) fn load(toml: &str) -> Config {
     Config::from_toml(toml, std::path::Path::new("imported.toml"))
         .unwrap_or_else(|e| panic!("the translation does not load:\n{e}\n{toml}"))
 }
 
-fn not_lines(t: &Translation) -> Vec<usize> {
+pub(super) fn not_lines(t: &Translation) -> Vec<usize> {
     t.not_translated.iter().map(|n| n.0).collect()
 }
 
-const EDGE: &str = "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1m\n    timeout server 1m\n    timeout client-fin 10s\n    timeout server-fin 10s\nfrontend fe\n    bind 127.0.0.1:8443\n    tcp-request inspect-delay 5s\n";
+pub(super) const EDGE: &str = "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1m\n    timeout server 1m\n    timeout client-fin 10s\n    timeout server-fin 10s\nfrontend fe\n    bind 127.0.0.1:8443\n    tcp-request inspect-delay 5s\n";
 const BACKEND: &str = "backend be\n    server s 192.0.2.1:443\n";
 
-fn edge(frontend: &str) -> Translation {
+pub(super) fn edge(frontend: &str) -> Translation {
     translate(&format!("{EDGE}{frontend}{BACKEND}"), "t.cfg").unwrap()
 }
 

@@ -3,31 +3,7 @@
 //! options they carry. The rest of the import's unit tests are
 //! [`super::tests`]'s; nothing here runs HAProxy.
 
-use super::{ImportError, Translation};
-use crate::config::Config;
-
-/// The translation, with no file to read.
-fn translate(text: &str, _source: &str) -> Result<Translation, ImportError> {
-    super::translate(text, "t.cfg", &|_| {
-        Err("No such file or directory".to_owned())
-    })
-}
-
-fn load(toml: &str) -> Config {
-    Config::from_toml(toml, std::path::Path::new("imported.toml"))
-        .unwrap_or_else(|e| panic!("the translation does not load:\n{e}\n{toml}"))
-}
-
-fn not_lines(t: &Translation) -> Vec<usize> {
-    t.not_translated.iter().map(|n| n.0).collect()
-}
-
-const EDGE: &str = "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1m\n    timeout server 1m\n    timeout client-fin 10s\n    timeout server-fin 10s\nfrontend fe\n    bind 127.0.0.1:8443\n    tcp-request inspect-delay 5s\n";
-const BACKEND: &str = "backend be\n    server s 192.0.2.1:443\n";
-
-fn edge(frontend: &str) -> Translation {
-    translate(&format!("{EDGE}{frontend}{BACKEND}"), "t.cfg").unwrap()
-}
+use super::tests::{EDGE, edge, load, not_lines, translate};
 
 /// Tests without `-i` make `case_sensitive_names`, a `[a-z0-9-]` regex
 /// `ldh_names`; one backend's names spelled both ways, and a regex
