@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use super::probe;
-use super::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs, RunArgs};
+use super::{CheckArgs, Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs, RunArgs};
 use crate::config::Config;
 use crate::pump::splice;
 use crate::run::descriptors::DescriptorBudget;
@@ -25,17 +25,12 @@ use clap::Parser;
 /// Runs the command line: what the `snirelay` binary does (its exit codes
 /// are in `src/main.rs`).
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli
-        .command
-        .clone()
-        .unwrap_or(Command::Run(RunArgs::default()))
-    {
-        Command::Check => check(&cli),
+    match Cli::parse().into_command() {
+        Command::Check(args) => check(&args),
         Command::Probe(args) => run_probe(&args),
-        Command::Ctl(args) => ctl(&cli, &args),
+        Command::Ctl(args) => ctl(&args),
         Command::ImportHaproxy(args) => import_haproxy(&args),
-        Command::Run(args) => match run(&cli, &args) {
+        Command::Run(args) => match run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("snirelay: {e:#}");
@@ -45,12 +40,12 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn check(cli: &Cli) -> ExitCode {
+fn check(args: &CheckArgs) -> ExitCode {
     // As `run` does: the heap `check` builds is the one a start builds,
     // and faulting it in 2 MiB pages is most of a large list's time.
     // `check` prints nothing of it; a failure only leaves the pages large.
     let _ = sockopt::keep_heap_in_base_pages();
-    match Config::load(&cli.config) {
+    match Config::load(&args.config) {
         Ok(config) => {
             println!("ok");
             for line in super::check_summary(&config) {
@@ -110,13 +105,13 @@ fn import_haproxy(args: &ImportHaproxyArgs) -> ExitCode {
     }
 }
 
-fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<()> {
+fn run(args: &RunArgs) -> anyhow::Result<()> {
     // Before any thread exists: this edits the environment.
     let activated = sockopt::take_activated_fds().context("socket activation")?;
     // Before the configuration is read: the heap it builds in base pages.
     let base_pages = sockopt::keep_heap_in_base_pages();
-    logging::init(cli.log_format, &cli.log_level)?;
-    let config = Config::load(&cli.config)?;
+    logging::init(args.log_format, &args.log_level)?;
+    let config = Config::load(&args.config)?;
     // Source addresses this host lacks, or `source = "client"` without the
     // capability: a start error naming the key, not failed connects later.
     crate::backend::egress::probe(&config)?;
@@ -138,7 +133,7 @@ fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<()> {
         Err(error) => tracing::warn!(%error, "cannot raise the descriptor limit"),
     }
     splice::configure(config.global.pipe_size, config.global.max_pipes);
-    let mut options = ServeOptions::new(cli.config.clone());
+    let mut options = ServeOptions::new(args.config.clone());
     options.activated = activated;
     options.notifier = Notifier::from_env();
     if let Some(path) = &args.takeover {
@@ -203,8 +198,8 @@ fn run_probe(args: &ProbeArgs) -> ExitCode {
     ExitCode::from(report.exit_code)
 }
 
-fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
-    match ctl_request(cli, args) {
+fn ctl(args: &CtlArgs) -> ExitCode {
+    match ctl_request(args) {
         Ok((status, body)) => {
             let ok = (200..300).contains(&status);
             let value: Option<serde_json::Value> = serde_json::from_str(&body).ok();
@@ -236,13 +231,13 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
     }
 }
 
-fn ctl_request(cli: &Cli, args: &CtlArgs) -> anyhow::Result<(u16, String)> {
+fn ctl_request(args: &CtlArgs) -> anyhow::Result<(u16, String)> {
     use super::ctl;
-    let config = Config::load(&cli.config)?;
+    let config = Config::load(&args.config)?;
     let admin = config
         .admin
         .as_ref()
-        .with_context(|| format!("{} has no [admin] section", cli.config.display()))?;
+        .with_context(|| format!("{} has no [admin] section", args.config.display()))?;
     let (target, state) = match &args.action {
         CtlAction::Addresses => {
             return ctl::request(admin, "GET", "/backends", None).context("admin request");

@@ -32,22 +32,26 @@ pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/snirelay/snirelay.toml";
 /// terminating TLS.
 #[derive(Debug, Parser)]
 #[command(name = "snirelay", version = crate::VERSION, about, long_about = None)]
+// `snirelay --config FILE` is `run`: its options come before a command
+// only when there is none (`snirelay -c FILE check` is a usage error, not
+// a check of the default file).
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     /// What to do; `run` when left out.
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// The configuration file.
-    #[arg(long, short = 'c', global = true, default_value = DEFAULT_CONFIG_PATH)]
-    pub config: PathBuf,
+    /// `run`'s options, for `snirelay` without a command.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
 
-    /// Log line format.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-
-    /// Log filter: a level (`info`, `debug`) or RUST_LOG-style directives.
-    #[arg(long, global = true, default_value = "info")]
-    pub log_level: String,
+impl Cli {
+    /// The command to carry out: the one given, or `run` with the options
+    /// given before it.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Run(self.run))
+    }
 }
 
 #[allow(missing_docs)] // clap would print doc comments as help text
@@ -56,7 +60,7 @@ pub enum Command {
     /// Serve the configuration (the default).
     Run(RunArgs),
     /// Validate the configuration: prints `ok` (then a line per default route, and a note per backend with `source = "client"`), or every problem found; exits 1 on error.
-    Check,
+    Check(CheckArgs),
     /// Time TCP connect and TLS handshake per address of NAME, as a client sees them.
     ///
     /// For each address NAME resolves to (system resolver), in parallel and
@@ -79,18 +83,38 @@ pub enum Command {
     /// these too). Exits 0 when no line is left untranslated (lines that
     /// need no key do not count), 1 when some are (the TOML is still
     /// printed), 2 when FILE cannot be read or has no mode tcp frontend.
-    /// `--config` is not used.
     ImportHaproxy(ImportHaproxyArgs),
 }
 
-/// `snirelay run [--takeover PATH]`
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+/// `snirelay run [--config FILE] [--log-format F] [--log-level L]
+/// [--takeover PATH]`, also `snirelay` alone.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct RunArgs {
+    /// The configuration file.
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter: a level (`info`, `debug`) or RUST_LOG-style directives.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+
     /// Binary upgrade: take the listening sockets of the relay serving this
     /// Unix socket (if one does), tell it to drain once this one accepts,
     /// then serve the socket for the next upgrade.
     #[arg(long, value_name = "PATH")]
     pub takeover: Option<PathBuf>,
+}
+
+/// `snirelay check [--config FILE]`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CheckArgs {
+    /// The configuration file.
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
 }
 
 /// `snirelay import-haproxy FILE`
@@ -107,9 +131,13 @@ pub struct ImportHaproxyArgs {
     pub check: bool,
 }
 
-/// `snirelay ctl [--json] SUBCOMMAND`
+/// `snirelay ctl [--config FILE] [--json] SUBCOMMAND`
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct CtlArgs {
+    /// The configuration file whose `[admin]` says where and how to ask.
+    #[arg(long, short = 'c', global = true, default_value = DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+
     /// Print the relay's JSON answer instead of text.
     #[arg(long, global = true)]
     pub json: bool,

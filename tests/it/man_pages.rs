@@ -4,7 +4,8 @@
 //! packaging/ names a snirelay page that is not shipped; the run page
 //! lists every environment variable the binary reads; docs/operations.md's
 //! "Exit codes and signals" names what the run page does; and each
-//! command's `--help` lists only what it takes (`--takeover` is `run`'s).
+//! command's `--help` lists only what it takes (`--takeover` and the log
+//! options are `run`'s, `--config` is theirs that read the file).
 //! That the committed pages are what the generator writes is
 //! `packaging::committed_man_pages_match_the_cli`.
 
@@ -205,41 +206,103 @@ fn operations_names_the_exit_codes_and_signals_of_the_run_page() {
     }
 }
 
-/// `--takeover` is `run`'s option only: other commands' help does not
-/// list it and they refuse it as a usage error.
+/// Each command takes, of the options that are not everyone's, exactly
+/// what it uses: `run` (and `snirelay` with no command, which is `run`)
+/// the configuration, the log options and `--takeover`; `check` and `ctl`
+/// the configuration only; `probe` and `import-haproxy` none. Their help
+/// lists nothing else, and the rest is a usage error (exit 2), as is an
+/// option written before a command (`snirelay -c FILE check`), which
+/// would otherwise check another file than the one named.
 #[test]
-fn takeover_is_an_option_of_run_only() {
+fn each_command_takes_only_the_options_it_uses() {
     use clap::CommandFactory;
+    const SHARED: [&str; 4] = ["config", "log-format", "log-level", "takeover"];
+    let expected: &[(&str, &[&str])] = &[
+        ("snirelay", &SHARED),
+        ("run", &SHARED),
+        ("check", &["config"]),
+        ("probe", &[]),
+        ("ctl", &["config"]),
+        ("import-haproxy", &[]),
+        // clap's own `help` command.
+        ("help", &[]),
+    ];
     let mut command = snirelay::cli::Cli::command();
     command.build();
-    let takes = |c: &clap::Command| c.get_arguments().any(|a| a.get_long() == Some("takeover"));
-    assert!(!takes(&command), "the top level takes --takeover");
-    for sub in command.get_subcommands() {
-        assert_eq!(takes(sub), sub.get_name() == "run", "{}", sub.get_name());
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
-        .args([
+    let takes = |c: &clap::Command| -> Vec<String> {
+        c.get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|long| SHARED.contains(long))
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut seen = vec![("snirelay".to_owned(), takes(&command))];
+    seen.extend(
+        command
+            .get_subcommands()
+            .map(|sub| (sub.get_name().to_owned(), takes(sub))),
+    );
+    let seen: Vec<(&str, Vec<&str>)> = seen
+        .iter()
+        .map(|(name, v)| (name.as_str(), v.iter().map(String::as_str).collect()))
+        .collect();
+    let expected: Vec<(&str, Vec<&str>)> = expected
+        .iter()
+        .map(|(name, v)| (*name, v.to_vec()))
+        .collect();
+    assert_eq!(seen, expected);
+
+    let exit = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for refused in [
+        &[
             "check",
             "--takeover",
             "/nonexistent",
             "--config",
             "/nonexistent",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let help = Command::new(env!("CARGO_BIN_EXE_snirelay"))
-        .args(["check", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&help.stdout);
-    assert!(
-        help.contains("--config") && !help.contains("--takeover"),
-        "{help}"
-    );
+        ][..],
+        &["check", "--log-level", "debug", "--config", "/nonexistent"],
+        &["--config", "/nonexistent", "check"],
+        &["import-haproxy", "--config", "/nonexistent", "/nonexistent"],
+        &[
+            "probe",
+            "--log-format",
+            "json",
+            "localhost",
+            "--sni",
+            "a.example",
+        ],
+    ] {
+        let (code, stderr) = exit(refused);
+        assert_eq!(code, Some(2), "{refused:?}: {stderr}");
+    }
+    // The configuration given before no command is `run`'s: a missing
+    // file is the start error (1) naming it, not a usage error.
+    let (code, stderr) = exit(&["--config", "/nonexistent/top.toml"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("/nonexistent/top.toml"), "{stderr}");
+    // `ctl`'s configuration may follow its action.
+    let (code, stderr) = exit(&["ctl", "addresses", "--config", "/nonexistent/ctl.toml"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/ctl.toml"), "{stderr}");
+    for (name, options) in [("check", "--config"), ("import-haproxy", "--check")] {
+        let help = Command::new(env!("CARGO_BIN_EXE_snirelay"))
+            .args([name, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert!(help.contains(options), "{name}: {help}");
+        for other in ["--takeover", "--log-level", "--log-format"] {
+            assert!(!help.contains(other), "{name} lists {other}: {help}");
+        }
+    }
 }
