@@ -23,8 +23,8 @@
 //!   Its datagrams go to its [`Parser`] and are held (bounded per flow by
 //!   [`HelloLimits`]) until the parser gives a verdict or
 //!   `client_hello_timeout` passes ([`FlowTable::sweep`]);
-//! - *connecting*: its hello is routed (`route::RouteTable::decide`, then
-//!   the route's admission) and the socket task was asked to choose its
+//! - *connecting*: its hello is decided ([`crate::flow::decision::decide`]:
+//!   routed, then admitted on the route) and the socket task was asked to choose its
 //!   backend address ([`Event::Pick`]); its datagrams are still held,
 //!   within the same bounds, until the answer ([`FlowTable::chosen`]), which
 //!   hands the flow to the socket task to open ([`Event::Open`]), or closes

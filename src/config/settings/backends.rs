@@ -523,7 +523,7 @@ impl Policy {
     /// nodes are chosen by the client's address, so a client keeps its node
     /// and every relay of a fleet makes the same choice. (A cluster's
     /// `node_choice = "gerbil_fnv"` ranks another node's addresses instead,
-    /// see `super::node_choice`.)
+    /// see [`crate::backend::node_order`].)
     pub(crate) const CLUSTER: Policy = Policy::SourceHash;
 
     /// The policy named `name`; the error names every policy.

@@ -37,7 +37,7 @@ pub(crate) type FlowSlots = (Option<Admitted>, Option<RouteAdmitted>);
 /// handle on an open flow.
 #[derive(Debug)]
 pub(crate) enum Event<B> {
-    /// Choose the backend address of the flow from `from` (`super::backend_address`:
+    /// Choose the backend address of the flow from `from` ([`crate::quic::backend_address`]:
     /// at once when the addresses are known, else in a task) and report it
     /// with [`super::FlowTable::chosen`].
     Pick(Box<PickFor>),
