@@ -60,6 +60,8 @@
 
 #[path = "support/anchors.rs"]
 mod anchors;
+#[path = "support/nginx.rs"]
+mod nginx;
 #[path = "support/proc.rs"]
 mod proc;
 #[path = "support/sozu.rs"]

@@ -1,5 +1,5 @@
-//! Names benchmark: what many SNI names cost snirelay and HAProxy, side by
-//! side (`scripts/loadbench.sh --only names`).
+//! Names benchmark: what many SNI names cost snirelay, HAProxy and nginx,
+//! side by side (`scripts/loadbench.sh --only names`).
 //!
 //! For N names (`--names`, 100,000), all exact or with every tenth a
 //! `*.` wildcard, starts each proxy on one route to one backend and reads
@@ -22,6 +22,13 @@
 //! `sozu config check`, medians of `--sozu-runs` (1: a start of 100,000
 //! frontends takes tens of seconds).
 //!
+//! With `--nginx NAME=PATH` (repeatable: Debian 13's nginx 1.26 and
+//! Debian 12's 1.22), each nginx joins the table as its stream module runs
+//! it ([`nginx`]): `ssl_preread` and a `map` with `hostnames` and the names
+//! in an included file (`*.` patterns as they are), one process; its RSS,
+//! start and `nginx -t`, its version line printed above the table (its
+//! reload is not timed, as HAProxy's is not).
+//!
 //! Then the reload series: snirelay on the inline configuration, RSS after
 //! each of `--reloads` (20) SIGHUPs of the unchanged file, then after each
 //! of as many alternating between two different sets of N names
@@ -31,6 +38,8 @@
 //! Not here: traffic (loadbench's other phases); the names are never
 //! looked up, only held.
 
+#[path = "support/nginx.rs"]
+mod nginx;
 // Only `rss_kib` and `median` are read here.
 #[allow(dead_code)]
 #[path = "support/proc.rs"]
@@ -57,6 +66,9 @@ struct Args {
     /// A sozu binary (`--sozu`), and its runs (`--sozu-runs`, 1).
     sozu: Option<PathBuf>,
     sozu_runs: usize,
+    /// nginx builds (`--nginx NAME=PATH`, repeatable): name, binary and
+    /// the version line it answered.
+    nginx: Vec<(String, PathBuf, String)>,
 }
 
 fn args() -> Args {
@@ -70,6 +82,7 @@ fn args() -> Args {
         threads: 1,
         sozu: None,
         sozu_runs: 1,
+        nginx: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -86,13 +99,14 @@ fn args() -> Args {
             "--threads" => a.threads = value().parse().expect("--threads N"),
             "--sozu" => a.sozu = Some(value().into()),
             "--sozu-runs" => a.sozu_runs = value().parse().expect("--sozu-runs N"),
+            "--nginx" => a.nginx.push(nginx_build(&value())),
             // loadbench.sh passes its own flags through: `--only names`.
             "--only" => {
                 value();
             }
             "--help" => {
                 println!(
-                    "namesbench [--relay PATH] [--haproxy PATH|none] [--sozu PATH] [--sozu-runs 1] [--names 100000] [--runs 5] [--reloads 20] [--skip-table] [--threads 1]"
+                    "namesbench [--relay PATH] [--haproxy PATH|none] [--sozu PATH] [--sozu-runs 1] [--nginx NAME=PATH]... [--names 100000] [--runs 5] [--reloads 20] [--skip-table] [--threads 1]"
                 );
                 std::process::exit(0);
             }
@@ -105,6 +119,23 @@ fn args() -> Args {
         a.sozu = Some(std::fs::canonicalize(sozu).expect("--sozu names no file"));
     }
     a
+}
+
+/// `NAME=PATH` of an nginx build, with the version it answers (`-v`, on
+/// stderr); a binary that does not answer stops the bench.
+fn nginx_build(spec: &str) -> (String, PathBuf, String) {
+    let (name, path) = spec.split_once('=').expect("--nginx NAME=PATH");
+    let path = std::fs::canonicalize(path).unwrap_or_else(|e| {
+        panic!("--nginx {path}: {e} (scripts/loadbench.sh installs nginx 1.26 with .ci/install-trixie-tools)")
+    });
+    let out = Command::new(&path).arg("-v").output().expect("nginx -v");
+    let version = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    assert!(
+        out.status.success(),
+        "{} -v failed: {version}",
+        path.display()
+    );
+    (name.to_owned(), path, version)
 }
 
 /// N names: `site{i}.{set}.example.com`, and with `wild`, every tenth
@@ -128,22 +159,26 @@ enum Form {
     File,
     Haproxy,
     Sozu,
+    /// The nth `--nginx` build, its names in a `map` with `hostnames`.
+    Nginx(usize),
 }
 
 impl Form {
-    fn label(self) -> &'static str {
+    fn label(self, args: &Args) -> String {
         match self {
-            Form::Inline => "snirelay sni = [...]",
-            Form::File => "snirelay sni_file",
-            Form::Haproxy => "haproxy -f",
-            Form::Sozu => "sozu frontends",
+            Form::Inline => "snirelay sni = [...]".to_owned(),
+            Form::File => "snirelay sni_file".to_owned(),
+            Form::Haproxy => "haproxy -f".to_owned(),
+            Form::Sozu => "sozu frontends".to_owned(),
+            Form::Nginx(i) => format!("{} map hostnames", args.nginx[i].0),
         }
     }
 }
 
 /// Writes the configuration (and name files) for `names` into `dir`;
 /// returns the configuration's path.
-fn write_config(dir: &Path, form: Form, names: &[String], port: u16, threads: usize) -> PathBuf {
+fn write_config(args: &Args, dir: &Path, form: Form, names: &[String], port: u16) -> PathBuf {
+    let threads = args.threads;
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
@@ -182,6 +217,31 @@ fn write_config(dir: &Path, form: Form, names: &[String], port: u16, threads: us
                 ),
             )
         }
+        Form::Nginx(i) => {
+            // `*.x` as nginx's `hostnames` map says it: names below `x`.
+            let entries: String = names
+                .iter()
+                .map(|n| format!("{n} 127.0.0.1:9;\n"))
+                .collect();
+            let map = write("names.map", &entries);
+            let prefix = dir.join("nginx");
+            std::fs::create_dir_all(prefix.join("logs")).unwrap();
+            let config = nginx::StreamConfig {
+                bin: &args.nginx[i].1,
+                prefix: &prefix,
+                port,
+                sockets: 1024,
+                // A map of 100,000 names needs a hash that large, or nginx
+                // refuses to start ("could not build map_hash").
+                stream_head: "    map_hash_max_size 262144;\n    map_hash_bucket_size 128;\n",
+                map_body: &format!(
+                    "        hostnames;\n        include {};\n        default 127.0.0.1:9;\n",
+                    map.display()
+                ),
+            }
+            .render();
+            write("nginx.conf", &config)
+        }
         Form::Haproxy => {
             let (below, exact): (Vec<&String>, Vec<&String>) =
                 names.iter().partition(|n| n.starts_with("*."));
@@ -219,12 +279,17 @@ struct Started {
 
 fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
     let port = free_port();
-    let config = write_config(dir, form, names, port, args.threads);
+    let config = write_config(args, dir, form, names, port);
     let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
     let mut command = match form {
         Form::Haproxy => {
             let mut c = Command::new(args.haproxy.as_ref().unwrap());
             c.arg("-db").arg("-f").arg(&config);
+            c
+        }
+        Form::Nginx(i) => {
+            let mut c = Command::new(&args.nginx[i].1);
+            nginx::with_arguments(&mut c, &dir.join("nginx"), &config);
             c
         }
         Form::Sozu => {
@@ -260,7 +325,7 @@ fn start(args: &Args, dir: &Path, form: Form, names: &[String]) -> Started {
     // sozu loads 100,000 frontends in about 45 s here.
     let bound = Duration::from_secs(if form == Form::Sozu { 600 } else { 60 });
     while TcpStream::connect(addr).is_err() {
-        assert!(t0.elapsed() < bound, "{} did not start", form.label());
+        assert!(t0.elapsed() < bound, "{} did not start", form.label(args));
         std::thread::sleep(Duration::from_millis(2));
     }
     started.ready = t0.elapsed();
@@ -299,6 +364,12 @@ fn check_time(args: &Args, dir: &Path, form: Form) -> Duration {
             c.arg("-c").arg("-q").arg("-f").arg(dir.join("haproxy.cfg"));
             c
         }
+        Form::Nginx(i) => {
+            let mut c = Command::new(&args.nginx[i].1);
+            c.args(["-t", "-q"]);
+            nginx::with_arguments(&mut c, &dir.join("nginx"), &dir.join("nginx.conf"));
+            c
+        }
         Form::Sozu => {
             let mut c = Command::new(args.sozu.as_ref().unwrap());
             c.args(["config", "-c"])
@@ -317,7 +388,7 @@ fn check_time(args: &Args, dir: &Path, form: Form) -> Duration {
     assert!(
         out.status.success(),
         "{}: check failed: {out:?}",
-        form.label()
+        form.label(args)
     );
     t0.elapsed()
 }
@@ -390,10 +461,14 @@ fn main() {
     if args.sozu.is_some() {
         forms.push(Form::Sozu);
     }
+    forms.extend((0..args.nginx.len()).map(Form::Nginx));
     println!(
         "namesbench: {} names, {} run(s), medians; RSS once accepting + 1 s",
         args.names, args.runs
     );
+    for (name, bin, version) in &args.nginx {
+        println!("{name}: {version} ({})", bin.display());
+    }
     println!(
         "| shape | form | RSS 1 name | RSS N names | above 1 name | B/name | ratio | start | reload | check |"
     );
@@ -423,7 +498,8 @@ fn main() {
                 full.push(s.rss_kib as f64);
                 ready.push(s.ready.as_secs_f64());
                 match form {
-                    Form::Haproxy => {}
+                    // HAProxy's and nginx's reloads are not timed here.
+                    Form::Haproxy | Form::Nginx(_) => {}
                     Form::Sozu => {
                         workers.extend(s.worker.map(|(_, kib)| kib as f64));
                         match sozu_reload(&args, &dir) {
@@ -474,7 +550,7 @@ fn main() {
             let ratio = per_name_haproxy.map_or("-".to_owned(), |h| format!("{:.2}", per_name / h));
             println!(
                 "| {shape} | {} | {:.1} MB | {:.1} MB | {:.1} MB | {per_name:.0} | {ratio} | {ready:.3} s | {reloaded} | {check:.3} s |",
-                form.label(),
+                form.label(&args),
                 mb(base),
                 mb(full),
                 mb(full - base),
@@ -512,11 +588,11 @@ fn reload_series(args: &Args, dir: &Path) {
         for i in 0..args.reloads {
             if alternate {
                 write_config(
+                    args,
                     dir,
                     Form::Inline,
                     if i % 2 == 0 { &b } else { &a },
                     port,
-                    args.threads,
                 );
             }
             took.push(reload(&relay, dir, done).as_secs_f64());

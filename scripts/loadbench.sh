@@ -17,7 +17,7 @@
 #   scripts/loadbench.sh --only names   # 100,000 names (exact, and 10 %
 #                                        # wildcards): RSS per name, start,
 #                                        # check and reloads against HAProxy
-#                                        # (and sozu with --sozu)
+#                                        # and nginx (and sozu with --sozu)
 #                                        # (examples/namesbench.rs; alone)
 #   scripts/loadbench.sh --only ceiling --runs 1
 #                                        # the new-connection ceiling toward
@@ -35,8 +35,8 @@
 # .ci/install-trixie-tools (unpacked under /opt/snirelay-tools, or
 # $SNIRELAY_TOOLS, beside the system's packages: root the first time, a
 # fraction of a second once there), and passes them as `--anchor NAME=PATH`.
-# The names phase runs namesbench once per HAProxy version (nginx has no
-# names phase). ANCHORS=0 in the environment, `--haproxy none` or
+# The names phase runs namesbench once per HAProxy version, the nginx
+# builds in the first. ANCHORS=0 in the environment, `--haproxy none` or
 # `--only ceiling` leave the extra anchors out; `--proxy-v2` and `--threads N`
 # (N > 1) leave nginx out (its stream proxy sends PROXY v1 only, and runs
 # here as one process).
@@ -117,7 +117,14 @@ case " $* " in
         previous=$arg
     done
     [ "$haproxy_2" = none ] || echo "names phase against $("$haproxy_2" -v | sed -n 1p)"
-    target/release/examples/namesbench --relay target/release/snirelay "$@"
+    # nginx's rows come with the first run only: they do not depend on the
+    # HAProxy version.
+    nginx=()
+    if [ -n "$haproxy_3" ]; then
+        nginx+=(--nginx "nginx-1.26=$tools/bin/nginx-1.26")
+        [ -x /usr/sbin/nginx ] && nginx+=(--nginx nginx-1.22=/usr/sbin/nginx)
+    fi
+    target/release/examples/namesbench --relay target/release/snirelay "$@" "${nginx[@]}"
     if [ -n "$haproxy_3" ]; then
         echo "names phase against $("$haproxy_3" -v | sed -n 1p)"
         target/release/examples/namesbench --relay target/release/snirelay "$@" --haproxy "$haproxy_3"

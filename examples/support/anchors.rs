@@ -6,12 +6,8 @@
 //! own gives each one's medians beside snirelay's, with the version each
 //! answered (`-v`) so that a figure names what it was measured against.
 //!
-//! nginx runs its stream module with `ssl_preread` and a `map` of the
-//! bench's name to the backend, one process without a master
-//! (`master_process off`: the measured process is the one carrying the
-//! connections), `daemon off`; its module is the path `PATH
-//! --stream-module` prints (the trixie wrapper) or Debian's
-//! /usr/lib/nginx/modules/ngx_stream_module.so.
+//! nginx runs as [`super::nginx`] sets it up, its map sending the bench's
+//! one name to the backend.
 //!
 //! Not here: the phases, the HAProxy configuration (in [`super`]); an
 //! nginx anchor with `--proxy-v2` (its stream proxy sends v1 only) or
@@ -22,7 +18,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{Args, Proxy, Samples, free_port, median, pinned, start_haproxy, wait_listening};
+use super::{
+    Args, Proxy, Samples, free_port, median, nginx, pinned, start_haproxy, wait_listening,
+};
 
 /// Which proxy an anchor is, by its name's prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,20 +80,6 @@ pub(crate) async fn start(anchor: &Anchor, args: &Args, dir: &Path, backend: Soc
     }
 }
 
-/// The stream module nginx loads: the path the binary's wrapper prints for
-/// `--stream-module`, or Debian's.
-fn stream_module(bin: &Path) -> String {
-    Command::new(bin)
-        .arg("--stream-module")
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        .filter(|path| !path.is_empty())
-        .unwrap_or_else(|| "/usr/lib/nginx/modules/ngx_stream_module.so".to_owned())
-}
-
 async fn start_nginx(anchor: &Anchor, args: &Args, dir: &Path, backend: SocketAddr) -> Proxy {
     assert!(
         !args.proxy_v2,
@@ -110,45 +94,21 @@ async fn start_nginx(anchor: &Anchor, args: &Args, dir: &Path, backend: SocketAd
     let port = free_port();
     let prefix = dir.join(anchor.name);
     std::fs::create_dir_all(prefix.join("logs")).unwrap();
-    let connections = args.idle + 2000;
-    let config = format!(
-        r#"load_module {module};
-daemon off;
-master_process off;
-worker_processes 1;
-worker_rlimit_nofile {files};
-error_log {prefix}/logs/error.log error;
-pid {prefix}/nginx.pid;
-events {{ worker_connections {connections}; }}
-stream {{
-    map $ssl_preread_server_name $upstream {{
-        www.example.com {backend};
-        default 127.0.0.1:9;
-    }}
-    server {{
-        listen 127.0.0.1:{port} backlog=4096;
-        ssl_preread on;
-        preread_timeout 5s;
-        proxy_connect_timeout 5s;
-        proxy_timeout 5m;
-        proxy_pass $upstream;
-    }}
-}}
-"#,
-        module = stream_module(&anchor.bin),
-        files = 2 * connections + 100,
-        prefix = prefix.display(),
-    );
+    let config = nginx::StreamConfig {
+        bin: &anchor.bin,
+        prefix: &prefix,
+        port,
+        // The idle phase's connections, both sockets each, and the rate
+        // phase's in flight.
+        sockets: 2 * args.idle + 2000,
+        stream_head: "",
+        map_body: &format!("        www.example.com {backend};\n        default 127.0.0.1:9;\n"),
+    }
+    .render();
     let path = prefix.join("nginx.conf");
     std::fs::write(&path, config).unwrap();
     let log = std::fs::File::create(prefix.join("logs/stderr.log")).unwrap();
-    let child = pinned(&anchor.bin, args)
-        .arg("-p")
-        .arg(&prefix)
-        .arg("-e")
-        .arg(prefix.join("logs/error.log"))
-        .arg("-c")
-        .arg(&path)
+    let child = nginx::with_arguments(&mut pinned(&anchor.bin, args), &prefix, &path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
