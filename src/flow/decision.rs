@@ -10,7 +10,7 @@
 //!    at the gate, [`crate::flow::gate`]); refused: no alert;
 //! 2. route: the name, ALPN, TLS version, ECH and JA4 rules
 //!    ([`crate::flow::route::RouteTable::decide_with`]); refused: the TLS
-//!    alert of the one table ([`crate::flow::alert`]);
+//!    alert of the one table ([`crate::wire::alert`]);
 //! 3. admit on the route (`[route.limits]`, `max_connections`,
 //!    [`crate::admission::RouteGate`]); refused: no alert;
 //! 4. the backend's runtime in the generation; missing: `no_address`.
@@ -110,7 +110,7 @@ pub(crate) struct Routed<'g> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HelloRefused<'g> {
     pub reason: CloseReason,
-    /// The TLS alert description to send ([`crate::flow::alert`]), or
+    /// The TLS alert description to send ([`crate::wire::alert`]), or
     /// `None`: closed at once, nothing sent.
     pub alert: Option<u8>,
     /// The route the hello took before its limits refused it (logged).

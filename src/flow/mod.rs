@@ -8,7 +8,6 @@
 //! limits (`admission`, which the configuration's settings build).
 
 pub mod access;
-pub mod alert;
 pub(crate) mod decision;
 pub(crate) mod gate;
 pub(crate) mod generation;

@@ -70,11 +70,12 @@ use std::sync::Arc;
 
 use crate::close_reason::CloseReason;
 use crate::config::{
-    Backend, EchPolicy, HelloMatch, Listener, NameRules, NoSni, Route, Timeouts, TlsVersion,
-    TlvSource, TlvValue,
+    Backend, EchPolicy, HelloMatch, Listener, NameRules, NoSni, Route, TlsVersion, TlvSource,
+    TlvValue,
 };
-use crate::flow::alert;
+use crate::pump::relay::RelayTimeouts;
 use crate::pump::throttle::{ListenerBuckets, RouteThrottle};
+use crate::wire::alert;
 use crate::wire::client_hello::{ClientHello, Ech};
 use crate::wire::matcher::NameIndex;
 use crate::wire::sni::{PatternRef, Sni};
@@ -89,7 +90,7 @@ pub(crate) struct RouteEntry {
     /// The relay timeouts of connections on this route (the listener's for
     /// `no_sni`). Not part of the identity: a reload that changes only them
     /// applies them to new connections and drains none.
-    pub timeouts: Timeouts,
+    pub timeouts: RelayTimeouts,
     /// Which spellings of a name the route's patterns take
     /// (`case_sensitive_names`, `ldh_names`); a name they refuse passes to
     /// the next pattern.
@@ -285,7 +286,7 @@ impl RouteTable {
         };
         // The listener's per-source buckets, shared by its routes that
         // have none of their own.
-        let shared = ListenerBuckets::new(&listener.bandwidth);
+        let shared = ListenerBuckets::new(&relay_settings::limits(&listener.bandwidth));
         fn policy<'a>(listener: &'a Listener, route: &'a Route) -> &'a EchPolicy {
             route.ech.as_ref().unwrap_or(&listener.ech)
         }
@@ -302,7 +303,7 @@ impl RouteTable {
         let mut spans = Vec::with_capacity(listener.routes.len());
         for route in &listener.routes {
             let throttle =
-                RouteThrottle::new(&listener.name, &route.name, &route.bandwidth, &shared);
+                relay_settings::throttle(&listener.name, &route.name, &route.bandwidth, &shared);
             table.throttles.extend(throttle.clone());
             let alpn: Box<[Box<[u8]>]> = route.alpn.iter().map(|p| p.as_bytes().into()).collect();
             let entry = RouteEntry {
@@ -313,7 +314,7 @@ impl RouteTable {
                     &route.backend,
                     alpn,
                     policy(listener, route),
-                    route.timeouts,
+                    relay_settings::relay_timeouts(route.timeouts),
                     throttle,
                 )
             };
@@ -355,14 +356,14 @@ impl RouteTable {
         if let NoSni::Backend(backend) = &listener.no_sni {
             let kept = previous.and_then(|p| p.no_sni.as_ref());
             let throttle =
-                RouteThrottle::new(&listener.name, "no_sni", &listener.bandwidth, &shared);
+                relay_settings::throttle(&listener.name, "no_sni", &listener.bandwidth, &shared);
             table.throttles.extend(throttle.clone());
             let entry = entry(
                 "no_sni",
                 backend,
                 Box::default(),
                 &listener.ech,
-                listener.timeouts(),
+                relay_settings::relay_timeouts(listener.timeouts()),
                 throttle,
             );
             let drain = carried(kept.map(|k| (&k.entry, &k.drain)), backend);
@@ -587,7 +588,7 @@ fn entry(
     backend: &Arc<Backend>,
     alpn: Box<[Box<[u8]>]>,
     ech: &EchPolicy,
-    timeouts: Timeouts,
+    timeouts: RelayTimeouts,
     throttle: Option<Arc<RouteThrottle>>,
 ) -> RouteEntry {
     let ech = match ech {
@@ -656,7 +657,7 @@ pub(crate) enum NoRoute {
 
 impl NoRoute {
     /// The description of the fatal alert the client is sent (see
-    /// [`crate::flow::alert`]).
+    /// [`crate::wire::alert`]).
     pub(crate) const fn alert(self) -> u8 {
         match self {
             NoRoute::NoSni | NoRoute::Unmatched => alert::UNRECOGNIZED_NAME,
@@ -678,6 +679,7 @@ impl From<NoRoute> for CloseReason {
     }
 }
 
+mod relay_settings;
 mod slots;
 pub(crate) use slots::DrainSlot;
 use slots::{SlotAt, SlotBlock, carried, carried_at, place_slots};

@@ -24,9 +24,9 @@
 //! and `direction` both reading `failure` and `half_close` (and `relay`
 //! the pipe pool in `splice`); no module here reads the
 //! configuration (the pipe pool's size and bound are passed to
-//! [`splice::configure`]; the configuration builds [`relay::Timeouts`], and
-//! the route table builds each route's [`throttle::RouteThrottle`] from its
-//! plain [`crate::config::Bandwidth`]).
+//! [`splice::configure`]; the route table builds each route's
+//! [`relay::RelayTimeouts`] from its settings, and its
+//! [`throttle::RouteThrottle`] from its plain [`crate::config::Bandwidth`]).
 //! No module here uses `unsafe`: splice(2), pipe2(2) and fcntl(2) go
 //! through nix's safe wrappers.
 //!

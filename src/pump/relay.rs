@@ -20,7 +20,7 @@
 //! reconnect together), when the route's drain reaches this connection's
 //! moment, or when it is stopped (the process's shutdown or an operator,
 //! through its registry entry's `Activity`). The timeouts are the route's
-//! ([`Timeouts`], the listener's unless the route overrides them). A reset
+//! ([`RelayTimeouts`], the listener's unless the route overrides them). A reset
 //! is a failure only when it cuts data ([`super::half_close`]).
 //!
 //! [`Relay`] is a hand-written future, not an `async fn`: it is what every
@@ -54,7 +54,7 @@
 //! moved ([`super::copy`], [`super::splice`]); what failed and whether a
 //! reset is excused ([`super::failure`], [`super::half_close`]); the shared
 //! types and readiness helpers ([`super::ready`]); or where the timeouts
-//! come from (the configuration builds [`Timeouts`]).
+//! come from (the route table builds [`RelayTimeouts`] from the configuration).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -74,8 +74,18 @@ use crate::pump::splice;
 use crate::pump::throttle::Throttle;
 use crate::sockopt;
 
-/// A connection's relay timeouts: plain settings, defined with the rest.
-pub(crate) use crate::config::settings::Timeouts;
+/// A connection's relay timeouts, as plain durations (the route table
+/// builds them from its route's settings, [`crate::flow::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RelayTimeouts {
+    /// No byte moved either way for this long ends the connection.
+    pub idle: Duration,
+    /// Once a side has sent FIN, no byte moved for this long ends it. Only
+    /// shortens `idle`: a longer value never bites.
+    pub half_close: Duration,
+    /// The connection's lifetime, counted from accept; `None`: no limit.
+    pub lifetime: Option<Duration>,
+}
 
 /// A lifetime ends at a moment drawn per connection in
 /// [`LIFETIME_FLOOR`, 1] × `max_connection_lifetime`, so sessions opened
@@ -110,7 +120,7 @@ pin_project_lite::pin_project! {
         up: Direction<'a>,
         down: Direction<'a>,
         activity: &'a Activity,
-        timeouts: &'a Timeouts,
+        timeouts: &'a RelayTimeouts,
         drain: &'a DrainGuard,
         seed: u64,
         // Bulk bursts go through the process's pipe pool (`splice`).
@@ -158,7 +168,7 @@ pub(crate) fn relay<'a>(
     client: &'a TcpStream,
     backend: &'a TcpStream,
     activity: &'a Activity,
-    timeouts: &'a Timeouts,
+    timeouts: &'a RelayTimeouts,
     started: Instant,
     drain: &'a DrainGuard,
     seed: u64,
@@ -357,7 +367,7 @@ mod tests {
     /// counters, one-minute timeouts, and signals that never fire.
     struct Fixture {
         activity: Activity,
-        timeouts: Timeouts,
+        timeouts: RelayTimeouts,
         drain: DrainGuard,
     }
 
@@ -365,7 +375,7 @@ mod tests {
         fn new() -> Fixture {
             Fixture {
                 activity: Activity::new(),
-                timeouts: Timeouts {
+                timeouts: RelayTimeouts {
                     idle: Duration::from_secs(60),
                     half_close: Duration::from_secs(60),
                     lifetime: None,

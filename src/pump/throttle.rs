@@ -38,8 +38,10 @@
 //! four compare-and-swaps per read, and one timer per wait.
 //!
 //! Not here: when a read happens ([`super::direction`], [`super::copy`],
-//! [`super::splice`]), or the
-//! configuration ([`crate::config::Bandwidth`]).
+//! [`super::splice`]), where the limits come from (the route table copies
+//! them from the configuration's [`crate::config::Bandwidth`] into
+//! [`Limits`]), or the metric family of the time waited (the counters are
+//! given).
 
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,8 +54,45 @@ use governor::state::{InMemoryState, NotKeyed, StateStore};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::admission::SourceKey;
-use crate::config::{Bandwidth, ByteRate};
 use crate::pump::ready::Side;
+
+/// One token bucket of bytes, as plain numbers: `bytes_per_second`, up to
+/// `burst` at once (the route table copies a route's settings into it,
+/// [`crate::flow::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Quota {
+    /// The rate, in bytes per second.
+    pub bytes_per_second: NonZeroU64,
+    /// Bytes that may move at once above the rate.
+    pub burst: NonZeroU64,
+}
+
+/// A route's bandwidth limits as the throttle takes them. "Up" is client
+/// → backend, "down" backend → client; all `None`: no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Limits {
+    /// Each connection's own bucket, client → backend.
+    pub up: Option<Quota>,
+    /// Each connection's own bucket, backend → client.
+    pub down: Option<Quota>,
+    /// One bucket per source, client → backend.
+    pub per_source_up: Option<Quota>,
+    /// One bucket per source, backend → client.
+    pub per_source_down: Option<Quota>,
+    /// The route sets its own per-source rates: its sources get a table of
+    /// their own instead of the listener's.
+    pub own_per_source: bool,
+}
+
+impl Limits {
+    /// Whether any bucket is set.
+    pub(crate) fn is_limited(&self) -> bool {
+        self.up.is_some()
+            || self.down.is_some()
+            || self.per_source_up.is_some()
+            || self.per_source_down.is_some()
+    }
+}
 
 /// The most a bucket waits to fill before a read: a full read's worth
 /// (16 KiB scratch, or a pipe), the burst if smaller, and never more than
@@ -80,7 +119,7 @@ fn nanos_for(bytes: u64, rate: NonZeroU64) -> u64 {
 /// of them) does to a theoretical arrival time `tat`, at `now`. `Ok`: the
 /// bytes taken and the new time; `Err`: how long until `floor` are free.
 fn take(
-    quota: ByteRate,
+    quota: Quota,
     tat: Option<Nanos>,
     now: Nanos,
     want: u64,
@@ -110,7 +149,7 @@ fn take(
 }
 
 /// Gives `bytes` back to a bucket (a take the read did not use).
-fn give_back<S: StateStore>(store: &S, key: &S::Key, quota: ByteRate, bytes: u64) {
+fn give_back<S: StateStore>(store: &S, key: &S::Key, quota: Quota, bytes: u64) {
     if bytes == 0 {
         return;
     }
@@ -125,7 +164,7 @@ fn give_back<S: StateStore>(store: &S, key: &S::Key, quota: ByteRate, bytes: u64
 fn take_from<S: StateStore>(
     store: &S,
     key: &S::Key,
-    quota: ByteRate,
+    quota: Quota,
     want: u64,
 ) -> Result<u64, Duration> {
     let floor = want.min(quota.burst.get()).clamp(1, MIN_TAKE);
@@ -137,7 +176,7 @@ fn take_from<S: StateStore>(
 /// shared by its routes without their own), keyed like the connection
 /// limits.
 pub(crate) struct SourceBuckets {
-    quota: ByteRate,
+    quota: Quota,
     store: DashMapStateStore<SourceKey>,
 }
 
@@ -152,7 +191,7 @@ impl std::fmt::Debug for SourceBuckets {
 
 impl SourceBuckets {
     /// An empty table of buckets of `quota`.
-    pub(crate) fn new(quota: ByteRate) -> SourceBuckets {
+    pub(crate) fn new(quota: Quota) -> SourceBuckets {
         SourceBuckets {
             quota,
             store: DashMapStateStore::default(),
@@ -179,8 +218,8 @@ impl SourceBuckets {
 /// connections keep theirs.
 #[derive(Debug)]
 pub(crate) struct RouteThrottle {
-    up: Option<ByteRate>,
-    down: Option<ByteRate>,
+    up: Option<Quota>,
+    down: Option<Quota>,
     per_source_up: Option<Arc<SourceBuckets>>,
     per_source_down: Option<Arc<SourceBuckets>>,
     /// `snirelay_throttled_seconds_total{listener,route,direction}`.
@@ -197,8 +236,8 @@ pub(crate) struct ListenerBuckets {
 }
 
 impl ListenerBuckets {
-    /// The tables of a listener's `bandwidth`.
-    pub(crate) fn new(bandwidth: &Bandwidth) -> ListenerBuckets {
+    /// The tables of a listener's `limits`.
+    pub(crate) fn new(bandwidth: &Limits) -> ListenerBuckets {
         ListenerBuckets {
             up: bandwidth
                 .per_source_up
@@ -211,36 +250,34 @@ impl ListenerBuckets {
 }
 
 impl RouteThrottle {
-    /// The throttle of a route with `bandwidth` on `listener`, or `None`
-    /// when it sets no limit. Per-source tables are `shared`'s (the
-    /// listener's) unless the route has its own per-source rates.
+    /// The throttle of a route with `limits` (at least one set, see
+    /// [`Limits::is_limited`]), counting the time its connections wait in
+    /// `throttled_up` and `throttled_down`. Per-source tables are
+    /// `shared`'s (the listener's) unless the route has its own per-source
+    /// rates.
     pub(crate) fn new(
-        listener: &str,
-        route: &str,
-        bandwidth: &Bandwidth,
+        limits: &Limits,
         shared: &ListenerBuckets,
-    ) -> Option<Arc<RouteThrottle>> {
-        if !bandwidth.is_limited() {
-            return None;
-        }
-        let table = |quota: Option<ByteRate>, shared: &Option<Arc<SourceBuckets>>| {
+        throttled_up: Counter<f64, AtomicU64>,
+        throttled_down: Counter<f64, AtomicU64>,
+    ) -> Arc<RouteThrottle> {
+        let table = |quota: Option<Quota>, shared: &Option<Arc<SourceBuckets>>| {
             let quota = quota?;
             match shared {
-                Some(table) if !bandwidth.own_per_source && table.quota == quota => {
+                Some(table) if !limits.own_per_source && table.quota == quota => {
                     Some(table.clone())
                 }
                 _ => Some(Arc::new(SourceBuckets::new(quota))),
             }
         };
-        let metrics = crate::metrics::metrics();
-        Some(Arc::new(RouteThrottle {
-            up: bandwidth.up,
-            down: bandwidth.down,
-            per_source_up: table(bandwidth.per_source_up, &shared.up),
-            per_source_down: table(bandwidth.per_source_down, &shared.down),
-            throttled_up: metrics.throttled(listener, route, "up"),
-            throttled_down: metrics.throttled(listener, route, "down"),
-        }))
+        Arc::new(RouteThrottle {
+            up: limits.up,
+            down: limits.down,
+            per_source_up: table(limits.per_source_up, &shared.up),
+            per_source_down: table(limits.per_source_down, &shared.down),
+            throttled_up,
+            throttled_down,
+        })
     }
 
     /// Sweeps the per-source tables (see [`SourceBuckets::sweep`]).
@@ -290,7 +327,7 @@ pub(crate) struct Reserved {
 
 impl Throttle {
     /// The connection's own bucket of `side` and its quota.
-    fn own(&self, side: Side) -> (Option<ByteRate>, &InMemoryState) {
+    fn own(&self, side: Side) -> (Option<Quota>, &InMemoryState) {
         match side {
             Side::Up => (self.route.up, &self.up),
             Side::Down => (self.route.down, &self.down),
@@ -406,8 +443,8 @@ impl Throttle {
 mod tests {
     use super::*;
 
-    fn quota(rate: u64, burst: u64) -> ByteRate {
-        ByteRate {
+    fn quota(rate: u64, burst: u64) -> Quota {
+        Quota {
             bytes_per_second: NonZeroU64::new(rate).unwrap(),
             burst: NonZeroU64::new(burst).unwrap(),
         }

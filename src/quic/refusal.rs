@@ -45,8 +45,8 @@ use super::initial::ConnectionId;
 use super::seal::seal_initial;
 use super::{Version, initial_keys};
 
-/// The TLS alerts a refusal carries: the one table of both transports.
-pub use crate::flow::alert::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME};
+/// The TLS alerts a refusal carries, as TCP's alert record does.
+pub use crate::wire::alert::{HANDSHAKE_FAILURE, UNRECOGNIZED_NAME};
 /// QUIC carries a TLS alert as transport error `CRYPTO_ERROR` + the alert
 /// (RFC 9001 §4.8): 0x0100-0x01ff.
 pub const CRYPTO_ERROR: u64 = 0x0100;

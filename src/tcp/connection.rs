@@ -42,13 +42,13 @@ use crate::addr::ClaimedAddr;
 use crate::admission::{RouteAdmitted, SourceGuard};
 use crate::backend::InFlight;
 use crate::backend::candidates::Pick;
-use crate::config::Timeouts;
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, TcpRecord};
 use crate::flow::decision::{self, Arrived, DryRun, HelloRefused};
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
+use crate::pump::relay::RelayTimeouts;
 use crate::pump::throttle::Throttle;
 use crate::wire::fingerprint::Fingerprints;
 use crate::wire::proxy_tlv::PassedTlvs;
@@ -220,7 +220,7 @@ struct Established<'g> {
     /// Sent to a cluster's `local_backend` (for the registry).
     local: bool,
     /// Its route's relay timeouts, borrowed from the generation.
-    timeouts: &'g Timeouts,
+    timeouts: &'g RelayTimeouts,
     /// Counts this connection on its backend address until dropped.
     in_flight: InFlight,
     /// The backend's keepalive, for the relay to set (see [`crate::tcp::dial`]).

@@ -1,5 +1,5 @@
 //! Refusing a TCP client after its hello: the TLS alert record that says
-//! why (its description from the one table, [`crate::flow::alert`]),
+//! why (its description from the one table, [`crate::wire::alert`]),
 //! a half-close, and a short linger so the client reads the alert rather
 //! than a reset.
 //!

@@ -7,6 +7,7 @@
 //! with the rest of QUIC in `quic` (they are QUIC's own, and nothing else
 //! reads them).
 
+pub mod alert;
 pub mod cidr;
 pub mod client_hello;
 pub mod fingerprint;

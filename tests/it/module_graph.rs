@@ -810,6 +810,71 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     // None: the settings are plain data in config; keep it so.
 ];
 
+/// Modules that import, directly, only what they are given to work with
+/// (docs/design.md, "Structure"), each with the modules it may name: `a`
+/// is `a` and everything in it, `=a` the folder's own `mod.rs` only.
+/// - The byte pump takes plain values: durations, byte quotas, counters
+///   and the source key it is given (admission's), which the route table
+///   builds (`flow::route::relay_settings`); it reads neither the
+///   configuration nor the metrics registry nor the flow stages.
+/// - The QUIC codec (Initial packets and their keys, the refusal) names
+///   its own numbers or the wire's (the TLS alert numbers are
+///   `wire::alert`'s), never a stage's nor the flow table's.
+const IMPORTS_ONLY: &[(&str, &[&str])] = &[
+    (
+        "pump",
+        &["pump", "admission", "close_reason", "drain", "sockopt"],
+    ),
+    ("quic::refusal", CODEC),
+    ("quic::initial", CODEC),
+    ("quic::seal", CODEC),
+];
+
+/// What the QUIC codec may name.
+const CODEC: &[&str] = &[
+    "wire",
+    "=quic",
+    "quic::initial",
+    "quic::seal",
+    "quic::refusal",
+];
+
+#[test]
+fn some_modules_import_only_what_they_are_given() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = read_modules(&root);
+    let known: BTreeSet<Module> = files.iter().map(|(m, ..)| m.clone()).collect();
+    let within = |module: &str, entry: &str| match entry.strip_prefix('=') {
+        Some(exact) => module == exact,
+        None => module == entry || module.starts_with(&format!("{entry}::")),
+    };
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for &(rule, allowed) in IMPORTS_ONLY {
+        for (module, path, code) in &files {
+            if !within(&module.join("::"), rule) {
+                continue;
+            }
+            seen.insert(rule);
+            for (target, text) in references(module, code) {
+                let Some(to) = deepest(&known, &target) else {
+                    continue;
+                };
+                let to = to.join("::");
+                if !allowed.iter().any(|entry| within(&to, entry)) {
+                    problems.push(format!("{} imports {to}: {text}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert_eq!(
+        seen.len(),
+        IMPORTS_ONLY.len(),
+        "a module of IMPORTS_ONLY is gone"
+    );
+}
+
 /// Top-level modules that never import each other, either way: the two
 /// transports share their stages through `flow`, `backend` and
 /// `admission`, so a reader looking for QUIC's gate or backend choice is

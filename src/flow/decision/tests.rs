@@ -11,8 +11,8 @@ use crate::addr::PeerAddr;
 use crate::backend::Backends;
 use crate::close_reason::CloseReason;
 use crate::config::Config;
-use crate::flow::alert;
 use crate::flow::decision::*;
+use crate::wire::alert;
 use crate::wire::client_hello::{ClientHello, Ech};
 
 const JA4: &str = "t13d1516h2_8daaf6152771_e5627efa2ab1";

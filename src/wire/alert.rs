@@ -1,10 +1,12 @@
 //! The TLS alert descriptions (RFC 8446 §6.2) the relay refuses hellos
-//! with: the one table of both transports. A refusal's description is
-//! chosen once ([`crate::flow::route::NoRoute::alert`]); TCP sends it as an
-//! alert record ([`crate::tcp::refuse`]), QUIC as a CONNECTION_CLOSE's
+//! with, as the wire carries them: numbers both transports' encoders
+//! write. A refusal's description is chosen once, for both transports
+//! ([`crate::flow::route::NoRoute::alert`]); TCP sends it as an alert
+//! record ([`crate::tcp::refuse`]), QUIC as a CONNECTION_CLOSE's
 //! `CRYPTO_ERROR` ([`crate::quic::refusal`]).
 //!
-//! Not here: deciding to refuse, or encoding the alert.
+//! Not here: deciding to refuse, which description a refusal gets, or
+//! encoding the alert.
 
 /// `handshake_failure`, for refusals that name no cause (ECH, JA4).
 pub const HANDSHAKE_FAILURE: u8 = 40;
