@@ -455,18 +455,11 @@ mod tests {
     use crate::metrics;
 
     /// An open connection's memory is mostly its task's state, which the
-    /// accept loop boxes before spawning it (so that spawning moves a
-    /// pointer, not the state). The allocator rounds the box up to its
-    /// size class, 640 bytes for anything from 513 to 640: past 640 bytes
-    /// of state the box grows to 768, a fifth more per idle connection.
-    /// tokio's own cell around the box (header, stage, trailer, the task
-    /// tracker's token) is one 128-byte line. It took 1,024 until the
-    /// relay stopped waiting on the shutdown token (the registry stops it
-    /// instead: 72 bytes) and the record borrowed the arrival instead of
-    /// copying it (48 bytes); 768 until the relay stopped keeping a waiter
-    /// on its drain signal (the registry wakes it: 72 bytes) and the task
-    /// kept only the part of the log record its registry entry does not
-    /// hold. 608 bytes in a release build, 632 in a debug one.
+    /// accept loop boxes before spawning it; the allocator rounds the box
+    /// up to its size class, 640 bytes for anything from 513 to 640, and
+    /// past that to 768, a fifth more per idle connection. 608 bytes in a
+    /// release build, 632 in a debug one; how it came down from 1,024 is in
+    /// benches/README.md, "Where an idle connection's bytes are".
     #[tokio::test]
     async fn the_connection_task_fits_a_640_byte_allocation() {
         let generation = Generation::for_tests();
