@@ -928,3 +928,85 @@ fn imports_run_down_the_layers() {
     assert!(graph.top.contains_key(&("tcp".into(), "flow".into())));
     assert!(graph.top.contains_key(&("run".into(), "tcp".into())));
 }
+
+/// Where docs/design.md's generated part of "Structure" begins and ends.
+const DESIGN_BEGIN: &str = "<!-- BEGIN generated from the module graph by tests/it/module_graph.rs; `SNIRELAY_WRITE_DOCS=1 cargo test --test it module_graph` rewrites it -->";
+const DESIGN_END: &str = "<!-- END generated -->";
+
+/// The layer table and what each transport imports, as the graph has them.
+fn design_section(graph: &Graph) -> String {
+    let imports = |from: &str| -> Vec<&str> {
+        graph
+            .top
+            .keys()
+            .filter(|(f, _)| f == from)
+            .map(|(_, to)| to.as_str())
+            .collect()
+    };
+    let list = |modules: &[&str]| -> String {
+        if modules.is_empty() {
+            "nothing".to_owned()
+        } else {
+            modules
+                .iter()
+                .map(|m| format!("`{m}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let mut text = String::from(
+        "The layers, lowest first, and what each module imports from the others \
+         (`LAYERS` in the test):\n\n| layer | module | imports |\n|---|---|---|\n",
+    );
+    for (n, layer) in LAYERS.iter().enumerate() {
+        for module in *layer {
+            text.push_str(&format!(
+                "| {n} | `{module}` | {} |\n",
+                list(&imports(module))
+            ));
+        }
+    }
+    let (tcp, quic) = (imports("tcp"), imports("quic"));
+    let both: Vec<&str> = tcp.iter().copied().filter(|m| quic.contains(m)).collect();
+    fn only<'a>(a: &[&'a str], b: &[&str]) -> Vec<&'a str> {
+        a.iter().copied().filter(|m| !b.contains(m)).collect()
+    }
+    text.push_str(&format!(
+        "\nWhat the transports share: both `tcp` and `quic` import {}; only `tcp` {}; \
+         only `quic` {}. Neither imports the other.\n",
+        list(&both),
+        list(&only(&tcp, &quic)),
+        list(&only(&quic, &tcp)),
+    ));
+    text
+}
+
+/// docs/design.md's layer table and the transports' shared imports are
+/// the graph's: the test fails when they differ, and with
+/// `SNIRELAY_WRITE_DOCS=1` writes them.
+#[test]
+fn docs_design_has_the_graphs_layers_and_shared_imports() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let graph = Graph::of(&read_modules(&root.join("src")));
+    let path = root.join("docs/design.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (before, rest) = doc
+        .split_once(DESIGN_BEGIN)
+        .expect("docs/design.md lacks the generated section's first line");
+    let (_, after) = rest
+        .split_once(DESIGN_END)
+        .expect("docs/design.md lacks the generated section's last line");
+    let want = format!(
+        "{before}{DESIGN_BEGIN}\n\n{}\n{DESIGN_END}{after}",
+        design_section(&graph)
+    );
+    if std::env::var_os("SNIRELAY_WRITE_DOCS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+        return;
+    }
+    assert!(
+        doc == want,
+        "docs/design.md's generated section is not the module graph's: run \
+         SNIRELAY_WRITE_DOCS=1 cargo test --test it module_graph"
+    );
+}
