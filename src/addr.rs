@@ -5,6 +5,9 @@
 //! trusted peer relay says the client is: a claim. Keeping them apart in the
 //! type system means no code can log, limit or forward one as the other by
 //! accident (docs/design.md "Claims and measurements").
+//!
+//! Not here: reading a claim off the wire ([`crate::wire::proxy`],
+//! [`crate::proxy::inbound`]) or deciding whom to trust.
 
 use std::fmt;
 use std::net::SocketAddr;

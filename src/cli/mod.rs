@@ -6,6 +6,9 @@
 //! Kept in the library so that documentation (a man page) can be generated
 //! from the same definition the binary parses; so is what `check` prints
 //! about a valid file (`check_summary`).
+//!
+//! Not here: carrying a command out ([`commands`]), or the configuration's
+//! own checks ([`crate::config`]).
 
 mod commands;
 pub(crate) mod ctl;

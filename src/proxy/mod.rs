@@ -13,6 +13,9 @@
 //!
 //! `inbound → wire ← outbound ← datagram`: the stages share the format;
 //! the datagram headers are the outbound announcement in another framing.
+//!
+//! Not here: the claimed address's type ([`crate::addr`]), or what
+//! admission does with a peer relay's connections ([`crate::flow::gate`]).
 
 pub mod datagram;
 pub mod inbound;

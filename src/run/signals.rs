@@ -4,6 +4,8 @@
 //! while draining means "now"), SIGINT → [`Intent::Stop`]. The server only
 //! ever sees the channel, so tests and embedders can send intents without
 //! signals.
+//!
+//! Not here: what an intent does ([`super::server`]).
 
 use std::io;
 
