@@ -56,12 +56,19 @@ impl Arrived {
     /// the measured peer of a direct client, or nobody for a trusted
     /// peer's own connection ([`admission::route_source`]).
     pub(crate) fn source(self, listener: &Listener) -> Option<Source> {
-        let trusted_peer = listener
-            .proxy_protocol
-            .as_ref()
-            .is_some_and(|inbound| inbound.trusts(self.peer.0.ip()));
+        let trusted_peer = is_trusted_peer(listener, self.peer);
         admission::route_source(self.peer, trusted_peer, self.claimed)
     }
+}
+
+/// Whether `peer` is one of `listener`'s trusted peer relays
+/// (`[listener.proxy_protocol] trusted`): the one reading of that list, at
+/// accept ([`crate::flow::gate`]) and after the hello.
+pub(crate) fn is_trusted_peer(listener: &Listener, peer: PeerAddr) -> bool {
+    listener
+        .proxy_protocol
+        .as_ref()
+        .is_some_and(|inbound| inbound.trusts(peer.0.ip()))
 }
 
 /// What was decided after one hello.

@@ -10,7 +10,7 @@
 use crate::addr::PeerAddr;
 use crate::admission::AtAccept;
 use crate::flow::access::{self, CloseReason, ConnRecord, RecordPart};
-use crate::flow::decision::{DryRun, HelloRefused};
+use crate::flow::decision::{DryRun, HelloRefused, is_trusted_peer};
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 
@@ -39,11 +39,7 @@ pub(crate) fn admit<'r, P: RecordPart<'r>>(
         ..
     } = generation;
     metrics.accepted();
-    let trusted_peer = listener
-        .proxy_protocol
-        .as_ref()
-        .is_some_and(|inbound| inbound.trusts(peer.0.ip()));
-    match admission.at_accept(peer, trusted_peer) {
+    match admission.at_accept(peer, is_trusted_peer(listener, peer)) {
         Ok(at_accept) => {
             if let AtAccept::Admitted(admitted) = &at_accept
                 && let Some(dry) = DryRun::of(None, admitted)
