@@ -13,7 +13,6 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::sync::Arc;
 
 use common::udp::{echoed_flow, next_seen, udp_and_tcp_port, udp_echo_on};
@@ -121,16 +120,9 @@ fn check(text: &str) -> (i32, String, String) {
     let dir = common::scratch_dir("route-listeners");
     let file = dir.join("snirelay.toml");
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
-        .args(["check", "--config", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = crate::config::snirelay(&["check", "--config", file.to_str().unwrap()]);
     std::fs::remove_dir_all(&dir).unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    out
 }
 
 /// The warning's words, as `check` prints them.
