@@ -51,6 +51,10 @@ fn check(args: &CheckArgs) -> ExitCode {
             for line in super::check_summary(&config) {
                 println!("{line}");
             }
+            // On stderr, as the descriptor warning: the file is valid.
+            for warning in &config.warnings {
+                eprintln!("warning: {warning}");
+            }
             // On stderr, and not an error: the limit is this shell's (or
             // the unit's, under ExecStartPre=), not necessarily the one
             // `run` will have.

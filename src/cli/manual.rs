@@ -148,7 +148,8 @@ const CHECK: Manual = Manual {
         (
             "0",
             "The configuration is valid (warnings, such as a descriptor limit that cannot keep \
-             max_connections, go to stderr and do not change it).",
+             max_connections or PROXY v2 headers toward a QUIC server that may not read them, go \
+             to stderr and do not change it).",
         ),
         (
             "1",

@@ -39,6 +39,9 @@ pub const DEFAULT_MAX_HOPS: u8 = 3;
 pub(crate) const DEFAULT_PROXY_PROTOCOL: Outbound = Outbound::None;
 /// `[backend.*] proxy_protocol_crc32c`: no checksum TLV.
 pub(crate) const DEFAULT_PROXY_PROTOCOL_CRC32C: bool = false;
+/// `[backend.*] quic_reads_proxy_protocol` when unset: most QUIC servers
+/// cannot strip a PROXY header, so `check` warns unless told otherwise.
+pub(crate) const DEFAULT_QUIC_READS_PROXY_PROTOCOL: bool = false;
 /// `[backend.*] policy`: the first healthy address, failing over down the list.
 pub(crate) const DEFAULT_POLICY: Policy = Policy::Ordered;
 /// `[backend.*] max_fails`: consecutive failed connects that mark an

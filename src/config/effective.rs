@@ -72,6 +72,8 @@ impl Config {
             backends,
             admin,
             log,
+            // Said by `check` and logged, not settings.
+            warnings: _,
         } = self;
         FileConfig {
             global: global_section(global),
@@ -385,7 +387,9 @@ fn route_section(listener: &Listener, route: &Route) -> RouteSection {
     } = timeouts;
     RouteSection {
         name: Some(name.clone()),
-        listener: Some(listener.name.clone()),
+        // One block per listener the route runs on: a route written for
+        // several is shown as its copies.
+        listener: Some(OneOrMany::One(listener.name.clone())),
         // The names written inline; those of the file are the file's.
         sni: listener
             .patterns(route)
@@ -461,6 +465,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         proxy_protocol,
         proxy_protocol_crc32c,
         max_datagram_size,
+        quic_reads_proxy_protocol,
         proxy_protocol_tlvs,
         source,
         policy,
@@ -489,6 +494,7 @@ fn backend_section(backend: &Backend) -> BackendSection {
         ),
         proxy_protocol_crc32c: Some(*proxy_protocol_crc32c),
         max_datagram_size: max_datagram_size.map(|n| n as i64),
+        quic_reads_proxy_protocol: Some(*quic_reads_proxy_protocol),
         proxy_protocol_tlvs: Some(proxy_protocol_tlvs.iter().map(tlv_entry).collect()),
         policy: Some(policy.as_str().to_owned()),
         // Refused unless an address is a backup.

@@ -189,7 +189,9 @@ pub(crate) enum CountOrOff {
 #[serde(deny_unknown_fields)]
 pub struct RouteSection {
     pub name: Option<String>,
-    pub listener: Option<String>,
+    /// The listeners the route applies to: one name, a list of names, or
+    /// `"*"` for every listener (see `check::route`).
+    pub listener: Option<OneOrMany>,
     /// Names written inline; empty when the route reads them all from
     /// `sni_file` (and then not written back).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -240,6 +242,9 @@ pub struct BackendSection {
     pub proxy_protocol: Option<String>,
     pub proxy_protocol_crc32c: Option<bool>,
     pub max_datagram_size: Option<i64>,
+    /// The QUIC server at the addresses reads the PROXY v2 header a quic
+    /// listener sends (no `check` warning then).
+    pub quic_reads_proxy_protocol: Option<bool>,
     // PROXY v2 TLVs.
     /// TLVs the v2 header adds: `{ type, value | text | bytes }` each.
     pub proxy_protocol_tlvs: Option<Vec<ProxyTlvEntry>>,
@@ -520,7 +525,8 @@ impl<'de> Deserialize<'de> for KeepaliveSetting {
     }
 }
 
-/// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`.
+/// `listen = "127.0.0.1:8443"` or `listen = ["0.0.0.0:443", "[::]:443"]`;
+/// a route's `listener = "tls"` or `listener = ["tls", "h3"]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum OneOrMany {

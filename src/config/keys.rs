@@ -97,6 +97,8 @@ pub enum Kind {
     Keepalive,
     /// `{ addresses, ports }` or `"client"`.
     Source,
+    /// A listener's name, a list of them, or `"*"` for every listener.
+    Listeners,
     /// A table of names the operator chooses, each a value or `{ file }`.
     Map,
 }
@@ -133,6 +135,7 @@ impl Kind {
             Kind::Path => "path".into(),
             Kind::Keepalive => "table, true or false".into(),
             Kind::Source => "table or \"client\"".into(),
+            Kind::Listeners => "listener name, list of names, or \"*\"".into(),
             Kind::Map => "table of names".into(),
         }
     }
@@ -282,6 +285,10 @@ impl Key {
         (!rest.contains('.')).then_some(rest)
     }
 }
+
+/// `route.listener = "*"`: every listener of the file. No listener may
+/// take it as its name (the checker refuses it), so it never means one.
+pub const ALL_LISTENERS: &str = "*";
 
 /// The keys set directly in table `prefix` that only TCP listeners take.
 pub fn tcp_only(prefix: &'static str) -> impl Iterator<Item = &'static str> {
@@ -451,8 +458,8 @@ pub static KEYS: &[Key] = &[
     key("route", Kind::Tables, KeyDefault::Table, "A route: names on a listener, and the backend they go to."),
     key("route.name", Kind::String, Computed("the first pattern"),
         "The route's name in logs, and its identity for per-route limits."),
-    key("route.listener", Kind::String, Computed("the only listener"),
-        "The listener the route belongs to; required when there are several."),
+    key("route.listener", Kind::Listeners, Computed("the only listener"),
+        "The listeners the route applies to: a name, a list (`[\"tls\", \"h3\"]`: one block for a name served over TCP and QUIC), or `\"*\"` for every listener; required when there are several."),
     key("route.sni", Kind::Strings, Required("required unless `sni_file` lists a name"),
         "Exact names, `*.suffix` wildcards, and `*` alone (the default route, at most one per listener)."),
     key("route.sni_file", Kind::Path, Unset("none"),
@@ -602,6 +609,9 @@ pub static KEYS: &[Key] = &[
     key("backend.*.max_datagram_size", Kind::Integer, Unset("1452 (a 1,500-byte MTU over IPv6)"),
         "The largest datagram a PROXY v2 header may make toward this backend, from a `protocol = \"quic\"` listener (needs `proxy_protocol = \"v2\"`): the full header, else the addresses-only one, else the datagram is dropped.")
         .range(MAX_DATAGRAM_SIZE_RANGE).unit("bytes").quic(),
+    key("backend.*.quic_reads_proxy_protocol", Kind::Bool, Value("false"),
+        "The QUIC server at the addresses strips the PROXY v2 header a `protocol = \"quic\"` listener sends (another snirelay's quic listener with `[listener.proxy_protocol]`, say); without it `check` warns that most QUIC servers cannot (needs `proxy_protocol = \"v2\"`).")
+        .quic(),
     key("backend.*.proxy_protocol_tlvs", Kind::Tables, Unset("only the relay's own TLVs"),
         "TLVs the v2 header adds, each `{ type, value }`, `{ type, text }` or `{ type, bytes }`."),
     key("backend.*.proxy_protocol_tlvs.type", Kind::Integer, Required("required"),

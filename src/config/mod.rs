@@ -89,6 +89,10 @@ pub struct Config {
     pub admin: Option<Admin>,
     /// `[log]`: where log lines go; read at start.
     pub log: Log,
+    /// What the file allows but is likely a mistake (a backend sending
+    /// PROXY headers to a QUIC server, say), each under its key: `check`
+    /// prints them, the relay logs them at start and at each reload.
+    pub warnings: Vec<Problem>,
 }
 
 /// `[global]`: process-wide settings; each listener's own keys beat them.
@@ -469,6 +473,13 @@ pub struct Problem {
     /// The key, in TOML path form.
     pub key: String,
     pub(crate) message: String,
+}
+
+impl Problem {
+    /// What is wrong, without the key.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl fmt::Display for Problem {

@@ -141,7 +141,7 @@ fn fits(key: &Key, value: &mut Value, shown: &str, problems: &mut Vec<Problem>) 
         }
         (Kind::Strings | Kind::Networks, Value::Array(items)) => items.iter().all(Value::is_str),
         (Kind::Integers, Value::Array(items)) => items.iter().all(Value::is_integer),
-        (Kind::Addresses, Value::Array(items)) => items.iter().all(Value::is_str),
+        (Kind::Addresses | Kind::Listeners, Value::Array(items)) => items.iter().all(Value::is_str),
         (Kind::Integer, Value::Integer(_)) | (Kind::Bool, Value::Boolean(_)) => true,
         (Kind::Keepalive, Value::Boolean(_)) => true,
         // `true` names no duration or count: the checker says so.
@@ -156,6 +156,7 @@ fn fits(key: &Key, value: &mut Value, shown: &str, problems: &mut Vec<Problem>) 
             | Kind::Backend
             | Kind::Address
             | Kind::Addresses
+            | Kind::Listeners
             | Kind::Url
             | Kind::Path
             | Kind::Source,
@@ -220,6 +221,10 @@ fn wrong_type(key: &Key, name: &str, value: &Value) -> String {
             format!("a list, even of one: {}", write(format!("[{n}]")))
         }
         (Kind::Address | Kind::Addresses, _) => write("\"127.0.0.1:443\"".into()),
+        (Kind::Listeners, _) => format!(
+            "{}, a list such as `{name} = [\"tls\", \"h3\"]`, or `{name} = \"*\"` for every listener",
+            write("\"tls\"".into())
+        ),
         (Kind::Keepalive, _) => format!(
             "{}, or `true` (these timings) or `false` (no keepalive)",
             write(example_table(key))
@@ -267,18 +272,24 @@ fn unknown(name: &str, declared: &str) -> String {
         .map(|rest| rest.strip_suffix(".*").unwrap_or(rest))
         .filter(|rest| !rest.contains('.'))
         .collect();
-    let nearest = siblings
-        .iter()
-        .map(|s| (strsim::damerau_levenshtein(name, s), *s))
-        .filter(|(distance, s)| *distance <= 2.max(s.len() / 4))
-        .min();
-    match nearest {
-        Some((_, s)) => format!("unknown key `{name}`: did you mean `{s}`?"),
+    match nearest(name, siblings.iter().copied()) {
+        Some(s) => format!("unknown key `{name}`: did you mean `{s}`?"),
         None => format!(
             "unknown key `{name}`; the keys here are {}",
             siblings.join(", ")
         ),
     }
+}
+
+/// The one of `names` closest to `name`, when it is close enough to be
+/// what was meant (a few letters off): a misspelt key, a route's misspelt
+/// listener.
+pub(super) fn nearest<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    names
+        .map(|s| (strsim::damerau_levenshtein(name, s), s))
+        .filter(|(distance, s)| *distance <= 2.max(s.len() / 4))
+        .min()
+        .map(|(_, s)| s)
 }
 
 /// The declared key of this dotted name.

@@ -336,6 +336,7 @@ pub(crate) async fn serve(
     // line finds the endpoint agreeing.
     server.readiness.set(true);
     log_trusted_names(&config);
+    log_config_warnings(&config);
     descriptors::warn_if_short(&config);
     tracing::info!(
         listeners = config.listeners.len(),
@@ -561,6 +562,7 @@ impl Server {
                     "reload applied"
                 );
                 log_trusted_names(&self.config);
+                log_config_warnings(&self.config);
                 descriptors::warn_if_short(&self.config);
                 for p in &pending {
                     tracing::warn!(
@@ -730,6 +732,14 @@ fn summary(diff: &reload::Diff) -> String {
 /// Logs what each host name in a listener's `[listener.proxy_protocol]
 /// trusted` resolved to when the configuration was loaded (at start and
 /// at every reload): which addresses are trusted by name, until the next.
+/// The configuration's warnings (`Config::warnings`, what `check` prints
+/// on stderr), one WARN line each: at start and after each applied reload.
+fn log_config_warnings(config: &Config) {
+    for warning in &config.warnings {
+        tracing::warn!(key = %warning.key, warning = %warning.message(), "configuration warning");
+    }
+}
+
 fn log_trusted_names(config: &Config) {
     for listener in &config.listeners {
         let Some(inbound) = &listener.proxy_protocol else {

@@ -188,7 +188,8 @@ fn the_readme_migration_example_loads() {
     assert!(config.admin.is_some(), "stats socket ... level admin");
 }
 
-fn snirelay(args: &[&str]) -> (i32, String, String) {
+/// The binary run with `args`: exit code, stdout, stderr.
+pub(crate) fn snirelay(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_snirelay"))
         .args(args)
         .output()

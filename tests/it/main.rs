@@ -49,6 +49,7 @@ mod admission_bounds;
 mod limits_config;
 mod limits_descriptors;
 mod route_limits;
+mod route_listeners;
 mod route_rules;
 mod sni_file;
 

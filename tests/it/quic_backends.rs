@@ -23,11 +23,13 @@ use std::sync::atomic::Ordering;
 
 use common::control_plane::{ControlPlane, Reply};
 use common::dns::{DnsServer, Mode};
-use common::udp::{echoed_flow, next_seen, send_flow, udp_echo_backends, udp_echo_on};
+use common::udp::{
+    echoed_flow, next_seen, send_flow, udp_and_tcp_port, udp_echo_backends, udp_echo_on,
+};
 use common::{NO_SOURCE_LIMIT, Relay, WAIT, http_request_text, http_tcp, token_file};
 use serde_json::Value;
 use snirelay::backend::balance::{affinity_hash, affinity_rank};
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::UdpSocket;
 
 include!("common/quic_capture.rs");
 
@@ -335,16 +337,6 @@ async fn maint_ends_the_flows_on_an_address_and_new_flows_skip_it() {
 /// A UDP echo socket and a TCP listener on the same 127.0.0.1 port (a
 /// port whose TCP side is taken is given up for another, a bounded number
 /// of times).
-async fn udp_and_tcp_port() -> (UdpSocket, TcpListener) {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        if let Ok(tcp) = TcpListener::bind(udp.local_addr().unwrap()).await {
-            return (udp, tcp);
-        }
-    }
-    panic!("no port free for both UDP and TCP in 50 tries");
-}
-
 #[tokio::test]
 async fn least_connections_counts_flows_and_tcp_connections_alike() {
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();

@@ -105,6 +105,23 @@ impl Checker {
                 "bounds the PROXY v2 header a QUIC flow's datagrams carry: it needs proxy_protocol = \"v2\" (v1 has no UDP form)",
             );
         }
+        let quic_reads_proxy_protocol = section
+            .quic_reads_proxy_protocol
+            .unwrap_or(DEFAULT_QUIC_READS_PROXY_PROTOCOL);
+        if quic_reads_proxy_protocol
+            && (hop.is_some() || proxy_protocol.is_some_and(|p| p != Outbound::V2))
+        {
+            self.problem(
+                format!("{key}.quic_reads_proxy_protocol"),
+                if hop.is_some() {
+                    "a [cluster] backend's hops go to other snirelay nodes, which read them; \
+                     leave it out (set it on the cluster's local_backend if that one sends v2)"
+                } else {
+                    "true says the QUIC server reads the PROXY v2 header a quic listener sends: \
+                     it needs proxy_protocol = \"v2\""
+                },
+            );
+        }
         if let Some(hop) = hop
             && proxy_protocol.is_some_and(|p| p != hop)
         {
@@ -230,6 +247,7 @@ impl Checker {
             proxy_protocol: proxy_protocol?,
             proxy_protocol_crc32c,
             max_datagram_size: max_datagram_size?,
+            quic_reads_proxy_protocol,
             proxy_protocol_tlvs: proxy_protocol_tlvs?,
             source: source?,
             policy,

@@ -70,7 +70,7 @@ impl Checker {
         &mut self,
         key: &str,
         section: &file::RouteSection,
-    ) -> Option<impl FnOnce(Bandwidth) -> Bandwidth + use<>> {
+    ) -> Option<impl Fn(Bandwidth) -> Bandwidth + use<>> {
         let written = [
             section.rate_up,
             section.rate_down,

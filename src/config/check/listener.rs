@@ -187,10 +187,14 @@ impl Checker {
     /// with no header, as before hop counts went over UDP. A cluster that
     /// asks DNS (`dns_server`) needs the listener bound to its node's own
     /// addresses, since a flow knows the address it came to only from its
-    /// socket and an answer naming this node must be recognised.
+    /// socket and an answer naming this node must be recognised. A
+    /// backend (or `local_backend`) that sends v2 is warned about
+    /// (`proxy_over_quic`); `reached` says how the listener
+    /// reaches it (`route "site"`, `no_sni`).
     pub(super) fn quic_backend(
         &mut self,
         key: &str,
+        reached: &str,
         listener: &Listener,
         backend: &Backend,
         backends: &BTreeMap<String, Arc<Backend>>,
@@ -200,6 +204,9 @@ impl Checker {
         }
         self.quic_backends.insert(backend.name.clone());
         let cluster = backend.cluster();
+        if cluster.is_none() {
+            self.proxy_over_quic(key, reached, listener, backend);
+        }
         if cluster.is_none() && backend.proxy_protocol == Outbound::V1 {
             self.problem(
                 key.to_owned(),
@@ -219,6 +226,7 @@ impl Checker {
             .and_then(|name| backends.get(name));
         if let Some(local) = local {
             self.quic_backends.insert(local.name.clone());
+            self.proxy_over_quic(key, reached, listener, local);
             if local.proxy_protocol == Outbound::V1 {
                 self.problem(
                     key.to_owned(),
@@ -244,6 +252,40 @@ impl Checker {
                 ),
             );
         }
+    }
+
+    /// A warning, not an error, when `backend` gets PROXY v2 headers over
+    /// UDP from quic `listener` and does not say its QUIC server reads
+    /// them (`quic_reads_proxy_protocol`): a QUIC stack that does not strip
+    /// the header drops every datagram that carries one, and most cannot
+    /// (docs/quic.md, "PROXY v2 over UDP"). A warning because the header
+    /// is what was asked for, and another snirelay (or a server that
+    /// reads it) behind the backend's addresses is a sound setup. A
+    /// `[cluster]` backend's own hops go to other snirelay nodes, which
+    /// read them: not warned about (its `local_backend` is).
+    fn proxy_over_quic(
+        &mut self,
+        key: &str,
+        reached: &str,
+        listener: &Listener,
+        backend: &Backend,
+    ) {
+        if backend.proxy_protocol != Outbound::V2 || backend.quic_reads_proxy_protocol {
+            return;
+        }
+        self.warn(
+            key,
+            format!(
+                "backend {:?} sends PROXY v2 headers (proxy_protocol = \"v2\"), and {reached} \
+                 reaches it from protocol = \"quic\" listener {:?}: each flow's first datagrams \
+                 then carry the header over UDP, which most QUIC servers cannot strip (they drop \
+                 those datagrams, and the handshake never completes); if the QUIC server at its \
+                 addresses reads them (another snirelay with [listener.proxy_protocol], say), \
+                 set `quic_reads_proxy_protocol = true` in [backend.{}], else send this \
+                 listener's flows to a backend without proxy_protocol",
+                backend.name, listener.name, backend.name
+            ),
+        );
     }
 
     /// `min_tls_version`: `"1.0"` … `"1.3"`.

@@ -5,7 +5,10 @@
 //! [`proxy_tlvs`] (the PROXY v2 TLV keys of backends and listeners),
 //! [`route`] (its names file in [`sni_file`]), [`backend`], [`cluster`], [`admin`], [`log`]; [`values`] holds the
 //! checks of values they share. Error messages name the key and the bad
-//! value; tests pin them.
+//! value; tests pin them. What the file allows but is likely a mistake (a
+//! backend sending PROXY headers to a QUIC server that may not read them)
+//! is a warning instead ([`Config::warnings`]), which `check` prints and
+//! the relay logs.
 //!
 //! Not here: the defaults and ranges (`config`, declared in [`crate::config::keys`])
 //! or reading the file.
@@ -46,6 +49,9 @@ use crate::wire::sni::{Pattern, PatternRef};
 #[derive(Default)]
 pub(super) struct Checker {
     pub(super) problems: Vec<Problem>,
+    /// What is allowed but likely wrong (`snirelay check` prints these;
+    /// the relay logs them at start and at each reload).
+    pub(super) warnings: Vec<Problem>,
     declared_backends: HashSet<String>,
     /// The backends a `protocol = "quic"` listener reaches (a route, its
     /// `no_sni` or `ech` fallback): where `max_datagram_size` means something.
@@ -66,6 +72,13 @@ impl Checker {
 
     pub(super) fn problem(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn warn(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(Problem {
             key: key.into(),
             message: message.into(),
         });
@@ -115,12 +128,19 @@ impl Checker {
                     format!("listener name {:?} is used twice", section.name),
                 );
             }
+            if section.name == keys::ALL_LISTENERS {
+                self.problem(
+                    format!("{key}.name"),
+                    "\"*\" is not a listener name: a route's `listener = \"*\"` means every listener; choose another name",
+                );
+            }
             if let Some(mut listener) = self.listener(&key, section, &backends, &mut binds) {
                 listener.splice = section.splice.unwrap_or(global.splice);
                 // QUIC listeners (issue 18): their own fallbacks too.
                 if let NoSni::Backend(backend) = &listener.no_sni {
                     self.quic_backend(
                         &format!("{key}.no_sni"),
+                        "the listener's no_sni",
                         &listener,
                         &backend.clone(),
                         &backends,
@@ -129,6 +149,7 @@ impl Checker {
                 if let EchPolicy::Backend(backend) = &listener.ech {
                     self.quic_backend(
                         &format!("{key}.ech"),
+                        "the listener's ech",
                         &listener,
                         &backend.clone(),
                         &backends,
@@ -146,11 +167,21 @@ impl Checker {
                      to this backend: a TCP connection's header has no datagram to fit",
                 );
             }
+            if backend.quic_reads_proxy_protocol && !self.quic_backends.contains(name) {
+                self.problem(
+                    format!("backend.{name}.quic_reads_proxy_protocol"),
+                    "says the QUIC server reads PROXY headers over UDP, but no protocol = \"quic\" \
+                     listener routes to this backend; leave it out",
+                );
+            }
         }
         for listener in &listeners {
             // A route dropped for its own problem (reported already) still names it.
             let named = file.routes.iter().any(|r| match &r.listener {
-                Some(name) => name == &listener.name,
+                Some(names) => names
+                    .as_slice()
+                    .iter()
+                    .any(|n| n == &listener.name || n == keys::ALL_LISTENERS),
                 None => file.listeners.len() == 1,
             });
             if !named && listener.routes.is_empty() && matches!(listener.no_sni, NoSni::Reject) {
@@ -184,6 +215,7 @@ impl Checker {
             backends,
             admin,
             log,
+            warnings: std::mem::take(&mut self.warnings),
         })
     }
 }

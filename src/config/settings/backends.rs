@@ -36,6 +36,10 @@ pub struct Backend {
     /// make toward this backend; `None`: the default
     /// ([`crate::proxy::datagram::DEFAULT_MAX_DATAGRAM_SIZE`]).
     pub max_datagram_size: Option<usize>,
+    /// `quic_reads_proxy_protocol`: the QUIC server at the addresses
+    /// strips the v2 header a quic listener sends, so `check` does not
+    /// warn about it. Read by the checker only.
+    pub quic_reads_proxy_protocol: bool,
     /// `proxy_protocol_tlvs`: the TLVs that (v2) header adds, in order,
     /// each type once. Shared, so a connection holds it without a copy.
     pub proxy_protocol_tlvs: Arc<[ProxyTlv]>,

@@ -58,6 +58,18 @@ pub(crate) async fn udp_echo_backends(
     (addrs, rx)
 }
 
+/// A UDP socket and a TCP listener on the same loopback port: one
+/// backend address a quic and a tcp listener both reach.
+pub(crate) async fn udp_and_tcp_port() -> (UdpSocket, tokio::net::TcpListener) {
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        if let Ok(tcp) = tokio::net::TcpListener::bind(udp.local_addr().unwrap()).await {
+            return (udp, tcp);
+        }
+    }
+    panic!("no port free for both UDP and TCP in 50 tries");
+}
+
 /// The backend that reports next (bounded by WAIT).
 pub(crate) async fn next_seen(seen: &mut mpsc::UnboundedReceiver<SocketAddr>) -> SocketAddr {
     tokio::time::timeout(WAIT, seen.recv())
