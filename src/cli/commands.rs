@@ -1,14 +1,14 @@
-//! The command line carried out: `run`, `check`, `probe`, `ctl` and
-//! `import-haproxy`, each from its parsed arguments to an exit code. The
+//! The command line carried out: `run`, `check`, `probe`, `certs`, `ctl`
+//! and `import-haproxy`, each from its parsed arguments to an exit code. The
 //! binary (`src/main.rs`, which documents the exit codes) only installs the
 //! allocator and calls [`main`]; the argument definitions are in the parent
-//! module, the commands' own work in `probe`, `ctl` and `haproxy_import`,
+//! module, the commands' own work in `probe`, `certs`, `ctl` and `haproxy_import`,
 //! and serving in `crate::run`.
 
 use std::process::ExitCode;
 
-use super::probe;
-use super::{Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs, RunArgs};
+use super::{CertsArgs, Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs, RunArgs};
+use super::{certs, probe};
 use crate::config::Config;
 use crate::pump::splice;
 use crate::run::descriptors::DescriptorBudget;
@@ -33,6 +33,7 @@ pub fn main() -> ExitCode {
     {
         Command::Check => check(&cli),
         Command::Probe(args) => run_probe(&args),
+        Command::Certs(args) => run_certs(&cli, &args),
         Command::Ctl(args) => ctl(&cli, &args),
         Command::ImportHaproxy(args) => import_haproxy(&args),
         Command::Run(args) => match run(&cli, &args) {
@@ -199,6 +200,39 @@ fn run_probe(args: &ProbeArgs) -> ExitCode {
             eprintln!("snirelay probe: {e}");
             return ExitCode::from(2);
         }
+    }
+    ExitCode::from(report.exit_code)
+}
+
+fn run_certs(cli: &Cli, args: &CertsArgs) -> ExitCode {
+    let config = match Config::load(&cli.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("snirelay certs: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match runtime.block_on(certs::run(&config, args)) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("snirelay certs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.format == "json" {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
     }
     ExitCode::from(report.exit_code)
 }

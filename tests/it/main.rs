@@ -74,6 +74,7 @@ mod quic_validation;
 
 // Backends and clusters.
 mod backend_backup;
+mod backend_certs;
 mod backend_cluster;
 mod backend_dns;
 mod backend_health;
