@@ -80,6 +80,7 @@ mod backend_dns;
 mod backend_health;
 mod backend_select;
 mod cluster_flood;
+mod coalescing_browser;
 mod egress;
 mod pangolin_base_address;
 mod pangolin_ha_reference;
