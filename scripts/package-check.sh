@@ -70,6 +70,7 @@ EXPECTED_FILES="\
 ./usr/share/doc/snirelay/docs/quic.md
 ./usr/share/doc/snirelay/examples/cloud-init.yaml
 ./usr/share/doc/snirelay/examples/grafana-dashboard.json
+./usr/share/man/man1/snirelay-certs.1.gz
 ./usr/share/man/man1/snirelay-check.1.gz
 ./usr/share/man/man1/snirelay-ctl.1.gz
 ./usr/share/man/man1/snirelay-import-haproxy.1.gz

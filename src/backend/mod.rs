@@ -39,6 +39,7 @@
 
 pub mod balance;
 pub(crate) mod candidates;
+pub(crate) mod certificate;
 pub mod cluster;
 pub(crate) mod cluster_http;
 pub mod dns;

@@ -1,14 +1,16 @@
-//! The command line carried out: `run`, `check`, `probe`, `ctl` and
-//! `import-haproxy`, each from its parsed arguments to an exit code. The
+//! The command line carried out: `run`, `check`, `probe`, `certs`, `ctl`
+//! and `import-haproxy`, each from its parsed arguments to an exit code. The
 //! binary (`src/main.rs`, which documents the exit codes) only installs the
 //! allocator and calls [`main`]; the argument definitions are in the parent
-//! module, the commands' own work in `probe`, `ctl` and `haproxy_import`,
+//! module, the commands' own work in `probe`, `certs`, `ctl` and `haproxy_import`,
 //! and serving in `crate::run`.
 
 use std::process::ExitCode;
 
-use super::probe;
-use super::{CheckArgs, Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs, RunArgs};
+use super::{
+    CertsArgs, CheckArgs, Cli, Command, CtlAction, CtlArgs, ImportHaproxyArgs, ProbeArgs, RunArgs,
+};
+use super::{certs, probe};
 use crate::config::Config;
 use crate::pump::splice;
 use crate::run::descriptors::DescriptorBudget;
@@ -28,6 +30,7 @@ pub fn main() -> ExitCode {
     match Cli::parse().into_command() {
         Command::Check(args) => check(&args),
         Command::Probe(args) => run_probe(&args),
+        Command::Certs(args) => run_certs(&args),
         Command::Ctl(args) => ctl(&args),
         Command::ImportHaproxy(args) => import_haproxy(&args),
         Command::Run(args) => match run(&args) {
@@ -198,6 +201,39 @@ fn run_probe(args: &ProbeArgs) -> ExitCode {
             eprintln!("snirelay probe: {e}");
             return ExitCode::from(2);
         }
+    }
+    ExitCode::from(report.exit_code)
+}
+
+fn run_certs(args: &CertsArgs) -> ExitCode {
+    let config = match Config::load(&args.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("snirelay certs: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match runtime.block_on(certs::run(&config, args)) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("snirelay certs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.format == "json" {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
     }
     ExitCode::from(report.exit_code)
 }

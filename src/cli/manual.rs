@@ -127,6 +127,7 @@ const SEE_ALSO: &[&str] = &[
     "snirelay-run(1)",
     "snirelay-check(1)",
     "snirelay-probe(1)",
+    "snirelay-certs(1)",
     "snirelay-ctl(1)",
     "snirelay-import-haproxy(1)",
     "snirelay.toml(5)",
@@ -203,6 +204,49 @@ const PROBE: Manual = Manual {
         (
             "snirelay probe 192.0.2.10 --sni app.example.com --readyz http://192.0.2.10:9901/readyz --json",
             "Also ask the edge's admin listener whether it is ready; print JSON.",
+        ),
+    ],
+    see_also: SEE_ALSO,
+};
+
+const CERTS: Manual = Manual {
+    exit_status: &[
+        (
+            "0",
+            "Every name checked was covered by a certificate that verifies and has 14 days or \
+             more left.",
+        ),
+        (
+            "1",
+            "Warnings only: a certificate has fewer than 14 days left.",
+        ),
+        (
+            "2",
+            "A name could not be checked at an address (no connection or handshake), a \
+             certificate does not cover its name or does not verify, the configuration is \
+             invalid, no CA certificate could be loaded, or a usage error.",
+        ),
+    ],
+    signals: &[],
+    files: &[
+        CONFIG_FILE,
+        (
+            "/etc/ssl/certs",
+            "The system's CA certificates, trusted unless --ca is given.",
+        ),
+    ],
+    environment: &[(
+        "SSL_CERT_FILE, SSL_CERT_DIR",
+        "Where the system's CA certificates are read from, when set.",
+    )],
+    examples: &[
+        (
+            "snirelay certs --config /etc/snirelay/snirelay.toml",
+            "A table of what every backend presents for every name routed to it.",
+        ),
+        (
+            "snirelay certs --ca internal-ca.pem --format json --max-names 5",
+            "Trust a private CA, check at most five names per backend, print JSON.",
         ),
     ],
     see_also: SEE_ALSO,
@@ -291,6 +335,7 @@ pub fn manual(command: &str) -> Option<Manual> {
         "snirelay" | "run" => RUN,
         "check" => CHECK,
         "probe" => PROBE,
+        "certs" => CERTS,
         "ctl" => CTL,
         "import-haproxy" => IMPORT_HAPROXY,
         _ => return None,

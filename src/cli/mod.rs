@@ -1,5 +1,5 @@
 //! The command line: `snirelay [run] --config FILE`, `snirelay check --config FILE`,
-//! `snirelay probe NAME --sni HOST [--readyz URL]`, `snirelay ctl ...` (the control API
+//! `snirelay probe NAME --sni HOST [--readyz URL]`, `snirelay certs`, `snirelay ctl ...` (the control API
 //! of the admin listener named in the configuration file), `snirelay
 //! import-haproxy FILE`.
 //!
@@ -10,6 +10,7 @@
 //! Not here: carrying a command out ([`commands`]), or the configuration's
 //! own checks ([`crate::config`]).
 
+pub(crate) mod certs;
 mod commands;
 pub(crate) mod ctl;
 pub(crate) mod haproxy_import;
@@ -72,6 +73,22 @@ pub enum Command {
     /// completed handshake counts as healthy. Exits 0 when every address is
     /// healthy, 1 when some are, 2 when none is (or NAME does not resolve).
     Probe(ProbeArgs),
+    /// Report the certificate each backend presents for each name routed to it.
+    ///
+    /// For every route of every TCP listener of --config: each exact name,
+    /// and for a `*.suffix` pattern the name `snirelay-check.suffix`, at
+    /// most --max-names per backend (the rest are counted as skipped). Each
+    /// name is sent as SNI to every address of the route's backend (a fixed
+    /// list, or a `resolve` answer now), after the PROXY LOCAL header when
+    /// the backend speaks PROXY, in a complete TLS handshake offering h2 and
+    /// http/1.1, within --timeout, --concurrency at once. Each row gives the
+    /// certificate's subject names, issuer and not-after, whether it covers
+    /// the name (RFC 6125), whether it verifies (system roots or --ca) and
+    /// the ALPN the backend selected. Routes of QUIC listeners, of cluster
+    /// backends and default routes are listed as not checked. A separate
+    /// command from `check`, which reads the file only: this one connects to
+    /// every backend.
+    Certs(CertsArgs),
     /// Control a running relay through its admin listener (`[admin]` listen
     /// and `token_file` of `--config`).
     ///
@@ -351,6 +368,34 @@ pub struct ProbeArgs {
     /// textfile collector.
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
+}
+
+/// `snirelay certs [--config FILE] [--format text|json] [--ca FILE] ...`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct CertsArgs {
+    /// The configuration file whose routes and backends are checked.
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+
+    /// Output: `text` (a table) or `json` (one document).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
+
+    /// Trust only the CA certificates in this PEM file (default: the system store).
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+
+    /// Budget per name and address for TCP connect plus TLS handshake.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+
+    /// Handshakes in flight at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Names checked per backend at most, in file order; the rest are counted as skipped.
+    #[arg(long, default_value_t = 50)]
+    pub max_names: usize,
 }
 
 /// What `check` prints after `ok` for a valid file: one line per default

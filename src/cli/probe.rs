@@ -28,17 +28,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 use tokio_rustls::TlsConnector;
 
+use crate::backend::certificate::{AcceptAnyCertificate, provider};
 use crate::cli::ProbeArgs;
 use crate::cli::readyz::{self, ReadyzReport};
 use crate::system_roots::add_system_roots;
@@ -456,10 +455,6 @@ fn millis(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
-
 /// The TLS client: trust (system store, `--ca`, or `--insecure`) and an
 /// optional client certificate.
 fn client_config(args: &ProbeArgs) -> Result<ClientConfig, ProbeError> {
@@ -468,21 +463,9 @@ fn client_config(args: &ProbeArgs) -> Result<ClientConfig, ProbeError> {
     let builder = if args.insecure {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider())))
     } else {
-        let mut roots = RootCertStore::empty();
-        match &args.ca {
-            Some(path) => {
-                for cert in read_certs(path)? {
-                    roots.add(cert).map_err(|e| ProbeError::Pem {
-                        path: path.clone(),
-                        message: format!("not a usable CA certificate: {e}"),
-                    })?;
-                }
-            }
-            None => add_system_roots(&mut roots).map_err(ProbeError::NoRoots)?,
-        }
-        builder.with_root_certificates(roots)
+        builder.with_root_certificates(trusted_roots(args.ca.as_deref())?)
     };
     let config = match (&args.client_cert, &args.client_key) {
         (Some(cert), Some(key)) => {
@@ -496,6 +479,24 @@ fn client_config(args: &ProbeArgs) -> Result<ClientConfig, ProbeError> {
         _ => builder.with_no_client_auth(),
     };
     Ok(config)
+}
+
+/// The CA certificates a client trusts: those of `ca` (a PEM file) when
+/// given, else the system store's.
+pub(crate) fn trusted_roots(ca: Option<&Path>) -> Result<RootCertStore, ProbeError> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            for cert in read_certs(path)? {
+                roots.add(cert).map_err(|e| ProbeError::Pem {
+                    path: path.to_owned(),
+                    message: format!("not a usable CA certificate: {e}"),
+                })?;
+            }
+        }
+        None => add_system_roots(&mut roots).map_err(ProbeError::NoRoots)?,
+    }
+    Ok(roots)
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ProbeError> {
@@ -545,56 +546,6 @@ pub(crate) fn write_textfile(path: &Path, text: &str) -> Result<(), ProbeError> 
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(fail)
-}
-
-/// `--insecure`: any certificate is accepted, but handshake signatures are
-/// still checked, so the handshake itself is real.
-#[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

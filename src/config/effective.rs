@@ -135,6 +135,7 @@ fn global_section(global: &Global) -> GlobalSection {
         pipe_size,
         max_pipes,
         max_connection_rate,
+        coalescing_risk,
     } = global;
     GlobalSection {
         max_connections: count(*max_connections),
@@ -144,6 +145,7 @@ fn global_section(global: &Global) -> GlobalSection {
         pipe_size: count(*pipe_size),
         max_pipes: count(*max_pipes),
         max_connection_rate: max_connection_rate.map(|r| i64::from(r.get())),
+        coalescing_risk: Some(coalescing_risk.as_str().to_owned()),
     }
 }
 

@@ -66,6 +66,8 @@ pub struct GlobalSection {
     pub(crate) max_pipes: Option<i64>,
     /// New connections per second for the whole process (unset: unlimited).
     pub max_connection_rate: Option<i64>,
+    /// What `snirelay certs` makes of a coalescing risk: "warn" or "error".
+    pub(crate) coalescing_risk: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

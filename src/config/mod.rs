@@ -119,6 +119,36 @@ pub struct Global {
     /// like HAProxy's `maxconnrate`. Memory: one GCRA cell for the process;
     /// hot path: one compare-and-swap before each `accept`.
     pub max_connection_rate: Option<NonZeroU32>,
+    /// `coalescing_risk`: what `snirelay certs` makes of a certificate
+    /// that lets a browser reuse one backend's connection for a name
+    /// routed to another. The relay itself never reads it.
+    pub coalescing_risk: CoalescingRisk,
+}
+
+/// `[global] coalescing_risk`: how `snirelay certs` reports a certificate
+/// presented for a name routed to one backend that also covers a name
+/// routed to another, with an ALPN that lets a browser reuse the
+/// connection (RFC 9113 §9.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CoalescingRisk {
+    /// `"warn"`: printed as a warning; exit code 1.
+    #[default]
+    Warn,
+    /// `"error"`: printed as an error; exit code 2.
+    Error,
+}
+
+impl CoalescingRisk {
+    /// Every choice, as the file writes them.
+    pub const ALL: [CoalescingRisk; 2] = [CoalescingRisk::Warn, CoalescingRisk::Error];
+
+    /// As written in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CoalescingRisk::Warn => "warn",
+            CoalescingRisk::Error => "error",
+        }
+    }
 }
 
 /// One `[[listener]]`: where clients connect, how their hellos are read, and

@@ -1,9 +1,12 @@
 //! A backend's series: its connect series ([`BackendSeries`], resolved
 //! once per backend runtime), the health of its addresses
-//! (`snirelay_backend_address_up`, `snirelay_backend_addresses`) and the
-//! operator's state of them (`snirelay_backend_address_state`), both
-//! bounded at [`MAX_ADDRESS_SERIES_PER_BACKEND`] addresses per backend and
-//! switched by `[admin] address_labels` ([`Metrics::set_address_labels`]).
+//! (`snirelay_backend_address_up`, `snirelay_backend_addresses`), the
+//! certificates TLS health checks learned at them
+//! (`snirelay_backend_certificate_not_after_seconds`,
+//! `snirelay_backend_certificate_covers`) and the operator's state of them
+//! (`snirelay_backend_address_state`), all bounded at
+//! [`MAX_ADDRESS_SERIES_PER_BACKEND`] addresses per backend and switched by
+//! `[admin] address_labels` ([`Metrics::set_address_labels`]).
 //!
 //! Not here: the families and the address book's fields
 //! ([`super::registry`]); the backend lookups' and `source` addresses'
@@ -91,11 +94,15 @@ impl Metrics {
             let oldest = known.iter().min_by_key(|(_, (_, at))| *at).map(|(a, _)| *a);
             if let Some(oldest) = oldest {
                 known.remove(&oldest);
+                book.certificates.remove(&(backend.to_owned(), oldest));
                 if book.labels {
-                    self.backend_address_up.remove(&BackendAddressLabels {
+                    let labels = BackendAddressLabels {
                         backend: backend.to_owned(),
                         address: oldest.to_string(),
-                    });
+                    };
+                    self.backend_address_up.remove(&labels);
+                    self.certificate_not_after.remove(&labels);
+                    self.certificate_covers.remove(&labels);
                 }
                 self.address_series_replaced
                     .get_or_create(&BackendLabels {
@@ -124,9 +131,46 @@ impl Metrics {
         }
     }
 
-    /// `[admin] address_labels`: whether `snirelay_backend_address_up` is
-    /// exported (by address). Turned off, its series go at once; turned on,
-    /// they come back with the last reported states.
+    /// What a TLS health check's certificate fetch learned at `address` of
+    /// `backend`: when the certificate expires (Unix seconds) and whether
+    /// it covers the check's `sni`. Exported only for an address whose
+    /// health is exported ([`Metrics::backend_address_health`] first), so
+    /// the same bound holds, and dropped with it.
+    pub(crate) fn backend_certificate(
+        &self,
+        backend: &str,
+        address: SocketAddr,
+        not_after: i64,
+        covers: bool,
+    ) {
+        let mut book = self.addresses.lock().unwrap_or_else(|e| e.into_inner());
+        let known = book
+            .backends
+            .get(backend)
+            .is_some_and(|k| k.contains_key(&address));
+        if !known {
+            return;
+        }
+        book.certificates
+            .insert((backend.to_owned(), address), (not_after, covers));
+        if book.labels {
+            let labels = BackendAddressLabels {
+                backend: backend.to_owned(),
+                address: address.to_string(),
+            };
+            self.certificate_not_after
+                .get_or_create(&labels)
+                .set(not_after);
+            self.certificate_covers
+                .get_or_create(&labels)
+                .set(i64::from(covers));
+        }
+    }
+
+    /// `[admin] address_labels`: whether `snirelay_backend_address_up` and
+    /// the certificate series are exported (by address). Turned off, their
+    /// series go at once; turned on, they come back with the last reported
+    /// values.
     pub(crate) fn set_address_labels(&self, on: bool) {
         let mut book = self.addresses.lock().unwrap_or_else(|e| e.into_inner());
         if book.labels == on {
@@ -134,6 +178,8 @@ impl Metrics {
         }
         book.labels = on;
         self.backend_address_up.clear();
+        self.certificate_not_after.clear();
+        self.certificate_covers.clear();
         if !on {
             // The operator-state series name addresses too.
             self.address_state.clear();
@@ -148,6 +194,18 @@ impl Metrics {
                         })
                         .set(i64::from(*up));
                 }
+            }
+            for ((backend, address), (not_after, covers)) in &book.certificates {
+                let labels = BackendAddressLabels {
+                    backend: backend.clone(),
+                    address: address.to_string(),
+                };
+                self.certificate_not_after
+                    .get_or_create(&labels)
+                    .set(*not_after);
+                self.certificate_covers
+                    .get_or_create(&labels)
+                    .set(i64::from(*covers));
             }
         }
     }
@@ -257,6 +315,21 @@ mod tests {
             "{text}"
         );
 
+        // A certificate is exported for an address whose health is, only.
+        m.backend_certificate("unit_cap", addr(10), 1_900_000_000, false);
+        m.backend_certificate("unit_cap", addr(0), 1_900_000_000, true);
+        let cert = |family: &str, i: usize| {
+            format!(
+                "snirelay_backend_certificate_{family}{{backend=\"unit_cap\",address=\"{}\"}} ",
+                addr(i)
+            )
+        };
+        let text = m.render();
+        let not_after = format!("{}1900000000", cert("not_after_seconds", 10));
+        assert!(text.contains(&not_after), "{text}");
+        assert!(text.contains(&format!("{}0", cert("covers", 10))), "{text}");
+        assert!(!text.contains(&cert("covers", 0)), "{text}");
+
         m.set_address_labels(false);
         m.backend_address_health("unit_cap", addr(200), false);
         let text = m.render();
@@ -273,5 +346,6 @@ mod tests {
         let text = m.render();
         assert_eq!(series(&text), MAX_ADDRESS_SERIES_PER_BACKEND);
         assert!(text.contains(&format!("{}0", up(200))), "{text}");
+        assert!(text.contains(&not_after), "{text}");
     }
 }

@@ -157,6 +157,18 @@ pub const FAMILIES: &[Family] = &[
         help: "Address health series dropped to keep a backend within its address cap",
     },
     Family {
+        name: "snirelay_backend_certificate_not_after_seconds",
+        kind: Kind::Gauge,
+        labels: &["backend", "address"],
+        help: "When the certificate a TLS-checked backend address presents for the check's sni expires (Unix time)",
+    },
+    Family {
+        name: "snirelay_backend_certificate_covers",
+        kind: Kind::Gauge,
+        labels: &["backend", "address"],
+        help: "Whether the certificate a TLS-checked backend address presents covers the check's sni (1) or not (0)",
+    },
+    Family {
         name: "snirelay_admin_connections_open",
         kind: Kind::Gauge,
         labels: &[],

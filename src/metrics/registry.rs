@@ -75,6 +75,9 @@ pub(crate) struct Metrics {
     pub(super) backend_address_up: Family<BackendAddressLabels, Gauge>,
     pub(super) backend_addresses: Family<BackendStateLabels, Gauge>,
     pub(super) address_series_replaced: Family<BackendLabels, Counter>,
+    // Backend certificates (issue 52).
+    pub(super) certificate_not_after: Family<BackendAddressLabels, Gauge>,
+    pub(super) certificate_covers: Family<BackendAddressLabels, Gauge>,
     /// What the address health series say, and whether they carry the address.
     pub(super) addresses: Mutex<AddressBook>,
     pub(super) admin_open: Gauge,
@@ -126,6 +129,9 @@ pub(super) struct AddressBook {
     pub(super) labels: bool,
     pub(super) reports: u64,
     pub(super) backends: HashMap<String, HashMap<SocketAddr, (bool, u64)>>,
+    /// (backend, address) → (not-after, covers) of the certificates the
+    /// TLS health checks learned, for addresses in `backends` only.
+    pub(super) certificates: HashMap<(String, SocketAddr), (i64, bool)>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -153,10 +159,13 @@ impl Metrics {
             backend_address_up: Family::default(),
             backend_addresses: Family::default(),
             address_series_replaced: Family::default(),
+            certificate_not_after: Family::default(),
+            certificate_covers: Family::default(),
             addresses: Mutex::new(AddressBook {
                 labels: true,
                 reports: 0,
                 backends: HashMap::new(),
+                certificates: HashMap::new(),
             }),
             admin_open: Gauge::default(),
             admin_closed: Family::default(),
@@ -220,6 +229,16 @@ impl Metrics {
             r,
             "snirelay_backend_address_series_replaced_total",
             m.address_series_replaced.clone(),
+        );
+        register(
+            r,
+            "snirelay_backend_certificate_not_after_seconds",
+            m.certificate_not_after.clone(),
+        );
+        register(
+            r,
+            "snirelay_backend_certificate_covers",
+            m.certificate_covers.clone(),
         );
         register(r, "snirelay_admin_connections_open", m.admin_open.clone());
         register(

@@ -1,5 +1,6 @@
-//! Active health checks (TCP and TLS) and `policy = "fastest"` (timing the
-//! connect or the TLS check's ServerHello) against the real binary.
+//! Active health checks (TCP and TLS), the certificates a TLS check learns,
+//! and `policy = "fastest"` (timing the connect or the TLS check's
+//! ServerHello) against the real binary.
 //!
 //! Backends here can be stopped and started again on the same port (health),
 //! or made slow to connect (fastest). On loopback the kernel completes a
@@ -658,4 +659,56 @@ connect_timeout = "1s"
         relayed_backend_addr(&relay, &pki, NAME).await,
         other.addr.to_string()
     );
+}
+
+/// Polls /metrics until every one of `series` is there; returns the text.
+async fn wait_series(admin: SocketAddr, series: &[String]) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, text) = http_get(admin, "/metrics").await;
+        let missing: Vec<&String> = series
+            .iter()
+            .filter(|s| !text.lines().any(|l| l.starts_with(&format!("{s} "))))
+            .collect();
+        if missing.is_empty() {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{missing:?} not exported after {WAIT:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_check_exports_each_address_certificate_expiry_and_coverage() {
+    let covering = tls_echo_backend(&Pki::new(&[NAME])).await;
+    let other = tls_echo_backend(&Pki::new(&["other.example.com"])).await;
+    let (_relay, admin) = relay(&format!(
+        r#"addresses = ["{covering}", "{other}"]
+
+[backend.b.health]
+kind = "tls"
+sni = "{NAME}"
+interval = "100ms"
+timeout = "2s"
+"#
+    ))
+    .await;
+    let series = |family: &str, addr: SocketAddr| {
+        format!("snirelay_backend_certificate_{family}{{backend=\"b\",address=\"{addr}\"}}")
+    };
+    let wanted = [
+        series("not_after_seconds", covering),
+        series("covers", covering),
+        series("not_after_seconds", other),
+        series("covers", other),
+    ];
+    let text = wait_series(admin, &wanted).await;
+    assert_eq!(metric(&text, &wanted[1]), 1.0, "{text}");
+    assert_eq!(metric(&text, &wanted[3]), 0.0, "{text}");
+    // rcgen's default validity ends on 4096-01-01.
+    assert_eq!(metric(&text, &wanted[0]), 67_090_118_400.0, "{text}");
+    assert_eq!(metric(&text, &wanted[2]), 67_090_118_400.0, "{text}");
 }

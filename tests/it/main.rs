@@ -75,11 +75,13 @@ mod quic_validation;
 
 // Backends and clusters.
 mod backend_backup;
+mod backend_certs;
 mod backend_cluster;
 mod backend_dns;
 mod backend_health;
 mod backend_select;
 mod cluster_flood;
+mod coalescing_browser;
 mod egress;
 mod pangolin_base_address;
 mod pangolin_ha_reference;

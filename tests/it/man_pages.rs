@@ -222,6 +222,7 @@ fn each_command_takes_only_the_options_it_uses() {
         ("run", &SHARED),
         ("check", &["config"]),
         ("probe", &[]),
+        ("certs", &["config"]),
         ("ctl", &["config"]),
         ("import-haproxy", &[]),
         // clap's own `help` command.

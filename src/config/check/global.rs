@@ -1,4 +1,5 @@
-//! Checks `[global]`: process-wide limits, threads and the pipe pool.
+//! Checks `[global]`: process-wide limits, threads, the pipe pool and
+//! what `snirelay certs` makes of a coalescing risk.
 //!
 //! Not here: applying them (`server`, `pump`).
 
@@ -52,6 +53,27 @@ impl Checker {
                 section.max_connection_rate,
                 RATE_RANGE,
             ),
+            coalescing_risk: self.coalescing_risk(section.coalescing_risk.as_deref()),
+        }
+    }
+
+    /// `coalescing_risk`: `"warn"` (the default) or `"error"`.
+    fn coalescing_risk(&mut self, written: Option<&str>) -> CoalescingRisk {
+        let Some(written) = written else {
+            return CoalescingRisk::default();
+        };
+        match CoalescingRisk::ALL
+            .into_iter()
+            .find(|c| c.as_str() == written)
+        {
+            Some(choice) => choice,
+            None => {
+                self.problem(
+                    "global.coalescing_risk",
+                    format!("{written:?} is neither \"warn\" nor \"error\""),
+                );
+                CoalescingRisk::default()
+            }
         }
     }
 }

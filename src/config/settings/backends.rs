@@ -199,7 +199,8 @@ pub enum HealthKind {
     Tcp,
     /// A ClientHello for `sni`, passed when a ServerHello (or a
     /// HelloRetryRequest) comes back; the connection is then closed with
-    /// an alert. The handshake is never completed.
+    /// an alert. The check never completes the handshake (a separate,
+    /// less frequent certificate fetch does, `backend::health`).
     Tls { sni: String },
 }
 

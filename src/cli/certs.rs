@@ -1,0 +1,925 @@
+//! `snirelay certs`: what each backend presents, for each name routed to
+//! it, learned as a TLS client of the backend (the edge holds no keys).
+//!
+//! The names: for every route of every TCP listener, each exact name as
+//! written, and for a `*.suffix` pattern the name [`WILDCARD_PROBE_LABEL`]
+//! below it (`snirelay-check.suffix`); a default route (`*`) has no name to
+//! send. At most `--max-names` names per backend are checked, in file
+//! order; the rest are counted per backend as skipped. Every address of
+//! the route's backend is tried for each name: a fixed list as configured,
+//! a `resolve` backend's answer now (through its `resolver` if it has
+//! one). Cluster backends (addresses looked up per name, at run time) and
+//! routes of QUIC listeners are listed as not checked, with the reason.
+//!
+//! Each (name, address) is one TCP connection (from the host's address,
+//! whatever the backend's `source`), the backend's PROXY LOCAL header when
+//! it speaks PROXY, and a complete handshake offering `h2` and `http/1.1`
+//! ([`crate::backend::certificate`]), bounded by `--timeout`; at most
+//! `--concurrency` run at once. A row reports the certificate's subject
+//! names, issuer and not-after, whether it covers the name, whether it
+//! verifies (system roots or `--ca`) and the ALPN the backend selected,
+//! which is what a browser gets through the relay.
+//!
+//! Coalescing ([`coalescing`]): a browser holding an HTTP/2 connection for
+//! one name reuses it for another name the certificate covers and that
+//! resolves to the same address (RFC 9113 §9.1.1), which behind one
+//! listener every name does; the relay, which routes by the hello alone,
+//! never sees the second name. So wherever a certificate presented for a
+//! name of one route covers a name the same listener routes to another
+//! backend, and the backend selected `h2`, the report names both routes,
+//! both backends, the names and the fixes; `[global] coalescing_risk`
+//! makes it a warning or an error.
+//!
+//! Exit code ([`Report::exit_code`]): 2 when a name could not be checked
+//! at an address (no connection, no handshake) or its certificate does not
+//! cover it or does not verify, or with a coalescing risk under
+//! `coalescing_risk = "error"`; 1 when a certificate expires within
+//! [`EXPIRY_WARNING_DAYS`] or with a coalescing risk under `"warn"`; 0
+//! otherwise. Rows not checked and names skipped are reported and do not
+//! change it.
+//!
+//! Not here: the relay itself (nothing here runs through it), QUIC
+//! handshakes, client certificates, or revocation.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustls::pki_types::ServerName;
+use serde::Serialize;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::backend::certificate::{
+    BROWSER_ALPN, CertificateClient, CertificateSummary, san_covers,
+};
+use crate::backend::host_lookup::resolve_once;
+use crate::cli::CertsArgs;
+use crate::cli::probe::{ProbeError, trusted_roots};
+use crate::config::{AddressSource, Backend, CoalescingRisk, Config, Listener, Protocol};
+use crate::proxy::outbound::local_header;
+use crate::wire::sni::{PatternRef, Sni};
+
+/// The label put below a `*.suffix` pattern to make a name to send.
+pub(crate) const WILDCARD_PROBE_LABEL: &str = "snirelay-check";
+
+/// A certificate with fewer days left than this makes a row a warning.
+pub(crate) const EXPIRY_WARNING_DAYS: i64 = 14;
+
+/// One name to check, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub listener: String,
+    pub route: String,
+    pub backend: String,
+    /// The pattern as written (`a.example.com`, `*.example.com`).
+    pub pattern: String,
+    /// The name sent as SNI.
+    pub name: String,
+}
+
+/// A route whose names are not checked, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct NotChecked {
+    pub listener: String,
+    pub route: String,
+    pub backend: String,
+    pub reason: String,
+}
+
+/// What [`plan`] decided: the names to check, the routes left out, and how
+/// many names each backend had past `--max-names`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub targets: Vec<Target>,
+    pub not_checked: Vec<NotChecked>,
+    pub skipped: BTreeMap<String, usize>,
+}
+
+/// The names of every route, as [`plan`] picks them (pure: no I/O).
+pub(crate) fn plan(config: &Config, max_names: usize) -> Plan {
+    let mut plan = Plan::default();
+    let mut taken: BTreeMap<&str, usize> = BTreeMap::new();
+    for listener in &config.listeners {
+        for route in &listener.routes {
+            let backend = &route.backend;
+            let reason = if listener.protocol == Protocol::Quic {
+                Some("quic: a QUIC handshake is not made; its certificate is not learned")
+            } else if matches!(backend.source, AddressSource::Cluster(_)) {
+                Some("cluster: the addresses are looked up per name at run time")
+            } else {
+                None
+            };
+            let not_checked = |reason: &str| NotChecked {
+                listener: listener.name.clone(),
+                route: route.name.clone(),
+                backend: backend.name.clone(),
+                reason: reason.to_owned(),
+            };
+            if let Some(reason) = reason {
+                plan.not_checked.push(not_checked(reason));
+                continue;
+            }
+            for pattern in listener.patterns(route) {
+                let name = match pattern {
+                    PatternRef::Exact(name) => name.to_owned(),
+                    PatternRef::Below(suffix) => format!("{WILDCARD_PROBE_LABEL}.{suffix}"),
+                    PatternRef::Any => {
+                        plan.not_checked
+                            .push(not_checked("default route (*): no name to send"));
+                        continue;
+                    }
+                };
+                let count = taken.entry(backend.name.as_str()).or_default();
+                if *count >= max_names {
+                    *plan.skipped.entry(backend.name.clone()).or_default() += 1;
+                    continue;
+                }
+                *count += 1;
+                plan.targets.push(Target {
+                    listener: listener.name.clone(),
+                    route: route.name.clone(),
+                    backend: backend.name.clone(),
+                    pattern: pattern.to_string(),
+                    name,
+                });
+            }
+        }
+    }
+    plan
+}
+
+/// How a row ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Status {
+    /// Covered, verified, not about to expire.
+    Ok,
+    /// Expires within [`EXPIRY_WARNING_DAYS`].
+    Warning,
+    /// Not covered, not verified, or nothing learned.
+    Error,
+}
+
+/// What one (name, address) showed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Row {
+    pub listener: String,
+    pub route: String,
+    pub backend: String,
+    pub pattern: String,
+    pub name: String,
+    /// The address tried; absent when the backend's addresses could not
+    /// be found.
+    pub address: Option<SocketAddr>,
+    pub status: Status,
+    /// The certificate presented, when the handshake completed.
+    pub certificate: Option<CertificateSummary>,
+    /// Days until not-after (negative: expired).
+    pub days_left: Option<i64>,
+    /// Whether a subject alternative name covers `name` (RFC 6125).
+    pub covers: Option<bool>,
+    /// `ok`, or why the chain does not verify for `name`.
+    pub verified: Option<String>,
+    /// The protocol the backend selected of `h2` and `http/1.1`; absent
+    /// when it selected none.
+    pub alpn: Option<String>,
+    pub tls_version: Option<String>,
+    /// Why nothing was learned.
+    pub error: Option<String>,
+}
+
+impl Row {
+    fn new(target: &Target, address: Option<SocketAddr>) -> Row {
+        Row {
+            listener: target.listener.clone(),
+            route: target.route.clone(),
+            backend: target.backend.clone(),
+            pattern: target.pattern.clone(),
+            name: target.name.clone(),
+            address,
+            status: Status::Error,
+            certificate: None,
+            days_left: None,
+            covers: None,
+            verified: None,
+            alpn: None,
+            tls_version: None,
+            error: None,
+        }
+    }
+
+    fn failed(mut self, error: String) -> Row {
+        self.error = Some(error);
+        self
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    /// One row per (name, address), in plan order, addresses in order.
+    pub checks: Vec<Row>,
+    pub not_checked: Vec<NotChecked>,
+    /// Names not checked past `--max-names`, per backend.
+    pub skipped: BTreeMap<String, usize>,
+    /// The coalescing risks found ([`coalescing`]).
+    pub coalescing: Vec<Coalescing>,
+    /// The exit code the report stands for.
+    pub exit_code: u8,
+}
+
+impl Report {
+    fn new(checks: Vec<Row>, plan: Plan, coalescing: Vec<Coalescing>) -> Report {
+        let risks = coalescing.iter().map(|c| match c.level {
+            CoalescingRisk::Warn => Status::Warning,
+            CoalescingRisk::Error => Status::Error,
+        });
+        let worst = checks
+            .iter()
+            .map(|r| r.status)
+            .chain(risks)
+            .max()
+            .unwrap_or(Status::Ok);
+        let exit_code = match worst {
+            Status::Ok => 0,
+            Status::Warning => 1,
+            Status::Error => 2,
+        };
+        Report {
+            checks,
+            not_checked: plan.not_checked,
+            skipped: plan.skipped,
+            coalescing,
+            exit_code,
+        }
+    }
+
+    /// A table for people.
+    pub(crate) fn to_text(&self) -> String {
+        let header = [
+            "STATUS",
+            "ROUTE",
+            "BACKEND",
+            "NAME",
+            "ADDRESS",
+            "COVERS",
+            "VERIFIED",
+            "ALPN",
+            "NOT AFTER",
+            "ISSUER",
+            "NAMES",
+        ];
+        let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        for row in &self.checks {
+            let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+            let cert = row.certificate.as_ref();
+            let mut cells = vec![
+                format!("{:?}", row.status).to_lowercase(),
+                format!("{}/{}", row.listener, row.route),
+                row.backend.clone(),
+                row.name.clone(),
+                or_dash(row.address.map(|a| a.to_string())),
+                or_dash(row.covers.map(|c| if c { "yes" } else { "no" }.to_owned())),
+                or_dash(row.verified.clone()),
+                or_dash(row.alpn.clone()),
+                or_dash(
+                    cert.zip(row.days_left)
+                        .map(|(c, d)| format!("{} ({d}d)", utc_date(c.not_after))),
+                ),
+                or_dash(cert.map(|c| c.issuer.clone())),
+                or_dash(cert.map(|c| c.names.join(","))),
+            ];
+            if let Some(error) = &row.error {
+                cells[5] = format!("error: {error}");
+                cells.truncate(6);
+            }
+            table.push(cells);
+        }
+        let widths: Vec<usize> = (0..header.len())
+            .map(|i| {
+                table
+                    .iter()
+                    .filter(|r| r.len() > i + 1)
+                    .map(|r| r[i].len())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for cells in &table {
+            let last = cells.len() - 1;
+            for (i, cell) in cells.iter().enumerate() {
+                if i == last {
+                    let _ = writeln!(out, "{cell}");
+                } else {
+                    let _ = write!(out, "{cell:<w$}  ", w = widths[i]);
+                }
+            }
+        }
+        for n in &self.not_checked {
+            let _ = writeln!(
+                out,
+                "not checked: {}/{} -> backend {}: {}",
+                n.listener, n.route, n.backend, n.reason
+            );
+        }
+        for (backend, count) in &self.skipped {
+            let _ = writeln!(
+                out,
+                "skipped: backend {backend}: {count} name(s) past --max-names"
+            );
+        }
+        for risk in &self.coalescing {
+            let _ = writeln!(out, "{}", risk.message);
+        }
+        out
+    }
+
+    /// The report as pretty-printed JSON (`--format json`).
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+}
+
+/// `YYYY-MM-DD` of a Unix time (UTC).
+fn utc_date(unix: i64) -> String {
+    let time = UNIX_EPOCH + Duration::from_secs(unix.max(0) as u64);
+    let stamp = humantime::format_rfc3339_seconds(time).to_string();
+    stamp[..10].to_owned()
+}
+
+/// Why the command could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CertsError {
+    #[error(transparent)]
+    Trust(#[from] ProbeError),
+    #[error("TLS client setup: {0}")]
+    Client(String),
+}
+
+/// Checks every planned name at every address of its backend.
+pub(crate) async fn run(config: &Config, args: &CertsArgs) -> Result<Report, CertsError> {
+    let roots = trusted_roots(args.ca.as_deref())?;
+    let client = CertificateClient::new(roots, &BROWSER_ALPN).map_err(CertsError::Client)?;
+    let plan = plan(config, args.max_names);
+
+    // Each backend's addresses, found once.
+    let mut addresses: BTreeMap<&str, Result<Vec<SocketAddr>, String>> = BTreeMap::new();
+    for target in &plan.targets {
+        if !addresses.contains_key(target.backend.as_str()) {
+            let backend = &config.backends[&target.backend];
+            addresses.insert(target.backend.as_str(), backend_addresses(backend).await);
+        }
+    }
+
+    let permits = Arc::new(Semaphore::new(usize::from(args.concurrency)));
+    let mut tasks = JoinSet::new();
+    let mut rows: Vec<Option<Row>> = Vec::new();
+    for target in &plan.targets {
+        let found = &addresses[target.backend.as_str()];
+        let addrs = match found {
+            Ok(addrs) => addrs,
+            Err(error) => {
+                rows.push(Some(Row::new(target, None).failed(error.clone())));
+                continue;
+            }
+        };
+        let backend = &config.backends[&target.backend];
+        let header: Option<Arc<[u8]>> =
+            local_header(backend.proxy_protocol, backend.proxy_protocol_crc32c).map(Arc::from);
+        for &address in addrs {
+            let index = rows.len();
+            rows.push(None);
+            let row = Row::new(target, Some(address));
+            let (client, header, permits) = (client.clone(), header.clone(), permits.clone());
+            let budget = args.timeout;
+            tasks.spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                (
+                    index,
+                    check_one(row, &client, header.as_deref(), budget).await,
+                )
+            });
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (index, row) = done.expect("a check task never panics");
+        rows[index] = Some(row);
+    }
+    let rows: Vec<Row> = rows.into_iter().flatten().collect();
+    let risks = coalescing(config, &rows);
+    Ok(Report::new(rows, plan, risks))
+}
+
+/// A certificate presented for a name of one route that also covers a
+/// name the same listener routes to another backend, where the backend
+/// selected a protocol whose connections browsers reuse across names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Coalescing {
+    /// `[global] coalescing_risk`: a warning or an error.
+    #[serde(serialize_with = "level_name")]
+    pub level: CoalescingRisk,
+    pub listener: String,
+    /// The route, backend and name whose certificate covers too much.
+    pub route: String,
+    pub backend: String,
+    pub name: String,
+    /// What that backend selected (`h2`).
+    pub alpn: String,
+    /// The route and backend the covered names belong to.
+    pub other_route: String,
+    pub other_backend: String,
+    /// The first covered name (for a `*.suffix` route, the name below it).
+    pub covered_name: String,
+    /// How many names of `other_route` the certificate covers.
+    pub covered_names: usize,
+    /// The line printed: the risk and its fixes.
+    pub message: String,
+}
+
+fn level_name<S: serde::Serializer>(level: &CoalescingRisk, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match level {
+        CoalescingRisk::Warn => "warning",
+        CoalescingRisk::Error => "error",
+    })
+}
+
+/// The protocols whose connections a browser reuses for another name the
+/// certificate covers: HTTP/2 (RFC 9113 §9.1.1); HTTP/3 (RFC 9114 §3.3)
+/// too, but QUIC backends are not handshaken here.
+const REUSED_ALPN: [&str; 1] = ["h2"];
+
+/// Every coalescing risk `rows` show, one per (route, other route) pair,
+/// in row order. Pure: reads the listeners' name tables only.
+pub(crate) fn coalescing(config: &Config, rows: &[Row]) -> Vec<Coalescing> {
+    type Pair<'a> = (&'a str, &'a str, &'a str, String, String);
+    let mut found: BTreeMap<Pair<'_>, (usize, &Row, &str, BTreeSet<String>)> = BTreeMap::new();
+    let mut below: HashMap<&str, HashMap<&str, Vec<&str>>> = HashMap::new();
+    for (order, row) in rows.iter().enumerate() {
+        let (Some(certificate), Some(alpn)) = (&row.certificate, &row.alpn) else {
+            continue;
+        };
+        if !REUSED_ALPN.contains(&alpn.as_str()) {
+            continue;
+        }
+        let Some(listener) = config.listener(&row.listener) else {
+            continue;
+        };
+        let exact_below = below
+            .entry(listener.name.as_str())
+            .or_insert_with(|| exact_names_by_parent(listener));
+        for san in &certificate.names {
+            // (name, whether it is made up to stand for "any name below").
+            let candidates: Vec<(String, bool)> = match san.strip_prefix("*.") {
+                Some(suffix) => exact_below
+                    .get(suffix)
+                    .into_iter()
+                    .flatten()
+                    .map(|n| ((*n).to_owned(), false))
+                    .chain([(format!("{WILDCARD_PROBE_LABEL}.{suffix}"), true)])
+                    .collect(),
+                None => vec![(san.clone(), false)],
+            };
+            for (candidate, synthetic) in candidates {
+                if !san_covers(san, &candidate) {
+                    continue;
+                }
+                for other in routes_of(listener, &candidate, synthetic) {
+                    if other.backend.name == row.backend {
+                        continue;
+                    }
+                    let key = (
+                        row.listener.as_str(),
+                        row.route.as_str(),
+                        row.backend.as_str(),
+                        other.name.clone(),
+                        other.backend.name.clone(),
+                    );
+                    let entry = found
+                        .entry(key)
+                        .or_insert_with(|| (order, row, alpn.as_str(), BTreeSet::new()));
+                    entry.3.insert(candidate.clone());
+                }
+            }
+        }
+    }
+    let mut risks: Vec<(usize, Coalescing)> = found
+        .into_iter()
+        .map(
+            |((_, _, _, other_route, other_backend), (order, row, alpn, covered))| {
+                let covered_name = covered.first().cloned().unwrap_or_default();
+                let risk = Coalescing {
+                    level: config.global.coalescing_risk,
+                    listener: row.listener.clone(),
+                    route: row.route.clone(),
+                    backend: row.backend.clone(),
+                    name: row.name.clone(),
+                    alpn: alpn.to_owned(),
+                    other_route,
+                    other_backend,
+                    covered_name,
+                    covered_names: covered.len(),
+                    message: String::new(),
+                };
+                (
+                    order,
+                    Coalescing {
+                        message: risk_message(&risk),
+                        ..risk
+                    },
+                )
+            },
+        )
+        .collect();
+    risks.sort_by_key(|(order, _)| *order);
+    risks.into_iter().map(|(_, risk)| risk).collect()
+}
+
+/// The line that names a risk and its fixes.
+fn risk_message(risk: &Coalescing) -> String {
+    let Coalescing {
+        level,
+        listener,
+        route,
+        backend,
+        name,
+        alpn,
+        other_route,
+        other_backend,
+        covered_name,
+        covered_names,
+        ..
+    } = risk;
+    let level = match level {
+        CoalescingRisk::Warn => "warning",
+        CoalescingRisk::Error => "error",
+    };
+    let more = match covered_names - 1 {
+        0 => String::new(),
+        n => format!(" and {n} more name(s)"),
+    };
+    format!(
+        "{level}: coalescing risk on listener {listener}: the certificate backend {backend} \
+         presents for {name} (route {route}) also covers {covered_name}{more} of route \
+         {other_route} (backend {other_backend}), and backend {backend} selects {alpn}: a \
+         browser may reuse its connection to {name} for {covered_name}, and the relay, which \
+         routes by the hello alone, never sees that name, so those requests reach backend \
+         {backend}, not {other_backend}. Fixes: distinct certificates per backend; backend \
+         {backend} answering 421 Misdirected Request for hosts it does not serve; or an ORIGIN \
+         frame (RFC 8336) from backend {backend} that leaves {covered_name} out."
+    )
+}
+
+/// The listener's exact names, by the name one label up
+/// (`a.example.com` under `example.com`).
+fn exact_names_by_parent(listener: &Listener) -> HashMap<&str, Vec<&str>> {
+    let mut by_parent: HashMap<&str, Vec<&str>> = HashMap::new();
+    for route in &listener.routes {
+        for pattern in listener.patterns(route) {
+            if let PatternRef::Exact(name) = pattern {
+                if let Some((_, parent)) = name.split_once('.') {
+                    by_parent.entry(parent).or_default().push(name);
+                }
+            }
+        }
+    }
+    by_parent
+}
+
+/// The routes `name` takes on `listener` (several where routes of one
+/// pattern differ in `alpn`); none for a `synthetic` name only a default
+/// route takes, which stands for no name anyone serves.
+fn routes_of<'l>(
+    listener: &'l Listener,
+    name: &str,
+    synthetic: bool,
+) -> impl Iterator<Item = &'l crate::config::Route> + 'l {
+    let first = Sni::parse_written(name.as_bytes())
+        .ok()
+        .and_then(|sni| listener.names.matches(&sni).next())
+        .filter(|&id| !(synthetic && listener.names.pattern(id) == PatternRef::Any));
+    first
+        .into_iter()
+        .flat_map(move |id| listener.names.group(id))
+        .map(move |id| &listener.routes[listener.route_index(id)])
+}
+
+/// The addresses of a fixed or `resolve` backend, now.
+async fn backend_addresses(backend: &Backend) -> Result<Vec<SocketAddr>, String> {
+    match &backend.source {
+        AddressSource::Fixed => Ok(backend.addresses.clone()),
+        AddressSource::Dns(dns) => match resolve_once(&dns.host, dns.port, dns.resolver).await {
+            Ok(found) if found.addrs.is_empty() => Err(format!("{} has no address", dns.host)),
+            Ok(found) => Ok(found.addrs),
+            Err(e) => Err(format!("cannot resolve {}: {e}", dns.host)),
+        },
+        AddressSource::Cluster(_) => Err("a cluster backend".to_owned()),
+    }
+}
+
+/// One connection and handshake for `row`'s name at its address.
+async fn check_one(
+    mut row: Row,
+    client: &CertificateClient,
+    header: Option<&[u8]>,
+    budget: Duration,
+) -> Row {
+    let Some(address) = row.address else {
+        return row;
+    };
+    let Ok(name) = ServerName::try_from(row.name.clone()) else {
+        return row.failed("not a name a TLS client can send".to_owned());
+    };
+    let attempt = async {
+        let stream = TcpStream::connect(address)
+            .await
+            .map_err(|e| format!("connect failed: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        client
+            .fetch(stream, header, name)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let presented = match tokio::time::timeout(budget, attempt).await {
+        Ok(Ok(presented)) => presented,
+        Ok(Err(error)) => return row.failed(error),
+        Err(_) => return row.failed(format!("no completed handshake within {budget:?}")),
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs() as i64;
+    let certificate = presented.certificate;
+    let covers = certificate.covers(&row.name);
+    let days_left = (certificate.not_after - now).div_euclid(86_400);
+    let verified = presented
+        .verified
+        .unwrap_or_else(|| Err("no roots to verify against".to_owned()));
+    row.status = if !covers || verified.is_err() {
+        Status::Error
+    } else if days_left < EXPIRY_WARNING_DAYS {
+        Status::Warning
+    } else {
+        Status::Ok
+    };
+    row.days_left = Some(days_left);
+    row.covers = Some(covers);
+    row.verified = Some(verified.err().unwrap_or_else(|| "ok".to_owned()));
+    row.alpn = presented.alpn;
+    row.tls_version = Some(presented.tls_version);
+    row.certificate = Some(certificate);
+    row
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::cli::certs::*;
+
+    fn config(text: &str) -> Config {
+        Config::from_toml(text, Path::new("test.toml")).unwrap()
+    }
+
+    #[test]
+    fn the_plan_sends_exact_names_and_a_name_below_each_wildcard() {
+        let config = config(
+            r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:443"]
+[[route]]
+listener = "tls"
+sni = ["a.example.test", "*.b.example.test"]
+backend = "one"
+[[route]]
+listener = "tls"
+name = "rest"
+sni = ["*"]
+backend = "one"
+
+[[listener]]
+name = "h3"
+listen = ["127.0.0.1:4433"]
+protocol = "quic"
+[[route]]
+listener = "h3"
+name = "quic-a"
+sni = ["a.example.test"]
+backend = "one"
+
+[backend.one]
+addresses = ["127.0.0.1:8443"]
+"#,
+        );
+        let plan = plan(&config, 50);
+        let names: Vec<(&str, &str)> = plan
+            .targets
+            .iter()
+            .map(|t| (t.pattern.as_str(), t.name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("a.example.test", "a.example.test"),
+                ("*.b.example.test", "snirelay-check.b.example.test"),
+            ]
+        );
+        let reasons: Vec<(&str, &str)> = plan
+            .not_checked
+            .iter()
+            .map(|n| (n.route.as_str(), n.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("rest", "default route (*): no name to send"),
+                (
+                    "quic-a",
+                    "quic: a QUIC handshake is not made; its certificate is not learned"
+                ),
+            ]
+        );
+        assert!(plan.skipped.is_empty());
+    }
+
+    #[test]
+    fn names_past_the_cap_are_counted_per_backend() {
+        let config = config(
+            r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:443"]
+[[route]]
+sni = ["a.test", "b.test", "c.test"]
+backend = "one"
+[[route]]
+sni = ["d.test"]
+backend = "two"
+
+[backend.one]
+addresses = ["127.0.0.1:8443"]
+[backend.two]
+addresses = ["127.0.0.1:9443"]
+"#,
+        );
+        let plan = plan(&config, 2);
+        let names: Vec<&str> = plan.targets.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a.test", "b.test", "d.test"]);
+        assert_eq!(plan.skipped, BTreeMap::from([("one".to_owned(), 1)]));
+    }
+
+    /// A row of `route` on listener `edge` whose backend presented `names`
+    /// and selected `alpn`.
+    fn row(route: &str, backend: &str, name: &str, names: &[&str], alpn: &str) -> Row {
+        let target = Target {
+            listener: "edge".into(),
+            route: route.into(),
+            backend: backend.into(),
+            pattern: name.into(),
+            name: name.into(),
+        };
+        let mut row = Row::new(&target, Some(SocketAddr::from(([127, 0, 0, 1], 8443))));
+        row.status = Status::Ok;
+        row.certificate = Some(CertificateSummary {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            issuer: "CN=test CA".into(),
+            not_after: 4_000_000_000,
+        });
+        row.days_left = Some(9000);
+        row.covers = Some(true);
+        row.verified = Some("ok".into());
+        row.alpn = Some(alpn.into());
+        row
+    }
+
+    const EDGE: &str = r#"
+[[listener]]
+name = "edge"
+listen = ["127.0.0.1:443"]
+[[route]]
+name = "a"
+sni = ["a.example.test"]
+backend = "one"
+[[route]]
+name = "b"
+sni = ["b.example.test", "c.example.test"]
+backend = "two"
+[[route]]
+name = "deep"
+sni = ["*.deep.example.test"]
+backend = "three"
+[[route]]
+name = "rest"
+sni = ["*"]
+backend = "three"
+
+[backend.one]
+addresses = ["127.0.0.1:8443"]
+[backend.two]
+addresses = ["127.0.0.1:9443"]
+[backend.three]
+addresses = ["127.0.0.1:10443"]
+"#;
+
+    #[test]
+    fn a_wildcard_over_names_of_another_backend_is_one_risk_per_route_pair() {
+        let config = config(EDGE);
+        let rows = [row("a", "one", "a.example.test", &["*.example.test"], "h2")];
+        let risks = coalescing(&config, &rows);
+        let pairs: Vec<(&str, &str, &str, usize)> = risks
+            .iter()
+            .map(|r| {
+                let to = (r.other_route.as_str(), r.other_backend.as_str());
+                (to.0, to.1, r.covered_name.as_str(), r.covered_names)
+            })
+            .collect();
+        // Not `deep` (a wildcard covers one label), not the default route
+        // (no one serves the name made up for "any name below").
+        assert_eq!(pairs, [("b", "two", "b.example.test", 2)]);
+        assert_eq!(risks[0].level, CoalescingRisk::Warn);
+        assert!(
+            risks[0].message.starts_with(
+                "warning: coalescing risk on listener edge: the certificate backend one \
+                 presents for a.example.test (route a) also covers b.example.test and 1 more \
+                 name(s) of route b (backend two), and backend one selects h2:"
+            ),
+            "{}",
+            risks[0].message
+        );
+    }
+
+    #[test]
+    fn an_exact_name_under_a_wildcard_route_and_the_default_route_are_risks() {
+        let config = config(EDGE);
+        let names = ["a.example.test", "x.deep.example.test", "elsewhere.test"];
+        let rows = [row("a", "one", "a.example.test", &names, "h2")];
+        let covered: Vec<(String, String)> = coalescing(&config, &rows)
+            .into_iter()
+            .map(|r| (r.other_route, r.covered_name))
+            .collect();
+        assert_eq!(
+            covered,
+            [
+                ("deep".to_owned(), "x.deep.example.test".to_owned()),
+                ("rest".to_owned(), "elsewhere.test".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn http1_and_names_of_the_same_backend_are_no_risk() {
+        let config = config(EDGE);
+        let http1 = [row(
+            "a",
+            "one",
+            "a.example.test",
+            &["*.example.test"],
+            "http/1.1",
+        )];
+        assert!(coalescing(&config, &http1).is_empty());
+        let own = [row(
+            "b",
+            "two",
+            "b.example.test",
+            &["b.example.test", "c.example.test"],
+            "h2",
+        )];
+        assert!(coalescing(&config, &own).is_empty());
+    }
+
+    #[test]
+    fn the_table_has_a_line_per_row_then_the_risks() {
+        let config = config(EDGE);
+        let rows = vec![row("a", "one", "a.example.test", &["*.example.test"], "h2")];
+        let risks = coalescing(&config, &rows);
+        let report = Report::new(rows, plan(&config, 50), risks);
+        assert_eq!(report.exit_code, 1);
+        let text = report.to_text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("STATUS  ROUTE   BACKEND  NAME"),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("ok      edge/a  one      a.example.test  127.0.0.1:8443  yes"),
+            "{text}"
+        );
+        assert!(lines[1].ends_with("CN=test CA  *.example.test"), "{text}");
+        assert_eq!(
+            lines[2],
+            "not checked: edge/rest -> backend three: default route (*): no name to send"
+        );
+        assert!(lines[3].starts_with("warning: coalescing risk"), "{text}");
+    }
+
+    #[test]
+    fn a_date_is_the_utc_day() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(1_767_225_599), "2025-12-31");
+    }
+}

@@ -1,0 +1,220 @@
+//! HTTP/2 connection coalescing through the relay, shown with a real
+//! browser and predicted by `snirelay certs`.
+//!
+//! Two Caddy servers (Debian `caddy`, HTTP/1.1 and HTTP/2) are backends
+//! `one` and `two`; the relay routes `a.example.test` to `one` and
+//! `b.example.test` to `two`. Headless chromium (Debian `chromium`), with
+//! both names mapped to the relay (`--host-resolver-rules`), loads
+//! `https://a.example.test:PORT/`, whose page loads a script from
+//! `https://b.example.test:PORT/who.js`; each Caddy's `who.js` writes its own
+//! name into the page.
+//!
+//! - Both backends present one `*.example.test` certificate: chromium
+//!   reuses its HTTP/2 connection to `a` for `b` (RFC 9113 §9.1.1), the
+//!   relay sees one hello (`a.example.test`), and `b`'s script comes from
+//!   backend `one` (the page says so, and `one`'s access log has the
+//!   request with Host `b.example.test`). `snirelay certs` on the same
+//!   configuration predicts exactly that pair (route-a's certificate
+//!   covers route-b's name, and the reverse).
+//! - Each backend presents its own certificate: `b`'s script comes from
+//!   backend `two` over a connection of its own, and `certs` is clean.
+//!
+//! Chromium trusts the certificates made here by their key pins
+//! (`--ignore-certificate-errors-spki-list`). A missing chromium or caddy
+//! fails the test. HTTP/3 is not tried: `snirelay certs` does not make QUIC
+//! handshakes.
+
+use crate::common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use common::browser::chromium_run;
+use common::{Pki, Relay, Tool, free_tcp_udp_port, pem, scratch_dir, wait_accepting};
+use serde_json::Value;
+
+const A: &str = "a.example.test";
+const B: &str = "b.example.test";
+
+/// Caddy serving `dir/site` (any host) over HTTP/1.1 and HTTP/2 with
+/// `pki`'s server certificate, its access lines as JSON on stderr;
+/// `who.js` writes `served by NAME` into the page's `#b`.
+async fn start_caddy(name: &str, pki: &Pki) -> (Tool, SocketAddr, std::path::PathBuf) {
+    let dir = scratch_dir(&format!("caddy-{name}"));
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(
+        site.join("who.js"),
+        format!("document.getElementById('b').textContent = 'served by {name}';\n"),
+    )
+    .unwrap();
+    let (cert, key) = pki.write_server_pem(&dir);
+    let port = free_tcp_udp_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = serde_json::json!({
+        "admin": { "disabled": true, "config": { "persist": false } },
+        "storage": { "module": "file_system", "root": dir.join("storage") },
+        "apps": {
+            "http": { "servers": { "s": {
+                "listen": [addr.to_string()],
+                "protocols": ["h1", "h2"],
+                "automatic_https": { "disable": true },
+                "tls_connection_policies": [{}],
+                "logs": {},
+                "routes": [{ "handle": [{ "handler": "file_server", "root": site }] }]
+            }}},
+            "tls": { "certificates": { "load_files": [
+                { "certificate": cert, "key": key }
+            ]}}
+        }
+    });
+    let path = dir.join("caddy.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let mut caddy = Tool::spawn(
+        "caddy",
+        &["run", "--config", path.to_str().unwrap()],
+        dir,
+        "caddy",
+    );
+    wait_accepting(addr, &mut caddy).await;
+    (caddy, addr, site)
+}
+
+/// The page at `a`: loads `b`'s script.
+fn write_page(site: &Path, port: u16) {
+    let page = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"></head><body>\n\
+         <p id=\"b\">pending</p>\n\
+         <script src=\"https://{B}:{port}/who.js\"></script>\n</body></html>\n"
+    );
+    std::fs::write(site.join("index.html"), page).unwrap();
+}
+
+/// `snirelay certs --format json` on `config`, trusting the CAs of `pkis`.
+async fn certs(config: &str, pkis: &[&Pki]) -> (Option<i32>, Value) {
+    let bundle: String = pkis.iter().map(|p| pem("CERTIFICATE", &p.ca)).collect();
+    let (code, report, _) = crate::backend_certs::certs("coalescing-certs", config, &bundle).await;
+    (code, report)
+}
+
+/// Chromium loads `https://a:PORT/` with both names at the relay; the
+/// rendered page.
+async fn browse(port: u16, pins: &[String]) -> String {
+    let run = chromium_run(&[
+        format!("--host-resolver-rules=MAP {A} 127.0.0.1, MAP {B} 127.0.0.1"),
+        format!("--ignore-certificate-errors-spki-list={}", pins.join(",")),
+        "--virtual-time-budget=10000".to_owned(),
+        "--dump-dom".to_owned(),
+        format!("https://{A}:{port}/"),
+    ])
+    .await;
+    assert!(
+        !run.stdout.contains(">pending<"),
+        "the script did not run: {}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    run.stdout
+}
+
+/// The Host headers of the requests for `uri` in `caddy`'s access lines.
+fn hosts_of(caddy: &Tool, uri: &str) -> Vec<String> {
+    caddy
+        .lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["logger"] == "http.log.access" && l["request"]["uri"] == uri)
+        .map(|l| {
+            let proto = l["request"]["proto"].as_str().unwrap_or("").to_owned();
+            format!("{} {proto}", l["request"]["host"].as_str().unwrap_or(""))
+        })
+        .collect()
+}
+
+/// The server names of the relay's closed connections so far.
+fn relayed_names(relay: &Relay) -> Vec<String> {
+    relay
+        .log_lines()
+        .iter()
+        .filter(|l| l["message"] == "connection closed")
+        .filter_map(|l| l["sni"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
+    let _heavy = common::HEAVY.lock().await;
+    let wildcard = Pki::new(&["*.example.test"]);
+    let (one, one_addr, one_site) = start_caddy("one", &wildcard).await;
+    let (two, two_addr, _) = start_caddy("two", &wildcard).await;
+    let config = crate::backend_certs::config(one_addr, two_addr, "", "");
+    let relay = Relay::start(&config).await;
+    let port = relay.addr_of("edge").port();
+    write_page(&one_site, port);
+
+    let page = browse(port, &[wildcard.server_spki_pin()]).await;
+    assert!(page.contains("<p id=\"b\">served by one</p>"), "{page}");
+    // Backend one answered b's request, over HTTP/2; two saw nothing.
+    let b_host = format!("{B}:{port} HTTP/2.0");
+    assert_eq!(hosts_of(&one, "/who.js"), [b_host]);
+    assert!(hosts_of(&two, "/who.js").is_empty());
+    // The relay saw one hello, for a: b's name never reached it.
+    relay
+        .wait_log(|l| l["message"] == "connection closed")
+        .await;
+    let names = relayed_names(&relay);
+    assert!(names.iter().all(|n| n == A), "{names:?}");
+
+    // The check predicts exactly this pair.
+    let (code, report) = certs(&config, &[&wildcard]).await;
+    assert_eq!(code, Some(1), "{report:#}");
+    let pairs: Vec<(&str, &str, &str, &str)> = report["coalescing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["route"].as_str().unwrap(),
+                c["backend"].as_str().unwrap(),
+                c["covered_name"].as_str().unwrap(),
+                c["other_backend"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [("route-a", "one", B, "two"), ("route-b", "two", A, "one")]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
+    let _heavy = common::HEAVY.lock().await;
+    let (pki_a, pki_b) = (Pki::new(&[A]), Pki::new(&[B]));
+    let (one, one_addr, one_site) = start_caddy("one", &pki_a).await;
+    let (two, two_addr, _) = start_caddy("two", &pki_b).await;
+    let config = crate::backend_certs::config(one_addr, two_addr, "", "");
+    let relay = Relay::start(&config).await;
+    let port = relay.addr_of("edge").port();
+    write_page(&one_site, port);
+
+    let pins = [pki_a.server_spki_pin(), pki_b.server_spki_pin()];
+    let page = browse(port, &pins).await;
+    assert!(page.contains("<p id=\"b\">served by two</p>"), "{page}");
+    assert_eq!(hosts_of(&two, "/who.js"), [format!("{B}:{port} HTTP/2.0")]);
+    assert!(hosts_of(&one, "/who.js").is_empty());
+    relay
+        .wait_lines(|lines| {
+            let names: Vec<&str> = lines
+                .iter()
+                .filter(|l| l["message"] == "connection closed")
+                .filter_map(|l| l["sni"].as_str())
+                .collect();
+            (names.contains(&A) && names.contains(&B)).then_some(())
+        })
+        .await;
+
+    let (code, report) = certs(&config, &[&pki_a, &pki_b]).await;
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["coalescing"], serde_json::json!([]));
+}
