@@ -59,9 +59,18 @@ action(type="omfile" file="{dir}/out.log" template="fields")
             dir = dir.display()
         );
         std::fs::write(dir.join("rsyslog.conf"), config).unwrap();
+        // Absolute paths: rsyslogd resolves a relative pidfile against
+        // the root, where every test's would be the same file.
+        let (conf, pid) = (dir.join("rsyslog.conf"), dir.join("rsyslog.pid"));
         let mut tool = Tool::spawn(
             "rsyslogd",
-            &["-n", "-f", "rsyslog.conf", "-i", "rsyslog.pid"],
+            &[
+                "-n",
+                "-f",
+                conf.to_str().unwrap(),
+                "-i",
+                pid.to_str().unwrap(),
+            ],
             dir.clone(),
             "rsyslog",
         );
