@@ -2,9 +2,11 @@
 //! it: the end-entity certificate's subject names, issuer and not-after
 //! ([`CertificateSummary`]), whether it covers a name ([`san_covers`],
 //! RFC 6125 §6.4.3), whether its chain verifies against trusted roots, and
-//! the ALPN protocol the backend selects. `snirelay certs` and the
-//! `kind = "tls"` health checks ([`crate::backend::health`]) read
-//! certificates through this module.
+//! the ALPN protocol the backend selects, and the name sent for a route's
+//! pattern ([`name_to_send`]). `snirelay certs` and the certificate watch
+//! beside `kind = "tls"` health checks
+//! ([`crate::backend::certificate_watch`]) read certificates through this
+//! module.
 //!
 //! A certificate is learned with a complete handshake (TLS 1.3 encrypts
 //! it): the handshake accepts any certificate ([`AcceptAnyCertificate`],
@@ -27,6 +29,22 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::TlsConnector;
+
+use crate::wire::sni::PatternRef;
+
+/// The label put below a `*.suffix` pattern to make a name to send.
+pub(crate) const WILDCARD_PROBE_LABEL: &str = "snirelay-check";
+
+/// The name a certificate check sends for a route's pattern: an exact name
+/// as written, for `*.suffix` the name [`WILDCARD_PROBE_LABEL`] below it;
+/// none for the default route (`*`).
+pub(crate) fn name_to_send(pattern: PatternRef<'_>) -> Option<String> {
+    match pattern {
+        PatternRef::Exact(name) => Some(name.to_owned()),
+        PatternRef::Below(suffix) => Some(format!("{WILDCARD_PROBE_LABEL}.{suffix}")),
+        PatternRef::Any => None,
+    }
+}
 
 /// The protocols a certificate fetch offers, as a browser does over TCP:
 /// what the backend selects among them is what a browser gets through the

@@ -13,8 +13,8 @@
 //! message is a ServerHello (type 2, which a HelloRetryRequest also is); an
 //! alert, other bytes, a close or the timeout fail it. The relay then sends
 //! a `user_canceled` and a `close_notify` alert and closes: the check holds
-//! no keys and never completes the handshake (the certificate fetch below
-//! does, on a connection of its own).
+//! no keys and never completes the handshake (the certificate watch does,
+//! on connections of its own).
 //! This is what catches a forwarder whose own downstream is dead: it still
 //! accepts TCP, but nothing answers the hello. The same [`Probe`] and
 //! [`round`] measure latency for `policy = "fastest"` (`super::fastest`:
@@ -26,19 +26,12 @@
 //! the host's own address (there is no client), as HAProxy's checks leave
 //! `usesrc` out.
 //!
-//! With `kind = "tls"` the checker also learns each address's certificate
-//! ([`CertificateWatch`]): a separate connection with a complete handshake
-//! for the check's `sni` ([`crate::backend::certificate`]), at an address's
-//! first round and then every [`CERTIFICATE_REFRESH`] (a failed fetch is
-//! tried again at the next round), run beside the round's checks and
-//! within the same timeout. It exports the certificate's not-after and
-//! whether it covers `sni` (`snirelay_backend_certificate_not_after_seconds`,
-//! `snirelay_backend_certificate_covers`, by backend and address); it never
-//! changes an address's health. The check itself still stops at the
+//! With `kind = "tls"` the backend's addresses are also asked for their
+//! certificates, by a task of its own ([`super::certificate_watch`]) that
+//! never changes an address's health. The check itself still stops at the
 //! ServerHello: completing every check's handshake would cost the relay a
 //! signature verification and a certificate parse per address per
-//! `interval` to learn something that changes every few weeks; a fetch
-//! every ten minutes costs one handshake per address per ten minutes.
+//! `interval` to learn something that changes every few weeks.
 //!
 //! The checker follows the set (a new DNS answer): addresses it has not seen
 //! start up (unknown is up), removed ones are forgotten, and a changed set
@@ -67,7 +60,6 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendRuntime;
-use super::certificate::CertificateClient;
 use crate::config::settings::{Backend, FastestMeasure, HealthCheck, HealthKind};
 use crate::metrics;
 use crate::proxy::outbound::local_header;
@@ -88,10 +80,6 @@ pub(crate) enum CheckError {
     #[error("no ServerHello: {0}")]
     NoServerHello(String),
 }
-
-/// How long a certificate learned at an address is trusted to stay the
-/// same before it is fetched again.
-pub(crate) const CERTIFICATE_REFRESH: Duration = Duration::from_secs(600);
 
 /// The alerts that end a TLS check: `user_canceled` then `close_notify`,
 /// both at warning level, in one plaintext record (the handshake never got
@@ -225,6 +213,16 @@ impl Probe {
     /// check the ClientHello, waiting for the ServerHello) and closes; the
     /// whole probe stays within the budget. Returns the connect time, or
     /// the time until the ServerHello when the probe times that.
+    /// The LOCAL header sent first, for a backend that speaks PROXY.
+    pub(crate) fn header(&self) -> Option<&[u8]> {
+        self.header.as_deref()
+    }
+
+    /// How long one probe may take.
+    pub(crate) fn budget(&self) -> Duration {
+        self.budget
+    }
+
     pub(crate) async fn run(&self, addr: SocketAddr) -> Result<Duration, CheckError> {
         let started = Instant::now();
         let deadline = started + self.budget;
@@ -262,7 +260,7 @@ impl Probe {
 
 impl Probe {
     /// A connection to `addr`, from the probes' source.
-    async fn connect(&self, addr: SocketAddr) -> io::Result<TcpStream> {
+    pub(crate) async fn connect(&self, addr: SocketAddr) -> io::Result<TcpStream> {
         match &self.runtime {
             None => TcpStream::connect(addr).await,
             Some(runtime) => {
@@ -271,74 +269,6 @@ impl Probe {
                 egress.connect_tcp(addr, unspecified).await
             }
         }
-    }
-}
-
-/// What a `kind = "tls"` checker learns of certificates: a client, the
-/// check's `sni`, and when each address is due a fetch.
-#[derive(Debug)]
-struct CertificateWatch {
-    client: CertificateClient,
-    sni: String,
-    name: ServerName<'static>,
-    due: HashMap<SocketAddr, Instant>,
-}
-
-/// What one fetch learned: not-after and whether it covers the `sni`.
-type Learned = Result<(i64, bool), String>;
-
-impl CertificateWatch {
-    fn new(sni: &str) -> Option<CertificateWatch> {
-        Some(CertificateWatch {
-            client: CertificateClient::without_roots(&[]).ok()?,
-            sni: sni.to_owned(),
-            name: ServerName::try_from(sni.to_owned()).ok()?,
-            due: HashMap::new(),
-        })
-    }
-
-    /// Fetches the certificates of the addresses of `addrs` that are due,
-    /// at once, each within the probe's budget; forgets the others'.
-    async fn round(&mut self, probe: &Probe, addrs: &[SocketAddr]) -> Vec<(SocketAddr, Learned)> {
-        self.due.retain(|addr, _| addrs.contains(addr));
-        let now = Instant::now();
-        let mut tasks = JoinSet::new();
-        for &addr in addrs {
-            if self.due.get(&addr).is_some_and(|at| *at > now) {
-                continue;
-            }
-            let (probe, client, name) = (probe.clone(), self.client.clone(), self.name.clone());
-            let sni = self.sni.clone();
-            tasks.spawn(async move {
-                let fetch = async {
-                    let stream = probe.connect(addr).await.map_err(|e| e.to_string())?;
-                    let presented = client
-                        .fetch(stream, probe.header.as_deref(), name)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let certificate = presented.certificate;
-                    Ok::<_, String>((certificate.not_after, certificate.covers(&sni)))
-                };
-                let learned = tokio::time::timeout(probe.budget, fetch)
-                    .await
-                    .unwrap_or_else(|_| Err(format!("no handshake within {:?}", probe.budget)));
-                (addr, learned)
-            });
-        }
-        let mut learned = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            if let Ok((addr, result)) = joined {
-                // A failed fetch is tried again at the next round.
-                let next = if result.is_ok() {
-                    now + CERTIFICATE_REFRESH
-                } else {
-                    now
-                };
-                self.due.insert(addr, next);
-                learned.push((addr, result));
-            }
-        }
-        learned
     }
 }
 
@@ -413,7 +343,6 @@ pub(crate) async fn run(
     }
     let backend = runtime.config.name.as_str();
     let probe = Probe::new(&runtime.config, check.timeout).with_source_of(&runtime);
-    let mut certificates = check.kind.sni().and_then(CertificateWatch::new);
     let mut set_changes = runtime.subscribe();
     let mut streaks: HashMap<SocketAddr, Streak> = HashMap::new();
     let mut ticks = tokio::time::interval(check.interval);
@@ -444,26 +373,10 @@ pub(crate) async fn run(
             });
         }
         let addrs: Vec<SocketAddr> = set.iter().map(|e| e.addr).collect();
-        let fetches = async {
-            match certificates.as_mut() {
-                Some(watch) => watch.round(&probe, &addrs).await,
-                None => Vec::new(),
-            }
-        };
-        let (results, learned) = tokio::select! {
+        let results = tokio::select! {
             () = cancel.cancelled() => return,
-            both = async { tokio::join!(round(&probe, &addrs), fetches) } => both,
+            results = round(&probe, &addrs) => results,
         };
-        for (addr, learned) in learned {
-            match learned {
-                Ok((not_after, covers)) => {
-                    metrics::metrics().backend_certificate(backend, addr, not_after, covers);
-                }
-                Err(error) => {
-                    tracing::debug!(%backend, %addr, %error, "certificate fetch failed");
-                }
-            }
-        }
         for (endpoint, result) in set.iter().zip(results) {
             let addr = endpoint.addr;
             let state = &endpoint.state;

@@ -40,6 +40,7 @@
 pub mod balance;
 pub(crate) mod candidates;
 pub(crate) mod certificate;
+pub(crate) mod certificate_watch;
 pub mod cluster;
 pub(crate) mod cluster_http;
 pub mod dns;
@@ -113,6 +114,18 @@ impl Backends {
         Backends { by_name }
     }
 
+    /// Hands each runtime the names `config` routes to it (as its
+    /// certificate watch asks them, [`certificate_watch::names_served`]);
+    /// a runtime kept from the previous configuration takes the new names
+    /// without restarting.
+    pub(crate) fn serve_names(&self, config: &crate::config::Config) {
+        let mut served =
+            certificate_watch::names_served(config, certificate_watch::MAX_NAMES_PER_BACKEND);
+        for (name, runtime) in &self.by_name {
+            runtime.serve_names(served.remove(name).unwrap_or_default());
+        }
+    }
+
     /// Stops the runtimes of `self` that `next` does not use.
     pub(crate) fn retire(&self, next: &Backends) {
         for (name, runtime) in &self.by_name {
@@ -145,7 +158,8 @@ impl Backends {
 }
 
 /// Starts the tasks a new runtime needs: re-resolution, active health
-/// checks, and its policy's own (latency ranking). They stop with
+/// checks (and with `kind = "tls"` the certificate watch), and its
+/// policy's own (latency ranking). They stop with
 /// [`BackendRuntime::stop`].
 fn start_tasks(runtime: &Arc<BackendRuntime>) {
     let tasks = &runtime.tasks;
@@ -154,6 +168,13 @@ fn start_tasks(runtime: &Arc<BackendRuntime>) {
     }
     if let Some(check) = &runtime.config.health {
         tokio::spawn(health::run(runtime.clone(), check.clone(), tasks.clone()));
+        if check.kind.sni().is_some() {
+            tokio::spawn(certificate_watch::run(
+                runtime.clone(),
+                check.clone(),
+                tasks.clone(),
+            ));
+        }
     }
     runtime.config.policy.start(runtime, tasks);
 }

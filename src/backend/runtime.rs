@@ -46,6 +46,10 @@ pub struct BackendRuntime {
     /// Where its connections are made from (`source`), with each source
     /// address's cooldown.
     pub(crate) egress: egress::EgressRuntime,
+    /// The names routed to it, for its certificate watch
+    /// ([`super::certificate_watch`]); `None` until
+    /// [`super::Backends::serve_names`] hands them over.
+    names: watch::Sender<Option<Arc<[String]>>>,
 }
 
 impl BackendRuntime {
@@ -106,7 +110,26 @@ impl BackendRuntime {
             tasks: CancellationToken::new(),
             metrics,
             egress,
+            names: watch::channel(None).0,
         }
+    }
+
+    /// Hands over the names routed to this backend; its certificate watch
+    /// hears of a change.
+    pub(crate) fn serve_names(&self, names: Arc<[String]>) {
+        self.names.send_if_modified(|held| {
+            let changed = held.as_deref() != Some(&*names);
+            if changed {
+                *held = Some(names);
+            }
+            changed
+        });
+    }
+
+    /// The names routed to this backend (`None` until handed over), and
+    /// their changes.
+    pub(crate) fn subscribe_names(&self) -> watch::Receiver<Option<Arc<[String]>>> {
+        self.names.subscribe()
     }
 
     /// Stops the background tasks (the backend was removed or changed).

@@ -54,7 +54,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::backend::certificate::{
-    BROWSER_ALPN, CertificateClient, CertificateSummary, san_covers,
+    BROWSER_ALPN, CertificateClient, CertificateSummary, WILDCARD_PROBE_LABEL, name_to_send,
+    san_covers,
 };
 use crate::backend::host_lookup::resolve_once;
 use crate::cli::CertsArgs;
@@ -62,9 +63,6 @@ use crate::cli::probe::{ProbeError, trusted_roots};
 use crate::config::{AddressSource, Backend, CoalescingRisk, Config, Listener, Protocol};
 use crate::proxy::outbound::local_header;
 use crate::wire::sni::{PatternRef, Sni};
-
-/// The label put below a `*.suffix` pattern to make a name to send.
-pub(crate) const WILDCARD_PROBE_LABEL: &str = "snirelay-check";
 
 /// A certificate with fewer days left than this makes a row a warning.
 pub(crate) const EXPIRY_WARNING_DAYS: i64 = 14;
@@ -124,14 +122,10 @@ pub(crate) fn plan(config: &Config, max_names: usize) -> Plan {
                 continue;
             }
             for pattern in listener.patterns(route) {
-                let name = match pattern {
-                    PatternRef::Exact(name) => name.to_owned(),
-                    PatternRef::Below(suffix) => format!("{WILDCARD_PROBE_LABEL}.{suffix}"),
-                    PatternRef::Any => {
-                        plan.not_checked
-                            .push(not_checked("default route (*): no name to send"));
-                        continue;
-                    }
+                let Some(name) = name_to_send(pattern) else {
+                    plan.not_checked
+                        .push(not_checked("default route (*): no name to send"));
+                    continue;
                 };
                 let count = taken.entry(backend.name.as_str()).or_default();
                 if *count >= max_names {

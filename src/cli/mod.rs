@@ -394,7 +394,7 @@ pub struct CertsArgs {
     pub concurrency: u16,
 
     /// Names checked per backend at most, in file order; the rest are counted as skipped.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = crate::backend::certificate_watch::MAX_NAMES_PER_BACKEND)]
     pub max_names: usize,
 }
 

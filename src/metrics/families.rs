@@ -160,13 +160,13 @@ pub const FAMILIES: &[Family] = &[
         name: "snirelay_backend_certificate_not_after_seconds",
         kind: Kind::Gauge,
         labels: &["backend", "address"],
-        help: "When the certificate a TLS-checked backend address presents for the check's sni expires (Unix time)",
+        help: "When the first of the certificates a TLS-checked backend address presents for the check's sni and the names routed to it expires (Unix time)",
     },
     Family {
         name: "snirelay_backend_certificate_covers",
         kind: Kind::Gauge,
         labels: &["backend", "address"],
-        help: "Whether the certificate a TLS-checked backend address presents covers the check's sni (1) or not (0)",
+        help: "Whether every certificate a TLS-checked backend address presents covers the name it was asked for, the check's sni and the names routed to it (1), or not (0)",
     },
     Family {
         name: "snirelay_admin_connections_open",

@@ -254,6 +254,8 @@ pub(crate) async fn serve(
         stop_accepting: CancellationToken::new(),
         close_connections: CancellationToken::new(),
     };
+    let backends = Arc::new(Backends::start(&config.backends, None));
+    backends.serve_names(&config);
     let mut server = Server {
         listeners: Listeners::new(shared.clone()),
         shared,
@@ -262,7 +264,7 @@ pub(crate) async fn serve(
         reloads_applied: 0,
         reloads_failed: 0,
         pace: pace_for(&config),
-        backends: Arc::new(Backends::start(&config.backends, None)),
+        backends,
         config: config.clone(),
         started: effective::restart_part(&config),
         readiness: Arc::new(Readiness::default()),
@@ -618,6 +620,7 @@ impl Server {
         // new generation holding the new backends and pacing; the old
         // backends' runtimes stop only once no listener publishes them.
         let backends = Arc::new(Backends::start(&new.backends, Some(&self.backends)));
+        backends.serve_names(&new);
         let retired = std::mem::replace(&mut self.backends, backends);
         if new.global.max_connection_rate != self.config.global.max_connection_rate {
             self.pace = pace_for(&new);

@@ -53,7 +53,12 @@ backend = "b"
 {backend}
 "#
     );
-    let relay = Relay::start(&config).await;
+    with_admin(&config).await
+}
+
+/// A relay on `config`, which has an `[admin]` listener, and its address.
+async fn with_admin(config: &str) -> (Relay, SocketAddr) {
+    let relay = Relay::start(config).await;
     let line = relay.wait_log(|l| l["message"] == "admin listening").await;
     let admin = line["addr"].as_str().unwrap().parse().unwrap();
     (relay, admin)
@@ -711,4 +716,149 @@ timeout = "2s"
     // rcgen's default validity ends on 4096-01-01.
     assert_eq!(metric(&text, &wanted[0]), 67_090_118_400.0, "{text}");
     assert_eq!(metric(&text, &wanted[2]), 67_090_118_400.0, "{text}");
+}
+
+/// A certificate for `name` alone, valid until the first day of `year`,
+/// with its key, as a rustls server presents it.
+fn certified(name: &str, year: i32) -> rustls::sign::CertifiedKey {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+    params.not_after = rcgen::date_time_ymd(year, 1, 1);
+    let cert = params.self_signed(&key).unwrap();
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    rustls::sign::CertifiedKey::from_der(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        &provider,
+    )
+    .unwrap()
+}
+
+/// A TLS server that presents, for each name asked, the certificate of
+/// `by_name` (a backend choosing by SNI), or `only` for every name; it
+/// completes handshakes and closes.
+async fn certificate_server(
+    by_name: &[(&str, rustls::sign::CertifiedKey)],
+    only: Option<rustls::sign::CertifiedKey>,
+) -> SocketAddr {
+    let builder = rustls::ServerConfig::builder().with_no_client_auth();
+    let config = match only {
+        Some(certified) => {
+            builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)))
+        }
+        None => {
+            let mut resolver = rustls::server::ResolvesServerCertUsingSni::new();
+            for (name, certified) in by_name {
+                resolver.add(name, certified.clone()).unwrap();
+            }
+            builder.with_cert_resolver(Arc::new(resolver))
+        }
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Every name routed to a TLS-checked backend is asked for its own
+/// certificate: a backend choosing by SNI covers both names (and the
+/// earliest expiry is the second name's), one presenting the check's
+/// certificate for every name does not cover the others; after a reload
+/// that routes fewer names, the watch asks again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_watch_asks_every_name_routed_to_the_backend() {
+    const OTHER: &str = "other.example.com";
+    // 2090-01-01 and 4096-01-01, in Unix seconds.
+    let (soon, late) = (3_786_912_000_i64, 67_090_118_400_i64);
+    let by_sni = certificate_server(
+        &[
+            (NAME, certified(NAME, 4096)),
+            (OTHER, certified(OTHER, 2090)),
+        ],
+        None,
+    )
+    .await;
+    let one_cert = certificate_server(&[], Some(certified(NAME, 4096))).await;
+    let config = format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+name = "by_sni"
+sni = ["{NAME}", "{OTHER}"]
+backend = "by_sni"
+
+[[route]]
+name = "one_cert"
+sni = ["one.{NAME}", "one.{OTHER}"]
+backend = "one_cert"
+
+[backend.by_sni]
+addresses = ["{by_sni}"]
+[backend.by_sni.health]
+kind = "tls"
+sni = "{NAME}"
+interval = "100ms"
+timeout = "2s"
+
+[backend.one_cert]
+addresses = ["{one_cert}"]
+[backend.one_cert.health]
+kind = "tls"
+sni = "{NAME}"
+interval = "100ms"
+timeout = "2s"
+"#
+    );
+    let (relay, admin) = with_admin(&config).await;
+    let series = |family: &str, backend: &str, addr: SocketAddr| {
+        format!("snirelay_backend_certificate_{family}{{backend=\"{backend}\",address=\"{addr}\"}}")
+    };
+    let wanted = [
+        series("not_after_seconds", "by_sni", by_sni),
+        series("covers", "by_sni", by_sni),
+        series("not_after_seconds", "one_cert", one_cert),
+        series("covers", "one_cert", one_cert),
+    ];
+    let text = wait_series(admin, &wanted).await;
+    assert_eq!(metric(&text, &wanted[0]), soon as f64, "{text}");
+    assert_eq!(metric(&text, &wanted[1]), 1.0, "{text}");
+    assert_eq!(metric(&text, &wanted[2]), late as f64, "{text}");
+    assert_eq!(metric(&text, &wanted[3]), 0.0, "{text}");
+
+    // A reload that routes only the check's name there keeps the backend
+    // (its section is unchanged) and its watch asks again at once: the
+    // earliest certificate is now the check name's.
+    let fewer = config.replace(
+        &format!("sni = [\"{NAME}\", \"{OTHER}\"]"),
+        &format!("sni = [\"{NAME}\"]"),
+    );
+    assert_ne!(fewer, config);
+    let reloaded = relay.reload(&fewer, 1).await;
+    assert_eq!(reloaded["message"], "reload applied", "{reloaded}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, text) = http_get(admin, "/metrics").await;
+        if metric(&text, &wanted[0]) == late as f64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not asked again after the reload:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
