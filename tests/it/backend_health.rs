@@ -771,8 +771,9 @@ async fn certificate_server(
 /// Every name routed to a TLS-checked backend is asked for its own
 /// certificate: a backend choosing by SNI covers both names (and the
 /// earliest expiry is the second name's), one presenting the check's
-/// certificate for every name does not cover the others; after a reload
-/// that routes fewer names, the watch asks again at once.
+/// certificate for every name does not cover the others (a backend
+/// written as deployed: a host name, the check's defaults); after a
+/// reload that routes fewer names, the watch asks again at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_certificate_watch_asks_every_name_routed_to_the_backend() {
     const OTHER: &str = "other.example.com";
@@ -787,6 +788,7 @@ async fn the_certificate_watch_asks_every_name_routed_to_the_backend() {
     )
     .await;
     let one_cert = certificate_server(&[], Some(certified(NAME, 4096))).await;
+    let one_port = one_cert.port();
     let config = format!(
         r#"
 [admin]
@@ -814,13 +816,13 @@ sni = "{NAME}"
 interval = "100ms"
 timeout = "2s"
 
+# As deployed: a host name resolved by the system resolver, and the
+# health check's interval and timeout left at their defaults.
 [backend.one_cert]
-addresses = ["{one_cert}"]
+resolve = "localhost:{one_port}"
 [backend.one_cert.health]
 kind = "tls"
 sni = "{NAME}"
-interval = "100ms"
-timeout = "2s"
 "#
     );
     let (relay, admin) = with_admin(&config).await;
