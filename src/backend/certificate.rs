@@ -232,6 +232,28 @@ impl CertificateClient {
         })
     }
 
+    /// Connects (`connect`, from wherever the caller's connections leave),
+    /// then [`fetch`](Self::fetch)es, all within `budget`; the failure as
+    /// the reports word it.
+    pub(crate) async fn fetch_within(
+        &self,
+        budget: std::time::Duration,
+        connect: impl std::future::Future<Output = std::io::Result<tokio::net::TcpStream>>,
+        header: Option<&[u8]>,
+        name: ServerName<'static>,
+    ) -> Result<Presented, String> {
+        let attempt = async {
+            let stream = connect.await.map_err(|e| format!("connect failed: {e}"))?;
+            let _ = stream.set_nodelay(true);
+            self.fetch(stream, header, name)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(budget, attempt)
+            .await
+            .unwrap_or_else(|_| Err(format!("no completed handshake within {budget:?}")))
+    }
+
     /// Whether `chain` (end entity first) verifies for `name` now; `None`
     /// without roots.
     fn verify(

@@ -25,6 +25,13 @@
 //! delays a health round, and it never changes an address's health. Cost:
 //! one handshake per name per address per ten minutes.
 //!
+//! Bounds: nothing here is keyed or grown by what a client sends. The
+//! names are the configuration's (at most [`MAX_NAMES_PER_BACKEND`] per
+//! backend), the addresses the backend's set (fixed, or the operator's
+//! DNS answer, which one DNS message bounds); a removed address is
+//! forgotten at the next round, and the gauges are kept within the
+//! address series' bound of 64 per backend (`metrics`).
+//!
 //! Not here: what a certificate says or covers ([`crate::backend::certificate`]),
 //! the health verdict ([`super::health`]), or `snirelay certs`, which asks
 //! once, for every name, and reports each ([`crate::cli::certs`]).
@@ -211,18 +218,10 @@ async fn fetch_all(
             tasks.spawn(async move {
                 let _permit = permits.acquire_owned().await;
                 let shown = name.to_str().into_owned();
-                let fetch = async {
-                    let stream = probe.connect(addr).await.map_err(|e| e.to_string())?;
-                    let presented = client
-                        .fetch(stream, probe.header(), name)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let certificate = presented.certificate;
-                    Ok::<_, String>((certificate.not_after, certificate.covers(&shown)))
-                };
-                let learned = tokio::time::timeout(probe.budget(), fetch)
+                let learned = client
+                    .fetch_within(probe.budget(), probe.connect(addr), probe.header(), name)
                     .await
-                    .unwrap_or_else(|_| Err(format!("no handshake within {:?}", probe.budget())))
+                    .map(|p| (p.certificate.not_after, p.certificate.covers(&shown)))
                     .map_err(|error| format!("{shown}: {error}"));
                 (addr, learned)
             });

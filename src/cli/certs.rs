@@ -628,20 +628,10 @@ async fn check_one(
     let Ok(name) = ServerName::try_from(row.name.clone()) else {
         return row.failed("not a name a TLS client can send".to_owned());
     };
-    let attempt = async {
-        let stream = TcpStream::connect(address)
-            .await
-            .map_err(|e| format!("connect failed: {e}"))?;
-        let _ = stream.set_nodelay(true);
-        client
-            .fetch(stream, header, name)
-            .await
-            .map_err(|e| e.to_string())
-    };
-    let presented = match tokio::time::timeout(budget, attempt).await {
-        Ok(Ok(presented)) => presented,
-        Ok(Err(error)) => return row.failed(error),
-        Err(_) => return row.failed(format!("no completed handshake within {budget:?}")),
+    let connect = TcpStream::connect(address);
+    let presented = match client.fetch_within(budget, connect, header, name).await {
+        Ok(presented) => presented,
+        Err(error) => return row.failed(error),
     };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
