@@ -129,7 +129,7 @@ pub(crate) struct ConnRecord<P> {
 /// arrival and the route's name are, and the fields only its line has.
 pub(crate) trait RecordPart<'l> {
     /// The listener that accepted the connection.
-    fn listener(&self) -> &Listener;
+    fn listener(&self) -> &Arc<Listener>;
     /// Its peer, accept time and metric series.
     fn arrival(&self) -> &Arrival;
     /// The name of the route it took; `None` until routed.
@@ -147,14 +147,14 @@ pub(crate) trait RecordPart<'l> {
 /// snapshot and its task (`'l`), so a connection's task holds each once.
 #[derive(Debug)]
 pub(crate) struct TcpPart<'l> {
-    listener: &'l Listener,
+    listener: &'l Arc<Listener>,
     /// Borrowed: see [`Arrival`].
     arrival: &'l Arrival,
     route: Option<&'l str>,
 }
 
 impl<'l> RecordPart<'l> for TcpPart<'l> {
-    fn listener(&self) -> &Listener {
+    fn listener(&self) -> &Arc<Listener> {
         self.listener
     }
     fn arrival(&self) -> &Arrival {
@@ -182,7 +182,7 @@ impl<'l> TcpRecord<'l> {
     /// as `with_part` is, so the record is built in place in
     /// the connection's task (see [`crate::pump::relay::relay`]).
     #[inline(always)]
-    pub(crate) fn new(listener: &'l Listener, arrival: &'l Arrival) -> Self {
+    pub(crate) fn new(listener: &'l Arc<Listener>, arrival: &'l Arrival) -> Self {
         ConnRecord::with_part(
             next_conn_id(),
             TcpPart {
@@ -262,7 +262,7 @@ impl<'l> RelayingRecord<'l> {
     /// `arrival` as the record had them, the rest from the entry.
     pub(crate) fn close_record(
         self,
-        listener: &'l Listener,
+        listener: &'l Arc<Listener>,
         arrival: &'l Arrival,
         entry: FromEntry,
     ) -> TcpRecord<'l> {

@@ -1,8 +1,9 @@
 //! The one decision after the hello, for a TCP connection and a QUIC flow
-//! alike: a pure function ([`decide`]: no socket, no await, no clock) of the
-//! listener's [`Generation`], who the arrival is ([`Arrived`]) and its
-//! parsed ClientHello with its JA4, whose answer each transport only
-//! carries out.
+//! alike ([`decide`]): no socket, no await, no clock, but it counts the
+//! admission slots it takes and enters the route's drain guard. Its
+//! inputs are the listener's [`Generation`], who the arrival is
+//! ([`Arrived`]) and its parsed ClientHello with its JA4; its answer is
+//! carried out once, for both transports, by [`crate::flow::carry_out`].
 //!
 //! In order, each step ending the decision when it refuses:
 //! 1. admit on the hello: a `limit_key` with the JA4 counts now
@@ -22,10 +23,6 @@
 //! the hello gave (SNI, ECH, ALPN) and what a dry run would have refused
 //! ([`DryRun`]) come with it; [`HelloRefused::count`] is the one way a refusal
 //! is counted, on either transport.
-//!
-//! TCP encodes the alert as a TLS alert record ([`crate::tcp::refuse`]),
-//! QUIC as a server Initial carrying CONNECTION_CLOSE
-//! ([`crate::quic::refusal`]); then TCP dials, QUIC asks for an address.
 //!
 //! Not here: reading the hello, the admission before it (the gate, the
 //! preface), connecting, or writing the log line ([`crate::flow::access`]).

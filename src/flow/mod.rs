@@ -8,6 +8,7 @@
 //! limits (`admission`, which the configuration's settings build).
 
 pub mod access;
+pub(crate) mod carry_out;
 pub(crate) mod decision;
 pub(crate) mod gate;
 pub(crate) mod generation;

@@ -65,6 +65,7 @@ use crate::addr::PackedAddr;
 use crate::close_reason::CloseReason;
 use crate::config::{Backend, Listener, Protocol};
 use crate::drain::unit_fraction;
+use crate::flow::access::{ConnRecord, RecordPart};
 use crate::pump::ready::{self, Activity};
 use crate::wire::cidr::Cidr;
 
@@ -128,6 +129,27 @@ pub struct Meta<'a> {
     pub accepted: Instant,
     /// Sent to a cluster backend's `local_backend` (see [`ConnectionEntry::local`]).
     pub local: bool,
+}
+
+impl<'a> Meta<'a> {
+    /// The entry of the connection or flow `record` describes, routed and
+    /// connected (or its address chosen), `local` if it went to a
+    /// cluster's `local_backend`: the one way both transports list one.
+    pub(crate) fn of<'l, P: RecordPart<'l>>(record: &'a ConnRecord<P>, local: bool) -> Meta<'a> {
+        let arrival = record.part.arrival();
+        Meta {
+            id: record.id,
+            listener: record.part.listener(),
+            route: record.route().unwrap_or_default(),
+            sni: record.sni.as_deref(),
+            backend: record.backend.as_ref().expect("registered once routed"),
+            backend_addr: record.backend_addr.expect("registered once connected"),
+            client: arrival.peer.0,
+            claimed: record.claimed.map(|c| c.0),
+            accepted: arrival.at,
+            local,
+        }
+    }
 }
 
 /// An entry in a shard's ordered set, ordered (and found) by its id: the

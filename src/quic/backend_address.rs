@@ -32,34 +32,17 @@
 //! Not here: the flow's sockets and datagrams (`super::socket_task`), the
 //! planning itself ([`crate::backend::plan`]).
 
-use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use tokio::time::Instant;
 
-use crate::backend::candidates::{self, ConnectError};
+use crate::backend::candidates::{self, ConnectError, Pick, Report, Slot};
 use crate::backend::egress::EgressChoice;
 use crate::backend::{Backend, BackendRuntime, Backends, InFlight};
 use crate::metrics::BackendSeries;
-
-/// What a flow asks of the backend choice (owned: it crosses into the
-/// task that waits for DNS or a cluster lookup).
-#[derive(Debug, Clone)]
-pub(crate) struct Ask {
-    /// The client's address and port: the claimed one behind a trusted
-    /// peer relay, else the flow's.
-    pub client: SocketAddr,
-    /// Whether `client` is a trusted peer's claim.
-    pub claimed: bool,
-    /// The normalised SNI, for cluster lookups.
-    pub sni: Option<Box<str>>,
-    /// The listening socket's address, for a cluster backend (an answer
-    /// naming it means this node).
-    pub local: Option<IpAddr>,
-}
 
 /// The address a flow goes to, with its slot taken.
 #[derive(Debug)]
@@ -76,50 +59,29 @@ pub(crate) struct Picked {
     pub egress: EgressChoice,
 }
 
-/// Chooses the address of `runtime`'s backend for a flow that asks `ask`.
+/// Chooses the address of `runtime`'s backend for a flow described by
+/// `pick`: the first planned address whose slot can be taken.
 pub(crate) async fn pick(
     backends: &Backends,
     runtime: &BackendRuntime,
-    ask: &Ask,
+    pick: &Pick,
 ) -> Result<Picked, ConnectError> {
-    let pick = candidates::Pick {
-        client: ask.client.ip(),
-        sni: ask.sni.as_deref(),
-        local: ask.local,
-        client_addr: ask.client,
-        claimed: ask.claimed,
+    let candidates = candidates::candidates(backends, runtime, pick).await?;
+    let mut walk = candidates.walk(pick.client.ip());
+    let Some(Slot { addr, in_flight }) = walk.next_slot() else {
+        return Err(walk.exhausted(None));
     };
-    let candidates = candidates::candidates(backends, runtime, &pick).await?;
-    let plan = candidates.plan(pick.client);
-    let backend = &candidates.runtime.config;
-    for &i in plan.as_slice() {
-        let endpoint = &candidates.set[usize::from(i)];
-        // An address that filled up since the plan is skipped, as TCP does.
-        let cap = endpoint.cap(backend.max_connections_per_address);
-        if let Some(in_flight) = endpoint.state.try_enter(cap) {
-            return Ok(Picked {
-                addr: endpoint.addr,
-                in_flight,
-                local: candidates.local,
-                health: Health {
-                    backend: backend.clone(),
-                    metrics: candidates.runtime.metrics.clone(),
-                    addr: endpoint.addr,
-                    verdict: None,
-                },
-                egress: candidates.runtime.egress.for_addr(endpoint.addr).clone(),
-            });
-        }
-    }
-    // As TCP says it: planned addresses all taken, or every address at
-    // its cap, is `backend_full`; nothing to plan (all drained) is a
-    // connect that found no address.
-    if plan.full() || !plan.is_empty() {
-        return Err(ConnectError::Full);
-    }
-    Err(ConnectError::Failed {
-        attempts: 0,
-        last: io::Error::new(io::ErrorKind::NotFound, "no backend address may be chosen"),
+    Ok(Picked {
+        addr,
+        in_flight,
+        local: candidates.local,
+        health: Health {
+            backend: candidates.runtime.config.clone(),
+            metrics: candidates.runtime.metrics.clone(),
+            addr,
+            verdict: None,
+        },
+        egress: candidates.runtime.egress.for_addr(addr).clone(),
     })
 }
 
@@ -130,7 +92,7 @@ pub(crate) async fn pick(
 pub(crate) fn pick_now(
     backends: &Backends,
     runtime: &BackendRuntime,
-    ask: &Ask,
+    for_flow: &Pick,
 ) -> Option<Result<Picked, ConnectError>> {
     // A cluster lookup is never polled and dropped half-way: it holds the
     // name's single flight.
@@ -139,7 +101,7 @@ pub(crate) fn pick_now(
     }
     // With the set known, `pick` completes on its first poll; otherwise it
     // has only subscribed to the DNS answer, which dropping undoes.
-    let future = pin!(pick(backends, runtime, ask));
+    let future = pin!(pick(backends, runtime, for_flow));
     match future.poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(outcome) => Some(outcome),
         Poll::Pending => None,
@@ -159,18 +121,22 @@ pub(crate) struct Health {
 }
 
 impl Health {
+    fn report(&self) -> Report<'_> {
+        Report {
+            backend: &self.backend,
+            metrics: &self.metrics,
+        }
+    }
+
     /// The backend sent a datagram: a successful connect (the first time).
     pub(crate) fn answered(&mut self, in_flight: &InFlight, started: Instant) {
         if self.verdict == Some(true) {
             return;
         }
-        if self.verdict.is_none() {
-            self.metrics.connect_attempt(Ok(started.elapsed()));
-        }
+        // Counted once: a refusal before it was counted already.
+        let took = self.verdict.is_none().then(|| started.elapsed());
         self.verdict = Some(true);
-        in_flight
-            .state()
-            .connect_succeeded(&self.backend.name, self.addr);
+        self.report().succeeded(in_flight, self.addr, took);
     }
 
     /// The backend's socket reported a refusal (ICMP port unreachable):
@@ -181,14 +147,7 @@ impl Health {
             return false;
         }
         self.verdict = Some(false);
-        self.metrics.connect_attempt(Err(()));
-        let backend = &self.backend;
-        in_flight.state().connect_failed(
-            &backend.name,
-            self.addr,
-            backend.max_fails,
-            backend.fail_backoff,
-        );
+        self.report().failed(in_flight, self.addr);
         true
     }
 }
@@ -230,8 +189,8 @@ mod tests {
         Backends::start(&config.backends, None)
     }
 
-    fn ask() -> Ask {
-        Ask {
+    fn for_flow() -> Pick {
+        Pick {
             client: "10.0.0.1:4433".parse().unwrap(),
             claimed: false,
             sni: Some("example.com".into()),
@@ -240,7 +199,7 @@ mod tests {
     }
 
     fn now(backends: &Backends, name: &str) -> Option<Result<Picked, ConnectError>> {
-        pick_now(backends, backends.get(name).unwrap(), &ask())
+        pick_now(backends, backends.get(name).unwrap(), &for_flow())
     }
 
     #[tokio::test]

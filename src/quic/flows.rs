@@ -23,8 +23,9 @@
 //!   Its datagrams go to its [`Parser`] and are held (bounded per flow by
 //!   [`HelloLimits`]) until the parser gives a verdict or
 //!   `client_hello_timeout` passes ([`FlowTable::sweep`]);
-//! - *connecting*: its hello is decided ([`crate::flow::decision::decide`]:
-//!   routed, then admitted on the route) and the socket task was asked to choose its
+//! - *connecting*: its hello is decided and the decision carried out
+//!   ([`crate::flow::carry_out`], as a TCP connection's: routed, then
+//!   admitted on the route) and the socket task was asked to choose its
 //!   backend address ([`Event::Pick`]); its datagrams are still held,
 //!   within the same bounds, until the answer ([`FlowTable::chosen`]), which
 //!   hands the flow to the socket task to open ([`Event::Open`]), or closes
@@ -88,12 +89,11 @@ use crate::admission::AtAccept;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
-use crate::flow::decision::{self, Arrived};
+use crate::flow::carry_out::carry_out;
 use crate::flow::gate;
 use crate::flow::generation::Generation;
-use crate::metrics::{self, ListenerMetrics};
-use crate::quic::backend_address::{Ask, Picked};
-use crate::wire::fingerprint::Fingerprints;
+use crate::metrics::ListenerMetrics;
+use crate::quic::backend_address::Picked;
 
 mod announce;
 mod bounds;
@@ -137,8 +137,9 @@ pub(crate) struct FlowTable<B, P> {
     local: Option<SocketAddr>,
     /// New flows dropped at a bound, and their summary line.
     drop_summary: Summary,
-    /// The listener's metric series, made on the first flow.
-    metrics: Option<Arc<ListenerMetrics>>,
+    /// The listener's metric series (a listener keeps its name and
+    /// protocol, so one handle serves the socket's life).
+    metrics: Arc<ListenerMetrics>,
     /// Open flows not validated yet ([`validation`]), and those that
     /// validated with no permit free, to end.
     unvalidated: validation::Unvalidated,
@@ -147,8 +148,9 @@ pub(crate) struct FlowTable<B, P> {
 }
 
 impl<B, P: std::fmt::Debug> FlowTable<B, P> {
-    /// An empty table for a socket bound to `local`.
-    pub(crate) fn new(local: Option<SocketAddr>) -> FlowTable<B, P> {
+    /// An empty table for a socket bound to `local`, counting in its
+    /// listener's `metrics`.
+    pub(crate) fn new(local: Option<SocketAddr>, metrics: Arc<ListenerMetrics>) -> FlowTable<B, P> {
         FlowTable {
             flows: HashMap::new(),
             pending_order: VecDeque::new(),
@@ -161,7 +163,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             draining: false,
             local,
             drop_summary: Summary::default(),
-            metrics: None,
+            metrics,
             unvalidated: validation::Unvalidated::default(),
             refused: Vec::new(),
             events: VecDeque::new(),
@@ -280,39 +282,35 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             return false;
         }
         let listener = generation.listener.clone();
-        // One handle per socket (a listener keeps its name and protocol),
-        // so a flow's metrics cost atomic adds, as a TCP connection's.
-        let metrics = self
-            .metrics
-            .get_or_insert_with(|| {
-                metrics::metrics().listener(&listener.name, listener.protocol.as_str())
-            })
-            .clone();
-        // The accept gate, as for a TCP connection; a refusal is closed
-        // there, without a flow: nothing is held for it.
-        let admitted = match gate::admit(generation, PeerAddr(from), &metrics, || {
-            let record = flow_record(listener.clone(), from, now, metrics.clone(), None);
-            record.part.stats.up(arrival.len(), now, now);
-            record
-        }) {
-            Ok(AtAccept::Admitted(admitted)) => Some(admitted),
-            // A trusted peer relay: decided on the client it claims.
-            Ok(AtAccept::AfterPreface) => None,
-            Err(_refused) => return false,
-        };
+        let metrics = self.metrics.clone();
         let dialled = self.local.map(|local| match to {
             Some(ip) => SocketAddr::new(ip, local.port()),
             None => local,
         });
+        // The flow's record, made once: a refusal below closes it, its
+        // datagram counted as it came; an admitted flow keeps it, its
+        // datagram counted when fed to the parser.
+        let mut record = flow_record(listener.clone(), from, now, metrics.clone(), dialled);
+        let len = arrival.len();
+        // The accept gate, as for a TCP connection; a refusal is closed
+        // there, without a flow: nothing is held for it.
+        let gated = match gate::admit(generation, PeerAddr(from), &metrics) {
+            Ok(AtAccept::Admitted(admitted)) => admitted.guard,
+            // A trusted peer relay: decided on the client it claims.
+            Ok(AtAccept::AfterPreface) => None,
+            Err(refused) => {
+                record.part.stats.up(len, now, now);
+                refused.close(record);
+                return false;
+            }
+        };
         // The flow's preface: its first datagram's PROXY header, if any,
         // decided as the TCP preface decides a connection's; then, behind
         // a trusted peer, admission on the claim.
-        let len = arrival.len();
-        let decided = preface::decide(generation, from, dialled, arrival, admitted, &metrics);
-        let (preface, admitted) = match decided {
+        let decided = preface::decide(generation, from, dialled, arrival, gated, &metrics);
+        let (preface, source_slot) = match decided {
             Ok(decided) => decided,
             Err((claimed, reason)) => {
-                let mut record = flow_record(listener, from, now, metrics, dialled);
                 record.claimed = claimed;
                 record.part.stats.up(len, now, now);
                 self.close(record, reason, None);
@@ -328,10 +326,13 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         let source = source_key(claimed.map_or(from, |c| c.0));
         if !self.make_room(now, source, datagram.len(), permits) {
             self.drop_new_flow(now, &generation.listener);
+            // Counted at the gate: closed as a flow that lost its place
+            // is, so every accepted flow is closed once.
+            record.part.stats.up(len, now, now);
+            self.close(record, CloseReason::Evicted, None);
             return false;
         }
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
-        let mut record = flow_record(listener, from, now, metrics, dialled);
         record.claimed = claimed;
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
@@ -352,7 +353,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 held: Vec::new(),
                 held_bytes: 0,
                 record,
-                admitted,
+                source_slot,
                 source,
                 relayed: preface.relayed,
             })),
@@ -543,7 +544,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         }
     }
 
-    /// Routes a complete hello: refuses it, or asks for its address.
+    /// Routes a complete hello ([`carry_out`], as a TCP connection's is):
+    /// refused, the alert, if the refusal has one, in a CONNECTION_CLOSE,
+    /// else ended at once, nothing forwarded; routed, it asks for its
+    /// address.
     fn route(
         &mut self,
         pending: Pending,
@@ -554,32 +558,26 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         let Pending {
             held,
             mut record,
-            mut admitted,
+            source_slot,
             relayed,
             source,
             ..
         } = pending;
-        // One decision, as a TCP connection's: admit on the hello, route,
-        // admit on the route; refused: the alert, if the refusal has one,
-        // in a CONNECTION_CLOSE, else ended at once; nothing forwarded.
-        let ja4 = hello.fingerprints.as_deref().map(Fingerprints::ja4);
-        record.fingerprints = hello.fingerprints.clone();
-        let arrived = Arrived {
-            peer: PeerAddr(from),
-            claimed: record.claimed,
-        };
-        let decision = decision::decide(generation, arrived, &hello.hello, ja4);
-        decision.log_dry_runs(&record.part.listener, PeerAddr(from));
-        if let Some(heard) = decision.heard {
-            record.heard(heard);
-        }
-        let routed = match decision.outcome {
-            Ok(routed) => routed,
+        // The listening socket's address stands for the one the client
+        // dialled: a cluster answer naming it means this node.
+        let dialled = || self.local.ok_or(CloseReason::ConnectFailed);
+        let fingerprints = hello.fingerprints.clone();
+        let decided = carry_out(
+            generation,
+            &mut record,
+            &hello.hello,
+            fingerprints,
+            source_slot,
+            dialled,
+        );
+        let proceed = match decided {
+            Ok(proceed) => proceed,
             Err(refused) => {
-                refused.count(&record.part.arrival.metrics);
-                if let Some(entry) = refused.route {
-                    record.routed(entry);
-                }
                 let answer = refused.alert.map(|alert| {
                     let datagram =
                         refusal(hello.version, &hello.dcid, &hello.scid, alert, "no route");
@@ -589,37 +587,14 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 return;
             }
         };
-        let target = routed.entry.entry;
-        record.routed(target);
+        let route = proceed.route;
         let headers = announce::FlowHeaders::toward(
-            &target.backend,
+            &route.backend,
             &generation.backends,
             &record,
             &hello.hello,
             relayed.as_ref(),
         );
-        if let Some(counted) = routed.admitted {
-            admitted = Some(counted.joined(admitted.take()));
-        }
-        let route_admitted = routed.route_slot;
-        let runtime = routed.runtime;
-        let local = match runtime.cluster {
-            Some(_) => match self.local {
-                Some(local) => Some(local.ip()),
-                None => {
-                    self.close(record, CloseReason::ConnectFailed, None);
-                    return;
-                }
-            },
-            None => None,
-        };
-        let ask = Ask {
-            client: record.claimed.map_or(from, |c| c.0),
-            claimed: record.claimed.is_some(),
-            sni: record.sni.clone(),
-            local,
-        };
-        let drain = routed.drain;
         let id = record.id;
         let connecting = ConnectingFlow {
             held_bytes: held.iter().map(|d| d.len()).sum(),
@@ -629,9 +604,9 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             )
             .held_bytes,
             record,
-            idle: target.timeouts.idle,
-            lifetime: target.timeouts.lifetime,
-            slots: (admitted, route_admitted),
+            idle: route.timeouts.idle,
+            lifetime: route.timeouts.lifetime,
+            slots: (proceed.source_slot, proceed.route_slot),
             source,
             headers,
         };
@@ -642,9 +617,9 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         self.events.push_back(Event::Pick(Box::new(PickFor {
             from,
             id,
-            backend: target.backend.name.clone(),
-            ask,
-            drain,
+            backend: route.backend.name.clone(),
+            pick: proceed.pick,
+            drain: proceed.drain,
         })));
     }
 

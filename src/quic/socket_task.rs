@@ -253,7 +253,11 @@ impl SocketTask {
         let (chosen_tx, chosen_rx) = mpsc::unbounded_channel();
         let close_flows = runtime.close_connections.child_token();
         let current = generation.borrow_and_update().clone();
-        let table = FlowTable::new(socket.local_addr().ok());
+        // One handle per socket (a listener keeps its name and protocol),
+        // so a flow's metrics cost atomic adds, as a TCP connection's.
+        let listener = &current.listener;
+        let series = metrics::metrics().listener(&listener.name, listener.protocol.as_str());
+        let table = FlowTable::new(socket.local_addr().ok(), series);
         SocketTask {
             socket,
             now,
@@ -519,7 +523,7 @@ impl SocketTask {
             from,
             id,
             backend,
-            ask,
+            pick,
             drain,
         } = pick;
         let generation = self.current.clone();
@@ -528,7 +532,7 @@ impl SocketTask {
             self.table.chosen(from, id, Err(CloseReason::NoAddress));
             return;
         };
-        if let Some(picked) = backend_address::pick_now(backends, runtime, &ask) {
+        if let Some(picked) = backend_address::pick_now(backends, runtime, &pick) {
             let outcome = picked.map(|p| (p, drain)).map_err(CloseReason::from);
             self.table.chosen(from, id, outcome);
             return;
@@ -540,7 +544,7 @@ impl SocketTask {
             let outcome = match backends.get(&backend) {
                 None => Err(CloseReason::NoAddress),
                 Some(runtime) => tokio::select! {
-                    picked = backend_address::pick(backends, runtime, &ask) => picked.map_err(CloseReason::from),
+                    picked = backend_address::pick(backends, runtime, &pick) => picked.map_err(CloseReason::from),
                     () = drain.closing(id) => Err(drain.reason()),
                     () = close.cancelled() => Err(CloseReason::Shutdown),
                 },
@@ -610,23 +614,7 @@ impl SocketTask {
         // Listed, filtered and closable by the admin listener like a TCP
         // connection (a `local` one also by a push of local names); its
         // stop is this socket's `close_flows` or an operator's.
-        let route = record.part.route.clone().unwrap_or_default();
-        let routed = record
-            .backend
-            .clone()
-            .expect("a flow is opened after it was routed to a backend");
-        let registered = registry::register(registry::Meta {
-            id: record.id,
-            listener: &record.part.listener,
-            route: &route,
-            sni: record.sni.as_deref(),
-            backend: &routed,
-            backend_addr,
-            client: from,
-            claimed: record.claimed.map(|c| c.0),
-            accepted: started.into(),
-            local,
-        });
+        let registered = registry::register(registry::Meta::of(&record, local));
         moved(
             registered.activity(),
             Side::Up,

@@ -207,13 +207,11 @@ impl AcceptLoop {
     ) {
         let listener = &generation.listener;
         let arrival = &accepted.arrival;
-        let per_source = match gate::admit(generation, arrival.peer, &arrival.metrics, || {
-            TcpRecord::new(listener, arrival)
-        }) {
+        let per_source = match gate::admit(generation, arrival.peer, &arrival.metrics) {
             Ok(AtAccept::Admitted(admitted)) => admitted.guard,
             Ok(AtAccept::AfterPreface) => None,
             // Closed unread: dropping the socket and the permit.
-            Err(_refused) => return,
+            Err(refused) => return refused.close(TcpRecord::new(listener, arrival)),
         };
         // The loop's own token, shared: a connection is only ever cancelled
         // with all of its loop's, so it needs no node (an allocation) of

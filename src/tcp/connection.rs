@@ -1,18 +1,19 @@
 //! One client connection, from accept to its single log line.
 //!
-//! [`handle`] reads top to bottom as the stages of docs/design.md: preface →
-//! inspect → route → connect → announce (in `setup`, one boxed future that
-//! is freed once the hello is replayed) → the byte pump
-//! ([`crate::pump::relay::Relay`]) → close.
-//! Each stage returns its own error type, folded here into one
-//! [`CloseReason`]; the [`TcpRecord`] (in [`crate::flow::access`], with the log line and
-//! the metrics it feeds) collects the log fields as stages learn them and
-//! is written exactly once, at close. Admission (limits) happens before
-//! this, in the accept loop; for a trusted peer relay it must key on the
-//! claimed address, known only after the preface
-//! ([`access::ConnRecord::claimed`]; its slot is kept in [`Slots`]). A route's own
-//! admission (`[route.limits]`, `max_connections`) runs in `setup` right
-//! after routing, and its slot is held with the relay's sockets.
+//! [`handle`] reads top to bottom as the stages of docs/design.md: `setup`
+//! (one boxed future, freed once the hello is replayed) calls each stage
+//! in turn, preface → inspect → the decision carried out
+//! ([`crate::flow::carry_out`], the same call a QUIC flow makes) →
+//! connect → announce; then the byte pump ([`crate::pump::relay::Relay`])
+//! → close. Each stage returns its own error type, folded here into one
+//! [`CloseReason`]; the [`TcpRecord`] (in [`crate::flow::access`], with the
+//! log line and the metrics it feeds) collects the log fields as stages
+//! learn them and is written exactly once, at close. Admission (limits)
+//! happens before this, in the accept loop; for a trusted peer relay it
+//! must key on the claimed address, known only after the preface
+//! ([`crate::flow::gate::after_preface`]; its slot is kept in [`Slots`]).
+//! A route's own admission (`[route.limits]`, `max_connections`) is part
+//! of the decision, and its slot is held with the relay's sockets.
 //!
 //! Memory: an open connection holds its task (896 bytes with tokio's
 //! header: this module's state, what the log record keeps while relaying,
@@ -38,19 +39,24 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use std::net::SocketAddr;
+
+use tokio::time::Instant;
+
 use crate::addr::ClaimedAddr;
 use crate::admission::{RouteAdmitted, SourceGuard};
-use crate::backend::InFlight;
 use crate::backend::candidates::Pick;
+use crate::backend::{BackendRuntime, InFlight};
 use crate::drain::DrainGuard;
 use crate::flow::access::{self, Arrival, CloseReason, TcpRecord};
-use crate::flow::decision::{self, Arrived, DryRun, HelloRefused};
+use crate::flow::carry_out::{HeaderInputs, Proceed, carry_out};
+use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::proxy::{inbound, outbound};
 use crate::pump::relay;
 use crate::pump::relay::RelayTimeouts;
 use crate::pump::throttle::Throttle;
-use crate::wire::fingerprint::Fingerprints;
+use crate::wire::proxy::Header;
 use crate::wire::proxy_tlv::PassedTlvs;
 use crate::{
     flow::registry,
@@ -124,18 +130,8 @@ pub(crate) fn handle(
                     // relays; the entry holds the relay's byte counts, and
                     // the SNI, the backend's address and the claimed client
                     // for the line at close.
-                    let registered = registry::register(registry::Meta {
-                        id: record.id,
-                        listener,
-                        route: record.route().unwrap_or_default(),
-                        sni: record.sni.as_deref(),
-                        backend: record.backend.as_ref().expect("routed"),
-                        backend_addr: record.backend_addr.expect("connected"),
-                        client: accepted.arrival.peer.0,
-                        claimed: record.claimed.map(|c| c.0),
-                        accepted: accepted.arrival.at,
-                        local: established.local,
-                    });
+                    let registered =
+                        registry::register(registry::Meta::of(&record, established.local));
                     (established, registered, record.relaying())
                 }
                 Err(reason) => {
@@ -248,8 +244,9 @@ impl RouteHeld {
     }
 }
 
-/// The stages before the relay: preface → inspect → route → connect →
-/// announce, ending with the hello replayed to the backend.
+/// The stages before the relay, each a call: preface → inspect → the
+/// decision carried out → connect → announce, ending with the hello
+/// replayed to the backend.
 async fn setup<'g>(
     client: &mut TcpStream,
     record: &mut TcpRecord<'g>,
@@ -257,160 +254,205 @@ async fn setup<'g>(
     per_source: &mut Option<SourceGuard>,
     cancel: &CancellationToken,
 ) -> Result<Established<'g>, CloseReason> {
-    let Generation {
-        listener,
-        routes,
-        admission,
-        backends,
-        ..
-    } = generation;
     // TCP_NODELAY is inherited from the listening socket (see `sockopt`).
-    let arrival = record.arrival_borrowed();
+    let deadline = record.arrival_borrowed().at + generation.listener.client_hello_timeout;
+    let preface = preface(client, record, generation, per_source, deadline, cancel).await?;
+    let hello = inspect(client, preface.buffered, generation, deadline, cancel).await?;
+    let proceed = decide(client, record, generation, per_source, &hello).await?;
+    let route = proceed.route;
+    // Its bandwidth buckets, keyed for `rate_per_source_*` on the same
+    // source as the connection limits.
+    let throttle = route
+        .throttle
+        .as_ref()
+        .map(|limits| limits.connection(proceed.source.map(|s| generation.admission.key(s))));
+    let (mut backend, drain) = connect(
+        generation,
+        proceed.runtime,
+        &proceed.pick,
+        proceed.drain,
+        record,
+        cancel,
+    )
+    .await?;
+    let relayed = preface
+        .relayed
+        .as_ref()
+        .map(|(header, passed)| (header, passed));
+    announce(
+        client,
+        &mut backend,
+        record,
+        proceed.dialled,
+        relayed,
+        hello,
+    )
+    .await?;
+    Ok(Established {
+        backend: backend.stream,
+        local: backend.local,
+        timeouts: &route.timeouts,
+        in_flight: backend.in_flight,
+        keepalive: backend.keepalive,
+        drain,
+        route_held: (proceed.route_slot.is_some() || throttle.is_some()).then(|| {
+            Box::new(RouteHeld {
+                _slot: proceed.route_slot,
+                throttle,
+            })
+        }),
+    })
+}
 
-    // preface (only on listeners with [listener.proxy_protocol])
-    let deadline = arrival.at + listener.client_hello_timeout;
-    let (inbound, buffered, passed) = match &listener.proxy_protocol {
-        None => (None, Vec::new(), PassedTlvs::NONE),
-        Some(config) => {
-            let preface = tokio::select! {
-                biased;
-                preface = inbound::read(client, arrival.peer, config, deadline) => preface,
-                () = cancel.cancelled() => return Err(CloseReason::Shutdown),
-            };
-            let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
-            record.claimed = preface.sender.claimed();
-            // admit, for a connection from a trusted peer: on its claim
-            let admitted = admission.after_preface(record.claimed).map_err(|refusal| {
-                let refused = HelloRefused::by_admission(refusal);
-                refused.count(&arrival.metrics);
-                refused.reason
-            })?;
-            if let Some(admitted) = admitted {
-                if let Some(dry) = DryRun::of(None, &admitted) {
-                    dry.log(listener, arrival.peer);
-                }
-                // Held for the connection's life, like a direct client's.
-                *per_source = admitted.guard;
-            }
-            (preface.header, preface.buffered, preface.passed_tlvs)
-        }
+/// What the preface left: the trusted peer's header and the TLVs its
+/// `pass_through_tlvs` kept, and the bytes read past the header.
+struct AfterPreface {
+    relayed: Option<(Header, PassedTlvs)>,
+    buffered: Vec<u8>,
+}
+
+/// The preface, on a listener with `[listener.proxy_protocol]` only: the
+/// header read, the claim recorded, and a trusted peer's connection
+/// admitted on the client it claims ([`gate::after_preface`]), its slot
+/// held like a direct client's.
+async fn preface(
+    client: &mut TcpStream,
+    record: &mut TcpRecord<'_>,
+    generation: &Generation,
+    per_source: &mut Option<SourceGuard>,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> Result<AfterPreface, CloseReason> {
+    let Some(config) = &generation.listener.proxy_protocol else {
+        return Ok(AfterPreface {
+            relayed: None,
+            buffered: Vec::new(),
+        });
     };
+    let arrival = record.arrival_borrowed();
+    let preface = tokio::select! {
+        biased;
+        preface = inbound::read(client, arrival.peer, config, deadline) => preface,
+        () = cancel.cancelled() => return Err(CloseReason::Shutdown),
+    };
+    let preface = preface.inspect_err(|e| record.claimed = e.claimed())?;
+    record.claimed = preface.sender.claimed();
+    let admitted = gate::after_preface(generation, arrival.peer, record.claimed, &arrival.metrics)?;
+    if let Some(admitted) = admitted {
+        *per_source = admitted.guard;
+    }
+    Ok(AfterPreface {
+        relayed: preface.header.map(|header| (header, preface.passed_tlvs)),
+        buffered: preface.buffered,
+    })
+}
 
-    // inspect
-    let limit = listener.max_client_hello_bytes;
+/// Reads the ClientHello (after what the preface read past its header),
+/// within the hello's bounds.
+async fn inspect(
+    client: &mut TcpStream,
+    buffered: Vec<u8>,
+    generation: &Generation,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> Result<inspect::Hello, CloseReason> {
+    let limit = generation.listener.max_client_hello_bytes;
+    let fingerprints = generation.routes.wants_fingerprints();
     // `biased`: the stage first, so a hello read at once (the common case)
     // never registers a waiter on the shared shutdown token; a stage that
     // completes always makes way for the next select, which sees a stop.
-    let hello = tokio::select! {
+    tokio::select! {
         biased;
-        hello = inspect::read_hello(client, buffered, limit, deadline, routes.wants_fingerprints()) => hello?,
-        () = cancel.cancelled() => return Err(CloseReason::Shutdown),
-    };
-    // admit on the hello, route, admit on the route: one decision, as a
-    // QUIC flow's (the name is parsed and matched once; the same parse
-    // names it in the log line, whatever the outcome). Refused: the alert,
-    // if the refusal has one, else closed at once; nothing forwarded.
-    record.fingerprints = hello.fingerprints.clone();
-    let arrived = Arrived {
-        peer: arrival.peer,
-        claimed: record.claimed,
-    };
-    let decision = decision::decide(generation, arrived, &hello.info, hello.ja4());
-    decision.log_dry_runs(listener, arrival.peer);
-    if let Some(heard) = decision.heard {
-        record.heard(heard);
+        hello = inspect::read_hello(client, buffered, limit, deadline, fingerprints) => Ok(hello?),
+        () = cancel.cancelled() => Err(CloseReason::Shutdown),
     }
-    let routed = match decision.outcome {
-        Ok(routed) => routed,
+}
+
+/// The decision carried out ([`carry_out`], as a QUIC flow's is): routed,
+/// the connection's per-source slot becomes the joined one; refused, the
+/// alert, if the refusal has one, else closed at once; nothing forwarded.
+async fn decide<'g>(
+    client: &mut TcpStream,
+    record: &mut TcpRecord<'g>,
+    generation: &'g Generation,
+    per_source: &mut Option<SourceGuard>,
+    hello: &inspect::Hello,
+) -> Result<Proceed<'g>, CloseReason> {
+    // The address the client dialled costs a getsockname(2); only a
+    // cluster lookup (to recognise this node) and a PROXY header need it.
+    let dialled = || client.local_addr().map_err(|_| CloseReason::ClientReset);
+    let fingerprints = hello.fingerprints.clone();
+    match carry_out(
+        generation,
+        record,
+        &hello.info,
+        fingerprints,
+        per_source.take(),
+        dialled,
+    ) {
+        Ok(mut proceed) => {
+            *per_source = proceed.source_slot.take();
+            Ok(proceed)
+        }
         Err(refused) => {
-            refused.count(&arrival.metrics);
-            if let Some(entry) = refused.route {
-                record.routed(entry);
-            }
             if let Some(alert) = refused.alert {
                 // Boxed: the alert-and-linger future is larger than the
                 // rest of setup, and only refusals need it.
                 Box::pin(refuse::refuse(client, alert)).await;
             }
-            return Err(refused.reason);
+            Err(refused.reason)
         }
-    };
-    let target = routed.entry.entry;
-    record.routed(target);
-    if let Some(admitted) = routed.admitted {
-        // Counted by the hello: held for the connection's life beside the
-        // source's slot taken at accept (see `Admitted::joined`).
-        *per_source = SourceGuard::join(admitted.guard, per_source.take());
     }
-    let route_slot = routed.route_slot;
-    // Its bandwidth buckets, keyed for `rate_per_source_*` on the same
-    // source as the connection limits.
-    let throttle = target
-        .throttle
-        .as_ref()
-        .map(|route| route.connection(routed.source.map(|s| admission.key(s))));
-    // Registered until the connection ends; a reload that changes this
-    // route or backend makes `closing` resolve at a jittered moment.
-    let drain = routed.drain;
+}
 
-    // connect
-    let runtime = routed.runtime;
-    // The address the client dialled costs a getsockname(2); only a
-    // cluster lookup (to recognise this node) and a PROXY header need it.
-    let local_addr = || client.local_addr().map_err(|_| CloseReason::ClientReset);
-    let local = match runtime.cluster {
-        Some(_) => Some(local_addr()?),
-        None => None,
-    };
-    let client_addr = record.claimed.map_or(arrival.peer.0, |c| c.0);
-    let pick = Pick {
-        client: client_addr.ip(),
-        sni: record.sni.as_deref(),
-        local: local.map(|a| a.ip()),
-        client_addr,
-        claimed: record.claimed.is_some(),
-    };
-    let mut backend = tokio::select! {
+/// Connects to the backend (a route's drain or the shutdown ends the
+/// wait); from then on the connection drains with its route or with its
+/// address (an operator's `maint`): the guard moves to their part.
+async fn connect(
+    generation: &Generation,
+    runtime: &BackendRuntime,
+    pick: &Pick,
+    drain: DrainGuard,
+    record: &mut TcpRecord<'_>,
+    cancel: &CancellationToken,
+) -> Result<(dial::Connected, DrainGuard), CloseReason> {
+    let backend = tokio::select! {
         biased;
-        backend = dial::connect(backends, runtime, &pick) => backend?,
+        backend = dial::connect(&generation.backends, runtime, pick) => backend?,
         () = drain.closing(record.id) => return Err(CloseReason::Drained),
         () = cancel.cancelled() => return Err(CloseReason::Shutdown),
     };
     record.backend_addr = Some(backend.addr);
-    // From now on the connection drains with its route or with its
-    // address (an operator's `maint`): the guard moves to their part.
     let drain = backend.in_flight.state().drain_part(drain.signal()).enter();
+    Ok((backend, drain))
+}
 
-    // announce: the PROXY header goes out in the same write as the hello
+/// Replays the hello to the backend, with the PROXY header the backend
+/// takes in the same write; `bytes.up` counts the client's bytes, not the
+/// header.
+async fn announce(
+    client: &TcpStream,
+    backend: &mut dial::Connected,
+    record: &mut TcpRecord<'_>,
+    dialled: Option<SocketAddr>,
+    relayed: Option<(&Header, &PassedTlvs)>,
+    hello: inspect::Hello,
+) -> Result<(), CloseReason> {
     let header = match backend.proxy_protocol {
         outbound::Outbound::None => None,
         version => {
-            let local = match local {
-                Some(local) => local,
-                None => local_addr()?,
+            let dialled = match dialled {
+                Some(dialled) => dialled,
+                None => client.local_addr().map_err(|_| CloseReason::ClientReset)?,
             };
-            let announcement = outbound::Announcement::new(
-                arrival.peer.0,
-                local,
-                inbound.as_ref(),
-                record.sni.as_deref(),
-                record.id,
-            );
-            let added = outbound::AddedTlvs {
-                configured: backend.proxy_protocol_tlvs.as_deref().unwrap_or_default(),
-                learnt: outbound::Learnt {
-                    sni: record.sni.as_deref(),
-                    alpn: hello.info.alpn.first().map(Vec::as_slice),
-                    ja4: record.fingerprints.as_deref().map(Fingerprints::ja4),
-                    ja3: record.fingerprints.as_deref().map(Fingerprints::ja3_hash),
-                },
-                passed: &passed,
-            };
+            let alpn = hello.info.alpn.first().map(Vec::as_slice);
+            let inputs = HeaderInputs::of(record, dialled, relayed, alpn);
+            let configured = backend.proxy_protocol_tlvs.as_deref().unwrap_or_default();
             outbound::header_with(
                 version,
                 backend.proxy_protocol_crc32c,
-                &announcement,
-                &added,
+                &inputs.announcement,
+                &inputs.added(configured),
             )
         }
     };
@@ -427,22 +469,8 @@ async fn setup<'g>(
     if sent < replay.len() && backend.stream.write_all(&replay[sent..]).await.is_err() {
         return Err(CloseReason::BackendReset);
     }
-    // `bytes.up` counts the client's bytes, not our header.
     record.moved.up += (replay.len() - header_len) as u64;
-    Ok(Established {
-        backend: backend.stream,
-        local: backend.local,
-        timeouts: &target.timeouts,
-        in_flight: backend.in_flight,
-        keepalive: backend.keepalive,
-        drain,
-        route_held: (route_slot.is_some() || throttle.is_some()).then(|| {
-            Box::new(RouteHeld {
-                _slot: route_slot,
-                throttle,
-            })
-        }),
-    })
+    Ok(())
 }
 
 #[cfg(test)]

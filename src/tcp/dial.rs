@@ -53,7 +53,7 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
-use crate::backend::candidates::{Candidates, ConnectError, Pick, candidates};
+use crate::backend::candidates::{Candidates, ConnectError, Pick, Slot, candidates};
 use crate::backend::{BackendRuntime, Backends, InFlight};
 use crate::proxy::outbound::{Outbound, ProxyTlv};
 use crate::sockopt;
@@ -84,7 +84,7 @@ pub(crate) struct Connected {
 pub(crate) async fn connect(
     backends: &Backends,
     runtime: &BackendRuntime,
-    pick: &Pick<'_>,
+    pick: &Pick,
 ) -> Result<Connected, ConnectError> {
     let candidates = candidates(backends, runtime, pick).await?;
     let mut connected = try_in_order(&candidates, pick).await?;
@@ -93,47 +93,25 @@ pub(crate) async fn connect(
 }
 
 /// Tries the planned addresses of the candidates one after another.
-async fn try_in_order(
-    candidates: &Candidates<'_>,
-    pick: &Pick<'_>,
-) -> Result<Connected, ConnectError> {
+async fn try_in_order(candidates: &Candidates<'_>, pick: &Pick) -> Result<Connected, ConnectError> {
     let runtime = candidates.runtime;
-    let set = &candidates.set;
     let backend = &runtime.config;
-    let plan = candidates.plan(pick.client);
+    let report = candidates.report();
+    let mut walk = candidates.walk(pick.client.ip());
     // Made only when an attempt fails: an `io::Error` with a message is an
     // allocation, which a connection that connects should not pay.
     let mut last = None;
-    let mut tried = 0;
-    for &i in plan.as_slice() {
-        let endpoint = &set[usize::from(i)];
-        let addr = endpoint.addr;
-        // The slot first: an address that filled up since the plan is skipped.
-        let Some(in_flight) = endpoint
-            .state
-            .try_enter(endpoint.cap(backend.max_connections_per_address))
-        else {
-            continue;
-        };
-        tried += 1;
+    while let Some(Slot { addr, in_flight }) = walk.next_slot() {
         // One clock read serves the deadline and the connect time.
         let started = Instant::now();
         let attempt = timeout_at(
             started + backend.connect_timeout,
-            runtime
-                .egress
-                .for_addr(addr)
-                .connect_tcp(addr, pick.client_addr),
+            runtime.egress.for_addr(addr).connect_tcp(addr, pick.client),
         )
         .await;
-        let outcome = match &attempt {
-            Ok(Ok(_)) => Ok(started.elapsed()),
-            _ => Err(()),
-        };
-        runtime.metrics.connect_attempt(outcome);
         let error = match attempt {
             Ok(Ok(stream)) => {
-                endpoint.state.connect_succeeded(&backend.name, addr);
+                report.succeeded(&in_flight, addr, Some(started.elapsed()));
                 return Ok(Connected {
                     stream,
                     addr,
@@ -157,22 +135,12 @@ async fn try_in_order(
         // The next planned address may still work.
         let on_this_host = sockopt::is_local_connect_failure(&error);
         tracing::debug!(backend = %backend.name, %addr, error = %error, on_this_host, "backend connect attempt failed");
-        if !on_this_host {
-            endpoint.state.connect_failed(
-                &backend.name,
-                addr,
-                backend.max_fails,
-                backend.fail_backoff,
-            );
+        if on_this_host {
+            runtime.metrics.connect_attempt(Err(()));
+        } else {
+            report.failed(&in_flight, addr);
         }
         last = Some(error);
     }
-    if tried == 0 && (plan.full() || !plan.is_empty()) {
-        return Err(ConnectError::Full);
-    }
-    Err(ConnectError::Failed {
-        attempts: tried,
-        last: last
-            .unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "backend has no address")),
-    })
+    Err(walk.exhausted(last))
 }

@@ -1,8 +1,9 @@
 //! A TCP connection's own stages (docs/design.md, "A connection's life"):
 //! the accept loop, the connection read top to bottom in `connection`,
 //! reading the ClientHello off the socket ([`inspect`]) and dialling the
-//! backend (`dial`). The PROXY stages are in `proxy`, the byte pump in
-//! `pump`, and what TCP shares with QUIC in `flow`.
+//! backend (`dial`). Not here: the PROXY stages (`proxy`), the byte pump
+//! (`pump`), and what TCP shares with QUIC (`flow`: the gate, and the
+//! decision after the hello carried out, [`crate::flow::carry_out`]).
 
 pub(crate) mod accept_loop;
 pub(crate) mod connection;

@@ -875,6 +875,39 @@ fn some_modules_import_only_what_they_are_given() {
     );
 }
 
+/// Modules a module never names: the transports carry out the decision
+/// after the hello through `flow::carry_out`, once for both, and never
+/// call into `flow::decision` themselves (so the decision's parts cannot
+/// be carried out twice, one way per transport).
+const NEVER_IMPORTS: &[(&str, &str)] = &[("tcp", "flow::decision"), ("quic", "flow::decision")];
+
+#[test]
+fn the_transports_carry_out_the_decision_through_one_call() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = read_modules(&root);
+    let known: BTreeSet<Module> = files.iter().map(|(m, ..)| m.clone()).collect();
+    let within =
+        |module: &str, entry: &str| module == entry || module.starts_with(&format!("{entry}::"));
+    let mut problems = Vec::new();
+    for &(from, never) in NEVER_IMPORTS {
+        assert!(
+            known.iter().any(|m| m.join("::") == never),
+            "{never} (in NEVER_IMPORTS) is gone"
+        );
+        for (module, path, code) in &files {
+            if !within(&module.join("::"), from) {
+                continue;
+            }
+            for (target, text) in references(module, code) {
+                if deepest(&known, &target).is_some_and(|to| within(&to.join("::"), never)) {
+                    problems.push(format!("{} imports {never}: {text}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// Top-level modules that never import each other, either way: the two
 /// transports share their stages through `flow`, `backend` and
 /// `admission`, so a reader looking for QUIC's gate or backend choice is

@@ -13,6 +13,9 @@
 //! `local_backend` (that backend's own setting): both are made at
 //! routing, and [`FlowHeaders::for_pick`] keeps the one that applies.
 //!
+//! The header's fields and TLVs are read off the record and the hello as
+//! a TCP connection's are ([`HeaderInputs`]).
+//!
 //! Not here: the header's bytes and when it is sent
 //! ([`crate::proxy::datagram`]), or putting it in front of datagrams
 //! ([`crate::quic::socket_task`]).
@@ -23,10 +26,10 @@ use std::sync::Arc;
 use super::record::FlowRecord;
 use crate::backend::Backends;
 use crate::config::Backend;
+use crate::flow::carry_out::HeaderInputs;
 use crate::proxy::datagram::{DEFAULT_MAX_DATAGRAM_SIZE, DatagramHeaders};
-use crate::proxy::outbound::{AddedTlvs, Announcement, Learnt, Outbound};
+use crate::proxy::outbound::Outbound;
 use crate::wire::client_hello::ClientHello;
-use crate::wire::fingerprint::Fingerprints;
 use crate::wire::proxy::Header;
 use crate::wire::proxy_tlv::PassedTlvs;
 
@@ -51,14 +54,29 @@ impl FlowHeaders {
         hello: &ClientHello,
         relayed: Option<&(Header, PassedTlvs)>,
     ) -> FlowHeaders {
+        // Made only when a backend takes a header: most do not.
         let local = backend
             .cluster()
             .and_then(|cluster| cluster.local_backend.as_deref())
             .and_then(|name| backends.get(name))
-            .and_then(|local| headers_toward(&local.config, record, hello, relayed));
+            .filter(|local| local.config.proxy_protocol == Outbound::V2);
+        if backend.proxy_protocol != Outbound::V2 && local.is_none() {
+            return FlowHeaders::default();
+        }
+        let client = record.part.peer();
+        let dialled = record.part.dialled.unwrap_or_else(|| {
+            let unspecified = match client.ip() {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            };
+            SocketAddr::new(unspecified, 0)
+        });
+        let relayed = relayed.map(|(header, passed)| (header, passed));
+        let alpn = hello.alpn.first().map(Vec::as_slice);
+        let inputs = HeaderInputs::of(record, dialled, relayed, alpn);
         FlowHeaders {
-            routed: headers_toward(backend, record, hello, relayed),
-            local,
+            routed: headers_toward(backend, &inputs),
+            local: local.and_then(|local| headers_toward(&local.config, &inputs)),
         }
     }
 
@@ -69,46 +87,18 @@ impl FlowHeaders {
     }
 }
 
-/// The headers `record`'s flow sends `backend`, if it takes them: a
+/// The headers a flow with `inputs` sends `backend`, if it takes them: a
 /// `proxy_protocol = "v2"` backend (v1 has no UDP form: a cluster whose
 /// `hop_proxy_protocol` is v1 sends none). The destination is the address
 /// the client's first datagram was sent to (the unspecified address of the
 /// client's family where the socket could not say), or the one a trusted
 /// peer's header announced.
-fn headers_toward(
-    backend: &Backend,
-    record: &FlowRecord,
-    hello: &ClientHello,
-    relayed: Option<&(Header, PassedTlvs)>,
-) -> Option<Arc<DatagramHeaders>> {
+fn headers_toward(backend: &Backend, inputs: &HeaderInputs<'_>) -> Option<Arc<DatagramHeaders>> {
     if backend.proxy_protocol != Outbound::V2 {
         return None;
     }
-    let client = record.part.peer();
-    let dialled = record.part.dialled.unwrap_or_else(|| {
-        let unspecified = match client.ip() {
-            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        };
-        SocketAddr::new(unspecified, 0)
-    });
-    let (inbound, passed) = match relayed {
-        Some((header, passed)) => (Some(header), passed),
-        None => (None, &PassedTlvs::NONE),
-    };
-    let announcement =
-        Announcement::new(client, dialled, inbound, record.sni.as_deref(), record.id);
-    let added = AddedTlvs {
-        configured: &backend.proxy_protocol_tlvs,
-        learnt: Learnt {
-            sni: record.sni.as_deref(),
-            alpn: hello.alpn.first().map(Vec::as_slice),
-            ja4: record.fingerprints.as_deref().map(Fingerprints::ja4),
-            ja3: record.fingerprints.as_deref().map(Fingerprints::ja3_hash),
-        },
-        passed,
-    };
-    let headers = DatagramHeaders::new(&announcement, backend.proxy_protocol_crc32c, &added)
+    let added = inputs.added(&backend.proxy_protocol_tlvs);
+    let headers = DatagramHeaders::new(&inputs.announcement, backend.proxy_protocol_crc32c, &added)
         .within(
             backend
                 .max_datagram_size

@@ -9,10 +9,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::record::FlowRecord;
-use crate::admission::{Admitted, RouteAdmitted};
+use crate::admission::{RouteAdmitted, SourceGuard};
+use crate::backend::candidates::Pick;
 use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
-use crate::quic::backend_address::{Ask, Picked};
+use crate::quic::backend_address::Picked;
 
 /// The process-wide connection permits (`[global] max_connections`) as the
 /// table sees them: how many are free, and one taken for a flow that
@@ -31,7 +32,7 @@ pub(crate) trait Permits {
 /// admission slots (released when dropped). Its connection permit is the
 /// table's, taken once the flow is validated
 /// ([`super::validation`]).
-pub(crate) type FlowSlots = (Option<Admitted>, Option<RouteAdmitted>);
+pub(crate) type FlowSlots = (Option<SourceGuard>, Option<RouteAdmitted>);
 
 /// What the socket task is asked to do, or told happened; `B` is its
 /// handle on an open flow.
@@ -65,7 +66,8 @@ pub(crate) struct PickFor {
     pub id: u64,
     /// The backend's name (`Generation::backends`).
     pub backend: String,
-    pub ask: Ask,
+    /// What the choice needs to know ([`crate::flow::carry_out`]'s).
+    pub pick: Pick,
     /// The route's drain signal, entered: a reload that drains the route
     /// while the address is being chosen ends the flow (`drained`).
     pub drain: DrainGuard,

@@ -38,8 +38,9 @@
 //! starts with a signature is the client's bytes, relayed as they came, as
 //! a TCP connection's bytes after its hello are never sniffed.
 //!
-//! A trusted peer's flow is admitted on its claim ([`admit`]), as a TCP
-//! connection from a trusted peer is.
+//! A trusted peer's flow is admitted on its claim ([`decide`], through
+//! [`crate::flow::gate::after_preface`]), as a TCP connection from a
+//! trusted peer is.
 //!
 //! Not here: the header grammar ([`crate::proxy::datagram::read`],
 //! [`crate::wire::proxy`]), the limits themselves ([`crate::admission`]),
@@ -48,9 +49,9 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admission::Admitted;
+use crate::admission::SourceGuard;
 use crate::flow::access::CloseReason;
-use crate::flow::decision::{DryRun, HelloRefused};
+use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 use crate::proxy::datagram::{self, Read};
@@ -237,45 +238,20 @@ pub(crate) fn first<'d>(
     })
 }
 
-/// Admits a trusted peer's flow on the client it `claimed`, as a TCP
-/// connection from a trusted peer is admitted after its preface
-/// ([`crate::admission::Admission::after_preface`]): a claimed client as if
-/// it had come directly, the peer's own flows (no claim) not counted as a
-/// client's. A refusal is counted and its close reason returned.
-pub(crate) fn admit(
-    generation: &Generation,
-    peer: PeerAddr,
-    claimed: Option<ClaimedAddr>,
-    metrics: &ListenerMetrics,
-) -> Result<Option<Admitted>, CloseReason> {
-    match generation.admission.after_preface(claimed) {
-        Ok(admitted) => {
-            if let Some(dry) = admitted.as_ref().and_then(|a| DryRun::of(None, a)) {
-                dry.log(&generation.listener, peer);
-            }
-            Ok(admitted)
-        }
-        Err(refusal) => {
-            let refused = HelloRefused::by_admission(refusal);
-            refused.count(metrics);
-            Err(refused.reason)
-        }
-    }
-}
-
 /// A new flow's preface ([`first`]) and, when the accept gate left the
 /// decision to it (`gated` is `None`: a trusted peer relay's datagram), the
-/// admission on the client it claims ([`admit`]); a flow the gate admitted
-/// keeps `gated`. A refusal names the claim (if any) for the record, and
-/// its close reason.
+/// admission on the client it claims ([`gate::after_preface`], as a TCP
+/// connection's); a flow the gate admitted keeps `gated`, its source's
+/// slot. A refusal names the claim (if any) for the record, and its close
+/// reason.
 pub(crate) fn decide<'d>(
     generation: &Generation,
     from: SocketAddr,
     dialled: Option<SocketAddr>,
     arrival: DatagramArrival<'d>,
-    gated: Option<Admitted>,
+    gated: Option<SourceGuard>,
     metrics: &ListenerMetrics,
-) -> Result<(FlowPreface<'d>, Option<Admitted>), (Option<ClaimedAddr>, CloseReason)> {
+) -> Result<(FlowPreface<'d>, Option<SourceGuard>), (Option<ClaimedAddr>, CloseReason)> {
     let inbound = generation.listener.proxy_protocol.as_ref();
     let preface = first(inbound, from, dialled, arrival)
         .map_err(|error| (error.claimed(), CloseReason::from(error)))?;
@@ -283,8 +259,8 @@ pub(crate) fn decide<'d>(
         return Ok((preface, gated));
     }
     let claimed = preface.sender.claimed();
-    admit(generation, PeerAddr(from), claimed, metrics)
-        .map(|admitted| (preface, admitted))
+    gate::after_preface(generation, PeerAddr(from), claimed, metrics)
+        .map(|admitted| (preface, admitted.and_then(|a| a.guard)))
         .map_err(|reason| (claimed, reason))
 }
 

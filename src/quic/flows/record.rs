@@ -95,7 +95,7 @@ impl FlowPart {
 }
 
 impl<'l> RecordPart<'l> for FlowPart {
-    fn listener(&self) -> &Listener {
+    fn listener(&self) -> &Arc<Listener> {
         &self.listener
     }
     fn arrival(&self) -> &Arrival {

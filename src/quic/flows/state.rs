@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::announce::FlowHeaders;
 use super::events::FlowSlots;
 use super::record::FlowRecord;
-use crate::admission::Admitted;
+use crate::admission::SourceGuard;
 use crate::quic::cid::FlowCids;
 use crate::quic::initial::Parser;
 use crate::wire::proxy::Header;
@@ -27,7 +27,9 @@ pub(super) struct Pending {
     pub(super) held: Vec<Box<[u8]>>,
     pub(super) held_bytes: usize,
     pub(super) record: FlowRecord,
-    pub(super) admitted: Option<Admitted>,
+    /// Its source's slot, from the gate or, behind a trusted peer, the
+    /// preface.
+    pub(super) source_slot: Option<SourceGuard>,
     /// The source it counts against ([`source_key`](super::bounds::source_key)
     /// of its claimed client behind a trusted peer, else of its address).
     pub(super) source: IpAddr,

@@ -8,7 +8,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_the_free_permits() {
     // Per source, through the accept gate: one flow per address.
     let generation_1 = generation("connections_per_source = 1");
     let permits_10 = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let flight = initials("example.com", 2);
     assert!(table.start(
@@ -45,7 +45,7 @@ fn new_flows_stop_at_the_per_source_limit_and_at_the_free_permits() {
     // permits (one that could never validate is not worth holding).
     let generation = generation("");
     let permits_2 = permits(2);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     assert!(table.start(
         now,
         addr("192.0.2.1:5000"),
@@ -82,9 +82,11 @@ fn new_flows_stop_at_the_per_source_limit_and_at_the_free_permits() {
         }]
     );
     // No free permit at all: nothing pending to give one back, the
-    // datagram is dropped.
+    // datagram is dropped, and the flow the gate counted is closed as one
+    // that lost its place (every accepted flow closes once, so the
+    // listener's `active` gauge comes back down).
     let none = permits(0);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     assert!(!table.start(
         now,
         addr("192.0.2.4:5000"),
@@ -94,6 +96,14 @@ fn new_flows_stop_at_the_per_source_limit_and_at_the_free_permits() {
         &none
     ));
     assert_eq!(table.pending(), (0, 0));
+    assert_eq!(
+        events(&mut table, &generation),
+        [EventSummary::Close {
+            peer: addr("192.0.2.4:5000"),
+            reason: CloseReason::Evicted,
+            answer_to: None
+        }]
+    );
 }
 
 #[test]
@@ -102,7 +112,7 @@ fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
     // two-datagram hello, from 200 addresses, then more.
     let generation = generation("");
     let permits = permits(100_000);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let half = &initials("example.com", 2)[..1];
     let flood = |i: usize| {
@@ -175,7 +185,7 @@ fn a_new_flow_gets_in_however_the_pending_table_is_filled() {
 fn a_source_at_its_share_evicts_its_own_oldest_pending_flow() {
     let generation = generation("");
     let permits = permits(10_000);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let flight = initials("example.com", 2);
     let half = &flight[..1];

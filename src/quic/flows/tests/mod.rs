@@ -140,6 +140,12 @@ enum EventSummary {
     },
 }
 
+/// An empty table counting in the test listener's series (handed in,
+/// as the socket task hands its listener's).
+fn new_table() -> FlowTable<u32, Taken> {
+    FlowTable::new(None, crate::metrics::metrics().listener("h3", "quic"))
+}
+
 /// Drains the table's events; picks are answered at once, as the
 /// socket task answers them for fixed addresses.
 fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<EventSummary> {
@@ -151,11 +157,11 @@ fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<Eve
                     from,
                     id,
                     backend,
-                    ask,
+                    pick,
                     drain,
                 } = *pick;
                 let backends = &generation.backends;
-                let picked = pick_now(backends, backends.get(&backend).unwrap(), &ask)
+                let picked = pick_now(backends, backends.get(&backend).unwrap(), &pick)
                     .expect("fixed addresses are chosen at once")
                     .map(|picked| (picked, drain))
                     .map_err(CloseReason::from);
@@ -248,7 +254,7 @@ fn feed(
 fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let client = addr("192.0.2.1:5000");
     let flight = initials("example.com", 3);
@@ -296,7 +302,7 @@ fn a_hello_across_datagrams_is_held_until_complete_then_routed_and_opened() {
 fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let (other, no_name, allowed) = (
         addr("192.0.2.1:5000"),
@@ -358,7 +364,7 @@ fn routing_refuses_an_unknown_name_and_a_missing_sni_with_an_answer() {
 fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let client = addr("192.0.2.1:5000");
     let flight = initials("example.com", 1);
@@ -388,7 +394,7 @@ fn an_address_that_cannot_be_chosen_closes_the_flow_unanswered() {
 fn not_quic_ends_at_once_and_an_incomplete_hello_at_its_timeout() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let start = Instant::now();
     let (noise, slow) = (addr("192.0.2.1:5000"), addr("192.0.2.2:5000"));
     feed(
@@ -439,7 +445,7 @@ fn a_ja4_limit_key_counts_flows_by_fingerprint_once_the_hello_is_read() {
     let generation = generation("connections_per_source = 1\nlimit_key = \"ja4\"");
     assert!(generation.routes.wants_fingerprints());
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let (first, second) = (addr("192.0.2.1:5000"), addr("198.51.100.2:5000"));
     let flight = initials("example.com", 1);
@@ -472,7 +478,7 @@ fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() 
     // period is refused as `limit_rate`, closed before it is held.
     let generation = generation("connections_per_source = false\nattempts_per_source = 3");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let flight = initials("example.com", 1);
     let started: Vec<bool> = (0..5)

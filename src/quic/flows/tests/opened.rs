@@ -24,7 +24,7 @@ pub(super) fn open(
         panic!("a routed hello asks for its address");
     };
     let backends = &generation.backends;
-    let picked = pick_now(backends, backends.get(&pick.backend).unwrap(), &pick.ask)
+    let picked = pick_now(backends, backends.get(&pick.backend).unwrap(), &pick.pick)
         .unwrap()
         .unwrap();
     table.chosen(pick.from, pick.id, Ok((picked, pick.drain)));
@@ -40,7 +40,7 @@ pub(super) fn open(
 fn an_open_flow_follows_its_client_by_the_backend_s_connection_id() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let (first, moved, stranger) = (
         addr("192.0.2.1:5000"),
@@ -120,7 +120,7 @@ fn an_open_flow_expires_idle_or_at_its_lifetime_moment() {
 fn a_draining_table_starts_no_flow_and_closes_what_is_left_at_the_end() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let (open_client, pending_client, late) = (
         addr("192.0.2.1:5000"),

@@ -34,7 +34,7 @@ fn client(n: usize) -> SocketAddr {
 fn a_flow_takes_its_permit_when_its_client_sends_to_a_learned_id() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let from = addr("192.0.2.1:5000");
     let id = open(&mut table, now, from, &generation, &permits, 7);
@@ -100,7 +100,7 @@ fn a_short_backend_id_validates_but_is_not_followed() {
     // quic-go's 4-byte IDs: enough to validate, too short to follow.
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let from = addr("192.0.2.1:5000");
     let id = open(&mut table, now, from, &generation, &permits, 7);
@@ -121,7 +121,7 @@ fn a_short_backend_id_validates_but_is_not_followed() {
 fn a_flow_that_validates_with_no_permit_free_closes_max_connections() {
     let generation = generation("");
     let permits = permits(1);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let now = Instant::now();
     let from = addr("192.0.2.1:5000");
     let id = open(&mut table, now, from, &generation, &permits, 7);
@@ -149,7 +149,7 @@ fn a_flow_that_validates_with_no_permit_free_closes_max_connections() {
 fn a_new_flow_evicts_the_oldest_unvalidated_one_at_the_bound() {
     let generation = generation("");
     let permits = permits(100_000);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let start = Instant::now();
     let at = |n: usize| start + Duration::from_millis(n as u64);
     let ids: Vec<u64> = (0..MAX_UNVALIDATED_FLOWS)
@@ -220,7 +220,7 @@ fn a_new_flow_evicts_the_oldest_unvalidated_one_at_the_bound() {
 fn a_source_at_its_share_evicts_its_own_oldest_unvalidated_flow() {
     let generation = generation("");
     let permits = permits(1_000);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let start = Instant::now();
     // Another source's flow, older than all of them.
     open(
@@ -270,7 +270,7 @@ fn a_source_at_its_share_evicts_its_own_oldest_unvalidated_flow() {
 fn an_unvalidated_flow_closes_at_the_end_of_its_lifetime() {
     let generation = generation("");
     let permits = permits(10);
-    let mut table = FlowTable::<u32, Taken>::new(None);
+    let mut table = new_table();
     let start = Instant::now();
     let later = start + Duration::from_secs(1);
     let timeout = generation.listener.client_hello_timeout;
