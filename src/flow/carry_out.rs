@@ -5,7 +5,7 @@
 //!
 //! In order:
 //! 1. the decision ([`crate::flow::decision::decide`]: admit on the hello,
-//!    route, admit on the route) and its dry-run lines;
+//!    route, admit on the route, with its dry-run lines);
 //! 2. the record's fields the hello gave (SNI, ECH, ALPN, fingerprints)
 //!    and the route taken, refused or not;
 //! 3. a refusal counted ([`crate::flow::decision::HelloRefused::count`]),
@@ -95,7 +95,6 @@ pub(crate) fn carry_out<'g, P: RecordPart<'g>>(
     };
     let ja4 = fingerprints.as_deref().map(Fingerprints::ja4);
     let decision = decision::decide(generation, arrived, hello, ja4);
-    decision.log_dry_runs(&generation.listener, peer);
     record.fingerprints = fingerprints;
     if let Some(heard) = decision.heard {
         record.heard(heard);

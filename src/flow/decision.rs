@@ -183,9 +183,8 @@ impl<'g> DryRun<'g> {
 }
 
 impl<'g> AfterHello<'g> {
-    /// Logs what dry runs would have refused (the transports call it
-    /// before carrying the decision out).
-    pub(crate) fn log_dry_runs(&self, listener: &Listener, peer: PeerAddr) {
+    /// Logs what dry runs would have refused.
+    fn log_dry_runs(&self, listener: &Listener, peer: PeerAddr) {
         for dry in self.dry_runs.iter().flatten() {
             dry.log(listener, peer);
         }
@@ -218,8 +217,21 @@ pub(crate) fn alpn_field(alpn: &[Vec<u8>]) -> Option<Box<str>> {
 
 /// Decides what becomes of a hello from `arrived` under `generation`
 /// (see the module header for the steps); `ja4` is the hello's
-/// fingerprint, `None` when none was computed.
+/// fingerprint, `None` when none was computed. What dry runs would have
+/// refused is logged (at debug) before the answer is returned.
 pub(crate) fn decide<'g>(
+    generation: &'g Generation,
+    arrived: Arrived,
+    hello: &ClientHello,
+    ja4: Option<&str>,
+) -> AfterHello<'g> {
+    let decided = decided(generation, arrived, hello, ja4);
+    decided.log_dry_runs(&generation.listener, arrived.peer);
+    decided
+}
+
+/// [`decide`]'s steps, before its dry runs are logged.
+fn decided<'g>(
     generation: &'g Generation,
     arrived: Arrived,
     hello: &ClientHello,
