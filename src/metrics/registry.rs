@@ -136,6 +136,14 @@ pub(super) struct AddressBook {
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
+/// The series are many and read through the exposition: a holder's
+/// `Debug` names them only.
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics { .. }")
+    }
+}
+
 /// The process-wide metrics.
 pub(crate) fn metrics() -> &'static Metrics {
     &METRICS

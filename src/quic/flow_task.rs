@@ -24,7 +24,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::cid::{self, FlowCids, Path};
-use super::flows::{Expiry, FlowRecord, FlowSlots, MIN_VALIDATING_CID_LEN, Stats, may_send};
+use super::flows::stages::FlowSlots;
+use super::flows::{Expiry, FlowRecord, MIN_VALIDATING_CID_LEN, Stats, may_send};
 use super::initial::ConnectionId;
 use super::io::{Gather, Offload, with_scratch};
 use crate::backend::InFlight;

@@ -1,9 +1,12 @@
 //! The flow table of one QUIC listening socket, as a sans-I/O state
 //! machine: fed datagrams, time and the results of the I/O it asked for, it
 //! decides what each flow does and returns it as events. It reads no clock
-//! (every call takes `now`, a `std::time::Instant`), holds no runtime type
-//! (connection permits come through [`Permits`]; its tests are plain
-//! `#[test]`s) and touches no socket; the socket task
+//! (every call takes `now`, a `std::time::Instant`), holds no runtime
+//! handle, guard, token or global (it is given its metric series;
+//! connection permits come through [`Permits`], and what the stages hold
+//! for a flow, its admission slots, drain guard and chosen address, through
+//! [`Stages`], whose values it keeps unread; its tests are plain
+//! `#[test]`s, some on stages of plain values) and touches no socket; the socket task
 //! (`super::socket_task`) reads datagrams, feeds them here, performs the
 //! returned [`Event`]s and reports back (in the spirit of quinn-proto's
 //! `Endpoint::handle`).
@@ -57,7 +60,7 @@
 //! backend socket, whose datagrams it relays without a hop through the
 //! socket task) asks with the times it saw.
 //!
-//! Its parts: what it holds per flow by stage ([`state`]), the bounds on
+//! Its parts: the stages it calls ([`stages`]), what it holds per flow by stage ([`state`]), the bounds on
 //! pending flows and the source they count against ([`bounds`]), what it
 //! tells the socket task ([`events`]), the flow's record ([`record`]), the
 //! PROXY header a trusted peer relay's datagrams carry ([`preface`]: read
@@ -84,16 +87,11 @@ use std::time::Instant;
 use super::cid::CidTable;
 use super::initial::{HelloLimits, Parser, QuicHello, Verdict};
 use super::refusal::refusal;
-use crate::addr::PeerAddr;
-use crate::admission::AtAccept;
 use crate::config::Listener;
-use crate::drain::DrainGuard;
 use crate::flow::access::CloseReason;
-use crate::flow::carry_out::carry_out;
-use crate::flow::gate;
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
-use crate::quic::backend_address::Picked;
+use crate::metrics::registry::Metrics;
 
 mod announce;
 mod bounds;
@@ -101,22 +99,25 @@ mod events;
 mod open;
 pub(crate) mod preface;
 pub(crate) mod record;
+pub(crate) mod stages;
 mod state;
 mod validation;
 
 pub(crate) use bounds::{MAX_HELD_BYTES, MAX_PENDING_FLOWS, MAX_PENDING_PER_SOURCE};
 use bounds::{Summary, source_key};
-pub(crate) use events::{Datagram, Event, FlowSlots, Opening, Permits, PickFor};
+pub(crate) use events::{Datagram, Event, Opening, Permits, PickFor};
 use preface::DatagramArrival;
 pub(crate) use record::{Expiry, FlowRecord, Stats, flow_record};
+pub(crate) use stages::{FlowStages, Stages};
 use state::{ConnectingFlow, FlowState, Pending};
 pub(crate) use validation::{MIN_VALIDATING_CID_LEN, Up, may_send};
 
 /// The flows of one listening socket; `B` is what the socket task keeps
-/// per open flow, `P` a connection permit ([`Permits`]).
+/// per open flow, `P` a connection permit ([`Permits`]), `S` the stages
+/// it calls, whose values it keeps without looking into them ([`Stages`]).
 #[derive(Debug)]
-pub(crate) struct FlowTable<B, P> {
-    flows: HashMap<SocketAddr, FlowState<B, P>>,
+pub(crate) struct FlowTable<B, P, S: Stages = FlowStages> {
+    flows: HashMap<SocketAddr, FlowState<B, P, S>>,
     /// Pending flows by start, for the hello timeout (entries of flows
     /// that moved on are skipped).
     pending_order: VecDeque<(Instant, SocketAddr)>,
@@ -144,13 +145,19 @@ pub(crate) struct FlowTable<B, P> {
     /// validated with no permit free, to end.
     unvalidated: validation::Unvalidated,
     refused: Vec<SocketAddr>,
-    events: VecDeque<Event<B>>,
+    events: VecDeque<Event<B, S>>,
+    stages: S,
 }
 
-impl<B, P: std::fmt::Debug> FlowTable<B, P> {
+impl<B, P: std::fmt::Debug, S: Stages> FlowTable<B, P, S> {
     /// An empty table for a socket bound to `local`, counting in its
-    /// listener's `metrics`.
-    pub(crate) fn new(local: Option<SocketAddr>, metrics: Arc<ListenerMetrics>) -> FlowTable<B, P> {
+    /// listener's `metrics` and the `process`'s series, calling `stages`.
+    pub(crate) fn new(
+        local: Option<SocketAddr>,
+        metrics: Arc<ListenerMetrics>,
+        process: &'static Metrics,
+        stages: S,
+    ) -> FlowTable<B, P, S> {
         FlowTable {
             flows: HashMap::new(),
             pending_order: VecDeque::new(),
@@ -164,14 +171,15 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             local,
             drop_summary: Summary::default(),
             metrics,
-            unvalidated: validation::Unvalidated::default(),
+            unvalidated: validation::Unvalidated::new(process),
             refused: Vec::new(),
             events: VecDeque::new(),
+            stages,
         }
     }
 
     /// The next event to perform, in the order they happened.
-    pub(crate) fn poll_event(&mut self) -> Option<Event<B>> {
+    pub(crate) fn poll_event(&mut self) -> Option<Event<B, S>> {
         self.stop_refused();
         self.events.pop_front()
     }
@@ -292,33 +300,19 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         // datagram counted when fed to the parser.
         let mut record = flow_record(listener.clone(), from, now, metrics.clone(), dialled);
         let len = arrival.len();
-        // The accept gate, as for a TCP connection; a refusal is closed
-        // there, without a flow: nothing is held for it.
-        let gated = match gate::admit(generation, PeerAddr(from), &metrics) {
-            Ok(AtAccept::Admitted(admitted)) => admitted.guard,
-            // A trusted peer relay: decided on the client it claims.
-            Ok(AtAccept::AfterPreface) => None,
-            Err(refused) => {
-                record.part.stats.up(len, now, now);
-                refused.close(record);
-                return false;
-            }
-        };
-        // The flow's preface: its first datagram's PROXY header, if any,
-        // decided as the TCP preface decides a connection's; then, behind
-        // a trusted peer, admission on the claim.
-        let decided = preface::decide(generation, from, dialled, arrival, gated, &metrics);
-        let (preface, source_slot) = match decided {
-            Ok(decided) => decided,
-            Err((claimed, reason)) => {
-                record.claimed = claimed;
+        // The accept gate and the preface (a trusted peer's PROXY header,
+        // and admission on the client it claims), as for a TCP
+        // connection; refused, closed without a flow: nothing is held.
+        let admitted = match self.stages.admit(generation, &mut record, arrival) {
+            Ok(admitted) => admitted,
+            Err(reason) => {
                 record.part.stats.up(len, now, now);
                 self.close(record, reason, None);
                 return false;
             }
         };
-        let claimed = preface.sender.claimed();
-        let datagram = preface.payload;
+        let claimed = record.claimed;
+        let datagram = admitted.payload;
         // Room for it: after the gate, so that a refused source evicts
         // nobody. Nothing evictable (every place held by a connecting
         // flow): dropped, the client retransmits. A relayed flow counts
@@ -333,7 +327,6 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             return false;
         }
         let limits = HelloLimits::for_hello_bytes(listener.max_client_hello_bytes);
-        record.claimed = claimed;
         // Entries of flows that moved on stay until they reach the front;
         // compacted when they outnumber the live ones, so the queue stays
         // within a few times MAX_PENDING_FLOWS however fast flows finish.
@@ -353,9 +346,9 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 held: Vec::new(),
                 held_bytes: 0,
                 record,
-                source_slot,
+                slot: admitted.slot,
                 source,
-                relayed: preface.relayed,
+                relayed: admitted.relayed,
             })),
         );
         self.feed(now, from, datagram, generation);
@@ -505,7 +498,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
     }
 
     /// Takes a pending flow out of the map and the pending counts.
-    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending>> {
+    fn take_pending(&mut self, from: SocketAddr) -> Option<Box<Pending<S::Slot>>> {
         match self.flows.remove(&from) {
             Some(FlowState::Pending(pending)) => {
                 self.pending -= 1;
@@ -544,13 +537,13 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         }
     }
 
-    /// Routes a complete hello ([`carry_out`], as a TCP connection's is):
+    /// Routes a complete hello ([`Stages::carry_out`], as a TCP connection's is carried out):
     /// refused, the alert, if the refusal has one, in a CONNECTION_CLOSE,
     /// else ended at once, nothing forwarded; routed, it asks for its
     /// address.
     fn route(
         &mut self,
-        pending: Pending,
+        pending: Pending<S::Slot>,
         hello: QuicHello,
         from: SocketAddr,
         generation: &Generation,
@@ -558,25 +551,21 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         let Pending {
             held,
             mut record,
-            source_slot,
+            slot,
             relayed,
             source,
             ..
         } = pending;
-        // The listening socket's address stands for the one the client
-        // dialled: a cluster answer naming it means this node.
-        let dialled = || self.local.ok_or(CloseReason::ConnectFailed);
-        let fingerprints = hello.fingerprints.clone();
-        let decided = carry_out(
+        let routed = self.stages.carry_out(
             generation,
             &mut record,
-            &hello.hello,
-            fingerprints,
-            source_slot,
-            dialled,
+            &hello,
+            slot,
+            relayed.as_ref(),
+            self.local,
         );
-        let proceed = match decided {
-            Ok(proceed) => proceed,
+        let routed = match routed {
+            Ok(routed) => routed,
             Err(refused) => {
                 let answer = refused.alert.map(|alert| {
                     let datagram =
@@ -587,14 +576,6 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
                 return;
             }
         };
-        let route = proceed.route;
-        let headers = announce::FlowHeaders::toward(
-            &route.backend,
-            &generation.backends,
-            &record,
-            &hello.hello,
-            relayed.as_ref(),
-        );
         let id = record.id;
         let connecting = ConnectingFlow {
             held_bytes: held.iter().map(|d| d.len()).sum(),
@@ -604,11 +585,10 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             )
             .held_bytes,
             record,
-            idle: route.timeouts.idle,
-            lifetime: route.timeouts.lifetime,
-            slots: (proceed.source_slot, proceed.route_slot),
+            idle: routed.idle,
+            lifetime: routed.lifetime,
+            kept: routed.kept,
             source,
-            headers,
         };
         self.pending += 1;
         self.held_bytes += connecting.held_bytes;
@@ -617,20 +597,18 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         self.events.push_back(Event::Pick(Box::new(PickFor {
             from,
             id,
-            backend: route.backend.name.clone(),
-            pick: proceed.pick,
-            drain: proceed.drain,
+            choose: routed.to_choose,
         })));
     }
 
-    /// The address of the connecting flow `id` from `from` is chosen (with
-    /// its route's drain guard), or why not: it is handed over to open, or
-    /// closes.
+    /// The address of the connecting flow `id` from `from` is chosen
+    /// (`chosen`, as the stages hand it back), or why not: it is handed
+    /// over to open, or closes.
     pub(crate) fn chosen(
         &mut self,
         from: SocketAddr,
         id: u64,
-        outcome: Result<(Picked, DrainGuard), CloseReason>,
+        outcome: Result<S::Chosen, CloseReason>,
     ) {
         let connecting = match self.flows.remove(&from) {
             Some(FlowState::Connecting(connecting)) if connecting.record.id == id => connecting,
@@ -647,30 +625,22 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
             record,
             idle,
             lifetime,
-            slots,
-            headers,
+            kept,
             source,
             ..
         } = *connecting;
         match outcome {
             Err(reason) => self.close(record, reason, None),
-            Ok((picked, drain)) => {
-                // The hop header toward another node, or the local
-                // backend's own.
-                let headers = headers.for_pick(picked.local);
-                self.events.push_back(Event::Open(Box::new(Opening {
-                    from,
-                    record,
-                    held,
-                    idle,
-                    lifetime,
-                    slots,
-                    source,
-                    picked,
-                    drain,
-                    headers,
-                })))
-            }
+            Ok(chosen) => self.events.push_back(Event::Open(Box::new(Opening {
+                from,
+                record,
+                held,
+                idle,
+                lifetime,
+                kept,
+                source,
+                chosen,
+            }))),
         }
     }
 

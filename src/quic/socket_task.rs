@@ -90,6 +90,7 @@ use tokio_util::task::TaskTracker;
 use super::cid::Path;
 use super::flow_task::Stop;
 use super::flow_task::{FlowTask, moved, relay_back};
+use super::flows::stages::{FlowStages, RoutedHold, ToChoose};
 use super::flows::{Datagram, Event, Expiry, FlowTable, Opening, Permits, PickFor, Stats, Up};
 use super::handover::{self, Handover, Predecessor, Successor};
 use super::initial::ConnectionId;
@@ -257,7 +258,12 @@ impl SocketTask {
         // so a flow's metrics cost atomic adds, as a TCP connection's.
         let listener = &current.listener;
         let series = metrics::metrics().listener(&listener.name, listener.protocol.as_str());
-        let table = FlowTable::new(socket.local_addr().ok(), series);
+        let table = FlowTable::new(
+            socket.local_addr().ok(),
+            series,
+            metrics::metrics(),
+            FlowStages,
+        );
         SocketTask {
             socket,
             now,
@@ -518,13 +524,16 @@ impl SocketTask {
     /// Chooses a routed flow's address: at once when the backend's
     /// addresses are known; otherwise (a first DNS answer, a cluster
     /// lookup) a task finds it while the flow waits in the table.
-    fn pick(&mut self, pick: PickFor) {
+    fn pick(&mut self, pick: PickFor<ToChoose>) {
         let PickFor {
             from,
             id,
-            backend,
-            pick,
-            drain,
+            choose:
+                ToChoose {
+                    backend,
+                    pick,
+                    drain,
+                },
         } = pick;
         let generation = self.current.clone();
         let backends = &generation.backends;
@@ -558,19 +567,19 @@ impl SocketTask {
     /// Opens a flow on its chosen address: one UDP socket connected to it,
     /// the held datagrams forwarded in arrival order, and the task that
     /// relays the backend's answers; or closes it `connect_failed`.
-    fn open(&mut self, now: Instant, opening: Opening) {
+    fn open(&mut self, now: Instant, opening: Opening<FlowStages>) {
         let Opening {
             from,
             mut record,
             held,
             idle,
             lifetime,
-            slots,
+            kept: RoutedHold { slots, headers },
             source,
-            picked,
-            drain,
-            headers,
+            chosen: (picked, drain),
         } = opening;
+        // The hop header toward another node, or the local backend's own.
+        let headers = headers.for_pick(picked.local);
         let Picked {
             addr: backend_addr,
             in_flight,

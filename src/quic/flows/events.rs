@@ -1,7 +1,6 @@
 //! What the flow table hands the socket task and takes from it: the
-//! connection permits it takes ([`Permits`]), the places a flow holds
-//! ([`FlowSlots`]), the [`Event`]s to perform and what became of a datagram
-//! ([`Datagram`]).
+//! connection permits it takes ([`Permits`]), the [`Event`]s to perform and
+//! what became of a datagram ([`Datagram`]).
 //!
 //! Not here: deciding any of it ([`super::FlowTable`]).
 
@@ -9,11 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::record::FlowRecord;
-use crate::admission::{RouteAdmitted, SourceGuard};
-use crate::backend::candidates::Pick;
-use crate::drain::DrainGuard;
+use super::stages::Stages;
 use crate::flow::access::CloseReason;
-use crate::quic::backend_address::Picked;
 
 /// The process-wide connection permits (`[global] max_connections`) as the
 /// table sees them: how many are free, and one taken for a flow that
@@ -28,24 +24,18 @@ pub(crate) trait Permits {
     fn try_take(&self) -> Option<Self::Permit>;
 }
 
-/// The places a flow holds while it lives: the listener's and route's
-/// admission slots (released when dropped). Its connection permit is the
-/// table's, taken once the flow is validated
-/// ([`super::validation`]).
-pub(crate) type FlowSlots = (Option<SourceGuard>, Option<RouteAdmitted>);
-
 /// What the socket task is asked to do, or told happened; `B` is its
-/// handle on an open flow.
+/// handle on an open flow, `S` the stages whose values it carries.
 #[derive(Debug)]
-pub(crate) enum Event<B> {
+pub(crate) enum Event<B, S: Stages> {
     /// Choose the backend address of the flow from `from` ([`crate::quic::backend_address`]:
     /// at once when the addresses are known, else in a task) and report it
     /// with [`super::FlowTable::chosen`].
-    Pick(Box<PickFor>),
+    Pick(Box<PickFor<S::ToChoose>>),
     /// The flow's address is chosen: open its backend socket, send the held
     /// datagrams in arrival order, start its relay and report it with
     /// [`super::FlowTable::opened`] (or close it `connect_failed`).
-    Open(Box<Opening>),
+    Open(Box<Opening<S>>),
     /// An open flow left the table unvalidated (evicted, expired, or no
     /// permit when it validated): end its task with `reason` (which
     /// writes its access line).
@@ -61,21 +51,16 @@ pub(crate) enum Event<B> {
 
 /// A routed flow whose backend address is to be chosen.
 #[derive(Debug)]
-pub(crate) struct PickFor {
+pub(crate) struct PickFor<C> {
     pub from: SocketAddr,
     pub id: u64,
-    /// The backend's name (`Generation::backends`).
-    pub backend: String,
-    /// What the choice needs to know ([`crate::flow::carry_out`]'s).
-    pub pick: Pick,
-    /// The route's drain signal, entered: a reload that drains the route
-    /// while the address is being chosen ends the flow (`drained`).
-    pub drain: DrainGuard,
+    /// What the choice needs ([`Stages::ToChoose`]).
+    pub choose: C,
 }
 
 /// A flow handed to the socket task to open on its chosen address.
 #[derive(Debug)]
-pub(crate) struct Opening {
+pub(crate) struct Opening<S: Stages> {
     pub from: SocketAddr,
     pub record: FlowRecord,
     /// Its datagrams so far, in arrival order.
@@ -83,14 +68,12 @@ pub(crate) struct Opening {
     /// The route's `idle_timeout` and `max_connection_lifetime`.
     pub idle: Duration,
     pub lifetime: Option<Duration>,
-    pub slots: FlowSlots,
+    /// What the routed flow holds ([`Stages::Kept`]).
+    pub kept: S::Kept,
     /// The source it counts against ([`super::bounds::source_key`]).
     pub source: std::net::IpAddr,
-    pub picked: Picked,
-    pub drain: DrainGuard,
-    /// The PROXY headers its datagrams carry until the backend answers,
-    /// if its backend takes them.
-    pub headers: Option<std::sync::Arc<crate::proxy::datagram::DatagramHeaders>>,
+    /// The address chosen ([`Stages::Chosen`]).
+    pub chosen: S::Chosen,
 }
 
 /// What became of a datagram fed to [`super::FlowTable::handle`].

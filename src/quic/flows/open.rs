@@ -11,11 +11,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use super::state::{FlowState, Open};
-use super::{FlowTable, Permits};
+use super::{FlowTable, Permits, Stages};
 use crate::quic::cid::{self, FlowCids};
 use crate::quic::initial::ConnectionId;
 
-impl<B, P: std::fmt::Debug> FlowTable<B, P> {
+impl<B, P: std::fmt::Debug, S: Stages> FlowTable<B, P, S> {
     /// Moves the open flow whose backend chose the datagram's Destination
     /// Connection ID to `from` (its client's new address), validated;
     /// returns its handle and its previous address, or `None` if no open

@@ -11,25 +11,23 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::announce::FlowHeaders;
-use super::events::FlowSlots;
 use super::record::FlowRecord;
-use crate::admission::SourceGuard;
+use super::stages::Stages;
 use crate::quic::cid::FlowCids;
 use crate::quic::initial::Parser;
 use crate::wire::proxy::Header;
 use crate::wire::proxy_tlv::PassedTlvs;
 
-/// A flow whose hello is not complete yet.
+/// A flow whose hello is not complete yet, holding `S` (its source's
+/// slot, [`Stages::Slot`]).
 #[derive(Debug)]
-pub(super) struct Pending {
+pub(super) struct Pending<S> {
     pub(super) parser: Parser,
     pub(super) held: Vec<Box<[u8]>>,
     pub(super) held_bytes: usize,
     pub(super) record: FlowRecord,
-    /// Its source's slot, from the gate or, behind a trusted peer, the
-    /// preface.
-    pub(super) source_slot: Option<SourceGuard>,
+    /// What it holds from its admission (its source's slot).
+    pub(super) slot: S,
     /// The source it counts against ([`source_key`](super::bounds::source_key)
     /// of its claimed client behind a trusted peer, else of its address).
     pub(super) source: IpAddr,
@@ -39,9 +37,10 @@ pub(super) struct Pending {
 }
 
 /// A routed flow waiting for its backend address: its datagrams are still
-/// held, within the same bounds as a pending flow's.
+/// held, within the same bounds as a pending flow's; `K` is what it holds
+/// ([`Stages::Kept`]).
 #[derive(Debug)]
-pub(super) struct ConnectingFlow {
+pub(super) struct ConnectingFlow<K> {
     pub(super) held: Vec<Box<[u8]>>,
     pub(super) held_bytes: usize,
     /// The most it may hold (the pending flow's `HelloLimits::held_bytes`).
@@ -49,12 +48,9 @@ pub(super) struct ConnectingFlow {
     pub(super) record: FlowRecord,
     pub(super) idle: Duration,
     pub(super) lifetime: Option<Duration>,
-    pub(super) slots: FlowSlots,
+    pub(super) kept: K,
     /// The source it counts against once open (as a pending flow's).
     pub(super) source: IpAddr,
-    /// The PROXY headers its datagrams carry, if the address chosen takes
-    /// them.
-    pub(super) headers: FlowHeaders,
 }
 
 /// An open flow: the socket task's handle `B` (its backend socket and
@@ -76,9 +72,10 @@ pub(super) struct Open<B, P> {
     pub(super) source: IpAddr,
 }
 
+/// A flow by stage; `S` the stages' types (see [`super::stages`]).
 #[derive(Debug)]
-pub(super) enum FlowState<B, P> {
-    Pending(Box<Pending>),
-    Connecting(Box<ConnectingFlow>),
+pub(super) enum FlowState<B, P, S: Stages> {
+    Pending(Box<Pending<S::Slot>>),
+    Connecting(Box<ConnectingFlow<S::Kept>>),
     Open(Open<B, P>),
 }

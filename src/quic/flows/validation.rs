@@ -37,10 +37,10 @@ use std::time::{Duration, Instant};
 
 use super::bounds::Summary;
 use super::state::FlowState;
-use super::{Event, FlowTable, Permits};
+use super::{Event, FlowTable, Permits, Stages};
 use crate::flow::access::CloseReason;
 use crate::flow::generation::Generation;
-use crate::metrics;
+use crate::metrics::registry::Metrics;
 
 /// Open unvalidated flows per listening socket. A real client validates
 /// one round trip after the backend's first answer, so on an edge VM 256
@@ -74,8 +74,10 @@ pub(crate) fn may_send(received: u64, sent: u64, len: usize) -> bool {
 }
 
 /// One socket's open unvalidated flows, oldest first.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Unvalidated {
+    /// The process's series their gauge and closes are counted in.
+    process: &'static Metrics,
     /// (opened, address, id); entries of flows that validated or ended
     /// are skipped, and compacted when they outnumber the live ones.
     order: VecDeque<(Instant, SocketAddr, u64)>,
@@ -99,7 +101,7 @@ pub(crate) enum Up<'a, B> {
     Closed,
 }
 
-impl<B, P: std::fmt::Debug> FlowTable<B, P> {
+impl<B, P: std::fmt::Debug, S: Stages> FlowTable<B, P, S> {
     #[cfg(test)]
     /// Open unvalidated flows, and those evicted so far.
     pub(crate) fn unvalidated(&self) -> (usize, u64) {
@@ -215,7 +217,7 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         budget.order.push_back((now, at, id));
         budget.count += 1;
         *budget.by_source.entry(source).or_default() += 1;
-        metrics::metrics().quic_unvalidated(1);
+        budget.process.quic_unvalidated(1);
     }
 
     /// Ends open flows still unvalidated [`UNVALIDATED_LIFETIME`] after
@@ -278,7 +280,9 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
         };
         self.cids.forget(&open.cids);
         self.unvalidated.left(open.source);
-        metrics::metrics().quic_unvalidated_closed(reason.as_str());
+        self.unvalidated
+            .process
+            .quic_unvalidated_closed(reason.as_str());
         self.events.push_back(Event::Stop {
             io: open.io,
             reason,
@@ -295,10 +299,22 @@ impl<B, P: std::fmt::Debug> FlowTable<B, P> {
 }
 
 impl Unvalidated {
+    /// An empty budget, counted in `process`'s series.
+    pub(super) fn new(process: &'static Metrics) -> Unvalidated {
+        Unvalidated {
+            process,
+            order: VecDeque::new(),
+            count: 0,
+            by_source: HashMap::new(),
+            evicted: 0,
+            summary: Summary::default(),
+        }
+    }
+
     /// A flow of `source` left the budget (validated, or ended).
     fn left(&mut self, source: IpAddr) {
         self.count -= 1;
-        metrics::metrics().quic_unvalidated(-1);
+        self.process.quic_unvalidated(-1);
         if let Some(count) = self.by_source.get_mut(&source) {
             *count -= 1;
             if *count == 0 {
@@ -309,7 +325,7 @@ impl Unvalidated {
 
     /// Forgets every flow (the socket stops).
     pub(super) fn clear(&mut self) {
-        metrics::metrics().quic_unvalidated(-(self.count as i64));
+        self.process.quic_unvalidated(-(self.count as i64));
         self.order.clear();
         self.by_source.clear();
         self.count = 0;
@@ -317,6 +333,10 @@ impl Unvalidated {
 }
 
 /// Whether the open flow `id` is at `at` and still unvalidated.
-fn live<B, P>(flows: &HashMap<SocketAddr, FlowState<B, P>>, at: SocketAddr, id: u64) -> bool {
+fn live<B, P, S: Stages>(
+    flows: &HashMap<SocketAddr, FlowState<B, P, S>>,
+    at: SocketAddr,
+    id: u64,
+) -> bool {
     matches!(flows.get(&at), Some(FlowState::Open(o)) if o.id == id && o.permit.is_none())
 }

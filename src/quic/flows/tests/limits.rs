@@ -35,8 +35,15 @@ fn new_flows_stop_at_the_per_source_limit_and_at_the_free_permits() {
         &generation_1,
         &permits_10
     ));
-    // The refusal was closed by the gate, not held as a flow.
-    assert_eq!(events(&mut table, &generation_1), []);
+    // The refusal is closed at once, not held as a flow.
+    assert_eq!(
+        events(&mut table, &generation_1),
+        [EventSummary::Close {
+            peer: addr("192.0.2.1:5001"),
+            reason: CloseReason::LimitConcurrent,
+            answer_to: None
+        }]
+    );
     assert_eq!(table.len(), 2);
     // Pending flows hold no permit (only a validated open flow does).
     assert_eq!(permits_10.available_permits(), 10);

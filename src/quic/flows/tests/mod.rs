@@ -143,7 +143,8 @@ enum EventSummary {
 /// An empty table counting in the test listener's series (handed in,
 /// as the socket task hands its listener's).
 fn new_table() -> FlowTable<u32, Taken> {
-    FlowTable::new(None, crate::metrics::metrics().listener("h3", "quic"))
+    let series = crate::metrics::metrics().listener("h3", "quic");
+    FlowTable::new(None, series, crate::metrics::metrics(), FlowStages)
 }
 
 /// Drains the table's events; picks are answered at once, as the
@@ -156,9 +157,12 @@ fn events(table: &mut FlowTable<u32, Taken>, generation: &Generation) -> Vec<Eve
                 let PickFor {
                     from,
                     id,
-                    backend,
-                    pick,
-                    drain,
+                    choose:
+                        stages::ToChoose {
+                            backend,
+                            pick,
+                            drain,
+                        },
                 } = *pick;
                 let backends = &generation.backends;
                 let picked = pick_now(backends, backends.get(&backend).unwrap(), &pick)
@@ -509,4 +513,5 @@ fn attempts_per_source_counts_a_quic_listener_s_new_flows_as_a_tcp_listener_s() 
 
 mod limits;
 mod opened;
+mod plain;
 mod validation;

@@ -24,10 +24,14 @@ pub(super) fn open(
         panic!("a routed hello asks for its address");
     };
     let backends = &generation.backends;
-    let picked = pick_now(backends, backends.get(&pick.backend).unwrap(), &pick.pick)
-        .unwrap()
-        .unwrap();
-    table.chosen(pick.from, pick.id, Ok((picked, pick.drain)));
+    let picked = pick_now(
+        backends,
+        backends.get(&pick.choose.backend).unwrap(),
+        &pick.choose.pick,
+    )
+    .unwrap()
+    .unwrap();
+    table.chosen(pick.from, pick.id, Ok((picked, pick.choose.drain)));
     let Some(Event::Open(opening)) = table.poll_event() else {
         panic!("a chosen address opens the flow");
     };
