@@ -253,23 +253,24 @@ pub(crate) fn coalescing_message_for(
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_wildcard_certificate_on_two_backends_is_a_coalescing_warning() {
-    let ca = Ca::new();
-    let wildcard = ca.server(&["*.example.test"]);
-    let one = backend(wildcard.clone(), None).await;
-    let two = backend(wildcard, None).await;
-
-    let (code, report, stderr) = certs("certs-shared", &config(one, two, "", ""), &ca.pem()).await;
-    assert_eq!(code, Some(1), "{report:#}\n{stderr}");
+/// What a report shows when backends one (at `one`) and two (at `two`)
+/// both present the CA's `*.example.test` certificate, learnt over
+/// `transport` with `alpn` selected: every field of each row, and a
+/// coalescing warning each way.
+fn assert_shared_wildcard(
+    report: &Value,
+    (one, two): (SocketAddr, SocketAddr),
+    (transport, alpn): (&str, &str),
+) {
     for (name, backend, address) in [(A, "one", one), (B, "two", two)] {
-        let row = row(&report, name);
+        let row = row(report, name);
+        assert_eq!(row["transport"], transport, "{row:#}");
         assert_eq!(row["backend"], backend);
         assert_eq!(row["address"], address.to_string());
-        assert_eq!(row["status"], "ok");
+        assert_eq!(row["status"], "ok", "{row:#}");
         assert_eq!(row["covers"], true);
         assert_eq!(row["verified"], "ok");
-        assert_eq!(row["alpn"], "h2");
+        assert_eq!(row["alpn"], alpn);
         assert_eq!(row["tls_version"], "TLSv1_3");
         assert_eq!(row["certificate"]["issuer"], ISSUER);
         assert_eq!(
@@ -284,13 +285,26 @@ async fn one_wildcard_certificate_on_two_backends_is_a_coalescing_warning() {
         .iter()
         .map(|c| c["message"].as_str().unwrap())
         .collect();
+    let warning = |from, to| coalescing_message_for(alpn, "warning", from, to);
     assert_eq!(
         messages,
         [
-            coalescing_message("warning", ("route-a", "one", A), ("route-b", "two", B)),
-            coalescing_message("warning", ("route-b", "two", B), ("route-a", "one", A)),
+            warning(("route-a", "one", A), ("route-b", "two", B)),
+            warning(("route-b", "two", B), ("route-a", "one", A)),
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wildcard_certificate_on_two_backends_is_a_coalescing_warning() {
+    let ca = Ca::new();
+    let wildcard = ca.server(&["*.example.test"]);
+    let one = backend(wildcard.clone(), None).await;
+    let two = backend(wildcard, None).await;
+
+    let (code, report, stderr) = certs("certs-shared", &config(one, two, "", ""), &ca.pem()).await;
+    assert_eq!(code, Some(1), "{report:#}\n{stderr}");
+    assert_shared_wildcard(&report, (one, two), ("tcp", "h2"));
     let first = &report["coalescing"][0];
     assert_eq!(first["level"], "warning");
     assert_eq!(first["other_backend"], "two");
@@ -389,37 +403,7 @@ async fn over_quic_one_wildcard_certificate_on_two_backends_is_an_h3_coalescing_
 
     let (code, report, stderr) = certs("certs-quic-shared", &config, &ca.pem()).await;
     assert_eq!(code, Some(1), "{report:#}\n{stderr}");
-    for (name, backend, address) in [(A, "one", one), (B, "two", two)] {
-        let row = row(&report, name);
-        assert_eq!(row["transport"], "quic", "{row:#}");
-        assert_eq!(row["backend"], backend);
-        assert_eq!(row["address"], address.to_string());
-        assert_eq!(row["status"], "ok", "{row:#}");
-        assert_eq!(row["covers"], true);
-        assert_eq!(row["verified"], "ok");
-        assert_eq!(row["alpn"], "h3");
-        assert_eq!(row["tls_version"], "TLSv1_3");
-        assert_eq!(row["certificate"]["issuer"], ISSUER);
-        assert_eq!(
-            row["certificate"]["names"],
-            serde_json::json!(["*.example.test"])
-        );
-        assert!(row["days_left"].as_i64().unwrap() > 14, "{row:#}");
-    }
-    let messages: Vec<&str> = report["coalescing"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["message"].as_str().unwrap())
-        .collect();
-    let warning = |from, to| coalescing_message_for("h3", "warning", from, to);
-    assert_eq!(
-        messages,
-        [
-            warning(("route-a", "one", A), ("route-b", "two", B)),
-            warning(("route-b", "two", B), ("route-a", "one", A)),
-        ]
-    );
+    assert_shared_wildcard(&report, (one, two), ("quic", "h3"));
     assert_eq!(report["coalescing"][0]["alpn"], "h3");
     assert_eq!(report["not_checked"], serde_json::json!([]));
 }

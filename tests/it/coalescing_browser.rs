@@ -43,10 +43,57 @@ use crate::backend_certs::{QUIC_LISTENER, coalescing_message_for, config, config
 const A: &str = "a.example.test";
 const B: &str = "b.example.test";
 
-/// HTTP/1.1 and HTTP/2, over TCP.
-const OVER_TCP: &[&str] = &["h1", "h2"];
-/// The same, and HTTP/3 over QUIC on the same port.
-const WITH_H3: &[&str] = &["h1", "h2", "h3"];
+/// How chromium reaches the backends in a case.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Over {
+    /// HTTP/2 through a TCP listener; Caddy serves HTTP/1.1 and HTTP/2.
+    Http2,
+    /// HTTP/3 through a quic listener (the relay has no TCP listener);
+    /// Caddy serves HTTP/3 too, and chromium is forced onto QUIC.
+    Http3,
+}
+
+impl Over {
+    /// Caddy's `protocols`.
+    fn caddy_protocols(self) -> &'static [&'static str] {
+        match self {
+            Over::Http2 => &["h1", "h2"],
+            Over::Http3 => &["h1", "h2", "h3"],
+        }
+    }
+
+    /// The relay's configuration, `a` to `one` and `b` to `two`.
+    fn relay_config(self, one: SocketAddr, two: SocketAddr) -> String {
+        match self {
+            Over::Http2 => config(one, two, "", ""),
+            Over::Http3 => config_on(QUIC_LISTENER, one, two, "", ""),
+        }
+    }
+
+    /// The request's protocol in Caddy's access lines.
+    fn http(self) -> &'static str {
+        match self {
+            Over::Http2 => "HTTP/2.0",
+            Over::Http3 => "HTTP/3.0",
+        }
+    }
+
+    /// The protocol of the relay's lines, and of `certs`'s rows.
+    fn transport(self) -> &'static str {
+        match self {
+            Over::Http2 => "tcp",
+            Over::Http3 => "quic",
+        }
+    }
+
+    /// What the backends select, as `certs` reports it.
+    fn alpn(self) -> &'static str {
+        match self {
+            Over::Http2 => "h2",
+            Over::Http3 => "h3",
+        }
+    }
+}
 
 /// Caddy serving `dir/site` (any host) over `protocols` (Caddy's names)
 /// with `pki`'s server certificate, its access lines as JSON on stderr;
@@ -117,16 +164,16 @@ async fn certs(config: &str, pkis: &[&Pki]) -> (Option<i32>, Value) {
     (code, report)
 }
 
-/// Chromium loads `https://a:PORT/` with both names at the relay (with
-/// `quic`, forced onto QUIC for both origins); the rendered page.
-async fn browse(port: u16, pins: &[String], quic: bool) -> String {
+/// Chromium loads `https://a:PORT/` with both names at the relay (over
+/// HTTP/3, forced onto QUIC for both origins); the rendered page.
+async fn browse(port: u16, pins: &[String], over: Over) -> String {
     let mut args = vec![
         format!("--host-resolver-rules=MAP {A} 127.0.0.1, MAP {B} 127.0.0.1"),
         format!("--ignore-certificate-errors-spki-list={}", pins.join(",")),
         "--virtual-time-budget=10000".to_owned(),
         "--dump-dom".to_owned(),
     ];
-    if quic {
+    if over == Over::Http3 {
         args.push(format!("--origin-to-force-quic-on={A}:{port},{B}:{port}"));
     }
     args.push(format!("https://{A}:{port}/"));
@@ -187,57 +234,80 @@ fn risk_pairs(report: &Value) -> Vec<(&str, &str, &str, &str, &str)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
+/// Both backends present one `*.example.test` certificate: `b`'s request
+/// reaches backend one, the relay sees `a` only, and `certs` names the
+/// pair.
+async fn shared_wildcard(over: Over) {
     let _heavy = common::HEAVY.lock().await;
     let wildcard = Pki::new(&["*.example.test"]);
-    let (one, one_addr, one_site) = start_caddy("one", &wildcard, OVER_TCP).await;
-    let (two, two_addr, _) = start_caddy("two", &wildcard, OVER_TCP).await;
-    let config = config(one_addr, two_addr, "", "");
+    let (one, one_addr, one_site) = start_caddy("one", &wildcard, over.caddy_protocols()).await;
+    let (two, two_addr, _) = start_caddy("two", &wildcard, over.caddy_protocols()).await;
+    let config = over.relay_config(one_addr, two_addr);
     let relay = Relay::start(&config).await;
     let port = relay.addr_of("edge").port();
     write_page(&one_site, port);
 
-    let page = browse(port, &[wildcard.server_spki_pin()], false).await;
+    let page = browse(port, &[wildcard.server_spki_pin()], over).await;
     assert!(page.contains("<p id=\"b\">served by one</p>"), "{page}");
-    // Backend one answered b's request, over HTTP/2; two saw nothing.
-    let b_host = format!("{B}:{port} HTTP/2.0");
-    assert_eq!(hosts_of(&one, "/who.js"), [b_host]);
+    // Backend one answered a's page and b's request, over the protocol
+    // of the case; two saw nothing.
+    let http = over.http();
+    assert_eq!(hosts_of(&one, "/"), [format!("{A}:{port} {http}")]);
+    assert_eq!(hosts_of(&one, "/who.js"), [format!("{B}:{port} {http}")]);
     assert!(hosts_of(&two, "/who.js").is_empty());
-    // The relay saw one hello, for a: b's name never reached it.
+    // The relay saw hellos for a only: b's name never reached it.
     relay
         .wait_log(|l| l["message"] == "connection closed")
         .await;
     let names = relayed_names(&relay);
-    assert!(names.iter().all(|(n, _)| n == A), "{names:?}");
+    let only_a = |(name, transport): &(String, String)| name == A && transport == over.transport();
+    assert!(names.iter().all(only_a), "{names:?}");
+    eprintln!("{http}: the relay's connections {names:?}");
 
     // The check predicts exactly this pair.
     let (code, report) = certs(&config, &[&wildcard]).await;
     assert_eq!(code, Some(1), "{report:#}");
+    let alpn = over.alpn();
     assert_eq!(
         risk_pairs(&report),
         [
-            ("route-a", "one", B, "two", "h2"),
-            ("route-b", "two", A, "one", "h2")
+            ("route-a", "one", B, "two", alpn),
+            ("route-b", "two", A, "one", alpn)
         ]
+    );
+    assert_eq!(
+        report["coalescing"][0]["message"],
+        coalescing_message_for(
+            alpn,
+            "warning",
+            ("route-a", "one", A),
+            ("route-b", "two", B)
+        )
+    );
+    assert_eq!(
+        checked(&report),
+        [(A, over.transport(), alpn), (B, over.transport(), alpn)]
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
+/// Each backend presents its own certificate: `b`'s request reaches
+/// backend two over a connection of its own, and `certs` is clean.
+async fn certificate_per_backend(over: Over) {
     let _heavy = common::HEAVY.lock().await;
     let (pki_a, pki_b) = (Pki::new(&[A]), Pki::new(&[B]));
-    let (one, one_addr, one_site) = start_caddy("one", &pki_a, OVER_TCP).await;
-    let (two, two_addr, _) = start_caddy("two", &pki_b, OVER_TCP).await;
-    let config = config(one_addr, two_addr, "", "");
+    let (one, one_addr, one_site) = start_caddy("one", &pki_a, over.caddy_protocols()).await;
+    let (two, two_addr, _) = start_caddy("two", &pki_b, over.caddy_protocols()).await;
+    let config = over.relay_config(one_addr, two_addr);
     let relay = Relay::start(&config).await;
     let port = relay.addr_of("edge").port();
     write_page(&one_site, port);
 
     let pins = [pki_a.server_spki_pin(), pki_b.server_spki_pin()];
-    let page = browse(port, &pins, false).await;
+    let page = browse(port, &pins, over).await;
     assert!(page.contains("<p id=\"b\">served by two</p>"), "{page}");
-    assert_eq!(hosts_of(&two, "/who.js"), [format!("{B}:{port} HTTP/2.0")]);
+    let http = over.http();
+    assert_eq!(hosts_of(&one, "/"), [format!("{A}:{port} {http}")]);
+    assert_eq!(hosts_of(&two, "/who.js"), [format!("{B}:{port} {http}")]);
     assert!(hosts_of(&one, "/who.js").is_empty());
     relay
         .wait_lines(|lines| {
@@ -253,97 +323,16 @@ async fn a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean
     let (code, report) = certs(&config, &[&pki_a, &pki_b]).await;
     assert_eq!(code, Some(0), "{report:#}");
     assert_eq!(report["coalescing"], serde_json::json!([]));
+    let (transport, alpn) = (over.transport(), over.alpn());
+    assert_eq!(
+        checked(&report),
+        [(A, transport, alpn), (B, transport, alpn)]
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_http3_a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
-    let _heavy = common::HEAVY.lock().await;
-    let wildcard = Pki::new(&["*.example.test"]);
-    let (one, one_addr, one_site) = start_caddy("one", &wildcard, WITH_H3).await;
-    let (two, two_addr, _) = start_caddy("two", &wildcard, WITH_H3).await;
-    let config = config_on(QUIC_LISTENER, one_addr, two_addr, "", "");
-    let relay = Relay::start(&config).await;
-    let port = relay.addr_of("edge").port();
-    write_page(&one_site, port);
-
-    let page = browse(port, &[wildcard.server_spki_pin()], true).await;
-    assert!(page.contains("<p id=\"b\">served by one</p>"), "{page}");
-    // Backend one answered a's page and b's request, over HTTP/3; two saw
-    // nothing.
-    assert_eq!(hosts_of(&one, "/"), [format!("{A}:{port} HTTP/3.0")]);
-    assert_eq!(hosts_of(&one, "/who.js"), [format!("{B}:{port} HTTP/3.0")]);
-    assert!(hosts_of(&two, "/who.js").is_empty());
-    // The relay saw QUIC flows for a only (one Initial's hello, one
-    // name): b's name never reached it.
-    relay
-        .wait_log(|l| l["message"] == "connection closed")
-        .await;
-    let names = relayed_names(&relay);
-    assert!(!names.is_empty());
-    assert!(
-        names.iter().all(|(n, p)| n == A && p == "quic"),
-        "{names:?}"
-    );
-    eprintln!("HTTP/3 through the quic listener: flows {names:?}");
-
-    // The check, over QUIC, predicts exactly this pair.
-    let (code, report) = certs(&config, &[&wildcard]).await;
-    assert_eq!(code, Some(1), "{report:#}");
-    assert_eq!(
-        risk_pairs(&report),
-        [
-            ("route-a", "one", B, "two", "h3"),
-            ("route-b", "two", A, "one", "h3")
-        ]
-    );
-    assert_eq!(
-        report["coalescing"][0]["message"],
-        coalescing_message_for(
-            "h3",
-            "warning",
-            ("route-a", "one", A),
-            ("route-b", "two", B)
-        )
-    );
-    for row in report["checks"].as_array().unwrap() {
-        assert_eq!(row["transport"], "quic", "{row:#}");
-        assert_eq!(row["alpn"], "h3", "{row:#}");
-        assert_eq!(row["covers"], true, "{row:#}");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_http3_a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
-    let _heavy = common::HEAVY.lock().await;
-    let (pki_a, pki_b) = (Pki::new(&[A]), Pki::new(&[B]));
-    let (one, one_addr, one_site) = start_caddy("one", &pki_a, WITH_H3).await;
-    let (two, two_addr, _) = start_caddy("two", &pki_b, WITH_H3).await;
-    let config = config_on(QUIC_LISTENER, one_addr, two_addr, "", "");
-    let relay = Relay::start(&config).await;
-    let port = relay.addr_of("edge").port();
-    write_page(&one_site, port);
-
-    let pins = [pki_a.server_spki_pin(), pki_b.server_spki_pin()];
-    let page = browse(port, &pins, true).await;
-    assert!(page.contains("<p id=\"b\">served by two</p>"), "{page}");
-    assert_eq!(hosts_of(&one, "/"), [format!("{A}:{port} HTTP/3.0")]);
-    assert_eq!(hosts_of(&two, "/who.js"), [format!("{B}:{port} HTTP/3.0")]);
-    assert!(hosts_of(&one, "/who.js").is_empty());
-    relay
-        .wait_lines(|lines| {
-            let names: Vec<&str> = lines
-                .iter()
-                .filter(|l| l["message"] == "connection closed" && l["protocol"] == "quic")
-                .filter_map(|l| l["sni"].as_str())
-                .collect();
-            (names.contains(&A) && names.contains(&B)).then_some(())
-        })
-        .await;
-
-    let (code, report) = certs(&config, &[&pki_a, &pki_b]).await;
-    assert_eq!(code, Some(0), "{report:#}");
-    assert_eq!(report["coalescing"], serde_json::json!([]));
-    let rows: Vec<(&str, &str, &str)> = report["checks"]
+/// The rows of a `certs` report: (name, transport, alpn).
+fn checked(report: &Value) -> Vec<(&str, &str, &str)> {
+    report["checks"]
         .as_array()
         .unwrap()
         .iter()
@@ -354,6 +343,25 @@ async fn over_http3_a_certificate_per_backend_sends_b_to_its_own_backend_and_cer
                 r["alpn"].as_str().unwrap(),
             )
         })
-        .collect();
-    assert_eq!(rows, [(A, "quic", "h3"), (B, "quic", "h3")]);
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
+    shared_wildcard(Over::Http2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
+    certificate_per_backend(Over::Http2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http3_a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
+    shared_wildcard(Over::Http3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http3_a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
+    certificate_per_backend(Over::Http3).await;
 }
