@@ -13,11 +13,17 @@
 //! which still checks the handshake's signatures), and
 //! [`CertificateClient::fetch`] verifies the chain afterwards, so a
 //! certificate that does not verify is still reported rather than lost in
-//! a failed handshake.
+//! a failed handshake. Over TCP the caller hands in the connection
+//! ([`CertificateClient::fetch_within`]); over QUIC the same client
+//! configuration drives a quinn handshake from the caller's endpoint
+//! ([`CertificateClient::fetch_quic_within`], offering [`H3_ALPN`]).
+//! Session resumption is off: each handshake shows the chain the address
+//! presents now, not one remembered from another address.
 //!
-//! Not here: connecting, PROXY headers or timeouts (the callers'), and
-//! subject common names: browsers match only the subject alternative names,
-//! so a certificate without a DNS name covers nothing.
+//! Not here: choosing the addresses, the source a connection leaves from,
+//! or what a PROXY header says (the callers'), and subject common names:
+//! browsers match only the subject alternative names, so a certificate
+//! without a DNS name covers nothing.
 
 use std::sync::Arc;
 
@@ -50,6 +56,10 @@ pub(crate) fn name_to_send(pattern: PatternRef<'_>) -> Option<String> {
 /// what the backend selects among them is what a browser gets through the
 /// relay, which passes the handshake through untouched.
 pub(crate) const BROWSER_ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// The protocol a certificate fetch over QUIC offers, as a browser does to
+/// a QUIC server: HTTP/3, the one protocol of a browser's QUIC connections.
+pub(crate) const H3_ALPN: [&[u8]; 1] = [b"h3"];
 
 /// The parts of an end-entity certificate a report needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -180,6 +190,9 @@ impl CertificateClient {
             .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
             .with_no_client_auth();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        // A resumed session presents no certificate: it would report the
+        // one another address showed for the name.
+        config.resumption = rustls::client::Resumption::disabled();
         Ok(CertificateClient {
             config: Arc::new(config),
             verifier: None,
@@ -214,9 +227,7 @@ impl CertificateClient {
             .filter(|c| !c.is_empty())
             .ok_or(FetchError::NoCertificate)?
             .to_vec();
-        let alpn = session
-            .alpn_protocol()
-            .map(|p| String::from_utf8_lossy(p).into_owned());
+        let alpn = session.alpn_protocol().map(alpn_name);
         let tls_version = session
             .protocol_version()
             .and_then(|v| v.as_str())
@@ -224,9 +235,21 @@ impl CertificateClient {
             .to_owned();
         // A polite close; what it does changes nothing learned.
         let _ = tls.shutdown().await;
+        self.presented(&chain, &name, alpn, tls_version)
+    }
+
+    /// What a completed handshake showed: `chain` (end entity first,
+    /// not empty) read and verified for `name`.
+    fn presented(
+        &self,
+        chain: &[CertificateDer<'static>],
+        name: &ServerName<'_>,
+        alpn: Option<String>,
+        tls_version: String,
+    ) -> Result<Presented, FetchError> {
         Ok(Presented {
             certificate: CertificateSummary::parse(&chain[0]).map_err(FetchError::Unreadable)?,
-            verified: self.verify(&chain, &name),
+            verified: self.verify(chain, name),
             alpn,
             tls_version,
         })
@@ -254,6 +277,49 @@ impl CertificateClient {
             .unwrap_or_else(|_| Err(format!("no completed handshake within {budget:?}")))
     }
 
+    /// A complete QUIC handshake (QUIC v1, so TLS 1.3) with `address` for
+    /// `name`, from `endpoint` ([`quic_endpoint_for`]), within `budget`:
+    /// what the QUIC server presented and the protocol it selected of the
+    /// client's (a QUIC server refuses a client whose protocols it does not
+    /// serve, so a fetch offering [`H3_ALPN`] to a server without HTTP/3
+    /// fails with the server's reason). The connection is closed at once,
+    /// with no stream opened. The failure as the reports word it.
+    pub(crate) async fn fetch_quic_within(
+        &self,
+        budget: std::time::Duration,
+        endpoint: &quinn::Endpoint,
+        address: std::net::SocketAddr,
+        name: ServerName<'static>,
+    ) -> Result<Presented, String> {
+        use quinn::crypto::rustls::{HandshakeData, QuicClientConfig};
+        let crypto = QuicClientConfig::try_from(self.config.clone())
+            .map_err(|e| format!("QUIC client setup: {e}"))?;
+        let config = quinn::ClientConfig::new(Arc::new(crypto));
+        let attempt = async {
+            let connection = endpoint
+                .connect_with(config, address, &name.to_str())
+                .map_err(|e| format!("QUIC connect failed: {e}"))?
+                .await
+                .map_err(|e| format!("QUIC handshake failed: {e}"))?;
+            let chain = connection
+                .peer_identity()
+                .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+                .filter(|chain| !chain.is_empty());
+            let alpn = connection
+                .handshake_data()
+                .and_then(|data| data.downcast::<HandshakeData>().ok())
+                .and_then(|data| data.protocol)
+                .map(|p| alpn_name(&p));
+            connection.close(0u32.into(), b"");
+            let chain = chain.ok_or_else(|| FetchError::NoCertificate.to_string())?;
+            self.presented(&chain, &name, alpn, "TLSv1_3".to_owned())
+                .map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(budget, attempt)
+            .await
+            .unwrap_or_else(|_| Err(format!("no completed QUIC handshake within {budget:?}")))
+    }
+
     /// Whether `chain` (end entity first) verifies for `name` now; `None`
     /// without roots.
     fn verify(
@@ -269,6 +335,23 @@ impl CertificateClient {
                 .map_err(|e| e.to_string()),
         )
     }
+}
+
+/// A protocol name as a report prints it.
+fn alpn_name(protocol: &[u8]) -> String {
+    String::from_utf8_lossy(protocol).into_owned()
+}
+
+/// A QUIC client endpoint for certificate fetches toward `address`: a UDP
+/// socket on the unspecified address of its family, port 0 (the host's
+/// own address, as a TCP connect without `source` leaves from). One serves
+/// any number of fetches at once.
+pub(crate) fn quic_endpoint_for(address: std::net::SocketAddr) -> std::io::Result<quinn::Endpoint> {
+    let any: std::net::IpAddr = match address {
+        std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    quinn::Endpoint::client((any, 0).into())
 }
 
 /// The crypto provider of every TLS client snirelay runs (aws-lc-rs, as

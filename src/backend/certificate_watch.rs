@@ -34,7 +34,11 @@
 //!
 //! Not here: what a certificate says or covers ([`crate::backend::certificate`]),
 //! the health verdict ([`super::health`]), or `snirelay certs`, which asks
-//! once, for every name, and reports each ([`crate::cli::certs`]).
+//! once, for every name, and reports each ([`crate::cli::certs`]). Nor
+//! QUIC: the watch asks over TCP, beside a TCP health check, and names only
+//! quic listeners route are not asked; a QUIC server's certificate at the
+//! same address would share the address's gauges with the TCP server's and
+//! blur which one expires. `snirelay certs` makes the QUIC handshakes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

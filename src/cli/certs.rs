@@ -1,34 +1,40 @@
 //! `snirelay certs`: what each backend presents, for each name routed to
 //! it, learned as a TLS client of the backend (the edge holds no keys).
 //!
-//! The names: for every route of every TCP listener, each exact name as
-//! written, and for a `*.suffix` pattern the name [`WILDCARD_PROBE_LABEL`]
-//! below it (`snirelay-check.suffix`); a default route (`*`) has no name to
-//! send. At most `--max-names` names per backend are checked, in file
-//! order; the rest are counted per backend as skipped. Every address of
-//! the route's backend is tried for each name: a fixed list as configured,
-//! a `resolve` backend's answer now (through its `resolver` if it has
-//! one). Cluster backends (addresses looked up per name, at run time) and
-//! routes of QUIC listeners are listed as not checked, with the reason.
+//! The names: for every route of every listener, TCP and QUIC, each exact
+//! name as written, and for a `*.suffix` pattern the name
+//! [`WILDCARD_PROBE_LABEL`] below it (`snirelay-check.suffix`); a default
+//! route (`*`) has no name to send. At most `--max-names` distinct names
+//! per backend are checked, in file order (a name a TCP and a QUIC
+//! listener both route there is checked over each); the rest are counted
+//! per backend as skipped. Every address of the route's backend is tried
+//! for each name: a fixed list as configured, a `resolve` backend's answer
+//! now (through its `resolver` if it has one). Cluster backends (addresses
+//! looked up per name, at run time), and QUIC routes to a backend the
+//! relay sends a PROXY v2 header over UDP, are listed as not checked, with
+//! the reason.
 //!
-//! Each (name, address) is one TCP connection (from the host's address,
-//! whatever the backend's `source`), the backend's PROXY LOCAL header when
-//! it speaks PROXY, and a complete handshake offering `h2` and `http/1.1`
-//! ([`crate::backend::certificate`]), bounded by `--timeout`; at most
-//! `--concurrency` run at once. A row reports the certificate's subject
-//! names, issuer and not-after, whether it covers the name, whether it
-//! verifies (system roots or `--ca`) and the ALPN the backend selected,
-//! which is what a browser gets through the relay.
+//! Each (name, address) of a TCP listener is one TCP connection (from the
+//! host's address, whatever the backend's `source`), the backend's PROXY
+//! LOCAL header when it speaks PROXY, and a complete handshake offering
+//! `h2` and `http/1.1`; of a QUIC listener, one QUIC handshake (from a UDP
+//! socket of the host's) offering `h3` ([`crate::backend::certificate`]).
+//! Each is bounded by `--timeout`; at most `--concurrency` run at once. A
+//! row reports the certificate's subject names, issuer and not-after,
+//! whether it covers the name, whether it verifies (system roots or
+//! `--ca`) and the ALPN the backend selected, which is what a browser gets
+//! through the relay.
 //!
-//! Coalescing ([`coalescing`]): a browser holding an HTTP/2 connection for
-//! one name reuses it for another name the certificate covers and that
-//! resolves to the same address (RFC 9113 §9.1.1), which behind one
-//! listener every name does; the relay, which routes by the hello alone,
-//! never sees the second name. So wherever a certificate presented for a
-//! name of one route covers a name the same listener routes to another
-//! backend, and the backend selected `h2`, the report names both routes,
-//! both backends, the names and the fixes; `[global] coalescing_risk`
-//! makes it a warning or an error.
+//! Coalescing ([`coalescing`]): a browser holding an HTTP/2 or HTTP/3
+//! connection for one name reuses it for another name the certificate
+//! covers and that resolves to the same address (RFC 9113 §9.1.1, RFC 9114
+//! §3.3), which behind one listener every name does; the relay, which
+//! routes by the hello alone, never sees the second name. So wherever a
+//! certificate presented for a name of one route covers a name the same
+//! listener routes to another backend, and the backend selected `h2` (or,
+//! over QUIC, `h3`), the report names both routes, both backends, the
+//! names and the fixes; `[global] coalescing_risk` makes it a warning or
+//! an error.
 //!
 //! Exit code ([`Report::exit_code`]): 2 when a name could not be checked
 //! at an address (no connection, no handshake) or its certificate does not
@@ -38,8 +44,8 @@
 //! otherwise. Rows not checked and names skipped are reported and do not
 //! change it.
 //!
-//! Not here: the relay itself (nothing here runs through it), QUIC
-//! handshakes, client certificates, or revocation.
+//! Not here: the relay itself (nothing here runs through it), PROXY
+//! headers over UDP, client certificates, or revocation.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -54,13 +60,13 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::backend::certificate::{
-    BROWSER_ALPN, CertificateClient, CertificateSummary, WILDCARD_PROBE_LABEL, name_to_send,
-    san_covers,
+    BROWSER_ALPN, CertificateClient, CertificateSummary, H3_ALPN, WILDCARD_PROBE_LABEL,
+    name_to_send, quic_endpoint_for, san_covers,
 };
 use crate::backend::host_lookup::resolve_once;
 use crate::cli::CertsArgs;
 use crate::cli::probe::{ProbeError, trusted_roots};
-use crate::config::{AddressSource, Backend, CoalescingRisk, Config, Listener, Protocol};
+use crate::config::{AddressSource, Backend, CoalescingRisk, Config, Listener, Outbound, Protocol};
 use crate::proxy::outbound::local_header;
 use crate::wire::sni::{PatternRef, Sni};
 
@@ -71,6 +77,8 @@ pub(crate) const EXPIRY_WARNING_DAYS: i64 = 14;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     pub listener: String,
+    /// The listener's protocol: a TLS handshake over TCP, or QUIC.
+    pub transport: Protocol,
     pub route: String,
     pub backend: String,
     /// The pattern as written (`a.example.com`, `*.example.com`).
@@ -89,7 +97,7 @@ pub(crate) struct NotChecked {
 }
 
 /// What [`plan`] decided: the names to check, the routes left out, and how
-/// many names each backend had past `--max-names`.
+/// many distinct names each backend had past `--max-names`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Plan {
     pub targets: Vec<Target>,
@@ -100,14 +108,20 @@ pub(crate) struct Plan {
 /// The names of every route, as [`plan`] picks them (pure: no I/O).
 pub(crate) fn plan(config: &Config, max_names: usize) -> Plan {
     let mut plan = Plan::default();
-    let mut taken: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut taken: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut past_cap: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for listener in &config.listeners {
         for route in &listener.routes {
             let backend = &route.backend;
-            let reason = if listener.protocol == Protocol::Quic {
-                Some("quic: a QUIC handshake is not made; its certificate is not learned")
-            } else if matches!(backend.source, AddressSource::Cluster(_)) {
+            let reason = if matches!(backend.source, AddressSource::Cluster(_)) {
                 Some("cluster: the addresses are looked up per name at run time")
+            } else if listener.protocol == Protocol::Quic
+                && backend.proxy_protocol != Outbound::None
+            {
+                Some(
+                    "quic: the relay sends this backend a PROXY v2 header over UDP \
+                     (proxy_protocol = \"v2\"), which a QUIC handshake here does not send",
+                )
             } else {
                 None
             };
@@ -127,14 +141,18 @@ pub(crate) fn plan(config: &Config, max_names: usize) -> Plan {
                         .push(not_checked("default route (*): no name to send"));
                     continue;
                 };
-                let count = taken.entry(backend.name.as_str()).or_default();
-                if *count >= max_names {
-                    *plan.skipped.entry(backend.name.clone()).or_default() += 1;
+                let names = taken.entry(backend.name.as_str()).or_default();
+                if !names.contains(&name) && names.len() >= max_names {
+                    past_cap
+                        .entry(backend.name.clone())
+                        .or_default()
+                        .insert(name);
                     continue;
                 }
-                *count += 1;
+                names.insert(name.clone());
                 plan.targets.push(Target {
                     listener: listener.name.clone(),
+                    transport: listener.protocol,
                     route: route.name.clone(),
                     backend: backend.name.clone(),
                     pattern: pattern.to_string(),
@@ -143,6 +161,10 @@ pub(crate) fn plan(config: &Config, max_names: usize) -> Plan {
             }
         }
     }
+    plan.skipped = past_cap
+        .into_iter()
+        .map(|(backend, names)| (backend, names.len()))
+        .collect();
     plan
 }
 
@@ -162,6 +184,9 @@ pub(crate) enum Status {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Row {
     pub listener: String,
+    /// `tcp` (a TLS handshake) or `quic` (a QUIC handshake).
+    #[serde(serialize_with = "protocol_name")]
+    pub transport: Protocol,
     pub route: String,
     pub backend: String,
     pub pattern: String,
@@ -178,9 +203,10 @@ pub(crate) struct Row {
     pub covers: Option<bool>,
     /// `ok`, or why the chain does not verify for `name`.
     pub verified: Option<String>,
-    /// The protocol the backend selected of `h2` and `http/1.1`; absent
-    /// when it selected none.
+    /// The protocol the backend selected of `h2` and `http/1.1` (over
+    /// QUIC, `h3`); absent when it selected none.
     pub alpn: Option<String>,
+    /// `TLSv1_3` or `TLSv1_2` (QUIC: always `TLSv1_3`).
     pub tls_version: Option<String>,
     /// Why nothing was learned.
     pub error: Option<String>,
@@ -190,6 +216,7 @@ impl Row {
     fn new(target: &Target, address: Option<SocketAddr>) -> Row {
         Row {
             listener: target.listener.clone(),
+            transport: target.transport,
             route: target.route.clone(),
             backend: target.backend.clone(),
             pattern: target.pattern.clone(),
@@ -339,6 +366,10 @@ impl Report {
     }
 }
 
+fn protocol_name<S: serde::Serializer>(protocol: &Protocol, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(protocol.as_str())
+}
+
 /// `YYYY-MM-DD` of a Unix time (UTC).
 fn utc_date(unix: i64) -> String {
     let time = UNIX_EPOCH + Duration::from_secs(unix.max(0) as u64);
@@ -358,8 +389,12 @@ pub(crate) enum CertsError {
 /// Checks every planned name at every address of its backend.
 pub(crate) async fn run(config: &Config, args: &CertsArgs) -> Result<Report, CertsError> {
     let roots = trusted_roots(args.ca.as_deref())?;
-    let client = CertificateClient::new(roots, &BROWSER_ALPN).map_err(CertsError::Client)?;
+    let tcp_client =
+        CertificateClient::new(roots.clone(), &BROWSER_ALPN).map_err(CertsError::Client)?;
+    let quic_client = CertificateClient::new(roots, &H3_ALPN).map_err(CertsError::Client)?;
     let plan = plan(config, args.max_names);
+    // One QUIC endpoint per address family, opened when first needed.
+    let mut endpoints: HashMap<bool, Result<quinn::Endpoint, String>> = HashMap::new();
 
     // Each backend's addresses, found once.
     let mut addresses: BTreeMap<&str, Result<Vec<SocketAddr>, String>> = BTreeMap::new();
@@ -387,22 +422,43 @@ pub(crate) async fn run(config: &Config, args: &CertsArgs) -> Result<Report, Cer
             local_header(backend.proxy_protocol, backend.proxy_protocol_crc32c).map(Arc::from);
         for &address in addrs {
             let index = rows.len();
-            rows.push(None);
             let row = Row::new(target, Some(address));
-            let (client, header, permits) = (client.clone(), header.clone(), permits.clone());
+            let (client, handshake) = match target.transport {
+                Protocol::Tcp => (tcp_client.clone(), Handshake::Tcp(header.clone())),
+                Protocol::Quic => {
+                    let endpoint = endpoints
+                        .entry(address.is_ipv6())
+                        .or_insert_with(|| {
+                            quic_endpoint_for(address)
+                                .map_err(|e| format!("cannot open a UDP socket: {e}"))
+                        })
+                        .clone();
+                    match endpoint {
+                        Ok(endpoint) => (quic_client.clone(), Handshake::Quic(endpoint)),
+                        Err(error) => {
+                            rows.push(Some(row.failed(error)));
+                            continue;
+                        }
+                    }
+                }
+            };
+            rows.push(None);
+            let permits = permits.clone();
             let budget = args.timeout;
             tasks.spawn(async move {
                 let _permit = permits.acquire_owned().await;
-                (
-                    index,
-                    check_one(row, &client, header.as_deref(), budget).await,
-                )
+                (index, check_one(row, &client, handshake, budget).await)
             });
         }
     }
     while let Some(done) = tasks.join_next().await {
         let (index, row) = done.expect("a check task never panics");
         rows[index] = Some(row);
+    }
+    // Every QUIC connection was closed as its fetch ended: let the
+    // endpoints send those closes before the process exits (bounded).
+    for endpoint in endpoints.into_values().flatten() {
+        let _ = tokio::time::timeout(args.timeout, endpoint.wait_idle()).await;
     }
     let rows: Vec<Row> = rows.into_iter().flatten().collect();
     let risks = coalescing(config, &rows);
@@ -422,7 +478,7 @@ pub(crate) struct Coalescing {
     pub route: String,
     pub backend: String,
     pub name: String,
-    /// What that backend selected (`h2`).
+    /// What that backend selected (`h2`, or over QUIC `h3`).
     pub alpn: String,
     /// The route and backend the covered names belong to.
     pub other_route: String,
@@ -443,9 +499,9 @@ fn level_name<S: serde::Serializer>(level: &CoalescingRisk, s: S) -> Result<S::O
 }
 
 /// The protocols whose connections a browser reuses for another name the
-/// certificate covers: HTTP/2 (RFC 9113 §9.1.1); HTTP/3 (RFC 9114 §3.3)
-/// too, but QUIC backends are not handshaken here.
-const REUSED_ALPN: [&str; 1] = ["h2"];
+/// certificate covers: HTTP/2 (RFC 9113 §9.1.1) and HTTP/3 (RFC 9114
+/// §3.3), learnt over TCP and over QUIC.
+const REUSED_ALPN: [&str; 2] = ["h2", "h3"];
 
 /// Every coalescing risk `rows` show, one per (route, other route) pair,
 /// in row order. Pure: reads the listeners' name tables only.
@@ -615,11 +671,20 @@ async fn backend_addresses(backend: &Backend) -> Result<Vec<SocketAddr>, String>
     }
 }
 
-/// One connection and handshake for `row`'s name at its address.
+/// How a row's handshake is made.
+enum Handshake {
+    /// A TCP connection, after the backend's PROXY LOCAL header if any.
+    Tcp(Option<Arc<[u8]>>),
+    /// A QUIC connection from this endpoint.
+    Quic(quinn::Endpoint),
+}
+
+/// One connection and handshake for `row`'s name at its address, with
+/// `client` (offering what its transport's browsers offer).
 async fn check_one(
     mut row: Row,
     client: &CertificateClient,
-    header: Option<&[u8]>,
+    handshake: Handshake,
     budget: Duration,
 ) -> Row {
     let Some(address) = row.address else {
@@ -628,8 +693,20 @@ async fn check_one(
     let Ok(name) = ServerName::try_from(row.name.clone()) else {
         return row.failed("not a name a TLS client can send".to_owned());
     };
-    let connect = TcpStream::connect(address);
-    let presented = match client.fetch_within(budget, connect, header, name).await {
+    let fetched = match handshake {
+        Handshake::Tcp(header) => {
+            let connect = TcpStream::connect(address);
+            client
+                .fetch_within(budget, connect, header.as_deref(), name)
+                .await
+        }
+        Handshake::Quic(endpoint) => {
+            client
+                .fetch_quic_within(budget, &endpoint, address, name)
+                .await
+        }
+    };
+    let presented = match fetched {
         Ok(presented) => presented,
         Err(error) => return row.failed(error),
     };

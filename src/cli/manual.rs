@@ -218,13 +218,15 @@ const CERTS: Manual = Manual {
         ),
         (
             "1",
-            "Warnings only: a certificate has fewer than 14 days left.",
+            "Warnings only: a certificate has fewer than 14 days left, or a coalescing risk \
+             under coalescing_risk = \"warn\" (the default).",
         ),
         (
             "2",
             "A name could not be checked at an address (no connection or handshake), a \
-             certificate does not cover its name or does not verify, the configuration is \
-             invalid, no CA certificate could be loaded, or a usage error.",
+             certificate does not cover its name or does not verify, a coalescing risk under \
+             coalescing_risk = \"error\", the configuration is invalid, no CA certificate \
+             could be loaded, or a usage error.",
         ),
     ],
     signals: &[],

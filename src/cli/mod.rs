@@ -75,19 +75,23 @@ pub enum Command {
     Probe(ProbeArgs),
     /// Report the certificate each backend presents for each name routed to it.
     ///
-    /// For every route of every TCP listener of --config: each exact name,
-    /// and for a `*.suffix` pattern the name `snirelay-check.suffix`, at
-    /// most --max-names per backend (the rest are counted as skipped). Each
-    /// name is sent as SNI to every address of the route's backend (a fixed
-    /// list, or a `resolve` answer now), after the PROXY LOCAL header when
-    /// the backend speaks PROXY, in a complete TLS handshake offering h2 and
-    /// http/1.1, within --timeout, --concurrency at once. Each row gives the
-    /// certificate's subject names, issuer and not-after, whether it covers
-    /// the name (RFC 6125), whether it verifies (system roots or --ca) and
-    /// the ALPN the backend selected. Routes of QUIC listeners, of cluster
-    /// backends and default routes are listed as not checked. A separate
-    /// command from `check`, which reads the file only: this one connects to
-    /// every backend.
+    /// For every route of every listener of --config: each exact name, and
+    /// for a `*.suffix` pattern the name `snirelay-check.suffix`, at most
+    /// --max-names distinct names per backend (the rest are counted as
+    /// skipped). Each name is sent as SNI to every address of the route's
+    /// backend (a fixed list, or a `resolve` answer now): for a TCP
+    /// listener, after the PROXY LOCAL header when the backend speaks
+    /// PROXY, in a complete TLS handshake offering h2 and http/1.1; for a
+    /// QUIC listener, in a complete QUIC handshake offering h3. Each within
+    /// --timeout, --concurrency at once. Each row gives the certificate's
+    /// subject names, issuer and not-after, whether it covers the name (RFC
+    /// 6125), whether it verifies (system roots or --ca) and the ALPN the
+    /// backend selected; a certificate that also covers a name the listener
+    /// routes to another backend, where h2 or h3 was selected, is a
+    /// coalescing risk. Routes of cluster backends, QUIC routes to a backend
+    /// sent PROXY v2 headers over UDP, and default routes are listed as not
+    /// checked. A separate command from `check`, which reads the file only:
+    /// this one connects to every backend.
     Certs(CertsArgs),
     /// Control a running relay through its admin listener (`[admin]` listen
     /// and `token_file` of `--config`).
@@ -385,7 +389,7 @@ pub struct CertsArgs {
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
 
-    /// Budget per name and address for TCP connect plus TLS handshake.
+    /// Budget per name and address for TCP connect plus TLS handshake, or for the QUIC handshake.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
 
@@ -393,7 +397,7 @@ pub struct CertsArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
-    /// Names checked per backend at most, in file order; the rest are counted as skipped.
+    /// Distinct names checked per backend at most (each over every listener routing it there), in file order; the rest are counted as skipped.
     #[arg(long, default_value_t = crate::backend::certificate_watch::MAX_NAMES_PER_BACKEND)]
     pub max_names: usize,
 }

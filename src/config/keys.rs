@@ -332,7 +332,7 @@ pub static KEYS: &[Key] = &[
         "New connections per second the process accepts; above it accepting is paced.")
         .range(RATE_RANGE).unit("connections per second"),
     key("global.coalescing_risk", Kind::Choice(&["warn", "error"]), Value("\"warn\""),
-        "What `snirelay certs` makes of a certificate that lets a browser reuse one backend's HTTP/2 connection for a name routed to another: a warning (exit 1) or an error (exit 2)."),
+        "What `snirelay certs` makes of a certificate that lets a browser reuse one backend's HTTP/2 or HTTP/3 connection for a name routed to another: a warning (exit 1) or an error (exit 2)."),
     // -------------------------------------------------------------- listener
     key("listener", Kind::Tables, KeyDefault::Table, "A listener: where clients connect, and how their hellos are read."),
     key("listener.name", Kind::String, Required("required"),

@@ -128,7 +128,7 @@ pub struct Global {
 /// `[global] coalescing_risk`: how `snirelay certs` reports a certificate
 /// presented for a name routed to one backend that also covers a name
 /// routed to another, with an ALPN that lets a browser reuse the
-/// connection (RFC 9113 §9.1.1).
+/// connection (h2, RFC 9113 §9.1.1; h3, RFC 9114 §3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CoalescingRisk {
     /// `"warn"`: printed as a warning; exit code 1.

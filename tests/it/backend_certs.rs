@@ -5,6 +5,12 @@
 //! two backends, the same as an error under `coalescing_risk = "error"`,
 //! a clean report once each backend has its own certificate, a backend
 //! that speaks PROXY, and an address that refuses.
+//!
+//! And through a quic listener, against quinn QUIC servers: the same
+//! fields learnt with a QUIC handshake offering `h3`, the coalescing
+//! warning for a shared certificate over HTTP/3, a QUIC server that does
+//! not speak `h3` (its refusal reported), and a backend the relay sends a
+//! PROXY v2 header over UDP (not checked, nothing sent).
 
 use crate::common;
 
@@ -12,6 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use common::*;
+use quinn::crypto::rustls::QuicServerConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -104,10 +111,53 @@ async fn backend(
     })
 }
 
+/// A QUIC server on 127.0.0.1:0 (quinn) presenting `config`'s
+/// certificate and selecting among `alpn`; it accepts connections and
+/// holds each until the client closes it.
+fn quic_backend(
+    config: Arc<rustls::ServerConfig>,
+    alpn: &[&[u8]],
+) -> (quinn::Endpoint, SocketAddr) {
+    let mut tls = (*config).clone();
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let crypto = QuicServerConfig::try_from(Arc::new(tls)).unwrap();
+    let server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let endpoint = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    let accepting = endpoint.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = accepting.accept().await {
+            tokio::spawn(async move {
+                if let Ok(connection) = incoming.await {
+                    connection.closed().await;
+                }
+            });
+        }
+    });
+    (endpoint, addr)
+}
+
+/// What a listener of `protocol = "quic"` adds to [`config_on`]'s: the
+/// protocol, and an idle timeout long enough that a busy machine's pauses
+/// do not end a browser's flow mid-page.
+pub(crate) const QUIC_LISTENER: &str = "protocol = \"quic\"\nidle_timeout = \"3s\"";
+
 /// A configuration routing a.example.test to backend one and
-/// b.example.test to backend two; `global` goes into `[global]`, `one`
-/// into `[backend.one]`.
+/// b.example.test to backend two on a TCP listener `edge`; `global` goes
+/// into `[global]`, `one` into `[backend.one]`.
 pub(crate) fn config(one: SocketAddr, two: SocketAddr, global: &str, one_extra: &str) -> String {
+    config_on("", one, two, global, one_extra)
+}
+
+/// As [`config`], with `listener_extra` in the listener `edge`
+/// ([`QUIC_LISTENER`] makes it a quic listener).
+pub(crate) fn config_on(
+    listener_extra: &str,
+    one: SocketAddr,
+    two: SocketAddr,
+    global: &str,
+    one_extra: &str,
+) -> String {
     format!(
         r#"
 [global]
@@ -116,6 +166,7 @@ pub(crate) fn config(one: SocketAddr, two: SocketAddr, global: &str, one_extra: 
 [[listener]]
 name = "edge"
 listen = ["127.0.0.1:0"]
+{listener_extra}
 
 [[route]]
 name = "route-a"
@@ -178,12 +229,22 @@ fn row<'r>(report: &'r Value, name: &str) -> &'r Value {
 }
 
 fn coalescing_message(level: &str, from: (&str, &str, &str), to: (&str, &str, &str)) -> String {
+    coalescing_message_for("h2", level, from, to)
+}
+
+/// The warning (or error) line for a backend that selected `alpn`.
+pub(crate) fn coalescing_message_for(
+    alpn: &str,
+    level: &str,
+    from: (&str, &str, &str),
+    to: (&str, &str, &str),
+) -> String {
     let (route, backend, name) = from;
     let (other_route, other_backend, covered) = to;
     format!(
         "{level}: coalescing risk on listener edge: the certificate backend {backend} presents \
          for {name} (route {route}) also covers {covered} of route {other_route} (backend \
-         {other_backend}), and backend {backend} selects h2: a browser may reuse its connection \
+         {other_backend}), and backend {backend} selects {alpn}: a browser may reuse its connection \
          to {name} for {covered}, and the relay, which routes by the hello alone, never sees \
          that name, so those requests reach backend {backend}, not {other_backend}. Fixes: \
          distinct certificates per backend; backend {backend} answering 421 Misdirected Request \
@@ -192,23 +253,24 @@ fn coalescing_message(level: &str, from: (&str, &str, &str), to: (&str, &str, &s
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_wildcard_certificate_on_two_backends_is_a_coalescing_warning() {
-    let ca = Ca::new();
-    let wildcard = ca.server(&["*.example.test"]);
-    let one = backend(wildcard.clone(), None).await;
-    let two = backend(wildcard, None).await;
-
-    let (code, report, stderr) = certs("certs-shared", &config(one, two, "", ""), &ca.pem()).await;
-    assert_eq!(code, Some(1), "{report:#}\n{stderr}");
+/// What a report shows when backends one (at `one`) and two (at `two`)
+/// both present the CA's `*.example.test` certificate, learnt over
+/// `transport` with `alpn` selected: every field of each row, and a
+/// coalescing warning each way.
+fn assert_shared_wildcard(
+    report: &Value,
+    (one, two): (SocketAddr, SocketAddr),
+    (transport, alpn): (&str, &str),
+) {
     for (name, backend, address) in [(A, "one", one), (B, "two", two)] {
-        let row = row(&report, name);
+        let row = row(report, name);
+        assert_eq!(row["transport"], transport, "{row:#}");
         assert_eq!(row["backend"], backend);
         assert_eq!(row["address"], address.to_string());
-        assert_eq!(row["status"], "ok");
+        assert_eq!(row["status"], "ok", "{row:#}");
         assert_eq!(row["covers"], true);
         assert_eq!(row["verified"], "ok");
-        assert_eq!(row["alpn"], "h2");
+        assert_eq!(row["alpn"], alpn);
         assert_eq!(row["tls_version"], "TLSv1_3");
         assert_eq!(row["certificate"]["issuer"], ISSUER);
         assert_eq!(
@@ -223,13 +285,26 @@ async fn one_wildcard_certificate_on_two_backends_is_a_coalescing_warning() {
         .iter()
         .map(|c| c["message"].as_str().unwrap())
         .collect();
+    let warning = |from, to| coalescing_message_for(alpn, "warning", from, to);
     assert_eq!(
         messages,
         [
-            coalescing_message("warning", ("route-a", "one", A), ("route-b", "two", B)),
-            coalescing_message("warning", ("route-b", "two", B), ("route-a", "one", A)),
+            warning(("route-a", "one", A), ("route-b", "two", B)),
+            warning(("route-b", "two", B), ("route-a", "one", A)),
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wildcard_certificate_on_two_backends_is_a_coalescing_warning() {
+    let ca = Ca::new();
+    let wildcard = ca.server(&["*.example.test"]);
+    let one = backend(wildcard.clone(), None).await;
+    let two = backend(wildcard, None).await;
+
+    let (code, report, stderr) = certs("certs-shared", &config(one, two, "", ""), &ca.pem()).await;
+    assert_eq!(code, Some(1), "{report:#}\n{stderr}");
+    assert_shared_wildcard(&report, (one, two), ("tcp", "h2"));
     let first = &report["coalescing"][0];
     assert_eq!(first["level"], "warning");
     assert_eq!(first["other_backend"], "two");
@@ -316,4 +391,61 @@ async fn a_proxy_backend_gets_the_local_header_and_a_refusing_address_is_an_erro
             .starts_with("connect failed: Connection refused"),
         "{refused:#}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_quic_one_wildcard_certificate_on_two_backends_is_an_h3_coalescing_warning() {
+    let ca = Ca::new();
+    let wildcard = ca.server(&["*.example.test"]);
+    let (_one, one) = quic_backend(wildcard.clone(), &[b"h3"]);
+    let (_two, two) = quic_backend(wildcard, &[b"h3"]);
+    let config = config_on(QUIC_LISTENER, one, two, "", "");
+
+    let (code, report, stderr) = certs("certs-quic-shared", &config, &ca.pem()).await;
+    assert_eq!(code, Some(1), "{report:#}\n{stderr}");
+    assert_shared_wildcard(&report, (one, two), ("quic", "h3"));
+    assert_eq!(report["coalescing"][0]["alpn"], "h3");
+    assert_eq!(report["not_checked"], serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_quic_a_server_without_h3_is_an_error_and_a_proxied_backend_is_not_checked() {
+    let ca = Ca::new();
+    // Backend one speaks another protocol over QUIC; backend two is sent
+    // PROXY v2 headers over UDP by the relay, which it reads.
+    let (_one, one) = quic_backend(ca.server(&[A]), &[b"hq-interop"]);
+    let (two_endpoint, two) = quic_backend(ca.server(&[B]), &[b"h3"]);
+    let config = config_on(QUIC_LISTENER, one, two, "", "").replace(
+        &format!("addresses = [\"{two}\"]"),
+        &format!(
+            "addresses = [\"{two}\"]\nproxy_protocol = \"v2\"\nquic_reads_proxy_protocol = true"
+        ),
+    );
+    let (code, report, stderr) = certs("certs-quic-refused", &config, &ca.pem()).await;
+    assert_eq!(code, Some(2), "{report:#}\n{stderr}");
+    let refused = row(&report, A);
+    assert_eq!(refused["status"], "error", "{refused:#}");
+    assert_eq!(refused["certificate"], Value::Null);
+    // The server's no_application_protocol alert (120), as quinn words it.
+    assert_eq!(
+        refused["error"],
+        "QUIC handshake failed: aborted by peer: the cryptographic handshake failed: error \
+         120: peer doesn't support any known protocol",
+        "{refused:#}"
+    );
+    assert_eq!(report["checks"].as_array().unwrap().len(), 1, "{report:#}");
+    assert_eq!(
+        report["not_checked"],
+        serde_json::json!([{
+            "listener": "edge",
+            "route": "route-b",
+            "backend": "two",
+            "reason": "quic: the relay sends this backend a PROXY v2 header over UDP \
+                       (proxy_protocol = \"v2\"), which a QUIC handshake here does not send",
+        }])
+    );
+    // Nothing was sent to it: no handshake, not even a refused Initial.
+    let stats = two_endpoint.stats();
+    let seen = stats.accepted_handshakes + stats.refused_handshakes + stats.ignored_handshakes;
+    assert_eq!(seen, 0);
 }

@@ -1,28 +1,31 @@
-//! HTTP/2 connection coalescing through the relay, shown with a real
-//! browser and predicted by `snirelay certs`.
+//! HTTP/2 and HTTP/3 connection coalescing through the relay, shown with a
+//! real browser and predicted by `snirelay certs`.
 //!
-//! Two Caddy servers (Debian `caddy`, HTTP/1.1 and HTTP/2) are backends
-//! `one` and `two`; the relay routes `a.example.test` to `one` and
-//! `b.example.test` to `two`. Headless chromium (Debian `chromium`), with
-//! both names mapped to the relay (`--host-resolver-rules`), loads
-//! `https://a.example.test:PORT/`, whose page loads a script from
-//! `https://b.example.test:PORT/who.js`; each Caddy's `who.js` writes its own
-//! name into the page.
+//! Two Caddy servers (Debian `caddy`) are backends `one` and `two`; the
+//! relay routes `a.example.test` to `one` and `b.example.test` to `two`.
+//! Headless chromium (Debian `chromium`), with both names mapped to the
+//! relay (`--host-resolver-rules`), loads `https://a.example.test:PORT/`,
+//! whose page loads a script from `https://b.example.test:PORT/who.js`;
+//! each Caddy's `who.js` writes its own name into the page.
 //!
 //! - Both backends present one `*.example.test` certificate: chromium
-//!   reuses its HTTP/2 connection to `a` for `b` (RFC 9113 §9.1.1), the
-//!   relay sees one hello (`a.example.test`), and `b`'s script comes from
-//!   backend `one` (the page says so, and `one`'s access log has the
-//!   request with Host `b.example.test`). `snirelay certs` on the same
-//!   configuration predicts exactly that pair (route-a's certificate
-//!   covers route-b's name, and the reverse).
+//!   reuses its connection to `a` for `b` (HTTP/2: RFC 9113 §9.1.1; HTTP/3:
+//!   RFC 9114 §3.3), the relay sees one hello (`a.example.test`), and
+//!   `b`'s script comes from backend `one` (the page says so, and `one`'s
+//!   access log has the request with Host `b.example.test`). `snirelay
+//!   certs` on the same configuration predicts exactly that pair
+//!   (route-a's certificate covers route-b's name, and the reverse).
 //! - Each backend presents its own certificate: `b`'s script comes from
 //!   backend `two` over a connection of its own, and `certs` is clean.
 //!
-//! Chromium trusts the certificates made here by their key pins
+//! Each case twice: over HTTP/2 through a TCP listener (Caddy serving
+//! HTTP/1.1 and HTTP/2), and over HTTP/3 through a quic listener (Caddy
+//! serving HTTP/3 too, chromium forced onto QUIC for both origins with
+//! `--origin-to-force-quic-on`, the relay with no TCP listener, so nothing
+//! but QUIC could carry a request; `certs` makes QUIC handshakes offering
+//! `h3`). Chromium trusts the certificates made here by their key pins
 //! (`--ignore-certificate-errors-spki-list`). A missing chromium or caddy
-//! fails the test. HTTP/3 is not tried: `snirelay certs` does not make QUIC
-//! handshakes.
+//! fails the test.
 
 use crate::common;
 
@@ -30,16 +33,77 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use common::browser::chromium_run;
-use common::{Pki, Relay, Tool, free_tcp_udp_port, pem, scratch_dir, wait_accepting};
+use common::{
+    Pki, Relay, Tool, free_tcp_udp_port, pem, scratch_dir, wait_accepting, wait_udp_bound,
+};
 use serde_json::Value;
+
+use crate::backend_certs::{QUIC_LISTENER, coalescing_message_for, config, config_on};
 
 const A: &str = "a.example.test";
 const B: &str = "b.example.test";
 
-/// Caddy serving `dir/site` (any host) over HTTP/1.1 and HTTP/2 with
-/// `pki`'s server certificate, its access lines as JSON on stderr;
-/// `who.js` writes `served by NAME` into the page's `#b`.
-async fn start_caddy(name: &str, pki: &Pki) -> (Tool, SocketAddr, std::path::PathBuf) {
+/// How chromium reaches the backends in a case.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Over {
+    /// HTTP/2 through a TCP listener; Caddy serves HTTP/1.1 and HTTP/2.
+    Http2,
+    /// HTTP/3 through a quic listener (the relay has no TCP listener);
+    /// Caddy serves HTTP/3 too, and chromium is forced onto QUIC.
+    Http3,
+}
+
+impl Over {
+    /// Caddy's `protocols`.
+    fn caddy_protocols(self) -> &'static [&'static str] {
+        match self {
+            Over::Http2 => &["h1", "h2"],
+            Over::Http3 => &["h1", "h2", "h3"],
+        }
+    }
+
+    /// The relay's configuration, `a` to `one` and `b` to `two`.
+    fn relay_config(self, one: SocketAddr, two: SocketAddr) -> String {
+        match self {
+            Over::Http2 => config(one, two, "", ""),
+            Over::Http3 => config_on(QUIC_LISTENER, one, two, "", ""),
+        }
+    }
+
+    /// The request's protocol in Caddy's access lines.
+    fn http(self) -> &'static str {
+        match self {
+            Over::Http2 => "HTTP/2.0",
+            Over::Http3 => "HTTP/3.0",
+        }
+    }
+
+    /// The protocol of the relay's lines, and of `certs`'s rows.
+    fn transport(self) -> &'static str {
+        match self {
+            Over::Http2 => "tcp",
+            Over::Http3 => "quic",
+        }
+    }
+
+    /// What the backends select, as `certs` reports it.
+    fn alpn(self) -> &'static str {
+        match self {
+            Over::Http2 => "h2",
+            Over::Http3 => "h3",
+        }
+    }
+}
+
+/// Caddy serving `dir/site` (any host) over `protocols` (Caddy's names)
+/// with `pki`'s server certificate, its access lines as JSON on stderr;
+/// `who.js` writes `served by NAME` into the page's `#b`. Returns once it
+/// accepts (and, with `h3`, once its UDP socket is bound).
+async fn start_caddy(
+    name: &str,
+    pki: &Pki,
+    protocols: &[&str],
+) -> (Tool, SocketAddr, std::path::PathBuf) {
     let dir = scratch_dir(&format!("caddy-{name}"));
     let site = dir.join("site");
     std::fs::create_dir_all(&site).unwrap();
@@ -57,7 +121,7 @@ async fn start_caddy(name: &str, pki: &Pki) -> (Tool, SocketAddr, std::path::Pat
         "apps": {
             "http": { "servers": { "s": {
                 "listen": [addr.to_string()],
-                "protocols": ["h1", "h2"],
+                "protocols": protocols,
                 "automatic_https": { "disable": true },
                 "tls_connection_policies": [{}],
                 "logs": {},
@@ -76,6 +140,9 @@ async fn start_caddy(name: &str, pki: &Pki) -> (Tool, SocketAddr, std::path::Pat
         dir,
         "caddy",
     );
+    if protocols.contains(&"h3") {
+        wait_udp_bound(port, &mut caddy).await;
+    }
     wait_accepting(addr, &mut caddy).await;
     (caddy, addr, site)
 }
@@ -97,17 +164,20 @@ async fn certs(config: &str, pkis: &[&Pki]) -> (Option<i32>, Value) {
     (code, report)
 }
 
-/// Chromium loads `https://a:PORT/` with both names at the relay; the
-/// rendered page.
-async fn browse(port: u16, pins: &[String]) -> String {
-    let run = chromium_run(&[
+/// Chromium loads `https://a:PORT/` with both names at the relay (over
+/// HTTP/3, forced onto QUIC for both origins); the rendered page.
+async fn browse(port: u16, pins: &[String], over: Over) -> String {
+    let mut args = vec![
         format!("--host-resolver-rules=MAP {A} 127.0.0.1, MAP {B} 127.0.0.1"),
         format!("--ignore-certificate-errors-spki-list={}", pins.join(",")),
         "--virtual-time-budget=10000".to_owned(),
         "--dump-dom".to_owned(),
-        format!("https://{A}:{port}/"),
-    ])
-    .await;
+    ];
+    if over == Over::Http3 {
+        args.push(format!("--origin-to-force-quic-on={A}:{port},{B}:{port}"));
+    }
+    args.push(format!("https://{A}:{port}/"));
+    let run = chromium_run(&args).await;
     assert!(
         !run.stdout.contains(">pending<"),
         "the script did not run: {}\n{}",
@@ -131,44 +201,24 @@ fn hosts_of(caddy: &Tool, uri: &str) -> Vec<String> {
         .collect()
 }
 
-/// The server names of the relay's closed connections so far.
-fn relayed_names(relay: &Relay) -> Vec<String> {
+/// The server names of the relay's closed connections (and QUIC flows)
+/// so far, with the protocol of each.
+fn relayed_names(relay: &Relay) -> Vec<(String, String)> {
     relay
         .log_lines()
         .iter()
         .filter(|l| l["message"] == "connection closed")
-        .filter_map(|l| l["sni"].as_str().map(str::to_owned))
+        .filter_map(|l| {
+            let sni = l["sni"].as_str()?.to_owned();
+            Some((sni, l["protocol"].as_str().unwrap_or("tcp").to_owned()))
+        })
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
-    let _heavy = common::HEAVY.lock().await;
-    let wildcard = Pki::new(&["*.example.test"]);
-    let (one, one_addr, one_site) = start_caddy("one", &wildcard).await;
-    let (two, two_addr, _) = start_caddy("two", &wildcard).await;
-    let config = crate::backend_certs::config(one_addr, two_addr, "", "");
-    let relay = Relay::start(&config).await;
-    let port = relay.addr_of("edge").port();
-    write_page(&one_site, port);
-
-    let page = browse(port, &[wildcard.server_spki_pin()]).await;
-    assert!(page.contains("<p id=\"b\">served by one</p>"), "{page}");
-    // Backend one answered b's request, over HTTP/2; two saw nothing.
-    let b_host = format!("{B}:{port} HTTP/2.0");
-    assert_eq!(hosts_of(&one, "/who.js"), [b_host]);
-    assert!(hosts_of(&two, "/who.js").is_empty());
-    // The relay saw one hello, for a: b's name never reached it.
-    relay
-        .wait_log(|l| l["message"] == "connection closed")
-        .await;
-    let names = relayed_names(&relay);
-    assert!(names.iter().all(|n| n == A), "{names:?}");
-
-    // The check predicts exactly this pair.
-    let (code, report) = certs(&config, &[&wildcard]).await;
-    assert_eq!(code, Some(1), "{report:#}");
-    let pairs: Vec<(&str, &str, &str, &str)> = report["coalescing"]
+/// The coalescing pairs of a `certs` report: (route, backend, covered
+/// name, other backend, alpn).
+fn risk_pairs(report: &Value) -> Vec<(&str, &str, &str, &str, &str)> {
+    report["coalescing"]
         .as_array()
         .unwrap()
         .iter()
@@ -178,30 +228,86 @@ async fn a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() 
                 c["backend"].as_str().unwrap(),
                 c["covered_name"].as_str().unwrap(),
                 c["other_backend"].as_str().unwrap(),
+                c["alpn"].as_str().unwrap(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Both backends present one `*.example.test` certificate: `b`'s request
+/// reaches backend one, the relay sees `a` only, and `certs` names the
+/// pair.
+async fn shared_wildcard(over: Over) {
+    let _heavy = common::HEAVY.lock().await;
+    let wildcard = Pki::new(&["*.example.test"]);
+    let (one, one_addr, one_site) = start_caddy("one", &wildcard, over.caddy_protocols()).await;
+    let (two, two_addr, _) = start_caddy("two", &wildcard, over.caddy_protocols()).await;
+    let config = over.relay_config(one_addr, two_addr);
+    let relay = Relay::start(&config).await;
+    let port = relay.addr_of("edge").port();
+    write_page(&one_site, port);
+
+    let page = browse(port, &[wildcard.server_spki_pin()], over).await;
+    assert!(page.contains("<p id=\"b\">served by one</p>"), "{page}");
+    // Backend one answered a's page and b's request, over the protocol
+    // of the case; two saw nothing.
+    let http = over.http();
+    assert_eq!(hosts_of(&one, "/"), [format!("{A}:{port} {http}")]);
+    assert_eq!(hosts_of(&one, "/who.js"), [format!("{B}:{port} {http}")]);
+    assert!(hosts_of(&two, "/who.js").is_empty());
+    // The relay saw hellos for a only: b's name never reached it.
+    relay
+        .wait_log(|l| l["message"] == "connection closed")
+        .await;
+    let names = relayed_names(&relay);
+    let only_a = |(name, transport): &(String, String)| name == A && transport == over.transport();
+    assert!(names.iter().all(only_a), "{names:?}");
+    eprintln!("{http}: the relay's connections {names:?}");
+
+    // The check predicts exactly this pair.
+    let (code, report) = certs(&config, &[&wildcard]).await;
+    assert_eq!(code, Some(1), "{report:#}");
+    let alpn = over.alpn();
     assert_eq!(
-        pairs,
-        [("route-a", "one", B, "two"), ("route-b", "two", A, "one")]
+        risk_pairs(&report),
+        [
+            ("route-a", "one", B, "two", alpn),
+            ("route-b", "two", A, "one", alpn)
+        ]
+    );
+    assert_eq!(
+        report["coalescing"][0]["message"],
+        coalescing_message_for(
+            alpn,
+            "warning",
+            ("route-a", "one", A),
+            ("route-b", "two", B)
+        )
+    );
+    assert_eq!(
+        checked(&report),
+        [(A, over.transport(), alpn), (B, over.transport(), alpn)]
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
+/// Each backend presents its own certificate: `b`'s request reaches
+/// backend two over a connection of its own, and `certs` is clean.
+async fn certificate_per_backend(over: Over) {
     let _heavy = common::HEAVY.lock().await;
     let (pki_a, pki_b) = (Pki::new(&[A]), Pki::new(&[B]));
-    let (one, one_addr, one_site) = start_caddy("one", &pki_a).await;
-    let (two, two_addr, _) = start_caddy("two", &pki_b).await;
-    let config = crate::backend_certs::config(one_addr, two_addr, "", "");
+    let (one, one_addr, one_site) = start_caddy("one", &pki_a, over.caddy_protocols()).await;
+    let (two, two_addr, _) = start_caddy("two", &pki_b, over.caddy_protocols()).await;
+    let config = over.relay_config(one_addr, two_addr);
     let relay = Relay::start(&config).await;
     let port = relay.addr_of("edge").port();
     write_page(&one_site, port);
 
     let pins = [pki_a.server_spki_pin(), pki_b.server_spki_pin()];
-    let page = browse(port, &pins).await;
+    let page = browse(port, &pins, over).await;
     assert!(page.contains("<p id=\"b\">served by two</p>"), "{page}");
-    assert_eq!(hosts_of(&two, "/who.js"), [format!("{B}:{port} HTTP/2.0")]);
+    let http = over.http();
+    assert_eq!(hosts_of(&one, "/"), [format!("{A}:{port} {http}")]);
+    assert_eq!(hosts_of(&two, "/who.js"), [format!("{B}:{port} {http}")]);
     assert!(hosts_of(&one, "/who.js").is_empty());
     relay
         .wait_lines(|lines| {
@@ -217,4 +323,45 @@ async fn a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean
     let (code, report) = certs(&config, &[&pki_a, &pki_b]).await;
     assert_eq!(code, Some(0), "{report:#}");
     assert_eq!(report["coalescing"], serde_json::json!([]));
+    let (transport, alpn) = (over.transport(), over.alpn());
+    assert_eq!(
+        checked(&report),
+        [(A, transport, alpn), (B, transport, alpn)]
+    );
+}
+
+/// The rows of a `certs` report: (name, transport, alpn).
+fn checked(report: &Value) -> Vec<(&str, &str, &str)> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap(),
+                r["transport"].as_str().unwrap(),
+                r["alpn"].as_str().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
+    shared_wildcard(Over::Http2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
+    certificate_per_backend(Over::Http2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http3_a_shared_wildcard_certificate_sends_b_to_a_backend_and_certs_says_so() {
+    shared_wildcard(Over::Http3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http3_a_certificate_per_backend_sends_b_to_its_own_backend_and_certs_is_clean() {
+    certificate_per_backend(Over::Http3).await;
 }

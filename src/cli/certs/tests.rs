@@ -1,6 +1,6 @@
-//! Unit tests of [`super`]: the plan of names, the coalescing pairs, the
-//! table and the dates it prints, from configurations and rows written
-//! here (no I/O).
+//! Unit tests of [`super`]: the plan of names (TCP and QUIC), the
+//! coalescing pairs (h2 and h3), the table and the dates it prints, from
+//! configurations and rows written here (no I/O).
 
 use std::path::Path;
 
@@ -34,24 +34,41 @@ protocol = "quic"
 [[route]]
 listener = "h3"
 name = "quic-a"
-sni = ["a.example.test"]
+sni = ["a.example.test", "*.c.example.test"]
 backend = "one"
+[[route]]
+listener = "h3"
+name = "quic-proxied"
+sni = ["p.example.test"]
+backend = "proxied"
 
 [backend.one]
 addresses = ["127.0.0.1:8443"]
+[backend.proxied]
+addresses = ["127.0.0.1:9443"]
+proxy_protocol = "v2"
+quic_reads_proxy_protocol = true
 "#,
     );
     let plan = plan(&config, 50);
-    let names: Vec<(&str, &str)> = plan
+    let names: Vec<(Protocol, &str, &str)> = plan
         .targets
         .iter()
-        .map(|t| (t.pattern.as_str(), t.name.as_str()))
+        .map(|t| (t.transport, t.route.as_str(), t.name.as_str()))
         .collect();
+    // a.example.test over TCP and again over QUIC: two handshakes, one
+    // name of backend one.
     assert_eq!(
         names,
         [
-            ("a.example.test", "a.example.test"),
-            ("*.b.example.test", "snirelay-check.b.example.test"),
+            (Protocol::Tcp, "a.example.test", "a.example.test"),
+            (
+                Protocol::Tcp,
+                "a.example.test",
+                "snirelay-check.b.example.test"
+            ),
+            (Protocol::Quic, "quic-a", "a.example.test"),
+            (Protocol::Quic, "quic-a", "snirelay-check.c.example.test"),
         ]
     );
     let reasons: Vec<(&str, &str)> = plan
@@ -64,8 +81,9 @@ addresses = ["127.0.0.1:8443"]
         [
             ("rest", "default route (*): no name to send"),
             (
-                "quic-a",
-                "quic: a QUIC handshake is not made; its certificate is not learned"
+                "quic-proxied",
+                "quic: the relay sends this backend a PROXY v2 header over UDP \
+                 (proxy_protocol = \"v2\"), which a QUIC handshake here does not send"
             ),
         ]
     );
@@ -98,11 +116,63 @@ addresses = ["127.0.0.1:9443"]
     assert_eq!(plan.skipped, BTreeMap::from([("one".to_owned(), 1)]));
 }
 
+#[test]
+fn the_cap_counts_names_not_listeners() {
+    let config = config(
+        r#"
+[[listener]]
+name = "tls"
+listen = ["127.0.0.1:443"]
+[[listener]]
+name = "h3"
+protocol = "quic"
+listen = ["127.0.0.1:443"]
+[[route]]
+listener = ["tls", "h3"]
+sni = ["a.test", "b.test", "c.test"]
+backend = "one"
+
+[backend.one]
+addresses = ["127.0.0.1:8443"]
+"#,
+    );
+    let plan = plan(&config, 2);
+    let checked: Vec<(&str, &str)> = plan
+        .targets
+        .iter()
+        .map(|t| (t.listener.as_str(), t.name.as_str()))
+        .collect();
+    assert_eq!(
+        checked,
+        [
+            ("tls", "a.test"),
+            ("tls", "b.test"),
+            ("h3", "a.test"),
+            ("h3", "b.test"),
+        ]
+    );
+    // c.test, past the cap on both listeners: one name skipped.
+    assert_eq!(plan.skipped, BTreeMap::from([("one".to_owned(), 1)]));
+}
+
 /// A row of `route` on listener `edge` whose backend presented `names`
 /// and selected `alpn`.
 fn row(route: &str, backend: &str, name: &str, names: &[&str], alpn: &str) -> Row {
+    row_on(("edge", Protocol::Tcp), route, backend, name, names, alpn)
+}
+
+/// A row as [`row`]'s, on `listener` of `transport`.
+fn row_on(
+    (listener, transport): (&str, Protocol),
+    route: &str,
+    backend: &str,
+    name: &str,
+    names: &[&str],
+    alpn: &str,
+) -> Row {
     let target = Target {
-        listener: "edge".into(),
+        listener: listener.into(),
+        transport,
         route: route.into(),
         backend: backend.into(),
         pattern: name.into(),
@@ -194,6 +264,101 @@ fn an_exact_name_under_a_wildcard_route_and_the_default_route_are_risks() {
             ("rest".to_owned(), "elsewhere.test".to_owned()),
         ]
     );
+}
+
+/// [`EDGE`]'s names also on a quic listener `h3`, `a` and `b` to
+/// backends one and two.
+const EDGE_AND_H3: &str = r#"
+[[listener]]
+name = "h3"
+listen = ["127.0.0.1:443"]
+protocol = "quic"
+[[route]]
+listener = "h3"
+name = "a3"
+sni = ["a.example.test"]
+backend = "one"
+[[route]]
+listener = "h3"
+name = "b3"
+sni = ["b.example.test"]
+backend = "two"
+"#;
+
+/// [`EDGE`], its routes on `edge` only, and [`EDGE_AND_H3`].
+fn edge_and_h3() -> Config {
+    let edge = EDGE.replace("[[route]]\n", "[[route]]\nlistener = \"edge\"\n");
+    config(&format!("{edge}{EDGE_AND_H3}"))
+}
+
+#[test]
+fn an_h3_certificate_over_names_of_another_backend_is_a_risk_as_h2_is() {
+    let config = edge_and_h3();
+    let over_quic = ("h3", Protocol::Quic);
+    let rows = [row_on(
+        over_quic,
+        "a3",
+        "one",
+        "a.example.test",
+        &["*.example.test"],
+        "h3",
+    )];
+    let risks = coalescing(&config, &rows);
+    let pairs: Vec<(&str, &str, &str, &str, &str, usize)> = risks
+        .iter()
+        .map(|r| {
+            (
+                r.listener.as_str(),
+                r.route.as_str(),
+                r.alpn.as_str(),
+                r.other_route.as_str(),
+                r.covered_name.as_str(),
+                r.covered_names,
+            )
+        })
+        .collect();
+    // The quic listener's own routes only: c.example.test is routed to
+    // two over TCP, not through this listener.
+    assert_eq!(pairs, [("h3", "a3", "h3", "b3", "b.example.test", 1)]);
+    assert_eq!(
+        risks[0].message,
+        "warning: coalescing risk on listener h3: the certificate backend one presents for \
+         a.example.test (route a3) also covers b.example.test of route b3 (backend two), and \
+         backend one selects h3: a browser may reuse its connection to a.example.test for \
+         b.example.test, and the relay, which routes by the hello alone, never sees that name, \
+         so those requests reach backend one, not two. Fixes: distinct certificates per \
+         backend; backend one answering 421 Misdirected Request for hosts it does not serve; \
+         or an ORIGIN frame (RFC 8336) from backend one that leaves b.example.test out."
+    );
+    let report = Report::new(rows.to_vec(), plan(&config, 50), risks);
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+    assert_eq!(json["checks"][0]["transport"], "quic");
+    assert_eq!(json["coalescing"][0]["alpn"], "h3");
+    assert_eq!(report.exit_code, 1);
+    // The same certificate over TCP, where the backend chose http/1.1:
+    // that listener's names are no risk.
+    let http1 = [row(
+        "a",
+        "one",
+        "a.example.test",
+        &["*.example.test"],
+        "http/1.1",
+    )];
+    assert!(coalescing(&config, &http1).is_empty());
+}
+
+#[test]
+fn a_quic_backend_selecting_another_protocol_is_no_risk() {
+    let config = edge_and_h3();
+    let rows = [row_on(
+        ("h3", Protocol::Quic),
+        "a3",
+        "one",
+        "a.example.test",
+        &["*.example.test"],
+        "doq",
+    )];
+    assert!(coalescing(&config, &rows).is_empty());
 }
 
 #[test]
