@@ -37,7 +37,6 @@ use crate::addr::{ClaimedAddr, PeerAddr};
 pub use crate::close_reason::CloseReason;
 pub(crate) use crate::close_reason::Fault;
 use crate::config::{Backend, Listener};
-use crate::flow::decision::Heard;
 use crate::flow::route::{EchKind, RouteEntry};
 use crate::metrics::{self, ListenerMetrics};
 use crate::pump::ready::Transferred;
@@ -81,6 +80,18 @@ pub struct QuicFields {
     /// The relay's end of the flow's backend socket (`backend.local`): the
     /// client address the backend sees (no PROXY header on UDP).
     pub backend_local: Option<SocketAddr>,
+}
+
+/// What routing read off the hello, for the access line (the decision
+/// fills it, [`crate::flow::decision::decide`]).
+#[derive(Debug, Default)]
+pub(crate) struct Heard {
+    /// The server name as it is logged (see
+    /// [`crate::flow::route::Decision::sni`]).
+    pub sni: Option<Box<str>>,
+    pub ech: Option<EchKind>,
+    /// The `alpn` field ([`crate::flow::decision::alpn_field`]).
+    pub alpn: Option<Box<str>>,
 }
 
 /// How long each direction of a connection with bandwidth limits waited

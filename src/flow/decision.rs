@@ -28,13 +28,15 @@
 //! preface), connecting, or writing the log line ([`crate::flow::access`]).
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admission::{self, Admitted, Refusal, RouteAdmitted, RouteRefusal, Source, SourceKey};
+use crate::admission::{self, Admitted, Refusal, RouteAdmitted, Source};
 use crate::backend::BackendRuntime;
 use crate::close_reason::CloseReason;
 use crate::config::Listener;
 use crate::drain::DrainGuard;
+use crate::flow::access::Heard;
+use crate::flow::gate::{DryRun, is_trusted_peer};
 use crate::flow::generation::Generation;
-use crate::flow::route::{EchKind, RouteEntry, RoutedTo};
+use crate::flow::route::{RouteEntry, RoutedTo};
 use crate::metrics::ListenerMetrics;
 use crate::wire::client_hello::ClientHello;
 
@@ -58,16 +60,6 @@ impl Arrived {
     }
 }
 
-/// Whether `peer` is one of `listener`'s trusted peer relays
-/// (`[listener.proxy_protocol] trusted`): the one reading of that list, at
-/// accept ([`crate::flow::gate`]) and after the hello.
-pub(crate) fn is_trusted_peer(listener: &Listener, peer: PeerAddr) -> bool {
-    listener
-        .proxy_protocol
-        .as_ref()
-        .is_some_and(|inbound| inbound.trusts(peer.0.ip()))
-}
-
 /// What was decided after one hello.
 #[derive(Debug)]
 pub(crate) struct AfterHello<'g> {
@@ -78,17 +70,6 @@ pub(crate) struct AfterHello<'g> {
     /// route's.
     pub dry_runs: [Option<DryRun<'g>>; 2],
     pub outcome: Result<Routed<'g>, HelloRefused<'g>>,
-}
-
-/// What routing read off the hello, for the access line.
-#[derive(Debug, Default)]
-pub(crate) struct Heard {
-    /// The server name as it is logged (see
-    /// [`crate::flow::route::Decision::sni`]).
-    pub sni: Option<Box<str>>,
-    pub ech: Option<EchKind>,
-    /// The `alpn` field ([`alpn_field`]).
-    pub alpn: Option<Box<str>>,
 }
 
 /// A routed hello: where it goes and what it holds meanwhile.
@@ -142,43 +123,6 @@ impl HelloRefused<'_> {
         if self.limit {
             metrics.limit_refused(self.reason);
         }
-    }
-}
-
-/// A refusal a dry run would have made, to be logged at debug.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DryRun<'g> {
-    /// The route whose limits would refuse; `None`: the listener's.
-    pub route: Option<&'g str>,
-    pub source: SourceKey,
-    pub would_refuse: CloseReason,
-}
-
-impl<'g> DryRun<'g> {
-    /// The note of a slot counted under `dry_run` (the listener's, or
-    /// `route`'s), if it would have been refused.
-    pub(crate) fn of(route: Option<&'g str>, admitted: &Admitted) -> Option<DryRun<'g>> {
-        let would = admitted.would_refuse?;
-        Some(DryRun {
-            route,
-            source: admitted.key,
-            would_refuse: match route {
-                None => would.into(),
-                Some(_) => RouteRefusal::Source(would).into(),
-            },
-        })
-    }
-
-    /// Logs the refusal the dry run would have made.
-    pub(crate) fn log(&self, listener: &Listener, peer: PeerAddr) {
-        tracing::debug!(
-            listener = %listener.name,
-            route = self.route,
-            client.peer = %peer,
-            source = %self.source,
-            would_refuse = self.would_refuse.as_str(),
-            "dry run: admission would refuse this connection"
-        );
     }
 }
 

@@ -2,7 +2,9 @@
 //! arrival (a TCP connection just accepted, a QUIC flow's first datagram)
 //! is admitted, before a byte of it is read ([`admit()`]), and the one
 //! where a trusted peer relay's connection or flow is admitted on the
-//! client its PROXY header claims ([`after_preface`]).
+//! client its PROXY header claims ([`after_preface`]). With them, what the
+//! decision after the hello reads the same way: whether a peer is a
+//! trusted relay ([`is_trusted_peer`]) and a dry run's note ([`DryRun`]).
 //!
 //! Not here: the limits themselves ([`crate::admission`]), the accept loop
 //! ([`crate::tcp::accept_loop`]) or the flow table
@@ -10,9 +12,9 @@
 //! ([`crate::flow::decision`]).
 
 use crate::addr::{ClaimedAddr, PeerAddr};
-use crate::admission::{Admitted, AtAccept};
+use crate::admission::{Admitted, AtAccept, RouteRefusal, SourceKey};
+use crate::config::Listener;
 use crate::flow::access::{self, CloseReason, ConnRecord, RecordPart};
-use crate::flow::decision::{DryRun, HelloRefused, is_trusted_peer};
 use crate::flow::generation::Generation;
 use crate::metrics::ListenerMetrics;
 
@@ -39,8 +41,9 @@ impl GateRefused {
 ///
 /// The arrival is counted first (`accepted`, and `active` until its close),
 /// so that a refused one is closed through the same close stage
-/// ([`GateRefused::close`]), the refusal counted as every refusal is
-/// ([`HelloRefused::count`]). Admitted, a dry run's would-be refusal is
+/// ([`GateRefused::close`]), the refusal counted in `limit_refusals` as a
+/// refusal by limits after the hello is
+/// ([`crate::flow::decision::HelloRefused::count`]). Admitted, a dry run's would-be refusal is
 /// logged, and the slot is returned, to be held for the arrival's life; a
 /// trusted peer relay is decided after its preface instead ([`after_preface`]).
 pub(crate) fn admit(
@@ -64,11 +67,9 @@ pub(crate) fn admit(
             Ok(at_accept)
         }
         Err(refusal) => {
-            let refused = HelloRefused::by_admission(refusal);
-            refused.count(metrics);
-            Err(GateRefused {
-                reason: refused.reason,
-            })
+            let reason = CloseReason::from(refusal);
+            metrics.limit_refused(reason);
+            Err(GateRefused { reason })
         }
     }
 }
@@ -93,9 +94,56 @@ pub(crate) fn after_preface(
             Ok(admitted)
         }
         Err(refusal) => {
-            let refused = HelloRefused::by_admission(refusal);
-            refused.count(metrics);
-            Err(refused.reason)
+            let reason = CloseReason::from(refusal);
+            metrics.limit_refused(reason);
+            Err(reason)
         }
+    }
+}
+
+/// Whether `peer` is one of `listener`'s trusted peer relays
+/// (`[listener.proxy_protocol] trusted`): the one reading of that list, at
+/// accept (here) and after the hello ([`crate::flow::decision::Arrived::source`]).
+pub(crate) fn is_trusted_peer(listener: &Listener, peer: PeerAddr) -> bool {
+    listener
+        .proxy_protocol
+        .as_ref()
+        .is_some_and(|inbound| inbound.trusts(peer.0.ip()))
+}
+
+/// A refusal a dry run would have made, to be logged at debug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DryRun<'g> {
+    /// The route whose limits would refuse; `None`: the listener's.
+    pub route: Option<&'g str>,
+    pub source: SourceKey,
+    pub would_refuse: CloseReason,
+}
+
+impl<'g> DryRun<'g> {
+    /// The note of a slot counted under `dry_run` (the listener's, or
+    /// `route`'s), if it would have been refused.
+    pub(crate) fn of(route: Option<&'g str>, admitted: &Admitted) -> Option<DryRun<'g>> {
+        let would = admitted.would_refuse?;
+        Some(DryRun {
+            route,
+            source: admitted.key,
+            would_refuse: match route {
+                None => would.into(),
+                Some(_) => RouteRefusal::Source(would).into(),
+            },
+        })
+    }
+
+    /// Logs the refusal the dry run would have made.
+    pub(crate) fn log(&self, listener: &Listener, peer: PeerAddr) {
+        tracing::debug!(
+            listener = %listener.name,
+            route = self.route,
+            client.peer = %peer,
+            source = %self.source,
+            would_refuse = self.would_refuse.as_str(),
+            "dry run: admission would refuse this connection"
+        );
     }
 }
