@@ -9,10 +9,12 @@
 //! listener both route there is checked over each); the rest are counted
 //! per backend as skipped. Every address of the route's backend is tried
 //! for each name: a fixed list as configured, a `resolve` backend's answer
-//! now (through its `resolver` if it has one). Cluster backends (addresses
-//! looked up per name, at run time), and QUIC routes to a backend the
-//! relay sends a PROXY v2 header over UDP, are listed as not checked, with
-//! the reason.
+//! now (through its `resolver` if it has one), or a cluster backend's for
+//! that name as a connection finds it now (its lookup's answer: another
+//! node's addresses, reached with the cluster's hop PROXY setting, or its
+//! `local_backend`'s when the answer is this node, the route's listener's
+//! first address). QUIC routes to a backend the relay sends a PROXY v2
+//! header over UDP are listed as not checked, with the reason.
 //!
 //! Each (name, address) of a TCP listener is one TCP connection (from the
 //! host's address, whatever the backend's `source`), the backend's PROXY
@@ -49,7 +51,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -59,6 +61,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::backend::Backends;
+use crate::backend::candidates::{Pick, candidates};
 use crate::backend::certificate::{
     BROWSER_ALPN, CertificateClient, CertificateSummary, H3_ALPN, WILDCARD_PROBE_LABEL,
     name_to_send, quic_endpoint_for, san_covers,
@@ -113,9 +117,7 @@ pub(crate) fn plan(config: &Config, max_names: usize) -> Plan {
     for listener in &config.listeners {
         for route in &listener.routes {
             let backend = &route.backend;
-            let reason = if matches!(backend.source, AddressSource::Cluster(_)) {
-                Some("cluster: the addresses are looked up per name at run time")
-            } else if listener.protocol == Protocol::Quic
+            let reason = if listener.protocol == Protocol::Quic
                 && backend.proxy_protocol != Outbound::None
             {
                 Some(
@@ -396,31 +398,51 @@ pub(crate) async fn run(config: &Config, args: &CertsArgs) -> Result<Report, Cer
     // One QUIC endpoint per address family, opened when first needed.
     let mut endpoints: HashMap<bool, Result<quinn::Endpoint, String>> = HashMap::new();
 
-    // Each backend's addresses, found once.
-    let mut addresses: BTreeMap<&str, Result<Vec<SocketAddr>, String>> = BTreeMap::new();
+    // Each backend's addresses, found once; a cluster backend's per name,
+    // as its lookup answers a connection for that name now.
+    let mut runtime: Option<Backends> = None;
+    let mut addresses: BTreeMap<(&str, Option<&str>), Result<Found, String>> = BTreeMap::new();
     for target in &plan.targets {
-        if !addresses.contains_key(target.backend.as_str()) {
-            let backend = &config.backends[&target.backend];
-            addresses.insert(target.backend.as_str(), backend_addresses(backend).await);
+        let backend = &config.backends[&target.backend];
+        let per_name = backend.cluster().is_some().then_some(target.name.as_str());
+        let key = (target.backend.as_str(), per_name);
+        if addresses.contains_key(&key) {
+            continue;
         }
+        let found = match per_name {
+            None => backend_addresses(backend).await.map(|addrs| Found {
+                addrs,
+                settings: backend.clone(),
+            }),
+            Some(name) => {
+                let backends =
+                    runtime.get_or_insert_with(|| Backends::start(&config.backends, None));
+                let local = listening_ip(config, &target.listener);
+                cluster_addresses(backends, &target.backend, name, local).await
+            }
+        };
+        addresses.insert(key, found);
     }
 
     let permits = Arc::new(Semaphore::new(usize::from(args.concurrency)));
     let mut tasks = JoinSet::new();
     let mut rows: Vec<Option<Row>> = Vec::new();
     for target in &plan.targets {
-        let found = &addresses[target.backend.as_str()];
-        let addrs = match found {
-            Ok(addrs) => addrs,
+        let backend = &config.backends[&target.backend];
+        let per_name = backend.cluster().is_some().then_some(target.name.as_str());
+        let found = match &addresses[&(target.backend.as_str(), per_name)] {
+            Ok(found) => found,
             Err(error) => {
                 rows.push(Some(Row::new(target, None).failed(error.clone())));
                 continue;
             }
         };
-        let backend = &config.backends[&target.backend];
+        // The PROXY setting of the backend the addresses are: a cluster's
+        // hop header toward another node, or its `local_backend`'s own.
+        let settings = &found.settings;
         let header: Option<Arc<[u8]>> =
-            local_header(backend.proxy_protocol, backend.proxy_protocol_crc32c).map(Arc::from);
-        for &address in addrs {
+            local_header(settings.proxy_protocol, settings.proxy_protocol_crc32c).map(Arc::from);
+        for &address in &found.addrs {
             let index = rows.len();
             let row = Row::new(target, Some(address));
             let (client, handshake) = match target.transport {
@@ -506,7 +528,7 @@ const REUSED_ALPN: [&str; 2] = ["h2", "h3"];
 /// Every coalescing risk `rows` show, one per (route, other route) pair,
 /// in row order. Pure: reads the listeners' name tables only.
 pub(crate) fn coalescing(config: &Config, rows: &[Row]) -> Vec<Coalescing> {
-    type Pair<'a> = (&'a str, &'a str, &'a str, String, String);
+    type Pair<'a> = (&'a str, &'a str, String, String, String);
     let mut found: BTreeMap<Pair<'_>, (usize, &Row, &str, BTreeSet<String>)> = BTreeMap::new();
     let mut below: HashMap<&str, HashMap<&str, Vec<&str>>> = HashMap::new();
     for (order, row) in rows.iter().enumerate() {
@@ -539,15 +561,22 @@ pub(crate) fn coalescing(config: &Config, rows: &[Row]) -> Vec<Coalescing> {
                     continue;
                 }
                 for other in routes_of(listener, &candidate, synthetic) {
-                    if other.backend.name == row.backend {
-                        continue;
-                    }
+                    // One backend: a risk only where it is a cluster whose
+                    // lookup sends the two names to different places.
+                    let (backend, other_backend) = if other.backend.name == row.backend {
+                        match cluster_split(config, rows, row, &candidate) {
+                            Some(split) => split,
+                            None => continue,
+                        }
+                    } else {
+                        (row.backend.clone(), other.backend.name.clone())
+                    };
                     let key = (
                         row.listener.as_str(),
                         row.route.as_str(),
-                        row.backend.as_str(),
+                        backend,
                         other.name.clone(),
-                        other.backend.name.clone(),
+                        other_backend,
                     );
                     let entry = found
                         .entry(key)
@@ -560,13 +589,13 @@ pub(crate) fn coalescing(config: &Config, rows: &[Row]) -> Vec<Coalescing> {
     let mut risks: Vec<(usize, Coalescing)> = found
         .into_iter()
         .map(
-            |((_, _, _, other_route, other_backend), (order, row, alpn, covered))| {
+            |((_, _, backend, other_route, other_backend), (order, row, alpn, covered))| {
                 let covered_name = covered.first().cloned().unwrap_or_default();
                 let risk = Coalescing {
                     level: config.global.coalescing_risk,
                     listener: row.listener.clone(),
                     route: row.route.clone(),
-                    backend: row.backend.clone(),
+                    backend,
                     name: row.name.clone(),
                     alpn: alpn.to_owned(),
                     other_route,
@@ -658,6 +687,35 @@ fn routes_of<'l>(
         .map(move |id| &listener.routes[listener.route_index(id)])
 }
 
+/// Where a cluster backend's lookup sent `row`'s name and `candidate`
+/// (the rows' addresses for each, on the same listener), when both were
+/// checked and the places differ: another node and this node's
+/// `local_backend`, or two nodes. Named for a risk as "BACKEND at
+/// ADDRESSES", this name's first.
+fn cluster_split(
+    config: &Config,
+    rows: &[Row],
+    row: &Row,
+    candidate: &str,
+) -> Option<(String, String)> {
+    config.backends.get(&row.backend)?.cluster()?;
+    let at = |name: &str| -> BTreeSet<SocketAddr> {
+        rows.iter()
+            .filter(|r| r.listener == row.listener && r.backend == row.backend && r.name == name)
+            .filter_map(|r| r.address)
+            .collect()
+    };
+    let (here, there) = (at(&row.name), at(candidate));
+    if here.is_empty() || there.is_empty() || here == there {
+        return None;
+    }
+    let named = |set: &BTreeSet<SocketAddr>| {
+        let addresses: Vec<String> = set.iter().map(ToString::to_string).collect();
+        format!("{} at {}", row.backend, addresses.join(", "))
+    };
+    Some((named(&here), named(&there)))
+}
+
 /// The addresses of a fixed or `resolve` backend, now.
 async fn backend_addresses(backend: &Backend) -> Result<Vec<SocketAddr>, String> {
     match &backend.source {
@@ -669,6 +727,53 @@ async fn backend_addresses(backend: &Backend) -> Result<Vec<SocketAddr>, String>
         },
         AddressSource::Cluster(_) => Err("a cluster backend".to_owned()),
     }
+}
+
+/// A backend's addresses for a name, and the backend whose settings apply
+/// to them (a cluster's `local_backend` when the answer is this node).
+#[derive(Debug)]
+struct Found {
+    addrs: Vec<SocketAddr>,
+    settings: Arc<Backend>,
+}
+
+/// The addresses cluster backend `backend` sends `name` to now, as a
+/// connection for that name finds them ([`crate::backend::candidates`]):
+/// its lookup's answer, another node's addresses, or (the answer naming
+/// this node, `local`, or a local name) its `local_backend`'s.
+async fn cluster_addresses(
+    backends: &Backends,
+    backend: &str,
+    name: &str,
+    local: IpAddr,
+) -> Result<Found, String> {
+    let runtime = backends
+        .get(backend)
+        .ok_or_else(|| format!("backend {backend} did not start"))?;
+    let pick = Pick {
+        client: SocketAddr::new(local, 0),
+        claimed: false,
+        sni: Some(name.into()),
+        local: Some(local),
+    };
+    let found = candidates(backends, runtime, &pick)
+        .await
+        .map_err(|e| format!("cluster lookup for {name}: {e}"))?;
+    Ok(Found {
+        addrs: found.set.iter().map(|endpoint| endpoint.addr).collect(),
+        settings: found.runtime.config.clone(),
+    })
+}
+
+/// The address listener `name` listens on first, which stands for this
+/// node in a cluster's answer (the unspecified address if it has none).
+fn listening_ip(config: &Config, name: &str) -> IpAddr {
+    config
+        .listeners
+        .iter()
+        .find(|listener| listener.name == name)
+        .and_then(|listener| listener.listen.first())
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip())
 }
 
 /// How a row's handshake is made.

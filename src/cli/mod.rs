@@ -79,7 +79,8 @@ pub enum Command {
     /// for a `*.suffix` pattern the name `snirelay-check.suffix`, at most
     /// --max-names distinct names per backend (the rest are counted as
     /// skipped). Each name is sent as SNI to every address of the route's
-    /// backend (a fixed list, or a `resolve` answer now): for a TCP
+    /// backend (a fixed list, a `resolve` answer now, or where a cluster's
+    /// lookup sends that name now): for a TCP
     /// listener, after the PROXY LOCAL header when the backend speaks
     /// PROXY, in a complete TLS handshake offering h2 and http/1.1; for a
     /// QUIC listener, in a complete QUIC handshake offering h3. Each within
@@ -87,10 +88,10 @@ pub enum Command {
     /// subject names, issuer and not-after, whether it covers the name (RFC
     /// 6125), whether it verifies (system roots or --ca) and the ALPN the
     /// backend selected; a certificate that also covers a name the listener
-    /// routes to another backend, where h2 or h3 was selected, is a
-    /// coalescing risk. Routes of cluster backends, QUIC routes to a backend
-    /// sent PROXY v2 headers over UDP, and default routes are listed as not
-    /// checked. A separate command from `check`, which reads the file only:
+    /// routes to another backend (or a cluster sends elsewhere), where h2
+    /// or h3 was selected, is a coalescing risk. QUIC routes to a backend
+    /// sent PROXY v2 headers over UDP, and default routes, are listed as
+    /// not checked. A separate command from `check`, which reads the file only:
     /// this one connects to every backend.
     Certs(CertsArgs),
     /// Control a running relay through its admin listener (`[admin]` listen

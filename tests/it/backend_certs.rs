@@ -449,3 +449,81 @@ async fn over_quic_a_server_without_h3_is_an_error_and_a_proxied_backend_is_not_
     let seen = stats.accepted_handshakes + stats.refused_handshakes + stats.ignored_handshakes;
     assert_eq!(seen, 0);
 }
+
+/// A cluster backend is checked per name where a connection for that name
+/// goes now: `a` to the node its lookup answers (reached with the hop
+/// PROXY header, LOCAL here), `b`, answered "this node", to the
+/// `local_backend`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_backend_is_checked_where_its_lookup_sends_each_name() {
+    let ca = Ca::new();
+    let (commands, mut sent) = tokio::sync::mpsc::unbounded_channel();
+    let node = backend(ca.server(&[A]), Some(commands)).await;
+    let own = backend(ca.server(&[B]), None).await;
+    let own_was = own;
+    let cp = common::control_plane::ControlPlane::start().await;
+    cp.set(A, common::control_plane::Reply::endpoints(&[node]));
+    cp.set(B, common::control_plane::Reply::endpoints::<String>(&[]));
+    let config = format!(
+        r#"
+[[listener]]
+name = "edge"
+listen = ["127.0.0.1:0"]
+
+[[route]]
+name = "sites"
+sni = ["{A}", "{B}"]
+backend = "cluster"
+
+[backend.cluster.cluster]
+lookup_url = "{url}"
+allowed_targets = ["127.0.0.0/8"]
+hop_proxy_protocol = "v2"
+local_backend = "own"
+
+[backend.own]
+addresses = ["{own}"]
+"#,
+        url = cp.url(),
+    );
+    let (code, report, stderr) = certs("certs-cluster", &config, &ca.pem()).await;
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    assert_eq!(report["not_checked"], serde_json::json!([]), "{report:#}");
+    for (name, address) in [(A, node), (B, own)] {
+        let row = row(&report, name);
+        assert_eq!(row["backend"], "cluster", "{report:#}");
+        assert_eq!(row["address"], address.to_string(), "{report:#}");
+        assert_eq!(row["covers"], true, "{report:#}");
+        assert_eq!(row["verified"], "ok", "{report:#}");
+    }
+    // The node was sent the hop header first: a LOCAL command (0x20).
+    assert_eq!(sent.recv().await, Some(0x20));
+    assert_eq!((cp.requests(A), cp.requests(B)), (1, 1));
+
+    // One wildcard certificate on the node and on the local backend: the
+    // lookup sends a and b to different places behind one backend, which
+    // a browser's reused connection would not follow.
+    let (commands, _sent) = tokio::sync::mpsc::unbounded_channel();
+    let wildcard = ca.server(&["*.example.test"]);
+    let node = backend(wildcard.clone(), Some(commands)).await;
+    let own = backend(wildcard, None).await;
+    cp.set(A, common::control_plane::Reply::endpoints(&[node]));
+    let config = config.replace(&own_was.to_string(), &own.to_string());
+    let (code, report, stderr) = certs("certs-cluster-shared", &config, &ca.pem()).await;
+    assert_eq!(code, Some(1), "{report:#}\n{stderr}");
+    let risks = report["coalescing"].as_array().unwrap();
+    assert_eq!(risks.len(), 2, "{report:#}");
+    let first = &risks[0];
+    assert_eq!(first["backend"], format!("cluster at {node}"));
+    assert_eq!(first["other_backend"], format!("cluster at {own}"));
+    assert_eq!(first["covered_name"], B);
+    assert_eq!(
+        first["message"],
+        coalescing_message_for(
+            "h2",
+            "warning",
+            ("sites", &format!("cluster at {node}"), A),
+            ("sites", &format!("cluster at {own}"), B),
+        )
+    );
+}
