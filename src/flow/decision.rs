@@ -21,8 +21,9 @@
 //! the route's drain guard, entered. HelloRefused ([`HelloRefused`]), it holds the
 //! close reason and the alert to send, if any. Either way the log fields
 //! the hello gave (SNI, ECH, ALPN) and what a dry run would have refused
-//! ([`DryRun`]) come with it; [`HelloRefused::count`] is the one way a refusal
-//! is counted, on either transport.
+//! ([`DryRun`], logged here) come with it; [`HelloRefused::count`] counts
+//! a refusal after the hello on either transport (the gate counts its own
+//! in the same series, [`crate::flow::gate`]).
 //!
 //! Not here: reading the hello, the admission before it (the gate, the
 //! preface), connecting, or writing the log line ([`crate::flow::access`]).
