@@ -129,7 +129,9 @@ pub(crate) fn carry_out<'g, P: RecordPart<'g>>(
     let pick = Pick {
         client: record.claimed.map_or(peer.0, |c| c.0),
         claimed: record.claimed.is_some(),
-        sni: record.sni.clone().filter(|_| cluster),
+        // Copied only for a cluster: a clone filtered away would still
+        // allocate on every connection.
+        sni: if cluster { record.sni.clone() } else { None },
         local: dialled.map(|dialled| dialled.ip()),
     };
     Ok(Proceed {

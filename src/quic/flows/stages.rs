@@ -131,9 +131,9 @@ impl Stages for FlowStages {
         arrival: DatagramArrival<'d>,
     ) -> Result<Admitted<'d, Self::Slot>, CloseReason> {
         let from = record.part.peer();
-        let metrics = record.part.arrival.metrics.clone();
+        let metrics = &record.part.arrival.metrics;
         // The accept gate, as for a TCP connection.
-        let gated = match gate::admit(generation, record.part.arrival.peer, &metrics) {
+        let gated = match gate::admit(generation, record.part.arrival.peer, metrics) {
             Ok(AtAccept::Admitted(admitted)) => admitted.guard,
             // A trusted peer relay: decided on the client it claims.
             Ok(AtAccept::AfterPreface) => None,
@@ -143,7 +143,7 @@ impl Stages for FlowStages {
         // decided as the TCP preface decides a connection's; then, behind
         // a trusted peer, admission on the claim.
         let dialled = record.part.dialled;
-        match preface::decide(generation, from, dialled, arrival, gated, &metrics) {
+        match preface::decide(generation, from, dialled, arrival, gated, metrics) {
             Ok((preface, slot)) => {
                 record.claimed = preface.sender.claimed();
                 Ok(Admitted {
