@@ -145,6 +145,9 @@ pub(crate) async fn run(
             }
         }
     }
+    // When each address is next asked: keyed by the backend's own
+    // addresses (its configuration or its DNS answer), pruned to the
+    // current set every round; nothing a client sends adds an entry.
     let mut due: HashMap<SocketAddr, Instant> = HashMap::new();
     loop {
         let addrs: Vec<SocketAddr> = set_changes
